@@ -1,0 +1,94 @@
+"""Registration with ChainerMN: one factory that knows our names and all of ChainerMN's.
+
+``register()`` replaces ``chainermn.create_communicator`` (and the same name in
+``chainermn.communicators``) by ``create_communicator`` below, so a script that calls
+``chainermn.create_communicator('rsap')`` gets ours and every ChainerMN name still works.
+``force_communicator`` makes every call return one communicator whatever name the script
+asked for: that is how ``python -m chainermn_torus.run --communicator rsap`` runs a script
+that hard-codes ``naive``.
+"""
+import chainermn
+import chainermn.communicators
+
+from chainermn_torus.communicators import COMMUNICATORS
+
+__all__ = ['create_communicator', 'register', 'force_communicator', 'valid_names',
+           'CHAINERMN_NAMES']
+
+# The names chainermn.create_communicator understands in Chainer 7.8.1.
+CHAINERMN_NAMES = ('naive', 'flat', 'non_cuda_aware', 'pure_nccl', 'dummy')
+
+_chainermn_factory = chainermn.communicators.create_communicator
+_forced = None  # (name, kwargs) or None
+
+
+def valid_names():
+    return tuple(COMMUNICATORS) + CHAINERMN_NAMES
+
+
+def force_communicator(name, **kwargs):
+    """From now on every create_communicator call returns ``name`` with ``kwargs``.
+
+    ``force_communicator(None)`` undoes it.
+    """
+    global _forced
+    if name is None:
+        _forced = None
+        return
+    _check_name(name)
+    _forced = (name, kwargs)
+
+
+def _check_name(name):
+    if name not in valid_names():
+        raise ValueError('chainermn_torus: unknown communicator {!r}; valid names: {}'.format(
+            name, ', '.join(valid_names())))
+
+
+def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
+    """Create a communicator by name: ours or any of ChainerMN's.
+
+    ==============  ===  ===  =========================================================
+    name            CPU  GPU  use it when
+    ==============  ===  ===  =========================================================
+    rsap            OK        CPU clusters, several ranks per node or large models:
+                              2D torus, last phase by MPI-3 RMA Put (seed 003's best)
+    rsaa            OK        as rsap, last phase by MPI_Allgatherv (better below ~1 MB
+                              per message, seed 003)
+    pure_allreduce  OK        one MPI_Allreduce of the packed buffer; a baseline, and
+                              fine for small models
+    naive           OK   OK   ChainerMN: one MPI_Allreduce per parameter array
+    flat, non_cuda_aware, pure_nccl (GPU), dummy (no communication): ChainerMN's
+    ==============  ===  ===  =========================================================
+
+    Ours carry float32 (float64 if the model has float64 arrays); float16 gradients are
+    summed in float32. Keyword options for ours: ``grid=(M, N)`` or "MxN" (rsaa, rsap),
+    ``segment_size`` (bytes per message segment). Other keywords go to ChainerMN's factory.
+    """
+    if _forced is not None:
+        communicator_name, forced_kwargs = _forced
+        kwargs = dict(kwargs, **forced_kwargs)
+    _check_name(communicator_name)
+    cls = COMMUNICATORS.get(communicator_name)
+    if cls is None:
+        return _chainermn_factory(communicator_name, mpi_comm=mpi_comm, **kwargs)
+    try:
+        return cls(mpi_comm=mpi_comm, **kwargs)
+    except TypeError as e:
+        if 'unexpected keyword' not in str(e):
+            raise
+        raise ValueError('chainermn_torus: communicator {!r} does not take option(s) {}; it '
+                         'takes: {}'.format(communicator_name, ', '.join(sorted(kwargs)),
+                                            _options_of(cls))) from None
+
+
+def _options_of(cls):
+    import inspect
+    params = inspect.signature(cls.__init__).parameters
+    return ', '.join(p for p in params if p not in ('self', 'mpi_comm'))
+
+
+def register():
+    """Make chainermn.create_communicator this module's factory (idempotent)."""
+    chainermn.create_communicator = create_communicator
+    chainermn.communicators.create_communicator = create_communicator

@@ -1,0 +1,125 @@
+"""rsap: Reduce-Scatter, All-reduce, Put (seed 003): rsaa with the last phase as MPI-3 RMA.
+
+For each segment of the packed buffer:
+  1. reduce-scatter in the row, 2. all-reduce of the 1/M chunk in the column, 3. divide the
+  chunk by P and store it at its place in the result buffer (the packed buffer itself), then
+  4. put rounds: recursive doubling in the row. In round i, position q puts every chunk it
+     holds into position q XOR 2^i's window at the same offset, so nothing is copied on the
+     receiving side. MPI_Win_fence closes each round.
+
+One window covers the packed buffer; it is created when the buffer is (creation is collective
+and costly) and reused on every call until the model's layout changes.
+
+M need not be a power of two. With M' the largest power of two <= M, the positions q >= M'
+("extras") first put their chunk to q - M'; the first M' positions then run the doubling
+rounds carrying two chunk ranges each (their own group, and the group shifted by M'); a last
+round puts the full result to each extra. That costs two fences more than a power of two.
+"""
+import weakref
+
+from mpi4py import MPI
+
+from chainermn_torus.communicators._averaging import divide_by_size
+from chainermn_torus.communicators._base import TorusCommunicatorBase
+from chainermn_torus.communicators._torus import TorusPhases
+
+__all__ = ['RsapCommunicator', 'put_rounds']
+
+
+def _free_window(win):
+    if not MPI.Is_finalized() and win != MPI.WIN_NULL:
+        win.Free()
+
+
+def put_rounds(M):
+    """The put schedule for a row of M positions.
+
+    Returns a list of rounds; each round is a list of (origin, target, first_chunk, end_chunk)
+    meaning: origin puts chunks [first_chunk, end_chunk) into target's window.
+    """
+    low = 1 << (M.bit_length() - 1)  # M' = largest power of two <= M
+    rounds = []
+    if M > low:
+        rounds.append([(e, e - low, e, e + 1) for e in range(low, M)])
+
+    def held(q, width):
+        # After doubling up to `width`, q holds its aligned group and the group's extras.
+        g = q & ~(width - 1)
+        ranges = [(g, g + width)]
+        if g + low < M:
+            ranges.append((g + low, min(g + width + low, M)))
+        return ranges
+
+    width = 1
+    while width < low:
+        rounds.append([(q, q ^ width, a, b) for q in range(low) for a, b in held(q, width)])
+        width *= 2
+    if M > low:
+        last = []
+        for e in range(low, M):
+            last.append((e - low, e, 0, e))
+            if e + 1 < M:
+                last.append((e - low, e, e + 1, M))
+        rounds.append(last)
+    return rounds
+
+
+class RsapCommunicator(TorusPhases, TorusCommunicatorBase):
+
+    name = 'rsap'
+
+    def __init__(self, mpi_comm=None, grid=None, segment_size=None):
+        self.window = None
+        super(RsapCommunicator, self).__init__(mpi_comm, grid=grid, segment_size=segment_size)
+        pos = self.grid.pos
+        # Only this position's puts, per round: the schedule is fixed by M.
+        self._my_rounds = [[(t, a, b) for (o, t, a, b) in rnd if o == pos]
+                           for rnd in put_rounds(self.grid.M)]
+
+    def _mean_segment(self, array, lo, hi, mpi_type):
+        seg = array[lo:hi]
+        counts, displs, chunk = self.reduce_scatter(seg, mpi_type)
+        self.column_allreduce(chunk, mpi_type)
+        pos = self.grid.pos
+        # The mean goes straight to its place in the windowed buffer.
+        divide_by_size(chunk, self.size, out=seg[displs[pos]:displs[pos + 1]])
+        self.put_rounds(seg, lo, displs, mpi_type)
+
+    def put_rounds(self, seg, lo, displs, mpi_type):
+        if self.grid.M == 1:
+            return
+        win = self.window
+        win.Fence(MPI.MODE_NOPRECEDE)
+        last = len(self._my_rounds) - 1
+        for i, puts in enumerate(self._my_rounds):
+            for target, a, b in puts:
+                n = displs[b] - displs[a]
+                if n:
+                    win.Put([seg[displs[a]:displs[b]], mpi_type], target,
+                            target=(lo + displs[a], n, mpi_type))
+            win.Fence(MPI.MODE_NOSUCCEED if i == last else 0)
+
+    def _on_new_buffer(self, buf):
+        if self.grid.M > 1:
+            self.window = MPI.Win.Create(buf.array, disp_unit=buf.array.itemsize,
+                                         info=MPI.INFO_NULL, comm=self.grid.row_comm)
+            # Freed at interpreter exit if nobody did before: MPI_Finalize with a live window
+            # leaks its registration (UCX prints warnings). Every rank created the windows in
+            # the same order, so the collective frees also match up.
+            self._window_finalizer = weakref.finalize(self, _free_window, self.window)
+
+    def _release_buffer(self):
+        if self.window is not None:
+            self._window_finalizer()
+            self.window = None
+        super(RsapCommunicator, self)._release_buffer()
+
+    def mean_array(self, array):
+        # A caller's array is not the windowed buffer: run through a buffer of that size.
+        from chainermn_torus.communicators import _packing
+        layout = _packing.Layout([('array', array.shape, array.dtype)], dtype=array.dtype)
+        buf = self._buffer_for(layout)
+        buf.array[...] = array
+        self._mean_array(buf.array, buf.mpi_type)
+        array[...] = buf.array
+        return array

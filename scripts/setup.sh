@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Sets up a fresh machine for chainermn-torus: the Fashion-MNIST data (Debian package) and a
+# project virtualenv with Chainer 7.8.1, numpy<2, the mpich wheel + mpi4py, numba, pytest.
+# Idempotent: every step checks first, so a second run takes a second or two.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+venv=${VENV:-$here/.venv}
+py=${PYTHON:-python3}
+data=/usr/share/datasets/fashion-mnist
+
+if [ ! -f "$data/train-images-idx3-ubyte.gz" ] && [ ! -f "$data/train-images-idx3-ubyte" ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "[setup] installing Debian package dataset-fashion-mnist"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null
+    else
+        echo "[setup] warning: $data is missing and this is not root with apt-get;" \
+             "install the Debian package dataset-fashion-mnist or pass --data-dir to the examples" >&2
+    fi
+fi
+
+if [ ! -x "$venv/bin/python" ]; then
+    echo "[setup] creating virtualenv $venv"
+    "$py" -m venv "$venv"
+fi
+pip() { "$venv/bin/python" -m pip --disable-pip-version-check -q "$@"; }
+
+# Chainer 7.8.1 imports pkg_resources and its setup.py needs the old setuptools without
+# build isolation, so the build tools are pinned and installed first.
+if ! "$venv/bin/python" -c 'import chainer, sys; sys.exit(chainer.__version__ != "7.8.1")' 2>/dev/null; then
+    echo "[setup] installing chainer 7.8.1 and dependencies (a few minutes the first time)"
+    pip install "setuptools<70" wheel "numpy<2"
+    pip install --no-build-isolation "chainer==7.8.1"
+fi
+if ! "$venv/bin/python" -c 'import mpi4py, numba, pytest, threadpoolctl, psutil, matplotlib' 2>/dev/null \
+   || [ ! -x "$venv/bin/mpiexec" ]; then
+    echo "[setup] installing mpich, mpi4py, numba, pytest, threadpoolctl, psutil, matplotlib"
+    pip install "numpy<2" mpich mpi4py numba pytest threadpoolctl psutil matplotlib
+fi
+if ! (cd / && "$venv/bin/python" -c "import chainermn_torus" 2>/dev/null); then
+    echo "[setup] installing chainermn_torus (editable)"
+    pip install --no-build-isolation --no-deps -e "$here"
+fi
+"$venv/bin/python" - <<'PY'
+import chainer, numpy, mpi4py
+from mpi4py import MPI
+print(f"[setup] ok: chainer {chainer.__version__}, numpy {numpy.__version__}, "
+      f"mpi4py {mpi4py.__version__}, {MPI.Get_library_version().splitlines()[0]}")
+PY
