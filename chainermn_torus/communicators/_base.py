@@ -1,7 +1,7 @@
 """What the three communicators share: options, packing, the layout check, timings.
 
-A subclass implements one method, ``_mean_segment(array, lo, hi, mpi_type)``: replace
-``array[lo:hi]`` on every rank by the mean over ranks of everyone's ``array[lo:hi]``,
+A subclass implements one method, ``_mean_segment(buf, lo, hi, src)``: replace
+``buf.array[lo:hi]`` on every rank by the mean over ranks of everyone's ``array[lo:hi]``,
 bitwise identical on all ranks.
 """
 import collections
@@ -9,9 +9,11 @@ import os
 import time
 
 from chainermn.communicators import mpi_communicator_base
+import numpy
 from mpi4py import MPI
 
 from chainermn_torus.communicators import _packing
+from chainermn_torus.communicators._averaging import prescale
 from chainermn_torus.communicators._grid import Grid, default_grid, parse_grid
 
 __all__ = ['TorusCommunicatorBase', 'SEGMENT_ENV', 'DEFAULT_SEGMENT_BYTES']
@@ -53,6 +55,7 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
 
     name = None
     uses_grid = True
+    prescaled = False  # True: the packing step multiplies by 1/P (see _averaging)
 
     def __init__(self, mpi_comm=None, grid=None, segment_size=None):
         if mpi_comm is None:
@@ -64,7 +67,8 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
         if self.uses_grid:
             self.grid = self._make_grid(grid)
             self._options['grid'] = grid
-        self._grad_buffer = None
+        self._layouts = {}
+        self._buffers = collections.OrderedDict()
         self.timings = collections.defaultdict(float)
         self.calls = 0
 
@@ -85,23 +89,34 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
 
     # --- ChainerMN API ----------------------------------------------------------------------
     def multi_node_mean_grad(self, model, zero_fill=False):
+        """Average gradients over ranks, with ChainerMN's zero_fill semantics.
+
+        Afterwards each float32/float64 gradient is a view of this communicator's persistent
+        buffer (no copy back); it stays valid until the next call with a model of the same
+        layout.
+        """
         t0 = time.perf_counter()
         named = _packing.grad_params(model, zero_fill)
-        layout = _packing.Layout.of_grads(named)
+        layout = self._layout_of(named)
         _packing.check_same_layout(self.mpi_comm, layout)
         buf = self._buffer_for(layout)
         t1 = time.perf_counter()
-        buf.pack_grads(named)
+        pack = 0.0
+        scale = prescale(self.size) if self.prescaled else None
+        for lo, hi, index in buf.plan:
+            tp = time.perf_counter()
+            src = buf.send_source(named, (lo, hi, index), scale)
+            pack += time.perf_counter() - tp
+            self._mean_segment(buf, lo, hi, src)
         t2 = time.perf_counter()
-        self._mean_array(buf.array, buf.mpi_type)
-        t3 = time.perf_counter()
         buf.unpack_grads(named)
-        t4 = time.perf_counter()
+        t3 = time.perf_counter()
         tm = self.timings
         tm['check'] += t1 - t0
-        tm['pack'] += t2 - t1
-        tm['unpack'] += t4 - t3
-        tm['total'] += t4 - t0
+        tm['pack'] += pack
+        tm['communicate'] += t2 - t1 - pack
+        tm['unpack'] += t3 - t2
+        tm['total'] += t3 - t0
         self.calls += 1
 
     def bcast_data(self, model):
@@ -124,7 +139,7 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
         return self.__class__(mpi_comm=self.mpi_comm.Split(color, key), **opts)
 
     def finalize(self):
-        self._release_buffer()
+        self._release_buffers()
         if self.grid is not None:
             self.grid.free()
             self.grid = None
@@ -133,34 +148,63 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
     # --- the algorithm --------------------------------------------------------------------
     def mean_array(self, array):
         """Average a flat float32/float64 numpy array across ranks in place (benchmarks, tests)."""
-        self._mean_array(array, _packing.MPI_TYPES[array.dtype])
+        layout = _packing.Layout([('array', (array.size,), array.dtype)], dtype=array.dtype)
+        _packing.check_same_layout(self.mpi_comm, layout, what='arrays')
+        buf = self._buffer_for(layout)
+        if self.prescaled:
+            numpy.multiply(array.reshape(-1), prescale(self.size), out=buf.array)
+        else:
+            buf.array[...] = array.reshape(-1)
+        for lo, hi, _ in buf.plan:
+            self._mean_segment(buf, lo, hi, None)
+        array.reshape(-1)[...] = buf.array
         return array
 
-    def _mean_array(self, array, mpi_type):
-        t0 = time.perf_counter()
-        seg = self.segment_bytes // array.itemsize if self.segment_bytes else 0
-        for lo, hi in _packing.segments(array.size, seg):
-            self._mean_segment(array, lo, hi, mpi_type)
-        self.timings['communicate'] += time.perf_counter() - t0
+    def _mean_segment(self, buf, lo, hi, src):
+        """Replace buf.array[lo:hi] by the mean over ranks of every rank's segment.
 
-    def _mean_segment(self, array, lo, hi, mpi_type):
+        ``src`` is the send buffer (a slice of a gradient) or None when the segment's input
+        already is in buf.array[lo:hi].
+        """
         raise NotImplementedError
 
     # --- buffer lifetime ------------------------------------------------------------------
+    # A few layouts keep their buffers, so that alternating models (a GAN's generator and
+    # discriminator) do not reallocate, nor recreate rsap's window, on every call.
+    MAX_BUFFERS = 4
+
+    def _layout_of(self, named):
+        key = tuple((n, p.data.shape, p.data.dtype) for n, p in named)
+        layout = self._layouts.get(key)
+        if layout is None:
+            if len(self._layouts) >= 4 * self.MAX_BUFFERS:
+                self._layouts.clear()
+            layout = self._layouts[key] = _packing.Layout(key)
+        return layout
+
     def _buffer_for(self, layout):
-        if self._grad_buffer is None or self._grad_buffer.layout != layout:
-            # The layout changed on every rank alike (check_same_layout passed), so collective
-            # re-allocation work in the hook (rsap's window) is entered by all ranks.
-            self._release_buffer()
-            self._grad_buffer = _packing.PackedBuffer(layout)
-            self._on_new_buffer(self._grad_buffer)
-        return self._grad_buffer
+        buf = self._buffers.pop(layout, None)
+        if buf is None:
+            # The layout is the same on every rank (check_same_layout passed), so collective
+            # work in the hooks (rsap's window creation and freeing) is entered by all ranks.
+            if len(self._buffers) >= self.MAX_BUFFERS:
+                oldest = next(iter(self._buffers))
+                self._release_buffer(self._buffers.pop(oldest))
+            seg = self.segment_bytes // layout.dtype.itemsize if self.segment_bytes else 0
+            buf = _packing.PackedBuffer(layout, seg)
+            self._on_new_buffer(buf)
+        self._buffers[layout] = buf  # most recently used last
+        return buf
 
     def _on_new_buffer(self, buf):
         pass
 
-    def _release_buffer(self):
-        self._grad_buffer = None
+    def _release_buffer(self, buf):
+        pass
+
+    def _release_buffers(self):
+        while self._buffers:
+            self._release_buffer(self._buffers.pop(next(iter(self._buffers))))
 
     def describe(self):
         grid = '' if self.grid is None else ', grid (M, N) = {} [{}]'.format(

@@ -16,7 +16,7 @@ import numpy
 from mpi4py import MPI
 
 __all__ = ['Layout', 'grad_params', 'data_params', 'PackedBuffer', 'check_same_layout',
-           'transfer_dtype', 'MPI_TYPES']
+           'transfer_dtype', 'plan_segments', 'split_counts', 'MPI_TYPES']
 
 # Explicit MPI datatypes, so a reader can count the bytes every call moves.
 MPI_TYPES = {
@@ -129,32 +129,74 @@ def check_same_layout(mpi_comm, layout, what='gradients'):
 
 
 class PackedBuffer(object):
-    """One persistent flat buffer for a layout, with pack/unpack to the model's arrays."""
+    """One persistent flat buffer for a layout, and the plan of segments sent from it.
 
-    def __init__(self, layout):
+    Gradients are not always copied in first. A segment that lies inside one large gradient
+    array is sent straight from that array (the MPI call reads it as its send buffer and
+    writes the result into this buffer), so only the small arrays are packed. After the
+    call, each gradient becomes a view of its place in this buffer, so unpacking copies
+    nothing either (a float16 gradient, carried in float32, is copied back and cast).
+    """
+
+    def __init__(self, layout, segment_elems=0, direct_min_elems=None):
         self.layout = layout
         self.array = numpy.empty(layout.size, dtype=layout.dtype)
         self.mpi_type = MPI_TYPES[layout.dtype]
+        self.plan = plan_segments(layout, segment_elems, direct_min_elems)
 
-    def pack_grads(self, named_params):
+    # --- gradients --------------------------------------------------------------------------
+    def send_source(self, named_params, segment, scale=None):
+        """The send buffer for one segment: a slice of a gradient array, or None.
+
+        None means "in place": the segment's part of ``self.array`` has been filled (packed)
+        and the collective reads and writes it there. With ``scale`` the segment is always
+        packed, multiplied by ``scale`` on the way (the copy and the scaling in one pass).
+        """
+        lo, hi, index = segment
+        offs = self.layout.offsets
+        if index is not None and scale is None:
+            grad = named_params[index][1].grad
+            if grad is not None and grad.dtype == self.array.dtype and grad.flags.c_contiguous:
+                flat = grad.reshape(-1)
+                if _address(flat) == _address(self.array) + int(offs[index]) * flat.itemsize:
+                    return None  # the grad is already our view: it is in place
+                return flat[lo - offs[index]:hi - offs[index]]
+            self._pack_range(named_params, lo, hi, index, index + 1)
+            return None
+        first = int(numpy.searchsorted(offs, lo, side='right')) - 1
+        last = int(numpy.searchsorted(offs, hi, side='left'))
+        self._pack_range(named_params, lo, hi, first, last, scale)
+        return None
+
+    def _pack_range(self, named_params, lo, hi, first, last, scale=None):
         buf, offs = self.array, self.layout.offsets
-        for i, (_, p) in enumerate(named_params):
-            dst = buf[offs[i]:offs[i + 1]]
-            if p.grad is None:
+        for i in range(first, last):
+            a, b = max(lo, offs[i]), min(hi, offs[i + 1])
+            if a >= b:
+                continue
+            dst = buf[a:b]
+            grad = named_params[i][1].grad
+            if grad is None:
                 dst[...] = 0  # zero_fill: an unused parameter contributes zeros
             else:
-                numpy.copyto(dst, p.grad.ravel(), casting='same_kind')
+                src = grad.reshape(-1)[a - offs[i]:b - offs[i]]
+                if scale is not None:
+                    numpy.multiply(src, dst.dtype.type(scale), out=dst, casting='same_kind')
+                elif not numpy.shares_memory(src, dst):
+                    numpy.copyto(dst, src, casting='same_kind')
 
     def unpack_grads(self, named_params):
         buf, offs = self.array, self.layout.offsets
         for i, (_, p) in enumerate(named_params):
             src = buf[offs[i]:offs[i + 1]].reshape(p.data.shape)
-            if p.grad is None:
-                # The buffer is reused next call, so the parameter gets its own copy.
-                p.grad = src.astype(p.data.dtype, copy=True)
+            if p.data.dtype == buf.dtype:
+                p.grad = src  # a view: no copy (valid until the next call)
+            elif p.grad is None:
+                p.grad = src.astype(p.data.dtype)
             else:
                 numpy.copyto(p.grad, src, casting='same_kind')
 
+    # --- parameters, as raw bytes -----------------------------------------------------------
     def pack_data_bytes(self, named_params):
         buf, offs = self.array, self.layout.offsets
         for i, (_, p) in enumerate(named_params):
@@ -168,13 +210,50 @@ class PackedBuffer(object):
             p.array[...] = src
 
 
-def segments(total, segment_elems):
-    """Half-open [lo, hi) ranges covering ``total`` elements, at most ``segment_elems`` each."""
+def _address(array):
+    return array.__array_interface__['data'][0]
+
+
+def plan_segments(layout, segment_elems, direct_min_elems=None):
+    """Split a layout into segments (lo, hi, index) of at most ``segment_elems`` elements.
+
+    ``index`` is the array a segment lies in when that array is large (at least
+    ``direct_min_elems``, default a quarter segment) and so worth sending straight from the
+    gradient; runs of small arrays form packed segments with index None. With
+    ``segment_elems`` 0 the whole buffer is one packed segment.
+    """
+    total = layout.size
     if total == 0:
         return []
-    if not segment_elems or segment_elems >= total:
-        return [(0, total)]
-    return [(lo, min(lo + segment_elems, total)) for lo in range(0, total, segment_elems)]
+    if not segment_elems:
+        return [(0, total, None)]
+    if direct_min_elems is None:
+        direct_min_elems = max(1, segment_elems // 4)
+    plan = []
+    offs = [int(o) for o in layout.offsets]
+    group = None  # start of a run of small arrays
+
+    def flush(end):
+        if group is not None and end > group:
+            plan.extend((a, b, None) for a, b in segments_between(group, end, segment_elems))
+
+    for i in range(len(offs) - 1):
+        lo, hi = offs[i], offs[i + 1]
+        if hi - lo >= direct_min_elems:
+            flush(lo)
+            group = None
+            plan.extend((a, b, i) for a, b in segments_between(lo, hi, segment_elems))
+        elif group is None:
+            group = lo
+        elif hi - group > segment_elems:
+            flush(lo)
+            group = lo
+    flush(total)
+    return plan
+
+
+def segments_between(lo, hi, segment_elems):
+    return [(a, min(a + segment_elems, hi)) for a in range(lo, hi, segment_elems)]
 
 
 def split_counts(n, parts):

@@ -1,11 +1,13 @@
-"""pure_allreduce: the packed gradient buffer through MPI_Allreduce, then divide by P.
+"""pure_allreduce: the packed gradient buffer through MPI_Allreduce, divided by P.
 
-"All-Reduce only" of seed 003, but with one persistent contiguous buffer in segments instead
-of ChainerMN ``naive``'s one message per parameter array.
+"All-Reduce only" of seed 003, but with one persistent contiguous buffer, sent in segments
+(one 100 MB MPI_Allreduce was 3x slower than the same bytes in 1-4 MiB pieces on shared
+memory), instead of ChainerMN ``naive``'s one message per parameter array. The division by P
+is folded into the packing copy (see ``_averaging``), so the all-reduce is in place and no
+pass over the buffer is spent on dividing.
 """
 from mpi4py import MPI
 
-from chainermn_torus.communicators._averaging import divide_by_size
 from chainermn_torus.communicators._base import TorusCommunicatorBase
 
 
@@ -13,11 +15,12 @@ class PureAllreduceCommunicator(TorusCommunicatorBase):
 
     name = 'pure_allreduce'
     uses_grid = False
+    prescaled = True
 
     def __init__(self, mpi_comm=None, segment_size=None):
         super(PureAllreduceCommunicator, self).__init__(mpi_comm, segment_size=segment_size)
 
-    def _mean_segment(self, array, lo, hi, mpi_type):
-        seg = array[lo:hi]
-        self.mpi_comm.Allreduce(MPI.IN_PLACE, [seg, mpi_type], op=MPI.SUM)
-        divide_by_size(seg, self.size)
+    def _mean_segment(self, buf, lo, hi, src):
+        # Packed and already multiplied by 1/P: the sum is the mean.
+        assert src is None
+        self.mpi_comm.Allreduce(MPI.IN_PLACE, [buf.array[lo:hi], buf.mpi_type], op=MPI.SUM)

@@ -7,8 +7,6 @@ On a grid of P = M x N ranks, for each segment of the packed buffer:
   4. all-gather in the row: every rank gets every chunk.
 Bytes per rank: the row phases move (M-1)/M of the segment each, the column phase 1/M of it.
 """
-from mpi4py import MPI
-
 from chainermn_torus.communicators._averaging import divide_by_size
 from chainermn_torus.communicators._base import TorusCommunicatorBase
 from chainermn_torus.communicators._torus import TorusPhases
@@ -18,9 +16,9 @@ class RsaaCommunicator(TorusPhases, TorusCommunicatorBase):
 
     name = 'rsaa'
 
-    def _mean_segment(self, array, lo, hi, mpi_type):
-        seg = array[lo:hi]
-        counts, displs, chunk = self.reduce_scatter(seg, mpi_type)
+    def _mean_segment(self, buf, lo, hi, src):
+        seg, mpi_type = buf.array[lo:hi], buf.mpi_type
+        counts, displs, chunk = self.reduce_scatter(seg, src, mpi_type)
         self.column_allreduce(chunk, mpi_type)
         divide_by_size(chunk, self.size)
         self.row_allgather(chunk, seg, counts, displs, mpi_type)

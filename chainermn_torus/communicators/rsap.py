@@ -69,26 +69,24 @@ class RsapCommunicator(TorusPhases, TorusCommunicatorBase):
     name = 'rsap'
 
     def __init__(self, mpi_comm=None, grid=None, segment_size=None):
-        self.window = None
         super(RsapCommunicator, self).__init__(mpi_comm, grid=grid, segment_size=segment_size)
         pos = self.grid.pos
         # Only this position's puts, per round: the schedule is fixed by M.
         self._my_rounds = [[(t, a, b) for (o, t, a, b) in rnd if o == pos]
                            for rnd in put_rounds(self.grid.M)]
 
-    def _mean_segment(self, array, lo, hi, mpi_type):
-        seg = array[lo:hi]
-        counts, displs, chunk = self.reduce_scatter(seg, mpi_type)
+    def _mean_segment(self, buf, lo, hi, src):
+        seg, mpi_type = buf.array[lo:hi], buf.mpi_type
+        counts, displs, chunk = self.reduce_scatter(seg, src, mpi_type)
         self.column_allreduce(chunk, mpi_type)
         pos = self.grid.pos
         # The mean goes straight to its place in the windowed buffer.
         divide_by_size(chunk, self.size, out=seg[displs[pos]:displs[pos + 1]])
-        self.put_rounds(seg, lo, displs, mpi_type)
+        self.put_rounds(buf.window, seg, lo, displs, mpi_type)
 
-    def put_rounds(self, seg, lo, displs, mpi_type):
+    def put_rounds(self, win, seg, lo, displs, mpi_type):
         if self.grid.M == 1:
             return
-        win = self.window
         win.Fence(MPI.MODE_NOPRECEDE)
         last = len(self._my_rounds) - 1
         for i, puts in enumerate(self._my_rounds):
@@ -100,26 +98,16 @@ class RsapCommunicator(TorusPhases, TorusCommunicatorBase):
             win.Fence(MPI.MODE_NOSUCCEED if i == last else 0)
 
     def _on_new_buffer(self, buf):
+        buf.window = None
         if self.grid.M > 1:
-            self.window = MPI.Win.Create(buf.array, disp_unit=buf.array.itemsize,
-                                         info=MPI.INFO_NULL, comm=self.grid.row_comm)
+            buf.window = MPI.Win.Create(buf.array, disp_unit=buf.array.itemsize,
+                                        info=MPI.INFO_NULL, comm=self.grid.row_comm)
             # Freed at interpreter exit if nobody did before: MPI_Finalize with a live window
             # leaks its registration (UCX prints warnings). Every rank created the windows in
             # the same order, so the collective frees also match up.
-            self._window_finalizer = weakref.finalize(self, _free_window, self.window)
+            buf.free_window = weakref.finalize(self, _free_window, buf.window)
 
-    def _release_buffer(self):
-        if self.window is not None:
-            self._window_finalizer()
-            self.window = None
-        super(RsapCommunicator, self)._release_buffer()
-
-    def mean_array(self, array):
-        # A caller's array is not the windowed buffer: run through a buffer of that size.
-        from chainermn_torus.communicators import _packing
-        layout = _packing.Layout([('array', array.shape, array.dtype)], dtype=array.dtype)
-        buf = self._buffer_for(layout)
-        buf.array[...] = array
-        self._mean_array(buf.array, buf.mpi_type)
-        array[...] = buf.array
-        return array
+    def _release_buffer(self, buf):
+        if buf.window is not None:
+            buf.free_window()
+            buf.window = None

@@ -1,0 +1,1 @@
+"""Benchmarks: programs that compare alternatives in the same run and report ratios."""

@@ -1,0 +1,183 @@
+"""Gradient all-reduce benchmark: ChainerMN naive vs one MPI_Allreduce vs ours, same run.
+
+    mpiexec -n 4 python -m chainermn_torus.bench.allreduce --model resnet50 --json out.json
+
+Every row times ``multi_node_mean_grad`` on the same model (ResNet-50 or MNIST-MLP shapes),
+rows interleaved round by round so machine noise hits all alike. The time of a call is the
+slowest rank's (a barrier precedes each call); the table shows the median over rounds, the
+ratio to ChainerMN ``naive``, the algorithm bandwidth (bytes / time) and the bus bandwidth
+(nccl-tests' definition: algbw x 2(P-1)/P). Reference rows:
+  naive             ChainerMN's CPU communicator, one MPI_Allreduce per array;
+  allreduce_1msg    one MPI_Allreduce of the already packed buffer (no pack, no division);
+  copy_bound        2(P-1)/P x bytes at the memory-copy bandwidth measured with all ranks
+                    copying at once: what shared memory allows at best.
+"""
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+
+import numpy
+from mpi4py import MPI
+
+import chainermn
+import chainermn_torus
+from chainermn_torus.bench.gradient_sets import GRADIENT_SETS, make_model
+from chainermn_torus.communicators._grid import _factor_pairs  # NOQA (documented shapes)
+
+
+def _grids(size, requested):
+    if requested:
+        return [g for g in requested]
+    shapes = []
+    for m in range(size, 0, -1):
+        if size % m == 0 and m > 1:
+            shapes.append('{}x{}'.format(m, size // m))
+    return shapes or ['1x1']
+
+
+def _timed(comm, fn):
+    comm.Barrier()
+    t0 = time.perf_counter()
+    fn()
+    dt = time.perf_counter() - t0
+    return comm.allreduce(dt, op=MPI.MAX)
+
+
+def _copy_bandwidth(comm, nbytes, rounds=5):
+    src = numpy.ones(nbytes // 4, dtype=numpy.float32)
+    dst = numpy.empty_like(src)
+    times = [_timed(comm, lambda: numpy.copyto(dst, src)) for _ in range(rounds)]
+    return src.nbytes / statistics.median(times)
+
+
+def run(args):
+    world = MPI.COMM_WORLD
+    P = world.size
+    model = make_model(args.model, seed=world.rank)
+    params = [p for _, p in sorted(model.namedparams())]
+    nbytes = sum(p.grad.nbytes for p in params)
+    grads0 = [p.grad.copy() for p in params]
+    fresh = [g.copy() for g in grads0]
+
+    rows = {}  # name -> callable
+
+    def restore():
+        # As after a backward pass: gradients in arrays of their own, not in any buffer.
+        for p, f, g in zip(params, fresh, grads0):
+            f[...] = g
+            p.grad = f
+
+    naive = chainermn.create_communicator('naive')
+    rows['naive'] = lambda: naive.multi_node_mean_grad(model)
+    packed = numpy.concatenate([g.ravel() for g in grads0])
+    rows['allreduce_1msg'] = lambda: world.Allreduce(MPI.IN_PLACE, [packed, MPI.FLOAT])
+    comms = {}
+    for seg in args.segments:
+        label = '' if seg is None else '/seg={}'.format(_fmt_bytes(seg) if seg else 'none')
+        comms['pure_allreduce' + label] = chainermn_torus.create_communicator(
+            'pure_allreduce', segment_size=seg)
+        for g in _grids(P, args.grids):
+            for algo in ('rsaa', 'rsap'):
+                comms['{}({}){}'.format(algo, g, label)] = chainermn_torus.create_communicator(
+                    algo, grid=g, segment_size=seg)
+    for name, c in comms.items():
+        rows[name] = (lambda c: lambda: c.multi_node_mean_grad(model))(c)
+
+    times = {name: [] for name in rows}
+    for _ in range(args.warmup):
+        for name, fn in rows.items():
+            restore()
+            _timed(world, fn)
+    for _ in range(args.rounds):
+        for name, fn in rows.items():
+            restore()
+            times[name].append(_timed(world, fn))
+    copy_bw = _copy_bandwidth(world, nbytes)
+    bound = 2.0 * (P - 1) / P * nbytes / copy_bw if P > 1 else 0.0
+
+    med = {name: statistics.median(t) for name, t in times.items()}
+    base = med['naive']
+    results = []
+    for name in rows:
+        m = med[name]
+        algbw = nbytes / m if m > 0 else float('inf')
+        results.append({
+            'name': name, 'median_ms': 1e3 * m, 'min_ms': 1e3 * min(times[name]),
+            'ratio_to_naive': m / base if base > 0 else float('nan'),
+            'algbw_GBps': algbw / 1e9, 'busbw_GBps': algbw * 2.0 * (P - 1) / P / 1e9})
+    results.append({'name': 'copy_bound', 'median_ms': 1e3 * bound, 'min_ms': 1e3 * bound,
+                    'ratio_to_naive': bound / base if base > 0 else float('nan'),
+                    'algbw_GBps': (nbytes / bound / 1e9) if bound else float('inf'),
+                    'busbw_GBps': copy_bw / 1e9})
+    report = {
+        'model': args.model, 'ranks': P, 'bytes': nbytes,
+        'arrays': len(params), 'rounds': args.rounds, 'warmup': args.warmup,
+        'copy_bandwidth_GBps': copy_bw / 1e9, 'host': platform.node(),
+        'mpi': MPI.Get_library_version().splitlines()[0].strip(),
+        'results': results,
+    }
+    for c in comms.values():
+        c.finalize()
+    return report
+
+
+def _fmt_bytes(n):
+    for unit, div in (('MiB', 1 << 20), ('KiB', 1 << 10)):
+        if n >= div and n % div == 0:
+            return '{}{}'.format(n // div, unit)
+    return str(n)
+
+
+def format_table(report):
+    lines = ['{} gradients: {} arrays, {:.1f} MB float32, P = {} ({}; copy bandwidth {:.1f} '
+             'GB/s with all ranks copying), median of {} rounds'.format(
+                 report['model'], report['arrays'], report['bytes'] / 1e6, report['ranks'],
+                 report['mpi'], report['copy_bandwidth_GBps'], report['rounds']),
+             '{:<34} {:>10} {:>10} {:>9} {:>10} {:>10}'.format(
+                 'communicator', 'median ms', 'min ms', 'x naive', 'algbw GB/s',
+                 'busbw GB/s')]
+    for r in report['results']:
+        lines.append('{:<34} {:>10.2f} {:>10.2f} {:>9.2f} {:>10.2f} {:>10.2f}'.format(
+            r['name'], r['median_ms'], r['min_ms'], r['ratio_to_naive'], r['algbw_GBps'],
+            r['busbw_GBps']))
+    return '\n'.join(lines)
+
+
+def _segment(value):
+    if value in ('default', ''):
+        return None
+    return int(float(value))
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog='chainermn-torus bench allreduce',
+                                     description=__doc__.split('\n')[0])
+    parser.add_argument('--model', choices=sorted(GRADIENT_SETS), default='resnet50')
+    parser.add_argument('--rounds', type=int, default=15)
+    parser.add_argument('--warmup', type=int, default=2)
+    parser.add_argument('--grids', nargs='*', default=None, metavar='MxN',
+                        help='grid shapes for rsaa/rsap (default: every M > 1 dividing P)')
+    parser.add_argument('--segments', nargs='*', type=_segment, default=[None],
+                        metavar='BYTES', help='segment sizes to compare (0 = one message, '
+                        '"default" = the built-in default)')
+    parser.add_argument('--json', default=None, help='write the report here (rank 0)')
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    if args.rounds < 1:
+        sys.exit('--rounds must be >= 1, got {}'.format(args.rounds))
+    report = run(args)
+    if MPI.COMM_WORLD.rank == 0:
+        print(format_table(report), flush=True)
+        if args.json:
+            with open(args.json, 'w') as f:
+                json.dump(report, f, indent=2)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,38 @@
+"""Gradient sets for communication benchmarks: real models' parameter shapes.
+
+resnet50: ``chainer.links.ResNet50Layers(pretrained_model=None)`` (162 arrays, 25,557,096
+float32); mlp: the MNIST MLP 784-1000-1000-10 (6 arrays, 1,796,010 float32).
+"""
+import chainer
+import chainer.links as L
+import numpy
+
+__all__ = ['GRADIENT_SETS', 'make_model']
+
+
+class _MLP(chainer.Chain):
+    def __init__(self, n_units=1000, n_out=10):
+        super(_MLP, self).__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(784, n_units)
+            self.l2 = L.Linear(n_units, n_units)
+            self.l3 = L.Linear(n_units, n_out)
+
+
+def _resnet50():
+    return L.ResNet50Layers(pretrained_model=None)
+
+
+GRADIENT_SETS = {'resnet50': _resnet50, 'mlp': _MLP}
+
+
+def make_model(name, seed=0):
+    """The model with every parameter's grad filled with reproducible, rank-specific values."""
+    if name not in GRADIENT_SETS:
+        raise ValueError('unknown gradient set {!r}; choose from {}'.format(
+            name, ', '.join(GRADIENT_SETS)))
+    model = GRADIENT_SETS[name]()
+    rng = numpy.random.RandomState(seed)
+    for _, p in sorted(model.namedparams()):
+        p.grad = rng.standard_normal(p.data.shape).astype(p.data.dtype)
+    return model

@@ -1,0 +1,72 @@
+"""MNIST-format (IDX) datasets from a directory, such as Debian's dataset-fashion-mnist.
+
+Reads train-images-idx3-ubyte / train-labels-idx1-ubyte / t10k-* (optionally .gz) and
+returns Chainer TupleDatasets shaped like ``chainer.datasets.get_mnist`` (float32 in [0, 1],
+int32 labels), without downloading anything.
+"""
+import gzip
+import os
+
+import numpy
+from chainer.datasets import TupleDataset
+
+__all__ = ['DEFAULT_MNIST_DIR', 'load_mnist_idx', 'read_idx']
+
+DEFAULT_MNIST_DIR = '/usr/share/datasets/fashion-mnist'
+
+_DTYPES = {0x08: numpy.uint8, 0x09: numpy.int8, 0x0B: '>i2', 0x0C: '>i4', 0x0D: '>f4',
+           0x0E: '>f8'}
+
+
+def read_idx(path):
+    """One IDX file as a numpy array (the format of LeCun's MNIST files)."""
+    opener = gzip.open if path.endswith('.gz') else open
+    with opener(path, 'rb') as f:
+        data = f.read()
+    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _DTYPES:
+        raise ValueError('{}: not an IDX file (bad magic number {!r})'.format(path, data[:4]))
+    ndim = data[3]
+    dims = numpy.frombuffer(data, '>u4', ndim, 4).astype(numpy.int64)
+    dtype = numpy.dtype(_DTYPES[data[2]])
+    body = numpy.frombuffer(data, dtype, offset=4 + 4 * ndim)
+    if body.size != int(numpy.prod(dims)):
+        raise ValueError('{}: header says shape {} ({} values) but the file holds {}'.format(
+            path, tuple(dims), int(numpy.prod(dims)), body.size))
+    return body.reshape(tuple(dims))
+
+
+def _find(data_dir, stem):
+    for name in (stem, stem + '.gz'):
+        path = os.path.join(data_dir, name)
+        if os.path.exists(path):
+            return path
+    raise FileNotFoundError(
+        'MNIST-format data not found: neither {0}/{1} nor {0}/{1}.gz exists. Install it with '
+        '`apt-get install dataset-fashion-mnist` (files land in {2}) or pass --data-dir '
+        'pointing at a directory with train-images-idx3-ubyte, train-labels-idx1-ubyte, '
+        't10k-images-idx3-ubyte and t10k-labels-idx1-ubyte.'.format(
+            data_dir, stem, DEFAULT_MNIST_DIR))
+
+
+def load_mnist_idx(data_dir=DEFAULT_MNIST_DIR, ndim=1, scale=1.0):
+    """(train, test) TupleDatasets of (image, label) from an MNIST-format directory."""
+    if not os.path.isdir(data_dir):
+        raise FileNotFoundError(
+            'MNIST data directory {!r} does not exist. Install the Debian package '
+            'dataset-fashion-mnist (`apt-get install dataset-fashion-mnist`, data in {}) or '
+            'pass --data-dir DIR with MNIST-format IDX files.'.format(data_dir, DEFAULT_MNIST_DIR))
+
+    def load(prefix):
+        images = read_idx(_find(data_dir, prefix + '-images-idx3-ubyte'))
+        labels = read_idx(_find(data_dir, prefix + '-labels-idx1-ubyte'))
+        if len(images) != len(labels):
+            raise ValueError('{}: {} images but {} labels'.format(data_dir, len(images),
+                                                                  len(labels)))
+        x = images.astype(numpy.float32) * (scale / 255.0)
+        if ndim == 1:
+            x = x.reshape(len(x), -1)
+        elif ndim == 3:
+            x = x.reshape(len(x), 1, *images.shape[1:])
+        return TupleDataset(x, labels.astype(numpy.int32))
+
+    return load('train'), load('t10k')

@@ -1,0 +1,59 @@
+"""Run an unchanged Chainer/ChainerMN script with chainermn-torus registered.
+
+    mpiexec -n 4 python -m chainermn_torus.run --communicator rsap [--grid 2x2] \\
+        train_mnist.py --epoch 2
+
+The script runs as ``__main__`` with its own argv. With ``--communicator``, every
+``create_communicator`` call in it returns that communicator whatever name it asked for
+(ChainerMN's CPU examples hard-code ``naive``). Its exit code and exceptions are its own.
+"""
+import argparse
+import os
+import runpy
+import sys
+
+import chainermn_torus
+from chainermn_torus._registry import valid_names
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog='python -m chainermn_torus.run',
+        description='Run a Chainer/ChainerMN script with the chainermn-torus communicators '
+                    'registered (and optionally forced).')
+    parser.add_argument('--communicator', choices=valid_names(), default=None,
+                        help='make every create_communicator call return this communicator')
+    parser.add_argument('--grid', default=None, metavar='MxN',
+                        help='grid shape for rsaa/rsap (rows of M ranks, N rows)')
+    parser.add_argument('--segment-size', type=int, default=None, metavar='BYTES',
+                        help='bytes per communication segment for our communicators')
+    parser.add_argument('script', help='the Python script to run')
+    parser.add_argument('args', nargs=argparse.REMAINDER, help="the script's own arguments")
+    return parser
+
+
+def main(argv=None):
+    opts = build_parser().parse_args(argv)
+    if not os.path.isfile(opts.script):
+        sys.exit('chainermn_torus.run: script not found: {}'.format(opts.script))
+    kwargs = {}
+    if opts.grid is not None:
+        kwargs['grid'] = opts.grid
+    if opts.segment_size is not None:
+        kwargs['segment_size'] = opts.segment_size
+    if opts.communicator is not None:
+        chainermn_torus.force_communicator(opts.communicator, **kwargs)
+    elif kwargs:
+        # No forced name: options still reach our communicators through the environment.
+        if 'grid' in kwargs:
+            os.environ['CHAINERMN_TORUS_GRID'] = kwargs['grid']
+        if 'segment_size' in kwargs:
+            os.environ['CHAINERMN_TORUS_SEGMENT_BYTES'] = str(kwargs['segment_size'])
+    sys.argv = [opts.script] + list(opts.args)
+    # As `python script.py` would: the script's directory first on the path.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(opts.script)))
+    runpy.run_path(opts.script, run_name='__main__')
+
+
+if __name__ == '__main__':
+    main()

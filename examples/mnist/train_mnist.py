@@ -1,0 +1,141 @@
+#!/usr/bin/env python
+"""Data-parallel MNIST (MLP 784-1000-1000-10) with ChainerMN, in the shape of ChainerMN's
+example, reading MNIST-format IDX files (default: Debian's Fashion-MNIST) on CPU.
+
+    mpiexec -n 4 python examples/mnist/train_mnist.py --communicator rsap --epoch 2
+"""
+import argparse
+import json
+import os
+import time
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+from chainer import training
+from chainer.training import extensions
+import chainermn
+import numpy
+
+import chainermn_torus  # NOQA: registers pure_allreduce, rsaa, rsap
+from chainermn_torus.datasets import DEFAULT_MNIST_DIR, load_mnist_idx
+from chainermn_torus.timing import time_gradient_communication
+
+
+class MLP(chainer.Chain):
+
+    def __init__(self, n_units, n_out):
+        super(MLP, self).__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(784, n_units)
+            self.l2 = L.Linear(n_units, n_units)
+            self.l3 = L.Linear(n_units, n_out)
+
+    def forward(self, x):
+        h1 = F.relu(self.l1(x))
+        h2 = F.relu(self.l2(h1))
+        return self.l3(h2)
+
+
+def main():
+    parser = argparse.ArgumentParser(description='ChainerMN example: MNIST on CPU')
+    parser.add_argument('--batchsize', '-b', type=int, default=100,
+                        help='Number of images in each mini-batch (per rank)')
+    parser.add_argument('--communicator', type=str, default='rsap',
+                        help='Type of communicator ({})'.format(
+                            ', '.join(chainermn_torus.valid_names())))
+    parser.add_argument('--grid', default=None, metavar='MxN',
+                        help='grid shape for rsaa/rsap')
+    parser.add_argument('--epoch', '-e', type=int, default=20,
+                        help='Number of sweeps over the dataset to train')
+    parser.add_argument('--out', '-o', default='result',
+                        help='Directory to output the result')
+    parser.add_argument('--unit', '-u', type=int, default=1000,
+                        help='Number of units')
+    parser.add_argument('--data-dir', default=DEFAULT_MNIST_DIR,
+                        help='directory with MNIST-format IDX files (default: %(default)s)')
+    parser.add_argument('--seed', type=int, default=0, help='random seed')
+    parser.add_argument('--progress', action='store_true', help='show a progress bar')
+    args = parser.parse_args()
+
+    kwargs = {'grid': args.grid} if args.grid else {}
+    comm = chainermn.create_communicator(args.communicator, **kwargs)
+    comm_stats = time_gradient_communication(comm)
+    numpy.random.seed(args.seed)  # same initial weights everywhere; bcast_data makes sure
+
+    if comm.rank == 0:
+        print('==========================================')
+        print('Num process (COMM_WORLD): {}'.format(comm.size))
+        print('Using {} communicator{}'.format(
+            args.communicator, ': ' + comm.describe() if hasattr(comm, 'describe') else ''))
+        print('Num unit: {}'.format(args.unit))
+        print('Num Minibatch-size: {}'.format(args.batchsize))
+        print('Num epoch: {}'.format(args.epoch))
+        print('Data: {}'.format(args.data_dir))
+        print('==========================================')
+
+    model = L.Classifier(MLP(args.unit, 10))
+    optimizer = chainermn.create_multi_node_optimizer(chainer.optimizers.Adam(), comm)
+    optimizer.setup(model)
+
+    # Rank 0 reads the data (a missing directory fails there) and every rank learns of it.
+    error = None
+    if comm.rank == 0:
+        try:
+            train, test = load_mnist_idx(args.data_dir)
+        except (OSError, ValueError) as e:
+            error, train, test = str(e), None, None
+    else:
+        train, test = None, None
+    error = comm.mpi_comm.bcast(error, root=0)
+    if error is not None:
+        raise SystemExit('rank {}: {}'.format(comm.rank, error))
+    train = chainermn.scatter_dataset(train, comm, shuffle=True, seed=args.seed)
+    test = chainermn.scatter_dataset(test, comm, shuffle=True, seed=args.seed)
+
+    train_iter = chainer.iterators.SerialIterator(train, args.batchsize)
+    test_iter = chainer.iterators.SerialIterator(test, args.batchsize, repeat=False,
+                                                 shuffle=False)
+    updater = training.StandardUpdater(train_iter, optimizer, device=-1)
+    trainer = training.Trainer(updater, (args.epoch, 'epoch'), out=args.out)
+
+    evaluator = extensions.Evaluator(test_iter, model, device=-1)
+    evaluator = chainermn.create_multi_node_evaluator(evaluator, comm)
+    trainer.extend(evaluator)
+
+    if comm.rank == 0:
+        trainer.extend(extensions.LogReport())
+        trainer.extend(extensions.PrintReport(
+            ['epoch', 'main/loss', 'validation/main/loss',
+             'main/accuracy', 'validation/main/accuracy', 'elapsed_time']))
+        if args.progress:
+            trainer.extend(extensions.ProgressBar())
+
+    t0 = time.perf_counter()
+    trainer.run()
+    train_seconds = time.perf_counter() - t0
+
+    final = evaluator()  # averaged over ranks by the multi-node evaluator
+    comm_seconds = comm.allreduce_obj(comm_stats['seconds']) / comm.size
+    if comm.rank == 0:
+        summary = {
+            'communicator': args.communicator, 'ranks': comm.size, 'epochs': args.epoch,
+            'batchsize_per_rank': args.batchsize, 'unit': args.unit,
+            'test_accuracy': float(final['validation/main/accuracy']),
+            'test_loss': float(final['validation/main/loss']),
+            'train_seconds': train_seconds,
+            'gradient_communication_seconds': comm_seconds,
+            'gradient_communication_calls': comm_stats['calls'],
+        }
+        print('test accuracy: {:.4f}   training time: {:.1f} s   gradient communication: '
+              '{:.2f} s ({:.1f}% of training, {} calls, {:.2f} ms each, mean over ranks)'.format(
+                  summary['test_accuracy'], train_seconds, comm_seconds,
+                  100.0 * comm_seconds / train_seconds, comm_stats['calls'],
+                  1e3 * comm_seconds / max(comm_stats['calls'], 1)))
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, 'summary.json'), 'w') as f:
+            json.dump(summary, f, indent=2)
+
+
+if __name__ == '__main__':
+    main()
