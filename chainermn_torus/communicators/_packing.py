@@ -181,7 +181,7 @@ class PackedBuffer(object):
             else:
                 src = grad.reshape(-1)[a - offs[i]:b - offs[i]]
                 if scale is not None:
-                    numpy.multiply(src, dst.dtype.type(scale), out=dst, casting='same_kind')
+                    numpy.multiply(src, scale, out=dst, dtype=dst.dtype)
                 elif not numpy.shares_memory(src, dst):
                     numpy.copyto(dst, src, casting='same_kind')
 

@@ -56,6 +56,8 @@ def main():
                         help='directory with MNIST-format IDX files (default: %(default)s)')
     parser.add_argument('--seed', type=int, default=0, help='random seed')
     parser.add_argument('--progress', action='store_true', help='show a progress bar')
+    parser.add_argument('--limit', type=int, default=None, metavar='N',
+                        help='use only the first N training and N test images (smoke tests)')
     args = parser.parse_args()
 
     kwargs = {'grid': args.grid} if args.grid else {}
@@ -83,6 +85,8 @@ def main():
     if comm.rank == 0:
         try:
             train, test = load_mnist_idx(args.data_dir)
+            if args.limit:
+                train, test = train[:args.limit], test[:args.limit]
         except (OSError, ValueError) as e:
             error, train, test = str(e), None, None
     else:

@@ -1,0 +1,34 @@
+# chainermn-torus: `make demo` sets up a fresh machine and trains MNIST on local MPI ranks
+# with the rsap communicator; `make test` runs the test suite (what .ci/run runs).
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+MPIEXEC := $(VENV)/bin/mpiexec
+NP      ?= 4
+EPOCH   ?= 2
+# Several ranks share the cores: one BLAS thread per rank.
+export OMP_NUM_THREADS ?= 1
+export OPENBLAS_NUM_THREADS ?= 1
+
+.PHONY: setup demo demo-naive test bench clean
+
+setup:
+	bash scripts/setup.sh
+
+demo: setup
+	$(MPIEXEC) -n $(NP) $(PY) examples/mnist/train_mnist.py --communicator rsap \
+	    --epoch $(EPOCH) --out results/mnist-rsap
+
+demo-naive: setup
+	$(MPIEXEC) -n $(NP) $(PY) examples/mnist/train_mnist.py --communicator naive \
+	    --epoch $(EPOCH) --out results/mnist-naive
+
+test: setup
+	$(PY) -m pytest -q tests
+
+bench: setup
+	mkdir -p results
+	$(MPIEXEC) -n 2 $(PY) -m chainermn_torus.bench.allreduce --model resnet50 --json results/allreduce-resnet50-p2.json
+	$(MPIEXEC) -n 4 $(PY) -m chainermn_torus.bench.allreduce --model resnet50 --json results/allreduce-resnet50-p4.json
+
+clean:
+	rm -rf results .pytest_cache

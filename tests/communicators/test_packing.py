@@ -1,0 +1,62 @@
+import numpy
+import pytest
+
+from chainermn_torus.communicators import _packing
+from chainermn_torus.communicators.rsap import put_rounds
+
+
+def layout(sizes, dtype='f'):
+    return _packing.Layout([('p{}'.format(i), (n,), dtype) for i, n in enumerate(sizes)])
+
+
+@pytest.mark.parametrize('n,parts', [(0, 3), (1, 4), (10, 3), (7, 7), (1000003, 6), (5, 8)])
+def test_split_counts_covers_everything_in_near_equal_chunks(n, parts):
+    counts, displs = _packing.split_counts(n, parts)
+    assert sum(counts) == n and len(counts) == parts
+    assert max(counts) - min(counts) <= 1
+    assert displs == [sum(counts[:j]) for j in range(parts + 1)]
+
+
+@pytest.mark.parametrize('sizes,seg', [([7, 13, 1031, 81, 4099, 1], 100),
+                                       ([1] * 50, 8), ([100000, 3, 100000], 4096),
+                                       ([5, 70001, 11, 130003, 35], 16384), ([9], 0)])
+def test_plan_segments_tiles_the_buffer(sizes, seg):
+    lay = layout(sizes)
+    plan = _packing.plan_segments(lay, seg)
+    assert plan[0][0] == 0 and plan[-1][1] == lay.size
+    for (lo, hi, index), nxt in zip(plan, plan[1:] + [(lay.size, None, None)]):
+        assert hi == nxt[0] and lo < hi
+        assert seg == 0 or hi - lo <= seg
+        if index is not None:  # a direct segment lies inside one large array
+            assert lay.offsets[index] <= lo and hi <= lay.offsets[index + 1]
+            assert sizes[index] >= seg // 4
+
+
+def test_layout_digest_is_stable_and_sensitive():
+    a, b = layout([3, 4]), layout([3, 4])
+    assert a == b and a.digest == b.digest and a.size == 7
+    assert layout([4, 3]).digest != a.digest
+    assert layout([3, 4], 'd').digest != a.digest
+    assert a.dtype == numpy.float32 and layout([3, 4], 'd').dtype == numpy.float64
+    assert layout([3], 'e').dtype == numpy.float32  # float16 is summed in float32
+    assert 'shape=(3,)' in a.describe_difference(layout([5, 4]))
+
+
+@pytest.mark.parametrize('M', list(range(1, 18)) + [32, 48])
+def test_put_rounds_deliver_every_chunk_to_every_position(M):
+    held = [{q} for q in range(M)]
+    for rnd in put_rounds(M):
+        incoming = [set() for _ in range(M)]
+        for origin, target, a, b in rnd:
+            chunks = set(range(a, b))
+            assert chunks <= held[origin], 'position {} puts chunks it does not hold'.format(
+                origin)
+            assert not chunks & held[target], 'position {} would receive what it has'.format(
+                target)
+            assert not chunks & incoming[target], 'two puts to the same place in one round'
+            incoming[target] |= chunks
+        for q in range(M):
+            held[q] |= incoming[q]
+    assert all(h == set(range(M)) for h in held)
+    low = 1 << (M.bit_length() - 1)
+    assert len(put_rounds(M)) == (low.bit_length() - 1) + (2 if M > low else 0)

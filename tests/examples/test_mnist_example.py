@@ -1,0 +1,34 @@
+"""The MNIST example on real ranks and real (Fashion-)MNIST data."""
+import json
+import os
+
+import pytest
+
+from conftest import ROOT, run_mpi
+from chainermn_torus.datasets import DEFAULT_MNIST_DIR
+
+EXAMPLE = os.path.join(ROOT, 'examples', 'mnist', 'train_mnist.py')
+
+
+@pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
+                    reason='Debian package dataset-fashion-mnist is not installed '
+                           '(make setup installs it)')
+@pytest.mark.parametrize('communicator,nprocs', [('rsap', 2), ('rsaa', 3)])
+def test_mnist_example_learns(tmp_path, communicator, nprocs):
+    proc = run_mpi(nprocs, [EXAMPLE, '--communicator', communicator, '--epoch', '2',
+                            '--limit', '3000', '--out', str(tmp_path)], timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.load(open(str(tmp_path / 'summary.json')))
+    assert summary['communicator'] == communicator and summary['ranks'] == nprocs
+    # 3000 images, 2 epochs: far above chance (0.1) if gradients are averaged right.
+    assert summary['test_accuracy'] > 0.65, summary
+    assert summary['gradient_communication_calls'] > 0
+    assert 'test accuracy:' in proc.stdout and 'gradient communication:' in proc.stdout
+
+
+def test_mnist_example_missing_data_dir_fails_clearly_on_every_rank(tmp_path):
+    missing = str(tmp_path / 'no-data-here')
+    proc = run_mpi(2, [EXAMPLE, '--data-dir', missing, '--epoch', '1'], timeout=120)
+    assert proc.returncode != 0
+    assert proc.stderr.count(missing) == 2, proc.stderr  # both ranks say which path
+    assert 'dataset-fashion-mnist' in proc.stderr

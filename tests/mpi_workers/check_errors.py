@@ -1,0 +1,75 @@
+"""Bad input under mpiexec: every rank must raise a clear error, none may hang."""
+import sys
+
+import chainer
+import numpy
+from mpi4py import MPI
+
+import chainermn
+import chainermn_torus
+
+world = MPI.COMM_WORLD
+P, RANK = world.size, world.rank
+
+
+class Model(chainer.Link):
+    def __init__(self, sizes):
+        super(Model, self).__init__()
+        with self.init_scope():
+            for i, n in enumerate(sizes):
+                setattr(self, 'w{}'.format(i), chainer.Parameter(numpy.ones(n, numpy.float32)))
+        for _, p in self.namedparams():
+            p.grad = numpy.ones_like(p.data)
+
+
+def expect_error(fn, *fragments):
+    try:
+        fn()
+    except ValueError as e:
+        msg = str(e)
+        for f in fragments:
+            assert f in msg, 'rank {}: {!r} missing from the message: {}'.format(RANK, f, msg)
+        return msg
+    raise AssertionError('rank {}: no error raised (expected one naming {})'.format(
+        RANK, fragments))
+
+
+def main():
+    for name in (sys.argv[1:] or ['pure_allreduce', 'rsaa', 'rsap']) if P > 1 else []:
+        comm = chainermn.create_communicator(name)
+        # Shapes differ on rank 1 (one layer larger): every rank raises, nobody hangs.
+        sizes = [10, 20 + (5 if RANK == 1 else 0), 7]
+        msg = expect_error(lambda: comm.multi_node_mean_grad(Model(sizes)),
+                           'differ between ranks', 'rank 1', 'w1', '(25,)')
+        # One rank has an extra array.
+        sizes = [10, 20] + ([3] if RANK == P - 1 else [])
+        expect_error(lambda: comm.multi_node_mean_grad(Model(sizes)), 'differ between ranks')
+        # grad None on rank 0 only, without zero_fill: ranks disagree on what to average.
+        model = Model([4, 5])
+        if RANK == 0:
+            model.w0.grad = None
+        expect_error(lambda: comm.multi_node_mean_grad(model, zero_fill=False),
+                     'differ between ranks', 'zero_fill=True')
+        # Same for bcast_data.
+        expect_error(lambda: comm.bcast_data(Model([3, 3 + RANK])), 'parameters differ')
+        # The communicator still works after the errors.
+        model = Model([10, 20, 7])
+        for _, p in model.namedparams():
+            p.grad[...] = RANK
+        comm.multi_node_mean_grad(model)
+        assert all(numpy.allclose(p.grad, (P - 1) / 2.0) for _, p in model.namedparams())
+        comm.finalize()
+        if RANK == 0:
+            print('message example: ' + msg)
+    # A grid that does not fit P, on every rank.
+    expect_error(lambda: chainermn.create_communicator('rsap', grid=(P + 1, 1)),
+                 'P = {}'.format(P), '({}, 1)'.format(P + 1), 'shapes that fit')
+    expect_error(lambda: chainermn.create_communicator('rsaa', grid='two-by-two'), 'MxN')
+    expect_error(lambda: chainermn.create_communicator('bogus'), 'bogus', 'rsap', 'naive')
+    expect_error(lambda: chainermn.create_communicator('rsap', segment_size=-1), 'segment_size')
+    expect_error(lambda: chainermn.create_communicator('rsap', fp16=True), 'fp16', 'grid')
+    print('OK rank {}'.format(RANK), flush=True)
+
+
+if __name__ == '__main__':
+    main()

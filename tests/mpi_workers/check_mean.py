@@ -1,0 +1,204 @@
+"""Run by tests/communicators/test_mean_mpi.py under mpiexec -n P: every check raises on failure.
+
+For each of our communicators (and every grid shape that fits P) it checks the averaged
+gradients against a float64 reference computed from every rank's (reproducible) inputs, and
+that all ranks hold bitwise identical results.
+"""
+import hashlib
+import sys
+
+import chainer
+import numpy
+from mpi4py import MPI
+
+import chainermn
+import chainermn_torus
+
+world = MPI.COMM_WORLD
+P, RANK = world.size, world.rank
+CHECKS = [0]
+
+
+class Model(chainer.Link):
+    def __init__(self, specs):
+        super(Model, self).__init__()
+        with self.init_scope():
+            for i, (shape, dtype) in enumerate(specs):
+                setattr(self, 'p{:02d}'.format(i), chainer.Parameter(
+                    numpy.zeros(shape, dtype=dtype)))
+
+
+def grads_of(specs, rank, seed):
+    rng = numpy.random.RandomState(seed * 7919 + rank)
+    return [rng.standard_normal(shape).astype(dtype) * (1 + rank) for shape, dtype in specs]
+
+
+def set_grads(model, grads, none=()):
+    for i, (_, p) in enumerate(sorted(model.namedparams())):
+        p.grad = None if i in none else grads[i].copy()
+
+
+def check_mean(model, specs, seed, none_on=None, zero_fill=False, none_all=()):
+    """none_on: {param index: set of ranks whose grad is None}; none_all: None everywhere."""
+    none_on = none_on or {}
+    contributions = [grads_of(specs, r, seed) for r in range(P)]
+    ref = []
+    for i, (shape, dtype) in enumerate(specs):
+        total = numpy.zeros(shape, numpy.float64)
+        abs_total = numpy.zeros(shape, numpy.float64)
+        for r in range(P):
+            if r in none_on.get(i, ()) or i in none_all:
+                continue
+            total += contributions[r][i]
+            abs_total += numpy.abs(contributions[r][i].astype(numpy.float64))
+        ref.append((total / P, abs_total))
+    mine = {i for i, ranks in none_on.items() if RANK in ranks} | set(none_all)
+    set_grads(model, contributions[RANK], none=mine)
+    return ref, mine
+
+
+def verify(model, specs, ref, skipped, label):
+    carrier = numpy.float64 if any(numpy.dtype(d) == numpy.float64 for _, d in specs) \
+        else numpy.float32
+    eps_t = numpy.finfo(carrier).eps
+    digest = hashlib.md5()
+    for i, (_, p) in enumerate(sorted(model.namedparams())):
+        if i in skipped:
+            assert p.grad is None, '{}: param {} should keep grad None'.format(label, i)
+            continue
+        mean, abs_total = ref[i]
+        assert p.grad is not None and p.grad.shape == mean.shape, label
+        assert p.grad.dtype == specs[i][1], '{}: dtype {} became {}'.format(
+            label, specs[i][1], p.grad.dtype)
+        got = p.grad.astype(numpy.float64)
+        # float sum error grows with the number of terms; the cast back adds one rounding.
+        tol = 2 * eps_t * abs_total + 2 * numpy.finfo(p.grad.dtype).eps * numpy.abs(mean) \
+            + 1e-300
+        err = numpy.abs(got - mean)
+        assert (err <= tol).all(), '{}: param {} off the float64 mean by {} (tolerance {})'.format(
+            label, i, err.max(), tol[err > tol].min())
+        digest.update(numpy.ascontiguousarray(p.grad).tobytes())
+    digests = world.allgather(digest.hexdigest())
+    assert len(set(digests)) == 1, '{}: results differ between ranks: {}'.format(label, digests)
+    CHECKS[0] += 1
+
+
+UNEVEN = [((7,), 'f'), ((13, 5), 'f'), ((1031,), 'f'), ((3, 3, 3, 3), 'f'), ((4099,), 'f'),
+          ((1,), 'f')]
+MIXED = [((33,), 'e'), ((1001,), 'f'), ((17, 3), 'd'), ((5,), 'e')]
+HALF = [((33,), 'e'), ((257, 3), 'e')]
+BIG = [((3,), 'f'), ((70001,), 'f'), ((11,), 'f'), ((130003,), 'f'), ((5, 7), 'f')]
+OTHER_SIZE = [((7,), 'f'), ((20011,), 'f')]
+
+
+def run_cases(comm, label):
+    seed = [0]
+
+    def case(specs, zero_fill=False, none_on=None, none_all=(), model=None):
+        seed[0] += 1
+        model = model or Model(specs)
+        ref, mine = check_mean(model, specs, seed[0], none_on, zero_fill, none_all)
+        comm.multi_node_mean_grad(model, zero_fill=zero_fill)
+        skipped = set(none_all) if not zero_fill else set()
+        verify(model, specs, ref, skipped, '{} seed {}'.format(label, seed[0]))
+        return model
+
+    m = case(UNEVEN)
+    case(UNEVEN, model=m)            # repeated call: same buffer (and window)
+    # Gradients are now views of the buffer; write new values into them in place.
+    ref, _ = check_mean(m, UNEVEN, 99)
+    for (_, p), g in zip(sorted(m.namedparams()), grads_of(UNEVEN, RANK, 99)):
+        p.grad[...] = g
+    comm.multi_node_mean_grad(m)
+    verify(m, UNEVEN, ref, set(), label + ' in-place views')
+    case(MIXED)
+    case(HALF)
+    case(BIG)
+    case(OTHER_SIZE)                 # the model changes size: new buffer
+    case(UNEVEN, model=m)            # and back
+    for extra in range(5):           # more layouts than buffers kept: eviction
+        case([((11 + extra,), 'f'), ((3,), 'f')])
+    # zero_fill: ranks 0 (and 2) leave some gradients None; zero_fill=True averages zeros in.
+    case(UNEVEN, zero_fill=True, none_on={1: {0}, 4: {0, 2}})
+    # grad None everywhere and zero_fill=False: skipped, as ChainerMN does.
+    case(UNEVEN, zero_fill=False, none_all=(0, 3))
+    case(UNEVEN, zero_fill=True, none_all=(0, 3))
+    # allreduce_grad is the deprecated alias.
+    model = Model(HALF)
+    ref, _ = check_mean(model, HALF, 1234)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', DeprecationWarning)
+        comm.allreduce_grad(model)
+    verify(model, HALF, ref, set(), label + ' allreduce_grad')
+
+
+def check_bcast_data(comm, label):
+    specs = MIXED + UNEVEN
+    model = Model(specs)
+    for i, (_, p) in enumerate(sorted(model.namedparams())):
+        p.array[...] = numpy.random.RandomState(1000 * RANK + i).standard_normal(
+            p.shape).astype(p.dtype)
+    before = [p.array for _, p in sorted(model.namedparams())]
+    comm.bcast_data(model)
+    expect = [numpy.random.RandomState(i).standard_normal(specs[i][0]).astype(specs[i][1])
+              for i in range(len(specs))]
+    for i, (_, p) in enumerate(sorted(model.namedparams())):
+        assert p.array is before[i], label + ': bcast_data must write into the same arrays'
+        assert p.array.tobytes() == expect[i].tobytes(), '{}: param {} differs from rank 0'.format(
+            label, i)
+    CHECKS[0] += 1
+
+
+def check_api(comm, label):
+    # The rest of the CommunicatorBase API comes from ChainerMN's MPI base class.
+    assert comm.size == P and comm.rank == RANK
+    assert comm.bcast_obj({'r': 0} if RANK == 0 else None) == {'r': 0}
+    assert comm.allreduce_obj(RANK) == P * (P - 1) // 2
+    gathered = comm.gather_obj(RANK)
+    assert gathered == (list(range(P)) if RANK == 0 else None)
+    x = numpy.full(3, RANK, numpy.float32)
+    assert numpy.allclose(comm.allreduce(x), P * (P - 1) / 2)
+    if P >= 2:
+        if RANK == 0:
+            comm.send(numpy.arange(4, dtype=numpy.float32), dest=1, tag=5)
+        elif RANK == 1:
+            assert comm.recv(source=0, tag=5).tolist() == [0, 1, 2, 3]
+    if P >= 4:
+        sub = comm.split(RANK % 2, RANK)
+        assert type(sub) is type(comm) and sub.size == (P + 1 - RANK % 2) // 2
+        members = [r for r in range(P) if r % 2 == RANK % 2]
+        a = numpy.full(1001, RANK, numpy.float32)
+        sub.mean_array(a)
+        assert numpy.allclose(a, numpy.mean(members)), (a[:3], members)
+        sub.finalize()
+    CHECKS[0] += 1
+
+
+def grids(p):
+    return ['{}x{}'.format(m, p // m) for m in range(1, p + 1) if p % m == 0]
+
+
+def main():
+    names = sys.argv[1:] or ['pure_allreduce', 'rsaa', 'rsap']
+    # Small segments so that the big arrays are split, sent straight from the gradients and
+    # packed in several pieces; the default (MiBs) would send every test model whole.
+    for name in names:
+        shapes = [None] if name == 'pure_allreduce' else [None] + grids(P)
+        for grid in shapes:
+            for segment in (0, 64 * 1024):
+                kwargs = {'segment_size': segment}
+                if grid is not None:
+                    kwargs['grid'] = grid
+                comm = chainermn.create_communicator(name, **kwargs)
+                label = '{} grid={} segment={} P={}'.format(name, grid, segment, P)
+                run_cases(comm, label)
+                if segment == 0:
+                    check_bcast_data(comm, label)
+                    check_api(comm, label)
+                comm.finalize()
+    print('OK rank {} checks {}'.format(RANK, CHECKS[0]), flush=True)
+
+
+if __name__ == '__main__':
+    main()

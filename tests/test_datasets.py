@@ -1,0 +1,73 @@
+import gzip
+import os
+
+import numpy
+import pytest
+
+from chainermn_torus.datasets import DEFAULT_MNIST_DIR, load_mnist_idx, read_idx
+
+
+def write_idx(path, array):
+    codes = {numpy.dtype('uint8'): 0x08}
+    header = bytes([0, 0, codes[array.dtype], array.ndim])
+    header += numpy.array(array.shape, dtype='>u4').tobytes()
+    data = header + array.tobytes()
+    with (gzip.open if path.endswith('.gz') else open)(path, 'wb') as f:
+        f.write(data)
+
+
+def make_dir(tmp_path, n=12, gz=False):
+    rng = numpy.random.RandomState(0)
+    ext = '.gz' if gz else ''
+    for prefix in ('train', 't10k'):
+        write_idx(str(tmp_path / (prefix + '-images-idx3-ubyte' + ext)),
+                  rng.randint(0, 256, (n, 28, 28)).astype(numpy.uint8))
+        write_idx(str(tmp_path / (prefix + '-labels-idx1-ubyte' + ext)),
+                  rng.randint(0, 10, n).astype(numpy.uint8))
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize('gz', [False, True])
+def test_reads_idx_directories_like_get_mnist(tmp_path, gz):
+    train, test = load_mnist_idx(make_dir(tmp_path, gz=gz))
+    x, t = train[0]
+    assert len(train) == 12 and len(test) == 12
+    assert x.shape == (784,) and x.dtype == numpy.float32 and 0 <= x.min() <= x.max() <= 1
+    assert t.dtype == numpy.int32 and 0 <= t < 10
+    x3, _ = load_mnist_idx(make_dir(tmp_path, gz=gz), ndim=3)[0][0]
+    assert x3.shape == (1, 28, 28)
+
+
+def test_missing_directory_says_which_path_and_how_to_get_data(tmp_path):
+    with pytest.raises(FileNotFoundError) as e:
+        load_mnist_idx(str(tmp_path / 'nowhere'))
+    assert 'nowhere' in str(e.value) and 'dataset-fashion-mnist' in str(e.value)
+
+
+def test_missing_file_is_named(tmp_path):
+    make_dir(tmp_path)
+    os.remove(str(tmp_path / 't10k-labels-idx1-ubyte'))
+    with pytest.raises(FileNotFoundError, match='t10k-labels-idx1-ubyte'):
+        load_mnist_idx(str(tmp_path))
+
+
+def test_corrupt_file_is_reported(tmp_path):
+    path = str(tmp_path / 'bad')
+    with open(path, 'wb') as f:
+        f.write(b'\x00\x00\x08\x03\x00\x00\x00\x05' + b'\x00' * 8 + b'abc')
+    with pytest.raises(ValueError, match='header says shape'):
+        read_idx(path)
+    with open(path, 'wb') as f:
+        f.write(b'PK\x03\x04')
+    with pytest.raises(ValueError, match='not an IDX file'):
+        read_idx(path)
+
+
+@pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
+                    reason='Debian package dataset-fashion-mnist is not installed '
+                           '(make setup installs it)')
+def test_real_fashion_mnist():
+    train, test = load_mnist_idx()
+    assert len(train) == 60000 and len(test) == 10000
+    labels = numpy.array([test[i][1] for i in range(len(test))])
+    assert numpy.bincount(labels).tolist() == [1000] * 10

@@ -1,0 +1,44 @@
+"""python -m chainermn_torus.run: unchanged scripts get the forced communicator."""
+import subprocess
+import sys
+
+from conftest import ROOT, assert_ok, run_mpi, worker
+
+
+def test_launcher_forces_rsap_on_a_script_asking_for_naive():
+    proc = run_mpi(2, ['-m', 'chainermn_torus.run', '--communicator', 'rsap', '--grid', '2x1',
+                       worker('naive_script.py'), 'x', '--flag'])
+    lines = assert_ok(proc, 2)
+    assert proc.stdout.count("RsapCommunicator argv=['x', '--flag']") == 2, proc.stdout
+
+
+def test_launcher_without_communicator_keeps_the_scripts_choice():
+    proc = run_mpi(2, ['-m', 'chainermn_torus.run', worker('naive_script.py')])
+    assert_ok(proc, 2)
+    assert proc.stdout.count('NaiveCommunicator') == 2
+
+
+def _run_single(*args):
+    return subprocess.run([sys.executable, '-m', 'chainermn_torus.run'] + list(args),
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+def test_launcher_preserves_exit_code():
+    proc = _run_single('--communicator', 'pure_allreduce', worker('naive_script.py'), '3')
+    assert proc.returncode == 3, proc.stderr
+    assert 'PureAllreduceCommunicator' in proc.stdout
+
+
+def test_launcher_preserves_exceptions():
+    proc = _run_single(worker('naive_script.py'), 'raise')
+    assert proc.returncode == 1
+    assert 'RuntimeError: the script failed on purpose' in proc.stderr
+    assert 'naive_script.py' in proc.stderr  # the traceback points into the script
+
+
+def test_launcher_rejects_unknown_names_and_missing_scripts():
+    proc = _run_single('--communicator', 'bogus', worker('naive_script.py'))
+    assert proc.returncode == 2 and "invalid choice: 'bogus'" in proc.stderr
+    assert 'rsap' in proc.stderr
+    proc = _run_single('no/such/script.py')
+    assert proc.returncode != 0 and 'script not found: no/such/script.py' in proc.stderr
