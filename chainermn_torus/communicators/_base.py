@@ -191,16 +191,15 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
                 oldest = next(iter(self._buffers))
                 self._release_buffer(self._buffers.pop(oldest))
             seg = self.segment_bytes // layout.dtype.itemsize if self.segment_bytes else 0
-            buf = _packing.PackedBuffer(layout, seg)
-            self._on_new_buffer(buf)
+            buf = self._new_buffer(layout, seg)
         self._buffers[layout] = buf  # most recently used last
         return buf
 
-    def _on_new_buffer(self, buf):
-        pass
+    def _new_buffer(self, layout, segment_elems):
+        return _packing.PackedBuffer(layout, segment_elems)
 
     def _release_buffer(self, buf):
-        pass
+        buf.detach_views()
 
     def _release_buffers(self):
         while self._buffers:

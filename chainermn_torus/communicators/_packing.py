@@ -11,12 +11,13 @@ one tiny all-reduce and, when they differ, every rank raises the same ValueError
 difference.
 """
 import hashlib
+import weakref
 
 import numpy
 from mpi4py import MPI
 
 __all__ = ['Layout', 'grad_params', 'data_params', 'PackedBuffer', 'check_same_layout',
-           'transfer_dtype', 'plan_segments', 'split_counts', 'MPI_TYPES']
+           'transfer_dtype', 'plan_segments', 'MPI_TYPES']
 
 # Explicit MPI datatypes, so a reader can count the bytes every call moves.
 MPI_TYPES = {
@@ -138,9 +139,10 @@ class PackedBuffer(object):
     nothing either (a float16 gradient, carried in float32, is copied back and cast).
     """
 
-    def __init__(self, layout, segment_elems=0, direct_min_elems=None):
+    def __init__(self, layout, segment_elems=0, direct_min_elems=None, array=None):
         self.layout = layout
-        self.array = numpy.empty(layout.size, dtype=layout.dtype)
+        self.array = numpy.empty(layout.size, dtype=layout.dtype) if array is None else array
+        self._viewers = []  # params whose grads were last set to views of self.array
         self.mpi_type = MPI_TYPES[layout.dtype]
         self.plan = plan_segments(layout, segment_elems, direct_min_elems)
 
@@ -187,14 +189,24 @@ class PackedBuffer(object):
 
     def unpack_grads(self, named_params):
         buf, offs = self.array, self.layout.offsets
+        self._viewers = []
         for i, (_, p) in enumerate(named_params):
             src = buf[offs[i]:offs[i + 1]].reshape(p.data.shape)
             if p.data.dtype == buf.dtype:
                 p.grad = src  # a view: no copy (valid until the next call)
+                self._viewers.append(weakref.ref(p))
             elif p.grad is None:
                 p.grad = src.astype(p.data.dtype)
             else:
                 numpy.copyto(p.grad, src, casting='same_kind')
+
+    def detach_views(self):
+        """Give gradients that still view this buffer their own copy (before it is freed)."""
+        for ref in self._viewers:
+            p = ref()
+            if p is not None and p.grad is not None and numpy.shares_memory(p.grad, self.array):
+                p.grad = p.grad.copy()
+        self._viewers = []
 
     # --- parameters, as raw bytes -----------------------------------------------------------
     def pack_data_bytes(self, named_params):
@@ -254,16 +266,3 @@ def plan_segments(layout, segment_elems, direct_min_elems=None):
 
 def segments_between(lo, hi, segment_elems):
     return [(a, min(a + segment_elems, hi)) for a in range(lo, hi, segment_elems)]
-
-
-def split_counts(n, parts):
-    """Counts and displacements of ``n`` elements split into ``parts`` near-equal chunks.
-
-    The first ``n % parts`` chunks get one element more, so any n and any parts work.
-    """
-    base, extra = divmod(n, parts)
-    counts = [base + (1 if j < extra else 0) for j in range(parts)]
-    displs = [0] * (parts + 1)
-    for j in range(parts):
-        displs[j + 1] = displs[j] + counts[j]
-    return counts, displs

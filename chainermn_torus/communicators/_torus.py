@@ -1,36 +1,73 @@
-"""Phases 1 and 2 of the torus algorithms, shared by rsaa and rsap."""
+"""The shape shared by rsaa and rsap: reduce-scatter, column all-reduce, divide, gather.
+
+Each segment of n elements is split into a main part of M equal chunks (n - n % M elements)
+and a tail of fewer than M elements. Equal chunks let MPI use its block collectives
+(MPI_Reduce_scatter_block, in-place MPI_Allgather), which MPICH runs far faster than the
+v-variants on shared memory (measured, 102 MB in 4 MiB segments: Allgatherv 12.1 ms at P=2
+and 57.8 ms at P=4 against 2.7 ms and 10.8 ms for in-place Allgather). The tail, at most
+M - 1 elements, is summed with one small MPI_Allreduce over all ranks.
+"""
 import numpy
 from mpi4py import MPI
 
-from chainermn_torus.communicators._packing import split_counts
+from chainermn_torus.communicators._averaging import divide_by_size
 
 
 class TorusPhases(object):
-    """Mixin for a TorusCommunicatorBase with a grid: reduce-scatter and column all-reduce."""
+    """Mixin for a TorusCommunicatorBase with a grid. Subclasses define ``gather``."""
 
     _chunk_scratch = None
 
-    def reduce_scatter(self, seg, src, mpi_type):
-        """Row reduce-scatter of ``src`` (or of ``seg`` if None); returns (counts, displs, chunk).
-
-        ``chunk`` holds the row sum of this rank's 1/M share (a scratch array reused across
-        calls). With M = 1 it is ``seg`` itself and nothing moves between ranks.
-        """
+    def _mean_segment(self, buf, lo, hi, src):
+        seg, mpi_type = buf.array[lo:hi], buf.mpi_type
         M, pos = self.grid.M, self.grid.pos
-        counts, displs = split_counts(seg.size, M)
+        n = hi - lo
+        main = n - n % M
+        c = main // M
+        if c:
+            chunk = self.reduce_scatter(seg[:main], None if src is None else src[:main],
+                                        mpi_type)
+            self.column_allreduce(chunk, mpi_type)
+            # Divide on 1/M of the segment, writing the mean straight to its place.
+            divide_by_size(chunk, self.size, out=seg[pos * c:(pos + 1) * c])
+            self.gather(buf, lo, c, mpi_type)
+        if main < n:
+            self.tail_allreduce(seg[main:], None if src is None else src[main:], mpi_type)
+
+    def reduce_scatter(self, part, src, mpi_type):
+        """Phase 1: the row sum of this position's chunk of ``src`` (or ``part``).
+
+        Returns the chunk: a scratch array reused across calls, or with M = 1 ``part`` itself
+        (filled from ``src`` by the column phase, so nothing is copied twice).
+        """
+        M = self.grid.M
         if M == 1:
-            if src is not None:
-                seg[...] = src
-            return counts, displs, seg
+            self._pending_src = src
+            return part
+        c = part.size // M
         scratch = self._chunk_scratch
-        if scratch is None or scratch.dtype != seg.dtype or scratch.size < counts[0]:
-            scratch = self._chunk_scratch = numpy.empty(counts[0], dtype=seg.dtype)
-        chunk = scratch[:counts[pos]]
-        self.grid.row_comm.Reduce_scatter([seg if src is None else src, mpi_type],
-                                          [chunk, mpi_type],
-                                          recvcounts=counts, op=MPI.SUM)
-        return counts, displs, chunk
+        if scratch is None or scratch.dtype != part.dtype or scratch.size < c:
+            scratch = self._chunk_scratch = numpy.empty(c, dtype=part.dtype)
+        chunk = scratch[:c]
+        self.grid.row_comm.Reduce_scatter_block(
+            [part if src is None else src, mpi_type], [chunk, mpi_type], op=MPI.SUM)
+        self._pending_src = None
+        return chunk
 
     def column_allreduce(self, chunk, mpi_type):
+        """Phase 2: sum the chunk over the column (N ranks)."""
+        src, self._pending_src = self._pending_src, None
         if self.grid.N > 1:
-            self.grid.col_comm.Allreduce(MPI.IN_PLACE, [chunk, mpi_type], op=MPI.SUM)
+            self.grid.col_comm.Allreduce(MPI.IN_PLACE if src is None else [src, mpi_type],
+                                         [chunk, mpi_type], op=MPI.SUM)
+        elif src is not None:
+            chunk[...] = src
+
+    def tail_allreduce(self, tail, src, mpi_type):
+        self.mpi_comm.Allreduce(MPI.IN_PLACE if src is None else [src, mpi_type],
+                                [tail, mpi_type], op=MPI.SUM)
+        divide_by_size(tail, self.size)
+
+    def gather(self, buf, lo, c, mpi_type):
+        """Phase 3: every position gets every chunk of buf.array[lo:lo + M*c]."""
+        raise NotImplementedError

@@ -6,8 +6,10 @@ On a grid of P = M x N ranks, for each segment of the packed buffer:
   3. divide the chunk by P (on 1/M of the buffer, not all of it);
   4. all-gather in the row: every rank gets every chunk.
 Bytes per rank: the row phases move (M-1)/M of the segment each, the column phase 1/M of it.
+The shared steps live in ``_torus``; this module is phase 4.
 """
-from chainermn_torus.communicators._averaging import divide_by_size
+from mpi4py import MPI
+
 from chainermn_torus.communicators._base import TorusCommunicatorBase
 from chainermn_torus.communicators._torus import TorusPhases
 
@@ -16,14 +18,8 @@ class RsaaCommunicator(TorusPhases, TorusCommunicatorBase):
 
     name = 'rsaa'
 
-    def _mean_segment(self, buf, lo, hi, src):
-        seg, mpi_type = buf.array[lo:hi], buf.mpi_type
-        counts, displs, chunk = self.reduce_scatter(seg, src, mpi_type)
-        self.column_allreduce(chunk, mpi_type)
-        divide_by_size(chunk, self.size)
-        self.row_allgather(chunk, seg, counts, displs, mpi_type)
-
-    def row_allgather(self, chunk, seg, counts, displs, mpi_type):
-        if self.grid.M == 1:
-            return  # chunk is seg itself
-        self.grid.row_comm.Allgatherv([chunk, mpi_type], [seg, (counts, displs[:-1]), mpi_type])
+    def gather(self, buf, lo, c, mpi_type):
+        if self.grid.M > 1:
+            # In place: this position's chunk already sits at its offset.
+            self.grid.row_comm.Allgather(MPI.IN_PLACE,
+                                         [buf.array[lo:lo + self.grid.M * c], mpi_type])

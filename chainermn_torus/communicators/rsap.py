@@ -1,14 +1,15 @@
 """rsap: Reduce-Scatter, All-reduce, Put (seed 003): rsaa with the last phase as MPI-3 RMA.
 
-For each segment of the packed buffer:
+For each segment of the packed buffer (the shared steps 1-3 live in ``_torus``):
   1. reduce-scatter in the row, 2. all-reduce of the 1/M chunk in the column, 3. divide the
   chunk by P and store it at its place in the result buffer (the packed buffer itself), then
   4. put rounds: recursive doubling in the row. In round i, position q puts every chunk it
      holds into position q XOR 2^i's window at the same offset, so nothing is copied on the
      receiving side. MPI_Win_fence closes each round.
 
-One window covers the packed buffer; it is created when the buffer is (creation is collective
-and costly) and reused on every call until the model's layout changes.
+One window covers the packed buffer, whose memory MPI allocates (MPI_Win_allocate); it is
+created with the buffer (creation is collective and costly) and reused on every call until
+the model's layout changes.
 
 M need not be a power of two. With M' the largest power of two <= M, the positions q >= M'
 ("extras") first put their chunk to q - M'; the first M' positions then run the doubling
@@ -17,9 +18,11 @@ round puts the full result to each extra. That costs two fences more than a powe
 """
 import weakref
 
+import numpy
 from mpi4py import MPI
 
-from chainermn_torus.communicators._averaging import divide_by_size
+from chainermn_torus.communicators import _packing
+
 from chainermn_torus.communicators._base import TorusCommunicatorBase
 from chainermn_torus.communicators._torus import TorusPhases
 
@@ -75,39 +78,44 @@ class RsapCommunicator(TorusPhases, TorusCommunicatorBase):
         self._my_rounds = [[(t, a, b) for (o, t, a, b) in rnd if o == pos]
                            for rnd in put_rounds(self.grid.M)]
 
-    def _mean_segment(self, buf, lo, hi, src):
-        seg, mpi_type = buf.array[lo:hi], buf.mpi_type
-        counts, displs, chunk = self.reduce_scatter(seg, src, mpi_type)
-        self.column_allreduce(chunk, mpi_type)
-        pos = self.grid.pos
-        # The mean goes straight to its place in the windowed buffer.
-        divide_by_size(chunk, self.size, out=seg[displs[pos]:displs[pos + 1]])
-        self.put_rounds(buf.window, seg, lo, displs, mpi_type)
-
-    def put_rounds(self, win, seg, lo, displs, mpi_type):
+    def gather(self, buf, lo, c, mpi_type):
+        """Phase 3 as put rounds: chunks go straight into the partners' windows."""
         if self.grid.M == 1:
             return
+        win, array = buf.window, buf.array
         win.Fence(MPI.MODE_NOPRECEDE)
         last = len(self._my_rounds) - 1
         for i, puts in enumerate(self._my_rounds):
             for target, a, b in puts:
-                n = displs[b] - displs[a]
-                if n:
-                    win.Put([seg[displs[a]:displs[b]], mpi_type], target,
-                            target=(lo + displs[a], n, mpi_type))
+                start, n = lo + a * c, (b - a) * c
+                win.Put([array[start:start + n], mpi_type], target,
+                        target=(start, n, mpi_type))
             win.Fence(MPI.MODE_NOSUCCEED if i == last else 0)
 
-    def _on_new_buffer(self, buf):
-        buf.window = None
-        if self.grid.M > 1:
-            buf.window = MPI.Win.Create(buf.array, disp_unit=buf.array.itemsize,
-                                        info=MPI.INFO_NULL, comm=self.grid.row_comm)
-            # Freed at interpreter exit if nobody did before: MPI_Finalize with a live window
-            # leaks its registration (UCX prints warnings). Every rank created the windows in
-            # the same order, so the collective frees also match up.
-            buf.free_window = weakref.finalize(self, _free_window, buf.window)
+    def _new_buffer(self, layout, segment_elems):
+        if self.grid.M == 1 or layout.size == 0:
+            buf = super(RsapCommunicator, self)._new_buffer(layout, segment_elems)
+            buf.window = None
+            return buf
+        # The buffer's memory comes from MPI_Win_allocate, not from numpy: MPICH can then
+        # place it in shared memory, and a Put to a rank of the same node becomes one
+        # memcpy (measured at P=2, 102 MB: 3.1 ms against 10.4 ms for a window created over
+        # numpy memory, and 5.0 ms for MPI_Allgather).
+        itemsize = layout.dtype.itemsize
+        win = MPI.Win.Allocate(layout.size * itemsize, disp_unit=itemsize,
+                               info=MPI.INFO_NULL, comm=self.grid.row_comm)
+        array = numpy.frombuffer(win.tomemory(), dtype=layout.dtype, count=layout.size)
+        buf = _packing.PackedBuffer(layout, segment_elems, array=array)
+        buf.window = win
+        # Freed at interpreter exit if nobody did before: MPI_Finalize with a live window
+        # leaks its registration. Every rank created the windows in the same order, so the
+        # collective frees also match up.
+        buf.free_window = weakref.finalize(self, _free_window, win)
+        return buf
 
     def _release_buffer(self, buf):
+        super(RsapCommunicator, self)._release_buffer(buf)  # grads stop viewing the memory
         if buf.window is not None:
+            buf.array = None
             buf.free_window()
             buf.window = None

@@ -9,14 +9,6 @@ def layout(sizes, dtype='f'):
     return _packing.Layout([('p{}'.format(i), (n,), dtype) for i, n in enumerate(sizes)])
 
 
-@pytest.mark.parametrize('n,parts', [(0, 3), (1, 4), (10, 3), (7, 7), (1000003, 6), (5, 8)])
-def test_split_counts_covers_everything_in_near_equal_chunks(n, parts):
-    counts, displs = _packing.split_counts(n, parts)
-    assert sum(counts) == n and len(counts) == parts
-    assert max(counts) - min(counts) <= 1
-    assert displs == [sum(counts[:j]) for j in range(parts + 1)]
-
-
 @pytest.mark.parametrize('sizes,seg', [([7, 13, 1031, 81, 4099, 1], 100),
                                        ([1] * 50, 8), ([100000, 3, 100000], 4096),
                                        ([5, 70001, 11, 130003, 35], 16384), ([9], 0)])

@@ -116,8 +116,12 @@ def run_cases(comm, label):
     case(BIG)
     case(OTHER_SIZE)                 # the model changes size: new buffer
     case(UNEVEN, model=m)            # and back
+    kept = [p.grad.copy() for _, p in sorted(m.namedparams())]
     for extra in range(5):           # more layouts than buffers kept: eviction
         case([((11 + extra,), 'f'), ((3,), 'f')])
+    # m's buffer was evicted (and rsap's window memory freed): its grads got their own copy.
+    for (_, p), k in zip(sorted(m.namedparams()), kept):
+        assert numpy.array_equal(p.grad, k), label + ': grads changed when the buffer was freed'
     # zero_fill: ranks 0 (and 2) leave some gradients None; zero_fill=True averages zeros in.
     case(UNEVEN, zero_fill=True, none_on={1: {0}, 4: {0, 2}})
     # grad None everywhere and zero_fill=False: skipped, as ChainerMN does.
