@@ -25,7 +25,6 @@ from mpi4py import MPI
 import chainermn
 import chainermn_torus
 from chainermn_torus.bench.gradient_sets import GRADIENT_SETS, make_model
-from chainermn_torus.communicators._grid import _factor_pairs  # NOQA (documented shapes)
 
 
 def _grids(size, requested):

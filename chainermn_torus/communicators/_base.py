@@ -19,9 +19,9 @@ from chainermn_torus.communicators._grid import Grid, default_grid, parse_grid
 __all__ = ['TorusCommunicatorBase', 'SEGMENT_ENV', 'DEFAULT_SEGMENT_BYTES']
 
 SEGMENT_ENV = 'CHAINERMN_TORUS_SEGMENT_BYTES'
-# Chosen by `python -m chainermn_torus.bench.segments` (see README): on shared memory a
-# single 100 MB MPI_Allreduce was slower than the same bytes in pieces, and pieces of a few
-# MiB were as fast as any; larger pieces stop paying once the per-call latency is amortised.
+# Chosen by measurement (README, "Segments"; `bench.allreduce --segments` repeats it): on
+# shared memory one 102 MB MPI_Allreduce took 33 ms and the same bytes in 1-4 MiB pieces
+# 9-10 ms; 256 KiB pieces were slower again (per-call cost), 16 MiB and up lost the gain.
 DEFAULT_SEGMENT_BYTES = 4 * 1024 * 1024
 
 

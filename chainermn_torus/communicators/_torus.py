@@ -25,9 +25,12 @@ class TorusPhases(object):
         main = n - n % M
         c = main // M
         if c:
-            chunk = self.reduce_scatter(seg[:main], None if src is None else src[:main],
-                                        mpi_type)
-            self.column_allreduce(chunk, mpi_type)
+            part, part_src = seg[:main], None if src is None else src[:main]
+            if M > 1:
+                chunk, chunk_src = self.reduce_scatter(part, part_src, mpi_type), None
+            else:
+                chunk, chunk_src = part, part_src  # a row of one: nothing to scatter
+            self.column_allreduce(chunk, chunk_src, mpi_type)
             # Divide on 1/M of the segment, writing the mean straight to its place.
             divide_by_size(chunk, self.size, out=seg[pos * c:(pos + 1) * c])
             self.gather(buf, lo, c, mpi_type)
@@ -37,26 +40,19 @@ class TorusPhases(object):
     def reduce_scatter(self, part, src, mpi_type):
         """Phase 1: the row sum of this position's chunk of ``src`` (or ``part``).
 
-        Returns the chunk: a scratch array reused across calls, or with M = 1 ``part`` itself
-        (filled from ``src`` by the column phase, so nothing is copied twice).
+        Returns the chunk, in a scratch array reused across calls.
         """
-        M = self.grid.M
-        if M == 1:
-            self._pending_src = src
-            return part
-        c = part.size // M
+        c = part.size // self.grid.M
         scratch = self._chunk_scratch
         if scratch is None or scratch.dtype != part.dtype or scratch.size < c:
             scratch = self._chunk_scratch = numpy.empty(c, dtype=part.dtype)
         chunk = scratch[:c]
         self.grid.row_comm.Reduce_scatter_block(
             [part if src is None else src, mpi_type], [chunk, mpi_type], op=MPI.SUM)
-        self._pending_src = None
         return chunk
 
-    def column_allreduce(self, chunk, mpi_type):
-        """Phase 2: sum the chunk over the column (N ranks)."""
-        src, self._pending_src = self._pending_src, None
+    def column_allreduce(self, chunk, src, mpi_type):
+        """Phase 2: sum the chunk (read from ``src`` if given) over the column (N ranks)."""
         if self.grid.N > 1:
             self.grid.col_comm.Allreduce(MPI.IN_PLACE if src is None else [src, mpi_type],
                                          [chunk, mpi_type], op=MPI.SUM)
