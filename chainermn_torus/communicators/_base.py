@@ -174,6 +174,7 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
     MAX_BUFFERS = 4
 
     def _layout_of(self, named):
+        # Layouts are cached by their (name, shape, dtype) tuple: building one hashes it.
         key = tuple((n, p.data.shape, p.data.dtype) for n, p in named)
         layout = self._layouts.get(key)
         if layout is None:

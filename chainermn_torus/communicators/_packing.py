@@ -70,10 +70,6 @@ class Layout(object):
             'little', signed=True)
 
     @classmethod
-    def of_grads(cls, named_params):
-        return cls([(n, p.data.shape, p.data.dtype) for n, p in named_params])
-
-    @classmethod
     def of_data_bytes(cls, named_params):
         """Layout for broadcasting parameters as raw bytes (exact for every dtype)."""
         return cls([(n, (p.data.nbytes,), p.data.dtype) for n, p in named_params],
