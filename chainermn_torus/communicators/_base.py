@@ -74,9 +74,9 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
 
     # --- grid -----------------------------------------------------------------------------
     def _make_grid(self, grid):
-        names = self.mpi_comm.allgather(MPI.Get_processor_name())
-        counts = collections.Counter(names)
-        uniform = len(set(counts.values())) == 1
+        # ChainerMN's init_ranks already grouped ranks by host name; every rank must agree on
+        # whether nodes are uniform, so the node sizes are compared across all ranks.
+        uniform = len(set(self.mpi_comm.allgather(self.intra_size))) == 1
         if grid is not None:
             shape, reason = parse_grid(grid, self.size), 'grid keyword'
         else:
