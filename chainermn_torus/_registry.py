@@ -63,13 +63,20 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
 
     Ours carry float32 (float64 if the model has float64 arrays); float16 gradients are
     summed in float32. Keyword options for ours: ``grid=(M, N)`` or "MxN" (rsaa, rsap),
-    ``segment_size`` (bytes per message segment). Other keywords go to ChainerMN's factory.
+    ``segment_size`` (bytes per message segment), ``allreduce_grad_dtype=numpy.float16``
+    (half the bytes on the wire). Other keywords go to ChainerMN's factory.
     """
     if _forced is not None:
         communicator_name, forced_kwargs = _forced
         kwargs = dict(kwargs, **forced_kwargs)
     _check_name(communicator_name)
     cls = COMMUNICATORS.get(communicator_name)
+    if cls is None and kwargs.get('allreduce_grad_dtype') is not None \
+            and communicator_name != 'pure_nccl':
+        raise ValueError(
+            'chainermn_torus: communicator {!r} cannot send gradients as {} '
+            '(allreduce_grad_dtype); on CPU use one of {}, which can.'.format(
+                communicator_name, kwargs['allreduce_grad_dtype'], ', '.join(sorted(COMMUNICATORS))))
     if cls is None:
         return _chainermn_factory(communicator_name, mpi_comm=mpi_comm, **kwargs)
     try:
@@ -92,3 +99,5 @@ def register():
     """Make chainermn.create_communicator this module's factory (idempotent)."""
     chainermn.create_communicator = create_communicator
     chainermn.communicators.create_communicator = create_communicator
+    import chainermn_torus
+    chainermn.create_multi_node_optimizer = chainermn_torus.create_multi_node_optimizer

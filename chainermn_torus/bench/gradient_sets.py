@@ -7,7 +7,7 @@ import chainer
 import chainer.links as L
 import numpy
 
-__all__ = ['GRADIENT_SETS', 'make_model']
+__all__ = ['GRADIENT_SETS', 'make_model', 'model_params']
 
 
 class _MLP(chainer.Chain):
@@ -36,3 +36,11 @@ def make_model(name, seed=0):
     for _, p in sorted(model.namedparams()):
         p.grad = rng.standard_normal(p.data.shape).astype(p.data.dtype)
     return model
+
+
+def model_params(name):
+    """(name, shape) of every parameter of a gradient set, in ChainerMN's sorted order."""
+    if name not in GRADIENT_SETS:
+        raise ValueError('unknown gradient set {!r}; choose from {}'.format(
+            name, ', '.join(GRADIENT_SETS)))
+    return [(n, p.data.shape) for n, p in sorted(GRADIENT_SETS[name]().namedparams())]

@@ -42,6 +42,22 @@ def _segment_bytes(value):
     return value
 
 
+_GRAD_DTYPES = (numpy.float16, numpy.float32, numpy.float64)
+
+
+def _grad_dtype(value):
+    if value is None:
+        return None
+    try:
+        dtype = numpy.dtype(value)
+    except TypeError:
+        dtype = None
+    if dtype is None or dtype.type not in _GRAD_DTYPES:
+        raise ValueError('chainermn_torus: allreduce_grad_dtype must be None, numpy.float16, '
+                         'numpy.float32 or numpy.float64, got {!r}'.format(value))
+    return dtype
+
+
 class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
     """Packed-buffer gradient averaging on top of ChainerMN's MPI communicator base.
 
@@ -51,18 +67,24 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
             ``pure_allreduce``, which has no grid.
         segment_size: bytes per communication segment; 0 sends the whole buffer at once.
             Default from ``CHAINERMN_TORUS_SEGMENT_BYTES`` or 4 MiB.
+        allreduce_grad_dtype: dtype gradients travel and are summed in (as ChainerMN's
+            pure_nccl spells it): None (float32, float64 for float64 models), numpy.float16
+            (half the bytes; scaled by 1/P before the sum so it cannot overflow, and summed
+            by a user-defined MPI op with one float16 rounding per combine), float32, float64.
     """
 
     name = None
     uses_grid = True
     prescaled = False  # True: the packing step multiplies by 1/P (see _averaging)
 
-    def __init__(self, mpi_comm=None, grid=None, segment_size=None):
+    def __init__(self, mpi_comm=None, grid=None, segment_size=None, allreduce_grad_dtype=None):
         if mpi_comm is None:
             mpi_comm = MPI.COMM_WORLD
         super(TorusCommunicatorBase, self).__init__(mpi_comm)
-        self._options = {'segment_size': segment_size}
+        self._options = {'segment_size': segment_size,
+                         'allreduce_grad_dtype': allreduce_grad_dtype}
         self.segment_bytes = _segment_bytes(segment_size)
+        self.allreduce_grad_dtype = _grad_dtype(allreduce_grad_dtype)
         self.grid = None
         if self.uses_grid:
             self.grid = self._make_grid(grid)
@@ -91,18 +113,25 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
     def multi_node_mean_grad(self, model, zero_fill=False):
         """Average gradients over ranks, with ChainerMN's zero_fill semantics.
 
-        Afterwards each float32/float64 gradient is a view of this communicator's persistent
-        buffer (no copy back); it stays valid until the next call with a model of the same
-        layout.
+        Afterwards each gradient whose dtype is the transfer dtype is a view of this
+        communicator's persistent buffer (no copy back); it stays valid until the next call
+        with a model of the same layout.
+        """
+        self.mean_grad_in_slot(model, zero_fill, slot=0)
+
+    def mean_grad_in_slot(self, model, zero_fill=False, slot=0):
+        """``multi_node_mean_grad`` using buffer ``slot`` (double buffering uses 0 and 1).
+
+        Gradients left as views of one slot stay valid while the other slot is in use.
         """
         t0 = time.perf_counter()
         named = _packing.grad_params(model, zero_fill)
         layout = self._layout_of(named)
         _packing.check_same_layout(self.mpi_comm, layout)
-        buf = self._buffer_for(layout)
+        buf = self._buffer_for(layout, slot)
         t1 = time.perf_counter()
         pack = 0.0
-        scale = prescale(self.size) if self.prescaled else None
+        scale = prescale(self.size) if buf.prescaled else None
         for lo, hi, index in buf.plan:
             tp = time.perf_counter()
             src = buf.send_source(named, (lo, hi, index), scale)
@@ -138,6 +167,17 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
         opts.pop('grid', None)  # the new communicator has another size: default grid
         return self.__class__(mpi_comm=self.mpi_comm.Split(color, key), **opts)
 
+    def clone(self):
+        """The same communicator (grid and options) on a duplicate of its MPI communicator.
+
+        Collectives on the clone never match the original's, so a background thread can
+        average gradients on it while the main thread uses the original.
+        """
+        opts = dict(self._options)
+        if self.grid is not None:
+            opts['grid'] = self.grid.shape
+        return self.__class__(mpi_comm=self.mpi_comm.Dup(), **opts)
+
     def finalize(self):
         self._release_buffers()
         if self.grid is not None:
@@ -151,7 +191,7 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
         layout = _packing.Layout([('array', (array.size,), array.dtype)], dtype=array.dtype)
         _packing.check_same_layout(self.mpi_comm, layout, what='arrays')
         buf = self._buffer_for(layout)
-        if self.prescaled:
+        if buf.prescaled:
             numpy.multiply(array.reshape(-1), prescale(self.size), out=buf.array)
         else:
             buf.array[...] = array.reshape(-1)
@@ -180,11 +220,12 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
         if layout is None:
             if len(self._layouts) >= 4 * self.MAX_BUFFERS:
                 self._layouts.clear()
-            layout = self._layouts[key] = _packing.Layout(key)
+            layout = self._layouts[key] = _packing.Layout(key, dtype=self.allreduce_grad_dtype)
         return layout
 
-    def _buffer_for(self, layout):
-        buf = self._buffers.pop(layout, None)
+    def _buffer_for(self, layout, slot=0):
+        key = (layout, slot)
+        buf = self._buffers.pop(key, None)
         if buf is None:
             # The layout is the same on every rank (check_same_layout passed), so collective
             # work in the hooks (rsap's window creation and freeing) is entered by all ranks.
@@ -193,7 +234,9 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
                 self._release_buffer(self._buffers.pop(oldest))
             seg = self.segment_bytes // layout.dtype.itemsize if self.segment_bytes else 0
             buf = self._new_buffer(layout, seg)
-        self._buffers[layout] = buf  # most recently used last
+            # float16 is always scaled first: a sum of P float16 values could overflow.
+            buf.prescaled = self.prescaled or layout.dtype == numpy.float16
+        self._buffers[key] = buf  # most recently used last
         return buf
 
     def _new_buffer(self, layout, segment_elems):
@@ -209,5 +252,7 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
     def describe(self):
         grid = '' if self.grid is None else ', grid (M, N) = {} [{}]'.format(
             self.grid.shape, self.grid_reason)
-        return '{} on P = {}{}, segment {} bytes'.format(self.name, self.size, grid,
-                                                         self.segment_bytes or 'whole buffer')
+        dtype = '' if self.allreduce_grad_dtype is None else ', gradients sent as {}'.format(
+            self.allreduce_grad_dtype.name)
+        return '{} on P = {}{}, segment {} bytes{}'.format(
+            self.name, self.size, grid, self.segment_bytes or 'whole buffer', dtype)

@@ -17,7 +17,7 @@ import numpy
 from mpi4py import MPI
 
 __all__ = ['Layout', 'grad_params', 'data_params', 'PackedBuffer', 'check_same_layout',
-           'transfer_dtype', 'plan_segments', 'MPI_TYPES']
+           'transfer_dtype', 'plan_segments', 'MPI_TYPES', 'mpi_type_and_sum']
 
 # Explicit MPI datatypes, so a reader can count the bytes every call moves.
 MPI_TYPES = {
@@ -25,6 +25,32 @@ MPI_TYPES = {
     numpy.dtype(numpy.float64): MPI.DOUBLE,
     numpy.dtype(numpy.uint8): MPI.BYTE,
 }
+
+_FLOAT16 = []  # [(datatype, op)] once made: both need MPI initialised
+
+
+def _float16_sum(inbuf, inoutbuf, datatype):
+    # numpy's float16 add widens both operands to float32, adds, and rounds the sum to
+    # float16 once: every pairwise combine of the reduction costs one float16 rounding.
+    a = numpy.frombuffer(inbuf, dtype=numpy.float16)
+    b = numpy.frombuffer(inoutbuf, dtype=numpy.float16)
+    numpy.add(a, b, out=b)
+
+
+def mpi_type_and_sum(dtype):
+    """(MPI datatype, sum op) for a transfer dtype.
+
+    MPI has no float16 type or sum (MPICH's MPIX_C_FLOAT16 is not in Intel or Fujitsu MPI),
+    so float16 travels as a 2-byte contiguous datatype and is summed by a user-defined,
+    commutative op (``_float16_sum``). Everything else uses MPI's own type and MPI_SUM.
+    """
+    dtype = numpy.dtype(dtype)
+    if dtype != numpy.float16:
+        return MPI_TYPES[dtype], MPI.SUM
+    if not _FLOAT16:
+        _FLOAT16.append((MPI.BYTE.Create_contiguous(2).Commit(),
+                         MPI.Op.Create(_float16_sum, commute=True)))
+    return _FLOAT16[0]
 
 
 def grad_params(model, zero_fill):
@@ -139,7 +165,8 @@ class PackedBuffer(object):
         self.layout = layout
         self.array = numpy.empty(layout.size, dtype=layout.dtype) if array is None else array
         self._viewers = []  # params whose grads were last set to views of self.array
-        self.mpi_type = MPI_TYPES[layout.dtype]
+        self.mpi_type, self.mpi_sum = mpi_type_and_sum(layout.dtype)
+        self.prescaled = False  # set by the communicator: the packing multiplied by 1/P
         self.plan = plan_segments(layout, segment_elems, direct_min_elems)
 
     # --- gradients --------------------------------------------------------------------------
@@ -179,7 +206,11 @@ class PackedBuffer(object):
             else:
                 src = grad.reshape(-1)[a - offs[i]:b - offs[i]]
                 if scale is not None:
-                    numpy.multiply(src, scale, out=dst, dtype=dst.dtype)
+                    # In the wider of the two precisions, rounded once into the buffer (a
+                    # float16 buffer must not round, or underflow, before the scaling; a
+                    # float16 gradient is scaled in the float32 it is carried in).
+                    numpy.multiply(src, scale, out=dst, casting='unsafe',
+                                   dtype=numpy.promote_types(src.dtype, dst.dtype))
                 elif not numpy.shares_memory(src, dst):
                     numpy.copyto(dst, src, casting='same_kind')
 

@@ -19,7 +19,8 @@ class TorusPhases(object):
     _chunk_scratch = None
 
     def _mean_segment(self, buf, lo, hi, src):
-        seg, mpi_type = buf.array[lo:hi], buf.mpi_type
+        seg, mpi_type, op = buf.array[lo:hi], buf.mpi_type, buf.mpi_sum
+        divisor = 1 if buf.prescaled else self.size
         M, pos = self.grid.M, self.grid.pos
         n = hi - lo
         main = n - n % M
@@ -27,17 +28,18 @@ class TorusPhases(object):
         if c:
             part, part_src = seg[:main], None if src is None else src[:main]
             if M > 1:
-                chunk, chunk_src = self.reduce_scatter(part, part_src, mpi_type), None
+                chunk, chunk_src = self.reduce_scatter(part, part_src, mpi_type, op), None
             else:
                 chunk, chunk_src = part, part_src  # a row of one: nothing to scatter
-            self.column_allreduce(chunk, chunk_src, mpi_type)
+            self.column_allreduce(chunk, chunk_src, mpi_type, op)
             # Divide on 1/M of the segment, writing the mean straight to its place.
-            divide_by_size(chunk, self.size, out=seg[pos * c:(pos + 1) * c])
+            divide_by_size(chunk, divisor, out=seg[pos * c:(pos + 1) * c])
             self.gather(buf, lo, c, mpi_type)
         if main < n:
-            self.tail_allreduce(seg[main:], None if src is None else src[main:], mpi_type)
+            self.tail_allreduce(seg[main:], None if src is None else src[main:], mpi_type, op,
+                                divisor)
 
-    def reduce_scatter(self, part, src, mpi_type):
+    def reduce_scatter(self, part, src, mpi_type, op):
         """Phase 1: the row sum of this position's chunk of ``src`` (or ``part``).
 
         Returns the chunk, in a scratch array reused across calls.
@@ -48,21 +50,21 @@ class TorusPhases(object):
             scratch = self._chunk_scratch = numpy.empty(c, dtype=part.dtype)
         chunk = scratch[:c]
         self.grid.row_comm.Reduce_scatter_block(
-            [part if src is None else src, mpi_type], [chunk, mpi_type], op=MPI.SUM)
+            [part if src is None else src, mpi_type], [chunk, mpi_type], op=op)
         return chunk
 
-    def column_allreduce(self, chunk, src, mpi_type):
+    def column_allreduce(self, chunk, src, mpi_type, op):
         """Phase 2: sum the chunk (read from ``src`` if given) over the column (N ranks)."""
         if self.grid.N > 1:
             self.grid.col_comm.Allreduce(MPI.IN_PLACE if src is None else [src, mpi_type],
-                                         [chunk, mpi_type], op=MPI.SUM)
+                                         [chunk, mpi_type], op=op)
         elif src is not None:
             chunk[...] = src
 
-    def tail_allreduce(self, tail, src, mpi_type):
+    def tail_allreduce(self, tail, src, mpi_type, op, divisor):
         self.mpi_comm.Allreduce(MPI.IN_PLACE if src is None else [src, mpi_type],
-                                [tail, mpi_type], op=MPI.SUM)
-        divide_by_size(tail, self.size)
+                                [tail, mpi_type], op=op)
+        divide_by_size(tail, divisor)
 
     def gather(self, buf, lo, c, mpi_type):
         """Phase 3: every position gets every chunk of buf.array[lo:lo + M*c]."""

@@ -17,10 +17,11 @@ class PureAllreduceCommunicator(TorusCommunicatorBase):
     uses_grid = False
     prescaled = True
 
-    def __init__(self, mpi_comm=None, segment_size=None):
-        super(PureAllreduceCommunicator, self).__init__(mpi_comm, segment_size=segment_size)
+    def __init__(self, mpi_comm=None, segment_size=None, allreduce_grad_dtype=None):
+        super(PureAllreduceCommunicator, self).__init__(
+            mpi_comm, segment_size=segment_size, allreduce_grad_dtype=allreduce_grad_dtype)
 
     def _mean_segment(self, buf, lo, hi, src):
         # Packed and already multiplied by 1/P: the sum is the mean.
         assert src is None
-        self.mpi_comm.Allreduce(MPI.IN_PLACE, [buf.array[lo:hi], buf.mpi_type], op=MPI.SUM)
+        self.mpi_comm.Allreduce(MPI.IN_PLACE, [buf.array[lo:hi], buf.mpi_type], op=buf.mpi_sum)

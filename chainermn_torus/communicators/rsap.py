@@ -71,8 +71,9 @@ class RsapCommunicator(TorusPhases, TorusCommunicatorBase):
 
     name = 'rsap'
 
-    def __init__(self, mpi_comm=None, grid=None, segment_size=None):
-        super(RsapCommunicator, self).__init__(mpi_comm, grid=grid, segment_size=segment_size)
+    def __init__(self, mpi_comm=None, grid=None, segment_size=None, allreduce_grad_dtype=None):
+        super(RsapCommunicator, self).__init__(mpi_comm, grid=grid, segment_size=segment_size,
+                                               allreduce_grad_dtype=allreduce_grad_dtype)
         pos = self.grid.pos
         # Only this position's puts, per round: the schedule is fixed by M.
         self._my_rounds = [[(t, a, b) for (o, t, a, b) in rnd if o == pos]

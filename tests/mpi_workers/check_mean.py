@@ -57,7 +57,7 @@ def check_mean(model, specs, seed, none_on=None, zero_fill=False, none_all=()):
     return ref, mine
 
 
-def verify(model, specs, ref, skipped, label):
+def verify(model, specs, ref, skipped, label, half=False):
     carrier = numpy.float64 if any(numpy.dtype(d) == numpy.float64 for _, d in specs) \
         else numpy.float32
     eps_t = numpy.finfo(carrier).eps
@@ -74,6 +74,13 @@ def verify(model, specs, ref, skipped, label):
         # float sum error grows with the number of terms; the cast back adds one rounding.
         tol = 2 * eps_t * abs_total + 2 * numpy.finfo(p.grad.dtype).eps * numpy.abs(mean) \
             + 1e-300
+        if half:
+            # float16 on the wire: each contribution g/P is rounded once when packed, and
+            # each of at most P - 1 pairwise combines rounds a partial sum once; every
+            # rounding is at most eps16 of a value bounded by abs_total / P (plus the
+            # absolute spacing of float16 subnormals, 2**-24, for tiny values).
+            eps16 = float(numpy.finfo(numpy.float16).eps)
+            tol = tol + (2 * P) * (eps16 * abs_total / P + 2.0 ** -24)
         err = numpy.abs(got - mean)
         assert (err <= tol).all(), '{}: param {} off the float64 mean by {} (tolerance {})'.format(
             label, i, err.max(), tol[err > tol].min())
@@ -135,6 +142,29 @@ def run_cases(comm, label):
         warnings.simplefilter('ignore', DeprecationWarning)
         comm.allreduce_grad(model)
     verify(model, HALF, ref, set(), label + ' allreduce_grad')
+
+
+def check_fp16(name, grid, segment):
+    kwargs = {'segment_size': segment, 'allreduce_grad_dtype': numpy.float16}
+    if grid is not None:
+        kwargs['grid'] = grid
+    comm = chainermn.create_communicator(name, **kwargs)
+    label = '{} fp16 grid={} segment={} P={}'.format(name, grid, segment, P)
+    for seed, specs in enumerate((UNEVEN, BIG, MIXED, UNEVEN), 500):
+        model = Model(specs)
+        ref, _ = check_mean(model, specs, seed)
+        comm.multi_node_mean_grad(model)
+        verify(model, specs, ref, set(), '{} seed {}'.format(label, seed), half=True)
+    dtypes = {buf.array.dtype for buf in comm._buffers.values()}
+    assert dtypes == {numpy.dtype(numpy.float16)}, '{}: buffers carry {}'.format(label, dtypes)
+    # Large values: scaled by 1/P before the sum, so P * 60000 does not overflow float16.
+    model = Model([((1001,), 'f')])
+    p = next(model.params())
+    p.grad = numpy.full(1001, 60000.0, numpy.float32)
+    comm.multi_node_mean_grad(model)
+    assert numpy.isfinite(p.grad).all() and abs(p.grad - 60000.0).max() <= 60000.0 * 2 ** -9, (
+        label, p.grad[:3])
+    comm.finalize()
 
 
 def check_bcast_data(comm, label):
@@ -201,6 +231,8 @@ def main():
                     check_bcast_data(comm, label)
                     check_api(comm, label)
                 comm.finalize()
+            for segment in (0, 64 * 1024):
+                check_fp16(name, grid, segment)
     print('OK rank {} checks {}'.format(RANK, CHECKS[0]), flush=True)
 
 

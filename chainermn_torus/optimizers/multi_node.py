@@ -1,0 +1,354 @@
+"""Multi-node optimizer wrapper for CPU: ChainerMN's semantics, plus double buffering,
+fused updates, flush-to-zero and a NaN/Inf check.
+
+``create_multi_node_optimizer(actual_optimizer, communicator)`` behaves like ChainerMN's: the
+first ``update`` (and any update after the set of parameters changed) broadcasts rank 0's
+parameters instead of updating; later updates average the gradients with the communicator and
+then run the wrapped optimizer; attributes are read from and written to the wrapped optimizer.
+
+Double buffering (``double_buffering=True``) on CPU
+---------------------------------------------------
+ChainerMN does it with a CUDA stream and NCCL only. Here the all-reduce of step t runs in a
+**background thread** while the main thread computes step t + 1, and step t + 1 updates with
+the averaged gradients of step t (1-step stale, as ChainerMN; the first update after the
+broadcast only starts the all-reduce). The thread owns a *clone* of the communicator (a
+duplicate MPI communicator, same algorithm, grid and options), so its collectives never
+interleave with collectives the main thread makes (evaluators, reporters); MPI must provide
+MPI_THREAD_MULTIPLE, which mpi4py requests by default.
+
+Why a thread and not MPI-3 non-blocking collectives on the main thread: a non-blocking
+collective only advances when some thread calls into MPI (MPICH, Intel MPI and Open MPI have no
+progress thread unless asked to, and then it needs THREAD_MULTIPLE as well), and the main thread
+spends the whole overlap window inside numpy/BLAS, so ``MPI_Iallreduce`` started before the
+forward pass was still untouched when the update needed it; packing, rsap's Put rounds and the
+float16 op are Python-level steps that a request cannot carry anyway. A thread running the same
+blocking algorithms gives real overlap as long as it has a core to run on (mpi4py and numpy
+release the GIL in MPI calls and large copies). Measured figures: README, "Double buffering".
+
+No deadlock when ranks differ in speed: every rank starts the all-reduce of step t before it
+waits for it at step t + 1, and a thread only waits for collectives that every rank's thread
+enters in the same order. An exception in the thread is re-raised in the main thread at the
+next wait, with its traceback.
+
+Parameters that change (a link added, a parameter initialised lazily) are detected at every
+update, as ChainerMN does: the wrapper waits for the all-reduce in flight, drops it, broadcasts
+the parameters again and starts over.
+"""
+import concurrent.futures
+import copy
+import sys
+import time
+
+import chainer
+import numpy
+from mpi4py import MPI
+
+from chainermn_torus.optimizers import fpenv, fused as fused_mod, kernels
+
+__all__ = ['create_multi_node_optimizer', 'NonFiniteGradientError']
+
+
+class NonFiniteGradientError(FloatingPointError):
+    pass
+
+
+def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering=False,
+                                zero_fill=True, fused=False, flush_denormals=False,
+                                check_finite=False):
+    """Wrap a Chainer optimizer for data-parallel training (drop-in for ChainerMN's).
+
+    Args:
+        actual_optimizer: a Chainer optimizer (``chainer.optimizers.Adam()``, ...).
+        communicator: any ChainerMN communicator: ``rsap``, ``rsaa``, ``pure_allreduce``,
+            ChainerMN's ``naive`` (or ``flat``/...).
+        double_buffering: overlap the all-reduce with the next step's compute (see module).
+        zero_fill: as ChainerMN: gradients of unused parameters count as zeros.
+        fused: True: run Adam / MomentumSGD / RMSprop with the fused kernels (other
+            optimizers raise ValueError); 'auto': fuse when possible, else keep the stock
+            update and say so on rank 0; False: stock update.
+        flush_denormals: set flush-to-zero / denormals-are-zero for this process's main thread
+            and the fused kernels' threads.
+        check_finite: before averaging, check that this rank's gradients are finite; if any
+            rank has NaN/Inf, every rank raises NonFiniteGradientError naming the ranks and
+            the first parameter concerned (one extra small all-reduce per step).
+    """
+    if fused not in (True, False, 'auto'):
+        raise ValueError("chainermn_torus: fused must be True, False or 'auto', got {!r}".format(
+            fused))
+    if fused is True:
+        fused_mod.fuse(actual_optimizer, flush_denormals)
+    elif fused == 'auto':
+        try:
+            fused_mod.fuse(actual_optimizer, flush_denormals)
+        except ValueError:
+            if communicator.rank == 0:
+                print('chainermn_torus: {} has no fused update (fused versions: {}); using '
+                      "Chainer's.".format(type(actual_optimizer).__name__,
+                                          ', '.join(fused_mod.fusable_names())),
+                      file=sys.stderr, flush=True)
+    if flush_denormals:
+        fpenv.set_flush_denormals(True)
+    cls = _DoubleBufferingOptimizer if double_buffering else _MultiNodeOptimizer
+    return cls(actual_optimizer, communicator, zero_fill, check_finite)
+
+
+def _param_signature(target):
+    return [(name, p.data is not None) for name, p in sorted(target.namedparams())]
+
+
+class _MultiNodeOptimizer(object):
+    """Averaging, then the wrapped optimizer's update (ChainerMN's _MultiNodeOptimizer)."""
+
+    _own = ('communicator', 'actual_optimizer', 'zero_fill', 'check_finite', 'timings',
+            '_signature', '_resumed', 'iterations')
+
+    def __init__(self, actual_optimizer, communicator, zero_fill, check_finite):
+        self._set('communicator', communicator)
+        self._set('actual_optimizer', actual_optimizer)
+        self._set('zero_fill', zero_fill)
+        self._set('check_finite', check_finite)
+        self._set('timings', {'forward_backward': 0.0, 'communicate': 0.0, 'update': 0.0,
+                              'wait': 0.0})
+        self._set('iterations', 0)
+        self._set('_signature', None)
+        self._set('_resumed', False)
+
+    def _set(self, name, value):
+        object.__setattr__(self, name, value)
+
+    def __getattr__(self, name):
+        return getattr(self.actual_optimizer, name)
+
+    def __setattr__(self, name, value):
+        if name in self._own:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.actual_optimizer, name, value)
+
+    def setup(self, link):
+        self.actual_optimizer.setup(link)
+        return self
+
+    # --- one step ---------------------------------------------------------------------------
+    def _forward_backward(self, lossfun, args, kwds):
+        t0 = time.perf_counter()
+        target = self.target
+        loss = lossfun(*args, **kwds)
+        if getattr(self.actual_optimizer, '_use_cleargrads', True):
+            target.cleargrads()
+        else:
+            target.zerograds()
+        loss.backward(loss_scale=self.actual_optimizer._loss_scale)
+        del loss
+        self.timings['forward_backward'] += time.perf_counter() - t0
+
+    def _changed(self):
+        """ChainerMN's is_changed: names or initialisation of parameters differ from last time."""
+        sig = _param_signature(self.target)
+        changed = sig != self._signature
+        self._set('_signature', sig)
+        return changed
+
+    def update(self, lossfun=None, *args, **kwds):
+        if lossfun is not None:
+            self._forward_backward(lossfun, args, kwds)
+        self.iterations += 1
+        if self._changed():
+            self.communicator.bcast_data(self.target)
+            if not self._resumed:
+                return  # as ChainerMN: the first step only makes the replicas equal
+            self._set('_resumed', False)  # resumed: the broadcast is a check, then update
+        if self.check_finite:
+            check_finite_grads(self.communicator, self.target)
+        t0 = time.perf_counter()
+        self.communicator.multi_node_mean_grad(self.target, self.zero_fill)
+        t1 = time.perf_counter()
+        self.actual_optimizer.update(None, *args, **kwds)
+        t2 = time.perf_counter()
+        self.timings['communicate'] += t1 - t0
+        self.timings['update'] += t2 - t1
+
+    # --- snapshots --------------------------------------------------------------------------
+    def serialize(self, serializer):
+        """The wrapped optimizer's state (same keys as ChainerMN's wrapper) plus ours."""
+        self.actual_optimizer.serialize(serializer)
+        own = serializer['chainermn_torus']
+        self._serialize_own(own)
+
+    def _serialize_own(self, s):
+        if isinstance(s, chainer.serializer.Serializer):
+            s('started', numpy.asarray(self._signature is not None))
+            return
+        try:
+            started = bool(s('started', numpy.asarray(False)))
+        except KeyError:  # a snapshot written by ChainerMN's wrapper or the stock optimizer
+            started = True
+        # The next update broadcasts (the parameters were loaded, maybe only on some ranks)
+        # and, if the saved run had started, goes on to update in the same step.
+        self._set('_signature', None)
+        self._set('_resumed', started)
+
+
+class _DoubleBufferingOptimizer(_MultiNodeOptimizer):
+    """Averaging of step t in a background thread while step t + 1 computes."""
+
+    _own = _MultiNodeOptimizer._own + (
+        'background', '_executor', '_future', '_shadow', '_needs_update', '_launches',
+        '_pending')
+
+    def __init__(self, actual_optimizer, communicator, zero_fill, check_finite):
+        super(_DoubleBufferingOptimizer, self).__init__(
+            actual_optimizer, communicator, zero_fill, check_finite)
+        provided = MPI.Query_thread()
+        if provided != MPI.THREAD_MULTIPLE:
+            raise RuntimeError(
+                'chainermn_torus: double buffering averages gradients in a background thread '
+                'and needs MPI_THREAD_MULTIPLE, but MPI was initialised with thread level {} '
+                '(mpi4py.rc.thread_level; mpi4py asks for "multiple" unless told otherwise).'
+                .format(provided))
+        self._set('background', _background_communicator(communicator))
+        self._set('_executor', concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix='chainermn_torus-allreduce'))
+        self._set('_future', None)
+        self._set('_shadow', None)     # a copy of the model whose grads are being averaged
+        self._set('_needs_update', False)
+        self._set('_launches', 0)
+        self._set('_pending', None)    # averaged grads restored from a snapshot
+
+    def update(self, lossfun=None, *args, **kwds):
+        if lossfun is not None:
+            self._forward_backward(lossfun, args, kwds)
+        self.iterations += 1
+        target = self.target
+        if self._changed() or self._shadow is None:
+            self.wait()
+            self.communicator.bcast_data(target)
+            self._set('_shadow', copy.deepcopy(target))
+            if self._pending is not None:  # resumed: the saved averaged grads are next
+                for (_, p), g in zip(sorted(self._shadow.namedparams()), self._pending):
+                    p.grad = g
+                self._set('_needs_update', True)
+                self._set('_pending', None)
+            else:
+                self._set('_needs_update', False)
+                return
+        if self.check_finite:
+            check_finite_grads(self.communicator, target)
+        self.wait()
+        # target takes the averaged grads of the previous step; the shadow takes this step's
+        # fresh grads and sends them off.
+        for (_, p), (_, q) in zip(sorted(target.namedparams()), sorted(self._shadow.namedparams())):
+            p.grad, q.grad = q.grad, p.grad
+        self._launch()
+        if self._needs_update:
+            t0 = time.perf_counter()
+            self.actual_optimizer.update(None, *args, **kwds)
+            self.timings['update'] += time.perf_counter() - t0
+        else:
+            self._set('_needs_update', True)
+
+    def _launch(self):
+        slot = self._launches % 2  # the other slot is what target's grads are views of
+        self._set('_launches', self._launches + 1)
+        shadow, zero_fill, comm = self._shadow, self.zero_fill, self.background
+        timings = self.timings
+        ftz = fpenv.flush_denormals_enabled()
+
+        def run():
+            if ftz:
+                fpenv.set_flush_denormals(True)  # MXCSR is per thread
+            t0 = time.perf_counter()
+            if hasattr(comm, 'mean_grad_in_slot'):
+                comm.mean_grad_in_slot(shadow, zero_fill, slot)
+            else:
+                comm.multi_node_mean_grad(shadow, zero_fill)
+            timings['communicate'] += time.perf_counter() - t0
+
+        self._set('_future', self._executor.submit(run))
+
+    def wait(self):
+        """Block until the all-reduce in flight (if any) is done; re-raise its error."""
+        future = self._future
+        if future is None:
+            return
+        t0 = time.perf_counter()
+        self._set('_future', None)
+        future.result()  # raises the thread's exception, with its traceback
+        self.timings['wait'] += time.perf_counter() - t0
+
+    def serialize(self, serializer):
+        self.wait()  # a snapshot holds the averaged grads the next update will apply
+        super(_DoubleBufferingOptimizer, self).serialize(serializer)
+
+    def _serialize_own(self, s):
+        saving = isinstance(s, chainer.serializer.Serializer)
+        if saving:
+            has = self._shadow is not None and self._needs_update
+            s('stale_grads', numpy.asarray(has))
+            if has:
+                for name, p in sorted(self._shadow.namedparams()):
+                    if p.grad is not None:
+                        s['grads'](name, p.grad)
+            super(_DoubleBufferingOptimizer, self)._serialize_own(s)
+            return
+        super(_DoubleBufferingOptimizer, self)._serialize_own(s)
+        self._set('_shadow', None)
+        self._set('_pending', None)
+        try:
+            has = bool(s('stale_grads', numpy.asarray(False)))
+        except KeyError:
+            has = False
+        if has:
+            grads = []
+            for name, p in sorted(self.target.namedparams()):
+                try:
+                    grads.append(numpy.array(s['grads'](name, None)))
+                except KeyError:
+                    grads.append(None)
+            self._set('_pending', grads)
+
+    def finalize(self):
+        """Wait for the last all-reduce and stop the thread."""
+        self.wait()
+        self._executor.shutdown(wait=True)
+
+    def __del__(self):
+        executor = self.__dict__.get('_executor')
+        if executor is not None:
+            executor.shutdown(wait=False)
+
+
+def _background_communicator(communicator):
+    """A communicator of the same kind on its own MPI communicator, for the thread."""
+    if hasattr(communicator, 'clone'):
+        return communicator.clone()
+    # ChainerMN's communicators: split() builds the same class on MPI_Comm_split's result.
+    return communicator.split(0, communicator.rank)
+
+
+def check_finite_grads(communicator, target):
+    """Raise NonFiniteGradientError on every rank if any rank has a NaN/Inf gradient."""
+    first = ''
+    count = 0
+    for name, p in sorted(target.namedparams()):
+        g = p.grad
+        if g is None or g.dtype.kind != 'f':
+            continue
+        flat = g.reshape(-1) if g.flags.c_contiguous else g.ravel()
+        bad = int(kernels.count_nonfinite(flat)) if flat.dtype != numpy.float16 \
+            else int((~numpy.isfinite(flat)).sum())
+        if bad and not first:
+            first = '{} ({} of {} values)'.format(name, bad, g.size)
+        count += bad
+    mpi_comm = communicator.mpi_comm
+    counts = numpy.array([count], numpy.int64)
+    mpi_comm.Allreduce(MPI.IN_PLACE, [counts, MPI.INT64_T], op=MPI.SUM)
+    if counts[0]:  # only now pay for names
+        reports = mpi_comm.allgather((count, first) if count else None)
+        bad_ranks = [(r, rep) for r, rep in enumerate(reports) if rep is not None]
+        raise NonFiniteGradientError(
+            'chainermn_torus: NaN/Inf in gradients before averaging on rank(s) {}: {}. Lower '
+            'the learning rate, check the data on those ranks, or use loss scaling.'.format(
+                ', '.join(str(r) for r, _ in bad_ranks),
+                '; '.join('rank {}: {} non-finite, first in {}'.format(r, c, f)
+                          for r, (c, f) in bad_ranks)))

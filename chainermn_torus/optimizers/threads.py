@@ -1,0 +1,76 @@
+"""BLAS / OpenMP / numba thread budget per rank.
+
+With R ranks on a node of C cores, every rank running C BLAS threads puts R*C threads on C
+cores, and they slow each other down (seed 002 ran FlatMPI, several single-threaded ranks per
+node, for this reason). The default budget gives each rank C/R threads:
+
+* if the launcher bound this rank to a set of CPUs (its affinity mask is smaller than the
+  machine), the budget is the number of CPUs in that mask: the launcher already divided;
+* otherwise it is the node's physical cores divided by the ranks on this node (R from the
+  communicator's ``intra_size``), at least 1.
+
+``threads`` (or the environment variable ``CHAINERMN_TORUS_THREADS``) overrides it. The budget
+is applied to every BLAS/OpenMP pool threadpoolctl finds and to numba's pool (the fused
+kernels).
+"""
+import os
+
+import numba
+import psutil
+from threadpoolctl import threadpool_info, threadpool_limits
+
+__all__ = ['THREADS_ENV', 'default_threads', 'apply_thread_budget', 'describe_budget']
+
+THREADS_ENV = 'CHAINERMN_TORUS_THREADS'
+
+
+def _affinity():
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def default_threads(intra_size=1):
+    """(threads, reason) for a rank sharing its node with ``intra_size - 1`` others."""
+    mask = _affinity()
+    logical = psutil.cpu_count(logical=True) or len(mask)
+    physical = psutil.cpu_count(logical=False) or logical
+    if len(mask) < logical:
+        return len(mask), 'affinity mask of {} CPUs set by the launcher'.format(len(mask))
+    n = max(1, physical // max(1, intra_size))
+    return n, '{} physical cores / {} ranks on this node'.format(physical, intra_size)
+
+
+def _parse(value, source):
+    try:
+        n = int(value)
+        if n < 1:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ValueError('chainermn_torus: {} must be a thread count >= 1, got {!r}'.format(
+            source, value))
+    return n
+
+
+def apply_thread_budget(threads=None, intra_size=1):
+    """Limit BLAS/OpenMP and numba threads of this process; returns what was applied."""
+    if threads is not None:
+        n, reason = _parse(threads, 'threads'), 'requested'
+    elif os.environ.get(THREADS_ENV):
+        n, reason = _parse(os.environ[THREADS_ENV], THREADS_ENV), THREADS_ENV
+    else:
+        n, reason = default_threads(intra_size)
+    numba_n = min(n, numba.config.NUMBA_NUM_THREADS)
+    numba.set_num_threads(numba_n)  # first: it may load an OpenMP runtime (numba's layer)
+    threadpool_limits(limits=n)
+    pools = sorted({'{}:{}'.format(i.get('internal_api'), i.get('num_threads'))
+                    for i in threadpool_info()})
+    return {'threads': n, 'reason': reason, 'numba_threads': numba_n, 'pools': pools}
+
+
+def describe_budget(budget, rank=None):
+    who = '' if rank is None else 'rank {}: '.format(rank)
+    return '{}{} BLAS/OpenMP threads, {} numba threads ({}); pools {}'.format(
+        who, budget['threads'], budget['numba_threads'], budget['reason'],
+        ', '.join(budget['pools']) or 'none found')

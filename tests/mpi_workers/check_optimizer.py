@@ -1,0 +1,253 @@
+"""Run by tests/optimizers/test_multi_node_mpi.py under mpiexec -n P: every check raises.
+
+Each rank trains a small MLP on its own reproducible batches. References are computed with
+the same communicator (so the averaging's rounding is the same), which makes most checks
+exact: double buffering must equal an explicit 1-step-stale schedule bit for bit.
+"""
+import hashlib
+import io
+import sys
+import time
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+from mpi4py import MPI
+
+import chainermn
+import chainermn_torus
+from chainermn_torus.optimizers import NonFiniteGradientError, is_fused
+
+world = MPI.COMM_WORLD
+P, RANK = world.size, world.rank
+CHECKS = [0]
+
+
+class MLP(chainer.Chain):
+    def __init__(self, seed):
+        super(MLP, self).__init__()
+        numpy.random.seed(seed)  # different initial weights per rank: bcast must fix it
+        with self.init_scope():
+            self.l1 = L.Linear(12, 9)
+            self.l2 = L.Linear(9, 4)
+
+    def forward(self, x, t):
+        return F.softmax_cross_entropy(self.l2(F.tanh(self.l1(x))), t)
+
+
+def batch(step, rank=RANK):
+    rng = numpy.random.RandomState(1000 * step + rank)
+    return rng.standard_normal((5, 12)).astype(numpy.float32), rng.randint(0, 4, 5).astype(
+        numpy.int32)
+
+
+def params_of(model):
+    return [p.array.copy() for _, p in sorted(model.namedparams())]
+
+
+def digest(arrays):
+    h = hashlib.md5()
+    for a in arrays:
+        h.update(numpy.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+def same_on_all_ranks(arrays, label):
+    d = world.allgather(digest(arrays))
+    assert len(set(d)) == 1, '{}: parameters differ between ranks'.format(label)
+
+
+def make_optimizer(name, opt='adam'):
+    return {'adam': lambda: chainer.optimizers.Adam(alpha=0.01),
+            'momentum': lambda: chainer.optimizers.MomentumSGD(lr=0.1),
+            'rmsprop': lambda: chainer.optimizers.RMSprop(lr=0.01)}[opt]()
+
+
+def train(comm, steps, opt='adam', sleep=False, **wrapper_kw):
+    model = MLP(seed=RANK)
+    optimizer = chainermn.create_multi_node_optimizer(make_optimizer(opt), comm, **wrapper_kw)
+    optimizer.setup(model)
+    for step in range(steps):
+        if sleep and RANK == 0:
+            time.sleep(0.003 * (step % 3))  # ranks run at different speeds
+        x, t = batch(step)
+        optimizer.update(model, x, t)
+    if hasattr(optimizer, 'finalize'):
+        optimizer.finalize()
+    return model, optimizer
+
+
+def reference(comm, steps, stale, opt='adam'):
+    """The schedule written out: bcast at step 0, then mean of (stale) grads + stock update."""
+    model = MLP(seed=RANK)
+    optimizer = make_optimizer(opt).setup(model)
+    comm.bcast_data(model)
+    previous = None
+    for step in range(1, steps):
+        x, t = batch(step)
+        model.cleargrads()
+        model(x, t).backward()
+        if stale:
+            fresh = [p.grad.copy() for _, p in sorted(model.namedparams())]
+            if previous is None:
+                previous = fresh
+                continue  # the first step after the broadcast only starts the all-reduce
+            for (_, p), g in zip(sorted(model.namedparams()), previous):
+                p.grad = g
+            previous = fresh
+        comm.multi_node_mean_grad(model, True)
+        optimizer.update()
+    return model
+
+
+def check_equal(a, b, label, exact=True):
+    for i, (x, y) in enumerate(zip(a, b)):
+        if exact:
+            assert numpy.array_equal(x, y), '{}: param {} differs by {}'.format(
+                label, i, numpy.abs(x - y).max())
+        else:
+            assert numpy.allclose(x, y, rtol=1e-5, atol=1e-6), '{}: param {} off by {}'.format(
+                label, i, numpy.abs(x - y).max())
+    CHECKS[0] += 1
+
+
+def check_schedules(name):
+    comm = chainermn.create_communicator(name)
+    steps = 7
+    for fused in (False, True):
+        for db in (False, True):
+            label = '{} fused={} double_buffering={} P={}'.format(name, fused, db, P)
+            model, opt = train(comm, steps, fused=fused, double_buffering=db, sleep=db)
+            assert is_fused(opt.actual_optimizer) == fused, label
+            ref = reference(comm, steps, stale=db)
+            # The fused kernels repeat Chainer's arithmetic: equal to the bit.
+            check_equal(params_of(model), params_of(ref), label)
+            same_on_all_ranks(params_of(model), label)
+            updates = steps - 2 if db else steps - 1
+            assert opt.actual_optimizer.t == updates, (label, opt.actual_optimizer.t)
+            if fused and name != 'naive':
+                # Gradients are views of the communicator's buffer: one kernel call per step.
+                assert opt.actual_optimizer.flat_steps == updates, (
+                    label, opt.actual_optimizer.flat_steps)
+    for kind in ('momentum', 'rmsprop'):
+        model, _ = train(comm, 5, opt=kind, fused=True, double_buffering=True)
+        check_equal(params_of(model), params_of(reference(comm, 5, True, kind)),
+                    '{} {} fused double buffering'.format(name, kind))
+
+
+def check_fp16(name):
+    comm16 = chainermn.create_communicator(name, allreduce_grad_dtype=numpy.float16)
+    comm32 = chainermn.create_communicator(name)
+    for db in (False, True):
+        m16, _ = train(comm16, 6, fused=True, double_buffering=db)
+        m32, _ = train(comm32, 6, fused=True, double_buffering=db)
+        label = '{} fp16 double_buffering={}'.format(name, db)
+        same_on_all_ranks(params_of(m16), label)
+        # Adam's step is alpha-sized whatever the gradient's scale: float16 gradients move
+        # each weight by at most a few rounding-sized fractions of alpha differently.
+        for a, b in zip(params_of(m16), params_of(m32)):
+            assert numpy.abs(a - b).max() < 0.01 * 6 * 0.05, (label, numpy.abs(a - b).max())
+        CHECKS[0] += 1
+
+
+def snapshot(obj):
+    f = io.BytesIO()
+    chainer.serializers.save_npz(f, obj)
+    return f.getvalue()
+
+
+def load(obj, data):
+    chainer.serializers.load_npz(io.BytesIO(data), obj)
+
+
+def check_resume(name):
+    comm = chainermn.create_communicator(name)
+    for db in (False, True):
+        label = '{} resume double_buffering={}'.format(name, db)
+        model = MLP(seed=RANK)
+        opt = chainermn.create_multi_node_optimizer(make_optimizer('adam'), comm,
+                                                    double_buffering=db, fused=True).setup(model)
+        for step in range(5):
+            opt.update(model, *batch(step))
+        saved_model, saved_opt = snapshot(model), snapshot(opt)
+        for step in range(5, 8):
+            opt.update(model, *batch(step))
+        uninterrupted = params_of(model)
+        if db:
+            opt.finalize()
+        # A new process would do this: build everything again, load, go on.
+        model2 = MLP(seed=100 + RANK)
+        opt2 = chainermn.create_multi_node_optimizer(make_optimizer('adam'), comm,
+                                                     double_buffering=db, fused=True)
+        opt2.setup(model2)
+        load(model2, saved_model)
+        load(opt2, saved_opt)
+        for step in range(5, 8):
+            opt2.update(model2, *batch(step))
+        if db:
+            opt2.finalize()
+        check_equal(params_of(model2), uninterrupted, label)
+
+
+def check_bad_input(name):
+    comm = chainermn.create_communicator(name)
+    # An optimizer without a fused version.
+    try:
+        chainermn.create_multi_node_optimizer(chainer.optimizers.AdaGrad(), comm, fused=True)
+    except ValueError as e:
+        assert 'AdaGrad' in str(e) and 'Adam' in str(e), str(e)
+    else:
+        raise AssertionError('fused AdaGrad should be refused')
+    opt = chainermn.create_multi_node_optimizer(chainer.optimizers.AdaGrad(), comm,
+                                                fused='auto')
+    assert not is_fused(opt.actual_optimizer)
+    # NaN on rank 1 only: every rank raises, naming rank 1.
+    for db in (False, True):
+        model = MLP(seed=RANK)
+        opt = chainermn.create_multi_node_optimizer(
+            make_optimizer('adam'), comm, check_finite=True, double_buffering=db).setup(model)
+        opt.update(model, *batch(0))
+        opt.update(model, *batch(1))
+        x, t = batch(2)
+        if RANK == 1:
+            x[0, 0] = numpy.nan
+        try:
+            opt.update(model, x, t)
+        except NonFiniteGradientError as e:
+            assert 'rank(s) 1:' in str(e) and 'l1/W' in str(e), str(e)
+        else:
+            raise AssertionError('NaN gradient on rank 1 not reported')
+        if db:
+            opt.finalize()
+    # Parameters that change mid-training: re-broadcast, replicas stay equal.
+    model = MLP(seed=RANK)
+    opt = chainermn.create_multi_node_optimizer(make_optimizer('adam'), comm,
+                                                double_buffering=True, fused=True).setup(model)
+    for step in range(4):
+        opt.update(model, *batch(step))
+    with model.init_scope():
+        model.extra = L.Linear(None, 3)  # an uninitialised parameter appears...
+    opt.update(model, *batch(4))
+    model.extra(numpy.ones((1, 2), numpy.float32))  # ...and gets initialised
+    model.extra.W.array[...] = RANK  # differently on every rank
+    for step in range(5, 9):
+        opt.update(model, *batch(step))
+    opt.finalize()
+    same_on_all_ranks(params_of(model), name + ' changed parameters')
+    CHECKS[0] += 1
+
+
+def main():
+    names = sys.argv[1:] or ['rsap', 'rsaa', 'pure_allreduce', 'naive']
+    for name in names:
+        check_schedules(name)
+        if name != 'naive':
+            check_fp16(name)
+        check_resume(name)
+        check_bad_input(name)
+    print('OK rank {} checks {}'.format(RANK, CHECKS[0]), flush=True)
+
+
+if __name__ == '__main__':
+    main()

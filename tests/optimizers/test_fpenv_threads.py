@@ -1,0 +1,80 @@
+"""Flush-to-zero and the thread budget; both change process state, so they run in children."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from chainermn_torus.optimizers import fpenv, threads
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _python(code, env=None):
+    full = dict(os.environ, PYTHONPATH=ROOT)
+    full.update(env or {})
+    proc = subprocess.run([sys.executable, '-c', textwrap.dedent(code)], capture_output=True,
+                          text=True, env=full, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.skipif(not fpenv.supported(), reason='FTZ/DAZ is implemented for x86-64 only')
+def test_flush_to_zero_flushes_denormal_arithmetic_in_main_and_kernel_threads():
+    out = _python('''
+        import numpy
+        from chainermn_torus.optimizers import fpenv, kernels
+        tiny = numpy.full(8, 1e-39, numpy.float32)       # subnormal in float32
+        assert tiny[0] != 0
+        def kernel_result(ftz):
+            p = numpy.zeros(300000, numpy.float32); g = numpy.zeros_like(p)
+            v = numpy.full_like(p, 1e-39)                  # subnormal momentum state
+            kernels.momentum_sgd(p, g, v, numpy.float32(0.1), numpy.float32(0.5), ftz)
+            return int((v != 0).sum())
+        before = (tiny * numpy.float32(0.5))[0]
+        assert fpenv.flush_denormals_enabled() is False
+        k_off = kernel_result(False)
+        assert fpenv.set_flush_denormals(True) is False
+        assert fpenv.flush_denormals_enabled() is True
+        after = (tiny * numpy.float32(0.5))[0]
+        k_on = kernel_result(True)
+        fpenv.set_flush_denormals(False)
+        restored = (tiny * numpy.float32(0.5))[0]
+        print(before != 0, after == 0, restored != 0, k_off, k_on)
+    ''')
+    assert out.split() == ['True', 'True', 'True', '300000', '0']
+
+
+def test_default_threads_divides_physical_cores_among_ranks_on_the_node():
+    import psutil
+    n1, why1 = threads.default_threads(1)
+    if len(os.sched_getaffinity(0)) < psutil.cpu_count():
+        pytest.skip('this process is bound to a CPU subset; the mask decides')
+    physical = psutil.cpu_count(logical=False) or psutil.cpu_count()
+    assert n1 == physical and 'physical cores / 1 ranks' in why1
+    assert threads.default_threads(physical * 4)[0] == 1  # never below one thread
+    assert threads.default_threads(2)[0] == max(1, physical // 2)
+
+
+def test_budget_is_applied_to_blas_and_numba_and_can_be_overridden():
+    out = _python('''
+        from threadpoolctl import threadpool_info
+        import numba
+        from chainermn_torus.optimizers import threads
+        b = threads.apply_thread_budget(1)
+        blas = {i['num_threads'] for i in threadpool_info()}
+        print(b['threads'], sorted(blas), numba.get_num_threads(), b['reason'])
+        b = threads.apply_thread_budget(intra_size=1)
+        print(b['threads'], b['reason'].split()[0])
+    ''', env={'CHAINERMN_TORUS_THREADS': '1'})
+    first, second = out.splitlines()
+    assert first.split()[:3] == ['1', '[1]', '1'] and first.endswith('requested')
+    assert second.split() == ['1', 'CHAINERMN_TORUS_THREADS']
+
+
+@pytest.mark.parametrize('bad', [0, -2, 'many'])
+def test_bad_thread_counts_are_refused(bad):
+    with pytest.raises(ValueError) as e:
+        threads.apply_thread_budget(bad)
+    assert 'thread count >= 1' in str(e.value) and repr(bad) in str(e.value)
