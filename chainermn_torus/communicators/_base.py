@@ -58,6 +58,20 @@ def _grad_dtype(value):
     return dtype
 
 
+_BUDGET = []  # applied once per process, by the first communicator
+
+
+def _apply_budget_once(comm):
+    """C/R BLAS/numba threads for this rank (see optimizers.threads); printed once per node."""
+    if not _BUDGET:
+        from chainermn_torus.optimizers import threads
+        budget = threads.apply_thread_budget(None, comm.intra_size)
+        _BUDGET.append(budget)
+        if comm.intra_rank == 0 and os.environ.get('CHAINERMN_TORUS_QUIET') is None:
+            print('chainermn_torus: ' + threads.describe_budget(budget, comm.rank), flush=True)
+    return _BUDGET[0]
+
+
 class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
     """Packed-buffer gradient averaging on top of ChainerMN's MPI communicator base.
 
@@ -85,6 +99,7 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
                          'allreduce_grad_dtype': allreduce_grad_dtype}
         self.segment_bytes = _segment_bytes(segment_size)
         self.allreduce_grad_dtype = _grad_dtype(allreduce_grad_dtype)
+        self.thread_budget = _apply_budget_once(self)
         self.grid = None
         if self.uses_grid:
             self.grid = self._make_grid(grid)

@@ -26,31 +26,21 @@ MPI_TYPES = {
     numpy.dtype(numpy.uint8): MPI.BYTE,
 }
 
-_FLOAT16 = []  # [(datatype, op)] once made: both need MPI initialised
-
-
-def _float16_sum(inbuf, inoutbuf, datatype):
-    # numpy's float16 add widens both operands to float32, adds, and rounds the sum to
-    # float16 once: every pairwise combine of the reduction costs one float16 rounding.
-    a = numpy.frombuffer(inbuf, dtype=numpy.float16)
-    b = numpy.frombuffer(inoutbuf, dtype=numpy.float16)
-    numpy.add(a, b, out=b)
+_FLOAT16_TYPE = []  # made on first use: MPI must be initialised
 
 
 def mpi_type_and_sum(dtype):
-    """(MPI datatype, sum op) for a transfer dtype.
+    """(MPI datatype, MPI sum op or None) for a transfer dtype.
 
-    MPI has no float16 type or sum (MPICH's MPIX_C_FLOAT16 is not in Intel or Fujitsu MPI),
-    so float16 travels as a 2-byte contiguous datatype and is summed by a user-defined,
-    commutative op (``_float16_sum``). Everything else uses MPI's own type and MPI_SUM.
+    float16 travels as a 2-byte contiguous datatype and has no MPI sum (None): the
+    communicators sum it with numpy, see ``_half``.
     """
     dtype = numpy.dtype(dtype)
     if dtype != numpy.float16:
         return MPI_TYPES[dtype], MPI.SUM
-    if not _FLOAT16:
-        _FLOAT16.append((MPI.BYTE.Create_contiguous(2).Commit(),
-                         MPI.Op.Create(_float16_sum, commute=True)))
-    return _FLOAT16[0]
+    if not _FLOAT16_TYPE:
+        _FLOAT16_TYPE.append(MPI.BYTE.Create_contiguous(2).Commit())
+    return _FLOAT16_TYPE[0], None
 
 
 def grad_params(model, zero_fill):
@@ -205,7 +195,12 @@ class PackedBuffer(object):
                 dst[...] = 0  # zero_fill: an unused parameter contributes zeros
             else:
                 src = grad.reshape(-1)[a - offs[i]:b - offs[i]]
-                if scale is not None:
+                if dst.dtype == numpy.float16 and src.dtype == numpy.float32 \
+                        and src.flags.c_contiguous:
+                    from chainermn_torus.communicators import _half_kernels
+                    _half_kernels.pack(dst.view(numpy.uint16), src,
+                                       numpy.float32(1.0 if scale is None else scale))
+                elif scale is not None:
                     # In the wider of the two precisions, rounded once into the buffer (a
                     # float16 buffer must not round, or underflow, before the scaling; a
                     # float16 gradient is scaled in the float32 it is carried in).
@@ -222,6 +217,12 @@ class PackedBuffer(object):
             if p.data.dtype == buf.dtype:
                 p.grad = src  # a view: no copy (valid until the next call)
                 self._viewers.append(weakref.ref(p))
+            elif buf.dtype == numpy.float16 and p.data.dtype == numpy.float32:
+                from chainermn_torus.communicators import _half_kernels
+                grad = p.grad
+                if grad is None or grad.dtype != numpy.float32 or not grad.flags.c_contiguous:
+                    grad = p.grad = numpy.empty(p.data.shape, numpy.float32)
+                _half_kernels.unpack(grad.reshape(-1), src.reshape(-1).view(numpy.uint16))
             elif p.grad is None:
                 p.grad = src.astype(p.data.dtype)
             else:

@@ -23,7 +23,6 @@ from chainer import optimizer as optimizer_module
 from chainer import training
 from numba import prange
 
-from chainermn_torus.optimizers import kernels
 
 __all__ = ['linear_scaling', 'Ramp', 'GradualWarmup', 'RMSpropWarmup', 'RMSpropToSGD']
 
@@ -110,16 +109,13 @@ class RMSpropToSGD(Ramp):
 
 @numba.njit(parallel=True, cache=True)
 def _rmsprop_warmup_kernel(p, g, ms, v, lr, momentum, rho, one_minus_rho, eps, w, one_minus_w):
-    n = p.size
-    chunk = kernels.CHUNK
-    for c in prange((n + chunk - 1) // chunk):
-        for i in range(c * chunk, min(n, (c + 1) * chunk)):
-            gi = g[i]
-            msi = rho * ms[i] + one_minus_rho * gi * gi
-            ms[i] = msi
-            vi = momentum * v[i] - lr * (w + one_minus_w / (numpy.sqrt(msi) + eps)) * gi
-            v[i] = vi
-            p[i] = p[i] + vi
+    for i in prange(p.size):  # one flat prange: it vectorises (see kernels)
+        gi = g[i]
+        msi = rho * ms[i] + one_minus_rho * gi * gi
+        ms[i] = msi
+        vi = momentum * v[i] - lr * (w + one_minus_w / (numpy.sqrt(msi) + eps)) * gi
+        v[i] = vi
+        p[i] = p[i] + vi
 
 
 _default = optimizer_module.Hyperparameter()

@@ -9,9 +9,12 @@ node, for this reason). The default budget gives each rank C/R threads:
 * otherwise it is the node's physical cores divided by the ranks on this node (R from the
   communicator's ``intra_size``), at least 1.
 
-``threads`` (or the environment variable ``CHAINERMN_TORUS_THREADS``) overrides it. The budget
-is applied to every BLAS/OpenMP pool threadpoolctl finds and to numba's pool (the fused
-kernels).
+``threads`` (or the environment variable ``CHAINERMN_TORUS_THREADS``) overrides it;
+``CHAINERMN_TORUS_THREADS=off`` leaves the libraries' own settings alone. The budget is applied
+to every BLAS/OpenMP pool threadpoolctl finds and to numba's pool (the fused and float16
+kernels). Our communicators apply the default budget when they are created, so unchanged
+ChainerMN scripts get it too; oversubscribed numba or BLAS pools were measured 100x slower
+(two ranks with two spinning numba threads each on two cores).
 """
 import os
 
@@ -57,6 +60,11 @@ def apply_thread_budget(threads=None, intra_size=1):
     """Limit BLAS/OpenMP and numba threads of this process; returns what was applied."""
     if threads is not None:
         n, reason = _parse(threads, 'threads'), 'requested'
+    elif os.environ.get(THREADS_ENV, '').lower() == 'off':
+        return {'threads': None, 'reason': THREADS_ENV + '=off: libraries decide',
+                'numba_threads': numba.get_num_threads(),
+                'pools': sorted({'{}:{}'.format(i.get('internal_api'), i.get('num_threads'))
+                                 for i in threadpool_info()})}
     elif os.environ.get(THREADS_ENV):
         n, reason = _parse(os.environ[THREADS_ENV], THREADS_ENV), THREADS_ENV
     else:
@@ -71,6 +79,9 @@ def apply_thread_budget(threads=None, intra_size=1):
 
 def describe_budget(budget, rank=None):
     who = '' if rank is None else 'rank {}: '.format(rank)
+    if budget['threads'] is None:
+        return '{}thread budget off ({}); pools {}'.format(who, budget['reason'],
+                                                           ', '.join(budget['pools']))
     return '{}{} BLAS/OpenMP threads, {} numba threads ({}); pools {}'.format(
         who, budget['threads'], budget['numba_threads'], budget['reason'],
         ', '.join(budget['pools']) or 'none found')

@@ -1,0 +1,76 @@
+"""Sums of float16 buffers without an MPI float16 sum.
+
+MPI has no float16 type or sum (MPICH's MPIX_C_FLOAT16 is not in Intel or Fujitsu MPI), and a
+user-defined MPI op runs Python inside MPI's progress engine for every pairwise combine (it
+needs the GIL, which the training thread holds: measured 25x slower than MPI_SUM in float32
+under double buffering). So float16 is only *moved* by MPI and summed by numpy:
+
+* reduce-scatter = MPI_Alltoall of the P blocks, then each rank adds the P blocks it
+  received in float32 and rounds the sum to float16 once (``_half_kernels.sum_blocks``);
+* all-reduce = that reduce-scatter, then an in-place MPI_Allgather of the summed blocks.
+
+Bytes per rank are those of a ring or Rabenseifner all-reduce ((P-1)/P of the buffer in each
+phase), every element is rounded to float16 once per reduce-scatter, and every rank adds the
+blocks in the same order, so all ranks end with the same bits. Elements that do not divide
+evenly into P blocks (fewer than P) are summed in float32 with MPI_Allreduce.
+"""
+import numpy
+from mpi4py import MPI
+
+__all__ = ['HalfReducer']
+
+
+class HalfReducer(object):
+    """Float16 reduce-scatter and all-reduce on one communicator, with a reused scratch."""
+
+    def __init__(self, mpi_type):
+        self.mpi_type = mpi_type
+        self._scratch = None
+        self._acc = None  # float32 accumulator of the block sums
+
+    def _recv(self, n):
+        if self._scratch is None or self._scratch.size < n:
+            self._scratch = numpy.empty(n, dtype=numpy.float16)
+        return self._scratch[:n]
+
+    def reduce_scatter(self, comm, src, out):
+        """out (c elements) = float16(sum over ranks, in float32, of block ``comm.rank`` of src)."""
+        size, c = comm.size, out.size
+        if size == 1:
+            out[...] = src[:c]
+            return out
+        recv = self._recv(size * c)
+        comm.Alltoall([src[:size * c], self.mpi_type], [recv, self.mpi_type])
+        from chainermn_torus.communicators import _half_kernels  # numba: only when used
+        if self._acc is None or self._acc.size < c:
+            self._acc = numpy.empty(c, numpy.float32)
+        _half_kernels.sum_blocks(out.view(numpy.uint16), recv.view(numpy.uint16), size,
+                                 self._acc)
+        return out
+
+    def allreduce(self, comm, array, src=None):
+        """array = the float16 sum over ranks of ``src`` (default: of ``array``), in place."""
+        size = comm.size
+        src = array if src is None else src
+        if size == 1:
+            if src is not array:
+                array[...] = src
+            return array
+        n = array.size
+        main = n - n % size
+        c = main // size
+        if c:
+            # Safe in place: the all-to-all receives into scratch; the sum is written after.
+            self.reduce_scatter(comm, src[:main], array[comm.rank * c:(comm.rank + 1) * c])
+            comm.Allgather(MPI.IN_PLACE, [array[:main], self.mpi_type])
+        if main < n:
+            self.sum_small(comm, array[main:], src[main:])
+        return array
+
+    @staticmethod
+    def sum_small(comm, array, src=None):
+        """A few elements: widened to float32 and summed by MPI_Allreduce."""
+        wide = (array if src is None else src).astype(numpy.float32)
+        comm.Allreduce(MPI.IN_PLACE, [wide, MPI.FLOAT], op=MPI.SUM)
+        array[...] = wide
+        return array
