@@ -27,8 +27,11 @@ test: setup
 
 bench: setup
 	mkdir -p results
-	$(MPIEXEC) -n 2 $(PY) -m chainermn_torus.bench.allreduce --model resnet50 --json results/allreduce-resnet50-p2.json
+	$(MPIEXEC) -n 2 $(PY) -m chainermn_torus.bench.allreduce --model resnet50 --fp16 --json results/allreduce-resnet50-p2.json
 	$(MPIEXEC) -n 4 $(PY) -m chainermn_torus.bench.allreduce --model resnet50 --json results/allreduce-resnet50-p4.json
+	$(PY) -m chainermn_torus.bench.optimizer_update --optimizer adam --json results/update-adam.json
+	$(MPIEXEC) -n 2 $(PY) -m chainermn_torus.bench.double_buffering --payload none --link-gbps 5 --json results/double-buffering.json
+	$(MPIEXEC) -n 2 $(PY) -m chainermn_torus.bench.mnist_iteration --epochs 20 --json results/mnist-iteration.json
 
 clean:
 	rm -rf results .pytest_cache

@@ -50,3 +50,27 @@ def test_force_communicator_overrides_the_requested_name():
     assert type(chainermn.create_communicator('naive')).__name__ == 'NaiveCommunicator'
     with pytest.raises(ValueError, match='unknown communicator'):
         chainermn_torus.force_communicator('nope')
+
+
+def test_float16_communication_option():
+    import numpy
+    comm = chainermn.create_communicator('rsap', allreduce_grad_dtype=numpy.float16)
+    assert comm.allreduce_grad_dtype == numpy.float16
+    assert 'gradients sent as float16' in comm.describe()
+    comm.finalize()
+    with pytest.raises(ValueError) as e:
+        chainermn.create_communicator('naive', allreduce_grad_dtype=numpy.float16)
+    assert "'naive' cannot send gradients as" in str(e.value) and 'rsap' in str(e.value)
+    with pytest.raises(ValueError) as e:
+        chainermn.create_communicator('rsaa', allreduce_grad_dtype=numpy.int32)
+    assert 'allreduce_grad_dtype must be None, numpy.float16' in str(e.value)
+
+
+def test_importing_makes_chainermn_wrapper_ours_with_chainermn_defaults():
+    import inspect
+    import chainermn.optimizers
+    assert chainermn.create_multi_node_optimizer is chainermn_torus.create_multi_node_optimizer
+    ours = inspect.signature(chainermn.create_multi_node_optimizer).parameters
+    theirs = inspect.signature(chainermn.optimizers.create_multi_node_optimizer).parameters
+    for name in theirs:  # every ChainerMN argument, with the same default
+        assert ours[name].default == theirs[name].default, name

@@ -82,6 +82,14 @@ def run(args):
             for algo in ('rsaa', 'rsap'):
                 comms['{}({}){}'.format(algo, g, label)] = chainermn_torus.create_communicator(
                     algo, grid=g, segment_size=seg)
+    if args.fp16:
+        # float16 on the wire: half the bytes, plus the conversions (see communicators._half).
+        comms['pure_allreduce/fp16'] = chainermn_torus.create_communicator(
+            'pure_allreduce', allreduce_grad_dtype=numpy.float16)
+        for g in _grids(P, args.grids):
+            for algo in ('rsaa', 'rsap'):
+                comms['{}({})/fp16'.format(algo, g)] = chainermn_torus.create_communicator(
+                    algo, grid=g, allreduce_grad_dtype=numpy.float16)
     for name, c in comms.items():
         rows[name] = (lambda c: lambda: c.multi_node_mean_grad(model))(c)
 
@@ -162,6 +170,8 @@ def build_parser():
     parser.add_argument('--segments', nargs='*', type=_segment, default=[None],
                         metavar='BYTES', help='segment sizes to compare (0 = one message, '
                         '"default" = the built-in default)')
+    parser.add_argument('--fp16', action='store_true',
+                        help='also rows with allreduce_grad_dtype=float16')
     parser.add_argument('--json', default=None, help='write the report here (rank 0)')
     return parser
 

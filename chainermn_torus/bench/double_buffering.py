@@ -26,21 +26,19 @@ import time
 
 import chainer
 import chainer.functions as F
-import chainer.links as L
 import numpy
 
 import chainermn_torus
-from chainermn_torus.bench.gradient_sets import model_params
+from chainermn_torus.bench.gradient_sets import MLP, model_params
 from chainermn_torus.optimizers.multi_node import create_multi_node_optimizer
 
 
-class Net(chainer.Chain):
+class Net(MLP):
+    """The MNIST MLP, plus a payload of parameters that are only communicated."""
+
     def __init__(self, payload, unit=1000):
-        super(Net, self).__init__()
+        super(Net, self).__init__(unit)
         with self.init_scope():
-            self.l1 = L.Linear(784, unit)
-            self.l2 = L.Linear(unit, unit)
-            self.l3 = L.Linear(unit, 10)
             self.payload = chainer.Link()
         with self.payload.init_scope():
             for i, (_, shape) in enumerate(payload):
@@ -48,8 +46,7 @@ class Net(chainer.Chain):
                         chainer.Parameter(numpy.zeros(shape, numpy.float32)))
 
     def forward(self, x, t):
-        h = F.relu(self.l2(F.relu(self.l1(x))))
-        return F.softmax_cross_entropy(self.l3(h), t)
+        return F.softmax_cross_entropy(super(Net, self).forward(x), t)
 
 
 def _slow_link(fn, comm, gbps, stats):

@@ -30,6 +30,7 @@ import chainermn.optimizers
 import numpy
 
 import chainermn_torus
+from chainermn_torus.bench.gradient_sets import MLP
 from chainermn_torus.datasets import DEFAULT_MNIST_DIR, load_mnist_idx
 from chainermn_torus.optimizers import fpenv, threads
 from chainermn_torus.optimizers.multi_node import create_multi_node_optimizer
@@ -43,19 +44,6 @@ CONFIGS = {
                                fp16=True),
 }
 PHASES = ('data', 'forward_backward', 'communication', 'update', 'total')
-
-
-class MLP(chainer.Chain):
-    def __init__(self, n_units=1000, n_out=10):
-        super(MLP, self).__init__()
-        with self.init_scope():
-            self.l1 = L.Linear(784, n_units)
-            self.l2 = L.Linear(n_units, n_units)
-            self.l3 = L.Linear(n_units, n_out)
-
-    def forward(self, x):
-        import chainer.functions as F
-        return self.l3(F.relu(self.l2(F.relu(self.l1(x)))))
 
 
 def _timed(stats, key, fn):

@@ -9,8 +9,10 @@ Rows, interleaved round by round so that machine noise hits all of them alike:
   arrays, as after ChainerMN's ``naive``);
 * ``fused-flat``: one kernel call over the flat model (gradients contiguous, as after a
   ``chainermn_torus`` communicator);
-* ``copy``: a parallel copy of the same number of bytes through the same threads, the
-  bandwidth reference.
+* ``copy``: a parallel copy of the parameter array, the classic bandwidth reference (it
+  counts 2 arrays; the hardware also reads the destination before writing it);
+* ``same-traffic``: a kernel that reads and writes the same arrays as the rule with no
+  arithmetic: the floor a memory-bound update cannot go below.
 
 Effective bandwidth = bytes the rule must read and write (Adam: p, g, m, v read, p, m, v
 written) / time. ``--denormal`` fills the state with subnormal numbers, to show what
@@ -21,7 +23,9 @@ import json
 import time
 
 import chainer
+import numba
 import numpy
+from numba import prange
 
 from chainermn_torus.bench.gradient_sets import model_params
 from chainermn_torus.optimizers import fuse, kernels, threads
@@ -30,6 +34,23 @@ from chainermn_torus.optimizers import fuse, kernels, threads
 _TRAFFIC = {'adam': 7, 'momentum_sgd': 5, 'rmsprop': 5}
 _CLASSES = {'adam': chainer.optimizers.Adam, 'momentum_sgd': chainer.optimizers.MomentumSGD,
             'rmsprop': chainer.optimizers.RMSprop}
+
+
+@numba.njit(parallel=True, cache=True)
+def _traffic4(p, g, m, v):
+    for i in prange(p.size):  # read p, g, m, v; write p, m, v
+        a = g[i]
+        m[i] = m[i] + a
+        v[i] = v[i] + a
+        p[i] = p[i] + a
+
+
+@numba.njit(parallel=True, cache=True)
+def _traffic3(p, g, s):
+    for i in prange(p.size):  # read p, g, s; write p, s
+        a = g[i]
+        s[i] = s[i] + a
+        p[i] = p[i] + a
 
 
 class _Holder(chainer.Link):
@@ -81,7 +102,10 @@ def run(model='resnet50', optimizer='adam', rounds=10, warmup=2, denormal=False,
     src = numpy.ones(n, numpy.float32)
     dst = numpy.empty_like(src)
     kernels.copy(dst, src)
-    times = {k: [] for k in list(rows) + ['copy']}
+    arrays = [numpy.zeros(n, numpy.float32) for _ in range(4 if optimizer == 'adam' else 3)]
+    traffic = _traffic4 if optimizer == 'adam' else _traffic3
+    traffic(*arrays)
+    times = {k: [] for k in list(rows) + ['copy', 'same-traffic']}
     for r in range(warmup + rounds):
         for name, opt in rows.items():
             t0 = time.perf_counter()
@@ -91,24 +115,29 @@ def run(model='resnet50', optimizer='adam', rounds=10, warmup=2, denormal=False,
                 times[name].append(dt)
         t0 = time.perf_counter()
         kernels.copy(dst, src)
+        t1 = time.perf_counter()
+        traffic(*arrays)
         if r >= warmup:
-            times['copy'].append(time.perf_counter() - t0)
+            times['copy'].append(t1 - t0)
+            times['same-traffic'].append(time.perf_counter() - t1)
     assert rows['fused-flat'].flat_steps == warmup + rounds + 1, 'flat path not taken'
     copy_med = float(numpy.median(times['copy']))
     copy_bw = 2 * n * 4 / copy_med
-    traffic = _TRAFFIC[optimizer] * n * 4
+    traffic_bytes = _TRAFFIC[optimizer] * n * 4
     stock_med = float(numpy.median(times['stock']))
+    floor_med = float(numpy.median(times['same-traffic']))
     result = {'model': model, 'optimizer': optimizer, 'elements': n, 'rounds': rounds,
               'denormal_state': denormal, 'ftz': ftz, 'threads': budget,
               'copy_bandwidth_GBps': copy_bw / 1e9, 'rows': {}}
     for name, ts in times.items():
         med = float(numpy.median(ts))
-        bytes_moved = 2 * n * 4 if name == 'copy' else traffic
+        bytes_moved = 2 * n * 4 if name == 'copy' else traffic_bytes
         result['rows'][name] = {
             'median_ms': med * 1e3, 'min_ms': float(numpy.min(ts)) * 1e3,
             'speedup_vs_stock': stock_med / med,
             'effective_GBps': bytes_moved / med / 1e9,
-            'fraction_of_copy_bw': bytes_moved / med / copy_bw}
+            'fraction_of_copy_bw': bytes_moved / med / copy_bw,
+            'floor_over_time': floor_med / med}
     return result
 
 
@@ -116,12 +145,14 @@ def format_table(res):
     lines = ['{} update on {} ({:,} float32 elements), {} rounds, threads {}, denormal state {}, '
              'ftz {}'.format(res['optimizer'], res['model'], res['elements'], res['rounds'],
                              res['threads']['threads'], res['denormal_state'], res['ftz']),
-             '{:<16} {:>10} {:>10} {:>9} {:>9} {:>8}'.format(
-                 'row', 'median ms', 'min ms', 'x stock', 'GB/s', 'of copy')]
+             '{:<16} {:>10} {:>10} {:>9} {:>9} {:>8} {:>9}'.format(
+                 'row', 'median ms', 'min ms', 'x stock', 'GB/s', 'of copy', 'of floor')]
     for name, r in res['rows'].items():
-        lines.append('{:<16} {:>10.2f} {:>10.2f} {:>9.2f} {:>9.2f} {:>7.0%}'.format(
+        lines.append('{:<16} {:>10.2f} {:>10.2f} {:>9.2f} {:>9.2f} {:>7.0%} {:>8.0%}'.format(
             name, r['median_ms'], r['min_ms'], r['speedup_vs_stock'], r['effective_GBps'],
-            r['fraction_of_copy_bw']))
+            r['fraction_of_copy_bw'], r['floor_over_time']))
+    lines.append('(GB/s: bytes the update must read and write / time; copy counts its 2 arrays; '
+                 'of floor: the same-traffic kernel\'s time / this row\'s time)')
     return '\n'.join(lines)
 
 

@@ -107,7 +107,11 @@ class Layout(object):
             if a != b:
                 return 'array #{}: {} vs {}'.format(i, _entry_str(a), _entry_str(b))
         if len(self.entries) != len(other.entries):
-            return '{} arrays vs {} arrays'.format(len(self.entries), len(other.entries))
+            longer = self.entries if len(self.entries) > len(other.entries) else other.entries
+            extra = longer[min(len(self.entries), len(other.entries)):]
+            return '{} arrays vs {} arrays; only one side has {}{}'.format(
+                len(self.entries), len(other.entries), _entry_str(extra[0]),
+                ' and {} more'.format(len(extra) - 1) if len(extra) > 1 else '')
         return 'transfer dtype {} vs {}'.format(self.dtype, other.dtype)
 
 

@@ -16,7 +16,6 @@ M need not be a power of two. With M' the largest power of two <= M, the positio
 rounds carrying two chunk ranges each (their own group, and the group shifted by M'); a last
 round puts the full result to each extra. That costs two fences more than a power of two.
 """
-import weakref
 
 import numpy
 from mpi4py import MPI
@@ -108,15 +107,16 @@ class RsapCommunicator(TorusPhases, TorusCommunicatorBase):
         array = numpy.frombuffer(win.tomemory(), dtype=layout.dtype, count=layout.size)
         buf = _packing.PackedBuffer(layout, segment_elems, array=array)
         buf.window = win
-        # Freed at interpreter exit if nobody did before: MPI_Finalize with a live window
-        # leaks its registration. Every rank created the windows in the same order, so the
-        # collective frees also match up.
-        buf.free_window = weakref.finalize(self, _free_window, win)
+        # Freed only by finalize() or buffer eviction, which every rank reaches at the same
+        # point. Never from a garbage-collection finalizer: MPI_Win_free is collective, and
+        # the collector runs at different moments on different ranks, so a free called from
+        # it met other collectives on the other ranks and deadlocked (seen, 2 runs in 12 at
+        # P=3). A communicator dropped without finalize() keeps its window until exit.
         return buf
 
     def _release_buffer(self, buf):
         super(RsapCommunicator, self)._release_buffer(buf)  # grads stop viewing the memory
         if buf.window is not None:
             buf.array = None
-            buf.free_window()
+            _free_window(buf.window)
             buf.window = None

@@ -52,16 +52,18 @@ def set_worker_mode(ftz):
         _MODE['ftz'], _MODE['threads'] = ftz, threads
 
 
+@numba.njit(inline='always')
+def _moments(gi, mi, vi, one_minus_beta1, one_minus_beta2):
+    """Adam's first and second moments, in Chainer's order of operations."""
+    return mi + one_minus_beta1 * (gi - mi), vi + one_minus_beta2 * (gi * gi - vi)
+
+
 @numba.njit(parallel=True, cache=True)
 def _adam(p, g, m, v, alpha_t, one_minus_beta1, one_minus_beta2, eps, a, b):
     # Plain Adam/AdamW, branch-free. With a == 1, a * p is exactly p, so this is Chainer's
     # ``p += b * (step * m)`` to the bit as well.
     for i in prange(p.size):
-        gi = g[i]
-        mi = m[i]
-        mi = mi + one_minus_beta1 * (gi - mi)
-        vi = v[i]
-        vi = vi + one_minus_beta2 * (gi * gi - vi)
+        mi, vi = _moments(g[i], m[i], v[i], one_minus_beta1, one_minus_beta2)
         m[i] = mi
         v[i] = vi
         p[i] = a * p[i] + b * ((alpha_t / (numpy.sqrt(vi) + eps)) * mi)
@@ -72,11 +74,7 @@ def _adam_variants(p, g, m, v, vhat, alpha_t, one_minus_beta1, one_minus_beta2, 
                    lower, upper, amsgrad, adabound):
     # AMSGrad / AdaBound / AMSBound: rarer, so one loop with branches.
     for i in prange(p.size):
-        gi = g[i]
-        mi = m[i]
-        mi = mi + one_minus_beta1 * (gi - mi)
-        vi = v[i]
-        vi = vi + one_minus_beta2 * (gi * gi - vi)
+        mi, vi = _moments(g[i], m[i], v[i], one_minus_beta1, one_minus_beta2)
         m[i] = mi
         v[i] = vi
         if amsgrad:

@@ -314,9 +314,17 @@ class _DoubleBufferingOptimizer(_MultiNodeOptimizer):
             self._set('_pending', grads)
 
     def finalize(self):
-        """Wait for the last all-reduce and stop the thread."""
+        """Wait for the last all-reduce, stop the thread, free the clone's MPI resources.
+
+        Collective (like a communicator's finalize): call it on every rank, at the same
+        point, when training ends. Without it the clone's windows stay allocated until exit;
+        nothing is freed from garbage collection, where ranks would free at different times.
+        """
         self.wait()
         self._executor.shutdown(wait=True)
+        if self.background is not None:
+            self.background.finalize()
+            self._set('background', None)
 
     def __del__(self):
         executor = self.__dict__.get('_executor')

@@ -3,6 +3,12 @@
 example, reading MNIST-format IDX files (default: Debian's Fashion-MNIST) on CPU.
 
     mpiexec -n 4 python examples/mnist/train_mnist.py --communicator rsap --epoch 2
+
+CPU options of chainermn_torus's multi-node optimizer: the fused update (on by default for
+Adam, MomentumSGD and RMSprop), flush-to-zero (on), double buffering (off: it changes the
+training into 1-step-stale updates), float16 gradient communication (off), a NaN/Inf check,
+the per-rank thread budget, and Goyal et al.'s learning-rate warm-up. ``--stock`` runs
+ChainerMN's own wrapper and Chainer's update instead, for comparison.
 """
 import argparse
 import json
@@ -15,11 +21,20 @@ import chainer.links as L
 from chainer import training
 from chainer.training import extensions
 import chainermn
+import chainermn.optimizers
 import numpy
 
 import chainermn_torus  # NOQA: registers pure_allreduce, rsaa, rsap
 from chainermn_torus.datasets import DEFAULT_MNIST_DIR, load_mnist_idx
+from chainermn_torus.optimizers import threads
+from chainermn_torus.optimizers.large_batch import GradualWarmup, linear_scaling
 from chainermn_torus.timing import time_gradient_communication
+
+OPTIMIZERS = {
+    'adam': (lambda lr: chainer.optimizers.Adam(alpha=lr), 'alpha', 0.001),
+    'momentum': (lambda lr: chainer.optimizers.MomentumSGD(lr=lr), 'lr', 0.01),
+    'rmsprop': (lambda lr: chainer.optimizers.RMSprop(lr=lr), 'lr', 0.001),
+}
 
 
 class MLP(chainer.Chain):
@@ -58,10 +73,44 @@ def main():
     parser.add_argument('--progress', action='store_true', help='show a progress bar')
     parser.add_argument('--limit', type=int, default=None, metavar='N',
                         help='use only the first N training and N test images (smoke tests)')
+    cpu = parser.add_argument_group('CPU multi-node optimizer (chainermn_torus)')
+    cpu.add_argument('--optimizer', choices=sorted(OPTIMIZERS), default='adam')
+    cpu.add_argument('--lr', type=float, default=None,
+                     help='learning rate (Adam: alpha) for the whole batch; default: the '
+                          "optimizer's default (Adam 0.001), or with --warmup-epochs the "
+                          'default scaled by the number of ranks (linear scaling rule)')
+    cpu.add_argument('--warmup-epochs', type=float, default=0,
+                     help='Goyal et al.: ramp the learning rate linearly from the one-rank '
+                          'value to the scaled one over this many epochs')
+    cpu.add_argument('--fused', dest='fused', action='store_true', default=True,
+                     help='fused numba update (default)')
+    cpu.add_argument('--no-fused', dest='fused', action='store_false')
+    cpu.add_argument('--flush-denormals', dest='ftz', action='store_true', default=True,
+                     help='flush-to-zero / denormals-are-zero (default)')
+    cpu.add_argument('--no-flush-denormals', dest='ftz', action='store_false')
+    cpu.add_argument('--double-buffering', action='store_true',
+                     help='overlap the all-reduce with the next step (1-step-stale gradients)')
+    cpu.add_argument('--fp16-allreduce', action='store_true',
+                     help='send gradients as float16 (half the bytes)')
+    cpu.add_argument('--check-finite', action='store_true',
+                     help='stop with the rank named if a gradient is NaN/Inf')
+    cpu.add_argument('--threads', type=int, default=None,
+                     help='BLAS/numba threads per rank (default: cores / ranks per node)')
+    cpu.add_argument('--stock', action='store_true',
+                     help="ChainerMN's own wrapper and Chainer's update (baseline)")
     args = parser.parse_args()
 
     kwargs = {'grid': args.grid} if args.grid else {}
+    if args.fp16_allreduce:
+        kwargs['allreduce_grad_dtype'] = numpy.float16
     comm = chainermn.create_communicator(args.communicator, **kwargs)
+    # Our communicators already applied (and printed) the default budget; do it here for
+    # ChainerMN's communicators and for an explicit --threads.
+    budget = getattr(comm, 'thread_budget', None)
+    if budget is None or args.threads is not None:
+        budget = threads.apply_thread_budget(args.threads, comm.intra_size)
+        if comm.intra_rank == 0:
+            print('chainermn_torus: ' + threads.describe_budget(budget, comm.rank), flush=True)
     comm_stats = time_gradient_communication(comm)
     numpy.random.seed(args.seed)  # same initial weights everywhere; bcast_data makes sure
 
@@ -73,11 +122,27 @@ def main():
         print('Num unit: {}'.format(args.unit))
         print('Num Minibatch-size: {}'.format(args.batchsize))
         print('Num epoch: {}'.format(args.epoch))
+        print('Optimizer: {}{}'.format(args.optimizer, ' (stock ChainerMN wrapper)' if args.stock
+                                       else ': fused={} flush_denormals={} double_buffering={} '
+                                       'fp16_allreduce={}'.format(args.fused, args.ftz,
+                                                                  args.double_buffering,
+                                                                  args.fp16_allreduce)))
         print('Data: {}'.format(args.data_dir))
         print('==========================================')
 
     model = L.Classifier(MLP(args.unit, 10))
-    optimizer = chainermn.create_multi_node_optimizer(chainer.optimizers.Adam(), comm)
+    make, lr_attr, default_lr = OPTIMIZERS[args.optimizer]
+    lr = args.lr
+    if lr is None:  # linear scaling rule only when warming up to it
+        lr = linear_scaling(default_lr, comm.size, 1) if args.warmup_epochs else default_lr
+    actual = make(lr)
+    if args.stock:
+        optimizer = chainermn.optimizers.create_multi_node_optimizer(
+            actual, comm, double_buffering=args.double_buffering)
+    else:
+        optimizer = chainermn.create_multi_node_optimizer(
+            actual, comm, double_buffering=args.double_buffering, fused=args.fused,
+            flush_denormals=args.ftz, check_finite=args.check_finite)
     optimizer.setup(model)
 
     # Rank 0 reads the data (a missing directory fails there) and every rank learns of it.
@@ -102,6 +167,9 @@ def main():
                                                  shuffle=False)
     updater = training.StandardUpdater(train_iter, optimizer, device=-1)
     trainer = training.Trainer(updater, (args.epoch, 'epoch'), out=args.out)
+    if args.warmup_epochs:
+        trainer.extend(GradualWarmup(target_lr=lr, start_lr=lr / comm.size,
+                                     duration=args.warmup_epochs, attr=lr_attr))
 
     evaluator = extensions.Evaluator(test_iter, model, device=-1)
     evaluator = chainermn.create_multi_node_evaluator(evaluator, comm)
@@ -117,25 +185,40 @@ def main():
 
     t0 = time.perf_counter()
     trainer.run()
+    if hasattr(optimizer, 'finalize'):
+        optimizer.finalize()  # double buffering: the last all-reduce in flight
     train_seconds = time.perf_counter() - t0
 
     final = evaluator()  # averaged over ranks by the multi-node evaluator
+    if args.double_buffering and not args.stock:
+        # The all-reduce ran in the background thread on a clone of the communicator: count
+        # its time there, and how long training waited for it.
+        comm_stats = {'seconds': optimizer.timings['communicate'],
+                      'calls': optimizer.iterations}
+    wait_seconds = comm.allreduce_obj(getattr(optimizer, 'timings', {}).get('wait', 0.0)) \
+        / comm.size
     comm_seconds = comm.allreduce_obj(comm_stats['seconds']) / comm.size
     if comm.rank == 0:
         summary = {
             'communicator': args.communicator, 'ranks': comm.size, 'epochs': args.epoch,
+            'optimizer': args.optimizer, 'stock': args.stock, 'fused': args.fused,
+            'flush_denormals': args.ftz, 'double_buffering': args.double_buffering,
+            'fp16_allreduce': args.fp16_allreduce, 'threads': budget['threads'],
             'batchsize_per_rank': args.batchsize, 'unit': args.unit,
             'test_accuracy': float(final['validation/main/accuracy']),
             'test_loss': float(final['validation/main/loss']),
             'train_seconds': train_seconds,
             'gradient_communication_seconds': comm_seconds,
             'gradient_communication_calls': comm_stats['calls'],
+            'waited_for_communication_seconds': wait_seconds,
         }
         print('test accuracy: {:.4f}   training time: {:.1f} s   gradient communication: '
-              '{:.2f} s ({:.1f}% of training, {} calls, {:.2f} ms each, mean over ranks)'.format(
-                  summary['test_accuracy'], train_seconds, comm_seconds,
-                  100.0 * comm_seconds / train_seconds, comm_stats['calls'],
-                  1e3 * comm_seconds / max(comm_stats['calls'], 1)))
+              '{:.2f} s ({:.1f}% of training, {} calls, {:.2f} ms each, mean over ranks){}'
+              .format(summary['test_accuracy'], train_seconds, comm_seconds,
+                      100.0 * comm_seconds / train_seconds, comm_stats['calls'],
+                      1e3 * comm_seconds / max(comm_stats['calls'], 1),
+                      '; waited for it {:.2f} s (double buffering)'.format(wait_seconds)
+                      if args.double_buffering and not args.stock else ''))
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, 'summary.json'), 'w') as f:
             json.dump(summary, f, indent=2)

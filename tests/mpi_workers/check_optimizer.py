@@ -4,6 +4,7 @@ Each rank trains a small MLP on its own reproducible batches. References are com
 the same communicator (so the averaging's rounding is the same), which makes most checks
 exact: double buffering must equal an explicit 1-step-stale schedule bit for bit.
 """
+import faulthandler
 import hashlib
 import io
 import sys
@@ -190,6 +191,29 @@ def check_resume(name):
         check_equal(params_of(model2), uninterrupted, label)
 
 
+def check_background_error(comm):
+    # An error in the background all-reduce (here: rank 1's loss does not use l2, and with
+    # zero_fill=False the ranks disagree on what to average) reaches every rank's training
+    # loop at the next update, with the layout message, instead of hanging.
+    model = MLP(seed=RANK)
+    opt = chainermn.create_multi_node_optimizer(make_optimizer('adam'), comm, zero_fill=False,
+                                                double_buffering=True).setup(model)
+
+    def loss(x, t):
+        if RANK == 1:
+            return F.sum(model.l1(x))
+        return model(x, t)
+    opt.update(loss, *batch(0))  # broadcast
+    opt.update(loss, *batch(1))  # starts the all-reduce that fails in the thread
+    try:
+        opt.update(loss, *batch(2))
+    except ValueError as e:
+        assert 'differ between ranks' in str(e) and 'l2' in str(e), str(e)
+    else:
+        raise AssertionError('the background error was not re-raised')
+    opt.finalize()
+
+
 def check_bad_input(name):
     comm = chainermn.create_communicator(name)
     # An optimizer without a fused version.
@@ -220,6 +244,8 @@ def check_bad_input(name):
             raise AssertionError('NaN gradient on rank 1 not reported')
         if db:
             opt.finalize()
+    if name != 'naive':  # ChainerMN's naive does not compare layouts across ranks
+        check_background_error(comm)
     # Parameters that change mid-training: re-broadcast, replicas stay equal.
     model = MLP(seed=RANK)
     opt = chainermn.create_multi_node_optimizer(make_optimizer('adam'), comm,
@@ -239,6 +265,8 @@ def check_bad_input(name):
 
 
 def main():
+    # A hang shows every thread's stack (this rank's) instead of only the test's timeout.
+    faulthandler.dump_traceback_later(200, exit=True)
     names = sys.argv[1:] or ['rsap', 'rsaa', 'pure_allreduce', 'naive']
     for name in names:
         check_schedules(name)
