@@ -5,9 +5,8 @@ PY      := $(VENV)/bin/python
 MPIEXEC := $(VENV)/bin/mpiexec
 NP      ?= 4
 EPOCH   ?= 2
-# Several ranks share the cores: one BLAS thread per rank.
-export OMP_NUM_THREADS ?= 1
-export OPENBLAS_NUM_THREADS ?= 1
+# BLAS/OpenMP/numba threads per rank: cores / ranks per node, set by chainermn_torus when the
+# communicator is created (CHAINERMN_TORUS_THREADS=N to choose).
 
 .PHONY: setup demo demo-naive test bench clean
 

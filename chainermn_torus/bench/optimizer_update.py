@@ -15,8 +15,10 @@ Rows, interleaved round by round so that machine noise hits all of them alike:
   arithmetic: the floor a memory-bound update cannot go below.
 
 Effective bandwidth = bytes the rule must read and write (Adam: p, g, m, v read, p, m, v
-written) / time. ``--denormal`` fills the state with subnormal numbers, to show what
-flush-to-zero (``--ftz``) saves.
+written) / time. ``--denormal`` makes every gradient zero and fills the state with subnormal
+numbers, which then stay subnormal for about a hundred steps as they decay (what weights of
+dead units and always-black pixels do in real training), to show what flush-to-zero
+(``--ftz``) saves.
 """
 import argparse
 import json
@@ -90,7 +92,8 @@ def run(model='resnet50', optimizer='adam', rounds=10, warmup=2, denormal=False,
     shapes = [shape for _, shape in model_params(model)]
     n = int(sum(numpy.prod(s) for s in shapes))
     rng = numpy.random.RandomState(1)
-    grads = [rng.standard_normal(s).astype(numpy.float32) * 1e-3 for s in shapes]
+    grads = [rng.standard_normal(s).astype(numpy.float32) * (0.0 if denormal else 1e-3)
+             for s in shapes]
     flat_grads = numpy.concatenate([g.ravel() for g in grads])
     rows = {
         'stock': _setup(optimizer, shapes, grads, None, False, denormal),

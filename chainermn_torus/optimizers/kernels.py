@@ -43,13 +43,37 @@ def _set_mode_everywhere(ftz, iterations):
 
 
 def set_worker_mode(ftz):
-    """Set flush-to-zero on or off in numba's worker threads (and this thread)."""
+    """Set flush-to-zero on or off in numba's worker threads (not in the calling thread)."""
     ftz = bool(ftz)
     threads = numba.get_num_threads()
     if _MODE['ftz'] is not ftz or _MODE['threads'] != threads:
+        caller = fpenv.flush_denormals_enabled()
         _set_mode_everywhere(ftz, 16 * threads)
-        fpenv.kernel_set_mode(ftz)
+        fpenv.kernel_set_mode(caller)  # the caller also ran iterations of the pass
         _MODE['ftz'], _MODE['threads'] = ftz, threads
+
+
+class _kernel_mode(object):
+    """Context: the kernel's FP mode in its workers and, for its duration, in the caller.
+
+    The calling thread executes part of every parallel loop, so it needs the kernel's mode
+    too; afterwards it gets its own back, so a kernel with ftz=False does not undo a
+    process-wide ``fpenv.set_flush_denormals(True)`` (nor the other way round).
+    """
+
+    def __init__(self, ftz):
+        self.ftz = bool(ftz)
+
+    def __enter__(self):
+        set_worker_mode(self.ftz)
+        self.caller = fpenv.flush_denormals_enabled()
+        if self.caller != self.ftz:
+            fpenv.kernel_set_mode(self.ftz)
+
+    def __exit__(self, *exc):
+        if self.caller != self.ftz:
+            fpenv.kernel_set_mode(self.caller)
+        return False
 
 
 @numba.njit(inline='always')
@@ -91,12 +115,12 @@ def _adam_variants(p, g, m, v, vhat, alpha_t, one_minus_beta1, one_minus_beta2, 
 def adam(p, g, m, v, vhat, alpha_t, one_minus_beta1, one_minus_beta2, eps, a, b,
          lower, upper, amsgrad, adabound, ftz):
     """Chainer's AdamRule.update_core_cpu (a = 1 - eta*wd, b = -eta), fused."""
-    set_worker_mode(ftz)
-    if amsgrad or adabound:
-        _adam_variants(p, g, m, v, vhat, alpha_t, one_minus_beta1, one_minus_beta2, eps, a, b,
-                       lower, upper, amsgrad, adabound)
-    else:
-        _adam(p, g, m, v, alpha_t, one_minus_beta1, one_minus_beta2, eps, a, b)
+    with _kernel_mode(ftz):
+        if amsgrad or adabound:
+            _adam_variants(p, g, m, v, vhat, alpha_t, one_minus_beta1, one_minus_beta2, eps,
+                           a, b, lower, upper, amsgrad, adabound)
+        else:
+            _adam(p, g, m, v, alpha_t, one_minus_beta1, one_minus_beta2, eps, a, b)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -110,8 +134,8 @@ def _momentum_sgd(p, g, v, lr, momentum):
 
 def momentum_sgd(p, g, v, lr, momentum, ftz):
     """Chainer's MomentumSGDRule.update_core_cpu, fused."""
-    set_worker_mode(ftz)
-    _momentum_sgd(p, g, v, lr, momentum)
+    with _kernel_mode(ftz):
+        _momentum_sgd(p, g, v, lr, momentum)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -136,9 +160,9 @@ def _rmsprop_eps_inside(p, g, ms, lr, alpha, one_minus_alpha, eps):
 
 def rmsprop(p, g, ms, lr, alpha, one_minus_alpha, eps, eps_inside_sqrt, ftz):
     """Chainer's RMSpropRule.update_core_cpu, fused."""
-    set_worker_mode(ftz)
     kernel = _rmsprop_eps_inside if eps_inside_sqrt else _rmsprop
-    kernel(p, g, ms, lr, alpha, one_minus_alpha, eps)
+    with _kernel_mode(ftz):
+        kernel(p, g, ms, lr, alpha, one_minus_alpha, eps)
 
 
 @numba.njit(parallel=True, cache=True)

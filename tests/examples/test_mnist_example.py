@@ -26,6 +26,34 @@ def test_mnist_example_learns(tmp_path, communicator, nprocs):
     assert 'test accuracy:' in proc.stdout and 'gradient communication:' in proc.stdout
 
 
+@pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
+                    reason='Debian package dataset-fashion-mnist is not installed '
+                           '(make setup installs it)')
+@pytest.mark.parametrize('flags,nprocs,min_accuracy', [
+    (['--double-buffering', '--fp16-allreduce', '--check-finite', '--warmup-epochs', '1'], 2,
+     0.6),
+    # 1-step-stale momentum SGD learns slowly in 20 updates (README, double buffering):
+    # well above chance (0.1) is what 2 epochs of 1000 images per rank show.
+    (['--optimizer', 'momentum', '--lr', '0.05', '--double-buffering', '--communicator',
+      'pure_allreduce'], 3, 0.25),
+    (['--stock', '--no-fused', '--no-flush-denormals', '--communicator', 'naive'], 2, 0.6),
+], ids=['db-fp16-warmup', 'momentum-db-3ranks', 'stock-chainermn'])
+def test_mnist_example_cpu_optimizer_flags(tmp_path, flags, nprocs, min_accuracy):
+    proc = run_mpi(nprocs, [EXAMPLE, '--epoch', '2', '--limit', '3000', '--out', str(tmp_path)]
+                   + flags, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.load(open(str(tmp_path / 'summary.json')))
+    assert summary['double_buffering'] == ('--double-buffering' in flags)
+    assert summary['fp16_allreduce'] == ('--fp16-allreduce' in flags)
+    assert summary['stock'] == ('--stock' in flags)
+    assert summary['test_accuracy'] > min_accuracy, summary
+    if '--double-buffering' in flags:
+        # the all-reduce ran in the background thread, once per update after the broadcast
+        assert summary['gradient_communication_calls'] > 0
+        assert 'waited for it' in proc.stdout
+    assert 'BLAS/OpenMP threads' in proc.stdout
+
+
 def test_mnist_example_missing_data_dir_fails_clearly_on_every_rank(tmp_path):
     missing = str(tmp_path / 'no-data-here')
     proc = run_mpi(2, [EXAMPLE, '--data-dir', missing, '--epoch', '1'], timeout=120)

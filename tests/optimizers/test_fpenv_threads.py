@@ -35,9 +35,13 @@ def test_flush_to_zero_flushes_denormal_arithmetic_in_main_and_kernel_threads():
         before = (tiny * numpy.float32(0.5))[0]
         assert fpenv.flush_denormals_enabled() is False
         k_off = kernel_result(False)
+        kernel_result(True)  # a kernel's mode stays in the kernel
+        assert fpenv.flush_denormals_enabled() is False
         assert fpenv.set_flush_denormals(True) is False
         assert fpenv.flush_denormals_enabled() is True
         after = (tiny * numpy.float32(0.5))[0]
+        kernel_result(False)
+        assert fpenv.flush_denormals_enabled() is True
         k_on = kernel_result(True)
         fpenv.set_flush_denormals(False)
         restored = (tiny * numpy.float32(0.5))[0]
