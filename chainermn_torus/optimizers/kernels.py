@@ -138,12 +138,19 @@ def momentum_sgd(p, g, v, lr, momentum, ftz):
         _momentum_sgd(p, g, v, lr, momentum)
 
 
+@numba.njit(inline='always')
+def _mean_square(gi, msi, alpha, one_minus_alpha):
+    """RMSprop's running mean of g^2, in Chainer's order of operations."""
+    msi = msi * alpha
+    return msi + (one_minus_alpha * gi) * gi
+
+
+# Two kernels, one per place of eps, rather than a branch in the loop (which did not vectorise).
 @numba.njit(parallel=True, cache=True)
 def _rmsprop(p, g, ms, lr, alpha, one_minus_alpha, eps):
     for i in prange(p.size):
         gi = g[i]
-        msi = ms[i] * alpha
-        msi = msi + (one_minus_alpha * gi) * gi
+        msi = _mean_square(gi, ms[i], alpha, one_minus_alpha)
         ms[i] = msi
         p[i] = p[i] - (lr * gi) / (numpy.sqrt(msi) + eps)
 
@@ -152,8 +159,7 @@ def _rmsprop(p, g, ms, lr, alpha, one_minus_alpha, eps):
 def _rmsprop_eps_inside(p, g, ms, lr, alpha, one_minus_alpha, eps):
     for i in prange(p.size):
         gi = g[i]
-        msi = ms[i] * alpha
-        msi = msi + (one_minus_alpha * gi) * gi
+        msi = _mean_square(gi, ms[i], alpha, one_minus_alpha)
         ms[i] = msi
         p[i] = p[i] - (lr * gi) / numpy.sqrt(msi + eps)
 
