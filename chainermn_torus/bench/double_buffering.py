@@ -64,12 +64,13 @@ def _slow_link(fn, comm, gbps, stats):
     return wrapper
 
 
-def build(comm_name, payload, double_buffering, gbps, seed):
+def build(comm_name, payload, double_buffering, gbps, seed, poll):
     comm = chainermn_torus.create_communicator(comm_name)
     numpy.random.seed(seed)
     model = Net(payload)
     opt = create_multi_node_optimizer(chainer.optimizers.Adam(), comm,
-                                      double_buffering=double_buffering, fused=True)
+                                      double_buffering=double_buffering, fused=True,
+                                      background_poll=poll or None)
     opt.setup(model)
     for p in model.payload.params():
         p.update_rule.enabled = False  # communicated, not updated
@@ -81,9 +82,10 @@ def build(comm_name, payload, double_buffering, gbps, seed):
     return comm, model, opt
 
 
-def run(comm_name='rsap', payload='resnet50', iterations=60, block=10, gbps=0.0, seed=0):
+def run(comm_name='rsap', payload='resnet50', iterations=60, block=10, gbps=0.0, seed=0,
+        poll=None):
     shapes = model_params(payload) if payload != 'none' else []
-    runs = {db: build(comm_name, shapes, db, gbps, seed) for db in (False, True)}
+    runs = {db: build(comm_name, shapes, db, gbps, seed, poll) for db in (False, True)}
     comm = runs[False][0]
     rng = numpy.random.RandomState(seed + comm.rank)
     x = rng.rand(100, 784).astype(numpy.float32)
@@ -113,7 +115,7 @@ def run(comm_name='rsap', payload='resnet50', iterations=60, block=10, gbps=0.0,
     result = {
         'ranks': comm.size, 'communicator': comm_name, 'payload': payload,
         'payload_elements': int(sum(numpy.prod(s) for _, s in shapes)),
-        'link_gbps': gbps, 'iterations': iterations,
+        'link_gbps': gbps, 'iterations': iterations, 'background_poll_s': poll or None,
         'off': {'iteration_s': float(off[0]), 'compute_s': compute,
                 'communication_s': communication},
         'on': {'iteration_s': float(on[0]), 'compute_s': float(on[1]),
@@ -128,10 +130,12 @@ def run(comm_name='rsap', payload='resnet50', iterations=60, block=10, gbps=0.0,
 
 def format_table(results):
     r = results[0]
-    lines = ['double buffering, {} ranks, {}, payload {} ({:,} elements), link {}'.format(
-        r['ranks'], r['communicator'], r['payload'], r['payload_elements'],
-        '{} Gbit/s (emulated wire time)'.format(r['link_gbps']) if r['link_gbps']
-        else 'none (shared memory only)'),
+    lines = ['double buffering, {} ranks, {}, payload {} ({:,} elements), link {}, thread {}'
+             .format(r['ranks'], r['communicator'], r['payload'], r['payload_elements'],
+                     '{} Gbit/s (emulated wire time)'.format(r['link_gbps']) if r['link_gbps']
+                     else 'none (shared memory only)',
+                     'polls every {:g} s'.format(r['background_poll_s'])
+                     if r['background_poll_s'] else 'blocks in MPI'),
         '{:>4} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8}'.format(
             'rank', 'compute', 'comm', 'iter off', 'iter on', 'wait on', 'on/max', 'off/on')]
     for rank, r in enumerate(results):
@@ -152,9 +156,13 @@ def main(argv=None):
     p.add_argument('--block', type=int, default=10)
     p.add_argument('--link-gbps', type=float, default=0.0,
                    help='emulate a link of this many Gbit/s (sleep for the wire time)')
+    p.add_argument('--background-poll', type=float, default=0,
+                   help='seconds between tests of the thread\'s collectives; 0 (default): '
+                        'block in MPI')
     p.add_argument('--json', default=None)
     args = p.parse_args(argv)
-    results = run(args.communicator, args.payload, args.iterations, args.block, args.link_gbps)
+    results = run(args.communicator, args.payload, args.iterations, args.block, args.link_gbps,
+                  poll=args.background_poll)
     from mpi4py import MPI
     if MPI.COMM_WORLD.rank == 0:
         print(format_table(results))

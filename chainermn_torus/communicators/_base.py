@@ -15,6 +15,7 @@ from mpi4py import MPI
 from chainermn_torus.communicators import _packing
 from chainermn_torus.communicators._averaging import prescale
 from chainermn_torus.communicators._grid import Grid, default_grid, parse_grid
+from chainermn_torus.communicators._progress import BLOCKING, Progress
 
 __all__ = ['TorusCommunicatorBase', 'SEGMENT_ENV', 'DEFAULT_SEGMENT_BYTES']
 
@@ -100,6 +101,7 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
         self.segment_bytes = _segment_bytes(segment_size)
         self.allreduce_grad_dtype = _grad_dtype(allreduce_grad_dtype)
         self.thread_budget = _apply_budget_once(self)
+        self.progress = BLOCKING  # how collectives are waited for (see _progress)
         self.grid = None
         if self.uses_grid:
             self.grid = self._make_grid(grid)
@@ -142,7 +144,7 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
         t0 = time.perf_counter()
         named = _packing.grad_params(model, zero_fill)
         layout = self._layout_of(named)
-        _packing.check_same_layout(self.mpi_comm, layout)
+        _packing.check_same_layout(self.mpi_comm, layout, progress=self.progress)
         buf = self._buffer_for(layout, slot)
         t1 = time.perf_counter()
         pack = 0.0
@@ -182,16 +184,20 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
         opts.pop('grid', None)  # the new communicator has another size: default grid
         return self.__class__(mpi_comm=self.mpi_comm.Split(color, key), **opts)
 
-    def clone(self):
+    def clone(self, poll_interval=None):
         """The same communicator (grid and options) on a duplicate of its MPI communicator.
 
         Collectives on the clone never match the original's, so a background thread can
-        average gradients on it while the main thread uses the original.
+        average gradients on it while the main thread uses the original. With
+        ``poll_interval`` (seconds) the clone waits for its collectives by polling instead of
+        spinning (see ``_progress``).
         """
         opts = dict(self._options)
         if self.grid is not None:
             opts['grid'] = self.grid.shape
-        return self.__class__(mpi_comm=self.mpi_comm.Dup(), **opts)
+        twin = self.__class__(mpi_comm=self.mpi_comm.Dup(), **opts)
+        twin.progress = Progress(poll_interval)
+        return twin
 
     def finalize(self):
         self._release_buffers()

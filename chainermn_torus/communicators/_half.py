@@ -23,8 +23,10 @@ __all__ = ['HalfReducer']
 class HalfReducer(object):
     """Float16 reduce-scatter and all-reduce on one communicator, with a reused scratch."""
 
-    def __init__(self, mpi_type):
+    def __init__(self, mpi_type, progress=None):
+        from chainermn_torus.communicators._progress import BLOCKING
         self.mpi_type = mpi_type
+        self.progress = progress or BLOCKING
         self._scratch = None
         self._acc = None  # float32 accumulator of the block sums
 
@@ -40,7 +42,7 @@ class HalfReducer(object):
             out[...] = src[:c]
             return out
         recv = self._recv(size * c)
-        comm.Alltoall([src[:size * c], self.mpi_type], [recv, self.mpi_type])
+        self.progress(comm, 'Alltoall', [src[:size * c], self.mpi_type], [recv, self.mpi_type])
         from chainermn_torus.communicators import _half_kernels  # numba: only when used
         if self._acc is None or self._acc.size < c:
             self._acc = numpy.empty(c, numpy.float32)
@@ -62,15 +64,18 @@ class HalfReducer(object):
         if c:
             # Safe in place: the all-to-all receives into scratch; the sum is written after.
             self.reduce_scatter(comm, src[:main], array[comm.rank * c:(comm.rank + 1) * c])
-            comm.Allgather(MPI.IN_PLACE, [array[:main], self.mpi_type])
+            self.progress(comm, 'Allgather', MPI.IN_PLACE, [array[:main], self.mpi_type])
         if main < n:
-            self.sum_small(comm, array[main:], src[main:])
+            self.sum_small(comm, array[main:], src[main:], self.progress)
         return array
 
     @staticmethod
-    def sum_small(comm, array, src=None):
+    def sum_small(comm, array, src=None, progress=None):
         """A few elements: widened to float32 and summed by MPI_Allreduce."""
         wide = (array if src is None else src).astype(numpy.float32)
-        comm.Allreduce(MPI.IN_PLACE, [wide, MPI.FLOAT], op=MPI.SUM)
+        if progress is None:
+            comm.Allreduce(MPI.IN_PLACE, [wide, MPI.FLOAT], op=MPI.SUM)
+        else:
+            progress(comm, 'Allreduce', MPI.IN_PLACE, [wide, MPI.FLOAT], op=MPI.SUM)
         array[...] = wide
         return array

@@ -120,16 +120,21 @@ def _entry_str(entry):
     return '{} shape={} dtype={}'.format(name, shape, numpy.dtype(dtype).name)
 
 
-def check_same_layout(mpi_comm, layout, what='gradients'):
+def check_same_layout(mpi_comm, layout, what='gradients', progress=None):
     """Raise ValueError on every rank if the ranks' layouts differ.
 
-    Cost when they agree: one MPI_Allreduce of two int64 values.
+    Cost when they agree: one MPI_Allreduce of two int64 values (through ``progress``, see
+    ``_progress``, when given).
     """
     if mpi_comm.size == 1:
         return
     mine = numpy.array([layout.digest, -layout.digest], dtype=numpy.int64)
     both = numpy.empty_like(mine)
-    mpi_comm.Allreduce([mine, MPI.INT64_T], [both, MPI.INT64_T], op=MPI.MAX)
+    args = ([mine, MPI.INT64_T], [both, MPI.INT64_T])
+    if progress is None:
+        mpi_comm.Allreduce(*args, op=MPI.MAX)
+    else:
+        progress(mpi_comm, 'Allreduce', *args, op=MPI.MAX)
     if both[0] == -both[1]:
         return
     # Slow path, only on error: everyone learns everyone's layout and raises the same message.

@@ -28,7 +28,7 @@ class TorusPhases(object):
         # One reducer (and scratch) per communicator: the row and column phases differ in size.
         name = '_half_' + which
         if getattr(self, name) is None:
-            setattr(self, name, HalfReducer(mpi_type))
+            setattr(self, name, HalfReducer(mpi_type, self.progress))
         return getattr(self, name)
 
     def _mean_segment(self, buf, lo, hi, src):
@@ -66,8 +66,8 @@ class TorusPhases(object):
             self._half('row', mpi_type).reduce_scatter(
                 self.grid.row_comm, part if src is None else src, chunk)
             return chunk
-        self.grid.row_comm.Reduce_scatter_block(
-            [part if src is None else src, mpi_type], [chunk, mpi_type], op=op)
+        self.progress(self.grid.row_comm, 'Reduce_scatter_block',
+                      [part if src is None else src, mpi_type], [chunk, mpi_type], op=op)
         return chunk
 
     def column_allreduce(self, chunk, src, mpi_type, op):
@@ -75,18 +75,19 @@ class TorusPhases(object):
         if self.grid.N > 1 and op is None:
             self._half('col', mpi_type).allreduce(self.grid.col_comm, chunk, src)
         elif self.grid.N > 1:
-            self.grid.col_comm.Allreduce(MPI.IN_PLACE if src is None else [src, mpi_type],
-                                         [chunk, mpi_type], op=op)
+            self.progress(self.grid.col_comm, 'Allreduce',
+                          MPI.IN_PLACE if src is None else [src, mpi_type], [chunk, mpi_type],
+                          op=op)
         elif src is not None:
             chunk[...] = src
 
     def tail_allreduce(self, tail, src, mpi_type, op, divisor):
         if op is None:
-            HalfReducer.sum_small(self.mpi_comm, tail, src)
+            HalfReducer.sum_small(self.mpi_comm, tail, src, self.progress)
             divide_by_size(tail, divisor)
             return
-        self.mpi_comm.Allreduce(MPI.IN_PLACE if src is None else [src, mpi_type],
-                                [tail, mpi_type], op=op)
+        self.progress(self.mpi_comm, 'Allreduce', MPI.IN_PLACE if src is None else [src, mpi_type],
+                      [tail, mpi_type], op=op)
         divide_by_size(tail, divisor)
 
     def gather(self, buf, lo, c, mpi_type):

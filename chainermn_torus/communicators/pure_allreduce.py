@@ -28,7 +28,8 @@ class PureAllreduceCommunicator(TorusCommunicatorBase):
         assert src is None
         if buf.mpi_sum is None:  # float16: all-to-all, sum in numpy, all-gather (_half)
             if self._half is None:
-                self._half = HalfReducer(buf.mpi_type)
+                self._half = HalfReducer(buf.mpi_type, self.progress)
             self._half.allreduce(self.mpi_comm, buf.array[lo:hi])
             return
-        self.mpi_comm.Allreduce(MPI.IN_PLACE, [buf.array[lo:hi], buf.mpi_type], op=buf.mpi_sum)
+        self.progress(self.mpi_comm, 'Allreduce', MPI.IN_PLACE, [buf.array[lo:hi], buf.mpi_type],
+                      op=buf.mpi_sum)

@@ -21,5 +21,5 @@ class RsaaCommunicator(TorusPhases, TorusCommunicatorBase):
     def gather(self, buf, lo, c, mpi_type):
         if self.grid.M > 1:
             # In place: this position's chunk already sits at its offset.
-            self.grid.row_comm.Allgather(MPI.IN_PLACE,
-                                         [buf.array[lo:lo + self.grid.M * c], mpi_type])
+            self.progress(self.grid.row_comm, 'Allgather', MPI.IN_PLACE,
+                          [buf.array[lo:lo + self.grid.M * c], mpi_type])

@@ -83,6 +83,10 @@ class RsapCommunicator(TorusPhases, TorusCommunicatorBase):
         if self.grid.M == 1:
             return
         win, array = buf.window, buf.array
+        # A fence has no non-blocking form: when polling, everyone meets first in a polled
+        # barrier, so that the fence itself does not spin waiting for late ranks.
+        if self.progress.polling:
+            self.progress(self.grid.row_comm, 'Barrier')
         win.Fence(MPI.MODE_NOPRECEDE)
         last = len(self._my_rounds) - 1
         for i, puts in enumerate(self._my_rounds):

@@ -233,6 +233,22 @@ def main():
                 comm.finalize()
             for segment in (0, 64 * 1024):
                 check_fp16(name, grid, segment)
+        # The double-buffering thread's mode: every collective polled (MPI_Test + sleep).
+        base = chainermn.create_communicator(name, segment_size=64 * 1024)
+        polling = base.clone(poll_interval=1e-5)
+        assert polling.progress.polling and type(polling) is type(base)
+        run_cases(polling, '{} polling P={}'.format(name, P))
+        half = chainermn.create_communicator(name, segment_size=64 * 1024,
+                                             allreduce_grad_dtype=numpy.float16)
+        half_polling = half.clone(poll_interval=1e-5)
+        for seed, specs in enumerate((UNEVEN, BIG), 900):
+            model = Model(specs)
+            ref, _ = check_mean(model, specs, seed)
+            half_polling.multi_node_mean_grad(model)
+            verify(model, specs, ref, set(), '{} fp16 polling seed {}'.format(name, seed),
+                   half=True)
+        for c in (polling, base, half_polling, half):
+            c.finalize()
     print('OK rank {} checks {}'.format(RANK, CHECKS[0]), flush=True)
 
 

@@ -131,6 +131,12 @@ def check_schedules(name):
                 # Gradients are views of the communicator's buffer: one kernel call per step.
                 assert opt.actual_optimizer.flat_steps == updates, (
                     label, opt.actual_optimizer.flat_steps)
+    if name != 'naive':
+        # The polling mode of the background thread computes the same schedule.
+        model, _ = train(comm, steps, fused=True, double_buffering=True, sleep=True,
+                         background_poll=2e-5)
+        check_equal(params_of(model), params_of(reference(comm, steps, stale=True)),
+                    '{} double buffering, polling thread'.format(name))
     for kind in ('momentum', 'rmsprop'):
         model, _ = train(comm, 5, opt=kind, fused=True, double_buffering=True)
         check_equal(params_of(model), params_of(reference(comm, 5, True, kind)),
