@@ -35,6 +35,8 @@ def _abort_on_uncaught_exception():
     import os
     from mpi4py import MPI
     import chainermn.global_except_hook
+    if not MPI.Is_initialized():
+        return  # e.g. a loader process (MPI4PY_RC_INITIALIZE=false): no MPI here
     if MPI.COMM_WORLD.size > 1 and not os.environ.get('CHAINERMN_TORUS_NO_ABORT'):
         if chainermn.global_except_hook._orig_except_hook is None:
             chainermn.global_except_hook.add_hook()

@@ -1,0 +1,353 @@
+"""A Chainer iterator whose examples are read and preprocessed in pinned loader processes.
+
+``LoaderIterator(dataset, batch_size, ...)`` has SerialIterator's protocol and semantics
+(``next``, ``epoch``, ``epoch_detail``, ``previous_epoch_detail``, ``is_new_epoch``,
+``current_position``, ``reset``, ``serialize`` with the same keys, so snapshots move between
+the two). The order of examples is decided in the training process by a real
+``SerialIterator`` over indices; loader processes only run ``dataset[i]`` for the indices they
+are given and write the examples into shared memory.
+
+Shared memory: ``n_prefetch + 2`` batch slots, one ``/dev/shm`` segment per field (image,
+label, ...), sized from the first example; examples must all have the shapes and dtypes of the
+first. A returned batch is a list of tuples of *views* into its slot, valid until the next call
+of ``next()`` (Chainer's converters copy them into one array at once); nothing big is pickled.
+
+Processes: started with ``spawn`` (a fresh interpreter: never ``fork`` after MPI has started,
+see ChainerMN's FAQ), with ``MPI4PY_RC_INITIALIZE=0`` in their environment so that importing
+the training script's modules (chainermn, mpi4py) does not initialise MPI in them. Each pins
+itself to the loader CPUs of the placement plan and uses one BLAS thread.
+
+Shutdown: ``finalize()`` (also at interpreter exit and when the iterator is collected) stops the
+processes and unlinks the segments. If the training process is killed, its loaders notice within
+a second and exit, and Python's resource tracker unlinks the segments. An exception in a
+loader is raised in the training process as ``LoaderError`` with the loader's traceback; a
+loader that dies is reported with its exit code.
+"""
+import collections
+import itertools
+import multiprocessing
+import os
+import queue
+import traceback
+import uuid
+import weakref
+from multiprocessing import shared_memory
+
+import chainer
+import numpy
+
+__all__ = ['LoaderIterator', 'LoaderError', 'SHM_PREFIX']
+
+SHM_PREFIX = 'cmtorus_'
+_POLL_S = 0.2      # how often a waiting side checks that the other is alive
+_COUNTER = itertools.count()
+
+
+class LoaderError(RuntimeError):
+    """An exception raised in a loader process, with its traceback."""
+
+
+class _Indices(object):
+    """A dataset of its own indices: what the planning SerialIterator walks over."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return list(range(self.n))[i]
+        return i
+
+
+def _fields(example):
+    return tuple(example) if isinstance(example, tuple) else (example,)
+
+
+def _worker(dataset, layout, task_q, done_q, cpus, parent_pid, seed):
+    """Loader process: fetch examples for index batches into the shared slots."""
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    try:
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(1)  # the compute process owns the BLAS threads
+    except ImportError:
+        pass
+    numpy.random.seed(seed)
+    segments = [[shared_memory.SharedMemory(name=name) for name in slot] for slot in layout['names']]
+    arrays = [[numpy.ndarray((layout['batch_size'],) + shape, dtype, buffer=seg.buf)
+               for seg, (shape, dtype) in zip(slot, layout['fields'])] for slot in segments]
+    try:
+        while True:
+            try:
+                task = task_q.get(timeout=1.0)
+            except queue.Empty:
+                # The training process started us (spawn), so it is our parent until it
+                # exits; then we are re-parented at once, even while it is an unreaped
+                # zombie (which a kill(pid, 0) test would still find).
+                if os.getppid() != parent_pid:
+                    return  # the training process is gone: do not linger
+                continue
+            if task is None:
+                return
+            task_id, slot, indices = task
+            try:
+                for j, index in enumerate(indices):
+                    example = _fields(dataset[index])
+                    if len(example) != len(arrays[slot]):
+                        raise ValueError('example {} has {} fields, the first had {}'.format(
+                            index, len(example), len(arrays[slot])))
+                    for dst, value in zip(arrays[slot], example):
+                        value = numpy.asarray(value)
+                        if value.shape != dst.shape[1:]:
+                            raise ValueError(
+                                'example {} has shape {}, the first example had {}: the loader '
+                                'needs examples of one shape (crop or resize them)'.format(
+                                    index, value.shape, dst.shape[1:]))
+                        dst[j] = value
+                done_q.put((task_id, None))
+            except BaseException:
+                done_q.put((task_id, 'loader process {} (pid {}), example batch {}:\n{}'.format(
+                    multiprocessing.current_process().name, os.getpid(), list(indices)[:8],
+                    traceback.format_exc())))
+    finally:
+        del arrays
+        for slot in segments:
+            for seg in slot:
+                seg.close()
+
+
+class _Resources(object):
+    """Processes, queues and segments; released once, by finalize() or by the collector."""
+
+    def __init__(self):
+        self.procs, self.segments, self.task_q, self.done_q = [], [], None, None
+
+    def release(self):
+        for _ in self.procs:
+            try:
+                self.task_q.put(None)
+            except (ValueError, OSError):
+                pass
+        for p in self.procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5)
+        self.procs = []
+        for seg in self.segments:
+            try:
+                seg.close()
+                seg.unlink()
+            except FileNotFoundError:
+                pass
+        self.segments = []
+        for q in (self.task_q, self.done_q):
+            if q is not None:
+                q.close()
+                q.join_thread()
+        self.task_q = self.done_q = None
+
+
+class LoaderIterator(chainer.dataset.Iterator):
+    """SerialIterator's protocol, with examples loaded in pinned processes (module doc)."""
+
+    def __init__(self, dataset, batch_size, repeat=True, shuffle=None, n_processes=1,
+                 n_prefetch=2, cpus=None, order_sampler=None, seed=0, timeout=None):
+        if batch_size < 1 or n_processes < 1 or n_prefetch < 1:
+            raise ValueError('chainermn_torus: batch_size, n_processes and n_prefetch must be '
+                             '>= 1, got {}, {}, {}'.format(batch_size, n_processes, n_prefetch))
+        if len(dataset) == 0:
+            raise ValueError('chainermn_torus: the dataset is empty')
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.n_processes = n_processes
+        self.n_prefetch = n_prefetch
+        self.timeout = timeout
+        self._planner = chainer.iterators.SerialIterator(
+            _Indices(len(dataset)), batch_size, repeat=repeat, shuffle=shuffle,
+            order_sampler=order_sampler)
+        self._public = self._planner_state()
+        self._res = _Resources()
+        self._finalizer = weakref.finalize(self, self._res.release)
+        self._start(cpus, seed)
+        self._pending = collections.deque()   # (task_id, slot, n, state after this batch)
+        self._done = {}                        # task_id -> error text or None
+        self._held = None                      # slot of the batch last returned
+        self._fill()
+
+    # --- processes and memory --------------------------------------------------------------
+    def _start(self, cpus, seed):
+        first = [numpy.asarray(v) for v in _fields(self.dataset[0])]
+        fields = [(v.shape, v.dtype) for v in first]
+        self._n_slots = self.n_prefetch + 2
+        tag = '{}{}_{}_{}'.format(SHM_PREFIX, os.getpid(), next(_COUNTER), uuid.uuid4().hex[:6])
+        names, self._arrays = [], []
+        for s in range(self._n_slots):
+            slot_names, slot_arrays = [], []
+            for f, (shape, dtype) in enumerate(fields):
+                nbytes = max(1, self.batch_size * int(numpy.prod(shape)) * dtype.itemsize)
+                seg = shared_memory.SharedMemory(name='{}_{}_{}'.format(tag, s, f), create=True,
+                                                 size=nbytes)
+                self._res.segments.append(seg)
+                slot_names.append(seg.name)
+                slot_arrays.append(numpy.ndarray((self.batch_size,) + shape, dtype,
+                                                 buffer=seg.buf))
+            names.append(slot_names)
+            self._arrays.append(slot_arrays)
+        self._free = collections.deque(range(self._n_slots))
+        layout = {'names': names, 'fields': fields, 'batch_size': self.batch_size}
+        ctx = multiprocessing.get_context('spawn')
+        self._res.task_q, self._res.done_q = ctx.Queue(), ctx.Queue()
+        saved = {k: os.environ.get(k) for k in ('MPI4PY_RC_INITIALIZE',)}
+        os.environ['MPI4PY_RC_INITIALIZE'] = 'false'  # children only: restored below
+        try:
+            for w in range(self.n_processes):
+                p = ctx.Process(target=_worker, name='chainermn_torus-loader-{}'.format(w),
+                                args=(self.dataset, layout, self._res.task_q, self._res.done_q,
+                                      list(cpus) if cpus else None, os.getpid(), seed + w),
+                                daemon=True)
+                p.start()
+                self._res.procs.append(p)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+    @property
+    def processes(self):
+        return list(self._res.procs)
+
+    @property
+    def shm_names(self):
+        return [seg.name for seg in self._res.segments]
+
+    def finalize(self):
+        """Stop the loader processes and free the shared memory (idempotent)."""
+        self._finalizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.finalize()
+        return False
+
+    # --- order and state (SerialIterator's, through the planner) ---------------------------
+    # A state is SerialIterator's: (IteratorState(current_position, epoch, is_new_epoch,
+    # order), previous_epoch_detail). The planner runs ahead by the batches in flight; the
+    # public state is the one after the batch last returned.
+    def _planner_state(self):
+        return self._planner._state, self._planner._previous_epoch_detail
+
+    def _fill(self):
+        while self._free and len(self._pending) < self.n_prefetch:
+            try:
+                indices = self._planner.next()
+            except StopIteration:
+                return
+            slot = self._free.popleft()
+            task_id = next(_COUNTER)
+            self._res.task_q.put((task_id, slot, indices))
+            self._pending.append((task_id, slot, len(indices), self._planner_state()))
+
+    def _wait(self, task_id):
+        waited = 0.0
+        while task_id not in self._done:
+            try:
+                tid, error = self._res.done_q.get(timeout=_POLL_S)
+                self._done[tid] = error
+            except queue.Empty:
+                waited += _POLL_S
+                for p in self._res.procs:
+                    if not p.is_alive():
+                        self.finalize()
+                        raise LoaderError('chainermn_torus: loader process {} (pid {}) died '
+                                          'with exit code {}'.format(p.name, p.pid, p.exitcode))
+                if self.timeout is not None and waited > self.timeout:
+                    self.finalize()
+                    raise LoaderError('chainermn_torus: no batch from the loader processes in '
+                                      '{} s'.format(self.timeout))
+        return self._done.pop(task_id)
+
+    def __next__(self):
+        if self._res.task_q is None:
+            raise RuntimeError('chainermn_torus: this LoaderIterator was finalized')
+        if self._held is not None:
+            self._free.append(self._held)  # the caller has converted the last batch by now
+            self._held = None
+        self._fill()
+        if not self._pending:
+            raise StopIteration
+        task_id, slot, n, state = self._pending.popleft()
+        error = self._wait(task_id)
+        if error is not None:
+            self.finalize()
+            raise LoaderError('chainermn_torus: a loader process raised:\n' + error)
+        self._public = state
+        self._held = slot
+        self._fill()
+        arrays = self._arrays[slot]
+        if len(arrays) == 1:
+            return [arrays[0][j] for j in range(n)]
+        return [tuple(a[j] for a in arrays) for j in range(n)]
+
+    next = __next__
+
+    @property
+    def epoch(self):
+        return self._public[0].epoch
+
+    @property
+    def is_new_epoch(self):
+        return self._public[0].is_new_epoch
+
+    @property
+    def current_position(self):
+        return self._public[0].current_position
+
+    @property
+    def epoch_detail(self):
+        order = self._public[0].order
+        return self.epoch + self.current_position / (len(self.dataset) if order is None
+                                                     else len(order))
+
+    @property
+    def previous_epoch_detail(self):
+        detail = self._public[1]
+        return None if detail < 0 else detail
+
+    @property
+    def repeat(self):
+        return self._planner._repeat
+
+    def _restart_from(self, state):
+        # Batches in flight belong to the old position: let them land, then plan anew.
+        for task_id, slot, _, _ in self._pending:
+            self._wait(task_id)
+            self._free.append(slot)
+        self._pending.clear()
+        self._planner._state, self._planner._previous_epoch_detail = state
+        self._public = state
+        self._fill()
+
+    def reset(self):
+        self._planner.reset()
+        self._restart_from(self._planner_state())
+
+    def serialize(self, serializer):
+        """SerialIterator.serialize itself, on the public state: snapshots are interchangeable."""
+        ahead = self._planner_state()
+        state, previous = self._public
+        order = None if state.order is None else state.order.copy()  # loads write into it
+        self._planner._state = state._replace(order=order)
+        self._planner._previous_epoch_detail = previous
+        self._planner.serialize(serializer)
+        if isinstance(serializer, chainer.serializer.Deserializer):
+            self._restart_from(self._planner_state())
+        else:
+            self._planner._state, self._planner._previous_epoch_detail = ahead

@@ -1,0 +1,132 @@
+"""Where the compute process and its loader processes run (seed 000's 1HT / 2HT placements).
+
+On a CPU-only node the same cores decode images and compute. Seed 000 placed a separate
+loader process either on the same core as the compute (1HT) or on the other hardware thread
+of the same physical core (2HT), and kept 64 of a KNL's 68 cores for compute. Policies:
+
+* ``same-core`` (1HT): compute on one hardware thread of each core of this rank's share; the
+  loader processes run on those same CPUs (the OS interleaves them);
+* ``sibling`` (2HT): compute on the first hardware thread of each core; loaders on the other
+  threads of the same cores (needs SMT);
+* ``dedicated``: the last ``dedicated_cores`` cores of the share (default 1) run the loaders,
+  the others compute;
+* ``none``: nothing is pinned.
+
+This rank's share: the CPUs the launcher allowed (its affinity mask) when it bound the rank;
+otherwise the node's cores split evenly among the ranks of the node (``intra_size``), in NUMA
+order, rank ``intra_rank`` taking its contiguous part.
+"""
+import os
+
+from chainermn_torus.loader.topology import Topology, format_cpulist
+
+__all__ = ['POLICIES', 'Plan', 'plan_placement', 'apply_placement', 'describe_plan']
+
+POLICIES = ('same-core', 'sibling', 'dedicated', 'none')
+
+
+class Plan(object):
+    def __init__(self, policy, compute_cpus, loader_cpus, share, topology, reason):
+        self.policy = policy
+        self.compute_cpus = compute_cpus  # sorted list, or None: do not pin
+        self.loader_cpus = loader_cpus
+        self.share = share                # this rank's cores (lists of sibling CPUs)
+        self.topology = topology
+        self.reason = reason
+
+    def as_dict(self):
+        return {'policy': self.policy, 'compute_cpus': self.compute_cpus,
+                'loader_cpus': self.loader_cpus, 'share': self.share, 'reason': self.reason,
+                'topology': self.topology.describe()}
+
+
+def _allowed():
+    try:
+        return set(os.sched_getaffinity(0))
+    except AttributeError:
+        return None
+
+
+def plan_placement(policy='sibling', intra_rank=0, intra_size=1, loader_processes=1,
+                   dedicated_cores=None, topology=None, allowed=None):
+    """The placement of this rank's compute and loader processes; ValueError if impossible."""
+    if policy not in POLICIES:
+        raise ValueError('chainermn_torus: unknown affinity policy {!r}; choose from {}'.format(
+            policy, ', '.join(POLICIES)))
+    if loader_processes < 1:
+        raise ValueError('chainermn_torus: loader_processes must be >= 1, got {!r}'.format(
+            loader_processes))
+    topology = topology or Topology.from_sysfs()
+    if allowed is None:
+        allowed = _allowed()
+    allowed = set(topology.cpus) if allowed is None else set(allowed)
+    cores = topology.cores(allowed)
+    if not cores:
+        raise ValueError('chainermn_torus: none of the allowed CPUs {} is online ({})'.format(
+            format_cpulist(allowed), topology.describe()))
+    if allowed >= set(topology.cpus) and intra_size > 1:
+        # Not bound by the launcher: split the node's cores among its ranks.
+        if intra_size <= len(cores):
+            per, extra = divmod(len(cores), intra_size)
+            start = intra_rank * per + min(intra_rank, extra)
+            share = cores[start:start + per + (1 if intra_rank < extra else 0)]
+            how = 'cores {}-{} of {}, split among {} ranks on this node'.format(
+                start, start + len(share) - 1, len(cores), intra_size)
+        else:
+            share = [cores[intra_rank % len(cores)]]
+            how = 'oversubscribed: {} ranks on {} cores, this rank shares core {}'.format(
+                intra_size, len(cores), intra_rank % len(cores))
+    else:
+        share = cores
+        how = 'the {} CPUs the launcher allowed'.format(len(allowed)) \
+            if not allowed >= set(topology.cpus) else 'the whole node ({} rank)'.format(
+                intra_size)
+    share_cpus = sorted(c for core in share for c in core)
+    if policy == 'none':
+        return Plan(policy, None, None, share, topology, 'no pinning; share would be ' + how)
+    first = [core[0] for core in share]
+    if policy == 'same-core':
+        compute, loader = first, first
+    elif policy == 'sibling':
+        loader = sorted(c for core in share for c in core[1:])
+        if not loader:
+            raise ValueError(
+                "chainermn_torus: affinity policy 'sibling' cannot be satisfied: this rank's "
+                '{} core(s) ({}) have one hardware thread each ({}). Use --affinity same-core '
+                'or dedicated.'.format(len(share), format_cpulist(share_cpus),
+                                       topology.describe()))
+        compute = first
+    else:  # dedicated
+        k = 1 if dedicated_cores is None else int(dedicated_cores)
+        if k < 1 or len(share) <= k:
+            raise ValueError(
+                "chainermn_torus: affinity policy 'dedicated' needs more cores than the {} set "
+                'aside for loading, but this rank has {} core(s) ({}; {}). Use --affinity '
+                'same-core or sibling, or fewer ranks per node.'.format(
+                    k, len(share), format_cpulist(share_cpus), topology.describe()))
+        compute = [core[0] for core in share[:-k]]
+        loader = sorted(c for core in share[-k:] for c in core)
+    if loader_processes > len(loader):
+        raise ValueError(
+            'chainermn_torus: {} loader processes but the {!r} policy gives them {} CPU(s) '
+            '({}): use at most {} (or another policy).'.format(
+                loader_processes, policy, len(loader), format_cpulist(loader), len(loader)))
+    return Plan(policy, sorted(compute), sorted(loader), share, topology, how)
+
+
+def apply_placement(plan, threads=None):
+    """Pin this (compute) process to the plan's compute CPUs and size its BLAS threads."""
+    from chainermn_torus.optimizers import threads as thread_budget
+    if plan.compute_cpus is None:
+        return None
+    os.sched_setaffinity(0, plan.compute_cpus)
+    return thread_budget.apply_thread_budget(threads or len(plan.compute_cpus))
+
+
+def describe_plan(plan, rank=None):
+    who = '' if rank is None else 'rank {}: '.format(rank)
+    if plan.compute_cpus is None:
+        return '{}affinity none ({}); {}'.format(who, plan.reason, plan.topology.describe())
+    return '{}affinity {}: compute on CPUs {}, loader on CPUs {} ({}; {})'.format(
+        who, plan.policy, format_cpulist(plan.compute_cpus), format_cpulist(plan.loader_cpus),
+        plan.reason, plan.topology.describe())

@@ -1,0 +1,196 @@
+"""LoaderIterator: SerialIterator's semantics, resume, errors, pinning and clean shutdown."""
+import io
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import chainer
+import numpy
+import psutil
+import pytest
+
+from chainermn_torus.loader import LoaderError, LoaderIterator
+from chainermn_torus.loader.iterator import SHM_PREFIX
+from loader_support import Failing, Ragged, Slow, Squares
+
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(TESTS)
+
+
+def sampler(seed=3):
+    return chainer.iterators.ShuffleOrderSampler(numpy.random.RandomState(seed))
+
+
+def labels(batch):
+    return [int(example[1]) for example in batch]
+
+
+def state(it):
+    return (it.epoch, it.epoch_detail, it.previous_epoch_detail, it.is_new_epoch,
+            it.current_position)
+
+
+def our_shm():
+    return [n for n in os.listdir('/dev/shm') if n.startswith(SHM_PREFIX)]
+
+
+@pytest.mark.parametrize('kwargs', [{'order_sampler': None, 'shuffle': False},
+                                    {'order_sampler': 'seeded'}],
+                         ids=['in-order', 'shuffled'])
+def test_same_batches_and_epochs_as_serial_iterator(kwargs):
+    def make(cls, **extra):
+        kw = dict(kwargs)
+        if kw.get('order_sampler') == 'seeded':
+            kw['order_sampler'] = sampler()
+        return cls(Squares(23), 5, **dict(kw, **extra))
+    ref = make(chainer.iterators.SerialIterator)
+    with make(LoaderIterator, n_processes=2, n_prefetch=3) as it:
+        for _ in range(14):  # three epochs of 23 examples in batches of 5
+            a, b = ref.next(), it.next()
+            assert labels(a) == labels(b) and state(ref) == state(it)
+            for (xa, _), (xb, _) in zip(a, b):
+                assert numpy.array_equal(xa, xb)
+
+
+def test_finite_iteration_stops_like_serial_iterator():
+    ref = chainer.iterators.SerialIterator(Squares(12), 5, repeat=False, shuffle=False)
+    with LoaderIterator(Squares(12), 5, repeat=False, shuffle=False) as it:
+        assert [labels(b) for b in it] == [labels(b) for b in ref] == [
+            [0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11]]
+        it.reset()
+        assert labels(it.next()) == [0, 1, 2, 3, 4] and it.epoch == 0
+
+
+def _snapshot(iterator):
+    target = {}
+    chainer.serializers.DictionarySerializer(target)  # noqa (keeps the API in view)
+    s = chainer.serializers.DictionarySerializer()
+    iterator.serialize(s)
+    return s.target
+
+
+def _load(iterator, target):
+    iterator.serialize(chainer.serializers.NpzDeserializer(target))
+
+
+@pytest.mark.parametrize('source,dest', [('loader', 'loader'), ('serial', 'loader'),
+                                         ('loader', 'serial')])
+def test_resume_continues_exactly(source, dest):
+    make = {'loader': lambda: LoaderIterator(Squares(23), 5, order_sampler=sampler(),
+                                             n_processes=2),
+            'serial': lambda: chainer.iterators.SerialIterator(Squares(23), 5,
+                                                               order_sampler=sampler())}
+    ref = chainer.iterators.SerialIterator(Squares(23), 5, order_sampler=sampler())
+    first = make[source]()
+    for _ in range(7):  # into the second epoch, prefetched batches in flight
+        assert labels(ref.next()) == labels(first.next())
+    saved = _snapshot(first)
+    # The resumed iterator starts elsewhere (another sampler) and must follow the snapshot.
+    second = {'loader': lambda: LoaderIterator(Squares(23), 5, order_sampler=sampler(99)),
+              'serial': lambda: chainer.iterators.SerialIterator(
+                  Squares(23), 5, order_sampler=sampler(99))}[dest]()
+    second.next()
+    _load(second, saved)
+    assert state(second) == state(ref)
+    # To the end of the epoch: the next epoch's order comes from the order sampler's random
+    # state, which SerialIterator's snapshots do not hold either.
+    for _ in range(2):
+        assert labels(ref.next()) == labels(second.next()) and state(ref) == state(second)
+    for it in (first, second):
+        if isinstance(it, LoaderIterator):
+            it.finalize()
+
+
+def test_loader_exception_reaches_the_training_process_with_its_traceback():
+    it = LoaderIterator(Failing(20), 4, shuffle=False)
+    it.next()
+    with pytest.raises(LoaderError) as e:
+        it.next()  # examples 4-7
+    msg = str(e.value)
+    assert 'bad example 7 (raised on purpose)' in msg and 'Traceback' in msg
+    assert 'loader_support.py' in msg and 'example batch [4, 5, 6, 7]' in msg
+    assert not our_shm_of(it) and all(not p.is_alive() for p in it.processes)
+
+
+def our_shm_of(it):
+    return [n for n in our_shm() if any(n == s.lstrip('/') for s in it.shm_names)]
+
+
+def test_examples_of_another_shape_are_refused_clearly():
+    with LoaderIterator(Ragged(10), 10, shuffle=False) as it:
+        with pytest.raises(LoaderError) as e:
+            it.next()
+    assert 'example 5 has shape (3, 5, 4)' in str(e.value)
+    assert 'needs examples of one shape' in str(e.value)
+
+
+def test_a_killed_loader_is_reported():
+    it = LoaderIterator(Slow(200), 10, shuffle=False, n_prefetch=1)
+    it.next()
+    os.kill(it.processes[0].pid, signal.SIGKILL)
+    with pytest.raises(LoaderError) as e:
+        for _ in range(30):
+            it.next()
+    assert 'died with exit code -9' in str(e.value)
+
+
+def test_loaders_are_pinned_and_everything_is_freed():
+    cpus = sorted(os.sched_getaffinity(0))[:1]
+    it = LoaderIterator(Squares(30), 6, n_processes=2, cpus=cpus)
+    it.next()
+    procs = [psutil.Process(p.pid) for p in it.processes]
+    deadline = time.time() + 30  # each loader pins itself as soon as its interpreter is up
+    while time.time() < deadline and not all(p.cpu_affinity() == cpus for p in procs):
+        time.sleep(0.1)
+    assert all(p.cpu_affinity() == cpus for p in procs)
+    names = list(it.shm_names)
+    assert all(os.path.exists('/dev/shm/' + n.lstrip('/')) for n in names)
+    it.finalize()
+    it.finalize()  # idempotent
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in procs)
+    assert not any(os.path.exists('/dev/shm/' + n.lstrip('/')) for n in names)
+    with pytest.raises(RuntimeError):
+        it.next()
+
+
+def test_nothing_remains_after_the_training_process_is_killed():
+    script = textwrap.dedent('''
+        import os, signal, sys
+        sys.path.insert(0, {tests!r})
+        from loader_support import Squares
+        from chainermn_torus.loader import LoaderIterator
+        if __name__ == '__main__':
+            it = LoaderIterator(Squares(50), 5, n_processes=2)
+            it.next()
+            print(' '.join(str(p.pid) for p in it.processes), flush=True)
+            print(' '.join(it.shm_names), flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)   # a crash: no finalize, no atexit
+    ''').format(tests=TESTS)
+    proc = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    pids_line, names_line = proc.stdout.splitlines()[:2]
+    pids = [int(p) for p in pids_line.split()]
+    names = names_line.split()
+    deadline = time.time() + 15
+    while time.time() < deadline:
+        alive = [p for p in pids if psutil.pid_exists(p)
+                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        left = [n for n in names if os.path.exists('/dev/shm/' + n.lstrip('/'))]
+        if not alive and not left:
+            break
+        time.sleep(0.2)
+    assert not alive, 'loader processes outlived the training process: {}'.format(alive)
+    assert not left, 'shared memory left behind: {}'.format(left)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError) as e:
+        LoaderIterator(Squares(5), 0)
+    assert 'must be >= 1' in str(e.value)
+    with pytest.raises(ValueError) as e:
+        LoaderIterator(Squares(0), 2)
+    assert 'empty' in str(e.value)

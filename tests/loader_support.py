@@ -1,0 +1,34 @@
+"""Datasets for the loader tests: importable by spawned loader processes (tests/ is on sys.path)."""
+import numpy
+
+
+class Squares(object):
+    """Example i: (an image-like array filled with i, the label i)."""
+
+    def __init__(self, n, shape=(3, 4, 4)):
+        self.n, self.shape = n, shape
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return numpy.full(self.shape, i, numpy.float32), numpy.int32(i)
+
+
+class Failing(Squares):
+    def __getitem__(self, i):
+        if i == 7:
+            raise ValueError('bad example 7 (raised on purpose)')
+        return super(Failing, self).__getitem__(i)
+
+
+class Ragged(Squares):
+    def __getitem__(self, i):
+        return numpy.zeros((3, 4 + (i == 5), 4), numpy.float32), numpy.int32(i)
+
+
+class Slow(Squares):
+    def __getitem__(self, i):
+        import time
+        time.sleep(0.05)
+        return super(Slow, self).__getitem__(i)
