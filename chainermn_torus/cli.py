@@ -5,6 +5,8 @@
     chainermn-torus bench mnist [options]             (under mpiexec)
     chainermn-torus bench double-buffering [options]  (under mpiexec)
     chainermn-torus run [--communicator NAME] [--grid MxN] script.py ARGS
+    chainermn-torus topology [--policy P] [--ranks-per-node R] [--rank r]
+                             [--loader-processes N] [--dedicated-cores K] [--sysfs ROOT]
     chainermn-torus names
 """
 import sys
@@ -27,6 +29,8 @@ def main(argv=None):
     if cmd == 'run':
         from chainermn_torus import run
         return run.main(rest)
+    if cmd == 'topology':
+        return topology(rest)
     if cmd == 'names':
         from chainermn_torus import valid_names
         print('\n'.join(valid_names()))
@@ -34,6 +38,47 @@ def main(argv=None):
     sys.stderr.write('chainermn-torus: unknown command {!r}; commands: {}, run, names\n'.format(
         ' '.join(argv[:2]), ', '.join('bench ' + b for b in BENCHMARKS)))
     return 2
+
+
+def topology(argv):
+    """Print the machine's CPU topology and the placement plan for one rank."""
+    import argparse
+    import json
+    from chainermn_torus.loader import POLICIES, Topology, describe_plan, plan_placement
+    p = argparse.ArgumentParser(prog='chainermn-torus topology', description=topology.__doc__)
+    p.add_argument('--policy', default='auto', choices=POLICIES)
+    p.add_argument('--ranks-per-node', type=int, default=1)
+    p.add_argument('--rank', type=int, default=0, help='this rank\'s index on its node')
+    p.add_argument('--loader-processes', type=int, default=1)
+    p.add_argument('--dedicated-cores', type=int, default=None)
+    p.add_argument('--sysfs', default='/sys', help='root of a sysfs tree (default /sys)')
+    p.add_argument('--allowed', default=None, metavar='CPULIST',
+                   help="the CPUs the launcher allows this rank, e.g. '0-15' (default: this "
+                        "process's affinity with /sys, every CPU of another --sysfs tree)")
+    p.add_argument('--json', action='store_true')
+    args = p.parse_args(argv)
+    if not 0 <= args.rank < args.ranks_per_node:
+        p.error('--rank must be in [0, --ranks-per-node), got {} of {}'.format(
+            args.rank, args.ranks_per_node))
+    from chainermn_torus.loader import parse_cpulist
+    topo = Topology.from_sysfs(args.sysfs)
+    if args.allowed is not None:
+        allowed = parse_cpulist(args.allowed)
+    else:
+        allowed = None if args.sysfs == '/sys' else sorted(topo.cpus)
+    try:
+        plan = plan_placement(args.policy, args.rank, args.ranks_per_node,
+                              args.loader_processes, args.dedicated_cores, topology=topo,
+                              allowed=allowed)
+    except ValueError as e:
+        sys.stderr.write('{}\n'.format(e))
+        return 2
+    if args.json:
+        print(json.dumps(plan.as_dict(), indent=1))
+    else:
+        print(topo.describe())
+        print(describe_plan(plan, args.rank))
+    return 0
 
 
 if __name__ == '__main__':

@@ -228,7 +228,9 @@ class LoaderIterator(chainer.dataset.Iterator):
 
     def finalize(self):
         """Stop the loader processes and free the shared memory (idempotent)."""
-        self._finalizer()
+        finalizer = self.__dict__.get('_finalizer')  # absent if __init__ failed early
+        if finalizer is not None:
+            finalizer()
 
     def __enter__(self):
         return self

@@ -10,7 +10,8 @@ of the same physical core (2HT), and kept 64 of a KNL's 68 cores for compute. Po
   threads of the same cores (needs SMT);
 * ``dedicated``: the last ``dedicated_cores`` cores of the share (default 1) run the loaders,
   the others compute;
-* ``none``: nothing is pinned.
+* ``none``: nothing is pinned;
+* ``auto``: ``sibling`` where the cores have SMT siblings, else ``same-core``.
 
 This rank's share: the CPUs the launcher allowed (its affinity mask) when it bound the rank;
 otherwise the node's cores split evenly among the ranks of the node (``intra_size``), in NUMA
@@ -22,7 +23,7 @@ from chainermn_torus.loader.topology import Topology, format_cpulist
 
 __all__ = ['POLICIES', 'Plan', 'plan_placement', 'apply_placement', 'describe_plan']
 
-POLICIES = ('same-core', 'sibling', 'dedicated', 'none')
+POLICIES = ('auto', 'same-core', 'sibling', 'dedicated', 'none')
 
 
 class Plan(object):
@@ -85,6 +86,9 @@ def plan_placement(policy='sibling', intra_rank=0, intra_size=1, loader_processe
     if policy == 'none':
         return Plan(policy, None, None, share, topology, 'no pinning; share would be ' + how)
     first = [core[0] for core in share]
+    if policy == 'auto':
+        policy = 'sibling' if any(len(core) > 1 for core in share) else 'same-core'
+        how += '; auto chose {}'.format(policy)
     if policy == 'same-core':
         compute, loader = first, first
     elif policy == 'sibling':

@@ -128,3 +128,27 @@ def test_impossible_plans_say_why(single, smt2, two_numa):
     with pytest.raises(ValueError) as e:
         plan_placement('same-core', topology=two_numa, allowed=[99])
     assert 'none of the allowed CPUs 99' in str(e.value)
+
+
+def test_auto_takes_siblings_where_there_are_some(single, smt2):
+    assert plan_placement('auto', topology=smt2, allowed=range(8)).policy == 'sibling'
+    plan = plan_placement('auto', topology=single, allowed=[0])
+    assert plan.policy == 'same-core' and 'auto chose same-core' in plan.reason
+
+
+def test_cli_prints_the_plan(tmp_path):
+    import subprocess
+    import sys
+    make_sysfs(tmp_path / 'knl', [(c, 0, c % 68) for c in range(272)])
+    out = subprocess.run(
+        [sys.executable, '-m', 'chainermn_torus.cli', 'topology', '--sysfs',
+         str(tmp_path / 'knl'), '--policy', 'dedicated', '--dedicated-cores', '4',
+         '--ranks-per-node', '1'], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert '272 CPUs = 68 cores x 4 hardware threads' in out.stdout
+    assert 'compute on CPUs 0-63' in out.stdout
+    bad = subprocess.run(
+        [sys.executable, '-m', 'chainermn_torus.cli', 'topology', '--sysfs',
+         str(tmp_path / 'knl'), '--policy', 'dedicated', '--dedicated-cores', '68'],
+        capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "'dedicated' needs more cores" in bad.stderr

@@ -1,0 +1,253 @@
+"""ImageNet-format data for the ImageNet example: list files, crops, the mean image.
+
+The format is the one of Chainer's ``LabeledImageDataset`` (and Caffe's): a text file with
+one ``relative/path/to/image.JPEG label`` per line, paths relative to a root directory, and
+a ``mean.npy`` holding the mean training image in CHW order (``compute_mean``).
+
+``PreprocessedDataset`` does what ChainerMN's ImageNet example does to each image: crop
+(random crop + random horizontal flip for training, centre crop otherwise), subtract the
+mean over the same window, scale by 1/255. What it adds: errors that name the file (a list
+line that cannot be parsed, an image that is missing or cannot be decoded), optional
+skipping of undecodable images, grayscale/CMYK images turned into RGB, and random crops that
+differ between loader worker processes.
+"""
+import os
+import struct
+import warnings
+
+import chainer
+import numpy
+
+__all__ = ['read_list', 'PreprocessedDataset', 'compute_mean', 'load_rgb']
+
+
+def read_list(path, root='.', check_exists=True):
+    """Parse a LabeledImageDataset list file; returns ``[(absolute image path, int label)]``.
+
+    Each non-empty line must be exactly ``<path> <label>`` (whitespace-separated, so paths
+    cannot contain spaces, as in Chainer's own parser) with a non-negative integer label;
+    paths are relative to ``root``. Raises ValueError naming the list file and the line
+    number for a malformed line or (with ``check_exists``) an image file that does not
+    exist, so a typo in line 812,345 of an ImageNet list is found before training starts.
+    """
+    pairs = []
+    with open(path, encoding='utf-8') as f:
+        for lineno, line in enumerate(f, 1):
+            fields = line.split()
+            if not fields:
+                continue  # blank lines (a trailing newline, say) are harmless
+            if len(fields) != 2:
+                raise ValueError(
+                    '{}: line {}: expected "<image path> <integer label>" (two fields '
+                    'separated by whitespace; paths cannot contain spaces), got {} field(s): '
+                    '{!r}'.format(path, lineno, len(fields), line.rstrip('\n')))
+            relative, label_text = fields
+            try:
+                label = int(label_text)
+            except ValueError:
+                raise ValueError('{}: line {}: label {!r} is not an integer (line: {!r})'.format(
+                    path, lineno, label_text, line.rstrip('\n'))) from None
+            if label < 0:
+                raise ValueError('{}: line {}: label {} is negative; labels are class indices '
+                                 '0, 1, 2, ...'.format(path, lineno, label))
+            full = os.path.abspath(os.path.join(root, relative))
+            if check_exists and not os.path.isfile(full):
+                raise ValueError('{}: line {}: image file {} does not exist ({!r} relative to '
+                                 'root {!r})'.format(path, lineno, full, relative, root))
+            pairs.append((full, label))
+    if not pairs:
+        raise ValueError('{}: the list file names no images'.format(path))
+    return pairs
+
+
+class UndecodableImageError(ValueError):
+    """An image file exists but PIL cannot decode it (corrupt, truncated, not an image)."""
+
+
+# What PIL raises for a bad file, depending on the format plugin and where decoding stops:
+# UnidentifiedImageError / "image file is truncated" (OSError), SyntaxError, struct.error,
+# EOFError, ValueError, and DecompressionBombError (an Exception subclass of its own).
+def _pil_errors():
+    from PIL import Image
+    return (OSError, SyntaxError, ValueError, EOFError, struct.error,
+            Image.DecompressionBombError)
+
+
+def _read_rgb_with_pil(path):
+    # Only for the rare images that are not 3-channel (ImageNet has grayscale and CMYK
+    # JPEGs): PIL's convert gives RGB values where LabeledImageDataset would hand over CMYK.
+    from PIL import Image
+    with Image.open(path) as img:
+        rgb = numpy.asarray(img.convert('RGB'), dtype=numpy.float32)
+    return rgb.transpose(2, 0, 1)
+
+
+def load_rgb(base, index, path):
+    """Example ``index`` of a LabeledImageDataset as (float32 RGB CHW image, label, path).
+
+    ``path`` is that example's file (for messages and the RGB conversion). Raises
+    ValueError if the file is missing and UndecodableImageError (a ValueError) naming the
+    file if it cannot be decoded.
+    """
+    try:
+        image, label = base[index]
+        if image.shape[0] != 3:
+            image = _read_rgb_with_pil(path)
+    except FileNotFoundError:
+        raise ValueError('image file {} does not exist (example {})'.format(path, index)) \
+            from None
+    except _pil_errors() as e:
+        raise UndecodableImageError('cannot decode image {} ({}: {})'.format(
+            path, type(e).__name__, e)) from e
+    return image, label, path
+
+
+class PreprocessedDataset(chainer.dataset.DatasetMixin):
+    """(image, label) pairs cropped and normalised as in ChainerMN's ImageNet example.
+
+    Args:
+        pairs: a list of (path, label) (``read_list``'s result) or the path of a list file.
+        root: directory the list's paths are relative to.
+        mean: float32 CHW mean image (``compute_mean``) or None for no mean subtraction.
+            Images must have the mean's height and width (the crop window is taken from
+            both), as ChainerMN's example assumes images resized beforehand.
+        crop_size: side of the square crop.
+        random: True (training): a random crop and a random horizontal flip; False: the
+            centre crop, deterministic.
+        rng: a numpy.random.RandomState for the crops and flips, used in the process that
+            created the dataset (pass a seeded one for reproducible crops). Loader workers
+            receive a pickled copy of the dataset, and identical copies would make every
+            worker (and every rank after ``scatter_dataset``) draw the same crops: so in any
+            other process the dataset replaces it on first use by one seeded from the
+            operating system's entropy. Crops in workers are therefore not reproducible;
+            which worker reads which image is not either.
+        skip_corrupt: False (default): an image that cannot be decoded raises ValueError
+            naming the file. True: a warning names it and the next valid image (index + 1,
+            + 2, ... wrapping around) is returned instead; ``skipped`` counts these skips.
+            The count is per process: skips that happen inside loader worker processes
+            increase the workers' copies, not this object.
+
+    Returns per example ``(image, label)``: float32 (3, crop_size, crop_size)
+    ``(crop - mean_crop) / 255`` and int32.
+    """
+
+    def __init__(self, pairs, root='.', mean=None, crop_size=224, random=True, rng=None,
+                 skip_corrupt=False):
+        if isinstance(pairs, str):
+            pairs = read_list(pairs, root)
+        crop_size = int(crop_size)
+        if crop_size < 1:
+            raise ValueError('crop_size must be a positive number of pixels, got {}'.format(
+                crop_size))
+        if mean is not None:
+            mean = numpy.asarray(mean, dtype=numpy.float32)
+            if mean.ndim != 3 or mean.shape[0] != 3:
+                raise ValueError('mean must be a (3, height, width) CHW image, got shape '
+                                 '{}'.format(mean.shape))
+            if min(mean.shape[1:]) < crop_size:
+                raise ValueError('crop_size {} is larger than the mean image ({}x{}): images '
+                                 'of that size cannot be cropped to {}'.format(
+                                     crop_size, mean.shape[1], mean.shape[2], crop_size))
+        self.base = chainer.datasets.LabeledImageDataset(pairs, root)
+        self._paths = [os.path.join(root, p) for p, _ in pairs]
+        self.mean = mean
+        self.crop_size = crop_size
+        self.random = bool(random)
+        self.skip_corrupt = bool(skip_corrupt)
+        self.skipped = 0
+        self._rng = rng if rng is not None else numpy.random.RandomState()
+        self._rng_pid = os.getpid()
+
+    def __len__(self):
+        return len(self.base)
+
+    def _random_state(self):
+        pid = os.getpid()
+        if pid != self._rng_pid:  # a copy in a worker process or another rank: see rng
+            self._rng = numpy.random.RandomState()
+            self._rng_pid = pid
+        return self._rng
+
+    def get_example(self, i):
+        n = len(self.base)
+        for attempt in range(n):
+            j = (i + attempt) % n
+            try:
+                image, label, path = load_rgb(self.base, j, self._paths[j])
+            except UndecodableImageError as e:
+                if not self.skip_corrupt:
+                    raise
+                self.skipped += 1
+                warnings.warn('{}; skipped (skip_corrupt=True), using the next image'.format(e))
+                continue
+            return self._crop(image, path), numpy.int32(label)
+        raise ValueError('none of the {} images of the dataset can be decoded'.format(n))
+
+    def _crop(self, image, path):
+        _, h, w = image.shape
+        size = self.crop_size
+        if h < size or w < size:
+            raise ValueError('image {} is {}x{}, smaller than crop_size {}'.format(
+                path, h, w, size))
+        if self.mean is not None and image.shape != self.mean.shape:
+            raise ValueError('image {} has shape {} but the mean image has shape {}: images '
+                             'must be resized to the size the mean was computed at'.format(
+                                 path, image.shape, self.mean.shape))
+        if self.random:
+            rng = self._random_state()
+            top = rng.randint(0, h - size + 1)
+            left = rng.randint(0, w - size + 1)
+            flip = rng.randint(0, 2) == 1
+        else:
+            top, left, flip = (h - size) // 2, (w - size) // 2, False
+        crop = image[:, top:top + size, left:left + size]
+        if self.mean is not None:
+            # the mean over the same window, before flipping: pixel for pixel
+            crop = crop - self.mean[:, top:top + size, left:left + size]
+        if flip:
+            crop = crop[:, :, ::-1]
+        # contiguous, so a loader can copy it into shared memory in one piece
+        return numpy.ascontiguousarray(crop * numpy.float32(1.0 / 255.0), dtype=numpy.float32)
+
+
+def compute_mean(source, root='.', report=None):
+    """The mean image (float32 CHW) of a list file, of ``read_list`` pairs or of a dataset.
+
+    ``source``: a list file path (read with ``root``), a list of (path, label) pairs (images
+    read as ``PreprocessedDataset`` reads them: RGB, CHW, 0..255), or any dataset whose
+    examples are images or (image, ...) tuples. Sums in float64, so the mean of a million
+    images is not off by float32 rounding. ``report(done, total)``, if given, is called
+    every 1000 images and at the end. All images must have the same shape.
+    """
+    if isinstance(source, str):
+        source = read_list(source, root)
+    if isinstance(source, (list, tuple)) and source and isinstance(source[0], tuple) \
+            and len(source[0]) == 2 and isinstance(source[0][0], str):
+        base = chainer.datasets.LabeledImageDataset(list(source), root)
+        paths = [os.path.join(root, p) for p, _ in source]
+
+        def get(i):
+            image, _, path = load_rgb(base, i, paths[i])
+            return image, path
+        n = len(base)
+    else:
+        def get(i):
+            item = source[i]
+            return (item[0] if isinstance(item, tuple) else item), 'example {}'.format(i)
+        n = len(source)
+    if n == 0:
+        raise ValueError('cannot compute the mean of an empty dataset')
+    total = None
+    for i in range(n):
+        image, where = get(i)
+        image = numpy.asarray(image, dtype=numpy.float64)
+        if total is None:
+            total, first = numpy.zeros_like(image), where
+        elif image.shape != total.shape:
+            raise ValueError('{} has shape {} but {} has shape {}: the mean needs images of '
+                             'one size (resize them first)'.format(where, image.shape, first,
+                                                                   total.shape))
+        total += image
+        if report is not None and ((i + 1) % 1000 == 0 or i + 1 == n):
+            report(i + 1, n)
+    return (total / n).astype(numpy.float32)
