@@ -31,10 +31,10 @@ if ! "$venv/bin/python" -c 'import chainer, sys; sys.exit(chainer.__version__ !=
     pip install "setuptools<70" wheel "numpy<2"
     pip install --no-build-isolation "chainer==7.8.1"
 fi
-if ! "$venv/bin/python" -c 'import mpi4py, numba, pytest, threadpoolctl, psutil, matplotlib' 2>/dev/null \
+if ! "$venv/bin/python" -c 'import mpi4py, numba, pytest, threadpoolctl, psutil, matplotlib, PIL' 2>/dev/null \
    || [ ! -x "$venv/bin/mpiexec" ]; then
-    echo "[setup] installing mpich, mpi4py, numba, pytest, threadpoolctl, psutil, matplotlib"
-    pip install "numpy<2" mpich mpi4py numba pytest threadpoolctl psutil matplotlib
+    echo "[setup] installing mpich, mpi4py, numba, pytest, threadpoolctl, psutil, matplotlib, pillow"
+    pip install "numpy<2" mpich mpi4py numba pytest threadpoolctl psutil matplotlib pillow
 fi
 if ! (cd / && "$venv/bin/python" -c "import chainermn_torus" 2>/dev/null); then
     echo "[setup] installing chainermn_torus (editable)"

@@ -1,0 +1,500 @@
+#!/usr/bin/env python
+"""Data-parallel ImageNet-format training with ChainerMN on CPU, in the shape of ChainerMN's
+ImageNet example, with a per-iteration time breakdown and a choice of data loader.
+
+    python scripts/make_imagenet_subset.py --out data/imagenet-fmnist
+    mpiexec -n 4 python examples/imagenet/train_imagenet.py \\
+        data/imagenet-fmnist/train.txt data/imagenet-fmnist/val.txt --arch tiny --epoch 2
+
+Lists are "relative/path label" per line (paths relative to --root, by default the train
+list's directory); the mean image is --mean (default ROOT/mean.npy, see compute_mean.py).
+Images must all have the mean's size (resized beforehand, as in ChainerMN's example).
+
+Loaders (--loader): ``serial`` reads in the training process (Chainer's SerialIterator);
+``multiprocess`` uses Chainer's MultiprocessIterator with --loader-processes workers;
+``ours`` uses chainermn_torus.loader, whose worker processes are placed on cores next to
+the training process by --affinity. ChainerMN's FAQ: forking an MPI process is unsafe, so
+MultiprocessIterator's workers come from a forkserver started before MPI is initialised,
+and ours starts its workers with ``spawn`` (a fresh interpreter).
+
+Written to --out: ``breakdown.json`` (per-iteration medians in ms of data wait, forward +
+backward, all-reduce and update, per rank; the first iteration, which broadcasts the
+initial weights instead of averaging gradients, is left out) and ``summary.json`` (test
+accuracy, iterations/s, the loader). The last line printed is ``iterations/s: ...``.
+"""
+import argparse
+import json
+import multiprocessing
+import os
+import statistics
+import time
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+from chainer import training
+from chainer.training import extensions
+import numpy
+
+# chainermn_torus (and so mpi4py.MPI, which initialises MPI when imported) is imported in
+# main(), after MultiprocessIterator's forkserver has been started (see
+# start_forkserver_without_mpi). Loader worker processes also import this file (as
+# __mp_main__), so nothing at module level may touch MPI.
+
+DEFAULT_CROP = {'resnet50': 224, 'tiny': 64}
+LOADERS = ('ours', 'multiprocess', 'serial')
+AFFINITIES = ('none', 'same-core', 'sibling', 'dedicated', 'auto')
+PHASES = ('data', 'forward_backward', 'allreduce', 'update', 'iteration')
+
+
+class TinyNet(chainer.Chain):
+    """Three stride-2 conv + BN + ReLU blocks (16, 32, 64 channels), global average pooling
+    and a linear classifier: milliseconds per 64x64 image on one core, for smoke tests."""
+
+    def __init__(self, n_classes):
+        super(TinyNet, self).__init__()
+        with self.init_scope():
+            self.conv1 = L.Convolution2D(3, 16, 3, 2, 1, nobias=True)
+            self.bn1 = L.BatchNormalization(16)
+            self.conv2 = L.Convolution2D(16, 32, 3, 2, 1, nobias=True)
+            self.bn2 = L.BatchNormalization(32)
+            self.conv3 = L.Convolution2D(32, 64, 3, 2, 1, nobias=True)
+            self.bn3 = L.BatchNormalization(64)
+            self.fc = L.Linear(64, n_classes)
+
+    def forward(self, x):
+        h = F.relu(self.bn1(self.conv1(x)))
+        h = F.relu(self.bn2(self.conv2(h)))
+        h = F.relu(self.bn3(self.conv3(h)))
+        return self.fc(F.mean(h, axis=(2, 3)))
+
+
+class ResNet50(chainer.Chain):
+    """Chainer's ResNet-50 (random initial weights) with a classifier for n_classes."""
+
+    def __init__(self, n_classes):
+        super(ResNet50, self).__init__()
+        with self.init_scope():
+            self.trunk = L.ResNet50Layers(pretrained_model=None)
+        # ImageNet's 1000-way layer replaced: only this dataset's classes, and no unused
+        # parameters that every all-reduce would carry as zeros.
+        del self.trunk.fc6
+        with self.trunk.init_scope():
+            self.trunk.fc6 = L.Linear(2048, n_classes)
+
+    def forward(self, x):
+        return self.trunk(x, layers=['fc6'])['fc6']
+
+
+ARCHS = {'resnet50': ResNet50, 'tiny': TinyNet}
+
+
+def build_model(arch, n_classes):
+    return L.Classifier(ARCHS[arch](n_classes))
+
+
+def _noop():
+    pass
+
+
+def start_forkserver_without_mpi():
+    """Make 'forkserver' the start method and start the server now, before MPI_Init.
+
+    Loader workers are then forked from a process that never initialised MPI (ChainerMN's
+    FAQ: fork after MPI_Init is unsafe). The server is started with the launcher's PMI
+    variables removed and with mpi4py's automatic MPI_Init off, because workers import
+    chainermn_torus to unpickle the dataset, and it imports mpi4py.MPI: with MPICH's
+    PMI_FD inherited, that MPI_Init writes into whatever file descriptor has the same
+    number in the worker (measured: it corrupted the resource tracker's pipe) and the job
+    hangs. The environment of this process is restored afterwards.
+    """
+    multiprocessing.set_start_method('forkserver', force=True)
+    # Preloaded once in the server, so workers start without importing chainer again.
+    multiprocessing.set_forkserver_preload(['__main__', 'chainermn_torus.imagenet_data'])
+    saved = dict(os.environ)
+    try:
+        for name in list(os.environ):
+            if name.startswith(('PMI_', 'PMIX_')):
+                del os.environ[name]
+        os.environ['MPI4PY_RC_INITIALIZE'] = '0'
+        p = multiprocessing.Process(target=_noop)  # the first process starts the server
+        p.start()
+        p.join()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+class LoaderFailure(object):
+    """Stands in a batch for an example whose reading raised in a loader worker."""
+
+    def __init__(self, index, error):
+        self.message = 'example {}: {}: {}'.format(index, type(error).__name__, error)
+
+
+class CarryErrors(chainer.dataset.DatasetMixin):
+    """Returns a dataset's exceptions as LoaderFailure objects instead of raising them.
+
+    Chainer's MultiprocessIterator loses an exception raised in a worker: its prefetch
+    thread dies with it and next() waits for ever (measured with a corrupt JPEG: the job
+    hangs). Carried to the training process, ``convert`` raises it there.
+    """
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def get_example(self, i):
+        try:
+            return self.dataset[i]
+        except Exception as e:
+            return LoaderFailure(i, e)
+
+
+@chainer.dataset.converter()
+def convert(batch, device):
+    """concat_examples, after raising any error a loader worker carried (CarryErrors)."""
+    for example in batch:
+        if isinstance(example, LoaderFailure):
+            raise ValueError('reading the data failed in a loader process: ' + example.message)
+    return chainer.dataset.concat_examples(batch, device)
+
+
+class StepTimer(object):
+    """Per-iteration seconds of: data (iterator.next() + converter), allreduce (the
+    communicator's multi_node_mean_grad), update (the wrapped optimizer's own update) and
+    forward_backward (the rest of the multi-node optimizer's update: loss, backward and the
+    wrapper's bookkeeping)."""
+
+    def __init__(self, comm, optimizer):
+        self.rows = []
+        self._spent = {'allreduce': 0.0, 'update': 0.0}
+        self._wrap(comm, 'multi_node_mean_grad', 'allreduce')
+        # Instance attributes shadow the methods; set after setup(), which the fused
+        # update may have changed.
+        self._wrap(optimizer.actual_optimizer, 'update', 'update')
+
+    def _wrap(self, owner, name, phase):
+        inner = getattr(owner, name)
+        spent = self._spent
+
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                spent[phase] += time.perf_counter() - t0
+
+        setattr(owner, name, timed)
+
+    def start_step(self):
+        for phase in self._spent:
+            self._spent[phase] = 0.0
+
+    def end_step(self, data, step):
+        allreduce, update = self._spent['allreduce'], self._spent['update']
+        self.rows.append({'data': data, 'allreduce': allreduce, 'update': update,
+                          'forward_backward': max(step - allreduce - update, 0.0),
+                          'iteration': data + step})
+
+    def measured(self):
+        # The first iteration broadcasts the initial weights instead of averaging, and
+        # starts the loader's workers: not a typical step.
+        return self.rows[1:] if len(self.rows) > 1 else self.rows
+
+    def medians_ms(self):
+        rows = self.measured()
+        return {phase: 1e3 * statistics.median(r[phase] for r in rows) if rows else None
+                for phase in PHASES}
+
+    def iterations_per_second(self):
+        rows = self.measured()
+        total = sum(r['iteration'] for r in rows)
+        return len(rows) / total if total > 0 else None
+
+
+class TimedUpdater(training.updaters.StandardUpdater):
+    """StandardUpdater.update_core with the data and step times recorded in a StepTimer."""
+
+    def __init__(self, iterator, optimizer, timer):
+        super(TimedUpdater, self).__init__(iterator, optimizer, converter=convert, device=-1)
+        self.timer = timer
+
+    def update_core(self):
+        iterator = self._iterators['main']
+        optimizer = self._optimizers['main']
+        t0 = time.perf_counter()
+        batch = iterator.next()
+        in_arrays = self.converter(batch, self.input_device)
+        t1 = time.perf_counter()
+        self.timer.start_step()
+        optimizer.update(self.loss_func or optimizer.target, *in_arrays)
+        self.timer.end_step(t1 - t0, time.perf_counter() - t1)
+        if self.auto_new_epoch and iterator.is_new_epoch:
+            optimizer.new_epoch(auto=True)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description='ChainerMN example: ImageNet on CPU')
+    parser.add_argument('train', help='training list: "relative/path label" per line')
+    parser.add_argument('val', help='validation list, same format')
+    parser.add_argument('--root', '-R', default=None,
+                        help="directory the lists' paths are relative to (default: the "
+                             "training list's directory)")
+    parser.add_argument('--mean', '-m', default=None,
+                        help='mean image (compute_mean.py; default: ROOT/mean.npy); '
+                             '"none": no mean subtraction')
+    parser.add_argument('--arch', '-a', choices=sorted(ARCHS), default='resnet50')
+    parser.add_argument('--batchsize', '-B', type=int, default=32,
+                        help='training mini-batch size per rank (default: %(default)s)')
+    parser.add_argument('--val-batchsize', '-b', type=int, default=None,
+                        help='validation mini-batch size per rank (default: --batchsize)')
+    parser.add_argument('--epoch', '-E', type=int, default=10,
+                        help='number of epochs to train (default: %(default)s)')
+    parser.add_argument('--crop-size', type=int, default=None,
+                        help='side of the square crops (default: {})'.format(', '.join(
+                            '{} for {}'.format(v, k) for k, v in sorted(DEFAULT_CROP.items()))))
+    parser.add_argument('--lr', type=float, default=None,
+                        help='MomentumSGD learning rate (default: 0.1 x total batch / 256, '
+                             'Goyal et al.)')
+    parser.add_argument('--communicator', default='rsap',
+                        help='communicator name (default: %(default)s)')
+    parser.add_argument('--loader', choices=LOADERS, default='ours',
+                        help='data loader (default: %(default)s)')
+    parser.add_argument('--loader-processes', '-j', type=int, default=2,
+                        help='loader worker processes per rank (multiprocess, ours; '
+                             'default: %(default)s)')
+    parser.add_argument('--affinity', choices=AFFINITIES, default='auto',
+                        help="where --loader ours places its workers (default: %(default)s)")
+    parser.add_argument('--skip-corrupt', action='store_true',
+                        help='skip images that cannot be decoded (with a warning) instead of '
+                             'stopping')
+    parser.add_argument('--out', '-o', default='result', help='output directory')
+    parser.add_argument('--seed', type=int, default=0, help='random seed')
+    parser.add_argument('--limit', type=int, default=None, metavar='N',
+                        help='use N images of each list, drawn with --seed (smoke tests)')
+    args = parser.parse_args(argv)
+    if args.crop_size is None:
+        args.crop_size = DEFAULT_CROP[args.arch]
+    if args.val_batchsize is None:
+        args.val_batchsize = args.batchsize
+    if args.root is None:
+        args.root = os.path.dirname(os.path.abspath(args.train))
+    if args.mean is None:
+        args.mean = os.path.join(args.root, 'mean.npy')
+    for name in ('batchsize', 'val_batchsize', 'epoch', 'crop_size', 'loader_processes'):
+        if getattr(args, name) < 1:
+            parser.error('--{} must be at least 1, got {}'.format(name.replace('_', '-'),
+                                                                  getattr(args, name)))
+    return args
+
+
+def load_data(args):
+    """Rank 0's part: the lists, the mean and the datasets. Raises OSError/ValueError."""
+    from chainermn_torus.imagenet_data import PreprocessedDataset, read_list
+
+    train_pairs = read_list(args.train, args.root)
+    val_pairs = read_list(args.val, args.root)
+    n_classes = max(label for _, label in train_pairs) + 1  # before --limit: same model
+    bad = [(path, label) for path, label in val_pairs if label >= n_classes]
+    if bad:
+        raise ValueError('{}: {} validation image(s) have labels the training list {} does '
+                         'not have (it has 0..{}), e.g. {} {}'.format(
+                             args.val, len(bad), args.train, n_classes - 1, *bad[0]))
+    if args.limit:
+        rng = numpy.random.RandomState(args.seed)
+        train_pairs, val_pairs = [
+            [pairs[i] for i in sorted(rng.permutation(len(pairs))[:args.limit])]
+            for pairs in (train_pairs, val_pairs)]
+    mean = None
+    if args.mean.lower() != 'none':
+        if not os.path.exists(args.mean):
+            raise ValueError('mean image {} does not exist: compute it with `python '
+                             'examples/imagenet/compute_mean.py {} --root {} --output {}` or '
+                             'pass --mean none'.format(args.mean, args.train, args.root,
+                                                       args.mean))
+        mean = numpy.load(args.mean)
+    train = PreprocessedDataset(train_pairs, args.root, mean, args.crop_size, random=True,
+                                rng=numpy.random.RandomState(args.seed),
+                                skip_corrupt=args.skip_corrupt)
+    val = PreprocessedDataset(val_pairs, args.root, mean, args.crop_size, random=False,
+                              skip_corrupt=args.skip_corrupt)
+    return train, val, n_classes
+
+
+def make_iterators(args, train, val, comm, plan):
+    bs, vbs, n = args.batchsize, args.val_batchsize, args.loader_processes
+    if args.loader == 'serial':
+        return (chainer.iterators.SerialIterator(train, bs),
+                chainer.iterators.SerialIterator(val, vbs, repeat=False, shuffle=False))
+    if args.loader == 'multiprocess':
+        # Bytes of one example's arrays: the float32 CHW crop (the label is a numpy scalar,
+        # which goes by pickling). With it given, Chainer does not load a first batch in
+        # this process to measure the size.
+        shared_mem = 4 * 3 * args.crop_size * args.crop_size
+        return (chainer.iterators.MultiprocessIterator(CarryErrors(train), bs, n_processes=n,
+                                                       shared_mem=shared_mem),
+                chainer.iterators.MultiprocessIterator(CarryErrors(val), vbs, repeat=False,
+                                                       shuffle=False, n_processes=n,
+                                                       shared_mem=shared_mem))
+    from chainermn_torus.loader import LoaderIterator
+    train_iter = LoaderIterator(train, bs, repeat=True, shuffle=True, n_processes=n,
+                                n_prefetch=4, cpus=plan.loader_cpus,
+                                seed=args.seed + comm.rank)
+    # The Evaluator resets its iterator before each evaluation (and copies, with its
+    # worker processes, one that cannot be reset): use ours only if it can.
+    if hasattr(LoaderIterator, 'reset'):
+        val_iter = LoaderIterator(val, vbs, repeat=False, shuffle=False, n_processes=n,
+                                  n_prefetch=4, cpus=plan.loader_cpus, seed=args.seed)
+    else:
+        val_iter = chainer.iterators.SerialIterator(val, vbs, repeat=False, shuffle=False)
+    return train_iter, val_iter
+
+
+def main():
+    args = parse_args()
+    if args.loader == 'multiprocess':
+        start_forkserver_without_mpi()  # before the communicator, i.e. before MPI_Init
+
+    import chainermn
+    import chainermn_torus  # NOQA: registers pure_allreduce, rsaa, rsap
+    from chainermn_torus.optimizers import threads
+
+    comm = chainermn.create_communicator(args.communicator)
+
+    plan = None
+    if args.loader == 'ours':
+        from chainermn_torus.loader import apply_placement, describe_plan, plan_placement
+        try:
+            plan = plan_placement(policy=args.affinity, intra_rank=comm.intra_rank,
+                                  intra_size=comm.intra_size,
+                                  loader_processes=args.loader_processes)
+            error = None
+        except ValueError as e:
+            error = str(e)
+        errors = comm.mpi_comm.allgather(error)  # every rank stops, not only the one that failed
+        if any(errors):
+            failed = [r for r, e in enumerate(errors) if e]
+            raise SystemExit('rank {}: --affinity {}: {}'.format(
+                comm.rank, args.affinity, error or 'stopping: rank(s) {} cannot place their '
+                'loader processes'.format(', '.join(map(str, failed)))))
+        apply_placement(plan)  # pins this process and sizes its BLAS threads
+        if comm.intra_rank == 0:
+            print(describe_plan(plan), flush=True)
+    elif getattr(comm, 'thread_budget', None) is None:
+        # ChainerMN's communicators: ours applied (and printed) the default budget already.
+        budget = threads.apply_thread_budget(None, comm.intra_size)
+        if comm.intra_rank == 0:
+            print('chainermn_torus: ' + threads.describe_budget(budget, comm.rank), flush=True)
+
+    # Rank 0 reads the lists (a bad line fails there) and every rank learns of it.
+    error, train, val, n_classes = None, None, None, None
+    if comm.rank == 0:
+        try:
+            train, val, n_classes = load_data(args)
+        except (OSError, ValueError) as e:
+            error = str(e)
+    error, n_classes = comm.mpi_comm.bcast((error, n_classes), root=0)
+    if error is not None:
+        raise SystemExit('rank {}: {}'.format(comm.rank, error))
+    train = chainermn.scatter_dataset(train, comm, shuffle=True, seed=args.seed)
+    val = chainermn.scatter_dataset(val, comm)
+
+    lr = args.lr if args.lr is not None else 0.1 * args.batchsize * comm.size / 256
+    if comm.rank == 0:
+        print('==========================================')
+        print('Num process (COMM_WORLD): {}'.format(comm.size))
+        print('Using {} communicator{}'.format(
+            args.communicator, ': ' + comm.describe() if hasattr(comm, 'describe') else ''))
+        print('Using {} arch, {} classes, {}x{} crops'.format(args.arch, n_classes,
+                                                              args.crop_size, args.crop_size))
+        print('Num Minibatch-size: {} per rank, learning rate {:g}'.format(args.batchsize, lr))
+        print('Num epoch: {}'.format(args.epoch))
+        print('Loader: {}{}'.format(args.loader, '' if args.loader == 'serial' else
+                                    ', {} processes per rank{}'.format(
+                                        args.loader_processes,
+                                        ', affinity ' + args.affinity
+                                        if args.loader == 'ours' else '')))
+        print('==========================================', flush=True)
+
+    numpy.random.seed(args.seed)  # same initial weights everywhere; bcast_data makes sure
+    model = build_model(args.arch, n_classes)
+    optimizer = chainermn.create_multi_node_optimizer(
+        chainer.optimizers.MomentumSGD(lr=lr, momentum=0.9), comm)
+    optimizer.setup(model)
+    optimizer.add_hook(chainer.optimizer_hooks.WeightDecay(1e-4))
+    timer = StepTimer(comm, optimizer)
+
+    train_iter, val_iter = make_iterators(args, train, val, comm, plan)
+    try:
+        updater = TimedUpdater(train_iter, optimizer, timer)
+        trainer = training.Trainer(updater, (args.epoch, 'epoch'), out=args.out)
+        evaluator = chainermn.create_multi_node_evaluator(
+            extensions.Evaluator(val_iter, model, converter=convert, device=-1), comm)
+        trainer.extend(evaluator, trigger=(1, 'epoch'))
+        if comm.rank == 0:
+            trainer.extend(extensions.LogReport(trigger=(1, 'epoch')))
+            trainer.extend(extensions.PrintReport(
+                ['epoch', 'iteration', 'main/loss', 'validation/main/loss', 'main/accuracy',
+                 'validation/main/accuracy', 'elapsed_time']))
+        t0 = time.perf_counter()
+        trainer.run()
+        train_seconds = time.perf_counter() - t0
+        # Training stops at an epoch's end, where the evaluator has just run (on all ranks).
+        final = {k: v for k, v in trainer.observation.items() if k.startswith('validation/')}
+        if 'validation/main/accuracy' not in final:
+            final = evaluator()
+    finally:
+        for it in (train_iter, val_iter):
+            if hasattr(it, 'finalize'):
+                it.finalize()  # stops loader workers, also when training failed
+
+    per_rank = comm.gather_obj({'median_ms': timer.medians_ms(),
+                                'iterations_per_second': timer.iterations_per_second(),
+                                'iterations_measured': len(timer.measured())})
+    if comm.rank == 0:
+        # Ranks wait for each other in every all-reduce: the job runs at the slowest's rate.
+        rates = [r['iterations_per_second'] for r in per_rank
+                 if r['iterations_per_second'] is not None]
+        rate = min(rates) if rates else None
+        breakdown = {
+            'loader': args.loader, 'ranks': comm.size, 'unit': 'ms',
+            'phases': {'data': 'iterator.next() + converter',
+                       'forward_backward': 'rest of the multi-node optimizer update',
+                       'allreduce': 'communicator.multi_node_mean_grad',
+                       'update': "the wrapped optimizer's update",
+                       'iteration': 'data + the whole optimizer update'},
+            'iterations_measured': per_rank[0]['iterations_measured'],
+            'median_ms': per_rank[0]['median_ms'],
+            'per_rank_median_ms': [r['median_ms'] for r in per_rank],
+        }
+        summary = {
+            'arch': args.arch, 'loader': args.loader,
+            'loader_processes': None if args.loader == 'serial' else args.loader_processes,
+            'affinity': args.affinity if args.loader == 'ours' else None,
+            'communicator': args.communicator, 'ranks': comm.size, 'epochs': args.epoch,
+            'batchsize_per_rank': args.batchsize, 'crop_size': args.crop_size, 'lr': lr,
+            'n_classes': n_classes, 'iterations': updater.iteration,
+            'iterations_per_second': rate,
+            'images_per_second': rate * args.batchsize * comm.size if rate else None,
+            'per_rank_iterations_per_second': [r['iterations_per_second'] for r in per_rank],
+            'train_seconds': train_seconds,
+            'test_accuracy': float(final['validation/main/accuracy']),
+            'test_loss': float(final['validation/main/loss']),
+        }
+        os.makedirs(args.out, exist_ok=True)
+        for name, content in (('breakdown.json', breakdown), ('summary.json', summary)):
+            with open(os.path.join(args.out, name), 'w') as f:
+                json.dump(content, f, indent=2)
+        med = breakdown['median_ms']
+        print('median per iteration (rank 0): ' + ', '.join(
+            '{} {:.1f} ms'.format(p, med[p]) for p in PHASES if med[p] is not None))
+        print('test accuracy: {:.4f}   training time: {:.2f} s'.format(
+            summary['test_accuracy'], train_seconds))
+        print('iterations/s: {}'.format('{:.2f}'.format(rate) if rate else 'n/a'), flush=True)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,146 @@
+"""The ImageNet example on real ranks and real JPEGs (the Fashion-MNIST subset builder's)."""
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy
+import pytest
+
+from conftest import ROOT, run_mpi
+from chainermn_torus.datasets import DEFAULT_MNIST_DIR
+
+EXAMPLE = os.path.join(ROOT, 'examples', 'imagenet', 'train_imagenet.py')
+BUILDER = os.path.join(ROOT, 'scripts', 'make_imagenet_subset.py')
+PHASES = ('data', 'forward_backward', 'allreduce', 'update', 'iteration')
+
+needs_data = pytest.mark.skipif(
+    not os.path.isdir(DEFAULT_MNIST_DIR),
+    reason='Debian package dataset-fashion-mnist is not installed (make setup installs it)')
+
+
+@pytest.fixture(scope='module')
+def lists(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp('imagenet') / 'fmnist')
+    proc = subprocess.run([sys.executable, BUILDER, '--out', out, '--per-class', '4',
+                           '--val-per-class', '2', '--size', '40'],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return [os.path.join(out, 'train.txt'), os.path.join(out, 'val.txt')]
+
+
+def run_example(lists, out, loader, *extra, nprocs=2):
+    argv = [EXAMPLE] + lists + ['--arch', 'tiny', '--loader', loader, '--epoch', '1',
+                                '--crop-size', '32', '--batchsize', '5', '--out', str(out)]
+    return run_mpi(nprocs, argv + list(extra), timeout=180)
+
+
+def check_outputs(proc, out, loader, nprocs=2):
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.load(open(str(out / 'summary.json')))
+    breakdown = json.load(open(str(out / 'breakdown.json')))
+    assert summary['loader'] == loader == breakdown['loader']
+    assert summary['ranks'] == nprocs and summary['arch'] == 'tiny'
+    assert summary['n_classes'] == 10 and summary['crop_size'] == 32
+    # 40 images over 2 ranks, 5 per batch: 4 iterations in the epoch
+    assert summary['iterations'] == 4
+    assert 0.0 <= summary['test_accuracy'] <= 1.0 and numpy.isfinite(summary['test_loss'])
+    assert summary['iterations_per_second'] > 0
+    assert len(summary['per_rank_iterations_per_second']) == nprocs
+    assert breakdown['iterations_measured'] == 3  # the first (broadcast) step left out
+    assert len(breakdown['per_rank_median_ms']) == nprocs
+    for medians in [breakdown['median_ms']] + breakdown['per_rank_median_ms']:
+        assert set(medians) == set(PHASES)
+        assert all(medians[p] >= 0 for p in PHASES)
+        assert medians['allreduce'] > 0 and medians['forward_backward'] > 0
+        parts = medians['data'] + medians['forward_backward'] + medians['allreduce'] \
+            + medians['update']
+        assert parts == pytest.approx(medians['iteration'], rel=0.5)
+    # UCX (MPICH's transport) may print warnings at MPI_Finalize, after the example's lines
+    last = [line for line in proc.stdout.splitlines()
+            if line.strip() and ' UCX ' not in line][-1]
+    assert last.startswith('iterations/s: '), proc.stdout[-2000:]
+    assert float(last.split()[1]) == pytest.approx(summary['iterations_per_second'], rel=0.01)
+    return summary, breakdown
+
+
+@needs_data
+@pytest.mark.parametrize('loader', ['serial', 'multiprocess'])
+def test_imagenet_example_trains_with_chainer_loaders(lists, tmp_path, loader):
+    proc = run_example(lists, tmp_path, loader, '--loader-processes', '1')
+    summary, _ = check_outputs(proc, tmp_path, loader)
+    assert summary['loader_processes'] == (None if loader == 'serial' else 1)
+
+
+@needs_data
+@pytest.mark.parametrize('affinity', ['auto', 'none'])
+def test_imagenet_example_trains_with_our_loader(lists, tmp_path, affinity):
+    # auto: same-core on this kind of machine (no SMT), pinned; none: nothing pinned.
+    proc = run_example(lists, tmp_path, 'ours', '--loader-processes', '1',
+                       '--affinity', affinity)
+    summary, _ = check_outputs(proc, tmp_path, 'ours')
+    assert summary['affinity'] == affinity and summary['loader_processes'] == 1
+    if affinity == 'auto':
+        assert 'affinity ' in proc.stdout and 'compute on CPUs' in proc.stdout
+
+
+@needs_data
+def test_imagenet_example_impossible_affinity_says_what_the_machine_has(lists, tmp_path):
+    # 2 ranks on a machine with one hardware thread per core: 'sibling' cannot work.
+    from chainermn_torus.loader import Topology
+    if Topology.from_sysfs().smt > 1:
+        pytest.skip('this machine has SMT siblings, so the sibling policy is possible here')
+    proc = run_example(lists, tmp_path, "ours", "--affinity", "sibling")
+    assert proc.returncode != 0
+    assert "'sibling' cannot be satisfied" in proc.stdout + proc.stderr
+
+
+@needs_data
+def test_imagenet_example_bad_list_line_fails_clearly_on_every_rank(lists, tmp_path):
+    bad = tmp_path / 'train.txt'
+    with open(lists[0]) as f:
+        lines = f.readlines()
+    lines[2] = lines[2].split()[0] + ' three\n'
+    bad.write_text(''.join(lines))
+    root = os.path.dirname(lists[0])
+    proc = run_mpi(2, [EXAMPLE, str(bad), lists[1], '--root', root, '--arch', 'tiny',
+                       '--loader', 'serial', '--epoch', '1'], timeout=120)
+    assert proc.returncode != 0
+    # both ranks say which file and line
+    assert proc.stderr.count('{}: line 3'.format(bad)) == 2, proc.stderr
+    assert "label 'three' is not an integer" in proc.stderr
+
+
+@needs_data
+def test_imagenet_example_corrupt_jpeg_stops_multiprocess_loader_or_is_skipped(lists, tmp_path):
+    # Chainer's MultiprocessIterator alone would hang here (its prefetch thread dies).
+    data = tmp_path / 'data'
+    shutil.copytree(os.path.dirname(lists[0]), str(data))
+    corrupt = data / 'train' / 'bag' / '0001.JPEG'
+    corrupt.write_bytes(b'not a JPEG')
+    argv = [str(data / 'train.txt'), str(data / 'val.txt')]
+    proc = run_example(argv, tmp_path / 'out', 'multiprocess', '--loader-processes', '1')
+    assert proc.returncode != 0
+    assert 'cannot decode image {}'.format(corrupt) in proc.stdout + proc.stderr, \
+        proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_example(argv, tmp_path / 'skip', 'serial', '--skip-corrupt')
+    check_outputs(proc, tmp_path / 'skip', 'serial')
+    assert 'skipped (skip_corrupt=True)' in proc.stderr
+
+
+def test_resnet50_arch_builds_and_classifies():
+    spec = importlib.util.spec_from_file_location('train_imagenet', EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)  # importing the example touches no MPI
+    model = example.build_model('resnet50', 7)
+    names = [name for name, _ in model.namedparams()]
+    assert '/predictor/trunk/fc6/W' in names
+    assert model.predictor.trunk.fc6.W.shape == (7, 2048)
+    import chainer
+    with chainer.using_config('train', False), chainer.no_backprop_mode():
+        y = model.predictor(numpy.zeros((1, 3, 64, 64), numpy.float32))
+    assert y.shape == (1, 7)
+    assert example.parse_args(['t.txt', 'v.txt', '--arch', 'resnet50']).crop_size == 224
+    assert example.parse_args(['t.txt', 'v.txt', '--arch', 'tiny']).crop_size == 64
