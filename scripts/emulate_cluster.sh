@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# An emulated cluster on one machine (issue 5): K "nodes" as network namespaces on a bridge,
+# links shaped with tbf, distinct host names, and MPI ranks launched into them.
+#
+#   scripts/emulate_cluster.sh up K [RATE]     K nodes, links of RATE (tc syntax, default 1gbit)
+#   scripts/emulate_cluster.sh run R CMD...    R ranks per node, K*R ranks in all, CMD on each
+#   scripts/emulate_cluster.sh status          nodes and the bytes their links carried
+#   scripts/emulate_cluster.sh down            remove everything `up` made (idempotent)
+#
+# Node k is namespace cmt-n$k with address 198.18.0.$((k+1))/24 (the benchmarking range, no
+# route out) on bridge cmtbr0 (198.18.0.254). Each link is shaped in both directions (tbf on
+# the bridge side for traffic into the node, on the node side for traffic out of it). `run`
+# starts the venv's mpiexec (MPICH hydra) with scripts/cluster_ssh as its "ssh": it enters
+# the node's namespace and a new UTS namespace named node$k, so ChainerMN groups ranks by
+# node from their host names. Between nodes MPICH's UCX netmod uses TCP only
+# (UCX_TLS=tcp,self), through the shaped links; ranks of one node use MPICH's shared memory.
+# Needs root (ip netns, tc).
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(dirname "$HERE")
+PREFIX=cmt
+BRIDGE=cmtbr0
+STATE=/run/chainermn-torus-cluster
+MAX_NODES=32   # addresses and namespaces are cheap; this bounds the ranks a 2-core box runs
+
+die() { echo "emulate_cluster: $*" >&2; exit 2; }
+
+need_root() {
+  [ "$(id -u)" = 0 ] || die "needs root (ip netns, tc); you are uid $(id -u). Run it with sudo, or as root in CI."
+  for tool in ip tc unshare; do
+    command -v $tool >/dev/null || die "needs '$tool' (Debian: iproute2, util-linux)"
+  done
+}
+
+nodes() { [ -f "$STATE" ] && sed -n 's/^nodes=//p' "$STATE" || echo 0; }
+
+up() {
+  local k=${1:-}; local rate=${2:-1gbit}
+  [[ "$k" =~ ^[0-9]+$ ]] && [ "$k" -ge 1 ] || die "up needs a node count >= 1, got '${k}'"
+  [ "$k" -le $MAX_NODES ] || die "up $k: at most $MAX_NODES nodes on one machine (this one has $(nproc) cores)"
+  need_root
+  if [ "$(nodes)" != 0 ] || ip link show $BRIDGE >/dev/null 2>&1; then
+    die "a cluster is already up ($(nodes) nodes); run '$0 down' first"
+  fi
+  ip link add $BRIDGE type bridge
+  ip addr add 198.18.0.254/24 dev $BRIDGE
+  ip link set $BRIDGE up
+  for ((n = 0; n < k; n++)); do
+    ip netns add $PREFIX-n$n
+    ip link add $PREFIX-v$n type veth peer name $PREFIX-p$n
+    ip link set $PREFIX-v$n master $BRIDGE
+    ip link set $PREFIX-v$n up
+    ip link set $PREFIX-p$n netns $PREFIX-n$n
+    ip netns exec $PREFIX-n$n ip addr add 198.18.0.$((n + 1))/24 dev $PREFIX-p$n
+    ip netns exec $PREFIX-n$n ip link set $PREFIX-p$n up
+    ip netns exec $PREFIX-n$n ip link set lo up
+    # burst: enough for the rate at a 1 ms timer, never below 64 KiB
+    tc qdisc add dev $PREFIX-v$n root tbf rate "$rate" burst 256kb latency 100ms
+    ip netns exec $PREFIX-n$n tc qdisc add dev $PREFIX-p$n root tbf rate "$rate" burst 256kb latency 100ms
+  done
+  printf 'nodes=%s\nrate=%s\n' "$k" "$rate" > "$STATE"
+  echo "emulate_cluster: $k nodes up (198.18.0.1-$k), links $rate each way"
+}
+
+down() {
+  need_root
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$PREFIX-n[0-9]*$" || true); do
+    ip netns del "$ns"
+  done
+  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep "^$PREFIX-v[0-9]*$" || true); do
+    ip link del "$link" 2>/dev/null || true
+  done
+  ip link del $BRIDGE 2>/dev/null || true
+  rm -f "$STATE"
+  echo "emulate_cluster: down"
+}
+
+status() {
+  local k; k=$(nodes)
+  [ "$k" != 0 ] || { echo "emulate_cluster: no cluster is up"; return 0; }
+  echo "emulate_cluster: $k nodes, links $(sed -n 's/^rate=//p' "$STATE")"
+  for ((n = 0; n < k; n++)); do
+    # bridge side: rx = bytes the node sent, tx = bytes it received
+    echo "node$n 198.18.0.$((n + 1)) sent $(cat /sys/class/net/$PREFIX-v$n/statistics/rx_bytes) received $(cat /sys/class/net/$PREFIX-v$n/statistics/tx_bytes) bytes"
+  done
+}
+
+run() {
+  local r=${1:-}; shift || true
+  [[ "$r" =~ ^[0-9]+$ ]] && [ "$r" -ge 1 ] || die "run needs ranks per node >= 1, got '${r}'"
+  [ $# -gt 0 ] || die "run needs a command (e.g. python examples/mnist/train_mnist.py)"
+  local k; k=$(nodes)
+  [ "$k" != 0 ] || die "no cluster is up; run '$0 up K' first"
+  need_root
+  local hosts=""
+  for ((n = 0; n < k; n++)); do hosts+="${hosts:+,}198.18.0.$((n + 1)):$r"; done
+  local mpiexec=${MPIEXEC:-$ROOT/.venv/bin/mpiexec}
+  exec "$mpiexec" -launcher ssh -launcher-exec "$HERE/cluster_ssh" -hosts "$hosts" \
+    -localhost 198.18.0.254 -n $((k * r)) -genv UCX_TLS tcp,self "$@"
+}
+
+cmd=${1:-}; shift || true
+case "$cmd" in
+  up) up "$@" ;;
+  down) down ;;
+  status) status ;;
+  run) run "$@" ;;
+  *) die "usage: $0 up K [RATE] | run R CMD... | status | down (got '${cmd}')" ;;
+esac
