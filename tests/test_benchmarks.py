@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from conftest import ROOT, assert_ok, run_mpi  # NOQA
+from conftest import ROOT, run_mpi
 
 
 def test_optimizer_update_benchmark(tmp_path):

@@ -17,6 +17,8 @@ evenly into P blocks (fewer than P) are summed in float32 with MPI_Allreduce.
 import numpy
 from mpi4py import MPI
 
+from chainermn_torus.communicators._progress import BLOCKING
+
 __all__ = ['HalfReducer']
 
 
@@ -24,7 +26,6 @@ class HalfReducer(object):
     """Float16 reduce-scatter and all-reduce on one communicator, with a reused scratch."""
 
     def __init__(self, mpi_type, progress=None):
-        from chainermn_torus.communicators._progress import BLOCKING
         self.mpi_type = mpi_type
         self.progress = progress or BLOCKING
         self._scratch = None

@@ -57,8 +57,6 @@ class _Indices(object):
         return self.n
 
     def __getitem__(self, i):
-        if isinstance(i, slice):
-            return list(range(self.n))[i]
         return i
 
 

@@ -1,5 +1,4 @@
 """LoaderIterator: SerialIterator's semantics, resume, errors, pinning and clean shutdown."""
-import io
 import os
 import signal
 import subprocess
@@ -65,8 +64,6 @@ def test_finite_iteration_stops_like_serial_iterator():
 
 
 def _snapshot(iterator):
-    target = {}
-    chainer.serializers.DictionarySerializer(target)  # noqa (keeps the API in view)
     s = chainer.serializers.DictionarySerializer()
     iterator.serialize(s)
     return s.target

@@ -1,6 +1,5 @@
 """Warm-up schedules (in a real Chainer trainer) and the RMSprop-to-SGD optimizer."""
 import chainer
-import chainer.functions as F
 import chainer.links as L
 import numpy
 import pytest
