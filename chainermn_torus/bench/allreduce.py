@@ -11,6 +11,7 @@ ratio to ChainerMN ``naive``, the algorithm bandwidth (bytes / time) and the bus
   allreduce_1msg    one MPI_Allreduce of the already packed buffer (no pack, no division);
   copy_bound        2(P-1)/P x bytes at the memory-copy bandwidth measured with all ranks
                     copying at once: what shared memory allows at best.
+Torus rows are named by variant (``VARIANTS``): rsaa, rsap (fence), rsap_pscw, rsap_acc, shm.
 """
 import argparse
 import json
@@ -25,6 +26,17 @@ from mpi4py import MPI
 import chainermn
 import chainermn_torus
 from chainermn_torus.bench.gradient_sets import GRADIENT_SETS, make_model
+
+
+# Row names -> (communicator, options). Where the grid's rows lie inside nodes, plain
+# rsaa/rsap would use shared memory (their default); these names pin each variant.
+VARIANTS = {
+    'rsaa': ('rsaa', {'shm': False}),             # MPI_Reduce_scatter_block + MPI_Allgather
+    'rsap': ('rsap', {'shm': False}),             # ... + put rounds with MPI_Win_fence
+    'rsap_pscw': ('rsap', {'sync': 'pscw'}),      # put rounds with post/start/complete/wait
+    'rsap_acc': ('rsap', {'reduce_scatter': 'accumulate'}),  # phase 1 by MPI_Accumulate
+    'shm': ('rsap', {'shm': True}),               # row phases in a node-shared window
+}
 
 
 def _grids(size, requested):
@@ -79,9 +91,16 @@ def run(args):
         comms['pure_allreduce' + label] = chainermn_torus.create_communicator(
             'pure_allreduce', segment_size=seg)
         for g in _grids(P, args.grids):
-            for algo in ('rsaa', 'rsap'):
-                comms['{}({}){}'.format(algo, g, label)] = chainermn_torus.create_communicator(
-                    algo, grid=g, segment_size=seg)
+            for variant in args.variants:
+                algo, options = VARIANTS[variant]
+                try:
+                    comm = chainermn_torus.create_communicator(
+                        algo, grid=g, segment_size=seg, **options)
+                except ValueError:
+                    if variant == 'shm':
+                        continue  # rows span nodes: no shared-memory variant for this grid
+                    raise
+                comms['{}({}){}'.format(variant, g, label)] = comm
     if args.fp16:
         # float16 on the wire: half the bytes, plus the conversions (see communicators._half).
         comms['pure_allreduce/fp16'] = chainermn_torus.create_communicator(
@@ -170,6 +189,9 @@ def build_parser():
     parser.add_argument('--segments', nargs='*', type=_segment, default=[None],
                         metavar='BYTES', help='segment sizes to compare (0 = one message, '
                         '"default" = the built-in default)')
+    parser.add_argument('--variants', nargs='*', default=list(VARIANTS), choices=list(VARIANTS),
+                        help='torus variants per grid (default: all); shm rows only where the '
+                        'grid rows lie inside nodes')
     parser.add_argument('--fp16', action='store_true',
                         help='also rows with allreduce_grad_dtype=float16')
     parser.add_argument('--json', default=None, help='write the report here (rank 0)')

@@ -154,6 +154,7 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
             src = buf.send_source(named, (lo, hi, index), scale)
             pack += time.perf_counter() - tp
             self._mean_segment(buf, lo, hi, src)
+        self._end_call(buf)
         t2 = time.perf_counter()
         buf.unpack_grads(named)
         t3 = time.perf_counter()
@@ -219,7 +220,11 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
         for lo, hi, _ in buf.plan:
             self._mean_segment(buf, lo, hi, None)
         array.reshape(-1)[...] = buf.array
+        self._end_call(buf)
         return array
+
+    def _end_call(self, buf):
+        """Called on every rank after the last segment of a call (shm: a node barrier)."""
 
     def _mean_segment(self, buf, lo, hi, src):
         """Replace buf.array[lo:hi] by the mean over ranks of every rank's segment.
@@ -275,5 +280,12 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
             self.grid.shape, self.grid_reason)
         dtype = '' if self.allreduce_grad_dtype is None else ', gradients sent as {}'.format(
             self.allreduce_grad_dtype.name)
-        return '{} on P = {}{}, segment {} bytes{}'.format(
-            self.name, self.size, grid, self.segment_bytes or 'whole buffer', dtype)
+        return '{} on P = {}{}, segment {} bytes{}{}'.format(
+            self.name, self.size, grid, self.segment_bytes or 'whole buffer', dtype,
+            self._describe_variant())
+
+    def _describe_variant(self):
+        if getattr(self, 'shm', False):
+            return ', row phases in node shared memory'
+        return ''
+

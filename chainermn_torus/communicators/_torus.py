@@ -10,12 +10,19 @@ M - 1 elements, is summed with one small MPI_Allreduce over all ranks.
 A float16 buffer (``allreduce_grad_dtype=numpy.float16``) has no MPI sum: its reduce-scatter
 and column all-reduce are the all-to-all based ones of ``_half``; the gather phase only moves
 bytes and is the same.
+
+With ``shm`` (rows inside nodes, float32/float64) the row phases read the peers' buffers in a
+shared-memory window instead (``_shm``); only the column all-reduce sends messages.
 """
 import numpy
 from mpi4py import MPI
 
+from chainermn_torus.communicators import _packing
 from chainermn_torus.communicators._averaging import divide_by_size
 from chainermn_torus.communicators._half import HalfReducer
+from chainermn_torus.communicators._shm import NodeBuffers, rows_within_nodes
+
+_SHM_CHOICES = (None, True, False)
 
 
 class TorusPhases(object):
@@ -23,6 +30,70 @@ class TorusPhases(object):
 
     _chunk_scratch = None
     _half_row = _half_col = None
+    shm = False
+
+    def _setup_shm(self, shm, wanted_by_default=True):
+        """Resolve the ``shm`` option: None = on when every row lies inside one node.
+
+        ``wanted_by_default`` False (an option that needs the message phases was given)
+        keeps the default off.
+        """
+        if shm not in _SHM_CHOICES:
+            raise ValueError('chainermn_torus: shm must be None (on where the grid rows lie '
+                             'inside nodes), True or False, got {!r}'.format(shm))
+        self._options['shm'] = shm
+        if shm is False or self.grid.M == 1 or (shm is None and not wanted_by_default):
+            self.shm = False
+            return
+        inside = rows_within_nodes(self.grid.row_comm, self.mpi_comm)
+        if shm and not inside:
+            raise ValueError(
+                'chainermn_torus: shm=True needs every grid row inside one node, but grid '
+                '(M, N) = {} puts ranks of different nodes in one row ({} ranks per node on '
+                'this rank\'s node); use M = ranks per node or shm=False'.format(
+                    self.grid.shape, self.intra_size))
+        self.shm = inside
+
+    def _shm_buffer(self, layout, segment_elems):
+        """A PackedBuffer in a node-shared window, or None where shm does not apply."""
+        if not self.shm or layout.size == 0 or layout.dtype == numpy.float16:
+            return None  # float16 has no MPI sum either: it keeps the message phases
+        node = NodeBuffers(self.grid.row_comm, layout.size, layout.dtype, self.progress)
+        buf = _packing.PackedBuffer(layout, segment_elems, array=node.array)
+        buf.node = node
+        buf.window = None
+        return buf
+
+    def _end_call(self, buf):
+        node = getattr(buf, 'node', None)
+        if node is not None:
+            node.barrier()
+
+    def _release_node(self, buf):
+        node = getattr(buf, 'node', None)
+        if node is not None:
+            buf.array = None
+            node.free()
+            buf.node = None
+
+    def _mean_segment_shm(self, buf, lo, hi, src):
+        seg, node = buf.array[lo:hi], buf.node
+        if src is not None:
+            seg[...] = src  # the peers read it from the window
+        divisor = 1 if buf.prescaled else self.size
+        M, pos = self.grid.M, self.grid.pos
+        n = hi - lo
+        main = n - n % M
+        c = main // M
+        node.barrier()  # every position's segment is packed
+        if c:
+            chunk = node.reduce_chunk(lo + pos * c, c)
+            self.column_allreduce(chunk, None, buf.mpi_type, buf.mpi_sum)
+            divide_by_size(chunk, divisor)
+            node.barrier()  # every chunk is final
+            node.gather(lo, c)
+        if main < n:
+            self.tail_allreduce(seg[main:], None, buf.mpi_type, buf.mpi_sum, divisor)
 
     def _half(self, which, mpi_type):
         # One reducer (and scratch) per communicator: the row and column phases differ in size.
@@ -32,6 +103,8 @@ class TorusPhases(object):
         return getattr(self, name)
 
     def _mean_segment(self, buf, lo, hi, src):
+        if getattr(buf, 'node', None) is not None:
+            return self._mean_segment_shm(buf, lo, hi, src)
         seg, mpi_type, op = buf.array[lo:hi], buf.mpi_type, buf.mpi_sum
         divisor = 1 if buf.prescaled else self.size
         M, pos = self.grid.M, self.grid.pos
@@ -41,7 +114,8 @@ class TorusPhases(object):
         if c:
             part, part_src = seg[:main], None if src is None else src[:main]
             if M > 1:
-                chunk, chunk_src = self.reduce_scatter(part, part_src, mpi_type, op), None
+                chunk, chunk_src = self.reduce_scatter(part, part_src, mpi_type, op,
+                                                       buf, lo), None
             else:
                 chunk, chunk_src = part, part_src  # a row of one: nothing to scatter
             self.column_allreduce(chunk, chunk_src, mpi_type, op)
@@ -52,10 +126,11 @@ class TorusPhases(object):
             self.tail_allreduce(seg[main:], None if src is None else src[main:], mpi_type, op,
                                 divisor)
 
-    def reduce_scatter(self, part, src, mpi_type, op):
+    def reduce_scatter(self, part, src, mpi_type, op, buf=None, lo=0):
         """Phase 1: the row sum of this position's chunk of ``src`` (or ``part``).
 
-        Returns the chunk, in a scratch array reused across calls.
+        Returns the chunk, in a scratch array reused across calls (rsap's Accumulate variant
+        returns it in place in ``buf``, at segment offset ``lo``).
         """
         c = part.size // self.grid.M
         scratch = self._chunk_scratch

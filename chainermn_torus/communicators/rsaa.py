@@ -7,6 +7,10 @@ On a grid of P = M x N ranks, for each segment of the packed buffer:
   4. all-gather in the row: every rank gets every chunk.
 Bytes per rank: the row phases move (M-1)/M of the segment each, the column phase 1/M of it.
 The shared steps live in ``_torus``; this module is phase 4.
+
+``shm`` (default: on where every row lies inside one node) replaces phases 1 and 4 by reads
+of the peers' buffers in a node-shared window (``_shm``); rsaa and rsap are then the same
+algorithm.
 """
 from mpi4py import MPI
 
@@ -17,6 +21,22 @@ from chainermn_torus.communicators._torus import TorusPhases
 class RsaaCommunicator(TorusPhases, TorusCommunicatorBase):
 
     name = 'rsaa'
+
+    def __init__(self, mpi_comm=None, grid=None, segment_size=None, allreduce_grad_dtype=None,
+                 shm=None):
+        super(RsaaCommunicator, self).__init__(mpi_comm, grid=grid, segment_size=segment_size,
+                                               allreduce_grad_dtype=allreduce_grad_dtype)
+        self._setup_shm(shm)
+
+    def _new_buffer(self, layout, segment_elems):
+        buf = self._shm_buffer(layout, segment_elems)
+        if buf is None:
+            buf = super(RsaaCommunicator, self)._new_buffer(layout, segment_elems)
+        return buf
+
+    def _release_buffer(self, buf):
+        super(RsaaCommunicator, self)._release_buffer(buf)  # grads stop viewing the memory
+        self._release_node(buf)
 
     def gather(self, buf, lo, c, mpi_type):
         if self.grid.M > 1:

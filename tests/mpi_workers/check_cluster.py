@@ -27,10 +27,18 @@ def main():
         comm.size, comm.intra_size, comm.inter_size)
     assert host == 'node{}'.format(comm.inter_rank), (host, comm.inter_rank)
     sizes = [300001, 1031, 77]
-    for name in ('rsap', 'rsaa', 'pure_allreduce'):
-        for dtype in (None, numpy.float16):
-            kw = {} if dtype is None else {'allreduce_grad_dtype': dtype}
+    cases = [(n, d, {}) for n in ('rsap', 'rsaa', 'pure_allreduce')
+             for d in (None, numpy.float16)]
+    cases += [('rsap', None, {'shm': False}), ('rsap', None, {'sync': 'notify'}),
+              ('rsap', None, {'reduce_scatter': 'accumulate'})]
+    for name, dtype, opts in cases:
+        kw = dict(opts) if dtype is None else dict(opts, allreduce_grad_dtype=dtype)
+        if True:
             c = chainermn.create_communicator(name, **kw)
+            if name != 'pure_allreduce':
+                # Rows inside nodes: shared-memory row phases unless an option rules them out.
+                want_shm = R > 1 and not opts
+                assert c.shm == want_shm, (name, dtype, opts, c.shm)
             if name != 'pure_allreduce':
                 # Node-aware by default: rows are the ranks of one node.
                 assert c.grid.shape == (R, K) and c.grid_reason == 'M = ranks per node', (
@@ -51,7 +59,22 @@ def main():
             digests = c.mpi_comm.allgather(hashlib.md5(b''.join(  # hash() is per process
                 p.grad.tobytes() for _, p in sorted(model.namedparams()))).hexdigest())
             assert len(set(digests)) == 1, name
+            if name != 'pure_allreduce':
+                # float16 keeps the message phases (no MPI sum to read peers with).
+                in_shm = any(getattr(b, 'node', None) is not None for b in c._buffers.values())
+                assert in_shm == (c.shm and dtype is None), (name, dtype, opts, in_shm)
             c.finalize()
+    if R > 1:
+        # A grid whose rows span nodes has no shared-memory path: asked for, it is refused.
+        try:
+            chainermn.create_communicator('rsap', grid=(R * K, 1), shm=True)
+        except ValueError as e:
+            assert 'inside one node' in str(e), e
+        else:
+            raise AssertionError('shm=True accepted for rows spanning nodes')
+        c = chainermn.create_communicator('rsap', grid=(R * K, 1))  # default: messages
+        assert c.shm is False
+        c.finalize()
     print('OK rank {} {} intra {} inter {}'.format(comm.rank, host, comm.intra_rank,
                                                    comm.inter_rank), flush=True)
 

@@ -68,6 +68,17 @@ def main():
     expect_error(lambda: chainermn.create_communicator('bogus'), 'bogus', 'rsap', 'naive')
     expect_error(lambda: chainermn.create_communicator('rsap', segment_size=-1), 'segment_size')
     expect_error(lambda: chainermn.create_communicator('rsap', fp16=True), 'fp16', 'grid')
+    # Variant options: bad values, and combinations that cannot work, say what is allowed.
+    expect_error(lambda: chainermn.create_communicator('rsap', sync='barrier'),
+                 "'barrier'", "'fence'", "'notify'")
+    expect_error(lambda: chainermn.create_communicator('rsap', reduce_scatter='ring'),
+                 "'ring'", "'accumulate'")
+    expect_error(lambda: chainermn.create_communicator('rsaa', shm='yes'), "'yes'", 'True')
+    expect_error(lambda: chainermn.create_communicator('rsap', shm=True, sync='notify'),
+                 'shm=True', "sync='notify'")
+    expect_error(lambda: chainermn.create_communicator(
+        'rsap', reduce_scatter='accumulate', allreduce_grad_dtype=numpy.float16),
+        'accumulate', 'float16')
     print('OK rank {}'.format(RANK), flush=True)
 
 

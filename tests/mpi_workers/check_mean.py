@@ -144,8 +144,8 @@ def run_cases(comm, label):
     verify(model, HALF, ref, set(), label + ' allreduce_grad')
 
 
-def check_fp16(name, grid, segment):
-    kwargs = {'segment_size': segment, 'allreduce_grad_dtype': numpy.float16}
+def check_fp16(name, grid, segment, options=None):
+    kwargs = dict(options or {}, segment_size=segment, allreduce_grad_dtype=numpy.float16)
     if grid is not None:
         kwargs['grid'] = grid
     comm = chainermn.create_communicator(name, **kwargs)
@@ -213,33 +213,54 @@ def grids(p):
     return ['{}x{}'.format(m, p // m) for m in range(1, p + 1) if p % m == 0]
 
 
+_VALUES = {'0': False, '1': True, 'none': None}
+
+
+def parse_spec(spec):
+    """"rsap:sync=pscw,shm=0" -> ('rsap', {'sync': 'pscw', 'shm': False})."""
+    name, _, opts = spec.partition(':')
+    options = {}
+    for item in filter(None, opts.split(',')):
+        key, _, value = item.partition('=')
+        options[key] = _VALUES.get(value, value)
+    return name, options
+
+
 def main():
-    names = sys.argv[1:] or ['pure_allreduce', 'rsaa', 'rsap']
+    # rsaa/rsap default to shared-memory row phases on one node; shm=0 pins the messages.
+    specs = sys.argv[1:] or ['pure_allreduce', 'rsaa', 'rsap', 'rsaa:shm=0', 'rsap:shm=0']
     # Small segments so that the big arrays are split, sent straight from the gradients and
     # packed in several pieces; the default (MiBs) would send every test model whole.
-    for name in names:
+    for spec in specs:
+        name, options = parse_spec(spec)
         shapes = [None] if name == 'pure_allreduce' else [None] + grids(P)
         for grid in shapes:
             for segment in (0, 64 * 1024):
-                kwargs = {'segment_size': segment}
+                kwargs = dict(options, segment_size=segment)
                 if grid is not None:
                     kwargs['grid'] = grid
                 comm = chainermn.create_communicator(name, **kwargs)
-                label = '{} grid={} segment={} P={}'.format(name, grid, segment, P)
+                label = '{} grid={} segment={} P={}'.format(spec, grid, segment, P)
                 run_cases(comm, label)
                 if segment == 0:
                     check_bcast_data(comm, label)
                     check_api(comm, label)
                 comm.finalize()
+            if options.get('reduce_scatter') == 'accumulate':
+                continue  # float16 has no MPI sum to accumulate with (refused, check_errors)
             for segment in (0, 64 * 1024):
-                check_fp16(name, grid, segment)
+                check_fp16(name, grid, segment, options)
         # The double-buffering thread's mode: every collective polled (MPI_Test + sleep).
-        base = chainermn.create_communicator(name, segment_size=64 * 1024)
+        base = chainermn.create_communicator(name, segment_size=64 * 1024, **options)
         polling = base.clone(poll_interval=1e-5)
         assert polling.progress.polling and type(polling) is type(base)
         run_cases(polling, '{} polling P={}'.format(name, P))
+        if options.get('reduce_scatter') == 'accumulate':
+            for c in (polling, base):
+                c.finalize()
+            continue
         half = chainermn.create_communicator(name, segment_size=64 * 1024,
-                                             allreduce_grad_dtype=numpy.float16)
+                                             allreduce_grad_dtype=numpy.float16, **options)
         half_polling = half.clone(poll_interval=1e-5)
         for seed, specs in enumerate((UNEVEN, BIG), 900):
             model = Model(specs)
