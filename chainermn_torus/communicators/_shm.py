@@ -4,21 +4,18 @@ The M ranks of a grid row that share a node allocate their packed buffers togeth
 ``MPI_Win_allocate_shared`` on the row communicator, and every rank maps every peer's buffer.
 The row phases then need no messages:
 
-  reduce-scatter  position j reads chunk j of all M buffers and writes their sum into its own
-                  buffer (one pass: M reads and one write per element, no MPI copies through
-                  bounce cells as MPI's shared-memory transport makes);
+  reduce-scatter  in M steps, position q adds its chunk (q + s) % M, read straight from its
+                  gradient, into the owner's buffer (``reduce_in_turns``): no packing copy;
   all-gather      every position copies chunk k straight from position k's buffer.
 
-Only the column all-reduce (between nodes) goes through MPI. Chunk j is summed by position j
-alone, always in the order 0, 1, ..., M-1, so all ranks end with the same bits.
+Only the column all-reduce (between nodes) goes through MPI. Each chunk is summed once, in a
+fixed order, and copied: all ranks end with the same bits.
 
 Ordering between ranks is a node barrier (``MPI_Win_sync`` + ``MPI_Barrier`` +
-``MPI_Win_sync``, the unified-memory idiom): after packing, before the gather, and at the end
-of a call (so no rank overwrites its buffer, or lets the optimizer write into gradients that
-view it, while a peer still copies from it).
+``MPI_Win_sync``, the unified-memory idiom): after each reduce step, before the gather, and
+at the end of a call (so no rank overwrites its buffer, or lets the optimizer write into
+gradients that view it, while a peer still copies from it).
 """
-import ctypes
-
 import numba
 import numpy
 from mpi4py import MPI
@@ -36,35 +33,23 @@ def rows_within_nodes(row_comm, mpi_comm):
 
 
 @numba.njit(parallel=True, cache=True)
-def _sum_rows(stack, lo, hi, out):
-    # out[i] = ((stack[0, lo+i] + stack[1, lo+i]) + ...) in this order on every rank;
-    # out may be one of the rows: element i is read from every row before it is written.
-    rows = stack.shape[0]
-    for i in prange(hi - lo):
-        s = stack[0, lo + i]
-        for r in range(1, rows):
-            s += stack[r, lo + i]
-        out[i] = s
+def _add_into(acc, src):
+    for i in prange(src.size):
+        acc[i] += src[i]
 
 
 @numba.njit(parallel=True, cache=True)
-def _gather_rows(stack, me, lo, c):
-    # Row `me` gets chunk k (elements lo + k*c ... lo + (k+1)*c) of row k, for every k != me.
-    rows = stack.shape[0]
-    for i in prange((rows - 1) * c):
-        k = i // c
-        if k >= me:
-            k += 1
-        j = lo + k * c + i % c
-        stack[me, j] = stack[k, j]
+def _copy_chunk(src, dst):
+    # One flat loop per chunk: it vectorises (an index split by // per element measured
+    # 34 ms for 51 MB, against 4 ms for this).
+    for i in prange(src.size):
+        dst[i] = src[i]
 
 
 class NodeBuffers(object):
     """The packed buffers of a row's M ranks in one shared window, mapped on every rank.
 
-    ``array`` is this rank's buffer (a PackedBuffer's memory); ``stack`` is an (M, size) view
-    of all of them when MPI placed them at a constant stride (MPICH does, with the default
-    contiguous allocation), else None and the kernels fall back to numpy on ``peers``.
+    ``array`` is this rank's buffer (a PackedBuffer's memory), ``peers[q]`` position q's.
     """
 
     def __init__(self, row_comm, size, dtype, progress):
@@ -78,51 +63,46 @@ class NodeBuffers(object):
             self.peers.append(numpy.frombuffer(mem, dtype=dtype, count=size))
         self.me = row_comm.rank
         self.array = self.peers[self.me]
-        self.stack = self._stacked(size, dtype)
         # A passive epoch over the whole window for its lifetime: Win_sync needs one.
         self.win.Lock_all(MPI.MODE_NOCHECK)
-
-    def _stacked(self, size, dtype):
-        addrs = [p.__array_interface__['data'][0] for p in self.peers]
-        if len(addrs) < 2:
-            return None
-        stride = addrs[1] - addrs[0]
-        if stride <= 0 or stride % dtype.itemsize or any(
-                b - a != stride for a, b in zip(addrs, addrs[1:])):
-            return None
-        nbytes = stride * (len(addrs) - 1) + size * dtype.itemsize
-        raw = (ctypes.c_char * nbytes).from_address(addrs[0])
-        return numpy.ndarray((len(addrs), size), dtype=dtype, buffer=raw,
-                             strides=(stride, dtype.itemsize))
 
     def barrier(self):
         self.win.Sync()
         self.progress(self.comm, 'Barrier')
         self.win.Sync()
 
-    def reduce_chunk(self, start, c):
-        """Own buffer[start:start+c] = sum over positions of their buffer[start:start+c]."""
-        out = self.array[start:start + c]
-        if self.stack is not None:
-            _sum_rows(self.stack, start, start + c, out)
-            return out
-        total = self.peers[0][start:start + c].copy()
-        for p in self.peers[1:]:
-            total += p[start:start + c]
-        out[...] = total
-        return out
+    def reduce_in_turns(self, src, lo, c):
+        """Row sums of segment ``lo`` without packing it first: each position's own chunk.
+
+        ``src`` is this rank's input for the segment (a gradient slice, or its own buffer's
+        segment when packed). In step s, position q adds its chunk k = (q + s) % M straight
+        from ``src`` into position k's buffer (step 0 copies), so each step touches every
+        chunk once and a node barrier separates the steps. Chunk k is summed in the fixed
+        order k, k-1, k-2, ... on every run. Per rank this moves about 3n bytes, where
+        packing and then reading every peer moved 4.5n (measured 22.3 ms against 18.9 ms for
+        MPI's reduce-scatter at P=2 on ResNet-50).
+        """
+        M, me = len(self.peers), self.me
+        for step in range(M):
+            k = (me + step) % M
+            acc = self.peers[k][lo + k * c:lo + (k + 1) * c]
+            mine = src[k * c:(k + 1) * c]
+            if step == 0:
+                if not numpy.shares_memory(acc, mine):
+                    _copy_chunk(mine, acc)
+            else:
+                _add_into(acc, mine)
+            self.barrier()
+        return self.array[lo + me * c:lo + (me + 1) * c]
 
     def gather(self, lo, c):
         """Copy chunk k of segment ``lo`` from position k, for every other position k."""
-        if self.stack is not None:
-            _gather_rows(self.stack, self.me, lo, c)
-            return
         for k, p in enumerate(self.peers):
             if k != self.me:
-                self.array[lo + k * c:lo + (k + 1) * c] = p[lo + k * c:lo + (k + 1) * c]
+                _copy_chunk(p[lo + k * c:lo + (k + 1) * c], self.array[lo + k * c:lo + (k + 1) * c])
 
     def free(self):
         if self.win != MPI.WIN_NULL and not MPI.Is_finalized():
             self.win.Unlock_all()
             self.win.Free()
-        self.stack = self.peers = self.array = None
+        self.peers = self.array = None

@@ -78,22 +78,20 @@ class TorusPhases(object):
 
     def _mean_segment_shm(self, buf, lo, hi, src):
         seg, node = buf.array[lo:hi], buf.node
-        if src is not None:
-            seg[...] = src  # the peers read it from the window
         divisor = 1 if buf.prescaled else self.size
         M, pos = self.grid.M, self.grid.pos
         n = hi - lo
         main = n - n % M
         c = main // M
-        node.barrier()  # every position's segment is packed
         if c:
-            chunk = node.reduce_chunk(lo + pos * c, c)
+            chunk = node.reduce_in_turns(seg if src is None else src, lo, c)
             self.column_allreduce(chunk, None, buf.mpi_type, buf.mpi_sum)
             divide_by_size(chunk, divisor)
             node.barrier()  # every chunk is final
             node.gather(lo, c)
         if main < n:
-            self.tail_allreduce(seg[main:], None, buf.mpi_type, buf.mpi_sum, divisor)
+            self.tail_allreduce(seg[main:], None if src is None else src[main:], buf.mpi_type,
+                                buf.mpi_sum, divisor)
 
     def _half(self, which, mpi_type):
         # One reducer (and scratch) per communicator: the row and column phases differ in size.
