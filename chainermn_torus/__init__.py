@@ -28,6 +28,9 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
 
 register()
 
+from chainermn_torus import timeline as _timeline  # NOQA: E402
+_timeline.enable_from_env()  # CHAINERMN_TORUS_TIMELINE=PREFIX
+
 
 def _abort_on_uncaught_exception():
     # An uncaught exception on one rank would otherwise leave the others waiting in a

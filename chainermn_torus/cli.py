@@ -7,6 +7,10 @@
     chainermn-torus run [--communicator NAME] [--grid MxN] script.py ARGS
     chainermn-torus topology [--policy P] [--ranks-per-node R] [--rank r]
                              [--loader-processes N] [--dedicated-cores K] [--sysfs ROOT]
+    chainermn-torus plan --nodes N --ranks-per-node R [--model resnet50|mlp|PATH|BYTES]
+                         [--network ofp|k|FILE | --alpha A --beta B] [--grid MxN ...]
+    chainermn-torus calibrate [--output FILE]           (under mpiexec, 2+ nodes)
+    chainermn-torus timeline merge|plot ...
     chainermn-torus names
 """
 import sys
@@ -31,13 +35,71 @@ def main(argv=None):
         return run.main(rest)
     if cmd == 'topology':
         return topology(rest)
+    if cmd == 'plan':
+        return plan(rest)
+    if cmd == 'calibrate':
+        from chainermn_torus import calibrate
+        return calibrate.main(rest)
+    if cmd == 'timeline':
+        from chainermn_torus import timeline
+        return timeline.main(rest)
     if cmd == 'names':
         from chainermn_torus import valid_names
         print('\n'.join(valid_names()))
         return 0
     sys.stderr.write('chainermn-torus: unknown command {!r}; commands: {}, run, names\n'.format(
-        ' '.join(argv[:2]), ', '.join('bench ' + b for b in BENCHMARKS)))
+        ' '.join(argv[:2]), ', '.join('bench ' + b for b in BENCHMARKS)) + ', plan, calibrate, timeline')
     return 2
+
+
+def plan(argv):
+    """Predict pure all-reduce, rsaa, rsap and shm for every grid shape; recommend one."""
+    import argparse
+    import json
+    from chainermn_torus import planner
+    p = argparse.ArgumentParser(prog='chainermn-torus plan', description=plan.__doc__)
+    p.add_argument('--nodes', type=int, required=True)
+    p.add_argument('--ranks-per-node', type=int, default=1)
+    p.add_argument('--model', default='resnet50',
+                   help='resnet50, mlp, an .npz snapshot or a byte count')
+    p.add_argument('--network', default=None,
+                   help='preset ({}) or a file from `calibrate` (default: $CHAINERMN_TORUS_'
+                        'NETWORK or {})'.format(', '.join(sorted(planner.PRESETS)),
+                                                planner.DEFAULT_NETWORK_FILE))
+    p.add_argument('--alpha', type=float, default=None, help='latency, seconds (with --beta)')
+    p.add_argument('--beta', type=float, default=None, help='bandwidth, bytes per second')
+    p.add_argument('--grid', nargs='*', default=None, metavar='MxN', help='only these shapes')
+    p.add_argument('--top', type=int, default=None)
+    p.add_argument('--json', default=None)
+    args = p.parse_args(argv)
+    try:
+        if (args.alpha is None) != (args.beta is None):
+            raise ValueError('give --alpha and --beta together (latency in s, bandwidth in '
+                             'bytes/s)')
+        grids = None
+        if args.grid:
+            from chainermn_torus.communicators._grid import parse_grid
+            P = args.nodes * args.ranks_per_node
+            grids = [parse_grid(g, P, source='--grid') for g in args.grid]
+        if args.alpha is not None:
+            if not (args.alpha >= 0 and args.beta > 0):
+                raise ValueError('--alpha must be >= 0 and --beta > 0, got {} and {}'.format(
+                    args.alpha, args.beta))
+            net = planner.Network('alpha-beta', args.alpha, 1.0 / args.beta, args.alpha / 2,
+                                  1.0 / (4 * args.beta), 0.0, 0.0, source='--alpha/--beta')
+        else:
+            net = planner.load_network(args.network)
+        nbytes = planner.model_bytes(args.model)
+        rows = planner.plan(args.nodes, args.ranks_per_node, nbytes, net, grids)
+    except ValueError as e:
+        sys.stderr.write('chainermn-torus plan: {}\n'.format(e))
+        return 2
+    print(planner.format_plan(rows, args.nodes, args.ranks_per_node, nbytes, net, args.top))
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump({'nodes': args.nodes, 'ranks_per_node': args.ranks_per_node,
+                       'bytes': nbytes, 'network': net.to_dict(), 'rows': rows}, f, indent=2)
+    return 0
 
 
 def topology(argv):

@@ -16,6 +16,7 @@ rsap_pscw (only when asked for), rsap_acc, shm.
 """
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -105,6 +106,8 @@ def run(args):
                         continue  # rows span nodes: no shared-memory variant for this grid
                     raise
                 comms['{}({}){}'.format(variant, g, label)] = comm
+    if args.auto:
+        comms['auto'] = chainermn_torus.create_communicator('auto')
     if args.fp16:
         # float16 on the wire: half the bytes, plus the conversions (see communicators._half).
         comms['pure_allreduce/fp16'] = chainermn_torus.create_communicator(
@@ -147,6 +150,9 @@ def run(args):
         'arrays': len(params), 'rounds': args.rounds, 'warmup': args.warmup,
         'copy_bandwidth_GBps': copy_bw / 1e9, 'host': platform.node(),
         'mpi': MPI.Get_library_version().splitlines()[0].strip(),
+        'nodes': len(set(world.allgather(platform.node()))),
+        'mpi_env': {k: v for k, v in os.environ.items() if k.startswith(('MPIR_CVAR', 'UCX_'))},
+        'auto_choice': comms['auto'].describe() if 'auto' in comms else None,
         'results': results,
     }
     for c in comms.values():
@@ -196,6 +202,8 @@ def build_parser():
     parser.add_argument('--variants', nargs='*', default=DEFAULT_VARIANTS, choices=list(VARIANTS),
                         help='torus variants per grid (default: all but rsap_pscw); shm rows '
                         'only where the grid rows lie inside nodes')
+    parser.add_argument('--no-auto', dest='auto', action='store_false',
+                        help='leave out the auto communicator\'s row')
     parser.add_argument('--fp16', action='store_true',
                         help='also rows with allreduce_grad_dtype=float16')
     parser.add_argument('--json', default=None, help='write the report here (rank 0)')

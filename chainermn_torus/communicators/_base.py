@@ -12,6 +12,7 @@ from chainermn.communicators import mpi_communicator_base
 import numpy
 from mpi4py import MPI
 
+from chainermn_torus import timeline as _timeline
 from chainermn_torus.communicators import _packing
 from chainermn_torus.communicators._averaging import prescale
 from chainermn_torus.communicators._grid import Grid, default_grid, parse_grid
@@ -152,7 +153,10 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
         for lo, hi, index in buf.plan:
             tp = time.perf_counter()
             src = buf.send_source(named, (lo, hi, index), scale)
-            pack += time.perf_counter() - tp
+            tq = time.perf_counter()
+            pack += tq - tp
+            if _timeline.ACTIVE is not None and src is None:
+                _timeline.ACTIVE.add('pack', tp, tq)
             self._mean_segment(buf, lo, hi, src)
         self._end_call(buf)
         t2 = time.perf_counter()

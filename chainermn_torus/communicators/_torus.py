@@ -17,6 +17,7 @@ shared-memory window instead (``_shm``); only the column all-reduce sends messag
 import numpy
 from mpi4py import MPI
 
+from chainermn_torus import timeline as _timeline
 from chainermn_torus.communicators import _packing
 from chainermn_torus.communicators._averaging import divide_by_size
 from chainermn_torus.communicators._half import HalfReducer
@@ -31,6 +32,7 @@ class TorusPhases(object):
     _chunk_scratch = None
     _half_row = _half_col = None
     shm = False
+    gather_phase = 'allgather'  # the timeline's name for phase 3
 
     def _setup_shm(self, shm, wanted_by_default=True):
         """Resolve the ``shm`` option: None = on when every row lies inside one node.
@@ -84,14 +86,18 @@ class TorusPhases(object):
         main = n - n % M
         c = main // M
         if c:
-            chunk = node.reduce_in_turns(seg if src is None else src, lo, c)
-            self.column_allreduce(chunk, None, buf.mpi_type, buf.mpi_sum)
-            divide_by_size(chunk, divisor)
-            node.barrier()  # every chunk is final
-            node.gather(lo, c)
+            with _timeline.phase('reduce (shm)'):
+                chunk = node.reduce_in_turns(seg if src is None else src, lo, c)
+            with _timeline.phase('allreduce'):
+                self.column_allreduce(chunk, None, buf.mpi_type, buf.mpi_sum)
+                divide_by_size(chunk, divisor)
+            with _timeline.phase('gather (shm)'):
+                node.barrier()  # every chunk is final
+                node.gather(lo, c)
         if main < n:
-            self.tail_allreduce(seg[main:], None if src is None else src[main:], buf.mpi_type,
-                                buf.mpi_sum, divisor)
+            with _timeline.phase('tail'):
+                    self.tail_allreduce(seg[main:], None if src is None else src[main:],
+                                    buf.mpi_type, buf.mpi_sum, divisor)
 
     def _half(self, which, mpi_type):
         # One reducer (and scratch) per communicator: the row and column phases differ in size.
@@ -112,17 +118,21 @@ class TorusPhases(object):
         if c:
             part, part_src = seg[:main], None if src is None else src[:main]
             if M > 1:
-                chunk, chunk_src = self.reduce_scatter(part, part_src, mpi_type, op,
-                                                       buf, lo), None
+                with _timeline.phase('reduce_scatter'):
+                    chunk, chunk_src = self.reduce_scatter(part, part_src, mpi_type, op,
+                                                           buf, lo), None
             else:
                 chunk, chunk_src = part, part_src  # a row of one: nothing to scatter
-            self.column_allreduce(chunk, chunk_src, mpi_type, op)
-            # Divide on 1/M of the segment, writing the mean straight to its place.
-            divide_by_size(chunk, divisor, out=seg[pos * c:(pos + 1) * c])
-            self.gather(buf, lo, c, mpi_type)
+            with _timeline.phase('allreduce'):
+                self.column_allreduce(chunk, chunk_src, mpi_type, op)
+                # Divide on 1/M of the segment, writing the mean straight to its place.
+                divide_by_size(chunk, divisor, out=seg[pos * c:(pos + 1) * c])
+            with _timeline.phase(self.gather_phase):
+                self.gather(buf, lo, c, mpi_type)
         if main < n:
-            self.tail_allreduce(seg[main:], None if src is None else src[main:], mpi_type, op,
-                                divisor)
+            with _timeline.phase('tail'):
+                self.tail_allreduce(seg[main:], None if src is None else src[main:], mpi_type,
+                                    op, divisor)
 
     def reduce_scatter(self, part, src, mpi_type, op, buf=None, lo=0):
         """Phase 1: the row sum of this position's chunk of ``src`` (or ``part``).

@@ -8,6 +8,7 @@ pass over the buffer is spent on dividing.
 """
 from mpi4py import MPI
 
+from chainermn_torus import timeline as _timeline
 from chainermn_torus.communicators._base import TorusCommunicatorBase
 from chainermn_torus.communicators._half import HalfReducer
 
@@ -31,5 +32,6 @@ class PureAllreduceCommunicator(TorusCommunicatorBase):
                 self._half = HalfReducer(buf.mpi_type, self.progress)
             self._half.allreduce(self.mpi_comm, buf.array[lo:hi])
             return
-        self.progress(self.mpi_comm, 'Allreduce', MPI.IN_PLACE, [buf.array[lo:hi], buf.mpi_type],
-                      op=buf.mpi_sum)
+        with _timeline.phase('allreduce'):
+            self.progress(self.mpi_comm, 'Allreduce', MPI.IN_PLACE,
+                          [buf.array[lo:hi], buf.mpi_type], op=buf.mpi_sum)

@@ -108,6 +108,7 @@ class RsapCommunicator(TorusPhases, TorusCommunicatorBase):
     """
 
     name = 'rsap'
+    gather_phase = 'put'
 
     def __init__(self, mpi_comm=None, grid=None, segment_size=None, allreduce_grad_dtype=None,
                  shm=None, sync=None, reduce_scatter=None):

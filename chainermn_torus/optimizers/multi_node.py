@@ -45,6 +45,7 @@ import numba
 import numpy
 from mpi4py import MPI
 
+from chainermn_torus import timeline as _timeline
 from chainermn_torus.optimizers import fpenv, fused as fused_mod, kernels
 
 __all__ = ['create_multi_node_optimizer', 'NonFiniteGradientError']
@@ -148,6 +149,7 @@ class _MultiNodeOptimizer(object):
 
     # --- one step ---------------------------------------------------------------------------
     def _forward_backward(self, lossfun, args, kwds):
+        _timeline.next_iteration()
         t0 = time.perf_counter()
         target = self.target
         loss = lossfun(*args, **kwds)
@@ -157,7 +159,10 @@ class _MultiNodeOptimizer(object):
             target.zerograds()
         loss.backward(loss_scale=self.actual_optimizer._loss_scale)
         del loss
-        self.timings['forward_backward'] += time.perf_counter() - t0
+        t1 = time.perf_counter()
+        self.timings['forward_backward'] += t1 - t0
+        if _timeline.ACTIVE is not None:
+            _timeline.ACTIVE.add('forward_backward', t0, t1)
 
     def _changed(self):
         """ChainerMN's is_changed: names or initialisation of parameters differ from last time."""
@@ -180,7 +185,8 @@ class _MultiNodeOptimizer(object):
         t0 = time.perf_counter()
         self.communicator.multi_node_mean_grad(self.target, self.zero_fill)
         t1 = time.perf_counter()
-        self.actual_optimizer.update(None, *args, **kwds)
+        with _timeline.phase('update'):
+            self.actual_optimizer.update(None, *args, **kwds)
         t2 = time.perf_counter()
         self.timings['communicate'] += t1 - t0
         self.timings['update'] += t2 - t1
@@ -260,7 +266,8 @@ class _DoubleBufferingOptimizer(_MultiNodeOptimizer):
         self._launch()
         if self._needs_update:
             t0 = time.perf_counter()
-            self.actual_optimizer.update(None, *args, **kwds)
+            with _timeline.phase('update'):
+                self.actual_optimizer.update(None, *args, **kwds)
             self.timings['update'] += time.perf_counter() - t0
         else:
             self._set('_needs_update', True)
@@ -296,7 +303,8 @@ class _DoubleBufferingOptimizer(_MultiNodeOptimizer):
             return
         t0 = time.perf_counter()
         self._set('_future', None)
-        future.result()  # raises the thread's exception, with its traceback
+        with _timeline.phase('wait'):
+            future.result()  # raises the thread's exception, with its traceback
         self.timings['wait'] += time.perf_counter() - t0
 
     def serialize(self, serializer):

@@ -96,9 +96,14 @@ def main():
                      help='stop with the rank named if a gradient is NaN/Inf')
     cpu.add_argument('--threads', type=int, default=None,
                      help='BLAS/numba threads per rank (default: cores / ranks per node)')
+    cpu.add_argument('--timeline', default=None, metavar='PREFIX',
+                     help='record phase times on every rank into PREFIX.rank<R>.json '
+                          '(chainermn-torus timeline merge|plot PREFIX)')
     cpu.add_argument('--stock', action='store_true',
                      help="ChainerMN's own wrapper and Chainer's update (baseline)")
     args = parser.parse_args()
+    if args.timeline:
+        chainermn_torus.timeline.enable(args.timeline)
 
     kwargs = {'grid': args.grid} if args.grid else {}
     if args.fp16_allreduce:

@@ -1,0 +1,101 @@
+"""Planner predictions against measured all-reduce times (``scripts/bench_emulated.sh``).
+
+    python -m chainermn_torus.bench.plan_check results/emulated [--json out.json]
+
+For every ``allreduce-<model>-<K>x<R>.json`` in the folder, each row the model covers is
+predicted with the network calibrated for that cluster (``network-<K>x<R>.json``), and the
+relative error |predicted - measured| / measured is reported. ChainerMN's ``naive`` (one
+all-reduce per array) and ``allreduce_1msg`` are not modelled. MPICH's pure all-reduce is
+node-aware by default, so ``pure_allreduce`` is compared with that composition's model.
+Then the planner's predictions for Oakforest-PACS at 256 ranks, seed 003's shapes.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import statistics
+
+from chainermn_torus import planner
+
+ROW = re.compile(r'^(rsaa|rsap|shm|rsap_notify|rsap_pscw|rsap_acc)\((\d+)x(\d+)\)$')
+MODELLED = {'rsaa': 'rsaa', 'rsap': 'rsap', 'shm': 'shm', 'rsap_notify': 'rsap'}
+
+
+def compare(folder):
+    rows = []
+    for path in sorted(glob.glob(os.path.join(folder, 'allreduce-*-*x*.json'))):
+        m = re.search(r'allreduce-(\w+)-(\d+)x(\d+)\.json$', path)
+        model, K, R = m.group(1), int(m.group(2)), int(m.group(3))
+        net = planner.load_network(os.path.join(folder, 'network-{}x{}.json'.format(K, R)))
+        with open(path) as f:
+            report = json.load(f)
+        for r in report['results']:
+            name = r['name']
+            if name == 'pure_allreduce':
+                algo, grid = 'pure_allreduce_node_aware', None
+            else:
+                g = ROW.match(name)
+                if not g or g.group(1) not in MODELLED:
+                    continue
+                algo, grid = MODELLED[g.group(1)], (int(g.group(2)), int(g.group(3)))
+            pred, _ = planner.predict(algo, K, R, report['bytes'], net, grid)
+            meas = r['median_ms'] / 1e3
+            rows.append({'model': model, 'nodes': K, 'ranks_per_node': R, 'row': name,
+                         'measured_ms': meas * 1e3, 'predicted_ms': pred * 1e3,
+                         'rel_error': abs(pred - meas) / meas})
+    return rows
+
+
+def ofp_seed003():
+    net = planner.PRESETS['ofp']
+    shapes = [(64, 4), (16, 16), (2, 128)]
+    out = []
+    for algo in ('rsap', 'rsaa'):
+        for g in shapes:
+            t, parts = planner.predict(algo, 256, 1, planner.MODEL_BYTES['resnet50'], net, g)
+            out.append({'algorithm': algo, 'grid': g, 'predicted_ms': t * 1e3,
+                        'phases_ms': {k: v * 1e3 for k, v in parts.items()}})
+    t, _ = planner.predict('pure_allreduce', 256, 1, planner.MODEL_BYTES['resnet50'], net)
+    out.append({'algorithm': 'pure_allreduce', 'grid': None, 'predicted_ms': t * 1e3})
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('folder')
+    p.add_argument('--json', default=None)
+    args = p.parse_args(argv)
+    rows = compare(args.folder)
+    if not rows:
+        p.error('no allreduce-<model>-<K>x<R>.json files in {}'.format(args.folder))
+    print('{:<9} {:>6} {:<18} {:>12} {:>13} {:>9}'.format(
+        'model', 'KxR', 'row', 'measured ms', 'predicted ms', 'error'))
+    for r in rows:
+        print('{:<9} {:>6} {:<18} {:>12.2f} {:>13.2f} {:>8.0f}%'.format(
+            r['model'], '{}x{}'.format(r['nodes'], r['ranks_per_node']), r['row'],
+            r['measured_ms'], r['predicted_ms'], 100 * r['rel_error']))
+    errs = [r['rel_error'] for r in rows]
+    within = sum(e <= 0.3 for e in errs)
+    print('relative error: median {:.0f}%, max {:.0f}%; {} of {} rows within 30%'.format(
+        100 * statistics.median(errs), 100 * max(errs), within, len(errs)))
+    ofp = ofp_seed003()
+    print('\nOakforest-PACS preset, 256 nodes x 1 rank, ResNet-50 (seed 003 found RSAP (2, 128) '
+          'fastest, larger M slower):')
+    for r in ofp:
+        print('  {:<15} {:>9} {:>9.2f} ms'.format(
+            r['algorithm'], '' if r['grid'] is None else '({}, {})'.format(*r['grid']),
+            r['predicted_ms']))
+    rsap = sorted((r for r in ofp if r['algorithm'] == 'rsap'), key=lambda r: r['predicted_ms'])
+    order = [tuple(r['grid']) for r in rsap]
+    print('  predicted RSAP order: {} -> {}'.format(
+        ' < '.join('({}, {})'.format(*g) for g in order),
+        'same ranking as the paper' if order == [(2, 128), (16, 16), (64, 4)]
+        else 'differs from the paper'))
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump({'rows': rows, 'ofp_seed003': ofp}, f, indent=2)
+
+
+if __name__ == '__main__':
+    main()

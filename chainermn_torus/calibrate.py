@@ -1,0 +1,152 @@
+"""`chainermn-torus calibrate`: measure the planner's network figures on this machine/cluster.
+
+Run under mpiexec with ranks on two nodes at least (one more on the first node gives the
+intra-node figures too):
+
+    mpiexec -n 4 -ppn 2 chainermn-torus calibrate --output network.json
+
+Rank 0 ping-pongs with the first rank on another host and with the first rank on its own
+host: 8 bytes for the latency (half the round trip) and a large message for the bandwidth
+(beta = (half round trip - alpha) / bytes). The reduction rate (gamma) and the memory copy
+rate (mem) are timed with numpy on rank 0. Medians of several repetitions. Every wait has
+a deadline, so an unreachable peer ends in an error naming it instead of a hang.
+"""
+import argparse
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+
+import numpy
+
+__all__ = ['calibrate', 'main']
+
+TAG = 4242
+
+
+def _wait(req, deadline, what):
+    from mpi4py import MPI  # NOQA
+    while not req.Test():
+        if time.monotonic() > deadline:
+            raise RuntimeError('chainermn_torus calibrate: no reply from {} within the '
+                               'timeout; is the peer reachable (firewall, MPI interface)?'
+                               .format(what))
+        time.sleep(0)
+
+
+def _pingpong(comm, peer, nbytes, reps, timeout, what, leader):
+    from mpi4py import MPI
+    buf = numpy.zeros(max(1, nbytes), numpy.uint8)
+    times = []
+    for _ in range(reps):
+        deadline = time.monotonic() + timeout
+        t0 = time.perf_counter()
+        if leader:
+            _wait(comm.Isend([buf, MPI.BYTE], peer, TAG), deadline, what)
+            _wait(comm.Irecv([buf, MPI.BYTE], peer, TAG), deadline, what)
+        else:
+            _wait(comm.Irecv([buf, MPI.BYTE], peer, TAG), deadline, what)
+            _wait(comm.Isend([buf, MPI.BYTE], peer, TAG), deadline, what)
+        times.append((time.perf_counter() - t0) / 2)
+    return statistics.median(times[1:] if len(times) > 2 else times)
+
+
+def _local_rates(nbytes, reps=5):
+    a = numpy.ones(nbytes // 4, numpy.float32)
+    b = numpy.ones_like(a)
+    c = numpy.empty_like(a)
+    add, copy = [], []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        numpy.add(a, b, out=c)
+        add.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        numpy.copyto(c, a)
+        copy.append(time.perf_counter() - t0)
+    return statistics.median(add) / a.nbytes, statistics.median(copy) / a.nbytes
+
+
+def calibrate(comm, large=16 << 20, reps=9, timeout=20.0, name=None):
+    """Measure on ``comm``; returns the network dict on rank 0 (None elsewhere)."""
+    host = socket.gethostname()
+    hosts = comm.allgather(host)
+    if comm.size < 2:
+        raise RuntimeError('chainermn_torus calibrate: needs 2 ranks or more (under mpiexec), '
+                           'got 1')
+    inter = next((r for r, h in enumerate(hosts) if h != hosts[0]), None)
+    intra = next((r for r, h in enumerate(hosts) if h == hosts[0] and r != 0), None)
+    result = {}
+    for key, peer in (('inter', inter), ('intra', intra)):
+        if peer is None:
+            continue
+        if comm.rank in (0, peer):
+            other = peer if comm.rank == 0 else 0
+            what = 'rank {} on {}'.format(other, hosts[other])
+            a = _pingpong(comm, other, 8, reps, timeout, what, comm.rank == 0)
+            t = _pingpong(comm, other, large, max(3, reps // 2), timeout, what, comm.rank == 0)
+            result[key] = (a, max(t - a, 1e-12) / large)
+        comm.Barrier()
+    if comm.rank != 0:
+        return None
+    gamma, mem = _local_rates(64 << 20)
+    notes = []
+    if 'inter' not in result:
+        notes.append('all ranks on one host: inter-node figures are the intra-node ones')
+    if 'intra' not in result:
+        notes.append('one rank per host: intra-node figures from a memory copy')
+        result['intra'] = (1e-6, mem)
+    if 'inter' not in result:
+        result['inter'] = result['intra']
+    return {'name': name or 'calibrated on {} ({} ranks, {} hosts)'.format(
+                host, comm.size, len(set(hosts))),
+            'alpha_inter': result['inter'][0], 'beta_inter': result['inter'][1],
+            'alpha_intra': result['intra'][0], 'beta_intra': result['intra'][1],
+            'gamma': gamma, 'mem': mem,
+            'source': 'chainermn-torus calibrate, {}; {}'.format(
+                time.strftime('%Y-%m-%d %H:%M'), '; '.join(notes) or 'two hosts measured')}
+
+
+def main(argv=None):
+    from chainermn_torus.planner import DEFAULT_NETWORK_FILE, Network
+    p = argparse.ArgumentParser(prog='chainermn-torus calibrate', description=__doc__.split(
+        '\n')[0])
+    p.add_argument('--output', default=DEFAULT_NETWORK_FILE,
+                   help='where to save the figures (default %(default)s)')
+    p.add_argument('--bytes', type=int, default=16 << 20, help='large message size')
+    p.add_argument('--reps', type=int, default=9)
+    p.add_argument('--timeout', type=float, default=20.0,
+                   help='seconds to wait for a peer before giving up')
+    p.add_argument('--name', default=None)
+    args = p.parse_args(argv)
+    if args.bytes < 1024 or args.reps < 1 or args.timeout <= 0:
+        p.error('--bytes must be >= 1024, --reps >= 1, --timeout > 0')
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    out_dir = os.path.dirname(os.path.abspath(args.output))
+    if comm.rank == 0:
+        try:
+            os.makedirs(out_dir, exist_ok=True)
+            if not os.access(out_dir, os.W_OK):
+                raise OSError('not writable')
+        except OSError as e:
+            sys.stderr.write('chainermn-torus calibrate: cannot write {} ({})\n'.format(
+                args.output, e))
+            comm.Abort(2)
+    try:
+        data = calibrate(comm, args.bytes, args.reps, args.timeout, args.name)
+    except RuntimeError as e:
+        sys.stderr.write('{}\n'.format(e))
+        sys.stderr.flush()
+        comm.Abort(3)
+    if comm.rank == 0:
+        with open(args.output, 'w') as f:
+            json.dump(data, f, indent=2)
+        print(Network.from_dict(data).describe())
+        print('saved to ' + args.output)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""auto: the algorithm and grid the planner predicts fastest, chosen when the size is known.
+
+The network figures come from, in this order: the ``network`` option (a preset name or a
+file written by ``chainermn-torus calibrate``); ``$CHAINERMN_TORUS_NETWORK``; the default
+file ``~/.config/chainermn-torus/network.json``; otherwise a short measurement at start-up
+(ping-pong between rank 0 and a rank on another node, a few seconds at most), broadcast from
+rank 0 so every rank plans with the same numbers. The first gradient call of a given size
+plans for that many bytes (every rank computes the same plan), creates that communicator on
+this one's MPI communicator, and logs the choice and the runner-up on rank 0.
+"""
+import os
+
+from chainermn_torus import planner
+from chainermn_torus.communicators import _packing
+from chainermn_torus.communicators._base import TorusCommunicatorBase
+
+__all__ = ['AutoCommunicator']
+
+
+def _network(mpi_comm, network, measure_timeout):
+    """(Network, where it came from), identical on every rank."""
+    choice = network or os.environ.get('CHAINERMN_TORUS_NETWORK')
+    if choice:
+        return planner.load_network(choice), 'network {!r}'.format(choice)
+    if os.path.isfile(planner.DEFAULT_NETWORK_FILE):
+        return planner.load_network(planner.DEFAULT_NETWORK_FILE), planner.DEFAULT_NETWORK_FILE
+    if mpi_comm.size == 1:
+        return planner.PRESETS['ofp'], 'one rank: nothing to measure'
+    from chainermn_torus.calibrate import calibrate
+    data = calibrate(mpi_comm, large=4 << 20, reps=5, timeout=measure_timeout,
+                     name='measured at start-up')
+    data = mpi_comm.bcast(data, root=0)
+    return planner.Network.from_dict(data), 'measured at start-up'
+
+
+class AutoCommunicator(TorusCommunicatorBase):
+    """Options: ``network`` (preset or file), ``segment_size``, ``allreduce_grad_dtype``,
+    ``measure_timeout`` (seconds a start-up ping-pong may wait for its peer)."""
+
+    name = 'auto'
+    uses_grid = False
+
+    def __init__(self, mpi_comm=None, network=None, segment_size=None,
+                 allreduce_grad_dtype=None, measure_timeout=10.0, _net=None):
+        super(AutoCommunicator, self).__init__(mpi_comm, segment_size=segment_size,
+                                               allreduce_grad_dtype=allreduce_grad_dtype)
+        self._options.update(network=network, measure_timeout=measure_timeout)
+        nodes = self.mpi_comm.allgather(self.intra_size)
+        self.uniform = len(set(nodes)) == 1
+        if _net is None:
+            _net = _network(self.mpi_comm, network, measure_timeout)
+        self.network, self.network_source = _net
+        self._inner = {}     # (algorithm, grid) -> communicator
+        self._chosen = {}    # bytes -> (algorithm, grid)
+        self.choices = []    # log of (bytes, plan rows) for the user and tests
+
+    def _choose(self, nbytes):
+        key = self._chosen.get(nbytes)
+        if key is None:
+            if self.size == 1 or not self.uniform:
+                rows = [{'algorithm': 'pure_allreduce', 'grid': None, 'seconds': 0.0,
+                         'phases': {}}]
+                why = 'one rank' if self.size == 1 else 'nodes hold different rank counts'
+            else:
+                rows = planner.plan(self.inter_size, self.intra_size, nbytes, self.network)
+                why = 'planner'
+            best = rows[0]
+            key = self._chosen[nbytes] = (best['algorithm'], best['grid'])
+            self.choices.append((nbytes, rows))
+            if self.rank == 0 and os.environ.get('CHAINERMN_TORUS_QUIET') is None:
+                runner = rows[1] if len(rows) > 1 else None
+                print('chainermn_torus auto: {:.1f} MB on {} nodes x {} ranks -> {}{} ({}: {:.2f} '
+                      'ms predicted{}; network: {} [{}])'.format(
+                          nbytes / 1e6, self.inter_size, self.intra_size, best['algorithm'],
+                          '' if best['grid'] is None else ' {}x{}'.format(*best['grid']), why,
+                          best['seconds'] * 1e3,
+                          '' if runner is None else ', next {} {:.2f} ms'.format(
+                              runner['algorithm'] + ('' if runner['grid'] is None else
+                                                     ' {}x{}'.format(*runner['grid'])),
+                              runner['seconds'] * 1e3),
+                          self.network.name, self.network_source), flush=True)
+        return self._communicator(key)
+
+    def _communicator(self, key):
+        comm = self._inner.get(key)
+        if comm is None:
+            from chainermn_torus.communicators import (PureAllreduceCommunicator,
+                                                       RsaaCommunicator, RsapCommunicator)
+            algorithm, grid = key
+            common = {'segment_size': self._options['segment_size'],
+                      'allreduce_grad_dtype': self._options['allreduce_grad_dtype']}
+            if algorithm.startswith('pure_allreduce'):
+                comm = PureAllreduceCommunicator(self.mpi_comm, **common)
+            elif algorithm == 'rsaa':
+                comm = RsaaCommunicator(self.mpi_comm, grid=grid, shm=False, **common)
+            else:
+                comm = RsapCommunicator(self.mpi_comm, grid=grid, shm=algorithm == 'shm',
+                                        **common)
+            comm.progress = self.progress
+            self._inner[key] = comm
+        return comm
+
+    def _bytes(self, named):
+        dtype = _packing.transfer_dtype([p.data.dtype for _, p in named])
+        if self.allreduce_grad_dtype is not None:
+            dtype = self.allreduce_grad_dtype
+        return sum(p.data.size for _, p in named) * dtype.itemsize
+
+    def mean_grad_in_slot(self, model, zero_fill=False, slot=0):
+        named = _packing.grad_params(model, zero_fill)
+        inner = self._choose(self._bytes(named))
+        inner.mean_grad_in_slot(model, zero_fill, slot)
+        self.calls += 1
+
+    def mean_array(self, array):
+        return self._choose(array.nbytes).mean_array(array)
+
+    def clone(self, poll_interval=None):
+        from chainermn_torus.communicators._progress import Progress
+        opts = dict(self._options)
+        twin = AutoCommunicator(mpi_comm=self.mpi_comm.Dup(), _net=(
+            self.network, self.network_source), **opts)
+        twin.progress = Progress(poll_interval)
+        return twin
+
+    def split(self, color, key):
+        opts = dict(self._options)
+        return AutoCommunicator(mpi_comm=self.mpi_comm.Split(color, key), **opts)
+
+    @property
+    def timings(self):
+        total = {}
+        for c in self._inner.values():
+            for k, v in c.timings.items():
+                total[k] = total.get(k, 0.0) + v
+        return total
+
+    @timings.setter
+    def timings(self, value):
+        pass  # the base class initialises it; the inner communicators keep the real ones
+
+    def finalize(self):
+        for c in self._inner.values():
+            c.finalize()
+        self._inner = {}
+        super(AutoCommunicator, self).finalize()
+
+    def describe(self):
+        chosen = ', '.join('{:.1f} MB -> {}{}'.format(b / 1e6, a, '' if g is None else
+                                                      ' {}x{}'.format(*g))
+                           for b, (a, g) in self._chosen.items()) or 'nothing chosen yet'
+        return 'auto on P = {} ({} nodes x {} ranks), network {} [{}]: {}'.format(
+            self.size, self.inter_size, self.intra_size, self.network.name,
+            self.network_source, chosen)

@@ -1,0 +1,272 @@
+"""Per-iteration phase timeline on every rank, written as a Chrome trace (like Horovod's).
+
+Turn it on with ``CHAINERMN_TORUS_TIMELINE=PREFIX`` (or ``timeline.enable(PREFIX)``, or the
+examples' ``--timeline PREFIX``). Each rank records the phases it goes through:
+
+  forward_backward, update, wait (double buffering)   the multi-node optimizer;
+  pack, reduce_scatter, allreduce, allgather / put,   the communicators, per segment;
+  reduce (shm), gather (shm), tail
+
+and writes ``PREFIX.rank<R>.json`` when the process exits (or on ``flush()``). Then
+
+    chainermn-torus timeline merge PREFIX -o trace.json   # open in chrome://tracing, Perfetto
+    chainermn-torus timeline plot PREFIX -o timeline.png  # matplotlib, a few iterations
+
+Times are wall-clock microseconds (perf_counter offset to time.time once per process), so
+ranks of one host line up exactly and ranks of different hosts as well as their clocks agree.
+When the timeline is off, a phase costs one global lookup and a no-op context manager.
+"""
+import atexit
+import glob
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+__all__ = ['enable', 'disable', 'phase', 'flush', 'ACTIVE', 'TIMELINE_ENV', 'main']
+
+TIMELINE_ENV = 'CHAINERMN_TORUS_TIMELINE'
+ACTIVE = None  # the process's Timeline, or None
+
+
+class _Null(object):
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+_NULL = _Null()
+
+
+class _Span(object):
+    __slots__ = ('tl', 'name', 't0')
+
+    def __init__(self, tl, name):
+        self.tl, self.name = tl, name
+
+    def __enter__(self):
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.tl.add(self.name, self.t0, time.perf_counter())
+        return False
+
+
+class Timeline(object):
+
+    def __init__(self, prefix):
+        self.prefix = prefix
+        self.offset = time.time() - time.perf_counter()
+        self.events = []
+        self.iteration = 0
+        self._tids = {}
+        self._lock = threading.Lock()
+
+    def _tid(self):
+        ident = threading.get_ident()
+        tid = self._tids.get(ident)
+        if tid is None:
+            with self._lock:
+                tid = self._tids.setdefault(ident, len(self._tids))
+        return tid
+
+    def span(self, name):
+        return _Span(self, name)
+
+    def add(self, name, t0, t1):
+        # list.append is atomic under the GIL: the double-buffering thread records too.
+        self.events.append((name, t0, t1, self._tid(), self.iteration))
+
+    def next_iteration(self):
+        self.iteration += 1
+
+    def trace(self, rank):
+        host = socket.gethostname()
+        events = [{'name': 'process_name', 'ph': 'M', 'pid': rank,
+                   'args': {'name': 'rank {} ({})'.format(rank, host)}}]
+        for ident, tid in self._tids.items():
+            events.append({'name': 'thread_name', 'ph': 'M', 'pid': rank, 'tid': tid,
+                           'args': {'name': 'main' if tid == 0 else 'communication'}})
+        for name, t0, t1, tid, it in self.events:
+            events.append({'name': name, 'cat': _category(name), 'ph': 'X', 'pid': rank,
+                           'tid': tid, 'ts': (t0 + self.offset) * 1e6,
+                           'dur': (t1 - t0) * 1e6, 'args': {'iteration': it}})
+        return events
+
+    def write(self):
+        rank = _rank()
+        path = '{}.rank{}.json'.format(self.prefix, rank)
+        tmp = path + '.tmp'
+        with open(tmp, 'w') as f:
+            json.dump({'traceEvents': self.trace(rank), 'displayTimeUnit': 'ms'}, f)
+        os.replace(tmp, path)  # a reader never sees half a file
+        return path
+
+
+def _category(name):
+    if name in ('forward_backward', 'update', 'wait'):
+        return 'optimizer'
+    return 'communication'
+
+
+def _rank():
+    for key in ('PMI_RANK', 'OMPI_COMM_WORLD_RANK', 'PMIX_RANK', 'SLURM_PROCID'):
+        if key in os.environ:
+            return int(os.environ[key])
+    try:
+        from mpi4py import MPI
+        if MPI.Is_initialized() and not MPI.Is_finalized():
+            return MPI.COMM_WORLD.rank
+    except ImportError:
+        pass
+    return 0
+
+
+def enable(prefix):
+    """Record from now on; written to PREFIX.rank<R>.json at exit (or on flush())."""
+    global ACTIVE
+    directory = os.path.dirname(os.path.abspath(prefix))
+    if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
+        raise ValueError('chainermn_torus: timeline prefix {!r}: directory {} does not exist '
+                         'or is not writable'.format(prefix, directory))
+    if ACTIVE is None or ACTIVE.prefix != prefix:
+        ACTIVE = Timeline(prefix)
+        atexit.register(_write_at_exit, ACTIVE)
+    return ACTIVE
+
+
+def disable():
+    global ACTIVE
+    ACTIVE = None
+
+
+def _write_at_exit(tl):
+    if tl.events:
+        try:
+            tl.write()
+        except OSError as e:
+            sys.stderr.write('chainermn_torus: could not write the timeline: {}\n'.format(e))
+
+
+def enable_from_env():
+    prefix = os.environ.get(TIMELINE_ENV)
+    if prefix:
+        enable(prefix)
+
+
+def phase(name):
+    """``with phase('allreduce'):`` records the block when the timeline is on."""
+    tl = ACTIVE
+    return _NULL if tl is None else tl.span(name)
+
+
+def next_iteration():
+    tl = ACTIVE
+    if tl is not None:
+        tl.next_iteration()
+
+
+def flush():
+    """Write this rank's file now (it is written again, complete, at exit)."""
+    return None if ACTIVE is None else ACTIVE.write()
+
+
+# --- merging and plotting -------------------------------------------------------------------
+def rank_files(prefix):
+    files = sorted(glob.glob(glob.escape(prefix) + '.rank*.json'),
+                   key=lambda p: int(p.rsplit('.rank', 1)[1].split('.')[0]))
+    if not files:
+        raise ValueError('chainermn_torus: no timeline files {}.rank*.json; was the run '
+                         'started with {}={}?'.format(prefix, TIMELINE_ENV, prefix))
+    return files
+
+
+def merge(prefix):
+    events = []
+    for path in rank_files(prefix):
+        with open(path) as f:
+            events.extend(json.load(f)['traceEvents'])
+    return {'traceEvents': events, 'displayTimeUnit': 'ms'}
+
+
+COLORS = {'forward_backward': '#4c72b0', 'update': '#55a868', 'wait': '#c44e52',
+          'pack': '#8172b2', 'reduce_scatter': '#ccb974', 'allreduce': '#64b5cd',
+          'allgather': '#dd8452', 'put': '#dd8452', 'reduce (shm)': '#ccb974',
+          'gather (shm)': '#dd8452', 'tail': '#999999'}
+
+
+def plot(prefix, out, first=None, count=3):
+    """A Gantt chart of ``count`` iterations (from ``first``, default the middle) per rank."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    trace = merge(prefix)['traceEvents']
+    spans = [e for e in trace if e.get('ph') == 'X']
+    names = {e['pid']: e['args']['name'] for e in trace if e.get('name') == 'process_name'}
+    iters = sorted({e['args']['iteration'] for e in spans})
+    if first is None:
+        first = iters[len(iters) // 2] if iters else 0
+    keep = [e for e in spans if first <= e['args']['iteration'] < first + count]
+    if not keep:
+        raise ValueError('chainermn_torus: no recorded phases in iterations {}..{} (the run has '
+                         '{} .. {})'.format(first, first + count - 1, iters[0] if iters else '-',
+                                            iters[-1] if iters else '-'))
+    t0 = min(e['ts'] for e in keep)
+    rows = sorted({(e['pid'], e['tid']) for e in keep})
+    fig, ax = plt.subplots(figsize=(12, 0.5 + 0.45 * len(rows)))
+    seen = set()
+    for y, (pid, tid) in enumerate(rows):
+        for e in keep:
+            if (e['pid'], e['tid']) != (pid, tid):
+                continue
+            label = e['name'] if e['name'] not in seen else None
+            seen.add(e['name'])
+            ax.barh(y, e['dur'] / 1e3, left=(e['ts'] - t0) / 1e3, height=0.7,
+                    color=COLORS.get(e['name'], '#777777'), label=label, edgecolor='none')
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels(['{}{}'.format(names.get(p, 'rank {}'.format(p)),
+                                      '' if t == 0 else ' comm') for p, t in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel('ms')
+    ax.set_title('{}: iterations {}-{}'.format(os.path.basename(prefix), first,
+                                               first + count - 1))
+    ax.legend(loc='upper center', bbox_to_anchor=(0.5, -0.18 - 0.02 * len(rows)),
+              ncol=6, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    return out
+
+
+def main(argv=None):
+    import argparse
+    p = argparse.ArgumentParser(prog='chainermn-torus timeline', description=__doc__.split(
+        '\n')[0])
+    sub = p.add_subparsers(dest='cmd')
+    m = sub.add_parser('merge', help='one Chrome trace from the ranks\' files')
+    m.add_argument('prefix')
+    m.add_argument('-o', '--output', required=True)
+    q = sub.add_parser('plot', help='PNG Gantt chart of a few iterations')
+    q.add_argument('prefix')
+    q.add_argument('-o', '--output', required=True)
+    q.add_argument('--first', type=int, default=None)
+    q.add_argument('--count', type=int, default=3)
+    args = p.parse_args(argv)
+    try:
+        if args.cmd == 'merge':
+            with open(args.output, 'w') as f:
+                json.dump(merge(args.prefix), f)
+        elif args.cmd == 'plot':
+            plot(args.prefix, args.output, args.first, args.count)
+        else:
+            p.print_help()
+            return 2
+    except ValueError as e:
+        sys.stderr.write('chainermn-torus timeline: {}\n'.format(e))
+        return 2
+    print('wrote ' + args.output)
+    return 0
