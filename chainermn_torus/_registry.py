@@ -57,12 +57,15 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
                               per message, seed 003)
     pure_allreduce  OK        one MPI_Allreduce of the packed buffer; a baseline, and
                               fine for small models
+    auto            OK        what the planner predicts fastest for the model's size,
+                              from a calibrated network file or a start-up measurement
     naive           OK   OK   ChainerMN: one MPI_Allreduce per parameter array
     flat, non_cuda_aware, pure_nccl (GPU), dummy (no communication): ChainerMN's
     ==============  ===  ===  =========================================================
 
     Ours carry float32 (float64 if the model has float64 arrays); float16 gradients are
     summed in float32. Keyword options for ours: ``grid=(M, N)`` or "MxN" (rsaa, rsap),
+    ``shm`` (rsaa, rsap), ``sync`` and ``reduce_scatter`` (rsap), ``network`` (auto),
     ``segment_size`` (bytes per message segment), ``allreduce_grad_dtype=numpy.float16``
     (half the bytes on the wire). Other keywords go to ChainerMN's factory.
     """

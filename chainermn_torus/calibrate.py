@@ -7,7 +7,8 @@ intra-node figures too):
 
 Rank 0 ping-pongs with the first rank on another host and with the first rank on its own
 host: 8 bytes for the latency (half the round trip) and a large message for the bandwidth
-(beta = (half round trip - alpha) / bytes). The reduction rate (gamma) and the memory copy
+(beta = (half round trip - alpha) / bytes), and the same for an MPI_Put between fences
+(beta_put: one-sided transfers can run slower than messages). The reduction rate (gamma) and the memory copy
 rate (mem) are timed with numpy on rank 0. Medians of several repetitions. Every wait has
 a deadline, so an unreachable peer ends in an error naming it instead of a hang.
 """
@@ -53,6 +54,25 @@ def _pingpong(comm, peer, nbytes, reps, timeout, what, leader):
     return statistics.median(times[1:] if len(times) > 2 else times)
 
 
+def _put_rate(comm, peer, nbytes, reps):
+    """Seconds for rank 0 to MPI_Put ``nbytes`` into ``peer``'s window (fence to fence)."""
+    from mpi4py import MPI
+    size = nbytes if comm.rank in (0, peer) else 0
+    win = MPI.Win.Allocate(size, 1, comm=comm)
+    src = numpy.ones(nbytes, numpy.uint8)
+    times = []
+    for _ in range(reps):
+        comm.Barrier()
+        win.Fence()
+        t0 = time.perf_counter()
+        if comm.rank == 0:
+            win.Put([src, MPI.BYTE], peer, target=(0, nbytes, MPI.BYTE))
+        win.Fence()
+        times.append(time.perf_counter() - t0)
+    win.Free()
+    return statistics.median(times)
+
+
 def _local_rates(nbytes, reps=5):
     a = numpy.ones(nbytes // 4, numpy.float32)
     b = numpy.ones_like(a)
@@ -88,6 +108,7 @@ def calibrate(comm, large=16 << 20, reps=9, timeout=20.0, name=None):
             t = _pingpong(comm, other, large, max(3, reps // 2), timeout, what, comm.rank == 0)
             result[key] = (a, max(t - a, 1e-12) / large)
         comm.Barrier()
+    put = _put_rate(comm, inter, large, max(3, reps // 2)) if inter is not None else None
     if comm.rank != 0:
         return None
     gamma, mem = _local_rates(64 << 20)
@@ -104,6 +125,7 @@ def calibrate(comm, large=16 << 20, reps=9, timeout=20.0, name=None):
             'alpha_inter': result['inter'][0], 'beta_inter': result['inter'][1],
             'alpha_intra': result['intra'][0], 'beta_intra': result['intra'][1],
             'gamma': gamma, 'mem': mem,
+            'beta_put': None if put is None else max(put - result['inter'][0], 1e-12) / large,
             'source': 'chainermn-torus calibrate, {}; {}'.format(
                 time.strftime('%Y-%m-%d %H:%M'), '; '.join(notes) or 'two hosts measured')}
 

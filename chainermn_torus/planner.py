@@ -20,8 +20,9 @@ Algorithms, with n bytes (MPICH's choices for large messages):
   reduce-scatter  pairwise exchange: p - 1 steps, (p-1)/p n bytes, (p-1)/p n reduced;
   all-gather      ring: p - 1 steps, (p-1)/p n bytes;
   put rounds      recursive doubling: ceil(log2 p) rounds (+2 when p is not a power of
-                  two), (p-1)/p n bytes, and each round closed by a fence, modelled as a
-                  barrier (2 log2 p latencies), the per-step synchronisation cost;
+                  two), (p-1)/p n bytes at the Put rate (beta_put), and each round closed by
+                  a fence, modelled as a barrier (2 log2 p latencies), the per-step
+                  synchronisation cost;
   shm rows        reduce in turns + gather: M + 2 barriers, about 3 (M-1)/M n + 2 (M-1)/M n
                   bytes of node memory traffic per rank (see communicators._shm).
 pure_allreduce appears twice: over all P ranks as one flat group ("flat"), and as the
@@ -46,8 +47,12 @@ class Network(object):
     FIELDS = ('alpha_inter', 'beta_inter', 'alpha_intra', 'beta_intra', 'gamma', 'mem')
 
     def __init__(self, name, alpha_inter, beta_inter, alpha_intra, beta_intra, gamma, mem,
-                 source=''):
+                 source='', beta_put=None):
         self.name, self.source = name, source
+        # MPI_Put between nodes can be slower than two-sided messages (MPICH over UCX/TCP
+        # emulates RMA with active messages: measured 1.3-1.6x slower on the emulated
+        # cluster); calibrate measures it, presets and --beta assume the message rate.
+        self.beta_put = float(beta_inter if beta_put is None else beta_put)
         self.alpha_inter, self.beta_inter = float(alpha_inter), float(beta_inter)
         self.alpha_intra, self.beta_intra = float(alpha_intra), float(beta_intra)
         self.gamma, self.mem = float(gamma), float(mem)
@@ -59,7 +64,7 @@ class Network(object):
 
     def to_dict(self):
         d = {f: getattr(self, f) for f in self.FIELDS}
-        d.update(name=self.name, source=self.source)
+        d.update(name=self.name, source=self.source, beta_put=self.beta_put)
         return d
 
     @classmethod
@@ -68,7 +73,8 @@ class Network(object):
         if missing:
             raise ValueError('chainermn_torus: {} lacks {}; it needs {}'.format(
                 where, ', '.join(missing), ', '.join(cls.FIELDS)))
-        return cls(d.get('name', where), *[d[f] for f in cls.FIELDS], source=d.get('source', ''))
+        return cls(d.get('name', where), *[d[f] for f in cls.FIELDS], source=d.get('source', ''),
+                   beta_put=d.get('beta_put'))
 
     def describe(self):
         return ('{}: inter-node {:.2f} us, {:.2f} GB/s; intra-node {:.2f} us, {:.2f} GB/s; '
@@ -156,9 +162,10 @@ class _Group(object):
     def alpha(self, net):
         return self.off * net.alpha_inter + (1 - self.off) * net.alpha_intra
 
-    def beta(self, net):
+    def beta(self, net, put=False):
         # Off-node bytes share the node's link with the k ranks sending at the same time.
-        return self.off * net.beta_inter * self.k + (1 - self.off) * net.beta_intra
+        inter = net.beta_put if put else net.beta_inter
+        return self.off * inter * self.k + (1 - self.off) * net.beta_intra
 
 
 def _allreduce(g, n, net):
@@ -189,7 +196,7 @@ def _put_rounds(g, n, net):
         return 0.0
     rounds = _log2c(p) + (0 if p & (p - 1) == 0 else 2)
     fence = 2 * _log2c(p) * g.alpha(net)  # a fence costs about a barrier over the row
-    return rounds * (g.alpha(net) + fence) + (p - 1.0) / p * n * g.beta(net)
+    return rounds * (g.alpha(net) + fence) + (p - 1.0) / p * n * g.beta(net, put=True)
 
 
 def _groups(nodes, R, M):

@@ -218,7 +218,7 @@ def plot(prefix, out, first=None, count=3):
                                             iters[-1] if iters else '-'))
     t0 = min(e['ts'] for e in keep)
     rows = sorted({(e['pid'], e['tid']) for e in keep})
-    fig, ax = plt.subplots(figsize=(12, 0.5 + 0.45 * len(rows)))
+    fig, ax = plt.subplots(figsize=(12, 1.6 + 0.45 * len(rows)))
     seen = set()
     for y, (pid, tid) in enumerate(rows):
         for e in keep:
@@ -234,9 +234,8 @@ def plot(prefix, out, first=None, count=3):
     ax.invert_yaxis()
     ax.set_xlabel('ms')
     ax.set_title('{}: iterations {}-{}'.format(os.path.basename(prefix), first,
-                                               first + count - 1))
-    ax.legend(loc='upper center', bbox_to_anchor=(0.5, -0.18 - 0.02 * len(rows)),
-              ncol=6, fontsize=8)
+                                               first + count - 1), pad=24)
+    ax.legend(loc='lower left', bbox_to_anchor=(0, 1.0), ncol=8, fontsize=8, frameon=False)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     return out

@@ -1,0 +1,68 @@
+"""Timeline: phase times on every rank of a real MNIST run, merged into a Chrome trace."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from chainermn_torus import timeline
+from chainermn_torus.datasets import DEFAULT_MNIST_DIR
+from conftest import ROOT, run_mpi
+
+EXAMPLE = os.path.join(ROOT, 'examples', 'mnist', 'train_mnist.py')
+
+
+@pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
+                    reason='Debian package dataset-fashion-mnist is not installed '
+                           '(make setup installs it)')
+@pytest.mark.parametrize('flags, comm_phases', [
+    (['--communicator', 'rsap'], {'reduce (shm)', 'gather (shm)'}),
+    (['--communicator', 'rsap', '--double-buffering'], {'reduce (shm)', 'wait'}),
+    (['--communicator', 'pure_allreduce'], {'allreduce'}),
+], ids=['rsap-shm', 'rsap-db', 'pure'])
+def test_mnist_run_writes_a_trace_per_rank_and_merges(tmp_path, flags, comm_phases):
+    prefix = str(tmp_path / 'tl')
+    proc = run_mpi(2, [EXAMPLE, '--epoch', '1', '--limit', '1000', '--out', str(tmp_path),
+                       '--timeline', prefix] + flags, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    files = timeline.rank_files(prefix)
+    assert [os.path.basename(f) for f in files] == ['tl.rank0.json', 'tl.rank1.json']
+    merged = timeline.merge(prefix)['traceEvents']
+    spans = [e for e in merged if e['ph'] == 'X']
+    names = {e['name'] for e in spans}
+    assert {'forward_backward', 'update'} | comm_phases <= names, names
+    for rank in (0, 1):
+        mine = [e for e in spans if e['pid'] == rank and e['name'] == 'forward_backward']
+        # 1000 images / 2 ranks / batch 100 = 5 iterations, each recorded once, numbered.
+        assert sorted(e['args']['iteration'] for e in mine) == [1, 2, 3, 4, 5], mine
+        assert all(e['dur'] > 0 for e in mine)
+    if '--double-buffering' in flags:
+        # The all-reduce runs on the communication thread: its own row in the trace.
+        assert {e['tid'] for e in spans if e['name'] == 'reduce (shm)'} == {1}
+    out = tmp_path / 'trace.json'
+    png = tmp_path / 'tl.png'
+    cli = [sys.executable, '-m', 'chainermn_torus.cli', 'timeline']
+    for args, path in ((['merge', prefix, '-o', str(out)], out),
+                       (['plot', prefix, '-o', str(png), '--first', '2'], png)):
+        p = subprocess.run(cli + args, capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert p.returncode == 0 and path.stat().st_size > 1000, p.stderr
+    assert len(json.loads(out.read_text())['traceEvents']) == len(merged)
+
+
+def test_timeline_bad_input(tmp_path):
+    with pytest.raises(ValueError, match='does not exist or is not writable'):
+        timeline.enable(str(tmp_path / 'missing' / 'tl'))
+    with pytest.raises(ValueError, match='no timeline files'):
+        timeline.rank_files(str(tmp_path / 'nothing'))
+    p = subprocess.run([sys.executable, '-m', 'chainermn_torus.cli', 'timeline', 'plot',
+                        str(tmp_path / 'nothing'), '-o', str(tmp_path / 'x.png')],
+                       capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert p.returncode == 2 and 'no timeline files' in p.stderr
+
+
+def test_phases_cost_nothing_when_off():
+    timeline.disable()
+    with timeline.phase('allreduce') as p:
+        assert p is timeline._NULL
+    assert timeline.flush() is None
