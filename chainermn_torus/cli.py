@@ -11,6 +11,8 @@
                          [--network ofp|k|FILE | --alpha A --beta B] [--grid MxN ...]
     chainermn-torus calibrate [--output FILE]           (under mpiexec, 2+ nodes)
     chainermn-torus timeline merge|plot ...
+    chainermn-torus jobscript --system ofp|k|slurm|pbs|local --nodes N [--ranks-per-node R]
+                              [--hours H] [--communicator C] [--dry-run] -- python script.py ...
     chainermn-torus names
 """
 import sys
@@ -40,6 +42,9 @@ def main(argv=None):
     if cmd == 'calibrate':
         from chainermn_torus import calibrate
         return calibrate.main(rest)
+    if cmd == 'jobscript':
+        from chainermn_torus import jobscript
+        return jobscript.main(rest)
     if cmd == 'timeline':
         from chainermn_torus import timeline
         return timeline.main(rest)
@@ -48,7 +53,7 @@ def main(argv=None):
         print('\n'.join(valid_names()))
         return 0
     sys.stderr.write('chainermn-torus: unknown command {!r}; commands: {}, run, names\n'.format(
-        ' '.join(argv[:2]), ', '.join('bench ' + b for b in BENCHMARKS)) + ', plan, calibrate, timeline')
+        ' '.join(argv[:2]), ', '.join('bench ' + b for b in BENCHMARKS)) + ', plan, calibrate, timeline, jobscript')
     return 2
 
 

@@ -119,11 +119,14 @@ def main():
     comm_stats = time_gradient_communication(comm)
     numpy.random.seed(args.seed)  # same initial weights everywhere; bcast_data makes sure
 
+    # The communicator actually made (chainermn_torus.run --communicator may override the
+    # script's own choice; ChainerMN's communicators have no name: keep the argument).
+    used = getattr(comm, 'name', None) or args.communicator
     if comm.rank == 0:
         print('==========================================')
         print('Num process (COMM_WORLD): {}'.format(comm.size))
         print('Using {} communicator{}'.format(
-            args.communicator, ': ' + comm.describe() if hasattr(comm, 'describe') else ''))
+            used, ': ' + comm.describe() if hasattr(comm, 'describe') else ''))
         print('Num unit: {}'.format(args.unit))
         print('Num Minibatch-size: {}'.format(args.batchsize))
         print('Num epoch: {}'.format(args.epoch))
@@ -205,7 +208,7 @@ def main():
     comm_seconds = comm.allreduce_obj(comm_stats['seconds']) / comm.size
     if comm.rank == 0:
         summary = {
-            'communicator': args.communicator, 'ranks': comm.size, 'epochs': args.epoch,
+            'communicator': used, 'ranks': comm.size, 'epochs': args.epoch,
             'optimizer': args.optimizer, 'stock': args.stock, 'fused': args.fused,
             'flush_denormals': args.ftz, 'double_buffering': args.double_buffering,
             'fp16_allreduce': args.fp16_allreduce, 'threads': budget['threads'],
