@@ -65,7 +65,8 @@ BACKGROUND_POLL_S = None
 
 def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering=False,
                                 zero_fill=True, fused=False, flush_denormals=False,
-                                check_finite=False, background_poll=BACKGROUND_POLL_S):
+                                check_finite=False, background_poll=BACKGROUND_POLL_S,
+                                watchdog=None):
     """Wrap a Chainer optimizer for data-parallel training (drop-in for ChainerMN's).
 
     Args:
@@ -87,6 +88,9 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
             it tests them that often and sleeps in between (slower where measured, see
             BACKGROUND_POLL_S; an option for MPIs whose blocking waits burn a core the
             compute needs). ChainerMN's communicators always block.
+        watchdog: seconds without a finished step after which this rank aborts the whole
+            job (a peer died or hangs; see ``chainermn_torus.watchdog``); default
+            ``$CHAINERMN_TORUS_WATCHDOG`` or off.
     """
     if fused not in (True, False, 'auto'):
         raise ValueError("chainermn_torus: fused must be True, False or 'auto', got {!r}".format(
@@ -104,10 +108,15 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
                       file=sys.stderr, flush=True)
     if flush_denormals:
         fpenv.set_flush_denormals(True)
+    from chainermn_torus import watchdog as watchdog_mod
+    dog = watchdog_mod.from_env(watchdog)
     if double_buffering:
-        return _DoubleBufferingOptimizer(actual_optimizer, communicator, zero_fill, check_finite,
-                                         background_poll)
-    return _MultiNodeOptimizer(actual_optimizer, communicator, zero_fill, check_finite)
+        opt = _DoubleBufferingOptimizer(actual_optimizer, communicator, zero_fill, check_finite,
+                                        background_poll)
+    else:
+        opt = _MultiNodeOptimizer(actual_optimizer, communicator, zero_fill, check_finite)
+    opt._set('watchdog', dog)
+    return opt
 
 
 def _param_signature(target):
@@ -118,7 +127,8 @@ class _MultiNodeOptimizer(object):
     """Averaging, then the wrapped optimizer's update (ChainerMN's _MultiNodeOptimizer)."""
 
     _own = ('communicator', 'actual_optimizer', 'zero_fill', 'check_finite', 'timings',
-            '_signature', '_resumed', 'iterations')
+            '_signature', '_resumed', 'iterations', 'watchdog')
+    watchdog = None
 
     def __init__(self, actual_optimizer, communicator, zero_fill, check_finite):
         self._set('communicator', communicator)
@@ -172,6 +182,11 @@ class _MultiNodeOptimizer(object):
         return changed
 
     def update(self, lossfun=None, *args, **kwds):
+        self._update(lossfun, *args, **kwds)
+        if self.watchdog is not None:
+            self.watchdog.beat('between steps (data, extensions, or the next forward)')
+
+    def _update(self, lossfun=None, *args, **kwds):
         if lossfun is not None:
             self._forward_backward(lossfun, args, kwds)
         self.iterations += 1
@@ -239,7 +254,7 @@ class _DoubleBufferingOptimizer(_MultiNodeOptimizer):
         self._set('_launches', 0)
         self._set('_pending', None)    # averaged grads restored from a snapshot
 
-    def update(self, lossfun=None, *args, **kwds):
+    def _update(self, lossfun=None, *args, **kwds):
         if lossfun is not None:
             self._forward_backward(lossfun, args, kwds)
         self.iterations += 1

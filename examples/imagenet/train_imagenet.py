@@ -443,6 +443,8 @@ def main():
                  'validation/main/accuracy', 'elapsed_time']))
         t0 = time.perf_counter()
         trainer.run()
+        if getattr(optimizer, 'watchdog', None) is not None:
+            optimizer.watchdog.stop()  # training is over: later work may take its time
         train_seconds = time.perf_counter() - t0
         # Training stops at an epoch's end, where the evaluator has just run (on all ranks).
         final = {k: v for k, v in trainer.observation.items() if k.startswith('validation/')}

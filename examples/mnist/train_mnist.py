@@ -193,6 +193,8 @@ def main():
 
     t0 = time.perf_counter()
     trainer.run()
+    if getattr(optimizer, 'watchdog', None) is not None:
+        optimizer.watchdog.stop()  # training is over: later work may take its time
     if hasattr(optimizer, 'finalize'):
         optimizer.finalize()  # double buffering: the last all-reduce in flight
     train_seconds = time.perf_counter() - t0

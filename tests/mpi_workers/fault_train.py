@@ -1,0 +1,63 @@
+"""Run by tests/test_faults.py: real training on Fashion-MNIST, one rank faults at a step.
+
+    fault_train.py MODE RANK STEP      MODE: raise | kill | hang | none
+
+Prints "FAULT <time.time()>" (flushed) just before the fault, so the test can measure the
+time from the fault to the last rank's exit.
+"""
+import os
+import signal
+import sys
+import time
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+
+import chainermn
+import chainermn_torus  # NOQA: the communicators, the wrapper, the abort hook
+from chainermn_torus.datasets import load_mnist_idx
+
+MODE, FAULT_RANK, FAULT_STEP = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+
+
+class MLP(chainer.Chain):
+    def __init__(self):
+        super(MLP, self).__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(784, 100)
+            self.l2 = L.Linear(100, 10)
+
+    def forward(self, x):
+        return self.l2(F.relu(self.l1(x)))
+
+
+def main():
+    comm = chainermn.create_communicator('rsap')
+    train, _ = load_mnist_idx()
+    x = numpy.stack([train[i][0] for i in range(800)]).astype(numpy.float32)
+    t = numpy.array([train[i][1] for i in range(800)], numpy.int32)
+    model = L.Classifier(MLP())
+    opt = chainermn.create_multi_node_optimizer(chainer.optimizers.Adam(), comm)
+    opt.setup(model)
+    rng = numpy.random.RandomState(comm.rank)
+    for step in range(1, 10 ** 6):
+        if comm.rank == FAULT_RANK and step == FAULT_STEP and MODE != 'none':
+            print('FAULT {!r}'.format(time.time()), flush=True)
+            if MODE == 'raise':
+                raise RuntimeError('injected fault on rank {} at step {}'.format(
+                    comm.rank, step))
+            if MODE == 'kill':
+                os.kill(os.getpid(), signal.SIGKILL)
+            if MODE == 'hang':
+                time.sleep(3600)  # alive but stopped: only the watchdog ends this
+        idx = rng.randint(0, len(x), 50)
+        opt.update(model, x[idx], t[idx])
+        if MODE == 'none' and step == 20:
+            break
+    print('OK rank {}'.format(comm.rank), flush=True)
+
+
+if __name__ == '__main__':
+    main()

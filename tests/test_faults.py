@@ -1,0 +1,74 @@
+"""No hangs: a rank that raises, is killed, or stops ends the whole job within a bounded time.
+
+Real training (Fashion-MNIST, rsap, the multi-node optimizer) on 2 and 4 ranks; rank 1 faults
+at step 5. The time from the fault to the end of mpiexec (every rank gone) is printed.
+"""
+import os
+import re
+import time
+
+import pytest
+
+from chainermn_torus.datasets import DEFAULT_MNIST_DIR
+from conftest import run_mpi, worker
+
+pytestmark = pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
+                                reason='Debian package dataset-fashion-mnist is not installed '
+                                       '(make setup installs it)')
+WATCHDOG_S = 3
+
+
+def run_fault(mode, nprocs, env=None):
+    proc = run_mpi(nprocs, [worker('fault_train.py'), mode, '1', '5'], timeout=180, env=env)
+    end = time.time()
+    match = re.search(r'FAULT (\d+\.\d+)', proc.stdout)
+    assert match, proc.stdout[-3000:] + proc.stderr[-3000:]
+    elapsed = end - float(match.group(1))
+    print('{} on {} ranks: last rank gone {:.2f} s after the fault'.format(mode, nprocs,
+                                                                           elapsed))
+    assert proc.returncode != 0 and 'OK rank' not in proc.stdout
+    return proc, elapsed
+
+
+@pytest.mark.parametrize('nprocs', [2, 4])
+def test_exception_on_one_rank_ends_every_rank_naming_it(nprocs):
+    proc, elapsed = run_fault('raise', nprocs)
+    assert elapsed < 30
+    assert 'RuntimeError: injected fault on rank 1 at step 5' in proc.stderr
+    assert 'Uncaught exception on rank 1' in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize('nprocs', [2, 4])
+def test_killed_rank_ends_the_job(nprocs):
+    proc, elapsed = run_fault('kill', nprocs)
+    assert elapsed < 30
+    # The killed rank cannot speak; the launcher names its PID, host and signal.
+    out = proc.stdout + proc.stderr
+    assert 'BAD TERMINATION' in out and re.search(r'EXIT CODE: 9|signal 9', out), out[-2000:]
+
+
+@pytest.mark.parametrize('nprocs', [2, 4])
+def test_rank_that_stops_is_caught_by_the_watchdog(nprocs):
+    proc, elapsed = run_fault('hang', nprocs, env={'CHAINERMN_TORUS_WATCHDOG': str(WATCHDOG_S)})
+    assert WATCHDOG_S <= elapsed < WATCHDOG_S + 30
+    assert re.search(r'chainermn_torus watchdog: rank \d+ \(\S+\) finished no training step '
+                     r'for \d+ s \(limit 3 s', proc.stderr), proc.stderr[-3000:]
+
+
+def test_watchdog_stays_quiet_in_a_healthy_run():
+    proc = run_mpi(2, [worker('fault_train.py'), 'none', '1', '5'], timeout=180,
+                   env={'CHAINERMN_TORUS_WATCHDOG': '2'})
+    assert proc.returncode == 0 and proc.stdout.count('OK rank') == 2, proc.stderr[-3000:]
+    assert 'watchdog' not in proc.stderr
+
+
+def test_watchdog_bad_value():
+    from chainermn_torus import watchdog
+    with pytest.raises(ValueError, match='number of seconds > 0'):
+        watchdog.Watchdog(0)
+    os.environ[watchdog.WATCHDOG_ENV] = 'soon'
+    try:
+        with pytest.raises(ValueError, match="CHAINERMN_TORUS_WATCHDOG must be a number"):
+            watchdog.from_env()
+    finally:
+        del os.environ[watchdog.WATCHDOG_ENV]
