@@ -66,7 +66,7 @@ BACKGROUND_POLL_S = None
 def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering=False,
                                 zero_fill=True, fused=False, flush_denormals=False,
                                 check_finite=False, background_poll=BACKGROUND_POLL_S,
-                                watchdog=None):
+                                watchdog=None, check_replicas=None):
     """Wrap a Chainer optimizer for data-parallel training (drop-in for ChainerMN's).
 
     Args:
@@ -91,7 +91,14 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
         watchdog: seconds without a finished step after which this rank aborts the whole
             job (a peer died or hangs; see ``chainermn_torus.watchdog``); default
             ``$CHAINERMN_TORUS_WATCHDOG`` or off.
+        check_replicas: every this many steps, compare a hash of the parameters across ranks
+            and raise ReplicaMismatchError on every rank if they differ (see
+            ``chainermn_torus.replicas``); None: never.
     """
+    if check_replicas is not None and (int(check_replicas) != check_replicas
+                                       or check_replicas < 1):
+        raise ValueError('chainermn_torus: check_replicas must be a step count >= 1 (or None), '
+                         'got {!r}'.format(check_replicas))
     if fused not in (True, False, 'auto'):
         raise ValueError("chainermn_torus: fused must be True, False or 'auto', got {!r}".format(
             fused))
@@ -116,6 +123,7 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
     else:
         opt = _MultiNodeOptimizer(actual_optimizer, communicator, zero_fill, check_finite)
     opt._set('watchdog', dog)
+    opt._set('check_replicas', check_replicas)
     return opt
 
 
@@ -127,8 +135,9 @@ class _MultiNodeOptimizer(object):
     """Averaging, then the wrapped optimizer's update (ChainerMN's _MultiNodeOptimizer)."""
 
     _own = ('communicator', 'actual_optimizer', 'zero_fill', 'check_finite', 'timings',
-            '_signature', '_resumed', 'iterations', 'watchdog')
+            '_signature', '_resumed', 'iterations', 'watchdog', 'check_replicas')
     watchdog = None
+    check_replicas = None
 
     def __init__(self, actual_optimizer, communicator, zero_fill, check_finite):
         self._set('communicator', communicator)
@@ -183,6 +192,9 @@ class _MultiNodeOptimizer(object):
 
     def update(self, lossfun=None, *args, **kwds):
         self._update(lossfun, *args, **kwds)
+        if self.check_replicas and self.iterations % self.check_replicas == 0:
+            from chainermn_torus.replicas import check_replicas
+            check_replicas(self.communicator, self.target, self.iterations)
         if self.watchdog is not None:
             self.watchdog.beat('between steps (data, extensions, or the next forward)')
 

@@ -94,6 +94,8 @@ def main():
                      help='send gradients as float16 (half the bytes)')
     cpu.add_argument('--check-finite', action='store_true',
                      help='stop with the rank named if a gradient is NaN/Inf')
+    cpu.add_argument('--check-replicas', type=int, default=None, metavar='K',
+                     help='every K steps, stop if the parameters differ between ranks')
     cpu.add_argument('--threads', type=int, default=None,
                      help='BLAS/numba threads per rank (default: cores / ranks per node)')
     cpu.add_argument('--timeline', default=None, metavar='PREFIX',
@@ -150,7 +152,8 @@ def main():
     else:
         optimizer = chainermn.create_multi_node_optimizer(
             actual, comm, double_buffering=args.double_buffering, fused=args.fused,
-            flush_denormals=args.ftz, check_finite=args.check_finite)
+            flush_denormals=args.ftz, check_finite=args.check_finite,
+            check_replicas=args.check_replicas)
     optimizer.setup(model)
 
     # Rank 0 reads the data (a missing directory fails there) and every rank learns of it.
