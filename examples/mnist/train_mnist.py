@@ -94,6 +94,13 @@ def main():
                      help='send gradients as float16 (half the bytes)')
     cpu.add_argument('--check-finite', action='store_true',
                      help='stop with the rank named if a gradient is NaN/Inf')
+    cpu.add_argument('--checkpoint-dir', default=None, metavar='DIR',
+                     help='write multi-node checkpoints here (atomically; see '
+                          'chainermn_torus.checkpoint)')
+    cpu.add_argument('--checkpoint-interval', type=int, default=None, metavar='ITERATIONS',
+                     help='checkpoint every this many iterations (default: every epoch)')
+    cpu.add_argument('--resume', action='store_true',
+                     help='continue from the latest checkpoint in --checkpoint-dir')
     cpu.add_argument('--check-replicas', type=int, default=None, metavar='K',
                      help='every K steps, stop if the parameters differ between ranks')
     cpu.add_argument('--threads', type=int, default=None,
@@ -104,6 +111,11 @@ def main():
     cpu.add_argument('--stock', action='store_true',
                      help="ChainerMN's own wrapper and Chainer's update (baseline)")
     args = parser.parse_args()
+    if args.resume and not args.checkpoint_dir:
+        parser.error('--resume needs --checkpoint-dir DIR (where the checkpoints are)')
+    if args.checkpoint_interval is not None and args.checkpoint_interval < 1:
+        parser.error('--checkpoint-interval must be >= 1, got {}'.format(
+            args.checkpoint_interval))
     if args.timeline:
         chainermn_torus.timeline.enable(args.timeline)
 
@@ -194,6 +206,15 @@ def main():
         if args.progress:
             trainer.extend(extensions.ProgressBar())
 
+    if args.checkpoint_dir:
+        # Made before training so that an unwritable directory fails now, on every rank.
+        from chainermn_torus.checkpoint import MultiNodeCheckpointer
+        checkpointer = MultiNodeCheckpointer(comm, args.checkpoint_dir)
+        trainer.extend(checkpointer, trigger=(args.checkpoint_interval, 'iteration')
+                       if args.checkpoint_interval else (1, 'epoch'))
+        if args.resume:
+            checkpointer.resume(trainer)
+
     t0 = time.perf_counter()
     trainer.run()
     if getattr(optimizer, 'watchdog', None) is not None:
@@ -233,6 +254,7 @@ def main():
                       '; waited for it {:.2f} s (double buffering)'.format(wait_seconds)
                       if args.double_buffering and not args.stock else ''))
         os.makedirs(args.out, exist_ok=True)
+        chainer.serializers.save_npz(os.path.join(args.out, 'model_final.npz'), model)
         with open(os.path.join(args.out, 'summary.json'), 'w') as f:
             json.dump(summary, f, indent=2)
 

@@ -1,0 +1,82 @@
+"""Checkpoint and resume with real ranks: a run killed (also while writing) and resumed ends
+with the same parameters, bit for bit, as an uninterrupted one; bad resumes are explained."""
+import json
+import os
+
+import numpy
+import pytest
+
+from chainermn_torus.datasets import DEFAULT_MNIST_DIR
+from conftest import ROOT, run_mpi
+
+EXAMPLE = os.path.join(ROOT, 'examples', 'mnist', 'train_mnist.py')
+pytestmark = pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
+                                reason='Debian package dataset-fashion-mnist is not installed '
+                                       '(make setup installs it)')
+# 2000 images over 2 ranks, batch 100: 10 iterations per epoch, 30 in all; checkpoints every 4.
+BASE = ['--epoch', '3', '--limit', '2000', '--unit', '50', '--checkpoint-interval', '4']
+
+
+def train(nprocs, out, ckpt, *extra, env=None):
+    return run_mpi(nprocs, [EXAMPLE, '--out', str(out), '--checkpoint-dir', str(ckpt)] + BASE
+                   + list(extra), timeout=300, env=env)
+
+
+def params(out):
+    with numpy.load(str(out / 'model_final.npz')) as z:
+        return {k: z[k].copy() for k in z.files}
+
+
+@pytest.mark.parametrize('nprocs, flags, fault', [
+    (2, [], 'after:12'),
+    (2, [], 'during:12'),   # killed between writing and renaming: resumes from iteration 8
+    (3, ['--double-buffering'], 'after:8'),
+], ids=['kill-after', 'kill-while-writing', 'double-buffering-3-ranks'])
+def test_killed_and_resumed_run_equals_uninterrupted(tmp_path, nprocs, flags, fault):
+    whole = train(nprocs, tmp_path / 'whole', tmp_path / 'ck-whole', *flags)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    ck = tmp_path / 'ck'
+    crashed = train(nprocs, tmp_path / 'crash', ck, *flags,
+                    env={'CHAINERMN_TORUS_CHECKPOINT_FAULT': fault})
+    assert crashed.returncode != 0  # rank 0 was killed; the launcher ended the rest
+    when, it = fault.split(':')
+    expected = int(it) if when == 'after' else int(it) - 4
+    manifest = json.loads((ck / 'latest.json').read_text())
+    assert manifest['iteration'] == expected, manifest
+    # The half-written file of the interrupted checkpoint is never under the final name.
+    if when == 'during':
+        assert not (ck / 'snapshot_iter_{}.rank0.npz'.format(it)).exists()
+    resumed = train(nprocs, tmp_path / 'resumed', ck, *flags, '--resume')
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert 'resumed from {} at iteration {}'.format(ck, expected) in resumed.stdout
+    a, b = params(tmp_path / 'whole'), params(tmp_path / 'resumed')
+    assert a.keys() == b.keys()
+    diff = max(float(numpy.abs(a[k] - b[k]).max()) for k in a)
+    print('{}: max abs parameter difference resumed vs uninterrupted: {}'.format(fault, diff))
+    assert diff == 0.0
+
+
+def test_resume_refuses_what_cannot_work(tmp_path):
+    missing = train(2, tmp_path / 'o', tmp_path / 'nothing-here', '--resume')
+    assert missing.returncode != 0 and 'no latest.json in it' in missing.stderr
+    ck = tmp_path / 'ck'
+    first = train(2, tmp_path / 'o1', ck, '--epoch', '1')
+    assert first.returncode == 0, first.stderr[-3000:]
+    other_model = train(2, tmp_path / 'o2', ck, '--unit', '60', '--resume')
+    assert other_model.returncode != 0
+    assert 'belongs to another model: array /predictor/l1/W has shape (50, 784)' \
+        in other_model.stderr, other_model.stderr[-2000:]
+    other_size = train(3, tmp_path / 'o3', ck, '--resume')
+    assert other_size.returncode != 0 and 'written by 2 ranks and this job has 3' \
+        in other_size.stderr
+    no_dir = run_mpi(2, [EXAMPLE, '--resume', '--epoch', '1'], timeout=120)
+    assert no_dir.returncode != 0 and '--resume needs --checkpoint-dir' in no_dir.stderr
+
+
+def test_unwritable_checkpoint_dir_fails_at_start(tmp_path):
+    blocker = tmp_path / 'file'
+    blocker.write_text('not a directory')
+    proc = train(2, tmp_path / 'o', blocker / 'ck')
+    assert proc.returncode != 0
+    assert 'cannot write checkpoints to' in proc.stderr and 'rank(s) 0, 1' in proc.stderr
+    assert 'test accuracy' not in proc.stdout  # failed before training
