@@ -27,13 +27,34 @@ import time
 import chainer
 import numpy
 
-__all__ = ['MultiNodeCheckpointer', 'CheckpointError']
+__all__ = ['MultiNodeCheckpointer', 'CheckpointError', 'check_writable']
 
 MANIFEST = 'latest.json'
 
 
 class CheckpointError(RuntimeError):
     pass
+
+
+def check_writable(comm, directory, what='results', error=OSError):
+    """Create ``directory`` and write a probe file on every rank; raise on every rank if any
+    rank cannot (collective). For a job's output, so it fails at start, not at the end."""
+    problem = None
+    try:
+        os.makedirs(directory, exist_ok=True)
+        probe = os.path.join(directory, '.write-test.rank{}'.format(comm.rank))
+        with open(probe, 'w') as f:
+            f.write('ok')
+        os.remove(probe)
+    except OSError as e:
+        problem = '{}: {}'.format(type(e).__name__, e)
+    problems = comm.mpi_comm.allgather(problem)
+    bad = [(r, p) for r, p in enumerate(problems) if p]
+    if bad:
+        raise error(
+            'chainermn_torus: cannot write {} to {!r} on rank(s) {}: {}. Choose a directory '
+            'every rank can write (a shared file system, or a local disk per node).'.format(
+                what, directory, ', '.join(str(r) for r, _ in bad), bad[0][1]))
 
 
 def _layout(model):
@@ -81,22 +102,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
 
     # --- start-up checks: fail now, not after an hour of training ---------------------------
     def _check_writable(self):
-        error = None
-        try:
-            os.makedirs(self.directory, exist_ok=True)
-            probe = os.path.join(self.directory, '.write-test.rank{}'.format(self.rank))
-            with open(probe, 'w') as f:
-                f.write('ok')
-            os.remove(probe)
-        except OSError as e:
-            error = '{}: {}'.format(type(e).__name__, e)
-        errors = self.comm.mpi_comm.allgather(error)
-        bad = [(r, e) for r, e in enumerate(errors) if e]
-        if bad:
-            raise CheckpointError(
-                'chainermn_torus: cannot write checkpoints to {!r} on rank(s) {}: {}. Choose a '
-                'directory every rank can write (a shared file system, or a local disk per '
-                'node).'.format(self.directory, ', '.join(str(r) for r, _ in bad), bad[0][1]))
+        check_writable(self.comm, self.directory, 'checkpoints', CheckpointError)
 
     def _file(self, iteration, rank):
         return os.path.join(self.directory,

@@ -6,6 +6,7 @@
 writes ``job-<system>.sh`` (``--output`` to choose) or, with ``--dry-run``, prints only the
 launch line. Every script: ``set -euo pipefail``; the thread and affinity variables of its
 MPI; raised limits where the site allows (open files, stack; see README "Troubleshooting");
+the watchdog (``--watchdog``, 900 s by default: a rank that stops ends the job);
 the communicator and grid through ``python -m chainermn_torus.run`` so that the training
 script itself stays unchanged; a line saying where it runs. Systems:
 
@@ -103,7 +104,7 @@ set -euo pipefail
 # connections, stack for deep recursion); a hard limit below stays as it is.
 ulimit -n "$$(ulimit -Hn)" 2>/dev/null || true
 ulimit -s unlimited 2>/dev/null || true
-${grid_line}echo "chainermn-torus job ${name}: ${nodes} node(s) x ${ranks_per_node} rank(s), communicator ${communicator}, on $$(hostname) at $$(date)"
+${grid_line}${watchdog_line}echo "chainermn-torus job ${name}: ${nodes} node(s) x ${ranks_per_node} rank(s), communicator ${communicator}, on $$(hostname) at $$(date)"
 ${launch}
 '''
 
@@ -137,6 +138,9 @@ def _check(args):
     if args.nodes < 1 or args.ranks_per_node < 1:
         raise ValueError('--nodes and --ranks-per-node must be >= 1, got {} and {}'.format(
             args.nodes, args.ranks_per_node))
+    if args.watchdog < 0:
+        raise ValueError('--watchdog must be >= 0 seconds (0: off), got {}'.format(
+            args.watchdog))
     if not args.hours > 0:
         raise ValueError('--hours must be > 0, got {}'.format(args.hours))
     if args.system == 'local' and args.nodes != 1:
@@ -199,6 +203,9 @@ def generate(args):
     values['header'] = string.Template(_HEADERS[args.system]).substitute(values).rstrip('\n')
     values['grid_line'] = ('export CHAINERMN_TORUS_GRID={}\n'.format(args.grid)
                            if args.grid else '')
+    values['watchdog_line'] = (
+        '# A rank that stops (a frozen peer) ends the job instead of the time limit.\n'
+        'export CHAINERMN_TORUS_WATCHDOG={:g}\n'.format(args.watchdog) if args.watchdog else '')
     values['launch'] = launch_line(args, values)
     return string.Template(_TEMPLATE).substitute(values)
 
@@ -218,6 +225,9 @@ def build_parser():
     p.add_argument('--node-shape', default=None, help='K: node shape, e.g. 4x4x4')
     p.add_argument('--stage-in', default=None, help='K: files staged to every rank')
     p.add_argument('--stage-out', default=None, help='K: where rank 0 results go')
+    p.add_argument('--watchdog', type=float, default=900, metavar='SECONDS',
+                   help='abort the job when no training step finishes for this long '
+                        '(default %(default)s; 0: off; chainermn_torus.watchdog)')
     p.add_argument('--name', default='chainermn-torus')
     p.add_argument('--output', default=None, help='default job-<system>.sh')
     p.add_argument('--dry-run', action='store_true', help='print only the launch line')

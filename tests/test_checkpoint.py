@@ -80,3 +80,12 @@ def test_unwritable_checkpoint_dir_fails_at_start(tmp_path):
     assert proc.returncode != 0
     assert 'cannot write checkpoints to' in proc.stderr and 'rank(s) 0, 1' in proc.stderr
     assert 'test accuracy' not in proc.stdout  # failed before training
+
+
+def test_unwritable_output_dir_fails_at_start(tmp_path):
+    blocker = tmp_path / 'file'
+    blocker.write_text('not a directory')
+    proc = run_mpi(2, [EXAMPLE, '--epoch', '1', '--limit', '1000', '--out',
+                       str(blocker / 'out')], timeout=120)
+    assert proc.returncode != 0 and 'cannot write results to' in proc.stderr
+    assert 'test accuracy' not in proc.stdout

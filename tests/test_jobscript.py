@@ -116,3 +116,21 @@ def test_local_script_runs_a_real_training_job(tmp_path):
     assert 'communicator rsaa' in run.stdout and 'test accuracy:' in run.stdout
     summary = json.load(open(str(result / 'summary.json')))
     assert summary['communicator'] == 'rsaa' and summary['ranks'] == 2
+
+
+def test_committed_example_scripts_are_what_the_generator_writes(tmp_path):
+    # scripts/jobs/generate.sh is the source; regenerate into a copy and compare.
+    jobs = os.path.join(ROOT, 'scripts', 'jobs')
+    committed = {n: open(os.path.join(jobs, n)).read() for n in os.listdir(jobs)
+                 if n.endswith('.sh') and n != 'generate.sh'}
+    assert set(committed) == {'ofp-resnet50.sh', 'k-mnist-flatmpi.sh', 'slurm-resnet50.sh',
+                              'pbs-resnet50.sh'}
+    text = open(os.path.join(jobs, 'generate.sh')).read().replace('scripts/jobs/',
+                                                                  str(tmp_path) + '/')
+    script = tmp_path / 'generate.sh'
+    script.write_text(text.replace('cd "$(dirname "$0")/../.."', 'cd {}'.format(ROOT)))
+    proc = subprocess.run(['bash', str(script)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    for name, body in committed.items():
+        assert (tmp_path / name).read_text() == body, name + ' is stale: run scripts/jobs/generate.sh'
+        assert subprocess.run(['bash', '-n', str(tmp_path / name)]).returncode == 0

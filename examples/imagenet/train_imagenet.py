@@ -274,10 +274,23 @@ def parse_args(argv=None):
                         help='skip images that cannot be decoded (with a warning) instead of '
                              'stopping')
     parser.add_argument('--out', '-o', default='result', help='output directory')
+    parser.add_argument('--checkpoint-dir', default=None, metavar='DIR',
+                        help='write multi-node checkpoints here (chainermn_torus.checkpoint)')
+    parser.add_argument('--checkpoint-interval', type=int, default=None, metavar='ITERATIONS',
+                        help='checkpoint every this many iterations (default: every epoch)')
+    parser.add_argument('--resume', action='store_true',
+                        help='continue from the latest checkpoint in --checkpoint-dir')
+    parser.add_argument('--auto-resume', action='store_true',
+                        help='continue from it if there is one (batch jobs that are requeued)')
     parser.add_argument('--seed', type=int, default=0, help='random seed')
     parser.add_argument('--limit', type=int, default=None, metavar='N',
                         help='use N images of each list, drawn with --seed (smoke tests)')
     args = parser.parse_args(argv)
+    if (args.resume or args.auto_resume) and not args.checkpoint_dir:
+        parser.error('--resume needs --checkpoint-dir DIR (where the checkpoints are)')
+    if args.checkpoint_interval is not None and args.checkpoint_interval < 1:
+        parser.error('--checkpoint-interval must be >= 1, got {}'.format(
+            args.checkpoint_interval))
     if args.crop_size is None:
         args.crop_size = DEFAULT_CROP[args.arch]
     if args.val_batchsize is None:
@@ -365,6 +378,11 @@ def main():
     from chainermn_torus.optimizers import threads
 
     comm = chainermn.create_communicator(args.communicator)
+    from chainermn_torus.checkpoint import check_writable
+    try:
+        check_writable(comm, args.out, 'results')  # now, on every rank: not after training
+    except OSError as e:
+        raise SystemExit('rank {}: {}'.format(comm.rank, e))
 
     plan = None
     if args.loader == 'ours':
@@ -441,6 +459,15 @@ def main():
             trainer.extend(extensions.PrintReport(
                 ['epoch', 'iteration', 'main/loss', 'validation/main/loss', 'main/accuracy',
                  'validation/main/accuracy', 'elapsed_time']))
+        if args.checkpoint_dir:
+            from chainermn_torus.checkpoint import MultiNodeCheckpointer
+            checkpointer = MultiNodeCheckpointer(comm, args.checkpoint_dir)
+            trainer.extend(checkpointer, trigger=(args.checkpoint_interval, 'iteration')
+                           if args.checkpoint_interval else (1, 'epoch'))
+            if args.resume:
+                checkpointer.resume(trainer)
+            elif args.auto_resume:
+                checkpointer.maybe_resume(trainer)
         t0 = time.perf_counter()
         trainer.run()
         if getattr(optimizer, 'watchdog', None) is not None:

@@ -101,6 +101,8 @@ def main():
                      help='checkpoint every this many iterations (default: every epoch)')
     cpu.add_argument('--resume', action='store_true',
                      help='continue from the latest checkpoint in --checkpoint-dir')
+    cpu.add_argument('--auto-resume', action='store_true',
+                     help='continue from it if there is one (batch jobs that are requeued)')
     cpu.add_argument('--check-replicas', type=int, default=None, metavar='K',
                      help='every K steps, stop if the parameters differ between ranks')
     cpu.add_argument('--threads', type=int, default=None,
@@ -111,7 +113,7 @@ def main():
     cpu.add_argument('--stock', action='store_true',
                      help="ChainerMN's own wrapper and Chainer's update (baseline)")
     args = parser.parse_args()
-    if args.resume and not args.checkpoint_dir:
+    if (args.resume or args.auto_resume) and not args.checkpoint_dir:
         parser.error('--resume needs --checkpoint-dir DIR (where the checkpoints are)')
     if args.checkpoint_interval is not None and args.checkpoint_interval < 1:
         parser.error('--checkpoint-interval must be >= 1, got {}'.format(
@@ -206,6 +208,12 @@ def main():
         if args.progress:
             trainer.extend(extensions.ProgressBar())
 
+    # The output directory is checked now, on every rank: not after the training.
+    from chainermn_torus.checkpoint import check_writable
+    try:
+        check_writable(comm, args.out, 'results')
+    except OSError as e:
+        raise SystemExit('rank {}: {}'.format(comm.rank, e))
     if args.checkpoint_dir:
         # Made before training so that an unwritable directory fails now, on every rank.
         from chainermn_torus.checkpoint import MultiNodeCheckpointer
@@ -214,6 +222,8 @@ def main():
                        if args.checkpoint_interval else (1, 'epoch'))
         if args.resume:
             checkpointer.resume(trainer)
+        elif args.auto_resume:
+            checkpointer.maybe_resume(trainer)
 
     t0 = time.perf_counter()
     trainer.run()

@@ -145,3 +145,20 @@ def test_resnet50_arch_builds_and_classifies():
     assert y.shape == (1, 7)
     assert example.parse_args(['t.txt', 'v.txt', '--arch', 'resnet50']).crop_size == 224
     assert example.parse_args(['t.txt', 'v.txt', '--arch', 'tiny']).crop_size == 64
+
+
+@needs_data
+@pytest.mark.parametrize('loader', ['serial', 'ours'])
+def test_imagenet_example_checkpoints_and_resumes(lists, tmp_path, loader):
+    ck = tmp_path / 'ck'
+    first = run_example(lists, tmp_path / 'a', loader, '--checkpoint-dir', str(ck),
+                        '--checkpoint-interval', '2', '--loader-processes', '1')
+    assert first.returncode == 0, first.stderr[-3000:]
+    manifest = json.loads((ck / 'latest.json').read_text())
+    assert manifest['iteration'] == 4 and manifest['ranks'] == 2
+    # One more epoch from the checkpoint: the iterator continues where it was.
+    again = run_example(lists, tmp_path / 'b', loader, '--checkpoint-dir', str(ck), '--resume',
+                        '--loader-processes', '1', '--epoch', '2')
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert 'resumed from {} at iteration 4'.format(ck) in again.stdout
+    assert json.loads((ck / 'latest.json').read_text())['iteration'] == 8
