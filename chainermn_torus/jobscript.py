@@ -114,7 +114,7 @@ def _elapse(hours):
     return '{:02d}:{:02d}:{:02d}'.format(seconds // 3600, seconds // 60 % 60, seconds % 60)
 
 
-def _wrap_command(command, communicator, system):
+def _wrap_command(command, communicator, system, venv_bin=None):
     """python script.py ARGS -> python -m chainermn_torus.run --communicator C script.py ARGS."""
     if not command:
         raise ValueError('the training command is missing: put it after "--", e.g. -- python '
@@ -122,7 +122,7 @@ def _wrap_command(command, communicator, system):
     exe, rest = command[0], command[1:]
     if os.path.basename(exe).startswith('python') and rest and rest[0] not in ('-m', '-c'):
         if system == 'local' and exe == 'python':
-            exe = os.path.join(_venv_bin(), 'python')
+            exe = os.path.join(venv_bin or _venv_bin(), 'python')
         return [exe, '-m', 'chainermn_torus.run', '--communicator', communicator] + rest
     return list(command)  # not a python script: run as given (it chooses its communicator)
 
@@ -185,15 +185,16 @@ def _values(args):
         'node_shape': args.node_shape or str(args.nodes),
         'rank_map': 'rank-map-bynode' if args.ranks_per_node == 1 else 'rank-map-bychip',
         'stage_in': args.stage_in or './data/*', 'stage_out': args.stage_out or './results/',
-        'communicator': args.communicator, 'workdir': shlex.quote(os.getcwd()),
-        'mpiexec': shlex.quote(os.path.join(_venv_bin(), 'mpiexec')),
+        'communicator': args.communicator,
+        'workdir': shlex.quote(args.workdir or os.getcwd()),
+        'mpiexec': shlex.quote(os.path.join(args.venv or _venv_bin(), 'mpiexec')),
     }
 
 
 def launch_line(args, values=None):
     values = values or _values(args)
     launcher = string.Template(_LAUNCH[args.system]).substitute(values)
-    command = _wrap_command(args.command, args.communicator, args.system)
+    command = _wrap_command(args.command, args.communicator, args.system, args.venv)
     return launcher + ' ' + ' '.join(shlex.quote(c) for c in command)
 
 
@@ -228,6 +229,10 @@ def build_parser():
     p.add_argument('--watchdog', type=float, default=900, metavar='SECONDS',
                    help='abort the job when no training step finishes for this long '
                         '(default %(default)s; 0: off; chainermn_torus.watchdog)')
+    p.add_argument('--workdir', default=None,
+                   help='local: directory the job runs in (default: the current one)')
+    p.add_argument('--venv', default=None, metavar='BIN',
+                   help="local: the virtualenv's bin directory (default: this Python's)")
     p.add_argument('--name', default='chainermn-torus')
     p.add_argument('--output', default=None, help='default job-<system>.sh')
     p.add_argument('--dry-run', action='store_true', help='print only the launch line')

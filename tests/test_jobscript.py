@@ -124,7 +124,7 @@ def test_committed_example_scripts_are_what_the_generator_writes(tmp_path):
     committed = {n: open(os.path.join(jobs, n)).read() for n in os.listdir(jobs)
                  if n.endswith('.sh') and n != 'generate.sh'}
     assert set(committed) == {'ofp-resnet50.sh', 'k-mnist-flatmpi.sh', 'slurm-resnet50.sh',
-                              'pbs-resnet50.sh'}
+                              'pbs-resnet50.sh', 'local-mnist.sh'}
     text = open(os.path.join(jobs, 'generate.sh')).read().replace('scripts/jobs/',
                                                                   str(tmp_path) + '/')
     script = tmp_path / 'generate.sh'

@@ -1,9 +1,7 @@
 #!/bin/bash
 # Regenerates the example job scripts in this folder with `chainermn-torus jobscript`
 # (tests/test_jobscript.py checks that they are up to date). Edit the arguments, not the
-# scripts. The local one depends on where the checkout is, so it is written on demand:
-#   .venv/bin/chainermn-torus jobscript --system local --nodes 1 --ranks-per-node 4 \
-#       --output job-local.sh -- python examples/mnist/train_mnist.py --epoch 1
+# scripts.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 J=".venv/bin/python -m chainermn_torus.cli jobscript"
@@ -24,3 +22,7 @@ $J --system slurm --nodes 4 --ranks-per-node 2 --hours 2 --threads 16 --communic
    --name resnet50-slurm --output scripts/jobs/slurm-resnet50.sh -- "${IMAGENET[@]}"
 $J --system pbs --nodes 4 --ranks-per-node 2 --hours 2 --threads 16 --communicator auto \
    --name resnet50-pbs --output scripts/jobs/pbs-resnet50.sh -- "${IMAGENET[@]}"
+# This machine: run it from the checkout's root (bash scripts/jobs/local-mnist.sh).
+$J --system local --nodes 1 --ranks-per-node 4 --workdir . --venv .venv/bin --watchdog 300 \
+   --name mnist-local --output scripts/jobs/local-mnist.sh -- \
+   python examples/mnist/train_mnist.py --epoch 2 --checkpoint-dir results/ckpt --auto-resume
