@@ -215,15 +215,20 @@ def main():
     except OSError as e:
         raise SystemExit('rank {}: {}'.format(comm.rank, e))
     if args.checkpoint_dir:
-        # Made before training so that an unwritable directory fails now, on every rank.
-        from chainermn_torus.checkpoint import MultiNodeCheckpointer
-        checkpointer = MultiNodeCheckpointer(comm, args.checkpoint_dir)
-        trainer.extend(checkpointer, trigger=(args.checkpoint_interval, 'iteration')
-                       if args.checkpoint_interval else (1, 'epoch'))
-        if args.resume:
-            checkpointer.resume(trainer)
-        elif args.auto_resume:
-            checkpointer.maybe_resume(trainer)
+        from chainermn_torus.checkpoint import CheckpointError, MultiNodeCheckpointer
+        try:
+            # Made before training so that an unwritable directory fails now, on every rank.
+            checkpointer = MultiNodeCheckpointer(comm, args.checkpoint_dir)
+            trainer.extend(checkpointer, trigger=(args.checkpoint_interval, 'iteration')
+                           if args.checkpoint_interval else (1, 'epoch'))
+            if args.resume:
+                checkpointer.resume(trainer)
+            elif args.auto_resume:
+                checkpointer.maybe_resume(trainer)
+        except CheckpointError as e:
+            # Every rank raises the same error: a plain exit on each, no MPI_Abort, so
+            # the message is not lost when the launcher tears the job down.
+            raise SystemExit('rank {}: {}'.format(comm.rank, e))
 
     t0 = time.perf_counter()
     trainer.run()
