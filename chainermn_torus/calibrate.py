@@ -28,7 +28,6 @@ TAG = 4242
 
 
 def _wait(req, deadline, what):
-    from mpi4py import MPI  # NOQA
     while not req.Test():
         if time.monotonic() > deadline:
             raise RuntimeError('chainermn_torus calibrate: no reply from {} within the '

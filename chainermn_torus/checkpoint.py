@@ -27,7 +27,8 @@ import time
 import chainer
 import numpy
 
-__all__ = ['MultiNodeCheckpointer', 'CheckpointError', 'check_writable']
+__all__ = ['MultiNodeCheckpointer', 'CheckpointError', 'check_writable', 'add_arguments',
+           'check_arguments', 'attach', 'check_output']
 
 MANIFEST = 'latest.json'
 
@@ -214,3 +215,56 @@ class MultiNodeCheckpointer(chainer.training.Extension):
             return ('it belongs to another model: {} arrays there, {} here'.format(
                 len(there), len(here))), None
         return None, data
+
+
+# --- the examples' command-line options, in one place -----------------------------------------
+def add_arguments(parser):
+    """--checkpoint-dir, --checkpoint-interval, --resume, --auto-resume."""
+    parser.add_argument('--checkpoint-dir', default=None, metavar='DIR',
+                        help='write multi-node checkpoints here (atomically; see '
+                             'chainermn_torus.checkpoint)')
+    parser.add_argument('--checkpoint-interval', type=int, default=None, metavar='ITERATIONS',
+                        help='checkpoint every this many iterations (default: every epoch)')
+    parser.add_argument('--resume', action='store_true',
+                        help='continue from the latest checkpoint in --checkpoint-dir')
+    parser.add_argument('--auto-resume', action='store_true',
+                        help='continue from it if there is one (batch jobs that are requeued)')
+
+
+def check_arguments(parser, args):
+    if (args.resume or args.auto_resume) and not args.checkpoint_dir:
+        parser.error('--resume needs --checkpoint-dir DIR (where the checkpoints are)')
+    if args.checkpoint_interval is not None and args.checkpoint_interval < 1:
+        parser.error('--checkpoint-interval must be >= 1, got {}'.format(
+            args.checkpoint_interval))
+
+
+def attach(comm, trainer, args):
+    """Extend ``trainer`` with a checkpointer and resume as the options say (collective).
+
+    Returns the checkpointer, or None without --checkpoint-dir. Errors end every rank with a
+    plain exit: every rank raises the same one, and MPI_Abort could lose the message when
+    the launcher tears the job down.
+    """
+    if not args.checkpoint_dir:
+        return None
+    try:
+        # Made before training so that an unwritable directory fails now, on every rank.
+        checkpointer = MultiNodeCheckpointer(comm, args.checkpoint_dir)
+        trainer.extend(checkpointer, trigger=(args.checkpoint_interval, 'iteration')
+                       if args.checkpoint_interval else (1, 'epoch'))
+        if args.resume:
+            checkpointer.resume(trainer)
+        elif args.auto_resume:
+            checkpointer.maybe_resume(trainer)
+    except CheckpointError as e:
+        raise SystemExit('rank {}: {}'.format(comm.rank, e))
+    return checkpointer
+
+
+def check_output(comm, directory):
+    """The job's output directory, checked for writing on every rank at start."""
+    try:
+        check_writable(comm, directory, 'results')
+    except OSError as e:
+        raise SystemExit('rank {}: {}'.format(comm.rank, e))

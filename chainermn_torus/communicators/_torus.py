@@ -78,13 +78,16 @@ class TorusPhases(object):
             node.free()
             buf.node = None
 
+    def _split(self, buf, lo, hi):
+        """(divisor, main, c): main = the segment's M equal chunks of c elements; the rest,
+        fewer than M elements, is the tail. The divisor is 1 when packing already scaled."""
+        M = self.grid.M
+        main = (hi - lo) - (hi - lo) % M
+        return (1 if buf.prescaled else self.size), main, main // M
+
     def _mean_segment_shm(self, buf, lo, hi, src):
         seg, node = buf.array[lo:hi], buf.node
-        divisor = 1 if buf.prescaled else self.size
-        M, pos = self.grid.M, self.grid.pos
-        n = hi - lo
-        main = n - n % M
-        c = main // M
+        divisor, main, c = self._split(buf, lo, hi)
         if c:
             with _timeline.phase('reduce (shm)'):
                 chunk = node.reduce_in_turns(seg if src is None else src, lo, c)
@@ -94,7 +97,7 @@ class TorusPhases(object):
             with _timeline.phase('gather (shm)'):
                 node.barrier()  # every chunk is final
                 node.gather(lo, c)
-        if main < n:
+        if main < hi - lo:
             with _timeline.phase('tail'):
                     self.tail_allreduce(seg[main:], None if src is None else src[main:],
                                     buf.mpi_type, buf.mpi_sum, divisor)
@@ -110,11 +113,8 @@ class TorusPhases(object):
         if getattr(buf, 'node', None) is not None:
             return self._mean_segment_shm(buf, lo, hi, src)
         seg, mpi_type, op = buf.array[lo:hi], buf.mpi_type, buf.mpi_sum
-        divisor = 1 if buf.prescaled else self.size
+        divisor, main, c = self._split(buf, lo, hi)
         M, pos = self.grid.M, self.grid.pos
-        n = hi - lo
-        main = n - n % M
-        c = main // M
         if c:
             part, part_src = seg[:main], None if src is None else src[:main]
             if M > 1:
@@ -129,7 +129,7 @@ class TorusPhases(object):
                 divide_by_size(chunk, divisor, out=seg[pos * c:(pos + 1) * c])
             with _timeline.phase(self.gather_phase):
                 self.gather(buf, lo, c, mpi_type)
-        if main < n:
+        if main < hi - lo:
             with _timeline.phase('tail'):
                 self.tail_allreduce(seg[main:], None if src is None else src[main:], mpi_type,
                                     op, divisor)

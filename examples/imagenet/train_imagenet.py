@@ -274,6 +274,8 @@ def parse_args(argv=None):
                         help='skip images that cannot be decoded (with a warning) instead of '
                              'stopping')
     parser.add_argument('--out', '-o', default='result', help='output directory')
+    # chainermn_torus.checkpoint.add_arguments has these too; importing it here would start
+    # MPI before the multiprocess loader's forkserver (see main).
     parser.add_argument('--checkpoint-dir', default=None, metavar='DIR',
                         help='write multi-node checkpoints here (chainermn_torus.checkpoint)')
     parser.add_argument('--checkpoint-interval', type=int, default=None, metavar='ITERATIONS',
@@ -289,8 +291,7 @@ def parse_args(argv=None):
     if (args.resume or args.auto_resume) and not args.checkpoint_dir:
         parser.error('--resume needs --checkpoint-dir DIR (where the checkpoints are)')
     if args.checkpoint_interval is not None and args.checkpoint_interval < 1:
-        parser.error('--checkpoint-interval must be >= 1, got {}'.format(
-            args.checkpoint_interval))
+        parser.error('--checkpoint-interval must be >= 1')
     if args.crop_size is None:
         args.crop_size = DEFAULT_CROP[args.arch]
     if args.val_batchsize is None:
@@ -378,11 +379,8 @@ def main():
     from chainermn_torus.optimizers import threads
 
     comm = chainermn.create_communicator(args.communicator)
-    from chainermn_torus.checkpoint import check_writable
-    try:
-        check_writable(comm, args.out, 'results')  # now, on every rank: not after training
-    except OSError as e:
-        raise SystemExit('rank {}: {}'.format(comm.rank, e))
+    from chainermn_torus import checkpoint
+    checkpoint.check_output(comm, args.out)  # now, on every rank: not after training
 
     plan = None
     if args.loader == 'ours':
@@ -459,20 +457,7 @@ def main():
             trainer.extend(extensions.PrintReport(
                 ['epoch', 'iteration', 'main/loss', 'validation/main/loss', 'main/accuracy',
                  'validation/main/accuracy', 'elapsed_time']))
-        if args.checkpoint_dir:
-            from chainermn_torus.checkpoint import CheckpointError, MultiNodeCheckpointer
-            try:
-                checkpointer = MultiNodeCheckpointer(comm, args.checkpoint_dir)
-                trainer.extend(checkpointer, trigger=(args.checkpoint_interval, 'iteration')
-                               if args.checkpoint_interval else (1, 'epoch'))
-                if args.resume:
-                    checkpointer.resume(trainer)
-                elif args.auto_resume:
-                    checkpointer.maybe_resume(trainer)
-            except CheckpointError as e:
-                # Every rank raises the same error: a plain exit on each, no MPI_Abort, so
-                # the message is not lost when the launcher tears the job down.
-                raise SystemExit('rank {}: {}'.format(comm.rank, e))
+        checkpoint.attach(comm, trainer, args)  # --checkpoint-dir, --resume, ...
         t0 = time.perf_counter()
         trainer.run()
         if getattr(optimizer, 'watchdog', None) is not None:

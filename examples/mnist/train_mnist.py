@@ -25,6 +25,7 @@ import chainermn.optimizers
 import numpy
 
 import chainermn_torus  # NOQA: registers pure_allreduce, rsaa, rsap
+from chainermn_torus import checkpoint
 from chainermn_torus.datasets import DEFAULT_MNIST_DIR, load_mnist_idx
 from chainermn_torus.optimizers import threads
 from chainermn_torus.optimizers.large_batch import GradualWarmup, linear_scaling
@@ -94,15 +95,7 @@ def main():
                      help='send gradients as float16 (half the bytes)')
     cpu.add_argument('--check-finite', action='store_true',
                      help='stop with the rank named if a gradient is NaN/Inf')
-    cpu.add_argument('--checkpoint-dir', default=None, metavar='DIR',
-                     help='write multi-node checkpoints here (atomically; see '
-                          'chainermn_torus.checkpoint)')
-    cpu.add_argument('--checkpoint-interval', type=int, default=None, metavar='ITERATIONS',
-                     help='checkpoint every this many iterations (default: every epoch)')
-    cpu.add_argument('--resume', action='store_true',
-                     help='continue from the latest checkpoint in --checkpoint-dir')
-    cpu.add_argument('--auto-resume', action='store_true',
-                     help='continue from it if there is one (batch jobs that are requeued)')
+    checkpoint.add_arguments(cpu)
     cpu.add_argument('--check-replicas', type=int, default=None, metavar='K',
                      help='every K steps, stop if the parameters differ between ranks')
     cpu.add_argument('--threads', type=int, default=None,
@@ -113,11 +106,7 @@ def main():
     cpu.add_argument('--stock', action='store_true',
                      help="ChainerMN's own wrapper and Chainer's update (baseline)")
     args = parser.parse_args()
-    if (args.resume or args.auto_resume) and not args.checkpoint_dir:
-        parser.error('--resume needs --checkpoint-dir DIR (where the checkpoints are)')
-    if args.checkpoint_interval is not None and args.checkpoint_interval < 1:
-        parser.error('--checkpoint-interval must be >= 1, got {}'.format(
-            args.checkpoint_interval))
+    checkpoint.check_arguments(parser, args)
     if args.timeline:
         chainermn_torus.timeline.enable(args.timeline)
 
@@ -208,27 +197,8 @@ def main():
         if args.progress:
             trainer.extend(extensions.ProgressBar())
 
-    # The output directory is checked now, on every rank: not after the training.
-    from chainermn_torus.checkpoint import check_writable
-    try:
-        check_writable(comm, args.out, 'results')
-    except OSError as e:
-        raise SystemExit('rank {}: {}'.format(comm.rank, e))
-    if args.checkpoint_dir:
-        from chainermn_torus.checkpoint import CheckpointError, MultiNodeCheckpointer
-        try:
-            # Made before training so that an unwritable directory fails now, on every rank.
-            checkpointer = MultiNodeCheckpointer(comm, args.checkpoint_dir)
-            trainer.extend(checkpointer, trigger=(args.checkpoint_interval, 'iteration')
-                           if args.checkpoint_interval else (1, 'epoch'))
-            if args.resume:
-                checkpointer.resume(trainer)
-            elif args.auto_resume:
-                checkpointer.maybe_resume(trainer)
-        except CheckpointError as e:
-            # Every rank raises the same error: a plain exit on each, no MPI_Abort, so
-            # the message is not lost when the launcher tears the job down.
-            raise SystemExit('rank {}: {}'.format(comm.rank, e))
+    checkpoint.check_output(comm, args.out)  # now, on every rank: not after training
+    checkpoint.attach(comm, trainer, args)  # --checkpoint-dir, --resume, ...
 
     t0 = time.perf_counter()
     trainer.run()
