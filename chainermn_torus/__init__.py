@@ -32,17 +32,5 @@ from chainermn_torus import timeline as _timeline  # NOQA: E402
 _timeline.enable_from_env()  # CHAINERMN_TORUS_TIMELINE=PREFIX
 
 
-def _abort_on_uncaught_exception():
-    # An uncaught exception on one rank would otherwise leave the others waiting in a
-    # collective until the batch job's time runs out: print it, then MPI_Abort the job.
-    import os
-    from mpi4py import MPI
-    import chainermn.global_except_hook
-    if not MPI.Is_initialized():
-        return  # e.g. a loader process (MPI4PY_RC_INITIALIZE=false): no MPI here
-    if MPI.COMM_WORLD.size > 1 and not os.environ.get('CHAINERMN_TORUS_NO_ABORT'):
-        if chainermn.global_except_hook._orig_except_hook is None:
-            chainermn.global_except_hook.add_hook()
-
-
-_abort_on_uncaught_exception()
+from chainermn_torus import abort as _abort  # NOQA: E402
+_abort.install()  # one rank's uncaught exception ends the job, naming the rank

@@ -81,6 +81,11 @@ class Watchdog(object):
                         rank, socket.gethostname(), idle, self.timeout, WATCHDOG_ENV,
                         self._where, self._steps))
                 sys.stderr.flush()
+                # Give the launcher a moment to forward the message: MPI_Abort tears the job
+                # down at once, and output still in the launcher's pipes can be lost (seen
+                # with 4 ranks whose watchdogs all fired together).
+                from chainermn_torus.abort import ABORT_DELAY_S
+                time.sleep(ABORT_DELAY_S)
                 self._abort()
                 return
 
