@@ -8,7 +8,7 @@ EPOCH   ?= 2
 # BLAS/OpenMP/numba threads per rank: cores / ranks per node, set by chainermn_torus when the
 # communicator is created (CHAINERMN_TORUS_THREADS=N to choose).
 
-.PHONY: setup demo demo-naive test bench clean
+.PHONY: setup demo demo-naive test bench conformance clean
 
 setup:
 	bash scripts/setup.sh
@@ -31,6 +31,12 @@ bench: setup
 	$(PY) -m chainermn_torus.bench.optimizer_update --optimizer adam --json results/update-adam.json
 	$(MPIEXEC) -n 2 $(PY) -m chainermn_torus.bench.double_buffering --payload none --link-gbps 5 --json results/double-buffering.json
 	$(MPIEXEC) -n 2 $(PY) -m chainermn_torus.bench.mnist_iteration --epochs 20 --json results/mnist-iteration.json
+
+# ChainerMN's communicator API x our communicators x P, each against naive (README).
+conformance: setup
+	mkdir -p docs/conformance
+	for n in 2 3 4; do CHAINERMN_TORUS_QUIET=1 $(MPIEXEC) -n $$n $(PY) \
+	    tests/mpi_workers/check_conformance.py --markdown docs/conformance/p$$n.md || exit 1; done
 
 clean:
 	rm -rf results .pytest_cache

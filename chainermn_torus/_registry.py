@@ -6,20 +6,37 @@
 ``force_communicator`` makes every call return one communicator whatever name the script
 asked for: that is how ``python -m chainermn_torus.run --communicator rsap`` runs a script
 that hard-codes ``naive``.
+
+For our names the factory ends as ChainerMN's does: the communicator gets
+``set_config('batched_copy', batched_copy)`` (default True), and the options ChainerMN's
+factory takes (``allreduce_grad_dtype``, ``batched_copy``) are accepted. ``batched_copy``
+only selects a GPU packing path in ChainerMN; ours have one CPU path, so an explicit value is
+recorded in the configuration, said once on rank 0, and otherwise ignored.
 """
+import os
+
 import chainermn
 import chainermn.communicators
 
 from chainermn_torus.communicators import COMMUNICATORS
 
 __all__ = ['create_communicator', 'register', 'force_communicator', 'valid_names',
-           'CHAINERMN_NAMES']
+           'CHAINERMN_NAMES', 'OptionError']
 
 # The names chainermn.create_communicator understands in Chainer 7.8.1.
 CHAINERMN_NAMES = ('naive', 'flat', 'non_cuda_aware', 'pure_nccl', 'dummy')
 
 _chainermn_factory = chainermn.communicators.create_communicator
 _forced = None  # (name, kwargs) or None
+_said = set()   # notes already printed by this process
+
+
+class OptionError(ValueError, TypeError):
+    """An option the communicator does not take.
+
+    A TypeError as ChainerMN's factory raises for an unknown keyword, and a ValueError as
+    every other bad option of ours is, so either ``except`` catches it.
+    """
 
 
 def valid_names():
@@ -67,7 +84,8 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
     summed in float32. Keyword options for ours: ``grid=(M, N)`` or "MxN" (rsaa, rsap),
     ``shm`` (rsaa, rsap), ``sync`` and ``reduce_scatter`` (rsap), ``network`` (auto),
     ``segment_size`` (bytes per message segment), ``allreduce_grad_dtype=numpy.float16``
-    (half the bytes on the wire). Other keywords go to ChainerMN's factory.
+    (half the bytes on the wire), and ChainerMN's ``batched_copy`` (accepted, recorded in
+    the configuration, no effect on CPU). Other keywords go to ChainerMN's factory.
     """
     if _forced is not None:
         communicator_name, forced_kwargs = _forced
@@ -82,20 +100,38 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
                 communicator_name, kwargs['allreduce_grad_dtype'], ', '.join(sorted(COMMUNICATORS))))
     if cls is None:
         return _chainermn_factory(communicator_name, mpi_comm=mpi_comm, **kwargs)
+    explicit = 'batched_copy' in kwargs
+    batched_copy = kwargs.pop('batched_copy', True)
     try:
-        return cls(mpi_comm=mpi_comm, **kwargs)
+        comm = cls(mpi_comm=mpi_comm, **kwargs)
     except TypeError as e:
         if 'unexpected keyword' not in str(e):
             raise
-        raise ValueError('chainermn_torus: communicator {!r} does not take option(s) {}; it '
-                         'takes: {}'.format(communicator_name, ', '.join(sorted(kwargs)),
-                                            _options_of(cls))) from None
+        raise OptionError('chainermn_torus: communicator {!r} does not take option(s) {}; it '
+                          'takes: {}'.format(communicator_name, ', '.join(sorted(kwargs)),
+                                             _options_of(cls))) from None
+    comm.set_config('batched_copy', batched_copy)
+    if explicit:
+        _say_once(comm, 'batched_copy',
+                  'chainermn_torus: batched_copy={!r} accepted and ignored: it selects '
+                  'ChainerMN\'s GPU packing path, and {} has one CPU path'.format(
+                      batched_copy, communicator_name))
+    return comm
+
+
+def _say_once(comm, key, message):
+    if key in _said:
+        return
+    _said.add(key)
+    if comm.rank == 0 and os.environ.get('CHAINERMN_TORUS_QUIET') is None:
+        print(message, flush=True)
 
 
 def _options_of(cls):
     import inspect
     params = inspect.signature(cls.__init__).parameters
-    return ', '.join(p for p in params if p not in ('self', 'mpi_comm'))
+    return ', '.join([p for p in params if p not in ('self', 'mpi_comm') and
+                      not p.startswith('_')] + ['batched_copy'])
 
 
 def register():

@@ -47,3 +47,17 @@ def test_double_buffering_benchmark(tmp_path):
     # The emulated wire time of the payload + model (2 x 7.2 MB over a 2-rank ring at
     # 20 Gbit/s: 5.7 ms) is a floor for the all-reduce.
     assert res[0]['off']['communication_s'] >= 0.0057
+
+
+def test_allreduce_benchmark_with_debug_rows(tmp_path):
+    out = tmp_path / 'a.json'
+    proc = run_mpi(2, ['-m', 'chainermn_torus.bench.allreduce', '--model', 'mlp',
+                       '--rounds', '2', '--warmup', '0', '--grids', '2x1', '--variants', 'rsap',
+                       '--no-auto', '--debug', '--json', str(out)], timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    names = [r['name'] for r in res['results']]
+    # Every communicator row has its debug-mode twin; the raw MPI reference row has none.
+    assert names == ['naive', 'allreduce_1msg', 'pure_allreduce', 'rsap(2x1)', 'naive/debug',
+                     'pure_allreduce/debug', 'rsap(2x1)/debug', 'copy_bound'], names
+    assert res['ranks'] == 2 and all(r['median_ms'] > 0 for r in res['results'])

@@ -12,7 +12,9 @@ ratio to ChainerMN ``naive``, the algorithm bandwidth (bytes / time) and the bus
   copy_bound        2(P-1)/P x bytes at the memory-copy bandwidth measured with all ranks
                     copying at once: what shared memory allows at best.
 Torus rows are named by variant (``VARIANTS``): rsaa, rsap (fence), rsap_notify,
-rsap_pscw (only when asked for), rsap_acc, shm.
+rsap_pscw (only when asked for), rsap_acc, shm. With ``--debug`` every communicator row gets a
+twin ``NAME/debug`` timed under ``chainer.set_debug(True)``: the cost of the finite check
+ChainerMN's communicators (and ours) make on the averaged gradients in debug mode.
 """
 import argparse
 import json
@@ -22,6 +24,7 @@ import statistics
 import sys
 import time
 
+import chainer
 import numpy
 from mpi4py import MPI
 
@@ -118,6 +121,9 @@ def run(args):
                     algo, grid=g, allreduce_grad_dtype=numpy.float16)
     for name, c in comms.items():
         rows[name] = (lambda c: lambda: c.multi_node_mean_grad(model))(c)
+    if args.debug:
+        for name in [n for n in rows if n != 'allreduce_1msg']:
+            rows[name + '/debug'] = _in_debug_mode(rows[name])
 
     times = {name: [] for name in rows}
     for _ in range(args.warmup):
@@ -158,6 +164,13 @@ def run(args):
     for c in comms.values():
         c.finalize()
     return report
+
+
+def _in_debug_mode(fn):
+    def call():
+        with chainer.using_config('debug', True):
+            fn()
+    return call
 
 
 def _fmt_bytes(n):
@@ -206,6 +219,8 @@ def build_parser():
                         help='leave out the auto communicator\'s row')
     parser.add_argument('--fp16', action='store_true',
                         help='also rows with allreduce_grad_dtype=float16')
+    parser.add_argument('--debug', action='store_true',
+                        help='also every communicator row in Chainer\'s debug mode')
     parser.add_argument('--json', default=None, help='write the report here (rank 0)')
     return parser
 

@@ -15,6 +15,7 @@ from mpi4py import MPI
 from chainermn_torus import timeline as _timeline
 from chainermn_torus.communicators import _packing
 from chainermn_torus.communicators._averaging import prescale
+from chainermn_torus.communicators._debug import check_means_finite
 from chainermn_torus.communicators._grid import Grid, default_grid, parse_grid
 from chainermn_torus.communicators._progress import BLOCKING, Progress
 
@@ -100,7 +101,8 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
         self._options = {'segment_size': segment_size,
                          'allreduce_grad_dtype': allreduce_grad_dtype}
         self.segment_bytes = _segment_bytes(segment_size)
-        self.allreduce_grad_dtype = _grad_dtype(allreduce_grad_dtype)
+        with self.config_scope():  # get_config() lists it, as for ChainerMN's pure_nccl
+            self.allreduce_grad_dtype = _grad_dtype(allreduce_grad_dtype)
         self.thread_budget = _apply_budget_once(self)
         self.progress = BLOCKING  # how collectives are waited for (see _progress)
         self.grid = None
@@ -128,6 +130,26 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
         return Grid(self.mpi_comm, shape, node_ranks)
 
     # --- ChainerMN API ----------------------------------------------------------------------
+    def set_config(self, name, value=True, **kwargs):
+        """ChainerMN's configuration: 'batched_copy' (accepted; it selects a GPU packing path
+        in ChainerMN and means nothing here) and 'allreduce_grad_dtype' (as the option of
+        the same name, and as ChainerMN's pure_nccl takes it); any other name raises
+        ChainerMN's ValueError."""
+        if name != 'allreduce_grad_dtype':
+            return super(TorusCommunicatorBase, self).set_config(name, value, **kwargs)
+        dtype = _grad_dtype(value)
+        with self.config_scope():
+            self.allreduce_grad_dtype = dtype
+        self._options['allreduce_grad_dtype'] = value  # split() and clone() carry it
+        # Layouts carry the transfer dtype: forget them so the next call builds new ones.
+        # Buffers of the old dtype are evicted in turn (collectively, see _buffer_for).
+        self._layouts.clear()
+
+    def get_config(self, name=None):
+        if name == 'allreduce_grad_dtype':
+            return self.allreduce_grad_dtype
+        return super(TorusCommunicatorBase, self).get_config(name)
+
     def multi_node_mean_grad(self, model, zero_fill=False):
         """Average gradients over ranks, with ChainerMN's zero_fill semantics.
 
@@ -159,6 +181,7 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
                 _timeline.ACTIVE.add('pack', tp, tq)
             self._mean_segment(buf, lo, hi, src)
         self._end_call(buf)
+        check_means_finite(buf, self.name)  # chainer.set_debug(True), as ChainerMN's
         t2 = time.perf_counter()
         buf.unpack_grads(named)
         t3 = time.perf_counter()
@@ -225,6 +248,7 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
             self._mean_segment(buf, lo, hi, None)
         array.reshape(-1)[...] = buf.array
         self._end_call(buf)
+        check_means_finite(buf, self.name)
         return array
 
     def _end_call(self, buf):

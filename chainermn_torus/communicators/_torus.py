@@ -27,7 +27,13 @@ _SHM_CHOICES = (None, True, False)
 
 
 class TorusPhases(object):
-    """Mixin for a TorusCommunicatorBase with a grid. Subclasses define ``gather``."""
+    """Mixin for a TorusCommunicatorBase with a grid. Subclasses define ``_row_gather``.
+
+    The phase steps are private and prefixed by the grid direction they run in: ChainerMN's
+    public ``gather(x, root)``, ``allreduce(x)`` and friends live on the same object, and a
+    phase named ``gather`` once hid ChainerMN's and broke ``chainermn.functions``
+    (tests/communicators/test_chainermn_api.py guards against it).
+    """
 
     _chunk_scratch = None
     _half_row = _half_col = None
@@ -92,15 +98,15 @@ class TorusPhases(object):
             with _timeline.phase('reduce (shm)'):
                 chunk = node.reduce_in_turns(seg if src is None else src, lo, c)
             with _timeline.phase('allreduce'):
-                self.column_allreduce(chunk, None, buf.mpi_type, buf.mpi_sum)
+                self._column_allreduce(chunk, None, buf.mpi_type, buf.mpi_sum)
                 divide_by_size(chunk, divisor)
             with _timeline.phase('gather (shm)'):
                 node.barrier()  # every chunk is final
                 node.gather(lo, c)
         if main < hi - lo:
             with _timeline.phase('tail'):
-                    self.tail_allreduce(seg[main:], None if src is None else src[main:],
-                                    buf.mpi_type, buf.mpi_sum, divisor)
+                self._tail_allreduce(seg[main:], None if src is None else src[main:],
+                                     buf.mpi_type, buf.mpi_sum, divisor)
 
     def _half(self, which, mpi_type):
         # One reducer (and scratch) per communicator: the row and column phases differ in size.
@@ -119,22 +125,22 @@ class TorusPhases(object):
             part, part_src = seg[:main], None if src is None else src[:main]
             if M > 1:
                 with _timeline.phase('reduce_scatter'):
-                    chunk, chunk_src = self.reduce_scatter(part, part_src, mpi_type, op,
-                                                           buf, lo), None
+                    chunk, chunk_src = self._row_reduce_scatter(part, part_src, mpi_type, op,
+                                                                buf, lo), None
             else:
                 chunk, chunk_src = part, part_src  # a row of one: nothing to scatter
             with _timeline.phase('allreduce'):
-                self.column_allreduce(chunk, chunk_src, mpi_type, op)
+                self._column_allreduce(chunk, chunk_src, mpi_type, op)
                 # Divide on 1/M of the segment, writing the mean straight to its place.
                 divide_by_size(chunk, divisor, out=seg[pos * c:(pos + 1) * c])
             with _timeline.phase(self.gather_phase):
-                self.gather(buf, lo, c, mpi_type)
+                self._row_gather(buf, lo, c, mpi_type)
         if main < hi - lo:
             with _timeline.phase('tail'):
-                self.tail_allreduce(seg[main:], None if src is None else src[main:], mpi_type,
-                                    op, divisor)
+                self._tail_allreduce(seg[main:], None if src is None else src[main:],
+                                     mpi_type, op, divisor)
 
-    def reduce_scatter(self, part, src, mpi_type, op, buf=None, lo=0):
+    def _row_reduce_scatter(self, part, src, mpi_type, op, buf=None, lo=0):
         """Phase 1: the row sum of this position's chunk of ``src`` (or ``part``).
 
         Returns the chunk, in a scratch array reused across calls (rsap's Accumulate variant
@@ -153,7 +159,7 @@ class TorusPhases(object):
                       [part if src is None else src, mpi_type], [chunk, mpi_type], op=op)
         return chunk
 
-    def column_allreduce(self, chunk, src, mpi_type, op):
+    def _column_allreduce(self, chunk, src, mpi_type, op):
         """Phase 2: sum the chunk (read from ``src`` if given) over the column (N ranks)."""
         if self.grid.N > 1 and op is None:
             self._half('col', mpi_type).allreduce(self.grid.col_comm, chunk, src)
@@ -164,7 +170,7 @@ class TorusPhases(object):
         elif src is not None:
             chunk[...] = src
 
-    def tail_allreduce(self, tail, src, mpi_type, op, divisor):
+    def _tail_allreduce(self, tail, src, mpi_type, op, divisor):
         if op is None:
             HalfReducer.sum_small(self.mpi_comm, tail, src, self.progress)
             divide_by_size(tail, divisor)
@@ -173,6 +179,6 @@ class TorusPhases(object):
                       [tail, mpi_type], op=op)
         divide_by_size(tail, divisor)
 
-    def gather(self, buf, lo, c, mpi_type):
+    def _row_gather(self, buf, lo, c, mpi_type):
         """Phase 3: every position gets every chunk of buf.array[lo:lo + M*c]."""
         raise NotImplementedError

@@ -115,6 +115,12 @@ class AutoCommunicator(TorusCommunicatorBase):
     def mean_array(self, array):
         return self._choose(array.nbytes).mean_array(array)
 
+    def set_config(self, name, value=True, **kwargs):
+        super(AutoCommunicator, self).set_config(name, value, **kwargs)
+        if name == 'allreduce_grad_dtype':  # the communicators already chosen send it too
+            for comm in self._inner.values():
+                comm.set_config(name, value, **kwargs)
+
     def clone(self, poll_interval=None):
         from chainermn_torus.communicators._progress import Progress
         opts = dict(self._options)

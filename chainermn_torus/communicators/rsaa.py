@@ -38,7 +38,7 @@ class RsaaCommunicator(TorusPhases, TorusCommunicatorBase):
         super(RsaaCommunicator, self)._release_buffer(buf)  # grads stop viewing the memory
         self._release_node(buf)
 
-    def gather(self, buf, lo, c, mpi_type):
+    def _row_gather(self, buf, lo, c, mpi_type):
         if self.grid.M > 1:
             # In place: this position's chunk already sits at its offset.
             self.progress(self.grid.row_comm, 'Allgather', MPI.IN_PLACE,

@@ -159,10 +159,10 @@ class RsapCommunicator(TorusPhases, TorusCommunicatorBase):
             'MPI_Reduce_scatter_block' if self.reduce_scatter_mode == 'collective'
             else 'MPI_Accumulate')
 
-    def reduce_scatter(self, part, src, mpi_type, op, buf=None, lo=0):
+    def _row_reduce_scatter(self, part, src, mpi_type, op, buf=None, lo=0):
         win = None if buf is None else getattr(buf, 'window', None)
         if self.reduce_scatter_mode != 'accumulate' or op is None or win is None:
-            return super(RsapCommunicator, self).reduce_scatter(part, src, mpi_type, op)
+            return super(RsapCommunicator, self)._row_reduce_scatter(part, src, mpi_type, op)
         M, pos = self.grid.M, self.grid.pos
         c = part.size // M
         mine = part[pos * c:(pos + 1) * c]
@@ -193,15 +193,15 @@ class RsapCommunicator(TorusPhases, TorusCommunicatorBase):
             self.progress(self.grid.row_comm, 'Barrier')
         win.Fence(assertion)
 
-    def gather(self, buf, lo, c, mpi_type):
+    def _row_gather(self, buf, lo, c, mpi_type):
         """Phase 3 as put rounds: chunks go straight into the partners' windows."""
         if self.grid.M == 1:
             return
         win, array = buf.window, buf.array
         if self.sync == 'pscw':
-            return self._gather_pscw(win, array, lo, c, mpi_type)
+            return self._put_pscw(win, array, lo, c, mpi_type)
         if self.sync == 'notify':
-            return self._gather_notify(win, array, lo, c, mpi_type)
+            return self._put_notify(win, array, lo, c, mpi_type)
         self._fence(win, MPI.MODE_NOPRECEDE)
         last = len(self._my_rounds) - 1
         for i, puts in enumerate(self._my_rounds):
@@ -211,7 +211,7 @@ class RsapCommunicator(TorusPhases, TorusCommunicatorBase):
                         target=(start, n, mpi_type))
             win.Fence(MPI.MODE_NOSUCCEED if i == last else 0)
 
-    def _gather_notify(self, win, array, lo, c, mpi_type):
+    def _put_notify(self, win, array, lo, c, mpi_type):
         # No "ready" message is needed before a put: a partner's target region is free once
         # the partner has entered this call's reduce-scatter, which this rank's own
         # reduce-scatter result already depends on.
@@ -234,7 +234,7 @@ class RsapCommunicator(TorusPhases, TorusCommunicatorBase):
             if self._sources[i]:
                 win.Sync()  # make the landed data visible to this rank's loads
 
-    def _gather_pscw(self, win, array, lo, c, mpi_type):
+    def _put_pscw(self, win, array, lo, c, mpi_type):
         # Each round is an access epoch to the positions this one puts to and an exposure
         # epoch to those that put to it. Posting before starting means no rank can wait on
         # a partner that waits on it. Wait returns once every origin's puts have landed, so
