@@ -8,7 +8,7 @@ EPOCH   ?= 2
 # BLAS/OpenMP/numba threads per rank: cores / ranks per node, set by chainermn_torus when the
 # communicator is created (CHAINERMN_TORUS_THREADS=N to choose).
 
-.PHONY: setup demo demo-naive test bench conformance clean
+.PHONY: setup demo demo-naive test test-fast bench conformance clean
 
 setup:
 	bash scripts/setup.sh
@@ -23,6 +23,11 @@ demo-naive: setup
 
 test: setup
 	$(PY) -m pytest -q tests
+
+# The fast tier (docs/development.md): no slow, example or root tests; under 2 minutes on
+# 2 cores, with MPI jobs of 1-3 ranks.
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow and not example and not root" tests
 
 bench: setup
 	mkdir -p results

@@ -13,21 +13,21 @@ factory takes (``allreduce_grad_dtype``, ``batched_copy``) are accepted. ``batch
 only selects a GPU packing path in ChainerMN; ours have one CPU path, so an explicit value is
 recorded in the configuration, said once on rank 0, and otherwise ignored.
 """
-import os
-
 import chainermn
 import chainermn.communicators
 
-from chainermn_torus.communicators import COMMUNICATORS
+from chainermn_torus import config
+from chainermn_torus.communicators import NAMES, communicator_class
 
-__all__ = ['create_communicator', 'register', 'force_communicator', 'valid_names',
-           'CHAINERMN_NAMES', 'OptionError']
+__all__ = ['create_communicator', 'register', 'force_communicator', 'set_defaults',
+           'valid_names', 'CHAINERMN_NAMES', 'OptionError']
 
 # The names chainermn.create_communicator understands in Chainer 7.8.1.
 CHAINERMN_NAMES = ('naive', 'flat', 'non_cuda_aware', 'pure_nccl', 'dummy')
 
 _chainermn_factory = chainermn.communicators.create_communicator
 _forced = None  # (name, kwargs) or None
+_defaults = {}  # options for our communicators where the caller gives none (the launcher's)
 _said = set()   # notes already printed by this process
 
 
@@ -40,7 +40,7 @@ class OptionError(ValueError, TypeError):
 
 
 def valid_names():
-    return tuple(COMMUNICATORS) + CHAINERMN_NAMES
+    return NAMES + CHAINERMN_NAMES
 
 
 def force_communicator(name, **kwargs):
@@ -54,6 +54,14 @@ def force_communicator(name, **kwargs):
         return
     _check_name(name)
     _forced = (name, kwargs)
+
+
+def set_defaults(**options):
+    """Options every communicator of ours made by the factory gets unless the call gives
+    them (those its class takes): ``python -m chainermn_torus.run --grid 2x4`` without
+    ``--communicator``. ``set_defaults()`` clears them."""
+    _defaults.clear()
+    _defaults.update({k: v for k, v in options.items() if v is not None})
 
 
 def _check_name(name):
@@ -91,15 +99,18 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
         communicator_name, forced_kwargs = _forced
         kwargs = dict(kwargs, **forced_kwargs)
     _check_name(communicator_name)
-    cls = COMMUNICATORS.get(communicator_name)
+    cls = communicator_class(communicator_name) if communicator_name in NAMES else None
     if cls is None and kwargs.get('allreduce_grad_dtype') is not None \
             and communicator_name != 'pure_nccl':
         raise ValueError(
             'chainermn_torus: communicator {!r} cannot send gradients as {} '
             '(allreduce_grad_dtype); on CPU use one of {}, which can.'.format(
-                communicator_name, kwargs['allreduce_grad_dtype'], ', '.join(sorted(COMMUNICATORS))))
+                communicator_name, kwargs['allreduce_grad_dtype'], ', '.join(sorted(NAMES))))
     if cls is None:
         return _chainermn_factory(communicator_name, mpi_comm=mpi_comm, **kwargs)
+    if _defaults:
+        takes = _options_of(cls).split(', ')
+        kwargs = dict({k: v for k, v in _defaults.items() if k in takes}, **kwargs)
     explicit = 'batched_copy' in kwargs
     batched_copy = kwargs.pop('batched_copy', True)
     try:
@@ -123,7 +134,7 @@ def _say_once(comm, key, message):
     if key in _said:
         return
     _said.add(key)
-    if comm.rank == 0 and os.environ.get('CHAINERMN_TORUS_QUIET') is None:
+    if comm.rank == 0 and not config.quiet():
         print(message, flush=True)
 
 

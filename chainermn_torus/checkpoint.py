@@ -27,6 +27,8 @@ import time
 import chainer
 import numpy
 
+from chainermn_torus import config
+
 __all__ = ['MultiNodeCheckpointer', 'CheckpointError', 'check_writable', 'add_arguments',
            'check_arguments', 'attach', 'check_output']
 
@@ -66,11 +68,11 @@ def _layout(model):
 # Fault injection for the resume tests (and for trying a site's file system):
 # CHAINERMN_TORUS_CHECKPOINT_FAULT="during:I" kills rank 0 (SIGKILL) after its file for
 # iteration I is written but before it is renamed; "after:I" once checkpoint I is complete.
-FAULT_ENV = 'CHAINERMN_TORUS_CHECKPOINT_FAULT'
+FAULT_ENV = config.SETTINGS['checkpoint_fault'].env
 
 
 def _fault(when, iteration, rank):
-    spec = os.environ.get(FAULT_ENV, '')
+    spec = config.env('checkpoint_fault')[0]
     if rank == 0 and spec == '{}:{}'.format(when, iteration):
         import signal
         os.kill(os.getpid(), signal.SIGKILL)

@@ -13,6 +13,7 @@
     chainermn-torus timeline merge|plot ...
     chainermn-torus jobscript --system ofp|k|slurm|pbs|local --nodes N [--ranks-per-node R]
                               [--hours H] [--communicator C] [--dry-run] -- python script.py ...
+    chainermn-torus config                              (the environment variables)
     chainermn-torus names
 """
 import sys
@@ -20,6 +21,8 @@ import sys
 USAGE = __doc__
 BENCHMARKS = {'allreduce': 'allreduce', 'update': 'optimizer_update', 'mnist': 'mnist_iteration',
               'double-buffering': 'double_buffering'}
+COMMANDS = ('bench', 'run', 'topology', 'plan', 'calibrate', 'timeline', 'jobscript', 'config',
+            'names')
 
 
 def main(argv=None):
@@ -28,10 +31,8 @@ def main(argv=None):
         print(USAGE)
         return 0
     cmd, rest = argv[0], argv[1:]
-    if cmd == 'bench' and rest[:1] and rest[0] in BENCHMARKS:
-        import importlib
-        module = importlib.import_module('chainermn_torus.bench.' + BENCHMARKS[rest[0]])
-        return module.main(rest[1:])
+    if cmd == 'bench':
+        return bench(rest)
     if cmd == 'run':
         from chainermn_torus import run
         return run.main(rest)
@@ -48,13 +49,31 @@ def main(argv=None):
     if cmd == 'timeline':
         from chainermn_torus import timeline
         return timeline.main(rest)
+    if cmd == 'config':
+        from chainermn_torus import config
+        print(config.table())
+        return 0
     if cmd == 'names':
         from chainermn_torus import valid_names
         print('\n'.join(valid_names()))
         return 0
-    sys.stderr.write('chainermn-torus: unknown command {!r}; commands: {}, run, names\n'.format(
-        ' '.join(argv[:2]), ', '.join('bench ' + b for b in BENCHMARKS)) + ', plan, calibrate, timeline, jobscript')
+    sys.stderr.write('chainermn-torus: unknown command {!r}; commands: {} (chainermn-torus '
+                     '--help for their options)\n'.format(cmd, ', '.join(COMMANDS)))
     return 2
+
+
+def bench(argv):
+    if not argv or argv[0] in ('-h', '--help'):
+        print('chainermn-torus bench NAME [options]; NAME is one of {}; '
+              'chainermn-torus bench NAME --help for its options'.format(', '.join(BENCHMARKS)))
+        return 0 if argv else 2
+    if argv[0] not in BENCHMARKS:
+        sys.stderr.write('chainermn-torus bench: unknown benchmark {!r}; choose from {}\n'.format(
+            argv[0], ', '.join(BENCHMARKS)))
+        return 2
+    import importlib
+    module = importlib.import_module('chainermn_torus.bench.' + BENCHMARKS[argv[0]])
+    return module.main(argv[1:])
 
 
 def plan(argv):

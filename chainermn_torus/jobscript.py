@@ -26,6 +26,8 @@ import shlex
 import string
 import sys
 
+from chainermn_torus import config
+
 __all__ = ['SYSTEMS', 'generate', 'launch_line', 'main']
 
 CORES = {'ofp': 68, 'k': 8}  # cores per node where the system fixes it
@@ -158,10 +160,6 @@ def _check(args):
         parse_grid(args.grid, args.nodes * args.ranks_per_node,
                    source='--grid for {} nodes x {} ranks per node'.format(
                        args.nodes, args.ranks_per_node))
-    from chainermn_torus._registry import valid_names
-    if args.communicator not in valid_names():
-        raise ValueError('unknown communicator {!r}; valid names: {}'.format(
-            args.communicator, ', '.join(valid_names())))
 
 
 def _values(args):
@@ -218,9 +216,7 @@ def build_parser():
     p.add_argument('--nodes', type=int, required=True)
     p.add_argument('--ranks-per-node', type=int, default=1)
     p.add_argument('--hours', type=float, default=1.0)
-    p.add_argument('--communicator', default='rsap')
-    p.add_argument('--grid', default=None, metavar='MxN')
-    p.add_argument('--threads', type=int, default=None, help='threads per rank')
+    config.add_arguments(p, communicator='rsap')
     p.add_argument('--queue', default=None, help='resource group / partition / queue')
     p.add_argument('--group', default=None, help='PJM project group (ofp)')
     p.add_argument('--node-shape', default=None, help='K: node shape, e.g. 4x4x4')

@@ -111,7 +111,8 @@ PRESETS = {
 def load_network(name_or_path=None):
     """A preset by name, a JSON file written by ``calibrate``, or the default file."""
     if not name_or_path:
-        name_or_path = os.environ.get('CHAINERMN_TORUS_NETWORK') or DEFAULT_NETWORK_FILE
+        from chainermn_torus import config
+        name_or_path = config.env('network')[0] or DEFAULT_NETWORK_FILE
     if name_or_path in PRESETS:
         return PRESETS[name_or_path]
     if not os.path.isfile(name_or_path):

@@ -13,7 +13,8 @@ import runpy
 import sys
 
 import chainermn_torus
-from chainermn_torus._registry import valid_names
+from chainermn_torus import config
+from chainermn_torus._registry import set_defaults
 
 
 def build_parser():
@@ -21,12 +22,7 @@ def build_parser():
         prog='python -m chainermn_torus.run',
         description='Run a Chainer/ChainerMN script with the chainermn-torus communicators '
                     'registered (and optionally forced).')
-    parser.add_argument('--communicator', choices=valid_names(), default=None,
-                        help='make every create_communicator call return this communicator')
-    parser.add_argument('--grid', default=None, metavar='MxN',
-                        help='grid shape for rsaa/rsap (rows of M ranks, N rows)')
-    parser.add_argument('--segment-size', type=int, default=None, metavar='BYTES',
-                        help='bytes per communication segment for our communicators')
+    config.add_arguments(parser, communicator=None, threads=False, segment_size=True)
     parser.add_argument('script', help='the Python script to run')
     parser.add_argument('args', nargs=argparse.REMAINDER, help="the script's own arguments")
     return parser
@@ -43,12 +39,12 @@ def main(argv=None):
         kwargs['segment_size'] = opts.segment_size
     if opts.communicator is not None:
         chainermn_torus.force_communicator(opts.communicator, **kwargs)
-    elif kwargs:
-        # No forced name: options still reach our communicators through the environment.
-        if 'grid' in kwargs:
-            os.environ['CHAINERMN_TORUS_GRID'] = kwargs['grid']
-        if 'segment_size' in kwargs:
-            os.environ['CHAINERMN_TORUS_SEGMENT_BYTES'] = str(kwargs['segment_size'])
+    else:
+        # No forced name: the options still reach every communicator of ours the script
+        # makes through the factory (passed explicitly, not through the environment).
+        set_defaults(**kwargs)
+    from chainermn_torus import _startup
+    _startup.start()  # the abort hook, as for a script that creates a communicator of ours
     sys.argv = [opts.script] + list(opts.args)
     # As `python script.py` would: the script's directory first on the path.
     sys.path.insert(0, os.path.dirname(os.path.abspath(opts.script)))

@@ -25,9 +25,11 @@ import sys
 import threading
 import time
 
+from chainermn_torus import config
+
 __all__ = ['enable', 'disable', 'phase', 'flush', 'ACTIVE', 'TIMELINE_ENV', 'main']
 
-TIMELINE_ENV = 'CHAINERMN_TORUS_TIMELINE'
+TIMELINE_ENV = config.SETTINGS['timeline'].env
 ACTIVE = None  # the process's Timeline, or None
 
 
@@ -154,7 +156,7 @@ def _write_at_exit(tl):
 
 
 def enable_from_env():
-    prefix = os.environ.get(TIMELINE_ENV)
+    prefix = config.env('timeline')[0]
     if prefix:
         enable(prefix)
 

@@ -1,10 +1,10 @@
 """A watchdog for ranks stuck in a collective whose peer is gone or hangs.
 
 MPI launchers end the job when a rank exits abnormally (MPICH's hydra, srun with
---kill-on-bad-exit), and an uncaught exception calls MPI_Abort through ChainerMN's hook. What
-neither catches is a rank that stays alive but stops: stuck in I/O, in a deadlock, or
-waiting in a collective for a peer on a node that froze. Every rank then waits until the
-batch job's time limit.
+--kill-on-bad-exit), and an uncaught exception calls MPI_Abort through our abort hook
+(``chainermn_torus.abort``). What neither catches is a rank that stays alive but stops:
+stuck in I/O, in a deadlock, or waiting in a collective for a peer on a node that froze.
+Every rank then waits until the batch job's time limit.
 
 With a watchdog (``CHAINERMN_TORUS_WATCHDOG=SECONDS``, or ``watchdog=SECONDS`` in
 ``create_multi_node_optimizer``), a daemon thread checks that training steps keep finishing.
@@ -21,26 +21,17 @@ import sys
 import threading
 import time
 
+from chainermn_torus import config
+
 __all__ = ['Watchdog', 'from_env', 'WATCHDOG_ENV']
 
-WATCHDOG_ENV = 'CHAINERMN_TORUS_WATCHDOG'
-
-
-def _timeout(value, source):
-    try:
-        value = float(value)
-        if not value > 0:
-            raise ValueError
-    except (TypeError, ValueError):
-        raise ValueError('chainermn_torus: {} must be a number of seconds > 0, got {!r}'.format(
-            source, value))
-    return value
+WATCHDOG_ENV = config.SETTINGS['watchdog'].env
 
 
 class Watchdog(object):
 
     def __init__(self, timeout, rank=None, abort=None):
-        self.timeout = _timeout(timeout, 'watchdog')
+        self.timeout = config.value('watchdog', timeout, 'watchdog')[0]
         self.rank = rank
         self._abort = abort or _mpi_abort
         self._last = None      # time of the last finished step; None: not armed yet
@@ -57,9 +48,6 @@ class Watchdog(object):
         self._steps += 1
         self._where = where
         self._last = time.monotonic()
-
-    def doing(self, where):
-        self._where = where
 
     def stop(self):
         self._stop.set()
@@ -108,9 +96,5 @@ def _mpi_abort():
 
 def from_env(timeout=None):
     """A Watchdog for ``timeout`` seconds, else ``$CHAINERMN_TORUS_WATCHDOG``, else None."""
-    if timeout is None:
-        env = os.environ.get(WATCHDOG_ENV)
-        if not env:
-            return None
-        return Watchdog(_timeout(env, WATCHDOG_ENV))
-    return Watchdog(timeout)
+    timeout = config.value('watchdog', timeout, 'watchdog')[0]
+    return None if timeout is None else Watchdog(timeout)

@@ -35,6 +35,40 @@ def run_mpi(nprocs, argv, timeout=240, env=None):
                     .format(nprocs, ' '.join(argv), timeout, e.stdout, e.stderr))
 
 
+SLOW_FROM_RANKS = 4  # jobs this large (oversubscribed here) run in the full tier only
+
+
+def ranks(counts, fast=None):
+    """Rank counts for a parametrize, marked slow from SLOW_FROM_RANKS on, or, with
+    ``fast``, all but those listed there (the fast tier's smoke set)."""
+    def slow(n):
+        return n >= SLOW_FROM_RANKS if fast is None else n not in fast
+    return [pytest.param(n, marks=pytest.mark.slow) if slow(n) else n for n in counts]
+
+
+def run_cli(argv, cwd=ROOT):
+    """``chainermn-torus ARGV`` in this process (no interpreter start-up per call): an object
+    with returncode, stdout and stderr, as subprocess.run gives."""
+    import contextlib
+    import io
+    import types
+    from chainermn_torus import cli
+    out, err, here = io.StringIO(), io.StringIO(), os.getcwd()
+    try:
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = cli.main(list(argv))
+            except SystemExit as e:  # argparse's errors and --help
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                if isinstance(e.code, str):
+                    err.write(e.code + '\n')
+    finally:
+        os.chdir(here)
+    return types.SimpleNamespace(returncode=code or 0, stdout=out.getvalue(),
+                                 stderr=err.getvalue())
+
+
 def worker(name):
     return os.path.join(WORKERS, name)
 
@@ -48,3 +82,38 @@ def assert_ok(proc, nprocs, marker='OK'):
             proc.returncode, len(lines), nprocs, marker, proc.stdout[-6000:],
             proc.stderr[-6000:]))
     return lines
+
+
+def _mpi_functions(module):
+    """Names of the module's functions that start mpiexec, directly or through another."""
+    import inspect
+    sources = {}
+    for name, fn in vars(module).items():
+        if inspect.isfunction(fn) and fn.__module__ == module.__name__:
+            try:
+                sources[name] = inspect.getsource(fn)
+            except OSError:
+                pass
+    found = {n for n, src in sources.items() if 'run_mpi(' in src}
+    grown = True
+    while grown:
+        grown = False
+        for name, src in sources.items():
+            if name not in found and any(f + '(' in src for f in found):
+                found.add(name)
+                grown = True
+    return found
+
+
+def pytest_collection_modifyitems(config, items):
+    # The `mpi` marker is given by what a test does, not by hand: every test whose function
+    # (or a helper of its module that it calls) starts mpiexec through run_mpi.
+    cache = {}
+    for item in items:
+        module = getattr(item, 'module', None)
+        if module is None:
+            continue
+        if module not in cache:
+            cache[module] = _mpi_functions(module)
+        if getattr(item, 'originalname', None) in cache[module]:
+            item.add_marker(pytest.mark.mpi)

@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT, run_mpi
 
 
@@ -22,6 +24,7 @@ def test_optimizer_update_benchmark(tmp_path):
     assert all(r['median_ms'] > 0 for r in res['rows'].values())
 
 
+@pytest.mark.slow
 def test_mnist_iteration_benchmark(tmp_path):
     out = tmp_path / 'm.json'
     proc = run_mpi(2, ['-m', 'chainermn_torus.bench.mnist_iteration', '--epochs', '1',
@@ -36,6 +39,7 @@ def test_mnist_iteration_benchmark(tmp_path):
         assert t['total'] >= t['forward_backward'] > 0 and t['update'] > 0
 
 
+@pytest.mark.slow
 def test_double_buffering_benchmark(tmp_path):
     out = tmp_path / 'd.json'
     proc = run_mpi(2, ['-m', 'chainermn_torus.bench.double_buffering', '--payload', 'mlp',

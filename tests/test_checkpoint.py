@@ -10,9 +10,10 @@ from chainermn_torus.datasets import DEFAULT_MNIST_DIR
 from conftest import ROOT, run_mpi
 
 EXAMPLE = os.path.join(ROOT, 'examples', 'mnist', 'train_mnist.py')
-pytestmark = pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
-                                reason='Debian package dataset-fashion-mnist is not installed '
-                                       '(make setup installs it)')
+pytestmark = [pytest.mark.example,
+              pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
+                                 reason='Debian package dataset-fashion-mnist is not installed '
+                                        '(make setup installs it)')]
 # 2000 images over 2 ranks, batch 100: 10 iterations per epoch, 30 in all; checkpoints every 4.
 BASE = ['--epoch', '3', '--limit', '2000', '--unit', '50', '--checkpoint-interval', '4']
 

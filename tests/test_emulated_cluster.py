@@ -37,6 +37,7 @@ def _can_emulate():
 
 REASON = _can_emulate()
 needs_cluster = pytest.mark.skipif(REASON is not None, reason=str(REASON))
+pytestmark = pytest.mark.root  # namespaces and tbf links: full tier only
 
 
 def link_bytes():

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from chainermn_torus.datasets import DEFAULT_MNIST_DIR
-from conftest import run_mpi, worker
+from conftest import ranks, run_mpi, worker
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
                                 reason='Debian package dataset-fashion-mnist is not installed '
@@ -30,7 +30,7 @@ def run_fault(mode, nprocs, env=None):
     return proc, elapsed
 
 
-@pytest.mark.parametrize('nprocs', [2, 4])
+@pytest.mark.parametrize('nprocs', ranks([2, 4]))
 def test_exception_on_one_rank_ends_every_rank_naming_it(nprocs):
     proc, elapsed = run_fault('raise', nprocs)
     assert elapsed < 30
@@ -38,7 +38,7 @@ def test_exception_on_one_rank_ends_every_rank_naming_it(nprocs):
     assert 'Uncaught exception on rank 1' in proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize('nprocs', [2, 4])
+@pytest.mark.parametrize('nprocs', ranks([2, 4]))
 def test_killed_rank_ends_the_job(nprocs):
     proc, elapsed = run_fault('kill', nprocs)
     assert elapsed < 30
@@ -47,7 +47,8 @@ def test_killed_rank_ends_the_job(nprocs):
     assert 'BAD TERMINATION' in out and re.search(r'EXIT CODE: 9|signal 9', out), out[-2000:]
 
 
-@pytest.mark.parametrize('nprocs', [2, 4])
+@pytest.mark.slow  # waits for the watchdog's limit
+@pytest.mark.parametrize('nprocs', ranks([2, 4]))
 def test_rank_that_stops_is_caught_by_the_watchdog(nprocs):
     proc, elapsed = run_fault('hang', nprocs, env={'CHAINERMN_TORUS_WATCHDOG': str(WATCHDOG_S)})
     assert WATCHDOG_S <= elapsed < WATCHDOG_S + 30

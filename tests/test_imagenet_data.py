@@ -109,6 +109,7 @@ def test_compute_mean_script_matches_builder(data, tmp_path):
     numpy.testing.assert_array_equal(numpy.load(out), numpy.load(os.path.join(data, 'mean.npy')))
 
 
+@pytest.mark.slow
 def test_builder_is_deterministic_and_idempotent(data, tmp_path):
     again = tmp_path / 'again'
     build(again)

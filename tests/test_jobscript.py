@@ -9,9 +9,8 @@ import sys
 import pytest
 
 from chainermn_torus.datasets import DEFAULT_MNIST_DIR
-from conftest import ROOT
+from conftest import ROOT, run_cli
 
-CLI = [sys.executable, '-m', 'chainermn_torus.cli', 'jobscript']
 TRAIN = ['--', 'python', 'examples/mnist/train_mnist.py', '--epoch', '1']
 SHELLCHECK = os.path.join(os.path.dirname(sys.executable), 'shellcheck')
 if not os.path.exists(SHELLCHECK):
@@ -19,8 +18,7 @@ if not os.path.exists(SHELLCHECK):
 
 
 def jobscript(*args, cwd=ROOT):
-    return subprocess.run(CLI + list(args), capture_output=True, text=True, cwd=cwd,
-                          timeout=120)
+    return run_cli(['jobscript'] + list(args), cwd=cwd)
 
 
 EXPECT = {
@@ -101,6 +99,7 @@ def test_missing_training_command():
 @pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
                     reason='Debian package dataset-fashion-mnist is not installed '
                            '(make setup installs it)')
+@pytest.mark.example
 def test_local_script_runs_a_real_training_job(tmp_path):
     out = tmp_path / 'job-local.sh'
     result = tmp_path / 'result'
@@ -118,6 +117,7 @@ def test_local_script_runs_a_real_training_job(tmp_path):
     assert summary['communicator'] == 'rsaa' and summary['ranks'] == 2
 
 
+@pytest.mark.slow  # five generator runs in bash
 def test_committed_example_scripts_are_what_the_generator_writes(tmp_path):
     # scripts/jobs/generate.sh is the source; regenerate into a copy and compare.
     jobs = os.path.join(ROOT, 'scripts', 'jobs')

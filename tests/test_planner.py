@@ -7,15 +7,13 @@ import sys
 import pytest
 
 from chainermn_torus import planner
-from conftest import ROOT, run_mpi
+from conftest import ROOT, run_cli, run_mpi
 
-CLI = [sys.executable, '-m', 'chainermn_torus.cli']
 MB = planner.MODEL_BYTES
 
 
 def cli(*args):
-    return subprocess.run(CLI + list(args), capture_output=True, text=True, cwd=ROOT,
-                          timeout=120)
+    return run_cli(list(args))
 
 
 GIGABIT = planner.Network('1g', 50e-6, 1 / 0.12e9, 5e-6, 1 / 5e9, 1 / 10e9, 1 / 10e9)

@@ -18,6 +18,14 @@ def test_launcher_without_communicator_keeps_the_scripts_choice():
     assert proc.stdout.count('NaiveCommunicator') == 2
 
 
+def test_launcher_options_without_communicator_reach_our_communicators():
+    # Passed to the factory, not exported: the script's own environment is left alone.
+    proc = run_mpi(2, ['-m', 'chainermn_torus.run', '--grid', '1x2', '--segment-size', '4096',
+                       worker('report_options.py')])
+    lines = assert_ok(proc, 2)
+    assert all('grid (1, 2) segment 4096 4096' in line for line in lines), lines
+
+
 def _run_single(*args):
     return subprocess.run([sys.executable, '-m', 'chainermn_torus.run'] + list(args),
                           capture_output=True, text=True, cwd=ROOT, timeout=120)

@@ -29,6 +29,7 @@ import chainer.functions as F
 import numpy
 
 import chainermn_torus
+from chainermn_torus import config
 from chainermn_torus.bench.gradient_sets import MLP, model_params
 from chainermn_torus.optimizers.multi_node import create_multi_node_optimizer
 
@@ -150,7 +151,7 @@ def format_table(results):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--communicator', default='rsap')
+    config.add_arguments(p, communicator='rsap', grid=False, threads=False)
     p.add_argument('--payload', default='resnet50', choices=['resnet50', 'mlp', 'none'])
     p.add_argument('--iterations', type=int, default=60)
     p.add_argument('--block', type=int, default=10)

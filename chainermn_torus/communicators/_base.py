@@ -5,13 +5,13 @@ A subclass implements one method, ``_mean_segment(buf, lo, hi, src)``: replace
 bitwise identical on all ranks.
 """
 import collections
-import os
 import time
 
 from chainermn.communicators import mpi_communicator_base
 import numpy
 from mpi4py import MPI
 
+from chainermn_torus import _startup, config
 from chainermn_torus import timeline as _timeline
 from chainermn_torus.communicators import _packing
 from chainermn_torus.communicators._averaging import prescale
@@ -21,28 +21,15 @@ from chainermn_torus.communicators._progress import BLOCKING, Progress
 
 __all__ = ['TorusCommunicatorBase', 'SEGMENT_ENV', 'DEFAULT_SEGMENT_BYTES']
 
-SEGMENT_ENV = 'CHAINERMN_TORUS_SEGMENT_BYTES'
+SEGMENT_ENV = config.SETTINGS['segment_bytes'].env
 # Chosen by measurement (README, "Segments"; `bench.allreduce --segments` repeats it): on
 # shared memory one 102 MB MPI_Allreduce took 33 ms and the same bytes in 1-4 MiB pieces
 # 9-10 ms; 256 KiB pieces were slower again (per-call cost), 16 MiB and up lost the gain.
-DEFAULT_SEGMENT_BYTES = 4 * 1024 * 1024
+DEFAULT_SEGMENT_BYTES = config.SETTINGS['segment_bytes'].default
 
 
 def _segment_bytes(value):
-    if value is None:
-        env = os.environ.get(SEGMENT_ENV)
-        value = DEFAULT_SEGMENT_BYTES if env is None else env
-        source = SEGMENT_ENV if env is not None else 'segment_size'
-    else:
-        source = 'segment_size'
-    try:
-        value = int(value)
-        if value < 0:
-            raise ValueError
-    except (TypeError, ValueError):
-        raise ValueError('chainermn_torus: {} must be a byte count >= 0 (0 = one message for the '
-                         'whole buffer), got {!r}'.format(source, value))
-    return value
+    return config.value('segment_bytes', value, 'segment_size')[0]
 
 
 _GRAD_DTYPES = (numpy.float16, numpy.float32, numpy.float64)
@@ -70,7 +57,7 @@ def _apply_budget_once(comm):
         from chainermn_torus.optimizers import threads
         budget = threads.apply_thread_budget(None, comm.intra_size)
         _BUDGET.append(budget)
-        if comm.intra_rank == 0 and os.environ.get('CHAINERMN_TORUS_QUIET') is None:
+        if comm.intra_rank == 0 and not config.quiet():
             print('chainermn_torus: ' + threads.describe_budget(budget, comm.rank), flush=True)
     return _BUDGET[0]
 
@@ -86,8 +73,9 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
             Default from ``CHAINERMN_TORUS_SEGMENT_BYTES`` or 4 MiB.
         allreduce_grad_dtype: dtype gradients travel and are summed in (as ChainerMN's
             pure_nccl spells it): None (float32, float64 for float64 models), numpy.float16
-            (half the bytes; scaled by 1/P before the sum so it cannot overflow, and summed
-            by a user-defined MPI op with one float16 rounding per combine), float32, float64.
+            (half the bytes; scaled by 1/P before the sum so it cannot overflow, moved by MPI
+            and summed in float32 by numpy with one float16 rounding per phase, see
+            ``_half``), float32, float64.
     """
 
     name = None
@@ -98,6 +86,7 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
         if mpi_comm is None:
             mpi_comm = MPI.COMM_WORLD
         super(TorusCommunicatorBase, self).__init__(mpi_comm)
+        _startup.start()  # the abort hook and the timeline, once per process
         self._options = {'segment_size': segment_size,
                          'allreduce_grad_dtype': allreduce_grad_dtype}
         self.segment_bytes = _segment_bytes(segment_size)
@@ -111,7 +100,7 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
             self._options['grid'] = grid
         self._layouts = {}
         self._buffers = collections.OrderedDict()
-        self.timings = collections.defaultdict(float)
+        self._timings = collections.defaultdict(float)
         self.calls = 0
 
     # --- grid -----------------------------------------------------------------------------
@@ -128,6 +117,12 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
                         and self.inter_size > 1)
         node_ranks = (self.inter_rank, self.intra_rank) if node_aligned else None
         return Grid(self.mpi_comm, shape, node_ranks)
+
+    @property
+    def timings(self):
+        """Seconds spent so far in each part of the gradient calls: check, pack, communicate,
+        unpack, total."""
+        return self._timings
 
     # --- ChainerMN API ----------------------------------------------------------------------
     def set_config(self, name, value=True, **kwargs):

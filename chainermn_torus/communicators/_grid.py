@@ -12,12 +12,13 @@ Choosing the shape (first that applies):
      N = P / M. For even P this is M = 2, the shape seed 003 found fastest at 256 KNL nodes
      ((M, N) = (2, 128)); for a prime P it is (P, 1).
 """
-import os
 import re
+
+from chainermn_torus import config
 
 __all__ = ['Grid', 'parse_grid', 'default_grid', 'GRID_ENV']
 
-GRID_ENV = 'CHAINERMN_TORUS_GRID'
+GRID_ENV = config.SETTINGS['grid'].env
 
 
 def _factor_pairs(p):
@@ -58,7 +59,7 @@ def _smallest_prime_factor(p):
 
 def default_grid(size, intra_size, inter_size, node_uniform=True):
     """Default (M, N) and a short reason, following the rules in the module docstring."""
-    env = os.environ.get(GRID_ENV)
+    env = config.env('grid')[0]
     if env:
         return parse_grid(env, size, source='{}={!r}'.format(GRID_ENV, env)), 'from ' + GRID_ENV
     if intra_size > 1 and node_uniform and intra_size * inter_size == size:

@@ -3,7 +3,8 @@
 MPI has no float16 type or sum (MPICH's MPIX_C_FLOAT16 is not in Intel or Fujitsu MPI), and a
 user-defined MPI op runs Python inside MPI's progress engine for every pairwise combine (it
 needs the GIL, which the training thread holds; measured on the MNIST MLP's 7.2 MB at 2 ranks
-under double buffering: 44-56 ms per all-reduce against 1.6 ms in float32). So float16 is only *moved* by MPI and summed by numpy:
+under double buffering: 44-56 ms per all-reduce against 1.6 ms in float32). So float16 is
+only *moved* by MPI and summed by numpy:
 
 * reduce-scatter = MPI_Alltoall of the P blocks, then each rank adds the P blocks it
   received in float32 and rounds the sum to float16 once (``_half_kernels.sum_blocks``);

@@ -10,7 +10,7 @@ this one's MPI communicator, and logs the choice and the runner-up on rank 0.
 """
 import os
 
-from chainermn_torus import planner
+from chainermn_torus import config, planner
 from chainermn_torus.communicators import _packing
 from chainermn_torus.communicators._base import TorusCommunicatorBase
 
@@ -19,7 +19,7 @@ __all__ = ['AutoCommunicator']
 
 def _network(mpi_comm, network, measure_timeout):
     """(Network, where it came from), identical on every rank."""
-    choice = network or os.environ.get('CHAINERMN_TORUS_NETWORK')
+    choice = config.value('network', network)[0]
     if choice:
         return planner.load_network(choice), 'network {!r}'.format(choice)
     if os.path.isfile(planner.DEFAULT_NETWORK_FILE):
@@ -67,7 +67,7 @@ class AutoCommunicator(TorusCommunicatorBase):
             best = rows[0]
             key = self._chosen[nbytes] = (best['algorithm'], best['grid'])
             self.choices.append((nbytes, rows))
-            if self.rank == 0 and os.environ.get('CHAINERMN_TORUS_QUIET') is None:
+            if self.rank == 0 and not config.quiet():
                 runner = rows[1] if len(rows) > 1 else None
                 print('chainermn_torus auto: {:.1f} MB on {} nodes x {} ranks -> {}{} ({}: {:.2f} '
                       'ms predicted{}; network: {} [{}])'.format(
@@ -140,10 +140,6 @@ class AutoCommunicator(TorusCommunicatorBase):
             for k, v in c.timings.items():
                 total[k] = total.get(k, 0.0) + v
         return total
-
-    @timings.setter
-    def timings(self, value):
-        pass  # the base class initialises it; the inner communicators keep the real ones
 
     def finalize(self):
         for c in self._inner.values():

@@ -96,9 +96,10 @@ class RsapCommunicator(TorusPhases, TorusCommunicatorBase):
         003); 'notify' (partners only, the paper's future work: a passive-target epoch held
         for the window's life, and per round Put, MPI_Win_flush, then a zero-byte message
         telling the target its data has landed); 'pscw' (the same idea with MPI's
-        post/start/complete/wait: it hangs now and then with the MPICH 5.0.2 wheel at four
-        or more ranks, even in a 20-line pairwise loop, scripts/repro_pscw_hang.py, so
-        'notify' is the partner-only variant to use).
+        post/start/complete/wait: experimental, and says so through Chainer's experimental
+        warning: it hangs now and then with the MPICH 5.0.2 wheel at four or more ranks,
+        even in a 20-line pairwise loop, scripts/repro_pscw_hang.py, so 'notify' is the
+        partner-only variant to use; kept for MPIs where PSCW works, tested on 2 ranks).
     reduce_scatter: phase 1 as 'collective' (MPI_Reduce_scatter_block) or 'accumulate'
         (every position MPI_Accumulate-s chunk k into position k's window, the other future
         work; the order in which contributions arrive varies, so the sum can differ in the
@@ -115,6 +116,10 @@ class RsapCommunicator(TorusPhases, TorusCommunicatorBase):
         super(RsapCommunicator, self).__init__(mpi_comm, grid=grid, segment_size=segment_size,
                                                allreduce_grad_dtype=allreduce_grad_dtype)
         self.sync = _choice('sync', sync, SYNC_CHOICES, DEFAULT_SYNC)
+        if self.sync == 'pscw':
+            import chainer
+            chainer.utils.experimental("chainermn_torus rsap sync='pscw' (hangs at 4+ ranks "
+                                       "with MPICH 5.0.2: scripts/repro_pscw_hang.py)")
         self.reduce_scatter_mode = _choice('reduce_scatter', reduce_scatter,
                                            REDUCE_SCATTER_CHOICES, DEFAULT_REDUCE_SCATTER)
         self._options.update(sync=sync, reduce_scatter=reduce_scatter)

@@ -44,10 +44,6 @@ class Cpu(object):
     def __init__(self, id, package, core, node):
         self.id, self.package, self.core, self.node = id, package, core, node
 
-    @property
-    def core_key(self):
-        return (self.package, self.core)
-
 
 def _read(path, default=None):
     try:

@@ -22,9 +22,11 @@ import numba
 import psutil
 from threadpoolctl import threadpool_info, threadpool_limits
 
+from chainermn_torus import config
+
 __all__ = ['THREADS_ENV', 'default_threads', 'apply_thread_budget', 'describe_budget']
 
-THREADS_ENV = 'CHAINERMN_TORUS_THREADS'
+THREADS_ENV = config.SETTINGS['threads'].env
 
 
 def _affinity():
@@ -45,29 +47,18 @@ def default_threads(intra_size=1):
     return n, '{} physical cores / {} ranks on this node'.format(physical, intra_size)
 
 
-def _parse(value, source):
-    try:
-        n = int(value)
-        if n < 1:
-            raise ValueError
-    except (TypeError, ValueError):
-        raise ValueError('chainermn_torus: {} must be a thread count >= 1, got {!r}'.format(
-            source, value))
-    return n
-
-
 def apply_thread_budget(threads=None, intra_size=1):
     """Limit BLAS/OpenMP and numba threads of this process; returns what was applied."""
     if threads is not None:
-        n, reason = _parse(threads, 'threads'), 'requested'
-    elif os.environ.get(THREADS_ENV, '').lower() == 'off':
+        n, reason = config.parse('threads', threads, 'threads'), 'requested'
+    else:
+        n, reason = config.env('threads')
+    if n == 'off':
         return {'threads': None, 'reason': THREADS_ENV + '=off: libraries decide',
                 'numba_threads': numba.get_num_threads(),
                 'pools': sorted({'{}:{}'.format(i.get('internal_api'), i.get('num_threads'))
                                  for i in threadpool_info()})}
-    elif os.environ.get(THREADS_ENV):
-        n, reason = _parse(os.environ[THREADS_ENV], THREADS_ENV), THREADS_ENV
-    else:
+    if n is None:
         n, reason = default_threads(intra_size)
     numba_n = min(n, numba.config.NUMBA_NUM_THREADS)
     numba.set_num_threads(numba_n)  # first: it may load an OpenMP runtime (numba's layer)

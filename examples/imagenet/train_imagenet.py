@@ -36,10 +36,12 @@ from chainer import training
 from chainer.training import extensions
 import numpy
 
-# chainermn_torus (and so mpi4py.MPI, which initialises MPI when imported) is imported in
-# main(), after MultiprocessIterator's forkserver has been started (see
-# start_forkserver_without_mpi). Loader worker processes also import this file (as
-# __mp_main__), so nothing at module level may touch MPI.
+from chainermn_torus import checkpoint, config
+
+# Importing chainermn_torus starts no MPI; the first communicator does, in main(), after
+# MultiprocessIterator's forkserver has been started (see start_forkserver_without_mpi).
+# Loader worker processes also import this file (as __mp_main__), so nothing at module level
+# may touch MPI.
 
 DEFAULT_CROP = {'resnet50': 224, 'tiny': 64}
 LOADERS = ('ours', 'multiprocess', 'serial')
@@ -103,10 +105,10 @@ def start_forkserver_without_mpi():
     Loader workers are then forked from a process that never initialised MPI (ChainerMN's
     FAQ: fork after MPI_Init is unsafe). The server is started with the launcher's PMI
     variables removed and with mpi4py's automatic MPI_Init off, because workers import
-    chainermn_torus to unpickle the dataset, and it imports mpi4py.MPI: with MPICH's
-    PMI_FD inherited, that MPI_Init writes into whatever file descriptor has the same
-    number in the worker (measured: it corrupted the resource tracker's pipe) and the job
-    hangs. The environment of this process is restored afterwards.
+    chainermn_torus to unpickle the dataset: should anything there import mpi4py.MPI
+    with MPICH's PMI_FD inherited, that MPI_Init writes into whatever file descriptor has
+    the same number in the worker (measured, when importing chainermn_torus still
+    initialised MPI: it corrupted the resource tracker's pipe) and the job hangs. The environment of this process is restored afterwards.
     """
     multiprocessing.set_start_method('forkserver', force=True)
     # Preloaded once in the server, so workers start without importing chainer again.
@@ -261,8 +263,7 @@ def parse_args(argv=None):
     parser.add_argument('--lr', type=float, default=None,
                         help='MomentumSGD learning rate (default: 0.1 x total batch / 256, '
                              'Goyal et al.)')
-    parser.add_argument('--communicator', default='rsap',
-                        help='communicator name (default: %(default)s)')
+    config.add_arguments(parser, communicator='rsap', grid=False, threads=False)
     parser.add_argument('--loader', choices=LOADERS, default='ours',
                         help='data loader (default: %(default)s)')
     parser.add_argument('--loader-processes', '-j', type=int, default=2,
@@ -273,25 +274,15 @@ def parse_args(argv=None):
     parser.add_argument('--skip-corrupt', action='store_true',
                         help='skip images that cannot be decoded (with a warning) instead of '
                              'stopping')
-    parser.add_argument('--out', '-o', default='result', help='output directory')
-    # chainermn_torus.checkpoint.add_arguments has these too; importing it here would start
-    # MPI before the multiprocess loader's forkserver (see main).
-    parser.add_argument('--checkpoint-dir', default=None, metavar='DIR',
-                        help='write multi-node checkpoints here (chainermn_torus.checkpoint)')
-    parser.add_argument('--checkpoint-interval', type=int, default=None, metavar='ITERATIONS',
-                        help='checkpoint every this many iterations (default: every epoch)')
-    parser.add_argument('--resume', action='store_true',
-                        help='continue from the latest checkpoint in --checkpoint-dir')
-    parser.add_argument('--auto-resume', action='store_true',
-                        help='continue from it if there is one (batch jobs that are requeued)')
+    parser.add_argument('--out', '-o', default='results/imagenet', help='output directory')
+    # Importing chainermn_torus starts no MPI, so this may run before the multiprocess
+    # loader's forkserver (see main).
+    checkpoint.add_arguments(parser)
     parser.add_argument('--seed', type=int, default=0, help='random seed')
     parser.add_argument('--limit', type=int, default=None, metavar='N',
                         help='use N images of each list, drawn with --seed (smoke tests)')
     args = parser.parse_args(argv)
-    if (args.resume or args.auto_resume) and not args.checkpoint_dir:
-        parser.error('--resume needs --checkpoint-dir DIR (where the checkpoints are)')
-    if args.checkpoint_interval is not None and args.checkpoint_interval < 1:
-        parser.error('--checkpoint-interval must be >= 1')
+    checkpoint.check_arguments(parser, args)
     if args.crop_size is None:
         args.crop_size = DEFAULT_CROP[args.arch]
     if args.val_batchsize is None:
@@ -359,13 +350,9 @@ def make_iterators(args, train, val, comm, plan):
     train_iter = LoaderIterator(train, bs, repeat=True, shuffle=True, n_processes=n,
                                 n_prefetch=4, cpus=plan.loader_cpus,
                                 seed=args.seed + comm.rank)
-    # The Evaluator resets its iterator before each evaluation (and copies, with its
-    # worker processes, one that cannot be reset): use ours only if it can.
-    if hasattr(LoaderIterator, 'reset'):
-        val_iter = LoaderIterator(val, vbs, repeat=False, shuffle=False, n_processes=n,
-                                  n_prefetch=4, cpus=plan.loader_cpus, seed=args.seed)
-    else:
-        val_iter = chainer.iterators.SerialIterator(val, vbs, repeat=False, shuffle=False)
+    # The Evaluator resets its iterator before each evaluation: ours can be reset.
+    val_iter = LoaderIterator(val, vbs, repeat=False, shuffle=False, n_processes=n,
+                              n_prefetch=4, cpus=plan.loader_cpus, seed=args.seed)
     return train_iter, val_iter
 
 
@@ -375,11 +362,9 @@ def main():
         start_forkserver_without_mpi()  # before the communicator, i.e. before MPI_Init
 
     import chainermn
-    import chainermn_torus  # NOQA: registers pure_allreduce, rsaa, rsap
     from chainermn_torus.optimizers import threads
 
     comm = chainermn.create_communicator(args.communicator)
-    from chainermn_torus import checkpoint
     checkpoint.check_output(comm, args.out)  # now, on every rank: not after training
 
     plan = None

@@ -25,7 +25,7 @@ import chainermn.optimizers
 import numpy
 
 import chainermn_torus  # NOQA: registers pure_allreduce, rsaa, rsap
-from chainermn_torus import checkpoint
+from chainermn_torus import checkpoint, config
 from chainermn_torus.datasets import DEFAULT_MNIST_DIR, load_mnist_idx
 from chainermn_torus.optimizers import threads
 from chainermn_torus.optimizers.large_batch import GradualWarmup, linear_scaling
@@ -57,14 +57,10 @@ def main():
     parser = argparse.ArgumentParser(description='ChainerMN example: MNIST on CPU')
     parser.add_argument('--batchsize', '-b', type=int, default=100,
                         help='Number of images in each mini-batch (per rank)')
-    parser.add_argument('--communicator', type=str, default='rsap',
-                        help='Type of communicator ({})'.format(
-                            ', '.join(chainermn_torus.valid_names())))
-    parser.add_argument('--grid', default=None, metavar='MxN',
-                        help='grid shape for rsaa/rsap')
+    config.add_arguments(parser, communicator='rsap')  # --communicator, --grid, --threads
     parser.add_argument('--epoch', '-e', type=int, default=20,
                         help='Number of sweeps over the dataset to train')
-    parser.add_argument('--out', '-o', default='result',
+    parser.add_argument('--out', '-o', default='results/mnist',
                         help='Directory to output the result')
     parser.add_argument('--unit', '-u', type=int, default=1000,
                         help='Number of units')
@@ -98,8 +94,6 @@ def main():
     checkpoint.add_arguments(cpu)
     cpu.add_argument('--check-replicas', type=int, default=None, metavar='K',
                      help='every K steps, stop if the parameters differ between ranks')
-    cpu.add_argument('--threads', type=int, default=None,
-                     help='BLAS/numba threads per rank (default: cores / ranks per node)')
     cpu.add_argument('--timeline', default=None, metavar='PREFIX',
                      help='record phase times on every rank into PREFIX.rank<R>.json '
                           '(chainermn-torus timeline merge|plot PREFIX)')

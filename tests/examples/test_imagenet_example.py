@@ -10,6 +10,8 @@ import numpy
 import pytest
 
 from conftest import ROOT, run_mpi
+
+pytestmark = pytest.mark.example  # runs an example end to end: full tier
 from chainermn_torus.datasets import DEFAULT_MNIST_DIR
 
 EXAMPLE = os.path.join(ROOT, 'examples', 'imagenet', 'train_imagenet.py')

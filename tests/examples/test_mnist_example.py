@@ -5,6 +5,8 @@ import os
 import pytest
 
 from conftest import ROOT, run_mpi
+
+pytestmark = pytest.mark.example  # runs an example end to end: full tier
 from chainermn_torus.datasets import DEFAULT_MNIST_DIR
 
 EXAMPLE = os.path.join(ROOT, 'examples', 'mnist', 'train_mnist.py')
@@ -56,7 +58,8 @@ def test_mnist_example_cpu_optimizer_flags(tmp_path, flags, nprocs, min_accuracy
 
 def test_mnist_example_missing_data_dir_fails_clearly_on_every_rank(tmp_path):
     missing = str(tmp_path / 'no-data-here')
-    proc = run_mpi(2, [EXAMPLE, '--data-dir', missing, '--epoch', '1'], timeout=120)
+    proc = run_mpi(2, [EXAMPLE, '--data-dir', missing, '--epoch', '1',
+                       '--out', str(tmp_path / 'out')], timeout=120)
     assert proc.returncode != 0
     assert proc.stderr.count(missing) == 2, proc.stderr  # both ranks say which path
     assert 'dataset-fashion-mnist' in proc.stderr

@@ -7,15 +7,16 @@ parameters that change mid-training re-broadcast; an optimizer with no fused ver
 """
 import pytest
 
-from conftest import assert_ok, run_mpi, worker
+from conftest import assert_ok, ranks, run_mpi, worker
 
 
-@pytest.mark.parametrize('nprocs', [2, 3, 4])
+@pytest.mark.parametrize('nprocs', ranks([2, 3, 4], fast=[2]))
 def test_wrapper_all_communicators(nprocs):
     proc = run_mpi(nprocs, [worker('check_optimizer.py')], timeout=300)
     assert_ok(proc, nprocs)
 
 
+@pytest.mark.slow
 def test_wrapper_five_ranks_rsap_and_naive():
     # 5 ranks on 2 cores: a prime rank count (grid 5x1) and heavy oversubscription.
     proc = run_mpi(5, [worker('check_optimizer.py'), 'rsap', 'naive'], timeout=300)

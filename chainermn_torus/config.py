@@ -1,0 +1,176 @@
+"""Every ``CHAINERMN_TORUS_*`` environment variable, in one table, with one parser per kind.
+
+An option given in code or on a command line wins; otherwise the environment variable;
+otherwise the default. ``value(key, given, option)`` does that and validates in one place,
+so every bad value gets the same kind of message: which option or variable, what it must
+be, what it was. The variables are read when the option is needed (a communicator or
+optimizer being made), never at import.
+
+This table is the reference: ``chainermn-torus config`` prints it, and the README lists it
+(a test keeps the two the same).
+"""
+import argparse
+import collections
+import os
+
+__all__ = ['SETTINGS', 'value', 'env', 'quiet', 'table', 'add_arguments']
+
+Setting = collections.namedtuple('Setting', 'env kind default meaning')
+
+MiB = 1 << 20
+
+# key -> Setting. ``kind`` names a parser below; the default is the parsed value.
+SETTINGS = collections.OrderedDict([
+    ('grid', Setting('CHAINERMN_TORUS_GRID', 'grid', None,
+                     'rsaa/rsap grid "MxN" when the code gives none (checked against P)')),
+    ('segment_bytes', Setting('CHAINERMN_TORUS_SEGMENT_BYTES', 'bytes', 4 * MiB,
+                              'bytes per communication segment; 0 = the whole buffer at once')),
+    ('threads', Setting('CHAINERMN_TORUS_THREADS', 'threads', None,
+                        'BLAS/OpenMP/numba threads per rank, or "off" to leave the libraries '
+                        'alone; default: physical cores / ranks on the node')),
+    ('network', Setting('CHAINERMN_TORUS_NETWORK', 'text', None,
+                        'network figures for auto/plan: a preset (ofp, k) or a calibrate file')),
+    ('watchdog', Setting('CHAINERMN_TORUS_WATCHDOG', 'seconds', None,
+                         'abort the job when no training step finishes for this long')),
+    ('timeline', Setting('CHAINERMN_TORUS_TIMELINE', 'text', None,
+                         'record phase timelines to PREFIX.rank<R>.json')),
+    ('quiet', Setting('CHAINERMN_TORUS_QUIET', 'flag', False,
+                      'set (to anything): no informational lines on rank 0')),
+    ('no_abort', Setting('CHAINERMN_TORUS_NO_ABORT', 'flag', False,
+                         'set: an uncaught exception does not call MPI_Abort')),
+    ('checkpoint_fault', Setting('CHAINERMN_TORUS_CHECKPOINT_FAULT', 'text', None,
+                                 'tests only: "during:I" / "after:I" kills rank 0 while or '
+                                 'after writing checkpoint I')),
+])
+
+_WHAT = {
+    'seconds': 'a number of seconds > 0',
+    'bytes': 'a byte count >= 0 (0 = one message for the whole buffer)',
+    'threads': 'a thread count >= 1',
+    'grid': 'a grid shape "MxN"',
+}
+
+
+def _seconds(v):
+    v = float(v)
+    if not v > 0:
+        raise ValueError
+    return v
+
+
+def _bytes(v):
+    v = int(v)
+    if v < 0:
+        raise ValueError
+    return v
+
+
+def _count(v):
+    v = int(v)
+    if v < 1:
+        raise ValueError
+    return v
+
+
+def _threads(v):
+    if isinstance(v, str) and v.strip().lower() == 'off':
+        return 'off'
+    return _count(v)
+
+
+def _grid(v):
+    if not isinstance(v, (str, tuple, list)):
+        raise ValueError
+    return v  # checked against the rank count by communicators._grid.parse_grid
+
+
+_PARSERS = {'seconds': _seconds, 'bytes': _bytes, 'threads': _threads, 'grid': _grid,
+            'text': str, 'flag': bool}
+
+
+def parse(kind, raw, source):
+    """``raw`` as ``kind``; a ValueError naming ``source`` and what is allowed if it is not."""
+    try:
+        return _PARSERS[kind](raw)
+    except (TypeError, ValueError):
+        raise ValueError('chainermn_torus: {} must be {}, got {!r}'.format(
+            source, _WHAT.get(kind, kind), raw)) from None
+
+
+def env(key):
+    """(value, source) from the environment variable of ``key``, or (default, None)."""
+    s = SETTINGS[key]
+    raw = os.environ.get(s.env)
+    if raw is None or (raw == '' and s.kind != 'flag'):
+        return s.default, None
+    if s.kind == 'flag':
+        return True, s.env
+    return parse(s.kind, raw, s.env), s.env
+
+
+def value(key, given=None, option=None):
+    """The setting ``key``: ``given`` when not None (errors name ``option``), else its
+    environment variable, else the default. Returns (value, source): source is ``option``,
+    the variable's name, or None for the default."""
+    if given is not None:
+        option = option or key
+        return parse(SETTINGS[key].kind, given, option), option
+    return env(key)
+
+
+def quiet():
+    return env('quiet')[0]
+
+
+# --- the same options on command lines ---------------------------------------------------
+def _communicator_name(text):
+    from chainermn_torus._registry import valid_names
+    if text not in valid_names():
+        raise argparse.ArgumentTypeError('invalid choice: {!r} (unknown communicator {!r}; '
+                                         'valid names: {})'.format(text, text,
+                                                                   ', '.join(valid_names())))
+    return text
+
+
+def _arg(kind):
+    def convert(text):
+        try:
+            return _PARSERS[kind](text)
+        except (TypeError, ValueError):  # argparse puts "argument --NAME:" before this
+            raise argparse.ArgumentTypeError('must be {}, got {!r}'.format(_WHAT[kind], text))
+    convert.__name__ = kind
+    return convert
+
+
+def add_arguments(parser, communicator='rsap', grid=True, threads=True, segment_size=False):
+    """The options every entry point shares, defined once: ``--communicator`` (default
+    ``communicator``; None: the script's own choice), ``--grid``, ``--threads``,
+    ``--segment-size``. Returns the argument group."""
+    group = parser.add_argument_group('communicator (chainermn_torus)')
+    group.add_argument('--communicator', type=_communicator_name, default=communicator,
+                       metavar='NAME', help='pure_allreduce, rsaa, rsap, auto or a ChainerMN '
+                       'name (default: {})'.format(communicator or "the script's own"))
+    if grid:
+        group.add_argument('--grid', type=_arg('grid'), default=None, metavar='MxN',
+                           help='rsaa/rsap grid: rows of M ranks, N rows (default: ranks per '
+                                'node x nodes, or {})'.format(SETTINGS['grid'].env))
+    if threads:
+        group.add_argument('--threads', type=_arg('threads'), default=None,
+                           metavar='N', help='BLAS/OpenMP/numba threads per rank (default: '
+                           'physical cores / ranks per node, or {})'.format(
+                               SETTINGS['threads'].env))
+    if segment_size:
+        group.add_argument('--segment-size', type=_arg('bytes'),
+                           default=None, metavar='BYTES',
+                           help='bytes per communication segment for our communicators')
+    return group
+
+
+def table():
+    """The settings as Markdown rows (README)."""
+    rows = ['| variable | default | meaning |', '|---|---|---|']
+    for s in SETTINGS.values():
+        default = 'unset' if s.default in (None, False) else s.default
+        rows.append('| `{}` | {} | {} |'.format(s.env, default, s.meaning))
+    return '\n'.join(rows)
+

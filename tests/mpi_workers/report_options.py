@@ -1,0 +1,8 @@
+"""Run by tests/test_run.py: which options our communicators got (no --communicator)."""
+import chainermn
+import chainermn_torus  # NOQA
+
+rsap = chainermn.create_communicator('rsap')
+pure = chainermn.create_communicator('pure_allreduce')
+print('OK rank {} grid {} segment {} {}'.format(rsap.rank, rsap.grid.shape, rsap.segment_bytes,
+                                                pure.segment_bytes), flush=True)

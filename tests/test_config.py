@@ -1,0 +1,76 @@
+"""The configuration table: one parser per kind, the environment read where it is needed,
+the README's table the same as the code's, and the shared command-line options."""
+import argparse
+import os
+
+import pytest
+
+from chainermn_torus import cli, config
+from conftest import ROOT
+
+
+def test_given_value_wins_then_environment_then_default(monkeypatch):
+    monkeypatch.delenv('CHAINERMN_TORUS_SEGMENT_BYTES', raising=False)
+    assert config.value('segment_bytes') == (4 << 20, None)
+    monkeypatch.setenv('CHAINERMN_TORUS_SEGMENT_BYTES', '1024')
+    assert config.value('segment_bytes') == (1024, 'CHAINERMN_TORUS_SEGMENT_BYTES')
+    assert config.value('segment_bytes', 0, 'segment_size') == (0, 'segment_size')
+
+
+@pytest.mark.parametrize('key, raw, fragment', [
+    ('segment_bytes', '-1', 'byte count >= 0'),
+    ('watchdog', '0', 'number of seconds > 0'),
+    ('watchdog', 'soon', 'number of seconds > 0'),
+    ('threads', '0', 'thread count >= 1'),
+])
+def test_bad_environment_values_name_the_variable_and_what_is_allowed(monkeypatch, key, raw,
+                                                                        fragment):
+    var = config.SETTINGS[key].env
+    monkeypatch.setenv(var, raw)
+    with pytest.raises(ValueError) as e:
+        config.value(key)
+    assert '{} must be'.format(var) in str(e.value) and fragment in str(e.value)
+    assert repr(raw) in str(e.value)
+
+
+def test_flags_and_off(monkeypatch):
+    monkeypatch.setenv('CHAINERMN_TORUS_QUIET', '')
+    assert config.quiet() is True  # set at all: quiet, as before
+    monkeypatch.delenv('CHAINERMN_TORUS_QUIET')
+    assert config.quiet() is False
+    monkeypatch.setenv('CHAINERMN_TORUS_THREADS', 'OFF')
+    assert config.value('threads') == ('off', 'CHAINERMN_TORUS_THREADS')
+
+
+def test_no_module_reads_a_variable_outside_the_table():
+    # Every CHAINERMN_TORUS_* name in the package is one of the table's.
+    import re
+    known = {s.env for s in config.SETTINGS.values()}
+    for base, _, files in os.walk(os.path.join(ROOT, 'chainermn_torus')):
+        for name in files:
+            if name.endswith('.py'):
+                text = open(os.path.join(base, name)).read()
+                for var in re.findall(r'CHAINERMN_TORUS_[A-Z_]+', text):
+                    assert var in known, (name, var)
+
+
+def test_readme_lists_the_table(capsys):
+    assert cli.main(['config']) == 0
+    printed = capsys.readouterr().out.strip()
+    assert printed == config.table()
+    assert config.table() in open(os.path.join(ROOT, 'README.md')).read()
+
+
+def test_shared_arguments_validate_once(capsys):
+    parser = argparse.ArgumentParser()
+    config.add_arguments(parser, communicator='rsap', segment_size=True)
+    args = parser.parse_args(['--grid', '2x2', '--threads', '4', '--segment-size', '0'])
+    assert (args.communicator, args.grid, args.threads, args.segment_size) == \
+        ('rsap', '2x2', 4, 0)
+    assert parser.parse_args(['--threads', 'off']).threads == 'off'
+    for bad, fragment in ((['--communicator', 'ring'], "unknown communicator 'ring'"),
+                          (['--threads', '0'], 'thread count >= 1'),
+                          (['--segment-size', '-5'], 'byte count >= 0')):
+        with pytest.raises(SystemExit):
+            parser.parse_args(bad)
+        assert fragment in capsys.readouterr().err

@@ -1,0 +1,75 @@
+"""`import chainermn_torus` registers names and nothing else; MPI, numba, the abort hook and
+the timeline start with the first communicator or optimizer; login-node commands never
+start MPI. Each check runs in a fresh interpreter, since this one has imported everything."""
+import os
+import subprocess
+import sys
+
+from conftest import ROOT, run_mpi
+
+
+def python(code, env=None):
+    full = dict(os.environ, PYTHONPATH=ROOT, CHAINERMN_TORUS_QUIET='1')
+    full.update(env or {})
+    proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env=full)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_import_loads_no_mpi_no_numba_and_installs_nothing():
+    out = python('''
+import sys
+hook = sys.excepthook
+import chainermn, chainermn_torus
+assert chainermn.create_communicator is chainermn_torus.create_communicator
+print(sorted(m for m in ('mpi4py.MPI', 'numba', 'chainermn_torus.communicators.rsap',
+                         'chainermn_torus.timeline') if m in sys.modules))
+print(sys.excepthook is hook)
+print(chainermn_torus.RsapCommunicator.__name__, 'mpi4py.MPI' in sys.modules)
+''')
+    assert out.split('\n')[:3] == ['[]', 'True', 'RsapCommunicator True']
+
+
+def test_a_bad_timeline_prefix_fails_at_the_communicator_not_at_import(tmp_path):
+    bad = str(tmp_path / 'missing-dir' / 'tl')
+    out = python('''
+import chainermn, chainermn_torus
+print('imported')
+try:
+    chainermn.create_communicator('pure_allreduce')
+except ValueError as e:
+    print('at creation:', 'does not exist' in str(e))
+''', env={'CHAINERMN_TORUS_TIMELINE': bad})
+    assert out.split('\n')[:2] == ['imported', 'at creation: True'], out
+
+
+def test_jobscript_dry_run_starts_no_mpi():
+    out = python('''
+import sys
+from chainermn_torus import cli
+cli.main(['jobscript', '--system', 'slurm', '--nodes', '2', '--ranks-per-node', '4',
+          '--grid', '4x2', '--dry-run', '--', 'python', 'train.py'])
+print('MPI loaded:', 'mpi4py.MPI' in sys.modules, 'numba' in sys.modules)
+''')
+    assert out.strip().endswith('MPI loaded: False False'), out
+
+
+def test_abort_hook_chains_a_hook_installed_before_it():
+    # Rank 1 raises after an earlier hook of the script's own was installed: that hook runs,
+    # then ours ends the job naming the rank (no rank waits in the barrier).
+    script = os.path.join(ROOT, 'tests', 'mpi_workers', 'chained_hook.py')
+    proc = run_mpi(2, [script], timeout=120)
+    assert proc.returncode != 0
+    assert 'EARLIER HOOK rank 1: ValueError' in proc.stderr, proc.stderr[-3000:]
+    assert 'Uncaught exception on rank 1' in proc.stderr and 'boom' in proc.stderr
+
+
+def test_launcher_installs_the_abort_hook_for_a_script_using_naive():
+    # An unchanged ChainerMN script with ChainerMN's own communicator: the launcher is where
+    # the hook starts, as importing chainermn_torus once did.
+    proc = run_mpi(2, ['-m', 'chainermn_torus.run', os.path.join(
+        ROOT, 'tests', 'mpi_workers', 'naive_raises.py')], timeout=120)
+    assert proc.returncode != 0
+    assert 'Uncaught exception on rank 1' in proc.stderr, proc.stderr[-3000:]
+    assert 'OK rank 0 reached the barrier' not in proc.stdout
