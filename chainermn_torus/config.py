@@ -6,8 +6,8 @@ so every bad value gets the same kind of message: which option or variable, what
 be, what it was. The variables are read when the option is needed (a communicator or
 optimizer being made), never at import.
 
-This table is the reference: ``chainermn-torus config`` prints it, and the README lists it
-(a test keeps the two the same).
+This table is the reference: ``chainermn-torus config`` prints it, and
+docs/communicators.md lists it (a test keeps the two the same).
 """
 import argparse
 import collections
@@ -167,7 +167,7 @@ def add_arguments(parser, communicator='rsap', grid=True, threads=True, segment_
 
 
 def table():
-    """The settings as Markdown rows (README)."""
+    """The settings as Markdown rows (docs/communicators.md)."""
     rows = ['| variable | default | meaning |', '|---|---|---|']
     for s in SETTINGS.values():
         default = 'unset' if s.default in (None, False) else s.default

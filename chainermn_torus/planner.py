@@ -19,10 +19,11 @@ Algorithms, with n bytes (MPICH's choices for large messages):
   all-reduce      Rabenseifner: 2 log2 p steps, 2 (p-1)/p n bytes, (p-1)/p n reduced;
   reduce-scatter  pairwise exchange: p - 1 steps, (p-1)/p n bytes, (p-1)/p n reduced;
   all-gather      ring: p - 1 steps, (p-1)/p n bytes;
-  put rounds      recursive doubling: ceil(log2 p) rounds (+2 when p is not a power of
-                  two), (p-1)/p n bytes at the Put rate (beta_put), and each round closed by
-                  a fence, modelled as a barrier (2 log2 p latencies), the per-step
-                  synchronisation cost;
+  put rounds      recursive doubling, the rounds of rsap's own schedule
+                  (communicators._schedule.put_rounds: log2 p', plus 2 when p is not a
+                  power of two, p' the largest power of two <= p), (p-1)/p n bytes at the
+                  Put rate (beta_put), and each round closed by a fence, modelled as a
+                  barrier (2 log2 p latencies), the per-step synchronisation cost;
   shm rows        reduce in turns + gather: M + 2 barriers, about 3 (M-1)/M n + 2 (M-1)/M n
                   bytes of node memory traffic per rank (see communicators._shm).
 pure_allreduce appears twice: over all P ranks as one flat group ("flat"), and as the
@@ -32,6 +33,8 @@ per node, broadcast in the node: "node-aware MPI").
 import json
 import math
 import os
+
+from chainermn_torus.communicators._schedule import put_rounds
 
 __all__ = ['Network', 'PRESETS', 'MODEL_BYTES', 'predict', 'plan', 'load_network',
            'model_bytes', 'format_plan', 'DEFAULT_NETWORK_FILE']
@@ -195,7 +198,7 @@ def _put_rounds(g, n, net):
     p = g.p
     if p <= 1:
         return 0.0
-    rounds = _log2c(p) + (0 if p & (p - 1) == 0 else 2)
+    rounds = len(put_rounds(p))  # the schedule rsap runs, not a formula for it
     fence = 2 * _log2c(p) * g.alpha(net)  # a fence costs about a barrier over the row
     return rounds * (g.alpha(net) + fence) + (p - 1.0) / p * n * g.beta(net, put=True)
 

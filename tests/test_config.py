@@ -1,5 +1,5 @@
 """The configuration table: one parser per kind, the environment read where it is needed,
-the README's table the same as the code's, and the shared command-line options."""
+the docs' table the same as the code's, and the shared command-line options."""
 import argparse
 import os
 
@@ -54,11 +54,11 @@ def test_no_module_reads_a_variable_outside_the_table():
                     assert var in known, (name, var)
 
 
-def test_readme_lists_the_table(capsys):
+def test_docs_list_the_table(capsys):
     assert cli.main(['config']) == 0
     printed = capsys.readouterr().out.strip()
     assert printed == config.table()
-    assert config.table() in open(os.path.join(ROOT, 'README.md')).read()
+    assert config.table() in open(os.path.join(ROOT, 'docs', 'communicators.md')).read()
 
 
 def test_shared_arguments_validate_once(capsys):

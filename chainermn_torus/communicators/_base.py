@@ -22,7 +22,7 @@ from chainermn_torus.communicators._progress import BLOCKING, Progress
 __all__ = ['TorusCommunicatorBase', 'SEGMENT_ENV', 'DEFAULT_SEGMENT_BYTES']
 
 SEGMENT_ENV = config.SETTINGS['segment_bytes'].env
-# Chosen by measurement (README, "Segments"; `bench.allreduce --segments` repeats it): on
+# Chosen by measurement (docs/communicators.md, "Segments"; `bench.allreduce --segments` repeats it): on
 # shared memory one 102 MB MPI_Allreduce took 33 ms and the same bytes in 1-4 MiB pieces
 # 9-10 ms; 256 KiB pieces were slower again (per-call cost), 16 MiB and up lost the gain.
 DEFAULT_SEGMENT_BYTES = config.SETTINGS['segment_bytes'].default

@@ -24,7 +24,7 @@ MPI_Allreduce alone 5.7 ms; MPI_Iallreduce, then 34.5 ms of matrix products, the
 the wait still took 3.7 ms, two thirds of the all-reduce was left for it. Packing, rsap's Put
 rounds and the float16 sums are also steps no request could carry. A thread running the same
 blocking algorithms overlaps as long as it has a core to run on (mpi4py and numpy release the
-GIL in MPI calls and large copies); figures in the README, "Double buffering".
+GIL in MPI calls and large copies); figures in docs/optimizer.md, "Double buffering".
 
 No deadlock when ranks differ in speed: every rank starts the all-reduce of step t before it
 waits for it at step t + 1, and a thread only waits for collectives that every rank's thread

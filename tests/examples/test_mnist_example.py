@@ -34,7 +34,7 @@ def test_mnist_example_learns(tmp_path, communicator, nprocs):
 @pytest.mark.parametrize('flags,nprocs,min_accuracy', [
     (['--double-buffering', '--fp16-allreduce', '--check-finite', '--warmup-epochs', '1'], 2,
      0.6),
-    # 1-step-stale momentum SGD learns slowly in 20 updates (README, double buffering):
+    # 1-step-stale momentum SGD learns slowly in 20 updates (docs/optimizer.md, double buffering):
     # well above chance (0.1) is what 2 epochs of 1000 images per rank show.
     (['--optimizer', 'momentum', '--lr', '0.05', '--double-buffering', '--communicator',
       'pure_allreduce'], 3, 0.25),

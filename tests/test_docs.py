@@ -1,0 +1,57 @@
+"""The docs hold together: every relative link and anchor resolves, and every file of
+measurements is listed with the command that made it."""
+import fnmatch
+import glob
+import itertools
+import os
+import re
+
+from conftest import ROOT
+
+
+def _anchors(path):
+    found = set()
+    for line in open(path):
+        m = re.match(r'^#+ (.*)', line)
+        if m:  # GitHub's rule: lower case, punctuation dropped, spaces to hyphens
+            found.add(re.sub(r'[^\w\- ]', '', m.group(1).strip().lower()).replace(' ', '-'))
+        found.update(re.findall(r'<a id="([^"]+)">', line))
+    return found
+
+
+def test_every_relative_link_and_anchor_resolves():
+    pages = [os.path.join(ROOT, 'README.md')] + glob.glob(os.path.join(ROOT, 'docs', '**', '*.md'),
+                                                          recursive=True)
+    broken = []
+    for page in pages:
+        for link in re.findall(r'\]\(([^)\s]+)\)', open(page).read()):
+            if link.startswith(('http://', 'https://')):
+                continue
+            path, _, anchor = link.partition('#')
+            target = os.path.normpath(os.path.join(os.path.dirname(page), path)) if path else page
+            if not os.path.exists(target):
+                broken.append((os.path.relpath(page, ROOT), link, 'no such file'))
+            elif anchor and os.path.isfile(target) and anchor not in _anchors(target):
+                broken.append((os.path.relpath(page, ROOT), link, 'no such heading'))
+    assert not broken, broken
+
+
+def _expand(pattern):
+    """`a-{x,y}.json` -> ['a-x.json', 'a-y.json'] (shell brace expansion, one level)."""
+    parts = re.split(r'\{([^}]*)\}', pattern)
+    choices = [[p] if i % 2 == 0 else p.split(',') for i, p in enumerate(parts)]
+    return [''.join(c) for c in itertools.product(*choices)]
+
+
+def test_every_measurement_file_is_listed_with_its_command():
+    folder = os.path.join(ROOT, 'docs', 'measurements')
+    index = open(os.path.join(folder, 'README.md')).read()
+    patterns = [p for token in re.findall(r'`([^`]+\.(?:json|png|md|\{[^}`]*\}))`', index)
+                for p in _expand(token)]
+    unlisted = []
+    for path in glob.glob(os.path.join(folder, '**', '*'), recursive=True):
+        name = os.path.relpath(path, folder)
+        if os.path.isfile(path) and name != 'README.md' and \
+                not any(fnmatch.fnmatch(name, p) for p in patterns):
+            unlisted.append(name)
+    assert not unlisted, unlisted
