@@ -17,5 +17,5 @@ setup(
         'fast': ['numba', 'threadpoolctl', 'psutil'],
         'plot': ['matplotlib'],
     },
-    entry_points={'console_scripts': ['chainermn-torus=chainermn_torus.cli:main']},
+    entry_points={'console_scripts': ['chainermn-torus=chainermn_torus.tools.cli:main']},
 )

@@ -28,7 +28,7 @@ def __getattr__(name):  # PEP 562: the classes import their modules (and MPI) on
 def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering=False,
                                 zero_fill=True, **options):
     """See ``chainermn_torus.optimizers.multi_node.create_multi_node_optimizer``."""
-    from chainermn_torus import _startup
+    from chainermn_torus.runtime import startup as _startup
     from chainermn_torus.optimizers import multi_node
     _startup.start()  # the communicator may be ChainerMN's own (naive): start here too
     return multi_node.create_multi_node_optimizer(

@@ -43,7 +43,7 @@ def main(argv=None):
         # No forced name: the options still reach every communicator of ours the script
         # makes through the factory (passed explicitly, not through the environment).
         set_defaults(**kwargs)
-    from chainermn_torus import _startup
+    from chainermn_torus.runtime import startup as _startup
     _startup.start()  # the abort hook, as for a script that creates a communicator of ours
     sys.argv = [opts.script] + list(opts.args)
     # As `python script.py` would: the script's directory first on the path.

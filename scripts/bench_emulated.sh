@@ -15,7 +15,7 @@ for cfg in "4 1" "2 2" "4 2"; do
     set -- $cfg; K=$1; R=$2
     bash $E down >/dev/null 2>&1 || true
     bash $E up "$K" "$RATE"
-    bash $E run "$R" .venv/bin/python -m chainermn_torus.calibrate \
+    bash $E run "$R" .venv/bin/python -m chainermn_torus.tools.calibrate \
         --output "$OUT/network-${K}x${R}.json" 2>&1 | grep -v -i warn
     if [ "$R" = 1 ]; then grids="2x2 4x1"; else grids="${R}x${K} $((K * R))x1"; fi
     [ "$K" = 4 ] && [ "$R" = 2 ] && grids="2x4"

@@ -40,8 +40,8 @@ from PIL import Image  # NOQA: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # run from a checkout without installing the package
-from chainermn_torus.datasets import DEFAULT_MNIST_DIR, read_idx  # NOQA: E402
-from chainermn_torus.imagenet_data import compute_mean, read_list  # NOQA: E402
+from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR, read_idx  # NOQA: E402
+from chainermn_torus.datasets.imagenet import compute_mean, read_list  # NOQA: E402
 
 # Fashion-MNIST's labels 0..9, as folder names (ImageNet uses WordNet ids there).
 CLASSES = ('tshirt_top', 'trouser', 'pullover', 'dress', 'coat', 'sandal', 'shirt',

@@ -52,7 +52,7 @@ def run_cli(argv, cwd=ROOT):
     import contextlib
     import io
     import types
-    from chainermn_torus import cli
+    from chainermn_torus.tools import cli
     out, err, here = io.StringIO(), io.StringIO(), os.getcwd()
     try:
         os.chdir(cwd)

@@ -6,7 +6,7 @@ import os
 import numpy
 import pytest
 
-from chainermn_torus.datasets import DEFAULT_MNIST_DIR
+from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
 from conftest import ROOT, run_mpi
 
 EXAMPLE = os.path.join(ROOT, 'examples', 'mnist', 'train_mnist.py')

@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-from chainermn_torus import cli, config
+from chainermn_torus import config
+from chainermn_torus.tools import cli
 from conftest import ROOT
 
 

@@ -4,7 +4,7 @@ import os
 import numpy
 import pytest
 
-from chainermn_torus.datasets import DEFAULT_MNIST_DIR, load_mnist_idx, read_idx
+from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR, load_mnist_idx, read_idx
 
 
 def write_idx(path, array):

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from chainermn_torus.datasets import DEFAULT_MNIST_DIR
+from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
 from conftest import ranks, run_mpi, worker
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
@@ -64,7 +64,7 @@ def test_watchdog_stays_quiet_in_a_healthy_run():
 
 
 def test_watchdog_bad_value():
-    from chainermn_torus import watchdog
+    from chainermn_torus.runtime import watchdog
     with pytest.raises(ValueError, match='number of seconds > 0'):
         watchdog.Watchdog(0)
     os.environ[watchdog.WATCHDOG_ENV] = 'soon'

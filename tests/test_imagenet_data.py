@@ -15,9 +15,9 @@ import pytest
 from PIL import Image
 
 from conftest import ROOT
-from chainermn_torus import imagenet_data
-from chainermn_torus.datasets import DEFAULT_MNIST_DIR
-from chainermn_torus.imagenet_data import PreprocessedDataset, compute_mean, read_list
+from chainermn_torus.datasets import imagenet as imagenet_data
+from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
+from chainermn_torus.datasets.imagenet import PreprocessedDataset, compute_mean, read_list
 
 BUILDER = os.path.join(ROOT, 'scripts', 'make_imagenet_subset.py')
 COMPUTE_MEAN = os.path.join(ROOT, 'examples', 'imagenet', 'compute_mean.py')

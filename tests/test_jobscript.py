@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from chainermn_torus.datasets import DEFAULT_MNIST_DIR
+from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
 from conftest import ROOT, run_cli
 
 TRAIN = ['--', 'python', 'examples/mnist/train_mnist.py', '--epoch', '1']

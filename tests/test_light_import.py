@@ -24,7 +24,7 @@ hook = sys.excepthook
 import chainermn, chainermn_torus
 assert chainermn.create_communicator is chainermn_torus.create_communicator
 print(sorted(m for m in ('mpi4py.MPI', 'numba', 'chainermn_torus.communicators.rsap',
-                         'chainermn_torus.timeline') if m in sys.modules))
+                         'chainermn_torus.runtime.timeline') if m in sys.modules))
 print(sys.excepthook is hook)
 print(chainermn_torus.RsapCommunicator.__name__, 'mpi4py.MPI' in sys.modules)
 ''')
@@ -47,7 +47,7 @@ except ValueError as e:
 def test_jobscript_dry_run_starts_no_mpi():
     out = python('''
 import sys
-from chainermn_torus import cli
+from chainermn_torus.tools import cli
 cli.main(['jobscript', '--system', 'slurm', '--nodes', '2', '--ranks-per-node', '4',
           '--grid', '4x2', '--dry-run', '--', 'python', 'train.py'])
 print('MPI loaded:', 'mpi4py.MPI' in sys.modules, 'numba' in sys.modules)
@@ -73,3 +73,22 @@ def test_launcher_installs_the_abort_hook_for_a_script_using_naive():
     assert proc.returncode != 0
     assert 'Uncaught exception on rank 1' in proc.stderr, proc.stderr[-3000:]
     assert 'OK rank 0 reached the barrier' not in proc.stdout
+
+
+def test_library_code_never_imports_the_command_line_tools():
+    # tools/ (cli, jobscript, timeline merge/plot, calibrate's command) sits on top of the
+    # library, never under it; the two documented old paths are the only shims.
+    import re
+    package = os.path.join(ROOT, 'chainermn_torus')
+    offenders = []
+    for base, _, files in os.walk(package):
+        rel = os.path.relpath(base, package)
+        if rel.split(os.sep)[0] in ('tools', 'bench'):
+            continue
+        for name in files:
+            if name.endswith('.py') and not (rel == '.' and name == 'cli.py'):
+                text = open(os.path.join(base, name)).read()
+                if re.search(r'^\s*(from chainermn_torus\.tools\b|import chainermn_torus\.tools|'
+                             r'from chainermn_torus import .*\btools\b)', text, re.M):
+                    offenders.append(os.path.join(rel, name))
+    assert not offenders, offenders

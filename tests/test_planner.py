@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from chainermn_torus import planner
+from chainermn_torus.planning import planner
 from conftest import ROOT, run_cli, run_mpi
 
 MB = planner.MODEL_BYTES
@@ -101,7 +101,7 @@ def test_model_bytes_from_a_snapshot(tmp_path):
 
 def test_calibrate_on_real_ranks_writes_a_usable_network(tmp_path):
     out = tmp_path / 'net.json'
-    proc = run_mpi(2, ['-m', 'chainermn_torus.calibrate', '--output', str(out), '--bytes',
+    proc = run_mpi(2, ['-m', 'chainermn_torus.tools.calibrate', '--output', str(out), '--bytes',
                        str(1 << 20), '--reps', '3'], timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     net = planner.load_network(str(out))
@@ -111,21 +111,21 @@ def test_calibrate_on_real_ranks_writes_a_usable_network(tmp_path):
 
 
 def test_calibrate_alone_or_unwritable_fails_clearly(tmp_path):
-    proc = run_mpi(1, ['-m', 'chainermn_torus.calibrate', '--output',
+    proc = run_mpi(1, ['-m', 'chainermn_torus.tools.calibrate', '--output',
                        str(tmp_path / 'n.json')], timeout=60)
     assert proc.returncode != 0 and 'needs 2 ranks' in proc.stderr
     if os.geteuid() != 0:
         ro = tmp_path / 'ro'
         ro.mkdir()
         ro.chmod(0o500)
-        proc = run_mpi(2, ['-m', 'chainermn_torus.calibrate', '--output',
+        proc = run_mpi(2, ['-m', 'chainermn_torus.tools.calibrate', '--output',
                            str(ro / 'n.json')], timeout=60)
         assert proc.returncode != 0 and 'cannot write' in proc.stderr
 
 
 def test_calibrate_gives_up_on_a_silent_peer():
     # A receive nobody answers: the deadline turns the would-be hang into an error.
-    code = ('from mpi4py import MPI; from chainermn_torus.calibrate import _wait; import time\n'
+    code = ('from mpi4py import MPI; from chainermn_torus.planning.calibrate import _wait; import time\n'
             'req = MPI.COMM_SELF.Irecv(bytearray(8), 0, 7)\n'
             'try:\n    _wait(req, time.monotonic() + 0.3, "rank 3 on node9")\n'
             'except RuntimeError as e:\n    print(e)\n    req.Cancel()\n')

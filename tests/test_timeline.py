@@ -6,8 +6,9 @@ import sys
 
 import pytest
 
-from chainermn_torus import timeline
-from chainermn_torus.datasets import DEFAULT_MNIST_DIR
+from chainermn_torus.runtime import timeline
+from chainermn_torus.tools import timeline as timeline_tools
+from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
 from conftest import ROOT, run_mpi
 
 EXAMPLE = os.path.join(ROOT, 'examples', 'mnist', 'train_mnist.py')
@@ -27,9 +28,9 @@ def test_mnist_run_writes_a_trace_per_rank_and_merges(tmp_path, flags, comm_phas
     proc = run_mpi(2, [EXAMPLE, '--epoch', '1', '--limit', '1000', '--out', str(tmp_path),
                        '--timeline', prefix] + flags, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    files = timeline.rank_files(prefix)
+    files = timeline_tools.rank_files(prefix)
     assert [os.path.basename(f) for f in files] == ['tl.rank0.json', 'tl.rank1.json']
-    merged = timeline.merge(prefix)['traceEvents']
+    merged = timeline_tools.merge(prefix)['traceEvents']
     spans = [e for e in merged if e['ph'] == 'X']
     names = {e['name'] for e in spans}
     assert {'forward_backward', 'update'} | comm_phases <= names, names
@@ -43,7 +44,7 @@ def test_mnist_run_writes_a_trace_per_rank_and_merges(tmp_path, flags, comm_phas
         assert {e['tid'] for e in spans if e['name'] == 'reduce (shm)'} == {1}
     out = tmp_path / 'trace.json'
     png = tmp_path / 'tl.png'
-    cli = [sys.executable, '-m', 'chainermn_torus.cli', 'timeline']
+    cli = [sys.executable, '-m', 'chainermn_torus.tools.cli', 'timeline']
     for args, path in ((['merge', prefix, '-o', str(out)], out),
                        (['plot', prefix, '-o', str(png), '--first', '2'], png)):
         p = subprocess.run(cli + args, capture_output=True, text=True, cwd=ROOT, timeout=120)
@@ -55,8 +56,8 @@ def test_timeline_bad_input(tmp_path):
     with pytest.raises(ValueError, match='does not exist or is not writable'):
         timeline.enable(str(tmp_path / 'missing' / 'tl'))
     with pytest.raises(ValueError, match='no timeline files'):
-        timeline.rank_files(str(tmp_path / 'nothing'))
-    p = subprocess.run([sys.executable, '-m', 'chainermn_torus.cli', 'timeline', 'plot',
+        timeline_tools.rank_files(str(tmp_path / 'nothing'))
+    p = subprocess.run([sys.executable, '-m', 'chainermn_torus.tools.cli', 'timeline', 'plot',
                         str(tmp_path / 'nothing'), '-o', str(tmp_path / 'x.png')],
                        capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert p.returncode == 2 and 'no timeline files' in p.stderr

@@ -31,8 +31,9 @@ import numpy
 
 import chainermn_torus
 from chainermn_torus.bench.gradient_sets import MLP
-from chainermn_torus.datasets import DEFAULT_MNIST_DIR, load_mnist_idx
-from chainermn_torus.optimizers import fpenv, threads
+from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR, load_mnist_idx
+from chainermn_torus.optimizers import fpenv
+from chainermn_torus.runtime import threads
 from chainermn_torus.optimizers.multi_node import create_multi_node_optimizer
 
 CONFIGS = {

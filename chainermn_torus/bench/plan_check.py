@@ -16,7 +16,7 @@ import os
 import re
 import statistics
 
-from chainermn_torus import planner
+from chainermn_torus.planning import planner
 
 ROW = re.compile(r'^(rsaa|rsap|shm|rsap_notify|rsap_pscw|rsap_acc)\((\d+)x(\d+)\)$')
 MODELLED = {'rsaa': 'rsaa', 'rsap': 'rsap', 'shm': 'shm', 'rsap_notify': 'rsap'}

@@ -11,8 +11,9 @@ from chainermn.communicators import mpi_communicator_base
 import numpy
 from mpi4py import MPI
 
-from chainermn_torus import _startup, config
-from chainermn_torus import timeline as _timeline
+from chainermn_torus import config
+from chainermn_torus.runtime import startup as _startup
+from chainermn_torus.runtime import timeline as _timeline
 from chainermn_torus.communicators import _packing
 from chainermn_torus.communicators._averaging import prescale
 from chainermn_torus.communicators._debug import check_means_finite
@@ -54,7 +55,7 @@ _BUDGET = []  # applied once per process, by the first communicator
 def _apply_budget_once(comm):
     """C/R BLAS/numba threads for this rank (see optimizers.threads); printed once per node."""
     if not _BUDGET:
-        from chainermn_torus.optimizers import threads
+        from chainermn_torus.runtime import threads
         budget = threads.apply_thread_budget(None, comm.intra_size)
         _BUDGET.append(budget)
         if comm.intra_rank == 0 and not config.quiet():

@@ -17,7 +17,7 @@ shared-memory window instead (``_shm``); only the column all-reduce sends messag
 import numpy
 from mpi4py import MPI
 
-from chainermn_torus import timeline as _timeline
+from chainermn_torus.runtime import timeline as _timeline
 from chainermn_torus.communicators import _packing
 from chainermn_torus.communicators._averaging import divide_by_size
 from chainermn_torus.communicators._half import HalfReducer

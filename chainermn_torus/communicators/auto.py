@@ -10,7 +10,8 @@ this one's MPI communicator, and logs the choice and the runner-up on rank 0.
 """
 import os
 
-from chainermn_torus import config, planner
+from chainermn_torus import config
+from chainermn_torus.planning import planner
 from chainermn_torus.communicators import _packing
 from chainermn_torus.communicators._base import TorusCommunicatorBase
 
@@ -26,7 +27,7 @@ def _network(mpi_comm, network, measure_timeout):
         return planner.load_network(planner.DEFAULT_NETWORK_FILE), planner.DEFAULT_NETWORK_FILE
     if mpi_comm.size == 1:
         return planner.PRESETS['ofp'], 'one rank: nothing to measure'
-    from chainermn_torus.calibrate import calibrate
+    from chainermn_torus.planning.calibrate import calibrate
     data = calibrate(mpi_comm, large=4 << 20, reps=5, timeout=measure_timeout,
                      name='measured at start-up')
     data = mpi_comm.bcast(data, root=0)

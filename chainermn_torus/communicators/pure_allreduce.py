@@ -8,7 +8,7 @@ pass over the buffer is spent on dividing.
 """
 from mpi4py import MPI
 
-from chainermn_torus import timeline as _timeline
+from chainermn_torus.runtime import timeline as _timeline
 from chainermn_torus.communicators._base import TorusCommunicatorBase
 from chainermn_torus.communicators._half import HalfReducer
 

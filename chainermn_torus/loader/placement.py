@@ -120,7 +120,7 @@ def plan_placement(policy='sibling', intra_rank=0, intra_size=1, loader_processe
 
 def apply_placement(plan, threads=None):
     """Pin this (compute) process to the plan's compute CPUs and size its BLAS threads."""
-    from chainermn_torus.optimizers import threads as thread_budget
+    from chainermn_torus.runtime import threads as thread_budget
     if plan.compute_cpus is None:
         return None
     os.sched_setaffinity(0, plan.compute_cpus)

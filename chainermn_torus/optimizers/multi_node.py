@@ -45,7 +45,7 @@ import numba
 import numpy
 from mpi4py import MPI
 
-from chainermn_torus import timeline as _timeline
+from chainermn_torus.runtime import timeline as _timeline
 from chainermn_torus.optimizers import fpenv, fused as fused_mod, kernels
 
 __all__ = ['create_multi_node_optimizer', 'NonFiniteGradientError']
@@ -89,11 +89,11 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
             BACKGROUND_POLL_S; an option for MPIs whose blocking waits burn a core the
             compute needs). ChainerMN's communicators always block.
         watchdog: seconds without a finished step after which this rank aborts the whole
-            job (a peer died or hangs; see ``chainermn_torus.watchdog``); default
+            job (a peer died or hangs; see ``chainermn_torus.runtime.watchdog``); default
             ``$CHAINERMN_TORUS_WATCHDOG`` or off.
         check_replicas: every this many steps, compare a hash of the parameters across ranks
             and raise ReplicaMismatchError on every rank if they differ (see
-            ``chainermn_torus.replicas``); None: never.
+            ``chainermn_torus.extensions.replicas``); None: never.
     """
     if check_replicas is not None and (int(check_replicas) != check_replicas
                                        or check_replicas < 1):
@@ -115,7 +115,7 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
                       file=sys.stderr, flush=True)
     if flush_denormals:
         fpenv.set_flush_denormals(True)
-    from chainermn_torus import watchdog as watchdog_mod
+    from chainermn_torus.runtime import watchdog as watchdog_mod
     dog = watchdog_mod.from_env(watchdog)
     if double_buffering:
         opt = _DoubleBufferingOptimizer(actual_optimizer, communicator, zero_fill, check_finite,
@@ -193,7 +193,7 @@ class _MultiNodeOptimizer(object):
     def update(self, lossfun=None, *args, **kwds):
         self._update(lossfun, *args, **kwds)
         if self.check_replicas and self.iterations % self.check_replicas == 0:
-            from chainermn_torus.replicas import check_replicas
+            from chainermn_torus.extensions.replicas import check_replicas
             check_replicas(self.communicator, self.target, self.iterations)
         if self.watchdog is not None:
             self.watchdog.beat('between steps (data, extensions, or the next forward)')

@@ -17,7 +17,7 @@ os.environ.setdefault('MPI4PY_RC_INITIALIZE', '0')
 
 import numpy  # NOQA: E402
 
-from chainermn_torus.imagenet_data import compute_mean, read_list  # NOQA: E402
+from chainermn_torus.datasets.imagenet import compute_mean, read_list  # NOQA: E402
 
 
 def main(argv=None):

@@ -36,7 +36,8 @@ from chainer import training
 from chainer.training import extensions
 import numpy
 
-from chainermn_torus import checkpoint, config
+from chainermn_torus import config
+from chainermn_torus.extensions import checkpoint
 
 # Importing chainermn_torus starts no MPI; the first communicator does, in main(), after
 # MultiprocessIterator's forkserver has been started (see start_forkserver_without_mpi).
@@ -112,7 +113,7 @@ def start_forkserver_without_mpi():
     """
     multiprocessing.set_start_method('forkserver', force=True)
     # Preloaded once in the server, so workers start without importing chainer again.
-    multiprocessing.set_forkserver_preload(['__main__', 'chainermn_torus.imagenet_data'])
+    multiprocessing.set_forkserver_preload(['__main__', 'chainermn_torus.datasets.imagenet'])
     saved = dict(os.environ)
     try:
         for name in list(os.environ):
@@ -300,7 +301,7 @@ def parse_args(argv=None):
 
 def load_data(args):
     """Rank 0's part: the lists, the mean and the datasets. Raises OSError/ValueError."""
-    from chainermn_torus.imagenet_data import PreprocessedDataset, read_list
+    from chainermn_torus.datasets.imagenet import PreprocessedDataset, read_list
 
     train_pairs = read_list(args.train, args.root)
     val_pairs = read_list(args.val, args.root)
@@ -362,7 +363,7 @@ def main():
         start_forkserver_without_mpi()  # before the communicator, i.e. before MPI_Init
 
     import chainermn
-    from chainermn_torus.optimizers import threads
+    from chainermn_torus.runtime import threads
 
     comm = chainermn.create_communicator(args.communicator)
     checkpoint.check_output(comm, args.out)  # now, on every rank: not after training

@@ -24,12 +24,13 @@ import chainermn
 import chainermn.optimizers
 import numpy
 
-import chainermn_torus  # NOQA: registers pure_allreduce, rsaa, rsap
-from chainermn_torus import checkpoint, config
-from chainermn_torus.datasets import DEFAULT_MNIST_DIR, load_mnist_idx
-from chainermn_torus.optimizers import threads
+import chainermn_torus  # NOQA: registers pure_allreduce, rsaa, rsap (the import alone)
+from chainermn_torus import config
+from chainermn_torus.extensions import checkpoint
+from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR, load_mnist_idx
+from chainermn_torus.runtime import threads, timeline
 from chainermn_torus.optimizers.large_batch import GradualWarmup, linear_scaling
-from chainermn_torus.timing import time_gradient_communication
+from chainermn_torus.extensions.timing import time_gradient_communication
 
 OPTIMIZERS = {
     'adam': (lambda lr: chainer.optimizers.Adam(alpha=lr), 'alpha', 0.001),
@@ -102,7 +103,7 @@ def main():
     args = parser.parse_args()
     checkpoint.check_arguments(parser, args)
     if args.timeline:
-        chainermn_torus.timeline.enable(args.timeline)
+        timeline.enable(args.timeline)
 
     kwargs = {'grid': args.grid} if args.grid else {}
     if args.fp16_allreduce:

@@ -4,7 +4,7 @@
 # scripts.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-J=".venv/bin/python -m chainermn_torus.cli jobscript"
+J=".venv/bin/python -m chainermn_torus.tools.cli jobscript"
 IMAGENET=(python examples/imagenet/train_imagenet.py data/imagenet/train.txt
           data/imagenet/val.txt --arch resnet50 --loader ours --affinity dedicated
           --checkpoint-dir results/ckpt --auto-resume)

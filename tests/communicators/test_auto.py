@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from chainermn_torus import planner
+from chainermn_torus.planning import planner
 from conftest import assert_ok, run_mpi, worker
 
 

@@ -7,7 +7,7 @@ import pytest
 from conftest import ROOT, run_mpi
 
 pytestmark = pytest.mark.example  # runs an example end to end: full tier
-from chainermn_torus.datasets import DEFAULT_MNIST_DIR
+from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
 
 EXAMPLE = os.path.join(ROOT, 'examples', 'mnist', 'train_mnist.py')
 

@@ -141,14 +141,14 @@ def test_cli_prints_the_plan(tmp_path):
     import sys
     make_sysfs(tmp_path / 'knl', [(c, 0, c % 68) for c in range(272)])
     out = subprocess.run(
-        [sys.executable, '-m', 'chainermn_torus.cli', 'topology', '--sysfs',
+        [sys.executable, '-m', 'chainermn_torus.tools.cli', 'topology', '--sysfs',
          str(tmp_path / 'knl'), '--policy', 'dedicated', '--dedicated-cores', '4',
          '--ranks-per-node', '1'], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert '272 CPUs = 68 cores x 4 hardware threads' in out.stdout
     assert 'compute on CPUs 0-63' in out.stdout
     bad = subprocess.run(
-        [sys.executable, '-m', 'chainermn_torus.cli', 'topology', '--sysfs',
+        [sys.executable, '-m', 'chainermn_torus.tools.cli', 'topology', '--sysfs',
          str(tmp_path / 'knl'), '--policy', 'dedicated', '--dedicated-cores', '68'],
         capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "'dedicated' needs more cores" in bad.stderr

@@ -10,7 +10,7 @@ import numpy
 
 import chainermn
 import chainermn_torus  # NOQA
-from chainermn_torus.replicas import ReplicaMismatchError
+from chainermn_torus.extensions.replicas import ReplicaMismatchError
 
 MODE = sys.argv[1]
 

@@ -17,7 +17,7 @@ import numpy
 
 import chainermn
 import chainermn_torus  # NOQA: the communicators, the wrapper, the abort hook
-from chainermn_torus.datasets import load_mnist_idx
+from chainermn_torus.datasets.mnist import load_mnist_idx
 
 MODE, FAULT_RANK, FAULT_STEP = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 

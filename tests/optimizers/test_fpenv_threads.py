@@ -6,7 +6,8 @@ import textwrap
 
 import pytest
 
-from chainermn_torus.optimizers import fpenv, threads
+from chainermn_torus.optimizers import fpenv
+from chainermn_torus.runtime import threads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -65,7 +66,7 @@ def test_budget_is_applied_to_blas_and_numba_and_can_be_overridden():
     out = _python('''
         from threadpoolctl import threadpool_info
         import numba
-        from chainermn_torus.optimizers import threads
+        from chainermn_torus.runtime import threads
         b = threads.apply_thread_budget(1)
         blas = {i['num_threads'] for i in threadpool_info()}
         print(b['threads'], sorted(blas), numba.get_num_threads(), b['reason'])

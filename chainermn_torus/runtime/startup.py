@@ -20,6 +20,7 @@ def start():
     if _started:
         return
     _started.append(True)
-    from chainermn_torus import abort, timeline
+    from chainermn_torus.runtime import abort
+    from chainermn_torus.runtime import timeline
     timeline.enable_from_env()  # CHAINERMN_TORUS_TIMELINE=PREFIX
     abort.install()

@@ -12,17 +12,13 @@ host: 8 bytes for the latency (half the round trip) and a large message for the 
 rate (mem) are timed with numpy on rank 0. Medians of several repetitions. Every wait has
 a deadline, so an unreachable peer ends in an error naming it instead of a hang.
 """
-import argparse
-import json
-import os
 import socket
 import statistics
-import sys
 import time
 
 import numpy
 
-__all__ = ['calibrate', 'main']
+__all__ = ['calibrate']
 
 TAG = 4242
 
@@ -127,47 +123,3 @@ def calibrate(comm, large=16 << 20, reps=9, timeout=20.0, name=None):
             'beta_put': None if put is None else max(put - result['inter'][0], 1e-12) / large,
             'source': 'chainermn-torus calibrate, {}; {}'.format(
                 time.strftime('%Y-%m-%d %H:%M'), '; '.join(notes) or 'two hosts measured')}
-
-
-def main(argv=None):
-    from chainermn_torus.planner import DEFAULT_NETWORK_FILE, Network
-    p = argparse.ArgumentParser(prog='chainermn-torus calibrate', description=__doc__.split(
-        '\n')[0])
-    p.add_argument('--output', default=DEFAULT_NETWORK_FILE,
-                   help='where to save the figures (default %(default)s)')
-    p.add_argument('--bytes', type=int, default=16 << 20, help='large message size')
-    p.add_argument('--reps', type=int, default=9)
-    p.add_argument('--timeout', type=float, default=20.0,
-                   help='seconds to wait for a peer before giving up')
-    p.add_argument('--name', default=None)
-    args = p.parse_args(argv)
-    if args.bytes < 1024 or args.reps < 1 or args.timeout <= 0:
-        p.error('--bytes must be >= 1024, --reps >= 1, --timeout > 0')
-    from mpi4py import MPI
-    comm = MPI.COMM_WORLD
-    out_dir = os.path.dirname(os.path.abspath(args.output))
-    if comm.rank == 0:
-        try:
-            os.makedirs(out_dir, exist_ok=True)
-            if not os.access(out_dir, os.W_OK):
-                raise OSError('not writable')
-        except OSError as e:
-            sys.stderr.write('chainermn-torus calibrate: cannot write {} ({})\n'.format(
-                args.output, e))
-            comm.Abort(2)
-    try:
-        data = calibrate(comm, args.bytes, args.reps, args.timeout, args.name)
-    except RuntimeError as e:
-        sys.stderr.write('{}\n'.format(e))
-        sys.stderr.flush()
-        comm.Abort(3)
-    if comm.rank == 0:
-        with open(args.output, 'w') as f:
-            json.dump(data, f, indent=2)
-        print(Network.from_dict(data).describe())
-        print('saved to ' + args.output)
-    return 0
-
-
-if __name__ == '__main__':
-    sys.exit(main())

@@ -224,7 +224,7 @@ def build_parser():
     p.add_argument('--stage-out', default=None, help='K: where rank 0 results go')
     p.add_argument('--watchdog', type=float, default=900, metavar='SECONDS',
                    help='abort the job when no training step finishes for this long '
-                        '(default %(default)s; 0: off; chainermn_torus.watchdog)')
+                        '(default %(default)s; 0: off; chainermn_torus.runtime.watchdog)')
     p.add_argument('--workdir', default=None,
                    help='local: directory the job runs in (default: the current one)')
     p.add_argument('--venv', default=None, metavar='BIN',

@@ -2,7 +2,7 @@
 
 MPI launchers end the job when a rank exits abnormally (MPICH's hydra, srun with
 --kill-on-bad-exit), and an uncaught exception calls MPI_Abort through our abort hook
-(``chainermn_torus.abort``). What neither catches is a rank that stays alive but stops:
+(``chainermn_torus.runtime.abort``). What neither catches is a rank that stays alive but stops:
 stuck in I/O, in a deadlock, or waiting in a collective for a peer on a node that froze.
 Every rank then waits until the batch job's time limit.
 
@@ -72,7 +72,7 @@ class Watchdog(object):
                 # Give the launcher a moment to forward the message: MPI_Abort tears the job
                 # down at once, and output still in the launcher's pipes can be lost (seen
                 # with 4 ranks whose watchdogs all fired together).
-                from chainermn_torus.abort import ABORT_DELAY_S
+                from chainermn_torus.runtime.abort import ABORT_DELAY_S
                 time.sleep(ABORT_DELAY_S)
                 self._abort()
                 return

@@ -1,0 +1,104 @@
+"""``chainermn-torus timeline merge|plot``: the ranks' timeline files as one Chrome trace, or
+a Gantt chart of a few iterations (the recorder is ``chainermn_torus.runtime.timeline``)."""
+import glob
+import json
+import os
+import sys
+
+from chainermn_torus.runtime.timeline import TIMELINE_ENV
+
+__all__ = ['rank_files', 'merge', 'plot', 'main']
+
+
+def rank_files(prefix):
+    files = sorted(glob.glob(glob.escape(prefix) + '.rank*.json'),
+                   key=lambda p: int(p.rsplit('.rank', 1)[1].split('.')[0]))
+    if not files:
+        raise ValueError('chainermn_torus: no timeline files {}.rank*.json; was the run '
+                         'started with {}={}?'.format(prefix, TIMELINE_ENV, prefix))
+    return files
+
+
+def merge(prefix):
+    events = []
+    for path in rank_files(prefix):
+        with open(path) as f:
+            events.extend(json.load(f)['traceEvents'])
+    return {'traceEvents': events, 'displayTimeUnit': 'ms'}
+
+
+COLORS = {'forward_backward': '#4c72b0', 'update': '#55a868', 'wait': '#c44e52',
+          'pack': '#8172b2', 'reduce_scatter': '#ccb974', 'allreduce': '#64b5cd',
+          'allgather': '#dd8452', 'put': '#dd8452', 'reduce (shm)': '#ccb974',
+          'gather (shm)': '#dd8452', 'tail': '#999999'}
+
+
+def plot(prefix, out, first=None, count=3):
+    """A Gantt chart of ``count`` iterations (from ``first``, default the middle) per rank."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    trace = merge(prefix)['traceEvents']
+    spans = [e for e in trace if e.get('ph') == 'X']
+    names = {e['pid']: e['args']['name'] for e in trace if e.get('name') == 'process_name'}
+    iters = sorted({e['args']['iteration'] for e in spans})
+    if first is None:
+        first = iters[len(iters) // 2] if iters else 0
+    keep = [e for e in spans if first <= e['args']['iteration'] < first + count]
+    if not keep:
+        raise ValueError('chainermn_torus: no recorded phases in iterations {}..{} (the run has '
+                         '{} .. {})'.format(first, first + count - 1, iters[0] if iters else '-',
+                                            iters[-1] if iters else '-'))
+    t0 = min(e['ts'] for e in keep)
+    rows = sorted({(e['pid'], e['tid']) for e in keep})
+    fig, ax = plt.subplots(figsize=(12, 1.6 + 0.45 * len(rows)))
+    seen = set()
+    for y, (pid, tid) in enumerate(rows):
+        for e in keep:
+            if (e['pid'], e['tid']) != (pid, tid):
+                continue
+            label = e['name'] if e['name'] not in seen else None
+            seen.add(e['name'])
+            ax.barh(y, e['dur'] / 1e3, left=(e['ts'] - t0) / 1e3, height=0.7,
+                    color=COLORS.get(e['name'], '#777777'), label=label, edgecolor='none')
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels(['{}{}'.format(names.get(p, 'rank {}'.format(p)),
+                                      '' if t == 0 else ' comm') for p, t in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel('ms')
+    ax.set_title('{}: iterations {}-{}'.format(os.path.basename(prefix), first,
+                                               first + count - 1), pad=24)
+    ax.legend(loc='lower left', bbox_to_anchor=(0, 1.0), ncol=8, fontsize=8, frameon=False)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    return out
+
+
+def main(argv=None):
+    import argparse
+    p = argparse.ArgumentParser(prog='chainermn-torus timeline', description=__doc__.split(
+        '\n')[0])
+    sub = p.add_subparsers(dest='cmd')
+    m = sub.add_parser('merge', help='one Chrome trace from the ranks\' files')
+    m.add_argument('prefix')
+    m.add_argument('-o', '--output', required=True)
+    q = sub.add_parser('plot', help='PNG Gantt chart of a few iterations')
+    q.add_argument('prefix')
+    q.add_argument('-o', '--output', required=True)
+    q.add_argument('--first', type=int, default=None)
+    q.add_argument('--count', type=int, default=3)
+    args = p.parse_args(argv)
+    try:
+        if args.cmd == 'merge':
+            with open(args.output, 'w') as f:
+                json.dump(merge(args.prefix), f)
+        elif args.cmd == 'plot':
+            plot(args.prefix, args.output, args.first, args.count)
+        else:
+            p.print_help()
+            return 2
+    except ValueError as e:
+        sys.stderr.write('chainermn-torus timeline: {}\n'.format(e))
+        return 2
+    print('wrote ' + args.output)
+    return 0
