@@ -65,3 +65,23 @@ def test_allreduce_benchmark_with_debug_rows(tmp_path):
     assert names == ['naive', 'allreduce_1msg', 'pure_allreduce', 'rsap(2x1)', 'naive/debug',
                      'pure_allreduce/debug', 'rsap(2x1)/debug', 'copy_bound'], names
     assert res['ranks'] == 2 and all(r['median_ms'] > 0 for r in res['results'])
+
+
+def test_timing_wrapper_counts_seconds_and_calls_even_when_the_call_raises():
+    from chainermn_torus.extensions.timing import time_calls
+
+    class Owner(object):
+        def work(self, fail=False):
+            if fail:
+                raise RuntimeError('failed')
+            return 'done'
+
+    owner, other = Owner(), Owner()
+    stats = time_calls(owner, 'work', {'s': 0.0, 'n': 0}, 's', 'n')
+    assert owner.work() == 'done'
+    try:
+        owner.work(fail=True)
+    except RuntimeError:
+        pass
+    other.work()  # only the wrapped instance is timed
+    assert stats['n'] == 2 and stats['s'] > 0

@@ -3,26 +3,12 @@
 resnet50: ``chainer.links.ResNet50Layers(pretrained_model=None)`` (162 arrays, 25,557,096
 float32); mlp: the MNIST MLP 784-1000-1000-10 (6 arrays, 1,796,010 float32).
 """
-import chainer
-import chainer.functions as F
 import chainer.links as L
 import numpy
 
+from chainermn_torus.models import MLP  # NOQA: F401 (bench modules import it from here)
+
 __all__ = ['GRADIENT_SETS', 'MLP', 'make_model', 'model_params']
-
-
-class MLP(chainer.Chain):
-    """The MNIST MLP of ChainerMN's example (784-n_units-n_units-10, ReLU)."""
-
-    def __init__(self, n_units=1000, n_out=10):
-        super(MLP, self).__init__()
-        with self.init_scope():
-            self.l1 = L.Linear(784, n_units)
-            self.l2 = L.Linear(n_units, n_units)
-            self.l3 = L.Linear(n_units, n_out)
-
-    def forward(self, x):
-        return self.l3(F.relu(self.l2(F.relu(self.l1(x)))))
 
 
 def _resnet50():

@@ -19,7 +19,6 @@ double buffering: the wait for the background all-reduce), ``update``, and ``tot
 Final test accuracy after the same epochs, on the same test set.
 """
 import argparse
-import functools
 import json
 import time
 
@@ -30,7 +29,8 @@ import chainermn.optimizers
 import numpy
 
 import chainermn_torus
-from chainermn_torus.bench.gradient_sets import MLP
+from chainermn_torus.extensions.timing import time_calls
+from chainermn_torus.models import MLP
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR, load_mnist_idx
 from chainermn_torus.optimizers import fpenv
 from chainermn_torus.runtime import threads
@@ -45,17 +45,6 @@ CONFIGS = {
                                fp16=True),
 }
 PHASES = ('data', 'forward_backward', 'communication', 'update', 'total')
-
-
-def _timed(stats, key, fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        t0 = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            stats[key] += time.perf_counter() - t0
-    return wrapper
 
 
 class Run(object):
@@ -76,9 +65,8 @@ class Run(object):
             self.opt = chainermn.optimizers.create_multi_node_optimizer(actual, self.comm)
         self.opt.setup(self.model)
         self.acc = {'communication': 0.0, 'update': 0.0}
-        self.comm.multi_node_mean_grad = _timed(self.acc, 'communication',
-                                                self.comm.multi_node_mean_grad)
-        actual.update = _timed(self.acc, 'update', actual.update)
+        time_calls(self.comm, 'multi_node_mean_grad', self.acc, 'communication')
+        time_calls(actual, 'update', self.acc, 'update')
         self.iterator = chainer.iterators.SerialIterator(  # the same batches in every run
             train, batchsize, order_sampler=chainer.iterators.ShuffleOrderSampler(
                 numpy.random.RandomState(seed)))

@@ -1,27 +1,39 @@
-"""Time spent in gradient communication, for any communicator (ours or ChainerMN's).
+"""Where a training step's time goes, for any communicator (ours or ChainerMN's).
 
-``time_gradient_communication(comm)`` wraps the instance's ``multi_node_mean_grad`` so that
-examples can report the same figure for ``naive`` and for ``rsap``.
+One wrapper, used by the examples and the benchmarks alike: ``time_calls(owner, name,
+stats, key)`` replaces ``owner.name`` by a wrapper that adds each call's wall-clock seconds
+to ``stats[key]`` (an instance attribute shadowing the method, so only this object is
+timed). ``time_gradient_communication(comm)`` is that for ``multi_node_mean_grad``, so that
+the examples report the same figure for ``naive`` and for ``rsap``.
 """
 import functools
 import time
 
-__all__ = ['time_gradient_communication']
+__all__ = ['timed', 'time_calls', 'time_gradient_communication']
+
+
+def timed(fn, stats, key, count_key=None):
+    """``fn`` wrapped: each call adds its seconds to ``stats[key]`` (and 1 to
+    ``stats[count_key]`` when given), also when it raises."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            stats[key] += time.perf_counter() - t0
+            if count_key is not None:
+                stats[count_key] += 1
+    return wrapper
+
+
+def time_calls(owner, name, stats, key, count_key=None):
+    """Time every call of ``owner.name`` into ``stats``; returns ``stats``."""
+    setattr(owner, name, timed(getattr(owner, name), stats, key, count_key))
+    return stats
 
 
 def time_gradient_communication(comm):
     """Wrap comm.multi_node_mean_grad; returns a dict {'seconds': float, 'calls': int}."""
-    stats = {'seconds': 0.0, 'calls': 0}
-    inner = comm.multi_node_mean_grad
-
-    @functools.wraps(inner)
-    def timed(model, zero_fill=False):
-        t0 = time.perf_counter()
-        try:
-            return inner(model, zero_fill)
-        finally:
-            stats['seconds'] += time.perf_counter() - t0
-            stats['calls'] += 1
-
-    comm.multi_node_mean_grad = timed
-    return stats
+    return time_calls(comm, 'multi_node_mean_grad', {'seconds': 0.0, 'calls': 0},
+                      'seconds', 'calls')

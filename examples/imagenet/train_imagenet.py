@@ -38,6 +38,7 @@ import numpy
 
 from chainermn_torus import config
 from chainermn_torus.extensions import checkpoint
+from chainermn_torus.extensions.timing import time_calls
 
 # Importing chainermn_torus starts no MPI; the first communicator does, in main(), after
 # MultiprocessIterator's forkserver has been started (see start_forkserver_without_mpi).
@@ -174,23 +175,10 @@ class StepTimer(object):
     def __init__(self, comm, optimizer):
         self.rows = []
         self._spent = {'allreduce': 0.0, 'update': 0.0}
-        self._wrap(comm, 'multi_node_mean_grad', 'allreduce')
+        time_calls(comm, 'multi_node_mean_grad', self._spent, 'allreduce')
         # Instance attributes shadow the methods; set after setup(), which the fused
         # update may have changed.
-        self._wrap(optimizer.actual_optimizer, 'update', 'update')
-
-    def _wrap(self, owner, name, phase):
-        inner = getattr(owner, name)
-        spent = self._spent
-
-        def timed(*args, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return inner(*args, **kwargs)
-            finally:
-                spent[phase] += time.perf_counter() - t0
-
-        setattr(owner, name, timed)
+        time_calls(optimizer.actual_optimizer, 'update', self._spent, 'update')
 
     def start_step(self):
         for phase in self._spent:

@@ -16,7 +16,6 @@ import os
 import time
 
 import chainer
-import chainer.functions as F
 import chainer.links as L
 from chainer import training
 from chainer.training import extensions
@@ -28,6 +27,7 @@ import chainermn_torus  # NOQA: registers pure_allreduce, rsaa, rsap (the import
 from chainermn_torus import config
 from chainermn_torus.extensions import checkpoint
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR, load_mnist_idx
+from chainermn_torus.models import MLP  # ChainerMN's example's MLP, 784-unit-unit-10
 from chainermn_torus.runtime import threads, timeline
 from chainermn_torus.optimizers.large_batch import GradualWarmup, linear_scaling
 from chainermn_torus.extensions.timing import time_gradient_communication
@@ -37,21 +37,6 @@ OPTIMIZERS = {
     'momentum': (lambda lr: chainer.optimizers.MomentumSGD(lr=lr), 'lr', 0.01),
     'rmsprop': (lambda lr: chainer.optimizers.RMSprop(lr=lr), 'lr', 0.001),
 }
-
-
-class MLP(chainer.Chain):
-
-    def __init__(self, n_units, n_out):
-        super(MLP, self).__init__()
-        with self.init_scope():
-            self.l1 = L.Linear(784, n_units)
-            self.l2 = L.Linear(n_units, n_units)
-            self.l3 = L.Linear(n_units, n_out)
-
-    def forward(self, x):
-        h1 = F.relu(self.l1(x))
-        h2 = F.relu(self.l2(h1))
-        return self.l3(h2)
 
 
 def main():
