@@ -293,7 +293,7 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
         return _packing.PackedBuffer(layout, segment_elems)
 
     def _release_buffer(self, buf):
-        buf.detach_views()
+        buf.release()
 
     def _release_buffers(self):
         while self._buffers:

@@ -160,8 +160,12 @@ class PackedBuffer(object):
     nothing either (a float16 gradient, carried in float32, is copied back and cast).
     """
 
-    def __init__(self, layout, segment_elems=0, direct_min_elems=None, array=None):
+    def __init__(self, layout, segment_elems=0, direct_min_elems=None, array=None,
+                 memory=None):
+        # ``memory``: the object that owns ``array``'s memory and frees it (an RMA or a
+        # node-shared window), or None for numpy's.
         self.layout = layout
+        self.memory = memory
         self.array = numpy.empty(layout.size, dtype=layout.dtype) if array is None else array
         self._viewers = []  # params whose grads were last set to views of self.array
         self.mpi_type, self.mpi_sum = mpi_type_and_sum(layout.dtype)
@@ -244,6 +248,14 @@ class PackedBuffer(object):
             if p is not None and p.grad is not None and numpy.shares_memory(p.grad, self.array):
                 p.grad = p.grad.copy()
         self._viewers = []
+
+    def release(self):
+        """Detach the gradients, then free the memory's owner (collective for a window)."""
+        self.detach_views()
+        if self.memory is not None:
+            self.array = None
+            self.memory.free()
+            self.memory = None
 
     # --- parameters, as raw bytes -----------------------------------------------------------
     def pack_data_bytes(self, named_params):

@@ -67,6 +67,8 @@ class NodeBuffers(object):
         self.win.Lock_all(MPI.MODE_NOCHECK)
 
     def barrier(self):
+        if self.peers is None:
+            raise RuntimeError('chainermn_torus: this node-shared window was already freed')
         self.win.Sync()
         self.progress(self.comm, 'Barrier')
         self.win.Sync()

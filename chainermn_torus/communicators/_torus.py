@@ -67,22 +67,11 @@ class TorusPhases(object):
         if not self.shm or layout.size == 0 or layout.dtype == numpy.float16:
             return None  # float16 has no MPI sum either: it keeps the message phases
         node = NodeBuffers(self.grid.row_comm, layout.size, layout.dtype, self.progress)
-        buf = _packing.PackedBuffer(layout, segment_elems, array=node.array)
-        buf.node = node
-        buf.window = None
-        return buf
+        return _packing.PackedBuffer(layout, segment_elems, array=node.array, memory=node)
 
     def _end_call(self, buf):
-        node = getattr(buf, 'node', None)
-        if node is not None:
-            node.barrier()
-
-    def _release_node(self, buf):
-        node = getattr(buf, 'node', None)
-        if node is not None:
-            buf.array = None
-            node.free()
-            buf.node = None
+        if isinstance(buf.memory, NodeBuffers):
+            buf.memory.barrier()
 
     def _split(self, buf, lo, hi):
         """(divisor, main, c): main = the segment's M equal chunks of c elements; the rest,
@@ -92,7 +81,7 @@ class TorusPhases(object):
         return (1 if buf.prescaled else self.size), main, main // M
 
     def _mean_segment_shm(self, buf, lo, hi, src):
-        seg, node = buf.array[lo:hi], buf.node
+        seg, node = buf.array[lo:hi], buf.memory
         divisor, main, c = self._split(buf, lo, hi)
         if c:
             with _timeline.phase('reduce (shm)'):
@@ -116,7 +105,7 @@ class TorusPhases(object):
         return getattr(self, name)
 
     def _mean_segment(self, buf, lo, hi, src):
-        if getattr(buf, 'node', None) is not None:
+        if isinstance(buf.memory, NodeBuffers):
             return self._mean_segment_shm(buf, lo, hi, src)
         seg, mpi_type, op = buf.array[lo:hi], buf.mpi_type, buf.mpi_sum
         divisor, main, c = self._split(buf, lo, hi)

@@ -34,10 +34,6 @@ class RsaaCommunicator(TorusPhases, TorusCommunicatorBase):
             buf = super(RsaaCommunicator, self)._new_buffer(layout, segment_elems)
         return buf
 
-    def _release_buffer(self, buf):
-        super(RsaaCommunicator, self)._release_buffer(buf)  # grads stop viewing the memory
-        self._release_node(buf)
-
     def _row_gather(self, buf, lo, c, mpi_type):
         if self.grid.M > 1:
             # In place: this position's chunk already sits at its offset.

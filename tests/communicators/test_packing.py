@@ -52,3 +52,22 @@ def test_put_rounds_deliver_every_chunk_to_every_position(M):
     assert all(h == set(range(M)) for h in held)
     low = 1 << (M.bit_length() - 1)
     assert len(put_rounds(M)) == (low.bit_length() - 1) + (2 if M > low else 0)
+
+
+def test_put_window_owns_its_window_and_says_when_used_after_free():
+    import numpy
+    import pytest
+    from mpi4py import MPI
+    from chainermn_torus.communicators._packing import Layout, PackedBuffer
+    from chainermn_torus.communicators._window import PutWindow
+    for passive in (False, True):
+        window = PutWindow(MPI.COMM_SELF, 10, numpy.float32, passive=passive)
+        buf = PackedBuffer(Layout([('a', (10,), numpy.float32)]), array=window.array,
+                           memory=window)
+        buf.array[...] = 1.5
+        assert window.win != MPI.WIN_NULL
+        buf.release()  # frees the window it owns, once
+        assert buf.memory is None and buf.array is None
+        with pytest.raises(RuntimeError, match='already freed'):
+            window.win
+        window.free()  # a second free does nothing

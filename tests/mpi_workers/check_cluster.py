@@ -8,6 +8,7 @@ import numpy
 
 import chainermn
 import chainermn_torus  # NOQA
+from chainermn_torus.communicators._shm import NodeBuffers
 
 K, R = int(sys.argv[1]), int(sys.argv[2])
 
@@ -61,7 +62,7 @@ def main():
             assert len(set(digests)) == 1, name
             if name != 'pure_allreduce':
                 # float16 keeps the message phases (no MPI sum to read peers with).
-                in_shm = any(getattr(b, 'node', None) is not None for b in c._buffers.values())
+                in_shm = any(isinstance(b.memory, NodeBuffers) for b in c._buffers.values())
                 assert in_shm == (c.shm and dtype is None), (name, dtype, opts, in_shm)
             c.finalize()
     if R > 1:
