@@ -117,3 +117,32 @@ def pytest_collection_modifyitems(config, items):
             cache[module] = _mpi_functions(module)
         if getattr(item, 'originalname', None) in cache[module]:
             item.add_marker(pytest.mark.mpi)
+
+
+# --- no test writes into the checkout ------------------------------------------------------
+_SKIP_DIRS = {'.git', '.venv', '__pycache__', '.pytest_cache'}
+
+
+def _checkout_files():
+    found = set()
+    for base, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in _SKIP_DIRS and not d.endswith('.egg-info')]
+        found.update(os.path.relpath(os.path.join(base, f), ROOT) for f in files)
+        found.update(os.path.relpath(os.path.join(base, d), ROOT) for d in dirs)
+    return found
+
+
+def pytest_sessionstart(session):
+    session.config._checkout_before = _checkout_files()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # Outputs belong in tmp_path: a file or folder that appeared in the checkout during the
+    # run fails it, naming the paths.
+    before = getattr(session.config, '_checkout_before', None)
+    if before is None:
+        return
+    new = sorted(_checkout_files() - before)
+    if new:
+        sys.stderr.write('\ntests wrote into the checkout: {}\n'.format(', '.join(new[:20])))
+        session.exitstatus = 1

@@ -109,7 +109,8 @@ def test_imagenet_example_bad_list_line_fails_clearly_on_every_rank(lists, tmp_p
     bad.write_text(''.join(lines))
     root = os.path.dirname(lists[0])
     proc = run_mpi(2, [EXAMPLE, str(bad), lists[1], '--root', root, '--arch', 'tiny',
-                       '--loader', 'serial', '--epoch', '1'], timeout=120)
+                       '--loader', 'serial', '--epoch', '1', '--out', str(tmp_path / 'out')],
+                   timeout=120)
     assert proc.returncode != 0
     # both ranks say which file and line
     assert proc.stderr.count('{}: line 3'.format(bad)) == 2, proc.stderr
