@@ -6,7 +6,7 @@ package's wrapper (the same behaviour with ChainerMN's defaults; double bufferin
 communication and fused updates also on CPU). Nothing else happens at import, as with
 ``import chainermn``: mpi4py.MPI, numba and the communicator modules load when first used,
 and the abort hook and the timeline start with the first communicator or optimizer
-(``_startup``).
+(``runtime.startup``).
 """
 from chainermn_torus._registry import create_communicator  # NOQA
 from chainermn_torus._registry import force_communicator  # NOQA

@@ -109,7 +109,7 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
     if cls is None:
         return _chainermn_factory(communicator_name, mpi_comm=mpi_comm, **kwargs)
     if _defaults:
-        takes = _options_of(cls).split(', ')
+        takes = _option_names(cls)
         kwargs = dict({k: v for k, v in _defaults.items() if k in takes}, **kwargs)
     explicit = 'batched_copy' in kwargs
     batched_copy = kwargs.pop('batched_copy', True)
@@ -138,11 +138,15 @@ def _say_once(comm, key, message):
         print(message, flush=True)
 
 
-def _options_of(cls):
+def _option_names(cls):
     import inspect
     params = inspect.signature(cls.__init__).parameters
-    return ', '.join([p for p in params if p not in ('self', 'mpi_comm') and
-                      not p.startswith('_')] + ['batched_copy'])
+    return [p for p in params if p not in ('self', 'mpi_comm') and
+            not p.startswith('_')] + ['batched_copy']
+
+
+def _options_of(cls):
+    return ', '.join(_option_names(cls))
 
 
 def register():

@@ -23,6 +23,10 @@ MiB = 1 << 20
 SETTINGS = collections.OrderedDict([
     ('grid', Setting('CHAINERMN_TORUS_GRID', 'grid', None,
                      'rsaa/rsap grid "MxN" when the code gives none (checked against P)')),
+    # 4 MiB by measurement (docs/communicators.md, "Segments"; `bench.allreduce --segments`
+    # repeats it): on shared memory one 102 MB MPI_Allreduce took 33 ms and the same bytes
+    # in 1-4 MiB pieces 9-10 ms; 256 KiB pieces were slower again (per-call cost), 16 MiB
+    # and up lost the gain.
     ('segment_bytes', Setting('CHAINERMN_TORUS_SEGMENT_BYTES', 'bytes', 4 * MiB,
                               'bytes per communication segment; 0 = the whole buffer at once')),
     ('threads', Setting('CHAINERMN_TORUS_THREADS', 'threads', None,
@@ -58,34 +62,28 @@ def _seconds(v):
     return v
 
 
-def _bytes(v):
-    v = int(v)
-    if v < 0:
-        raise ValueError
-    return v
-
-
-def _count(v):
-    v = int(v)
-    if v < 1:
-        raise ValueError
-    return v
+def _at_least(low):
+    def whole(v):
+        v = int(v)
+        if v < low:
+            raise ValueError
+        return v
+    return whole
 
 
 def _threads(v):
     if isinstance(v, str) and v.strip().lower() == 'off':
         return 'off'
-    return _count(v)
+    return _at_least(1)(v)
 
 
-def _grid(v):
-    if not isinstance(v, (str, tuple, list)):
-        raise ValueError
-    return v  # checked against the rank count by communicators._grid.parse_grid
-
-
-_PARSERS = {'seconds': _seconds, 'bytes': _bytes, 'threads': _threads, 'grid': _grid,
+# grid: only the text here; communicators._grid.parse_grid checks it against the rank count.
+_PARSERS = {'seconds': _seconds, 'bytes': _at_least(0), 'threads': _threads, 'grid': str,
             'text': str, 'flag': bool}
+
+
+def _must_be(kind, raw):
+    return 'must be {}, got {!r}'.format(_WHAT.get(kind, kind), raw)
 
 
 def parse(kind, raw, source):
@@ -93,8 +91,7 @@ def parse(kind, raw, source):
     try:
         return _PARSERS[kind](raw)
     except (TypeError, ValueError):
-        raise ValueError('chainermn_torus: {} must be {}, got {!r}'.format(
-            source, _WHAT.get(kind, kind), raw)) from None
+        raise ValueError('chainermn_torus: {} {}'.format(source, _must_be(kind, raw))) from None
 
 
 def env(key):
@@ -137,7 +134,7 @@ def _arg(kind):
         try:
             return _PARSERS[kind](text)
         except (TypeError, ValueError):  # argparse puts "argument --NAME:" before this
-            raise argparse.ArgumentTypeError('must be {}, got {!r}'.format(_WHAT[kind], text))
+            raise argparse.ArgumentTypeError(_must_be(kind, text))
     convert.__name__ = kind
     return convert
 

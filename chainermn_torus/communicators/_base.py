@@ -20,17 +20,7 @@ from chainermn_torus.communicators._debug import check_means_finite
 from chainermn_torus.communicators._grid import Grid, default_grid, parse_grid
 from chainermn_torus.communicators._progress import BLOCKING, Progress
 
-__all__ = ['TorusCommunicatorBase', 'SEGMENT_ENV', 'DEFAULT_SEGMENT_BYTES']
-
-SEGMENT_ENV = config.SETTINGS['segment_bytes'].env
-# Chosen by measurement (docs/communicators.md, "Segments"; `bench.allreduce --segments` repeats it): on
-# shared memory one 102 MB MPI_Allreduce took 33 ms and the same bytes in 1-4 MiB pieces
-# 9-10 ms; 256 KiB pieces were slower again (per-call cost), 16 MiB and up lost the gain.
-DEFAULT_SEGMENT_BYTES = config.SETTINGS['segment_bytes'].default
-
-
-def _segment_bytes(value):
-    return config.value('segment_bytes', value, 'segment_size')[0]
+__all__ = ['TorusCommunicatorBase']
 
 
 _GRAD_DTYPES = (numpy.float16, numpy.float32, numpy.float64)
@@ -90,7 +80,8 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
         _startup.start()  # the abort hook and the timeline, once per process
         self._options = {'segment_size': segment_size,
                          'allreduce_grad_dtype': allreduce_grad_dtype}
-        self.segment_bytes = _segment_bytes(segment_size)
+        # segment_size, else CHAINERMN_TORUS_SEGMENT_BYTES, else 4 MiB (see config)
+        self.segment_bytes = config.value('segment_bytes', segment_size, 'segment_size')[0]
         with self.config_scope():  # get_config() lists it, as for ChainerMN's pure_nccl
             self.allreduce_grad_dtype = _grad_dtype(allreduce_grad_dtype)
         self.thread_budget = _apply_budget_once(self)

@@ -68,9 +68,6 @@ def _layout(model):
 # Fault injection for the resume tests (and for trying a site's file system):
 # CHAINERMN_TORUS_CHECKPOINT_FAULT="during:I" kills rank 0 (SIGKILL) after its file for
 # iteration I is written but before it is renamed; "after:I" once checkpoint I is complete.
-FAULT_ENV = config.SETTINGS['checkpoint_fault'].env
-
-
 def _fault(when, iteration, rank):
     spec = config.env('checkpoint_fault')[0]
     if rank == 0 and spec == '{}:{}'.format(when, iteration):

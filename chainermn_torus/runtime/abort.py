@@ -6,8 +6,9 @@ until the batch job's time runs out. ChainerMN has a hook for this
 names the host and the error itself (not only the rank), and it waits a moment before
 ``MPI_Abort``, because the abort tears the job down at once and output still in the
 launcher's pipes could be lost (seen when several ranks failed together). Installed when the
-first communicator or multi-node optimizer of ours is made (``_startup``), under MPI with more
-than one rank; a hook installed before it (a framework's, a debugger's) still runs first.
+first communicator or multi-node optimizer of ours is made (``runtime.startup``), under MPI
+with more than one rank; a hook installed before it (a framework's, a debugger's) still runs
+first.
 ``CHAINERMN_TORUS_NO_ABORT=1`` leaves Python's default behaviour.
 """
 import socket

@@ -5,7 +5,8 @@
 
 writes ``job-<system>.sh`` (``--output`` to choose) or, with ``--dry-run``, prints only the
 launch line. Every script: ``set -euo pipefail``; the thread and affinity variables of its
-MPI; raised limits where the site allows (open files, stack; see docs/cluster.md, "Troubleshooting");
+MPI; raised limits where the site allows (open files, stack; see docs/cluster.md,
+"Troubleshooting");
 the watchdog (``--watchdog``, 900 s by default: a rank that stops ends the job);
 the communicator and grid through ``python -m chainermn_torus.run`` so that the training
 script itself stays unchanged; a line saying where it runs. Systems:

@@ -110,7 +110,8 @@ def start_forkserver_without_mpi():
     chainermn_torus to unpickle the dataset: should anything there import mpi4py.MPI
     with MPICH's PMI_FD inherited, that MPI_Init writes into whatever file descriptor has
     the same number in the worker (measured, when importing chainermn_torus still
-    initialised MPI: it corrupted the resource tracker's pipe) and the job hangs. The environment of this process is restored afterwards.
+    initialised MPI: it corrupted the resource tracker's pipe) and the job hangs. The
+    environment of this process is restored afterwards.
     """
     multiprocessing.set_start_method('forkserver', force=True)
     # Preloaded once in the server, so workers start without importing chainer again.
