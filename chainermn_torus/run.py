@@ -15,6 +15,7 @@ import sys
 import chainermn_torus
 from chainermn_torus import config
 from chainermn_torus._registry import set_defaults
+from chainermn_torus.communicators.variants import check_grid_option
 
 
 def build_parser():
@@ -33,6 +34,10 @@ def main(argv=None):
     if not os.path.isfile(opts.script):
         sys.exit('chainermn_torus.run: script not found: {}'.format(opts.script))
     kwargs = {}
+    try:
+        check_grid_option(opts.communicator, opts.grid)
+    except ValueError as e:
+        sys.exit('chainermn_torus.run: {}'.format(e))
     if opts.grid is not None:
         kwargs['grid'] = opts.grid
     if opts.segment_size is not None:

@@ -62,7 +62,8 @@ def test_k_flatmpi_and_grid(tmp_path):
     assert proc.returncode == 0, proc.stderr
     text = out.read_text()
     assert 'node=4x4' in text and 'rank-map-bychip' in text and 'proc=128' in text
-    assert 'OMP_NUM_THREADS=1' in text and 'CHAINERMN_TORUS_GRID=8x16' in text
+    assert 'OMP_NUM_THREADS=1' in text and 'chainermn_torus.run --communicator rsap --grid 8x16' in text
+    assert 'CHAINERMN_TORUS_GRID' not in text  # passed explicitly, not through the environment
     assert './fmnist/* %r:./data/' in text
 
 
@@ -134,3 +135,17 @@ def test_committed_example_scripts_are_what_the_generator_writes(tmp_path):
     for name, body in committed.items():
         assert (tmp_path / name).read_text() == body, name + ' is stale: run scripts/jobs/generate.sh'
         assert subprocess.run(['bash', '-n', str(tmp_path / name)]).returncode == 0
+
+
+def test_grid_goes_to_the_launcher_and_is_refused_for_a_communicator_without_one(tmp_path):
+    proc = jobscript('--system', 'slurm', '--nodes', '2', '--ranks-per-node', '2',
+                     '--communicator', 'pure_allreduce', '--grid', '2x2', '--dry-run', *TRAIN)
+    assert proc.returncode != 0
+    assert "communicator 'pure_allreduce' has no grid" in proc.stderr
+    # A command that is not a Python script chooses its communicator: only the environment
+    # reaches it.
+    out = tmp_path / 'job.sh'
+    proc = jobscript('--system', 'slurm', '--nodes', '2', '--ranks-per-node', '2', '--grid',
+                     '2x2', '--output', str(out), '--', './train.sh')
+    assert proc.returncode == 0, proc.stderr
+    assert 'export CHAINERMN_TORUS_GRID=2x2' in out.read_text()

@@ -50,3 +50,10 @@ def test_launcher_rejects_unknown_names_and_missing_scripts():
     assert 'rsap' in proc.stderr
     proc = _run_single('no/such/script.py')
     assert proc.returncode != 0 and 'script not found: no/such/script.py' in proc.stderr
+
+
+def test_launcher_refuses_a_grid_for_a_communicator_without_one():
+    # Found at start-up, not as an option error inside the script on every rank.
+    proc = _run_single('--communicator', 'auto', '--grid', '2x1', worker('naive_script.py'))
+    assert proc.returncode == 1
+    assert "--grid 2x1 applies to rsaa, rsap; communicator 'auto' has no grid" in proc.stderr

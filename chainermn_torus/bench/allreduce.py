@@ -11,8 +11,8 @@ ratio to ChainerMN ``naive``, the algorithm bandwidth (bytes / time) and the bus
   allreduce_1msg    one MPI_Allreduce of the already packed buffer (no pack, no division);
   copy_bound        2(P-1)/P x bytes at the memory-copy bandwidth measured with all ranks
                     copying at once: what shared memory allows at best.
-Torus rows are named by variant (``VARIANTS``): rsaa, rsap (fence), rsap_notify,
-rsap_pscw (only when asked for), rsap_acc, shm. With ``--debug`` every communicator row gets a
+Torus rows are named by variant (``communicators.variants``): rsaa, rsap (fence),
+rsap_notify, rsap_acc, shm, and rsap_pscw only when asked for. With ``--debug`` every communicator row gets a
 twin ``NAME/debug`` timed under ``chainer.set_debug(True)``: the cost of the finite check
 ChainerMN's communicators (and ours) make on the averaged gradients in debug mode.
 """
@@ -30,21 +30,14 @@ from mpi4py import MPI
 
 import chainermn
 import chainermn_torus
+from chainermn_torus.communicators import variants
 from chainermn_torus.bench.gradient_sets import GRADIENT_SETS, make_model
 
 
-# Row names -> (communicator, options). Where the grid's rows lie inside nodes, plain
-# rsaa/rsap would use shared memory (their default); these names pin each variant.
-VARIANTS = {
-    'rsaa': ('rsaa', {'shm': False}),             # MPI_Reduce_scatter_block + MPI_Allgather
-    'rsap': ('rsap', {'shm': False}),             # ... + put rounds with MPI_Win_fence
-    'rsap_notify': ('rsap', {'sync': 'notify'}),  # put rounds, flush + partner notification
-    'rsap_pscw': ('rsap', {'sync': 'pscw'}),      # post/start/complete/wait (not by default:
-                                                  # hangs now and then at 4+ ranks, MPICH 5.0.2)
-    'rsap_acc': ('rsap', {'reduce_scatter': 'accumulate'}),  # phase 1 by MPI_Accumulate
-    'shm': ('rsap', {'shm': True}),               # row phases in a node-shared window
-}
-DEFAULT_VARIANTS = [v for v in VARIANTS if v != 'rsap_pscw']
+# Grid rows are the variants table's (communicators.variants): each name pins its
+# communicator and options, so that on one node plain rsaa/rsap do not silently become shm.
+VARIANTS = variants.benchmarked(asked=True)
+DEFAULT_VARIANTS = variants.benchmarked()
 
 
 def _grids(size, requested):
@@ -100,10 +93,8 @@ def run(args):
             'pure_allreduce', segment_size=seg)
         for g in _grids(P, args.grids):
             for variant in args.variants:
-                algo, options = VARIANTS[variant]
                 try:
-                    comm = chainermn_torus.create_communicator(
-                        algo, grid=g, segment_size=seg, **options)
+                    comm = variants.create(variant, grid=g, segment_size=seg)
                 except ValueError:
                     if variant == 'shm':
                         continue  # rows span nodes: no shared-memory variant for this grid

@@ -16,10 +16,13 @@ import os
 import re
 import statistics
 
+from chainermn_torus.communicators import variants
 from chainermn_torus.planning import planner
 
-ROW = re.compile(r'^(rsaa|rsap|shm|rsap_notify|rsap_pscw|rsap_acc)\((\d+)x(\d+)\)$')
-MODELLED = {'rsaa': 'rsaa', 'rsap': 'rsap', 'shm': 'shm', 'rsap_notify': 'rsap'}
+# Benchmark rows are named by variant (communicators.variants); those with a cost model are
+# compared with it, and notify with fence's model (the planner does not tell them apart).
+ROW = re.compile(r'^({})\((\d+)x(\d+)\)$'.format('|'.join(variants.NAMES)))
+MODELLED = dict({name: name for name in planner.ALGORITHMS}, rsap_notify='rsap')
 
 
 def compare(folder):

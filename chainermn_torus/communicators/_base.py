@@ -19,6 +19,7 @@ from chainermn_torus.communicators._averaging import prescale
 from chainermn_torus.communicators._debug import check_means_finite
 from chainermn_torus.communicators._grid import Grid, default_grid, parse_grid
 from chainermn_torus.communicators._progress import BLOCKING, Progress
+from chainermn_torus.communicators._reduction import reducer_for
 
 __all__ = ['TorusCommunicatorBase']
 
@@ -37,20 +38,6 @@ def _grad_dtype(value):
         raise ValueError('chainermn_torus: allreduce_grad_dtype must be None, numpy.float16, '
                          'numpy.float32 or numpy.float64, got {!r}'.format(value))
     return dtype
-
-
-_BUDGET = []  # applied once per process, by the first communicator
-
-
-def _apply_budget_once(comm):
-    """C/R BLAS/numba threads for this rank (see optimizers.threads); printed once per node."""
-    if not _BUDGET:
-        from chainermn_torus.runtime import threads
-        budget = threads.apply_thread_budget(None, comm.intra_size)
-        _BUDGET.append(budget)
-        if comm.intra_rank == 0 and not config.quiet():
-            print('chainermn_torus: ' + threads.describe_budget(budget, comm.rank), flush=True)
-    return _BUDGET[0]
 
 
 class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
@@ -84,7 +71,8 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
         self.segment_bytes = config.value('segment_bytes', segment_size, 'segment_size')[0]
         with self.config_scope():  # get_config() lists it, as for ChainerMN's pure_nccl
             self.allreduce_grad_dtype = _grad_dtype(allreduce_grad_dtype)
-        self.thread_budget = _apply_budget_once(self)
+        from chainermn_torus.runtime import threads  # numba: loaded by the first communicator
+        self.thread_budget = threads.ensure(self)  # once per process (see runtime.threads)
         self.progress = BLOCKING  # how collectives are waited for (see _progress)
         self.grid = None
         if self.uses_grid:
@@ -277,6 +265,8 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
             buf = self._new_buffer(layout, seg)
             # float16 is always scaled first: a sum of P float16 values could overflow.
             buf.prescaled = self.prescaled or layout.dtype == numpy.float16
+            # MPI's sum or float16's, decided here once: the phases just call it.
+            buf.reducer = reducer_for(layout.dtype, buf.mpi_type, self.progress)
         self._buffers[key] = buf  # most recently used last
         return buf
 

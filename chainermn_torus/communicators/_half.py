@@ -24,7 +24,9 @@ __all__ = ['HalfReducer']
 
 
 class HalfReducer(object):
-    """Float16 reduce-scatter and all-reduce on one communicator, with a reused scratch."""
+    """Float16 reduce-scatter and all-reduce, with a reused scratch (see ``_reduction``)."""
+
+    op = None  # no MPI operation sums float16
 
     def __init__(self, mpi_type, progress=None):
         self.mpi_type = mpi_type
@@ -68,16 +70,12 @@ class HalfReducer(object):
             self.reduce_scatter(comm, src[:main], array[comm.rank * c:(comm.rank + 1) * c])
             self.progress(comm, 'Allgather', MPI.IN_PLACE, [array[:main], self.mpi_type])
         if main < n:
-            self.sum_small(comm, array[main:], src[main:], self.progress)
+            self.sum_small(comm, array[main:], src[main:])
         return array
 
-    @staticmethod
-    def sum_small(comm, array, src=None, progress=None):
+    def sum_small(self, comm, array, src=None):
         """A few elements: widened to float32 and summed by MPI_Allreduce."""
         wide = (array if src is None else src).astype(numpy.float32)
-        if progress is None:
-            comm.Allreduce(MPI.IN_PLACE, [wide, MPI.FLOAT], op=MPI.SUM)
-        else:
-            progress(comm, 'Allreduce', MPI.IN_PLACE, [wide, MPI.FLOAT], op=MPI.SUM)
+        self.progress(comm, 'Allreduce', MPI.IN_PLACE, [wide, MPI.FLOAT], op=MPI.SUM)
         array[...] = wide
         return array

@@ -17,7 +17,7 @@ import numpy
 from mpi4py import MPI
 
 __all__ = ['Layout', 'grad_params', 'data_params', 'PackedBuffer', 'check_same_layout',
-           'transfer_dtype', 'plan_segments', 'MPI_TYPES', 'mpi_type_and_sum']
+           'transfer_dtype', 'plan_segments', 'MPI_TYPES', 'mpi_type_of']
 
 # Explicit MPI datatypes, so a reader can count the bytes every call moves.
 MPI_TYPES = {
@@ -29,18 +29,18 @@ MPI_TYPES = {
 _FLOAT16_TYPE = []  # made on first use: MPI must be initialised
 
 
-def mpi_type_and_sum(dtype):
-    """(MPI datatype, MPI sum op or None) for a transfer dtype.
+def mpi_type_of(dtype):
+    """The MPI datatype a transfer dtype travels as.
 
-    float16 travels as a 2-byte contiguous datatype and has no MPI sum (None): the
-    communicators sum it with numpy, see ``_half``.
+    float16 travels as a 2-byte contiguous datatype; it has no MPI sum, so the buffer's
+    reducer sums it with numba (see ``_reduction``).
     """
     dtype = numpy.dtype(dtype)
     if dtype != numpy.float16:
-        return MPI_TYPES[dtype], MPI.SUM
+        return MPI_TYPES[dtype]
     if not _FLOAT16_TYPE:
         _FLOAT16_TYPE.append(MPI.BYTE.Create_contiguous(2).Commit())
-    return _FLOAT16_TYPE[0], None
+    return _FLOAT16_TYPE[0]
 
 
 def grad_params(model, zero_fill):
@@ -168,7 +168,8 @@ class PackedBuffer(object):
         self.memory = memory
         self.array = numpy.empty(layout.size, dtype=layout.dtype) if array is None else array
         self._viewers = []  # params whose grads were last set to views of self.array
-        self.mpi_type, self.mpi_sum = mpi_type_and_sum(layout.dtype)
+        self.mpi_type = mpi_type_of(layout.dtype)
+        self.reducer = None  # set by the communicator (see _reduction): how it is summed
         self.prescaled = False  # set by the communicator: the packing multiplied by 1/P
         self.plan = plan_segments(layout, segment_elems, direct_min_elems)
 

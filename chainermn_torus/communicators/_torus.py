@@ -7,20 +7,18 @@ v-variants on shared memory (measured, 102 MB in 4 MiB segments: Allgatherv 12.1
 and 57.8 ms at P=4 against 2.7 ms and 10.8 ms for in-place Allgather). The tail, at most
 M - 1 elements, is summed with one small MPI_Allreduce over all ranks.
 
-A float16 buffer (``allreduce_grad_dtype=numpy.float16``) has no MPI sum: its reduce-scatter
-and column all-reduce are the all-to-all based ones of ``_half``; the gather phase only moves
-bytes and is the same.
+The sums go through the buffer's reducer (``_reduction``), chosen when the buffer is made:
+MPI's sum, or for a float16 buffer (``allreduce_grad_dtype=numpy.float16``) the all-to-all
+based one of ``_half``. The gather phase only moves bytes and is the same for both.
 
 With ``shm`` (rows inside nodes, float32/float64) the row phases read the peers' buffers in a
 shared-memory window instead (``_shm``); only the column all-reduce sends messages.
 """
 import numpy
-from mpi4py import MPI
 
 from chainermn_torus.runtime import timeline as _timeline
 from chainermn_torus.communicators import _packing
 from chainermn_torus.communicators._averaging import divide_by_size
-from chainermn_torus.communicators._half import HalfReducer
 from chainermn_torus.communicators._shm import NodeBuffers, rows_within_nodes
 
 _SHM_CHOICES = (None, True, False)
@@ -36,7 +34,6 @@ class TorusPhases(object):
     """
 
     _chunk_scratch = None
-    _half_row = _half_col = None
     shm = False
     gather_phase = 'allgather'  # the timeline's name for phase 3
 
@@ -87,7 +84,7 @@ class TorusPhases(object):
             with _timeline.phase('reduce (shm)'):
                 chunk = node.reduce_in_turns(seg if src is None else src, lo, c)
             with _timeline.phase('allreduce'):
-                self._column_allreduce(chunk, None, buf.mpi_type, buf.mpi_sum)
+                self._column_allreduce(chunk, None, buf.reducer)
                 divide_by_size(chunk, divisor)
             with _timeline.phase('gather (shm)'):
                 node.barrier()  # every chunk is final
@@ -95,41 +92,33 @@ class TorusPhases(object):
         if main < hi - lo:
             with _timeline.phase('tail'):
                 self._tail_allreduce(seg[main:], None if src is None else src[main:],
-                                     buf.mpi_type, buf.mpi_sum, divisor)
-
-    def _half(self, which, mpi_type):
-        # One reducer (and scratch) per communicator: the row and column phases differ in size.
-        name = '_half_' + which
-        if getattr(self, name) is None:
-            setattr(self, name, HalfReducer(mpi_type, self.progress))
-        return getattr(self, name)
+                                     buf.reducer, divisor)
 
     def _mean_segment(self, buf, lo, hi, src):
         if isinstance(buf.memory, NodeBuffers):
             return self._mean_segment_shm(buf, lo, hi, src)
-        seg, mpi_type, op = buf.array[lo:hi], buf.mpi_type, buf.mpi_sum
+        seg, reducer = buf.array[lo:hi], buf.reducer
         divisor, main, c = self._split(buf, lo, hi)
         M, pos = self.grid.M, self.grid.pos
         if c:
             part, part_src = seg[:main], None if src is None else src[:main]
             if M > 1:
                 with _timeline.phase('reduce_scatter'):
-                    chunk, chunk_src = self._row_reduce_scatter(part, part_src, mpi_type, op,
-                                                                buf, lo), None
+                    chunk, chunk_src = self._row_reduce_scatter(part, part_src, buf, lo), None
             else:
                 chunk, chunk_src = part, part_src  # a row of one: nothing to scatter
             with _timeline.phase('allreduce'):
-                self._column_allreduce(chunk, chunk_src, mpi_type, op)
+                self._column_allreduce(chunk, chunk_src, reducer)
                 # Divide on 1/M of the segment, writing the mean straight to its place.
                 divide_by_size(chunk, divisor, out=seg[pos * c:(pos + 1) * c])
             with _timeline.phase(self.gather_phase):
-                self._row_gather(buf, lo, c, mpi_type)
+                self._row_gather(buf, lo, c)
         if main < hi - lo:
             with _timeline.phase('tail'):
                 self._tail_allreduce(seg[main:], None if src is None else src[main:],
-                                     mpi_type, op, divisor)
+                                     reducer, divisor)
 
-    def _row_reduce_scatter(self, part, src, mpi_type, op, buf=None, lo=0):
+    def _row_reduce_scatter(self, part, src, buf, lo):
         """Phase 1: the row sum of this position's chunk of ``src`` (or ``part``).
 
         Returns the chunk, in a scratch array reused across calls (rsap's Accumulate variant
@@ -140,34 +129,17 @@ class TorusPhases(object):
         if scratch is None or scratch.dtype != part.dtype or scratch.size < c:
             scratch = self._chunk_scratch = numpy.empty(c, dtype=part.dtype)
         chunk = scratch[:c]
-        if op is None:
-            self._half('row', mpi_type).reduce_scatter(
-                self.grid.row_comm, part if src is None else src, chunk)
-            return chunk
-        self.progress(self.grid.row_comm, 'Reduce_scatter_block',
-                      [part if src is None else src, mpi_type], [chunk, mpi_type], op=op)
-        return chunk
+        return buf.reducer.reduce_scatter(self.grid.row_comm, part if src is None else src,
+                                          chunk)
 
-    def _column_allreduce(self, chunk, src, mpi_type, op):
+    def _column_allreduce(self, chunk, src, reducer):
         """Phase 2: sum the chunk (read from ``src`` if given) over the column (N ranks)."""
-        if self.grid.N > 1 and op is None:
-            self._half('col', mpi_type).allreduce(self.grid.col_comm, chunk, src)
-        elif self.grid.N > 1:
-            self.progress(self.grid.col_comm, 'Allreduce',
-                          MPI.IN_PLACE if src is None else [src, mpi_type], [chunk, mpi_type],
-                          op=op)
-        elif src is not None:
-            chunk[...] = src
+        reducer.allreduce(self.grid.col_comm, chunk, src)
 
-    def _tail_allreduce(self, tail, src, mpi_type, op, divisor):
-        if op is None:
-            HalfReducer.sum_small(self.mpi_comm, tail, src, self.progress)
-            divide_by_size(tail, divisor)
-            return
-        self.progress(self.mpi_comm, 'Allreduce', MPI.IN_PLACE if src is None else [src, mpi_type],
-                      [tail, mpi_type], op=op)
+    def _tail_allreduce(self, tail, src, reducer, divisor):
+        reducer.sum_small(self.mpi_comm, tail, src)
         divide_by_size(tail, divisor)
 
-    def _row_gather(self, buf, lo, c, mpi_type):
+    def _row_gather(self, buf, lo, c):
         """Phase 3: every position gets every chunk of buf.array[lo:lo + M*c]."""
         raise NotImplementedError

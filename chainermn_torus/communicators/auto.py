@@ -12,7 +12,7 @@ import os
 
 from chainermn_torus import config
 from chainermn_torus.planning import planner
-from chainermn_torus.communicators import _packing
+from chainermn_torus.communicators import _packing, variants
 from chainermn_torus.communicators._base import TorusCommunicatorBase
 
 __all__ = ['AutoCommunicator']
@@ -85,18 +85,12 @@ class AutoCommunicator(TorusCommunicatorBase):
     def _communicator(self, key):
         comm = self._inner.get(key)
         if comm is None:
-            from chainermn_torus.communicators import (PureAllreduceCommunicator,
-                                                       RsaaCommunicator, RsapCommunicator)
             algorithm, grid = key
-            common = {'segment_size': self._options['segment_size'],
-                      'allreduce_grad_dtype': self._options['allreduce_grad_dtype']}
-            if algorithm.startswith('pure_allreduce'):
-                comm = PureAllreduceCommunicator(self.mpi_comm, **common)
-            elif algorithm == 'rsaa':
-                comm = RsaaCommunicator(self.mpi_comm, grid=grid, shm=False, **common)
-            else:
-                comm = RsapCommunicator(self.mpi_comm, grid=grid, shm=algorithm == 'shm',
-                                        **common)
+            # The planner's names are the variants table's: the row says which class and
+            # options (shm pinned off for rsaa/rsap, on for 'shm').
+            comm = variants.create(algorithm, self.mpi_comm, grid=grid,
+                                   segment_size=self._options['segment_size'],
+                                   allreduce_grad_dtype=self._options['allreduce_grad_dtype'])
             comm.progress = self.progress
             self._inner[key] = comm
         return comm

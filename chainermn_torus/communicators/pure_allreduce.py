@@ -6,11 +6,8 @@ memory), instead of ChainerMN ``naive``'s one message per parameter array. The d
 is folded into the packing copy (see ``_averaging``), so the all-reduce is in place and no
 pass over the buffer is spent on dividing.
 """
-from mpi4py import MPI
-
 from chainermn_torus.runtime import timeline as _timeline
 from chainermn_torus.communicators._base import TorusCommunicatorBase
-from chainermn_torus.communicators._half import HalfReducer
 
 
 class PureAllreduceCommunicator(TorusCommunicatorBase):
@@ -18,7 +15,6 @@ class PureAllreduceCommunicator(TorusCommunicatorBase):
     name = 'pure_allreduce'
     uses_grid = False
     prescaled = True
-    _half = None
 
     def __init__(self, mpi_comm=None, segment_size=None, allreduce_grad_dtype=None):
         super(PureAllreduceCommunicator, self).__init__(
@@ -26,12 +22,7 @@ class PureAllreduceCommunicator(TorusCommunicatorBase):
 
     def _mean_segment(self, buf, lo, hi, src):
         # Packed and already multiplied by 1/P: the sum is the mean.
+        # float16's reducer is an all-to-all, a sum by numba and an all-gather (_half).
         assert src is None
-        if buf.mpi_sum is None:  # float16: all-to-all, sum in numpy, all-gather (_half)
-            if self._half is None:
-                self._half = HalfReducer(buf.mpi_type, self.progress)
-            self._half.allreduce(self.mpi_comm, buf.array[lo:hi])
-            return
         with _timeline.phase('allreduce'):
-            self.progress(self.mpi_comm, 'Allreduce', MPI.IN_PLACE,
-                          [buf.array[lo:hi], buf.mpi_type], op=buf.mpi_sum)
+            buf.reducer.allreduce(self.mpi_comm, buf.array[lo:hi])

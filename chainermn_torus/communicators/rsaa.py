@@ -34,8 +34,8 @@ class RsaaCommunicator(TorusPhases, TorusCommunicatorBase):
             buf = super(RsaaCommunicator, self)._new_buffer(layout, segment_elems)
         return buf
 
-    def _row_gather(self, buf, lo, c, mpi_type):
+    def _row_gather(self, buf, lo, c):
         if self.grid.M > 1:
             # In place: this position's chunk already sits at its offset.
             self.progress(self.grid.row_comm, 'Allgather', MPI.IN_PLACE,
-                          [buf.array[lo:lo + self.grid.M * c], mpi_type])
+                          [buf.array[lo:lo + self.grid.M * c], buf.mpi_type])

@@ -131,10 +131,11 @@ class RsapCommunicator(TorusPhases, TorusCommunicatorBase):
             'MPI_Reduce_scatter_block' if self.reduce_scatter_mode == 'collective'
             else 'MPI_Accumulate')
 
-    def _row_reduce_scatter(self, part, src, mpi_type, op, buf=None, lo=0):
-        win = None if buf is None else _window_of(buf)
+    def _row_reduce_scatter(self, part, src, buf, lo):
+        win, op, mpi_type = _window_of(buf), buf.reducer.op, buf.mpi_type
+        # Accumulate needs an MPI sum (float16 set later by set_config has none) and a window.
         if self.reduce_scatter_mode != 'accumulate' or op is None or win is None:
-            return super(RsapCommunicator, self)._row_reduce_scatter(part, src, mpi_type, op)
+            return super(RsapCommunicator, self)._row_reduce_scatter(part, src, buf, lo)
         M, pos = self.grid.M, self.grid.pos
         c = part.size // M
         mine = part[pos * c:(pos + 1) * c]
@@ -165,11 +166,11 @@ class RsapCommunicator(TorusPhases, TorusCommunicatorBase):
             self.progress(self.grid.row_comm, 'Barrier')
         win.Fence(assertion)
 
-    def _row_gather(self, buf, lo, c, mpi_type):
+    def _row_gather(self, buf, lo, c):
         """Phase 3 as put rounds: chunks go straight into the partners' windows."""
         if self.grid.M == 1:
             return
-        win, array = _window_of(buf), buf.array
+        win, array, mpi_type = _window_of(buf), buf.array, buf.mpi_type
         if self.sync == 'pscw':
             return self._put_pscw(win, array, lo, c, mpi_type)
         if self.sync == 'notify':

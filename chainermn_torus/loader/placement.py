@@ -118,13 +118,14 @@ def plan_placement(policy='sibling', intra_rank=0, intra_size=1, loader_processe
     return Plan(policy, sorted(compute), sorted(loader), share, topology, how)
 
 
-def apply_placement(plan, threads=None):
-    """Pin this (compute) process to the plan's compute CPUs and size its BLAS threads."""
+def apply_placement(plan, threads=None, comm=None):
+    """Pin this (compute) process to the plan's compute CPUs and size its BLAS threads to
+    them (or to ``threads``); ``comm`` says who prints the budget (see runtime.threads)."""
     from chainermn_torus.runtime import threads as thread_budget
     if plan.compute_cpus is None:
         return None
     os.sched_setaffinity(0, plan.compute_cpus)
-    return thread_budget.apply_thread_budget(threads or len(plan.compute_cpus))
+    return thread_budget.ensure(comm, threads or len(plan.compute_cpus))
 
 
 def describe_plan(plan, rank=None):

@@ -34,6 +34,7 @@ import json
 import math
 import os
 
+from chainermn_torus.communicators import variants
 from chainermn_torus.communicators._schedule import put_rounds
 
 __all__ = ['Network', 'PRESETS', 'MODEL_BYTES', 'predict', 'plan', 'load_network',
@@ -214,45 +215,68 @@ def _groups(nodes, R, M):
     return _Group(M, row_c, row_k), _Group(N, col_c, col_k)
 
 
+def _flat_allreduce(nodes, R, n, net, grid):
+    t = _allreduce(_Group(nodes * R, R, R), n, net)
+    return t, {'allreduce': t}
+
+
+def _node_aware_allreduce(nodes, R, n, net, grid):
+    reduce = (_log2c(R) * net.alpha_intra + n * (net.beta_intra + net.gamma)) if R > 1 else 0.0
+    inter = _allreduce(_Group(nodes, 1, 1), n, net)
+    bcast = (_log2c(R) * net.alpha_intra + n * net.beta_intra) if R > 1 else 0.0
+    return reduce + inter + bcast, {'node reduce': reduce, 'allreduce': inter,
+                                    'node bcast': bcast}
+
+
+def _shm(nodes, R, n, net, grid):
+    M = grid[0]
+    row, col = _groups(nodes, R, M)
+    if row.k != 0 and M > 1:
+        return float('inf'), {'note': 'rows span nodes: no shared-memory path'}
+    column = _allreduce(col, n / M, net)
+    steps = (M + 2) * _log2c(M) * net.alpha_intra * 2
+    reduce = 3.0 * (M - 1) / M * n * net.mem / 2 if M > 1 else 0.0
+    gather = 2.0 * (M - 1) / M * n * net.mem / 2 if M > 1 else 0.0
+    return steps + reduce + column + gather, {
+        'reduce (shm)': steps + reduce, 'allreduce': column, 'gather (shm)': gather}
+
+
+def _torus(last_name, last_phase):
+    def cost(nodes, R, n, net, grid):
+        M = grid[0]
+        row, col = _groups(nodes, R, M)
+        rs = _reduce_scatter(row, n, net)
+        column = _allreduce(col, n / M, net)
+        last = last_phase(row, n, net)
+        return rs + column + last, {'reduce_scatter': rs, 'allreduce': column, last_name: last}
+    return cost
+
+
+# The cost functions the variants table (communicators.variants) names in its ``cost`` column.
+COSTS = {
+    'flat_allreduce': _flat_allreduce,
+    'node_aware_allreduce': _node_aware_allreduce,
+    'rsaa': _torus('allgather', _allgather),
+    'rsap': _torus('put', _put_rounds),
+    'shm': _shm,
+}
+
+ALGORITHMS = variants.planned()
+
+
 def predict(algorithm, nodes, R, nbytes, net, grid=None):
     """Predicted seconds and per-phase breakdown for one all-reduce of ``nbytes``."""
+    v = variants.get(algorithm)
+    if v.cost is None:
+        raise ValueError('chainermn_torus: the planner has no cost model for {!r}; it models '
+                         '{}'.format(algorithm, ', '.join(ALGORITHMS)))
     P = nodes * R
-    n = float(nbytes)
-    if algorithm == 'pure_allreduce':
-        t = _allreduce(_Group(P, R, R), n, net)
-        return t, {'allreduce': t}
-    if algorithm == 'pure_allreduce_node_aware':
-        reduce = (_log2c(R) * net.alpha_intra + n * (net.beta_intra + net.gamma)) if R > 1 else 0.0
-        inter = _allreduce(_Group(nodes, 1, 1), n, net)
-        bcast = (_log2c(R) * net.alpha_intra + n * net.beta_intra) if R > 1 else 0.0
-        return reduce + inter + bcast, {'node reduce': reduce, 'allreduce': inter,
-                                        'node bcast': bcast}
-    M, N = grid
-    if M * N != P:
-        raise ValueError('chainermn_torus: grid (M, N) = ({}, {}) does not fit {} nodes x {} '
-                         'ranks = {} ranks'.format(M, N, nodes, R, P))
-    row, col = _groups(nodes, R, M)
-    column = _allreduce(col, n / M, net)
-    if algorithm == 'shm':
-        if row.k != 0 and M > 1:
-            return float('inf'), {'note': 'rows span nodes: no shared-memory path'}
-        steps = (M + 2) * _log2c(M) * net.alpha_intra * 2
-        reduce = 3.0 * (M - 1) / M * n * net.mem / 2 if M > 1 else 0.0
-        gather = 2.0 * (M - 1) / M * n * net.mem / 2 if M > 1 else 0.0
-        return steps + reduce + column + gather, {
-            'reduce (shm)': steps + reduce, 'allreduce': column, 'gather (shm)': gather}
-    rs = _reduce_scatter(row, n, net)
-    if algorithm == 'rsaa':
-        last = _allgather(row, n, net)
-        return rs + column + last, {'reduce_scatter': rs, 'allreduce': column,
-                                    'allgather': last}
-    if algorithm == 'rsap':
-        last = _put_rounds(row, n, net)
-        return rs + column + last, {'reduce_scatter': rs, 'allreduce': column, 'put': last}
-    raise ValueError('chainermn_torus: unknown algorithm {!r}'.format(algorithm))
-
-
-ALGORITHMS = ('pure_allreduce', 'pure_allreduce_node_aware', 'rsaa', 'rsap', 'shm')
+    if v.grid:
+        M, N = grid
+        if M * N != P:
+            raise ValueError('chainermn_torus: grid (M, N) = ({}, {}) does not fit {} nodes x '
+                             '{} ranks = {} ranks'.format(M, N, nodes, R, P))
+    return COSTS[v.cost](nodes, R, float(nbytes), net, grid if v.grid else None)
 
 
 def shapes(P):
@@ -267,7 +291,7 @@ def plan(nodes, R, nbytes, net, grids=None, algorithms=ALGORITHMS):
     P = nodes * R
     rows = []
     for algo in algorithms:
-        if algo.startswith('pure'):
+        if not variants.get(algo).grid:
             t, parts = predict(algo, nodes, R, nbytes, net)
             rows.append({'algorithm': algo, 'grid': None, 'seconds': t, 'phases': parts})
             continue

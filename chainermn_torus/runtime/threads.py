@@ -12,8 +12,9 @@ node, for this reason). The default budget gives each rank C/R threads:
 ``threads`` (or the environment variable ``CHAINERMN_TORUS_THREADS``) overrides it;
 ``CHAINERMN_TORUS_THREADS=off`` leaves the libraries' own settings alone. The budget is applied
 to every BLAS/OpenMP pool threadpoolctl finds and to numba's pool (the fused and float16
-kernels). Our communicators apply the default budget when they are created, so unchanged
-ChainerMN scripts get it too; oversubscribed numba or BLAS pools were measured 100x slower
+kernels). Every entry point goes through ``ensure``: our communicators apply the default
+budget when they are created (so unchanged ChainerMN scripts get it too), the examples and
+the loader placement apply an explicit one; oversubscribed numba or BLAS pools were measured 100x slower
 (two ranks with two spinning numba threads each on two cores).
 """
 import os
@@ -24,7 +25,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 from chainermn_torus import config
 
-__all__ = ['THREADS_ENV', 'default_threads', 'apply_thread_budget', 'describe_budget']
+__all__ = ['THREADS_ENV', 'default_threads', 'apply_thread_budget', 'describe_budget', 'ensure']
 
 THREADS_ENV = config.SETTINGS['threads'].env
 
@@ -76,3 +77,22 @@ def describe_budget(budget, rank=None):
     return '{}{} BLAS/OpenMP threads, {} numba threads ({}); pools {}'.format(
         who, budget['threads'], budget['numba_threads'], budget['reason'],
         ', '.join(budget['pools']) or 'none found')
+
+
+_APPLIED = []  # the budget last applied through ensure() in this process
+
+
+def ensure(comm=None, threads=None):
+    """The budget of this process: applied on the first call, and again whenever ``threads``
+    is given (an explicit request, the loader placement's CPU count); later calls without
+    ``threads`` return what is in force. Printed by the first rank of each node.
+
+    ``comm``: a ChainerMN communicator (ranks per node, who prints) or None (one rank, silent).
+    """
+    if _APPLIED and threads is None:
+        return _APPLIED[0]
+    budget = apply_thread_budget(threads, comm.intra_size if comm is not None else 1)
+    _APPLIED[:] = [budget]
+    if comm is not None and comm.intra_rank == 0 and not config.quiet():
+        print('chainermn_torus: ' + describe_budget(budget, comm.rank), flush=True)
+    return budget

@@ -14,7 +14,8 @@
     chainermn-torus jobscript --system ofp|k|slurm|pbs|local --nodes N [--ranks-per-node R]
                               [--hours H] [--communicator C] [--dry-run] -- python script.py ...
     chainermn-torus config                              (the environment variables)
-    chainermn-torus names
+    chainermn-torus names                               (communicator names)
+    chainermn-torus variants                            (algorithm variants: planner, bench)
 """
 import sys
 
@@ -22,7 +23,7 @@ USAGE = __doc__
 BENCHMARKS = {'allreduce': 'allreduce', 'update': 'optimizer_update', 'mnist': 'mnist_iteration',
               'double-buffering': 'double_buffering'}
 COMMANDS = ('bench', 'run', 'topology', 'plan', 'calibrate', 'timeline', 'jobscript', 'config',
-            'names')
+            'names', 'variants')
 
 
 def main(argv=None):
@@ -57,9 +58,23 @@ def main(argv=None):
         from chainermn_torus import valid_names
         print('\n'.join(valid_names()))
         return 0
+    if cmd == 'variants':
+        print(variants_table())
+        return 0
     sys.stderr.write('chainermn-torus: unknown command {!r}; commands: {} (chainermn-torus '
                      '--help for their options)\n'.format(cmd, ', '.join(COMMANDS)))
     return 2
+
+
+def variants_table():
+    from chainermn_torus.communicators.variants import VARIANTS
+    lines = ['{:<26} {:<38} {:<21} {:<8} {:<14} {}'.format(
+        'variant', 'communicator(options)', 'planner cost', 'bench', 'tested on P', 'what')]
+    for v in VARIANTS.values():
+        lines.append('{:<26} {:<38} {:<21} {:<8} {:<14} {}'.format(
+            v.name, v.describe(), v.cost or '-', v.bench or '-',
+            ','.join(map(str, v.test_ranks)) or '-', v.note))
+    return '\n'.join(lines)
 
 
 def bench(argv):

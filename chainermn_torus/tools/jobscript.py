@@ -117,8 +117,9 @@ def _elapse(hours):
     return '{:02d}:{:02d}:{:02d}'.format(seconds // 3600, seconds // 60 % 60, seconds % 60)
 
 
-def _wrap_command(command, communicator, system, venv_bin=None):
-    """python script.py ARGS -> python -m chainermn_torus.run --communicator C script.py ARGS."""
+def _wrap_command(command, communicator, system, venv_bin=None, grid=None):
+    """python script.py ARGS -> python -m chainermn_torus.run --communicator C [--grid G]
+    script.py ARGS."""
     if not command:
         raise ValueError('the training command is missing: put it after "--", e.g. -- python '
                          'examples/mnist/train_mnist.py --epoch 1')
@@ -126,7 +127,8 @@ def _wrap_command(command, communicator, system, venv_bin=None):
     if os.path.basename(exe).startswith('python') and rest and rest[0] not in ('-m', '-c'):
         if system == 'local' and exe == 'python':
             exe = os.path.join(venv_bin or _venv_bin(), 'python')
-        return [exe, '-m', 'chainermn_torus.run', '--communicator', communicator] + rest
+        return ([exe, '-m', 'chainermn_torus.run', '--communicator', communicator] +
+                (['--grid', grid] if grid else []) + rest)
     return list(command)  # not a python script: run as given (it chooses its communicator)
 
 
@@ -157,6 +159,8 @@ def _check(args):
         raise ValueError('--group is required for ofp: PJM charges the job to a project '
                          'group (pjstat --rsc / your account page names it)')
     if args.grid:
+        from chainermn_torus.communicators.variants import check_grid_option
+        check_grid_option(args.communicator, args.grid)
         from chainermn_torus.communicators._grid import parse_grid
         parse_grid(args.grid, args.nodes * args.ranks_per_node,
                    source='--grid for {} nodes x {} ranks per node'.format(
@@ -193,7 +197,7 @@ def _values(args):
 def launch_line(args, values=None):
     values = values or _values(args)
     launcher = string.Template(_LAUNCH[args.system]).substitute(values)
-    command = _wrap_command(args.command, args.communicator, args.system, args.venv)
+    command = _wrap_command(args.command, args.communicator, args.system, args.venv, args.grid)
     return launcher + ' ' + ' '.join(shlex.quote(c) for c in command)
 
 
@@ -201,12 +205,15 @@ def generate(args):
     _check(args)
     values = _values(args)
     values['header'] = string.Template(_HEADERS[args.system]).substitute(values).rstrip('\n')
+    values['launch'] = launch_line(args, values)
+    # The grid goes to the launcher as --grid; a command that is not a Python script (it
+    # chooses its own communicator) can only be reached through the environment.
+    wrapped = '-m chainermn_torus.run' in values['launch']
     values['grid_line'] = ('export CHAINERMN_TORUS_GRID={}\n'.format(args.grid)
-                           if args.grid else '')
+                           if args.grid and not wrapped else '')
     values['watchdog_line'] = (
         '# A rank that stops (a frozen peer) ends the job instead of the time limit.\n'
         'export CHAINERMN_TORUS_WATCHDOG={:g}\n'.format(args.watchdog) if args.watchdog else '')
-    values['launch'] = launch_line(args, values)
     return string.Template(_TEMPLATE).substitute(values)
 
 

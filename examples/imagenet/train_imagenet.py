@@ -373,14 +373,11 @@ def main():
             raise SystemExit('rank {}: --affinity {}: {}'.format(
                 comm.rank, args.affinity, error or 'stopping: rank(s) {} cannot place their '
                 'loader processes'.format(', '.join(map(str, failed)))))
-        apply_placement(plan)  # pins this process and sizes its BLAS threads
         if comm.intra_rank == 0:
             print(describe_plan(plan), flush=True)
-    elif getattr(comm, 'thread_budget', None) is None:
-        # ChainerMN's communicators: ours applied (and printed) the default budget already.
-        budget = threads.apply_thread_budget(None, comm.intra_size)
-        if comm.intra_rank == 0:
-            print('chainermn_torus: ' + threads.describe_budget(budget, comm.rank), flush=True)
+        apply_placement(plan, comm=comm)  # pins this process and sizes its BLAS threads
+    else:
+        threads.ensure(comm)  # ChainerMN's communicators: ours applied it already
 
     # Rank 0 reads the lists (a bad line fails there) and every rank learns of it.
     error, train, val, n_classes = None, None, None, None

@@ -94,13 +94,9 @@ def main():
     if args.fp16_allreduce:
         kwargs['allreduce_grad_dtype'] = numpy.float16
     comm = chainermn.create_communicator(args.communicator, **kwargs)
-    # Our communicators already applied (and printed) the default budget; do it here for
-    # ChainerMN's communicators and for an explicit --threads.
-    budget = getattr(comm, 'thread_budget', None)
-    if budget is None or args.threads is not None:
-        budget = threads.apply_thread_budget(args.threads, comm.intra_size)
-        if comm.intra_rank == 0:
-            print('chainermn_torus: ' + threads.describe_budget(budget, comm.rank), flush=True)
+    # Our communicators already applied (and printed) the default budget; this applies it
+    # for ChainerMN's communicators, and an explicit --threads in any case.
+    budget = threads.ensure(comm, args.threads)
     comm_stats = time_gradient_communication(comm)
     numpy.random.seed(args.seed)  # same initial weights everywhere; bcast_data makes sure
 

@@ -21,8 +21,7 @@ set -euo pipefail
 # connections, stack for deep recursion); a hard limit below stays as it is.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 ulimit -s unlimited 2>/dev/null || true
-export CHAINERMN_TORUS_GRID=2x128
 # A rank that stops (a frozen peer) ends the job instead of the time limit.
 export CHAINERMN_TORUS_WATCHDOG=900
 echo "chainermn-torus job resnet50-ofp: 256 node(s) x 1 rank(s), communicator rsap, on $(hostname) at $(date)"
-mpiexec.hydra -n 256 -ppn 1 python -m chainermn_torus.run --communicator rsap examples/imagenet/train_imagenet.py data/imagenet/train.txt data/imagenet/val.txt --arch resnet50 --loader ours --affinity dedicated --checkpoint-dir results/ckpt --auto-resume
+mpiexec.hydra -n 256 -ppn 1 python -m chainermn_torus.run --communicator rsap --grid 2x128 examples/imagenet/train_imagenet.py data/imagenet/train.txt data/imagenet/val.txt --arch resnet50 --loader ours --affinity dedicated --checkpoint-dir results/ckpt --auto-resume

@@ -32,6 +32,7 @@ import chainermn
 import chainermn.functions
 import chainermn.links
 import chainermn_torus  # NOQA: registers our names
+from chainermn_torus.communicators.variants import VARIANTS
 
 warnings.simplefilter('ignore', FutureWarning)  # chainer.utils.experimental, on every call
 warnings.simplefilter('ignore', DeprecationWarning)  # allreduce_grad, on purpose
@@ -42,24 +43,19 @@ F16, F32, F64 = numpy.float16, numpy.float32, numpy.float64
 
 
 def variants():
-    """(label, name, options): every communicator of ours and every kept variant."""
-    out = [
-        ('pure_allreduce', 'pure_allreduce', {}),
+    """(label, name, options): every variant in the table (communicators.variants) that
+    the benchmark runs by default, the experimental ones at P = 2, and the defaults and
+    float16 paths the table does not pin."""
+    out = [(v.name, v.communicator, v.options) for v in VARIANTS.values()
+           if v.bench == 'default' or (v.bench == 'asked' and P == 2)]
+    out += [
+        # On one node rsaa's default is shared memory (rsap's is the 'shm' variant).
+        ('rsaa shm', 'rsaa', {'shm': True}),
         ('pure_allreduce fp16', 'pure_allreduce', {'allreduce_grad_dtype': F16}),
-        ('rsaa', 'rsaa', {}),  # one node: rows inside it, so shm is on
-        ('rsaa shm=False', 'rsaa', {'shm': False}),
         ('rsaa fp16', 'rsaa', {'allreduce_grad_dtype': F16}),
-        ('rsap', 'rsap', {}),
-        ('rsap shm=False', 'rsap', {'shm': False}),  # put rounds under MPI_Win_fence
-        ('rsap sync=notify', 'rsap', {'sync': 'notify'}),
-        ('rsap rs=accumulate', 'rsap', {'reduce_scatter': 'accumulate'}),
         ('rsap fp16', 'rsap', {'allreduce_grad_dtype': F16}),
         ('auto', 'auto', {'network': 'ofp'}),
     ]
-    if P == 2:
-        # PSCW is kept for 2 ranks only: at 4+ the MPICH 5.0.2 wheel hangs in it now and
-        # then (scripts/repro_pscw_hang.py), the reason 'notify' exists.
-        out.append(('rsap sync=pscw', 'rsap', {'sync': 'pscw'}))
     if P % 2 == 0 and P > 2:
         # A grid with a column phase (N > 1) on one node: rows are not nodes, no shm.
         out.append(('rsaa 2xN', 'rsaa', {'grid': (2, P // 2), 'shm': False}))

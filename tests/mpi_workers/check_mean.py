@@ -13,6 +13,7 @@ from mpi4py import MPI
 
 import chainermn
 import chainermn_torus
+from chainermn_torus.communicators.variants import VARIANTS, tested
 
 world = MPI.COMM_WORLD
 P, RANK = world.size, world.rank
@@ -217,7 +218,10 @@ _VALUES = {'0': False, '1': True, 'none': None}
 
 
 def parse_spec(spec):
-    """"rsap:sync=pscw,shm=0" -> ('rsap', {'sync': 'pscw', 'shm': False})."""
+    """A variant of the table ("rsap_notify" -> ('rsap', {'sync': 'notify'})) or a spec
+    "rsap:sync=pscw,shm=0" -> ('rsap', {'sync': 'pscw', 'shm': False})."""
+    if spec in VARIANTS:
+        return VARIANTS[spec].communicator, dict(VARIANTS[spec].options)
     name, _, opts = spec.partition(':')
     options = {}
     for item in filter(None, opts.split(',')):
@@ -228,7 +232,7 @@ def parse_spec(spec):
 
 def main():
     # rsaa/rsap default to shared-memory row phases on one node; shm=0 pins the messages.
-    specs = sys.argv[1:] or ['pure_allreduce', 'rsaa', 'rsap', 'rsaa:shm=0', 'rsap:shm=0']
+    specs = sys.argv[1:] or [name for name, _ in tested()]
     # Small segments so that the big arrays are split, sent straight from the gradients and
     # packed in several pieces; the default (MiBs) would send every test model whole.
     for spec in specs:

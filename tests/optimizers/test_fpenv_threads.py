@@ -83,3 +83,19 @@ def test_bad_thread_counts_are_refused(bad):
     with pytest.raises(ValueError) as e:
         threads.apply_thread_budget(bad)
     assert 'thread count >= 1' in str(e.value) and repr(bad) in str(e.value)
+
+
+def test_ensure_applies_once_per_process_and_again_only_when_asked():
+    # Communicators, examples and the loader placement all go through ensure(): the first
+    # sets the default, a later call without a count keeps it, an explicit count replaces it.
+    out = _python('''
+        import numba
+        from chainermn_torus.runtime import threads
+        a = threads.ensure()
+        b = threads.ensure()
+        c = threads.ensure(threads=1)
+        d = threads.ensure()
+        print(a is b, a['reason'] != 'requested', c['reason'], c['threads'], d is c,
+              numba.get_num_threads())
+    ''')
+    assert out.split() == ['True', 'True', 'requested', '1', 'True', '1'], out

@@ -1,0 +1,54 @@
+"""How a packed buffer is summed across ranks, chosen once when the buffer is made.
+
+float32 and float64 are summed by MPI's own reductions (``MpiSum``); float16 has no MPI sum,
+so it is moved by MPI and summed by numba (``_half.HalfReducer``). Both offer the same three
+steps, and the phases of every communicator call them without asking which they have:
+
+  reduce_scatter(comm, src, out)   out = the sum over ranks of block ``comm.rank`` of src;
+  allreduce(comm, array, src=None) array = the sum over ranks of src (default: array);
+  sum_small(comm, array, src=None) the same, for a few elements (a segment's tail).
+
+``op`` is the MPI operation where there is one (one-sided MPI_Accumulate needs it), else None.
+"""
+import numpy
+from mpi4py import MPI
+
+from chainermn_torus.communicators._half import HalfReducer
+from chainermn_torus.communicators._progress import BLOCKING
+
+__all__ = ['MpiSum', 'HalfReducer', 'reducer_for']
+
+
+class MpiSum(object):
+    """Sums by MPI_Reduce_scatter_block and MPI_Allreduce with MPI_SUM."""
+
+    op = MPI.SUM
+
+    def __init__(self, mpi_type, progress=None):
+        self.mpi_type = mpi_type
+        self.progress = progress or BLOCKING
+
+    def reduce_scatter(self, comm, src, out):
+        t = self.mpi_type
+        self.progress(comm, 'Reduce_scatter_block', [src[:comm.size * out.size], t], [out, t],
+                      op=self.op)
+        return out
+
+    def allreduce(self, comm, array, src=None):
+        if comm.size == 1:
+            if src is not None:
+                array[...] = src
+            return array
+        t = self.mpi_type
+        self.progress(comm, 'Allreduce', MPI.IN_PLACE if src is None else [src, t], [array, t],
+                      op=self.op)
+        return array
+
+    sum_small = allreduce
+
+
+def reducer_for(dtype, mpi_type, progress):
+    """The reducer for a buffer of ``dtype`` whose collectives wait by ``progress``."""
+    if numpy.dtype(dtype) == numpy.float16:
+        return HalfReducer(mpi_type, progress)
+    return MpiSum(mpi_type, progress)

@@ -1,0 +1,52 @@
+"""The variants table (communicators.variants) and what reads it: planner, auto, benchmark."""
+import inspect
+
+import pytest
+
+from chainermn_torus.communicators import NAMES, variants
+from chainermn_torus.planning import planner
+
+
+def test_every_cost_name_is_a_planner_cost_function_and_planned_names_are_the_costed_rows():
+    assert set(v.cost for v in variants.VARIANTS.values() if v.cost) == set(planner.COSTS)
+    assert planner.ALGORITHMS == tuple(v.name for v in variants.VARIANTS.values() if v.cost)
+    assert planner.ALGORITHMS[0] == 'pure_allreduce'
+
+
+def test_every_row_names_a_registered_communicator_and_options_it_takes():
+    for v in variants.VARIANTS.values():
+        assert v.communicator in NAMES, v
+        # Options are checked against the constructor without importing MPI-backed
+        # modules' side effects: the signature is enough.
+        from chainermn_torus.communicators import communicator_class
+        takes = inspect.signature(communicator_class(v.communicator).__init__).parameters
+        assert set(v.options) <= set(takes), (v.name, v.options)
+        assert ('grid' in takes) == v.grid, v.name
+
+
+def test_benchmark_rows_come_from_the_table():
+    from chainermn_torus.bench import allreduce
+    assert allreduce.VARIANTS == variants.benchmarked(asked=True)
+    assert 'rsap_pscw' in allreduce.VARIANTS and 'rsap_pscw' not in allreduce.DEFAULT_VARIANTS
+    assert 'pure_allreduce' not in allreduce.VARIANTS  # no grid: a row of its own
+
+
+def test_plan_rows_are_table_names_and_every_planned_variant_appears():
+    rows = planner.plan(2, 2, planner.MODEL_BYTES['mlp'], planner.PRESETS['ofp'])
+    assert {r['algorithm'] for r in rows} == set(planner.ALGORITHMS)
+
+
+def test_unknown_or_unmodelled_variant_is_refused_with_the_known_names():
+    with pytest.raises(ValueError, match="unknown algorithm variant 'ring'.*rsap_notify"):
+        planner.predict('ring', 2, 2, 1000, planner.PRESETS['ofp'])
+    with pytest.raises(ValueError, match="no cost model for 'rsap_acc'.*pure_allreduce"):
+        planner.predict('rsap_acc', 2, 2, 1000, planner.PRESETS['ofp'], (2, 2))
+
+
+def test_variants_command_prints_every_row():
+    from conftest import run_cli
+    proc = run_cli(['variants'])
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1 + len(variants.VARIANTS)
+    assert any(l.split()[:2] == ['rsap_notify', "rsap(sync='notify')"] for l in lines), lines
