@@ -8,7 +8,7 @@ EPOCH   ?= 2
 # BLAS/OpenMP/numba threads per rank: cores / ranks per node, set by chainermn_torus when the
 # communicator is created (CHAINERMN_TORUS_THREADS=N to choose).
 
-.PHONY: setup demo demo-naive test test-fast bench conformance clean
+.PHONY: setup demo demo-naive test test-fast bench conformance fault-matrix clean
 
 setup:
 	bash scripts/setup.sh
@@ -42,6 +42,11 @@ conformance: setup
 	mkdir -p docs/conformance
 	for n in 2 3 4; do CHAINERMN_TORUS_QUIET=1 $(MPIEXEC) -n $$n $(PY) \
 	    tests/mpi_workers/check_conformance.py --markdown docs/conformance/p$$n.md || exit 1; done
+
+# Every failure path under mpiexec and what it leaves (root: private /dev/shm per job).
+fault-matrix: setup
+	$(PY) scripts/fault_matrix.py --json docs/measurements/fault-matrix.json \
+	    --markdown docs/measurements/fault-matrix.md
 
 clean:
 	rm -rf results .pytest_cache

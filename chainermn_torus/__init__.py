@@ -31,6 +31,9 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
     from chainermn_torus.runtime import startup as _startup
     from chainermn_torus.optimizers import multi_node
     _startup.start()  # the communicator may be ChainerMN's own (naive): start here too
+    if hasattr(communicator, 'mpi_comm'):  # made by a collective (init_ranks): all past Init
+        from chainermn_torus.runtime import devshm
+        devshm.unlink_mpi_segments()
     return multi_node.create_multi_node_optimizer(
         actual_optimizer, communicator, double_buffering=double_buffering,
         zero_fill=zero_fill, **options)

@@ -42,9 +42,14 @@ SETTINGS = collections.OrderedDict([
                       'set (to anything): no informational lines on rank 0')),
     ('no_abort', Setting('CHAINERMN_TORUS_NO_ABORT', 'flag', False,
                          'set: an uncaught exception does not call MPI_Abort')),
+    ('keep_mpi_shm', Setting('CHAINERMN_TORUS_KEEP_MPI_SHM', 'flag', False,
+                             "keep MPICH's /dev/shm/mpich_shm_* names until MPI_Finalize "
+                             '(default: removed once every rank has mapped them, so a killed '
+                             'job leaves nothing)')),
     ('checkpoint_fault', Setting('CHAINERMN_TORUS_CHECKPOINT_FAULT', 'text', None,
                                  'tests only: "during:I" / "after:I" kills rank 0 while or '
-                                 'after writing checkpoint I')),
+                                 'after writing checkpoint I; "full:I" makes its write fail '
+                                 'with ENOSPC halfway')),
 ])
 
 _WHAT = {
@@ -52,6 +57,9 @@ _WHAT = {
     'bytes': 'a byte count >= 0 (0 = one message for the whole buffer)',
     'threads': 'a thread count >= 1',
     'grid': 'a grid shape "MxN"',
+    'count': 'an integer >= 1',
+    'positive': 'a number > 0',
+    'non-negative': 'a number >= 0',
 }
 
 
@@ -77,9 +85,17 @@ def _threads(v):
     return _at_least(1)(v)
 
 
+def _non_negative(v):
+    v = float(v)
+    if not v >= 0:
+        raise ValueError
+    return v
+
+
 # grid: only the text here; communicators._grid.parse_grid checks it against the rank count.
 _PARSERS = {'seconds': _seconds, 'bytes': _at_least(0), 'threads': _threads, 'grid': str,
-            'text': str, 'flag': bool}
+            'text': str, 'flag': bool, 'count': _at_least(1), 'positive': _seconds,
+            'non-negative': _non_negative}
 
 
 def _must_be(kind, raw):
@@ -137,6 +153,12 @@ def _arg(kind):
             raise argparse.ArgumentTypeError(_must_be(kind, text))
     convert.__name__ = kind
     return convert
+
+
+def arg_type(kind):
+    """An argparse ``type=`` for the examples' numbers: 'count' (integer >= 1), 'positive'
+    (number > 0), 'non-negative' (number >= 0); the error says what is allowed."""
+    return _arg(kind)
 
 
 def add_arguments(parser, communicator='rsap', grid=True, threads=True, segment_size=False):

@@ -32,3 +32,16 @@ class Slow(Squares):
         import time
         time.sleep(0.05)
         return super(Slow, self).__getitem__(i)
+
+
+class Big(object):
+    """Examples of ``nbytes`` bytes each (only the first is ever read: to size the slots)."""
+
+    def __init__(self, nbytes, n=10):
+        self.nbytes, self.n = nbytes, n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return numpy.zeros(self.nbytes, numpy.uint8), numpy.int32(i)

@@ -47,8 +47,11 @@ def test_killed_and_resumed_run_equals_uninterrupted(tmp_path, nprocs, flags, fa
     # The half-written file of the interrupted checkpoint is never under the final name.
     if when == 'during':
         assert not (ck / 'snapshot_iter_{}.rank0.npz'.format(it)).exists()
+    if when == 'during':  # the killed writer's temporary file is there until the next start
+        assert [p.name for p in ck.glob('*.tmp.*')], sorted(p.name for p in ck.iterdir())
     resumed = train(nprocs, tmp_path / 'resumed', ck, *flags, '--resume')
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert not list(ck.glob('*.tmp*')), sorted(p.name for p in ck.iterdir())
     assert 'resumed from {} at iteration {}'.format(ck, expected) in resumed.stdout
     a, b = params(tmp_path / 'whole'), params(tmp_path / 'resumed')
     assert a.keys() == b.keys()
@@ -67,6 +70,11 @@ def test_resume_refuses_what_cannot_work(tmp_path):
     assert other_model.returncode != 0
     assert 'belongs to another model: array /predictor/l1/W has shape (50, 784)' \
         in other_model.stderr, other_model.stderr[-2000:]
+    other_data = train(2, tmp_path / 'o4', ck, '--limit', '1000', '--resume')
+    assert other_data.returncode != 0
+    assert 'such as --limit' in other_data.stderr and 'snapshot_iter_' in other_data.stderr, \
+        other_data.stderr[-2000:]
+    assert 'resumed from' not in other_data.stdout
     other_size = train(3, tmp_path / 'o3', ck, '--resume')
     assert other_size.returncode != 0 and 'written by 2 ranks and this job has 3' \
         in other_size.stderr
@@ -90,3 +98,44 @@ def test_unwritable_output_dir_fails_at_start(tmp_path):
                        str(blocker / 'out')], timeout=120)
     assert proc.returncode != 0 and 'cannot write results to' in proc.stderr
     assert 'test accuracy' not in proc.stdout
+
+
+def test_damaged_latest_checkpoint_is_named_and_auto_resume_falls_back(tmp_path):
+    # 2 epochs = 20 iterations, checkpoints every 4: 16 and 20 are kept (keep=2).
+    ck = tmp_path / 'ck'
+    first = train(2, tmp_path / 'o1', ck, '--epoch', '2')
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert sorted(p.name for p in ck.glob('manifest_iter_*.json')) == [
+        'manifest_iter_16.json', 'manifest_iter_20.json']
+    damaged = ck / 'snapshot_iter_20.rank1.npz'
+    size = damaged.stat().st_size
+    with open(str(damaged), 'r+b') as f:
+        f.truncate(size // 2)  # what a disk that filled up, or a lost write, leaves
+    refused = train(2, tmp_path / 'o2', ck, '--resume')
+    assert refused.returncode != 0
+    assert 'snapshot_iter_20.rank1.npz has {} bytes, the manifest says {}'.format(
+        size // 2, size) in refused.stderr, refused.stderr[-3000:]
+    assert '--auto-resume falls back' in refused.stderr
+    assert 'resumed from' not in refused.stdout  # nobody said "resumed" before the check
+    again = train(2, tmp_path / 'o3', ck, '--auto-resume')
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert 'falling back to the newest complete one' in again.stdout
+    assert 'resumed from {} at iteration 16'.format(ck) in again.stdout
+    # A corrupted byte with the size unchanged is caught by the CRC.
+    latest = json.loads((ck / 'latest.json').read_text())['iteration']
+    victim = ck / 'snapshot_iter_{}.rank0.npz'.format(latest)
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    crc = train(2, tmp_path / 'o4', ck, '--resume')
+    assert crc.returncode != 0 and 'does not match its CRC-32' in crc.stderr
+
+
+def test_a_failed_write_leaves_no_temporary_file_and_keeps_the_previous_checkpoint(tmp_path):
+    ck = tmp_path / 'ck'
+    proc = train(2, tmp_path / 'o', ck, env={'CHAINERMN_TORUS_CHECKPOINT_FAULT': 'full:8'})
+    assert proc.returncode != 0
+    assert 'rank 0 cannot write checkpoint' in proc.stderr and 'No space left' in proc.stderr
+    assert 'the previous checkpoint' in proc.stderr
+    assert json.loads((ck / 'latest.json').read_text())['iteration'] == 4
+    assert not list(ck.glob('*.tmp*')), sorted(p.name for p in ck.iterdir())

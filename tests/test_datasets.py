@@ -63,6 +63,37 @@ def test_corrupt_file_is_reported(tmp_path):
         read_idx(path)
 
 
+def test_truncated_gzip_names_the_file(tmp_path):
+    make_dir(tmp_path, gz=True)
+    path = tmp_path / 'train-images-idx3-ubyte.gz'
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) // 2])
+    with pytest.raises(ValueError, match='train-images-idx3-ubyte.gz: truncated or corrupt gzip'):
+        load_mnist_idx(str(tmp_path))
+
+
+@pytest.mark.parametrize('images, message', [
+    (numpy.zeros((0, 28, 28), numpy.uint8), r'non-empty 3-D array .* shape \(0, 28, 28\)'),
+    (numpy.zeros((12, 784), numpy.uint8), r'non-empty 3-D array .* shape \(12, 784\)'),
+], ids=['no-images', 'two-dimensional'])
+def test_images_of_the_wrong_shape_name_the_file(tmp_path, images, message):
+    make_dir(tmp_path)
+    write_idx(str(tmp_path / 'train-images-idx3-ubyte'), images)
+    with pytest.raises(ValueError, match='train-images-idx3-ubyte: images must be a ' + message):
+        load_mnist_idx(str(tmp_path))
+
+
+def test_labels_outside_the_classes_name_the_file_and_index(tmp_path):
+    make_dir(tmp_path)
+    labels = numpy.arange(12, dtype=numpy.uint8) % 10
+    labels[7] = 58
+    write_idx(str(tmp_path / 't10k-labels-idx1-ubyte'), labels)
+    load_mnist_idx(str(tmp_path))  # no class count given: nothing to check against
+    with pytest.raises(ValueError, match=r't10k-labels-idx1-ubyte: label 58 at index 7 is '
+                                         r'outside 0\.\.9 \(1 such label'):
+        load_mnist_idx(str(tmp_path), n_classes=10)
+
+
 @pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
                     reason='Debian package dataset-fashion-mnist is not installed '
                            '(make setup installs it)')

@@ -52,8 +52,23 @@ def test_killed_rank_ends_the_job(nprocs):
 def test_rank_that_stops_is_caught_by_the_watchdog(nprocs):
     proc, elapsed = run_fault('hang', nprocs, env={'CHAINERMN_TORUS_WATCHDOG': str(WATCHDOG_S)})
     assert WATCHDOG_S <= elapsed < WATCHDOG_S + 30
-    assert re.search(r'chainermn_torus watchdog: rank \d+ \(\S+\) finished no training step '
-                     r'for \d+ s \(limit 3 s', proc.stderr), proc.stderr[-3000:]
+    # A peer waiting inside step 5 fires first and names rank 1, stopped before it.
+    assert re.search(r'chainermn_torus watchdog: rank \d+ \(\S+\) has been in step 5 for \d+ s '
+                     r'\(limit 3 s inside a step', proc.stderr), proc.stderr[-3000:]
+    assert re.search(r'on this node, rank\(s\) 1 have not started step 5 \(rank 1 finished '
+                     r'step 4\)',
+                     proc.stderr), proc.stderr[-3000:]
+
+
+def test_watchdog_does_not_count_a_pause_between_steps():
+    # Every rank spends 3 x the limit between two steps (an evaluation, a checkpoint): the
+    # limit between steps is OUTSIDE_FACTOR x the limit, so the job ends normally.
+    from chainermn_torus.runtime.watchdog import OUTSIDE_FACTOR
+    assert OUTSIDE_FACTOR > 3
+    proc = run_mpi(2, [worker('fault_train.py'), 'pause', '1', '5'], timeout=180,
+                   env={'CHAINERMN_TORUS_WATCHDOG': '2', 'PAUSE_S': '6'})
+    assert proc.returncode == 0 and proc.stdout.count('OK rank') == 2, proc.stderr[-3000:]
+    assert 'watchdog' not in proc.stderr
 
 
 def test_watchdog_stays_quiet_in_a_healthy_run():
@@ -73,3 +88,20 @@ def test_watchdog_bad_value():
             watchdog.from_env()
     finally:
         del os.environ[watchdog.WATCHDOG_ENV]
+
+
+@pytest.mark.parametrize('mode', ['raise', 'term'])
+def test_timeline_is_written_whole_when_the_job_ends_abnormally(mode, tmp_path):
+    # The abort hook and SIGTERM write the timeline before the process goes (atexit never
+    # runs after MPI_Abort or a signal).
+    import json
+    prefix = tmp_path / 'tl'
+    proc, elapsed = run_fault(mode, 2, env={'CHAINERMN_TORUS_TIMELINE': str(prefix)})
+    assert elapsed < 30
+    path = tmp_path / 'tl.rank1.json'
+    assert path.exists(), (sorted(p.name for p in tmp_path.iterdir()), proc.stderr[-2000:])
+    events = json.loads(path.read_text())['traceEvents']
+    assert any(e.get('name') == 'forward_backward' for e in events)
+    # (Rank 0, torn down by the launcher after rank 1's abort, may be killed mid-write: its
+    # file is then an unfinished .tmp, which `timeline merge` names as such.)
+    assert not (tmp_path / 'tl.rank1.json.tmp').exists()

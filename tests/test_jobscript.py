@@ -149,3 +149,20 @@ def test_grid_goes_to_the_launcher_and_is_refused_for_a_communicator_without_one
                      '2x2', '--output', str(out), '--', './train.sh')
     assert proc.returncode == 0, proc.stderr
     assert 'export CHAINERMN_TORUS_GRID=2x2' in out.read_text()
+
+
+@pytest.mark.parametrize('shape, message', [
+    ('3x3', '--node-shape 3x3 holds 9 nodes but --nodes is 4'),
+    ('2x2x1x1', 'must be 1 to 3 positive integers'),
+    ('2xa', 'must be 1 to 3 positive integers'),
+])
+def test_node_shape_must_hold_the_nodes(shape, message):
+    proc = jobscript('--system', 'k', '--nodes', '4', '--node-shape', shape, '--dry-run',
+                     *TRAIN)
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+
+
+def test_negative_threads_are_refused():
+    proc = jobscript('--system', 'slurm', '--nodes', '2', '--threads', '-2', '--dry-run',
+                     *TRAIN)
+    assert proc.returncode == 2 and 'thread count >= 1' in proc.stderr

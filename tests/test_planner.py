@@ -97,6 +97,10 @@ def test_model_bytes_from_a_snapshot(tmp_path):
     numpy.savez(path, w=numpy.zeros((10, 3), numpy.float32), step=numpy.int64(5))
     assert planner.model_bytes(str(path)) == 120
     assert planner.model_bytes('4096') == 4096
+    text = tmp_path / 'notes.txt'
+    text.write_text('not a snapshot')
+    with pytest.raises(ValueError, match=r'notes.txt is not an .npz snapshot of a model'):
+        planner.model_bytes(str(text))
 
 
 def test_calibrate_on_real_ranks_writes_a_usable_network(tmp_path):

@@ -61,6 +61,13 @@ def test_timeline_bad_input(tmp_path):
                         str(tmp_path / 'nothing'), '-o', str(tmp_path / 'x.png')],
                        capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert p.returncode == 2 and 'no timeline files' in p.stderr
+    # Only an unfinished file (a kill -9 while writing), or a file that is not a timeline.
+    (tmp_path / 'cut.rank0.json.tmp').write_text('{"traceEvents": [')
+    with pytest.raises(ValueError, match='only 1 unfinished one.*killed while writing'):
+        timeline_tools.rank_files(str(tmp_path / 'cut'))
+    (tmp_path / 'bad.rank0.json').write_text('{"traceEvents": [')
+    with pytest.raises(ValueError, match='bad.rank0.json is not a timeline file'):
+        timeline_tools.merge(str(tmp_path / 'bad'))
 
 
 def test_phases_cost_nothing_when_off():

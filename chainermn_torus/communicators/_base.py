@@ -63,8 +63,10 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
     def __init__(self, mpi_comm=None, grid=None, segment_size=None, allreduce_grad_dtype=None):
         if mpi_comm is None:
             mpi_comm = MPI.COMM_WORLD
-        super(TorusCommunicatorBase, self).__init__(mpi_comm)
+        super(TorusCommunicatorBase, self).__init__(mpi_comm)  # a collective: init_ranks
         _startup.start()  # the abort hook and the timeline, once per process
+        from chainermn_torus.runtime import devshm
+        devshm.unlink_mpi_segments()  # every rank is past MPI_Init: nothing named to leak
         self._options = {'segment_size': segment_size,
                          'allreduce_grad_dtype': allreduce_grad_dtype}
         # segment_size, else CHAINERMN_TORUS_SEGMENT_BYTES, else 4 MiB (see config)
@@ -171,8 +173,10 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
     def bcast_data(self, model):
         """Broadcast all parameters from rank 0 in one message (raw bytes, exact for any dtype)."""
         named = _packing.data_params(model)
+        # Checked by names, shapes and dtypes (what a user can compare), sent as bytes.
+        _packing.check_same_layout(self.mpi_comm, _packing.Layout(
+            [(n, p.data.shape, p.data.dtype) for n, p in named]), what='parameters')
         layout = _packing.Layout.of_data_bytes(named)
-        _packing.check_same_layout(self.mpi_comm, layout, what='parameters')
         if layout.size == 0:
             return
         buf = _packing.PackedBuffer(layout)  # used once per training run: not kept

@@ -144,10 +144,11 @@ def check_same_layout(mpi_comm, layout, what='gradients', progress=None):
             raise ValueError(
                 'chainermn_torus: the model\'s {} differ between ranks, so they cannot be '
                 'averaged: rank 0 has {} arrays ({} elements), rank {} has {} arrays ({} '
-                'elements); first difference: {}. Every rank must build the same model '
-                '(use zero_fill=True if some ranks leave gradients None).'.format(
-                    what, len(layouts[0].entries), layouts[0].size, rank, len(other.entries),
-                    other.size, layouts[0].describe_difference(other)))
+                'elements); first difference: {}. Every rank must build the same model{}.'
+                .format(what, len(layouts[0].entries), layouts[0].size, rank,
+                        len(other.entries), other.size, layouts[0].describe_difference(other),
+                        ' (use zero_fill=True if some ranks leave gradients None)'
+                        if what == 'gradients' else ''))
 
 
 class PackedBuffer(object):

@@ -21,6 +21,8 @@ import numpy
 from mpi4py import MPI
 from numba import prange
 
+from chainermn_torus.communicators._window import check_node_room
+
 __all__ = ['NodeBuffers', 'rows_within_nodes']
 
 
@@ -55,6 +57,8 @@ class NodeBuffers(object):
     def __init__(self, row_comm, size, dtype, progress):
         self.comm, self.progress = row_comm, progress
         dtype = numpy.dtype(dtype)
+        # The row's buffers are one /dev/shm mapping on this node: check it fits first.
+        check_node_room(row_comm, size * dtype.itemsize, 'the node-shared row buffers')
         self.win = MPI.Win.Allocate_shared(size * dtype.itemsize, dtype.itemsize,
                                            comm=row_comm)
         self.peers = []

@@ -12,7 +12,20 @@ window, frees it with ``free()``, and says so when used after that.
 import numpy
 from mpi4py import MPI
 
-__all__ = ['PutWindow']
+__all__ = ['PutWindow', 'check_node_room']
+
+
+def check_node_room(comm, nbytes, what):
+    """Collective over ``comm``: /dev/shm of each node holds ``nbytes`` per rank of ``comm``
+    on it, or every rank raises runtime.devshm.SharedMemoryFull."""
+    from chainermn_torus.runtime import devshm
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        local = node.size
+    finally:
+        node.Free()
+    devshm.check_room(nbytes * local, '{} ({} rank(s) on this node x {})'.format(
+        what, local, devshm.format_bytes(nbytes)), comm=comm)
 
 
 class PutWindow(object):
@@ -24,6 +37,9 @@ class PutWindow(object):
 
     def __init__(self, comm, size, dtype, passive=False):
         dtype = numpy.dtype(dtype)
+        # MPICH backs the window of the ranks of a node with one /dev/shm mapping: check
+        # that it fits there first, on every rank (a full /dev/shm is a SIGBUS later).
+        check_node_room(comm, size * dtype.itemsize, "rsap's RMA window")
         self._win = MPI.Win.Allocate(size * dtype.itemsize, disp_unit=dtype.itemsize,
                                      info=MPI.INFO_NULL, comm=comm)
         self.array = numpy.frombuffer(self._win.tomemory(), dtype=dtype, count=size)

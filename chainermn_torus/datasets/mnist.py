@@ -6,6 +6,7 @@ int32 labels), without downloading anything.
 """
 import gzip
 import os
+import zlib
 
 import numpy
 from chainer.datasets import TupleDataset
@@ -21,8 +22,12 @@ _DTYPES = {0x08: numpy.uint8, 0x09: numpy.int8, 0x0B: '>i2', 0x0C: '>i4', 0x0D: 
 def read_idx(path):
     """One IDX file as a numpy array (the format of LeCun's MNIST files)."""
     opener = gzip.open if path.endswith('.gz') else open
-    with opener(path, 'rb') as f:
-        data = f.read()
+    try:
+        with opener(path, 'rb') as f:
+            data = f.read()
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise ValueError('{}: truncated or corrupt gzip file ({}: {}); download or install it '
+                         'again'.format(path, type(e).__name__, e or 'ends early')) from None
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _DTYPES:
         raise ValueError('{}: not an IDX file (bad magic number {!r})'.format(path, data[:4]))
     ndim = data[3]
@@ -48,8 +53,11 @@ def _find(data_dir, stem):
             data_dir, stem, DEFAULT_MNIST_DIR))
 
 
-def load_mnist_idx(data_dir=DEFAULT_MNIST_DIR, ndim=1, scale=1.0):
-    """(train, test) TupleDatasets of (image, label) from an MNIST-format directory."""
+def load_mnist_idx(data_dir=DEFAULT_MNIST_DIR, ndim=1, scale=1.0, n_classes=None):
+    """(train, test) TupleDatasets of (image, label) from an MNIST-format directory.
+
+    With ``n_classes`` every label must lie in 0..n_classes-1 (checked here, with the file
+    named, rather than as an IndexError in the middle of training)."""
     if not os.path.isdir(data_dir):
         raise FileNotFoundError(
             'MNIST data directory {!r} does not exist. Install the Debian package '
@@ -57,11 +65,24 @@ def load_mnist_idx(data_dir=DEFAULT_MNIST_DIR, ndim=1, scale=1.0):
             'pass --data-dir DIR with MNIST-format IDX files.'.format(data_dir, DEFAULT_MNIST_DIR))
 
     def load(prefix):
-        images = read_idx(_find(data_dir, prefix + '-images-idx3-ubyte'))
-        labels = read_idx(_find(data_dir, prefix + '-labels-idx1-ubyte'))
+        image_file = _find(data_dir, prefix + '-images-idx3-ubyte')
+        label_file = _find(data_dir, prefix + '-labels-idx1-ubyte')
+        images, labels = read_idx(image_file), read_idx(label_file)
+        if images.ndim != 3 or len(images) == 0:
+            raise ValueError('{}: images must be a non-empty 3-D array (count, rows, columns), '
+                             'the file holds shape {}'.format(image_file, images.shape))
+        if labels.ndim != 1:
+            raise ValueError('{}: labels must be a 1-D array, the file holds shape {}'.format(
+                label_file, labels.shape))
         if len(images) != len(labels):
             raise ValueError('{}: {} images but {} labels'.format(data_dir, len(images),
                                                                   len(labels)))
+        if n_classes is not None:
+            bad = numpy.flatnonzero((labels < 0) | (labels >= n_classes))
+            if bad.size:
+                raise ValueError('{}: label {} at index {} is outside 0..{} ({} such '
+                                 'label(s))'.format(label_file, int(labels[bad[0]]),
+                                                    int(bad[0]), n_classes - 1, bad.size))
         x = images.astype(numpy.float32) * (scale / 255.0)
         if ndim == 1:
             x = x.reshape(len(x), -1)

@@ -15,14 +15,29 @@ A crash at any moment therefore leaves either the previous checkpoint or the new
 the new ``latest`` is in place.
 
 Resuming checks, on every rank and with the same message everywhere: the directory and the
-manifest exist, the rank count matches, every file is there, and the model has the same
-arrays (the first difference is named). With the same seed and deterministic communicators
-a killed-and-resumed run ends with the same parameters, bit for bit, as an uninterrupted one
-(tested).
+manifest exist, the rank count matches, every file is there with the size and CRC-32 the
+manifest recorded, and the model has the same arrays (the first difference is named). The
+decision is collective: no rank loads anything, and nothing says "resumed", until every
+rank's file has passed. Each checkpoint keeps its own manifest
+(``manifest_iter_<I>.json``, ``latest.json`` is the newest), so when the latest is damaged
+(a truncated file after a disk filled up, a lost rank file) ``maybe_resume`` - what
+``--auto-resume`` calls - falls back to the newest older checkpoint that passes, and says
+so; ``resume`` (``--resume``) stops and names the damage.
+
+Temporary files (``*.tmp.<host>.<pid>``) are removed when a write fails, and those a killed
+job left are swept when the next checkpointer starts on the directory (this host's whose
+process is gone; other hosts' untouched for ten minutes); ``chainermn-torus clean
+--checkpoint-dir DIR`` does the same by hand.
+
+With the same seed and deterministic communicators a killed-and-resumed run ends with the
+same parameters, bit for bit, as an uninterrupted one (tested).
 """
 import json
 import os
+import re
+import socket
 import time
+import zlib
 
 import chainer
 import numpy
@@ -30,9 +45,12 @@ import numpy
 from chainermn_torus import config
 
 __all__ = ['MultiNodeCheckpointer', 'CheckpointError', 'check_writable', 'add_arguments',
-           'check_arguments', 'attach', 'check_output']
+           'check_arguments', 'attach', 'check_output', 'sweep_temporary']
 
 MANIFEST = 'latest.json'
+_MANIFEST_OF = 'manifest_iter_{}.json'
+_TMP = re.compile(r'^(?P<final>.+)\.tmp\.(?P<host>[^.]+(?:\.[^.]+)*)\.(?P<pid>\d+)$')
+STALE_S = 600.0  # another host's temporary file untouched this long belongs to a dead job
 
 
 class CheckpointError(RuntimeError):
@@ -67,23 +85,103 @@ def _layout(model):
 
 # Fault injection for the resume tests (and for trying a site's file system):
 # CHAINERMN_TORUS_CHECKPOINT_FAULT="during:I" kills rank 0 (SIGKILL) after its file for
-# iteration I is written but before it is renamed; "after:I" once checkpoint I is complete.
+# iteration I is written but before it is renamed; "after:I" once checkpoint I is complete;
+# "full:I" makes rank 0's write of checkpoint I fail as a full disk does, halfway through.
 def _fault(when, iteration, rank):
     spec = config.env('checkpoint_fault')[0]
     if rank == 0 and spec == '{}:{}'.format(when, iteration):
+        if when == 'full':
+            import errno
+            raise OSError(errno.ENOSPC, 'No space left on device (injected: {})'.format(spec))
         import signal
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _savez(arrays, iteration, rank):
+    def write(f):
+        if config.env('checkpoint_fault')[0] == 'full:{}'.format(iteration) and rank == 0:
+            f.write(b'\0' * 4096)  # a partial file, as a disk that fills up leaves
+            _fault('full', iteration, rank)
+        numpy.savez(f, **arrays)
+    return write
+
+
+def _tmp_name(path):
+    return '{}.tmp.{}.{}'.format(path, socket.gethostname(), os.getpid())
+
+
 def _atomic_write(path, write, before_rename=None):
-    tmp = '{}.tmp{}'.format(path, os.getpid())
-    with open(tmp, 'wb') as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    if before_rename is not None:
-        before_rename()
-    os.replace(tmp, path)
+    """Write to a temporary file, flush it to disk, rename it; on any failure (ENOSPC, an
+    exception in ``write``) remove the temporary file and raise."""
+    tmp = _tmp_name(path)
+    try:
+        with open(tmp, 'wb') as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        if before_rename is not None:
+            before_rename()
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _crc32(path, chunk=1 << 22):
+    crc = 0
+    with open(path, 'rb') as f:
+        while True:
+            block = f.read(chunk)
+            if not block:
+                return crc
+            crc = zlib.crc32(block, crc)
+
+
+def _alive_here(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_temporary(directory, dry_run=False, now=None):
+    """Remove temporary files that killed writers left in ``directory``: this host's whose
+    process is gone, other hosts' untouched for STALE_S. Returns [(name, bytes, why)]."""
+    if not os.path.isdir(directory):
+        return []
+    now = time.time() if now is None else now
+    here = socket.gethostname()
+    removed = []
+    for name in sorted(os.listdir(directory)):
+        m = _TMP.match(name)
+        if not m:
+            continue
+        full = os.path.join(directory, name)
+        try:
+            st = os.stat(full)
+        except FileNotFoundError:
+            continue
+        if m.group('host') == here:
+            if _alive_here(int(m.group('pid'))):
+                continue
+            why = 'writer {} on this host is gone'.format(m.group('pid'))
+        elif now - st.st_mtime >= STALE_S:
+            why = 'writer on {} silent for {:.0f} s'.format(m.group('host'), now - st.st_mtime)
+        else:
+            continue
+        if not dry_run:
+            try:
+                os.remove(full)
+            except FileNotFoundError:
+                continue
+        removed.append((name, st.st_size, why))
+    return removed
 
 
 class MultiNodeCheckpointer(chainer.training.Extension):
@@ -99,6 +197,11 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         self.comm, self.directory, self.keep = comm, directory, int(keep)
         self.rank, self.size = comm.rank, comm.size
         self._check_writable()
+        # Each rank its host's leftovers (a shared file system shows every host's files).
+        for name, size, why in sweep_temporary(directory):
+            if not config.quiet():
+                print('chainermn_torus: rank {} removed {} ({} bytes; {})'.format(
+                    self.rank, os.path.join(directory, name), size, why), flush=True)
 
     # --- start-up checks: fail now, not after an hour of training ---------------------------
     def _check_writable(self):
@@ -123,16 +226,28 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                  'chainermn_torus/numpy_rng/has_gauss': numpy.asarray(state[3]),
                  'chainermn_torus/numpy_rng/gauss': numpy.asarray(state[4])}
         arrays = dict(ser.target, **extra)
-        _atomic_write(self._file(iteration, self.rank), lambda f: numpy.savez(f, **arrays),
-                      lambda: _fault('during', iteration, self.rank))
-        self.comm.mpi_comm.Barrier()  # every rank's file is complete
+        path = self._file(iteration, self.rank)
+        try:
+            _atomic_write(path, _savez(arrays, iteration, self.rank),
+                          lambda: _fault('during', iteration, self.rank))
+            record = {'bytes': os.path.getsize(path), 'crc32': _crc32(path)}
+        except OSError as e:
+            # The previous checkpoint is untouched; other ranks learn of it by the abort.
+            raise CheckpointError(
+                'chainermn_torus: rank {} cannot write checkpoint {} ({}: {}); the previous '
+                'checkpoint in {!r} is intact. Free space there or choose another '
+                '--checkpoint-dir.'.format(self.rank, path, type(e).__name__, e,
+                                           self.directory)) from e
+        records = self.comm.mpi_comm.gather(record, root=0)  # every rank's file is complete
         if self.rank == 0:
-            manifest = {'iteration': iteration, 'ranks': self.size,
-                        'files': [os.path.basename(self._file(iteration, r))
-                                  for r in range(self.size)],
+            files = [os.path.basename(self._file(iteration, r)) for r in range(self.size)]
+            manifest = {'iteration': iteration, 'ranks': self.size, 'files': files,
+                        'checks': dict(zip(files, records)),
                         'model': _layout(target), 'written': time.strftime('%Y-%m-%d %H:%M:%S')}
-            _atomic_write(os.path.join(self.directory, MANIFEST),
-                          lambda f: f.write(json.dumps(manifest, indent=1).encode()))
+            text = json.dumps(manifest, indent=1).encode()
+            _atomic_write(os.path.join(self.directory, _MANIFEST_OF.format(iteration)),
+                          lambda f: f.write(text))
+            _atomic_write(os.path.join(self.directory, MANIFEST), lambda f: f.write(text))
         self.comm.mpi_comm.Barrier()  # latest.json names this checkpoint
         self._remove_old(iteration)
         _fault('after', iteration, self.rank)
@@ -148,61 +263,140 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                     continue
         for it in sorted(iterations)[:-self.keep]:
             if it != newest:
-                try:
-                    os.remove(self._file(it, self.rank))
-                except OSError:
-                    pass
+                old = [self._file(it, self.rank)]
+                if self.rank == 0:
+                    old.append(os.path.join(self.directory, _MANIFEST_OF.format(it)))
+                for path in old:
+                    try:
+                        os.remove(path)
+                    except OSError:
+                        pass
 
     # --- resuming ---------------------------------------------------------------------------
     def maybe_resume(self, trainer):
-        """Resume if the directory holds a checkpoint; returns the iteration or None."""
+        """Resume if the directory holds a checkpoint; returns the iteration or None.
+
+        A damaged latest checkpoint falls back to the newest older one that passes every
+        check (said on rank 0); if none does, the error names what is wrong with each.
+        """
         manifest = os.path.join(self.directory, MANIFEST)
         exists = self.comm.mpi_comm.bcast(os.path.isfile(manifest) if self.rank == 0 else None)
-        return self.resume(trainer) if exists else None
+        return self.resume(trainer, fallback=True) if exists else None
 
-    def resume(self, trainer):
-        """Load the checkpoint ``latest.json`` names (every rank its own file)."""
+    def resume(self, trainer, fallback=False):
+        """Load the checkpoint ``latest.json`` names (every rank its own file), after every
+        rank has verified its file; with ``fallback``, an older complete one if it is not."""
         target = trainer.updater.get_optimizer('main').target
-        problem, manifest = None, None
-        if self.rank == 0:
-            problem, manifest = self._read_manifest(target)
-        problem, manifest = self.comm.mpi_comm.bcast((problem, manifest))
-        if problem is None:
-            path = os.path.join(self.directory, manifest['files'][self.rank])
-            problem = None if os.path.isfile(path) else 'rank {} cannot see {}'.format(
-                self.rank, path)
-            problems = [p for p in self.comm.mpi_comm.allgather(problem) if p]
-            problem = problems[0] if problems else None
+        failures, tried, manifest = [], set(), None
+        pending = [MANIFEST]
+        while pending:
+            name = pending.pop(0)
+            problem, manifest, fatal = self._agree_on(name, target)
+            if problem is None:
+                break
+            failures.append(problem)
+            if manifest is not None:
+                tried.add(manifest['iteration'])
+            if fatal:  # the rank count or the model: no older checkpoint can help
+                break
+            if name == MANIFEST:
+                older = [n for it, n in self._manifests() if it not in tried]
+                if not fallback:
+                    raise CheckpointError(
+                        'chainermn_torus: cannot resume from {!r}: {}{}'.format(
+                            self.directory, problem, '' if not older else
+                            ' ({} older checkpoint(s) kept there: --auto-resume falls back '
+                            'to the newest that is complete)'.format(len(older))))
+                pending = older
         if problem is not None:
             raise CheckpointError('chainermn_torus: cannot resume from {!r}: {}'.format(
-                self.directory, problem))
+                self.directory, '; then '.join(failures)))
         path = os.path.join(self.directory, manifest['files'][self.rank])
-        chainer.serializers.load_npz(path, trainer)
-        with numpy.load(path) as z:
-            numpy.random.set_state(('MT19937', z['chainermn_torus/numpy_rng/keys'],
-                                    int(z['chainermn_torus/numpy_rng/pos']),
-                                    int(z['chainermn_torus/numpy_rng/has_gauss']),
-                                    float(z['chainermn_torus/numpy_rng/gauss'])))
+        try:
+            chainer.serializers.load_npz(path, trainer)
+            with numpy.load(path) as z:
+                numpy.random.set_state(('MT19937', z['chainermn_torus/numpy_rng/keys'],
+                                        int(z['chainermn_torus/numpy_rng/pos']),
+                                        int(z['chainermn_torus/numpy_rng/has_gauss']),
+                                        float(z['chainermn_torus/numpy_rng/gauss'])))
+            problem = None
+        except Exception as e:  # verified, yet it does not load: say which file and why
+            problem = 'rank {}: {}: {}: {}'.format(self.rank, path, type(e).__name__, e)
+            if 'broadcast' in str(e) or 'shape' in str(e):
+                problem += (' (an array in the checkpoint has another shape than in this job: '
+                            'it was written with other data or options, such as --limit or '
+                            'the training set, than this job uses)')
+        problems = [p for p in self.comm.mpi_comm.allgather(problem) if p]
+        if problems:
+            raise CheckpointError('chainermn_torus: cannot resume from {!r}: {}'.format(
+                self.directory, problems[0]))
         if self.rank == 0:
+            if failures:
+                print('chainermn_torus: the latest checkpoint in {} is damaged ({}); falling '
+                      'back to the newest complete one'.format(
+                          self.directory, '; then '.join(failures)), flush=True)
             print('chainermn_torus: resumed from {} at iteration {}'.format(
                 self.directory, manifest['iteration']), flush=True)
         return manifest['iteration']
 
-    def _read_manifest(self, target):
-        manifest = os.path.join(self.directory, MANIFEST)
+    def _manifests(self):
+        """[(iteration, per-checkpoint manifest name)], newest first."""
         if not os.path.isdir(self.directory):
-            return 'the directory does not exist', None
+            return []
+        found = []
+        for name in os.listdir(self.directory):
+            m = re.match(r'^manifest_iter_(\d+)\.json$', name)
+            if m:
+                found.append((int(m.group(1)), name))
+        return sorted(found, reverse=True)
+
+    def _agree_on(self, name, target):
+        """(problem, manifest, fatal), the same on every rank: rank 0 reads the manifest,
+        every rank verifies its own file. ``fatal``: no other checkpoint can help."""
+        problem, manifest, fatal = None, None, False
+        if self.rank == 0:
+            problem, manifest, fatal = self._read_manifest(target, name)
+        problem, manifest, fatal = self.comm.mpi_comm.bcast((problem, manifest, fatal))
+        if problem is not None:
+            return problem, manifest, fatal
+        problem = self._verify(manifest)
+        problems = [p for p in self.comm.mpi_comm.allgather(problem) if p]
+        if problems:
+            return ('checkpoint at iteration {}: {} rank file(s) damaged, the first: {}'.format(
+                manifest['iteration'], len(problems), problems[0]), manifest, False)
+        return None, manifest, False
+
+    def _verify(self, manifest):
+        name = manifest['files'][self.rank]
+        path = os.path.join(self.directory, name)
+        if not os.path.isfile(path):
+            return 'rank {} cannot see {}'.format(self.rank, path)
+        check = manifest.get('checks', {}).get(name)
+        if check is None:  # a manifest written before checks were recorded
+            return None
+        size = os.path.getsize(path)
+        if size != check['bytes']:
+            return '{} has {} bytes, the manifest says {} (truncated or replaced)'.format(
+                path, size, check['bytes'])
+        if _crc32(path) != check['crc32']:
+            return '{} does not match its CRC-32 in the manifest (corrupted)'.format(path)
+        return None
+
+    def _read_manifest(self, target, name=MANIFEST):
+        manifest = os.path.join(self.directory, name)
+        if not os.path.isdir(self.directory):
+            return 'the directory does not exist', None, True
         if not os.path.isfile(manifest):
-            return 'no {} in it (no checkpoint was completed there)'.format(MANIFEST), None
+            return 'no {} in it (no checkpoint was completed there)'.format(name), None, True
         try:
             with open(manifest) as f:
                 data = json.load(f)
             data['iteration'], data['ranks'], data['files'], data['model']
         except (ValueError, KeyError) as e:
-            return '{} is not a chainermn-torus manifest ({})'.format(manifest, e), None
+            return '{} is not a chainermn-torus manifest ({})'.format(manifest, e), None, False
         if data['ranks'] != self.size:
             return ('it was written by {} ranks and this job has {}; resume with the same '
-                    'rank count'.format(data['ranks'], self.size)), None
+                    'rank count'.format(data['ranks'], self.size)), None, True
         here = _layout(target)
         there = data['model']
         if here != there:
@@ -210,10 +404,10 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                 if a != b:
                     return ('it belongs to another model: array {} has shape {} dtype {} '
                             'there, {} shape {} dtype {} here'.format(
-                                a[0], tuple(a[1]), a[2], b[0], tuple(b[1]), b[2])), None
+                                a[0], tuple(a[1]), a[2], b[0], tuple(b[1]), b[2])), None, True
             return ('it belongs to another model: {} arrays there, {} here'.format(
-                len(there), len(here))), None
-        return None, data
+                len(there), len(here))), None, True
+        return None, data, False
 
 
 # --- the examples' command-line options, in one place -----------------------------------------

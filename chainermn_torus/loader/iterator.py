@@ -17,28 +17,38 @@ see ChainerMN's FAQ), with ``MPI4PY_RC_INITIALIZE=0`` in their environment so th
 the training script's modules (chainermn, mpi4py) does not initialise MPI in them. Each pins
 itself to the loader CPUs of the placement plan and uses one BLAS thread.
 
-Shutdown: ``finalize()`` (also at interpreter exit and when the iterator is collected) stops the
-processes and unlinks the segments. If the training process is killed, its loaders notice within
-a second and exit, and Python's resource tracker unlinks the segments. An exception in a
-loader is raised in the training process as ``LoaderError`` with the loader's traceback; a
-loader that dies is reported with its exit code.
+Nothing left behind: the segments are unlinked from /dev/shm as soon as every loader
+process has mapped them (a mapping outlives its name), so a job that dies any way later
+(an exception and MPI_Abort, kill -9, SIGTERM at the time limit, a watchdog abort) leaves no
+file; their memory is returned when the last process mapping it exits. The names, while
+they exist, say whose they are (``cmtorus_<job>_<pid>_...``, see runtime.devshm), and a
+start sweeps those of dead processes. Tasks and results go through one pipe pair per
+loader process, not multiprocessing queues: a queue's locks are named semaphores
+(``/dev/shm/sem.mp-*``) under ``spawn``, which a killed job would leave behind.
+
+Shutdown: ``finalize()`` (also at interpreter exit and when the iterator is collected) stops
+the processes. If the training process is killed, its loaders notice within a second and
+exit. An exception in a loader is raised in the training process as ``LoaderError`` with
+the loader's traceback; a loader that dies is reported with its exit code.
 """
 import collections
 import itertools
 import multiprocessing
 import os
-import queue
+import socket
 import traceback
 import uuid
 import weakref
-from multiprocessing import shared_memory
+from multiprocessing import connection, shared_memory
 
 import chainer
 import numpy
 
+from chainermn_torus.runtime import devshm
+
 __all__ = ['LoaderIterator', 'LoaderError', 'SHM_PREFIX']
 
-SHM_PREFIX = 'cmtorus_'
+SHM_PREFIX = devshm.PREFIX
 _POLL_S = 0.2      # how often a waiting side checks that the other is alive
 _COUNTER = itertools.count()
 
@@ -64,8 +74,13 @@ def _fields(example):
     return tuple(example) if isinstance(example, tuple) else (example,)
 
 
-def _worker(dataset, layout, task_q, done_q, cpus, parent_pid, seed):
-    """Loader process: fetch examples for index batches into the shared slots."""
+def _worker(dataset, layout, tasks, results, cpus, parent_pid, seed):
+    """Loader process: fetch examples for index batches into the shared slots.
+
+    ``tasks``/``results``: this process's ends of its two pipes. The first message is
+    ('ready', pid) once every segment is mapped (the training process then unlinks them),
+    or ('failed', text); then (task_id, None or error text) per task.
+    """
     if cpus:
         os.sched_setaffinity(0, cpus)
     try:
@@ -74,20 +89,29 @@ def _worker(dataset, layout, task_q, done_q, cpus, parent_pid, seed):
     except ImportError:
         pass
     numpy.random.seed(seed)
-    segments = [[shared_memory.SharedMemory(name=name) for name in slot] for slot in layout['names']]
+    segments = []
+    try:
+        for slot in layout['names']:
+            segments.append([_attach(name) for name in slot])
+    except BaseException:
+        results.send(('failed', traceback.format_exc()))
+        return
     arrays = [[numpy.ndarray((layout['batch_size'],) + shape, dtype, buffer=seg.buf)
                for seg, (shape, dtype) in zip(slot, layout['fields'])] for slot in segments]
+    results.send(('ready', os.getpid()))
     try:
         while True:
             try:
-                task = task_q.get(timeout=1.0)
-            except queue.Empty:
-                # The training process started us (spawn), so it is our parent until it
-                # exits; then we are re-parented at once, even while it is an unreaped
-                # zombie (which a kill(pid, 0) test would still find).
-                if os.getppid() != parent_pid:
-                    return  # the training process is gone: do not linger
-                continue
+                if not tasks.poll(1.0):
+                    # The training process started us (spawn), so it is our parent until it
+                    # exits; then we are re-parented at once, even while it is an unreaped
+                    # zombie (which a kill(pid, 0) test would still find).
+                    if os.getppid() != parent_pid:
+                        return  # the training process is gone: do not linger
+                    continue
+                task = tasks.recv()
+            except (EOFError, OSError):
+                return  # the training process closed its end (or died)
             if task is None:
                 return
             task_id, slot, indices = task
@@ -105,11 +129,15 @@ def _worker(dataset, layout, task_q, done_q, cpus, parent_pid, seed):
                                 'needs examples of one shape (crop or resize them)'.format(
                                     index, value.shape, dst.shape[1:]))
                         dst[j] = value
-                done_q.put((task_id, None))
+                message = (task_id, None)
             except BaseException:
-                done_q.put((task_id, 'loader process {} (pid {}), example batch {}:\n{}'.format(
+                message = (task_id, 'loader process {} (pid {}), example batch {}:\n{}'.format(
                     multiprocessing.current_process().name, os.getpid(), list(indices)[:8],
-                    traceback.format_exc())))
+                    traceback.format_exc()))
+            try:
+                results.send(message)
+            except (BrokenPipeError, OSError):
+                return
     finally:
         del arrays
         for slot in segments:
@@ -117,16 +145,50 @@ def _worker(dataset, layout, task_q, done_q, cpus, parent_pid, seed):
                 seg.close()
 
 
+def _reserve(seg, nbytes):
+    """Back the whole segment now: on a full /dev/shm this fails here with ENOSPC, instead of
+    a SIGBUS at the first write to a page that cannot be backed (other ranks of the node
+    allocate at the same time, so the free-space check alone cannot promise it)."""
+    try:
+        os.posix_fallocate(seg._fd, 0, nbytes)
+    except OSError as e:
+        import errno
+        if e.errno != errno.ENOSPC:
+            return  # the file system cannot reserve (not tmpfs): the check above has to do
+        raise devshm.SharedMemoryFull(
+            'chainermn_torus: not enough shared memory: the loader\'s batch slots do not fit '
+            'in {} on node {} ({} free). Fixes: chainermn-torus clean (what dead jobs left), '
+            'a larger /dev/shm, fewer ranks per node, a smaller batch or n_prefetch.'.format(
+                devshm.SHM_DIR, socket.gethostname(),
+                devshm.format_bytes(devshm.free_bytes()))) from None
+
+
+def _attach(name):
+    # Spawned children share the training process's resource tracker, where the segment is
+    # already registered (the tracker keeps a set): attaching adds nothing to undo.
+    return shared_memory.SharedMemory(name=name)
+
+
 class _Resources(object):
-    """Processes, queues and segments; released once, by finalize() or by the collector."""
+    """Processes, pipes and segments; released once, by finalize() or by the collector."""
 
     def __init__(self):
-        self.procs, self.segments, self.task_q, self.done_q = [], [], None, None
+        self.procs, self.segments, self.tasks, self.results = [], [], [], []
+        self.linked = []  # segments whose names are still in /dev/shm
+
+    def unlink(self):
+        """Remove the segments' names; the mappings stay valid in every process."""
+        for seg in self.linked:
+            try:
+                seg.unlink()
+            except FileNotFoundError:
+                pass
+        self.linked = []
 
     def release(self):
-        for _ in self.procs:
+        for conn in self.tasks:
             try:
-                self.task_q.put(None)
+                conn.send(None)
             except (ValueError, OSError):
                 pass
         for p in self.procs:
@@ -135,18 +197,16 @@ class _Resources(object):
                 p.terminate()
                 p.join(timeout=5)
         self.procs = []
+        self.unlink()
         for seg in self.segments:
             try:
                 seg.close()
-                seg.unlink()
-            except FileNotFoundError:
-                pass
+            except BufferError:
+                pass  # arrays handed out still view it: the mapping goes with them
         self.segments = []
-        for q in (self.task_q, self.done_q):
-            if q is not None:
-                q.close()
-                q.join_thread()
-        self.task_q = self.done_q = None
+        for conn in self.tasks + self.results:
+            conn.close()
+        self.tasks, self.results = [], []
 
 
 class LoaderIterator(chainer.dataset.Iterator):
@@ -173,48 +233,70 @@ class LoaderIterator(chainer.dataset.Iterator):
         self._start(cpus, seed)
         self._pending = collections.deque()   # (task_id, slot, n, state after this batch)
         self._done = {}                        # task_id -> error text or None
+        self._owner = {}                       # task_id -> loader it was sent to
         self._held = None                      # slot of the batch last returned
         self._fill()
+        self._await_ready()
 
     # --- processes and memory --------------------------------------------------------------
     def _start(self, cpus, seed):
         first = [numpy.asarray(v) for v in _fields(self.dataset[0])]
         fields = [(v.shape, v.dtype) for v in first]
         self._n_slots = self.n_prefetch + 2
-        tag = '{}{}_{}_{}'.format(SHM_PREFIX, os.getpid(), next(_COUNTER), uuid.uuid4().hex[:6])
+        sizes = [max(1, self.batch_size * int(numpy.prod(shape)) * dtype.itemsize)
+                 for shape, dtype in fields]
+        devshm.sweep()  # what dead processes of ours left on this node (never a live one's)
+        devshm.check_room(self._n_slots * sum(sizes), 'the loader\'s {} batch slots of {} '
+                          'examples'.format(self._n_slots, self.batch_size))
+        tag = '{}{}_{}'.format(devshm.segment_prefix(), next(_COUNTER), uuid.uuid4().hex[:6])
         names, self._arrays = [], []
         for s in range(self._n_slots):
             slot_names, slot_arrays = [], []
             for f, (shape, dtype) in enumerate(fields):
-                nbytes = max(1, self.batch_size * int(numpy.prod(shape)) * dtype.itemsize)
                 seg = shared_memory.SharedMemory(name='{}_{}_{}'.format(tag, s, f), create=True,
-                                                 size=nbytes)
+                                                 size=sizes[f])
                 self._res.segments.append(seg)
+                self._res.linked.append(seg)
+                _reserve(seg, sizes[f])
                 slot_names.append(seg.name)
                 slot_arrays.append(numpy.ndarray((self.batch_size,) + shape, dtype,
                                                  buffer=seg.buf))
             names.append(slot_names)
             self._arrays.append(slot_arrays)
+        self._shm_names = [n for slot in names for n in slot]
         self._free = collections.deque(range(self._n_slots))
         layout = {'names': names, 'fields': fields, 'batch_size': self.batch_size}
         ctx = multiprocessing.get_context('spawn')
-        self._res.task_q, self._res.done_q = ctx.Queue(), ctx.Queue()
         saved = {k: os.environ.get(k) for k in ('MPI4PY_RC_INITIALIZE',)}
         os.environ['MPI4PY_RC_INITIALIZE'] = 'false'  # children only: restored below
         try:
             for w in range(self.n_processes):
+                task_r, task_w = ctx.Pipe(duplex=False)
+                result_r, result_w = ctx.Pipe(duplex=False)
                 p = ctx.Process(target=_worker, name='chainermn_torus-loader-{}'.format(w),
-                                args=(self.dataset, layout, self._res.task_q, self._res.done_q,
+                                args=(self.dataset, layout, task_r, result_w,
                                       list(cpus) if cpus else None, os.getpid(), seed + w),
                                 daemon=True)
                 p.start()
+                task_r.close()  # the child's ends: closed here, so EOF means the child is gone
+                result_w.close()
                 self._res.procs.append(p)
+                self._res.tasks.append(task_w)
+                self._res.results.append(result_r)
         finally:
             for k, v in saved.items():
                 if v is None:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+        self._in_flight = [0] * self.n_processes
+        self._ready = set()
+
+    def _await_ready(self):
+        """Wait until every loader has mapped the segments, then unlink their names."""
+        while len(self._ready) < self.n_processes:
+            self._receive()
+        self._res.unlink()
 
     @property
     def processes(self):
@@ -222,7 +304,8 @@ class LoaderIterator(chainer.dataset.Iterator):
 
     @property
     def shm_names(self):
-        return [seg.name for seg in self._res.segments]
+        """The segments' names (removed from /dev/shm once every loader has mapped them)."""
+        return list(self._shm_names)
 
     def finalize(self):
         """Stop the loader processes and free the shared memory (idempotent)."""
@@ -252,22 +335,44 @@ class LoaderIterator(chainer.dataset.Iterator):
                 return
             slot = self._free.popleft()
             task_id = next(_COUNTER)
-            self._res.task_q.put((task_id, slot, indices))
+            w = min(range(self.n_processes), key=self._in_flight.__getitem__)
+            self._res.tasks[w].send((task_id, slot, indices))
+            self._in_flight[w] += 1
+            self._owner[task_id] = w
             self._pending.append((task_id, slot, len(indices), self._planner_state()))
+
+    def _receive(self):
+        """Read what the loaders sent within _POLL_S; raise if one of them died."""
+        ready = connection.wait(self._res.results, timeout=_POLL_S)
+        for conn in ready:
+            w = self._res.results.index(conn)
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):  # its end closed: it died (reported below)
+                self._res.procs[w].join(timeout=2)
+                continue
+            kind, value = message
+            if kind == 'ready':
+                self._ready.add(w)
+            elif kind == 'failed':
+                self.finalize()
+                raise LoaderError('chainermn_torus: loader process {} could not map the '
+                                  'batch slots:\n{}'.format(w, value))
+            else:
+                self._in_flight[self._owner.pop(kind)] -= 1
+                self._done[kind] = value
+        for p in self._res.procs:
+            if not p.is_alive():
+                self.finalize()
+                raise LoaderError('chainermn_torus: loader process {} (pid {}) died '
+                                  'with exit code {}'.format(p.name, p.pid, p.exitcode))
+        return bool(ready)
 
     def _wait(self, task_id):
         waited = 0.0
         while task_id not in self._done:
-            try:
-                tid, error = self._res.done_q.get(timeout=_POLL_S)
-                self._done[tid] = error
-            except queue.Empty:
+            if not self._receive():
                 waited += _POLL_S
-                for p in self._res.procs:
-                    if not p.is_alive():
-                        self.finalize()
-                        raise LoaderError('chainermn_torus: loader process {} (pid {}) died '
-                                          'with exit code {}'.format(p.name, p.pid, p.exitcode))
                 if self.timeout is not None and waited > self.timeout:
                     self.finalize()
                     raise LoaderError('chainermn_torus: no batch from the loader processes in '
@@ -275,7 +380,7 @@ class LoaderIterator(chainer.dataset.Iterator):
         return self._done.pop(task_id)
 
     def __next__(self):
-        if self._res.task_q is None:
+        if not self._res.tasks:
             raise RuntimeError('chainermn_torus: this LoaderIterator was finalized')
         if self._held is not None:
             self._free.append(self._held)  # the caller has converted the last batch by now

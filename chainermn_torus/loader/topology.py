@@ -63,6 +63,11 @@ class Topology(object):
     @classmethod
     def from_sysfs(cls, root='/sys'):
         cpu_dir = os.path.join(root, 'devices', 'system', 'cpu')
+        if root != '/sys' and not os.path.isdir(cpu_dir):
+            # Another tree was asked for: never describe this machine instead of it.
+            raise ValueError('chainermn_torus: sysfs tree {!r} has no devices/system/cpu; '
+                             'give the root of a copied sysfs (the directory holding '
+                             'devices/)'.format(root))
         online = _read(os.path.join(cpu_dir, 'online'))
         if online:
             ids = parse_cpulist(online)

@@ -88,9 +88,10 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
             it tests them that often and sleeps in between (slower where measured, see
             BACKGROUND_POLL_S; an option for MPIs whose blocking waits burn a core the
             compute needs). ChainerMN's communicators always block.
-        watchdog: seconds without a finished step after which this rank aborts the whole
-            job (a peer died or hangs; see ``chainermn_torus.runtime.watchdog``); default
-            ``$CHAINERMN_TORUS_WATCHDOG`` or off.
+        watchdog: seconds a training step may take before this rank aborts the whole job,
+            naming the ranks it waits for (a peer died or hangs); between steps
+            (evaluation, checkpoints) ten times as long. See
+            ``chainermn_torus.runtime.watchdog``; default ``$CHAINERMN_TORUS_WATCHDOG`` or off.
         check_replicas: every this many steps, compare a hash of the parameters across ranks
             and raise ReplicaMismatchError on every rank if they differ (see
             ``chainermn_torus.extensions.replicas``); None: never.
@@ -116,7 +117,7 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
     if flush_denormals:
         fpenv.set_flush_denormals(True)
     from chainermn_torus.runtime import watchdog as watchdog_mod
-    dog = watchdog_mod.from_env(watchdog)
+    dog = watchdog_mod.from_env(watchdog, comm=communicator.mpi_comm)
     if double_buffering:
         opt = _DoubleBufferingOptimizer(actual_optimizer, communicator, zero_fill, check_finite,
                                         background_poll)
@@ -191,12 +192,14 @@ class _MultiNodeOptimizer(object):
         return changed
 
     def update(self, lossfun=None, *args, **kwds):
+        if self.watchdog is not None:
+            self.watchdog.step_started()
         self._update(lossfun, *args, **kwds)
         if self.check_replicas and self.iterations % self.check_replicas == 0:
             from chainermn_torus.extensions.replicas import check_replicas
             check_replicas(self.communicator, self.target, self.iterations)
         if self.watchdog is not None:
-            self.watchdog.beat('between steps (data, extensions, or the next forward)')
+            self.watchdog.beat('data, extensions or the next forward')
 
     def _update(self, lossfun=None, *args, **kwds):
         if lossfun is not None:
@@ -392,8 +395,23 @@ def _background_communicator(communicator, poll):
     return communicator.split(0, communicator.rank)
 
 
+FLOAT16_MAX = float(numpy.finfo(numpy.float16).max)  # 65504
+
+
+def _sent_limit(communicator):
+    """The largest |gradient| the communicator can send, or inf: float16 communication
+    scales by 1/P and converts, so beyond 65504 x P a value would travel as inf."""
+    dtype = getattr(communicator, 'allreduce_grad_dtype', None)
+    if dtype is not None and numpy.dtype(dtype) == numpy.float16:
+        return FLOAT16_MAX * communicator.size
+    return numpy.inf
+
+
 def check_finite_grads(communicator, target):
-    """Raise NonFiniteGradientError on every rank if any rank has a NaN/Inf gradient."""
+    """Raise NonFiniteGradientError on every rank if any rank has a NaN/Inf gradient, or,
+    with float16 communication, one that would overflow to Inf on the way (before any rank
+    sends or updates anything)."""
+    limit = _sent_limit(communicator)
     first = ''
     count = 0
     for name, p in sorted(target.namedparams()):
@@ -401,10 +419,10 @@ def check_finite_grads(communicator, target):
         if g is None or g.dtype.kind != 'f':
             continue
         flat = g.reshape(-1) if g.flags.c_contiguous else g.ravel()
-        bad = int(kernels.count_nonfinite(flat)) if flat.dtype != numpy.float16 \
+        bad = int(kernels.count_nonfinite(flat, limit)) if flat.dtype != numpy.float16 \
             else int((~numpy.isfinite(flat)).sum())
         if bad and not first:
-            first = '{} ({} of {} values)'.format(name, bad, g.size)
+            first = _describe_bad(name, flat, bad, limit)
         count += bad
     mpi_comm = communicator.mpi_comm
     counts = numpy.array([count], numpy.int64)
@@ -412,9 +430,24 @@ def check_finite_grads(communicator, target):
     if counts[0]:  # only now pay for names
         reports = mpi_comm.allgather((count, first) if count else None)
         bad_ranks = [(r, rep) for r, rep in enumerate(reports) if rep is not None]
+        overflow = numpy.isfinite(limit)
         raise NonFiniteGradientError(
-            'chainermn_torus: NaN/Inf in gradients before averaging on rank(s) {}: {}. Lower '
-            'the learning rate, check the data on those ranks, or use loss scaling.'.format(
+            'chainermn_torus: {} in gradients before averaging on rank(s) {}: {}. Lower '
+            'the learning rate, check the data on those ranks, or use loss scaling{}.'.format(
+                'NaN/Inf or float16 overflow' if overflow else 'NaN/Inf',
                 ', '.join(str(r) for r, _ in bad_ranks),
-                '; '.join('rank {}: {} non-finite, first in {}'.format(r, c, f)
-                          for r, (c, f) in bad_ranks)))
+                '; '.join('rank {}: {} bad value(s), first in {}'.format(r, c, f)
+                          for r, (c, f) in bad_ranks),
+                '; or send gradients as float32 (allreduce_grad_dtype=None, no '
+                '--fp16-allreduce)' if overflow else ''))
+
+
+def _describe_bad(name, flat, bad, limit):
+    nonfinite = int((~numpy.isfinite(flat)).sum())
+    text = '{} ({} of {} values'.format(name, bad, flat.size)
+    if bad > nonfinite:
+        finite = flat[numpy.isfinite(flat)]
+        text += '; {} finite beyond float16\'s range after the 1/P scaling: max |g| = {:.4g} ' \
+                '> 65504 x P = {:g}'.format(bad - nonfinite, float(numpy.abs(finite).max()),
+                                           limit)
+    return text + ')'

@@ -140,8 +140,13 @@ def model_bytes(model):
         return int(model)
     if isinstance(model, str) and os.path.isfile(model):
         import numpy
-        with numpy.load(model) as z:
-            total = sum(z[k].size * 4 for k in z.files if z[k].dtype.kind == 'f')
+        try:
+            with numpy.load(model, allow_pickle=False) as z:
+                total = sum(z[k].size * 4 for k in z.files if z[k].dtype.kind == 'f')
+        except (ValueError, OSError, EOFError, AttributeError, TypeError) as e:
+            raise ValueError('chainermn_torus: {} is not an .npz snapshot of a model (numpy '
+                             'says: {}); give resnet50, mlp, a byte count or an .npz '
+                             'file'.format(model, e)) from None
         if total == 0:
             raise ValueError('chainermn_torus: {} holds no float arrays'.format(model))
         return total

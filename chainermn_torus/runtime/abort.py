@@ -10,15 +10,32 @@ first communicator or multi-node optimizer of ours is made (``runtime.startup``)
 with more than one rank; a hook installed before it (a framework's, a debugger's) still runs
 first.
 ``CHAINERMN_TORUS_NO_ABORT=1`` leaves Python's default behaviour.
+
+SIGTERM (what batch systems send at the time limit, and scancel) would kill the rank where
+it stands: in the middle of a checkpoint write (leaving a temporary file), before the
+timeline is written, with no word of why. Where the script has not set its own SIGTERM
+handler, ``install`` turns it into a ``Terminated`` exception in the main thread, so
+clean-up code runs and the hook above names the signal and ends the job. A main thread
+blocked in a long MPI call cannot run Python handlers, so a watcher thread, woken through
+``signal.set_wakeup_fd``, ends the process as SIGTERM would after ``TERM_GRACE_S`` if the
+exception has not done so by then.
 """
+import os
+import signal
 import socket
 import sys
+import threading
 import time
 
-__all__ = ['install', 'ABORT_DELAY_S']
+__all__ = ['install', 'ABORT_DELAY_S', 'Terminated', 'TERM_GRACE_S']
 
 ABORT_DELAY_S = 1.0
+TERM_GRACE_S = 3.0  # > ABORT_DELAY_S: the exception path gets its chance first
 _installed = []  # the hook that was in place before ours, once ours is installed
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (a batch time limit, scancel, mpiexec forwarding a kill)."""
 
 
 def _hook(exctype, value, tb):
@@ -35,6 +52,8 @@ def _hook(exctype, value, tb):
                 rank, socket.gethostname(), exctype.__name__, value))
         sys.stderr.flush()
         sys.stdout.flush()
+        from chainermn_torus.runtime import timeline
+        timeline.emergency_flush()  # MPI_Abort skips atexit, where it is written otherwise
         time.sleep(ABORT_DELAY_S)
         MPI.COMM_WORLD.Abort(1)
 
@@ -49,3 +68,53 @@ def install():
         return
     _installed.append(sys.excepthook)
     sys.excepthook = _hook
+    _catch_sigterm()
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated('SIGTERM received (a batch time limit, scancel, or the launcher ending '
+                     'the job); the latest complete checkpoint, if any, is intact')
+
+
+def _catch_sigterm():
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+        return  # the script (or a framework) handles SIGTERM itself
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    try:
+        previous = signal.set_wakeup_fd(write_fd)
+    except ValueError:
+        os.close(read_fd)
+        os.close(write_fd)
+        return
+    if previous != -1:  # someone else's wakeup fd (an event loop): leave SIGTERM alone
+        signal.set_wakeup_fd(previous)
+        os.close(read_fd)
+        os.close(write_fd)
+        return
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    threading.Thread(target=_watch_sigterm, args=(read_fd,), daemon=True,
+                     name='chainermn_torus-sigterm').start()
+
+
+def _watch_sigterm(read_fd):
+    while True:
+        try:
+            data = os.read(read_fd, 64)
+        except OSError:
+            return
+        if not data:
+            return
+        if signal.SIGTERM in data:
+            time.sleep(TERM_GRACE_S)
+            # Still here: the main thread is blocked in C and never ran the handler.
+            from chainermn_torus.runtime import timeline
+            timeline.emergency_flush()
+            sys.stderr.write('chainermn_torus: SIGTERM; the main thread is blocked (in MPI?): '
+                             'ending this rank\n')
+            sys.stderr.flush()
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return

@@ -7,7 +7,10 @@ examples' ``--timeline PREFIX``). Each rank records the phases it goes through:
   pack, reduce_scatter, allreduce, allgather / put,   the communicators, per segment;
   reduce (shm), gather (shm), tail
 
-and writes ``PREFIX.rank<R>.json`` when the process exits (or on ``flush()``). Then
+and writes ``PREFIX.rank<R>.json`` when the process exits (or on ``flush()``), and also
+when the job ends abnormally: before the abort hook's or the watchdog's MPI_Abort, which
+is also how SIGTERM ends a rank (what batch systems send at the time limit; see abort).
+A kill -9 leaves nothing to write with. Then
 (``chainermn_torus.tools.timeline``)
 
     chainermn-torus timeline merge PREFIX -o trace.json   # open in chrome://tracing, Perfetto
@@ -27,7 +30,7 @@ import time
 
 from chainermn_torus import config
 
-__all__ = ['enable', 'disable', 'phase', 'flush', 'ACTIVE', 'TIMELINE_ENV']
+__all__ = ['enable', 'disable', 'phase', 'flush', 'emergency_flush', 'ACTIVE', 'TIMELINE_ENV']
 
 TIMELINE_ENV = config.SETTINGS['timeline'].env
 ACTIVE = None  # the process's Timeline, or None
@@ -104,9 +107,16 @@ class Timeline(object):
         rank = _rank()
         path = '{}.rank{}.json'.format(self.prefix, rank)
         tmp = path + '.tmp'
-        with open(tmp, 'w') as f:
-            json.dump({'traceEvents': self.trace(rank), 'displayTimeUnit': 'ms'}, f)
-        os.replace(tmp, path)  # a reader never sees half a file
+        try:
+            with open(tmp, 'w') as f:
+                json.dump({'traceEvents': self.trace(rank), 'displayTimeUnit': 'ms'}, f)
+            os.replace(tmp, path)  # a reader never sees half a file
+        except BaseException:
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+            raise
         return path
 
 
@@ -140,6 +150,20 @@ def enable(prefix):
         ACTIVE = Timeline(prefix)
         atexit.register(_write_at_exit, ACTIVE)
     return ACTIVE
+
+
+def emergency_flush():
+    """Write what the timeline holds, if on, before the process is torn down (abort, a
+    signal); never raises."""
+    tl = ACTIVE
+    if tl is None or not tl.events:
+        return None
+    try:
+        return tl.write()
+    except Exception as e:  # noqa: BLE001 -- the job is ending for another reason
+        sys.stderr.write('chainermn_torus: could not write the timeline: {}\n'.format(e))
+        return None
+
 
 
 def disable():

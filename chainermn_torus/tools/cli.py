@@ -14,6 +14,8 @@
     chainermn-torus jobscript --system ofp|k|slurm|pbs|local --nodes N [--ranks-per-node R]
                               [--hours H] [--communicator C] [--dry-run] -- python script.py ...
     chainermn-torus config                              (the environment variables)
+    chainermn-torus clean [--dry-run] [--others] [--checkpoint-dir DIR]
+                          (what dead jobs left in /dev/shm and checkpoint directories)
     chainermn-torus names                               (communicator names)
     chainermn-torus variants                            (algorithm variants: planner, bench)
 """
@@ -23,7 +25,7 @@ USAGE = __doc__
 BENCHMARKS = {'allreduce': 'allreduce', 'update': 'optimizer_update', 'mnist': 'mnist_iteration',
               'double-buffering': 'double_buffering'}
 COMMANDS = ('bench', 'run', 'topology', 'plan', 'calibrate', 'timeline', 'jobscript', 'config',
-            'names', 'variants')
+            'names', 'variants', 'clean')
 
 
 def main(argv=None):
@@ -58,12 +60,42 @@ def main(argv=None):
         from chainermn_torus import valid_names
         print('\n'.join(valid_names()))
         return 0
+    if cmd == 'clean':
+        return clean(rest)
     if cmd == 'variants':
         print(variants_table())
         return 0
     sys.stderr.write('chainermn-torus: unknown command {!r}; commands: {} (chainermn-torus '
                      '--help for their options)\n'.format(cmd, ', '.join(COMMANDS)))
     return 2
+
+
+def clean(argv):
+    """Remove what dead jobs left on this node: never a live job's files."""
+    import argparse
+    from chainermn_torus.runtime import devshm
+    p = argparse.ArgumentParser(prog='chainermn-torus clean', description=clean.__doc__)
+    p.add_argument('--dry-run', action='store_true', help='list, remove nothing')
+    p.add_argument('--others', action='store_true',
+                   help="also MPICH's (mpich_shm_*) and multiprocessing's (sem.mp-*) files "
+                        'that no process on this node maps or holds and that are older than '
+                        '{:g} s'.format(devshm.MIN_AGE_S))
+    p.add_argument('--shm-dir', default=devshm.SHM_DIR, help='default %(default)s')
+    p.add_argument('--checkpoint-dir', action='append', default=[], metavar='DIR',
+                   help="also a checkpoint directory's unfinished temporary files "
+                        '(repeatable)')
+    args = p.parse_args(argv)
+    removed = devshm.sweep(args.shm_dir, others=args.others, dry_run=args.dry_run)
+    if args.checkpoint_dir:
+        from chainermn_torus.extensions import checkpoint
+        for d in args.checkpoint_dir:
+            removed += checkpoint.sweep_temporary(d, dry_run=args.dry_run)
+    verb = 'would remove' if args.dry_run else 'removed'
+    for name, size, why in removed:
+        print('{} {} ({}; {})'.format(verb, name, devshm.format_bytes(size), why))
+    print('{} {} file(s), {}'.format(verb, len(removed),
+                                     devshm.format_bytes(sum(r[1] for r in removed))))
+    return 0
 
 
 def variants_table():
@@ -162,7 +194,11 @@ def topology(argv):
         p.error('--rank must be in [0, --ranks-per-node), got {} of {}'.format(
             args.rank, args.ranks_per_node))
     from chainermn_torus.loader import parse_cpulist
-    topo = Topology.from_sysfs(args.sysfs)
+    try:
+        topo = Topology.from_sysfs(args.sysfs)
+    except ValueError as e:
+        sys.stderr.write('chainermn-torus topology: {}\n'.format(e))
+        return 2
     if args.allowed is not None:
         allowed = parse_cpulist(args.allowed)
     else:

@@ -136,6 +136,20 @@ def _venv_bin():
     return os.path.dirname(sys.executable)
 
 
+def _check_node_shape(shape, nodes):
+    """K/Fugaku node shapes: 1 to 3 dimensions "A", "AxB", "AxBxC" whose product is --nodes."""
+    parts = shape.lower().split('x')
+    if not 1 <= len(parts) <= 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ValueError('--node-shape must be 1 to 3 positive integers joined by "x" (e.g. '
+                         '4x4x4), got {!r}'.format(shape))
+    product = 1
+    for p in parts:
+        product *= int(p)
+    if product != nodes:
+        raise ValueError('--node-shape {} holds {} nodes but --nodes is {}'.format(
+            shape, product, nodes))
+
+
 def _check(args):
     if args.system not in SYSTEMS:
         raise ValueError('unknown system {!r}; choose from {}'.format(args.system,
@@ -155,6 +169,8 @@ def _check(args):
     if cores and args.ranks_per_node > cores:
         raise ValueError('{} nodes have {} cores: --ranks-per-node {} does not fit'.format(
             args.system, cores, args.ranks_per_node))
+    if args.node_shape is not None:
+        _check_node_shape(args.node_shape, args.nodes)
     if args.system == 'ofp' and not args.group:
         raise ValueError('--group is required for ofp: PJM charges the job to a project '
                          'group (pjstat --rsc / your account page names it)')

@@ -14,16 +14,31 @@ def rank_files(prefix):
     files = sorted(glob.glob(glob.escape(prefix) + '.rank*.json'),
                    key=lambda p: int(p.rsplit('.rank', 1)[1].split('.')[0]))
     if not files:
+        unfinished = glob.glob(glob.escape(prefix) + '.rank*.json.tmp')
+        if unfinished:
+            raise ValueError('chainermn_torus: no timeline files {}.rank*.json, only {} '
+                             'unfinished one(s) ({}): the job was killed while writing them '
+                             '(kill -9 or a node failure; SIGTERM and aborts write them '
+                             'whole)'.format(prefix, len(unfinished), sorted(unfinished)[0]))
         raise ValueError('chainermn_torus: no timeline files {}.rank*.json; was the run '
                          'started with {}={}?'.format(prefix, TIMELINE_ENV, prefix))
     return files
 
 
+def _load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)['traceEvents']
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError('chainermn_torus: {} is not a timeline file written by '
+                         'chainermn-torus ({}: {}); remove it or write it again'.format(
+                             path, type(e).__name__, e)) from None
+
+
 def merge(prefix):
     events = []
     for path in rank_files(prefix):
-        with open(path) as f:
-            events.extend(json.load(f)['traceEvents'])
+        events.extend(_load(path))
     return {'traceEvents': events, 'displayTimeUnit': 'ms'}
 
 

@@ -48,6 +48,7 @@ from chainermn_torus.extensions.timing import time_calls
 DEFAULT_CROP = {'resnet50': 224, 'tiny': 64}
 LOADERS = ('ours', 'multiprocess', 'serial')
 AFFINITIES = ('none', 'same-core', 'sibling', 'dedicated', 'auto')
+DEFAULT_LOADERS = 2  # loader processes per rank where the placement does not limit them
 PHASES = ('data', 'forward_backward', 'allreduce', 'update', 'iteration')
 
 
@@ -256,9 +257,10 @@ def parse_args(argv=None):
     config.add_arguments(parser, communicator='rsap', grid=False, threads=False)
     parser.add_argument('--loader', choices=LOADERS, default='ours',
                         help='data loader (default: %(default)s)')
-    parser.add_argument('--loader-processes', '-j', type=int, default=2,
-                        help='loader worker processes per rank (multiprocess, ours; '
-                             'default: %(default)s)')
+    parser.add_argument('--loader-processes', '-j', type=int, default=None,
+                        help='loader worker processes per rank (multiprocess, ours; default: '
+                             '{}, or for ours as many as the affinity plan gives CPUs, up to '
+                             '{})'.format(DEFAULT_LOADERS, DEFAULT_LOADERS))
     parser.add_argument('--affinity', choices=AFFINITIES, default='auto',
                         help="where --loader ours places its workers (default: %(default)s)")
     parser.add_argument('--skip-corrupt', action='store_true',
@@ -269,6 +271,9 @@ def parse_args(argv=None):
     # loader's forkserver (see main).
     checkpoint.add_arguments(parser)
     parser.add_argument('--seed', type=int, default=0, help='random seed')
+    parser.add_argument('--n-classes', type=int, default=None, metavar='K',
+                        help='classes of the model (default: from the training list, whose '
+                             'labels must then be 0..K-1 with every class present)')
     parser.add_argument('--limit', type=int, default=None, metavar='N',
                         help='use N images of each list, drawn with --seed (smoke tests)')
     args = parser.parse_args(argv)
@@ -281,11 +286,45 @@ def parse_args(argv=None):
         args.root = os.path.dirname(os.path.abspath(args.train))
     if args.mean is None:
         args.mean = os.path.join(args.root, 'mean.npy')
-    for name in ('batchsize', 'val_batchsize', 'epoch', 'crop_size', 'loader_processes'):
-        if getattr(args, name) < 1:
+    for name in ('batchsize', 'val_batchsize', 'epoch', 'crop_size', 'loader_processes',
+                 'n_classes', 'limit'):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error('--{} must be at least 1, got {}'.format(name.replace('_', '-'),
                                                                   getattr(args, name)))
     return args
+
+
+def check_labels(args, pairs):
+    """The class count: --n-classes, or the training list's labels 0..K-1, all present (a
+    typo such as 75 for 5 would otherwise build a model with 76 classes)."""
+    largest = max(pairs, key=lambda pair: pair[1])
+    if args.n_classes is not None:
+        if largest[1] >= args.n_classes:
+            raise ValueError('{}: label {} ({}) is not below --n-classes {}'.format(
+                args.train, largest[1], largest[0], args.n_classes))
+        return args.n_classes
+    present = {label for _, label in pairs}
+    missing = [c for c in range(largest[1] + 1) if c not in present]
+    if missing:
+        raise ValueError(
+            '{}: labels go up to {} ({}) but {} of the classes below have no image (e.g. {}); '
+            'fix the label if it is a typo, or pass --n-classes K for a list that leaves '
+            'classes out'.format(args.train, largest[1], largest[0], len(missing),
+                                 ', '.join(map(str, missing[:5]))))
+    return largest[1] + 1
+
+
+def load_mean(path):
+    """The mean image written by compute_mean.py: a .npy array of shape (3, H, W)."""
+    try:
+        mean = numpy.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:
+        raise ValueError('{}: not a mean image written by compute_mean.py (a .npy array); '
+                         'numpy says: {}'.format(path, e)) from None
+    if not isinstance(mean, numpy.ndarray) or mean.ndim != 3 or mean.shape[0] != 3:
+        raise ValueError('{}: a mean image has shape (3, H, W), this holds {}'.format(
+            path, getattr(mean, 'shape', type(mean).__name__)))
+    return mean
 
 
 def load_data(args):
@@ -294,7 +333,7 @@ def load_data(args):
 
     train_pairs = read_list(args.train, args.root)
     val_pairs = read_list(args.val, args.root)
-    n_classes = max(label for _, label in train_pairs) + 1  # before --limit: same model
+    n_classes = check_labels(args, train_pairs)  # before --limit: the same model
     bad = [(path, label) for path, label in val_pairs if label >= n_classes]
     if bad:
         raise ValueError('{}: {} validation image(s) have labels the training list {} does '
@@ -312,7 +351,7 @@ def load_data(args):
                              'examples/imagenet/compute_mean.py {} --root {} --output {}` or '
                              'pass --mean none'.format(args.mean, args.train, args.root,
                                                        args.mean))
-        mean = numpy.load(args.mean)
+        mean = load_mean(args.mean)
     train = PreprocessedDataset(train_pairs, args.root, mean, args.crop_size, random=True,
                                 rng=numpy.random.RandomState(args.seed),
                                 skip_corrupt=args.skip_corrupt)
@@ -350,6 +389,8 @@ def main():
     args = parse_args()
     if args.loader == 'multiprocess':
         start_forkserver_without_mpi()  # before the communicator, i.e. before MPI_Init
+    if args.loader != 'ours' and args.loader_processes is None:
+        args.loader_processes = DEFAULT_LOADERS
 
     import chainermn
     from chainermn_torus.runtime import threads
@@ -363,7 +404,7 @@ def main():
         try:
             plan = plan_placement(policy=args.affinity, intra_rank=comm.intra_rank,
                                   intra_size=comm.intra_size,
-                                  loader_processes=args.loader_processes)
+                                  loader_processes=args.loader_processes or 1)
             error = None
         except ValueError as e:
             error = str(e)
@@ -373,6 +414,9 @@ def main():
             raise SystemExit('rank {}: --affinity {}: {}'.format(
                 comm.rank, args.affinity, error or 'stopping: rank(s) {} cannot place their '
                 'loader processes'.format(', '.join(map(str, failed)))))
+        if args.loader_processes is None:  # what the plan has room for (2 cores: 1)
+            args.loader_processes = DEFAULT_LOADERS if plan.loader_cpus is None else \
+                max(1, min(DEFAULT_LOADERS, len(plan.loader_cpus)))
         if comm.intra_rank == 0:
             print(describe_plan(plan), flush=True)
         apply_placement(plan, comm=comm)  # pins this process and sizes its BLAS threads
@@ -403,7 +447,7 @@ def main():
         print('Num Minibatch-size: {} per rank, learning rate {:g}'.format(args.batchsize, lr))
         print('Num epoch: {}'.format(args.epoch))
         print('Loader: {}{}'.format(args.loader, '' if args.loader == 'serial' else
-                                    ', {} processes per rank{}'.format(
+                                    ', {} process(es) per rank{}'.format(
                                         args.loader_processes,
                                         ', affinity ' + args.affinity
                                         if args.loader == 'ours' else '')))

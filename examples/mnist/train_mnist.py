@@ -39,30 +39,33 @@ OPTIMIZERS = {
 }
 
 
+COUNT = config.arg_type('count')  # an integer >= 1, or a clear argparse error
+
+
 def main():
     parser = argparse.ArgumentParser(description='ChainerMN example: MNIST on CPU')
-    parser.add_argument('--batchsize', '-b', type=int, default=100,
+    parser.add_argument('--batchsize', '-b', type=COUNT, default=100,
                         help='Number of images in each mini-batch (per rank)')
     config.add_arguments(parser, communicator='rsap')  # --communicator, --grid, --threads
-    parser.add_argument('--epoch', '-e', type=int, default=20,
+    parser.add_argument('--epoch', '-e', type=COUNT, default=20,
                         help='Number of sweeps over the dataset to train')
     parser.add_argument('--out', '-o', default='results/mnist',
                         help='Directory to output the result')
-    parser.add_argument('--unit', '-u', type=int, default=1000,
+    parser.add_argument('--unit', '-u', type=COUNT, default=1000,
                         help='Number of units')
     parser.add_argument('--data-dir', default=DEFAULT_MNIST_DIR,
                         help='directory with MNIST-format IDX files (default: %(default)s)')
     parser.add_argument('--seed', type=int, default=0, help='random seed')
     parser.add_argument('--progress', action='store_true', help='show a progress bar')
-    parser.add_argument('--limit', type=int, default=None, metavar='N',
+    parser.add_argument('--limit', type=COUNT, default=None, metavar='N',
                         help='use only the first N training and N test images (smoke tests)')
     cpu = parser.add_argument_group('CPU multi-node optimizer (chainermn_torus)')
     cpu.add_argument('--optimizer', choices=sorted(OPTIMIZERS), default='adam')
-    cpu.add_argument('--lr', type=float, default=None,
+    cpu.add_argument('--lr', type=config.arg_type('positive'), default=None,
                      help='learning rate (Adam: alpha) for the whole batch; default: the '
                           "optimizer's default (Adam 0.001), or with --warmup-epochs the "
                           'default scaled by the number of ranks (linear scaling rule)')
-    cpu.add_argument('--warmup-epochs', type=float, default=0,
+    cpu.add_argument('--warmup-epochs', type=config.arg_type('non-negative'), default=0,
                      help='Goyal et al.: ramp the learning rate linearly from the one-rank '
                           'value to the scaled one over this many epochs')
     cpu.add_argument('--fused', dest='fused', action='store_true', default=True,
@@ -78,7 +81,7 @@ def main():
     cpu.add_argument('--check-finite', action='store_true',
                      help='stop with the rank named if a gradient is NaN/Inf')
     checkpoint.add_arguments(cpu)
-    cpu.add_argument('--check-replicas', type=int, default=None, metavar='K',
+    cpu.add_argument('--check-replicas', type=COUNT, default=None, metavar='K',
                      help='every K steps, stop if the parameters differ between ranks')
     cpu.add_argument('--timeline', default=None, metavar='PREFIX',
                      help='record phase times on every rank into PREFIX.rank<R>.json '
@@ -139,7 +142,7 @@ def main():
     error = None
     if comm.rank == 0:
         try:
-            train, test = load_mnist_idx(args.data_dir)
+            train, test = load_mnist_idx(args.data_dir, n_classes=10)
             if args.limit:
                 train, test = train[:args.limit], test[:args.limit]
         except (OSError, ValueError) as e:

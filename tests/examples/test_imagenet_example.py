@@ -150,6 +150,42 @@ def test_resnet50_arch_builds_and_classifies():
     assert example.parse_args(['t.txt', 'v.txt', '--arch', 'tiny']).crop_size == 64
 
 
+def _example():
+    spec = importlib.util.spec_from_file_location('train_imagenet', EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    return example
+
+
+def test_label_typo_and_bad_mean_files_are_named(tmp_path):
+    example = _example()
+    pairs = [('a.jpg', 0), ('b.jpg', 1), ('c.jpg', 57), ('d.jpg', 2)]  # 57: a typo for 5
+    args = example.parse_args(['t.txt', 'v.txt', '--arch', 'tiny'])
+    with pytest.raises(ValueError, match=r't.txt: labels go up to 57 \(c.jpg\) but 54 of the '
+                                         r'classes below have no image \(e.g. 3, 4, 5'):
+        example.check_labels(args, pairs)
+    args = example.parse_args(['t.txt', 'v.txt', '--arch', 'tiny', '--n-classes', '100'])
+    assert example.check_labels(args, pairs) == 100
+    args = example.parse_args(['t.txt', 'v.txt', '--arch', 'tiny', '--n-classes', '10'])
+    with pytest.raises(ValueError, match='label 57 .* is not below --n-classes 10'):
+        example.check_labels(args, pairs)
+    text = tmp_path / 'mean.txt'
+    text.write_text('128 128 128')
+    with pytest.raises(ValueError, match='mean.txt: not a mean image written by compute_mean'):
+        example.load_mean(str(text))
+    flat = tmp_path / 'flat.npy'
+    numpy.save(str(flat), numpy.zeros((32, 32), numpy.float32))
+    with pytest.raises(ValueError, match=r'flat.npy: a mean image has shape \(3, H, W\), this '
+                                         r'holds \(32, 32\)'):
+        example.load_mean(str(flat))
+
+
+@pytest.mark.parametrize('option', ['--epoch', '--batchsize', '--n-classes', '--limit'])
+def test_imagenet_example_refuses_zero_counts(option):
+    with pytest.raises(SystemExit):
+        _example().parse_args(['t.txt', 'v.txt', option, '0'])
+
+
 @needs_data
 @pytest.mark.parametrize('loader', ['serial', 'ours'])
 def test_imagenet_example_checkpoints_and_resumes(lists, tmp_path, loader):

@@ -63,3 +63,18 @@ def test_mnist_example_missing_data_dir_fails_clearly_on_every_rank(tmp_path):
     assert proc.returncode != 0
     assert proc.stderr.count(missing) == 2, proc.stderr  # both ranks say which path
     assert 'dataset-fashion-mnist' in proc.stderr
+
+
+@pytest.mark.parametrize('option, value, message', [
+    ('--epoch', '0', "argument --epoch/-e: must be an integer >= 1, got '0'"),
+    ('--unit', '0', "argument --unit/-u: must be an integer >= 1, got '0'"),
+    ('--batchsize', '-3', "argument --batchsize/-b: must be an integer >= 1, got '-3'"),
+    ('--lr', '0', "argument --lr: must be a number > 0, got '0'"),
+])
+def test_mnist_example_refuses_bad_numbers_before_starting(option, value, message):
+    # argparse's error, before MPI or the data: not a ZeroDivisionError after loading.
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, EXAMPLE, option, value], capture_output=True,
+                          text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr

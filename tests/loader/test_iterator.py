@@ -13,7 +13,8 @@ import pytest
 
 from chainermn_torus.loader import LoaderError, LoaderIterator
 from chainermn_torus.loader.iterator import SHM_PREFIX
-from loader_support import Failing, Ragged, Slow, Squares
+from chainermn_torus.runtime.devshm import job_tag
+from loader_support import Big, Failing, Ragged, Slow, Squares
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(TESTS)
@@ -144,7 +145,12 @@ def test_loaders_are_pinned_and_everything_is_freed():
         time.sleep(0.1)
     assert all(p.cpu_affinity() == cpus for p in procs)
     names = list(it.shm_names)
-    assert all(os.path.exists('/dev/shm/' + n.lstrip('/')) for n in names)
+    # Named for the job and process, and unlinked as soon as every loader has mapped them:
+    # batches keep flowing through the mappings, and no name is left for a crash to leak.
+    assert all(n.lstrip('/').startswith('cmtorus_{}_{}_'.format(job_tag(), os.getpid()))
+               for n in names), names
+    assert not any(os.path.exists('/dev/shm/' + n.lstrip('/')) for n in names)
+    assert len(it.next()) == 6
     it.finalize()
     it.finalize()  # idempotent
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in procs)
@@ -182,6 +188,54 @@ def test_nothing_remains_after_the_training_process_is_killed():
         time.sleep(0.2)
     assert not alive, 'loader processes outlived the training process: {}'.format(alive)
     assert not left, 'shared memory left behind: {}'.format(left)
+
+
+def _dead_pid():
+    p = subprocess.Popen([sys.executable, '-c', 'pass'])
+    p.wait()
+    return p.pid
+
+
+def test_a_start_sweeps_what_dead_processes_left_and_nothing_else(tmp_path):
+    # A job killed in the second between creating its segments and its loaders mapping them
+    # leaves named segments: the next loader on the node removes them (pid gone), never a
+    # live process's, and `chainermn-torus clean` does the same by hand.
+    dead = '/dev/shm/cmtorus_nojob_{}_0_abcdef_0_0'.format(_dead_pid())
+    live = '/dev/shm/cmtorus_nojob_{}_0_abcdef_0_0'.format(os.getpid())
+    foreign = '/dev/shm/cmtorus-not-ours'
+    for path in (dead, live, foreign):
+        with open(path, 'wb') as f:
+            f.write(b'x' * 4096)
+    try:
+        it = LoaderIterator(Squares(10), 2, n_processes=1)
+        it.finalize()
+        assert not os.path.exists(dead) and os.path.exists(live) and os.path.exists(foreign)
+        with open(dead, 'wb') as f:
+            f.write(b'x')
+        from conftest import run_cli
+        proc = run_cli(['clean', '--dry-run'])
+        assert proc.returncode == 0 and 'would remove ' + os.path.basename(dead) in proc.stdout
+        assert os.path.exists(dead)
+        proc = run_cli(['clean'])
+        assert 'removed ' + os.path.basename(dead) in proc.stdout, proc.stdout
+        assert 'is gone' in proc.stdout and os.path.basename(live) not in proc.stdout
+        assert not os.path.exists(dead) and os.path.exists(live)
+    finally:
+        for path in (dead, live, foreign):
+            if os.path.exists(path):
+                os.remove(path)
+
+
+def test_a_full_dev_shm_is_named_before_anything_is_allocated():
+    from chainermn_torus.runtime import devshm
+    free = devshm.free_bytes()
+    size = 1 << 20
+    batch = free // (4 * size) + 1  # 4 slots (n_prefetch 2 + 2) of batch x 1 MB > free
+    with pytest.raises(devshm.SharedMemoryFull) as e:
+        LoaderIterator(Big(size), int(batch), n_processes=1)
+    text = str(e.value)
+    assert '/dev/shm on node' in text and 'free' in text and 'Bus error' in text, text
+    assert "loader's 4 batch slots" in text and 'chainermn-torus clean' in text
 
 
 def test_bad_arguments():

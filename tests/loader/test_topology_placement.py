@@ -66,10 +66,19 @@ def test_topologies_are_read(single, smt2, knl, two_numa):
     assert '2 NUMA node(s)' in two_numa.describe() and '2 package(s)' in two_numa.describe()
 
 
-def test_missing_sysfs_falls_back_to_one_thread_per_core(tmp_path):
-    topo = Topology.from_sysfs(str(tmp_path / 'nothing'))
+def test_sysfs_without_cpu_entries_falls_back_to_one_thread_per_core(tmp_path):
+    (tmp_path / 'bare' / 'devices' / 'system' / 'cpu').mkdir(parents=True)
+    topo = Topology.from_sysfs(str(tmp_path / 'bare'))
     assert topo.smt == 1 and len(topo.cpus) == (os.cpu_count() or 1)
     assert 'one thread per core' in topo.source
+
+
+def test_a_sysfs_tree_that_is_not_there_is_refused_not_replaced_by_this_machine(tmp_path):
+    with pytest.raises(ValueError, match="sysfs tree '.*nothing' has no devices/system/cpu"):
+        Topology.from_sysfs(str(tmp_path / 'nothing'))
+    from conftest import run_cli
+    proc = run_cli(['topology', '--sysfs', str(tmp_path / 'nothing')])
+    assert proc.returncode == 2 and 'has no devices/system/cpu' in proc.stderr
 
 
 def test_sibling_puts_loaders_on_the_other_hardware_threads(smt2, knl):

@@ -156,6 +156,34 @@ def check_fp16(name):
         for a, b in zip(params_of(m16), params_of(m32)):
             assert numpy.abs(a - b).max() < 0.01 * 6 * 0.05, (label, numpy.abs(a - b).max())
         CHECKS[0] += 1
+    # A finite gradient that float16 cannot carry after the 1/P scaling (1e6 / P > 65504):
+    # check_finite stops every rank before anything is sent or updated, naming rank 1 and
+    # the array, instead of corrupting every replica with an Inf one step earlier.
+    if P > 1:
+        for db in (False, True):
+            model = MLP(seed=RANK)
+            opt = chainermn.create_multi_node_optimizer(
+                make_optimizer('adam'), comm16, check_finite=True,
+                double_buffering=db).setup(model)
+            opt.update(model, *batch(0))
+            opt.update(model, *batch(1))
+            before, label = params_of(model), '{} fp16 overflow db={}'.format(name, db)
+            model.cleargrads()
+            model(*batch(2)).backward()
+            if RANK == 1:
+                model.l2.W.grad[0, 0] = 1e6 * P
+            try:
+                opt.update()
+            except NonFiniteGradientError as e:
+                text = str(e)
+                assert 'rank(s) 1:' in text and '/l2/W (1 of 36 values' in text, text
+                assert 'beyond float16' in text and 'allreduce_grad_dtype' in text, text
+            else:
+                raise AssertionError('float16 overflow on rank 1 not reported')
+            assert all((a == b).all() for a, b in zip(before, params_of(model))), label
+            if db:
+                opt.finalize()
+        CHECKS[0] += 1
 
 
 def snapshot(obj):

@@ -1,6 +1,9 @@
 """Run by tests/test_faults.py: real training on Fashion-MNIST, one rank faults at a step.
 
-    fault_train.py MODE RANK STEP      MODE: raise | kill | hang | none
+    fault_train.py MODE RANK STEP      MODE: raise | kill | hang | term | none | pause
+
+``pause``: every rank spends PAUSE_S between two steps at STEP (an evaluation, a
+checkpoint), then trains to step 20 and reports OK: a watchdog must not count that pause.
 
 Prints "FAULT <time.time()>" (flushed) just before the fault, so the test can measure the
 time from the fault to the last rank's exit.
@@ -20,6 +23,7 @@ import chainermn_torus  # NOQA: the communicators, the wrapper, the abort hook
 from chainermn_torus.datasets.mnist import load_mnist_idx
 
 MODE, FAULT_RANK, FAULT_STEP = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+PAUSE_S = float(os.environ.get('PAUSE_S', '0'))
 
 
 class MLP(chainer.Chain):
@@ -43,18 +47,23 @@ def main():
     opt.setup(model)
     rng = numpy.random.RandomState(comm.rank)
     for step in range(1, 10 ** 6):
-        if comm.rank == FAULT_RANK and step == FAULT_STEP and MODE != 'none':
+        if MODE == 'pause' and step == FAULT_STEP:
+            time.sleep(PAUSE_S)
+        if comm.rank == FAULT_RANK and step == FAULT_STEP and MODE not in ('none', 'pause'):
             print('FAULT {!r}'.format(time.time()), flush=True)
             if MODE == 'raise':
                 raise RuntimeError('injected fault on rank {} at step {}'.format(
                     comm.rank, step))
             if MODE == 'kill':
                 os.kill(os.getpid(), signal.SIGKILL)
+            if MODE == 'term':  # what a batch system sends at the time limit
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(60)
             if MODE == 'hang':
                 time.sleep(3600)  # alive but stopped: only the watchdog ends this
         idx = rng.randint(0, len(x), 50)
         opt.update(model, x[idx], t[idx])
-        if MODE == 'none' and step == 20:
+        if MODE in ('none', 'pause') and step == 20:
             break
     print('OK rank {}'.format(comm.rank), flush=True)
 

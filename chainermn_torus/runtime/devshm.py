@@ -1,0 +1,218 @@
+"""/dev/shm: room before every allocation, names a user can attribute, and the sweep.
+
+On cluster nodes /dev/shm is RAM. Two things go wrong there, and this module answers both:
+
+* **Full.** A shared mapping that cannot be backed is not an error at allocation time: the
+  first write to a missing page kills the process with SIGBUS ("Bus error", no message).
+  ``check_room`` compares what an allocation needs with what the file system has free,
+  on every rank of the communicator at once, and raises the same error on all of them,
+  naming the node, /dev/shm, the bytes needed and free, and the fixes.
+* **Left behind.** Files of a job that died stay until someone removes them, and the next
+  job on the node gets SIGBUS. Our loader unlinks its segments as soon as its processes
+  have mapped them (the mappings live on; see loader.iterator), so only a job killed in
+  the first second of a loader's start can leave one. Its name says whose it was:
+  ``cmtorus_<job>_<pid>_...`` (job: the batch system's job id, or "nojob"). ``sweep``
+  removes files of ours whose process is gone and, with ``others=True``, MPICH's and
+  multiprocessing's files (``mpich_shm_*``, ``sem.mp-*``) that no process on the node has
+  mapped or open and that are older than a minute: a live job always maps what it created.
+  Only the caller's own files are touched (root: everyone's). ``chainermn-torus clean``
+  runs it; the loader runs the safe part (ours, dead pid) at start.
+* **MPICH's own segment.** MPICH maps one ``/dev/shm/mpich_shm_*`` file per node at
+  MPI_Init and removes its name only in MPI_Finalize, so every rank killed on a node
+  (MPI_Abort, kill -9, a time limit) left it behind: 2.1 MB per node per job here.
+  ``unlink_mpi_segments`` removes the name once every rank has passed MPI_Init (our
+  communicators call it after ChainerMN's first collective); the mapping lives on, and
+  MPICH's own unlink at MPI_Finalize finds nothing to do (tested: no error, exit code 0).
+  Only files this process maps and named ``mpich_shm_*`` are touched (other MPIs' peers
+  may attach to theirs later); ``CHAINERMN_TORUS_KEEP_MPI_SHM=1`` turns it off.
+"""
+import os
+import re
+import socket
+import time
+
+__all__ = ['SHM_DIR', 'PREFIX', 'job_tag', 'segment_prefix', 'free_bytes', 'check_room',
+           'SharedMemoryFull', 'sweep', 'format_bytes', 'unlink_mpi_segments']
+
+SHM_DIR = '/dev/shm'
+PREFIX = 'cmtorus_'
+_OURS = re.compile(r'^' + PREFIX + r'(?P<job>[A-Za-z0-9.-]+)_(?P<pid>\d+)_')
+_OTHERS = re.compile(r'^(mpich_shm_|sem\.mp-)')
+_JOB_VARS = ('SLURM_JOB_ID', 'PBS_JOBID', 'PJM_JOBID', 'JOB_ID', 'LSB_JOBID')
+MIN_AGE_S = 60.0  # a file this young may belong to a job that has not mapped it yet
+
+
+class SharedMemoryFull(MemoryError):
+    """/dev/shm cannot hold an allocation (raised on every rank of the communicator)."""
+
+
+def job_tag():
+    """The batch system's job id (characters a file name can hold), or 'nojob'."""
+    for var in _JOB_VARS:
+        value = os.environ.get(var)
+        if value:
+            return re.sub(r'[^A-Za-z0-9.-]', '-', value.split('.')[0])[:40] or 'nojob'
+    return 'nojob'
+
+
+def segment_prefix():
+    """``cmtorus_<job>_<pid>_``: every segment name of this process starts with it."""
+    return '{}{}_{}_'.format(PREFIX, job_tag(), os.getpid())
+
+
+def free_bytes(path=SHM_DIR):
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def format_bytes(n):
+    for unit, size in (('GB', 1e9), ('MB', 1e6), ('kB', 1e3)):
+        if n >= size:
+            return '{:.1f} {}'.format(n / size, unit)
+    return '{} B'.format(int(n))
+
+
+def _verdict(needed, what, path):
+    try:
+        free = free_bytes(path)
+    except OSError as e:
+        return None, 'cannot stat {}: {}'.format(path, e)
+    if needed <= free:
+        return free, None
+    return free, ('{} needs {} in {} on node {}, which has {} free'.format(
+        what, format_bytes(needed), path, socket.gethostname(), format_bytes(free)))
+
+
+def check_room(needed, what, comm=None, path=SHM_DIR):
+    """Raise SharedMemoryFull on every rank of ``comm`` if any rank lacks ``needed`` bytes.
+
+    ``needed``: what this rank's node must hold for the allocation (its share times the
+    ranks of ``comm`` on the node). Collective over ``comm`` when given: the allocation that
+    follows is collective too, so either every rank allocates or every rank raises.
+    """
+    _, problem = _verdict(needed, what, path)
+    problems = [problem] if comm is None else comm.allgather(problem)
+    bad = [(r, p) for r, p in enumerate(problems) if p]
+    if not bad:
+        return
+    first = bad[0][1]
+    ranks = ', '.join(str(r) for r, _ in bad)
+    raise SharedMemoryFull(
+        'chainermn_torus: not enough shared memory: {}{}. Without this check the job would '
+        'die with "Bus error". Fixes: remove what dead jobs left (chainermn-torus clean), '
+        'ask for a larger /dev/shm (containers: --shm-size), use fewer ranks per node or '
+        'smaller buffers{}.'.format(
+            first, '' if comm is None else ' (rank(s) {} of the communicator)'.format(ranks),
+            '' if 'loader' in what else ', or a communicator without node-shared windows '
+            "(pure_allreduce, or rsaa with shm=False)"))
+
+
+def _owner_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
+
+
+def _in_use(paths):
+    """The subset of ``paths`` some process on this node has mapped or open.
+
+    A process of the caller's own user whose /proc entries cannot be read counts as using
+    everything: a file is only removed when nobody can be using it. Other users' processes
+    cannot open the caller's files (MPICH and multiprocessing create them 0600), and what
+    root cannot read is not a user process (a sandbox's init).
+    """
+    used, blind = set(), False
+    targets = set(paths)
+    for pid in filter(str.isdigit, os.listdir('/proc')):
+        try:
+            with open('/proc/{}/maps'.format(pid)) as f:
+                for line in f:
+                    parts = line.split(None, 5)
+                    if len(parts) == 6:
+                        used.update(t for t in targets if parts[5].startswith(t))
+            fd_dir = '/proc/{}/fd'.format(pid)
+            for fd in os.listdir(fd_dir):
+                try:
+                    target = os.readlink(os.path.join(fd_dir, fd))
+                except OSError:
+                    continue
+                if target in targets:
+                    used.add(target)
+        except FileNotFoundError:
+            continue  # the process exited meanwhile
+        except PermissionError:
+            try:
+                mine = os.stat('/proc/{}'.format(pid)).st_uid == os.getuid()
+            except OSError:
+                mine = False
+            blind = blind or (mine and os.getuid() != 0)
+    return targets if blind else used
+
+
+def sweep(path=SHM_DIR, others=False, dry_run=False, min_age=MIN_AGE_S, now=None):
+    """Remove leftovers (see the module doc); returns [(name, bytes, why)] removed."""
+    now = time.time() if now is None else now
+    uid = os.getuid()
+    candidates = []
+    for name in sorted(os.listdir(path)):
+        full = os.path.join(path, name)
+        try:
+            st = os.lstat(full)
+        except FileNotFoundError:
+            continue
+        if uid != 0 and st.st_uid != uid:
+            continue
+        m = _OURS.match(name)
+        if m:
+            if not _owner_alive(int(m.group('pid'))):
+                candidates.append((name, st.st_size, 'process {} of job {} is gone'.format(
+                    m.group('pid'), m.group('job'))))
+        elif others and _OTHERS.match(name) and now - st.st_mtime >= min_age:
+            candidates.append((name, st.st_size, 'no process maps or holds it'))
+    if others:
+        busy = _in_use([os.path.join(path, n) for n, _, why in candidates
+                        if why.startswith('no process')])
+        candidates = [c for c in candidates if os.path.join(path, c[0]) not in busy]
+    removed = []
+    for name, size, why in candidates:
+        if not dry_run:
+            try:
+                os.unlink(os.path.join(path, name))
+            except FileNotFoundError:
+                continue
+        removed.append((name, size, why))
+    return removed
+
+
+_UNLINKED = []
+
+
+def unlink_mpi_segments():
+    """Remove the names of MPICH's MPI_Init segments this process maps (module doc).
+
+    Call only after a collective over the job's ranks (every rank of the node has mapped
+    them by then); once per process. Returns the paths it removed.
+    """
+    from chainermn_torus import config
+    if _UNLINKED or config.env('keep_mpi_shm')[0]:
+        return []
+    _UNLINKED.append(True)
+    removed = []
+    try:
+        with open('/proc/self/maps') as f:
+            fields = [line.split(None, 5) for line in f]
+    except OSError:
+        return []
+    paths = {parts[5].strip() for parts in fields if len(parts) == 6}
+    for path in sorted(paths):
+        if os.path.dirname(path) == SHM_DIR and os.path.basename(path).startswith('mpich_shm_'):
+            try:
+                os.unlink(path)
+                removed.append(path)
+            except OSError:  # another rank of the node was first, or not ours to remove
+                pass
+    return removed

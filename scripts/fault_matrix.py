@@ -1,0 +1,286 @@
+"""Fault matrix: every failure path under mpiexec, and what each leaves behind.
+
+    sudo .venv/bin/python scripts/fault_matrix.py [--quick] [--json OUT.json] [--markdown OUT.md]
+
+Each scenario (fault x communicator x loader) runs a real 2-rank training job
+(tests/mpi_workers/fault_job.py) under the venv's mpiexec, inside its own mount namespace
+with a fresh tmpfs on /dev/shm (``unshare -m`` and ``mount``: root), so every file left in
+/dev/shm afterwards is the job's. Reported per row: the time from the fault to mpiexec's
+exit, the files (and bytes) left in /dev/shm and in the checkpoint directory, processes
+of the job still alive, and the line that tells the user what happened.
+
+Needs root for the namespace and the tmpfs; anywhere else it says so and stops.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKER = os.path.join(ROOT, 'tests', 'mpi_workers', 'fault_job.py')
+PYTHON = os.path.join(ROOT, '.venv', 'bin', 'python')
+MPIEXEC = os.path.join(ROOT, '.venv', 'bin', 'mpiexec')
+
+FAULTS = ('raise', 'kill', 'loader-death', 'sigint', 'sigterm', 'hang', 'enospc', 'shm-full')
+# Variants of the table (communicators.variants): rsap's node-shared rows (its default on
+# one node), rsap's RMA window (shm=False), and no window at all.
+COMMUNICATORS = ('shm', 'rsap', 'pure_allreduce')
+LOADERS = ('ours', 'serial')
+SHM_SIZE = '64m'
+SHM_FULL_SIZE = '3m'   # MPICH's own segment (2.1 MB) fits, the job's windows and slots do not
+WATCHDOG_S = 3
+
+# What the user is told, per fault: the first line matching the first pattern that matches
+# any line is the row's message (ours before the launcher's).
+MESSAGES = {
+    'raise': [r'Uncaught exception on rank \d+.*'],
+    'kill': [r'BAD TERMINATION.*', r'EXIT CODE: 9'],
+    'loader-death': [r'loader process .* died with exit code -9'],
+    'sigint': [r'Uncaught exception.*KeyboardInterrupt', r'Ctrl-C'],
+    'sigterm': [r'Uncaught exception.*Terminated', r'signal 15|EXIT CODE: 15'],
+    'hang': [r'chainermn_torus watchdog: '],
+    'enospc': [r'cannot write checkpoint'],
+    'shm-full': [r'not enough shared memory'],
+}
+
+
+def scenarios(quick=False):
+    """(fault, communicator, loader) rows; quick: every fault once and every communicator."""
+    rows = []
+    for fault in FAULTS:
+        for comm in COMMUNICATORS:
+            for loader in LOADERS:
+                if fault == 'loader-death' and loader != 'ours':
+                    continue  # no loader process to lose
+                if quick and not ((comm, loader) == ('shm', 'ours') or
+                                  (fault, comm, loader) == ('kill', 'pure_allreduce', 'serial')):
+                    continue
+                rows.append((fault, comm, loader))
+    return rows
+
+
+def can_run():
+    """None if this machine can run the matrix, else why not."""
+    if os.geteuid() != 0:
+        return 'needs root (a mount namespace with its own tmpfs on /dev/shm)'
+    if not shutil.which('unshare'):
+        return 'no unshare(1)'
+    probe = subprocess.run(['unshare', '-m', '--propagation', 'private', 'sh', '-c',
+                            'mount -t tmpfs -o size=1m tmpfs /dev/shm'],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        return 'cannot mount a private tmpfs on /dev/shm here: ' + probe.stderr.strip()
+    return None
+
+
+def run_inside(fault, comm, loader, workdir):
+    """One scenario; called inside the private mount namespace (see main)."""
+    size = SHM_FULL_SIZE if fault == 'shm-full' else SHM_SIZE
+    subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=' + size, 'tmpfs', '/dev/shm'],
+                   check=True)
+    try:
+        return _run_job(fault, comm, loader, workdir)
+    finally:
+        subprocess.run(['umount', '/dev/shm'], check=False)
+
+
+def _run_job(fault, comm, loader, workdir):
+    ckpt = os.path.join(workdir, 'ckpt')
+    os.makedirs(ckpt, exist_ok=True)
+    code = os.environ.get('FAULT_MATRIX_CODE', ROOT)  # --code: an older checkout's package
+    env = dict(os.environ, OMP_NUM_THREADS='1', CHAINERMN_TORUS_QUIET='1',
+               PYTHONPATH=code + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    job_fault = {'sigint': 'signal', 'sigterm': 'signal', 'shm-full': 'none'}.get(fault, fault)
+    if fault == 'hang':
+        env['CHAINERMN_TORUS_WATCHDOG'] = str(WATCHDOG_S)
+    if fault == 'enospc':
+        env['CHAINERMN_TORUS_CHECKPOINT_FAULT'] = 'full:4'
+    if fault == 'shm-full':
+        env['FAULT_UNITS'] = '1000'  # 3.2 MB of gradients per rank: more than is left
+        env['FAULT_BATCH'] = '400'   # and 7.5 MB of loader slots
+    argv = [MPIEXEC, '-n', '2', PYTHON, WORKER, job_fault, comm, loader, ckpt]
+    start = time.time()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=workdir, start_new_session=True)
+    out, err, fault_at = [], [], [None]
+
+    def pump(stream, sink, watch):
+        for line in stream:
+            sink.append(line)
+            m = re.match(r'FAULT (\d+\.\d+)', line)
+            if watch and m and fault_at[0] is None:
+                fault_at[0] = float(m.group(1))
+
+    threads = [threading.Thread(target=pump, args=(proc.stdout, out, True)),
+               threading.Thread(target=pump, args=(proc.stderr, err, False))]
+    for t in threads:
+        t.start()
+    if fault in ('sigint', 'sigterm'):
+        while fault_at[0] is None and proc.poll() is None and time.time() - start < 120:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT if fault == 'sigint' else signal.SIGTERM)
+    try:
+        proc.wait(timeout=180)
+        hung = False
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        hung = True
+    end = time.time()
+    for t in threads:
+        t.join()
+    stdout, stderr = ''.join(out), ''.join(err)
+    if fault_at[0] is None and fault == 'shm-full':
+        fault_at[0] = start  # the fault is there from the start
+    time.sleep(1.5)  # loader processes notice a dead parent within a second
+    left = _shm_files()
+    stray = [n for n in os.listdir(ckpt) if '.tmp' in n]
+    alive = _job_processes()
+    message = _message(fault, stdout + stderr)
+    return {
+        'fault': fault, 'communicator': comm, 'loader': loader, 'exit_code': proc.returncode,
+        'hung': hung, 'seconds_to_end': None if fault_at[0] is None else end - fault_at[0],
+        'shm_files': left, 'shm_bytes': sum(size for _, size in left),
+        'checkpoint_tmp_files': stray, 'processes_left': alive, 'message': message,
+        'completed': stdout.count('OK rank') == 2,
+        'tail': (stdout + stderr)[-1500:],
+    }
+
+
+def _shm_files():
+    out = []
+    for name in sorted(os.listdir('/dev/shm')):
+        try:
+            out.append((name, os.lstat(os.path.join('/dev/shm', name)).st_size))
+        except FileNotFoundError:
+            pass
+    return out
+
+
+def _job_processes():
+    alive = []
+    for pid in filter(str.isdigit, os.listdir('/proc')):
+        try:
+            with open('/proc/{}/cmdline'.format(pid), 'rb') as f:
+                cmd = f.read().replace(b'\0', b' ').decode(errors='replace')
+        except OSError:
+            continue
+        if 'fault_job.py' in cmd or 'chainermn_torus-loader' in cmd or \
+                ('multiprocessing' in cmd and 'spawn' in cmd and 'fault' in cmd):
+            alive.append(int(pid))
+    return alive
+
+
+def _message(fault, text):
+    lines = text.splitlines()
+    for pattern in MESSAGES[fault]:
+        for line in lines:
+            if re.search(pattern, line):
+                return line.strip()[:240]
+    return ''
+
+
+def run(rows, workdir):
+    """Every row in a private mount namespace: this script re-executes itself in one."""
+    results = []
+    for fault, comm, loader in rows:
+        d = tempfile.mkdtemp(prefix='fault-', dir=workdir)
+        proc = subprocess.run(['unshare', '-m', '--propagation', 'private', sys.executable,
+                               os.path.abspath(__file__), '--inside', fault, comm, loader, d],
+                              capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0:
+            raise RuntimeError('scenario {} {} {} failed to run: {}'.format(
+                fault, comm, loader, proc.stderr[-2000:]))
+        results.append(json.loads(proc.stdout.splitlines()[-1]))
+        shutil.rmtree(d, ignore_errors=True)
+    return results
+
+
+HEADER = """# Fault matrix
+
+Written by `make fault-matrix` (`scripts/fault_matrix.py`, root): a real 2-rank training job
+(`tests/mpi_workers/fault_job.py`: Fashion-MNIST, the multi-node optimizer, checkpoints
+every 2 iterations) per row, under the MPICH wheel's mpiexec, each in its own mount
+namespace with a fresh tmpfs on `/dev/shm`, so everything there afterwards is the job's.
+Communicators: `shm` (rsap's default on one node, node-shared row buffers), `rsap` (its RMA
+window, `shm=False`), `pure_allreduce` (no window). Loaders: `ours` (LoaderIterator, 2
+processes) or `serial`. Time to end: from the fault to mpiexec's exit. Left: files in
+`/dev/shm`, temporary files in the checkpoint directory, and processes of the job, 1.5 s
+after mpiexec's exit. Machine: {machine}, 2 ranks.
+"""
+
+
+def markdown(results, machine=''):
+    lines = [HEADER.format(machine=machine or os.uname().nodename),
+             '| fault | communicator | loader | time to end (s) | left in /dev/shm | '
+             'checkpoint tmp files | processes left | message shown |',
+             '|---|---|---|--:|--:|--:|--:|---|']
+    for r in results:
+        secs = '-' if r['seconds_to_end'] is None else '{:.1f}'.format(r['seconds_to_end'])
+        msg = r['message'] or ('completed (nothing to fail)' if r['completed'] else '')
+        lines.append('| {} | {} | {} | {} | {} B in {} file(s) | {} | {} | {} |'.format(
+            r['fault'], r['communicator'], r['loader'], secs, r['shm_bytes'],
+            len(r['shm_files']), len(r['checkpoint_tmp_files']), len(r['processes_left']),
+            msg.replace('|', '/')))
+    return '\n'.join(lines)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == '--inside':
+        fault, comm, loader, workdir = argv[1:5]
+        print(json.dumps(run_inside(fault, comm, loader, workdir)))
+        return 0
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--quick', action='store_true', help='every fault once (shm, our loader), '
+                   'and kill with pure_allreduce and the serial iterator')
+    p.add_argument('--json', default=None)
+    p.add_argument('--markdown', default=None)
+    p.add_argument('--code', default=None, metavar='DIR',
+                   help='run the jobs with the chainermn_torus package of another checkout '
+                        '(to compare with an older version)')
+    p.add_argument('--only', nargs=3, action='append', metavar=('FAULT', 'COMM', 'LOADER'),
+                   help='run only these rows (repeatable)')
+    p.add_argument('--render', default=None, metavar='JSON',
+                   help='only write --markdown from the results in JSON (no jobs run)')
+    args = p.parse_args(argv)
+    if args.render:
+        with open(args.render) as f:
+            data = json.load(f)
+        with open(args.markdown, 'w') as f:
+            f.write(markdown(data['results'], data.get('machine', '')) + '\n')
+        return 0
+    why = can_run()
+    if why:
+        sys.exit('fault_matrix: ' + why)
+    if args.code:
+        os.environ['FAULT_MATRIX_CODE'] = os.path.abspath(args.code)
+    workdir = tempfile.mkdtemp(prefix='fault-matrix-')
+    try:
+        results = run([tuple(r) for r in args.only] if args.only else scenarios(args.quick),
+                      workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    table = markdown(results)
+    print(table)
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump({'machine': os.uname().nodename, 'ranks': 2, 'results': results}, f,
+                      indent=1)
+    if args.markdown:
+        with open(args.markdown, 'w') as f:
+            f.write(table + '\n')
+    bad = [r for r in results if r['shm_bytes'] or r['checkpoint_tmp_files'] or
+           r['processes_left'] or r['hung']]
+    return 1 if bad else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

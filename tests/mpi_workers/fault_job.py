@@ -1,0 +1,104 @@
+"""A real training job for the fault matrix (scripts/fault_matrix.py, tests/test_fault_matrix.py).
+
+    fault_job.py FAULT COMMUNICATOR LOADER CHECKPOINT_DIR
+
+Fashion-MNIST, an MLP, the multi-node optimizer, Chainer's Trainer with our checkpointer
+every 2 iterations, and as training iterator our LoaderIterator ('ours', 2 loader
+processes) or a SerialIterator ('serial'). COMMUNICATOR is a variant of the table
+(communicators.variants) or a factory name. At step FAULT_STEP (5) the fault happens:
+
+  raise          rank 1 raises (the abort hook ends the job)
+  kill           rank 1 is killed (SIGKILL)
+  loader-death   rank 1 kills one of its loader processes (SIGKILL)
+  hang           rank 1 stops (sleeps): only the watchdog ends the job
+  signal         rank 0 prints FAULT and training goes on: the harness signals mpiexec
+  enospc         (CHAINERMN_TORUS_CHECKPOINT_FAULT=full:4) rank 0's checkpoint fails
+  shm-full       (a /dev/shm too small) whatever allocates shared memory first fails
+  none           nothing: trains 20 steps and reports OK
+
+Rank 0 prints ``FAULT <time.time()>`` just before the fault (for the time to the end).
+"""
+import os
+import signal
+import sys
+import time
+
+import chainer
+from chainer import training
+
+import chainermn
+import chainermn_torus
+from chainermn_torus.communicators import variants
+from chainermn_torus.datasets.mnist import load_mnist_idx
+from chainermn_torus.extensions.checkpoint import MultiNodeCheckpointer
+from chainermn_torus.models import MLP
+
+FAULT, COMMUNICATOR, LOADER, CKPT = sys.argv[1:5]
+FAULT_STEP = 5
+UNITS = int(os.environ.get('FAULT_UNITS', '100'))
+BATCH = int(os.environ.get('FAULT_BATCH', '50'))
+
+
+def make_communicator():
+    if COMMUNICATOR in variants.VARIANTS:
+        v = variants.VARIANTS[COMMUNICATOR]
+        return chainermn.create_communicator(v.communicator, **v.options)
+    return chainermn.create_communicator(COMMUNICATOR)
+
+
+class Fault(chainer.training.Extension):
+    trigger = (1, 'iteration')
+    priority = chainer.training.PRIORITY_WRITER + 1  # runs before the checkpointer
+
+    def __init__(self, comm, train_iter):
+        self.comm, self.iter = comm, train_iter
+
+    def __call__(self, trainer):
+        step = trainer.updater.iteration
+        rank = self.comm.rank
+        if FAULT == 'enospc' and step == 4 and rank == 0:  # its checkpoint write fails next
+            print('FAULT {!r}'.format(time.time()), flush=True)
+        if step != FAULT_STEP:
+            return
+        if FAULT == 'signal' and rank == 0:
+            print('FAULT {!r}'.format(time.time()), flush=True)
+            return
+        if rank != 1 or FAULT not in ('raise', 'kill', 'loader-death', 'hang'):
+            return
+        print('FAULT {!r}'.format(time.time()), flush=True)
+        if FAULT == 'raise':
+            raise RuntimeError('injected fault on rank 1 at step {}'.format(step))
+        if FAULT == 'kill':
+            os.kill(os.getpid(), signal.SIGKILL)
+        if FAULT == 'loader-death':
+            os.kill(self.iter.processes[0].pid, signal.SIGKILL)
+        if FAULT == 'hang':
+            time.sleep(3600)
+
+
+def main():
+    comm = make_communicator()
+    train, _ = load_mnist_idx()
+    train = chainermn.scatter_dataset(train[:2000] if comm.rank == 0 else None, comm,
+                                      shuffle=True, seed=0)
+    model = chainer.links.Classifier(MLP(UNITS, 10))
+    opt = chainermn.create_multi_node_optimizer(chainer.optimizers.Adam(), comm).setup(model)
+    if LOADER == 'ours':
+        from chainermn_torus.loader import LoaderIterator
+        it = LoaderIterator(train, BATCH, n_processes=2, seed=comm.rank)
+    else:
+        it = chainer.iterators.SerialIterator(train, BATCH)
+    updater = training.StandardUpdater(it, opt, device=-1)
+    trainer = training.Trainer(updater, (20 if FAULT == 'none' else 10 ** 6, 'iteration'),
+                               out=CKPT)
+    trainer.extend(MultiNodeCheckpointer(comm, CKPT), trigger=(2, 'iteration'))
+    trainer.extend(Fault(comm, it))
+    trainer.run()
+    if LOADER == 'ours':
+        it.finalize()
+    print('OK rank {}'.format(comm.rank), flush=True)
+
+
+if __name__ == '__main__':
+    chainermn_torus  # NOQA: registers our names
+    main()

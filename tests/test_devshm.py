@@ -1,0 +1,72 @@
+"""/dev/shm and checkpoint leftovers: the room check and the sweeps never touch a live job's files."""
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from chainermn_torus.extensions.checkpoint import sweep_temporary
+from chainermn_torus.runtime import devshm
+from conftest import run_cli
+
+
+def _dead_pid():
+    p = subprocess.Popen([sys.executable, '-c', 'pass'])
+    p.wait()
+    return p.pid
+
+
+def _touch(path, size=100):
+    with open(str(path), 'wb') as f:
+        f.write(b'x' * size)
+
+
+def test_room_check_names_the_need_the_free_space_and_the_fixes(tmp_path):
+    devshm.check_room(1, 'one byte', path=str(tmp_path))
+    with pytest.raises(devshm.SharedMemoryFull) as e:
+        devshm.check_room(1 << 60, "rsap's RMA window (2 rank(s) on this node x 1 EB)",
+                          path=str(tmp_path))
+    text = str(e.value)
+    assert "rsap's RMA window" in text and 'needs 1152921504.6 GB' in text, text
+    assert 'free' in text and socket.gethostname() in text and 'chainermn-torus clean' in text
+    assert 'pure_allreduce' in text  # a communicator without windows
+
+
+def test_sweep_removes_only_what_nobody_can_be_using(tmp_path):
+    dead, live = _dead_pid(), os.getpid()
+    _touch(tmp_path / 'cmtorus_nojob_{}_0_aa_0_0'.format(dead))
+    _touch(tmp_path / 'cmtorus_12345_{}_0_aa_0_0'.format(live))     # a live process's
+    _touch(tmp_path / 'mpich_shm_dead_0')                           # nobody maps it
+    held = open(str(tmp_path / 'sem.mp-held'), 'wb')                # this process holds it
+    _touch(tmp_path / 'unrelated')
+    try:
+        gone = devshm.sweep(str(tmp_path), dry_run=True)
+        assert [n for n, _, _ in gone] == ['cmtorus_nojob_{}_0_aa_0_0'.format(dead)]
+        assert all((tmp_path / n).exists() for n, _, _ in gone)  # a dry run removes nothing
+        gone = devshm.sweep(str(tmp_path), others=True, min_age=0)
+        assert sorted(n for n, _, _ in gone) == ['cmtorus_nojob_{}_0_aa_0_0'.format(dead),
+                                                 'mpich_shm_dead_0']
+        assert sorted(os.listdir(str(tmp_path))) == [
+            'cmtorus_12345_{}_0_aa_0_0'.format(live), 'sem.mp-held', 'unrelated']
+        _touch(tmp_path / 'mpich_shm_young_0')
+        assert devshm.sweep(str(tmp_path), others=True) == []  # younger than a minute
+    finally:
+        held.close()
+
+
+def test_checkpoint_temporary_files_of_dead_writers_are_swept_by_clean(tmp_path):
+    host = socket.gethostname()
+    dead = tmp_path / 'snapshot_iter_8.rank0.npz.tmp.{}.{}'.format(host, _dead_pid())
+    live = tmp_path / 'snapshot_iter_8.rank1.npz.tmp.{}.{}'.format(host, os.getpid())
+    other = tmp_path / 'latest.json.tmp.otherhost.123'   # another host's, just written
+    for path in (dead, live, other):
+        _touch(path)
+    (tmp_path / 'shm').mkdir()
+    proc = run_cli(['clean', '--shm-dir', str(tmp_path / 'shm'), '--checkpoint-dir',
+                    str(tmp_path)])
+    assert proc.returncode == 0, proc.stderr
+    assert 'removed ' + dead.name in proc.stdout and 'is gone' in proc.stdout
+    assert not dead.exists() and live.exists() and other.exists()
+    os.utime(str(other), (1, 1))  # silent for decades
+    assert [n for n, _, _ in sweep_temporary(str(tmp_path))] == [other.name]
