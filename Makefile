@@ -22,7 +22,7 @@ demo-naive: setup
 	    --epoch $(EPOCH) --out results/mnist-naive
 
 test: setup
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=15 tests
 
 # The fast tier (docs/development.md): no slow, example or root tests; under 2 minutes on
 # 2 cores, with MPI jobs of 1-3 ranks.

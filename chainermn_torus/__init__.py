@@ -30,13 +30,35 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
     """See ``chainermn_torus.optimizers.multi_node.create_multi_node_optimizer``."""
     from chainermn_torus.runtime import startup as _startup
     from chainermn_torus.optimizers import multi_node
+    from chainermn_torus import launch
     _startup.start()  # the communicator may be ChainerMN's own (naive): start here too
     if hasattr(communicator, 'mpi_comm'):  # made by a collective (init_ranks): all past Init
         from chainermn_torus.runtime import devshm
         devshm.unlink_mpi_segments()
-    return multi_node.create_multi_node_optimizer(
+    name = type(actual_optimizer).__name__  # fusing changes the class: name it first
+    if launch.ACTIVE is not None:  # under the launcher: its options win over the script's
+        forced, defaults = launch.ACTIVE.optimizer_options()
+        options = dict(defaults, **options)
+        options.update(forced)
+        options['fused'] = _fused_choice(actual_optimizer, options['fused'])
+        double_buffering = options.pop('double_buffering', double_buffering)
+    opt = multi_node.create_multi_node_optimizer(
         actual_optimizer, communicator, double_buffering=double_buffering,
         zero_fill=zero_fill, **options)
+    if launch.ACTIVE is not None:
+        from chainermn_torus.optimizers import is_fused
+        launch.report_optimizer(name, communicator,
+                                dict(options, double_buffering=double_buffering),
+                                is_fused(opt.actual_optimizer))
+    return opt
+
+
+def _fused_choice(actual_optimizer, requested):
+    """The launcher's fused setting for this optimizer: never an error, a report instead."""
+    if requested is False or requested is None:
+        return False
+    from chainermn_torus.optimizers import fusable_names
+    return 'auto' if type(actual_optimizer).__name__ in fusable_names() else False
 
 
 register()

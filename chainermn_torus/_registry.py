@@ -28,6 +28,8 @@ CHAINERMN_NAMES = ('naive', 'flat', 'non_cuda_aware', 'pure_nccl', 'dummy')
 _chainermn_factory = chainermn.communicators.create_communicator
 _forced = None  # (name, kwargs) or None
 _defaults = {}  # options for our communicators where the caller gives none (the launcher's)
+_forced_options = {}  # options every communicator of ours gets, whatever the call says
+_on_create = []  # callbacks (comm, name asked, name made), the launcher's report
 _said = set()   # notes already printed by this process
 
 
@@ -64,6 +66,17 @@ def set_defaults(**options):
     _defaults.update({k: v for k, v in options.items() if v is not None})
 
 
+def add_forced_option(key, value):
+    """Every communicator of ours the factory makes from now on gets ``key=value`` (the
+    launcher's --fp16-allreduce); ChainerMN's are refused with the reason."""
+    _forced_options[key] = value
+
+
+def on_create(callback):
+    """``callback(comm, asked, made)`` after every communicator the factory makes."""
+    _on_create.append(callback)
+
+
 def _check_name(name):
     if name not in valid_names():
         raise ValueError('chainermn_torus: unknown communicator {!r}; valid names: {}'.format(
@@ -95,9 +108,12 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
     (half the bytes on the wire), and ChainerMN's ``batched_copy`` (accepted, recorded in
     the configuration, no effect on CPU). Other keywords go to ChainerMN's factory.
     """
+    asked = communicator_name
     if _forced is not None:
         communicator_name, forced_kwargs = _forced
         kwargs = dict(kwargs, **forced_kwargs)
+    if _forced_options and communicator_name in NAMES:
+        kwargs = dict(kwargs, **_forced_options)
     _check_name(communicator_name)
     cls = communicator_class(communicator_name) if communicator_name in NAMES else None
     if cls is None and kwargs.get('allreduce_grad_dtype') is not None \
@@ -107,7 +123,8 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
             '(allreduce_grad_dtype); on CPU use one of {}, which can.'.format(
                 communicator_name, kwargs['allreduce_grad_dtype'], ', '.join(sorted(NAMES))))
     if cls is None:
-        return _chainermn_factory(communicator_name, mpi_comm=mpi_comm, **kwargs)
+        return _made(_chainermn_factory(communicator_name, mpi_comm=mpi_comm, **kwargs),
+                     asked, communicator_name)
     if _defaults:
         takes = _option_names(cls)
         kwargs = dict({k: v for k, v in _defaults.items() if k in takes}, **kwargs)
@@ -127,6 +144,12 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
                   'chainermn_torus: batched_copy={!r} accepted and ignored: it selects '
                   'ChainerMN\'s GPU packing path, and {} has one CPU path'.format(
                       batched_copy, communicator_name))
+    return _made(comm, asked, communicator_name)
+
+
+def _made(comm, asked, made):
+    for callback in _on_create:
+        callback(comm, asked, made)
     return comm
 
 

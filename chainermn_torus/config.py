@@ -39,13 +39,45 @@ SETTINGS = collections.OrderedDict([
     ('timeline', Setting('CHAINERMN_TORUS_TIMELINE', 'text', None,
                          'record phase timelines to PREFIX.rank<R>.json')),
     ('quiet', Setting('CHAINERMN_TORUS_QUIET', 'flag', False,
-                      'set (to anything): no informational lines on rank 0')),
+                      '1: no informational lines on rank 0')),
     ('no_abort', Setting('CHAINERMN_TORUS_NO_ABORT', 'flag', False,
-                         'set: an uncaught exception does not call MPI_Abort')),
+                         '1: an uncaught exception does not call MPI_Abort')),
     ('keep_mpi_shm', Setting('CHAINERMN_TORUS_KEEP_MPI_SHM', 'flag', False,
                              "keep MPICH's /dev/shm/mpich_shm_* names until MPI_Finalize "
                              '(default: removed once every rank has mapped them, so a killed '
                              'job leaves nothing)')),
+    # What `python -m chainermn_torus.run` applies to an unchanged script (launch.py); each
+    # is also its command-line option there (--fused, --loader, ...).
+    ('fused', Setting('CHAINERMN_TORUS_FUSED', 'switch', 'auto',
+                      'launcher: fused update kernels for the multi-node optimizers the script '
+                      'makes: auto (where a kernel exists), on, off')),
+    ('flush_denormals', Setting('CHAINERMN_TORUS_FLUSH_DENORMALS', 'flag', False,
+                                'launcher: flush-to-zero in the update')),
+    ('double_buffering', Setting('CHAINERMN_TORUS_DOUBLE_BUFFERING', 'flag', False,
+                                 'launcher: double buffering (one-step-stale gradients)')),
+    ('fp16_allreduce', Setting('CHAINERMN_TORUS_FP16_ALLREDUCE', 'flag', False,
+                               'launcher: send gradients as float16')),
+    ('loader', Setting('CHAINERMN_TORUS_LOADER', 'loader', None,
+                       "launcher: replace the training iterator: serial, multiprocess, ours "
+                       "(the loader processes); default: the script's own")),
+    ('loader_processes', Setting('CHAINERMN_TORUS_LOADER_PROCESSES', 'count', None,
+                                 'launcher: loader processes per rank (default: as many as the '
+                                 'placement gives loader CPUs, up to 2)')),
+    ('affinity', Setting('CHAINERMN_TORUS_AFFINITY', 'affinity', 'auto',
+                         'launcher, --loader ours: placement of compute and loader processes '
+                         '(auto, same-core, sibling, dedicated, none)')),
+    ('dedicated_cores', Setting('CHAINERMN_TORUS_DEDICATED_CORES', 'count', None,
+                                'launcher, --affinity dedicated: cores set aside for loaders')),
+    ('check_replicas', Setting('CHAINERMN_TORUS_CHECK_REPLICAS', 'count', None,
+                               'launcher: compare the replicas every K steps')),
+    ('check_finite', Setting('CHAINERMN_TORUS_CHECK_FINITE', 'flag', False,
+                             'launcher: stop on NaN/Inf gradients (naming rank and array)')),
+    ('data_parallel', Setting('CHAINERMN_TORUS_DATA_PARALLEL', 'flag', False,
+                              'launcher: make a plain Chainer script data-parallel (shards, '
+                              'multi-node optimizer and evaluator, rank-0-only reports)')),
+    ('global_batch', Setting('CHAINERMN_TORUS_GLOBAL_BATCH', 'flag', False,
+                             "launcher, --data-parallel: the script's batch size is the global "
+                             'one, divided among the ranks (default: per rank, as ChainerMN)')),
     ('checkpoint_fault', Setting('CHAINERMN_TORUS_CHECKPOINT_FAULT', 'text', None,
                                  'tests only: "during:I" / "after:I" kills rank 0 while or '
                                  'after writing checkpoint I; "full:I" makes its write fail '
@@ -60,6 +92,10 @@ _WHAT = {
     'count': 'an integer >= 1',
     'positive': 'a number > 0',
     'non-negative': 'a number >= 0',
+    'flag': 'on or off (1/0, true/false, yes/no)',
+    'switch': 'auto, on or off',
+    'loader': 'serial, multiprocess or ours',
+    'affinity': 'auto, same-core, sibling, dedicated or none',
 }
 
 
@@ -85,6 +121,32 @@ def _threads(v):
     return _at_least(1)(v)
 
 
+def _flag(v):
+    if isinstance(v, bool):
+        return v
+    text = str(v).strip().lower()
+    if text in ('', '0', 'false', 'no', 'off'):
+        return False
+    if text in ('1', 'true', 'yes', 'on'):
+        return True
+    raise ValueError
+
+
+def _switch(v):
+    text = str(v).strip().lower()
+    if text == 'auto':
+        return 'auto'
+    return _flag(text)
+
+
+def _choice(*names):
+    def pick(v):
+        if v not in names:
+            raise ValueError
+        return v
+    return pick
+
+
 def _non_negative(v):
     v = float(v)
     if not v >= 0:
@@ -94,8 +156,10 @@ def _non_negative(v):
 
 # grid: only the text here; communicators._grid.parse_grid checks it against the rank count.
 _PARSERS = {'seconds': _seconds, 'bytes': _at_least(0), 'threads': _threads, 'grid': str,
-            'text': str, 'flag': bool, 'count': _at_least(1), 'positive': _seconds,
-            'non-negative': _non_negative}
+            'text': str, 'flag': _flag, 'count': _at_least(1), 'positive': _seconds,
+            'non-negative': _non_negative, 'switch': _switch,
+            'loader': _choice('serial', 'multiprocess', 'ours'),
+            'affinity': _choice('auto', 'same-core', 'sibling', 'dedicated', 'none')}
 
 
 def _must_be(kind, raw):
@@ -116,8 +180,8 @@ def env(key):
     raw = os.environ.get(s.env)
     if raw is None or (raw == '' and s.kind != 'flag'):
         return s.default, None
-    if s.kind == 'flag':
-        return True, s.env
+    if s.kind == 'flag' and raw == '':
+        return True, s.env  # set, to nothing: on
     return parse(s.kind, raw, s.env), s.env
 
 
@@ -189,7 +253,7 @@ def table():
     """The settings as Markdown rows (docs/communicators.md)."""
     rows = ['| variable | default | meaning |', '|---|---|---|']
     for s in SETTINGS.values():
-        default = 'unset' if s.default in (None, False) else s.default
+        default = 'unset' if s.default is None else ('0' if s.default is False else s.default)
         rows.append('| `{}` | {} | {} |'.format(s.env, default, s.meaning))
     return '\n'.join(rows)
 

@@ -1,11 +1,13 @@
 """Run an unchanged Chainer/ChainerMN script with chainermn-torus registered.
 
     mpiexec -n 4 python -m chainermn_torus.run --communicator rsap [--grid 2x2] \\
-        train_mnist.py --epoch 2
+        [--loader ours --affinity auto --double-buffering ...] train_mnist.py --epoch 2
 
 The script runs as ``__main__`` with its own argv. With ``--communicator``, every
 ``create_communicator`` call in it returns that communicator whatever name it asked for
-(ChainerMN's CPU examples hard-code ``naive``). Its exit code and exceptions are its own.
+(ChainerMN's CPU examples hard-code ``naive``); the other options change what its optimizer
+and training iterator become (``chainermn_torus.launch``), and rank 0 says what was
+replaced. Its exit code and exceptions are its own.
 """
 import argparse
 import os
@@ -13,7 +15,7 @@ import runpy
 import sys
 
 import chainermn_torus
-from chainermn_torus import config
+from chainermn_torus import config, launch
 from chainermn_torus._registry import set_defaults
 from chainermn_torus.communicators.variants import check_grid_option
 
@@ -23,7 +25,8 @@ def build_parser():
         prog='python -m chainermn_torus.run',
         description='Run a Chainer/ChainerMN script with the chainermn-torus communicators '
                     'registered (and optionally forced).')
-    config.add_arguments(parser, communicator=None, threads=False, segment_size=True)
+    config.add_arguments(parser, communicator=None, threads=True, segment_size=True)
+    launch.add_arguments(parser)
     parser.add_argument('script', help='the Python script to run')
     parser.add_argument('args', nargs=argparse.REMAINDER, help="the script's own arguments")
     return parser
@@ -48,6 +51,10 @@ def main(argv=None):
         # No forced name: the options still reach every communicator of ours the script
         # makes through the factory (passed explicitly, not through the environment).
         set_defaults(**kwargs)
+    try:
+        launch.Launch(opts).install()
+    except ValueError as e:  # an environment variable with a bad value
+        sys.exit('chainermn_torus.run: {}'.format(e))
     from chainermn_torus.runtime import startup as _startup
     _startup.start()  # the abort hook, as for a script that creates a communicator of ours
     sys.argv = [opts.script] + list(opts.args)

@@ -60,6 +60,7 @@ def test_rank_that_stops_is_caught_by_the_watchdog(nprocs):
                      proc.stderr), proc.stderr[-3000:]
 
 
+@pytest.mark.slow  # waits twice the limit between two steps
 def test_watchdog_does_not_count_a_pause_between_steps():
     # Every rank spends 3 x the limit between two steps (an evaluation, a checkpoint): the
     # limit between steps is OUTSIDE_FACTOR x the limit, so the job ends normally.

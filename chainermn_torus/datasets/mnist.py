@@ -11,7 +11,7 @@ import zlib
 import numpy
 from chainer.datasets import TupleDataset
 
-__all__ = ['DEFAULT_MNIST_DIR', 'load_mnist_idx', 'read_idx']
+__all__ = ['DEFAULT_MNIST_DIR', 'load_mnist_idx', 'read_idx', 'write_chainer_cache']
 
 DEFAULT_MNIST_DIR = '/usr/share/datasets/fashion-mnist'
 
@@ -91,3 +91,21 @@ def load_mnist_idx(data_dir=DEFAULT_MNIST_DIR, ndim=1, scale=1.0, n_classes=None
         return TupleDataset(x, labels.astype(numpy.int32))
 
     return load('train'), load('t10k')
+
+
+def write_chainer_cache(root, data_dir=DEFAULT_MNIST_DIR):
+    """Fill Chainer's dataset cache so that ``chainer.datasets.get_mnist()`` reads the IDX
+    files of ``data_dir`` instead of downloading: compute nodes usually have no internet.
+
+    Writes ``ROOT/pfnet/chainer/mnist/{train,test}.npz`` in the format Chainer's own download
+    makes (x: uint8 images, one row per image; y: uint8 labels); point Chainer at it with
+    ``CHAINER_DATASET_ROOT=ROOT``. Returns the directory.
+    """
+    target = os.path.join(root, 'pfnet', 'chainer', 'mnist')
+    os.makedirs(target, exist_ok=True)
+    for prefix, name in (('train', 'train.npz'), ('t10k', 'test.npz')):
+        x = read_idx(_find(data_dir, prefix + '-images-idx3-ubyte'))
+        y = read_idx(_find(data_dir, prefix + '-labels-idx1-ubyte'))
+        numpy.savez_compressed(os.path.join(target, name), x=x.reshape(len(x), -1),
+                               y=y.astype(numpy.uint8))
+    return target

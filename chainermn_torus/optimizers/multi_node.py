@@ -192,6 +192,10 @@ class _MultiNodeOptimizer(object):
         return changed
 
     def update(self, lossfun=None, *args, **kwds):
+        if self.iterations == 0:
+            from chainermn_torus import launch
+            if launch.ACTIVE is not None:  # a launcher option that found nothing to act on
+                launch.ACTIVE.check_update()
         if self.watchdog is not None:
             self.watchdog.step_started()
         self._update(lossfun, *args, **kwds)

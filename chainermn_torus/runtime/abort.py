@@ -38,7 +38,11 @@ class Terminated(BaseException):
     """SIGTERM arrived (a batch time limit, scancel, mpiexec forwarding a kill)."""
 
 
+_aborting = threading.Event()  # the hook is ending the job: the SIGTERM watcher waits
+
+
 def _hook(exctype, value, tb):
+    _aborting.set()
     try:
         _installed[0](exctype, value, tb)
     finally:
@@ -109,6 +113,8 @@ def _watch_sigterm(read_fd):
             return
         if signal.SIGTERM in data:
             time.sleep(TERM_GRACE_S)
+            if _aborting.is_set():  # the handler ran and the hook is ending the job
+                time.sleep(4 * TERM_GRACE_S)
             # Still here: the main thread is blocked in C and never ran the handler.
             from chainermn_torus.runtime import timeline
             timeline.emergency_flush()

@@ -152,11 +152,14 @@ def enable(prefix):
     return ACTIVE
 
 
+_EMERGENCY = threading.Lock()  # one emergency write per process, whoever asks first
+
+
 def emergency_flush():
     """Write what the timeline holds, if on, before the process is torn down (abort, a
-    signal); never raises."""
+    signal); never raises, and writes once even when several paths ask at the same time."""
     tl = ACTIVE
-    if tl is None or not tl.events:
+    if tl is None or not tl.events or not _EMERGENCY.acquire(blocking=False):
         return None
     try:
         return tl.write()

@@ -1,0 +1,175 @@
+"""Unchanged scripts through the launcher: every substitution happens and is reported.
+
+tests/unchanged/ holds scripts in the shape users have them (ChainerMN's MNIST example, a
+custom training loop); they know nothing of chainermn_torus. Chainer's get_mnist() reads a
+dataset cache filled from Debian's Fashion-MNIST (no download on a compute node).
+"""
+import json
+import os
+
+import pytest
+
+from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR, write_chainer_cache
+from conftest import ROOT, ranks, run_mpi
+
+SCRIPTS = os.path.join(ROOT, 'tests', 'unchanged')
+MNIST = os.path.join(SCRIPTS, 'chainermn_mnist.py')
+pytestmark = pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
+                                reason='Debian package dataset-fashion-mnist is not installed '
+                                       '(make setup installs it)')
+
+
+@pytest.fixture(scope='module')
+def dataset_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp('chainer-datasets')
+    write_chainer_cache(str(root))
+    return str(root)
+
+
+def launch(nprocs, options, script_args, dataset_root, env=None):
+    full_env = dict(env or {}, CHAINER_DATASET_ROOT=dataset_root)
+    return run_mpi(nprocs, ['-m', 'chainermn_torus.run'] + options + script_args,
+                   timeout=300, env=full_env)
+
+
+def mnist_args(tmp_path, *extra):
+    return [MNIST, '--epoch', '1', '--limit', '1200', '--unit', '50', '--out',
+            str(tmp_path / 'out'), '--summary', str(tmp_path / 'summary.json')] + list(extra)
+
+
+def report(proc):
+    return [l for l in proc.stdout.splitlines() if l.startswith('chainermn_torus.run: ')]
+
+
+@pytest.mark.parametrize('nprocs', ranks([1, 2, 3], fast=[2]))
+def test_every_option_reaches_the_unchanged_script_and_is_reported(nprocs, tmp_path,
+                                                                   dataset_root):
+    proc = launch(nprocs, ['--communicator', 'rsap', '--loader', 'ours', '--flush-denormals',
+                           '--double-buffering', '--check-finite', '--watchdog', '120'],
+                  mnist_args(tmp_path), dataset_root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = report(proc)
+    text = '\n'.join(lines)
+    assert "create_communicator('naive') -> rsap on P = {}".format(nprocs) in text, text
+    assert '(forced by --communicator)' in text
+    assert ('create_multi_node_optimizer(Adam) -> fused Adam kernel, flush-to-zero, double '
+            'buffering, finite check, watchdog 120 s') in text, text
+    assert 'SerialIterator(batch_size=100) -> LoaderIterator (' in text, text
+    assert len(lines) == 3, lines  # once, on rank 0
+    summary = json.loads((tmp_path / 'summary.json').read_text())
+    assert summary['iterator'] == 'LoaderIterator'
+    assert summary['optimizer'] == '_DoubleBufferingOptimizer'
+    assert summary['accuracy'] > 0.2, summary  # 12 one-step-stale steps: above chance (0.1)
+
+
+@pytest.mark.slow
+def test_environment_variables_do_what_the_options_do(tmp_path, dataset_root):
+    proc = launch(2, [], mnist_args(tmp_path), dataset_root,
+                  env={'CHAINERMN_TORUS_LOADER': 'serial', 'CHAINERMN_TORUS_FUSED': 'off',
+                       'CHAINERMN_TORUS_FP16_ALLREDUCE': '1'})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = '\n'.join(report(proc))
+    assert "create_multi_node_optimizer(Adam) -> Adam: Chainer's update (--no-fused)" in text
+    assert 'SerialIterator(batch_size=100) -> SerialIterator' in text, text
+    # float16 on the wire needs one of ours; the script's naive cannot: said, not ignored.
+    assert "--fp16-allreduce not applied: create_communicator('naive') made ChainerMN's" in text
+    proc = launch(2, ['--communicator', 'pure_allreduce'], mnist_args(tmp_path), dataset_root,
+                  env={'CHAINERMN_TORUS_FP16_ALLREDUCE': '1'})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert 'pure_allreduce on P = 2, segment 4194304 bytes, gradients sent as float16' in \
+        proc.stdout, proc.stdout[-2000:]
+
+
+@pytest.mark.slow
+def test_without_options_only_the_optimizer_is_ours_and_said_so(tmp_path, dataset_root):
+    proc = launch(2, [], mnist_args(tmp_path), dataset_root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = report(proc)
+    assert lines == ['chainermn_torus.run: create_multi_node_optimizer(Adam) -> fused Adam '
+                     'kernel'], lines
+    summary = json.loads((tmp_path / 'summary.json').read_text())
+    assert summary['iterator'] == 'SerialIterator'  # the script's own
+
+
+def test_loader_without_a_trainer_is_refused_on_every_rank(dataset_root):
+    proc = launch(2, ['--loader', 'ours'], [os.path.join(SCRIPTS, 'custom_loop.py')],
+                  dataset_root)
+    assert proc.returncode != 0 and 'OK rank' not in proc.stdout
+    assert proc.stderr.count('this script trains without a chainer.training updater') == 2
+
+
+@pytest.mark.slow
+def test_an_affinity_the_machine_cannot_give_is_refused_clearly(tmp_path, dataset_root):
+    import psutil
+    if (psutil.cpu_count(logical=True) or 1) > (psutil.cpu_count(logical=False) or 1):
+        pytest.skip('this machine has SMT: sibling placement is possible here')
+    proc = launch(2, ['--loader', 'ours', '--affinity', 'sibling'], mnist_args(tmp_path),
+                  dataset_root)
+    assert proc.returncode != 0 and 'OK rank' not in proc.stdout
+    assert '--affinity sibling' in proc.stderr and 'hardware thread' in proc.stderr, \
+        proc.stderr[-2000:]
+
+
+PLAIN = os.path.join(SCRIPTS, 'chainer_mnist.py')
+
+
+def plain_args(tmp_path, name, *extra):
+    return [PLAIN, '--epoch', '1', '--limit', '1200', '--unit', '50', '--out',
+            str(tmp_path / name)] + list(extra)
+
+
+@pytest.mark.parametrize('nprocs', ranks([1, 2, 3], fast=[2]))
+def test_plain_chainer_script_runs_data_parallel(nprocs, tmp_path, dataset_root):
+    proc = launch(nprocs, ['--data-parallel', '--communicator', 'rsap'],
+                  plain_args(tmp_path, 'dp'), dataset_root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = '\n'.join(report(proc))
+    per_rank = -(-1200 // nprocs)  # scatter_dataset's equal shards
+    assert '--data-parallel: 1200 examples -> {} per rank'.format(per_rank) in text, text
+    assert 'batch 100 per rank, {} in all on {} ranks'.format(100 * nprocs, nprocs) in text
+    assert '--data-parallel: Evaluator -> each rank evaluates its shard' in text
+    for kind in ('DumpGraph', 'snapshot', 'LogReport', 'PrintReport'):
+        assert '--data-parallel: {} runs on rank 0 only'.format(kind) in text, text
+    assert 'create_multi_node_optimizer(Adam) -> fused Adam kernel' in text
+    log = json.loads((tmp_path / 'dp' / 'log').read_text())
+    assert log[-1]['validation/main/accuracy'] > 0.2, log  # a few steps: above chance
+    assert (tmp_path / 'dp' / 'snapshot_iter_{}'.format(log[-1]['iteration'])).exists()
+    assert proc.stdout.count('validation/main/accuracy') == 1  # one PrintReport: rank 0's
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('nprocs', [2, 3])
+def test_data_parallel_equals_chainermn_code_doing_the_same_bit_for_bit(nprocs, tmp_path,
+                                                                         dataset_root):
+    # Same seed, same shards (scatter_dataset, seed 0), no shuffling inside the shards: the
+    # same updates in the same order, so the same final parameters, bit for bit.
+    common = ['--seed', '3', '--no-shuffle']
+    a = launch(nprocs, ['--data-parallel', '--communicator', 'rsap'],
+               plain_args(tmp_path, 'plain', *common), dataset_root)
+    assert a.returncode == 0, a.stderr[-3000:]
+    b = launch(nprocs, ['--communicator', 'rsap'], mnist_args(tmp_path, *common),
+               dataset_root)
+    assert b.returncode == 0, b.stderr[-3000:]
+    import numpy
+    with numpy.load(str(tmp_path / 'plain' / 'model_final.npz')) as x, \
+            numpy.load(str(tmp_path / 'out' / 'model_final.npz')) as y:
+        assert sorted(x.files) == sorted(y.files)
+        for k in x.files:
+            assert x[k].tobytes() == y[k].tobytes(), k
+
+
+@pytest.mark.slow
+def test_data_parallel_refuses_what_it_cannot_parallelise(tmp_path, dataset_root):
+    loop = launch(2, ['--data-parallel'], [os.path.join(SCRIPTS, 'plain_loop.py')],
+                  dataset_root)
+    assert loop.returncode != 0 and 'OK' not in loop.stdout
+    assert loop.stderr.count('a custom training loop, no Trainer and StandardUpdater') == 2, \
+        loop.stderr[-2000:]
+    odd = launch(3, ['--data-parallel', '--global-batch'], plain_args(tmp_path, 'odd'),
+                 dataset_root)
+    assert odd.returncode != 0
+    assert '--global-batch: the batch size 100 does not divide among 3 ranks' in odd.stderr
+    even = launch(2, ['--data-parallel', '--global-batch'], plain_args(tmp_path, 'even'),
+                  dataset_root)
+    assert even.returncode == 0, even.stderr[-2000:]
+    assert 'batch 50 per rank, 100 in all on 2 ranks' in even.stdout
