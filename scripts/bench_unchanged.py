@@ -42,17 +42,24 @@ def run(nprocs, argv, env, launcher=None):
 
 
 def mnist(work, env, rounds):
-    out = {'plain': [], 'launcher': []}
+    # 'plain': as users run it (no thread setting: each rank's OpenBLAS takes every core);
+    # 'plain, 1 thread': the same with the thread budget the launcher and the project's
+    # benchmark apply (one BLAS thread per rank on 2 cores), for the like-for-like ratio.
+    out = {'plain': [], 'plain, 1 thread': [], 'launcher': []}
     launcher = ['--communicator', 'rsap', '--fused', 'on', '--flush-denormals']
+    one = dict(env, OMP_NUM_THREADS='1', OPENBLAS_NUM_THREADS='1')
     for r in range(rounds):
-        for name, opts in (('plain', None), ('launcher', launcher)):
-            summary = os.path.join(work, 'mnist-{}-{}.json'.format(name, r))
+        for name, opts, e in (('plain', None, env), ('plain, 1 thread', None, one),
+                              ('launcher', launcher, env)):
+            summary = os.path.join(work, 'mnist-{}-{}.json'.format(name.replace(' ', '_')
+                                                                   .replace(',', ''), r))
             run(2, [os.path.join(SCRIPTS, 'chainermn_mnist.py'), '--epoch', '1', '--out',
-                    os.path.join(work, 'm'), '--summary', summary], env, opts)
+                    os.path.join(work, 'm'), '--summary', summary], e, opts)
             with open(summary) as f:
                 out[name].append(json.load(f))
-    plain = statistics.median(s['median_iteration_s'] for s in out['plain'])
-    ours = statistics.median(s['median_iteration_s'] for s in out['launcher'])
+    medians = {k: statistics.median(s['median_iteration_s'] for s in v)
+               for k, v in out.items()}
+    plain, ours = medians['plain'], medians['launcher']
     bench_json = os.path.join(work, 'bench.json')
     run(2, ['-m', 'chainermn_torus.bench.mnist_iteration', '--epochs', '1', '--configs',
             'chainermn,rsap+fused', '--json', bench_json], env)
@@ -60,8 +67,9 @@ def mnist(work, env, rounds):
         bench = json.load(f)['configs']
     example_ratio = (bench['chainermn']['per_iteration_s']['total'] /
                      bench['rsap+fused']['per_iteration_s']['total'])
-    return {'ranks': 2, 'rounds': rounds, 'plain_s': plain, 'launcher_s': ours,
-            'ratio': plain / ours, 'example_ratio': example_ratio,
+    return {'ranks': 2, 'rounds': rounds, 'median_iteration_s': medians,
+            'ratio': plain / ours, 'ratio_same_threads': medians['plain, 1 thread'] / ours,
+            'example_ratio': example_ratio,
             'accuracy': {k: [s['accuracy'] for s in v] for k, v in out.items()}}
 
 
