@@ -22,6 +22,7 @@ Every substitution, and everything that could not be applied and why, is said on
 Each option has an environment variable (``chainermn-torus config``) for job scripts.
 """
 import argparse
+import pickle
 import sys
 
 from chainermn_torus import config
@@ -196,7 +197,6 @@ class Launch(object):
         return self.communicator
 
     def _parallelise(self, updater):
-        import chainermn
         import chainermn_torus
         if self.updaters > 1:
             self._stop('--data-parallel: this script builds a second updater; the launcher '
@@ -212,7 +212,7 @@ class Launch(object):
                            'choose a multiple of {} or leave --global-batch out (then {} is '
                            'per rank)'.format(batch, comm.size, comm.size, batch))
             batch //= comm.size
-        shard = chainermn.scatter_dataset(dataset, comm, shuffle=True, seed=0)
+        shard = _shard(dataset, comm, shuffle=True)
         updater._iterators['main'] = _rebuild(old, shard, batch)
         for name, opt in list(updater._optimizers.items()):
             if not hasattr(opt, 'communicator'):
@@ -258,7 +258,7 @@ class Launch(object):
     def _evaluate_in_parallel(self, evaluator, comm):
         import chainermn
         for name, it in list(evaluator._iterators.items()):
-            shard = chainermn.scatter_dataset(it.dataset, comm)
+            shard = _shard(it.dataset, comm, shuffle=False)
             evaluator._iterators[name] = _rebuild(it, shard, it.batch_size)
         say('--data-parallel: {} -> each rank evaluates its shard, the results averaged '
             '(chainermn.create_multi_node_evaluator)'.format(type(evaluator).__name__),
@@ -308,8 +308,16 @@ class Launch(object):
             k = 2 if plan.loader_cpus is None else max(1, min(2, len(plan.loader_cpus)))
         from chainermn_torus.loader import LoaderIterator
         from chainermn_torus.loader.topology import format_cpulist
-        it = LoaderIterator(dataset, batch, repeat=repeat, shuffle=shuffle, n_processes=k,
-                            cpus=plan.loader_cpus, seed=self._rank() or 0)
+        try:
+            it = LoaderIterator(dataset, batch, repeat=repeat, shuffle=shuffle, n_processes=k,
+                                cpus=plan.loader_cpus, seed=self._rank() or 0)
+        except (AttributeError, TypeError, pickle.PicklingError) as e:
+            if 'pickle' not in str(e):
+                raise
+            self._stop('--loader ours: the training dataset cannot be sent to the loader '
+                       'processes, which start fresh interpreters and so pickle it ({}). Make '
+                       'its pieces module-level classes and functions (not closures or '
+                       'lambdas), or use --loader multiprocess'.format(e))
         where = 'affinity {}'.format(plan.policy) + (
             '' if plan.loader_cpus is None else ', loader CPUs {}, compute CPUs {}'.format(
                 format_cpulist(plan.loader_cpus), format_cpulist(plan.compute_cpus)))
@@ -343,6 +351,23 @@ class Launch(object):
                        'custom loop called update() itself), so there is no training iterator '
                        'to replace; remove --loader, or train with a Trainer and a '
                        'StandardUpdater'.format(self.get('loader')))
+
+
+def _shard(dataset, comm, shuffle):
+    """This rank's part of a dataset every rank holds: exactly what
+    ``chainermn.scatter_dataset(dataset, comm, shuffle=shuffle, seed=0)`` returns, without
+    sending the dataset (a plain script built it on every rank, and it need not pickle)."""
+    import numpy
+    from chainer.datasets import SubDataset
+    from chainermn.datasets.scatter import scatter_index
+    sizes = comm.mpi_comm.allgather(len(dataset))
+    if len(set(sizes)) != 1:
+        raise SystemExit('rank {}: {}--data-parallel: the ranks built datasets of different '
+                         'sizes ({}); a plain script must build the same data on every '
+                         'rank'.format(comm.rank, PREFIX, sizes))
+    order = numpy.random.RandomState(0).permutation(len(dataset)) if shuffle else None
+    b, e = scatter_index(len(dataset), comm)
+    return SubDataset(dataset, b, e, order)
 
 
 def _rebuild(old, dataset, batch):
