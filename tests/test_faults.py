@@ -47,8 +47,8 @@ def test_killed_rank_ends_the_job(nprocs):
     assert 'BAD TERMINATION' in out and re.search(r'EXIT CODE: 9|signal 9', out), out[-2000:]
 
 
-@pytest.mark.slow  # waits for the watchdog's limit
-@pytest.mark.parametrize('nprocs', ranks([2, 4]))
+@pytest.mark.slow  # waits for the watchdog's limit; 2 ranks only (the full tier's 10 minutes)
+@pytest.mark.parametrize('nprocs', [2])
 def test_rank_that_stops_is_caught_by_the_watchdog(nprocs):
     proc, elapsed = run_fault('hang', nprocs, env={'CHAINERMN_TORUS_WATCHDOG': str(WATCHDOG_S)})
     assert WATCHDOG_S <= elapsed < WATCHDOG_S + 30

@@ -42,7 +42,7 @@ def report(proc):
 
 
 # The fast tier's launcher smoke test is the --data-parallel one below (2 ranks).
-@pytest.mark.parametrize('nprocs', ranks([1, 2, 3], fast=[]))
+@pytest.mark.parametrize('nprocs', ranks([2, 3], fast=[]))
 def test_every_option_reaches_the_unchanged_script_and_is_reported(nprocs, tmp_path,
                                                                    dataset_root):
     proc = launch(nprocs, ['--communicator', 'rsap', '--loader', 'ours', '--flush-denormals',

@@ -9,7 +9,7 @@ from conftest import assert_ok, run_mpi, worker
 # are the table's (communicators.variants); two more specs cover what the table does not pin:
 # rsaa's default on one node (shared memory) and rsap's two one-sided options together.
 EXTRA = [('rsaa:shm=1', (1, 2, 3, 4)),  # the shm variant's code, which runs up to P = 8
-         ('rsap:sync=notify,reduce_scatter=accumulate', (2, 3, 5))]
+         ('rsap:sync=notify,reduce_scatter=accumulate', (2, 3))]
 CASES = tested() + EXTRA
 
 # The fast tier: every variant at P = 2, and the message paths at P = 3 (odd row lengths,
