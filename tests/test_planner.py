@@ -132,7 +132,7 @@ def test_calibrate_gives_up_on_a_silent_peer():
     code = ('from mpi4py import MPI; from chainermn_torus.planning.calibrate import _wait; import time\n'
             'req = MPI.COMM_SELF.Irecv(bytearray(8), 0, 7)\n'
             'try:\n    _wait(req, time.monotonic() + 0.3, "rank 3 on node9")\n'
-            'except RuntimeError as e:\n    print(e)\n    req.Cancel()\n')
+            'except RuntimeError as e:\n    print(e)\n    req.Cancel()\n    req.Wait()\n')
     proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
                           cwd=ROOT, timeout=60)
     assert 'no reply from rank 3 on node9' in proc.stdout, proc.stderr

@@ -56,8 +56,9 @@ def _hook(exctype, value, tb):
                 rank, socket.gethostname(), exctype.__name__, value))
         sys.stderr.flush()
         sys.stdout.flush()
-        from chainermn_torus.runtime import timeline
+        from chainermn_torus.runtime import devshm, timeline
         timeline.emergency_flush()  # MPI_Abort skips atexit, where it is written otherwise
+        devshm.unlink_mpi_segments()  # MPI_Abort skips MPI_Finalize, which would remove it
         time.sleep(ABORT_DELAY_S)
         MPI.COMM_WORLD.Abort(1)
 

@@ -21,7 +21,8 @@ On cluster nodes /dev/shm is RAM. Two things go wrong there, and this module ans
   MPI_Init and removes its name only in MPI_Finalize, so every rank killed on a node
   (MPI_Abort, kill -9, a time limit) left it behind: 2.1 MB per node per job here.
   ``unlink_mpi_segments`` removes the name once every rank has passed MPI_Init (our
-  communicators call it after ChainerMN's first collective); the mapping lives on, and
+  communicators call it after ChainerMN's first collective, and the abort hook and the
+  watchdog before MPI_Abort, for jobs that never made one); the mapping lives on, and
   MPICH's own unlink at MPI_Finalize finds nothing to do (tested: no error, exit code 0).
   Only files this process maps and named ``mpich_shm_*`` are touched (other MPIs' peers
   may attach to theirs later); ``CHAINERMN_TORUS_KEEP_MPI_SHM=1`` turns it off.

@@ -35,19 +35,25 @@ def main(argv=None):
         except OSError as e:
             sys.stderr.write('chainermn-torus calibrate: cannot write {} ({})\n'.format(
                 args.output, e))
-            comm.Abort(2)
+            _abort(comm, 2)
     try:
         data = calibrate(comm, args.bytes, args.reps, args.timeout, args.name)
     except RuntimeError as e:
         sys.stderr.write('{}\n'.format(e))
         sys.stderr.flush()
-        comm.Abort(3)
+        _abort(comm, 3)
     if comm.rank == 0:
         with open(args.output, 'w') as f:
             json.dump(data, f, indent=2)
         print(Network.from_dict(data).describe())
         print('saved to ' + args.output)
     return 0
+
+
+def _abort(comm, code):
+    from chainermn_torus.runtime import devshm
+    devshm.unlink_mpi_segments()  # MPI_Abort skips MPI_Finalize, which would remove it
+    comm.Abort(code)
 
 
 if __name__ == '__main__':
