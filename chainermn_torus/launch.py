@@ -23,7 +23,6 @@ Each option has an environment variable (``chainermn-torus config``) for job scr
 """
 import argparse
 import pickle
-import sys
 
 from chainermn_torus import config
 
@@ -87,7 +86,6 @@ class Launch(object):
                 self.given.add(key)
         self.threads = getattr(opts, 'threads', None)
         self.updaters = 0          # StandardUpdaters the script made
-        self.replaced = False      # the training iterator was replaced
         self.communicator = None   # the last communicator the factory made
 
     def get(self, key):
@@ -176,15 +174,11 @@ class Launch(object):
                        "not know how to rebuild (it rebuilds {}); remove --loader or build one "
                        "of those".format(self.get('loader'), type(old).__name__,
                                          ', '.join(k.__name__ for k in known)))
-        dataset, batch, repeat = old.dataset, old.batch_size, getattr(
-            old, '_repeat', getattr(old, 'repeat', True))
-        shuffle = getattr(old, '_shuffle', getattr(old, 'shuffle', None))
         before = _describe_iterator(old)
-        new, how = self._build(dataset, batch, repeat, shuffle)
+        new, how = self._build(old.dataset, old.batch_size, *_order(old))
         if hasattr(old, 'finalize'):
             old.finalize()
         updater._iterators['main'] = new
-        self.replaced = True
         say('{} -> {}'.format(before, how), self._rank())
 
     # --- --data-parallel: a plain Chainer script made data-parallel -----------------------
@@ -370,12 +364,17 @@ def _shard(dataset, comm, shuffle):
     return SubDataset(dataset, b, e, order)
 
 
+def _order(it):
+    """(repeat, shuffle) of a Chainer iterator (SerialIterator keeps them private)."""
+    return (getattr(it, '_repeat', getattr(it, 'repeat', True)),
+            getattr(it, '_shuffle', getattr(it, 'shuffle', None)))
+
+
 def _rebuild(old, dataset, batch):
     """An iterator of the same kind as ``old`` over ``dataset`` with ``batch`` (the old one,
     if it runs processes, is finalized)."""
     from chainer import iterators
-    repeat = getattr(old, '_repeat', getattr(old, 'repeat', True))
-    shuffle = getattr(old, '_shuffle', getattr(old, 'shuffle', None))
+    repeat, shuffle = _order(old)
     if isinstance(old, iterators.MultiprocessIterator):
         new = iterators.MultiprocessIterator(dataset, batch, repeat=repeat, shuffle=shuffle,
                                              n_processes=old.n_processes,
@@ -429,7 +428,3 @@ def report_optimizer(name, communicator, options, fused_applied):
             parts.append(text.format(v))
     say('create_multi_node_optimizer({}) -> {}'.format(name, ', '.join(parts)),
         getattr(communicator, 'rank', None))
-
-
-if __name__ == '__main__':  # pragma: no cover - a module, not a script
-    sys.exit('use python -m chainermn_torus.run')

@@ -43,6 +43,7 @@ import chainer
 import numpy
 
 from chainermn_torus import config
+from chainermn_torus.runtime import devshm
 
 __all__ = ['MultiNodeCheckpointer', 'CheckpointError', 'check_writable', 'add_arguments',
            'check_arguments', 'attach', 'check_output', 'sweep_temporary']
@@ -140,16 +141,6 @@ def _crc32(path, chunk=1 << 22):
             crc = zlib.crc32(block, crc)
 
 
-def _alive_here(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_temporary(directory, dry_run=False, now=None):
     """Remove temporary files that killed writers left in ``directory``: this host's whose
     process is gone, other hosts' untouched for STALE_S. Returns [(name, bytes, why)]."""
@@ -168,7 +159,7 @@ def sweep_temporary(directory, dry_run=False, now=None):
         except FileNotFoundError:
             continue
         if m.group('host') == here:
-            if _alive_here(int(m.group('pid'))):
+            if devshm.pid_alive(int(m.group('pid'))):
                 continue
             why = 'writer {} on this host is gone'.format(m.group('pid'))
         elif now - st.st_mtime >= STALE_S:

@@ -33,7 +33,7 @@ import socket
 import time
 
 __all__ = ['SHM_DIR', 'PREFIX', 'job_tag', 'segment_prefix', 'free_bytes', 'check_room',
-           'SharedMemoryFull', 'sweep', 'format_bytes', 'unlink_mpi_segments']
+           'SharedMemoryFull', 'sweep', 'format_bytes', 'unlink_mpi_segments', 'pid_alive']
 
 SHM_DIR = '/dev/shm'
 PREFIX = 'cmtorus_'
@@ -108,7 +108,8 @@ def check_room(needed, what, comm=None, path=SHM_DIR):
             "(pure_allreduce, or rsaa with shm=False)"))
 
 
-def _owner_alive(pid):
+def pid_alive(pid):
+    """Whether process ``pid`` of this host runs (another user's counts as running)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -169,7 +170,7 @@ def sweep(path=SHM_DIR, others=False, dry_run=False, min_age=MIN_AGE_S, now=None
             continue
         m = _OURS.match(name)
         if m:
-            if not _owner_alive(int(m.group('pid'))):
+            if not pid_alive(int(m.group('pid'))):
                 candidates.append((name, st.st_size, 'process {} of job {} is gone'.format(
                     m.group('pid'), m.group('job'))))
         elif others and _OTHERS.match(name) and now - st.st_mtime >= min_age:
