@@ -60,6 +60,9 @@ SETTINGS = collections.OrderedDict([
     ('loader', Setting('CHAINERMN_TORUS_LOADER', 'loader', None,
                        "launcher: replace the training iterator: serial, multiprocess, ours "
                        "(the loader processes); default: the script's own")),
+    ('loader_eval', Setting('CHAINERMN_TORUS_LOADER_EVAL', 'flag', False,
+                            'launcher, with --loader: replace the iterators of every '
+                            'Evaluator too (default: the evaluation iterator is left alone)')),
     ('loader_processes', Setting('CHAINERMN_TORUS_LOADER_PROCESSES', 'count', None,
                                  'launcher: loader processes per rank (default: as many as the '
                                  'placement gives loader CPUs, up to 2)')),

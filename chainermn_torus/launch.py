@@ -10,10 +10,12 @@ iterators itself. The launcher changes what those calls return, never the script
   with ``--fused`` (default auto: the fused kernel where one exists for the optimizer,
   Chainer's update otherwise), ``--flush-denormals``, ``--double-buffering``,
   ``--check-finite``, ``--check-replicas``, ``--watchdog``;
-* the training iterator, the one a ``StandardUpdater`` is given (the evaluation iterator is
-  left alone), is rebuilt over the same dataset, batch size, repeat and shuffle as
-  ``--loader serial|multiprocess|ours``; ``ours`` is the loader-process iterator placed by
-  ``--affinity`` (``runtime``: the compute process is pinned and its BLAS threads sized);
+* the training iterator, the one a ``StandardUpdater`` is given, is rebuilt over the same
+  dataset, batch size, repeat and shuffle as ``--loader serial|multiprocess|ours``; ``ours``
+  is the loader-process iterator placed by ``--affinity`` (``runtime``: the compute process
+  is pinned and its BLAS threads sized). The evaluation iterators are left alone unless
+  ``--loader-eval`` asks: then every ``Evaluator``'s iterators are rebuilt the same way, their
+  loader processes on the same loader CPUs (evaluation and training take turns);
 * ``--timeline PREFIX`` records the phases.
 
 Every substitution, and everything that could not be applied and why, is said once on rank
@@ -38,6 +40,7 @@ _OPTIONS = [
     ('double_buffering', '--double-buffering', dict(action=argparse.BooleanOptionalAction)),
     ('fp16_allreduce', '--fp16-allreduce', dict(action=argparse.BooleanOptionalAction)),
     ('loader', '--loader', dict(type=config._arg('loader'), metavar='serial|multiprocess|ours')),
+    ('loader_eval', '--loader-eval', dict(action=argparse.BooleanOptionalAction)),
     ('loader_processes', '--loader-processes', dict(type=config._arg('count'), metavar='K')),
     ('affinity', '--affinity', dict(type=config._arg('affinity'), metavar='POLICY')),
     ('dedicated_cores', '--dedicated-cores', dict(type=config._arg('count'), metavar='C')),
@@ -85,6 +88,7 @@ class Launch(object):
             if source is not None:  # a flag or an environment variable, not the default
                 self.given.add(key)
         self.threads = getattr(opts, 'threads', None)
+        self._plan = None          # the loader placement, made once for every loader
         self.updaters = 0          # StandardUpdaters the script made
         self.communicator = None   # the last communicator the factory made
 
@@ -109,12 +113,16 @@ class Launch(object):
         chainermn.optimizers.create_multi_node_optimizer = chainermn_torus.create_multi_node_optimizer
         if self.get('loader') is not None or self.get('data_parallel'):
             self._patch_updater()
-        if self.get('data_parallel'):
+        if self.get('data_parallel') or self.get('loader_eval'):
             self._patch_trainer()
+        if self.get('data_parallel'):
             self._patch_plain_update()
         elif self.get('global_batch'):
             raise ValueError('--global-batch goes with --data-parallel (the batch size of a '
                              "plain script's iterator); ChainerMN scripts choose theirs")
+        if self.get('loader_eval') and self.get('loader') is None:
+            raise ValueError('--loader-eval rebuilds the evaluation iterators as --loader '
+                             'does; give --loader serial|multiprocess|ours with it')
 
     def optimizer_options(self):
         """(forced, defaults) for every multi-node optimizer the script makes: what the user
@@ -196,6 +204,14 @@ class Launch(object):
             self._stop('--data-parallel: this script builds a second updater; the launcher '
                        'parallelises scripts with one StandardUpdater and one Trainer (a GAN or '
                        'several training loops need ChainerMN calls in the script)')
+        kind = type(updater).__name__
+        if kind in ('ParallelUpdater', 'MultiprocessParallelUpdater'):
+            # Each splits every batch among the GPUs of one process; data-parallel across
+            # ranks replaces that, it does not nest inside it.
+            self._stop('--data-parallel: this script trains with {}, which splits each batch '
+                       'among GPU devices in one process; on CPU ranks use the script with a '
+                       'StandardUpdater (each rank is one replica), or ChainerMN calls in the '
+                       'script'.format(kind))
         comm = self.comm()
         old = updater._iterators['main']
         dataset = old.dataset
@@ -232,18 +248,26 @@ class Launch(object):
 
         def extend(trainer, extension, *args, **kwargs):
             from chainer.training import extensions
-            comm = launch.comm()
             kind = type(extension).__name__
-            if kind in launch.RANK0_ONLY:
-                if kind not in skipped:
-                    skipped.append(kind)
-                    say('--data-parallel: {} runs on rank 0 only'.format(
-                        'snapshot' if kind == '_Snapshot' else kind), comm.rank)
-                if comm.rank != 0:
-                    return None
-            elif isinstance(extension, extensions.Evaluator) and \
-                    not hasattr(extension, '_mn_communicator'):
-                extension = launch._evaluate_in_parallel(extension, comm)
+            evaluator = isinstance(extension, extensions.Evaluator)
+            if launch.get('data_parallel'):
+                comm = launch.comm()
+                if kind == '_Snapshot' and getattr(extension, 'autoload', False):
+                    # Rank 0 alone would resume and run fewer steps than the others: a
+                    # deadlock. Every rank loads the same snapshot (rank 0 still writes).
+                    original(trainer, _AutoloadEverywhere(extension, comm),
+                             name='chainermn_torus_autoload')
+                if kind in launch.RANK0_ONLY:
+                    if kind not in skipped:
+                        skipped.append(kind)
+                        say('--data-parallel: {} runs on rank 0 only'.format(
+                            'snapshot' if kind == '_Snapshot' else kind), comm.rank)
+                    if comm.rank != 0:
+                        return None
+                elif evaluator and not hasattr(extension, '_mn_communicator'):
+                    extension = launch._evaluate_in_parallel(extension, comm)
+            if evaluator and launch.get('loader_eval'):
+                launch._replace_eval_iterators(extension)
             return original(trainer, extension, *args, **kwargs)
 
         extend.__wrapped__ = original
@@ -258,6 +282,21 @@ class Launch(object):
             '(chainermn.create_multi_node_evaluator)'.format(type(evaluator).__name__),
             comm.rank)
         return chainermn.create_multi_node_evaluator(evaluator, comm)
+
+    def _replace_eval_iterators(self, evaluator):
+        for name, old in list(evaluator._iterators.items()):
+            if not hasattr(old, 'batch_size') or not hasattr(old, 'dataset'):
+                say('--loader-eval: {} iterator {!r} is a {}, which the launcher does not know '
+                    'how to rebuild; left as it is'.format(type(evaluator).__name__, name,
+                                                           type(old).__name__), self._rank())
+                continue
+            before = _describe_iterator(old)
+            new, how = self._build(old.dataset, old.batch_size, *_order(old))
+            if hasattr(old, 'finalize'):
+                old.finalize()
+            evaluator._iterators[name] = new
+            say('--loader-eval: {} {!r}: {} -> {}'.format(type(evaluator).__name__, name,
+                                                        before, how), self._rank())
 
     def _patch_plain_update(self):
         """Until a StandardUpdater is built: a plain optimizer's update() means a custom loop
@@ -318,6 +357,8 @@ class Launch(object):
         return it, 'LoaderIterator ({} process{}, {})'.format(k, '' if k == 1 else 'es', where)
 
     def _place(self):
+        if self._plan is not None:  # the training and evaluation loaders share one placement
+            return self._plan
         from chainermn_torus.loader import apply_placement, plan_placement
         comm = self.communicator
         intra_rank, intra_size = (0, 1) if comm is None else (comm.intra_rank, comm.intra_size)
@@ -336,6 +377,7 @@ class Launch(object):
                 'stopping: rank(s) {} cannot place their loader processes: {}'.format(
                     ', '.join(map(str, failed)), next(e for e in errors if e)))))
         apply_placement(plan, threads=self.threads, comm=comm)
+        self._plan = plan
         return plan
 
     def check_update(self):
@@ -345,6 +387,44 @@ class Launch(object):
                        'custom loop called update() itself), so there is no training iterator '
                        'to replace; remove --loader, or train with a Trainer and a '
                        'StandardUpdater'.format(self.get('loader')))
+
+
+class _AutoloadEverywhere(object):
+    """The loading half of ``snapshot(autoload=True)`` on every rank, under --data-parallel.
+
+    The snapshot extension itself runs on rank 0 only (one writer). Its autoload would resume
+    rank 0 alone; here every rank checks that it sees the snapshot rank 0 sees (a node-local
+    ``out`` directory would not) and loads it, so all ranks resume at the same iteration.
+    """
+    trigger = (1, 'iteration')
+    priority = 300  # Extension's PRIORITY_WRITER: initialised before the readers
+    name = None
+
+    def __init__(self, snapshot, comm):
+        self.snapshot, self.comm = snapshot, comm
+
+    def initialize(self, trainer):
+        import os
+        from chainer.serializers import npz
+        from chainer.training.extensions._snapshot import _find_latest_snapshot
+        found = _find_latest_snapshot(self.snapshot.filename, trainer.out)
+        everyone = self.comm.mpi_comm.allgather(found)
+        if len(set(everyone)) != 1:
+            raise SystemExit(
+                'rank {}: {}--data-parallel: snapshot(autoload=True) finds different snapshots '
+                'in {} on different ranks ({}); every rank must resume from the same one: put '
+                "the trainer's out directory on a file system all nodes share".format(
+                    self.comm.rank, PREFIX, trainer.out, ', '.join(
+                        'rank {}: {}'.format(r, f or 'none') for r, f in enumerate(everyone))))
+        if found is not None and self.comm.rank != 0:  # rank 0's own extension loads it
+            target = self.snapshot._target or trainer
+            npz.load_npz(os.path.join(trainer.out, found), target)
+        if found is not None:
+            say('--data-parallel: every rank resumes from {} (snapshot autoload)'.format(found),
+                self.comm.rank)
+
+    def __call__(self, trainer):
+        pass
 
 
 def _shard(dataset, comm, shuffle):

@@ -106,3 +106,39 @@ def test_timeline_is_written_whole_when_the_job_ends_abnormally(mode, tmp_path):
     # A process torn down mid-write (the launcher's kill after the abort) can leave an
     # unfinished PREFIX.rankR.json.tmp next to the whole file: `timeline merge` reads only
     # the whole files and names a lone .tmp as such (tests/test_timeline.py).
+
+
+@pytest.mark.slow
+def test_sigterm_ends_a_rank_blocked_in_an_object_collective():
+    # mpi4py's object collectives hold the GIL while they wait: no Python handler or thread
+    # of the rank can run. The watcher process ends it; mpiexec then ends the job.
+    import signal
+    import subprocess
+    import sys
+    from conftest import ROOT, mpiexec_path
+    env = dict(os.environ, OMP_NUM_THREADS='1',
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    proc = subprocess.Popen([mpiexec_path(), '-n', '2', sys.executable,
+                             worker('blocked_in_object_collective.py')],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=ROOT, start_new_session=True)
+    try:
+        pids = {}
+        for line in proc.stdout:  # the two ranks' lines may interleave
+            for rank, pid in re.findall(r'PID (\d) (\d+)', line):
+                pids[int(rank)] = int(pid)
+            if len(pids) == 2:
+                break
+        time.sleep(1.0)  # rank 1 is in the collective by now
+        sent = time.time()
+        os.kill(pids[1], signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    elapsed = time.time() - sent
+    assert proc.returncode != 0 and 'OK rank' not in out
+    assert 'rank 1 (' in err and 'SIGTERM 3 s ago and the process is still there' in err, \
+        err[-2000:]
+    assert elapsed < 30, elapsed

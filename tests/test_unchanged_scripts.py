@@ -111,6 +111,37 @@ def test_an_affinity_the_machine_cannot_give_is_refused_clearly(tmp_path, datase
         proc.stderr[-2000:]
 
 
+@pytest.mark.slow
+def test_loader_eval_replaces_the_evaluation_iterator_and_changes_no_result(tmp_path,
+                                                                            dataset_root):
+    # The loader processes hand out the batches SerialIterator would, in its order (the same
+    # draws from the seeded generator): training and evaluation results are equal, bit for bit.
+    runs = {}
+    for name, options in (('serial', ['--loader', 'serial']),
+                          ('ours', ['--loader', 'ours', '--loader-eval'])):
+        out = tmp_path / name
+        out.mkdir()
+        proc = launch(2, ['--communicator', 'rsap'] + options,
+                      mnist_args(out, '--seed', '5', '--epoch', '2'), dataset_root)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs[name] = (proc, json.loads((out / 'out' / 'log').read_text()))
+    text = '\n'.join(report(runs['ours'][0]))
+    assert "--loader-eval: Evaluator 'main': SerialIterator(batch_size=100) -> " \
+        'LoaderIterator (' in text, text
+    assert '--loader-eval' not in runs['serial'][0].stdout  # left alone unless asked
+    keys = ('main/loss', 'validation/main/loss', 'validation/main/accuracy')
+    assert [[e[k] for k in keys] for e in runs['ours'][1]] == \
+        [[e[k] for k in keys] for e in runs['serial'][1]]
+    assert len(runs['ours'][1]) == 2  # two evaluations, each through the loader processes
+
+
+def test_loader_eval_without_loader_is_refused(dataset_root):
+    proc = launch(1, ['--loader-eval'], [MNIST], dataset_root)
+    assert proc.returncode != 0
+    assert '--loader-eval rebuilds the evaluation iterators as --loader does; give ' \
+        '--loader serial|multiprocess|ours with it' in proc.stderr, proc.stderr[-2000:]
+
+
 PLAIN = os.path.join(SCRIPTS, 'chainer_mnist.py')
 
 
@@ -160,12 +191,33 @@ def test_data_parallel_equals_chainermn_code_doing_the_same_bit_for_bit(nprocs, 
 
 
 @pytest.mark.slow
+def test_data_parallel_snapshot_autoload_resumes_every_rank(tmp_path, dataset_root):
+    # Chainer's examples take snapshot(autoload=True); on rank 0 alone it would resume one
+    # rank and leave the others at iteration 0 (a deadlock at the end of training).
+    for epochs in ('1', '2'):
+        proc = launch(2, ['--data-parallel', '--communicator', 'rsap'],
+                      plain_args(tmp_path, 'auto', '--epoch', epochs, '--autoload'),
+                      dataset_root)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert '--data-parallel: every rank resumes from snapshot_iter_6 (snapshot autoload)' in \
+        proc.stdout, proc.stdout[-2000:]
+    log = json.loads((tmp_path / 'auto' / 'log').read_text())
+    assert [e['epoch'] for e in log] == [1, 2] and log[-1]['iteration'] == 12, log
+    assert (tmp_path / 'auto' / 'snapshot_iter_12').exists()
+
+
+@pytest.mark.slow
 def test_data_parallel_refuses_what_it_cannot_parallelise(tmp_path, dataset_root):
     loop = launch(2, ['--data-parallel'], [os.path.join(SCRIPTS, 'plain_loop.py')],
                   dataset_root)
     assert loop.returncode != 0 and 'OK' not in loop.stdout
     assert loop.stderr.count('a custom training loop, no Trainer and StandardUpdater') == 2, \
         loop.stderr[-2000:]
+    gpus = launch(2, ['--data-parallel'], [os.path.join(SCRIPTS, 'parallel_updater.py')],
+                  dataset_root)
+    assert gpus.returncode != 0 and 'OK' not in gpus.stdout
+    assert gpus.stderr.count('this script trains with ParallelUpdater, which splits each '
+                             'batch among GPU devices') == 2, gpus.stderr[-2000:]
     odd = launch(3, ['--data-parallel', '--global-batch'], plain_args(tmp_path, 'odd'),
                  dataset_root)
     assert odd.returncode != 0
@@ -215,7 +267,8 @@ def test_plain_chainer_imagenet_script_runs_data_parallel_with_our_loader(imagen
                                                                           tmp_path,
                                                                           dataset_root):
     d = imagenet_lists
-    proc = launch(2, ['--data-parallel', '--communicator', 'rsap', '--loader', 'ours'],
+    proc = launch(2, ['--data-parallel', '--communicator', 'rsap', '--loader', 'ours',
+                      '--loader-eval'],
                   [os.path.join(SCRIPTS, 'chainer_imagenet.py'), os.path.join(d, 'train.txt'),
                    os.path.join(d, 'val.txt'), '--root', d, '--mean',
                    os.path.join(d, 'mean.npy'), '--out', str(tmp_path / 'out')], dataset_root)
@@ -227,6 +280,9 @@ def test_plain_chainer_imagenet_script_runs_data_parallel_with_our_loader(imagen
     for kind in ('snapshot', 'LogReport', 'PrintReport', 'ProgressBar', 'DumpGraph'):
         assert '--data-parallel: {} runs on rank 0 only'.format(kind) in text, text
     assert '--data-parallel: Evaluator -> each rank evaluates its shard' in text
+    # the shard of the validation set (20 -> 10 per rank), then the loader processes
+    assert "--loader-eval: Evaluator 'main': MultiprocessIterator(n_processes=2, " \
+        'batch_size=16) -> LoaderIterator (' in text, text
     log = json.loads((tmp_path / 'out' / 'log').read_text())
     assert log[-1]['iteration'] == 2 and 'validation/main/accuracy' in log[-1], log
     assert (tmp_path / 'out' / 'model_iter_2').exists()

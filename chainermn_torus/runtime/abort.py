@@ -16,13 +16,19 @@ it stands: in the middle of a checkpoint write (leaving a temporary file), befor
 timeline is written, with no word of why. Where the script has not set its own SIGTERM
 handler, ``install`` turns it into a ``Terminated`` exception in the main thread, so
 clean-up code runs and the hook above names the signal and ends the job. A main thread
-blocked in a long MPI call cannot run Python handlers, so a watcher thread, woken through
-``signal.set_wakeup_fd``, ends the process as SIGTERM would after ``TERM_GRACE_S`` if the
-exception has not done so by then.
+blocked in a long MPI call cannot run Python handlers, and a thread cannot help either:
+mpi4py's object collectives (``comm.allreduce(obj)``, ChainerMN's ``allreduce_obj`` in every
+multi-node evaluator) hold the GIL while they wait, so no other thread of the rank runs. The
+watcher is therefore a small process of its own: the C-level signal handler writes the
+signal's number into a pipe (``signal.set_wakeup_fd``) whose other end the watcher reads,
+and if the rank is still alive ``TERM_GRACE_S`` later (longer while the hook is already
+aborting) the watcher says so and kills it, so the job ends instead of hanging. The
+watcher leaves when the rank does (end of file on the pipe).
 """
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -38,11 +44,16 @@ class Terminated(BaseException):
     """SIGTERM arrived (a batch time limit, scancel, mpiexec forwarding a kill)."""
 
 
-_aborting = threading.Event()  # the hook is ending the job: the SIGTERM watcher waits
+_ABORTING = b'\xfe'  # written to the watcher's pipe by the hook: not a signal number
+_wakeup = []  # the write end of the watcher's pipe, once the watcher runs
 
 
 def _hook(exctype, value, tb):
-    _aborting.set()
+    if _wakeup:  # the hook is ending the job: the SIGTERM watcher gives it time
+        try:
+            os.write(_wakeup[0], _ABORTING)
+        except OSError:
+            pass
     try:
         _installed[0](exctype, value, tb)
     finally:
@@ -89,7 +100,7 @@ def _catch_sigterm():
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
     try:
-        previous = signal.set_wakeup_fd(write_fd)
+        previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
     except ValueError:
         os.close(read_fd)
         os.close(write_fd)
@@ -99,29 +110,54 @@ def _catch_sigterm():
         os.close(read_fd)
         os.close(write_fd)
         return
+    try:
+        from mpi4py import MPI
+        who = 'rank {} ({}, pid {})'.format(MPI.COMM_WORLD.rank, socket.gethostname(),
+                                           os.getpid())
+        # -I -S: no site packages, no environment: the watcher starts in milliseconds and
+        # imports nothing of the job's (no MPI: it must not count as a process of the job).
+        subprocess.Popen([sys.executable, '-I', '-S', '-c', _WATCHER, str(read_fd),
+                          str(os.getpid()), str(TERM_GRACE_S), who], pass_fds=(read_fd,),
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    except OSError:
+        signal.set_wakeup_fd(-1)
+        os.close(write_fd)
+        return
+    finally:
+        os.close(read_fd)  # the watcher's end: EOF there means this process is gone
+    _wakeup.append(write_fd)
     signal.signal(signal.SIGTERM, _on_sigterm)
-    threading.Thread(target=_watch_sigterm, args=(read_fd,), daemon=True,
-                     name='chainermn_torus-sigterm').start()
 
 
-def _watch_sigterm(read_fd):
-    while True:
-        try:
-            data = os.read(read_fd, 64)
-        except OSError:
-            return
+# The watcher process (module doc). argv: read fd, the rank's pid, grace seconds, who.
+_WATCHER = r"""
+import os, select, signal, sys, time
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(s, signal.SIG_IGN)  # the job's process group is signalled too: stay
+fd, pid, grace, who = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+aborting, deadline = False, None
+while True:
+    wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+    if select.select([fd], [], [], wait)[0]:
+        data = os.read(fd, 64)
         if not data:
-            return
-        if signal.SIGTERM in data:
-            time.sleep(TERM_GRACE_S)
-            if _aborting.is_set():  # the handler ran and the hook is ending the job
-                time.sleep(4 * TERM_GRACE_S)
-            # Still here: the main thread is blocked in C and never ran the handler.
-            from chainermn_torus.runtime import timeline
-            timeline.emergency_flush()
-            sys.stderr.write('chainermn_torus: SIGTERM; the main thread is blocked (in MPI?): '
-                             'ending this rank\n')
-            sys.stderr.flush()
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-            return
+            sys.exit(0)  # the rank is gone
+        if 0xfe in data and not aborting:
+            aborting = True
+            if deadline is not None:
+                deadline += 4 * grace
+        if signal.SIGTERM in data and deadline is None:
+            deadline = time.monotonic() + grace * (5 if aborting else 1)
+        continue
+    if deadline is not None and time.monotonic() >= deadline:
+        sys.stderr.write('chainermn_torus: {}: SIGTERM {:g} s ago and the process is still '
+                         'there: its main thread is blocked (in MPI, holding the GIL?) and '
+                         'cannot run the handler; killing it so the job ends\n'.format(
+                             who, (5 if aborting else 1) * grace))
+        sys.stderr.flush()
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        sys.exit(0)
+"""

@@ -37,6 +37,7 @@ def main():
     parser.add_argument('--limit', type=int, default=None)
     parser.add_argument('--seed', type=int, default=None)
     parser.add_argument('--no-shuffle', action='store_true')
+    parser.add_argument('--autoload', action='store_true')
     args = parser.parse_args()
     if args.seed is not None:
         numpy.random.seed(args.seed)
@@ -56,7 +57,8 @@ def main():
     trainer = training.Trainer(updater, (args.epoch, 'epoch'), out=args.out)
     trainer.extend(extensions.Evaluator(test_iter, model, device=-1))
     trainer.extend(extensions.DumpGraph('main/loss'))
-    trainer.extend(extensions.snapshot(), trigger=(args.epoch, 'epoch'))
+    trainer.extend(extensions.snapshot(n_retains=1, autoload=args.autoload),
+                   trigger=(1, 'epoch'))
     trainer.extend(extensions.LogReport())
     trainer.extend(extensions.PrintReport(
         ['epoch', 'main/loss', 'validation/main/loss', 'main/accuracy',
