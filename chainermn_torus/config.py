@@ -38,6 +38,9 @@ SETTINGS = collections.OrderedDict([
                          'abort the job when no training step finishes for this long')),
     ('timeline', Setting('CHAINERMN_TORUS_TIMELINE', 'text', None,
                          'record phase timelines to PREFIX.rank<R>.json')),
+    ('expect_ranks', Setting('CHAINERMN_TORUS_EXPECT_RANKS', 'count', None,
+                             'job scripts: the ranks the job asked for (nodes x ranks per '
+                             'node); the launcher stops when MPI started another number')),
     ('quiet', Setting('CHAINERMN_TORUS_QUIET', 'flag', False,
                       '1: no informational lines on rank 0')),
     ('no_abort', Setting('CHAINERMN_TORUS_NO_ABORT', 'flag', False,

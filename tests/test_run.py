@@ -1,4 +1,5 @@
 """python -m chainermn_torus.run: unchanged scripts get the forced communicator."""
+import os
 import subprocess
 import sys
 
@@ -57,3 +58,34 @@ def test_launcher_refuses_a_grid_for_a_communicator_without_one():
     proc = _run_single('--communicator', 'auto', '--grid', '2x1', worker('naive_script.py'))
     assert proc.returncode == 1
     assert "--grid 2x1 applies to rsaa, rsap; communicator 'auto' has no grid" in proc.stderr
+
+
+def test_world_size_check_names_a_pmi_mismatch_and_a_wrong_count():
+    from chainermn_torus.runtime import world
+    lib = 'MPICH Version:      5.0.2\nMPICH Release date: ...'
+    job = {'CHAINERMN_TORUS_EXPECT_RANKS': '8'}
+    assert world.mismatch(8, lib, job) is None
+    singleton = world.mismatch(1, lib, job)
+    assert 'a world of 1 rank' in singleton and 'PMI/launcher mismatch' in singleton
+    assert 'says 8 ranks' in singleton and 'MPICH Version:      5.0.2' in singleton
+    assert 'srun --mpi=pmi2' in singleton and '--mpi=pmix for Open MPI' in singleton
+    assert 'MPI started 4 ranks but' in world.mismatch(4, lib, job)
+    # srun's own count names only the singleton case; in the batch step, or under an MPI's
+    # mpiexec inside an allocation, it is not a rank count.
+    srun = {'SLURM_STEP_ID': '0', 'SLURM_STEP_NUM_TASKS': '4'}
+    assert 'PMI/launcher mismatch' in world.mismatch(1, lib, srun)
+    assert world.mismatch(4, lib, srun) is None and world.mismatch(2, lib, srun) is None
+    batch = {'SLURM_STEP_ID': 'batch', 'SLURM_STEP_NUM_TASKS': '1'}
+    assert world.mismatch(4, lib, batch) is None and world.mismatch(1, lib, {}) is None
+
+
+def test_launcher_stops_when_mpi_started_other_than_the_job_asked():
+    wrong = run_mpi(2, ['-m', 'chainermn_torus.run', worker('naive_script.py')],
+                    env={'CHAINERMN_TORUS_EXPECT_RANKS': '3'})
+    assert wrong.returncode != 0 and 'OK' not in wrong.stdout
+    assert wrong.stderr.count('MPI started 2 ranks but CHAINERMN_TORUS_EXPECT_RANKS') == 2
+    alone = subprocess.run([sys.executable, '-m', 'chainermn_torus.run',
+                            worker('naive_script.py')], capture_output=True, text=True,
+                           cwd=ROOT, timeout=120,
+                           env=dict(os.environ, CHAINERMN_TORUS_EXPECT_RANKS='2'))
+    assert alone.returncode != 0 and 'PMI/launcher mismatch' in alone.stderr

@@ -1,0 +1,56 @@
+"""Did MPI start the ranks the batch job asked for? Checked by the launcher at start.
+
+The classic first-job failure on a cluster: the job asks for N ranks, but the processes
+are started by a launcher whose process-management interface (PMI) the MPI library does not
+speak: ``srun --mpi=pmix`` for an MPICH build, another MPI's ``mpiexec``, no ``--mpi`` where
+the site's default is wrong. Each process then initialises MPI alone, as a world of one,
+and trains its own model from the same script, writing the same checkpoint directory, with
+nothing to say it is wrong. The expectation comes from the job script
+(``CHAINERMN_TORUS_EXPECT_RANKS``, nodes x ranks per node). Without it, a process that is
+a world of one while ``srun`` started several tasks in its step (``SLURM_STEP_NUM_TASKS``)
+is the same mismatch; srun's count is used for nothing else, because under an MPI's own
+``mpiexec`` inside an allocation it counts the batch step or the MPI's node daemons, not
+ranks.
+"""
+import os
+
+from chainermn_torus import config
+
+__all__ = ['expected_ranks', 'mismatch']
+
+
+def expected_ranks(environ=None):
+    """(ranks, where the number comes from), or (None, None) when nothing says."""
+    environ = os.environ if environ is None else environ
+    setting = config.SETTINGS['expect_ranks']
+    raw = environ.get(setting.env)
+    value = config.parse(setting.kind, raw, setting.env) if raw else None
+    if value:
+        return value, 'CHAINERMN_TORUS_EXPECT_RANKS (the job script: nodes x ranks per node)'
+    steps = environ.get('SLURM_STEP_NUM_TASKS')
+    if environ.get('SLURM_STEP_ID', 'batch') in ('batch', 'extern'):
+        return None, None  # the batch script itself, not an srun step
+    if steps and steps.isdigit() and int(steps) > 0:
+        return int(steps), "SLURM_STEP_NUM_TASKS (srun's task count)"
+    return None, None
+
+
+def mismatch(size, library, environ=None):
+    """The message for a world of ``size`` ranks that is not the one expected, or None."""
+    expected, source = expected_ranks(environ)
+    if source is not None and source.startswith('SLURM') and size != 1:
+        return None  # srun's count is a rank count only when srun started the ranks
+    if expected is None or expected == size:
+        return None
+    first = library.strip().splitlines()[0] if library.strip() else 'unknown MPI library'
+    if size == 1:
+        return ('MPI started this process alone (a world of 1 rank) but {} says {} ranks: a '
+                'PMI/launcher mismatch. The processes were started by a launcher whose '
+                'process-management interface this MPI library ({}) does not speak, so each '
+                'one became a job of its own. Under Slurm use srun --mpi=pmi2 for MPICH and '
+                'Intel MPI (Intel MPI also needs I_MPI_PMI_LIBRARY=<Slurm\'s libpmi2.so>), '
+                '--mpi=pmix for Open MPI (srun --mpi=list shows what the site has), or the '
+                'mpiexec of the MPI library mpi4py loaded.'.format(source, expected, first))
+    return ('MPI started {} ranks but {} says {}: the job script and the launch line '
+            'disagree (nodes x ranks per node, -n, --ntasks-per-node); fix one of them so the '
+            'grid and the data shards are the ones planned.'.format(size, source, expected))
