@@ -152,8 +152,9 @@ def plain_args(tmp_path, name, *extra):
 
 @pytest.mark.parametrize('nprocs', ranks([1, 2, 3], fast=[2]))
 def test_plain_chainer_script_runs_data_parallel(nprocs, tmp_path, dataset_root):
+    # Seeded: 1200 examples are 4-12 steps, whose accuracy swings with the initial weights.
     proc = launch(nprocs, ['--data-parallel', '--communicator', 'rsap'],
-                  plain_args(tmp_path, 'dp'), dataset_root)
+                  plain_args(tmp_path, 'dp', '--seed', '1'), dataset_root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = '\n'.join(report(proc))
     per_rank = -(-1200 // nprocs)  # scatter_dataset's equal shards
@@ -164,7 +165,7 @@ def test_plain_chainer_script_runs_data_parallel(nprocs, tmp_path, dataset_root)
         assert '--data-parallel: {} runs on rank 0 only'.format(kind) in text, text
     assert 'create_multi_node_optimizer(Adam) -> fused Adam kernel' in text
     log = json.loads((tmp_path / 'dp' / 'log').read_text())
-    assert log[-1]['validation/main/accuracy'] > 0.2, log  # a few steps: above chance
+    assert log[-1]['validation/main/accuracy'] > 0.2, log  # a few steps: above chance (0.1)
     assert (tmp_path / 'dp' / 'snapshot_iter_{}'.format(log[-1]['iteration'])).exists()
     assert proc.stdout.count('validation/main/accuracy') == 1  # one PrintReport: rank 0's
 
