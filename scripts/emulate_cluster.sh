@@ -65,6 +65,9 @@ up() {
 down() {
   need_root
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$PREFIX-n[0-9]*$" || true); do
+    # Whatever still runs in a node (a rank of a job that hung, a daemon) goes with it: a
+    # process left in a deleted namespace keeps spinning with no way to reach it.
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
     ip netns del "$ns"
   done
   for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep "^$PREFIX-v[0-9]*$" || true); do

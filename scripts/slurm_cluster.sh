@@ -14,7 +14,7 @@
 #                                             emulated cluster if this script brought it up
 #
 # Everything lives under /run/chainermn-torus-slurm (configuration, spool, logs); nothing in
-# /etc/slurm is touched. The controller listens on the bridge (198.18.0.254); node k is
+# /etc/slurm is touched. /etc/hosts gets one marked line per node (removed by down). The controller listens on the bridge (198.18.0.254); node k is
 # node$k at 198.18.0.$((k+1)). Process tracking is proctrack/linuxproc (no cgroups needed);
 # binding is task/affinity. Needs root (namespaces, the daemons).
 set -euo pipefail
@@ -106,15 +106,25 @@ up() {
     die "an emulated cluster of $have nodes is up, not $k; '$EMU down' first"
   fi
   write_conf "$k" "$cpus"
+  # Node names resolve, as on a cluster (MPI launchers connect back to node0 by name).
+  sed -i '/# chainermn-torus slurm_cluster$/d' /etc/hosts
+  for ((n = 0; n < k; n++)); do
+    echo "198.18.0.$((n + 1)) node$n # chainermn-torus slurm_cluster" >> /etc/hosts
+  done
   start_munge
   SLURM_CONF=$CONF slurmctld
   for ((n = 0; n < k; n++)); do
     mkdir -p "$DIR/spool-node$n"
-    # The node's network namespace (nsenter, not `ip netns exec`, which remounts /sys and
-    # hides the cgroup hierarchies slurmd probes) and a UTS namespace named node$n: slurmd
-    # -N names itself, and the job's processes (its children) see the node's host name.
-    nsenter --net=/run/netns/cmt-n$n unshare --uts bash -c \
-      "hostname node$n; SLURM_CONF=$CONF exec slurmd -N node$n"
+    # The node's network namespace, a UTS namespace named node$n (slurmd -N names itself;
+    # the job's processes, its children, see the node's host name) and a mount namespace
+    # with the node's own /sys: MPI libraries list network interfaces from /sys/class/net
+    # (with the host's view, UCX finds only lo). The cgroup hierarchies slurmd probes are
+    # carried over into it (`ip netns exec` would remount /sys without them).
+    mkdir -p "$DIR/cgroup"
+    nsenter --net=/run/netns/cmt-n$n unshare --uts --mount bash -c \
+      "hostname node$n && mount --rbind /sys/fs/cgroup $DIR/cgroup &&
+       mount -t sysfs sysfs /sys && mount --rbind $DIR/cgroup /sys/fs/cgroup &&
+       SLURM_CONF=$CONF exec slurmd -N node$n"
   done
   touch "$DIR/up"
   local i
@@ -142,6 +152,12 @@ down() {
   pkill -f "slurmd -N node" 2>/dev/null || true
   sleep 1
   pkill -9 -f "slurmd -N node" 2>/dev/null || true
+  # Job processes outlive slurmd (proctrack/linuxproc does not hold them): a rank stuck in
+  # MPI_Init would spin on a core for ever. Everything left in a node's namespace goes.
+  for ((i = 0; i < 32; i++)); do
+    [ -e /run/netns/cmt-n$i ] || continue
+    ip netns pids "cmt-n$i" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+  done
   if [ -f "$DIR/started-munge" ]; then
     pkill -x munged 2>/dev/null || true
     for ((i = 0; i < 50; i++)); do pgrep -x munged >/dev/null || break; sleep 0.1; done
@@ -149,6 +165,7 @@ down() {
   if [ -f "$DIR/started-emulation" ]; then
     "$EMU" down >/dev/null
   fi
+  sed -i '/# chainermn-torus slurm_cluster$/d' /etc/hosts 2>/dev/null || true
   rm -rf "$DIR"
   echo "slurm_cluster: down"
 }

@@ -108,7 +108,7 @@ def test_slurm_srun_gets_cpus_per_task_and_the_pmi_of_the_mpi(tmp_path, mpi, pmi
                                                              loader):
     extra = [] if loader is None else ['--loader-cores', str(loader)]
     text = generated(tmp_path, '--system', 'slurm', '--nodes', '2', '--ranks-per-node', '4',
-                     '--threads', str(threads), '--mpi', mpi, *extra)
+                     '--threads', str(threads), '--mpi', mpi, '--launcher', 'srun', *extra)
     cpus = threads + (loader or 0)
     assert '#SBATCH --cpus-per-task={}'.format(cpus) in text
     assert '#SBATCH --hint=nomultithread' in text  # hyper-threads are not cores
@@ -118,6 +118,20 @@ def test_slurm_srun_gets_cpus_per_task_and_the_pmi_of_the_mpi(tmp_path, mpi, pmi
                              '--cpu-bind=cores '.format(pmi, cpus)), launch
     assert exports(text)['OMP_NUM_THREADS'] == str(threads)
     assert ('CHAINERMN_TORUS_DEDICATED_CORES' in exports(text)) == bool(loader)
+    assert ('I_MPI_PMI_LIBRARY' in exports(text)) == (mpi == 'impi')
+
+
+@pytest.mark.parametrize('mpi, launch', [
+    ('mpich', 'mpiexec -launcher slurm -n 8 -ppn 4 -bind-to core:3 '),
+    ('impi', 'mpiexec.hydra -n 8 -ppn 4 -genv I_MPI_PIN_DOMAIN=3 '),
+    ('openmpi', 'mpiexec -n 8 --map-by ppr:4:node:PE=3 --bind-to core -x ')])
+def test_slurm_with_the_mpis_own_mpiexec_binds_through_it(tmp_path, mpi, launch):
+    # MPICH's default under Slurm (its srun pmi2 path failed under a real Slurm 22.05).
+    extra = [] if mpi == 'mpich' else ['--launcher', 'mpiexec']
+    text = generated(tmp_path, '--system', 'slurm', '--nodes', '2', '--ranks-per-node', '4',
+                     '--threads', '3', '--mpi', mpi, *extra)
+    assert launch_of(text).startswith(launch), launch_of(text)
+    assert '#SBATCH --cpus-per-task=3' in text and 'I_MPI_PMI_LIBRARY' not in text
 
 
 def knl():
@@ -203,9 +217,9 @@ def test_dry_run_prints_the_launch_line_only():
     proc = jobscript('--system', 'slurm', '--nodes', '2', '--ranks-per-node', '4',
                      '--communicator', 'rsaa', '--dry-run', *TRAIN)
     assert proc.returncode == 0
-    assert proc.stdout.strip() == ('srun --mpi=pmi2 --cpus-per-task=1 --threads-per-core=1 '
-                                   '--cpu-bind=cores python -m chainermn_torus.run '
-                                   '--communicator rsaa examples/mnist/train_mnist.py --epoch 1')
+    assert proc.stdout.strip() == ('mpiexec -launcher slurm -n 8 -ppn 4 -bind-to core:1 python '
+                                   '-m chainermn_torus.run --communicator rsaa '
+                                   'examples/mnist/train_mnist.py --epoch 1')
 
 
 @pytest.mark.parametrize('args, fragment', [

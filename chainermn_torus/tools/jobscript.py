@@ -23,7 +23,8 @@ table of every directive and its source):
           SPARC64 VIIIfx cannot run numba or Python >= 3.6, so there is no k target.)
   slurm   sbatch + srun: srun is given --cpus-per-task itself (Slurm 22.05-23.02 no longer
           passes the allocation's on), --mpi= for the MPI library (pmi2 / pmix), one
-          hardware thread per core.
+          hardware thread per core; or (--launcher mpiexec, MPICH's default) the MPI's own
+          mpiexec inside the allocation, which binds the ranks itself.
   pbs     qsub (PBS Pro select syntax, place=scatter:excl) + the MPI's mpiexec (Hydra's
           -ppn, Open MPI's --map-by ppr).
   local   this machine: the virtualenv's mpiexec; one node.
@@ -120,7 +121,7 @@ export OMP_NUM_THREADS=${threads} KMP_AFFINITY=granularity=fine,compact,1,0
 export PLE_MPI_STD_EMPTYFILE=off
 ''',
     'slurm': '''export OMP_NUM_THREADS=${threads}
-''',
+${pmi_settings}''',
     'pbs': '''export OMP_NUM_THREADS=${threads}
 ''',
     'local': '',
@@ -130,7 +131,16 @@ _LAUNCH = {
     'ofp': 'mpiexec.hydra -n ${procs} -ppn ${ranks_per_node}${numactl}',
     'fugaku': 'mpiexec -n ${procs} -stdout-proc ./${name}.%j/%/1000r/stdout '
               '-stderr-proc ./${name}.%j/%/1000r/stderr',
-    'slurm': 'srun --mpi=${pmi} --cpus-per-task=${cpus} --threads-per-core=1 --cpu-bind=cores',
+    'slurm': {'srun': 'srun --mpi=${pmi} --cpus-per-task=${cpus} --threads-per-core=1 '
+                      '--cpu-bind=cores',
+              # MPICH's Hydra starts its proxies with srun (-launcher slurm) and serves PMI
+              # itself; it binds the ranks.
+              'mpich': 'mpiexec -launcher slurm -n ${procs} -ppn ${ranks_per_node} '
+                       '-bind-to core:${cpus}',
+              'impi': 'mpiexec.hydra -n ${procs} -ppn ${ranks_per_node} '
+                      '-genv I_MPI_PIN_DOMAIN=${cpus}',
+              'openmpi': 'mpiexec -n ${procs} --map-by ppr:${ranks_per_node}:node:PE=${cpus} '
+                         '--bind-to core${forward}'},
     'pbs': {'mpich': 'mpiexec -n ${procs} -ppn ${ranks_per_node} -bind-to core:${cpus}',
             'impi': 'mpiexec -n ${procs} -ppn ${ranks_per_node} -genv I_MPI_PIN_DOMAIN=${cpus}',
             'openmpi': 'mpiexec -n ${procs} --map-by ppr:${ranks_per_node}:node:PE=${cpus} '
@@ -287,6 +297,19 @@ def _cores(args):
     return per_rank, threads, loader
 
 
+# Slurm: srun, or the MPI's own mpiexec inside the allocation. MPICH's default is mpiexec:
+# under a real Slurm 22.05 (tests/test_slurm.py), srun --mpi=pmi2 with the MPICH wheel failed
+# now and then in MPI_Init (slurmstepd: "mpi/pmi2: value not properly terminated" on the
+# network-address exchange) and the ranks then hung there; Hydra's own PMI never did.
+SLURM_LAUNCHER = {'mpich': 'mpiexec', 'impi': 'srun', 'openmpi': 'srun'}
+
+
+def _launcher(args, mpi):
+    if args.system != 'slurm':
+        return 'mpiexec'
+    return args.launcher or SLURM_LAUNCHER[mpi]
+
+
 def _values(args):
     procs = args.nodes * args.ranks_per_node
     mpi = args.mpi or MPIS[args.system][0]
@@ -312,6 +335,7 @@ def _values(args):
         'node_cpus': per_rank * args.ranks_per_node, 'cores_per_rank': per_rank,
         'loader_cores': loader, 'queue': queue, 'queue_line': queue_line,
         'group': args.group, 'mpi': mpi, 'pmi': args.pmi or SRUN_PMI.get(mpi, 'pmi2'),
+        'launcher': _launcher(args, mpi),
         'pin_domain': 'node' if args.ranks_per_node == 1 else '{}:compact'.format(4 * per_rank),
         'pin_cpus': 4 * per_rank, 'exclude_cpus': exclude,
         'numactl': ' numactl --preferred=1' if args.system == 'ofp' and 'flat' in queue else '',
@@ -341,11 +365,23 @@ def _environment(args, values):
     return '\n'.join(lines) + '\n'
 
 
+def _pmi_settings(values):
+    """What the MPI library needs to speak srun's PMI (MPICH's client speaks Slurm's pmi2 as
+    it is: tests/test_slurm.py)."""
+    if values['launcher'] != 'srun':
+        return ''
+    if values['mpi'] == 'impi' and values['pmi'] == 'pmi2':
+        return ('# Intel MPI under srun --mpi=pmi2 loads Slurm\'s PMI-2 library: set its path if '
+                'the site has not\nexport I_MPI_PMI_LIBRARY=$${I_MPI_PMI_LIBRARY:-/usr/lib64/'
+                'libpmi2.so}\n')
+    return ''
+
+
 def launch_line(args, values=None):
     values = values or _values(args)
     launcher = _LAUNCH[args.system]
     if isinstance(launcher, dict):
-        launcher = launcher[values['mpi']]
+        launcher = launcher['srun' if values['launcher'] == 'srun' else values['mpi']]
     launcher = string.Template(launcher).substitute(values)
     command = _wrap_command(args.command, args.communicator, args.system, values['venv'],
                             args.grid)
@@ -357,6 +393,7 @@ def generate(args):
     values = _values(args)
     values['header'] = string.Template(_HEADERS[args.system]).substitute(values).rstrip('\n')
     values['environment'] = _environment(args, values)
+    values['pmi_settings'] = _pmi_settings(values)
     values['settings'] = string.Template(_SETTINGS[args.system]).substitute(values)
     values['launch'] = launch_line(args, values)
     values['workdir_line'] = {
@@ -392,6 +429,9 @@ def build_parser():
     p.add_argument('--mpi', default=None,
                    help='the MPI library of the job: ofp impi, fugaku fujitsu, slurm and pbs '
                         'mpich (default), impi or openmpi')
+    p.add_argument('--launcher', choices=('srun', 'mpiexec'), default=None,
+                   help="slurm: start the ranks with srun, or with the MPI's own mpiexec in "
+                        'the allocation (default: mpiexec for mpich, srun for impi and openmpi)')
     p.add_argument('--pmi', default=None,
                    help="slurm: srun --mpi= (default: the MPI library's: pmi2, or pmix for "
                         'openmpi)')

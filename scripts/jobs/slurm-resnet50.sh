@@ -23,4 +23,4 @@ export CHAINERMN_TORUS_EXPECT_RANKS=8
 export CHAINERMN_TORUS_WATCHDOG=900
 echo "chainermn-torus job resnet50-slurm: 4 node(s) x 2 rank(s), 16 compute thread(s) per rank, communicator auto, mpich MPI, on $(hostname) at $(date)"
 echo "python: $(command -v python) ($(python -c 'import sys; print(sys.version.split()[0], sys.prefix)'))"
-srun --mpi=pmi2 --cpus-per-task=17 --threads-per-core=1 --cpu-bind=cores python -m chainermn_torus.run --communicator auto examples/imagenet/train_imagenet.py data/imagenet/train.txt data/imagenet/val.txt --arch resnet50 --loader ours --affinity auto --checkpoint-dir results/ckpt --auto-resume
+mpiexec -launcher slurm -n 8 -ppn 2 -bind-to core:17 python -m chainermn_torus.run --communicator auto examples/imagenet/train_imagenet.py data/imagenet/train.txt data/imagenet/val.txt --arch resnet50 --loader ours --affinity auto --checkpoint-dir results/ckpt --auto-resume
