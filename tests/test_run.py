@@ -3,6 +3,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT, assert_ok, run_mpi, worker
 
 
@@ -79,6 +81,7 @@ def test_world_size_check_names_a_pmi_mismatch_and_a_wrong_count():
     assert world.mismatch(4, lib, batch) is None and world.mismatch(1, lib, {}) is None
 
 
+@pytest.mark.slow  # the message itself is the fast test above
 def test_launcher_stops_when_mpi_started_other_than_the_job_asked():
     wrong = run_mpi(2, ['-m', 'chainermn_torus.run', worker('naive_script.py')],
                     env={'CHAINERMN_TORUS_EXPECT_RANKS': '3'})

@@ -61,16 +61,25 @@ def slurm():
 
 
 def sbatch(script, out, env, timeout=240):
-    try:
-        proc = subprocess.run(['sbatch', '--wait', '-o', str(out), str(script)], env=env,
-                              capture_output=True, text=True, timeout=timeout,
-                              cwd=str(out.parent))
-    except subprocess.TimeoutExpired:
-        subprocess.run(['scancel', '--user', 'root'], env=env, capture_output=True)
-        pytest.fail('the job did not end in {} s:\n{}'.format(
-            timeout, out.read_text()[-4000:] if out.exists() else '(no output)'))
-    log = out.read_text() if out.exists() else ''
-    return proc, log
+    """Submit, wait for the end (polling: sbatch --wait sleeps up to 10 s between looks),
+    return (exit code, the job's output)."""
+    import time
+    submit = subprocess.run(['sbatch', '--parsable', '-o', str(out), str(script)], env=env,
+                            capture_output=True, text=True, timeout=60, cwd=str(out.parent))
+    assert submit.returncode == 0, submit.stderr
+    job = submit.stdout.strip().split(';')[0]
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        state = subprocess.run(['scontrol', '-o', 'show', 'job', job], env=env,
+                               capture_output=True, text=True).stdout
+        m = re.search(r'JobState=(\S+).* ExitCode=(\d+):', state)
+        if m and m.group(1) not in ('PENDING', 'RUNNING', 'CONFIGURING', 'COMPLETING'):
+            log = out.read_text() if out.exists() else ''
+            return (0 if m.group(1) == 'COMPLETED' else int(m.group(2)) or 1), log
+        time.sleep(0.5)
+    subprocess.run(['scancel', job], env=env, capture_output=True)
+    pytest.fail('the job did not end in {} s:\n{}'.format(
+        timeout, out.read_text()[-4000:] if out.exists() else '(no output)'))
 
 
 def test_generated_job_script_trains_mnist_on_two_nodes_by_sbatch(slurm, tmp_path):
@@ -88,8 +97,8 @@ def test_generated_job_script_trains_mnist_on_two_nodes_by_sbatch(slurm, tmp_pat
     # kernel).
     env = dict(slurm, CHAINERMN_TORUS_LOADER='ours', CHAINERMN_TORUS_LOADER_PROCESSES='1',
                UCX_TLS='tcp,self')
-    done, log = sbatch(job, tmp_path / 'out.log', env)
-    assert done.returncode == 0, done.stderr + log[-4000:]
+    code, log = sbatch(job, tmp_path / 'out.log', env)
+    assert code == 0, log[-4000:]
     print(log)
     assert re.search(r'chainermn-torus job mnist-slurm: 2 node\(s\) x 2 rank\(s\).* on node0', log)
     assert 'python: {}/bin/python'.format(VENV) in log  # the venv's, activated by the script

@@ -42,7 +42,8 @@ def report(proc):
 
 
 # The fast tier's launcher smoke test is the --data-parallel one below (2 ranks).
-@pytest.mark.parametrize('nprocs', ranks([2, 3], fast=[]))
+# 1-3 ranks: test_plain_chainer_script_runs_data_parallel; here 2 (the time budget).
+@pytest.mark.parametrize('nprocs', ranks([2], fast=[]))
 def test_every_option_reaches_the_unchanged_script_and_is_reported(nprocs, tmp_path,
                                                                    dataset_root):
     proc = launch(nprocs, ['--communicator', 'rsap', '--loader', 'ours', '--flush-denormals',
@@ -122,7 +123,7 @@ def test_loader_eval_replaces_the_evaluation_iterator_and_changes_no_result(tmp_
         out = tmp_path / name
         out.mkdir()
         proc = launch(2, ['--communicator', 'rsap'] + options,
-                      mnist_args(out, '--seed', '5', '--epoch', '2'), dataset_root)
+                      mnist_args(out, '--seed', '5'), dataset_root)
         assert proc.returncode == 0, proc.stderr[-3000:]
         runs[name] = (proc, json.loads((out / 'out' / 'log').read_text()))
     text = '\n'.join(report(runs['ours'][0]))
@@ -132,9 +133,10 @@ def test_loader_eval_replaces_the_evaluation_iterator_and_changes_no_result(tmp_
     keys = ('main/loss', 'validation/main/loss', 'validation/main/accuracy')
     assert [[e[k] for k in keys] for e in runs['ours'][1]] == \
         [[e[k] for k in keys] for e in runs['serial'][1]]
-    assert len(runs['ours'][1]) == 2  # two evaluations, each through the loader processes
+    assert len(runs['ours'][1]) == 1  # the evaluation ran through the loader processes
 
 
+@pytest.mark.slow
 def test_loader_eval_without_loader_is_refused(dataset_root):
     proc = launch(1, ['--loader-eval'], [MNIST], dataset_root)
     assert proc.returncode != 0
