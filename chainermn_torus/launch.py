@@ -182,12 +182,17 @@ class Launch(object):
                        "not know how to rebuild (it rebuilds {}); remove --loader or build one "
                        "of those".format(self.get('loader'), type(old).__name__,
                                          ', '.join(k.__name__ for k in known)))
-        before = _describe_iterator(old)
+        say(self._swap(updater._iterators, 'main'), self._rank())
+
+    def _swap(self, iterators, name):
+        """Rebuild ``iterators[name]`` as ``--loader`` asks (same dataset, batch, repeat and
+        shuffle), finalize the old one; the report text."""
+        old = iterators[name]
         new, how = self._build(old.dataset, old.batch_size, *_order(old))
         if hasattr(old, 'finalize'):
             old.finalize()
-        updater._iterators['main'] = new
-        say('{} -> {}'.format(before, how), self._rank())
+        iterators[name] = new
+        return '{} -> {}'.format(_describe_iterator(old), how)
 
     # --- --data-parallel: a plain Chainer script made data-parallel -----------------------
     def comm(self):
@@ -290,13 +295,9 @@ class Launch(object):
                     'how to rebuild; left as it is'.format(type(evaluator).__name__, name,
                                                            type(old).__name__), self._rank())
                 continue
-            before = _describe_iterator(old)
-            new, how = self._build(old.dataset, old.batch_size, *_order(old))
-            if hasattr(old, 'finalize'):
-                old.finalize()
-            evaluator._iterators[name] = new
-            say('--loader-eval: {} {!r}: {} -> {}'.format(type(evaluator).__name__, name,
-                                                        before, how), self._rank())
+            say('--loader-eval: {} {!r}: {}'.format(
+                type(evaluator).__name__, name, self._swap(evaluator._iterators, name)),
+                self._rank())
 
     def _patch_plain_update(self):
         """Until a StandardUpdater is built: a plain optimizer's update() means a custom loop
@@ -398,7 +399,6 @@ class _AutoloadEverywhere(object):
     """
     trigger = (1, 'iteration')
     priority = 300  # Extension's PRIORITY_WRITER: initialised before the readers
-    name = None
 
     def __init__(self, snapshot, comm):
         self.snapshot, self.comm = snapshot, comm

@@ -52,7 +52,9 @@ def main(argv=None):
         # makes through the factory (passed explicitly, not through the environment).
         set_defaults(**kwargs)
     from chainermn_torus.runtime import world
-    if world.expected_ranks()[0] is not None:  # nothing to compare with: MPI starts later
+    # Only when the job says how many ranks it expects: otherwise MPI starts with the
+    # script's first communicator, as it would without the launcher.
+    if world.expected_ranks()[0] is not None:
         from mpi4py import MPI  # starts MPI: the check needs the world's size
         problem = world.mismatch(MPI.COMM_WORLD.size, MPI.Get_library_version())
         if problem:

@@ -110,7 +110,7 @@ ${queue_line}''',
 _SETTINGS = {
     'ofp': '''# PSM2 (Omni-Path) pins each process to one CPU at MPI_Init unless told not to; then
 # Intel MPI's domains decide: cores 0-1 and their hyper-threads stay with the OS, each rank
-# gets ${cores_per_rank} cores (${pin_cpus} logical CPUs, 4 per KNL core).
+# gets ${cpus} cores (${pin_cpus} logical CPUs, 4 per KNL core).
 export HFI_NO_CPUAFFINITY=1
 export I_MPI_PIN_PROCESSOR_EXCLUDE_LIST=${exclude_cpus}
 export I_MPI_PIN_DOMAIN=${pin_domain}
@@ -332,7 +332,7 @@ def _values(args):
     return {
         'name': args.name, 'nodes': args.nodes, 'ranks_per_node': args.ranks_per_node,
         'procs': procs, 'elapse': _elapse(args.hours), 'threads': threads, 'cpus': per_rank,
-        'node_cpus': per_rank * args.ranks_per_node, 'cores_per_rank': per_rank,
+        'node_cpus': per_rank * args.ranks_per_node,
         'loader_cores': loader, 'queue': queue, 'queue_line': queue_line,
         'group': args.group, 'mpi': mpi, 'pmi': args.pmi or SRUN_PMI.get(mpi, 'pmi2'),
         'launcher': _launcher(args, mpi),
