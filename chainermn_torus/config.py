@@ -88,6 +88,14 @@ SETTINGS = collections.OrderedDict([
                                  'tests only: "during:I" / "after:I" kills rank 0 while or '
                                  'after writing checkpoint I; "full:I" makes its write fail '
                                  'with ENOSPC halfway')),
+    # scripts/with_mpi.sh (make test MPI=...) sets these two for the tests and the benchmark
+    # scripts; the package itself runs under whatever MPI mpi4py loaded.
+    ('mpi', Setting('CHAINERMN_TORUS_MPI', 'mpi', 'mpich',
+                    'tests and benchmark scripts: the MPI they run under (mpich, impi, '
+                    'openmpi), so MPICH-only checks can skip')),
+    ('mpiexec', Setting('CHAINERMN_TORUS_MPIEXEC', 'text', None,
+                        "tests and benchmark scripts: that MPI's mpiexec (default: the "
+                        "venv's, from the mpich wheel)")),
 ])
 
 _WHAT = {
@@ -102,6 +110,7 @@ _WHAT = {
     'switch': 'auto, on or off',
     'loader': 'serial, multiprocess or ours',
     'affinity': 'auto, same-core, sibling, dedicated or none',
+    'mpi': 'mpich, impi or openmpi',
 }
 
 
@@ -165,7 +174,8 @@ _PARSERS = {'seconds': _seconds, 'bytes': _at_least(0), 'threads': _threads, 'gr
             'text': str, 'flag': _flag, 'count': _at_least(1), 'positive': _seconds,
             'non-negative': _non_negative, 'switch': _switch,
             'loader': _choice('serial', 'multiprocess', 'ours'),
-            'affinity': _choice('auto', 'same-core', 'sibling', 'dedicated', 'none')}
+            'affinity': _choice('auto', 'same-core', 'sibling', 'dedicated', 'none'),
+            'mpi': _choice('mpich', 'impi', 'openmpi')}
 
 
 def _must_be(kind, raw):

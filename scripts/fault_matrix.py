@@ -26,7 +26,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, 'tests', 'mpi_workers', 'fault_job.py')
 PYTHON = os.path.join(ROOT, '.venv', 'bin', 'python')
-MPIEXEC = os.path.join(ROOT, '.venv', 'bin', 'mpiexec')
+# scripts/with_mpi.sh names another MPI's mpiexec; the default is the venv's (mpich wheel).
+MPIEXEC = (os.environ.get('CHAINERMN_TORUS_MPIEXEC')
+           or os.path.join(ROOT, '.venv', 'bin', 'mpiexec'))
 
 FAULTS = ('raise', 'kill', 'loader-death', 'sigint', 'sigterm', 'hang', 'enospc', 'shm-full')
 # Variants of the table (communicators.variants): rsap's node-shared rows (its default on
@@ -44,7 +46,8 @@ WATCHDOG_S = 3
 # any line is the row's message (ours before the launcher's).
 MESSAGES = {
     'raise': [r'Uncaught exception on rank \d+.*'],
-    'kill': [r'BAD TERMINATION.*', r'EXIT CODE: 9'],
+    'kill': [r'BAD TERMINATION.*', r'EXIT CODE: 9',
+             r'noticed that process rank \d+ .*exited on'],  # Open MPI's prterun
     'loader-death': [r'loader process .* died with exit code -9'],
     'sigint': [r'Uncaught exception.*KeyboardInterrupt', r'Ctrl-C'],
     'sigterm': [r'Uncaught exception.*Terminated', r'signal 15|EXIT CODE: 15'],

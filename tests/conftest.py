@@ -7,17 +7,33 @@ import sys
 
 import pytest
 
+from chainermn_torus import config
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKERS = os.path.join(ROOT, 'tests', 'mpi_workers')
 
 
+# `make test MPI=impi|openmpi` (scripts/with_mpi.sh) names the MPI and its own mpiexec; the
+# default is the venv's mpich wheel.
+MPI = config.env('mpi')[0]
+
+
 def mpiexec_path():
+    chosen = config.env('mpiexec')[0]
+    if chosen:
+        return chosen
     here = os.path.join(os.path.dirname(sys.executable), 'mpiexec')
     return here if os.path.exists(here) else shutil.which('mpiexec')
 
 
-def run_mpi(nprocs, argv, timeout=240, env=None):
-    """Run `mpiexec -n nprocs python argv...`; returns CompletedProcess (text)."""
+def mpich_only(why):
+    """Skip under another MPI (make test MPI=...), saying what in the test is MPICH's own."""
+    return pytest.mark.skipif(MPI != 'mpich', reason='MPICH only: ' + why)
+
+
+def run_mpi(nprocs, argv, timeout=240, env=None, python=None):
+    """Run `mpiexec -n nprocs python argv...` (``python``: another interpreter for the ranks,
+    such as the aarch64 one under QEMU); returns CompletedProcess (text)."""
     exe = mpiexec_path()
     if exe is None:
         pytest.skip('no mpiexec: run `make setup` (installs the mpich wheel into .venv)')
@@ -26,7 +42,7 @@ def run_mpi(nprocs, argv, timeout=240, env=None):
     full_env.update({'OMP_NUM_THREADS': '1', 'OPENBLAS_NUM_THREADS': '1',
                      'PYTHONPATH': ROOT + os.pathsep + full_env.get('PYTHONPATH', '')})
     full_env.update(env or {})
-    cmd = [exe, '-n', str(nprocs), sys.executable] + list(argv)
+    cmd = [exe, '-n', str(nprocs), python or sys.executable] + list(argv)
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                               env=full_env, cwd=ROOT)

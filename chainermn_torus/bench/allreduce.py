@@ -146,9 +146,11 @@ def run(args):
         'model': args.model, 'ranks': P, 'bytes': nbytes,
         'arrays': len(params), 'rounds': args.rounds, 'warmup': args.warmup,
         'copy_bandwidth_GBps': copy_bw / 1e9, 'host': platform.node(),
-        'mpi': MPI.Get_library_version().splitlines()[0].strip(),
+        'mpi': MPI.Get_library_version().strip('\x00 \n').splitlines()[0].strip(),
         'nodes': len(set(world.allgather(platform.node()))),
-        'mpi_env': {k: v for k, v in os.environ.items() if k.startswith(('MPIR_CVAR', 'UCX_'))},
+        'mpi_env': {k: v for k, v in os.environ.items()
+                    if k.startswith(('MPIR_CVAR', 'UCX_', 'I_MPI_', 'FI_', 'OMPI_MCA_',
+                                     'PRTE_MCA_'))},
         'auto_choice': comms['auto'].describe() if 'auto' in comms else None,
         'results': results,
     }

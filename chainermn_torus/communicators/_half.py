@@ -7,7 +7,8 @@ under double buffering: 44-56 ms per all-reduce against 1.6 ms in float32). So f
 only *moved* by MPI and summed by numpy:
 
 * reduce-scatter = MPI_Alltoall of the P blocks, then each rank adds the P blocks it
-  received in float32 and rounds the sum to float16 once (``_half_kernels.sum_blocks``);
+  received in float32 and rounds the sum to float16 once (``_half_kernels.sum_blocks``, or
+  ``sum_blocks_numpy`` below where numba is not installed: the same bits, slower);
 * all-reduce = that reduce-scatter, then an in-place MPI_Allgather of the summed blocks.
 
 Bytes per rank are those of a ring or Rabenseifner all-reduce ((P-1)/P of the buffer in each
@@ -19,8 +20,22 @@ import numpy
 from mpi4py import MPI
 
 from chainermn_torus.communicators._progress import BLOCKING
+from chainermn_torus.runtime import jit
 
-__all__ = ['HalfReducer']
+__all__ = ['HalfReducer', 'sum_blocks_numpy']
+
+
+def sum_blocks_numpy(out, blocks, nblocks, acc):
+    """``_half_kernels.sum_blocks`` in numpy: float32 sums in block order, one rounding."""
+    n = out.size
+    acc = acc[:n]
+    # numpy widens float16 exactly and rounds float32 to float16 to nearest even, as the
+    # kernels' fpext/fptrunc do: the bits are the kernels' (tests/communicators).
+    acc[...] = blocks[:n].view(numpy.float16)
+    for b in range(1, nblocks):
+        acc += blocks[b * n:(b + 1) * n].view(numpy.float16)
+    with numpy.errstate(over='ignore'):  # a sum beyond float16 is infinity, as in the kernel
+        out.view(numpy.float16)[...] = acc
 
 
 class HalfReducer(object):
@@ -47,11 +62,14 @@ class HalfReducer(object):
             return out
         recv = self._recv(size * c)
         self.progress(comm, 'Alltoall', [src[:size * c], self.mpi_type], [recv, self.mpi_type])
-        from chainermn_torus.communicators import _half_kernels  # numba: only when used
         if self._acc is None or self._acc.size < c:
             self._acc = numpy.empty(c, numpy.float32)
-        _half_kernels.sum_blocks(out.view(numpy.uint16), recv.view(numpy.uint16), size,
-                                 self._acc)
+        if jit.available():
+            from chainermn_torus.communicators import _half_kernels  # numba: when first used
+            sum_blocks = _half_kernels.sum_blocks
+        else:
+            sum_blocks = sum_blocks_numpy
+        sum_blocks(out.view(numpy.uint16), recv.view(numpy.uint16), size, self._acc)
         return out
 
     def allreduce(self, comm, array, src=None):

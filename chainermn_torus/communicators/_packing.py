@@ -16,6 +16,8 @@ import weakref
 import numpy
 from mpi4py import MPI
 
+from chainermn_torus.runtime import jit
+
 __all__ = ['Layout', 'grad_params', 'data_params', 'PackedBuffer', 'check_same_layout',
            'transfer_dtype', 'plan_segments', 'MPI_TYPES', 'mpi_type_of']
 
@@ -210,19 +212,25 @@ class PackedBuffer(object):
                 dst[...] = 0  # zero_fill: an unused parameter contributes zeros
             else:
                 src = grad.reshape(-1)[a - offs[i]:b - offs[i]]
+                # Without numba, the branches below give the same bits (float32 product,
+                # one rounding to float16), slower.
                 if dst.dtype == numpy.float16 and src.dtype == numpy.float32 \
-                        and src.flags.c_contiguous:
+                        and src.flags.c_contiguous and jit.available():
                     from chainermn_torus.communicators import _half_kernels
                     _half_kernels.pack(dst.view(numpy.uint16), src,
                                        numpy.float32(1.0 if scale is None else scale))
                 elif scale is not None:
                     # In the wider of the two precisions, rounded once into the buffer (a
                     # float16 buffer must not round, or underflow, before the scaling; a
-                    # float16 gradient is scaled in the float32 it is carried in).
-                    numpy.multiply(src, scale, out=dst, casting='unsafe',
-                                   dtype=numpy.promote_types(src.dtype, dst.dtype))
+                    # float16 gradient is scaled in the float32 it is carried in). Overflow
+                    # to infinity is what float16 gives, as in the kernel: not warned here
+                    # (check_finite is where it is reported).
+                    with numpy.errstate(over='ignore'):
+                        numpy.multiply(src, scale, out=dst, casting='unsafe',
+                                       dtype=numpy.promote_types(src.dtype, dst.dtype))
                 elif not numpy.shares_memory(src, dst):
-                    numpy.copyto(dst, src, casting='same_kind')
+                    with numpy.errstate(over='ignore'):
+                        numpy.copyto(dst, src, casting='same_kind')
 
     def unpack_grads(self, named_params):
         buf, offs = self.array, self.layout.offsets
@@ -232,7 +240,8 @@ class PackedBuffer(object):
             if p.data.dtype == buf.dtype:
                 p.grad = src  # a view: no copy (valid until the next call)
                 self._viewers.append(weakref.ref(p))
-            elif buf.dtype == numpy.float16 and p.data.dtype == numpy.float32:
+            elif buf.dtype == numpy.float16 and p.data.dtype == numpy.float32 \
+                    and jit.available():
                 from chainermn_torus.communicators import _half_kernels
                 grad = p.grad
                 if grad is None or grad.dtype != numpy.float32 or not grad.flags.c_contiguous:

@@ -16,12 +16,11 @@ Ordering between ranks is a node barrier (``MPI_Win_sync`` + ``MPI_Barrier`` +
 at the end of a call (so no rank overwrites its buffer, or lets the optimizer write into
 gradients that view it, while a peer still copies from it).
 """
-import numba
 import numpy
 from mpi4py import MPI
-from numba import prange
 
 from chainermn_torus.communicators._window import check_node_room
+from chainermn_torus.runtime import jit
 
 __all__ = ['NodeBuffers', 'rows_within_nodes']
 
@@ -34,18 +33,27 @@ def rows_within_nodes(row_comm, mpi_comm):
     return bool(mpi_comm.allreduce(1 if inside else 0, op=MPI.MIN))
 
 
-@numba.njit(parallel=True, cache=True)
-def _add_into(acc, src):
-    for i in prange(src.size):
-        acc[i] += src[i]
+numba = jit.numba()
+if numba is not None:
+    @numba.njit(parallel=True, cache=True)
+    def _add_into(acc, src):
+        for i in numba.prange(src.size):
+            acc[i] += src[i]
 
+    @numba.njit(parallel=True, cache=True)
+    def _copy_chunk(src, dst):
+        # One flat loop per chunk: it vectorises (an index split by // per element measured
+        # 34 ms for 51 MB, against 4 ms for this).
+        for i in numba.prange(src.size):
+            dst[i] = src[i]
+else:
+    # The same element-wise float adds and copies on one thread (numba's run on the rank's
+    # thread budget): same bits, slower where the budget is more than one thread.
+    def _add_into(acc, src):
+        numpy.add(acc, src, out=acc)
 
-@numba.njit(parallel=True, cache=True)
-def _copy_chunk(src, dst):
-    # One flat loop per chunk: it vectorises (an index split by // per element measured
-    # 34 ms for 51 MB, against 4 ms for this).
-    for i in prange(src.size):
-        dst[i] = src[i]
+    def _copy_chunk(src, dst):
+        numpy.copyto(dst, src)
 
 
 class NodeBuffers(object):

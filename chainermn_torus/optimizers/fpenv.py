@@ -13,31 +13,42 @@ made from it); the fused kernels set it in each of their worker threads (``kerne
 BLAS worker threads (OpenBLAS, MKL) keep their own setting; MKL and OpenBLAS kernels are not
 where denormals cost here (the update is).
 
-Supported on x86-64. Elsewhere (aarch64: FPCR.FZ) ``set_flush_denormals(True)`` raises
-instead of doing nothing silently.
+On aarch64 (Fugaku's A64FX, Graviton, Grace) the switch is FPCR.FZ, bit 24 of the
+floating-point control register, also per thread: with it set, denormal inputs and results of
+single- and double-precision operations (scalar and Advanced SIMD) are flushed to zero, what
+FTZ+DAZ do together on x86. (Half-precision arithmetic has its own bit, FZ16, which this
+project leaves alone: it only converts to and from float16.) Both registers are read and
+written through LLVM intrinsics in numba-compiled code, so flush-to-zero needs numba; other
+machines, or no numba, get an error naming what is missing instead of a silent no-op.
 """
 import platform
 
-import numba
 import numpy
-from numba import types
-from numba.extending import intrinsic
+
+from chainermn_torus.runtime import jit
 
 __all__ = ['supported', 'set_flush_denormals', 'flush_denormals_enabled', 'kernel_set_mode',
-           'FTZ_DAZ_BITS']
+           'FTZ_DAZ_BITS', 'FPCR_FZ']
 
 FTZ_DAZ_BITS = 0x8040  # MXCSR bit 15 (FTZ) and bit 6 (DAZ)
+FPCR_FZ = 1 << 24  # aarch64 FPCR.FZ
 
-_X86 = platform.machine().lower() in ('x86_64', 'amd64', 'i686', 'i386')
+_MACHINE = platform.machine().lower()
+_X86 = _MACHINE in ('x86_64', 'amd64', 'i686', 'i386')
+_ARM64 = _MACHINE in ('aarch64', 'arm64')
+numba = jit.numba()
 
 
 def supported():
-    return _X86
+    return (_X86 or _ARM64) and numba is not None
 
 
-if _X86:
+if supported():
     from llvmlite import ir
+    from numba import types
+    from numba.extending import intrinsic
 
+if supported() and _X86:
     def _mxcsr_call(builder, name, slot):
         i8p = ir.IntType(8).as_pointer()
         fn = builder.module.declare_intrinsic(
@@ -71,9 +82,43 @@ if _X86:
     @numba.njit(cache=True)
     def _enabled():
         return (_read_mxcsr() & FTZ_DAZ_BITS) == FTZ_DAZ_BITS
-else:
+elif supported():  # aarch64
+    @intrinsic
+    def _read_fpcr(typingctx):
+        def codegen(context, builder, sig, args):
+            fn = builder.module.declare_intrinsic(
+                'llvm.aarch64.get.fpcr', fnty=ir.FunctionType(ir.IntType(64), []))
+            return builder.call(fn, [])
+        return types.int64(), codegen
+
+    @intrinsic
+    def _write_fpcr(typingctx, value):
+        def codegen(context, builder, sig, args):
+            fn = builder.module.declare_intrinsic(
+                'llvm.aarch64.set.fpcr', fnty=ir.FunctionType(ir.VoidType(), [ir.IntType(64)]))
+            builder.call(fn, [args[0]])
+            return context.get_dummy_value()
+        return types.void(types.int64), codegen
+
     @numba.njit(cache=True)
     def kernel_set_mode(ftz):
+        old = _read_fpcr()
+        new = (old | FPCR_FZ) if ftz else (old & ~FPCR_FZ)
+        if new != old:
+            _write_fpcr(numpy.int64(new))
+
+    @numba.njit(cache=True)
+    def _enabled():
+        return (_read_fpcr() & FPCR_FZ) == FPCR_FZ
+elif numba is not None:
+    @numba.njit(cache=True)
+    def kernel_set_mode(ftz):
+        pass
+
+    def _enabled():
+        return False
+else:
+    def kernel_set_mode(ftz):  # only called with numba's kernels, which need numba anyway
         pass
 
     def _enabled():
@@ -81,18 +126,22 @@ else:
 
 
 def set_flush_denormals(enabled=True):
-    """Turn FTZ+DAZ on or off for the calling thread. Returns the previous state."""
+    """Turn flush-to-zero (x86: FTZ+DAZ, aarch64: FZ) on or off for the calling thread.
+    Returns the previous state."""
     enabled = bool(enabled)
-    if enabled and not _X86:
+    if enabled and not supported():
+        if numba is None:
+            jit.require('flush-to-zero (--flush-denormals, flush_denormals=True)')
         raise RuntimeError(
-            'chainermn_torus: flush-to-zero is implemented for x86-64 (MXCSR) only; this '
-            'machine is {!r}. Run without --flush-denormals (or flush_denormals=False).'.format(
-                platform.machine()))
+            'chainermn_torus: flush-to-zero is implemented for x86-64 (MXCSR) and aarch64 '
+            '(FPCR.FZ); this machine is {!r}. Run without --flush-denormals (or '
+            'flush_denormals=False).'.format(platform.machine()))
     previous = flush_denormals_enabled()
     kernel_set_mode(enabled)
     return previous
 
 
 def flush_denormals_enabled():
-    """Whether FTZ and DAZ are both set for the calling thread."""
+    """Whether flush-to-zero (x86: FTZ and DAZ both, aarch64: FZ) is set for the calling
+    thread."""
     return bool(_enabled())

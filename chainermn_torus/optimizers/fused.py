@@ -27,7 +27,7 @@ import chainer
 import numpy
 from chainer import optimizers
 
-from chainermn_torus.optimizers import kernels
+from chainermn_torus.runtime import jit
 
 __all__ = ['fuse', 'FusedAdam', 'FusedMomentumSGD', 'FusedRMSprop', 'fusable_names',
            'is_fused']
@@ -53,6 +53,14 @@ def _kernel_arrays(param, state_keys, states):
     return [a.reshape(-1) for a in arrays]
 
 
+def _kernels():
+    # The numba kernels, imported when the first fused update runs (numba is optional:
+    # runtime.jit); ``fuse`` has already said so where numba is missing.
+    jit.require('the fused update kernels (fused=True, --fused on)')
+    from chainermn_torus.optimizers import kernels
+    return kernels
+
+
 # --- the three rules: what each passes to its kernel ------------------------------------------
 def _adam_args(rule, dtype):
     hp = rule.hyperparam
@@ -67,7 +75,7 @@ def _adam_args(rule, dtype):
 def _adam_call(arrays, args, ftz):
     p, g, m, v = arrays[:4]
     vhat = arrays[4] if len(arrays) > 4 else v  # unused unless amsgrad
-    kernels.adam(p, g, m, v, vhat, *args, ftz)
+    _kernels().adam(p, g, m, v, vhat, *args, ftz)
 
 
 def _adam_keys(rule):
@@ -81,7 +89,7 @@ def _momentum_args(rule, dtype):
 
 def _momentum_call(arrays, args, ftz):
     p, g, v = arrays
-    kernels.momentum_sgd(p, g, v, args[0], args[1], ftz)
+    _kernels().momentum_sgd(p, g, v, args[0], args[1], ftz)
 
 
 def _rmsprop_args(rule, dtype):
@@ -95,7 +103,7 @@ def _rmsprop_args(rule, dtype):
 
 def _rmsprop_call(arrays, args, ftz):
     p, g, ms = arrays
-    kernels.rmsprop(p, g, ms, *args, ftz)
+    _kernels().rmsprop(p, g, ms, *args, ftz)
 
 
 class _FusedRule(object):
@@ -347,6 +355,7 @@ def fuse(optimizer, flush_denormals=False):
     if isinstance(optimizer, _FusedOptimizer):
         optimizer.flush_denormals = flush_denormals
         return optimizer
+    jit.require('the fused update kernels (fused=True, --fused on)')
     fused = _OPTIMIZERS.get(type(optimizer))
     if fused is None:
         raise ValueError(

@@ -17,11 +17,11 @@
 All schedules are computed from the updater's position (iteration or epoch_detail), not
 accumulated, so a run resumed from a snapshot continues the schedule exactly.
 """
-import numba
 import numpy
 from chainer import optimizer as optimizer_module
 from chainer import training
-from numba import prange
+
+from chainermn_torus.runtime import jit
 
 
 __all__ = ['linear_scaling', 'Ramp', 'GradualWarmup', 'RMSpropWarmup', 'RMSpropToSGD']
@@ -107,15 +107,25 @@ class RMSpropToSGD(Ramp):
         super(RMSpropToSGD, self).__init__('sgd_weight', (0.0, 1.0), span, unit, optimizer)
 
 
-@numba.njit(parallel=True, cache=True)
-def _rmsprop_warmup_kernel(p, g, ms, v, lr, momentum, rho, one_minus_rho, eps, w, one_minus_w):
-    for i in prange(p.size):  # one flat prange: it vectorises (see kernels)
-        gi = g[i]
-        msi = rho * ms[i] + one_minus_rho * gi * gi
-        ms[i] = msi
-        vi = momentum * v[i] - lr * (w + one_minus_w / (numpy.sqrt(msi) + eps)) * gi
-        v[i] = vi
-        p[i] = p[i] + vi
+numba = jit.numba()
+if numba is not None:
+    @numba.njit(parallel=True, cache=True)
+    def _rmsprop_warmup_kernel(p, g, ms, v, lr, momentum, rho, one_minus_rho, eps, w,
+                               one_minus_w):
+        for i in numba.prange(p.size):  # one flat prange: it vectorises (see kernels)
+            gi = g[i]
+            msi = rho * ms[i] + one_minus_rho * gi * gi
+            ms[i] = msi
+            vi = momentum * v[i] - lr * (w + one_minus_w / (numpy.sqrt(msi) + eps)) * gi
+            v[i] = vi
+            p[i] = p[i] + vi
+else:
+    def _rmsprop_warmup_kernel(p, g, ms, v, lr, momentum, rho, one_minus_rho, eps, w,
+                               one_minus_w):
+        # The kernel's operations in its order, with temporaries (no numba: runtime.jit).
+        ms[...] = rho * ms + one_minus_rho * g * g
+        v[...] = momentum * v - lr * (w + one_minus_w / (numpy.sqrt(ms) + eps)) * g
+        p += v
 
 
 _default = optimizer_module.Hyperparameter()

@@ -41,18 +41,27 @@ import sys
 import time
 
 import chainer
-import numba
 import numpy
 from mpi4py import MPI
 
-from chainermn_torus.runtime import timeline as _timeline
-from chainermn_torus.optimizers import fpenv, fused as fused_mod, kernels
+from chainermn_torus.runtime import jit, timeline as _timeline
+from chainermn_torus.optimizers import fpenv, fused as fused_mod
 
 __all__ = ['create_multi_node_optimizer', 'NonFiniteGradientError']
 
 
 class NonFiniteGradientError(FloatingPointError):
     pass
+
+
+def _count_nonfinite(flat, limit):
+    """Elements of a 1-D float array that are NaN, infinite or beyond +-limit."""
+    if flat.dtype != numpy.float16 and jit.available():
+        from chainermn_torus.optimizers import kernels
+        return int(kernels.count_nonfinite(flat, limit))  # one pass, no temporaries
+    if flat.dtype == numpy.float16:  # float16 carries itself: only NaN/Inf
+        return int((~numpy.isfinite(flat)).sum())
+    return int((~numpy.isfinite(flat) | (numpy.abs(flat) > limit)).sum())
 
 
 # The double-buffering thread blocks in MPI by default. Polling instead (test every N seconds,
@@ -105,7 +114,7 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
             fused))
     if fused is True:
         fused_mod.fuse(actual_optimizer, flush_denormals)
-    elif fused == 'auto':
+    elif fused == 'auto' and jit.available():  # without numba: Chainer's (said at start-up)
         try:
             fused_mod.fuse(actual_optimizer, flush_denormals)
         except ValueError:
@@ -318,7 +327,9 @@ class _DoubleBufferingOptimizer(_MultiNodeOptimizer):
             # thread's own kernels (float16 packing) get one thread, so that an OpenMP team
             # does not spin on the cores the training thread computes on (measured: 100x
             # slower communication and 2x slower forward/backward with the default).
-            numba.set_num_threads(1)
+            numba = jit.numba()
+            if numba is not None:
+                numba.set_num_threads(1)
             if ftz:
                 fpenv.set_flush_denormals(True)  # MXCSR is per thread
             t0 = time.perf_counter()
@@ -423,8 +434,7 @@ def check_finite_grads(communicator, target):
         if g is None or g.dtype.kind != 'f':
             continue
         flat = g.reshape(-1) if g.flags.c_contiguous else g.ravel()
-        bad = int(kernels.count_nonfinite(flat, limit)) if flat.dtype != numpy.float16 \
-            else int((~numpy.isfinite(flat)).sum())
+        bad = _count_nonfinite(flat, limit)
         if bad and not first:
             first = _describe_bad(name, flat, bad, limit)
         count += bad

@@ -19,11 +19,11 @@ the loader placement apply an explicit one; oversubscribed numba or BLAS pools w
 """
 import os
 
-import numba
 import psutil
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from chainermn_torus import config
+from chainermn_torus.runtime import jit
 
 __all__ = ['THREADS_ENV', 'default_threads', 'apply_thread_budget', 'describe_budget', 'ensure']
 
@@ -54,15 +54,18 @@ def apply_thread_budget(threads=None, intra_size=1):
         n, reason = config.parse('threads', threads, 'threads'), 'requested'
     else:
         n, reason = config.env('threads')
+    numba = jit.numba()
     if n == 'off':
         return {'threads': None, 'reason': THREADS_ENV + '=off: libraries decide',
-                'numba_threads': numba.get_num_threads(),
+                'numba_threads': numba.get_num_threads() if numba else None,
                 'pools': sorted({'{}:{}'.format(i.get('internal_api'), i.get('num_threads'))
                                  for i in threadpool_info()})}
     if n is None:
         n, reason = default_threads(intra_size)
-    numba_n = min(n, numba.config.NUMBA_NUM_THREADS)
-    numba.set_num_threads(numba_n)  # first: it may load an OpenMP runtime (numba's layer)
+    numba_n = None
+    if numba is not None:
+        numba_n = min(n, numba.config.NUMBA_NUM_THREADS)
+        numba.set_num_threads(numba_n)  # first: it may load an OpenMP runtime (numba's layer)
     threadpool_limits(limits=n)
     pools = sorted({'{}:{}'.format(i.get('internal_api'), i.get('num_threads'))
                     for i in threadpool_info()})
@@ -74,8 +77,10 @@ def describe_budget(budget, rank=None):
     if budget['threads'] is None:
         return '{}thread budget off ({}); pools {}'.format(who, budget['reason'],
                                                            ', '.join(budget['pools']))
-    return '{}{} BLAS/OpenMP threads, {} numba threads ({}); pools {}'.format(
-        who, budget['threads'], budget['numba_threads'], budget['reason'],
+    numba_part = ('{} numba threads'.format(budget['numba_threads'])
+                  if budget['numba_threads'] is not None else 'no numba')
+    return '{}{} BLAS/OpenMP threads, {} ({}); pools {}'.format(
+        who, budget['threads'], numba_part, budget['reason'],
         ', '.join(budget['pools']) or 'none found')
 
 
@@ -95,4 +100,6 @@ def ensure(comm=None, threads=None):
     _APPLIED[:] = [budget]
     if comm is not None and comm.intra_rank == 0 and not config.quiet():
         print('chainermn_torus: ' + describe_budget(budget, comm.rank), flush=True)
+        if not jit.available():
+            print('chainermn_torus: ' + jit.FALLBACK_NOTE, flush=True)
     return budget

@@ -135,8 +135,15 @@ def check_schedules(name):
         # The polling mode of the background thread computes the same schedule.
         model, _ = train(comm, steps, fused=True, double_buffering=True, sleep=True,
                          background_poll=2e-5)
+        # The polled thread calls MPI's non-blocking collectives (MPI_Iallreduce,
+        # MPI_Ireduce_scatter_block, ...) where the reference's blocking path calls the
+        # blocking ones. MPI does not promise that both add in the same order: MPICH's do;
+        # Intel MPI 2021.17's MPI_Iallreduce at P = 4 and Open MPI 5.0.11's reduce-scatter
+        # at P = 5 do not (last-bit differences). Elsewhere the result is checked to be
+        # close; the schedule itself is checked bit for bit by the blocking runs above.
+        same_order = MPI.Get_library_version().startswith('MPICH')
         check_equal(params_of(model), params_of(reference(comm, steps, stale=True)),
-                    '{} double buffering, polling thread'.format(name))
+                    '{} double buffering, polling thread'.format(name), exact=same_order)
     for kind in ('momentum', 'rmsprop'):
         model, _ = train(comm, 5, opt=kind, fused=True, double_buffering=True)
         check_equal(params_of(model), params_of(reference(comm, 5, True, kind)),

@@ -1,0 +1,48 @@
+"""numba where it is installed; numpy where it is not, said once at start-up.
+
+The communicators use numba for the float16 conversions and sums and for the shared-memory
+copies; the optimizer for its fused update kernels and flush-to-zero. numba is optional
+so that the communicators run where no build of it exists for the machine (a new aarch64
+cluster, a site Python without it): the kernels that have a numpy equivalent with the same
+results fall back to it (``_half_kernels``, ``_shm``), slower; the ones that do not (fused
+updates, flush-to-zero, the large-batch RMSprop kernel) stop with a message naming numba.
+
+Nothing is imported here until asked: ``import chainermn_torus`` stays light.
+"""
+__all__ = ['numba', 'available', 'require', 'FALLBACK_NOTE']
+
+_UNSET = object()
+_NUMBA = _UNSET
+
+# Shown once per node at start-up. What the fallbacks cost, measured on ResNet-50's 102 MB at
+# P = 2 on this project's 2-core x86 VM (docs/portability.md): float16 communication 6x
+# slower than with numba (226 against 38 ms), which makes it slower than float32 (29 ms);
+# the shared-memory rows the same (21 ms both: one thread per rank there).
+FALLBACK_NOTE = ('numba is not installed: float16 conversions and sums and the shared-memory '
+                 'copies run in numpy instead (same results; float16 communication about 6x '
+                 'slower, slower than float32: leave it off); fused update kernels and '
+                 'flush-to-zero are not available (pip install numba)')
+
+
+def numba():
+    """The numba module, or None where it cannot be imported."""
+    global _NUMBA
+    if _NUMBA is _UNSET:
+        try:
+            import numba as module
+        except ImportError:
+            module = None
+        _NUMBA = module
+    return _NUMBA
+
+
+def available():
+    return numba() is not None
+
+
+def require(what):
+    """Raise where numba is missing, naming what needed it and what to do."""
+    if not available():
+        raise RuntimeError(
+            'chainermn_torus: numba cannot be imported in this Python and is needed for {}; '
+            'install it (pip install numba) or turn that off.'.format(what))

@@ -1,0 +1,67 @@
+"""aarch64 (Fugaku's A64FX and its kin), under QEMU user-mode emulation: flush-to-zero
+through FPCR.FZ, and the communicators' exact means, with numba and without.
+
+The aarch64 Python is built by ``make aarch64`` (scripts/aarch64_root.sh: root, apt). The
+ranks are aarch64 processes started by the x86 venv's mpiexec (see the script for why).
+QEMU emulates the architecture's FPCR semantics, not a particular chip's speed: these tests
+check behaviour, and no figure from them is a timing.
+"""
+import os
+
+import pytest
+
+from conftest import ROOT, assert_ok, run_mpi, worker, MPI
+from optimizers.test_fpenv_threads import FTZ_CHECK, FTZ_EXPECTED
+
+PYTHON = os.path.join(ROOT, '.venv', 'aarch64', 'bin', 'python')
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not os.access(PYTHON, os.X_OK),
+                       reason='no aarch64 Python: `make aarch64` builds one (root, apt: '
+                              'arm64 packages and qemu-user-static)'),
+    pytest.mark.skipif(MPI != 'mpich', reason="the aarch64 ranks carry the mpich wheel's "
+                                              'libmpi; the x86 mpiexec must be MPICH too'),
+]
+
+
+def _python(code):
+    import subprocess
+    import textwrap
+    env = dict(os.environ, PYTHONPATH=ROOT, NUMBA_NUM_THREADS='2')
+    proc = subprocess.run([PYTHON, '-c', textwrap.dedent(code)], capture_output=True,
+                          text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_it_is_aarch64_with_flush_to_zero_supported():
+    out = _python('''
+        import platform
+        from chainermn_torus.optimizers import fpenv
+        print(platform.machine(), fpenv.supported())
+    ''')
+    assert out.split() == ['aarch64', 'True']
+
+
+def test_flush_to_zero_sets_fpcr_fz_in_main_and_kernel_threads():
+    # The x86 test's check, unchanged: denormal arithmetic flushed with the switch on, in
+    # the calling thread (numpy) and in numba's worker threads (the fused kernel), and not
+    # with it off.
+    assert _python(FTZ_CHECK).split() == FTZ_EXPECTED
+
+
+@pytest.mark.parametrize('variant, nprocs, hide_numba', [
+    ('rsap', 2, False),          # one-sided puts; float16 through numba's aarch64 kernels
+    ('rsaa:shm=1', 3, False),    # shared-memory rows, an odd row length
+    ('rsaa:shm=1', 2, True),     # the numpy fallbacks on aarch64
+])
+def test_exact_means_on_aarch64(variant, nprocs, hide_numba, tmp_path):
+    path = ROOT
+    if hide_numba:
+        (tmp_path / 'numba').mkdir()
+        (tmp_path / 'numba' / '__init__.py').write_text('raise ImportError("hidden")\n')
+        path = str(tmp_path) + os.pathsep + ROOT
+    proc = run_mpi(nprocs, [worker('check_mean.py'), variant], python=PYTHON, timeout=900,
+                   env={'PYTHONPATH': path})
+    assert_ok(proc, nprocs)
+    assert ('numba is not installed' in proc.stdout) == hide_numba
