@@ -26,10 +26,6 @@ def mpiexec_path():
     return here if os.path.exists(here) else shutil.which('mpiexec')
 
 
-def mpich_only(why):
-    """Skip under another MPI (make test MPI=...), saying what in the test is MPICH's own."""
-    return pytest.mark.skipif(MPI != 'mpich', reason='MPICH only: ' + why)
-
 
 def run_mpi(nprocs, argv, timeout=240, env=None, python=None):
     """Run `mpiexec -n nprocs python argv...` (``python``: another interpreter for the ranks,
@@ -83,6 +79,15 @@ def run_cli(argv, cwd=ROOT):
         os.chdir(here)
     return types.SimpleNamespace(returncode=code or 0, stdout=out.getvalue(),
                                  stderr=err.getvalue())
+
+
+@pytest.fixture
+def no_numba(tmp_path):
+    """A PYTHONPATH entry under which ``import numba`` fails, as where it is not installed."""
+    (tmp_path / 'numba').mkdir()
+    (tmp_path / 'numba' / '__init__.py').write_text(
+        'raise ImportError("numba is hidden by the test (tests/conftest.py, no_numba)")\n')
+    return str(tmp_path)
 
 
 def worker(name):

@@ -11,7 +11,7 @@ import os
 import pytest
 
 from conftest import ROOT, assert_ok, run_mpi, worker, MPI
-from optimizers.test_fpenv_threads import FTZ_CHECK, FTZ_EXPECTED
+from optimizers.test_fpenv_threads import FTZ_CHECK, FTZ_EXPECTED, _python as run_python
 
 PYTHON = os.path.join(ROOT, '.venv', 'aarch64', 'bin', 'python')
 pytestmark = [
@@ -25,13 +25,7 @@ pytestmark = [
 
 
 def _python(code):
-    import subprocess
-    import textwrap
-    env = dict(os.environ, PYTHONPATH=ROOT, NUMBA_NUM_THREADS='2')
-    proc = subprocess.run([PYTHON, '-c', textwrap.dedent(code)], capture_output=True,
-                          text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
+    return run_python(code, env={'NUMBA_NUM_THREADS': '2'}, python=PYTHON, timeout=600)
 
 
 def test_it_is_aarch64_with_flush_to_zero_supported():
@@ -55,12 +49,8 @@ def test_flush_to_zero_sets_fpcr_fz_in_main_and_kernel_threads():
     ('rsaa:shm=1', 3, False),    # shared-memory rows, an odd row length
     ('rsaa:shm=1', 2, True),     # the numpy fallbacks on aarch64
 ])
-def test_exact_means_on_aarch64(variant, nprocs, hide_numba, tmp_path):
-    path = ROOT
-    if hide_numba:
-        (tmp_path / 'numba').mkdir()
-        (tmp_path / 'numba' / '__init__.py').write_text('raise ImportError("hidden")\n')
-        path = str(tmp_path) + os.pathsep + ROOT
+def test_exact_means_on_aarch64(variant, nprocs, hide_numba, no_numba):
+    path = no_numba + os.pathsep + ROOT if hide_numba else ROOT
     proc = run_mpi(nprocs, [worker('check_mean.py'), variant], python=PYTHON, timeout=900,
                    env={'PYTHONPATH': path})
     assert_ok(proc, nprocs)

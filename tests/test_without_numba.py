@@ -94,15 +94,6 @@ def test_shared_memory_copies_in_numpy_match():
     assert numpy.array_equal(dst, src)
 
 
-@pytest.fixture
-def no_numba(tmp_path):
-    """A PYTHONPATH entry under which ``import numba`` fails, as where it is not installed."""
-    (tmp_path / 'numba').mkdir()
-    (tmp_path / 'numba' / '__init__.py').write_text(
-        'raise ImportError("numba is hidden by tests/test_without_numba.py")\n')
-    return str(tmp_path)
-
-
 @pytest.mark.slow  # the fast tier is at its 2 minutes; the bit-for-bit checks above stay in it
 def test_communicators_average_exactly_without_numba(no_numba):
     # The shared-memory rows (rsaa:shm=1) and float16 messages, every grid of P = 3, checked

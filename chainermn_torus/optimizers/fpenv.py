@@ -48,6 +48,8 @@ if supported():
     from numba import types
     from numba.extending import intrinsic
 
+# Per architecture: the control register's read and write (numba intrinsics), the
+# flush-to-zero bits in it, and its width; one pair of kernels below uses them.
 if supported() and _X86:
     def _mxcsr_call(builder, name, slot):
         i8p = ir.IntType(8).as_pointer()
@@ -56,7 +58,7 @@ if supported() and _X86:
         builder.call(fn, [builder.bitcast(slot, i8p)])
 
     @intrinsic
-    def _read_mxcsr(typingctx):
+    def _read_register(typingctx):
         def codegen(context, builder, sig, args):
             slot = builder.alloca(ir.IntType(32))
             _mxcsr_call(builder, 'llvm.x86.sse.stmxcsr', slot)
@@ -64,7 +66,7 @@ if supported() and _X86:
         return types.int32(), codegen
 
     @intrinsic
-    def _write_mxcsr(typingctx, value):
+    def _write_register(typingctx, value):
         def codegen(context, builder, sig, args):
             slot = builder.alloca(ir.IntType(32))
             builder.store(args[0], slot)
@@ -72,19 +74,10 @@ if supported() and _X86:
             return context.get_dummy_value()
         return types.void(types.int32), codegen
 
-    @numba.njit(cache=True)
-    def kernel_set_mode(ftz):
-        old = _read_mxcsr()
-        new = (old | FTZ_DAZ_BITS) if ftz else (old & ~FTZ_DAZ_BITS)
-        if new != old:
-            _write_mxcsr(numpy.int32(new))
-
-    @numba.njit(cache=True)
-    def _enabled():
-        return (_read_mxcsr() & FTZ_DAZ_BITS) == FTZ_DAZ_BITS
+    _BITS, _WIDTH = FTZ_DAZ_BITS, numpy.int32
 elif supported():  # aarch64
     @intrinsic
-    def _read_fpcr(typingctx):
+    def _read_register(typingctx):
         def codegen(context, builder, sig, args):
             fn = builder.module.declare_intrinsic(
                 'llvm.aarch64.get.fpcr', fnty=ir.FunctionType(ir.IntType(64), []))
@@ -92,7 +85,7 @@ elif supported():  # aarch64
         return types.int64(), codegen
 
     @intrinsic
-    def _write_fpcr(typingctx, value):
+    def _write_register(typingctx, value):
         def codegen(context, builder, sig, args):
             fn = builder.module.declare_intrinsic(
                 'llvm.aarch64.set.fpcr', fnty=ir.FunctionType(ir.VoidType(), [ir.IntType(64)]))
@@ -100,26 +93,25 @@ elif supported():  # aarch64
             return context.get_dummy_value()
         return types.void(types.int64), codegen
 
+    _BITS, _WIDTH = FPCR_FZ, numpy.int64
+
+if supported():
     @numba.njit(cache=True)
     def kernel_set_mode(ftz):
-        old = _read_fpcr()
-        new = (old | FPCR_FZ) if ftz else (old & ~FPCR_FZ)
+        old = _read_register()
+        new = (old | _BITS) if ftz else (old & ~_BITS)
         if new != old:
-            _write_fpcr(numpy.int64(new))
+            _write_register(_WIDTH(new))
 
     @numba.njit(cache=True)
     def _enabled():
-        return (_read_fpcr() & FPCR_FZ) == FPCR_FZ
-elif numba is not None:
-    @numba.njit(cache=True)
-    def kernel_set_mode(ftz):
-        pass
-
-    def _enabled():
-        return False
+        return (_read_register() & _BITS) == _BITS
 else:
-    def kernel_set_mode(ftz):  # only called with numba's kernels, which need numba anyway
+    def _no_mode(ftz):
         pass
+
+    # Called from numba's kernels where numba exists (so compiled there too); nothing to set.
+    kernel_set_mode = numba.njit(cache=True)(_no_mode) if numba is not None else _no_mode
 
     def _enabled():
         return False

@@ -12,12 +12,13 @@ from chainermn_torus.runtime import threads
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _python(code, env=None):
+def _python(code, env=None, python=None, timeout=120):
+    """Run ``code`` in a child (``python``: another interpreter, such as the aarch64 one)."""
     full = dict(os.environ, PYTHONPATH=ROOT)
     full.update(env or {})
-    proc = subprocess.run([sys.executable, '-c', textwrap.dedent(code)], capture_output=True,
-                          text=True, env=full, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run([python or sys.executable, '-c', textwrap.dedent(code)],
+                          capture_output=True, text=True, env=full, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 
 
