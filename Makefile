@@ -9,7 +9,7 @@ EPOCH   ?= 2
 # communicator is created (CHAINERMN_TORUS_THREADS=N to choose).
 
 .PHONY: setup demo demo-naive test test-fast bench conformance fault-matrix clean aarch64 \
-        test-aarch64 bench-mpis
+        test-aarch64 bench-mpis bench-overlap
 
 setup:
 	bash scripts/setup.sh
@@ -56,6 +56,12 @@ test-aarch64: aarch64
 # (docs/portability.md).
 bench-mpis: setup
 	bash scripts/bench_mpis.sh results/mpis
+
+# Real training on the emulated cluster with every way of averaging, then the report and
+# plots (root; about 45 minutes on 2 cores; docs/optimizer.md, "Overlap between emulated nodes").
+bench-overlap: setup
+	bash scripts/bench_overlap.sh results/overlap
+	$(PY) -m chainermn_torus.bench.overlap_report results/overlap
 
 # ChainerMN's communicator API x our communicators x P, each against naive (README).
 conformance: setup

@@ -29,6 +29,9 @@ SETTINGS = collections.OrderedDict([
     # and up lost the gain.
     ('segment_bytes', Setting('CHAINERMN_TORUS_SEGMENT_BYTES', 'bytes', 4 * MiB,
                               'bytes per communication segment; 0 = the whole buffer at once')),
+    # Bucket size for overlap=True: see docs/optimizer.md, "Overlap with backward".
+    ('bucket_bytes', Setting('CHAINERMN_TORUS_BUCKET_BYTES', 'bytes', 4 * MiB,
+                             'overlap: bytes per bucket of gradients averaged during backward')),
     ('threads', Setting('CHAINERMN_TORUS_THREADS', 'threads', None,
                         'BLAS/OpenMP/numba threads per rank, or "off" to leave the libraries '
                         'alone; default: physical cores / ranks on the node')),
@@ -58,6 +61,8 @@ SETTINGS = collections.OrderedDict([
                                 'launcher: flush-to-zero in the update')),
     ('double_buffering', Setting('CHAINERMN_TORUS_DOUBLE_BUFFERING', 'flag', False,
                                  'launcher: double buffering (one-step-stale gradients)')),
+    ('overlap', Setting('CHAINERMN_TORUS_OVERLAP', 'flag', False,
+                        'launcher: average gradient buckets during backward (not stale)')),
     ('fp16_allreduce', Setting('CHAINERMN_TORUS_FP16_ALLREDUCE', 'flag', False,
                                'launcher: send gradients as float16')),
     ('loader', Setting('CHAINERMN_TORUS_LOADER', 'loader', None,

@@ -8,7 +8,7 @@ iterators itself. The launcher changes what those calls return, never the script
   is made;
 * ``create_multi_node_optimizer(...)`` (ChainerMN's name, either import path) returns ours
   with ``--fused`` (default auto: the fused kernel where one exists for the optimizer,
-  Chainer's update otherwise), ``--flush-denormals``, ``--double-buffering``,
+  Chainer's update otherwise), ``--flush-denormals``, ``--overlap``, ``--double-buffering``,
   ``--check-finite``, ``--check-replicas``, ``--watchdog``;
 * the training iterator, the one a ``StandardUpdater`` is given, is rebuilt over the same
   dataset, batch size, repeat and shuffle as ``--loader serial|multiprocess|ours``; ``ours``
@@ -38,6 +38,7 @@ _OPTIONS = [
     ('fused', '--fused', dict(type=config._arg('switch'), metavar='auto|on|off')),
     ('flush_denormals', '--flush-denormals', dict(action=argparse.BooleanOptionalAction)),
     ('double_buffering', '--double-buffering', dict(action=argparse.BooleanOptionalAction)),
+    ('overlap', '--overlap', dict(action=argparse.BooleanOptionalAction)),
     ('fp16_allreduce', '--fp16-allreduce', dict(action=argparse.BooleanOptionalAction)),
     ('loader', '--loader', dict(type=config._arg('loader'), metavar='serial|multiprocess|ours')),
     ('loader_eval', '--loader-eval', dict(action=argparse.BooleanOptionalAction)),
@@ -129,7 +130,7 @@ class Launch(object):
         gave the launcher wins over the script's own arguments; the launcher's defaults
         (fused auto) only fill in what the script left out."""
         forced, defaults = {}, {'fused': self.get('fused')}
-        for key in ('fused', 'flush_denormals', 'double_buffering', 'check_finite',
+        for key in ('fused', 'flush_denormals', 'double_buffering', 'overlap', 'check_finite',
                     'watchdog', 'check_replicas'):
             if key in self.given:
                 forced[key] = self.get(key)
@@ -501,6 +502,7 @@ def report_optimizer(name, communicator, options, fused_applied):
             name, '--no-fused' if ACTIVE.get('fused') is False else "the script's choice"))
     for key, text in (('flush_denormals', 'flush-to-zero'),
                       ('double_buffering', 'double buffering'),
+                      ('overlap', 'overlap during backward'),
                       ('check_finite', 'finite check'), ('watchdog', 'watchdog {:g} s'),
                       ('check_replicas', 'replica check every {} steps')):
         v = options.get(key)

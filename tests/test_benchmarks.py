@@ -85,3 +85,35 @@ def test_timing_wrapper_counts_seconds_and_calls_even_when_the_call_raises():
         pass
     other.work()  # only the wrapped instance is timed
     assert stats['n'] == 2 and stats['s'] > 0
+
+
+@pytest.mark.slow
+def test_overlap_training_benchmark_and_report(tmp_path):
+    # Every configuration in one job on real Fashion-MNIST; then the report's tables, ratios
+    # and plots from its JSON.
+    out = tmp_path / 'sweep-mlp-2x1-1gbit.json'
+    proc = run_mpi(2, ['-m', 'chainermn_torus.bench.overlap_training', '--model', 'mlp',
+                       '--iterations', '6', '--label', '1gbit', '--sleep-gbps', '20',
+                       '--json', str(out)], timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    configs = [r['config'] for r in res['results']]
+    assert configs == ['naive+stock', 'rsap', 'rsap+fp16', 'rsap+db', 'rsap+overlap',
+                       'rsap+fp16+overlap'] and res['ranks'] == 2
+    for r in res['results']:
+        m = r['median_ms']
+        assert r['iterations'] == 6 and 0 < r['test_accuracy'] <= 1
+        assert m['iteration'] >= m['forward_backward'] > 0
+        # The communication thread did the averaging exactly where there is one.
+        assert (m['allreduce_thread'] > 0) == (r['config'] in ('rsap+db', 'rsap+overlap',
+                                                               'rsap+fp16+overlap'))
+    # --sleep-gbps: our all-reduce of the MLP's 7.2 MB takes at least its wire time at
+    # 20 Gbit/s over a 2-rank ring (2.9 ms).
+    assert res['results'][1]['median_ms']['allreduce'] >= 2.8
+    proc = subprocess.run([sys.executable, '-m', 'chainermn_torus.bench.overlap_report',
+                           str(tmp_path)], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode == 0, proc.stderr
+    report = (tmp_path / 'report.md').read_text()
+    assert '| rsap+fp16+overlap |' in report and 'naive+stock / best' in report
+    assert (tmp_path / 'iteration-vs-rate-mlp-1x2.png').stat().st_size > 1000

@@ -30,6 +30,15 @@ def run_fault(mode, nprocs, env=None):
     return proc, elapsed
 
 
+@pytest.mark.parametrize('nprocs', ranks([2, 3]))
+def test_exception_inside_backward_with_overlap_ends_the_job(nprocs):
+    # The other ranks' threads are inside the first bucket's collectives, waiting for rank 1.
+    proc, elapsed = run_fault('raise-backward', nprocs, env={'OVERLAP': '1'})
+    assert elapsed < 30
+    assert 'RuntimeError: injected fault in backward on rank 1' in proc.stderr
+    assert 'Uncaught exception on rank 1' in proc.stdout + proc.stderr
+
+
 @pytest.mark.parametrize('nprocs', ranks([2, 4]))
 def test_exception_on_one_rank_ends_every_rank_naming_it(nprocs):
     proc, elapsed = run_fault('raise', nprocs)

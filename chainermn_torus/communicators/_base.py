@@ -170,6 +170,46 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
         tm['total'] += t3 - t0
         self.calls += 1
 
+    def mean_grads_by_bucket(self, named, bounds, ready):
+        """Average gradients bucket by bucket as backward finishes them (``overlap=True``).
+
+        ``named``: (name, holder) pairs in the order backward produces them; a holder has
+        ``data`` (the parameter's array) and ``grad`` (None until ready, None for an unused
+        parameter, which counts as zeros). ``bounds``: element offsets [0, b1, ..., size]
+        of the buckets, at array boundaries. ``ready(b)`` blocks until bucket b's gradients
+        are set. Buckets are averaged in index order on every rank, so the collectives
+        match whatever order backward finishes them in. Returns the buffer: the means, in
+        this layout, are in ``buf.array`` (``buf.unpack_grads`` gives them to parameters).
+        """
+        t0 = time.perf_counter()
+        layout = self._layout_of(named)
+        _packing.check_same_layout(self.mpi_comm, layout, progress=self.progress)
+        buf = self._buffer_for(layout, slot=0)
+        if int(bounds[-1]) != layout.size:
+            raise ValueError('chainermn_torus: bucket bounds end at {}, the gradients have {} '
+                             'elements'.format(bounds[-1], layout.size))
+        scale = prescale(self.size) if buf.prescaled else None
+        tm = self.timings
+        waited = pack = 0.0
+        for b, segments in enumerate(_packing.split_plan(buf.plan, bounds)):
+            tw = time.perf_counter()
+            ready(b)
+            tp = time.perf_counter()
+            waited += tp - tw
+            for lo, hi, index in segments:
+                tp = time.perf_counter()
+                src = buf.send_source(named, (lo, hi, index), scale)
+                pack += time.perf_counter() - tp
+                self._mean_segment(buf, lo, hi, src)
+        self._end_call(buf)
+        check_means_finite(buf, self.name)
+        t1 = time.perf_counter()
+        tm['pack'] += pack
+        tm['communicate'] += t1 - t0 - pack - waited
+        tm['total'] += t1 - t0 - waited
+        self.calls += 1
+        return buf
+
     def bcast_data(self, model):
         """Broadcast all parameters from rank 0 in one message (raw bytes, exact for any dtype)."""
         named = _packing.data_params(model)

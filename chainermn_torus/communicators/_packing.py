@@ -19,7 +19,7 @@ from mpi4py import MPI
 from chainermn_torus.runtime import jit
 
 __all__ = ['Layout', 'grad_params', 'data_params', 'PackedBuffer', 'check_same_layout',
-           'transfer_dtype', 'plan_segments', 'MPI_TYPES', 'mpi_type_of']
+           'transfer_dtype', 'plan_segments', 'split_plan', 'MPI_TYPES', 'mpi_type_of']
 
 # Explicit MPI datatypes, so a reader can count the bytes every call moves.
 MPI_TYPES = {
@@ -322,6 +322,21 @@ def plan_segments(layout, segment_elems, direct_min_elems=None):
             group = lo
     flush(total)
     return plan
+
+
+def split_plan(plan, bounds):
+    """The segments of ``plan`` cut at ``bounds`` (sorted element offsets, first 0, last
+    the buffer's size): one list of segments per range [bounds[k], bounds[k + 1])."""
+    out = [[] for _ in range(len(bounds) - 1)]
+    k = 0
+    for lo, hi, index in plan:
+        while lo < hi:
+            while bounds[k + 1] <= lo:
+                k += 1
+            end = min(hi, int(bounds[k + 1]))
+            out[k].append((lo, end, index))
+            lo = end
+    return out
 
 
 def segments_between(lo, hi, segment_elems):

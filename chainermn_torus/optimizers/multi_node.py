@@ -75,7 +75,8 @@ BACKGROUND_POLL_S = None
 def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering=False,
                                 zero_fill=True, fused=False, flush_denormals=False,
                                 check_finite=False, background_poll=BACKGROUND_POLL_S,
-                                watchdog=None, check_replicas=None):
+                                watchdog=None, check_replicas=None, overlap=False,
+                                bucket_bytes=None):
     """Wrap a Chainer optimizer for data-parallel training (drop-in for ChainerMN's).
 
     Args:
@@ -104,6 +105,11 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
         check_replicas: every this many steps, compare a hash of the parameters across ranks
             and raise ReplicaMismatchError on every rank if they differ (see
             ``chainermn_torus.extensions.replicas``); None: never.
+        overlap: average gradients in buckets while backward still runs, with this step's
+            gradients (not stale); needs one of our communicators and ``update(lossfun,
+            ...)`` (as Chainer's updaters call it). See ``chainermn_torus.optimizers.overlap``.
+        bucket_bytes: bucket size for ``overlap`` in bytes of the transfer dtype; default
+            ``$CHAINERMN_TORUS_BUCKET_BYTES`` or the configuration table's.
     """
     if check_replicas is not None and (int(check_replicas) != check_replicas
                                        or check_replicas < 1):
@@ -127,7 +133,10 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
         fpenv.set_flush_denormals(True)
     from chainermn_torus.runtime import watchdog as watchdog_mod
     dog = watchdog_mod.from_env(watchdog, comm=communicator.mpi_comm)
-    if double_buffering:
+    if overlap:
+        opt = _OverlapOptimizer(actual_optimizer, communicator, zero_fill, check_finite,
+                                double_buffering, bucket_bytes, background_poll)
+    elif double_buffering:
         opt = _DoubleBufferingOptimizer(actual_optimizer, communicator, zero_fill, check_finite,
                                         background_poll)
     else:
@@ -186,12 +195,15 @@ class _MultiNodeOptimizer(object):
             target.cleargrads()
         else:
             target.zerograds()
-        loss.backward(loss_scale=self.actual_optimizer._loss_scale)
+        self._backward(loss)
         del loss
         t1 = time.perf_counter()
         self.timings['forward_backward'] += t1 - t0
         if _timeline.ACTIVE is not None:
             _timeline.ACTIVE.add('forward_backward', t0, t1)
+
+    def _backward(self, loss):
+        loss.backward(loss_scale=self.actual_optimizer._loss_scale)
 
     def _changed(self):
         """ChainerMN's is_changed: names or initialisation of parameters differ from last time."""
@@ -400,6 +412,109 @@ class _DoubleBufferingOptimizer(_MultiNodeOptimizer):
         executor = self.__dict__.get('_executor')
         if executor is not None:
             executor.shutdown(wait=False)
+
+
+class _OverlapOptimizer(_MultiNodeOptimizer):
+    """Buckets averaged during backward, by a thread, with this step's gradients."""
+
+    _own = _MultiNodeOptimizer._own + ('overlap', '_order')
+
+    def __init__(self, actual_optimizer, communicator, zero_fill, check_finite,
+                 double_buffering, bucket_bytes, background_poll):
+        from chainermn_torus import config
+        from chainermn_torus.optimizers import overlap
+        if double_buffering:
+            raise ValueError('chainermn_torus: overlap=True and double_buffering=True are two '
+                             'ways to hide the all-reduce (this step\'s gradients during '
+                             'backward, or the last step\'s during this step); choose one')
+        if not hasattr(communicator, 'mean_grads_by_bucket'):
+            raise ValueError('chainermn_torus: overlap=True needs one of our communicators '
+                             '(rsap, rsaa, pure_allreduce, auto), got {}: ChainerMN\'s '
+                             'average whole models, not buckets'.format(
+                                 type(communicator).__name__))
+        if not zero_fill:
+            raise ValueError('chainermn_torus: overlap=True needs zero_fill=True: buckets are '
+                             'laid out before backward, so a parameter without a gradient '
+                             'travels as zeros')
+        overlap.check_thread_level()
+        size = config.value('bucket_bytes', bucket_bytes, 'bucket_bytes')[0]
+        super(_OverlapOptimizer, self).__init__(
+            actual_optimizer, communicator, zero_fill, check_finite)
+        self._set('overlap', overlap.OverlapState(
+            communicator, _background_communicator(communicator, background_poll), size))
+
+    def _backward(self, loss):
+        # Buckets start as backward finishes them; the order is kept for the next plan.
+        self._set('_order', self.overlap.backward(
+            self.target, loss, self.actual_optimizer._loss_scale, self.timings))
+
+    def _update(self, lossfun=None, *args, **kwds):
+        state = self.overlap
+        self._set('_order', None)
+        if lossfun is not None:
+            self._forward_backward(lossfun, args, kwds)
+        else:
+            state.say_once('no lossfun', 'overlap: update() was called without a loss '
+                           'function (the script ran backward itself), so gradients are '
+                           'averaged after backward, without overlap')
+        self.iterations += 1
+        target = self.target
+        if self._changed() or (state.plan is None and self._order is not None):
+            state.drop()
+            self.communicator.bcast_data(target)
+            order = self._order
+            if order is None:  # no backward seen: the plan follows the parameters' order
+                order = [n for n, p in sorted(target.namedparams()) if p.data is not None]
+            state.new_plan(target, order, self._itemsize(target))
+            if not self._resumed:
+                return
+            self._set('_resumed', False)
+        t0 = time.perf_counter()
+        if state.step is not None:
+            buf = state.wait(target)
+            self.timings['wait'] += time.perf_counter() - t0
+            if self.check_finite:
+                from chainermn_torus.optimizers.overlap import count_nonfinite_means
+                bad = count_nonfinite_means(buf)
+                if bad:
+                    raise NonFiniteGradientError(
+                        'chainermn_torus: NaN/Inf in the averaged gradients ({} value(s); with '
+                        'overlap=True the ranks send before the check, so the rank it came '
+                        'from is not known: run without overlap to name it). Lower the '
+                        'learning rate or check the data.'.format(bad))
+        else:
+            if self.check_finite:
+                check_finite_grads(self.communicator, target)
+            if state.plan is not None and state.plan.matches(target):
+                state.mean_now(target)  # the layout overlapped steps use: the same sums
+            else:
+                self.communicator.multi_node_mean_grad(target, self.zero_fill)
+            self.timings['communicate'] += time.perf_counter() - t0
+        t1 = time.perf_counter()
+        with _timeline.phase('update'):
+            self.actual_optimizer.update(None, *args, **kwds)
+        self.timings['update'] += time.perf_counter() - t1
+
+    def _itemsize(self, target):
+        comm = self.communicator
+        dtype = getattr(comm, 'allreduce_grad_dtype', None)
+        if dtype is None:
+            from chainermn_torus.communicators import _packing
+            dtype = _packing.transfer_dtype(
+                [p.data.dtype for _, p in target.namedparams() if p.data is not None])
+        return numpy.dtype(dtype).itemsize
+
+    def finalize(self):
+        """Stop the thread and free the clone's MPI resources (collective, as the
+        double-buffering wrapper's)."""
+        if self.overlap is not None:
+            self.overlap.finalize()
+            self._set('overlap', None)
+
+    def __del__(self):
+        state = self.__dict__.get('overlap')
+        if state is not None:
+            state.executor.shutdown(wait=False)
 
 
 def _background_communicator(communicator, poll):

@@ -4,6 +4,9 @@
     chainermn-torus bench update [options]            (one process)
     chainermn-torus bench mnist [options]             (under mpiexec)
     chainermn-torus bench double-buffering [options]  (under mpiexec)
+    chainermn-torus bench overlap [options]           (under mpiexec: real training, every
+                                                       way of averaging, one job)
+    chainermn-torus bench overlap-report DIR          (tables and plots of those runs)
     chainermn-torus run [--communicator NAME] [--grid MxN] script.py ARGS
     chainermn-torus topology [--policy P] [--ranks-per-node R] [--rank r]
                              [--loader-processes N] [--dedicated-cores K] [--sysfs ROOT]
@@ -23,7 +26,8 @@ import sys
 
 USAGE = __doc__
 BENCHMARKS = {'allreduce': 'allreduce', 'update': 'optimizer_update', 'mnist': 'mnist_iteration',
-              'double-buffering': 'double_buffering'}
+              'double-buffering': 'double_buffering', 'overlap': 'overlap_training',
+              'overlap-report': 'overlap_report'}
 COMMANDS = ('bench', 'run', 'topology', 'plan', 'calibrate', 'timeline', 'jobscript', 'config',
             'names', 'variants', 'clean')
 

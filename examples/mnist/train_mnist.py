@@ -76,6 +76,8 @@ def main():
     cpu.add_argument('--no-flush-denormals', dest='ftz', action='store_false')
     cpu.add_argument('--double-buffering', action='store_true',
                      help='overlap the all-reduce with the next step (1-step-stale gradients)')
+    cpu.add_argument('--overlap', action='store_true',
+                     help="average gradient buckets during backward (this step's gradients)")
     cpu.add_argument('--fp16-allreduce', action='store_true',
                      help='send gradients as float16 (half the bytes)')
     cpu.add_argument('--check-finite', action='store_true',
@@ -116,9 +118,9 @@ def main():
         print('Num epoch: {}'.format(args.epoch))
         print('Optimizer: {}{}'.format(args.optimizer, ' (stock ChainerMN wrapper)' if args.stock
                                        else ': fused={} flush_denormals={} double_buffering={} '
-                                       'fp16_allreduce={}'.format(args.fused, args.ftz,
-                                                                  args.double_buffering,
-                                                                  args.fp16_allreduce)))
+                                       'overlap={} fp16_allreduce={}'.format(
+                                           args.fused, args.ftz, args.double_buffering,
+                                           args.overlap, args.fp16_allreduce)))
         print('Data: {}'.format(args.data_dir))
         print('==========================================')
 
@@ -134,7 +136,7 @@ def main():
     else:
         optimizer = chainermn.create_multi_node_optimizer(
             actual, comm, double_buffering=args.double_buffering, fused=args.fused,
-            flush_denormals=args.ftz, check_finite=args.check_finite,
+            flush_denormals=args.ftz, check_finite=args.check_finite, overlap=args.overlap,
             check_replicas=args.check_replicas)
     optimizer.setup(model)
 
@@ -184,11 +186,11 @@ def main():
     if getattr(optimizer, 'watchdog', None) is not None:
         optimizer.watchdog.stop()  # training is over: later work may take its time
     if hasattr(optimizer, 'finalize'):
-        optimizer.finalize()  # double buffering: the last all-reduce in flight
+        optimizer.finalize()  # double buffering, overlap: the communication thread
     train_seconds = time.perf_counter() - t0
 
     final = evaluator()  # averaged over ranks by the multi-node evaluator
-    if args.double_buffering and not args.stock:
+    if (args.double_buffering or args.overlap) and not args.stock:
         # The all-reduce ran in the background thread on a clone of the communicator: count
         # its time there, and how long training waited for it.
         comm_stats = {'seconds': optimizer.timings['communicate'],
@@ -201,6 +203,7 @@ def main():
             'communicator': used, 'ranks': comm.size, 'epochs': args.epoch,
             'optimizer': args.optimizer, 'stock': args.stock, 'fused': args.fused,
             'flush_denormals': args.ftz, 'double_buffering': args.double_buffering,
+            'overlap': args.overlap,
             'fp16_allreduce': args.fp16_allreduce, 'threads': budget['threads'],
             'batchsize_per_rank': args.batchsize, 'unit': args.unit,
             'test_accuracy': float(final['validation/main/accuracy']),
@@ -215,8 +218,9 @@ def main():
               .format(summary['test_accuracy'], train_seconds, comm_seconds,
                       100.0 * comm_seconds / train_seconds, comm_stats['calls'],
                       1e3 * comm_seconds / max(comm_stats['calls'], 1),
-                      '; waited for it {:.2f} s (double buffering)'.format(wait_seconds)
-                      if args.double_buffering and not args.stock else ''))
+                      '; waited for it {:.2f} s ({})'.format(
+                          wait_seconds, 'overlap' if args.overlap else 'double buffering')
+                      if (args.double_buffering or args.overlap) and not args.stock else ''))
         os.makedirs(args.out, exist_ok=True)
         chainer.serializers.save_npz(os.path.join(args.out, 'model_final.npz'), model)
         with open(os.path.join(args.out, 'summary.json'), 'w') as f:

@@ -1,6 +1,11 @@
 """Run by tests/test_faults.py: real training on Fashion-MNIST, one rank faults at a step.
 
     fault_train.py MODE RANK STEP      MODE: raise | kill | hang | term | none | pause
+                                             | raise-backward
+
+``raise-backward``: the exception comes from inside backward, after the last layer's
+gradients are final (with OVERLAP=1 in the environment, the other ranks' communication
+threads are then inside that bucket's collectives, waiting for this rank).
 
 ``pause``: every rank spends PAUSE_S between two steps at STEP (an evaluation, a
 checkpoint), then trains to step 20 and reports OK: a watchdog must not count that pause.
@@ -24,6 +29,20 @@ from chainermn_torus.datasets.mnist import load_mnist_idx
 
 MODE, FAULT_RANK, FAULT_STEP = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 PAUSE_S = float(os.environ.get('PAUSE_S', '0'))
+OVERLAP = os.environ.get('OVERLAP') == '1'
+TRIP = [False]
+
+
+class Tripwire(chainer.FunctionNode):
+    """The identity, whose backward raises once TRIP is set."""
+
+    def forward(self, inputs):
+        return inputs
+
+    def backward(self, indexes, grads):
+        if TRIP[0]:
+            raise RuntimeError('injected fault in backward on rank {}'.format(FAULT_RANK))
+        return grads
 
 
 class MLP(chainer.Chain):
@@ -34,7 +53,8 @@ class MLP(chainer.Chain):
             self.l2 = L.Linear(100, 10)
 
     def forward(self, x):
-        return self.l2(F.relu(self.l1(x)))
+        h, = Tripwire().apply((F.relu(self.l1(x)),))
+        return self.l2(h)
 
 
 def main():
@@ -43,7 +63,8 @@ def main():
     x = numpy.stack([train[i][0] for i in range(800)]).astype(numpy.float32)
     t = numpy.array([train[i][1] for i in range(800)], numpy.int32)
     model = L.Classifier(MLP())
-    opt = chainermn.create_multi_node_optimizer(chainer.optimizers.Adam(), comm)
+    opt = chainermn.create_multi_node_optimizer(chainer.optimizers.Adam(), comm,
+                                                overlap=OVERLAP)
     opt.setup(model)
     rng = numpy.random.RandomState(comm.rank)
     for step in range(1, 10 ** 6):
@@ -51,6 +72,8 @@ def main():
             time.sleep(PAUSE_S)
         if comm.rank == FAULT_RANK and step == FAULT_STEP and MODE not in ('none', 'pause'):
             print('FAULT {!r}'.format(time.time()), flush=True)
+            if MODE == 'raise-backward':
+                TRIP[0] = True
             if MODE == 'raise':
                 raise RuntimeError('injected fault on rank {} at step {}'.format(
                     comm.rank, step))
