@@ -162,10 +162,12 @@ def plot(runs, directory):
         bottom = [0.0] * len(configs)
         for phase in PHASES:
             vals = [run['by'][c]['median_ms'][phase] for c in configs]
-            ax.bar(configs, vals, bottom=bottom, label=phase)
+            ax.bar(configs, vals, bottom=bottom,
+                   label='all-reduce (exposed)' if phase == 'allreduce' else phase)
             bottom = [b + v for b, v in zip(bottom, vals)]
         ax.set_ylabel('ms per iteration (median)')
-        ax.set_title(describe(run).split(', ', 1)[1], fontsize=9)
+        ax.set_title('{}: {}'.format(run['model'], describe(run).split('), ', 1)[1]),
+                     fontsize=9)
         ax.legend(fontsize=8)
         plt.setp(ax.get_xticklabels(), rotation=20, ha='right', fontsize=8)
         fig.tight_layout()
