@@ -31,7 +31,11 @@ def rate_mbit(label):
 
 def load(directory):
     runs = []
-    for path in sorted(glob.glob(os.path.join(directory, '*.json'))):
+    # The script's runs (sweep-, accuracy-) and the CPU-free wire ones (sleep-); other
+    # JSON there (the polling comparison) repeats configurations and is read by hand.
+    paths = [p for p in sorted(glob.glob(os.path.join(directory, '*.json')))
+             if os.path.basename(p).startswith(('sweep-', 'accuracy-', 'sleep-'))]
+    for path in paths:
         with open(path) as f:
             data = json.load(f)
         if 'results' not in data:
