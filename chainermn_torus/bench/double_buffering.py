@@ -50,6 +50,13 @@ class Net(MLP):
         return F.softmax_cross_entropy(super(Net, self).forward(x), t)
 
 
+def wait_for_wire(t0, nbytes, size, gbps):
+    """Sleep until a ring all-reduce of ``nbytes`` over ``size`` ranks (2 (P - 1) / P of
+    the bytes per rank) at ``gbps`` would have ended, counting from ``t0``."""
+    wire = 2.0 * (size - 1) / size * nbytes * 8 / (gbps * 1e9)
+    time.sleep(max(0.0, wire - (time.perf_counter() - t0)))
+
+
 def _slow_link(fn, comm, gbps, stats):
     """Wrap an all-reduce call with the wire time of a ring all-reduce at ``gbps``."""
     @functools.wraps(fn)
@@ -58,8 +65,7 @@ def _slow_link(fn, comm, gbps, stats):
         result = fn(model, *args, **kwargs)
         if gbps:
             nbytes = sum(p.data.nbytes for _, p in model.namedparams() if p.data is not None)
-            wire = 2.0 * (comm.size - 1) / comm.size * nbytes * 8 / (gbps * 1e9)
-            time.sleep(max(0.0, wire - (time.perf_counter() - t0)))
+            wait_for_wire(t0, nbytes, comm.size, gbps)
         stats['calls'] += 1
         return result
     return wrapper

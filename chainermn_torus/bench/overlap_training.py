@@ -31,6 +31,7 @@ import numpy
 
 import chainermn
 import chainermn_torus
+from chainermn_torus.bench.double_buffering import wait_for_wire
 from chainermn_torus.extensions.timing import time_calls
 
 CONFIGS = ('naive+stock', 'rsap', 'rsap+fp16', 'rsap+db', 'rsap+overlap',
@@ -69,7 +70,7 @@ def load(model, crop, data_dir):
             lambda: chainer.optimizers.MomentumSGD(lr=0.01, momentum=0.9), train, test, 8)
 
 
-def make(config, actual, world, poll=None):
+def make(config, actual, poll=None):
     """(communicator, multi-node optimizer) of a configuration."""
     parts = config.split('+')
     if parts[0] == 'naive':
@@ -116,19 +117,16 @@ def sleep_wire(cls, gbps, size):
     def mean_segment(self, buf, lo, hi, src):
         t0 = time.perf_counter()
         inner(self, buf, lo, hi, src)
-        wire = (hi - lo) * buf.array.itemsize * 2.0 * (size - 1) / size * 8 / (gbps * 1e9)
-        left = wire - (time.perf_counter() - t0)
-        if left > 0:
-            time.sleep(left)
+        wait_for_wire(t0, (hi - lo) * buf.array.itemsize, size, gbps)
     mean_segment.sleeps = True
     cls._mean_segment = mean_segment
 
 
-def run_config(config, loaded, args, world_comm):
+def run_config(config, loaded, args):
     make_model, make_optimizer, train, test, batch = loaded
     numpy.random.seed(args.seed)
     model = make_model()
-    comm, opt = make(config, make_optimizer(), world_comm, args.poll)
+    comm, opt = make(config, make_optimizer(), args.poll)
     if args.sleep_gbps and hasattr(comm, '_mean_segment'):
         sleep_wire(type(comm), args.sleep_gbps, comm.size)
     opt.setup(model)
@@ -221,7 +219,7 @@ def main(argv=None):
     loaded = load(args.model, args.crop, args.data)
     results = []
     for config in configs:
-        r = run_config(config, loaded, args, world)
+        r = run_config(config, loaded, args)
         if r is not None:
             results.append(r)
             m = r['median_ms']

@@ -191,7 +191,11 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
         scale = prescale(self.size) if buf.prescaled else None
         tm = self.timings
         waited = pack = 0.0
-        for b, segments in enumerate(_packing.split_plan(buf.plan, bounds)):
+        # The cut is the same every step while the layout and the buckets are: kept.
+        key = tuple(bounds)
+        if buf.bucket_plan[0] != key:
+            buf.bucket_plan = (key, _packing.split_plan(buf.plan, bounds))
+        for b, segments in enumerate(buf.bucket_plan[1]):
             tw = time.perf_counter()
             ready(b)
             tp = time.perf_counter()

@@ -175,6 +175,7 @@ class PackedBuffer(object):
         self.reducer = None  # set by the communicator (see _reduction): how it is summed
         self.prescaled = False  # set by the communicator: the packing multiplied by 1/P
         self.plan = plan_segments(layout, segment_elems, direct_min_elems)
+        self.bucket_plan = (None, None)  # (bucket bounds, the plan cut at them): overlap
 
     # --- gradients --------------------------------------------------------------------------
     def send_source(self, named_params, segment, scale=None):

@@ -278,13 +278,7 @@ class _DoubleBufferingOptimizer(_MultiNodeOptimizer):
                  background_poll=BACKGROUND_POLL_S):
         super(_DoubleBufferingOptimizer, self).__init__(
             actual_optimizer, communicator, zero_fill, check_finite)
-        provided = MPI.Query_thread()
-        if provided != MPI.THREAD_MULTIPLE:
-            raise RuntimeError(
-                'chainermn_torus: double buffering averages gradients in a background thread '
-                'and needs MPI_THREAD_MULTIPLE, but MPI was initialised with thread level {} '
-                '(mpi4py.rc.thread_level; mpi4py asks for "multiple" unless told otherwise).'
-                .format(provided))
+        _require_thread_multiple('double buffering')
         self._set('background', _background_communicator(communicator, background_poll))
         self._set('_executor', concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix='chainermn_torus-allreduce'))
@@ -436,7 +430,7 @@ class _OverlapOptimizer(_MultiNodeOptimizer):
             raise ValueError('chainermn_torus: overlap=True needs zero_fill=True: buckets are '
                              'laid out before backward, so a parameter without a gradient '
                              'travels as zeros')
-        overlap.check_thread_level()
+        _require_thread_multiple('overlap')
         size = config.value('bucket_bytes', bucket_bytes, 'bucket_bytes')[0]
         super(_OverlapOptimizer, self).__init__(
             actual_optimizer, communicator, zero_fill, check_finite)
@@ -464,7 +458,8 @@ class _OverlapOptimizer(_MultiNodeOptimizer):
             self.communicator.bcast_data(target)
             order = self._order
             if order is None:  # no backward seen: the plan follows the parameters' order
-                order = [n for n, p in sorted(target.namedparams()) if p.data is not None]
+                from chainermn_torus.communicators._packing import data_params
+                order = [n for n, _ in data_params(target)]
             state.new_plan(target, order, self._itemsize(target))
             if not self._resumed:
                 return
@@ -474,8 +469,7 @@ class _OverlapOptimizer(_MultiNodeOptimizer):
             buf = state.wait(target)
             self.timings['wait'] += time.perf_counter() - t0
             if self.check_finite:
-                from chainermn_torus.optimizers.overlap import count_nonfinite_means
-                bad = count_nonfinite_means(buf)
+                bad = _count_nonfinite(buf.array, numpy.inf)  # the same on every rank
                 if bad:
                     raise NonFiniteGradientError(
                         'chainermn_torus: NaN/Inf in the averaged gradients ({} value(s); with '
@@ -515,6 +509,16 @@ class _OverlapOptimizer(_MultiNodeOptimizer):
         state = self.__dict__.get('overlap')
         if state is not None:
             state.executor.shutdown(wait=False)
+
+
+def _require_thread_multiple(what):
+    provided = MPI.Query_thread()
+    if provided != MPI.THREAD_MULTIPLE:
+        raise RuntimeError(
+            'chainermn_torus: {} averages gradients in a background thread and needs '
+            'MPI_THREAD_MULTIPLE, but MPI was initialised with thread level {} '
+            '(mpi4py.rc.thread_level; mpi4py asks for "multiple" unless told otherwise).'
+            .format(what, provided))
 
 
 def _background_communicator(communicator, poll):

@@ -44,9 +44,9 @@ import threading
 
 import chainer
 import numpy
-from mpi4py import MPI
 
 from chainermn_torus import config
+from chainermn_torus.communicators import _packing
 from chainermn_torus.runtime import jit, timeline as _timeline
 from chainermn_torus.optimizers import fpenv
 
@@ -80,7 +80,7 @@ def make_buckets(sizes, itemsize, bucket_bytes):
 def _uses(loss, index):
     """For each parameter (index: node -> position), how many functions of the graph under
     ``loss`` take it as an input."""
-    counts = [0] * (max(index.values()) + 1 if index else 0)
+    counts = [0] * len(index)  # index: the nodes numbered 0 .. n - 1
     func = loss.creator_node
     if func is None:
         return counts
@@ -241,7 +241,8 @@ class _Plan(object):
 
 
 def _signature(target):
-    return [(n, p.data is not None) for n, p in sorted(target.namedparams())]
+    from chainermn_torus.optimizers.multi_node import _param_signature
+    return _param_signature(target)
 
 
 class OverlapState(object):
@@ -270,8 +271,7 @@ class OverlapState(object):
         """Run ``loss.backward`` with buckets averaged as they become final (when a plan for
         this model exists), else just backward, recording the order for the next plan."""
         plan = self.plan if self.plan is not None and self.plan.matches(target) else None
-        named = plan.named if plan is not None else [
-            (n, p) for n, p in sorted(target.namedparams()) if p.data is not None]
+        named = plan.named if plan is not None else _packing.data_params(target)
         params = [p for _, p in named]
         step = None
         if plan is not None:
@@ -322,11 +322,8 @@ class OverlapState(object):
         """Average ``target``'s gradients in this plan's layout, on the calling thread, all at
         once (a step whose backward was not followed: the first after a resume, or one the
         script ran backward for itself); the same buckets, so the same sums."""
-        plan = self.plan
-        slots = [(name, _Slot(p.data)) for name, p in plan.named]
-        for (_, slot), (_, p) in zip(slots, plan.named):
-            slot.grad = p.grad
-        buf = self.background.mean_grads_by_bucket(slots, plan.bounds, lambda b: None)
+        plan = self.plan  # the parameters themselves carry data and their final grad
+        buf = self.background.mean_grads_by_bucket(plan.named, plan.bounds, lambda b: None)
         buf.unpack_grads(plan.named)
 
     def drop(self):
@@ -338,8 +335,8 @@ class OverlapState(object):
     def new_plan(self, target, order, itemsize):
         """Rank 0's order of this step (all ranks must use one layout), then the rest."""
         order = self.communicator.mpi_comm.bcast(order, root=0)
-        rest = [n for n, p in sorted(target.namedparams())
-                if p.data is not None and n not in set(order)]
+        seen = set(order)
+        rest = [n for n, _ in _packing.data_params(target) if n not in seen]
         self.plan = _Plan(target, list(order) + rest, itemsize, self.bucket_bytes)
 
     def finalize(self):
@@ -349,17 +346,3 @@ class OverlapState(object):
             self.background.finalize()
             self.background = None
 
-
-def count_nonfinite_means(buf):
-    """NaN/Inf in the averaged gradients (identical on every rank, so every rank agrees)."""
-    a = buf.array
-    return int(a.size - numpy.count_nonzero(numpy.isfinite(a)))
-
-
-def check_thread_level():
-    provided = MPI.Query_thread()
-    if provided != MPI.THREAD_MULTIPLE:
-        raise RuntimeError(
-            'chainermn_torus: overlap averages gradients in a communication thread and needs '
-            'MPI_THREAD_MULTIPLE, but MPI was initialised with thread level {} '
-            '(mpi4py.rc.thread_level)'.format(provided))
