@@ -9,7 +9,8 @@ EPOCH   ?= 2
 # communicator is created (CHAINERMN_TORUS_THREADS=N to choose).
 
 .PHONY: setup demo demo-naive test test-fast bench conformance fault-matrix clean aarch64 \
-        test-aarch64 bench-mpis bench-overlap
+        test-aarch64 bench-mpis bench-overlap simgrid test-simulation simulate-validate \
+        simulate-study
 
 setup:
 	bash scripts/setup.sh
@@ -76,3 +77,18 @@ fault-matrix: setup
 
 clean:
 	rm -rf results .pytest_cache
+
+# The simulator (optional, docs/simulation.md): SimGrid's Python module (Debian's prebuilt
+# python3-simgrid, root), its tests, the validation against the emulated cluster's
+# measurements, and the shape study at 256-8,192 nodes (about 30 minutes on 2 cores).
+simgrid: setup
+	bash scripts/setup_simgrid.sh
+
+test-simulation: simgrid
+	$(PY) -m pytest -q tests/simulation
+
+simulate-validate: simgrid
+	$(PY) -m chainermn_torus.tools.simulate validate docs/measurements/emulated --out results/simulation
+
+simulate-study: simgrid
+	$(PY) -m chainermn_torus.tools.simulate study --out results/simulation

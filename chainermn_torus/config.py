@@ -37,6 +37,9 @@ SETTINGS = collections.OrderedDict([
                         'alone; default: physical cores / ranks on the node')),
     ('network', Setting('CHAINERMN_TORUS_NETWORK', 'text', None,
                         'network figures for auto/plan: a preset (ofp, k) or a calibrate file')),
+    ('simulate', Setting('CHAINERMN_TORUS_SIMULATE', 'switch', 'auto',
+                         'auto/plan: rank the planner\'s best candidates with the SimGrid '
+                         'simulator: auto (where SimGrid is installed), on, off')),
     ('watchdog', Setting('CHAINERMN_TORUS_WATCHDOG', 'seconds', None,
                          'abort the job when no training step finishes for this long')),
     ('timeline', Setting('CHAINERMN_TORUS_TIMELINE', 'text', None,

@@ -25,8 +25,9 @@ ROW = re.compile(r'^({})\((\d+)x(\d+)\)$'.format('|'.join(variants.NAMES)))
 MODELLED = dict({name: name for name in planner.ALGORITHMS}, rsap_notify='rsap')
 
 
-def compare(folder):
-    rows = []
+def measured_rows(folder):
+    """(model, K, R, row name, algorithm, grid, bytes, measured seconds, network) of every
+    benchmark row that has a cost model, from the folder's allreduce-/network- files."""
     for path in sorted(glob.glob(os.path.join(folder, 'allreduce-*-*x*.json'))):
         m = re.search(r'allreduce-(\w+)-(\d+)x(\d+)\.json$', path)
         model, K, R = m.group(1), int(m.group(2)), int(m.group(3))
@@ -42,11 +43,16 @@ def compare(folder):
                 if not g or g.group(1) not in MODELLED:
                     continue
                 algo, grid = MODELLED[g.group(1)], (int(g.group(2)), int(g.group(3)))
-            pred, _ = planner.predict(algo, K, R, report['bytes'], net, grid)
-            meas = r['median_ms'] / 1e3
-            rows.append({'model': model, 'nodes': K, 'ranks_per_node': R, 'row': name,
-                         'measured_ms': meas * 1e3, 'predicted_ms': pred * 1e3,
-                         'rel_error': abs(pred - meas) / meas})
+            yield (model, K, R, name, algo, grid, report['bytes'], r['median_ms'] / 1e3, net)
+
+
+def compare(folder):
+    rows = []
+    for model, K, R, name, algo, grid, nbytes, meas, net in measured_rows(folder):
+        pred, _ = planner.predict(algo, K, R, nbytes, net, grid)
+        rows.append({'model': model, 'nodes': K, 'ranks_per_node': R, 'row': name,
+                     'measured_ms': meas * 1e3, 'predicted_ms': pred * 1e3,
+                     'rel_error': abs(pred - meas) / meas})
     return rows
 
 

@@ -7,6 +7,11 @@ file ``~/.config/chainermn-torus/network.json``; otherwise a short measurement a
 rank 0 so every rank plans with the same numbers. The first gradient call of a given size
 plans for that many bytes (every rank computes the same plan), creates that communicator on
 this one's MPI communicator, and logs the choice and the runner-up on rank 0.
+
+Where SimGrid is installed (``simulate='auto'``, the default, or
+``$CHAINERMN_TORUS_SIMULATE``), rank 0 then simulates the planner's best few candidates
+(``simulation.plan``: link sharing, topology, measured synchronisation costs) and broadcasts
+the ranking; a simulation that fails leaves the alpha-beta plan, and says so.
 """
 import os
 
@@ -42,10 +47,12 @@ class AutoCommunicator(TorusCommunicatorBase):
     uses_grid = False
 
     def __init__(self, mpi_comm=None, network=None, segment_size=None,
-                 allreduce_grad_dtype=None, measure_timeout=10.0, _net=None):
+                 allreduce_grad_dtype=None, measure_timeout=10.0, simulate=None, _net=None):
         super(AutoCommunicator, self).__init__(mpi_comm, segment_size=segment_size,
                                                allreduce_grad_dtype=allreduce_grad_dtype)
-        self._options.update(network=network, measure_timeout=measure_timeout)
+        self._options.update(network=network, measure_timeout=measure_timeout,
+                             simulate=simulate)
+        self.simulate = config.value('simulate', simulate, 'simulate')[0]
         nodes = self.mpi_comm.allgather(self.intra_size)
         self.uniform = len(set(nodes)) == 1
         if _net is None:
@@ -65,6 +72,8 @@ class AutoCommunicator(TorusCommunicatorBase):
             else:
                 rows = planner.plan(self.inter_size, self.intra_size, nbytes, self.network)
                 why = 'planner'
+                if self.simulate is not False:  # 'auto', or True (on)
+                    rows, why = self._simulated(rows, nbytes)
             best = rows[0]
             key = self._chosen[nbytes] = (best['algorithm'], best['grid'])
             self.choices.append((nbytes, rows))
@@ -81,6 +90,23 @@ class AutoCommunicator(TorusCommunicatorBase):
                               runner['seconds'] * 1e3),
                           self.network.name, self.network_source), flush=True)
         return self._communicator(key)
+
+    def _simulated(self, rows, nbytes):
+        """Rank 0 simulates the best candidates; every rank gets its rows and reason."""
+        out = None
+        if self.rank == 0:
+            from chainermn_torus.simulation import plan as simplan, simulate
+            if not simulate.available():
+                out = (rows, 'planner' if self.simulate == 'auto' else
+                       'planner; simulate=on but ' + simulate.why_unavailable())
+            else:
+                try:
+                    elems = nbytes // 4
+                    out = (simplan.rank_rows(rows, self.inter_size, self.intra_size, elems,
+                                             self.network), 'simulated')
+                except (RuntimeError, ValueError, OSError) as e:
+                    out = (rows, 'planner; the simulation failed: {}'.format(e))
+        return self.mpi_comm.bcast(out, root=0)
 
     def _communicator(self, key):
         comm = self._inner.get(key)

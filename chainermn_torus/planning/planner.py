@@ -51,8 +51,12 @@ class Network(object):
     FIELDS = ('alpha_inter', 'beta_inter', 'alpha_intra', 'beta_intra', 'gamma', 'mem')
 
     def __init__(self, name, alpha_inter, beta_inter, alpha_intra, beta_intra, gamma, mem,
-                 source='', beta_put=None):
+                 source='', beta_put=None, fence_inter=None, flush_inter=None):
         self.name, self.source = name, source
+        # Seconds of a fence epoch and of a put + flush between nodes, where calibrate
+        # measured them (None: unknown); the simulator uses them, this model does not.
+        self.fence_inter = None if fence_inter is None else float(fence_inter)
+        self.flush_inter = None if flush_inter is None else float(flush_inter)
         # MPI_Put between nodes can be slower than two-sided messages (MPICH over UCX/TCP
         # emulates RMA with active messages: measured 1.3-1.6x slower on the emulated
         # cluster); calibrate measures it, presets and --beta assume the message rate.
@@ -68,7 +72,8 @@ class Network(object):
 
     def to_dict(self):
         d = {f: getattr(self, f) for f in self.FIELDS}
-        d.update(name=self.name, source=self.source, beta_put=self.beta_put)
+        d.update(name=self.name, source=self.source, beta_put=self.beta_put,
+                 fence_inter=self.fence_inter, flush_inter=self.flush_inter)
         return d
 
     @classmethod
@@ -78,7 +83,8 @@ class Network(object):
             raise ValueError('chainermn_torus: {} lacks {}; it needs {}'.format(
                 where, ', '.join(missing), ', '.join(cls.FIELDS)))
         return cls(d.get('name', where), *[d[f] for f in cls.FIELDS], source=d.get('source', ''),
-                   beta_put=d.get('beta_put'))
+                   beta_put=d.get('beta_put'), fence_inter=d.get('fence_inter'),
+                   flush_inter=d.get('flush_inter'))
 
     def describe(self):
         return ('{}: inter-node {:.2f} us, {:.2f} GB/s; intra-node {:.2f} us, {:.2f} GB/s; '
@@ -323,7 +329,12 @@ def format_plan(rows, nodes, R, nbytes, net, top=None):
     lines.append('{:<28} {:>8} {:>12} {:>9}  {}'.format('algorithm', 'grid', 'predicted ms',
                                                         'x best', 'phases (ms)'))
     best = rows[0]['seconds'] if rows else 0
-    for r in rows[:top]:
+    simulated = any(r.get('source') == 'simulated' for r in rows)
+    for i, r in enumerate(rows[:top]):
+        if simulated and r.get('source') != 'simulated' and (
+                i == 0 or rows[i - 1].get('source') == 'simulated'):
+            lines.append('-- not simulated (alpha-beta model, not comparable with the rows '
+                         'above):')
         grid = '' if r['grid'] is None else '{}x{}'.format(*r['grid'])
         phases = ', '.join('{} {:.2f}'.format(k, v * 1e3) for k, v in r['phases'].items()
                            if isinstance(v, float))

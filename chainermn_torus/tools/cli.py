@@ -13,6 +13,8 @@
     chainermn-torus plan --nodes N --ranks-per-node R [--model resnet50|mlp|PATH|BYTES]
                          [--network ofp|k|FILE | --alpha A --beta B] [--grid MxN ...]
     chainermn-torus calibrate [--output FILE]           (under mpiexec, 2+ nodes)
+    chainermn-torus simulate --platform fattree|torus|emulated|star --nodes N [...]
+    chainermn-torus simulate validate DIR | study [...]   (SimGrid: docs/simulation.md)
     chainermn-torus timeline merge|plot ...
     chainermn-torus jobscript --system ofp|k|slurm|pbs|local --nodes N [--ranks-per-node R]
                               [--hours H] [--communicator C] [--dry-run] -- python script.py ...
@@ -28,8 +30,8 @@ USAGE = __doc__
 BENCHMARKS = {'allreduce': 'allreduce', 'update': 'optimizer_update', 'mnist': 'mnist_iteration',
               'double-buffering': 'double_buffering', 'overlap': 'overlap_training',
               'overlap-report': 'overlap_report'}
-COMMANDS = ('bench', 'run', 'topology', 'plan', 'calibrate', 'timeline', 'jobscript', 'config',
-            'names', 'variants', 'clean')
+COMMANDS = ('bench', 'run', 'topology', 'plan', 'calibrate', 'simulate', 'timeline',
+            'jobscript', 'config', 'names', 'variants', 'clean')
 
 
 def main(argv=None):
@@ -50,6 +52,9 @@ def main(argv=None):
     if cmd == 'calibrate':
         from chainermn_torus.tools import calibrate
         return calibrate.main(rest)
+    if cmd == 'simulate':
+        from chainermn_torus.tools import simulate
+        return simulate.main(rest)
     if cmd == 'jobscript':
         from chainermn_torus.tools import jobscript
         return jobscript.main(rest)
@@ -145,6 +150,12 @@ def plan(argv):
     p.add_argument('--beta', type=float, default=None, help='bandwidth, bytes per second')
     p.add_argument('--grid', nargs='*', default=None, metavar='MxN', help='only these shapes')
     p.add_argument('--top', type=int, default=None)
+    p.add_argument('--simulate', choices=('auto', 'on', 'off'), default=None,
+                   help='rank the best candidates with the SimGrid simulator: auto (where '
+                        'installed; default, or $CHAINERMN_TORUS_SIMULATE), on, off')
+    p.add_argument('--topology', choices=('fattree', 'torus', 'star'), default=None,
+                   help='simulated platform (default: fattree for ofp, torus for k, star '
+                        'for a calibrated file)')
     p.add_argument('--json', default=None)
     args = p.parse_args(argv)
     try:
@@ -166,7 +177,19 @@ def plan(argv):
             net = planner.load_network(args.network)
         nbytes = planner.model_bytes(args.model)
         rows = planner.plan(args.nodes, args.ranks_per_node, nbytes, net, grids)
-    except ValueError as e:
+        from chainermn_torus import config
+        from chainermn_torus.simulation import simulate
+        mode = config.value('simulate', args.simulate, '--simulate')[0]  # auto, True, False
+        if mode is True and not simulate.available():
+            raise ValueError('--simulate on: ' + simulate.why_unavailable())
+        if mode is True or (mode == 'auto' and simulate.available()):
+            from chainermn_torus.simulation import plan as simplan
+            rows = simplan.rank_rows(rows, args.nodes, args.ranks_per_node,
+                                     simplan.model_or_bytes(args.model), net,
+                                     topology=args.topology)
+            print('simulated (SimGrid) the planner\'s best {}; the other rows are the '
+                  'alpha-beta model\'s'.format(simplan.TOP))
+    except (ValueError, RuntimeError) as e:
         sys.stderr.write('chainermn-torus plan: {}\n'.format(e))
         return 2
     print(planner.format_plan(rows, args.nodes, args.ranks_per_node, nbytes, net, args.top))

@@ -1,0 +1,146 @@
+"""``simulate``: the time of one all-reduce call of a model's gradients, from SimGrid.
+
+A call is the communicator's pass over its packed buffer: the packing copy, one schedule per
+segment (``schedules``), and the copy back. Segments of the same size take the same time, so
+each distinct size is simulated once (as one experiment of one SimGrid run, ``player``) and
+counted as often as the buffer has it; with more than ``max_sizes`` distinct sizes, a few
+are simulated (the largest, the smallest and the most frequent) and the others interpolated
+linearly in their size (a segment's time is latency terms plus terms in its bytes).
+
+SimGrid is found as installed for this Python, or in Debian's ``python3-simgrid`` location
+(``/usr/lib/python3/dist-packages``, whose module is built for Debian's Python 3.11): see
+``simgrid_env``.
+"""
+import json
+import os
+import subprocess
+import sys
+
+from chainermn_torus.simulation import schedules
+
+__all__ = ['available', 'simgrid_env', 'simulate', 'SimulationError', 'why_unavailable']
+
+DEBIAN_DIST = '/usr/lib/python3/dist-packages'
+# Past this many ranks, rounds are played in lock-step (player._play_lockstep): at 256
+# fat-tree nodes it gave the actors' times to 1e-6 in 2-3x less wall time.
+ACTOR_RANKS = 64
+
+
+class SimulationError(RuntimeError):
+    pass
+
+
+PATH_ENV = 'CHAINERMN_TORUS_SIMGRID_PATH'  # set for the child by simgrid_env, not by users
+
+
+def _importable(env):
+    code = ('import os, sys; p = os.environ.get({!r}); p and sys.path.append(p); '
+            'import simgrid'.format(PATH_ENV))
+    return subprocess.run([sys.executable, '-c', code], env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode == 0
+
+
+def simgrid_env():
+    """The environment in which the player's child can import simgrid, or None.
+
+    Debian's module lives among every other Debian Python package, so its folder is
+    appended to the child's sys.path (after the virtualenv's packages, never before: its
+    numpy or setuptools must not shadow the venv's), not put on PYTHONPATH.
+    """
+    env = dict(os.environ)
+    env.pop(PATH_ENV, None)
+    if _importable(env):
+        return env
+    if os.path.isdir(DEBIAN_DIST) and any(n.startswith('simgrid.') and n.endswith('.so')
+                                          for n in os.listdir(DEBIAN_DIST)):
+        env[PATH_ENV] = DEBIAN_DIST
+        if _importable(env):
+            return env
+    return None
+
+
+_ENV = []
+
+
+def _env():
+    if not _ENV:
+        _ENV.append(simgrid_env())
+    return _ENV[0]
+
+
+def available():
+    return _env() is not None
+
+
+def why_unavailable():
+    return ('SimGrid\'s Python module is not importable from {} (install Debian\'s '
+            'python3-simgrid, `make simgrid`, for Python 3.11; see docs/simulation.md)'.format(
+                sys.executable))
+
+
+def _pick_sizes(counts, max_sizes):
+    sizes = sorted(counts)
+    if len(sizes) <= max_sizes:
+        return sizes
+    keep = {sizes[0], sizes[-1]}
+    for s in sorted(sizes, key=lambda s: -counts[s] * s):
+        if len(keep) >= max_sizes:
+            break
+        keep.add(s)
+    return sorted(keep)
+
+
+def _interpolate(times, size):
+    known = sorted(times)
+    if size in times:
+        return times[size]
+    lo = max(s for s in known if s < size)
+    hi = min(s for s in known if s > size)
+    w = (size - lo) / float(hi - lo)
+    return times[lo] * (1 - w) + times[hi] * w
+
+
+def simulate(machine, algorithm, model, M=1, itemsize=4, library='halving', node_aware=True,
+             segment_bytes=4 << 20, max_sizes=None, mode=None, timeout=None):
+    """Seconds of one all-reduce call, with its parts; raises SimulationError.
+
+    mode: 'actors' (one actor per rank), 'lockstep' (rounds start together: no context
+    switches) or None: actors up to ACTOR_RANKS ranks, lock-step beyond.
+    """
+    env = _env()
+    if env is None:
+        raise SimulationError(why_unavailable())
+    P = machine.nodes * machine.ranks_per_node
+    schedules.Setup(algorithm, P, M, itemsize)  # bad input fails here, not in the child
+    counts = schedules.segment_sizes(model, segment_bytes, itemsize=4)
+    if max_sizes is None:
+        max_sizes = 16 if P <= 64 else 3
+    sizes = _pick_sizes(counts, max_sizes)
+    request = {'machine': machine._asdict(), 'algorithm': algorithm, 'M': M,
+               'itemsize': itemsize, 'library': library, 'node_aware': node_aware,
+               'sizes': sizes, 'mode': mode or ('actors' if P <= ACTOR_RANKS else 'lockstep')}
+    proc = subprocess.run([sys.executable, '-m', 'chainermn_torus.simulation.player'],
+                          input=json.dumps(request), env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, timeout=timeout)
+    try:
+        result = json.loads(proc.stdout)
+    except ValueError:
+        raise SimulationError('chainermn_torus: the SimGrid run failed (exit {}): {}'.format(
+            proc.returncode, proc.stderr.strip()[-2000:]))
+    if 'error' in result:
+        raise ValueError(result['error'])
+    times = {int(k): v for k, v in result['seconds'].items()}
+    segments = sum(counts[s] * _interpolate(times, s) for s in counts)
+    elems = sum(s * c for s, c in counts.items())
+    # Packing into the buffer and the means back: a copy of the whole buffer each way, on
+    # the cores a node's ranks share (all nodes' on the emulated cluster's shared cores).
+    sharers = machine.ranks_per_node / float(machine.cores)
+    if machine.shared_cores:
+        sharers = P / float(machine.shared_cores)
+    copies = 2 * elems * itemsize * machine.copy_s_per_B * max(1.0, sharers)
+    once = result['per_call']  # the layout check (and shm's closing barrier)
+    return {'seconds': segments + copies + once, 'segments_s': segments, 'copies_s': copies,
+            'once_s': once,
+            'simulated_sizes': sizes, 'segment_counts': counts, 'segment_times': times,
+            'messages': result['messages'], 'wall_s': result['wall_s'],
+            'mode': result['mode']}

@@ -1,0 +1,136 @@
+"""``chainermn-torus simulate``: the communicators' all-reduce on a simulated machine (SimGrid).
+
+    chainermn-torus simulate --platform fattree --nodes 256 --network ofp \\
+        --algorithm pure_allreduce rsap --grid 2x128 16x16 64x4
+    chainermn-torus simulate validate docs/measurements/emulated   (against measurements)
+    chainermn-torus simulate study [--nodes 256 1024 4096 8192]       (the shape study)
+
+Every (algorithm, grid) is simulated from the schedules the communicators run
+(``chainermn_torus.simulation.schedules``); docs/simulation.md says what is modelled.
+"""
+import argparse
+import json
+import sys
+
+__all__ = ['main']
+
+PLATFORMS = ('fattree', 'torus', 'emulated', 'star')
+
+
+def _grids(values, P):
+    from chainermn_torus.communicators._grid import parse_grid
+    return [parse_grid(g, P, source='--grid') for g in values]
+
+
+def _machine(args, net):
+    from chainermn_torus.simulation import platforms
+    from chainermn_torus.simulation.plan import machine_for
+    if args.platform == 'torus':
+        dims = None
+        if args.dims:
+            try:
+                dims = tuple(int(x) for x in args.dims.split(','))
+            except ValueError:
+                raise ValueError('--dims must look like X,Y,Z (for example 16,16,32), got '
+                                 '{!r}'.format(args.dims)) from None
+        return platforms.torus(args.nodes, args.ranks_per_node, net, mapping=args.mapping,
+                               dims=dims, seed=args.seed)
+    if args.platform == 'emulated':
+        return platforms.emulated(args.nodes, args.ranks_per_node, net)
+    return machine_for(net, args.nodes, args.ranks_per_node, args.platform)
+
+
+def run(argv):
+    from chainermn_torus.planning import planner
+    from chainermn_torus.simulation import platforms, schedules
+    from chainermn_torus.simulation.plan import model_or_bytes
+    from chainermn_torus.simulation.simulate import SimulationError, simulate
+    p = argparse.ArgumentParser(prog='chainermn-torus simulate', description=__doc__.split(
+        '\n')[0])
+    p.add_argument('--platform', choices=PLATFORMS, default='fattree',
+                   help='fattree (Oakforest-PACS-like), torus (Tofu-like), emulated '
+                        '(scripts/emulate_cluster.sh: shared cores), star (private links to '
+                        'one switch); default %(default)s')
+    p.add_argument('--nodes', type=int, required=True)
+    p.add_argument('--ranks-per-node', type=int, default=1)
+    p.add_argument('--network', default='ofp',
+                   help='preset ({}) or a calibrate file (default %(default)s)'.format(
+                       ', '.join(sorted(planner.PRESETS))))
+    p.add_argument('--algorithm', nargs='+', default=['pure_allreduce', 'rsaa', 'rsap'],
+                   choices=schedules.ALGORITHMS)
+    p.add_argument('--grid', nargs='*', default=None, metavar='MxN',
+                   help='grids for rsaa/rsap/shm (default: M = 2, 4, 16, 64 where they fit)')
+    p.add_argument('--model', default='resnet50', help='resnet50, mlp or a byte count')
+    p.add_argument('--fp16', action='store_true', help='float16 all-reduce')
+    p.add_argument('--library', choices=schedules.LIBRARIES, default='halving',
+                   help="stand-in for MPI's collectives (default %(default)s)")
+    p.add_argument('--flat', action='store_true',
+                   help="MPI's all-reduce without MPICH's node-aware composition")
+    p.add_argument('--mapping', choices=platforms.MAPPINGS, default='row-major')
+    p.add_argument('--dims', default=None, help='torus dimensions X,Y,Z')
+    p.add_argument('--seed', type=int, default=0, help='random mapping seed')
+    p.add_argument('--segment-bytes', type=int, default=4 << 20)
+    p.add_argument('--mode', choices=('actors', 'lockstep'), default=None,
+                   help='default: actors up to 64 ranks, lock-step beyond')
+    p.add_argument('--json', default=None)
+    args = p.parse_args(argv)
+    P = args.nodes * args.ranks_per_node
+    try:
+        if args.nodes < 1 or args.ranks_per_node < 1:
+            raise ValueError('--nodes and --ranks-per-node must be >= 1')
+        net = planner.load_network(args.network)
+        machine = _machine(args, net)
+        model = model_or_bytes(args.model)
+        if args.grid:
+            grids = _grids(args.grid, P)
+        else:
+            grids = [(m, P // m) for m in (2, 4, 16, 64) if P % m == 0 and m < P] or [(P, 1)]
+        jobs = []
+        for algo in args.algorithm:
+            if algo == 'pure_allreduce':
+                jobs.append((algo, None))
+                continue
+            for g in grids:
+                if algo == 'shm' and args.ranks_per_node % g[0]:
+                    continue  # shm needs rows inside nodes
+                jobs.append((algo, g))
+        rows = []
+        for algo, g in jobs:
+            res = simulate(machine, algo, model, M=g[0] if g else 1,
+                           itemsize=2 if args.fp16 else 4, library=args.library,
+                           node_aware=not args.flat, segment_bytes=args.segment_bytes,
+                           mode=args.mode)
+            rows.append(dict(algorithm=algo, grid=g, **res))
+            sys.stdout.write('.')
+            sys.stdout.flush()
+    except (ValueError, SimulationError) as e:
+        sys.stderr.write('chainermn-torus simulate: {}\n'.format(e))
+        return 2
+    print('\n' + machine.describe())
+    print('{:<16} {:>9} {:>12} {:>8} {:>10} {:>8}'.format(
+        'algorithm', 'grid', 'simulated ms', 'x best', 'messages', 'wall s'))
+    best = min(r['seconds'] for r in rows)
+    for r in sorted(rows, key=lambda r: r['seconds']):
+        print('{:<16} {:>9} {:>12.2f} {:>8.2f} {:>10} {:>8.1f}'.format(
+            r['algorithm'], '' if r['grid'] is None else '{}x{}'.format(*r['grid']),
+            r['seconds'] * 1e3, r['seconds'] / best, r['messages'], r['wall_s']))
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump({'machine': machine._asdict(), 'library': args.library,
+                       'model': args.model, 'rows': rows}, f, indent=2, default=str)
+    return 0
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == 'validate':
+        from chainermn_torus.simulation import validate
+        return validate.main(argv[1:])
+    if argv and argv[0] == 'study':
+        from chainermn_torus.simulation import study
+        return study.main(argv[1:])
+    return run(argv)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

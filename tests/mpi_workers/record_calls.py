@@ -1,0 +1,163 @@
+"""Run by tests/simulation/test_schedules_mpi.py under mpiexec -n P (P >= 2).
+
+The simulator plays ``simulation.schedules``; this job checks that those are the calls the
+communicators really make. Each variant averages a model whose arrays cut into several
+segments with uneven tails; the second call is recorded on every rank: every collective
+through the communicator's ``progress`` (the only way its phases call MPI), every put,
+fence and flush on its window, every notification, each with its group (as world ranks)
+and bytes. The record must equal ``schedules.calls_of(call_calls(...), rank)`` exactly.
+"""
+import sys
+
+import chainer
+import numpy
+from mpi4py import MPI
+
+from chainermn_torus.communicators import variants
+from chainermn_torus.simulation import schedules
+
+world = MPI.COMM_WORLD
+P, RANK = world.size, world.rank
+WORLD_GROUP = world.Get_group()
+NAMES = {'Reduce_scatter_block': 'reduce_scatter', 'Allreduce': 'allreduce',
+         'Allgather': 'allgather', 'Alltoall': 'alltoall', 'Barrier': 'barrier'}
+
+
+def group_of(comm):
+    return tuple(comm.Get_group().Translate_ranks(list(range(comm.size)), WORLD_GROUP))
+
+
+def nbytes(name, args):
+    if name == 'Barrier':
+        return 0
+    if name in ('Reduce_scatter_block', 'Alltoall'):
+        return args[0][0].nbytes  # the send buffer
+    return args[1][0].nbytes      # all-reduce / all-gather: the (in-place) buffer
+
+
+class Recorder(object):
+    """Stands between a communicator and MPI: records, then makes the real call."""
+
+    def __init__(self, inner, log):
+        self.inner, self.log = inner, log
+        self.interval = inner.interval
+
+    @property
+    def polling(self):
+        return self.inner.polling
+
+    def __call__(self, comm, name, *args, **kwargs):
+        self.log.append((NAMES[name], group_of(comm), nbytes(name, args)))
+        return self.inner(comm, name, *args, **kwargs)
+
+    def wait(self, request):
+        return self.inner.wait(request)
+
+
+class WindowRecorder(object):
+    def __init__(self, win, row, log):
+        self.win, self.row, self.log = win, row, log
+
+    def Put(self, origin, rank, *args, **kwargs):
+        self.log.append(('put', (RANK, self.row[rank]), origin[0].nbytes))
+        return self.win.Put(origin, rank, *args, **kwargs)
+
+    def Fence(self, assertion=0):
+        self.log.append(('fence', self.row, 0))
+        return self.win.Fence(assertion)
+
+    def Flush(self, target):
+        self.log.append(('flush', (RANK, self.row[target]), 0))
+        return self.win.Flush(target)
+
+    def __getattr__(self, name):
+        return getattr(self.win, name)
+
+
+class NotifyRecorder(object):
+    def __init__(self, comm, row, log):
+        self.comm, self.row, self.log = comm, row, log
+
+    def Issend(self, buf, dest, tag=0):
+        self.log.append(('notify', (RANK, self.row[dest]), 0))
+        return self.comm.Issend(buf, dest, tag=tag)
+
+    def __getattr__(self, name):
+        return getattr(self.comm, name)
+
+
+class Model(chainer.Link):
+    def __init__(self, sizes):
+        super(Model, self).__init__()
+        with self.init_scope():
+            for i, n in enumerate(sizes):
+                setattr(self, 'p{:02d}'.format(i), chainer.Parameter(
+                    numpy.zeros(n, numpy.float32)))
+        rng = numpy.random.RandomState(RANK)
+        for _, p in sorted(self.namedparams()):
+            p.grad = rng.standard_normal(p.data.shape).astype(numpy.float32)
+
+
+def check(variant, grid, fp16):
+    sizes = [1003, 250, 7, 2501, 96, 5]  # several segments of 1000 elements, uneven tails
+    kwargs = {'segment_size': 4000}
+    if fp16:
+        kwargs['allreduce_grad_dtype'] = numpy.float16
+    comm = variants.create(variant, world, grid=grid, **kwargs)
+    model = Model(sizes)
+    comm.multi_node_mean_grad(model)  # makes the buffer (and window) before recording
+    log = []
+    comm.progress = Recorder(comm.progress, log)
+    window = None
+    for buf in list(comm._buffers.values()):
+        buf.reducer.progress = comm.progress
+        memory = buf.memory
+        if getattr(memory, 'progress', None) is not None:
+            memory.progress = comm.progress
+        if hasattr(memory, '_win'):  # rsap's PutWindow: record between it and its window
+            window = (memory, memory._win)
+            memory._win = WindowRecorder(memory._win, group_of(comm.grid.row_comm), log)
+    if getattr(comm, '_notify_comm', None) is not None:
+        comm._notify_comm = NotifyRecorder(comm._notify_comm, group_of(comm.grid.row_comm),
+                                           log)
+    comm.multi_node_mean_grad(model)
+    if window is not None:
+        window[0]._win = window[1]
+    (buf,) = comm._buffers.values()
+    segments = [hi - lo for lo, hi, _ in buf.plan]
+    algorithm = 'shm' if getattr(comm, 'shm', False) else variant
+    setup = schedules.Setup(algorithm, P, grid[0] if grid else 1, 2 if fp16 else 4)
+    expected = [tuple(c[:3]) for c in schedules.calls_of(
+        schedules.call_calls(setup, segments), RANK) if c.op != 'compute']
+    got = [(op, tuple(g), n) for op, g, n in log]
+    if got != expected:
+        first = next(i for i, (a, b) in enumerate(zip(got + [None] * len(expected),
+                                                          expected + [None] * len(got)))
+                     if a != b)
+        raise AssertionError('{} grid {} fp16={} rank {}: call {} differs: recorded {}, '
+                             'schedule {} ({} recorded, {} in the schedule)'.format(
+                                 variant, grid, fp16, RANK, first,
+                                 got[first] if first < len(got) else None,
+                                 expected[first] if first < len(expected) else None,
+                                 len(got), len(expected)))
+    comm.finalize()
+    return len(got)
+
+
+def main():
+    grids = [(m, P // m) for m in range(2, P + 1) if P % m == 0] + [(1, P)]
+    total = 0
+    cases = [('pure_allreduce', None, False), ('pure_allreduce', None, True)]
+    for g in grids:
+        cases += [('rsaa', g, False), ('rsap', g, False), ('rsaa', g, True), ('rsap', g, True)]
+        if g[0] > 1:
+            cases += [('rsap_notify', g, False), ('shm', g, False)]
+    for variant, grid, fp16 in cases:
+        total += check(variant, grid, fp16)
+    world.Barrier()
+    print('OK rank {} ({} cases, {} calls compared)'.format(RANK, len(cases), total))
+    sys.stdout.flush()
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,139 @@
+"""Schedules as data (no MPI, no SimGrid): the stand-in collectives move the bytes their
+algorithms must, rsap's puts are rsap's own put_rounds, and bad input is refused."""
+import collections
+
+import pytest
+
+from chainermn_torus.communicators._schedule import put_rounds
+from chainermn_torus.simulation import schedules as S
+
+
+def sent_per_rank(rounds):
+    out = collections.Counter()
+    for r in rounds:
+        for src, dst, n in r.messages:
+            out[src] += n * r.repeat
+    return out
+
+
+def received_per_rank(rounds):
+    out = collections.Counter()
+    for r in rounds:
+        for src, dst, n in r.messages:
+            out[dst] += n * r.repeat
+    return out
+
+
+@pytest.mark.parametrize('library', S.LIBRARIES)
+@pytest.mark.parametrize('p', [2, 4, 8, 16])
+def test_collectives_move_the_bandwidth_optimal_bytes_on_powers_of_two(library, p):
+    n = 1 << 20
+    group = tuple(range(p))
+    rs = S.expand(S.Call('reduce_scatter', group, n), library)
+    ag = S.expand(S.Call('allgather', group, n), library)
+    for rounds in (rs, ag):
+        assert sorted(sent_per_rank(rounds).values()) == pytest.approx([n * (p - 1) / p] * p)
+    ar = sent_per_rank(S.expand(S.Call('allreduce', group, n), library))
+    per_rank = n * (p - 1) / p * 2 if library != 'doubling' else n * (p.bit_length() - 1)
+    assert sorted(ar.values()) == pytest.approx([per_rank] * p)
+    # rounds: log2 p for halving/doubling steps, p - 1 for a ring
+    steps = S.round_count(rs)
+    assert steps == (p - 1 if library == 'ring' else p.bit_length() - 1)
+
+
+@pytest.mark.parametrize('p', [3, 5, 6, 7, 12])
+def test_non_powers_of_two_fold_and_every_rank_takes_part(p):
+    n = 3000
+    group = tuple(range(p))
+    for op in ('reduce_scatter', 'allgather', 'allreduce'):
+        rounds = S.expand(S.Call(op, group, n))
+        talk = set(sent_per_rank(rounds)) | set(received_per_rank(rounds))
+        assert talk == set(group), (op, p)
+        # the extras (beyond the largest power of two) only talk to their partner
+        low = 1 << (p.bit_length() - 1)
+        for src, dst, _, _ in S.messages(rounds):
+            if src >= low:
+                assert dst == src - low
+    ring = S.expand(S.Call('allgather', group, n), 'ring')
+    assert sorted(sent_per_rank(ring).values()) == pytest.approx([n * (p - 1) / p] * p)
+
+
+@pytest.mark.parametrize('M', [2, 3, 4, 5, 6, 7, 8])
+def test_rsap_puts_are_put_rounds_and_every_position_gets_every_chunk(M):
+    c, P = 100, 2 * M
+    setup = S.Setup('rsap', P, M)
+    calls = S.segment_calls(setup, M * c)  # no tail
+    puts = [x for x in calls if x.op == 'put']
+    want = collections.Counter()
+    for rnd in put_rounds(M):
+        for o, t, a, b in rnd:
+            want[(o, t)] += (b - a) * c * 4
+    got = collections.Counter()
+    for x in puts:
+        if x.group[0] < M:  # the first row
+            got[x.group] += x.nbytes
+    assert got == want
+    # fences: one before the rounds, one after each
+    first_row = tuple(range(M))
+    assert sum(1 for x in calls if x.op == 'fence' and x.group == first_row) == \
+        len(put_rounds(M)) + 1
+    # what lands: chunk coverage, replayed from the put schedule
+    held = [{q} for q in range(M)]
+    for rnd in put_rounds(M):
+        new = [set(h) for h in held]
+        for o, t, a, b in rnd:
+            assert set(range(a, b)) <= held[o]
+            new[t] |= set(range(a, b))
+        held = new
+    assert all(h == set(range(M)) for h in held)
+
+
+def test_float16_moves_half_the_bytes_and_sums_locally():
+    s32 = S.Setup('rsaa', 8, 2, itemsize=4)
+    s16 = S.Setup('rsaa', 8, 2, itemsize=2)
+    b32 = S.total_bytes(S.segment_rounds(s32, 1 << 16))
+    b16 = S.total_bytes(S.segment_rounds(s16, 1 << 16))
+    assert b16 == pytest.approx(b32 / 2, rel=0.02)
+    ops = {x.op for x in S.segment_calls(s16, 1 << 16)}
+    assert 'alltoall' in ops and 'reduce_scatter' not in ops
+
+
+def test_tails_and_shm_follow_the_segment_split():
+    setup = S.Setup('rsaa', 6, 3)
+    calls = S.segment_calls(setup, 1001)  # 999 in 3 chunks of 333, a tail of 2
+    assert S.Call('reduce_scatter', (0, 1, 2), 999 * 4) in calls
+    assert S.Call('allreduce', (0, 3), 333 * 4) in calls
+    assert S.Call('allreduce', tuple(range(6)), 2 * 4) in calls
+    shm = S.segment_calls(S.Setup('shm', 6, 3), 999)
+    assert {x.op for x in shm} == {'compute', 'barrier', 'allreduce'}
+    assert S.end_calls(S.Setup('shm', 6, 3)) == [S.Call('barrier', r, 0) for r in ((0, 1, 2),
+                                                                                   (3, 4, 5))]
+
+
+def test_repeated_rounds_expand_in_messages():
+    rounds = S.expand(S.Call('allgather', (0, 1, 2, 3), 4000), 'ring')
+    rows = list(S.messages(rounds))
+    assert len(rows) == 4 * 3 and [r[3] for r in rows] == sorted(r[3] for r in rows)
+    assert rows[-1][3] == 2
+
+
+def test_large_groups_stay_playable():
+    # 8,192 ranks: pairwise exchanges play representatives, barriers a repeated round
+    rounds = S.expand(S.Call('alltoall', tuple(range(8192)), 8192 * 100))
+    assert len(rounds) == S.MAX_DISTINCT and S.round_count(rounds) == 8191
+    assert len(S.expand(S.Call('barrier', tuple(range(8192)), 0))) == 1
+
+
+def test_segment_sizes_cover_the_model():
+    sizes = S.segment_sizes('mlp', 4 << 20)
+    assert sum(k * v for k, v in sizes.items()) == 1796010
+    assert S.segment_sizes(10, 16) == {4: 2, 2: 1}
+
+
+def test_bad_input_is_refused_with_the_allowed_values():
+    with pytest.raises(ValueError, match="no schedule for algorithm 'nope'"):
+        S.Setup('nope', 4, 2)
+    with pytest.raises(ValueError, match='M = 3 do not divide P = 4'):
+        S.Setup('rsap', 4, 3)
+    with pytest.raises(ValueError, match='halving, ring, doubling'):
+        S.expand(S.Call('allreduce', (0, 1), 8), 'bruck')
