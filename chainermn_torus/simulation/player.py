@@ -27,36 +27,6 @@ from chainermn_torus.simulation import platforms, schedules
 __all__ = ['run_request', 'main']
 
 
-def _node_aware(rounds_of, node_of):
-    """Expand an all-reduce as MPICH does on a communicator spanning several nodes with
-    several of its ranks on one node: reduce inside each node to its first rank, all-reduce
-    among those, broadcast inside each node (binomial trees)."""
-    def expand(call, library):
-        if call.op != 'allreduce' or len(call.group) < 2:
-            return rounds_of(call, library)
-        by_node = {}
-        for r in call.group:
-            by_node.setdefault(node_of[r], []).append(r)
-        if len(by_node) == 1 or all(len(v) == 1 for v in by_node.values()):
-            return rounds_of(call, library)
-        n = float(call.nbytes)
-        up, down = [], []
-        d = 1
-        while d < max(len(v) for v in by_node.values()):
-            msgs, comp = [], []
-            for members in by_node.values():
-                for i in range(d, len(members), 2 * d):
-                    msgs.append((members[i], members[i - d], n))
-                    comp.append((members[i - d], 'reduce', n))
-            up.append(schedules.Round('node reduce', msgs, comp))
-            down.insert(0, schedules.Round('node bcast', [(b, a, c) for a, b, c in msgs]))
-            d *= 2
-        leaders = tuple(v[0] for v in by_node.values())
-        middle = rounds_of(schedules.Call('allreduce', leaders, call.nbytes), library)
-        return up + middle + down
-    return expand
-
-
 class _Built(object):
     """A request made concrete: the machine, the rounds of each experiment and their costs."""
 
@@ -72,7 +42,7 @@ class _Built(object):
         library = request.get('library', 'halving')
         expand = schedules.expand
         if request.get('node_aware', True):
-            expand = _node_aware(schedules.expand, slot_of)
+            expand = schedules.node_aware(slot_of)
         self.work_cost = {'reduce': m.reduce_s_per_B, 'copy': m.copy_s_per_B}
         # One-sided synchronisation waits (no CPU), where the rank's grid row spans nodes.
         M = setup.M

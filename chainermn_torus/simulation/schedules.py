@@ -33,7 +33,7 @@ import math
 from chainermn_torus.communicators._schedule import put_rounds
 
 __all__ = ['Call', 'Round', 'ALGORITHMS', 'LIBRARIES', 'segment_calls', 'expand',
-           'segment_rounds', 'messages', 'segment_sizes', 'Setup']
+           'node_aware', 'segment_rounds', 'messages', 'segment_sizes', 'Setup']
 
 LIBRARIES = ('halving', 'ring', 'doubling')
 # The simulated variants (communicators.variants names) and what each runs.
@@ -359,6 +359,37 @@ def expand(call, library='halving', phase=None):
             + _doubling(group, n, phase) + _unfold(group, n, phase))
 
 
+def node_aware(node_of, inner=None):
+    """An ``expand`` that plays MPI's all-reduce as MPICH does on a communicator spanning
+    several nodes with several of its ranks on one node (``node_of[rank]``): reduce inside
+    each node to its first rank, all-reduce among those, broadcast inside each node
+    (binomial trees). Other calls, and groups without such nodes, as ``inner``."""
+    inner = inner or expand
+
+    def expand_call(call, library='halving'):
+        if call.op != 'allreduce' or len(call.group) < 2:
+            return inner(call, library)
+        by_node = collections.OrderedDict()
+        for r in call.group:
+            by_node.setdefault(node_of[r], []).append(r)
+        if len(by_node) == 1 or all(len(v) == 1 for v in by_node.values()):
+            return inner(call, library)
+        n = float(call.nbytes)
+        up, down, d = [], [], 1
+        while d < max(len(v) for v in by_node.values()):
+            msgs, comp = [], []
+            for members in by_node.values():
+                for i in range(d, len(members), 2 * d):
+                    msgs.append((members[i], members[i - d], n))
+                    comp.append((members[i - d], 'reduce', n))
+            up.append(Round('node reduce', msgs, comp))
+            down.insert(0, Round('node bcast', [(b, a, c) for a, b, c in msgs]))
+            d *= 2
+        leaders = tuple(v[0] for v in by_node.values())
+        return up + inner(Call('allreduce', leaders, call.nbytes), library) + down
+    return expand_call
+
+
 def _merge(per_group):
     """Rounds of calls that run at the same step in different groups, merged index-wise."""
     out = []
@@ -408,8 +439,16 @@ def segment_sizes(model, segment_bytes, itemsize=4):
 
     ``model``: 'resnet50' or 'mlp' (their real parameter shapes, cut by
     ``_packing.plan_segments`` as the communicators do), or a number of float32 elements
-    (cut into equal segments).
+    (cut into equal segments). ``segment_bytes`` None: one segment per parameter array, as
+    ChainerMN's ``naive`` sends them (one MPI_Allreduce each).
     """
+    if segment_bytes is None:
+        if not isinstance(model, str):
+            raise ValueError('chainermn_torus: one segment per array needs a model\'s '
+                             'arrays (resnet50, mlp), not a byte count')
+        from chainermn_torus.bench.gradient_sets import model_params
+        sizes = [int(_prod(s)) for _, s in model_params(model)]
+        return dict(collections.Counter(sizes))
     seg = segment_bytes // itemsize if segment_bytes else 0
     if isinstance(model, str):
         from chainermn_torus.bench.gradient_sets import model_params
@@ -425,6 +464,13 @@ def segment_sizes(model, segment_bytes, itemsize=4):
         else:
             sizes = [min(seg, total - lo) for lo in range(0, total, seg)]
     return dict(collections.Counter(sizes))
+
+
+def _prod(shape):
+    out = 1
+    for x in shape:
+        out *= int(x)
+    return out
 
 
 def total_bytes(rounds):

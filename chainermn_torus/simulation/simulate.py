@@ -104,6 +104,9 @@ def simulate(machine, algorithm, model, M=1, itemsize=4, library='halving', node
              segment_bytes=4 << 20, max_sizes=None, mode=None, timeout=None):
     """Seconds of one all-reduce call, with its parts; raises SimulationError.
 
+    segment_bytes: the communicators' segment (0: the whole buffer at once; None: one
+    all-reduce per parameter array, ChainerMN's ``naive``, with algorithm pure_allreduce).
+
     mode: 'actors' (one actor per rank), 'lockstep' (rounds start together: no context
     switches) or None: actors up to ACTOR_RANKS ranks, lock-step beyond.
     """
@@ -114,7 +117,7 @@ def simulate(machine, algorithm, model, M=1, itemsize=4, library='halving', node
     schedules.Setup(algorithm, P, M, itemsize)  # bad input fails here, not in the child
     counts = schedules.segment_sizes(model, segment_bytes, itemsize=4)
     if max_sizes is None:
-        max_sizes = 16 if P <= 64 else 3
+        max_sizes = 16 if P <= 64 else (3 if segment_bytes is not None else 8)
     sizes = _pick_sizes(counts, max_sizes)
     request = {'machine': machine._asdict(), 'algorithm': algorithm, 'M': M,
                'itemsize': itemsize, 'library': library, 'node_aware': node_aware,
@@ -134,11 +137,14 @@ def simulate(machine, algorithm, model, M=1, itemsize=4, library='halving', node
     elems = sum(s * c for s, c in counts.items())
     # Packing into the buffer and the means back: a copy of the whole buffer each way, on
     # the cores a node's ranks share (all nodes' on the emulated cluster's shared cores).
+    # ChainerMN's naive (one segment per array) packs nothing and checks no layout.
     sharers = machine.ranks_per_node / float(machine.cores)
     if machine.shared_cores:
         sharers = P / float(machine.shared_cores)
     copies = 2 * elems * itemsize * machine.copy_s_per_B * max(1.0, sharers)
     once = result['per_call']  # the layout check (and shm's closing barrier)
+    if segment_bytes is None:
+        copies = once = 0.0
     return {'seconds': segments + copies + once, 'segments_s': segments, 'copies_s': copies,
             'once_s': once,
             'simulated_sizes': sizes, 'segment_counts': counts, 'segment_times': times,

@@ -44,6 +44,9 @@ def jobs(parts=('fattree', 'library', 'torus'), nodes=(256, 1024, 4096, 8192)):
             for algo in ('rsap', 'rsaa'):
                 out += [dict(part='fattree', nodes=K, algorithm=algo, grid=g) for g in grids]
     if 'library' in parts:
+        for lib in ('halving', 'ring', 'doubling'):  # ChainerMN's naive: one per array
+            out.append(dict(part='library', nodes=256, algorithm='naive', grid=None,
+                            library=lib))
         for lib in ('ring', 'doubling'):
             out.append(dict(part='library', nodes=256, algorithm='pure_allreduce', grid=None,
                             library=lib))
@@ -77,8 +80,10 @@ def run_one(j):
     else:
         machine = platforms.fattree(j['nodes'], 1, planner.PRESETS['ofp'])
     t0 = time.time()
-    res = simulate.simulate(machine, j['algorithm'], 'resnet50',
-                            M=j['grid'][0] if j['grid'] else 1, library=j['library'])
+    naive = j['algorithm'] == 'naive'
+    res = simulate.simulate(machine, 'pure_allreduce' if naive else j['algorithm'],
+                            'resnet50', M=j['grid'][0] if j['grid'] else 1,
+                            library=j['library'], segment_bytes=None if naive else 4 << 20)
     return dict(j, seconds=res['seconds'], messages=res['messages'], mode=res['mode'],
                 wall_s=time.time() - t0, dims=machine.dims)
 
@@ -138,20 +143,36 @@ def report(out_dir):
         lines.append('')
     # 2. libraries at 256
     lines += ['## Library all-reduce at 256 fat-tree nodes: seed 003\'s shapes', '',
-              '| library | all-reduce alone ms | RSAP (2,128) | (16,16) | (64,4) | '
-              'ratio alone / RSAP (2,128) | RSAP order |', '|---|---|---|---|---|---|---|']
+              '| library | naive (one all-reduce per array) ms | all-reduce alone ms | '
+              'RSAP (2,128) ms | (16,16) | (64,4) | alone / RSAP (2,128) | naive / RSAP (2,128) '
+              '| RSAP order |', '|---|---|---|---|---|---|---|---|---|']
+    at256 = {}
+    for r in rows:
+        if r['nodes'] == 256 and r['part'] in ('fattree', 'library'):
+            at256[(r['library'], r['algorithm'], r['grid'])] = r['seconds']
     for lib in ('halving', 'ring', 'doubling'):
-        part = 'fattree' if lib == 'halving' else 'library'
-        sub = {(r['algorithm'], r['grid']): r['seconds'] for r in rows
-               if r['part'] == part and r['nodes'] == 256 and r['library'] == lib}
-        alone = sub.get(('pure_allreduce', None))
-        rsap = [sub.get(('rsap', g)) for g in SEED003]
+        alone = at256.get((lib, 'pure_allreduce', None))
+        naive = at256.get((lib, 'naive', None))
+        rsap = [at256.get((lib, 'rsap', g)) for g in SEED003]
         if alone is None or None in rsap:
             continue
-        order = sorted(SEED003, key=lambda g: sub[('rsap', g)])
-        lines.append('| {} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.2f} | {} |'.format(
-            lib, alone * 1e3, *[t * 1e3 for t in rsap], alone / rsap[0],
+        order = sorted(SEED003, key=lambda g: at256[(lib, 'rsap', g)])
+        lines.append('| {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.2f} | {} | {} |'.format(
+            lib, '-' if naive is None else '{:.1f}'.format(naive * 1e3), alone * 1e3,
+            *[t * 1e3 for t in rsap], alone / rsap[0],
+            '-' if naive is None else '{:.2f}'.format(naive / rsap[0]),
             ' < '.join('({}, {})'.format(*g) for g in order)))
+    mixed = [(lib, at256.get((lib, 'pure_allreduce', None)), at256.get((lib, 'naive', None)))
+             for lib in ('ring', 'doubling')]
+    base = at256.get(('halving', 'rsap', (2, 128)))
+    if base:
+        lines += ['', 'The library choosing by size: all-reduce alone (or naive) with another '
+                  'algorithm, the columns\' all-reduce of RSAP (2, 128) with halving:', '']
+        for lib, alone, naive in mixed:
+            if alone:
+                lines.append('- all-reduce alone with {}: {:.2f}x RSAP (2, 128){}'.format(
+                    lib, alone / base, '' if naive is None else
+                    '; naive with {}: {:.2f}x'.format(lib, naive / base)))
     lines.append('')
     # 3. torus mappings
     tor = [r for r in rows if r['part'] == 'torus']

@@ -19,3 +19,7 @@ def test_auto_picks_the_same_plan_everywhere_and_averages(tmp_path, nprocs):
                         'CHAINERMN_TORUS_NETWORK': ''})
     assert_ok(proc, nprocs)
     assert 'chainermn_torus auto: ' in proc.stdout and 'predicted' in proc.stdout
+    # Where SimGrid is installed, rank 0 ranks the planner's best candidates by simulation
+    # (simulate='auto', the default) and every rank takes the same choice.
+    from chainermn_torus.simulation import simulate
+    assert '({}: '.format('simulated' if simulate.available() else 'planner') in proc.stdout

@@ -137,3 +137,17 @@ def test_bad_input_is_refused_with_the_allowed_values():
         S.Setup('rsap', 4, 3)
     with pytest.raises(ValueError, match='halving, ring, doubling'):
         S.expand(S.Call('allreduce', (0, 1), 8), 'bruck')
+
+
+def test_node_aware_all_reduce_reduces_in_the_node_first():
+    # 3 nodes x 2 ranks: a node's second rank sends to its first, the three first ranks
+    # all-reduce, then the first ranks send the result back; other calls are unchanged.
+    node_of = [r // 2 for r in range(6)]
+    expand = S.node_aware(node_of)
+    rounds = expand(S.Call('allreduce', tuple(range(6)), 1000))
+    assert rounds[0].messages == [(1, 0, 1000.0), (3, 2, 1000.0), (5, 4, 1000.0)]
+    assert rounds[-1].messages == [(0, 1, 1000.0), (2, 3, 1000.0), (4, 5, 1000.0)]
+    middle = {m[:2] for r in rounds[1:-1] for m in r.messages}
+    assert {r for pair in middle for r in pair} == {0, 2, 4}
+    col = S.Call('allreduce', (0, 2, 4), 1000)  # one rank per node: as the library's
+    assert [r.messages for r in expand(col)] == [r.messages for r in S.expand(col)]
