@@ -46,7 +46,7 @@ def _expand(pattern):
 def test_every_measurement_file_is_listed_with_its_command():
     folder = os.path.join(ROOT, 'docs', 'measurements')
     index = open(os.path.join(folder, 'README.md')).read()
-    patterns = [p for token in re.findall(r'`([^`]+\.(?:json|png|md|\{[^}`]*\}))`', index)
+    patterns = [p for token in re.findall(r'`([^`]+\.(?:jsonl|json|png|md|\{[^}`]*\}))`', index)
                 for p in _expand(token)]
     unlisted = []
     for path in glob.glob(os.path.join(folder, '**', '*'), recursive=True):
