@@ -40,6 +40,9 @@ SETTINGS = collections.OrderedDict([
     ('simulate', Setting('CHAINERMN_TORUS_SIMULATE', 'switch', 'auto',
                          'auto/plan: rank the planner\'s best candidates with the SimGrid '
                          'simulator: auto (where SimGrid is installed), on, off')),
+    ('simgrid_path', Setting('CHAINERMN_TORUS_SIMGRID_PATH', 'text', None,
+                             'a folder holding SimGrid\'s Python module, appended to the '
+                             'simulator\'s path (default: found, or Debian\'s)')),
     ('watchdog', Setting('CHAINERMN_TORUS_WATCHDOG', 'seconds', None,
                          'abort the job when no training step finishes for this long')),
     ('timeline', Setting('CHAINERMN_TORUS_TIMELINE', 'text', None,

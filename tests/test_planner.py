@@ -56,12 +56,15 @@ def test_grid_that_does_not_fit_is_refused():
 
 def test_plan_cli_prints_every_shape_and_a_recommendation(tmp_path):
     out = tmp_path / 'plan.json'
-    proc = cli('plan', '--nodes', '256', '--network', 'ofp', '--json', str(out))
+    # The alpha-beta plan alone (tests/simulation checks plan with the simulator).
+    proc = cli('plan', '--nodes', '256', '--network', 'ofp', '--json', str(out),
+               '--simulate', 'off')
     assert proc.returncode == 0, proc.stderr
     assert 'recommended:' in proc.stdout and '2x128' in proc.stdout and '16x16' in proc.stdout
     data = json.loads(out.read_text())
     assert data['nodes'] == 256 and data['bytes'] == MB['resnet50'] and data['rows']
-    proc = cli('plan', '--nodes', '4', '--model', 'mlp', '--alpha', '5e-5', '--beta', '1.2e8')
+    proc = cli('plan', '--nodes', '4', '--model', 'mlp', '--alpha', '5e-5', '--beta', '1.2e8',
+               '--simulate', 'off')
     assert proc.returncode == 0 and 'alpha-beta' in proc.stdout
 
 

@@ -22,6 +22,8 @@ from chainermn_torus.communicators._base import TorusCommunicatorBase
 
 __all__ = ['AutoCommunicator']
 
+SIMULATE_MIN_S = 1e-3  # plans predicted faster than this keep the alpha-beta choice
+
 
 def _network(mpi_comm, network, measure_timeout):
     """(Network, where it came from), identical on every rank."""
@@ -92,7 +94,13 @@ class AutoCommunicator(TorusCommunicatorBase):
         return self._communicator(key)
 
     def _simulated(self, rows, nbytes):
-        """Rank 0 simulates the best candidates; every rank gets its rows and reason."""
+        """Rank 0 simulates the best candidates; every rank gets its rows and reason.
+
+        Calls the planner puts under SIMULATE_MIN_S are latencies the alpha-beta model
+        already has, and not worth a simulation (about a second of rank 0's start): every
+        rank sees the same rows, so every rank skips alike, without a message."""
+        if rows[0]['seconds'] < SIMULATE_MIN_S:
+            return rows, 'planner; under {:g} ms, not simulated'.format(SIMULATE_MIN_S * 1e3)
         out = None
         if self.rank == 0:
             from chainermn_torus.simulation import plan as simplan, simulate

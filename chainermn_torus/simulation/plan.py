@@ -33,24 +33,43 @@ def machine_for(net, nodes, R, topology=None):
                      '{!r}'.format(topology))
 
 
-def rank_rows(rows, nodes, R, model, net, top=TOP, topology=None, timeout=120):
-    """``planner.plan`` rows with the best ``top`` replaced by simulated ones, first."""
+_CACHE = {}  # (machine, algorithm, model, M, node_aware) -> seconds, for this process
+
+
+def _seconds(args):
     from chainermn_torus.simulation.simulate import simulate
+    machine, name, model, M, node_aware, timeout = args
+    key = (machine, name, model, M, node_aware)
+    if key not in _CACHE:
+        _CACHE[key] = simulate(machine, name, model, M=M, node_aware=node_aware,
+                               timeout=timeout)['seconds']
+    return _CACHE[key]
+
+
+def rank_rows(rows, nodes, R, model, net, top=TOP, topology=None, timeout=120):
+    """``planner.plan`` rows with the best ``top`` replaced by simulated ones, first.
+
+    The candidates are simulated side by side (one child process each, as many at once as
+    this machine has cores) and remembered for the process: ``auto`` asks again for its
+    clones and for every gradient size."""
+    import concurrent.futures
+    import os
     machine = machine_for(net, nodes, R, topology)
-    simulated, rest, seen = [], [], 0
+    chosen, rest = [], []
     for row in rows:
-        algo = row['algorithm']
-        if seen >= top or algo not in _SIMULATED:
+        if len(chosen) < top and row['algorithm'] in _SIMULATED:
+            chosen.append(row)
+        else:
             rest.append(row)
-            continue
-        seen += 1
-        name, node_aware = _SIMULATED[algo]
-        M = row['grid'][0] if row['grid'] else 1
-        res = simulate(machine, name, model, M=M, node_aware=node_aware, timeout=timeout)
-        simulated.append(dict(row, seconds=res['seconds'], predicted=row['seconds'],
-                              phases={'simulated': res['seconds'],
-                                      'alpha-beta': row['seconds']},
-                              source='simulated'))
+    jobs = [(machine,) + _SIMULATED[r['algorithm']][:1] + (
+        model, r['grid'][0] if r['grid'] else 1, _SIMULATED[r['algorithm']][1], timeout)
+        for r in chosen]
+    with concurrent.futures.ThreadPoolExecutor(max(1, min(len(jobs), os.cpu_count() or 1))) \
+            as pool:
+        times = list(pool.map(_seconds, jobs))
+    simulated = [dict(row, seconds=t, predicted=row['seconds'],
+                      phases={'simulated': t, 'alpha-beta': row['seconds']}, source='simulated')
+                 for row, t in zip(chosen, times)]
     simulated.sort(key=lambda r: r['seconds'])
     return simulated + rest
 

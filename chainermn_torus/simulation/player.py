@@ -234,10 +234,10 @@ def run_request(request):
 
 
 def main():
-    import os
-    path = os.environ.get('CHAINERMN_TORUS_SIMGRID_PATH')  # simulate.simgrid_env
+    from chainermn_torus import config
+    path = config.env('simgrid_path')[0]  # chosen by simulate.simgrid_env
     if path:
-        sys.path.append(path)
+        sys.path.append(path)  # after the venv's packages (see simgrid_env)
     request = json.load(sys.stdin)
     try:
         result = run_request(request)

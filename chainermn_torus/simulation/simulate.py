@@ -30,12 +30,14 @@ class SimulationError(RuntimeError):
     pass
 
 
-PATH_ENV = 'CHAINERMN_TORUS_SIMGRID_PATH'  # set for the child by simgrid_env, not by users
+def _path_env():
+    from chainermn_torus import config
+    return config.SETTINGS['simgrid_path'].env
 
 
 def _importable(env):
     code = ('import os, sys; p = os.environ.get({!r}); p and sys.path.append(p); '
-            'import simgrid'.format(PATH_ENV))
+            'import simgrid'.format(_path_env()))
     return subprocess.run([sys.executable, '-c', code], env=env, stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL).returncode == 0
 
@@ -43,17 +45,17 @@ def _importable(env):
 def simgrid_env():
     """The environment in which the player's child can import simgrid, or None.
 
-    Debian's module lives among every other Debian Python package, so its folder is
-    appended to the child's sys.path (after the virtualenv's packages, never before: its
+    ``CHAINERMN_TORUS_SIMGRID_PATH`` names a folder to try first. Debian's module lives
+    among every other Debian Python package, so its folder is appended to the child's
+    sys.path (after the virtualenv's packages, never before: its
     numpy or setuptools must not shadow the venv's), not put on PYTHONPATH.
     """
     env = dict(os.environ)
-    env.pop(PATH_ENV, None)
-    if _importable(env):
+    if _importable(env):  # installed for this Python, or the user's folder
         return env
     if os.path.isdir(DEBIAN_DIST) and any(n.startswith('simgrid.') and n.endswith('.so')
                                           for n in os.listdir(DEBIAN_DIST)):
-        env[PATH_ENV] = DEBIAN_DIST
+        env[_path_env()] = DEBIAN_DIST
         if _importable(env):
             return env
     return None

@@ -1,6 +1,7 @@
 """The SimGrid player: exact on cases with a closed form, lock-step equal to actors where
 every rank runs the same pattern, topology and mapping visible, the commands' output and
-errors. Skipped, with the reason, where SimGrid's Python module is not importable."""
+errors. Skipped, with the reason, where SimGrid's Python module is not importable. The fast
+tier keeps the closed form and the refusals; the rest (1-7 s each) is in the full tier."""
 import json
 
 import pytest
@@ -30,6 +31,7 @@ def test_two_nodes_match_the_closed_form():
     assert res['once_s'] == pytest.approx(NET.alpha_inter, rel=0.01)  # one exchange
 
 
+@pytest.mark.slow
 def test_ranks_of_a_node_share_its_link():
     # rsaa with rows inside nodes on 2 x 2: both ranks of a node send across at once, so
     # the column phase takes twice as long as with one rank per node.
@@ -40,6 +42,7 @@ def test_ranks_of_a_node_share_its_link():
     assert two['segment_times'][elems * 2] > 1.8 * one['segment_times'][elems]
 
 
+@pytest.mark.slow
 def test_fences_between_nodes_cost_what_calibrate_measured():
     # rsap on a row across two nodes: one put round, two fences (one closes the round)
     m = platforms.emulated(2, 1, NET)
@@ -49,6 +52,7 @@ def test_fences_between_nodes_cost_what_calibrate_measured():
     assert rsap - rsaa == pytest.approx(NET.fence_inter + 2 * NET.alpha_inter, rel=0.05)
 
 
+@pytest.mark.slow
 def test_lockstep_equals_actors_on_a_symmetric_fat_tree():
     m = platforms.fattree(32, 1, planner.PRESETS['ofp'])
     for algo, M in (('rsap', 4), ('pure_allreduce', 1)):
@@ -57,6 +61,7 @@ def test_lockstep_equals_actors_on_a_symmetric_fat_tree():
         assert b['seconds'] == pytest.approx(a['seconds'], rel=1e-4)
 
 
+@pytest.mark.slow
 def test_mapping_matters_on_a_torus():
     # rows of 2 along one torus axis are neighbours; a random mapping spreads them, so the
     # reduce-scatter and the puts cross several links that other rows use too.
@@ -71,6 +76,7 @@ def test_shm_needs_rows_inside_nodes():
         sim.simulate(platforms.emulated(2, 2, NET), 'shm', 1000, M=4)
 
 
+@pytest.mark.slow
 def test_simulate_command(tmp_path):
     from chainermn_torus.tools import simulate as cmd
     out = tmp_path / 'r.json'
@@ -91,6 +97,7 @@ def test_simulate_command_refuses_bad_input(capsys):
     assert 'has 32 nodes, not 16' in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_plan_ranks_the_best_candidates_by_simulation(capsys):
     from chainermn_torus.tools import cli
     assert cli.main(['plan', '--nodes', '16', '--ranks-per-node', '1', '--network', 'ofp',
@@ -100,6 +107,7 @@ def test_plan_ranks_the_best_candidates_by_simulation(capsys):
     assert 'simulated ' in out and '-- not simulated' in out
 
 
+@pytest.mark.slow
 def test_a_calibrated_row_of_the_emulated_cluster():
     # One row of the validation (docs/measurements/simulation/validation.md): MLP, 2 nodes x
     # 2 ranks, rsap (2, 2): measured 66.9 ms.
