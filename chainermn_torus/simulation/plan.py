@@ -28,7 +28,9 @@ def machine_for(net, nodes, R, topology=None):
     if topology == 'torus':
         return platforms.torus(nodes, R, net)
     if topology == 'star':
-        return platforms.emulated(nodes, R, net, shared_cores=0)._replace(kind='emulated')
+        # What calibrate sees of a cluster: a private link per node to one switch, a core
+        # per rank (the emulated cluster's platform without its shared cores).
+        return platforms.emulated(nodes, R, net, shared_cores=0)
     raise ValueError('chainermn_torus: topology must be fattree, torus or star, got '
                      '{!r}'.format(topology))
 
