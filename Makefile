@@ -88,7 +88,8 @@ test-simulation: simgrid
 	$(PY) -m pytest -q tests/simulation
 
 simulate-validate: simgrid
-	$(PY) -m chainermn_torus.tools.simulate validate docs/measurements/emulated --out results/simulation
+	$(PY) -m chainermn_torus.tools.simulate validate docs/measurements/emulated \
+	    --training docs/measurements/overlap --out results/simulation
 
 simulate-study: simgrid
 	$(PY) -m chainermn_torus.tools.simulate study --out results/simulation

@@ -41,6 +41,40 @@ def compare(folder, library='halving'):
     return rows
 
 
+RATES = {'250mbit': 0.25, '500mbit': 0.5, '1gbit': 1.0, '2gbit': 2.0}
+
+
+def compare_training(folder, network_file, library='halving'):
+    """float32 and float16 all-reduce times measured inside real training (issue 16's
+    sweep on 2 x 2 emulated nodes, ``overlap/sweep-<model>-2x2-<rate>.json``: the median
+    per-iteration all-reduce of rsap, which is shm in float32 with rows inside nodes, and of
+    rsap+fp16, the message phases in float16), against the simulator. Only 1 Gbit/s was
+    calibrated, so the other rates scale its bandwidths (the latencies stay)."""
+    from chainermn_torus.planning import planner
+    from chainermn_torus.simulation import platforms, simulate
+    base = planner.load_network(network_file)
+    rows = []
+    for model in ('mlp', 'resnet50'):
+        for rate, gbit in RATES.items():
+            path = os.path.join(folder, 'sweep-{}-2x2-{}.json'.format(model, rate))
+            if not os.path.exists(path):
+                continue
+            with open(path) as f:
+                measured = {r['config']: r['median_ms']['allreduce']
+                            for r in json.load(f)['results']}
+            d = base.to_dict()
+            d.update(beta_inter=base.beta_inter / gbit, beta_put=base.beta_put / gbit)
+            machine = platforms.emulated(2, 2, planner.Network.from_dict(d))
+            for config, algo, itemsize in (('rsap', 'shm', 4), ('rsap+fp16', 'rsap', 2)):
+                t = simulate.simulate(machine, algo, model, M=2, itemsize=itemsize,
+                                      library=library)['seconds'] * 1e3
+                meas = measured[config]
+                rows.append({'model': model, 'rate': rate, 'config': config,
+                             'measured_ms': meas, 'simulated_ms': t,
+                             'sim_error': abs(t - meas) / meas})
+    return rows
+
+
 def summary(rows, key):
     errs = [r[key] for r in rows]
     return {'median': statistics.median(errs), 'max': max(errs),
@@ -65,6 +99,18 @@ def markdown(rows):
     return '\n'.join(lines) + '\n'
 
 
+def markdown_training(rows):
+    lines = ['| model | link | configuration | measured ms | simulated ms | error |',
+             '|---|---|---|---|---|---|']
+    lines += ['| {} | {} | {} | {:.1f} | {:.1f} | {:.0f}% |'.format(
+        r['model'], r['rate'], r['config'], r['measured_ms'], r['simulated_ms'],
+        100 * r['sim_error']) for r in rows]
+    s = summary(rows, 'sim_error')
+    lines += ['', 'simulator, inside training: median error {:.1f}%, max {:.0f}%, {} of {} rows '
+              'within 30%'.format(100 * s['median'], 100 * s['max'], s['within_30'], s['rows'])]
+    return '\n'.join(lines) + '\n'
+
+
 def main(argv=None):
     from chainermn_torus.simulation import simulate
     p = argparse.ArgumentParser(prog='chainermn-torus simulate validate',
@@ -72,6 +118,9 @@ def main(argv=None):
     p.add_argument('folder')
     p.add_argument('--out', default=None, help='write validation.json and validation.md here')
     p.add_argument('--library', default='halving')
+    p.add_argument('--training', default=None, metavar='DIR',
+                   help='also the all-reduce inside training: DIR of bench_overlap.sh\'s '
+                        'sweep-*.json (float32 and float16; docs/measurements/overlap)')
     args = p.parse_args(argv)
     if not simulate.available():
         sys.stderr.write('chainermn-torus simulate: {}\n'.format(simulate.why_unavailable()))
@@ -81,6 +130,13 @@ def main(argv=None):
     if not rows:
         p.error('no allreduce-<model>-<K>x<R>.json files in {}'.format(args.folder))
     text = markdown(rows)
+    training = []
+    if args.training:
+        training = compare_training(args.training, os.path.join(args.folder,
+                                                                'network-2x2.json'),
+                                    args.library)
+        text += ('\n## Inside training, float32 and float16 (2 x 2, {})\n\n'.format(
+            args.training) + markdown_training(training))
     print(text)
     print('({} rows simulated in {:.0f} s)'.format(len(rows), time.time() - t0))
     if args.out:
@@ -88,7 +144,10 @@ def main(argv=None):
         with open(os.path.join(args.out, 'validation.json'), 'w') as f:
             json.dump({'folder': args.folder, 'library': args.library, 'rows': rows,
                        'simulator': summary(rows, 'sim_error'),
-                       'planner': summary(rows, 'planner_error')}, f, indent=2)
+                       'planner': summary(rows, 'planner_error'),
+                       'training_rows': training,
+                       'training': summary(training, 'sim_error') if training else None},
+                      f, indent=2)
         with open(os.path.join(args.out, 'validation.md'), 'w') as f:
             f.write(text)
     return 0
