@@ -80,7 +80,7 @@ clean:
 
 # The simulator (optional, docs/simulation.md): SimGrid's Python module (Debian's prebuilt
 # python3-simgrid, root), its tests, the validation against the emulated cluster's
-# measurements, and the shape study at 256-8,192 nodes (about 30 minutes on 2 cores).
+# measurements, and the shape study at 256-8,192 nodes (about 15 minutes on 2 cores).
 simgrid: setup
 	bash scripts/setup_simgrid.sh
 
