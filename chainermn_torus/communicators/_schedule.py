@@ -2,7 +2,7 @@
 (which send what they say) and the planner (which counts their rounds), so the cost model
 cannot drift from what runs.
 """
-__all__ = ['put_rounds']
+__all__ = ['put_rounds', 'ceil_log2']
 
 
 def put_rounds(M):
@@ -36,3 +36,8 @@ def put_rounds(M):
                 last.append((e - low, e, e + 1, M))
         rounds.append(last)
     return rounds
+
+
+def ceil_log2(p):
+    """Steps of a doubling over p ranks (a barrier, a recursive doubling): ceil(log2 p)."""
+    return (p - 1).bit_length() if p > 1 else 0

@@ -35,7 +35,7 @@ import math
 import os
 
 from chainermn_torus.communicators import variants
-from chainermn_torus.communicators._schedule import put_rounds
+from chainermn_torus.communicators._schedule import ceil_log2, put_rounds
 
 __all__ = ['Network', 'PRESETS', 'MODEL_BYTES', 'predict', 'plan', 'load_network',
            'model_bytes', 'format_plan', 'DEFAULT_NETWORK_FILE']
@@ -161,10 +161,6 @@ def model_bytes(model):
 
 
 # --- the model ---------------------------------------------------------------------------
-def _log2c(p):
-    return int(math.ceil(math.log2(p))) if p > 1 else 0
-
-
 class _Group(object):
     """p ranks of which c share a node with each member; k ranks per node active at once."""
 
@@ -188,7 +184,7 @@ def _allreduce(g, n, net):
     p = g.p
     if p <= 1:
         return 0.0
-    return (2 * _log2c(p) * g.alpha(net) + 2.0 * (p - 1) / p * n * g.beta(net)
+    return (2 * ceil_log2(p) * g.alpha(net) + 2.0 * (p - 1) / p * n * g.beta(net)
             + (p - 1.0) / p * n * net.gamma)
 
 
@@ -211,7 +207,7 @@ def _put_rounds(g, n, net):
     if p <= 1:
         return 0.0
     rounds = len(put_rounds(p))  # the schedule rsap runs, not a formula for it
-    fence = 2 * _log2c(p) * g.alpha(net)  # a fence costs about a barrier over the row
+    fence = 2 * ceil_log2(p) * g.alpha(net)  # a fence costs about a barrier over the row
     return rounds * (g.alpha(net) + fence) + (p - 1.0) / p * n * g.beta(net, put=True)
 
 
@@ -232,9 +228,9 @@ def _flat_allreduce(nodes, R, n, net, grid):
 
 
 def _node_aware_allreduce(nodes, R, n, net, grid):
-    reduce = (_log2c(R) * net.alpha_intra + n * (net.beta_intra + net.gamma)) if R > 1 else 0.0
+    reduce = (ceil_log2(R) * net.alpha_intra + n * (net.beta_intra + net.gamma)) if R > 1 else 0.0
     inter = _allreduce(_Group(nodes, 1, 1), n, net)
-    bcast = (_log2c(R) * net.alpha_intra + n * net.beta_intra) if R > 1 else 0.0
+    bcast = (ceil_log2(R) * net.alpha_intra + n * net.beta_intra) if R > 1 else 0.0
     return reduce + inter + bcast, {'node reduce': reduce, 'allreduce': inter,
                                     'node bcast': bcast}
 
@@ -245,7 +241,7 @@ def _shm(nodes, R, n, net, grid):
     if row.k != 0 and M > 1:
         return float('inf'), {'note': 'rows span nodes: no shared-memory path'}
     column = _allreduce(col, n / M, net)
-    steps = (M + 2) * _log2c(M) * net.alpha_intra * 2
+    steps = (M + 2) * ceil_log2(M) * net.alpha_intra * 2
     reduce = 3.0 * (M - 1) / M * n * net.mem / 2 if M > 1 else 0.0
     gather = 2.0 * (M - 1) / M * n * net.mem / 2 if M > 1 else 0.0
     return steps + reduce + column + gather, {

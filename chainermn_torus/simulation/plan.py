@@ -63,9 +63,11 @@ def rank_rows(rows, nodes, R, model, net, top=TOP, topology=None, timeout=120):
             chosen.append(row)
         else:
             rest.append(row)
-    jobs = [(machine,) + _SIMULATED[r['algorithm']][:1] + (
-        model, r['grid'][0] if r['grid'] else 1, _SIMULATED[r['algorithm']][1], timeout)
-        for r in chosen]
+    jobs = []
+    for r in chosen:
+        name, node_aware = _SIMULATED[r['algorithm']]
+        jobs.append((machine, name, model, r['grid'][0] if r['grid'] else 1, node_aware,
+                     timeout))
     with concurrent.futures.ThreadPoolExecutor(max(1, min(len(jobs), os.cpu_count() or 1))) \
             as pool:
         times = list(pool.map(_seconds, jobs))

@@ -16,6 +16,7 @@ Ranks on the same node talk through SimGrid's loopback (the intra-node rate and 
 local work (sums, copies) runs on the node's cores at the calibrated rates.
 """
 import collections
+import math
 import random
 
 __all__ = ['Machine', 'MAPPINGS', 'emulated', 'fattree', 'torus', 'platform_xml',
@@ -97,18 +98,11 @@ def torus(nodes, R, net, mapping='row-major', dims=None, cores=8, seed=0):
         raise ValueError('chainermn_torus: mapping must be one of {}, got {!r}'.format(
             ', '.join(MAPPINGS), mapping))
     dims = tuple(dims) if dims else torus_dims(nodes)
-    if _prod(dims) != nodes:
+    if math.prod(dims) != nodes:
         raise ValueError('chainermn_torus: torus {} has {} nodes, not {}'.format(
-            'x'.join(map(str, dims)), _prod(dims), nodes))
+            'x'.join(map(str, dims)), math.prod(dims), nodes))
     return _machine('torus', nodes, R, net, cores, dims=dims, mapping=mapping, seed=seed,
                     link_lat=HOP_S, overhead_s=max(0.0, net.alpha_inter - HOP_S))
-
-
-def _prod(xs):
-    out = 1
-    for x in xs:
-        out *= x
-    return out
 
 
 def _fattree_params(nodes):

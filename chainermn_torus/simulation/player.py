@@ -51,13 +51,11 @@ class _Built(object):
         self.sync_cost = {'fence': m.fence_s, 'flush': m.flush_s}
         self.experiments = []
         for elems in request['sizes']:
-            calls = schedules.segment_calls(setup, int(elems))
-            self.experiments.append(schedules.segment_rounds(
-                setup, 0, library, calls=calls, expand_call=expand))
+            self.experiments.append(schedules.rounds_of_calls(
+                schedules.segment_calls(setup, int(elems)), library, expand))
         # The last experiment: what a call does once, besides its segments.
-        calls = schedules.begin_calls(setup) + schedules.end_calls(setup)
-        self.experiments.append(schedules.segment_rounds(
-            setup, 0, library, calls=calls, expand_call=expand))
+        self.experiments.append(schedules.rounds_of_calls(
+            schedules.begin_calls(setup) + schedules.end_calls(setup), library, expand))
 
     def message_bytes(self, rnd, src, dst, nbytes):
         if rnd.phase == 'put' and self.node_of[src] != self.node_of[dst]:

@@ -30,10 +30,10 @@ and ``_grid.Grid`` do: grid row r // M, position r % M.
 import collections
 import math
 
-from chainermn_torus.communicators._schedule import put_rounds
+from chainermn_torus.communicators._schedule import ceil_log2, put_rounds
 
 __all__ = ['Call', 'Round', 'ALGORITHMS', 'LIBRARIES', 'segment_calls', 'expand',
-           'node_aware', 'segment_rounds', 'messages', 'segment_sizes', 'Setup']
+           'node_aware', 'segment_rounds', 'rounds_of_calls', 'messages', 'segment_sizes', 'Setup']
 
 LIBRARIES = ('halving', 'ring', 'doubling')
 # The simulated variants (communicators.variants names) and what each runs.
@@ -300,7 +300,7 @@ def _dissemination(group, phase):
     p, rounds, d = len(group), [], 1
     if p > 64:
         return [Round(phase, [(group[i], group[(i + 1) % p], 0) for i in range(p)],
-                      repeat=log2c(p))]
+                      repeat=ceil_log2(p))]
     while d < p:
         rounds.append(Round(phase, [(group[i], group[(i + d) % p], 0) for i in range(p)]))
         d *= 2
@@ -349,7 +349,6 @@ def expand(call, library='halving', phase=None):
             return _ring(group, piece, phase, False)
         return _ring(group, piece, phase, True) + _ring(group, piece, phase, False)
     if op == 'reduce_scatter':
-        low = _pow2_below(p)
         return (_fold(group, n, phase, True) + _halving(group, n, phase, True)
                 + _unfold(group, n / p, phase))
     if op == 'allgather':
@@ -402,11 +401,14 @@ def _merge(per_group):
     return out
 
 
-def segment_rounds(setup, elems, library='halving', calls=None, expand_call=None):
-    """The rounds of one segment: consecutive calls on disjoint groups run side by side.
+def segment_rounds(setup, elems, library='halving'):
+    """The rounds of one segment of ``elems`` elements."""
+    return rounds_of_calls(segment_calls(setup, elems), library)
 
-    ``calls`` replaces the segment's calls, ``expand_call(call, library)`` the expansion."""
-    calls = segment_calls(setup, elems) if calls is None else calls
+
+def rounds_of_calls(calls, library='halving', expand_call=None):
+    """The rounds of a list of calls: consecutive calls on disjoint groups run side by
+    side. ``expand_call(call, library)`` replaces ``expand`` (``node_aware``)."""
     expand_call = expand_call or expand
     rounds, batch, busy = [], [], set()
     for call in calls:
@@ -447,7 +449,7 @@ def segment_sizes(model, segment_bytes, itemsize=4):
             raise ValueError('chainermn_torus: one segment per array needs a model\'s '
                              'arrays (resnet50, mlp), not a byte count')
         from chainermn_torus.bench.gradient_sets import model_params
-        sizes = [int(_prod(s)) for _, s in model_params(model)]
+        sizes = [math.prod(s) for _, s in model_params(model)]
         return dict(collections.Counter(sizes))
     seg = segment_bytes // itemsize if segment_bytes else 0
     if isinstance(model, str):
@@ -466,20 +468,9 @@ def segment_sizes(model, segment_bytes, itemsize=4):
     return dict(collections.Counter(sizes))
 
 
-def _prod(shape):
-    out = 1
-    for x in shape:
-        out *= int(x)
-    return out
-
-
 def total_bytes(rounds):
     return sum(n * r.repeat for r in rounds for _, _, n in r.messages)
 
 
 def round_count(rounds):
     return sum(r.repeat for r in rounds)
-
-
-def log2c(p):
-    return int(math.ceil(math.log2(p))) if p > 1 else 0

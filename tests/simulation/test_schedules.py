@@ -8,20 +8,21 @@ from chainermn_torus.communicators._schedule import put_rounds
 from chainermn_torus.simulation import schedules as S
 
 
-def sent_per_rank(rounds):
+def bytes_per_rank(rounds, side=0):
+    """Bytes each rank sends (side 0) or receives (side 1)."""
     out = collections.Counter()
     for r in rounds:
-        for src, dst, n in r.messages:
-            out[src] += n * r.repeat
+        for m in r.messages:
+            out[m[side]] += m[2] * r.repeat
     return out
+
+
+def sent_per_rank(rounds):
+    return bytes_per_rank(rounds, 0)
 
 
 def received_per_rank(rounds):
-    out = collections.Counter()
-    for r in rounds:
-        for src, dst, n in r.messages:
-            out[dst] += n * r.repeat
-    return out
+    return bytes_per_rank(rounds, 1)
 
 
 @pytest.mark.parametrize('library', S.LIBRARIES)
