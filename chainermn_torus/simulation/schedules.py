@@ -33,7 +33,8 @@ import math
 from chainermn_torus.communicators._schedule import ceil_log2, put_rounds
 
 __all__ = ['Call', 'Round', 'ALGORITHMS', 'LIBRARIES', 'segment_calls', 'expand',
-           'node_aware', 'segment_rounds', 'rounds_of_calls', 'messages', 'segment_sizes', 'Setup']
+           'node_aware', 'segment_rounds', 'rounds_of_calls', 'messages', 'segment_sizes',
+           'Setup']
 
 LIBRARIES = ('halving', 'ring', 'doubling')
 # The simulated variants (communicators.variants names) and what each runs.

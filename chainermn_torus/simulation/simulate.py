@@ -117,7 +117,8 @@ def simulate(machine, algorithm, model, M=1, itemsize=4, library='halving', node
         raise SimulationError(why_unavailable())
     P = machine.nodes * machine.ranks_per_node
     schedules.Setup(algorithm, P, M, itemsize)  # bad input fails here, not in the child
-    counts = schedules.segment_sizes(model, segment_bytes, itemsize=4)
+    # Segments are cut in bytes: a float16 buffer's hold twice the elements (_base).
+    counts = schedules.segment_sizes(model, segment_bytes, itemsize=itemsize)
     if max_sizes is None:
         max_sizes = 16 if P <= 64 else (3 if segment_bytes is not None else 8)
     sizes = _pick_sizes(counts, max_sizes)

@@ -128,6 +128,13 @@ def test_large_groups_stay_playable():
 def test_segment_sizes_cover_the_model():
     sizes = S.segment_sizes('mlp', 4 << 20)
     assert sum(k * v for k, v in sizes.items()) == 1796010
+    # Segments are cut in bytes, as the communicators cut them: float16's hold twice the
+    # elements, so ResNet-50 has fewer of them.
+    half = S.segment_sizes('resnet50', 4 << 20, itemsize=2)
+    full = S.segment_sizes('resnet50', 4 << 20)
+    assert max(half) == 2 << 20 and max(full) == 1 << 20
+    assert sum(half.values()) < sum(full.values())
+    assert sum(k * v for k, v in half.items()) == sum(k * v for k, v in full.items())
     assert S.segment_sizes(10, 16) == {4: 2, 2: 1}
 
 
