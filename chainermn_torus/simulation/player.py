@@ -36,7 +36,8 @@ class _Built(object):
                                              request.get('M', 1), request.get('itemsize', 4))
         if setup.algorithm == 'shm' and setup.M > 1 and m.ranks_per_node % setup.M:
             raise ValueError('chainermn_torus: shm needs every grid row inside one node: '
-                             'M = {} with {} ranks per node'.format(setup.M, m.ranks_per_node))
+                             'M = {} with {} ranks per node (M must divide the ranks per '
+                             'node; rsaa or rsap take any M)'.format(setup.M, m.ranks_per_node))
         self.node_of = node_of = platforms.node_of_ranks(m)
         slot_of = [r // m.ranks_per_node for r in range(setup.P)]
         library = request.get('library', 'halving')
