@@ -22,7 +22,7 @@ setup(
         'mpich': ['mpich'],
         'imagenet': ['pillow'],            # JPEG decoding in the ImageNet example
         'plot': ['matplotlib'],            # timelines and benchmark plots
-        'test': ['pytest'],
+        'test': ['pytest', 'import-linter'],  # import-linter: the layers (.importlinter)
     },
     entry_points={'console_scripts': ['chainermn-torus=chainermn_torus.tools.cli:main']},
 )

@@ -13,14 +13,21 @@ factory takes (``allreduce_grad_dtype``, ``batched_copy``) are accepted. ``batch
 only selects a GPU packing path in ChainerMN; ours have one CPU path, so an explicit value is
 recorded in the configuration, said once on rank 0, and otherwise ignored.
 """
+import importlib
+
 import chainermn
 import chainermn.communicators
 
-from chainermn_torus import config
-from chainermn_torus.communicators import NAMES, communicator_class
+from chainermn_torus import communicators, config
 
-__all__ = ['create_communicator', 'register', 'force_communicator', 'set_defaults',
-           'valid_names', 'CHAINERMN_NAMES', 'OptionError']
+__all__ = ['create_communicator', 'create_multi_node_optimizer', 'register',
+           'force_communicator', 'set_defaults', 'valid_names', 'names', 'communicator_class',
+           'CHAINERMN_NAMES', 'OptionError']
+
+# auto chooses among the communicators with the planner and the simulator, so it sits above
+# them: its row is here, theirs in ``communicators.CLASSES`` (module, class: imported on
+# first use).
+_ABOVE = {'auto': ('chainermn_torus.auto', 'AutoCommunicator')}
 
 # The names chainermn.create_communicator understands in Chainer 7.8.1.
 CHAINERMN_NAMES = ('naive', 'flat', 'non_cuda_aware', 'pure_nccl', 'dummy')
@@ -41,8 +48,24 @@ class OptionError(ValueError, TypeError):
     """
 
 
+def names():
+    """Our communicators' names."""
+    return communicators.names() + tuple(_ABOVE)
+
+
 def valid_names():
-    return NAMES + CHAINERMN_NAMES
+    return names() + CHAINERMN_NAMES
+
+
+config.set_communicator_names(valid_names)  # for --communicator on every command line
+
+
+def communicator_class(name):
+    """The class of our communicator ``name`` (its module, and MPI, load on first use)."""
+    if name in _ABOVE:
+        module, cls = _ABOVE[name]
+        return getattr(importlib.import_module(module), cls)
+    return communicators.communicator_class(name)
 
 
 def force_communicator(name, **kwargs):
@@ -112,16 +135,17 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
     if _forced is not None:
         communicator_name, forced_kwargs = _forced
         kwargs = dict(kwargs, **forced_kwargs)
-    if _forced_options and communicator_name in NAMES:
+    ours = names()
+    if _forced_options and communicator_name in ours:
         kwargs = dict(kwargs, **_forced_options)
     _check_name(communicator_name)
-    cls = communicator_class(communicator_name) if communicator_name in NAMES else None
+    cls = communicator_class(communicator_name) if communicator_name in ours else None
     if cls is None and kwargs.get('allreduce_grad_dtype') is not None \
             and communicator_name != 'pure_nccl':
         raise ValueError(
             'chainermn_torus: communicator {!r} cannot send gradients as {} '
             '(allreduce_grad_dtype); on CPU use one of {}, which can.'.format(
-                communicator_name, kwargs['allreduce_grad_dtype'], ', '.join(sorted(NAMES))))
+                communicator_name, kwargs['allreduce_grad_dtype'], ', '.join(sorted(ours))))
     if cls is None:
         return _made(_chainermn_factory(communicator_name, mpi_comm=mpi_comm, **kwargs),
                      asked, communicator_name)
@@ -172,9 +196,21 @@ def _options_of(cls):
     return ', '.join(_option_names(cls))
 
 
+def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering=False,
+                                zero_fill=True, **options):
+    """ChainerMN's factory, ours: see ``chainermn_torus.optimizers.factory``.
+
+    The optimizers (numba, MPI) load at the first call, not at ``import chainermn_torus``.
+    """
+    from chainermn_torus.optimizers import factory
+    return factory.create_multi_node_optimizer(actual_optimizer, communicator,
+                                               double_buffering, zero_fill, **options)
+
+
 def register():
-    """Make chainermn.create_communicator this module's factory (idempotent)."""
+    """Make chainermn.create_communicator (both import paths) and
+    chainermn.create_multi_node_optimizer this package's (idempotent). The launcher also
+    replaces ``chainermn.optimizers.create_multi_node_optimizer``."""
     chainermn.create_communicator = create_communicator
     chainermn.communicators.create_communicator = create_communicator
-    import chainermn_torus
-    chainermn.create_multi_node_optimizer = chainermn_torus.create_multi_node_optimizer
+    chainermn.create_multi_node_optimizer = create_multi_node_optimizer

@@ -227,12 +227,22 @@ def quiet():
 
 
 # --- the same options on command lines ---------------------------------------------------
+# The factory's names, told by the factory (``_registry``, which sits above this table and
+# is imported with the package, before any command line is parsed): a function, since
+# plugins may add names.
+_COMMUNICATOR_NAMES = [lambda: ()]
+
+
+def set_communicator_names(names):
+    """``names()`` gives the names ``--communicator`` accepts."""
+    _COMMUNICATOR_NAMES[0] = names
+
+
 def _communicator_name(text):
-    from chainermn_torus._registry import valid_names
-    if text not in valid_names():
+    known = _COMMUNICATOR_NAMES[0]()
+    if text not in known:
         raise argparse.ArgumentTypeError('invalid choice: {!r} (unknown communicator {!r}; '
-                                         'valid names: {})'.format(text, text,
-                                                                   ', '.join(valid_names())))
+                                         'valid names: {})'.format(text, text, ', '.join(known)))
     return text
 
 

@@ -101,6 +101,8 @@ class Launch(object):
         global ACTIVE
         ACTIVE = self
         from chainermn_torus import _registry
+        from chainermn_torus.optimizers import factory
+        factory.set_overrides(self)  # options(), made(), first_update() below
         if self.get('fp16_allreduce'):
             import numpy
             _registry.add_forced_option('allreduce_grad_dtype', numpy.float16)
@@ -109,9 +111,8 @@ class Launch(object):
             from chainermn_torus.runtime import timeline
             timeline.enable(self.get('timeline'))
         import chainermn.optimizers
-        import chainermn_torus
         # Either import path of ChainerMN's factory makes ours, with the launcher's options.
-        chainermn.optimizers.create_multi_node_optimizer = chainermn_torus.create_multi_node_optimizer
+        chainermn.optimizers.create_multi_node_optimizer = _registry.create_multi_node_optimizer
         if self.get('loader') is not None or self.get('data_parallel'):
             self._patch_updater()
         if self.get('data_parallel') or self.get('loader_eval'):
@@ -125,16 +126,24 @@ class Launch(object):
             raise ValueError('--loader-eval rebuilds the evaluation iterators as --loader '
                              'does; give --loader serial|multiprocess|ours with it')
 
-    def optimizer_options(self):
-        """(forced, defaults) for every multi-node optimizer the script makes: what the user
-        gave the launcher wins over the script's own arguments; the launcher's defaults
-        (fused auto) only fill in what the script left out."""
-        forced, defaults = {}, {'fused': self.get('fused')}
+    # --- the multi-node optimizers (the seam of optimizers.factory) -----------------------
+    def options(self, actual_optimizer, options):
+        """What the user gave the launcher wins over the script's own arguments; the
+        launcher's defaults (fused auto) only fill in what the script left out. The
+        launcher's fused choice never fails: an optimizer without a kernel is reported."""
+        merged = dict({'fused': self.get('fused')}, **options)
         for key in ('fused', 'flush_denormals', 'double_buffering', 'overlap', 'check_finite',
                     'watchdog', 'check_replicas'):
             if key in self.given:
-                forced[key] = self.get(key)
-        return forced, defaults
+                merged[key] = self.get(key)
+        merged['fused'] = _fused_choice(actual_optimizer, merged['fused'])
+        return merged
+
+    def made(self, name, communicator, options, fused_applied):
+        report_optimizer(name, communicator, options, fused_applied)
+
+    def first_update(self):
+        self.check_update()
 
     def _communicator_made(self, comm, asked, made):
         self.communicator = comm
@@ -205,7 +214,7 @@ class Launch(object):
         return self.communicator
 
     def _parallelise(self, updater):
-        import chainermn_torus
+        from chainermn_torus import _registry
         if self.updaters > 1:
             self._stop('--data-parallel: this script builds a second updater; the launcher '
                        'parallelises scripts with one StandardUpdater and one Trainer (a GAN or '
@@ -232,7 +241,7 @@ class Launch(object):
         updater._iterators['main'] = _rebuild(old, shard, batch)
         for name, opt in list(updater._optimizers.items()):
             if not hasattr(opt, 'communicator'):
-                updater._optimizers[name] = chainermn_torus.create_multi_node_optimizer(
+                updater._optimizers[name] = _registry.create_multi_node_optimizer(
                     opt, comm)
         say('--data-parallel: {} examples -> {} per rank (shuffled shards, as '
             'chainermn.scatter_dataset); batch {} per rank, {} in all on {} ranks ({}); the '
@@ -486,6 +495,14 @@ def _describe_iterator(it):
 def _world_rank():
     from mpi4py import MPI
     return MPI.COMM_WORLD.rank
+
+
+def _fused_choice(actual_optimizer, requested):
+    """The launcher's fused setting for this optimizer: never an error, a report instead."""
+    if requested is False or requested is None:
+        return False
+    from chainermn_torus.optimizers import fusable_names
+    return 'auto' if type(actual_optimizer).__name__ in fusable_names() else False
 
 
 def report_optimizer(name, communicator, options, fused_applied):

@@ -17,7 +17,7 @@ import sys
 import chainermn_torus
 from chainermn_torus import config, launch
 from chainermn_torus._registry import set_defaults
-from chainermn_torus.communicators.variants import check_grid_option
+from chainermn_torus.algorithms.variants import check_grid_option
 
 
 def build_parser():

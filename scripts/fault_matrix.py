@@ -31,7 +31,7 @@ MPIEXEC = (os.environ.get('CHAINERMN_TORUS_MPIEXEC')
            or os.path.join(ROOT, '.venv', 'bin', 'mpiexec'))
 
 FAULTS = ('raise', 'kill', 'loader-death', 'sigint', 'sigterm', 'hang', 'enospc', 'shm-full')
-# Variants of the table (communicators.variants): rsap's node-shared rows (its default on
+# Variants of the table (algorithms.variants): rsap's node-shared rows (its default on
 # one node), rsap's RMA window (shm=False), and no window at all.
 COMMUNICATORS = ('shm', 'rsap', 'pure_allreduce')
 LOADERS = ('ours', 'serial')

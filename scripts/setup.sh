@@ -31,10 +31,10 @@ if ! "$venv/bin/python" -c 'import chainer, sys; sys.exit(chainer.__version__ !=
     pip install "setuptools<70" wheel "numpy<2"
     pip install --no-build-isolation "chainer==7.8.1"
 fi
-if ! "$venv/bin/python" -c 'import mpi4py, numba, pytest, threadpoolctl, psutil, matplotlib, PIL' 2>/dev/null \
+if ! "$venv/bin/python" -c 'import mpi4py, numba, pytest, threadpoolctl, psutil, matplotlib, PIL, importlinter' 2>/dev/null \
    || [ ! -x "$venv/bin/mpiexec" ]; then
-    echo "[setup] installing mpich, mpi4py, numba, pytest, threadpoolctl, psutil, matplotlib, pillow"
-    pip install "numpy<2" mpich mpi4py numba pytest threadpoolctl psutil matplotlib pillow
+    echo "[setup] installing mpich, mpi4py, numba, pytest, threadpoolctl, psutil, matplotlib, pillow, import-linter"
+    pip install "numpy<2" mpich mpi4py numba pytest threadpoolctl psutil matplotlib pillow import-linter
 fi
 # shellcheck (a static binary in a wheel) lints the generated job scripts in the tests; where
 # the package index lacks it, that one test skips and says so.

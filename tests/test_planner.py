@@ -145,10 +145,11 @@ def test_calibrate_gives_up_on_a_silent_peer():
 def test_planner_counts_the_put_rounds_rsap_runs(M):
     # The model takes its round count from the schedule itself (it once used a formula
     # that was one round too many for every M that is not a power of two).
-    from chainermn_torus.communicators._schedule import ceil_log2, put_rounds
-    row = planner._Group(M, M, 1)
+    from chainermn_torus.algorithms.collectives import Group, ceil_log2
+    from chainermn_torus.algorithms.rsap import Rsap, put_rounds
+    row = Group(M, M, 1)
     net = planner.Network('t', 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, beta_put=0.0)
     fence = 2 * ceil_log2(M) * row.alpha(net)
     rounds = len(put_rounds(M))
-    assert planner._put_rounds(row, 0, net) == pytest.approx(rounds * (row.alpha(net) + fence))
+    assert Rsap().gather_cost(row, 0, net) == pytest.approx(rounds * (row.alpha(net) + fence))
     assert rounds == (0 if M == 1 else (M.bit_length() - 1) + (0 if M & (M - 1) == 0 else 2))

@@ -1,21 +1,28 @@
-"""The variants table (communicators.variants) and what reads it: planner, auto, benchmark."""
+"""The variants table (algorithms.variants) and what reads it: planner, auto, benchmark."""
 import inspect
 
 import pytest
 
-from chainermn_torus.communicators import NAMES, variants
+from chainermn_torus.algorithms import variants
+from chainermn_torus.algorithms.base import Algorithm
+from chainermn_torus import communicators
 from chainermn_torus.planning import planner
 
 
-def test_every_cost_name_is_a_planner_cost_function_and_planned_names_are_the_costed_rows():
-    assert set(v.cost for v in variants.VARIANTS.values() if v.cost) == set(planner.COSTS)
-    assert planner.ALGORITHMS == tuple(v.name for v in variants.VARIANTS.values() if v.cost)
-    assert planner.ALGORITHMS[0] == 'pure_allreduce'
+def test_every_row_has_an_algorithm_object_or_none_and_planned_rows_are_modelled():
+    for v in variants.VARIANTS.values():
+        assert v.algorithm is None or isinstance(v.algorithm, Algorithm), v.name
+        assert v.algorithm is None or v.algorithm.grid == v.grid, v.name
+        assert not (v.plan and v.algorithm is None), v.name
+    planned = variants.planned()
+    assert planned[0] == 'pure_allreduce'
+    assert 'rsap_notify' not in planned and 'rsap_notify' in variants.simulated()
+    assert 'rsap_acc' not in variants.simulated()
 
 
 def test_every_row_names_a_registered_communicator_and_options_it_takes():
     for v in variants.VARIANTS.values():
-        assert v.communicator in NAMES, v
+        assert v.communicator in communicators.names(), v
         # Options are checked against the constructor without importing MPI-backed
         # modules' side effects: the signature is enough.
         from chainermn_torus.communicators import communicator_class
@@ -33,7 +40,7 @@ def test_benchmark_rows_come_from_the_table():
 
 def test_plan_rows_are_table_names_and_every_planned_variant_appears():
     rows = planner.plan(2, 2, planner.MODEL_BYTES['mlp'], planner.PRESETS['ofp'])
-    assert {r['algorithm'] for r in rows} == set(planner.ALGORITHMS)
+    assert {r['algorithm'] for r in rows} == set(variants.planned())
 
 
 def test_unknown_or_unmodelled_variant_is_refused_with_the_known_names():

@@ -11,7 +11,7 @@ ratio to ChainerMN ``naive``, the algorithm bandwidth (bytes / time) and the bus
   allreduce_1msg    one MPI_Allreduce of the already packed buffer (no pack, no division);
   copy_bound        2(P-1)/P x bytes at the memory-copy bandwidth measured with all ranks
                     copying at once: what shared memory allows at best.
-Torus rows are named by variant (``communicators.variants``): rsaa, rsap (fence),
+Torus rows are named by variant (``algorithms.variants``): rsaa, rsap (fence),
 rsap_notify, rsap_acc, shm, and rsap_pscw only when asked for. With ``--debug`` every communicator row gets a
 twin ``NAME/debug`` timed under ``chainer.set_debug(True)``: the cost of the finite check
 ChainerMN's communicators (and ours) make on the averaged gradients in debug mode.
@@ -30,14 +30,17 @@ from mpi4py import MPI
 
 import chainermn
 import chainermn_torus
-from chainermn_torus.communicators import variants
+from chainermn_torus.algorithms import variants
 from chainermn_torus.bench.gradient_sets import GRADIENT_SETS, make_model
+from chainermn_torus.communicators import create_variant
+from chainermn_torus.communicators._grid import parse_grid
 
 
-# Grid rows are the variants table's (communicators.variants): each name pins its
+# Grid rows are the variants table's (algorithms.variants): each name pins its
 # communicator and options, so that on one node plain rsaa/rsap do not silently become shm.
 VARIANTS = variants.benchmarked(asked=True)
 DEFAULT_VARIANTS = variants.benchmarked()
+ALWAYS = variants.benchmarked(always=True)  # the reference row of ours in every run
 
 
 def _grids(size, requested):
@@ -68,6 +71,9 @@ def _copy_bandwidth(comm, nbytes, rounds=5):
 def run(args):
     world = MPI.COMM_WORLD
     P = world.size
+    node = world.Split_type(MPI.COMM_TYPE_SHARED)
+    ranks_per_node = node.size
+    node.Free()
     model = make_model(args.model, seed=world.rank)
     params = [p for _, p in sorted(model.namedparams())]
     nbytes = sum(p.grad.nbytes for p in params)
@@ -89,16 +95,18 @@ def run(args):
     comms = {}
     for seg in args.segments:
         label = '' if seg is None else '/seg={}'.format(_fmt_bytes(seg) if seg else 'none')
-        comms['pure_allreduce' + label] = chainermn_torus.create_communicator(
-            'pure_allreduce', segment_size=seg)
+        for variant in ALWAYS + [v for v in args.variants if not variants.get(v).grid]:
+            comms[variant + label] = create_variant(variant, segment_size=seg)
         for g in _grids(P, args.grids):
-            for variant in args.variants:
+            M = parse_grid(g, P, source='--grids')[0]
+            for variant in [v for v in args.variants if variants.get(v).grid]:
+                algorithm = variants.get(variant).algorithm
                 try:
-                    comm = variants.create(variant, grid=g, segment_size=seg)
+                    if algorithm is not None:
+                        algorithm.check_placement(M, ranks_per_node)
                 except ValueError:
-                    if variant == 'shm':
-                        continue  # rows span nodes: no shared-memory variant for this grid
-                    raise
+                    continue  # shm with rows across nodes: no such row for this grid
+                comm = create_variant(variant, grid=g, segment_size=seg)
                 comms['{}({}){}'.format(variant, g, label)] = comm
     if args.auto:
         comms['auto'] = chainermn_torus.create_communicator('auto')
@@ -206,7 +214,7 @@ def build_parser():
                         metavar='BYTES', help='segment sizes to compare (0 = one message, '
                         '"default" = the built-in default)')
     parser.add_argument('--variants', nargs='*', default=DEFAULT_VARIANTS, choices=list(VARIANTS),
-                        help='torus variants per grid (default: all but rsap_pscw); shm rows '
+                        help='variants (grid ones on every grid; default: all but rsap_pscw); shm rows '
                         'only where the grid rows lie inside nodes')
     parser.add_argument('--no-auto', dest='auto', action='store_false',
                         help='leave out the auto communicator\'s row')

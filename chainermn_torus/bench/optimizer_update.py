@@ -29,7 +29,7 @@ import numba
 import numpy
 from numba import prange
 
-from chainermn_torus.bench.gradient_sets import model_params
+from chainermn_torus.algorithms.gradient_sets import model_params
 from chainermn_torus.optimizers import fuse, kernels
 from chainermn_torus.runtime import threads
 

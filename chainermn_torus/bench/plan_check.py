@@ -10,40 +10,12 @@ node-aware by default, so ``pure_allreduce`` is compared with that composition's
 Then the planner's predictions for Oakforest-PACS at 256 ranks, seed 003's shapes.
 """
 import argparse
-import glob
 import json
-import os
-import re
 import statistics
 
-from chainermn_torus.communicators import variants
+from chainermn_torus.algorithms.gradient_sets import MODEL_BYTES
 from chainermn_torus.planning import planner
-
-# Benchmark rows are named by variant (communicators.variants); those with a cost model are
-# compared with it, and notify with fence's model (the planner does not tell them apart).
-ROW = re.compile(r'^({})\((\d+)x(\d+)\)$'.format('|'.join(variants.NAMES)))
-MODELLED = dict({name: name for name in planner.ALGORITHMS}, rsap_notify='rsap')
-
-
-def measured_rows(folder):
-    """(model, K, R, row name, algorithm, grid, bytes, measured seconds, network) of every
-    benchmark row that has a cost model, from the folder's allreduce-/network- files."""
-    for path in sorted(glob.glob(os.path.join(folder, 'allreduce-*-*x*.json'))):
-        m = re.search(r'allreduce-(\w+)-(\d+)x(\d+)\.json$', path)
-        model, K, R = m.group(1), int(m.group(2)), int(m.group(3))
-        net = planner.load_network(os.path.join(folder, 'network-{}x{}.json'.format(K, R)))
-        with open(path) as f:
-            report = json.load(f)
-        for r in report['results']:
-            name = r['name']
-            if name == 'pure_allreduce':
-                algo, grid = 'pure_allreduce_node_aware', None
-            else:
-                g = ROW.match(name)
-                if not g or g.group(1) not in MODELLED:
-                    continue
-                algo, grid = MODELLED[g.group(1)], (int(g.group(2)), int(g.group(3)))
-            yield (model, K, R, name, algo, grid, report['bytes'], r['median_ms'] / 1e3, net)
+from chainermn_torus.planning.measured import measured_rows
 
 
 def compare(folder):
@@ -62,10 +34,10 @@ def ofp_seed003():
     out = []
     for algo in ('rsap', 'rsaa'):
         for g in shapes:
-            t, parts = planner.predict(algo, 256, 1, planner.MODEL_BYTES['resnet50'], net, g)
+            t, parts = planner.predict(algo, 256, 1, MODEL_BYTES['resnet50'], net, g)
             out.append({'algorithm': algo, 'grid': g, 'predicted_ms': t * 1e3,
                         'phases_ms': {k: v * 1e3 for k, v in parts.items()}})
-    t, _ = planner.predict('pure_allreduce', 256, 1, planner.MODEL_BYTES['resnet50'], net)
+    t, _ = planner.predict('pure_allreduce', 256, 1, MODEL_BYTES['resnet50'], net)
     out.append({'algorithm': 'pure_allreduce', 'grid': None, 'predicted_ms': t * 1e3})
     return out
 

@@ -12,6 +12,7 @@ import numpy
 from mpi4py import MPI
 
 from chainermn_torus import config
+from chainermn_torus.algorithms.segments import split_plan
 from chainermn_torus.runtime import startup as _startup
 from chainermn_torus.runtime import timeline as _timeline
 from chainermn_torus.communicators import _packing
@@ -194,7 +195,7 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
         # The cut is the same every step while the layout and the buckets are: kept.
         key = tuple(bounds)
         if buf.bucket_plan[0] != key:
-            buf.bucket_plan = (key, _packing.split_plan(buf.plan, bounds))
+            buf.bucket_plan = (key, split_plan(buf.plan, bounds))
         for b, segments in enumerate(buf.bucket_plan[1]):
             tw = time.perf_counter()
             ready(b)

@@ -16,10 +16,11 @@ import weakref
 import numpy
 from mpi4py import MPI
 
+from chainermn_torus.algorithms.segments import plan_segments
 from chainermn_torus.runtime import jit
 
-__all__ = ['Layout', 'grad_params', 'data_params', 'PackedBuffer', 'check_same_layout',
-           'transfer_dtype', 'plan_segments', 'split_plan', 'MPI_TYPES', 'mpi_type_of']
+__all__ = ['Layout', 'grad_params', 'data_params', 'param_signature', 'PackedBuffer', 'check_same_layout',
+           'transfer_dtype', 'MPI_TYPES', 'mpi_type_of']
 
 # Explicit MPI datatypes, so a reader can count the bytes every call moves.
 MPI_TYPES = {
@@ -58,6 +59,11 @@ def grad_params(model, zero_fill):
 def data_params(model):
     """(name, param) pairs with data, in the order ChainerMN broadcasts them."""
     return [(name, p) for name, p in sorted(model.namedparams()) if p.data is not None]
+
+
+def param_signature(model):
+    """(name, initialised) of every parameter: ChainerMN's test for a changed model."""
+    return [(name, p.data is not None) for name, p in sorted(model.namedparams())]
 
 
 def transfer_dtype(dtypes):
@@ -174,7 +180,7 @@ class PackedBuffer(object):
         self.mpi_type = mpi_type_of(layout.dtype)
         self.reducer = None  # set by the communicator (see _reduction): how it is summed
         self.prescaled = False  # set by the communicator: the packing multiplied by 1/P
-        self.plan = plan_segments(layout, segment_elems, direct_min_elems)
+        self.plan = plan_segments(layout.offsets, segment_elems, direct_min_elems)
         self.bucket_plan = (None, None)  # (bucket bounds, the plan cut at them): overlap
 
     # --- gradients --------------------------------------------------------------------------
@@ -285,60 +291,3 @@ class PackedBuffer(object):
 
 def _address(array):
     return array.__array_interface__['data'][0]
-
-
-def plan_segments(layout, segment_elems, direct_min_elems=None):
-    """Split a layout into segments (lo, hi, index) of at most ``segment_elems`` elements.
-
-    ``index`` is the array a segment lies in when that array is large (at least
-    ``direct_min_elems``, default a quarter segment) and so worth sending straight from the
-    gradient; runs of small arrays form packed segments with index None. With
-    ``segment_elems`` 0 the whole buffer is one packed segment.
-    """
-    total = layout.size
-    if total == 0:
-        return []
-    if not segment_elems:
-        return [(0, total, None)]
-    if direct_min_elems is None:
-        direct_min_elems = max(1, segment_elems // 4)
-    plan = []
-    offs = [int(o) for o in layout.offsets]
-    group = None  # start of a run of small arrays
-
-    def flush(end):
-        if group is not None and end > group:
-            plan.extend((a, b, None) for a, b in segments_between(group, end, segment_elems))
-
-    for i in range(len(offs) - 1):
-        lo, hi = offs[i], offs[i + 1]
-        if hi - lo >= direct_min_elems:
-            flush(lo)
-            group = None
-            plan.extend((a, b, i) for a, b in segments_between(lo, hi, segment_elems))
-        elif group is None:
-            group = lo
-        elif hi - group > segment_elems:
-            flush(lo)
-            group = lo
-    flush(total)
-    return plan
-
-
-def split_plan(plan, bounds):
-    """The segments of ``plan`` cut at ``bounds`` (sorted element offsets, first 0, last
-    the buffer's size): one list of segments per range [bounds[k], bounds[k + 1])."""
-    out = [[] for _ in range(len(bounds) - 1)]
-    k = 0
-    for lo, hi, index in plan:
-        while lo < hi:
-            while bounds[k + 1] <= lo:
-                k += 1
-            end = min(hi, int(bounds[k + 1]))
-            out[k].append((lo, end, index))
-            lo = end
-    return out
-
-
-def segments_between(lo, hi, segment_elems):
-    return [(a, min(a + segment_elems, hi)) for a in range(lo, hi, segment_elems)]

@@ -26,14 +26,13 @@ import time
 import numpy
 from mpi4py import MPI
 
+from chainermn_torus.algorithms.rsap import put_rounds
 from chainermn_torus.communicators import _packing
-
 from chainermn_torus.communicators._base import TorusCommunicatorBase
-from chainermn_torus.communicators._schedule import put_rounds
 from chainermn_torus.communicators._torus import TorusPhases
 from chainermn_torus.communicators._window import PutWindow
 
-__all__ = ['RsapCommunicator', 'put_rounds']
+__all__ = ['RsapCommunicator']
 
 
 def _window_of(buf):

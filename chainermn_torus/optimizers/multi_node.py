@@ -44,8 +44,11 @@ import chainer
 import numpy
 from mpi4py import MPI
 
-from chainermn_torus.runtime import jit, timeline as _timeline
-from chainermn_torus.optimizers import fpenv, fused as fused_mod
+from chainermn_torus import config
+from chainermn_torus.communicators import _packing
+from chainermn_torus.extensions.replicas import check_replicas as _check_replicas
+from chainermn_torus.optimizers import fpenv, fused as fused_mod, overlap as _overlap
+from chainermn_torus.runtime import jit, timeline as _timeline, watchdog as watchdog_mod
 
 __all__ = ['create_multi_node_optimizer', 'NonFiniteGradientError']
 
@@ -131,7 +134,6 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
                       file=sys.stderr, flush=True)
     if flush_denormals:
         fpenv.set_flush_denormals(True)
-    from chainermn_torus.runtime import watchdog as watchdog_mod
     dog = watchdog_mod.from_env(watchdog, comm=communicator.mpi_comm)
     if overlap:
         opt = _OverlapOptimizer(actual_optimizer, communicator, zero_fill, check_finite,
@@ -146,17 +148,15 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
     return opt
 
 
-def _param_signature(target):
-    return [(name, p.data is not None) for name, p in sorted(target.namedparams())]
-
-
 class _MultiNodeOptimizer(object):
     """Averaging, then the wrapped optimizer's update (ChainerMN's _MultiNodeOptimizer)."""
 
     _own = ('communicator', 'actual_optimizer', 'zero_fill', 'check_finite', 'timings',
-            '_signature', '_resumed', 'iterations', 'watchdog', 'check_replicas')
+            '_signature', '_resumed', 'iterations', 'watchdog', 'check_replicas',
+            'on_first_update')
     watchdog = None
     check_replicas = None
+    on_first_update = None  # a launcher's check at the first update (optimizers.factory)
 
     def __init__(self, actual_optimizer, communicator, zero_fill, check_finite):
         self._set('communicator', communicator)
@@ -207,22 +207,19 @@ class _MultiNodeOptimizer(object):
 
     def _changed(self):
         """ChainerMN's is_changed: names or initialisation of parameters differ from last time."""
-        sig = _param_signature(self.target)
+        sig = _packing.param_signature(self.target)
         changed = sig != self._signature
         self._set('_signature', sig)
         return changed
 
     def update(self, lossfun=None, *args, **kwds):
-        if self.iterations == 0:
-            from chainermn_torus import launch
-            if launch.ACTIVE is not None:  # a launcher option that found nothing to act on
-                launch.ACTIVE.check_update()
+        if self.iterations == 0 and self.on_first_update is not None:
+            self.on_first_update()  # the launcher's check (optimizers.factory)
         if self.watchdog is not None:
             self.watchdog.step_started()
         self._update(lossfun, *args, **kwds)
         if self.check_replicas and self.iterations % self.check_replicas == 0:
-            from chainermn_torus.extensions.replicas import check_replicas
-            check_replicas(self.communicator, self.target, self.iterations)
+            _check_replicas(self.communicator, self.target, self.iterations)
         if self.watchdog is not None:
             self.watchdog.beat('data, extensions or the next forward')
 
@@ -415,8 +412,6 @@ class _OverlapOptimizer(_MultiNodeOptimizer):
 
     def __init__(self, actual_optimizer, communicator, zero_fill, check_finite,
                  double_buffering, bucket_bytes, background_poll):
-        from chainermn_torus import config
-        from chainermn_torus.optimizers import overlap
         if double_buffering:
             raise ValueError('chainermn_torus: overlap=True and double_buffering=True are two '
                              'ways to hide the all-reduce (this step\'s gradients during '
@@ -434,7 +429,7 @@ class _OverlapOptimizer(_MultiNodeOptimizer):
         size = config.value('bucket_bytes', bucket_bytes, 'bucket_bytes')[0]
         super(_OverlapOptimizer, self).__init__(
             actual_optimizer, communicator, zero_fill, check_finite)
-        self._set('overlap', overlap.OverlapState(
+        self._set('overlap', _overlap.OverlapState(
             communicator, _background_communicator(communicator, background_poll), size))
 
     def _backward(self, loss):
@@ -458,8 +453,7 @@ class _OverlapOptimizer(_MultiNodeOptimizer):
             self.communicator.bcast_data(target)
             order = self._order
             if order is None:  # no backward seen: the plan follows the parameters' order
-                from chainermn_torus.communicators._packing import data_params
-                order = [n for n, _ in data_params(target)]
+                order = [n for n, _ in _packing.data_params(target)]
             state.new_plan(target, order, self._itemsize(target))
             if not self._resumed:
                 return
@@ -493,7 +487,6 @@ class _OverlapOptimizer(_MultiNodeOptimizer):
         comm = self.communicator
         dtype = getattr(comm, 'allreduce_grad_dtype', None)
         if dtype is None:
-            from chainermn_torus.communicators import _packing
             dtype = _packing.transfer_dtype(
                 [p.data.dtype for _, p in target.namedparams() if p.data is not None])
         return numpy.dtype(dtype).itemsize

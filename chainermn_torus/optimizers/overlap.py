@@ -234,15 +234,10 @@ class _Plan(object):
         self.bucket_of = [int(numpy.searchsorted(self.bounds, o, side='right')) - 1
                           for o in offsets[:-1]]
         self.bucket_counts = [self.bucket_of.count(b) for b in range(len(self.bounds) - 1)]
-        self.signature = _signature(target)
+        self.signature = _packing.param_signature(target)
 
     def matches(self, target):
-        return _signature(target) == self.signature
-
-
-def _signature(target):
-    from chainermn_torus.optimizers.multi_node import _param_signature
-    return _param_signature(target)
+        return _packing.param_signature(target) == self.signature
 
 
 class OverlapState(object):

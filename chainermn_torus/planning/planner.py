@@ -1,51 +1,32 @@
-"""Cost model and planner: predicted all-reduce time of each algorithm and grid shape.
+"""The planner: predicted all-reduce time of each algorithm variant and grid shape, and
+the network figures it predicts with.
 
-An alpha-beta(-gamma) model with two levels, intra-node and inter-node, and nodes whose
-network interface is shared by the ranks on them:
+The cost of each algorithm is its own (``algorithms``: ``flat``, ``torus``, ``rsap``,
+``shm``, built from the collectives' costs in ``algorithms.collectives``); this module
+holds the network figures (``Network``, the presets, calibrate's files) and ranks every
+planned variant of the table (``algorithms.variants``) on every grid shape that fits.
 
+Figures of a network:
   alpha   latency of one message (s), intra / inter node;
   beta    seconds per byte of one rank's stream, intra / inter node (1 / bandwidth); when R
           ranks of a node send across the network in the same phase, each gets 1/R of the
-          link, so the inter-node term is multiplied by the number of those ranks;
+          link;
   gamma   seconds per byte of reduction arithmetic (read two, write one) in MPI's sum;
   mem     seconds per byte a rank copies in node memory (the shared-memory row phases).
-
-Ranks are placed node by node (rank r on node r // R), grid rows are runs of M consecutive
-ranks (so M = R puts each row in one node), columns the ranks at the same row position.
-For a phase on a group of p ranks of which c share a node with a given member, the fraction
-of traffic that leaves the node is (p - c) / (p - 1).
-
-Algorithms, with n bytes (MPICH's choices for large messages):
-  all-reduce      Rabenseifner: 2 log2 p steps, 2 (p-1)/p n bytes, (p-1)/p n reduced;
-  reduce-scatter  pairwise exchange: p - 1 steps, (p-1)/p n bytes, (p-1)/p n reduced;
-  all-gather      ring: p - 1 steps, (p-1)/p n bytes;
-  put rounds      recursive doubling, the rounds of rsap's own schedule
-                  (communicators._schedule.put_rounds: log2 p', plus 2 when p is not a
-                  power of two, p' the largest power of two <= p), (p-1)/p n bytes at the
-                  Put rate (beta_put), and each round closed by a fence, modelled as a
-                  barrier (2 log2 p latencies), the per-step synchronisation cost;
-  shm rows        reduce in turns + gather: M + 2 barriers, about 3 (M-1)/M n + 2 (M-1)/M n
-                  bytes of node memory traffic per rank (see communicators._shm).
-pure_allreduce appears twice: over all P ranks as one flat group ("flat"), and as the
-node-aware composition MPICH uses by default (reduce in the node, all-reduce among one rank
-per node, broadcast in the node: "node-aware MPI").
 """
 import json
 import math
 import os
 
-from chainermn_torus.communicators import variants
-from chainermn_torus.communicators._schedule import ceil_log2, put_rounds
+from chainermn_torus import config
+from chainermn_torus.algorithms import variants
+from chainermn_torus.algorithms.gradient_sets import MODEL_BYTES
 
 __all__ = ['Network', 'PRESETS', 'MODEL_BYTES', 'predict', 'plan', 'load_network',
            'model_bytes', 'format_plan', 'DEFAULT_NETWORK_FILE']
 
 DEFAULT_NETWORK_FILE = os.path.join(os.path.expanduser('~'), '.config', 'chainermn-torus',
                                     'network.json')
-
-# Gradient bytes of the models the benchmarks use (float32).
-MODEL_BYTES = {'resnet50': 25557096 * 4, 'mlp': 1796010 * 4}
-
 
 class Network(object):
     FIELDS = ('alpha_inter', 'beta_inter', 'alpha_intra', 'beta_intra', 'gamma', 'mem')
@@ -121,7 +102,6 @@ PRESETS = {
 def load_network(name_or_path=None):
     """A preset by name, a JSON file written by ``calibrate``, or the default file."""
     if not name_or_path:
-        from chainermn_torus import config
         name_or_path = config.env('network')[0] or DEFAULT_NETWORK_FILE
     if name_or_path in PRESETS:
         return PRESETS[name_or_path]
@@ -160,145 +140,37 @@ def model_bytes(model):
                      '{!r}'.format(', '.join(sorted(MODEL_BYTES)), model))
 
 
-# --- the model ---------------------------------------------------------------------------
-class _Group(object):
-    """p ranks of which c share a node with each member; k ranks per node active at once."""
-
-    def __init__(self, p, c, k):
-        self.p, self.c, self.k = p, max(1, min(c, p)), k
-
-    @property
-    def off(self):
-        return 0.0 if self.p <= 1 else (self.p - self.c) / float(self.p - 1)
-
-    def alpha(self, net):
-        return self.off * net.alpha_inter + (1 - self.off) * net.alpha_intra
-
-    def beta(self, net, put=False):
-        # Off-node bytes share the node's link with the k ranks sending at the same time.
-        inter = net.beta_put if put else net.beta_inter
-        return self.off * inter * self.k + (1 - self.off) * net.beta_intra
-
-
-def _allreduce(g, n, net):
-    p = g.p
-    if p <= 1:
-        return 0.0
-    return (2 * ceil_log2(p) * g.alpha(net) + 2.0 * (p - 1) / p * n * g.beta(net)
-            + (p - 1.0) / p * n * net.gamma)
-
-
-def _reduce_scatter(g, n, net):
-    p = g.p
-    if p <= 1:
-        return 0.0
-    return (p - 1) * g.alpha(net) + (p - 1.0) / p * n * (g.beta(net) + net.gamma)
-
-
-def _allgather(g, n, net):
-    p = g.p
-    if p <= 1:
-        return 0.0
-    return (p - 1) * g.alpha(net) + (p - 1.0) / p * n * g.beta(net)
-
-
-def _put_rounds(g, n, net):
-    p = g.p
-    if p <= 1:
-        return 0.0
-    rounds = len(put_rounds(p))  # the schedule rsap runs, not a formula for it
-    fence = 2 * ceil_log2(p) * g.alpha(net)  # a fence costs about a barrier over the row
-    return rounds * (g.alpha(net) + fence) + (p - 1.0) / p * n * g.beta(net, put=True)
-
-
-def _groups(nodes, R, M):
-    """(row group, column group) for rows of M consecutive ranks."""
-    P = nodes * R
-    N = P // M
-    row_c = M if (M <= R and R % M == 0) else min(M, R)
-    col_c = 1 if M >= R else max(1, R // M)
-    row_k = 0 if row_c == M else R  # rows inside nodes use no link
-    col_k = 0 if col_c == N else R
-    return _Group(M, row_c, row_k), _Group(N, col_c, col_k)
-
-
-def _flat_allreduce(nodes, R, n, net, grid):
-    t = _allreduce(_Group(nodes * R, R, R), n, net)
-    return t, {'allreduce': t}
-
-
-def _node_aware_allreduce(nodes, R, n, net, grid):
-    reduce = (ceil_log2(R) * net.alpha_intra + n * (net.beta_intra + net.gamma)) if R > 1 else 0.0
-    inter = _allreduce(_Group(nodes, 1, 1), n, net)
-    bcast = (ceil_log2(R) * net.alpha_intra + n * net.beta_intra) if R > 1 else 0.0
-    return reduce + inter + bcast, {'node reduce': reduce, 'allreduce': inter,
-                                    'node bcast': bcast}
-
-
-def _shm(nodes, R, n, net, grid):
-    M = grid[0]
-    row, col = _groups(nodes, R, M)
-    if row.k != 0 and M > 1:
-        return float('inf'), {'note': 'rows span nodes: no shared-memory path'}
-    column = _allreduce(col, n / M, net)
-    steps = (M + 2) * ceil_log2(M) * net.alpha_intra * 2
-    reduce = 3.0 * (M - 1) / M * n * net.mem / 2 if M > 1 else 0.0
-    gather = 2.0 * (M - 1) / M * n * net.mem / 2 if M > 1 else 0.0
-    return steps + reduce + column + gather, {
-        'reduce (shm)': steps + reduce, 'allreduce': column, 'gather (shm)': gather}
-
-
-def _torus(last_name, last_phase):
-    def cost(nodes, R, n, net, grid):
-        M = grid[0]
-        row, col = _groups(nodes, R, M)
-        rs = _reduce_scatter(row, n, net)
-        column = _allreduce(col, n / M, net)
-        last = last_phase(row, n, net)
-        return rs + column + last, {'reduce_scatter': rs, 'allreduce': column, last_name: last}
-    return cost
-
-
-# The cost functions the variants table (communicators.variants) names in its ``cost`` column.
-COSTS = {
-    'flat_allreduce': _flat_allreduce,
-    'node_aware_allreduce': _node_aware_allreduce,
-    'rsaa': _torus('allgather', _allgather),
-    'rsap': _torus('put', _put_rounds),
-    'shm': _shm,
-}
-
-ALGORITHMS = variants.planned()
-
-
 def predict(algorithm, nodes, R, nbytes, net, grid=None):
     """Predicted seconds and per-phase breakdown for one all-reduce of ``nbytes``."""
     v = variants.get(algorithm)
-    if v.cost is None:
+    if v.algorithm is None:
         raise ValueError('chainermn_torus: the planner has no cost model for {!r}; it models '
-                         '{}'.format(algorithm, ', '.join(ALGORITHMS)))
+                         '{}'.format(algorithm, ', '.join(
+                             n for n, w in variants.VARIANTS.items() if w.algorithm)))
     P = nodes * R
     if v.grid:
         M, N = grid
         if M * N != P:
             raise ValueError('chainermn_torus: grid (M, N) = ({}, {}) does not fit {} nodes x '
                              '{} ranks = {} ranks'.format(M, N, nodes, R, P))
-    return COSTS[v.cost](nodes, R, float(nbytes), net, grid if v.grid else None)
+    return v.algorithm.cost(nodes, R, float(nbytes), net, grid if v.grid else None)
 
 
 def shapes(P):
     return [(m, P // m) for m in range(1, P + 1) if P % m == 0]
 
 
-def plan(nodes, R, nbytes, net, grids=None, algorithms=ALGORITHMS):
-    """Every (algorithm, grid) with its prediction, fastest first."""
+def plan(nodes, R, nbytes, net, grids=None, algorithms=None):
+    """Every (algorithm, grid) with its prediction, fastest first; ``algorithms``: the
+    variants to rank (default: the table's planned ones)."""
     if nodes < 1 or R < 1:
         raise ValueError('chainermn_torus: nodes and ranks per node must be >= 1, got {} and '
                          '{}'.format(nodes, R))
     P = nodes * R
     rows = []
-    for algo in algorithms:
-        if not variants.get(algo).grid:
+    for algo in algorithms or variants.planned():
+        v = variants.get(algo)
+        if not v.grid:
             t, parts = predict(algo, nodes, R, nbytes, net)
             rows.append({'algorithm': algo, 'grid': None, 'seconds': t, 'phases': parts})
             continue
@@ -308,8 +180,8 @@ def plan(nodes, R, nbytes, net, grids=None, algorithms=ALGORITHMS):
                     'chainermn_torus: grid {}x{} does not fit {} nodes x {} ranks = {} ranks; '
                     'shapes that fit: {}'.format(g[0], g[1], nodes, R, P, ', '.join(
                         '{}x{}'.format(*s) for s in shapes(P))))
-            if g[0] == 1 and algo != 'rsap':
-                continue  # M = 1 is a plain column all-reduce: listed once, as rsap
+            if g[0] == 1 and not v.algorithm.row_of_one:
+                continue  # M = 1 is a plain column all-reduce: listed once
             t, parts = predict(algo, nodes, R, nbytes, net, g)
             if math.isfinite(t):
                 rows.append({'algorithm': algo, 'grid': g, 'seconds': t, 'phases': parts})

@@ -7,16 +7,18 @@ synchronisation costs, and those rows come first, in simulated order. The platfo
 the network: the ``ofp`` preset is a fat tree, ``k`` a torus, a calibrated file a cluster of
 private links to one switch (what calibrate can see).
 """
+import concurrent.futures
+import os
+
+from chainermn_torus.algorithms import variants
+from chainermn_torus.algorithms.gradient_sets import MODEL_BYTES
 from chainermn_torus.planning import planner
 from chainermn_torus.simulation import platforms
+from chainermn_torus.simulation.simulate import simulate
 
 __all__ = ['machine_for', 'rank_rows', 'TOP']
 
 TOP = 4
-# planner algorithm name -> (simulated algorithm, node-aware library all-reduce)
-_SIMULATED = {'pure_allreduce': ('pure_allreduce', False),
-              'pure_allreduce_node_aware': ('pure_allreduce', True),
-              'rsaa': ('rsaa', True), 'rsap': ('rsap', True), 'shm': ('shm', True)}
 
 
 def machine_for(net, nodes, R, topology=None):
@@ -39,7 +41,6 @@ _CACHE = {}  # (machine, algorithm, model, M, node_aware) -> seconds, for this p
 
 
 def _seconds(args):
-    from chainermn_torus.simulation.simulate import simulate
     machine, name, model, M, node_aware, timeout = args
     key = (machine, name, model, M, node_aware)
     if key not in _CACHE:
@@ -54,18 +55,17 @@ def rank_rows(rows, nodes, R, model, net, top=TOP, topology=None, timeout=120):
     The candidates are simulated side by side (one child process each, as many at once as
     this machine has cores) and remembered for the process: ``auto`` asks again for its
     clones and for every gradient size."""
-    import concurrent.futures
-    import os
     machine = machine_for(net, nodes, R, topology)
     chosen, rest = [], []
     for row in rows:
-        if len(chosen) < top and row['algorithm'] in _SIMULATED:
+        if len(chosen) < top and variants.get(row['algorithm']).algorithm is not None:
             chosen.append(row)
         else:
             rest.append(row)
     jobs = []
     for r in chosen:
-        name, node_aware = _SIMULATED[r['algorithm']]
+        name = r['algorithm']
+        node_aware = variants.get(name).algorithm.node_aware
         jobs.append((machine, name, model, r['grid'][0] if r['grid'] else 1, node_aware,
                      timeout))
     with concurrent.futures.ThreadPoolExecutor(max(1, min(len(jobs), os.cpu_count() or 1))) \
@@ -80,6 +80,6 @@ def rank_rows(rows, nodes, R, model, net, top=TOP, topology=None, timeout=120):
 
 def model_or_bytes(model):
     """What ``simulate`` takes: a model name with real shapes, else a float32 count."""
-    if model in planner.MODEL_BYTES:
+    if model in MODEL_BYTES:
         return model
     return planner.model_bytes(model) // 4

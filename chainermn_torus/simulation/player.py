@@ -18,10 +18,13 @@ Network model: SimGrid's CM02 flow model (max-min sharing of every link on a flo
 no latency or bandwidth correction factors, no TCP window bound), so that the calibrated
 latencies and rates are used as measured.
 """
+import importlib
 import json
 import sys
 import time
 
+from chainermn_torus import config
+from chainermn_torus.algorithms import schedule
 from chainermn_torus.simulation import platforms, schedules
 
 __all__ = ['run_request', 'main']
@@ -32,12 +35,9 @@ class _Built(object):
 
     def __init__(self, request):
         self.machine = m = platforms.Machine(**request['machine'])
-        self.setup = setup = schedules.Setup(request['algorithm'], m.nodes * m.ranks_per_node,
-                                             request.get('M', 1), request.get('itemsize', 4))
-        if setup.algorithm == 'shm' and setup.M > 1 and m.ranks_per_node % setup.M:
-            raise ValueError('chainermn_torus: shm needs every grid row inside one node: '
-                             'M = {} with {} ranks per node (M must divide the ranks per '
-                             'node; rsaa or rsap take any M)'.format(setup.M, m.ranks_per_node))
+        self.setup = setup = schedule.Setup(request['algorithm'], m.nodes * m.ranks_per_node,
+                                            request.get('M', 1), request.get('itemsize', 4))
+        setup.variant.algorithm.check_placement(setup.M, m.ranks_per_node)
         self.node_of = node_of = platforms.node_of_ranks(m)
         slot_of = [r // m.ranks_per_node for r in range(setup.P)]
         library = request.get('library', 'halving')
@@ -53,10 +53,10 @@ class _Built(object):
         self.experiments = []
         for elems in request['sizes']:
             self.experiments.append(schedules.rounds_of_calls(
-                schedules.segment_calls(setup, int(elems)), library, expand))
+                schedule.segment_calls(setup, int(elems)), library, expand))
         # The last experiment: what a call does once, besides its segments.
         self.experiments.append(schedules.rounds_of_calls(
-            schedules.begin_calls(setup) + schedules.end_calls(setup), library, expand))
+            schedule.begin_calls(setup) + schedule.end_calls(setup), library, expand))
 
     def message_bytes(self, rnd, src, dst, nbytes):
         if rnd.phase == 'put' and self.node_of[src] != self.node_of[dst]:
@@ -233,11 +233,12 @@ def run_request(request):
 
 
 def main():
-    from chainermn_torus import config
     path = config.env('simgrid_path')[0]  # chosen by simulate.simgrid_env
     if path:
         sys.path.append(path)  # after the venv's packages (see simgrid_env)
     request = json.load(sys.stdin)
+    for module in request.get('modules', ()):  # a plugin's variants register on import
+        importlib.import_module(module)
     try:
         result = run_request(request)
     except ValueError as e:

@@ -1,56 +1,31 @@
-"""What each communicator sends, as data: the schedule the simulator plays.
+"""The calls of a schedule (``algorithms.schedule``) as rounds of messages: what the
+simulator plays.
 
-Two levels, so that the simulator cannot drift from what runs:
-
-* **calls**: the MPI calls a communicator makes for one segment of the packed buffer, in
-  order, each with its group of ranks and its byte count (``Call``). They follow the code
-  paths of ``communicators._torus`` / ``rsap`` / ``_shm`` / ``_half`` step by step, with the
-  same split of a segment into M equal chunks and a tail, and rsap's put rounds come from
-  ``communicators._schedule.put_rounds``, the function rsap itself runs. The tests run the
-  real communicators under MPI, record every call they make, and compare them with these
-  lists (tests/simulation).
-* **rounds**: each call expanded into rounds of point-to-point messages
-  ``(src, dst, nbytes)`` and local work ``(rank, kind, nbytes)``. MPI's own collectives are
-  the library's business, so they are expanded by stand-in algorithms (``LIBRARIES``):
-  ``halving`` (recursive halving and doubling: Rabenseifner's all-reduce, MPICH's choice for
-  large messages), ``ring``, or ``doubling`` (all-reduce by recursive doubling of the whole
-  buffer at every size, log2 P full exchanges: latency-optimal, not bandwidth-optimal; the
-  other collectives as ``halving``), with the usual folding of the ranks beyond the largest
-  power of two; MPI_Alltoall as pairwise exchange; a fence or a barrier as a dissemination
-  barrier. ``messages()`` flattens a schedule to ``(src, dst, nbytes, round)`` rows.
+Each call expands into rounds of point-to-point messages ``(src, dst, nbytes)`` and local
+work ``(rank, kind, nbytes)``. MPI's own collectives are the library's business, so they
+are expanded by stand-in algorithms (``LIBRARIES``): ``halving`` (recursive halving and
+doubling: Rabenseifner's all-reduce, MPICH's choice for large messages), ``ring``, or
+``doubling`` (all-reduce by recursive doubling of the whole buffer at every size, log2 P
+full exchanges: latency-optimal, not bandwidth-optimal; the other collectives as
+``halving``), with the usual folding of the ranks beyond the largest power of two;
+MPI_Alltoall as pairwise exchange; a fence or a barrier as a dissemination barrier.
+``messages()`` flattens rounds to ``(src, dst, nbytes, round)`` rows.
 
 A round may carry ``repeat`` > 1: the same pattern that many times in a row (a ring's
 P - 1 identical steps). The player simulates it once and extends each rank's time by the
 repeats, so that rings and pairwise exchanges of thousands of ranks stay playable. Pairwise
 exchanges of more than ``MAX_DISTINCT`` steps play evenly spaced representative shifts.
-
-Ranks are global ranks 0..P-1, placed node by node (rank r on node r // R) as the launcher
-and ``_grid.Grid`` do: grid row r // M, position r % M.
 """
 import collections
-import math
 
-from chainermn_torus.communicators._schedule import ceil_log2, put_rounds
+from chainermn_torus.algorithms.collectives import ceil_log2
+from chainermn_torus.algorithms.schedule import Call, segment_calls
 
-__all__ = ['Call', 'Round', 'ALGORITHMS', 'LIBRARIES', 'segment_calls', 'expand',
-           'node_aware', 'segment_rounds', 'rounds_of_calls', 'messages', 'segment_sizes',
-           'Setup']
+__all__ = ['Round', 'LIBRARIES', 'expand', 'node_aware', 'segment_rounds', 'rounds_of_calls',
+           'messages', 'total_bytes', 'round_count']
 
 LIBRARIES = ('halving', 'ring', 'doubling')
-# The simulated variants (communicators.variants names) and what each runs.
-ALGORITHMS = ('pure_allreduce', 'rsaa', 'rsap', 'rsap_notify', 'shm')
 MAX_DISTINCT = 8
-
-# op: 'reduce_scatter' | 'allreduce' | 'allgather' | 'alltoall' | 'barrier' (MPI calls on
-# ``group``), 'put' (group = (origin, target)), 'fence' (MPI_Win_fence over group, kind
-# 'open' or 'close': the latter ends a round of puts), 'flush' (MPI_Win_flush of the origin
-# to the target), 'notify' (a zero-byte message, group = (origin, target)), 'compute'
-# (local work on each rank of group: kind 'reduce' = sums read two arrays and write one,
-# 'copy' = memory traffic).
-# nbytes: the call's buffer (a reduce-scatter's or all-gather's whole buffer, an
-# all-to-all's send buffer), as the communicator passes it.
-Call = collections.namedtuple('Call', 'op group nbytes kind')
-Call.__new__.__defaults__ = (None,)
 
 
 class Round(object):
@@ -67,160 +42,6 @@ class Round(object):
     def __repr__(self):
         return 'Round({!r}, {} messages, {} compute, repeat={})'.format(
             self.phase, len(self.messages), len(self.compute), self.repeat)
-
-
-class Setup(collections.namedtuple('Setup', 'algorithm P M itemsize')):
-    """algorithm (an ``ALGORITHMS`` name), P ranks, grid rows of M, bytes per element."""
-
-    def __new__(cls, algorithm, P, M=1, itemsize=4):
-        if algorithm not in ALGORITHMS:
-            raise ValueError('chainermn_torus: no schedule for algorithm {!r}; simulated: '
-                             '{}'.format(algorithm, ', '.join(ALGORITHMS)))
-        if P < 1 or M < 1 or P % M:
-            raise ValueError('chainermn_torus: grid rows of M = {} do not divide P = {} '
-                             'ranks'.format(M, P))
-        if itemsize not in (2, 4, 8):
-            raise ValueError('chainermn_torus: itemsize must be 2 (float16), 4 or 8, got '
-                             '{!r}'.format(itemsize))
-        if algorithm == 'pure_allreduce':
-            M = 1
-        return super(Setup, cls).__new__(cls, algorithm, P, M, itemsize)
-
-    @property
-    def N(self):
-        return self.P // self.M
-
-    def rows(self):
-        return [tuple(range(r * self.M, (r + 1) * self.M)) for r in range(self.N)]
-
-    def columns(self):
-        return [tuple(range(q, self.P, self.M)) for q in range(self.M)]
-
-
-# --- level 1: the calls of one segment ----------------------------------------------------
-def _reduce_calls(op, group, elems, itemsize):
-    """A reducer's calls (``_reduction.MpiSum`` or ``_half.HalfReducer``) for one group."""
-    p = len(group)
-    if itemsize != 2:
-        if op == 'allreduce' and p == 1:
-            return []
-        return [Call(op, group, elems * itemsize)]
-    # float16: moved by MPI, summed by numba; the tail of an all-reduce in float32.
-    if p == 1:
-        return []
-    if op == 'reduce_scatter':
-        c = elems // p
-        return [Call('alltoall', group, p * c * 2), Call('compute', group, p * c * 2, 'reduce')]
-    if op == 'sum_small':
-        return [Call('allreduce', group, elems * 4)]
-    main = elems - elems % p
-    calls = []
-    if main:
-        calls += _reduce_calls('reduce_scatter', group, main, 2)
-        calls.append(Call('allgather', group, main * 2))
-    if main < elems:
-        calls.append(Call('allreduce', group, (elems - main) * 4))
-    return calls
-
-
-def _tail_calls(setup, tail):
-    P = tuple(range(setup.P))
-    op = 'sum_small' if setup.itemsize == 2 else 'allreduce'
-    return (_reduce_calls(op, P, tail, setup.itemsize)
-            + [Call('compute', P, tail * setup.itemsize, 'copy')])  # divide_by_size
-
-
-def segment_calls(setup, elems):
-    """The calls of every rank for one segment of ``elems`` elements, in program order.
-
-    Calls that different groups make at the same step (every row's reduce-scatter) are
-    listed one after another; ``calls_of(rank)`` picks one rank's sequence.
-    """
-    s, M = setup.itemsize, setup.M
-    P = tuple(range(setup.P))
-    if setup.algorithm == 'pure_allreduce':
-        return _reduce_calls('allreduce', P, elems, s)
-    rows, cols = setup.rows(), setup.columns()
-    main = elems - elems % M
-    c = main // M
-    calls = []
-    if c and setup.algorithm == 'shm' and M > 1:
-        for step in range(M):  # reduce_in_turns: copy, then add, a barrier after each
-            calls += [Call('compute', P, c * s, 'copy' if step == 0 else 'reduce')]
-            calls += [Call('barrier', row, 0) for row in rows]
-        for col in cols:
-            calls += _reduce_calls('allreduce', col, c, s)
-        calls.append(Call('compute', P, c * s, 'copy'))  # divide
-        calls += [Call('barrier', row, 0) for row in rows]
-        calls.append(Call('compute', P, (M - 1) * c * s, 'copy'))  # gather from the peers
-    elif c:
-        if M > 1:
-            for row in rows:
-                calls += _reduce_calls('reduce_scatter', row, main, s)
-        for col in cols:
-            calls += _reduce_calls('allreduce', col, c, s)
-        calls.append(Call('compute', P, c * s, 'copy'))  # divide into place
-        if M > 1:
-            calls += _gather_calls(setup, rows, c)
-    if main < elems:
-        calls += _tail_calls(setup, elems - main)
-    return calls
-
-
-def _gather_calls(setup, rows, c):
-    s = setup.itemsize
-    if setup.algorithm == 'rsaa':
-        return [Call('allgather', row, setup.M * c * s) for row in rows]
-    rounds = put_rounds(setup.M)  # the schedule rsap runs
-    calls = []
-    fence = setup.algorithm == 'rsap'
-    if fence:
-        calls += [Call('fence', row, 0, 'open') for row in rows]
-    for rnd in rounds:
-        for row in rows:
-            for o, t, a, b in rnd:
-                calls.append(Call('put', (row[o], row[t]), (b - a) * c * s))
-        if fence:
-            calls += [Call('fence', row, 0, 'close') for row in rows]
-        else:  # notify: flush each target put to in the round, then a zero-byte message
-            pairs = sorted({(o, t) for o, t, a, b in rnd})
-            for row in rows:
-                calls += [Call('flush', (row[o], row[t]), 0) for o, t in pairs]
-            for row in rows:
-                calls += [Call('notify', (row[o], row[t]), 0) for o, t in pairs]
-    return calls
-
-
-def begin_calls(setup):
-    """Calls once per all-reduce call, before the first segment: every rank checks that the
-    ranks' layouts agree (``_packing.check_same_layout``, two int64 by MPI_Allreduce)."""
-    if setup.P == 1:
-        return []
-    return [Call('allreduce', tuple(range(setup.P)), 16)]
-
-
-def end_calls(setup):
-    """Calls once per all-reduce call, after the last segment (shm's closing barrier)."""
-    if setup.algorithm == 'shm' and setup.M > 1:
-        return [Call('barrier', row, 0) for row in setup.rows()]
-    return []
-
-
-ONE_SIDED = ('put', 'flush', 'notify')
-
-
-def calls_of(calls, rank):
-    """One rank's calls, as the recorder in the tests sees them: the collectives of the
-    groups it is in, and the one-sided calls and notifications it makes as origin."""
-    return [c for c in calls if (c.group[0] == rank if c.op in ONE_SIDED else rank in c.group)]
-
-
-def call_calls(setup, segments):
-    """The calls of one whole all-reduce call over segments of the given sizes."""
-    calls = begin_calls(setup)
-    for elems in segments:
-        calls += segment_calls(setup, elems)
-    return calls + end_calls(setup)
 
 
 # --- level 2: rounds of messages -----------------------------------------------------------
@@ -434,39 +255,6 @@ def messages(rounds):
             for src, dst, n in r.messages:
                 yield (src, dst, n, k)
             k += 1
-
-
-# --- the segments of a model's buffer -------------------------------------------------------
-def segment_sizes(model, segment_bytes, itemsize=4):
-    """{elements: count} of the segments the communicators cut the model's buffer into.
-
-    ``model``: 'resnet50' or 'mlp' (their real parameter shapes, cut by
-    ``_packing.plan_segments`` as the communicators do), or a number of float32 elements
-    (cut into equal segments). ``segment_bytes`` None: one segment per parameter array, as
-    ChainerMN's ``naive`` sends them (one MPI_Allreduce each).
-    """
-    if segment_bytes is None:
-        if not isinstance(model, str):
-            raise ValueError('chainermn_torus: one segment per array needs a model\'s '
-                             'arrays (resnet50, mlp), not a byte count')
-        from chainermn_torus.bench.gradient_sets import model_params
-        sizes = [math.prod(s) for _, s in model_params(model)]
-        return dict(collections.Counter(sizes))
-    seg = segment_bytes // itemsize if segment_bytes else 0
-    if isinstance(model, str):
-        from chainermn_torus.bench.gradient_sets import model_params
-        from chainermn_torus.communicators import _packing
-        layout = _packing.Layout([(n, s, 'f{}'.format(itemsize))
-                                  for n, s in model_params(model)])
-        plan = _packing.plan_segments(layout, seg)
-        sizes = [hi - lo for lo, hi, _ in plan]
-    else:
-        total = int(model)
-        if not seg:
-            sizes = [total]
-        else:
-            sizes = [min(seg, total - lo) for lo in range(0, total, seg)]
-    return dict(collections.Counter(sizes))
 
 
 def total_bytes(rounds):

@@ -16,7 +16,8 @@ import os
 import subprocess
 import sys
 
-from chainermn_torus.simulation import schedules
+from chainermn_torus import config
+from chainermn_torus.algorithms import schedule, segments, variants
 
 __all__ = ['available', 'simgrid_env', 'simulate', 'SimulationError', 'why_unavailable']
 
@@ -31,7 +32,6 @@ class SimulationError(RuntimeError):
 
 
 def _path_env():
-    from chainermn_torus import config
     return config.SETTINGS['simgrid_path'].env
 
 
@@ -116,13 +116,16 @@ def simulate(machine, algorithm, model, M=1, itemsize=4, library='halving', node
     if env is None:
         raise SimulationError(why_unavailable())
     P = machine.nodes * machine.ranks_per_node
-    schedules.Setup(algorithm, P, M, itemsize)  # bad input fails here, not in the child
+    schedule.Setup(algorithm, P, M, itemsize)  # bad input fails here, not in the child
     # Segments are cut in bytes: a float16 buffer's hold twice the elements (_base).
-    counts = schedules.segment_sizes(model, segment_bytes, itemsize=itemsize)
+    counts = segments.segment_sizes(model, segment_bytes, itemsize=itemsize)
     if max_sizes is None:
         max_sizes = 16 if P <= 64 else (3 if segment_bytes is not None else 8)
     sizes = _pick_sizes(counts, max_sizes)
+    # A variant a plugin added is known in the child once the plugin's module is imported.
+    module = type(variants.get(algorithm).algorithm).__module__
     request = {'machine': machine._asdict(), 'algorithm': algorithm, 'M': M,
+               'modules': [] if module.startswith('chainermn_torus.') else [module],
                'itemsize': itemsize, 'library': library, 'node_aware': node_aware,
                'sizes': sizes, 'mode': mode or ('actors' if P <= ACTOR_RANKS else 'lockstep')}
     proc = subprocess.run([sys.executable, '-m', 'chainermn_torus.simulation.player'],
@@ -136,7 +139,7 @@ def simulate(machine, algorithm, model, M=1, itemsize=4, library='halving', node
     if 'error' in result:
         raise ValueError(result['error'])
     times = {int(k): v for k, v in result['seconds'].items()}
-    segments = sum(counts[s] * _interpolate(times, s) for s in counts)
+    segments_s = sum(counts[s] * _interpolate(times, s) for s in counts)
     elems = sum(s * c for s, c in counts.items())
     # Packing into the buffer and the means back: a copy of the whole buffer each way, on
     # the cores a node's ranks share (all nodes' on the emulated cluster's shared cores).
@@ -148,7 +151,7 @@ def simulate(machine, algorithm, model, M=1, itemsize=4, library='halving', node
     once = result['per_call']  # the layout check (and shm's closing barrier)
     if segment_bytes is None:
         copies = once = 0.0
-    return {'seconds': segments + copies + once, 'segments_s': segments, 'copies_s': copies,
+    return {'seconds': segments_s + copies + once, 'segments_s': segments_s, 'copies_s': copies,
             'once_s': once,
             'simulated_sizes': sizes, 'segment_counts': counts, 'segment_times': times,
             'messages': result['messages'], 'wall_s': result['wall_s'],

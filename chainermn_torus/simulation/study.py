@@ -23,6 +23,9 @@ import os
 import sys
 import time
 
+from chainermn_torus.planning import planner
+from chainermn_torus.simulation import platforms, simulate
+
 __all__ = ['jobs', 'main', 'report']
 
 SEED003 = [(2, 128), (16, 16), (64, 4)]
@@ -73,8 +76,6 @@ def _key(j):
 
 
 def run_one(j):
-    from chainermn_torus.planning import planner
-    from chainermn_torus.simulation import platforms, simulate
     if j['part'] == 'torus':
         machine = platforms.torus(j['nodes'], 1, planner.PRESETS['k'], mapping=j['mapping'])
     else:
@@ -247,7 +248,6 @@ def _plots(rows, out_dir):
 
 
 def main(argv=None):
-    from chainermn_torus.simulation import simulate
     p = argparse.ArgumentParser(prog='chainermn-torus simulate study',
                                 description=__doc__.split('\n')[0])
     p.add_argument('--out', default='results/simulation')

@@ -16,20 +16,19 @@ import statistics
 import sys
 import time
 
+from chainermn_torus.planning import planner
+from chainermn_torus.planning.measured import measured_rows
+from chainermn_torus.simulation import platforms, simulate
+
 __all__ = ['compare', 'summary', 'main']
 
 
 def compare(folder, library='halving'):
-    from chainermn_torus.bench import plan_check
-    from chainermn_torus.planning import planner
-    from chainermn_torus.simulation import platforms, simulate
     rows = []
-    for model, K, R, name, algo, grid, nbytes, meas, net in plan_check.measured_rows(folder):
+    for model, K, R, name, algo, grid, nbytes, meas, net in measured_rows(folder):
         machine = platforms.emulated(K, R, net)
-        simulated = ('pure_allreduce' if algo.startswith('pure') else
-                     'rsap_notify' if name.startswith('rsap_notify') else algo)
         t0 = time.time()
-        res = simulate.simulate(machine, simulated, model, M=grid[0] if grid else 1,
+        res = simulate.simulate(machine, algo, model, M=grid[0] if grid else 1,
                                 library=library)
         pred, _ = planner.predict(algo, K, R, nbytes, net, grid)
         rows.append({'model': model, 'nodes': K, 'ranks_per_node': R, 'row': name,
@@ -50,8 +49,6 @@ def compare_training(folder, network_file, library='halving'):
     per-iteration all-reduce of rsap, which is shm in float32 with rows inside nodes, and of
     rsap+fp16, the message phases in float16), against the simulator. Only 1 Gbit/s was
     calibrated, so the other rates scale its bandwidths (the latencies stay)."""
-    from chainermn_torus.planning import planner
-    from chainermn_torus.simulation import platforms, simulate
     base = planner.load_network(network_file)
     rows = []
     for model in ('mlp', 'resnet50'):
@@ -112,7 +109,6 @@ def markdown_training(rows):
 
 
 def main(argv=None):
-    from chainermn_torus.simulation import simulate
     p = argparse.ArgumentParser(prog='chainermn-torus simulate validate',
                                 description=__doc__.split('\n')[0])
     p.add_argument('folder')

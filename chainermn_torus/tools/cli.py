@@ -108,12 +108,15 @@ def clean(argv):
 
 
 def variants_table():
-    from chainermn_torus.communicators.variants import VARIANTS
+    from chainermn_torus.algorithms.variants import VARIANTS
     lines = ['{:<26} {:<38} {:<21} {:<8} {:<14} {}'.format(
-        'variant', 'communicator(options)', 'planner cost', 'bench', 'tested on P', 'what')]
+        'variant', 'communicator(options)', 'model (algorithms)', 'bench', 'tested on P',
+        'what')]
     for v in VARIANTS.values():
+        model = '-' if v.algorithm is None else type(v.algorithm).__name__ + (
+            ', planned' if v.plan else '')
         lines.append('{:<26} {:<38} {:<21} {:<8} {:<14} {}'.format(
-            v.name, v.describe(), v.cost or '-', v.bench or '-',
+            v.name, v.describe(), model, v.bench or '-',
             ','.join(map(str, v.test_ranks)) or '-', v.note))
     return '\n'.join(lines)
 

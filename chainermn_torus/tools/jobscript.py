@@ -268,7 +268,7 @@ def _check(args):
         raise ValueError('--group is required for {}: PJM charges the job to a project group '
                          '(your account page names it)'.format(args.system))
     if args.grid:
-        from chainermn_torus.communicators.variants import check_grid_option
+        from chainermn_torus.algorithms.variants import check_grid_option
         check_grid_option(args.communicator, args.grid)
         from chainermn_torus.communicators._grid import parse_grid
         parse_grid(args.grid, args.nodes * args.ranks_per_node,

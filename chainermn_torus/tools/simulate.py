@@ -6,11 +6,18 @@
     chainermn-torus simulate study [--nodes 256 1024 4096 8192]       (the shape study)
 
 Every (algorithm, grid) is simulated from the schedules the communicators run
-(``chainermn_torus.simulation.schedules``); docs/simulation.md says what is modelled.
+(``chainermn_torus.algorithms``); docs/simulation.md says what is modelled.
 """
 import argparse
 import json
 import sys
+
+from chainermn_torus.algorithms import variants
+from chainermn_torus.communicators._grid import parse_grid
+from chainermn_torus.planning import planner
+from chainermn_torus.simulation import platforms, schedules, study, validate
+from chainermn_torus.simulation.plan import machine_for, model_or_bytes
+from chainermn_torus.simulation.simulate import SimulationError, simulate
 
 __all__ = ['main']
 
@@ -18,13 +25,10 @@ PLATFORMS = ('fattree', 'torus', 'emulated', 'star')
 
 
 def _grids(values, P):
-    from chainermn_torus.communicators._grid import parse_grid
     return [parse_grid(g, P, source='--grid') for g in values]
 
 
 def _machine(args, net):
-    from chainermn_torus.simulation import platforms
-    from chainermn_torus.simulation.plan import machine_for
     if args.platform == 'torus':
         dims = None
         if args.dims:
@@ -41,10 +45,6 @@ def _machine(args, net):
 
 
 def run(argv):
-    from chainermn_torus.planning import planner
-    from chainermn_torus.simulation import platforms, schedules
-    from chainermn_torus.simulation.plan import model_or_bytes
-    from chainermn_torus.simulation.simulate import SimulationError, simulate
     p = argparse.ArgumentParser(prog='chainermn-torus simulate', description=__doc__.split(
         '\n')[0])
     p.add_argument('--platform', choices=PLATFORMS, default='fattree',
@@ -57,7 +57,7 @@ def run(argv):
                    help='preset ({}) or a calibrate file (default %(default)s)'.format(
                        ', '.join(sorted(planner.PRESETS))))
     p.add_argument('--algorithm', nargs='+', default=['pure_allreduce', 'rsaa', 'rsap'],
-                   choices=schedules.ALGORITHMS)
+                   choices=variants.simulated())
     p.add_argument('--grid', nargs='*', default=None, metavar='MxN',
                    help='grids for rsaa/rsap/shm (default: M = 2, 4, 16, 64 where they fit)')
     p.add_argument('--model', default='resnet50', help='resnet50, mlp or a byte count')
@@ -87,11 +87,14 @@ def run(argv):
             grids = [(m, P // m) for m in (2, 4, 16, 64) if P % m == 0 and m < P] or [(P, 1)]
         jobs = []
         for algo in args.algorithm:
-            if algo == 'pure_allreduce':
+            v = variants.get(algo)
+            if not v.grid:
                 jobs.append((algo, None))
                 continue
             for g in grids:
-                if algo == 'shm' and args.ranks_per_node % g[0]:
+                try:
+                    v.algorithm.check_placement(g[0], args.ranks_per_node)
+                except ValueError:
                     continue  # shm needs rows inside nodes
                 jobs.append((algo, g))
         rows = []
@@ -124,10 +127,8 @@ def run(argv):
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == 'validate':
-        from chainermn_torus.simulation import validate
         return validate.main(argv[1:])
     if argv and argv[0] == 'study':
-        from chainermn_torus.simulation import study
         return study.main(argv[1:])
     return run(argv)
 

@@ -1,12 +1,12 @@
 """Real MPI jobs: exact means, bitwise identity, every grid, bad input (tests/mpi_workers)."""
 import pytest
 
-from chainermn_torus.communicators.variants import VARIANTS, tested
+from chainermn_torus.algorithms.variants import VARIANTS, tested
 from conftest import assert_ok, run_mpi, worker
 
 
 # One job per (variant, P): a failure names the variant. The variants and their rank counts
-# are the table's (communicators.variants); two more specs cover what the table does not pin:
+# are the table's (algorithms.variants); two more specs cover what the table does not pin:
 # rsaa's default on one node (shared memory) and rsap's two one-sided options together.
 EXTRA = [('rsaa:shm=1', (1, 2, 3, 4)),  # the shm variant's code, which runs up to P = 8
          ('rsap:sync=notify,reduce_scatter=accumulate', (2, 3))]

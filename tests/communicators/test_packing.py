@@ -2,7 +2,8 @@ import numpy
 import pytest
 
 from chainermn_torus.communicators import _packing
-from chainermn_torus.communicators.rsap import put_rounds
+from chainermn_torus.algorithms.rsap import put_rounds
+from chainermn_torus.algorithms.segments import plan_segments
 
 
 def layout(sizes, dtype='f'):
@@ -14,7 +15,7 @@ def layout(sizes, dtype='f'):
                                        ([5, 70001, 11, 130003, 35], 16384), ([9], 0)])
 def test_plan_segments_tiles_the_buffer(sizes, seg):
     lay = layout(sizes)
-    plan = _packing.plan_segments(lay, seg)
+    plan = plan_segments(lay.offsets, seg)
     assert plan[0][0] == 0 and plan[-1][1] == lay.size
     for (lo, hi, index), nxt in zip(plan, plan[1:] + [(lay.size, None, None)]):
         assert hi == nxt[0] and lo < hi

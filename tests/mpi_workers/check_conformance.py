@@ -32,7 +32,7 @@ import chainermn
 import chainermn.functions
 import chainermn.links
 import chainermn_torus  # NOQA: registers our names
-from chainermn_torus.communicators.variants import VARIANTS
+from chainermn_torus.algorithms.variants import VARIANTS
 
 warnings.simplefilter('ignore', FutureWarning)  # chainer.utils.experimental, on every call
 warnings.simplefilter('ignore', DeprecationWarning)  # allreduce_grad, on purpose
@@ -43,7 +43,7 @@ F16, F32, F64 = numpy.float16, numpy.float32, numpy.float64
 
 
 def variants():
-    """(label, name, options): every variant in the table (communicators.variants) that
+    """(label, name, options): every variant in the table (algorithms.variants) that
     the benchmark runs by default, the experimental ones at P = 2, and the defaults and
     float16 paths the table does not pin."""
     out = [(v.name, v.communicator, v.options) for v in VARIANTS.values()

@@ -13,7 +13,7 @@ from mpi4py import MPI
 
 import chainermn
 import chainermn_torus
-from chainermn_torus.communicators.variants import VARIANTS, tested
+from chainermn_torus.algorithms.variants import VARIANTS, takes_grid, tested
 
 world = MPI.COMM_WORLD
 P, RANK = world.size, world.rank
@@ -243,7 +243,7 @@ def main():
     # packed in several pieces; the default (MiBs) would send every test model whole.
     for spec in specs:
         name, options = parse_spec(spec)
-        shapes = [None] if name == 'pure_allreduce' else [None] + grids(P)
+        shapes = [None] + grids(P) if takes_grid(name) else [None]
         for grid in shapes:
             for segment in (0, 64 * 1024):
                 kwargs = dict(options, segment_size=segment)

@@ -117,7 +117,7 @@ def compare(a, b, label, exact):
     CHECKS[0] += 1
 
 
-# The variants (communicators.variants) whose phases differ: shared-memory rows (the
+# The variants (algorithms.variants) whose phases differ: shared-memory rows (the
 # default here, one node), put rounds with fences, put rounds with notifications, gathers.
 VARIANTS = {'rsap': [{}, {'shm': False}, {'sync': 'notify'}], 'rsaa': [{}, {'shm': False}],
             'pure_allreduce': [{}]}

@@ -5,7 +5,7 @@
 Fashion-MNIST, an MLP, the multi-node optimizer, Chainer's Trainer with our checkpointer
 every 2 iterations, and as training iterator our LoaderIterator ('ours', 2 loader
 processes) or a SerialIterator ('serial'). COMMUNICATOR is a variant of the table
-(communicators.variants) or a factory name. At step FAULT_STEP (5) the fault happens:
+(algorithms.variants) or a factory name. At step FAULT_STEP (5) the fault happens:
 
   raise          rank 1 raises (the abort hook ends the job)
   kill           rank 1 is killed (SIGKILL)
@@ -28,7 +28,7 @@ from chainer import training
 
 import chainermn
 import chainermn_torus
-from chainermn_torus.communicators import variants
+from chainermn_torus.algorithms import variants
 from chainermn_torus.datasets.mnist import load_mnist_idx
 from chainermn_torus.extensions.checkpoint import MultiNodeCheckpointer
 from chainermn_torus.models import MLP

@@ -1,6 +1,6 @@
 """Run by tests/simulation/test_schedules_mpi.py under mpiexec -n P (P >= 2).
 
-The simulator plays ``simulation.schedules``; this job checks that those are the calls the
+The simulator plays ``algorithms.schedule``; this job checks that those are the calls the
 communicators really make. Each variant averages a model whose arrays cut into several
 segments with uneven tails; the second call is recorded on every rank: every collective
 through the communicator's ``progress`` (the only way its phases call MPI), every put,
@@ -13,8 +13,8 @@ import chainer
 import numpy
 from mpi4py import MPI
 
-from chainermn_torus.communicators import variants
-from chainermn_torus.simulation import schedules
+from chainermn_torus.algorithms import schedule as schedules
+from chainermn_torus.communicators import create_variant
 
 world = MPI.COMM_WORLD
 P, RANK = world.size, world.rank
@@ -103,7 +103,7 @@ def check(variant, grid, fp16):
     kwargs = {'segment_size': 4000}
     if fp16:
         kwargs['allreduce_grad_dtype'] = numpy.float16
-    comm = variants.create(variant, world, grid=grid, **kwargs)
+    comm = create_variant(variant, world, grid=grid, **kwargs)
     model = Model(sizes)
     comm.multi_node_mean_grad(model)  # makes the buffer (and window) before recording
     log = []

@@ -6,6 +6,7 @@ import chainer.links as L
 import numpy
 import pytest
 
+from chainermn_torus.algorithms import segments
 from chainermn_torus.communicators import _packing
 from chainermn_torus.optimizers.overlap import GradientTracker, make_buckets
 
@@ -120,13 +121,13 @@ def test_make_buckets(sizes, itemsize, limit, want):
 def test_split_plan_cuts_segments_at_bucket_bounds():
     layout = _packing.Layout([('a', (7,), 'f4'), ('b', (50,), 'f4'), ('c', (3,), 'f4'),
                               ('d', (4,), 'f4'), ('e', (30,), 'f4')])
-    plan = _packing.plan_segments(layout, 16)
+    plan = segments.plan_segments(layout.offsets, 16)
     bounds = [0, 7, 57, 64, 94]
-    pieces = _packing.split_plan(plan, bounds)
+    pieces = segments.split_plan(plan, bounds)
     assert len(pieces) == 4
     covered = []
-    for k, segments in enumerate(pieces):
-        for lo, hi, index in segments:
+    for k, piece in enumerate(pieces):
+        for lo, hi, index in piece:
             assert bounds[k] <= lo < hi <= bounds[k + 1], (k, lo, hi)
             assert hi - lo <= 16
             covered.extend(range(lo, hi))

@@ -4,7 +4,8 @@ import collections
 
 import pytest
 
-from chainermn_torus.communicators._schedule import put_rounds
+from chainermn_torus.algorithms.rsap import put_rounds
+from chainermn_torus.algorithms import schedule as A, segments
 from chainermn_torus.simulation import schedules as S
 
 
@@ -30,11 +31,11 @@ def received_per_rank(rounds):
 def test_collectives_move_the_bandwidth_optimal_bytes_on_powers_of_two(library, p):
     n = 1 << 20
     group = tuple(range(p))
-    rs = S.expand(S.Call('reduce_scatter', group, n), library)
-    ag = S.expand(S.Call('allgather', group, n), library)
+    rs = S.expand(A.Call('reduce_scatter', group, n), library)
+    ag = S.expand(A.Call('allgather', group, n), library)
     for rounds in (rs, ag):
         assert sorted(sent_per_rank(rounds).values()) == pytest.approx([n * (p - 1) / p] * p)
-    ar = sent_per_rank(S.expand(S.Call('allreduce', group, n), library))
+    ar = sent_per_rank(S.expand(A.Call('allreduce', group, n), library))
     per_rank = n * (p - 1) / p * 2 if library != 'doubling' else n * (p.bit_length() - 1)
     assert sorted(ar.values()) == pytest.approx([per_rank] * p)
     # rounds: log2 p for halving/doubling steps, p - 1 for a ring
@@ -47,7 +48,7 @@ def test_non_powers_of_two_fold_and_every_rank_takes_part(p):
     n = 3000
     group = tuple(range(p))
     for op in ('reduce_scatter', 'allgather', 'allreduce'):
-        rounds = S.expand(S.Call(op, group, n))
+        rounds = S.expand(A.Call(op, group, n))
         talk = set(sent_per_rank(rounds)) | set(received_per_rank(rounds))
         assert talk == set(group), (op, p)
         # the extras (beyond the largest power of two) only talk to their partner
@@ -55,15 +56,15 @@ def test_non_powers_of_two_fold_and_every_rank_takes_part(p):
         for src, dst, _, _ in S.messages(rounds):
             if src >= low:
                 assert dst == src - low
-    ring = S.expand(S.Call('allgather', group, n), 'ring')
+    ring = S.expand(A.Call('allgather', group, n), 'ring')
     assert sorted(sent_per_rank(ring).values()) == pytest.approx([n * (p - 1) / p] * p)
 
 
 @pytest.mark.parametrize('M', [2, 3, 4, 5, 6, 7, 8])
 def test_rsap_puts_are_put_rounds_and_every_position_gets_every_chunk(M):
     c, P = 100, 2 * M
-    setup = S.Setup('rsap', P, M)
-    calls = S.segment_calls(setup, M * c)  # no tail
+    setup = A.Setup('rsap', P, M)
+    calls = A.segment_calls(setup, M * c)  # no tail
     puts = [x for x in calls if x.op == 'put']
     want = collections.Counter()
     for rnd in put_rounds(M):
@@ -90,29 +91,29 @@ def test_rsap_puts_are_put_rounds_and_every_position_gets_every_chunk(M):
 
 
 def test_float16_moves_half_the_bytes_and_sums_locally():
-    s32 = S.Setup('rsaa', 8, 2, itemsize=4)
-    s16 = S.Setup('rsaa', 8, 2, itemsize=2)
+    s32 = A.Setup('rsaa', 8, 2, itemsize=4)
+    s16 = A.Setup('rsaa', 8, 2, itemsize=2)
     b32 = S.total_bytes(S.segment_rounds(s32, 1 << 16))
     b16 = S.total_bytes(S.segment_rounds(s16, 1 << 16))
     assert b16 == pytest.approx(b32 / 2, rel=0.02)
-    ops = {x.op for x in S.segment_calls(s16, 1 << 16)}
+    ops = {x.op for x in A.segment_calls(s16, 1 << 16)}
     assert 'alltoall' in ops and 'reduce_scatter' not in ops
 
 
 def test_tails_and_shm_follow_the_segment_split():
-    setup = S.Setup('rsaa', 6, 3)
-    calls = S.segment_calls(setup, 1001)  # 999 in 3 chunks of 333, a tail of 2
-    assert S.Call('reduce_scatter', (0, 1, 2), 999 * 4) in calls
-    assert S.Call('allreduce', (0, 3), 333 * 4) in calls
-    assert S.Call('allreduce', tuple(range(6)), 2 * 4) in calls
-    shm = S.segment_calls(S.Setup('shm', 6, 3), 999)
+    setup = A.Setup('rsaa', 6, 3)
+    calls = A.segment_calls(setup, 1001)  # 999 in 3 chunks of 333, a tail of 2
+    assert A.Call('reduce_scatter', (0, 1, 2), 999 * 4) in calls
+    assert A.Call('allreduce', (0, 3), 333 * 4) in calls
+    assert A.Call('allreduce', tuple(range(6)), 2 * 4) in calls
+    shm = A.segment_calls(A.Setup('shm', 6, 3), 999)
     assert {x.op for x in shm} == {'compute', 'barrier', 'allreduce'}
-    assert S.end_calls(S.Setup('shm', 6, 3)) == [S.Call('barrier', r, 0) for r in ((0, 1, 2),
+    assert A.end_calls(A.Setup('shm', 6, 3)) == [A.Call('barrier', r, 0) for r in ((0, 1, 2),
                                                                                    (3, 4, 5))]
 
 
 def test_repeated_rounds_expand_in_messages():
-    rounds = S.expand(S.Call('allgather', (0, 1, 2, 3), 4000), 'ring')
+    rounds = S.expand(A.Call('allgather', (0, 1, 2, 3), 4000), 'ring')
     rows = list(S.messages(rounds))
     assert len(rows) == 4 * 3 and [r[3] for r in rows] == sorted(r[3] for r in rows)
     assert rows[-1][3] == 2
@@ -120,31 +121,31 @@ def test_repeated_rounds_expand_in_messages():
 
 def test_large_groups_stay_playable():
     # 8,192 ranks: pairwise exchanges play representatives, barriers a repeated round
-    rounds = S.expand(S.Call('alltoall', tuple(range(8192)), 8192 * 100))
+    rounds = S.expand(A.Call('alltoall', tuple(range(8192)), 8192 * 100))
     assert len(rounds) == S.MAX_DISTINCT and S.round_count(rounds) == 8191
-    assert len(S.expand(S.Call('barrier', tuple(range(8192)), 0))) == 1
+    assert len(S.expand(A.Call('barrier', tuple(range(8192)), 0))) == 1
 
 
 def test_segment_sizes_cover_the_model():
-    sizes = S.segment_sizes('mlp', 4 << 20)
+    sizes = segments.segment_sizes('mlp', 4 << 20)
     assert sum(k * v for k, v in sizes.items()) == 1796010
     # Segments are cut in bytes, as the communicators cut them: float16's hold twice the
     # elements, so ResNet-50 has fewer of them.
-    half = S.segment_sizes('resnet50', 4 << 20, itemsize=2)
-    full = S.segment_sizes('resnet50', 4 << 20)
+    half = segments.segment_sizes('resnet50', 4 << 20, itemsize=2)
+    full = segments.segment_sizes('resnet50', 4 << 20)
     assert max(half) == 2 << 20 and max(full) == 1 << 20
     assert sum(half.values()) < sum(full.values())
     assert sum(k * v for k, v in half.items()) == sum(k * v for k, v in full.items())
-    assert S.segment_sizes(10, 16) == {4: 2, 2: 1}
+    assert segments.segment_sizes(10, 16) == {4: 2, 2: 1}
 
 
 def test_bad_input_is_refused_with_the_allowed_values():
     with pytest.raises(ValueError, match="no schedule for algorithm 'nope'"):
-        S.Setup('nope', 4, 2)
+        A.Setup('nope', 4, 2)
     with pytest.raises(ValueError, match='M = 3 do not divide P = 4'):
-        S.Setup('rsap', 4, 3)
+        A.Setup('rsap', 4, 3)
     with pytest.raises(ValueError, match='halving, ring, doubling'):
-        S.expand(S.Call('allreduce', (0, 1), 8), 'bruck')
+        S.expand(A.Call('allreduce', (0, 1), 8), 'bruck')
 
 
 def test_node_aware_all_reduce_reduces_in_the_node_first():
@@ -152,10 +153,10 @@ def test_node_aware_all_reduce_reduces_in_the_node_first():
     # all-reduce, then the first ranks send the result back; other calls are unchanged.
     node_of = [r // 2 for r in range(6)]
     expand = S.node_aware(node_of)
-    rounds = expand(S.Call('allreduce', tuple(range(6)), 1000))
+    rounds = expand(A.Call('allreduce', tuple(range(6)), 1000))
     assert rounds[0].messages == [(1, 0, 1000.0), (3, 2, 1000.0), (5, 4, 1000.0)]
     assert rounds[-1].messages == [(0, 1, 1000.0), (2, 3, 1000.0), (4, 5, 1000.0)]
     middle = {m[:2] for r in rounds[1:-1] for m in r.messages}
     assert {r for pair in middle for r in pair} == {0, 2, 4}
-    col = S.Call('allreduce', (0, 2, 4), 1000)  # one rank per node: as the library's
+    col = A.Call('allreduce', (0, 2, 4), 1000)  # one rank per node: as the library's
     assert [r.messages for r in expand(col)] == [r.messages for r in S.expand(col)]

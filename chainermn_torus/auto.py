@@ -16,9 +16,12 @@ the ranking; a simulation that fails leaves the alpha-beta plan, and says so.
 import os
 
 from chainermn_torus import config
-from chainermn_torus.planning import planner
-from chainermn_torus.communicators import _packing, variants
+from chainermn_torus.communicators import _packing, create_variant
 from chainermn_torus.communicators._base import TorusCommunicatorBase
+from chainermn_torus.communicators._progress import Progress
+from chainermn_torus.planning import planner
+from chainermn_torus.planning.calibrate import calibrate
+from chainermn_torus.simulation import plan as simplan, simulate
 
 __all__ = ['AutoCommunicator']
 
@@ -34,7 +37,6 @@ def _network(mpi_comm, network, measure_timeout):
         return planner.load_network(planner.DEFAULT_NETWORK_FILE), planner.DEFAULT_NETWORK_FILE
     if mpi_comm.size == 1:
         return planner.PRESETS['ofp'], 'one rank: nothing to measure'
-    from chainermn_torus.planning.calibrate import calibrate
     data = calibrate(mpi_comm, large=4 << 20, reps=5, timeout=measure_timeout,
                      name='measured at start-up')
     data = mpi_comm.bcast(data, root=0)
@@ -103,7 +105,6 @@ class AutoCommunicator(TorusCommunicatorBase):
             return rows, 'planner; under {:g} ms, not simulated'.format(SIMULATE_MIN_S * 1e3)
         out = None
         if self.rank == 0:
-            from chainermn_torus.simulation import plan as simplan, simulate
             if not simulate.available():
                 out = (rows, 'planner' if self.simulate == 'auto' else
                        'planner; simulate=on but ' + simulate.why_unavailable())
@@ -122,7 +123,7 @@ class AutoCommunicator(TorusCommunicatorBase):
             algorithm, grid = key
             # The planner's names are the variants table's: the row says which class and
             # options (shm pinned off for rsaa/rsap, on for 'shm').
-            comm = variants.create(algorithm, self.mpi_comm, grid=grid,
+            comm = create_variant(algorithm, self.mpi_comm, grid=grid,
                                    segment_size=self._options['segment_size'],
                                    allreduce_grad_dtype=self._options['allreduce_grad_dtype'])
             comm.progress = self.progress
@@ -151,7 +152,6 @@ class AutoCommunicator(TorusCommunicatorBase):
                 comm.set_config(name, value, **kwargs)
 
     def clone(self, poll_interval=None):
-        from chainermn_torus.communicators._progress import Progress
         opts = dict(self._options)
         twin = AutoCommunicator(mpi_comm=self.mpi_comm.Dup(), _net=(
             self.network, self.network_source), **opts)

@@ -1,0 +1,80 @@
+"""A variant's MPI calls for a whole all-reduce call: what the simulator plays and what the
+tests compare with the calls the communicators make under MPI.
+
+Ranks are global ranks 0..P-1, placed node by node (rank r on node r // R) as the launcher
+and ``communicators._grid.Grid`` do: grid row r // M, position r % M.
+"""
+import collections
+
+from chainermn_torus.algorithms import variants
+from chainermn_torus.algorithms.collectives import Call
+
+__all__ = ['Call', 'Setup', 'segment_calls', 'begin_calls', 'end_calls', 'call_calls', 'calls_of',
+           'ONE_SIDED']
+
+ONE_SIDED = ('put', 'flush', 'notify')
+
+
+class Setup(collections.namedtuple('Setup', 'algorithm P M itemsize')):
+    """algorithm (a variant with a schedule), P ranks, grid rows of M, bytes per element."""
+
+    def __new__(cls, algorithm, P, M=1, itemsize=4):
+        names = variants.simulated()
+        if algorithm not in names:
+            raise ValueError('chainermn_torus: no schedule for algorithm {!r}; simulated: '
+                             '{}'.format(algorithm, ', '.join(names)))
+        if P < 1 or M < 1 or P % M:
+            raise ValueError('chainermn_torus: grid rows of M = {} do not divide P = {} '
+                             'ranks'.format(M, P))
+        if itemsize not in (2, 4, 8):
+            raise ValueError('chainermn_torus: itemsize must be 2 (float16), 4 or 8, got '
+                             '{!r}'.format(itemsize))
+        if not variants.get(algorithm).grid:
+            M = 1
+        return super(Setup, cls).__new__(cls, algorithm, P, M, itemsize)
+
+    @property
+    def variant(self):
+        return variants.get(self.algorithm)
+
+    @property
+    def N(self):
+        return self.P // self.M
+
+    def rows(self):
+        return [tuple(range(r * self.M, (r + 1) * self.M)) for r in range(self.N)]
+
+    def columns(self):
+        return [tuple(range(q, self.P, self.M)) for q in range(self.M)]
+
+
+def segment_calls(setup, elems):
+    """The calls of every rank for one segment of ``elems`` elements, in program order."""
+    return setup.variant.algorithm.segment_calls(setup, elems)
+
+
+def begin_calls(setup):
+    """Calls once per all-reduce call, before the first segment: every rank checks that the
+    ranks' layouts agree (``_packing.check_same_layout``, two int64 by MPI_Allreduce)."""
+    if setup.P == 1:
+        return []
+    return [Call('allreduce', tuple(range(setup.P)), 16)]
+
+
+def end_calls(setup):
+    """Calls once per all-reduce call, after the last segment (shm's closing barrier)."""
+    return setup.variant.algorithm.end_calls(setup)
+
+
+def calls_of(calls, rank):
+    """One rank's calls, as the recorder in the tests sees them: the collectives of the
+    groups it is in, and the one-sided calls and notifications it makes as origin."""
+    return [c for c in calls if (c.group[0] == rank if c.op in ONE_SIDED else rank in c.group)]
+
+
+def call_calls(setup, segments):
+    """The calls of one whole all-reduce call over segments of the given sizes."""
+    calls = begin_calls(setup)
+    for elems in segments:
+        calls += segment_calls(setup, elems)
+    return calls + end_calls(setup)

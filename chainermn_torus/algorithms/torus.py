@@ -1,0 +1,70 @@
+"""rsaa, and the shape rsaa and rsap share (2D torus, Mikami et al.; seed 003).
+
+P = M x N ranks in rows of M (``_grid``). Each segment of n elements is split into a main
+part of M equal chunks of c = n // M elements and a tail of fewer than M elements:
+  1. reduce-scatter in every row (each position ends with the row sum of its chunk);
+  2. all-reduce of that chunk in every column (N ranks);
+  3. divide the chunk by P, into its place in the buffer;
+  4. the gather phase: every position gets every chunk of its row; rsaa by
+     MPI_Allgather, rsap by put rounds (``rsap``).
+The tail is summed with one small all-reduce over all ranks (``collectives.tail_calls``).
+A row of one (M = 1) skips phases 1 and 4: a plain column all-reduce.
+
+Cost: reduce-scatter + column all-reduce of n / M + the gather phase, with the groups of
+``collectives.row_and_column`` (rows inside nodes use no link).
+"""
+from chainermn_torus.algorithms.base import Algorithm
+from chainermn_torus.algorithms.collectives import (
+    Call, allgather_cost, allreduce_cost, reduce_calls, reduce_scatter_cost, row_and_column,
+    tail_calls)
+
+__all__ = ['Torus', 'Rsaa']
+
+
+class Torus(Algorithm):
+    """Phases 1-3 and the tail; subclasses give the gather phase's calls and cost."""
+
+    gather_phase = 'allgather'  # the name of phase 4 in cost breakdowns and timelines
+
+    def segment_calls(self, setup, elems):
+        s, M, P = setup.itemsize, setup.M, tuple(range(setup.P))
+        rows, cols = setup.rows(), setup.columns()
+        main = elems - elems % M
+        c = main // M
+        calls = []
+        if c:
+            if M > 1:
+                for row in rows:
+                    calls += reduce_calls('reduce_scatter', row, main, s)
+            for col in cols:
+                calls += reduce_calls('allreduce', col, c, s)
+            calls.append(Call('compute', P, c * s, 'copy'))  # divide into place
+            if M > 1:
+                calls += self.gather_calls(setup, c)
+        if main < elems:
+            calls += tail_calls(setup, elems - main)
+        return calls
+
+    def cost(self, nodes, R, n, net, grid):
+        row, col = row_and_column(nodes, R, grid[0])
+        rs = reduce_scatter_cost(row, n, net)
+        column = allreduce_cost(col, n / grid[0], net)
+        last = self.gather_cost(row, n, net)
+        return rs + column + last, {'reduce_scatter': rs, 'allreduce': column,
+                                    self.gather_phase: last}
+
+    def gather_calls(self, setup, c):
+        raise NotImplementedError
+
+    def gather_cost(self, row, n, net):
+        raise NotImplementedError
+
+
+class Rsaa(Torus):
+    """Phase 4 by in-place MPI_Allgather in every row."""
+
+    def gather_calls(self, setup, c):
+        return [Call('allgather', row, setup.M * c * setup.itemsize) for row in setup.rows()]
+
+    def gather_cost(self, row, n, net):
+        return allgather_cost(row, n, net)

@@ -1,0 +1,57 @@
+"""``create_multi_node_optimizer`` as scripts call it (``chainermn.create_multi_node_optimizer``
+after ``import chainermn_torus``), and the seam a launcher uses to change what it returns.
+
+The process-wide pieces start here (``runtime.startup``: the abort hook, the timeline),
+since a script may make its optimizer over ChainerMN's own communicator. Then, where a
+launcher has set ``Overrides`` (``python -m chainermn_torus.run --fused ...``), its options
+are merged with the script's, the wrapper is made (``multi_node``), the launcher is told
+what was made, and it is called once more at the first update. This module owns the seam:
+nothing here knows the launcher.
+"""
+from chainermn_torus.optimizers import fused as fused_mod, multi_node
+from chainermn_torus.runtime import devshm, startup
+
+__all__ = ['create_multi_node_optimizer', 'Overrides', 'set_overrides']
+
+_OVERRIDES = []  # at most one Overrides
+
+
+class Overrides(object):
+    """What a launcher wants of every multi-node optimizer a script makes."""
+
+    def options(self, actual_optimizer, options):
+        """The options to make it with, from the script's ``options`` (a dict that holds
+        ``double_buffering`` and ``fused`` too)."""
+        return options
+
+    def made(self, name, communicator, options, fused_applied):
+        """Called after each is made: ``name`` is the class the script passed."""
+
+    def first_update(self):
+        """Called at each one's first update."""
+
+
+def set_overrides(overrides):
+    """Install ``overrides`` (an ``Overrides``) for this process; None removes it."""
+    del _OVERRIDES[:]
+    if overrides is not None:
+        _OVERRIDES.append(overrides)
+
+
+def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering=False,
+                                zero_fill=True, **options):
+    """See ``multi_node.create_multi_node_optimizer``."""
+    startup.start()  # the communicator may be ChainerMN's own (naive): start here too
+    if hasattr(communicator, 'mpi_comm'):  # made by a collective (init_ranks): all past Init
+        devshm.unlink_mpi_segments()
+    name = type(actual_optimizer).__name__  # fusing changes the class: name it first
+    options = dict(options, double_buffering=double_buffering)
+    overrides = _OVERRIDES[0] if _OVERRIDES else None
+    if overrides is not None:
+        options = overrides.options(actual_optimizer, options)
+    opt = multi_node.create_multi_node_optimizer(actual_optimizer, communicator,
+                                                 zero_fill=zero_fill, **options)
+    if overrides is not None:
+        overrides.made(name, communicator, options, fused_mod.is_fused(opt.actual_optimizer))
+        opt._set('on_first_update', overrides.first_update)
+    return opt

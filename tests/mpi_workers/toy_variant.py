@@ -1,0 +1,76 @@
+"""A toy variant added through the public seams only (docs/development.md, "Adding an
+algorithm"): its description (an ``algorithms.base.Algorithm``: schedule and cost), its MPI
+class (a ``TorusCommunicatorBase``), one row of ``algorithms.variants``, and the class's
+name in ``communicators.CLASSES``. Nothing in the package names it.
+
+``rs_ag``: each segment's main part (a multiple of P elements) by MPI_Reduce_scatter_block
+over all ranks, the division on this rank's 1/P, then an in-place MPI_Allgather; the tail
+(fewer than P elements) by one small MPI_Allreduce. A flat two-step all-reduce.
+
+Importing this module registers the variant (so the simulator's child process, which
+imports a plugin's module, knows it); the MPI class lives in ``toy_communicator`` and is
+imported on first use, as the package's own are. As a script it runs another program with the variant
+registered: ``python toy_variant.py WORKER.py ARGS...`` or ``python toy_variant.py -m
+MODULE ARGS...`` (under mpiexec for MPI ones).
+"""
+import runpy
+import sys
+
+from chainermn_torus import communicators
+from chainermn_torus.algorithms import variants
+from chainermn_torus.algorithms.base import Algorithm
+from chainermn_torus.algorithms.collectives import (
+    Call, Group, allgather_cost, reduce_calls, reduce_scatter_cost, tail_calls)
+
+NAME = 'rs_ag'
+
+
+class RsAg(Algorithm):
+    grid = False
+    node_aware = False
+
+    def segment_calls(self, setup, elems):
+        s, group = setup.itemsize, tuple(range(setup.P))
+        main = elems - elems % setup.P
+        calls = []
+        if main and setup.P > 1:
+            calls += reduce_calls('reduce_scatter', group, main, s)
+            calls.append(Call('compute', group, main // setup.P * s, 'copy'))  # divide
+            calls.append(Call('allgather', group, main * s))
+        elif main:
+            calls.append(Call('compute', group, main * s, 'copy'))
+        if main < elems:
+            calls += tail_calls(setup, elems - main)
+        return calls
+
+    def cost(self, nodes, R, n, net, grid):
+        g = Group(nodes * R, R, R)
+        rs, ag = reduce_scatter_cost(g, n, net), allgather_cost(g, n, net)
+        return rs + ag, {'reduce_scatter': rs, 'allgather': ag}
+
+
+def register():
+    """Add the class and the row (idempotent); returns a function that removes both."""
+    if NAME in variants.VARIANTS:
+        return lambda: None
+    communicators.add_class(NAME, 'toy_communicator', 'RsAgCommunicator')
+    remove_row = variants.add(variants.Variant(
+        NAME, NAME, {}, RsAg(), True, False, 'default', (2, 3),
+        'toy: MPI_Reduce_scatter_block + MPI_Allgather over all ranks'))
+
+    def remove():
+        remove_row()
+        del communicators.CLASSES[NAME]
+    return remove
+
+
+register()
+
+if __name__ == '__main__':
+    args = sys.argv[1:]
+    if args[0] == '-m':
+        sys.argv = [args[1]] + args[2:]
+        runpy.run_module(args[1], run_name='__main__', alter_sys=True)
+    else:
+        sys.argv = args
+        runpy.run_path(args[0], run_name='__main__')
