@@ -111,10 +111,10 @@ def simulated():
 
 def benchmarked(asked=False, always=False):
     """Variants ``bench.allreduce`` runs by default (with ``asked``: every one it can;
-    ``always``: the reference rows it shows whatever ``--variants`` says)."""
-    if always:
-        return [v.name for v in _ROWS if v.bench == 'always']
-    return [v.name for v in _ROWS if v.bench == 'default' or (asked and v.bench == 'asked')]
+    ``always``: only the reference rows it shows whatever ``--variants`` says)."""
+    kinds = ('always',) if always else ('always', 'default', 'asked') if asked else (
+        'always', 'default')
+    return [v.name for v in _ROWS if v.bench in kinds]
 
 
 def tested():

@@ -95,7 +95,8 @@ def run(args):
     comms = {}
     for seg in args.segments:
         label = '' if seg is None else '/seg={}'.format(_fmt_bytes(seg) if seg else 'none')
-        for variant in ALWAYS + [v for v in args.variants if not variants.get(v).grid]:
+        for variant in ALWAYS + [v for v in args.variants
+                                 if not variants.get(v).grid and v not in ALWAYS]:
             comms[variant + label] = create_variant(variant, segment_size=seg)
         for g in _grids(P, args.grids):
             M = parse_grid(g, P, source='--grids')[0]

@@ -32,7 +32,7 @@ import chainermn
 import chainermn.functions
 import chainermn.links
 import chainermn_torus  # NOQA: registers our names
-from chainermn_torus.algorithms.variants import VARIANTS
+from chainermn_torus.algorithms.variants import VARIANTS, benchmarked
 
 warnings.simplefilter('ignore', FutureWarning)  # chainer.utils.experimental, on every call
 warnings.simplefilter('ignore', DeprecationWarning)  # allreduce_grad, on purpose
@@ -46,8 +46,8 @@ def variants():
     """(label, name, options): every variant in the table (algorithms.variants) that
     the benchmark runs by default, the experimental ones at P = 2, and the defaults and
     float16 paths the table does not pin."""
-    out = [(v.name, v.communicator, v.options) for v in VARIANTS.values()
-           if v.bench == 'default' or (v.bench == 'asked' and P == 2)]
+    names = benchmarked(asked=P == 2)
+    out = [(v.name, v.communicator, v.options) for v in VARIANTS.values() if v.name in names]
     out += [
         # On one node rsaa's default is shared memory (rsap's is the 'shm' variant).
         ('rsaa shm', 'rsaa', {'shm': True}),

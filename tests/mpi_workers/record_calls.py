@@ -117,9 +117,9 @@ def check(variant, grid, fp16):
         if hasattr(memory, '_win'):  # rsap's PutWindow: record between it and its window
             window = (memory, memory._win)
             memory._win = WindowRecorder(memory._win, group_of(comm.grid.row_comm), log)
-    if getattr(comm, '_notify_comm', None) is not None:
-        comm._notify_comm = NotifyRecorder(comm._notify_comm, group_of(comm.grid.row_comm),
-                                           log)
+    sync = getattr(comm, '_sync', None)
+    if getattr(sync, 'notify_comm', None) is not None:  # rsap's notify strategy
+        sync.notify_comm = NotifyRecorder(sync.notify_comm, group_of(comm.grid.row_comm), log)
     comm.multi_node_mean_grad(model)
     if window is not None:
         window[0]._win = window[1]

@@ -1,0 +1,209 @@
+"""rsap's modes as strategies, each owning its MPI state and its ``free()``, chosen once when
+the communicator is made (``SYNCS``, ``REDUCE_SCATTERS``).
+
+How the put rounds are synchronised (phase 4):
+  fence   MPI_Win_fence over the row opens the epoch and closes every round (seed 003);
+  notify  partners only, the paper's future work: a passive-target epoch held for the
+          window's life; per round Put, MPI_Win_flush, then a zero-byte message telling the
+          target its data has landed (on a duplicate of the row communicator, so it can
+          never match a user's message);
+  pscw    the same idea with MPI's post/start/complete/wait: experimental (it hangs now and
+          then with the MPICH 5.0.2 wheel at four or more ranks, even in a 20-line pairwise
+          loop, scripts/repro_pscw_hang.py), kept for MPIs where PSCW works.
+How the row reduce-scatter is done (phase 1):
+  collective  MPI_Reduce_scatter_block, as rsaa (``_torus``);
+  accumulate  every position MPI_Accumulate-s chunk k into position k's window (the other
+              future work; the order in which contributions arrive varies, so the sum can
+              differ in the last bit from run to run, though never between ranks: one rank
+              sums each chunk).
+
+Each round's puts come from ``algorithms.rsap.put_rounds``: a position puts chunk range
+[a, b) of the segment to ``target`` at the same offset in its window.
+"""
+import time
+
+import chainer
+from mpi4py import MPI
+
+__all__ = ['SYNCS', 'REDUCE_SCATTERS', 'FenceSync', 'NotifySync', 'PscwSync',
+           'CollectiveReduceScatter', 'AccumulateReduceScatter']
+
+
+def fence(comm, win, assertion):
+    # A fence has no non-blocking form: when polling, everyone meets first in a polled
+    # barrier, so that the fence itself does not spin waiting for late ranks.
+    if comm.progress.polling:
+        comm.progress(comm.grid.row_comm, 'Barrier')
+    win.Fence(assertion)
+
+
+def _puts(win, array, lo, c, mpi_type, puts):
+    for target, a, b in puts:
+        start, n = lo + a * c, (b - a) * c
+        win.Put([array[start:start + n], mpi_type], target, target=(start, n, mpi_type))
+
+
+class _Sync(object):
+    """Owns what its synchronisation needs; ``comm`` is the rsap communicator."""
+
+    passive = False  # the window holds one passive-target epoch for its life
+
+    def __init__(self, comm, rounds):
+        self.comm = comm
+        pos = comm.grid.pos
+        # Only this position's puts, per round: the schedule is fixed by M.
+        self.my_rounds = [[(t, a, b) for (o, t, a, b) in rnd if o == pos] for rnd in rounds]
+
+    def free(self):
+        pass
+
+
+class FenceSync(_Sync):
+    describe = 'MPI_Win_fence'
+
+    def put_rounds(self, win, array, lo, c, mpi_type):
+        fence(self.comm, win, MPI.MODE_NOPRECEDE)
+        last = len(self.my_rounds) - 1
+        for i, puts in enumerate(self.my_rounds):
+            _puts(win, array, lo, c, mpi_type, puts)
+            win.Fence(MPI.MODE_NOSUCCEED if i == last else 0)
+
+
+class NotifySync(_Sync):
+    describe = 'flush + notification to each partner'
+    passive = True
+
+    def __init__(self, comm, rounds):
+        super(NotifySync, self).__init__(comm, rounds)
+        pos = comm.grid.pos
+        # Notifications on their own communicator: they can never match user messages.
+        self.notify_comm = comm.grid.row_comm.Dup()
+        self.sources = [sorted({o for (o, t, a, b) in rnd if t == pos}) for rnd in rounds]
+
+    def put_rounds(self, win, array, lo, c, mpi_type):
+        # No "ready" message is needed before a put: a partner's target region is free once
+        # the partner has entered this call's reduce-scatter, which this rank's own
+        # reduce-scatter result already depends on.
+        comm, progress = self.notify_comm, self.comm.progress
+        for i, puts in enumerate(self.my_rounds):
+            _puts(win, array, lo, c, mpi_type, puts)
+            sent = []
+            for target, _, _ in puts:
+                if target not in sent:
+                    sent.append(target)
+            requests = []
+            for target in sent:
+                win.Flush(target)  # the data is in the target's memory ...
+                requests.append(comm.Issend([None, 0, MPI.BYTE], target, tag=i))  # ... say so
+            for origin in self.sources[i]:
+                progress.wait(comm.Irecv([None, 0, MPI.BYTE], origin, tag=i))
+            for req in requests:
+                progress.wait(req)
+            if self.sources[i]:
+                win.Sync()  # make the landed data visible to this rank's loads
+
+    def free(self):
+        if self.notify_comm is not None and not MPI.Is_finalized():
+            self.notify_comm.Free()
+        self.notify_comm = None
+
+
+class PscwSync(_Sync):
+    describe = 'post/start/complete/wait'
+
+    def __init__(self, comm, rounds):
+        super(PscwSync, self).__init__(comm, rounds)
+        chainer.utils.experimental("chainermn_torus rsap sync='pscw' (hangs at 4+ ranks "
+                                   "with MPICH 5.0.2: scripts/repro_pscw_hang.py)")
+        pos = comm.grid.pos
+        # Per round: the group this position puts to and the group that puts to it.
+        world = comm.grid.row_comm.Get_group()
+        self.groups = []
+        for rnd in rounds:
+            targets = sorted({t for (o, t, a, b) in rnd if o == pos})
+            origins = sorted({o for (o, t, a, b) in rnd if t == pos})
+            self.groups.append((world.Incl(targets) if targets else None,
+                                world.Incl(origins) if origins else None))
+        world.Free()
+
+    def put_rounds(self, win, array, lo, c, mpi_type):
+        # Each round is an access epoch to the positions this one puts to and an exposure
+        # epoch to those that put to it. Posting before starting means no rank can wait on
+        # a partner that waits on it. Wait returns once every origin's puts have landed, so
+        # the next round may forward what this one received.
+        progress = self.comm.progress
+        for puts, (targets, origins) in zip(self.my_rounds, self.groups):
+            if origins is not None:
+                win.Post(origins)
+            if targets is not None:
+                win.Start(targets)
+                _puts(win, array, lo, c, mpi_type, puts)
+                win.Complete()
+            if origins is not None:
+                if progress.polling:
+                    while not win.Test():
+                        time.sleep(progress.interval)
+                else:
+                    win.Wait()
+
+    def free(self):
+        for pair in self.groups:
+            for g in pair:
+                if g is not None and not MPI.Is_finalized():
+                    g.Free()
+        self.groups = []
+
+
+class CollectiveReduceScatter(object):
+    describe = 'MPI_Reduce_scatter_block'
+    needs_mpi_sum = False
+
+    def __init__(self, comm, sync):
+        self.comm = comm
+
+    def __call__(self, part, src, buf, lo, window):
+        return self.comm._collective_reduce_scatter(part, src, buf, lo)
+
+    def free(self):
+        pass
+
+
+class AccumulateReduceScatter(CollectiveReduceScatter):
+    describe = 'MPI_Accumulate'
+    needs_mpi_sum = True
+
+    def __init__(self, comm, sync):
+        super(AccumulateReduceScatter, self).__init__(comm, sync)
+        self.passive = sync.passive  # the window is in a passive epoch: no fences
+
+    def __call__(self, part, src, buf, lo, window):
+        op, mpi_type = buf.reducer.op, buf.mpi_type
+        # Accumulate needs an MPI sum (float16 set later by set_config has none) and a window.
+        if op is None or window is None:
+            return self.comm._collective_reduce_scatter(part, src, buf, lo)
+        comm = self.comm
+        M, pos = comm.grid.M, comm.grid.pos
+        c = part.size // M
+        mine = part[pos * c:(pos + 1) * c]
+        if src is not None:
+            mine[...] = src[pos * c:(pos + 1) * c]  # the peers add into it
+        origin = part if src is None else src
+        if self.passive:
+            comm.progress(comm.grid.row_comm, 'Barrier')
+        else:
+            fence(comm, window, MPI.MODE_NOPRECEDE)
+        for step in range(1, M):  # start at the next position: targets spread out
+            k = (pos + step) % M
+            window.Accumulate([origin[k * c:(k + 1) * c], mpi_type], k,
+                              target=(lo + k * c, c, mpi_type), op=op)
+        if self.passive:
+            window.Flush_all()
+            comm.progress(comm.grid.row_comm, 'Barrier')
+            window.Sync()
+        else:
+            window.Fence(MPI.MODE_NOSUCCEED)
+        return mine
+
+
+SYNCS = {'fence': FenceSync, 'notify': NotifySync, 'pscw': PscwSync}
+REDUCE_SCATTERS = {'collective': CollectiveReduceScatter, 'accumulate': AccumulateReduceScatter}
