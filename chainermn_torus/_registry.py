@@ -19,6 +19,7 @@ import chainermn
 import chainermn.communicators
 
 from chainermn_torus import communicators, config
+from chainermn_torus.runtime import report
 
 __all__ = ['create_communicator', 'create_multi_node_optimizer', 'register',
            'force_communicator', 'set_defaults', 'valid_names', 'names', 'communicator_class',
@@ -37,7 +38,6 @@ _forced = None  # (name, kwargs) or None
 _defaults = {}  # options for our communicators where the caller gives none (the launcher's)
 _forced_options = {}  # options every communicator of ours gets, whatever the call says
 _on_create = []  # callbacks (comm, name asked, name made), the launcher's report
-_said = set()   # notes already printed by this process
 
 
 class OptionError(ValueError, TypeError):
@@ -164,10 +164,10 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
                                              _options_of(cls))) from None
     comm.set_config('batched_copy', batched_copy)
     if explicit:
-        _say_once(comm, 'batched_copy',
-                  'chainermn_torus: batched_copy={!r} accepted and ignored: it selects '
-                  'ChainerMN\'s GPU packing path, and {} has one CPU path'.format(
-                      batched_copy, communicator_name))
+        report.say('batched_copy={!r} accepted and ignored: it selects ChainerMN\'s GPU '
+                   'packing path, and {} has one CPU path'.format(batched_copy,
+                                                                  communicator_name),
+                   comm.rank, key='batched_copy')
     return _made(comm, asked, communicator_name)
 
 
@@ -175,14 +175,6 @@ def _made(comm, asked, made):
     for callback in _on_create:
         callback(comm, asked, made)
     return comm
-
-
-def _say_once(comm, key, message):
-    if key in _said:
-        return
-    _said.add(key)
-    if comm.rank == 0 and not config.quiet():
-        print(message, flush=True)
 
 
 def _option_names(cls):

@@ -16,11 +16,13 @@ the ranking; a simulation that fails leaves the alpha-beta plan, and says so.
 import os
 
 from chainermn_torus import config
+from chainermn_torus.algorithms import variants
 from chainermn_torus.communicators import _packing, create_variant
 from chainermn_torus.communicators._base import TorusCommunicatorBase
 from chainermn_torus.communicators._progress import Progress
 from chainermn_torus.planning import planner
 from chainermn_torus.planning.calibrate import calibrate
+from chainermn_torus.runtime import report
 from chainermn_torus.simulation import plan as simplan, simulate
 
 __all__ = ['AutoCommunicator']
@@ -70,8 +72,8 @@ class AutoCommunicator(TorusCommunicatorBase):
         key = self._chosen.get(nbytes)
         if key is None:
             if self.size == 1 or not self.uniform:
-                rows = [{'algorithm': 'pure_allreduce', 'grid': None, 'seconds': 0.0,
-                         'phases': {}}]
+                flat = next(n for n in variants.planned() if not variants.get(n).grid)
+                rows = [{'algorithm': flat, 'grid': None, 'seconds': 0.0, 'phases': {}}]
                 why = 'one rank' if self.size == 1 else 'nodes hold different rank counts'
             else:
                 rows = planner.plan(self.inter_size, self.intra_size, nbytes, self.network)
@@ -81,18 +83,18 @@ class AutoCommunicator(TorusCommunicatorBase):
             best = rows[0]
             key = self._chosen[nbytes] = (best['algorithm'], best['grid'])
             self.choices.append((nbytes, rows))
-            if self.rank == 0 and not config.quiet():
-                runner = rows[1] if len(rows) > 1 else None
-                print('chainermn_torus auto: {:.1f} MB on {} nodes x {} ranks -> {}{} ({}: {:.2f} '
-                      'ms predicted{}; network: {} [{}])'.format(
-                          nbytes / 1e6, self.inter_size, self.intra_size, best['algorithm'],
-                          '' if best['grid'] is None else ' {}x{}'.format(*best['grid']), why,
-                          best['seconds'] * 1e3,
-                          '' if runner is None else ', next {} {:.2f} ms'.format(
-                              runner['algorithm'] + ('' if runner['grid'] is None else
-                                                     ' {}x{}'.format(*runner['grid'])),
-                              runner['seconds'] * 1e3),
-                          self.network.name, self.network_source), flush=True)
+            runner = rows[1] if len(rows) > 1 else None
+            report.say('{:.1f} MB on {} nodes x {} ranks -> {}{} ({}: {:.2f} ms predicted{}; '
+                       'network: {} [{}])'.format(
+                           nbytes / 1e6, self.inter_size, self.intra_size, best['algorithm'],
+                           '' if best['grid'] is None else ' {}x{}'.format(*best['grid']), why,
+                           best['seconds'] * 1e3,
+                           '' if runner is None else ', next {} {:.2f} ms'.format(
+                               runner['algorithm'] + ('' if runner['grid'] is None else
+                                                      ' {}x{}'.format(*runner['grid'])),
+                               runner['seconds'] * 1e3),
+                           self.network.name, self.network_source),
+                       self.rank, prefix='chainermn_torus auto: ')
         return self._communicator(key)
 
     def _simulated(self, rows, nbytes):

@@ -27,6 +27,7 @@ import argparse
 import pickle
 
 from chainermn_torus import config
+from chainermn_torus.runtime import report
 
 __all__ = ['add_arguments', 'Launch', 'ACTIVE', 'say']
 
@@ -69,13 +70,7 @@ def add_arguments(parser):
 
 def say(line, rank=None):
     """One report line on rank 0 (rank: the caller's, else COMM_WORLD's)."""
-    if config.quiet():
-        return
-    if rank is None:
-        from mpi4py import MPI
-        rank = MPI.COMM_WORLD.rank
-    if rank == 0:
-        print(PREFIX + line, flush=True)
+    report.say(line, rank, prefix=PREFIX)
 
 
 class Launch(object):

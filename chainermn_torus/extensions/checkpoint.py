@@ -44,13 +44,13 @@ import numpy
 
 from chainermn_torus import config
 from chainermn_torus.runtime import devshm
+from chainermn_torus.runtime.atomic import TMP_PATTERN, atomic_write
 
 __all__ = ['MultiNodeCheckpointer', 'CheckpointError', 'check_writable', 'add_arguments',
            'check_arguments', 'attach', 'check_output', 'sweep_temporary']
 
 MANIFEST = 'latest.json'
 _MANIFEST_OF = 'manifest_iter_{}.json'
-_TMP = re.compile(r'^(?P<final>.+)\.tmp\.(?P<host>[^.]+(?:\.[^.]+)*)\.(?P<pid>\d+)$')
 STALE_S = 600.0  # another host's temporary file untouched this long belongs to a dead job
 
 
@@ -107,30 +107,6 @@ def _savez(arrays, iteration, rank):
     return write
 
 
-def _tmp_name(path):
-    return '{}.tmp.{}.{}'.format(path, socket.gethostname(), os.getpid())
-
-
-def _atomic_write(path, write, before_rename=None):
-    """Write to a temporary file, flush it to disk, rename it; on any failure (ENOSPC, an
-    exception in ``write``) remove the temporary file and raise."""
-    tmp = _tmp_name(path)
-    try:
-        with open(tmp, 'wb') as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        if before_rename is not None:
-            before_rename()
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def _crc32(path, chunk=1 << 22):
     crc = 0
     with open(path, 'rb') as f:
@@ -150,7 +126,7 @@ def sweep_temporary(directory, dry_run=False, now=None):
     here = socket.gethostname()
     removed = []
     for name in sorted(os.listdir(directory)):
-        m = _TMP.match(name)
+        m = TMP_PATTERN.match(name)
         if not m:
             continue
         full = os.path.join(directory, name)
@@ -219,7 +195,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         arrays = dict(ser.target, **extra)
         path = self._file(iteration, self.rank)
         try:
-            _atomic_write(path, _savez(arrays, iteration, self.rank),
+            atomic_write(path, _savez(arrays, iteration, self.rank),
                           lambda: _fault('during', iteration, self.rank))
             record = {'bytes': os.path.getsize(path), 'crc32': _crc32(path)}
         except OSError as e:
@@ -236,9 +212,9 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                         'checks': dict(zip(files, records)),
                         'model': _layout(target), 'written': time.strftime('%Y-%m-%d %H:%M:%S')}
             text = json.dumps(manifest, indent=1).encode()
-            _atomic_write(os.path.join(self.directory, _MANIFEST_OF.format(iteration)),
+            atomic_write(os.path.join(self.directory, _MANIFEST_OF.format(iteration)),
                           lambda f: f.write(text))
-            _atomic_write(os.path.join(self.directory, MANIFEST), lambda f: f.write(text))
+            atomic_write(os.path.join(self.directory, MANIFEST), lambda f: f.write(text))
         self.comm.mpi_comm.Barrier()  # latest.json names this checkpoint
         self._remove_old(iteration)
         _fault('after', iteration, self.rank)

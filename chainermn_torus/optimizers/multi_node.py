@@ -48,7 +48,7 @@ from chainermn_torus import config
 from chainermn_torus.communicators import _packing
 from chainermn_torus.extensions.replicas import check_replicas as _check_replicas
 from chainermn_torus.optimizers import fpenv, fused as fused_mod, overlap as _overlap
-from chainermn_torus.runtime import jit, timeline as _timeline, watchdog as watchdog_mod
+from chainermn_torus.runtime import jit, report, timeline as _timeline, watchdog as watchdog_mod
 
 __all__ = ['create_multi_node_optimizer', 'NonFiniteGradientError']
 
@@ -127,11 +127,9 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
         try:
             fused_mod.fuse(actual_optimizer, flush_denormals)
         except ValueError:
-            if communicator.rank == 0:
-                print('chainermn_torus: {} has no fused update (fused versions: {}); using '
-                      "Chainer's.".format(type(actual_optimizer).__name__,
-                                          ', '.join(fused_mod.fusable_names())),
-                      file=sys.stderr, flush=True)
+            report.say('{} has no fused update (fused versions: {}); using Chainer\'s.'.format(
+                type(actual_optimizer).__name__, ', '.join(fused_mod.fusable_names())),
+                communicator.rank, stream=sys.stderr)
     if flush_denormals:
         fpenv.set_flush_denormals(True)
     dog = watchdog_mod.from_env(watchdog, comm=communicator.mpi_comm)

@@ -45,9 +45,8 @@ import threading
 import chainer
 import numpy
 
-from chainermn_torus import config
 from chainermn_torus.communicators import _packing
-from chainermn_torus.runtime import jit, timeline as _timeline
+from chainermn_torus.runtime import jit, report, timeline as _timeline
 from chainermn_torus.optimizers import fpenv
 
 __all__ = ['GradientTracker', 'make_buckets', 'OverlapState']
@@ -252,14 +251,9 @@ class OverlapState(object):
         self.step = None
         self.executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix='chainermn_torus-overlap')
-        self.said = set()
 
     def say_once(self, key, text):
-        if key in self.said:
-            return
-        self.said.add(key)
-        if self.communicator.rank == 0 and not config.quiet():
-            print('chainermn_torus: ' + text, file=sys.stderr, flush=True)
+        report.say(text, self.communicator.rank, key='overlap ' + key, stream=sys.stderr)
 
     # --- around backward --------------------------------------------------------------------
     def backward(self, target, loss, loss_scale, timings):

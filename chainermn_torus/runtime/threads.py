@@ -23,7 +23,7 @@ import psutil
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from chainermn_torus import config
-from chainermn_torus.runtime import jit
+from chainermn_torus.runtime import jit, report
 
 __all__ = ['THREADS_ENV', 'default_threads', 'apply_thread_budget', 'describe_budget', 'ensure']
 
@@ -98,8 +98,8 @@ def ensure(comm=None, threads=None):
         return _APPLIED[0]
     budget = apply_thread_budget(threads, comm.intra_size if comm is not None else 1)
     _APPLIED[:] = [budget]
-    if comm is not None and comm.intra_rank == 0 and not config.quiet():
-        print('chainermn_torus: ' + describe_budget(budget, comm.rank), flush=True)
+    if comm is not None:  # a line per node
+        report.say(describe_budget(budget, comm.rank), comm.intra_rank)
         if not jit.available():
-            print('chainermn_torus: ' + jit.FALLBACK_NOTE, flush=True)
+            report.say(jit.FALLBACK_NOTE, comm.intra_rank)
     return budget

@@ -29,6 +29,7 @@ import threading
 import time
 
 from chainermn_torus import config
+from chainermn_torus.runtime.atomic import atomic_write
 
 __all__ = ['enable', 'disable', 'phase', 'flush', 'emergency_flush', 'ACTIVE', 'TIMELINE_ENV']
 
@@ -106,17 +107,9 @@ class Timeline(object):
     def write(self):
         rank = _rank()
         path = '{}.rank{}.json'.format(self.prefix, rank)
-        tmp = path + '.tmp'
-        try:
-            with open(tmp, 'w') as f:
-                json.dump({'traceEvents': self.trace(rank), 'displayTimeUnit': 'ms'}, f)
-            os.replace(tmp, path)  # a reader never sees half a file
-        except BaseException:
-            try:
-                os.remove(tmp)
-            except OSError:
-                pass
-            raise
+        trace = {'traceEvents': self.trace(rank), 'displayTimeUnit': 'ms'}
+        # A reader never sees half a file; tools.timeline names a left '.tmp' unfinished.
+        atomic_write(path, lambda f: json.dump(trace, f), mode='w', tmp=path + '.tmp')
         return path
 
 

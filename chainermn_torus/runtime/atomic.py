@@ -1,0 +1,40 @@
+"""Writing a file so that no reader ever sees half of it, and nothing is left when it fails.
+
+The data goes to a temporary file beside the target, is flushed to disk, and is renamed
+over the target (a rename within one directory is atomic on POSIX file systems). On any
+failure (ENOSPC, an exception in ``write``, a signal) the temporary file is removed and the
+error raised. Temporary files a killed process left carry its host and pid
+(``TMP_PATTERN``), so ``chainermn-torus clean`` can tell dead jobs' leftovers from live ones.
+"""
+import os
+import re
+import socket
+
+__all__ = ['atomic_write', 'tmp_name', 'TMP_PATTERN']
+
+TMP_PATTERN = re.compile(r'^(?P<final>.+)\.tmp\.(?P<host>[^.]+(?:\.[^.]+)*)\.(?P<pid>\d+)$')
+
+
+def tmp_name(path):
+    return '{}.tmp.{}.{}'.format(path, socket.gethostname(), os.getpid())
+
+
+def atomic_write(path, write, mode='wb', before_rename=None, tmp=None):
+    """``write(f)`` into ``path`` atomically; ``before_rename()`` runs once the data is on
+    disk (a fault-injection point); ``tmp``: the temporary file's name (default
+    ``tmp_name(path)``)."""
+    tmp = tmp or tmp_name(path)
+    try:
+        with open(tmp, mode) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        if before_rename is not None:
+            before_rename()
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise

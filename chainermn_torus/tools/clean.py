@@ -1,0 +1,36 @@
+"""``chainermn-torus clean``: what dead jobs left on this node (/dev/shm, checkpoint
+directories' unfinished files), never a live job's.
+
+    chainermn-torus clean [--dry-run] [--others] [--checkpoint-dir DIR]
+"""
+import argparse
+
+from chainermn_torus.extensions import checkpoint
+from chainermn_torus.runtime import devshm
+
+__all__ = ['main']
+
+
+def main(argv):
+    """Remove what dead jobs left on this node: never a live job's files."""
+    p = argparse.ArgumentParser(prog='chainermn-torus clean', description=main.__doc__)
+    p.add_argument('--dry-run', action='store_true', help='list, remove nothing')
+    p.add_argument('--others', action='store_true',
+                   help="also MPICH's (mpich_shm_*) and multiprocessing's (sem.mp-*) files "
+                        'that no process on this node maps or holds and that are older than '
+                        '{:g} s'.format(devshm.MIN_AGE_S))
+    p.add_argument('--shm-dir', default=devshm.SHM_DIR, help='default %(default)s')
+    p.add_argument('--checkpoint-dir', action='append', default=[], metavar='DIR',
+                   help="also a checkpoint directory's unfinished temporary files "
+                        '(repeatable)')
+    args = p.parse_args(argv)
+    removed = devshm.sweep(args.shm_dir, others=args.others, dry_run=args.dry_run)
+    if args.checkpoint_dir:
+        for d in args.checkpoint_dir:
+            removed += checkpoint.sweep_temporary(d, dry_run=args.dry_run)
+    verb = 'would remove' if args.dry_run else 'removed'
+    for name, size, why in removed:
+        print('{} {} ({}; {})'.format(verb, name, devshm.format_bytes(size), why))
+    print('{} {} file(s), {}'.format(verb, len(removed),
+                                     devshm.format_bytes(sum(r[1] for r in removed))))
+    return 0

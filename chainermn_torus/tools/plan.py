@@ -1,0 +1,77 @@
+"""``chainermn-torus plan``: the planner's predictions for every variant and grid shape,
+ranked (the best few simulated where SimGrid is installed), and a recommendation.
+
+    chainermn-torus plan --nodes N --ranks-per-node R [--model resnet50|mlp|PATH|BYTES]
+                         [--network ofp|k|FILE | --alpha A --beta B] [--grid MxN ...]
+"""
+import argparse
+import json
+import sys
+
+from chainermn_torus import config
+from chainermn_torus.communicators._grid import parse_grid
+from chainermn_torus.planning import planner
+from chainermn_torus.simulation import plan as simplan, simulate
+
+__all__ = ['main']
+
+
+def main(argv):
+    """Predict pure all-reduce, rsaa, rsap and shm for every grid shape; recommend one."""
+    p = argparse.ArgumentParser(prog='chainermn-torus plan', description=main.__doc__)
+    p.add_argument('--nodes', type=int, required=True)
+    p.add_argument('--ranks-per-node', type=int, default=1)
+    p.add_argument('--model', default='resnet50',
+                   help='resnet50, mlp, an .npz snapshot or a byte count')
+    p.add_argument('--network', default=None,
+                   help='preset ({}) or a file from `calibrate` (default: $CHAINERMN_TORUS_'
+                        'NETWORK or {})'.format(', '.join(sorted(planner.PRESETS)),
+                                                planner.DEFAULT_NETWORK_FILE))
+    p.add_argument('--alpha', type=float, default=None, help='latency, seconds (with --beta)')
+    p.add_argument('--beta', type=float, default=None, help='bandwidth, bytes per second')
+    p.add_argument('--grid', nargs='*', default=None, metavar='MxN', help='only these shapes')
+    p.add_argument('--top', type=int, default=None)
+    p.add_argument('--simulate', choices=('auto', 'on', 'off'), default=None,
+                   help='rank the best candidates with the SimGrid simulator: auto (where '
+                        'installed; default, or $CHAINERMN_TORUS_SIMULATE), on, off')
+    p.add_argument('--topology', choices=('fattree', 'torus', 'star'), default=None,
+                   help='simulated platform (default: fattree for ofp, torus for k, star '
+                        'for a calibrated file)')
+    p.add_argument('--json', default=None)
+    args = p.parse_args(argv)
+    try:
+        if (args.alpha is None) != (args.beta is None):
+            raise ValueError('give --alpha and --beta together (latency in s, bandwidth in '
+                             'bytes/s)')
+        grids = None
+        if args.grid:
+            P = args.nodes * args.ranks_per_node
+            grids = [parse_grid(g, P, source='--grid') for g in args.grid]
+        if args.alpha is not None:
+            if not (args.alpha >= 0 and args.beta > 0):
+                raise ValueError('--alpha must be >= 0 and --beta > 0, got {} and {}'.format(
+                    args.alpha, args.beta))
+            net = planner.Network('alpha-beta', args.alpha, 1.0 / args.beta, args.alpha / 2,
+                                  1.0 / (4 * args.beta), 0.0, 0.0, source='--alpha/--beta')
+        else:
+            net = planner.load_network(args.network)
+        nbytes = planner.model_bytes(args.model)
+        rows = planner.plan(args.nodes, args.ranks_per_node, nbytes, net, grids)
+        mode = config.value('simulate', args.simulate, '--simulate')[0]  # auto, True, False
+        if mode is True and not simulate.available():
+            raise ValueError('--simulate on: ' + simulate.why_unavailable())
+        if mode is True or (mode == 'auto' and simulate.available()):
+            rows = simplan.rank_rows(rows, args.nodes, args.ranks_per_node,
+                                     simplan.model_or_bytes(args.model), net,
+                                     topology=args.topology)
+            print('simulated (SimGrid) the planner\'s best {}; the other rows are the '
+                  'alpha-beta model\'s'.format(simplan.TOP))
+    except (ValueError, RuntimeError) as e:
+        sys.stderr.write('chainermn-torus plan: {}\n'.format(e))
+        return 2
+    print(planner.format_plan(rows, args.nodes, args.ranks_per_node, nbytes, net, args.top))
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump({'nodes': args.nodes, 'ranks_per_node': args.ranks_per_node,
+                       'bytes': nbytes, 'network': net.to_dict(), 'rows': rows}, f, indent=2)
+    return 0

@@ -1,0 +1,54 @@
+"""``chainermn-torus topology``: this machine's CPU topology and one rank's placement plan.
+
+    chainermn-torus topology [--policy P] [--ranks-per-node R] [--rank r]
+                             [--loader-processes N] [--dedicated-cores K] [--sysfs ROOT]
+"""
+import argparse
+import json
+import sys
+
+from chainermn_torus.loader import (
+    POLICIES, Topology, describe_plan, parse_cpulist, plan_placement)
+
+__all__ = ['main']
+
+
+def main(argv):
+    """Print the machine's CPU topology and the placement plan for one rank."""
+    p = argparse.ArgumentParser(prog='chainermn-torus topology', description=main.__doc__)
+    p.add_argument('--policy', default='auto', choices=POLICIES)
+    p.add_argument('--ranks-per-node', type=int, default=1)
+    p.add_argument('--rank', type=int, default=0, help='this rank\'s index on its node')
+    p.add_argument('--loader-processes', type=int, default=1)
+    p.add_argument('--dedicated-cores', type=int, default=None)
+    p.add_argument('--sysfs', default='/sys', help='root of a sysfs tree (default /sys)')
+    p.add_argument('--allowed', default=None, metavar='CPULIST',
+                   help="the CPUs the launcher allows this rank, e.g. '0-15' (default: this "
+                        "process's affinity with /sys, every CPU of another --sysfs tree)")
+    p.add_argument('--json', action='store_true')
+    args = p.parse_args(argv)
+    if not 0 <= args.rank < args.ranks_per_node:
+        p.error('--rank must be in [0, --ranks-per-node), got {} of {}'.format(
+            args.rank, args.ranks_per_node))
+    try:
+        topo = Topology.from_sysfs(args.sysfs)
+    except ValueError as e:
+        sys.stderr.write('chainermn-torus topology: {}\n'.format(e))
+        return 2
+    if args.allowed is not None:
+        allowed = parse_cpulist(args.allowed)
+    else:
+        allowed = None if args.sysfs == '/sys' else sorted(topo.cpus)
+    try:
+        plan = plan_placement(args.policy, args.rank, args.ranks_per_node,
+                              args.loader_processes, args.dedicated_cores, topology=topo,
+                              allowed=allowed)
+    except ValueError as e:
+        sys.stderr.write('{}\n'.format(e))
+        return 2
+    if args.json:
+        print(json.dumps(plan.as_dict(), indent=1))
+    else:
+        print(topo.describe())
+        print(describe_plan(plan, args.rank))
+    return 0
