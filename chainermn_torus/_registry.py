@@ -14,6 +14,7 @@ only selects a GPU packing path in ChainerMN; ours have one CPU path, so an expl
 recorded in the configuration, said once on rank 0, and otherwise ignored.
 """
 import importlib
+import inspect
 
 import chainermn
 import chainermn.communicators
@@ -178,7 +179,6 @@ def _made(comm, asked, made):
 
 
 def _option_names(cls):
-    import inspect
     params = inspect.signature(cls.__init__).parameters
     return [p for p in params if p not in ('self', 'mpi_comm') and
             not p.startswith('_')] + ['batched_copy']

@@ -15,7 +15,22 @@ import os
 
 __all__ = ['SETTINGS', 'value', 'env', 'quiet', 'table', 'add_arguments']
 
-Setting = collections.namedtuple('Setting', 'env kind default meaning')
+class Setting(collections.namedtuple('Setting', 'env kind default meaning launcher')):
+    """One variable. ``launcher``: what ``python -m chainermn_torus.run`` applies it to as
+    its option ``--KEY-WITH-DASHES`` (``LAUNCHER_TARGETS``), or None where it has no such
+    option."""
+
+    def __new__(cls, env, kind, default, meaning, launcher=None):
+        if launcher is not None and launcher not in LAUNCHER_TARGETS:
+            raise ValueError('launcher target {!r}: one of {}'.format(
+                launcher, ', '.join(LAUNCHER_TARGETS)))
+        return super(Setting, cls).__new__(cls, env, kind, default, meaning, launcher)
+
+
+# What a launcher option applies to: every multi-node optimizer the script makes (its
+# keyword argument of the same name), the training and evaluation iterators, the process,
+# the script itself (a plain Chainer script made data-parallel).
+LAUNCHER_TARGETS = ('optimizer', 'iterator', 'process', 'script', 'communicator')
 
 MiB = 1 << 20
 
@@ -44,9 +59,11 @@ SETTINGS = collections.OrderedDict([
                              'a folder holding SimGrid\'s Python module, appended to the '
                              'simulator\'s path (default: found, or Debian\'s)')),
     ('watchdog', Setting('CHAINERMN_TORUS_WATCHDOG', 'seconds', None,
-                         'abort the job when no training step finishes for this long')),
+                         'abort the job when no training step finishes for this long',
+                         launcher='optimizer')),
     ('timeline', Setting('CHAINERMN_TORUS_TIMELINE', 'text', None,
-                         'record phase timelines to PREFIX.rank<R>.json')),
+                         'record phase timelines to PREFIX.rank<R>.json',
+                         launcher='process')),
     ('expect_ranks', Setting('CHAINERMN_TORUS_EXPECT_RANKS', 'count', None,
                              'job scripts: the ranks the job asked for (nodes x ranks per '
                              'node); the launcher stops when MPI started another number')),
@@ -58,43 +75,57 @@ SETTINGS = collections.OrderedDict([
                              "keep MPICH's /dev/shm/mpich_shm_* names until MPI_Finalize "
                              '(default: removed once every rank has mapped them, so a killed '
                              'job leaves nothing)')),
-    # What `python -m chainermn_torus.run` applies to an unchanged script (launch.py); each
+    # What `python -m chainermn_torus.run` applies to an unchanged script (chainermn_torus/launch/); each
     # is also its command-line option there (--fused, --loader, ...).
     ('fused', Setting('CHAINERMN_TORUS_FUSED', 'switch', 'auto',
                       'launcher: fused update kernels for the multi-node optimizers the script '
-                      'makes: auto (where a kernel exists), on, off')),
+                      'makes: auto (where a kernel exists), on, off',
+                      launcher='optimizer')),
     ('flush_denormals', Setting('CHAINERMN_TORUS_FLUSH_DENORMALS', 'flag', False,
-                                'launcher: flush-to-zero in the update')),
+                                'launcher: flush-to-zero in the update',
+                                launcher='optimizer')),
     ('double_buffering', Setting('CHAINERMN_TORUS_DOUBLE_BUFFERING', 'flag', False,
-                                 'launcher: double buffering (one-step-stale gradients)')),
+                                 'launcher: double buffering (one-step-stale gradients)',
+                                 launcher='optimizer')),
     ('overlap', Setting('CHAINERMN_TORUS_OVERLAP', 'flag', False,
-                        'launcher: average gradient buckets during backward (not stale)')),
+                        'launcher: average gradient buckets during backward (not stale)',
+                        launcher='optimizer')),
     ('fp16_allreduce', Setting('CHAINERMN_TORUS_FP16_ALLREDUCE', 'flag', False,
-                               'launcher: send gradients as float16')),
+                               'launcher: send gradients as float16',
+                               launcher='communicator')),
     ('loader', Setting('CHAINERMN_TORUS_LOADER', 'loader', None,
                        "launcher: replace the training iterator: serial, multiprocess, ours "
-                       "(the loader processes); default: the script's own")),
+                       "(the loader processes); default: the script's own",
+                       launcher='iterator')),
     ('loader_eval', Setting('CHAINERMN_TORUS_LOADER_EVAL', 'flag', False,
                             'launcher, with --loader: replace the iterators of every '
-                            'Evaluator too (default: the evaluation iterator is left alone)')),
+                            'Evaluator too (default: the evaluation iterator is left alone)',
+                            launcher='iterator')),
     ('loader_processes', Setting('CHAINERMN_TORUS_LOADER_PROCESSES', 'count', None,
                                  'launcher: loader processes per rank (default: as many as the '
-                                 'placement gives loader CPUs, up to 2)')),
+                                 'placement gives loader CPUs, up to 2)',
+                                 launcher='iterator')),
     ('affinity', Setting('CHAINERMN_TORUS_AFFINITY', 'affinity', 'auto',
                          'launcher, --loader ours: placement of compute and loader processes '
-                         '(auto, same-core, sibling, dedicated, none)')),
+                         '(auto, same-core, sibling, dedicated, none)',
+                         launcher='iterator')),
     ('dedicated_cores', Setting('CHAINERMN_TORUS_DEDICATED_CORES', 'count', None,
-                                'launcher, --affinity dedicated: cores set aside for loaders')),
+                                'launcher, --affinity dedicated: cores set aside for loaders',
+                                launcher='iterator')),
     ('check_replicas', Setting('CHAINERMN_TORUS_CHECK_REPLICAS', 'count', None,
-                               'launcher: compare the replicas every K steps')),
+                               'launcher: compare the replicas every K steps',
+                               launcher='optimizer')),
     ('check_finite', Setting('CHAINERMN_TORUS_CHECK_FINITE', 'flag', False,
-                             'launcher: stop on NaN/Inf gradients (naming rank and array)')),
+                             'launcher: stop on NaN/Inf gradients (naming rank and array)',
+                             launcher='optimizer')),
     ('data_parallel', Setting('CHAINERMN_TORUS_DATA_PARALLEL', 'flag', False,
                               'launcher: make a plain Chainer script data-parallel (shards, '
-                              'multi-node optimizer and evaluator, rank-0-only reports)')),
+                              'multi-node optimizer and evaluator, rank-0-only reports)',
+                              launcher='script')),
     ('global_batch', Setting('CHAINERMN_TORUS_GLOBAL_BATCH', 'flag', False,
                              "launcher, --data-parallel: the script's batch size is the global "
-                             'one, divided among the ranks (default: per rank, as ChainerMN)')),
+                             'one, divided among the ranks (default: per rank, as ChainerMN)',
+                             launcher='script')),
     ('checkpoint_fault', Setting('CHAINERMN_TORUS_CHECKPOINT_FAULT', 'text', None,
                                  'tests only: "during:I" / "after:I" kills rank 0 while or '
                                  'after writing checkpoint I; "full:I" makes its write fail '

@@ -18,6 +18,8 @@ import chainermn_torus
 from chainermn_torus import config, launch
 from chainermn_torus._registry import set_defaults
 from chainermn_torus.algorithms.variants import check_grid_option
+from chainermn_torus.runtime import startup as _startup
+from chainermn_torus.runtime import world
 
 
 def build_parser():
@@ -51,7 +53,6 @@ def main(argv=None):
         # No forced name: the options still reach every communicator of ours the script
         # makes through the factory (passed explicitly, not through the environment).
         set_defaults(**kwargs)
-    from chainermn_torus.runtime import world
     # Only when the job says how many ranks it expects: otherwise MPI starts with the
     # script's first communicator, as it would without the launcher.
     if world.expected_ranks()[0] is not None:
@@ -65,7 +66,6 @@ def main(argv=None):
         launch.Launch(opts).install()
     except ValueError as e:  # an environment variable with a bad value
         sys.exit('chainermn_torus.run: {}'.format(e))
-    from chainermn_torus.runtime import startup as _startup
     _startup.start()  # the abort hook, as for a script that creates a communicator of ours
     sys.argv = [opts.script] + list(opts.args)
     # As `python script.py` would: the script's directory first on the path.

@@ -47,3 +47,37 @@ def test_a_module_importing_upward_breaks_the_contract(tmp_path):
     assert proc.returncode != 0
     assert 'chainermn_torus.algorithms is not allowed to import chainermn_torus.planning' \
         in proc.stdout, proc.stdout[-3000:]
+
+
+# The only reasons for an import inside a function (docs/development.md, "Layers"): the
+# module starts MPI when imported (mpi4py.MPI, and the optimizers, which import it), or it
+# is an optional package (numba and the kernels built on it, matplotlib, Pillow, SimGrid).
+LAZY_ALLOWED = ('mpi4py', 'numba', 'matplotlib', 'PIL', 'simgrid',
+                'chainermn_torus.optimizers', 'chainermn_torus.communicators._half_kernels')
+
+
+def _function_level_imports():
+    import ast
+    import pathlib
+    for path in sorted(pathlib.Path(ROOT, 'chainermn_torus').rglob('*.py')):
+        tree = ast.parse(path.read_text())
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    names = ['{}.{}'.format(node.module, a.name) for a in node.names]
+                else:
+                    continue
+                for name in names:
+                    yield path.relative_to(ROOT), node.lineno, name
+
+
+def test_imports_inside_functions_only_for_mpi_start_or_optional_packages():
+    found = list(_function_level_imports())
+    assert found  # the check sees them
+    other = ['{}:{} {}'.format(p, line, name) for p, line, name in found
+             if not any(name == a or name.startswith(a + '.') for a in LAZY_ALLOWED)]
+    assert not other, other

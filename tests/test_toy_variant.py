@@ -18,9 +18,9 @@ def toy(monkeypatch):
     monkeypatch.setenv('PYTHONPATH', os.pathsep.join(
         filter(None, [WORKERS, os.environ.get('PYTHONPATH')])))
     import toy_variant
-    remove = toy_variant.register()
+    toy_variant.register()
     yield toy_variant
-    remove()
+    toy_variant.unregister()
     sys.modules.pop('toy_variant', None)
 
 

@@ -33,6 +33,9 @@ import chainermn
 import chainermn_torus
 from chainermn_torus.bench.double_buffering import wait_for_wire
 from chainermn_torus.extensions.timing import time_calls
+from chainermn_torus.datasets.imagenet import PreprocessedDataset, read_list
+from chainermn_torus.datasets.mnist import load_mnist_idx
+from chainermn_torus.models import MLP
 
 CONFIGS = ('naive+stock', 'rsap', 'rsap+fp16', 'rsap+db', 'rsap+overlap',
            'rsap+fp16+overlap')
@@ -53,12 +56,9 @@ def _imagenet_example():
 def load(model, crop, data_dir):
     """(make_model, make_optimizer, train, test, batch size)."""
     if model == 'mlp':
-        from chainermn_torus.datasets.mnist import load_mnist_idx
-        from chainermn_torus.models import MLP
         train, test = load_mnist_idx()
         return (lambda: chainer.links.Classifier(MLP(1000, 10)),
                 lambda: chainer.optimizers.Adam(), train, test, 100)
-    from chainermn_torus.datasets.imagenet import PreprocessedDataset, read_list
     example = _imagenet_example()
     mean = example.load_mean(os.path.join(data_dir, 'mean.npy'))
     train = PreprocessedDataset(read_list(os.path.join(data_dir, 'train.txt'), data_dir),

@@ -13,6 +13,7 @@ from mpi4py import MPI
 
 from chainermn_torus import config
 from chainermn_torus.algorithms.segments import split_plan
+from chainermn_torus.runtime import devshm, threads
 from chainermn_torus.runtime import startup as _startup
 from chainermn_torus.runtime import timeline as _timeline
 from chainermn_torus.communicators import _packing
@@ -66,7 +67,6 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
             mpi_comm = MPI.COMM_WORLD
         super(TorusCommunicatorBase, self).__init__(mpi_comm)  # a collective: init_ranks
         _startup.start()  # the abort hook and the timeline, once per process
-        from chainermn_torus.runtime import devshm
         devshm.unlink_mpi_segments()  # every rank is past MPI_Init: nothing named to leak
         self._options = {'segment_size': segment_size,
                          'allreduce_grad_dtype': allreduce_grad_dtype}
@@ -74,7 +74,6 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
         self.segment_bytes = config.value('segment_bytes', segment_size, 'segment_size')[0]
         with self.config_scope():  # get_config() lists it, as for ChainerMN's pure_nccl
             self.allreduce_grad_dtype = _grad_dtype(allreduce_grad_dtype)
-        from chainermn_torus.runtime import threads  # numba: loaded by the first communicator
         self.thread_budget = threads.ensure(self)  # once per process (see runtime.threads)
         self.progress = BLOCKING  # how collectives are waited for (see _progress)
         self.grid = None

@@ -12,13 +12,14 @@ window, frees it with ``free()``, and says so when used after that.
 import numpy
 from mpi4py import MPI
 
+from chainermn_torus.runtime import devshm
+
 __all__ = ['PutWindow', 'check_node_room']
 
 
 def check_node_room(comm, nbytes, what):
     """Collective over ``comm``: /dev/shm of each node holds ``nbytes`` per rank of ``comm``
     on it, or every rank raises runtime.devshm.SharedMemoryFull."""
-    from chainermn_torus.runtime import devshm
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
         local = node.size

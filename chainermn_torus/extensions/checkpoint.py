@@ -32,9 +32,11 @@ process is gone; other hosts' untouched for ten minutes); ``chainermn-torus clea
 With the same seed and deterministic communicators a killed-and-resumed run ends with the
 same parameters, bit for bit, as an uninterrupted one (tested).
 """
+import errno
 import json
 import os
 import re
+import signal
 import socket
 import time
 import zlib
@@ -92,9 +94,7 @@ def _fault(when, iteration, rank):
     spec = config.env('checkpoint_fault')[0]
     if rank == 0 and spec == '{}:{}'.format(when, iteration):
         if when == 'full':
-            import errno
             raise OSError(errno.ENOSPC, 'No space left on device (injected: {})'.format(spec))
-        import signal
         os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -32,6 +32,7 @@ exit. An exception in a loader is raised in the training process as ``LoaderErro
 the loader's traceback; a loader that dies is reported with its exit code.
 """
 import collections
+import errno
 import itertools
 import multiprocessing
 import os
@@ -43,6 +44,7 @@ from multiprocessing import connection, shared_memory
 
 import chainer
 import numpy
+from threadpoolctl import threadpool_limits
 
 from chainermn_torus.runtime import devshm
 
@@ -84,7 +86,6 @@ def _worker(dataset, layout, tasks, results, cpus, parent_pid, seed):
     if cpus:
         os.sched_setaffinity(0, cpus)
     try:
-        from threadpoolctl import threadpool_limits
         threadpool_limits(1)  # the compute process owns the BLAS threads
     except ImportError:
         pass
@@ -152,7 +153,6 @@ def _reserve(seg, nbytes):
     try:
         os.posix_fallocate(seg._fd, 0, nbytes)
     except OSError as e:
-        import errno
         if e.errno != errno.ENOSPC:
             return  # the file system cannot reserve (not tmpfs): the check above has to do
         raise devshm.SharedMemoryFull(

@@ -20,6 +20,7 @@ order, rank ``intra_rank`` taking its contiguous part.
 import os
 
 from chainermn_torus.loader.topology import Topology, format_cpulist
+from chainermn_torus.runtime import threads as thread_budget
 
 __all__ = ['POLICIES', 'Plan', 'plan_placement', 'apply_placement', 'describe_plan']
 
@@ -121,7 +122,6 @@ def plan_placement(policy='sibling', intra_rank=0, intra_size=1, loader_processe
 def apply_placement(plan, threads=None, comm=None):
     """Pin this (compute) process to the plan's compute CPUs and size its BLAS threads to
     them (or to ``threads``); ``comm`` says who prints the budget (see runtime.threads)."""
-    from chainermn_torus.runtime import threads as thread_budget
     if plan.compute_cpus is None:
         return None
     os.sched_setaffinity(0, plan.compute_cpus)

@@ -18,6 +18,8 @@ import json
 import math
 import os
 
+import numpy
+
 from chainermn_torus import config
 from chainermn_torus.algorithms import variants
 from chainermn_torus.algorithms.gradient_sets import MODEL_BYTES
@@ -125,7 +127,6 @@ def model_bytes(model):
     if isinstance(model, int) or (isinstance(model, str) and model.isdigit()):
         return int(model)
     if isinstance(model, str) and os.path.isfile(model):
-        import numpy
         try:
             with numpy.load(model, allow_pickle=False) as z:
                 total = sum(z[k].size * 4 for k in z.files if z[k].dtype.kind == 'f')

@@ -33,6 +33,9 @@ import sys
 import threading
 import time
 
+from chainermn_torus import config
+from chainermn_torus.runtime import devshm, timeline
+
 __all__ = ['install', 'ABORT_DELAY_S', 'Terminated', 'TERM_GRACE_S']
 
 ABORT_DELAY_S = 1.0
@@ -67,7 +70,6 @@ def _hook(exctype, value, tb):
                 rank, socket.gethostname(), exctype.__name__, value))
         sys.stderr.flush()
         sys.stdout.flush()
-        from chainermn_torus.runtime import devshm, timeline
         timeline.emergency_flush()  # MPI_Abort skips atexit, where it is written otherwise
         devshm.unlink_mpi_segments()  # MPI_Abort skips MPI_Finalize, which would remove it
         time.sleep(ABORT_DELAY_S)
@@ -79,7 +81,6 @@ def install():
     from mpi4py import MPI
     if _installed or not MPI.Is_initialized() or MPI.COMM_WORLD.size < 2:
         return  # e.g. a loader process (MPI4PY_RC_INITIALIZE=false): no MPI there
-    from chainermn_torus import config
     if config.env('no_abort')[0]:
         return
     _installed.append(sys.excepthook)

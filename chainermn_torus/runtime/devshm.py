@@ -32,6 +32,8 @@ import re
 import socket
 import time
 
+from chainermn_torus import config
+
 __all__ = ['SHM_DIR', 'PREFIX', 'job_tag', 'segment_prefix', 'free_bytes', 'check_room',
            'SharedMemoryFull', 'sweep', 'format_bytes', 'unlink_mpi_segments', 'pid_alive']
 
@@ -199,7 +201,6 @@ def unlink_mpi_segments():
     Call only after a collective over the job's ranks (every rank of the node has mapped
     them by then); once per process. Returns the paths it removed.
     """
-    from chainermn_torus import config
     if _UNLINKED or config.env('keep_mpi_shm')[0]:
         return []
     _UNLINKED.append(True)

@@ -10,6 +10,8 @@ or runs a script through ``python -m chainermn_torus.run``:
 
 A login-node tool (``chainermn-torus jobscript``, ``plan``) therefore never starts MPI.
 """
+from chainermn_torus.runtime import abort, timeline
+
 __all__ = ['start']
 
 _started = []
@@ -20,7 +22,5 @@ def start():
     if _started:
         return
     _started.append(True)
-    from chainermn_torus.runtime import abort
-    from chainermn_torus.runtime import timeline
     timeline.enable_from_env()  # CHAINERMN_TORUS_TIMELINE=PREFIX
     abort.install()

@@ -32,6 +32,8 @@ import time
 import numpy
 
 from chainermn_torus import config
+from chainermn_torus.runtime import devshm, timeline
+from chainermn_torus.runtime.abort import ABORT_DELAY_S
 
 __all__ = ['Watchdog', 'from_env', 'WATCHDOG_ENV', 'OUTSIDE_FACTOR']
 
@@ -134,8 +136,6 @@ class Watchdog(object):
             # Give the launcher a moment to forward the message: MPI_Abort tears the job
             # down at once, and output still in the launcher's pipes can be lost (seen
             # with 4 ranks whose watchdogs all fired together).
-            from chainermn_torus.runtime import devshm, timeline
-            from chainermn_torus.runtime.abort import ABORT_DELAY_S
             timeline.emergency_flush()
             devshm.unlink_mpi_segments()  # MPI_Abort skips MPI_Finalize, which removes it
             time.sleep(ABORT_DELAY_S)

@@ -20,7 +20,9 @@ latencies and rates are used as measured.
 """
 import importlib
 import json
+import os
 import sys
+import tempfile
 import time
 
 from chainermn_torus import config
@@ -112,8 +114,6 @@ class _Built(object):
 
 
 def _engine(m):
-    import os
-    import tempfile
 
     import simgrid as sg
     with tempfile.NamedTemporaryFile('w', suffix='.xml', delete=False) as f:

@@ -6,12 +6,13 @@ import os
 import sys
 
 from chainermn_torus.planning.calibrate import calibrate
+from chainermn_torus.planning.planner import DEFAULT_NETWORK_FILE, Network
+from chainermn_torus.runtime import devshm
 
 __all__ = ['main']
 
 
 def main(argv=None):
-    from chainermn_torus.planning.planner import DEFAULT_NETWORK_FILE, Network
     p = argparse.ArgumentParser(prog='chainermn-torus calibrate', description=__doc__.split(
         '\n')[0])
     p.add_argument('--output', default=DEFAULT_NETWORK_FILE,
@@ -51,7 +52,6 @@ def main(argv=None):
 
 
 def _abort(comm, code):
-    from chainermn_torus.runtime import devshm
     devshm.unlink_mpi_segments()  # MPI_Abort skips MPI_Finalize, which would remove it
     comm.Abort(code)
 

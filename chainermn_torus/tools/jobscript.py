@@ -36,6 +36,8 @@ import string
 import sys
 
 from chainermn_torus import config
+from chainermn_torus.algorithms.variants import check_grid_option
+from chainermn_torus.communicators._grid import parse_grid
 
 __all__ = ['SYSTEMS', 'generate', 'launch_line', 'main']
 
@@ -268,9 +270,7 @@ def _check(args):
         raise ValueError('--group is required for {}: PJM charges the job to a project group '
                          '(your account page names it)'.format(args.system))
     if args.grid:
-        from chainermn_torus.algorithms.variants import check_grid_option
         check_grid_option(args.communicator, args.grid)
-        from chainermn_torus.communicators._grid import parse_grid
         parse_grid(args.grid, args.nodes * args.ranks_per_node,
                    source='--grid for {} nodes x {} ranks per node'.format(
                        args.nodes, args.ranks_per_node))

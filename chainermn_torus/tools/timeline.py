@@ -1,5 +1,6 @@
 """``chainermn-torus timeline merge|plot``: the ranks' timeline files as one Chrome trace, or
 a Gantt chart of a few iterations (the recorder is ``chainermn_torus.runtime.timeline``)."""
+import argparse
 import glob
 import json
 import os
@@ -90,7 +91,6 @@ def plot(prefix, out, first=None, count=3):
 
 
 def main(argv=None):
-    import argparse
     p = argparse.ArgumentParser(prog='chainermn-torus timeline', description=__doc__.split(
         '\n')[0])
     sub = p.add_subparsers(dest='cmd')

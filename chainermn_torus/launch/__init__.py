@@ -1,0 +1,125 @@
+"""What ``python -m chainermn_torus.run`` applies to an unchanged script, and the report of it.
+
+A script written for ChainerMN makes its communicator, its multi-node optimizer and its
+iterators itself. The launcher changes what those calls return, never the script:
+
+* ``create_communicator(...)`` returns the communicator of ``--communicator`` (float16 on
+  the wire with ``--fp16-allreduce``); the thread budget (``--threads``) is applied when it
+  is made;
+* ``create_multi_node_optimizer(...)`` (ChainerMN's name, either import path) returns ours
+  with ``--fused`` (default auto: the fused kernel where one exists for the optimizer,
+  Chainer's update otherwise), ``--flush-denormals``, ``--overlap``, ``--double-buffering``,
+  ``--check-finite``, ``--check-replicas``, ``--watchdog``;
+* the training iterator, the one a ``StandardUpdater`` is given, is rebuilt over the same
+  dataset, batch size, repeat and shuffle as ``--loader serial|multiprocess|ours``; ``ours``
+  is the loader-process iterator placed by ``--affinity`` (``runtime``: the compute process
+  is pinned and its BLAS threads sized). The evaluation iterators are left alone unless
+  ``--loader-eval`` asks: then every ``Evaluator``'s iterators are rebuilt the same way, their
+  loader processes on the same loader CPUs (evaluation and training take turns);
+* ``--timeline PREFIX`` records the phases.
+
+Every substitution, and everything that could not be applied and why, is said once on rank
+0, on lines starting ``chainermn_torus.run:``. A ``--loader`` that finds no updater to act on
+(a custom training loop) stops the job at the first update, on every rank, with the reason.
+Each option is a row of ``config.SETTINGS`` (with what it applies to) and so has an
+environment variable (``chainermn-torus config``) for job scripts.
+
+The parts: ``options`` (the table as command-line options), ``patches`` (the hooks into
+Chainer), ``sharding`` (--data-parallel), ``loaders`` (--loader), ``extensions`` (what
+Trainer.extend does), ``optimizer`` (the multi-node optimizers' options), ``report`` (the
+lines on rank 0). ``Launch`` below is the one entry: the resolved options and the state the
+parts share.
+"""
+import numpy
+import chainermn.optimizers
+
+from chainermn_torus import _registry
+from chainermn_torus.launch import options as _options
+from chainermn_torus.launch import patches
+from chainermn_torus.launch.optimizer import LauncherOverrides
+from chainermn_torus.launch.report import PREFIX, say
+from chainermn_torus.runtime import threads, timeline
+
+__all__ = ['add_arguments', 'Launch']
+
+add_arguments = _options.add_arguments
+
+
+class Launch(object):
+    """The resolved options (flag, else environment variable, else default), the state the
+    parts share, and ``install()``, which puts them in place."""
+
+    def __init__(self, opts):
+        self.values, self.given = _options.resolve(opts)
+        self.threads = getattr(opts, 'threads', None)
+        self.placement = None      # the loader placement, made once for every loader
+        self.updaters = 0          # StandardUpdaters the script made
+        self.communicator = None   # the last communicator the factory made
+
+    def get(self, key):
+        return self.values[key]
+
+    def install(self):
+        if self.get('global_batch') and not self.get('data_parallel'):
+            raise ValueError('--global-batch goes with --data-parallel (the batch size of a '
+                             "plain script's iterator); ChainerMN scripts choose theirs")
+        if self.get('loader_eval') and self.get('loader') is None:
+            raise ValueError('--loader-eval rebuilds the evaluation iterators as --loader '
+                             'does; give --loader serial|multiprocess|ours with it')
+        # The optimizers load MPI, which starts with the script's first communicator.
+        from chainermn_torus.optimizers import factory
+        factory.set_overrides(LauncherOverrides(self))
+        if self.get('fp16_allreduce'):
+            _registry.add_forced_option('allreduce_grad_dtype', numpy.float16)
+        _registry.on_create(self._communicator_made)
+        if self.get('timeline'):
+            timeline.enable(self.get('timeline'))
+        # Either import path of ChainerMN's factory makes ours, with the launcher's options.
+        chainermn.optimizers.create_multi_node_optimizer = _registry.create_multi_node_optimizer
+        if self.get('loader') is not None or self.get('data_parallel'):
+            patches.patch_updater(self)
+        if self.get('data_parallel') or self.get('loader_eval'):
+            patches.patch_trainer(self)
+        if self.get('data_parallel'):
+            patches.patch_plain_update(self)
+
+    def _communicator_made(self, comm, asked, made):
+        self.communicator = comm
+        if self.threads is not None:
+            threads.ensure(comm, self.threads)
+        ours = hasattr(comm, 'describe')
+        if asked != made or (self.get('fp16_allreduce') and ours):
+            describe = comm.describe() if ours else type(comm).__name__
+            say("create_communicator({!r}) -> {}{}".format(
+                asked, describe, ' (forced by --communicator)' if asked != made else ''),
+                comm.rank)
+        if self.get('fp16_allreduce') and not ours:
+            say("--fp16-allreduce not applied: create_communicator({!r}) made ChainerMN's {}, "
+                'which sends float32 on CPU; add --communicator rsap (or rsaa, '
+                'pure_allreduce)'.format(asked, type(comm).__name__), comm.rank)
+
+    def comm(self):
+        """The job's communicator: the script's, else one made now (collective: every rank
+        builds its updater at the same point of the script)."""
+        if self.communicator is None:
+            chainermn.create_communicator('rsap')  # --communicator, if given, is forced
+        return self.communicator
+
+    def rank(self):
+        return None if self.communicator is None else self.communicator.rank
+
+    def stop(self, message):
+        # Every rank builds the same updater, so every rank stops here, with the same words.
+        rank = self.rank()
+        if rank is None:
+            from mpi4py import MPI  # the script made no communicator yet: MPI starts here
+            rank = MPI.COMM_WORLD.rank
+        raise SystemExit('rank {}: {}{}'.format(rank, PREFIX, message))
+
+    def check_update(self):
+        """Called by the multi-node optimizer at its first update."""
+        if self.get('loader') is not None and not self.updaters:
+            self.stop('--loader {}: this script trains without a chainer.training updater (a '
+                      'custom loop called update() itself), so there is no training iterator '
+                      'to replace; remove --loader, or train with a Trainer and a '
+                      'StandardUpdater'.format(self.get('loader')))

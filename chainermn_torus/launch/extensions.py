@@ -1,0 +1,95 @@
+"""What ``Trainer.extend`` does under the launcher. With ``--data-parallel``: extensions that
+write files or print for the whole job run on rank 0 only, a snapshot's autoload runs on
+every rank, an ``Evaluator`` becomes a multi-node evaluator over each rank's shard. With
+``--loader-eval``: every evaluator's iterators are rebuilt as ``--loader`` says."""
+import os
+
+import chainermn
+from chainer.serializers import npz
+from chainer.training import extensions
+from chainer.training.extensions._snapshot import _find_latest_snapshot
+
+from chainermn_torus.launch import loaders
+from chainermn_torus.launch.report import PREFIX, say
+from chainermn_torus.launch.sharding import rebuild, shard
+
+__all__ = ['Extend', 'RANK0_ONLY']
+
+# Extensions that write files or print for the whole job: rank 0 only.
+RANK0_ONLY = ('LogReport', 'PrintReport', 'PlotReport', 'ProgressBar', 'DumpGraph',
+              '_Snapshot', 'VariableStatisticsPlot')
+
+
+class Extend(object):
+    """``Trainer.extend`` for one launch (``original``: Chainer's)."""
+
+    def __init__(self, launch, original):
+        self.launch, self.original = launch, original
+        self.skipped = []
+
+    def __call__(self, trainer, extension, *args, **kwargs):
+        launch = self.launch
+        kind = type(extension).__name__
+        evaluator = isinstance(extension, extensions.Evaluator)
+        if launch.get('data_parallel'):
+            comm = launch.comm()
+            if kind == '_Snapshot' and getattr(extension, 'autoload', False):
+                # Rank 0 alone would resume and run fewer steps than the others: a
+                # deadlock. Every rank loads the same snapshot (rank 0 still writes).
+                self.original(trainer, AutoloadEverywhere(extension, comm),
+                              name='chainermn_torus_autoload')
+            if kind in RANK0_ONLY:
+                if kind not in self.skipped:
+                    self.skipped.append(kind)
+                    say('--data-parallel: {} runs on rank 0 only'.format(
+                        'snapshot' if kind == '_Snapshot' else kind), comm.rank)
+                if comm.rank != 0:
+                    return None
+            elif evaluator and not hasattr(extension, '_mn_communicator'):
+                extension = _evaluate_in_parallel(extension, comm)
+        if evaluator and launch.get('loader_eval'):
+            loaders.replace_eval_iterators(launch, extension)
+        return self.original(trainer, extension, *args, **kwargs)
+
+
+def _evaluate_in_parallel(evaluator, comm):
+    for name, it in list(evaluator._iterators.items()):
+        evaluator._iterators[name] = rebuild(it, shard(it.dataset, comm, shuffle=False),
+                                             it.batch_size)
+    say('--data-parallel: {} -> each rank evaluates its shard, the results averaged '
+        '(chainermn.create_multi_node_evaluator)'.format(type(evaluator).__name__), comm.rank)
+    return chainermn.create_multi_node_evaluator(evaluator, comm)
+
+
+class AutoloadEverywhere(object):
+    """The loading half of ``snapshot(autoload=True)`` on every rank, under --data-parallel.
+
+    The snapshot extension itself runs on rank 0 only (one writer). Its autoload would resume
+    rank 0 alone; here every rank checks that it sees the snapshot rank 0 sees (a node-local
+    ``out`` directory would not) and loads it, so all ranks resume at the same iteration.
+    """
+    trigger = (1, 'iteration')
+    priority = 300  # Extension's PRIORITY_WRITER: initialised before the readers
+
+    def __init__(self, snapshot, comm):
+        self.snapshot, self.comm = snapshot, comm
+
+    def initialize(self, trainer):
+        found = _find_latest_snapshot(self.snapshot.filename, trainer.out)
+        everyone = self.comm.mpi_comm.allgather(found)
+        if len(set(everyone)) != 1:
+            raise SystemExit(
+                'rank {}: {}--data-parallel: snapshot(autoload=True) finds different snapshots '
+                'in {} on different ranks ({}); every rank must resume from the same one: put '
+                "the trainer's out directory on a file system all nodes share".format(
+                    self.comm.rank, PREFIX, trainer.out, ', '.join(
+                        'rank {}: {}'.format(r, f or 'none') for r, f in enumerate(everyone))))
+        if found is not None and self.comm.rank != 0:  # rank 0's own extension loads it
+            target = self.snapshot._target or trainer
+            npz.load_npz(os.path.join(trainer.out, found), target)
+        if found is not None:
+            say('--data-parallel: every rank resumes from {} (snapshot autoload)'.format(found),
+                self.comm.rank)
+
+    def __call__(self, trainer):
+        pass

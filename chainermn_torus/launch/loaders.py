@@ -1,0 +1,105 @@
+"""``--loader serial|multiprocess|ours``: the training iterator (and with ``--loader-eval``
+every evaluator's) rebuilt over the same dataset, batch size, repeat and shuffle. ``ours``
+is the loader-process iterator placed by ``--affinity`` (the compute process is pinned and
+its BLAS threads sized); the training and evaluation loaders share one placement."""
+import pickle
+
+from chainer import iterators
+
+from chainermn_torus.launch.report import describe_iterator, say
+from chainermn_torus.launch.sharding import order
+from chainermn_torus.loader import LoaderIterator, apply_placement, plan_placement
+from chainermn_torus.loader.topology import format_cpulist
+
+__all__ = ['replace_training_iterator', 'replace_eval_iterators', 'swap']
+
+_KNOWN = (iterators.SerialIterator, iterators.MultiprocessIterator,
+          iterators.MultithreadIterator)
+
+
+def replace_training_iterator(launch, updater):
+    old = updater._iterators.get('main')
+    if not isinstance(old, _KNOWN):
+        if isinstance(old, LoaderIterator):
+            return
+        launch.stop("--loader {}: the training iterator is a {}, which the launcher does "
+                    "not know how to rebuild (it rebuilds {}); remove --loader or build one "
+                    "of those".format(launch.get('loader'), type(old).__name__,
+                                      ', '.join(k.__name__ for k in _KNOWN)))
+    say(swap(launch, updater._iterators, 'main'), launch.rank())
+
+
+def replace_eval_iterators(launch, evaluator):
+    for name, old in list(evaluator._iterators.items()):
+        if not hasattr(old, 'batch_size') or not hasattr(old, 'dataset'):
+            say('--loader-eval: {} iterator {!r} is a {}, which the launcher does not know '
+                'how to rebuild; left as it is'.format(type(evaluator).__name__, name,
+                                                       type(old).__name__), launch.rank())
+            continue
+        say('--loader-eval: {} {!r}: {}'.format(
+            type(evaluator).__name__, name, swap(launch, evaluator._iterators, name)),
+            launch.rank())
+
+
+def swap(launch, its, name):
+    """Rebuild ``its[name]`` as ``--loader`` asks (same dataset, batch, repeat and
+    shuffle), finalize the old one; the report text."""
+    old = its[name]
+    new, how = _build(launch, old.dataset, old.batch_size, *order(old))
+    if hasattr(old, 'finalize'):
+        old.finalize()
+    its[name] = new
+    return '{} -> {}'.format(describe_iterator(old), how)
+
+
+def _build(launch, dataset, batch, repeat, shuffle):
+    kind, k = launch.get('loader'), launch.get('loader_processes')
+    if kind == 'serial':
+        return (iterators.SerialIterator(dataset, batch, repeat=repeat, shuffle=shuffle),
+                'SerialIterator')
+    if kind == 'multiprocess':
+        k = k or 2
+        return (iterators.MultiprocessIterator(dataset, batch, repeat=repeat,
+                                               shuffle=shuffle, n_processes=k),
+                'MultiprocessIterator ({} processes)'.format(k))
+    plan = _place(launch)
+    if k is None:
+        k = 2 if plan.loader_cpus is None else max(1, min(2, len(plan.loader_cpus)))
+    try:
+        it = LoaderIterator(dataset, batch, repeat=repeat, shuffle=shuffle, n_processes=k,
+                            cpus=plan.loader_cpus, seed=launch.rank() or 0)
+    except (AttributeError, TypeError, pickle.PicklingError) as e:
+        if 'pickle' not in str(e):
+            raise
+        launch.stop('--loader ours: the training dataset cannot be sent to the loader '
+                    'processes, which start fresh interpreters and so pickle it ({}). Make '
+                    'its pieces module-level classes and functions (not closures or '
+                    'lambdas), or use --loader multiprocess'.format(e))
+    where = 'affinity {}'.format(plan.policy) + (
+        '' if plan.loader_cpus is None else ', loader CPUs {}, compute CPUs {}'.format(
+            format_cpulist(plan.loader_cpus), format_cpulist(plan.compute_cpus)))
+    return it, 'LoaderIterator ({} process{}, {})'.format(k, '' if k == 1 else 'es', where)
+
+
+def _place(launch):
+    if launch.placement is not None:  # the training and evaluation loaders share it
+        return launch.placement
+    comm = launch.communicator
+    intra_rank, intra_size = (0, 1) if comm is None else (comm.intra_rank, comm.intra_size)
+    error = None
+    try:
+        plan = plan_placement(policy=launch.get('affinity'), intra_rank=intra_rank,
+                              intra_size=intra_size,
+                              loader_processes=launch.get('loader_processes') or 1,
+                              dedicated_cores=launch.get('dedicated_cores'))
+    except ValueError as e:
+        plan, error = None, str(e)
+    errors = [error] if comm is None else comm.mpi_comm.allgather(error)
+    if any(errors):
+        failed = [r for r, e in enumerate(errors) if e]
+        launch.stop('--affinity {}: {}'.format(launch.get('affinity'), error or (
+            'stopping: rank(s) {} cannot place their loader processes: {}'.format(
+                ', '.join(map(str, failed)), next(e for e in errors if e)))))
+    apply_placement(plan, threads=launch.threads, comm=comm)
+    launch.placement = plan
+    return plan

@@ -1,0 +1,52 @@
+"""The launcher's options: every row of ``config.SETTINGS`` with a ``launcher`` target is
+``--KEY-WITH-DASHES`` here, with the same parser and meaning, and resolves as every setting
+does (the flag, else the environment variable, else the default). Adding an option is that
+row plus the code that applies it.
+"""
+import argparse
+
+from chainermn_torus import config
+
+__all__ = ['add_arguments', 'resolve', 'option_of', 'keys']
+
+# The value a --help line shows per kind; flags take --X / --no-X instead.
+_METAVARS = {'switch': 'auto|on|off', 'loader': 'serial|multiprocess|ours', 'count': 'N',
+             'seconds': 'S', 'affinity': 'POLICY', 'text': 'VALUE'}
+
+
+def keys(target=None):
+    """The settings the launcher takes (those that apply to ``target``), in table order."""
+    return [k for k, s in config.SETTINGS.items()
+            if s.launcher is not None and (target is None or s.launcher == target)]
+
+
+def option_of(key):
+    return '--' + key.replace('_', '-')
+
+
+def add_arguments(parser):
+    group = parser.add_argument_group(
+        "applied to the script's communicator, optimizer and training iterator")
+    for key in keys():
+        s = config.SETTINGS[key]
+        if s.kind == 'flag':
+            kwargs = dict(action=argparse.BooleanOptionalAction)
+        else:
+            kwargs = dict(type=config.arg_type(s.kind), metavar=_METAVARS.get(s.kind, 'VALUE'))
+        group.add_argument(option_of(key), dest=key, default=None, help='{} (or {})'.format(
+            s.meaning.replace('launcher: ', '').replace('launcher, ', ''), s.env), **kwargs)
+    group.add_argument('--no-fused', dest='fused', action='store_const', const=False,
+                       help="Chainer's own update rules (same as --fused off)")
+    return group
+
+
+def resolve(opts):
+    """(values, given): every launcher setting's value, and the keys a flag or an
+    environment variable set (not the default)."""
+    values, given = {}, set()
+    for key in keys():
+        value, source = config.value(key, getattr(opts, key, None), option_of(key))
+        values[key] = value
+        if source is not None:
+            given.add(key)
+    return values, given

@@ -1,0 +1,60 @@
+"""The three places the launcher hooks into Chainer, each wrapping the original:
+
+* ``StandardUpdater.__init__``: counts updaters, and hands each to ``--data-parallel``
+  (``sharding``) and ``--loader`` (``loaders``);
+* ``Trainer.extend``: ``extensions.Extend``;
+* ``GradientMethod.update``, until a StandardUpdater is built: a plain optimizer's update()
+  means a custom loop the launcher cannot parallelise; stop instead of training P copies
+  apart.
+"""
+from chainer import optimizer as optimizer_module
+from chainer import training
+from chainer.training.updaters import standard_updater
+
+from chainermn_torus.launch import loaders, sharding
+from chainermn_torus.launch.extensions import Extend
+
+__all__ = ['patch_updater', 'patch_trainer', 'patch_plain_update']
+
+
+def patch_updater(launch):
+    cls = standard_updater.StandardUpdater
+    original = cls.__init__
+
+    def __init__(updater, iterator, optimizer, *args, **kwargs):
+        original(updater, iterator, optimizer, *args, **kwargs)
+        launch.updaters += 1
+        if launch.get('data_parallel'):
+            sharding.parallelise(launch, updater)
+        if launch.get('loader') is not None:
+            loaders.replace_training_iterator(launch, updater)
+
+    __init__.__wrapped__ = original
+    cls.__init__ = __init__
+
+
+def patch_trainer(launch):
+    original = training.Trainer.extend
+    extend = Extend(launch, original)
+
+    def trainer_extend(trainer, extension, *args, **kwargs):
+        return extend(trainer, extension, *args, **kwargs)
+
+    trainer_extend.__wrapped__ = original
+    training.Trainer.extend = trainer_extend
+
+
+def patch_plain_update(launch):
+    cls = optimizer_module.GradientMethod
+    original = cls.update
+
+    def update(opt, lossfun=None, *args, **kwds):
+        if not launch.updaters:
+            launch.stop('--data-parallel: the script updates {} itself (a custom training '
+                        'loop, no Trainer and StandardUpdater), which the launcher cannot '
+                        'parallelise safely; use a Trainer, or ChainerMN calls in the '
+                        'script'.format(type(opt).__name__))
+        cls.update = original  # checked once: no cost per step afterwards
+        return original(opt, lossfun, *args, **kwds)
+
+    cls.update = update

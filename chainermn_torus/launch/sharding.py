@@ -1,0 +1,93 @@
+"""``--data-parallel``: a plain Chainer script's training made data-parallel. Each rank's
+iterator runs over its shard (as ``chainermn.scatter_dataset``), the optimizer becomes the
+multi-node one, and the initial parameters are broadcast at the first update."""
+import numpy
+from chainer import iterators
+from chainer.datasets import SubDataset
+from chainermn.datasets.scatter import scatter_index
+
+from chainermn_torus import _registry
+from chainermn_torus.launch.report import PREFIX, say
+
+__all__ = ['parallelise', 'shard', 'rebuild', 'order']
+
+
+def parallelise(launch, updater):
+    if launch.updaters > 1:
+        launch.stop('--data-parallel: this script builds a second updater; the launcher '
+                    'parallelises scripts with one StandardUpdater and one Trainer (a GAN or '
+                    'several training loops need ChainerMN calls in the script)')
+    kind = type(updater).__name__
+    if kind in ('ParallelUpdater', 'MultiprocessParallelUpdater'):
+        # Each splits every batch among the GPUs of one process; data-parallel across
+        # ranks replaces that, it does not nest inside it.
+        launch.stop('--data-parallel: this script trains with {}, which splits each batch '
+                    'among GPU devices in one process; on CPU ranks use the script with a '
+                    'StandardUpdater (each rank is one replica), or ChainerMN calls in the '
+                    'script'.format(kind))
+    comm = launch.comm()
+    old = updater._iterators['main']
+    dataset = old.dataset
+    batch = old.batch_size
+    if launch.get('global_batch'):
+        if batch % comm.size:
+            launch.stop('--global-batch: the batch size {} does not divide among {} ranks; '
+                        'choose a multiple of {} or leave --global-batch out (then {} is '
+                        'per rank)'.format(batch, comm.size, comm.size, batch))
+        batch //= comm.size
+    part = shard(dataset, comm, shuffle=True)
+    updater._iterators['main'] = rebuild(old, part, batch)
+    for name, opt in list(updater._optimizers.items()):
+        if not hasattr(opt, 'communicator'):
+            updater._optimizers[name] = _registry.create_multi_node_optimizer(opt, comm)
+    say('--data-parallel: {} examples -> {} per rank (shuffled shards, as '
+        'chainermn.scatter_dataset); batch {} per rank, {} in all on {} ranks ({}); the '
+        'initial parameters are broadcast from rank 0 at the first update'.format(
+            len(dataset), len(part), batch, batch * comm.size, comm.size,
+            'the script\'s batch divided: --global-batch' if launch.get('global_batch')
+            else 'as ChainerMN: the script\'s batch is per rank; --global-batch divides it'),
+        comm.rank)
+
+
+def shard(dataset, comm, shuffle):
+    """This rank's part of a dataset every rank holds: exactly what
+    ``chainermn.scatter_dataset(dataset, comm, shuffle=shuffle, seed=0)`` returns, without
+    sending the dataset (a plain script built it on every rank, and it need not pickle)."""
+    sizes = comm.mpi_comm.allgather(len(dataset))
+    if len(set(sizes)) != 1:
+        raise SystemExit('rank {}: {}--data-parallel: the ranks built datasets of different '
+                         'sizes ({}); a plain script must build the same data on every '
+                         'rank'.format(comm.rank, PREFIX, sizes))
+    perm = numpy.random.RandomState(0).permutation(len(dataset)) if shuffle else None
+    b, e = scatter_index(len(dataset), comm)
+    return SubDataset(dataset, b, e, perm)
+
+
+def order(it):
+    """(repeat, shuffle) of a Chainer iterator (SerialIterator keeps them private)."""
+    return (getattr(it, '_repeat', getattr(it, 'repeat', True)),
+            getattr(it, '_shuffle', getattr(it, 'shuffle', None)))
+
+
+def rebuild(old, dataset, batch):
+    """An iterator of the same kind as ``old`` over ``dataset`` with ``batch`` (the old one,
+    if it runs processes, is finalized)."""
+    repeat, shuffle = order(old)
+    if isinstance(old, iterators.MultiprocessIterator):
+        new = iterators.MultiprocessIterator(dataset, batch, repeat=repeat, shuffle=shuffle,
+                                             n_processes=old.n_processes,
+                                             n_prefetch=old.n_prefetch,
+                                             shared_mem=old.shared_mem)
+    elif isinstance(old, iterators.MultithreadIterator):
+        new = iterators.MultithreadIterator(dataset, batch, repeat=repeat, shuffle=shuffle,
+                                            n_threads=old.n_threads)
+    elif isinstance(old, iterators.SerialIterator):
+        new = iterators.SerialIterator(dataset, batch, repeat=repeat, shuffle=shuffle)
+    else:
+        raise SystemExit('{}--data-parallel: the iterator is a {}, which the launcher does not '
+                         'know how to rebuild over a shard (it rebuilds SerialIterator, '
+                         'MultiprocessIterator, MultithreadIterator)'.format(
+                             PREFIX, type(old).__name__))
+    if hasattr(old, 'finalize'):
+        old.finalize()
+    return new
