@@ -70,6 +70,15 @@ def _env():
     return _ENV[0]
 
 
+def _child_env(found):
+    """This process's environment now (a plugin's path set since the first simulation
+    included), with the SimGrid folder ``simgrid_env`` found."""
+    env = dict(os.environ)
+    if _path_env() in found:
+        env[_path_env()] = found[_path_env()]
+    return env
+
+
 def available():
     return _env() is not None
 
@@ -129,7 +138,8 @@ def simulate(machine, algorithm, model, M=1, itemsize=4, library='halving', node
                'itemsize': itemsize, 'library': library, 'node_aware': node_aware,
                'sizes': sizes, 'mode': mode or ('actors' if P <= ACTOR_RANKS else 'lockstep')}
     proc = subprocess.run([sys.executable, '-m', 'chainermn_torus.simulation.player'],
-                          input=json.dumps(request), env=env, stdout=subprocess.PIPE,
+                          input=json.dumps(request), env=_child_env(env),
+                          stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, universal_newlines=True, timeout=timeout)
     try:
         result = json.loads(proc.stdout)
