@@ -55,3 +55,21 @@ def test_every_measurement_file_is_listed_with_its_command():
                 not any(fnmatch.fnmatch(name, p) for p in patterns):
             unlisted.append(name)
     assert not unlisted, unlisted
+
+
+def test_every_measurement_file_a_page_cites_exists():
+    # A figure's source named in README.md or docs/ (`docs/measurements/...`, or
+    # `measurements/...` from a page under docs/) must be there; brace forms and globs must
+    # match at least one file.
+    pages = [os.path.join(ROOT, 'README.md')] + glob.glob(os.path.join(ROOT, 'docs', '**', '*.md'),
+                                                          recursive=True)
+    cited, missing = 0, []
+    for page in pages:
+        for token in re.findall(r'`((?:docs/)?measurements/[^`\s]+)`', open(page).read()):
+            base = ROOT if token.startswith('docs/') else os.path.join(ROOT, 'docs')
+            for name in _expand(token):
+                cited += 1
+                if not glob.glob(os.path.join(base, name)):
+                    missing.append((os.path.relpath(page, ROOT), name))
+    assert cited >= 10  # the check sees the citations
+    assert not missing, missing

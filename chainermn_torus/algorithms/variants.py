@@ -54,10 +54,9 @@ _ROWS = [
             'the same communicator, modelled as MPICH runs it by default: reduce in the node, '
             'all-reduce among nodes, broadcast in the node'),
     # Every variant stops at P = 6 (3 x 2 grids, uneven rows; 3x oversubscribed here), the
-    # rsap options at 3 (a non-power-of-two put schedule): the full tier must stay under
-    # 10 minutes on 2 cores. P = 8 runs in the examples' and the optimizer's tests. rsaa
-    # stops at 4: at 6 it differs from rsap only by its all-gather, whose calls on the 2 x 3
-    # and 3 x 2 grids tests/simulation/test_schedules_mpi.py records at P = 6.
+    # rsap options at 3 (a non-power-of-two put schedule): the full tier's time on 2 cores.
+    # rsaa stops at 4: at 6 it differs from rsap only by its all-gather, whose calls on the
+    # 2 x 3 and 3 x 2 grids tests/simulation/test_schedules_mpi.py records at P = 6.
     Variant('rsaa', 'rsaa', {'shm': False}, Rsaa(), True, True, 'default', (1, 2, 3, 4),
             'MPI_Reduce_scatter_block + column MPI_Allreduce + MPI_Allgather'),
     Variant('rsap', 'rsap', {'shm': False}, Rsap('fence'), True, True, 'default',
