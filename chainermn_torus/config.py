@@ -15,22 +15,13 @@ import os
 
 __all__ = ['SETTINGS', 'value', 'env', 'quiet', 'table', 'add_arguments']
 
-class Setting(collections.namedtuple('Setting', 'env kind default meaning launcher')):
-    """One variable. ``launcher``: what ``python -m chainermn_torus.run`` applies it to as
-    its option ``--KEY-WITH-DASHES`` (``LAUNCHER_TARGETS``), or None where it has no such
-    option."""
-
-    def __new__(cls, env, kind, default, meaning, launcher=None):
-        if launcher is not None and launcher not in LAUNCHER_TARGETS:
-            raise ValueError('launcher target {!r}: one of {}'.format(
-                launcher, ', '.join(LAUNCHER_TARGETS)))
-        return super(Setting, cls).__new__(cls, env, kind, default, meaning, launcher)
-
-
-# What a launcher option applies to: every multi-node optimizer the script makes (its
-# keyword argument of the same name), the training and evaluation iterators, the process,
-# the script itself (a plain Chainer script made data-parallel).
-LAUNCHER_TARGETS = ('optimizer', 'iterator', 'process', 'script', 'communicator')
+# ``launcher``: what ``python -m chainermn_torus.run`` applies the setting to as its option
+# --KEY-WITH-DASHES (LAUNCHER_TARGETS: the script's multi-node optimizers, as the keyword of
+# the same name; its communicators; its iterators; the process; a plain script made
+# data-parallel), or None where it has no such option.
+Setting = collections.namedtuple('Setting', 'env kind default meaning launcher',
+                                 defaults=(None,))
+LAUNCHER_TARGETS = ('optimizer', 'communicator', 'iterator', 'process', 'script')
 
 MiB = 1 << 20
 
@@ -62,8 +53,7 @@ SETTINGS = collections.OrderedDict([
                          'abort the job when no training step finishes for this long',
                          launcher='optimizer')),
     ('timeline', Setting('CHAINERMN_TORUS_TIMELINE', 'text', None,
-                         'record phase timelines to PREFIX.rank<R>.json',
-                         launcher='process')),
+                         'record phase timelines to PREFIX.rank<R>.json', launcher='process')),
     ('expect_ranks', Setting('CHAINERMN_TORUS_EXPECT_RANKS', 'count', None,
                              'job scripts: the ranks the job asked for (nodes x ranks per '
                              'node); the launcher stops when MPI started another number')),
@@ -79,11 +69,9 @@ SETTINGS = collections.OrderedDict([
     # is also its command-line option there (--fused, --loader, ...).
     ('fused', Setting('CHAINERMN_TORUS_FUSED', 'switch', 'auto',
                       'launcher: fused update kernels for the multi-node optimizers the script '
-                      'makes: auto (where a kernel exists), on, off',
-                      launcher='optimizer')),
+                      'makes: auto (where a kernel exists), on, off', launcher='optimizer')),
     ('flush_denormals', Setting('CHAINERMN_TORUS_FLUSH_DENORMALS', 'flag', False,
-                                'launcher: flush-to-zero in the update',
-                                launcher='optimizer')),
+                                'launcher: flush-to-zero in the update', launcher='optimizer')),
     ('double_buffering', Setting('CHAINERMN_TORUS_DOUBLE_BUFFERING', 'flag', False,
                                  'launcher: double buffering (one-step-stale gradients)',
                                  launcher='optimizer')),
@@ -91,24 +79,20 @@ SETTINGS = collections.OrderedDict([
                         'launcher: average gradient buckets during backward (not stale)',
                         launcher='optimizer')),
     ('fp16_allreduce', Setting('CHAINERMN_TORUS_FP16_ALLREDUCE', 'flag', False,
-                               'launcher: send gradients as float16',
-                               launcher='communicator')),
+                               'launcher: send gradients as float16', launcher='communicator')),
     ('loader', Setting('CHAINERMN_TORUS_LOADER', 'loader', None,
                        "launcher: replace the training iterator: serial, multiprocess, ours "
-                       "(the loader processes); default: the script's own",
-                       launcher='iterator')),
+                       "(the loader processes); default: the script's own", launcher='iterator')),
     ('loader_eval', Setting('CHAINERMN_TORUS_LOADER_EVAL', 'flag', False,
                             'launcher, with --loader: replace the iterators of every '
                             'Evaluator too (default: the evaluation iterator is left alone)',
                             launcher='iterator')),
     ('loader_processes', Setting('CHAINERMN_TORUS_LOADER_PROCESSES', 'count', None,
                                  'launcher: loader processes per rank (default: as many as the '
-                                 'placement gives loader CPUs, up to 2)',
-                                 launcher='iterator')),
+                                 'placement gives loader CPUs, up to 2)', launcher='iterator')),
     ('affinity', Setting('CHAINERMN_TORUS_AFFINITY', 'affinity', 'auto',
                          'launcher, --loader ours: placement of compute and loader processes '
-                         '(auto, same-core, sibling, dedicated, none)',
-                         launcher='iterator')),
+                         '(auto, same-core, sibling, dedicated, none)', launcher='iterator')),
     ('dedicated_cores', Setting('CHAINERMN_TORUS_DEDICATED_CORES', 'count', None,
                                 'launcher, --affinity dedicated: cores set aside for loaders',
                                 launcher='iterator')),

@@ -11,6 +11,7 @@ def test_every_launcher_row_is_an_option_with_its_variable():
     from chainermn_torus import run
     text = run.build_parser().format_help()
     for key in options.keys():
+        assert config.SETTINGS[key].launcher in config.LAUNCHER_TARGETS, key
         assert options.option_of(key) in text, key
         assert config.SETTINGS[key].env in text, key
 

@@ -41,6 +41,12 @@ class Setup(collections.namedtuple('Setup', 'algorithm P M itemsize')):
     def N(self):
         return self.P // self.M
 
+    def split(self, elems):
+        """(main, c): a segment's M equal chunks of c elements (main = M c), the rest its
+        tail, as ``communicators._torus`` splits it."""
+        main = elems - elems % self.M
+        return main, main // self.M
+
     def rows(self):
         return [tuple(range(r * self.M, (r + 1) * self.M)) for r in range(self.N)]
 

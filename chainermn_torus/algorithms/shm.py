@@ -22,8 +22,7 @@ class Shm(Algorithm):
     def segment_calls(self, setup, elems):
         s, M, P = setup.itemsize, setup.M, tuple(range(setup.P))
         rows, cols = setup.rows(), setup.columns()
-        main = elems - elems % M
-        c = main // M
+        main, c = setup.split(elems)
         calls = []
         if c and M > 1:
             for step in range(M):  # reduce_in_turns: copy, then add, a barrier after each

@@ -29,8 +29,7 @@ class Torus(Algorithm):
     def segment_calls(self, setup, elems):
         s, M, P = setup.itemsize, setup.M, tuple(range(setup.P))
         rows, cols = setup.rows(), setup.columns()
-        main = elems - elems % M
-        c = main // M
+        main, c = setup.split(elems)
         calls = []
         if c:
             if M > 1:

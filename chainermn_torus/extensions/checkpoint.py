@@ -45,7 +45,7 @@ import chainer
 import numpy
 
 from chainermn_torus import config
-from chainermn_torus.runtime import devshm
+from chainermn_torus.runtime import devshm, report
 from chainermn_torus.runtime.atomic import TMP_PATTERN, atomic_write
 
 __all__ = ['MultiNodeCheckpointer', 'CheckpointError', 'check_writable', 'add_arguments',
@@ -165,10 +165,9 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         self.rank, self.size = comm.rank, comm.size
         self._check_writable()
         # Each rank its host's leftovers (a shared file system shows every host's files).
-        for name, size, why in sweep_temporary(directory):
-            if not config.quiet():
-                print('chainermn_torus: rank {} removed {} ({} bytes; {})'.format(
-                    self.rank, os.path.join(directory, name), size, why), flush=True)
+        for name, size, why in sweep_temporary(directory):  # said by every rank: rank=0
+            report.say('rank {} removed {} ({} bytes; {})'.format(
+                self.rank, os.path.join(directory, name), size, why), rank=0)
 
     # --- start-up checks: fail now, not after an hour of training ---------------------------
     def _check_writable(self):
@@ -297,13 +296,12 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         if problems:
             raise CheckpointError('chainermn_torus: cannot resume from {!r}: {}'.format(
                 self.directory, problems[0]))
-        if self.rank == 0:
-            if failures:
-                print('chainermn_torus: the latest checkpoint in {} is damaged ({}); falling '
-                      'back to the newest complete one'.format(
-                          self.directory, '; then '.join(failures)), flush=True)
-            print('chainermn_torus: resumed from {} at iteration {}'.format(
-                self.directory, manifest['iteration']), flush=True)
+        if failures:
+            report.say('the latest checkpoint in {} is damaged ({}); falling back to the '
+                       'newest complete one'.format(self.directory, '; then '.join(failures)),
+                       self.rank)
+        report.say('resumed from {} at iteration {}'.format(self.directory,
+                                                            manifest['iteration']), self.rank)
         return manifest['iteration']
 
     def _manifests(self):

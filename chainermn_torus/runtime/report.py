@@ -1,7 +1,8 @@
 """The one way this package tells the user something: a line from the job's first rank.
 
 ``say(text)`` prints ``prefix + text`` on rank 0 (``rank``: the caller's rank in the job,
-default MPI_COMM_WORLD's; ``rank=comm.intra_rank`` for a line per node); with ``key``, only
+default MPI_COMM_WORLD's; ``rank=comm.intra_rank`` for a line per node, ``rank=0`` where
+every rank says its own line); with ``key``, only
 the first time this process says it. Information goes to stdout; ``stream=sys.stderr`` for
 what was asked and not applied, or fell back. ``CHAINERMN_TORUS_QUIET=1`` silences every
 line. Errors are exceptions, not reports (``runtime.abort`` ends the job with them).

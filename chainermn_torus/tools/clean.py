@@ -1,8 +1,5 @@
 """``chainermn-torus clean``: what dead jobs left on this node (/dev/shm, checkpoint
-directories' unfinished files), never a live job's.
-
-    chainermn-torus clean [--dry-run] [--others] [--checkpoint-dir DIR]
-"""
+directories' unfinished files), never a live job's."""
 import argparse
 
 from chainermn_torus.extensions import checkpoint

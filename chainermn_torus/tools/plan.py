@@ -1,9 +1,5 @@
 """``chainermn-torus plan``: the planner's predictions for every variant and grid shape,
-ranked (the best few simulated where SimGrid is installed), and a recommendation.
-
-    chainermn-torus plan --nodes N --ranks-per-node R [--model resnet50|mlp|PATH|BYTES]
-                         [--network ofp|k|FILE | --alpha A --beta B] [--grid MxN ...]
-"""
+ranked (the best few simulated where SimGrid is installed), and a recommendation."""
 import argparse
 import json
 import sys

@@ -1,8 +1,4 @@
-"""``chainermn-torus topology``: this machine's CPU topology and one rank's placement plan.
-
-    chainermn-torus topology [--policy P] [--ranks-per-node R] [--rank r]
-                             [--loader-processes N] [--dedicated-cores K] [--sysfs ROOT]
-"""
+"""``chainermn-torus topology``: this machine's CPU topology and one rank's placement plan."""
 import argparse
 import json
 import sys
