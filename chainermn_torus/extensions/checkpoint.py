@@ -195,7 +195,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         path = self._file(iteration, self.rank)
         try:
             atomic_write(path, _savez(arrays, iteration, self.rank),
-                          lambda: _fault('during', iteration, self.rank))
+                         lambda: _fault('during', iteration, self.rank))
             record = {'bytes': os.path.getsize(path), 'crc32': _crc32(path)}
         except OSError as e:
             # The previous checkpoint is untouched; other ranks learn of it by the abort.
@@ -212,7 +212,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                         'model': _layout(target), 'written': time.strftime('%Y-%m-%d %H:%M:%S')}
             text = json.dumps(manifest, indent=1).encode()
             atomic_write(os.path.join(self.directory, _MANIFEST_OF.format(iteration)),
-                          lambda f: f.write(text))
+                         lambda f: f.write(text))
             atomic_write(os.path.join(self.directory, MANIFEST), lambda f: f.write(text))
         self.comm.mpi_comm.Barrier()  # latest.json names this checkpoint
         self._remove_old(iteration)

@@ -19,7 +19,7 @@ def tmp_name(path):
     return '{}.tmp.{}.{}'.format(path, socket.gethostname(), os.getpid())
 
 
-def atomic_write(path, write, mode='wb', before_rename=None, tmp=None):
+def atomic_write(path, write, before_rename=None, *, mode='wb', tmp=None):
     """``write(f)`` into ``path`` atomically; ``before_rename()`` runs once the data is on
     disk (a fault-injection point); ``tmp``: the temporary file's name (default
     ``tmp_name(path)``)."""
