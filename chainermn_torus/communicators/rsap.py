@@ -1,24 +1,12 @@
-"""rsap: Reduce-Scatter, All-reduce, Put (seed 003): rsaa with the last phase as MPI-3 RMA.
-
-For each segment of the packed buffer (the shared steps 1-3 live in ``_torus``):
-  1. reduce-scatter in the row, 2. all-reduce of the 1/M chunk in the column, 3. divide the
-  chunk by P and store it at its place in the result buffer (the packed buffer itself), then
-  4. put rounds: recursive doubling in the row. In round i, position q puts every chunk it
-     holds into position q XOR 2^i's window at the same offset, so nothing is copied on the
-     receiving side. MPI_Win_fence closes each round.
+"""rsap with MPI: the torus phases of ``_torus`` (row reduce-scatter, column all-reduce of
+the 1/M chunk, divide into place), then the put rounds of ``algorithms.rsap`` (the algorithm
+and its schedule, described once there) into the row partners' windows at the same offset,
+so nothing is copied on the receiving side.
 
 One window covers the packed buffer, whose memory MPI allocates (MPI_Win_allocate); it is
 created with the buffer (creation is collective and costly) and reused on every call until
-the model's layout changes.
-
-M need not be a power of two: the schedule (``algorithms.rsap.put_rounds``, which the
-planner and the simulator read too) adds two rounds for the positions beyond the largest
-power of two.
-
-Variants (options, see the class; each a strategy of ``_rsap_modes``): ``sync='notify'`` or
-``'pscw'`` synchronises each round with its partners only; ``reduce_scatter='accumulate'``
-does phase 1 one-sided too; ``shm`` (the default where rows lie inside nodes) replaces
-phases 1 and 4 by shared-memory reads (``_shm``).
+the model's layout changes. The options are strategies of ``_rsap_modes``; ``shm`` (the
+default where rows lie inside nodes) replaces phases 1 and 4 by shared-memory reads.
 """
 
 import numpy
@@ -52,17 +40,10 @@ def _choice(name, value, choices, default):
 
 
 class RsapCommunicator(TorusPhases, TorusCommunicatorBase):
-    """rsap; options beyond rsaa's (``_rsap_modes`` says what each does):
-
-    sync: how the put rounds are separated: 'fence' (seed 003), 'notify' (partners only:
-        flush and a zero-byte message) or 'pscw' (post/start/complete/wait, experimental).
-    reduce_scatter: phase 1 as 'collective' (MPI_Reduce_scatter_block) or 'accumulate'
-        (MPI_Accumulate into the row partners' windows).
-    shm: as rsaa's; giving ``sync`` or ``reduce_scatter`` keeps the default (None) off,
-        since with shm there are no puts.
-
-    Each mode is a strategy object made once here; it owns its MPI state and frees it in
-    ``finalize``.
+    """rsap; options beyond rsaa's: ``sync`` 'fence' (default), 'notify' or 'pscw';
+    ``reduce_scatter`` 'collective' (default) or 'accumulate' (``_rsap_modes``: each a
+    strategy made once here, owning its MPI state until ``finalize``); ``shm`` as rsaa's,
+    kept off by default where ``sync`` or ``reduce_scatter`` is given (shm has no puts).
     """
 
     name = 'rsap'
