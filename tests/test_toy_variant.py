@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, assert_ok, run_mpi, worker
+from conftest import ROOT, assert_ok, run_mpi
 
 WORKERS = os.path.join(ROOT, 'tests', 'mpi_workers')
 
@@ -58,11 +58,11 @@ def test_toy_variant_has_a_schedule_the_simulator_plays(toy):
 def test_toy_variant_in_the_benchmark_and_the_exact_mean_check(tmp_path):
     out = tmp_path / 'bench.json'
     toy = os.path.join(WORKERS, 'toy_variant.py')
-    proc = run_mpi(3, [toy, '-m', 'chainermn_torus.bench.allreduce', '--model', 'mlp',
+    proc = run_mpi(3, [toy, 'chainermn_torus.bench.allreduce', '--model', 'mlp',
                        '--rounds', '2', '--warmup', '0', '--variants', 'rs_ag',
                        '--json', str(out)], timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     names = [r['name'] for r in json.loads(out.read_text())['results']]
     assert 'rs_ag' in names, names
-    proc = run_mpi(3, [toy, worker('check_mean.py'), 'rs_ag'], timeout=300)
+    proc = run_mpi(3, [toy, 'check_mean', 'rs_ag'], timeout=300)  # tests/mpi_workers/
     assert_ok(proc, 3)

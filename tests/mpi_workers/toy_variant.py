@@ -10,8 +10,8 @@ over all ranks, the division on this rank's 1/P, then an in-place MPI_Allgather;
 Importing this module registers the variant (so the simulator's child process, which
 imports a plugin's module, knows it); the MPI class lives in ``toy_communicator`` and is
 imported on first use, as the package's own are. As a script it runs another program with the variant
-registered: ``python toy_variant.py WORKER.py ARGS...`` or ``python toy_variant.py -m
-MODULE ARGS...`` (under mpiexec for MPI ones).
+registered: ``python toy_variant.py MODULE ARGS...`` (a package module, or a worker of this
+folder by its module name; under mpiexec for MPI ones).
 """
 import runpy
 import sys
@@ -72,11 +72,6 @@ def unregister():
 
 register()
 
-if __name__ == '__main__':
-    args = sys.argv[1:]
-    if args[0] == '-m':
-        sys.argv = [args[1]] + args[2:]
-        runpy.run_module(args[1], run_name='__main__', alter_sys=True)
-    else:
-        sys.argv = args
-        runpy.run_path(args[0], run_name='__main__')
+if __name__ == '__main__':  # python toy_variant.py MODULE ARGS: MODULE with the toy known
+    sys.argv = sys.argv[1:]
+    runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)
