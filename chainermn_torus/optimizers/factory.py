@@ -13,11 +13,9 @@ from chainermn_torus.runtime import devshm, startup
 
 __all__ = ['create_multi_node_optimizer', 'Overrides', 'set_overrides']
 
-_OVERRIDES = []  # at most one Overrides
-
-
 class Overrides(object):
-    """What a launcher wants of every multi-node optimizer a script makes."""
+    """What a launcher wants of every multi-node optimizer a script makes (this default:
+    nothing; a launcher's need not subclass it, only have these three methods)."""
 
     def options(self, actual_optimizer, options):
         """The options to make it with, from the script's ``options`` (a dict that holds
@@ -31,11 +29,12 @@ class Overrides(object):
         """Called at each one's first update."""
 
 
+_OVERRIDES = [Overrides()]  # the one in force
+
+
 def set_overrides(overrides):
-    """Install ``overrides`` (an ``Overrides``) for this process; None removes it."""
-    del _OVERRIDES[:]
-    if overrides is not None:
-        _OVERRIDES.append(overrides)
+    """Install ``overrides`` for this process; None puts the default back."""
+    _OVERRIDES[0] = overrides if overrides is not None else Overrides()
 
 
 def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering=False,
@@ -45,13 +44,11 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
     if hasattr(communicator, 'mpi_comm'):  # made by a collective (init_ranks): all past Init
         devshm.unlink_mpi_segments()
     name = type(actual_optimizer).__name__  # fusing changes the class: name it first
-    options = dict(options, double_buffering=double_buffering)
-    overrides = _OVERRIDES[0] if _OVERRIDES else None
-    if overrides is not None:
-        options = overrides.options(actual_optimizer, options)
+    overrides = _OVERRIDES[0]
+    options = overrides.options(actual_optimizer,
+                                dict(options, double_buffering=double_buffering))
     opt = multi_node.create_multi_node_optimizer(actual_optimizer, communicator,
                                                  zero_fill=zero_fill, **options)
-    if overrides is not None:
-        overrides.made(name, communicator, options, fused_mod.is_fused(opt.actual_optimizer))
-        opt._set('on_first_update', overrides.first_update)
+    overrides.made(name, communicator, options, fused_mod.is_fused(opt.actual_optimizer))
+    opt._set('on_first_update', overrides.first_update)
     return opt

@@ -114,7 +114,6 @@ class _Built(object):
 
 
 def _engine(m):
-
     import simgrid as sg
     with tempfile.NamedTemporaryFile('w', suffix='.xml', delete=False) as f:
         f.write(platforms.platform_xml(m))

@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 from chainermn_torus import config
-from chainermn_torus.algorithms import schedule, segments, variants
+from chainermn_torus.algorithms import schedule, segments
 
 __all__ = ['available', 'simgrid_env', 'simulate', 'SimulationError', 'why_unavailable']
 
@@ -125,14 +125,14 @@ def simulate(machine, algorithm, model, M=1, itemsize=4, library='halving', node
     if env is None:
         raise SimulationError(why_unavailable())
     P = machine.nodes * machine.ranks_per_node
-    schedule.Setup(algorithm, P, M, itemsize)  # bad input fails here, not in the child
+    setup = schedule.Setup(algorithm, P, M, itemsize)  # bad input fails here, not in the child
     # Segments are cut in bytes: a float16 buffer's hold twice the elements (_base).
     counts = segments.segment_sizes(model, segment_bytes, itemsize=itemsize)
     if max_sizes is None:
         max_sizes = 16 if P <= 64 else (3 if segment_bytes is not None else 8)
     sizes = _pick_sizes(counts, max_sizes)
     # A variant a plugin added is known in the child once the plugin's module is imported.
-    module = type(variants.get(algorithm).algorithm).__module__
+    module = type(setup.variant.algorithm).__module__
     request = {'machine': machine._asdict(), 'algorithm': algorithm, 'M': M,
                'modules': [] if module.startswith('chainermn_torus.') else [module],
                'itemsize': itemsize, 'library': library, 'node_aware': node_aware,
