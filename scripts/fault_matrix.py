@@ -12,6 +12,7 @@ of the job still alive, and the line that tells the user what happened.
 Needs root for the namespace and the tmpfs; anywhere else it says so and stops.
 """
 import argparse
+import concurrent.futures
 import json
 import os
 import re
@@ -101,7 +102,8 @@ def _run_job(fault, comm, loader, workdir):
     os.makedirs(ckpt, exist_ok=True)
     code = os.environ.get('FAULT_MATRIX_CODE', ROOT)  # --code: an older checkout's package
     env = dict(os.environ, OMP_NUM_THREADS='1', CHAINERMN_TORUS_QUIET='1',
-               PYTHONPATH=code + os.pathsep + os.environ.get('PYTHONPATH', ''))
+               PYTHONPATH=code + os.pathsep + os.environ.get('PYTHONPATH', ''),
+               FAULT_MATRIX_ROW=workdir)  # marks this row's processes (rows run side by side)
     job_fault = {'sigint': 'signal', 'sigterm': 'signal', 'shm-full': 'none'}.get(fault, fault)
     if fault == 'hang':
         env['CHAINERMN_TORUS_WATCHDOG'] = str(WATCHDOG_S)
@@ -144,10 +146,14 @@ def _run_job(fault, comm, loader, workdir):
     stdout, stderr = ''.join(out), ''.join(err)
     if fault_at[0] is None and fault == 'shm-full':
         fault_at[0] = start  # the fault is there from the start
-    time.sleep(1.5)  # loader processes notice a dead parent within a second
+    # Loader processes notice a dead parent within a second: up to 1.5 s for the job's
+    # processes to be gone (at once where none is left), then what remains is counted.
+    settle = time.time() + 1.5
+    while _job_processes(workdir) and time.time() < settle:
+        time.sleep(0.05)
     left = _shm_files()
     stray = [n for n in os.listdir(ckpt) if '.tmp' in n]
-    alive = _job_processes()
+    alive = _job_processes(workdir)
     message = _message(fault, stdout + stderr)
     return {
         'fault': fault, 'communicator': comm, 'loader': loader, 'exit_code': proc.returncode,
@@ -169,16 +175,20 @@ def _shm_files():
     return out
 
 
-def _job_processes():
+def _job_processes(workdir):
+    """Processes of this row's job still alive: those whose environment carries the row's
+    mark (the ranks, their loader processes and anything they started inherit it)."""
+    mark = ('FAULT_MATRIX_ROW=' + workdir).encode()
     alive = []
     for pid in filter(str.isdigit, os.listdir('/proc')):
+        if int(pid) == os.getpid():
+            continue
         try:
-            with open('/proc/{}/cmdline'.format(pid), 'rb') as f:
-                cmd = f.read().replace(b'\0', b' ').decode(errors='replace')
+            with open('/proc/{}/environ'.format(pid), 'rb') as f:
+                environ = f.read().split(b'\0')
         except OSError:
             continue
-        if 'fault_job.py' in cmd or 'chainermn_torus-loader' in cmd or \
-                ('multiprocessing' in cmd and 'spawn' in cmd and 'fault' in cmd):
+        if mark in environ:
             alive.append(int(pid))
     return alive
 
@@ -192,10 +202,12 @@ def _message(fault, text):
     return ''
 
 
-def run(rows, workdir):
-    """Every row in a private mount namespace: this script re-executes itself in one."""
-    results = []
-    for fault, comm, loader in rows:
+def run(rows, workdir, parallel=1):
+    """Every row in a private mount namespace (this script re-executes itself in one), up
+    to ``parallel`` rows at a time: each has its own /dev/shm, checkpoint directory, process
+    group and process mark, so rows side by side see only their own leftovers."""
+    def one(row):
+        fault, comm, loader = row
         d = tempfile.mkdtemp(prefix='fault-', dir=workdir)
         proc = subprocess.run(['unshare', '-m', '--propagation', 'private', sys.executable,
                                os.path.abspath(__file__), '--inside', fault, comm, loader, d],
@@ -203,9 +215,10 @@ def run(rows, workdir):
         if proc.returncode != 0:
             raise RuntimeError('scenario {} {} {} failed to run: {}'.format(
                 fault, comm, loader, proc.stderr[-2000:]))
-        results.append(json.loads(proc.stdout.splitlines()[-1]))
         shutil.rmtree(d, ignore_errors=True)
-    return results
+        return json.loads(proc.stdout.splitlines()[-1])
+    with concurrent.futures.ThreadPoolExecutor(max(1, parallel)) as pool:
+        return list(pool.map(one, rows))
 
 
 HEADER = """# Fault matrix
@@ -217,8 +230,8 @@ namespace with a fresh tmpfs on `/dev/shm`, so everything there afterwards is th
 Communicators: `shm` (rsap's default on one node, node-shared row buffers), `rsap` (its RMA
 window, `shm=False`), `pure_allreduce` (no window). Loaders: `ours` (LoaderIterator, 2
 processes) or `serial`. Time to end: from the fault to mpiexec's exit. Left: files in
-`/dev/shm`, temporary files in the checkpoint directory, and processes of the job, 1.5 s
-after mpiexec's exit. Machine: {machine}, 2 ranks.
+`/dev/shm`, temporary files in the checkpoint directory, and processes of the job, once
+they are gone or 1.5 s after mpiexec's exit. Machine: {machine}, 2 ranks.
 """
 
 
@@ -246,6 +259,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--quick', action='store_true', help='the test tier\'s rows (QUICK, with '
                    'shm and our loader)')
+    p.add_argument('--parallel', type=int, default=1, metavar='N',
+                   help='rows run side by side (default 1: timings as alone)')
     p.add_argument('--json', default=None)
     p.add_argument('--markdown', default=None)
     p.add_argument('--code', default=None, metavar='DIR',
@@ -270,7 +285,7 @@ def main(argv=None):
     workdir = tempfile.mkdtemp(prefix='fault-matrix-')
     try:
         results = run([tuple(r) for r in args.only] if args.only else scenarios(args.quick),
-                      workdir)
+                      workdir, args.parallel)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     table = markdown(results)

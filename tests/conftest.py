@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from chainermn_torus import config
+from chainermn_torus.tools import oversubscribe
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKERS = os.path.join(ROOT, 'tests', 'mpi_workers')
@@ -27,17 +28,29 @@ def mpiexec_path():
 
 
 
+def job_env(nprocs, env=None, yielding=True):
+    """The environment of a test job of nprocs ranks on this machine."""
+    full_env = dict(os.environ)
+    # Oversubscribed ranks on 2 cores: one BLAS thread each, or they fight for the cores;
+    # and (``yielding``: jobs of their own, which train) the MPI's own setting that makes a
+    # waiting rank give its core up instead of spinning, where there are more ranks than
+    # cores (tools/oversubscribe.py, which says why the check worlds go without).
+    full_env.update({'OMP_NUM_THREADS': '1', 'OPENBLAS_NUM_THREADS': '1',
+                     'PYTHONPATH': ROOT + os.pathsep + full_env.get('PYTHONPATH', '')})
+    if yielding:
+        full_env.update(oversubscribe.environment(MPI, nprocs))
+    full_env.update(env or {})
+    return full_env
+
+
 def run_mpi(nprocs, argv, timeout=240, env=None, python=None):
     """Run `mpiexec -n nprocs python argv...` (``python``: another interpreter for the ranks,
-    such as the aarch64 one under QEMU); returns CompletedProcess (text)."""
+    such as the aarch64 one under QEMU); returns CompletedProcess (text). For a job of its
+    own: checks that do not end their job run in the session's worlds (``mpi_world``)."""
     exe = mpiexec_path()
     if exe is None:
         pytest.skip('no mpiexec: run `make setup` (installs the mpich wheel into .venv)')
-    full_env = dict(os.environ)
-    # Oversubscribed ranks on 2 cores: one BLAS thread each, or they fight for the cores.
-    full_env.update({'OMP_NUM_THREADS': '1', 'OPENBLAS_NUM_THREADS': '1',
-                     'PYTHONPATH': ROOT + os.pathsep + full_env.get('PYTHONPATH', '')})
-    full_env.update(env or {})
+    full_env = job_env(nprocs, env)
     cmd = [exe, '-n', str(nprocs), python or sys.executable] + list(argv)
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
@@ -126,9 +139,48 @@ def _mpi_functions(module):
     return found
 
 
+# --- the session's MPI worlds (tests/mpi_world.py) -----------------------------------------
+_WORLDS = []
+
+
+@pytest.fixture(scope='session')
+def mpi_world(tmp_path_factory):
+    """``mpi_world(nprocs, module, function, *args, env=None, timeout=300)`` runs
+    ``tests/mpi_workers/<module>.py``'s ``function(comm, *args)`` on every rank of the
+    session's world of nprocs ranks; returns the ranks' return values. A test using it must
+    take ``nprocs`` as a parameter: the tests are ordered by it, one world alive at a time."""
+    import mpi_world as harness
+    exe = mpiexec_path()
+    if exe is None:
+        pytest.skip('no mpiexec: run `make setup` (installs the mpich wheel into .venv)')
+    worlds = harness.Worlds(str(tmp_path_factory.mktemp('worlds')), [exe], None)
+    _WORLDS.append(worlds)
+
+    def run(nprocs, module, function, *args, **kwargs):
+        worlds.env = job_env(nprocs, yielding=False)
+        try:
+            return worlds.run(nprocs, module, function, *args, **kwargs)
+        except harness.CheckFailed as e:
+            failure = str(e)
+        pytest.fail(failure, pytrace=False)  # outside the except: no chained traceback
+    yield run
+    worlds.close()
+
+
+def _world_ranks(item):
+    callspec = getattr(item, 'callspec', None)
+    if 'mpi_world' not in getattr(item, 'fixturenames', ()):
+        return None
+    if callspec is None or 'nprocs' not in callspec.params:
+        raise pytest.UsageError('{} uses mpi_world without an nprocs parameter'.format(
+            item.nodeid))
+    return callspec.params['nprocs']
+
+
 def pytest_collection_modifyitems(config, items):
     # The `mpi` marker is given by what a test does, not by hand: every test whose function
-    # (or a helper of its module that it calls) starts mpiexec through run_mpi.
+    # (or a helper of its module that it calls) starts mpiexec through run_mpi, and every
+    # test that runs its check in a world.
     cache = {}
     for item in items:
         module = getattr(item, 'module', None)
@@ -136,8 +188,15 @@ def pytest_collection_modifyitems(config, items):
             continue
         if module not in cache:
             cache[module] = _mpi_functions(module)
-        if getattr(item, 'originalname', None) in cache[module]:
+        if (getattr(item, 'originalname', None) in cache[module]
+                or 'mpi_world' in getattr(item, 'fixturenames', ())):
             item.add_marker(pytest.mark.mpi)
+    # The world tests last, by rank count (stable): each world starts once and only one is
+    # alive at a time.
+    ranks = {id(item): _world_ranks(item) for item in items}
+    items[:] = ([i for i in items if ranks[id(i)] is None]
+                + sorted((i for i in items if ranks[id(i)] is not None),
+                         key=lambda i: ranks[id(i)]))
 
 
 # --- no test writes into the checkout ------------------------------------------------------
@@ -157,7 +216,51 @@ def pytest_sessionstart(session):
     session.config._checkout_before = _checkout_files()
 
 
+# --- one summary of what was skipped, and why ---------------------------------------------
+# A skip for a real part that apt or pip installs on the test machine names the command in
+# its reason; in CI (.ci/run sets CHAINERMN_TORUS_CI=1) each such skip fails the run.
+INSTALLABLE = ('make simgrid', 'make aarch64', 'make setup', 'apt-get')
+_SKIPS = {}  # reason -> test ids
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped and isinstance(report.longrepr, tuple):
+        reason = report.longrepr[2]
+        if reason.startswith('Skipped: '):
+            reason = reason[len('Skipped: '):]
+        _SKIPS.setdefault(reason, []).append(report.nodeid)
+
+
+def installable(reason):
+    return any(command in reason for command in INSTALLABLE)
+
+
+def pytest_terminal_summary(terminalreporter):
+    write = terminalreporter.write_line
+    worlds = [w for w in _WORLDS]
+    if worlds:
+        started = sum(sum(w.started.values()) for w in worlds)
+        checks = {}
+        for w in worlds:
+            for p, n in w.checks.items():
+                checks[p] = checks.get(p, 0) + n
+        write('MPI worlds: {} started, checks by P: {}'.format(
+            started, ', '.join('{}: {}'.format(p, checks[p]) for p in sorted(checks))))
+    if not _SKIPS:
+        write('skipped: none')
+        return
+    write('skipped: {} tests, by reason:'.format(sum(len(v) for v in _SKIPS.values())))
+    for reason, ids in sorted(_SKIPS.items(), key=lambda kv: -len(kv[1])):
+        mark = ' [installable here]' if installable(reason) else ''
+        write('  {:3d} x {}{}   e.g. {}'.format(len(ids), reason, mark, ids[0]))
+
+
 def pytest_sessionfinish(session, exitstatus):
+    if os.environ.get('CHAINERMN_TORUS_CI') and any(installable(r) for r in _SKIPS):
+        sys.stderr.write('\nCI: tests skipped for parts this machine can install: {}\n'.format(
+            '; '.join(r for r in _SKIPS if installable(r))))
+        session.exitstatus = 1
+
     # Outputs belong in tmp_path: a file or folder that appeared in the checkout during the
     # run fails it, naming the paths.
     before = getattr(session.config, '_checkout_before', None)

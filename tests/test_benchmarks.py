@@ -9,6 +9,7 @@ import pytest
 from conftest import ROOT, run_mpi
 
 
+@pytest.mark.slow
 def test_optimizer_update_benchmark(tmp_path):
     out = tmp_path / 'u.json'
     proc = subprocess.run(
@@ -53,6 +54,7 @@ def test_double_buffering_benchmark(tmp_path):
     assert res[0]['off']['communication_s'] >= 0.0057
 
 
+@pytest.mark.slow
 def test_allreduce_benchmark_with_debug_rows(tmp_path):
     out = tmp_path / 'a.json'
     proc = run_mpi(2, ['-m', 'chainermn_torus.bench.allreduce', '--model', 'mlp',

@@ -27,7 +27,7 @@ def _can_emulate():
     if os.geteuid() != 0:
         return 'needs root (network namespaces, tc)'
     if not shutil.which('ip') or not shutil.which('tc'):
-        return 'needs iproute2 (ip, tc)'
+        return 'needs iproute2 (ip, tc) (apt-get install iproute2)'
     probe = subprocess.run(['ip', 'netns', 'add', 'cmt-probe'], capture_output=True, text=True)
     if probe.returncode != 0:
         return 'cannot create network namespaces here: ' + probe.stderr.strip()

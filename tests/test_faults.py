@@ -30,7 +30,7 @@ def run_fault(mode, nprocs, env=None):
     return proc, elapsed
 
 
-@pytest.mark.parametrize('nprocs', ranks([2, 3]))
+@pytest.mark.parametrize('nprocs', ranks([2, 3], fast=[]))
 def test_exception_inside_backward_with_overlap_ends_the_job(nprocs):
     # The other ranks' threads are inside the first bucket's collectives, waiting for rank 1.
     proc, elapsed = run_fault('raise-backward', nprocs, env={'OVERLAP': '1'})
@@ -84,6 +84,7 @@ def test_watchdog_does_not_count_a_pause_between_steps():
     assert 'watchdog' not in proc.stderr
 
 
+@pytest.mark.slow
 def test_watchdog_stays_quiet_in_a_healthy_run():
     proc = run_mpi(2, [worker('fault_train.py'), 'none', '1', '5'], timeout=180,
                    env={'CHAINERMN_TORUS_WATCHDOG': '2'})
@@ -103,6 +104,7 @@ def test_watchdog_bad_value():
         del os.environ[watchdog.WATCHDOG_ENV]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('mode', ['raise', 'term'])
 def test_timeline_is_written_whole_when_the_job_ends_abnormally(mode, tmp_path):
     # The abort hook and SIGTERM write the timeline before the process goes (atexit never

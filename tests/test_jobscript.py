@@ -320,3 +320,28 @@ def test_negative_threads_are_refused():
     proc = jobscript('--system', 'slurm', '--nodes', '2', '--threads', '-2', '--dry-run',
                      *TRAIN)
     assert proc.returncode == 2 and 'thread count >= 1' in proc.stderr
+
+
+def test_local_script_makes_oversubscribed_ranks_yield(tmp_path):
+    # tools/oversubscribe.py: only on `local` (on a cluster the ranks have their cores and
+    # polling is what they want), and decided where the script runs.
+    from chainermn_torus.tools import oversubscribe
+    cores = len(os.sched_getaffinity(0))
+    text = generated(tmp_path, '--system', 'local', '--nodes', '1',
+                     '--ranks-per-node', str(cores + 1))
+    block = 'if [ "$(nproc)" -lt {} ]; then\n    export MPIR_CVAR_ENABLE_HEAVY_YIELD=1\nfi'
+    assert block.format(cores + 1) in text, text
+    for system, args in SYSTEM_ARGS.items():
+        other = generated(tmp_path, '--system', system, '--nodes', '1', *args)
+        assert not any(name in other for s in oversubscribe.SETTINGS.values() for name in s)
+    # Run where it was written: the condition holds with more ranks than cores only.
+    for ranks, expect in ((cores + 1, '1'), (cores, '')):
+        text = generated(tmp_path, '--system', 'local', '--nodes', '1',
+                         '--ranks-per-node', str(ranks))
+        block = text[text.index('# More ranks than cores'):text.index('fi\n') + 3]
+        out = subprocess.run(['bash', '-c', block + 'echo "${MPIR_CVAR_ENABLE_HEAVY_YIELD:-}"'],
+                             capture_output=True, text=True, env={'PATH': os.environ['PATH']})
+        assert out.stdout.strip() == expect, (ranks, out.stdout, out.stderr)
+    assert oversubscribe.environment('openmpi', 3, cores=2) == {
+        'OMPI_MCA_mpi_yield_when_idle': '1'}
+    assert oversubscribe.environment('impi', 2, cores=2) == {}

@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT, run_mpi
 
 
@@ -55,6 +57,7 @@ print('MPI loaded:', 'mpi4py.MPI' in sys.modules, 'numba' in sys.modules)
     assert out.strip().endswith('MPI loaded: False False'), out
 
 
+@pytest.mark.slow
 def test_abort_hook_chains_a_hook_installed_before_it():
     # Rank 1 raises after an earlier hook of the script's own was installed: that hook runs,
     # then ours ends the job naming the rank (no rank waits in the barrier).
@@ -65,6 +68,7 @@ def test_abort_hook_chains_a_hook_installed_before_it():
     assert 'Uncaught exception on rank 1' in proc.stderr and 'boom' in proc.stderr
 
 
+@pytest.mark.slow
 def test_launcher_installs_the_abort_hook_for_a_script_using_naive():
     # An unchanged ChainerMN script with ChainerMN's own communicator: the launcher is where
     # the hook starts, as importing chainermn_torus once did.

@@ -130,6 +130,7 @@ def test_calibrate_alone_or_unwritable_fails_clearly(tmp_path):
         assert proc.returncode != 0 and 'cannot write' in proc.stderr
 
 
+@pytest.mark.slow
 def test_calibrate_gives_up_on_a_silent_peer():
     # A receive nobody answers: the deadline turns the would-be hang into an error.
     code = ('from mpi4py import MPI; from chainermn_torus.planning.calibrate import _wait; import time\n'

@@ -15,12 +15,14 @@ def test_launcher_forces_rsap_on_a_script_asking_for_naive():
     assert proc.stdout.count("RsapCommunicator argv=['x', '--flag']") == 2, proc.stdout
 
 
+@pytest.mark.slow
 def test_launcher_without_communicator_keeps_the_scripts_choice():
     proc = run_mpi(2, ['-m', 'chainermn_torus.run', worker('naive_script.py')])
     assert_ok(proc, 2)
     assert proc.stdout.count('NaiveCommunicator') == 2
 
 
+@pytest.mark.slow
 def test_launcher_options_without_communicator_reach_our_communicators():
     # Passed to the factory, not exported: the script's own environment is left alone.
     proc = run_mpi(2, ['-m', 'chainermn_torus.run', '--grid', '1x2', '--segment-size', '4096',
@@ -40,6 +42,7 @@ def test_launcher_preserves_exit_code():
     assert 'PureAllreduceCommunicator' in proc.stdout
 
 
+@pytest.mark.slow
 def test_launcher_preserves_exceptions():
     proc = _run_single(worker('naive_script.py'), 'raise')
     assert proc.returncode == 1

@@ -26,7 +26,7 @@ def _reason():
     if os.geteuid() != 0:
         return 'needs root (network namespaces, slurmd, munged)'
     if not shutil.which('ip'):
-        return 'needs iproute2 (ip) for the emulated nodes'
+        return 'needs iproute2 (ip) for the emulated nodes (apt-get install iproute2)'
     if not (shutil.which('slurmctld') or shutil.which('apt-get')):
         return 'needs slurm-wlm and munge, or apt-get to install them'
     probe = subprocess.run(['ip', 'netns', 'add', 'cmt-probe'], capture_output=True, text=True)

@@ -38,6 +38,7 @@ def test_toy_variant_is_planned_with_its_own_cost(toy):
     assert 0.8 * flat < row['seconds'] < 1.2 * flat, (row['seconds'], flat)
 
 
+@pytest.mark.slow
 def test_toy_variant_has_a_schedule_the_simulator_plays(toy):
     from chainermn_torus.algorithms import schedule
     calls = schedule.call_calls(schedule.Setup(toy.NAME, 4), [1003])
@@ -55,6 +56,7 @@ def test_toy_variant_has_a_schedule_the_simulator_plays(toy):
     assert 0 < toy_s < 2 * flat_s and toy_s > 0.3 * flat_s, (toy_s, flat_s)
 
 
+@pytest.mark.slow
 def test_toy_variant_in_the_benchmark_and_the_exact_mean_check(tmp_path):
     out = tmp_path / 'bench.json'
     toy = os.path.join(WORKERS, 'toy_variant.py')

@@ -12,7 +12,7 @@ from chainermn_torus.runtime import jit
 from conftest import ROOT, assert_ok, run_mpi, worker
 
 pytestmark = pytest.mark.skipif(not jit.available(),
-                                reason='compares the fallbacks with numba, not installed here')
+                                reason='compares the fallbacks with numba, not installed here (make setup installs it)')
 
 
 def _halves(rng, n):

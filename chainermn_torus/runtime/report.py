@@ -11,7 +11,7 @@ import sys
 
 from chainermn_torus import config
 
-__all__ = ['say', 'PREFIX']
+__all__ = ['say', 'forget', 'PREFIX']
 
 PREFIX = 'chainermn_torus: '
 _said = set()  # keys already said by this process
@@ -29,3 +29,9 @@ def say(text, rank=None, key=None, stream=None, prefix=PREFIX):
         rank = MPI.COMM_WORLD.rank
     if rank == 0:
         print(prefix + text, file=stream or sys.stdout, flush=True)
+
+
+def forget():
+    """Say every keyed line again: for a process that runs one job after another (the test
+    harness's ranks, tests/mpi_workers/world_loop.py)."""
+    _said.clear()

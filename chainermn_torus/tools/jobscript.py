@@ -38,6 +38,7 @@ import sys
 from chainermn_torus import config
 from chainermn_torus.algorithms.variants import check_grid_option
 from chainermn_torus.communicators._grid import parse_grid
+from chainermn_torus.tools import oversubscribe
 
 __all__ = ['SYSTEMS', 'generate', 'launch_line', 'main']
 
@@ -126,7 +127,7 @@ export PLE_MPI_STD_EMPTYFILE=off
 ${pmi_settings}''',
     'pbs': '''export OMP_NUM_THREADS=${threads}
 ''',
-    'local': '',
+    'local': '${oversubscribed}',
 }
 
 _LAUNCH = {
@@ -365,6 +366,19 @@ def _environment(args, values):
     return '\n'.join(lines) + '\n'
 
 
+def _oversubscribed(args, values):
+    """local: more ranks than this machine's cores make waiting ranks sleep instead of
+    spinning, with the MPI's own setting (tools/oversubscribe.py)."""
+    found = oversubscribe.SETTINGS.get(values['mpi'])
+    if args.system != 'local' or not found:
+        return ''
+    # Decided where the script runs (the machine it was written on may have other cores).
+    return ('# More ranks than cores here: a waiting rank gives its core up instead of spinning.\n'
+            'if [ "$(nproc)" -lt {} ]; then\n    export {}\nfi\n'.format(
+                values['procs'],
+                ' '.join('{}={}'.format(k, v) for k, v in sorted(found.items()))))
+
+
 def _pmi_settings(values):
     """What the MPI library needs to speak srun's PMI (MPICH's client speaks Slurm's pmi2 as
     it is: tests/test_slurm.py)."""
@@ -394,6 +408,7 @@ def generate(args):
     values['header'] = string.Template(_HEADERS[args.system]).substitute(values).rstrip('\n')
     values['environment'] = _environment(args, values)
     values['pmi_settings'] = _pmi_settings(values)
+    values['oversubscribed'] = _oversubscribed(args, values)
     values['settings'] = string.Template(_SETTINGS[args.system]).substitute(values)
     values['launch'] = launch_line(args, values)
     values['workdir_line'] = {

@@ -8,6 +8,10 @@ set -euo pipefail
 # for deep recursion); a hard limit below stays as it is.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 ulimit -s unlimited 2>/dev/null || true
+# More ranks than cores here: a waiting rank gives its core up instead of spinning.
+if [ "$(nproc)" -lt 4 ]; then
+    export MPIR_CVAR_ENABLE_HEAVY_YIELD=1
+fi
 # What the ranks apply (chainermn-torus config): compute threads, loader cores, the rank
 # count MPI must start (the launcher stops on another: a PMI/launcher mismatch).
 export CHAINERMN_TORUS_THREADS=1

@@ -4,11 +4,11 @@ import json
 import pytest
 
 from chainermn_torus.planning import planner
-from conftest import assert_ok, run_mpi, worker
 
 
+@pytest.mark.slow  # plans (and simulates) once per P: the fast tier has auto's column of the conformance matrix
 @pytest.mark.parametrize('nprocs', [2, 3])
-def test_auto_picks_the_same_plan_everywhere_and_averages(tmp_path, nprocs):
+def test_auto_picks_the_same_plan_everywhere_and_averages(mpi_world, tmp_path, nprocs):
     net = tmp_path / 'net.json'
     # Slow enough inside the node (messages and copies at 100 MB/s) that the 1.2 MB call is
     # predicted over 1 ms: the one size auto simulates where SimGrid is installed (the
@@ -20,14 +20,13 @@ def test_auto_picks_the_same_plan_everywhere_and_averages(tmp_path, nprocs):
     # P = 2 plans with the simulator where SimGrid is installed (the default), P = 3 with the
     # alpha-beta planner alone (simulate off), so that both paths run and the test stays short.
     simulate_setting = 'auto' if nprocs == 2 else 'off'
-    proc = run_mpi(nprocs, [worker('check_auto.py')], timeout=180,
-                   env={'AUTO_NETWORK': str(net), 'HOME': str(tmp_path),
-                        'CHAINERMN_TORUS_NETWORK': '',
-                        'CHAINERMN_TORUS_SIMULATE': simulate_setting})
-    assert_ok(proc, nprocs)
-    assert 'chainermn_torus auto: ' in proc.stdout and 'predicted' in proc.stdout
+    reports = mpi_world(nprocs, 'check_auto', 'check_all', str(net), timeout=180,
+                        env={'HOME': str(tmp_path), 'CHAINERMN_TORUS_NETWORK': '',
+                             'CHAINERMN_TORUS_SIMULATE': simulate_setting})
+    out = reports[0]
+    assert 'chainermn_torus auto: ' in out and 'predicted' in out, out
     # Where SimGrid is installed, rank 0 ranks the planner's best candidates by simulation
     # (simulate='auto', the default) and every rank takes the same choice.
     from chainermn_torus.simulation import simulate
     used = 'simulated' if simulate.available() and simulate_setting == 'auto' else 'planner'
-    assert '({}: '.format(used) in proc.stdout
+    assert '({}: '.format(used) in out, out

@@ -159,6 +159,7 @@ def test_loaders_are_pinned_and_everything_is_freed():
         it.next()
 
 
+@pytest.mark.slow
 def test_nothing_remains_after_the_training_process_is_killed():
     script = textwrap.dedent('''
         import os, signal, sys

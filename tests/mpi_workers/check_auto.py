@@ -1,5 +1,7 @@
 """Run by tests/communicators/test_auto.py: the auto communicator plans, picks, averages."""
+import contextlib
 import hashlib
+import io
 import os
 
 import numpy
@@ -8,8 +10,18 @@ import chainermn
 import chainermn_torus  # NOQA
 from mpi4py import MPI
 
-world = MPI.COMM_WORLD
-P, RANK = world.size, world.rank
+# The communicator the checks run on: a Dup of a test world's (tests/mpi_world.py, which
+# calls the check functions with it) or, run as a script, MPI.COMM_WORLD (main).
+world = P = RANK = None
+
+
+def bind(comm):
+    global world, P, RANK
+    world, P, RANK = comm, comm.size, comm.rank
+
+
+def create(name, **kwargs):
+    return chainermn.create_communicator(name, mpi_comm=world, **kwargs)
 
 
 def check(comm, label):
@@ -25,8 +37,18 @@ def check(comm, label):
     assert len(comm.choices) == 3 and comm.describe().startswith('auto on P = {}'.format(P))
 
 
-def main():
-    comm = chainermn.create_communicator('auto', network=os.environ['AUTO_NETWORK'])
+def check_all(comm, network):
+    """network: a network file for the first communicator; the second measures. Returns
+    what the rank printed (rank 0: auto's report)."""
+    bind(comm)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        check_both(network)
+    return out.getvalue()
+
+
+def check_both(network):
+    comm = create('auto', network=network)
     assert comm.network_source.startswith('network')
     check(comm, 'file')
     twin = comm.clone(poll_interval=1e-5)  # double buffering's clone: no new measurement
@@ -34,10 +56,15 @@ def main():
     check(twin, 'clone')
     twin.finalize()
     comm.finalize()
-    measured = chainermn.create_communicator('auto', network=None)
+    measured = create('auto', network=None)
     assert measured.network_source == 'measured at start-up', measured.network_source
     check(measured, 'measured')
     measured.finalize()
+
+
+def main():
+    bind(MPI.COMM_WORLD)
+    check_all(world, os.environ['AUTO_NETWORK'])
     print('OK rank {}'.format(RANK), flush=True)
 
 

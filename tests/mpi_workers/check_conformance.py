@@ -1,6 +1,7 @@
 """ChainerMN's communicator API, run with every communicator of ours and with ChainerMN's naive.
 
-Run under ``mpiexec -n P`` (tests/communicators/test_conformance_mpi.py runs P = 2, 3, 4).
+Run under ``mpiexec -n P``, or in the test worlds (tests/communicators/test_conformance_mpi.py:
+one test per variant and P = 2, 3, 4, 6).
 Every case below is a function of a communicator; it runs once with ``naive`` and once with
 the variant under test, on the same inputs, and the two results must match:
 
@@ -18,7 +19,6 @@ the matrix there). Every rank prints ``OK rank R`` when the whole matrix matches
 import argparse
 import hashlib
 import os
-import sys
 import traceback
 import warnings
 
@@ -32,35 +32,24 @@ import chainermn
 import chainermn.functions
 import chainermn.links
 import chainermn_torus  # NOQA: registers our names
-from chainermn_torus.algorithms.variants import VARIANTS, benchmarked
+from conformance_variants import variants
 
 warnings.simplefilter('ignore', FutureWarning)  # chainer.utils.experimental, on every call
 warnings.simplefilter('ignore', DeprecationWarning)  # allreduce_grad, on purpose
 
-world = MPI.COMM_WORLD
-P, RANK = world.size, world.rank
+# The communicator the checks run on: a Dup of a test world's (tests/mpi_world.py, which
+# calls the check functions with it) or, run as a script, MPI.COMM_WORLD (main).
+world = P = RANK = None
+
+
+def bind(comm):
+    global world, P, RANK
+    world, P, RANK = comm, comm.size, comm.rank
+
+
+def create(name, **kwargs):
+    return chainermn.create_communicator(name, mpi_comm=world, **kwargs)
 F16, F32, F64 = numpy.float16, numpy.float32, numpy.float64
-
-
-def variants():
-    """(label, name, options): every variant in the table (algorithms.variants) that
-    the benchmark runs by default, the experimental ones at P = 2, and the defaults and
-    float16 paths the table does not pin."""
-    names = benchmarked(asked=P == 2)
-    out = [(v.name, v.communicator, v.options) for v in VARIANTS.values() if v.name in names]
-    out += [
-        # On one node rsaa's default is shared memory (rsap's is the 'shm' variant).
-        ('rsaa shm', 'rsaa', {'shm': True}),
-        ('pure_allreduce fp16', 'pure_allreduce', {'allreduce_grad_dtype': F16}),
-        ('rsaa fp16', 'rsaa', {'allreduce_grad_dtype': F16}),
-        ('rsap fp16', 'rsap', {'allreduce_grad_dtype': F16}),
-        ('auto', 'auto', {'network': 'ofp'}),
-    ]
-    if P % 2 == 0 and P > 2:
-        # A grid with a column phase (N > 1) on one node: rows are not nodes, no shm.
-        out.append(('rsaa 2xN', 'rsaa', {'grid': (2, P // 2), 'shm': False}))
-        out.append(('rsap 2xN', 'rsap', {'grid': (2, P // 2), 'shm': False}))
-    return out
 
 
 # --- inputs, the same on every run (seeded by rank) ---------------------------------------
@@ -560,19 +549,18 @@ def check(name, fn, mean, raises, label, ours, naive, options):
     return compare(ref, got, None if exact_expected else mean_tolerance(half))
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument('--only', action='append')
-    parser.add_argument('--case', action='append', help='run only these cases (by name)')
-    parser.add_argument('--markdown')
-    args = parser.parse_args()
-    naive = chainermn.create_communicator('naive')
+def check_matrix(comm, only=None, case_names=None):
+    """The matrix on comm for the variants labelled ``only`` (default: all) and the cases
+    ``case_names`` (default: all). Raises listing every rank's mismatches; returns
+    (markdown table, number of cases)."""
+    bind(comm)
+    naive = create('naive')
     matrix, failures = {}, []
-    todo = [v for v in variants() if not args.only or v[0] in args.only]
+    todo = [v for v in variants(P) if not only or v[0] in only]
     for label, name, options in todo:
-        ours = chainermn.create_communicator(name, **options)
+        ours = create(name, **options)
         for case_name, fn, mean, raises in CASES:
-            if args.case and case_name not in args.case:
+            if case_names and case_name not in case_names:
                 continue
             if os.environ.get("CONFORMANCE_TRACE"):
                 print("rank", RANK, label, case_name, flush=True)
@@ -586,22 +574,29 @@ def main():
             cell = 'X' if 'X' in marks else '~' if '~' in marks else marks[0]
             matrix[(case_name, label)] = cell
         ours.finalize()
+    naive.finalize()
     failures = sum(world.allgather(failures), [])
-    labels = [v[0] for v in todo]
+    table = render(matrix, [v[0] for v in todo])
+    if failures:
+        raise AssertionError('\n'.join(['FAIL ' + line for line in failures] + [table]))
+    return table, len({c for c, _ in matrix})
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--only', action='append')
+    parser.add_argument('--case', action='append', help='run only these cases (by name)')
+    parser.add_argument('--markdown')
+    args = parser.parse_args()
+    bind(MPI.COMM_WORLD)
+    table, cases = check_matrix(world, args.only, args.case)
     if RANK == 0:
-        table = render(matrix, labels)
         print(table, flush=True)
         if args.markdown:
             with open(args.markdown, 'w') as f:
                 f.write(LEGEND.format(P=P) + table)
-        for line in failures:
-            print('FAIL ' + line, flush=True)
-    world.Barrier()
-    if failures:
-        sys.exit(1)
-    digest = hashlib.md5(repr(sorted(matrix.items())).encode()).hexdigest()[:8]
-    print('OK rank {} ({} cases x {} variants, matrix {})'.format(
-        RANK, len(CASES), len(labels), digest), flush=True)
+    digest = hashlib.md5(table.encode()).hexdigest()[:8]
+    print('OK rank {} ({} cases, matrix {})'.format(RANK, cases, digest), flush=True)
 
 
 LEGEND = """# ChainerMN's communicator API x our communicators, P = {P}

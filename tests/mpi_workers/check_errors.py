@@ -8,8 +8,18 @@ from mpi4py import MPI
 import chainermn
 import chainermn_torus
 
-world = MPI.COMM_WORLD
-P, RANK = world.size, world.rank
+# The communicator the checks run on: a Dup of a test world's (tests/mpi_world.py, which
+# calls the check functions with it) or, run as a script, MPI.COMM_WORLD (main).
+world = P = RANK = None
+
+
+def bind(comm):
+    global world, P, RANK
+    world, P, RANK = comm, comm.size, comm.rank
+
+
+def create(name, **kwargs):
+    return chainermn.create_communicator(name, mpi_comm=world, **kwargs)
 
 
 class Model(chainer.Link):
@@ -34,9 +44,11 @@ def expect_error(fn, *fragments):
         RANK, fragments))
 
 
-def main():
-    for name in (sys.argv[1:] or ['pure_allreduce', 'rsaa', 'rsap']) if P > 1 else []:
-        comm = chainermn.create_communicator(name)
+def check_all(comm, names=('pure_allreduce', 'rsaa', 'rsap')):
+    bind(comm)
+    msg = None  # rank 0's first message, returned as an example
+    for name in names if P > 1 else []:
+        comm = create(name)
         # Shapes differ on rank 1 (one layer larger): every rank raises, nobody hangs.
         sizes = [10, 20 + (5 if RANK == 1 else 0), 7]
         msg = expect_error(lambda: comm.multi_node_mean_grad(Model(sizes)),
@@ -65,23 +77,30 @@ def main():
         if RANK == 0:
             print('message example: ' + msg)
     # A grid that does not fit P, on every rank.
-    expect_error(lambda: chainermn.create_communicator('rsap', grid=(P + 1, 1)),
+    expect_error(lambda: create('rsap', grid=(P + 1, 1)),
                  'P = {}'.format(P), '({}, 1)'.format(P + 1), 'shapes that fit')
-    expect_error(lambda: chainermn.create_communicator('rsaa', grid='two-by-two'), 'MxN')
-    expect_error(lambda: chainermn.create_communicator('bogus'), 'bogus', 'rsap', 'naive')
-    expect_error(lambda: chainermn.create_communicator('rsap', segment_size=-1), 'segment_size')
-    expect_error(lambda: chainermn.create_communicator('rsap', fp16=True), 'fp16', 'grid')
+    expect_error(lambda: create('rsaa', grid='two-by-two'), 'MxN')
+    expect_error(lambda: create('bogus'), 'bogus', 'rsap', 'naive')
+    expect_error(lambda: create('rsap', segment_size=-1), 'segment_size')
+    expect_error(lambda: create('rsap', fp16=True), 'fp16', 'grid')
     # Variant options: bad values, and combinations that cannot work, say what is allowed.
-    expect_error(lambda: chainermn.create_communicator('rsap', sync='barrier'),
+    expect_error(lambda: create('rsap', sync='barrier'),
                  "'barrier'", "'fence'", "'notify'")
-    expect_error(lambda: chainermn.create_communicator('rsap', reduce_scatter='ring'),
+    expect_error(lambda: create('rsap', reduce_scatter='ring'),
                  "'ring'", "'accumulate'")
-    expect_error(lambda: chainermn.create_communicator('rsaa', shm='yes'), "'yes'", 'True')
-    expect_error(lambda: chainermn.create_communicator('rsap', shm=True, sync='notify'),
+    expect_error(lambda: create('rsaa', shm='yes'), "'yes'", 'True')
+    expect_error(lambda: create('rsap', shm=True, sync='notify'),
                  'shm=True', "sync='notify'")
-    expect_error(lambda: chainermn.create_communicator(
+    expect_error(lambda: create(
         'rsap', reduce_scatter='accumulate', allreduce_grad_dtype=numpy.float16),
         'accumulate', 'float16')
+    return msg  # the first mismatch's message (None at P = 1)
+
+
+def main():
+    bind(MPI.COMM_WORLD)
+    msg = check_all(world, *([sys.argv[1:]] if sys.argv[1:] else []))
+    print(msg)
     print('OK rank {}'.format(RANK), flush=True)
 
 

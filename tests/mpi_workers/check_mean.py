@@ -15,8 +15,18 @@ import chainermn
 import chainermn_torus
 from chainermn_torus.algorithms.variants import VARIANTS, takes_grid, tested
 
-world = MPI.COMM_WORLD
-P, RANK = world.size, world.rank
+# The communicator the checks run on: a Dup of a test world's (tests/mpi_world.py, which
+# calls the check functions with it) or, run as a script, MPI.COMM_WORLD (main).
+world = P = RANK = None
+
+
+def bind(comm):
+    global world, P, RANK
+    world, P, RANK = comm, comm.size, comm.rank
+
+
+def create(name, **kwargs):
+    return chainermn.create_communicator(name, mpi_comm=world, **kwargs)
 CHECKS = [0]
 
 
@@ -40,21 +50,22 @@ def set_grads(model, grads, none=()):
 
 
 def check_mean(model, specs, seed, none_on=None, zero_fill=False, none_all=()):
-    """none_on: {param index: set of ranks whose grad is None}; none_all: None everywhere."""
+    """none_on: {param index: set of ranks whose grad is None}; none_all: None everywhere.
+    Sets this rank's gradients; returns the float64 reference (mean, sum of |g|) and the
+    indices this rank leaves None. The reference sums every rank's own contribution with
+    MPI_Allreduce in float64 on the world (not the communicator under test): each rank draws
+    only its own inputs, so the reference costs O(P), not O(P^2), on an oversubscribed
+    machine."""
     none_on = none_on or {}
-    contributions = [grads_of(specs, r, seed) for r in range(P)]
+    own = grads_of(specs, RANK, seed)
+    mine = {i for i, ranks in none_on.items() if RANK in ranks} | set(none_all)
     ref = []
     for i, (shape, dtype) in enumerate(specs):
-        total = numpy.zeros(shape, numpy.float64)
-        abs_total = numpy.zeros(shape, numpy.float64)
-        for r in range(P):
-            if r in none_on.get(i, ()) or i in none_all:
-                continue
-            total += contributions[r][i]
-            abs_total += numpy.abs(contributions[r][i].astype(numpy.float64))
-        ref.append((total / P, abs_total))
-    mine = {i for i, ranks in none_on.items() if RANK in ranks} | set(none_all)
-    set_grads(model, contributions[RANK], none=mine)
+        g = numpy.zeros(shape) if i in mine else own[i].astype(numpy.float64)
+        both = numpy.stack([g, numpy.abs(g)])
+        world.Allreduce(MPI.IN_PLACE, both, op=MPI.SUM)
+        ref.append((both[0] / P, both[1]))
+    set_grads(model, own, none=mine)
     return ref, mine
 
 
@@ -149,7 +160,7 @@ def check_fp16(name, grid, segment, options=None):
     kwargs = dict(options or {}, segment_size=segment, allreduce_grad_dtype=numpy.float16)
     if grid is not None:
         kwargs['grid'] = grid
-    comm = chainermn.create_communicator(name, **kwargs)
+    comm = create(name, **kwargs)
     label = '{} fp16 grid={} segment={} P={}'.format(name, grid, segment, P)
     for seed, specs in enumerate((UNEVEN, BIG, MIXED, UNEVEN), 500):
         model = Model(specs)
@@ -236,51 +247,64 @@ def parse_spec(spec):
     return name, options
 
 
-def main():
-    # rsaa/rsap default to shared-memory row phases on one node; shm=0 pins the messages.
-    specs = sys.argv[1:] or [name for name, _ in tested()]
+def check_spec(comm, spec):
+    """Every check of one variant (or spec) on comm: every grid shape that fits, segmented
+    and whole, float16, the polled mode. Returns the number of checks."""
+    bind(comm)
+    CHECKS[0] = 0
+    name, options = parse_spec(spec)
+    shapes = [None] + grids(P) if takes_grid(name) else [None]
     # Small segments so that the big arrays are split, sent straight from the gradients and
     # packed in several pieces; the default (MiBs) would send every test model whole.
-    for spec in specs:
-        name, options = parse_spec(spec)
-        shapes = [None] + grids(P) if takes_grid(name) else [None]
-        for grid in shapes:
-            for segment in (0, 64 * 1024):
-                kwargs = dict(options, segment_size=segment)
-                if grid is not None:
-                    kwargs['grid'] = grid
-                comm = chainermn.create_communicator(name, **kwargs)
-                label = '{} grid={} segment={} P={}'.format(spec, grid, segment, P)
-                run_cases(comm, label)
-                if segment == 0:
-                    check_bcast_data(comm, label)
-                    check_api(comm, label)
-                comm.finalize()
-            if options.get('reduce_scatter') == 'accumulate':
-                continue  # float16 has no MPI sum to accumulate with (refused, check_errors)
-            for segment in (0, 64 * 1024):
-                check_fp16(name, grid, segment, options)
-        # The double-buffering thread's mode: every collective polled (MPI_Test + sleep).
-        base = chainermn.create_communicator(name, segment_size=64 * 1024, **options)
-        polling = base.clone(poll_interval=1e-5)
-        assert polling.progress.polling and type(polling) is type(base)
-        run_cases(polling, '{} polling P={}'.format(name, P))
+    # Whole (segment 0) and segmented (64 KiB) up to P = 4; from P = 5 on segmented only:
+    # the uneven tails and put schedules that grow with P are cut by the segments too, and
+    # each pass costs seconds on an oversubscribed machine.
+    segments = (0, 64 * 1024) if P <= 4 else (64 * 1024,)
+    for grid in shapes:
+        for segment in segments:
+            kwargs = dict(options, segment_size=segment)
+            if grid is not None:
+                kwargs['grid'] = grid
+            ours = create(name, **kwargs)
+            label = '{} grid={} segment={} P={}'.format(spec, grid, segment, P)
+            run_cases(ours, label)
+            if segment == segments[0]:
+                check_bcast_data(ours, label)
+                check_api(ours, label)
+            ours.finalize()
         if options.get('reduce_scatter') == 'accumulate':
-            for c in (polling, base):
-                c.finalize()
-            continue
-        half = chainermn.create_communicator(name, segment_size=64 * 1024,
-                                             allreduce_grad_dtype=numpy.float16, **options)
-        half_polling = half.clone(poll_interval=1e-5)
-        for seed, specs in enumerate((UNEVEN, BIG), 900):
-            model = Model(specs)
-            ref, _ = check_mean(model, specs, seed)
-            half_polling.multi_node_mean_grad(model)
-            verify(model, specs, ref, set(), '{} fp16 polling seed {}'.format(name, seed),
-                   half=True)
-        for c in (polling, base, half_polling, half):
+            continue  # float16 has no MPI sum to accumulate with (refused, check_errors)
+        for segment in segments:
+            check_fp16(name, grid, segment, options)
+    # The double-buffering thread's mode: every collective polled (MPI_Test + sleep).
+    base = create(name, segment_size=64 * 1024, **options)
+    polling = base.clone(poll_interval=1e-5)
+    assert polling.progress.polling and type(polling) is type(base)
+    run_cases(polling, '{} polling P={}'.format(name, P))
+    if options.get('reduce_scatter') == 'accumulate':
+        for c in (polling, base):
             c.finalize()
-    print('OK rank {} checks {}'.format(RANK, CHECKS[0]), flush=True)
+        return CHECKS[0]
+    half = create(name, segment_size=64 * 1024, allreduce_grad_dtype=numpy.float16,
+                  **options)
+    half_polling = half.clone(poll_interval=1e-5)
+    for seed, specs in enumerate((UNEVEN, BIG), 900):
+        model = Model(specs)
+        ref, _ = check_mean(model, specs, seed)
+        half_polling.multi_node_mean_grad(model)
+        verify(model, specs, ref, set(), '{} fp16 polling seed {}'.format(name, seed),
+               half=True)
+    for c in (polling, base, half_polling, half):
+        c.finalize()
+    return CHECKS[0]
+
+
+def main():
+    # rsaa/rsap default to shared-memory row phases on one node; shm=0 pins the messages.
+    bind(MPI.COMM_WORLD)
+    checks = sum(check_spec(world, spec)
+                 for spec in sys.argv[1:] or [name for name, _ in tested()])
+    print('OK rank {} checks {}'.format(RANK, checks), flush=True)
 
 
 if __name__ == '__main__':

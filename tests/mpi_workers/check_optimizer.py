@@ -20,8 +20,18 @@ import chainermn
 import chainermn_torus
 from chainermn_torus.optimizers import NonFiniteGradientError, is_fused
 
-world = MPI.COMM_WORLD
-P, RANK = world.size, world.rank
+# The communicator the checks run on: a Dup of a test world's (tests/mpi_world.py, which
+# calls the check functions with it) or, run as a script, MPI.COMM_WORLD (main).
+world = P = RANK = None
+
+
+def bind(comm):
+    global world, P, RANK
+    world, P, RANK = comm, comm.size, comm.rank
+
+
+def create(name, **kwargs):
+    return chainermn.create_communicator(name, mpi_comm=world, **kwargs)
 CHECKS = [0]
 
 
@@ -37,7 +47,8 @@ class MLP(chainer.Chain):
         return F.softmax_cross_entropy(self.l2(F.tanh(self.l1(x))), t)
 
 
-def batch(step, rank=RANK):
+def batch(step, rank=None):
+    rank = RANK if rank is None else rank
     rng = numpy.random.RandomState(1000 * step + rank)
     return rng.standard_normal((5, 12)).astype(numpy.float32), rng.randint(0, 4, 5).astype(
         numpy.int32)
@@ -114,7 +125,7 @@ def check_equal(a, b, label, exact=True):
 
 
 def check_schedules(name):
-    comm = chainermn.create_communicator(name)
+    comm = create(name)
     steps = 7
     for fused in (False, True):
         for db in (False, True):
@@ -151,8 +162,8 @@ def check_schedules(name):
 
 
 def check_fp16(name):
-    comm16 = chainermn.create_communicator(name, allreduce_grad_dtype=numpy.float16)
-    comm32 = chainermn.create_communicator(name)
+    comm16 = create(name, allreduce_grad_dtype=numpy.float16)
+    comm32 = create(name)
     for db in (False, True):
         m16, _ = train(comm16, 6, fused=True, double_buffering=db)
         m32, _ = train(comm32, 6, fused=True, double_buffering=db)
@@ -204,7 +215,7 @@ def load(obj, data):
 
 
 def check_resume(name):
-    comm = chainermn.create_communicator(name)
+    comm = create(name)
     for db in (False, True):
         label = '{} resume double_buffering={}'.format(name, db)
         model = MLP(seed=RANK)
@@ -256,7 +267,7 @@ def check_background_error(comm):
 
 
 def check_bad_input(name):
-    comm = chainermn.create_communicator(name)
+    comm = create(name)
     # An optimizer without a fused version.
     try:
         chainermn.create_multi_node_optimizer(chainer.optimizers.AdaGrad(), comm, fused=True)
@@ -305,17 +316,26 @@ def check_bad_input(name):
     CHECKS[0] += 1
 
 
+def check_communicator(comm, name):
+    """Every check of the wrapper with the communicator ``name`` on comm; returns their
+    number."""
+    bind(comm)
+    CHECKS[0] = 0
+    check_schedules(name)
+    if name != 'naive':
+        check_fp16(name)
+    check_resume(name)
+    check_bad_input(name)
+    return CHECKS[0]
+
+
 def main():
     # A hang shows every thread's stack (this rank's) instead of only the test's timeout.
     faulthandler.dump_traceback_later(200, exit=True)
-    names = sys.argv[1:] or ['rsap', 'rsaa', 'pure_allreduce', 'naive']
-    for name in names:
-        check_schedules(name)
-        if name != 'naive':
-            check_fp16(name)
-        check_resume(name)
-        check_bad_input(name)
-    print('OK rank {} checks {}'.format(RANK, CHECKS[0]), flush=True)
+    bind(MPI.COMM_WORLD)
+    checks = sum(check_communicator(world, name)
+                 for name in sys.argv[1:] or ['rsap', 'rsaa', 'pure_allreduce', 'naive'])
+    print('OK rank {} checks {}'.format(RANK, checks), flush=True)
 
 
 if __name__ == '__main__':

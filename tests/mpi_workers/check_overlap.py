@@ -26,8 +26,18 @@ import chainermn
 import chainermn_torus  # noqa: F401 (registers our communicators)
 from chainermn_torus.optimizers import NonFiniteGradientError
 
-world = MPI.COMM_WORLD
-P, RANK = world.size, world.rank
+# The communicator the checks run on: a Dup of a test world's (tests/mpi_world.py, which
+# calls the check functions with it) or, run as a script, MPI.COMM_WORLD (main).
+world = P = RANK = None
+
+
+def bind(comm):
+    global world, P, RANK
+    world, P, RANK = comm, comm.size, comm.rank
+
+
+def create(name, **kwargs):
+    return chainermn.create_communicator(name, mpi_comm=world, **kwargs)
 CHECKS = [0]
 STEP = [0]
 
@@ -70,7 +80,8 @@ class Big(chainer.Chain):
         return F.softmax_cross_entropy(self.l3(F.relu(self.l2(F.relu(self.l1(x))))), t)
 
 
-def batch(step, rank=RANK):
+def batch(step, rank=None):
+    rank = RANK if rank is None else rank
     rng = numpy.random.RandomState(1000 * step + rank)
     return rng.standard_normal((5, 12)).astype(numpy.float32), rng.randint(0, 4, 5).astype(
         numpy.int32)
@@ -82,7 +93,7 @@ def params_of(model):
 
 def train(make, name, overlap, dtype=None, steps=6, segment_size=400, bucket_bytes=1000,
           optimizer=chainer.optimizers.Adam, own_backward=False, options=None):
-    comm = chainermn.create_communicator(name, allreduce_grad_dtype=dtype,
+    comm = create(name, allreduce_grad_dtype=dtype,
                                          segment_size=segment_size, **(options or {}))
     model = make(RANK)
     kw = dict(overlap=True, bucket_bytes=bucket_bytes) if overlap else {}
@@ -140,7 +151,7 @@ def check_against_sync(name):
 
 
 def check_plan_order(name):
-    comm = chainermn.create_communicator(name)
+    comm = create(name)
     model = Branchy(RANK)
     opt = chainermn.create_multi_node_optimizer(
         chainer.optimizers.SGD(), comm, overlap=True, bucket_bytes=1000).setup(model)
@@ -165,7 +176,7 @@ def check_own_backward(name):
 
 
 def check_resume(name):
-    comm = chainermn.create_communicator(name)
+    comm = create(name)
     model = Big(RANK)
     opt = chainermn.create_multi_node_optimizer(
         chainer.optimizers.MomentumSGD(), comm, overlap=True, bucket_bytes=500).setup(model)
@@ -190,7 +201,7 @@ def check_resume(name):
 
 
 def check_nan(name):
-    comm = chainermn.create_communicator(name)
+    comm = create(name)
     model = Big(RANK)
     opt = chainermn.create_multi_node_optimizer(
         chainer.optimizers.SGD(), comm, overlap=True, check_finite=True).setup(model)
@@ -210,7 +221,7 @@ def check_nan(name):
 
 
 def check_new_parameter(name):
-    comm = chainermn.create_communicator(name)
+    comm = create(name)
     model = Big(RANK)
     opt = chainermn.create_multi_node_optimizer(
         chainer.optimizers.Adam(), comm, overlap=True, bucket_bytes=600).setup(model)
@@ -232,7 +243,7 @@ def check_new_parameter(name):
 
 
 def check_refusals():
-    naive = chainermn.create_communicator('naive')
+    naive = create('naive')
     for kwargs, words in (({}, 'one of our communicators'),):
         try:
             chainermn.create_multi_node_optimizer(chainer.optimizers.SGD(), naive,
@@ -241,7 +252,7 @@ def check_refusals():
             assert words in str(e), e
         else:
             raise AssertionError('overlap with naive accepted')
-    comm = chainermn.create_communicator('rsap')
+    comm = create('rsap')
     for kwargs, words in (({'zero_fill': False}, 'zero_fill=True'),
                           ({'double_buffering': True}, 'choose one'),
                           ({'bucket_bytes': 'lots'}, 'bucket_bytes')):
@@ -256,18 +267,34 @@ def check_refusals():
     CHECKS[0] += 1
 
 
+def check_communicator(comm, name):
+    """Every overlap check with the communicator ``name`` on comm; returns their number."""
+    bind(comm)
+    CHECKS[0] = 0
+    STEP[0] = 0
+    check_against_sync(name)
+    check_plan_order(name)
+    check_own_backward(name)
+    check_resume(name)
+    check_nan(name)
+    check_new_parameter(name)
+    return CHECKS[0]
+
+
+def check_refusals_on(comm):
+    bind(comm)
+    CHECKS[0] = 0
+    check_refusals()
+    return CHECKS[0]
+
+
 def main():
     faulthandler.dump_traceback_later(200, exit=True)
-    names = sys.argv[1:] or ['rsap', 'rsaa', 'pure_allreduce']
-    for name in names:
-        check_against_sync(name)
-        check_plan_order(name)
-        check_own_backward(name)
-        check_resume(name)
-        check_nan(name)
-        check_new_parameter(name)
-    check_refusals()
-    print('OK rank {} checks {}'.format(RANK, CHECKS[0]), flush=True)
+    bind(MPI.COMM_WORLD)
+    checks = sum(check_communicator(world, name)
+                 for name in sys.argv[1:] or ['rsap', 'rsaa', 'pure_allreduce'])
+    checks += check_refusals_on(world)
+    print('OK rank {} checks {}'.format(RANK, checks), flush=True)
 
 
 if __name__ == '__main__':

@@ -16,15 +16,22 @@ from mpi4py import MPI
 from chainermn_torus.algorithms import schedule as schedules
 from chainermn_torus.communicators import create_variant
 
-world = MPI.COMM_WORLD
-P, RANK = world.size, world.rank
-WORLD_GROUP = world.Get_group()
+# The communicator the checks run on: a Dup of a test world's (tests/mpi_world.py, which
+# calls the check functions with it) or, run as a script, MPI.COMM_WORLD (main).
+world = P = RANK = None
+
+
+def bind(comm):
+    global world, P, RANK
+    world, P, RANK = comm, comm.size, comm.rank
+
+
 NAMES = {'Reduce_scatter_block': 'reduce_scatter', 'Allreduce': 'allreduce',
          'Allgather': 'allgather', 'Alltoall': 'alltoall', 'Barrier': 'barrier'}
 
 
 def group_of(comm):
-    return tuple(comm.Get_group().Translate_ranks(list(range(comm.size)), WORLD_GROUP))
+    return tuple(comm.Get_group().Translate_ranks(list(range(comm.size)), world.Get_group()))
 
 
 def nbytes(name, args):
@@ -144,7 +151,9 @@ def check(variant, grid, fp16):
     return len(got)
 
 
-def main():
+def check_all(comm):
+    """Every variant, grid and dtype on comm; returns (cases, calls compared)."""
+    bind(comm)
     grids = [(m, P // m) for m in range(2, P + 1) if P % m == 0] + [(1, P)]
     total = 0
     cases = [('pure_allreduce', None, False), ('pure_allreduce', None, True)]
@@ -154,8 +163,13 @@ def main():
             cases += [('rsap_notify', g, False), ('shm', g, False)]
     for variant, grid, fp16 in cases:
         total += check(variant, grid, fp16)
+    return len(cases), total
+
+
+def main():
+    cases, total = check_all(MPI.COMM_WORLD)
     world.Barrier()
-    print('OK rank {} ({} cases, {} calls compared)'.format(RANK, len(cases), total))
+    print('OK rank {} ({} cases, {} calls compared)'.format(RANK, cases, total))
     sys.stdout.flush()
 
 

@@ -7,17 +7,14 @@ parameters that change mid-training re-broadcast; an optimizer with no fused ver
 """
 import pytest
 
-from conftest import assert_ok, ranks, run_mpi, worker
+from conftest import ranks
+
+NAMES = ('rsap', 'rsaa', 'pure_allreduce', 'naive')
 
 
-@pytest.mark.parametrize('nprocs', ranks([2, 3, 4], fast=[2]))
-def test_wrapper_all_communicators(nprocs):
-    proc = run_mpi(nprocs, [worker('check_optimizer.py')], timeout=300)
-    assert_ok(proc, nprocs)
-
-
-@pytest.mark.slow
-def test_wrapper_five_ranks_rsap_and_naive():
+@pytest.mark.parametrize('nprocs', ranks([2, 3, 4, 5], fast=[2]))
+@pytest.mark.parametrize('name', NAMES)
+def test_wrapper(mpi_world, name, nprocs):
     # 5 ranks on 2 cores: a prime rank count (grid 5x1) and heavy oversubscription.
-    proc = run_mpi(5, [worker('check_optimizer.py'), 'rsap', 'naive'], timeout=300)
-    assert_ok(proc, 5)
+    checks = mpi_world(nprocs, 'check_optimizer', 'check_communicator', name, timeout=300)
+    assert len(set(checks)) == 1 and checks[0] >= 4, checks

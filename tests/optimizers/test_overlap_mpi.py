@@ -5,11 +5,16 @@ an unused and a shared parameter, resume, update() without a loss function, NaN 
 a parameter added mid-training, and the refusals."""
 import pytest
 
-from conftest import assert_ok, ranks, run_mpi, worker
+from conftest import ranks
 
 
 @pytest.mark.parametrize('nprocs', ranks([2, 3, 4], fast=[2]))
-def test_overlap_all_communicators(nprocs):
-    proc = run_mpi(nprocs, [worker('check_overlap.py')], timeout=300)
-    assert_ok(proc, nprocs)
+@pytest.mark.parametrize('name', ['rsap', 'rsaa', 'pure_allreduce'])
+def test_overlap(mpi_world, name, nprocs):
+    checks = mpi_world(nprocs, 'check_overlap', 'check_communicator', name, timeout=300)
+    assert len(set(checks)) == 1 and checks[0] >= 6, checks
 
+
+@pytest.mark.parametrize('nprocs', [2])
+def test_overlap_refusals(mpi_world, nprocs):
+    assert mpi_world(nprocs, 'check_overlap', 'check_refusals_on') == [1, 1]

@@ -7,13 +7,13 @@ schedules do not follow fails here, naming the call.
 """
 import pytest
 
-from conftest import assert_ok, run_mpi, worker
+from conftest import ranks
 
 
-@pytest.mark.parametrize('nprocs', [3, pytest.param(6, marks=pytest.mark.slow)])
-def test_recorded_calls_equal_the_schedules(nprocs):
-    # 3: rows of 3 (non-power-of-two put rounds, odd tails); 6: rows of 2 (a power of two),
-    # 3 and 6, columns of 3 and 2. P = 4 passed too when written; left out of the full
-    # tier's 10 minutes (4.9 s at P = 3, 14 s at P = 6 on 2 cores).
-    proc = run_mpi(nprocs, [worker('record_calls.py')], timeout=300)
-    assert_ok(proc, nprocs)
+@pytest.mark.parametrize('nprocs', ranks([3, 4, 6], fast=[3]))
+def test_recorded_calls_equal_the_schedules(mpi_world, nprocs):
+    # 3: rows of 3 (non-power-of-two put rounds, odd tails); 4: 2 x 2 and 4 x 1; 6: rows
+    # of 2, 3 and 6, columns of 3 and 2.
+    counts = mpi_world(nprocs, 'record_calls', 'check_all', timeout=300)
+    cases, calls = counts[0]
+    assert cases >= 6 and calls > 0, counts

@@ -1,0 +1,64 @@
+"""One rank of a test world (tests/mpi_world.py): runs the checks it is sent until 'stop'.
+
+``world_loop.py ADDRESS FOLDER``: connects to the harness's Unix socket ADDRESS, says hello
+(rank, pid, host), then for each request ('run', module, function, args, env) imports the
+module from tests/mpi_workers, calls ``function(comm, *args)`` with a fresh ``Dup`` of the
+world and answers ('ok', value, output) or ('raised', traceback, output). The environment
+variables of a request hold for that check only. On SIGUSR1 the rank writes its Python
+stack to FOLDER/stack.RANK (the harness asks for it when the rank does not answer).
+"""
+import contextlib
+import faulthandler
+import importlib
+import io
+import os
+import signal
+import socket
+import sys
+import traceback
+from multiprocessing.connection import Client
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_check(world, module, function, args, env):
+    from chainermn_torus.runtime import report
+    saved = dict(os.environ)
+    os.environ.update(env)
+    out = io.StringIO()
+    comm = world.Dup()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            value = getattr(importlib.import_module(module), function)(comm, *args)
+        comm.Free()
+        return ('ok', value, out.getvalue())
+    except BaseException:
+        # comm is not freed: the other ranks may still be in a collective on it, and the
+        # harness ends this world after a failure anyway.
+        return ('raised', traceback.format_exc(), out.getvalue())
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        report.forget()  # lines said once per process are said again in the next check
+
+
+def main():
+    address, folder = sys.argv[1], sys.argv[2]
+    from mpi4py import MPI
+    world = MPI.COMM_WORLD
+    stack = open(os.path.join(folder, 'stack.{}'.format(world.rank)), 'w')
+    faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)
+    conn = Client(address, family='AF_UNIX')
+    conn.send(('hello', world.rank, os.getpid(), socket.gethostname()))
+    while True:
+        # Waits in the kernel (a socket read), not in MPI: between checks a rank uses no CPU.
+        request = conn.recv()
+        if request[0] == 'stop':
+            break
+        _, module, function, args, env = request
+        conn.send(run_check(world, module, function, args, env))
+    conn.close()
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,23 @@
+"""Checks for tests/test_mpi_world.py: the harness's own behaviour on success, a raise on
+one rank (the others then wait in a collective) and a hang."""
+import os
+import time
+
+
+def ranks(comm):
+    return comm.rank, comm.size, os.getpid()
+
+
+def raise_on(comm, rank):
+    if comm.rank == rank:
+        raise ValueError('rank {} fails on purpose'.format(rank))
+    comm.Barrier()  # the others wait for it: the harness must not
+
+
+def sleep(comm, seconds):
+    print('rank {} sleeps'.format(comm.rank))
+    time.sleep(seconds)
+
+
+def environment(comm, key):
+    return os.environ.get(key)
