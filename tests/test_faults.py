@@ -47,7 +47,7 @@ def test_exception_on_one_rank_ends_every_rank_naming_it(nprocs):
     assert 'Uncaught exception on rank 1' in proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize('nprocs', ranks([2, 4]))
+@pytest.mark.parametrize('nprocs', ranks([2, 4], fast=[]))
 def test_killed_rank_ends_the_job(nprocs):
     proc, elapsed = run_fault('kill', nprocs)
     assert elapsed < 30

@@ -19,6 +19,7 @@ def worlds(tmp_path):
     w.close()
 
 
+@pytest.mark.slow  # the fast tier runs every world check through this harness
 def test_checks_share_one_world_until_one_fails(worlds):
     shm_before = set(os.listdir('/dev/shm'))
     first = worlds.run(3, 'world_selftest', 'ranks')

@@ -106,6 +106,7 @@ def test_model_bytes_from_a_snapshot(tmp_path):
         planner.model_bytes(str(text))
 
 
+@pytest.mark.slow
 def test_calibrate_on_real_ranks_writes_a_usable_network(tmp_path):
     out = tmp_path / 'net.json'
     proc = run_mpi(2, ['-m', 'chainermn_torus.tools.calibrate', '--output', str(out), '--bytes',

@@ -36,6 +36,7 @@ def _run_single(*args):
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 
+@pytest.mark.slow
 def test_launcher_preserves_exit_code():
     proc = _run_single('--communicator', 'pure_allreduce', worker('naive_script.py'), '3')
     assert proc.returncode == 3, proc.stderr
@@ -58,6 +59,7 @@ def test_launcher_rejects_unknown_names_and_missing_scripts():
     assert proc.returncode != 0 and 'script not found: no/such/script.py' in proc.stderr
 
 
+@pytest.mark.slow
 def test_launcher_refuses_a_grid_for_a_communicator_without_one():
     # Found at start-up, not as an option error inside the script on every rank.
     proc = _run_single('--communicator', 'auto', '--grid', '2x1', worker('naive_script.py'))
