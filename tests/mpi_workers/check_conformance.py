@@ -32,23 +32,15 @@ import chainermn
 import chainermn.functions
 import chainermn.links
 import chainermn_torus  # NOQA: registers our names
+
+import bound  # tests/mpi_workers
 from conformance_variants import variants
 
 warnings.simplefilter('ignore', FutureWarning)  # chainer.utils.experimental, on every call
 warnings.simplefilter('ignore', DeprecationWarning)  # allreduce_grad, on purpose
 
-# The communicator the checks run on: a Dup of a test world's (tests/mpi_world.py, which
-# calls the check functions with it) or, run as a script, MPI.COMM_WORLD (main).
-world = P = RANK = None
-
-
-def bind(comm):
-    global world, P, RANK
-    world, P, RANK = comm, comm.size, comm.rank
-
-
-def create(name, **kwargs):
-    return chainermn.create_communicator(name, mpi_comm=world, **kwargs)
+world = P = RANK = None  # set by bind (bound.py: a world's Dup, or MPI.COMM_WORLD)
+bind, create = bound.binder(globals())
 F16, F32, F64 = numpy.float16, numpy.float32, numpy.float64
 
 

@@ -11,22 +11,13 @@ import chainer
 import numpy
 from mpi4py import MPI
 
-import chainermn
 import chainermn_torus
 from chainermn_torus.algorithms.variants import VARIANTS, takes_grid, tested
 
-# The communicator the checks run on: a Dup of a test world's (tests/mpi_world.py, which
-# calls the check functions with it) or, run as a script, MPI.COMM_WORLD (main).
-world = P = RANK = None
+import bound  # tests/mpi_workers
 
-
-def bind(comm):
-    global world, P, RANK
-    world, P, RANK = comm, comm.size, comm.rank
-
-
-def create(name, **kwargs):
-    return chainermn.create_communicator(name, mpi_comm=world, **kwargs)
+world = P = RANK = None  # set by bind (bound.py: a world's Dup, or MPI.COMM_WORLD)
+bind, create = bound.binder(globals())
 CHECKS = [0]
 
 

@@ -16,14 +16,10 @@ from mpi4py import MPI
 from chainermn_torus.algorithms import schedule as schedules
 from chainermn_torus.communicators import create_variant
 
-# The communicator the checks run on: a Dup of a test world's (tests/mpi_world.py, which
-# calls the check functions with it) or, run as a script, MPI.COMM_WORLD (main).
-world = P = RANK = None
+import bound  # tests/mpi_workers
 
-
-def bind(comm):
-    global world, P, RANK
-    world, P, RANK = comm, comm.size, comm.rank
+world = P = RANK = None  # set by bind (bound.py: a world's Dup, or MPI.COMM_WORLD)
+bind, _ = bound.binder(globals())
 
 
 NAMES = {'Reduce_scatter_block': 'reduce_scatter', 'Allreduce': 'allreduce',
