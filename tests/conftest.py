@@ -237,11 +237,10 @@ def installable(reason):
 
 def pytest_terminal_summary(terminalreporter):
     write = terminalreporter.write_line
-    worlds = [w for w in _WORLDS]
-    if worlds:
-        started = sum(sum(w.started.values()) for w in worlds)
+    if _WORLDS:
+        started = sum(sum(w.started.values()) for w in _WORLDS)
         checks = {}
-        for w in worlds:
+        for w in _WORLDS:
             for p, n in w.checks.items():
                 checks[p] = checks.get(p, 0) + n
         write('MPI worlds: {} started, checks by P: {}'.format(

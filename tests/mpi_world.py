@@ -51,8 +51,6 @@ class World(object):
         os.makedirs(folder, exist_ok=True)
         self.address = os.path.join(folder, 'socket')
         self.log_path = os.path.join(folder, 'mpiexec.log')
-        self.checks = 0
-        self.started = time.time()
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         server.bind(self.address)
         server.listen(nprocs)
@@ -104,7 +102,6 @@ class World(object):
         request = ('run', module, function, tuple(args), dict(env or {}))
         for rank in range(self.nprocs):
             self.conns[rank].send(request)
-        self.checks += 1
         answers, failed_at = {}, None
         deadline = time.time() + timeout
         by_conn = {c: r for r, c in self.conns.items()}
