@@ -12,6 +12,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 from chainermn_torus import config
@@ -23,7 +24,8 @@ JOBS = {
                                 'rsap', 'rsaa'],
     'MNIST training (rsap, 1 epoch of 6,000)': [
         os.path.join(ROOT, 'examples', 'mnist', 'train_mnist.py'), '--communicator', 'rsap',
-        '--epoch', '1', '--limit', '6000', '--out', '/tmp/bench-oversubscribe'],
+        '--epoch', '1', '--limit', '6000', '--out', os.path.join(tempfile.gettempdir(),
+                                                                 'bench-oversubscribe')],
 }
 
 

@@ -18,11 +18,12 @@ import sys
 import traceback
 from multiprocessing.connection import Client
 
+from chainermn_torus.runtime import report  # starts no MPI
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_check(world, module, function, args, env):
-    from chainermn_torus.runtime import report
     saved = dict(os.environ)
     os.environ.update(env)
     out = io.StringIO()
