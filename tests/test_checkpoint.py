@@ -2,12 +2,13 @@
 with the same parameters, bit for bit, as an uninterrupted one; bad resumes are explained."""
 import json
 import os
+import time
 
 import numpy
 import pytest
 
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
-from conftest import ROOT, run_mpi
+from conftest import ROOT, run_cli, run_mpi
 
 EXAMPLE = os.path.join(ROOT, 'examples', 'mnist', 'train_mnist.py')
 pytestmark = [pytest.mark.example,
@@ -136,6 +137,63 @@ def test_a_failed_write_leaves_no_temporary_file_and_keeps_the_previous_checkpoi
     proc = train(2, tmp_path / 'o', ck, env={'CHAINERMN_TORUS_CHECKPOINT_FAULT': 'full:8'})
     assert proc.returncode != 0
     assert 'rank 0 cannot write checkpoint' in proc.stderr and 'No space left' in proc.stderr
-    assert 'the previous checkpoint' in proc.stderr
+    assert 'needed for the rank files of this host' in proc.stderr, proc.stderr[-2000:]
+    assert 'the latest complete checkpoint in {!r} (iteration 4) is intact'.format(str(ck)) \
+        in proc.stderr, proc.stderr[-2000:]
     assert json.loads((ck / 'latest.json').read_text())['iteration'] == 4
     assert not list(ck.glob('*.tmp*')), sorted(p.name for p in ck.iterdir())
+    # Rank 1 had finished its file of checkpoint 8 when the job ended: a rank file without a
+    # manifest and rank 1's in-progress marker, both of a dead writer. clean removes them
+    # (as the next job's start does) and nothing of checkpoint 4.
+    marker, = ck.glob('.writing_iter_8.rank1.*')
+    pid, deadline = int(marker.name.rsplit('.', 1)[1]), time.time() + 10
+    while os.path.exists('/proc/{}'.format(pid)) and time.time() < deadline:
+        time.sleep(0.05)  # mpiexec can return while its aborted ranks are still exiting
+    cleaned = run_cli(['clean', '--shm-dir', str(tmp_path), '--checkpoint-dir', str(ck)])
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert 'snapshot_iter_8.rank1.npz' in cleaned.stdout, cleaned.stdout
+    assert 'which has no manifest' in cleaned.stdout, cleaned.stdout
+    assert sorted(p.name for p in ck.iterdir()) == [
+        'latest.json', 'manifest_iter_4.json', 'snapshot_iter_4.rank0.npz',
+        'snapshot_iter_4.rank1.npz']
+    # The very first checkpoint failing claims no earlier one.
+    first = train(2, tmp_path / 'o1', tmp_path / 'ck1',
+                  env={'CHAINERMN_TORUS_CHECKPOINT_FAULT': 'full:4'})
+    assert first.returncode != 0 and 'No space left' in first.stderr
+    assert 'no earlier checkpoint was completed in' in first.stderr, first.stderr[-2000:]
+    assert 'intact' not in first.stderr
+
+
+def _rewrite_with_nan(ck, iteration, rank):
+    """Put a NaN in one parameter of a rank file and record the new size and CRC in the
+    manifests, as a checkpoint written from a diverged state before they were refused."""
+    import zlib
+    path = ck / 'snapshot_iter_{}.rank{}.npz'.format(iteration, rank)
+    with numpy.load(str(path)) as z:
+        arrays = {k: z[k].copy() for k in z.files}
+    name = sorted(k for k in arrays if k.endswith('/W'))[0]
+    arrays[name].flat[3] = numpy.nan
+    with open(str(path), 'wb') as f:
+        numpy.savez(f, **arrays)
+    record = {'bytes': path.stat().st_size, 'crc32': zlib.crc32(path.read_bytes())}
+    for manifest in (ck / 'latest.json', ck / 'manifest_iter_{}.json'.format(iteration)):
+        data = json.loads(manifest.read_text())
+        if data['iteration'] == iteration:
+            data['checks'][path.name] = record
+            manifest.write_text(json.dumps(data))
+    return name
+
+
+def test_auto_resume_skips_a_checkpoint_holding_nan(tmp_path):
+    ck = tmp_path / 'ck'
+    first = train(2, tmp_path / 'o1', ck, '--epoch', '1')  # checkpoints 4 and 8 kept
+    assert first.returncode == 0, first.stderr[-3000:]
+    name = _rewrite_with_nan(ck, 8, 1)
+    refused = train(2, tmp_path / 'o2', ck, '--resume')
+    assert refused.returncode != 0
+    assert 'snapshot_iter_8.rank1.npz holds 1 NaN/Inf value(s), the first in {}'.format(
+        name) in refused.stderr, refused.stderr[-3000:]
+    again = train(2, tmp_path / 'o3', ck, '--auto-resume', '--epoch', '1')
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert 'a diverged state' in again.stdout and 'resumed from {} at iteration 4'.format(ck) \
+        in again.stdout, again.stdout[-3000:]

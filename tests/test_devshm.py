@@ -70,3 +70,40 @@ def test_checkpoint_temporary_files_of_dead_writers_are_swept_by_clean(tmp_path)
     assert not dead.exists() and live.exists() and other.exists()
     os.utime(str(other), (1, 1))  # silent for decades
     assert [n for n, _, _ in sweep_temporary(str(tmp_path))] == [other.name]
+
+
+POPULATE = r'''
+import mmap, os, sys, numpy
+from chainermn_torus.runtime import devshm
+fd = os.open('/dev/shm/probe', os.O_CREAT | os.O_RDWR)
+os.ftruncate(fd, 4 << 20)
+array = numpy.frombuffer(mmap.mmap(fd, 4 << 20), dtype=numpy.uint8)
+small = numpy.frombuffer(mmap.mmap(fd, 1 << 16), dtype=numpy.uint8)
+assert devshm.populate(small, 'the first 64 kB', 1 << 16) is True
+for method in ('madvise', 'fork'):  # the kernel's population, and old kernels' child
+    try:
+        devshm.populate(array, 'a 4 MB window', 4 << 20, method=method)
+    except devshm.SharedMemoryFull as e:
+        print(method, e)
+    else:
+        print(method, 'NOT REFUSED')
+'''
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0, reason='needs root: a private tmpfs on /dev/shm '
+                                              '(unshare -m, mount)')
+def test_a_mapping_that_cannot_be_backed_is_an_error_not_a_bus_error():
+    # 4 MB mapped on a 1 MB /dev/shm: the first write to the second MB would be SIGBUS. The
+    # population answers EFAULT instead, and the error gives the need and the free space.
+    proc = subprocess.run(
+        ['unshare', '-m', '--propagation', 'private', 'sh', '-c',
+         'mount -t tmpfs -o size=1m tmpfs /dev/shm && "$0" -c "$1"', sys.executable, POPULATE],
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ['madvise', 'fork'], proc.stdout
+    for text in lines:
+        assert 'a 4 MB window (4.2 MB needed on node {}) cannot be backed by /dev/shm'.format(
+            socket.gethostname()) in text, text
+        assert 'of 1.0 MB is free now' in text and 'Bus error' in text, text

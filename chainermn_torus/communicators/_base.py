@@ -42,6 +42,14 @@ def _grad_dtype(value):
     return dtype
 
 
+# A clone's node-shared buffers come on top of the main communicator's: a refusal has to
+# say so, or the need looks like what the job already allocated once.
+CLONE_PURPOSE = (' of the background thread\'s copy of the communicator (double buffering or '
+                 'overlap: a second set beside the main communicator\'s, and double buffering '
+                 'keeps two, one per step in flight, so the job needs up to three times one '
+                 'set)')
+
+
 class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
     """Packed-buffer gradient averaging on top of ChainerMN's MPI communicator base.
 
@@ -61,6 +69,7 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
     name = None
     uses_grid = True
     prescaled = False  # True: the packing step multiplies by 1/P (see _averaging)
+    shm_purpose = ''   # said in /dev/shm refusals; clone() sets CLONE_PURPOSE
 
     def __init__(self, mpi_comm=None, grid=None, segment_size=None, allreduce_grad_dtype=None):
         if mpi_comm is None:
@@ -248,6 +257,7 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
             opts['grid'] = self.grid.shape
         twin = self.__class__(mpi_comm=self.mpi_comm.Dup(), **opts)
         twin.progress = Progress(poll_interval)
+        twin.shm_purpose = CLONE_PURPOSE
         return twin
 
     def finalize(self):

@@ -19,7 +19,7 @@ gradients that view it, while a peer still copies from it).
 import numpy
 from mpi4py import MPI
 
-from chainermn_torus.communicators._window import check_node_room
+from chainermn_torus.communicators._window import check_node_room, populate_or_free
 from chainermn_torus.runtime import jit
 
 __all__ = ['NodeBuffers', 'rows_within_nodes']
@@ -62,11 +62,12 @@ class NodeBuffers(object):
     ``array`` is this rank's buffer (a PackedBuffer's memory), ``peers[q]`` position q's.
     """
 
-    def __init__(self, row_comm, size, dtype, progress):
+    def __init__(self, row_comm, size, dtype, progress, purpose=''):
         self.comm, self.progress = row_comm, progress
         dtype = numpy.dtype(dtype)
         # The row's buffers are one /dev/shm mapping on this node: check it fits first.
-        check_node_room(row_comm, size * dtype.itemsize, 'the node-shared row buffers')
+        what, needed = check_node_room(row_comm, size * dtype.itemsize,
+                                       'the node-shared row buffers' + purpose)
         self.win = MPI.Win.Allocate_shared(size * dtype.itemsize, dtype.itemsize,
                                            comm=row_comm)
         self.peers = []
@@ -75,6 +76,7 @@ class NodeBuffers(object):
             self.peers.append(numpy.frombuffer(mem, dtype=dtype, count=size))
         self.me = row_comm.rank
         self.array = self.peers[self.me]
+        populate_or_free(self.win, self.array, row_comm, what, needed)
         # A passive epoch over the whole window for its lifetime: Win_sync needs one.
         self.win.Lock_all(MPI.MODE_NOCHECK)
 

@@ -63,7 +63,8 @@ class TorusPhases(object):
         """A PackedBuffer in a node-shared window, or None where shm does not apply."""
         if not self.shm or layout.size == 0 or layout.dtype == numpy.float16:
             return None  # float16 has no MPI sum either: it keeps the message phases
-        node = NodeBuffers(self.grid.row_comm, layout.size, layout.dtype, self.progress)
+        node = NodeBuffers(self.grid.row_comm, layout.size, layout.dtype, self.progress,
+                           purpose=self.shm_purpose)
         return _packing.PackedBuffer(layout, segment_elems, array=node.array, memory=node)
 
     def _end_call(self, buf):

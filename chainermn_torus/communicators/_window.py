@@ -14,19 +14,34 @@ from mpi4py import MPI
 
 from chainermn_torus.runtime import devshm
 
-__all__ = ['PutWindow', 'check_node_room']
+__all__ = ['PutWindow', 'check_node_room', 'populate_or_free']
 
 
 def check_node_room(comm, nbytes, what):
     """Collective over ``comm``: /dev/shm of each node holds ``nbytes`` per rank of ``comm``
-    on it, or every rank raises runtime.devshm.SharedMemoryFull."""
+    on it (whole pages, plus MPI's bookkeeping), or every rank raises
+    runtime.devshm.SharedMemoryFull. Returns (what, bytes needed on the node) for
+    ``populate``."""
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
         local = node.size
     finally:
         node.Free()
-    devshm.check_room(nbytes * local, '{} ({} rank(s) on this node x {})'.format(
-        what, local, devshm.format_bytes(nbytes)), comm=comm)
+    needed = devshm.pages(nbytes) * local + devshm.MPI_MARGIN
+    what = '{} ({} rank(s) on this node x {}, in whole pages, + {} for MPI)'.format(
+        what, local, devshm.format_bytes(nbytes), devshm.format_bytes(devshm.MPI_MARGIN))
+    devshm.check_room(needed, what, comm=comm)
+    return what, needed
+
+
+def populate_or_free(win, array, comm, what, needed):
+    """Back ``array``'s pages now (devshm.populate); on failure free ``win`` on every rank
+    (collective, as the allocation was) and raise."""
+    try:
+        devshm.populate(array, what, needed, comm=comm)
+    except devshm.SharedMemoryFull:
+        win.Free()
+        raise
 
 
 class PutWindow(object):
@@ -36,14 +51,16 @@ class PutWindow(object):
     synchronisation by flush and messages instead of fences.
     """
 
-    def __init__(self, comm, size, dtype, passive=False):
+    def __init__(self, comm, size, dtype, passive=False, purpose=''):
         dtype = numpy.dtype(dtype)
         # MPICH backs the window of the ranks of a node with one /dev/shm mapping: check
         # that it fits there first, on every rank (a full /dev/shm is a SIGBUS later).
-        check_node_room(comm, size * dtype.itemsize, "rsap's RMA window")
+        what, needed = check_node_room(comm, size * dtype.itemsize,
+                                       "rsap's RMA window" + purpose)
         self._win = MPI.Win.Allocate(size * dtype.itemsize, disp_unit=dtype.itemsize,
                                      info=MPI.INFO_NULL, comm=comm)
         self.array = numpy.frombuffer(self._win.tomemory(), dtype=dtype, count=size)
+        populate_or_free(self._win, self.array, comm, what, needed)
         self.passive = passive
         if passive:
             self._win.Lock_all(MPI.MODE_NOCHECK)

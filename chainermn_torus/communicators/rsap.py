@@ -106,7 +106,7 @@ class RsapCommunicator(TorusPhases, TorusCommunicatorBase):
         # The buffer's memory is the window's (see _window: a Put to the same node is then
         # one memcpy); 'notify' holds one passive epoch for the window's life.
         window = PutWindow(self.grid.row_comm, layout.size, layout.dtype,
-                           passive=self._sync.passive)
+                           passive=self._sync.passive, purpose=self.shm_purpose)
         buf = _packing.PackedBuffer(layout, segment_elems, array=window.array, memory=window)
         # Freed only by finalize() or buffer eviction, which every rank reaches at the same
         # point. Never from a garbage-collection finalizer: MPI_Win_free is collective, and

@@ -43,6 +43,7 @@ import zlib
 
 import chainer
 import numpy
+from mpi4py import MPI
 
 from chainermn_torus import config
 from chainermn_torus.runtime import devshm, report
@@ -107,6 +108,35 @@ def _savez(arrays, iteration, rank):
     return write
 
 
+def _npz_bytes(arrays):
+    """What numpy.savez will write for ``arrays``, from above: per array its data, the .npy
+    header (128 bytes, more for long shapes) and the zip entry's local and central records
+    with ZIP64 extras, both naming the file."""
+    total = 22 + 56  # end of central directory (+ ZIP64 end records)
+    for name, a in arrays.items():
+        a = numpy.asarray(a)
+        total += a.nbytes + 256 + 2 * (len(name) + 4) + 30 + 46 + 40
+    return total
+
+
+def _rounded(n, block):
+    return -(-n // block) * block
+
+
+def _nonfinite(arrays):
+    """(count, first name) of NaN/Inf among the float arrays of a trainer's state."""
+    count, first = 0, None
+    for name in sorted(arrays):
+        a = numpy.asarray(arrays[name])
+        if a.dtype.kind not in 'fc' or a.size == 0:
+            continue
+        bad = a.size - int(numpy.count_nonzero(numpy.isfinite(a)))
+        if bad and first is None:
+            first = '{} ({} of {} values)'.format(name, bad, a.size)
+        count += bad
+    return count, first
+
+
 def _crc32(path, chunk=1 << 22):
     crc = 0
     with open(path, 'rb') as f:
@@ -117,30 +147,79 @@ def _crc32(path, chunk=1 << 22):
             crc = zlib.crc32(block, crc)
 
 
-def sweep_temporary(directory, dry_run=False, now=None):
-    """Remove temporary files that killed writers left in ``directory``: this host's whose
-    process is gone, other hosts' untouched for STALE_S. Returns [(name, bytes, why)]."""
+_MARKER = re.compile(r'^\.writing_iter_(?P<iteration>\d+)\.rank(?P<rank>\d+)\.'
+                     r'(?P<host>[^.]+(?:\.[^.]+)*)\.(?P<pid>\d+)$')
+_RANK_FILE = re.compile(r'^snapshot_iter_(?P<iteration>\d+)\.rank(?P<rank>\d+)\.npz$')
+
+
+def _writer_gone(host, pid, mtime, now, here):
+    """Why a writer (host, pid) is dead, or None while it may be alive."""
+    if host == here:
+        return None if devshm.pid_alive(pid) else 'writer {} on this host is gone'.format(pid)
+    if now - mtime >= STALE_S:
+        return 'writer on {} silent for {:.0f} s'.format(host, now - mtime)
+    return None
+
+
+def sweep_temporary(directory, dry_run=False, now=None, complete=None):
+    """Remove what killed writers left in ``directory``: temporary files and in-progress
+    markers of this host's processes that are gone, or other hosts' untouched for STALE_S;
+    and complete rank files of a checkpoint that has no manifest (killed before it was
+    finished: nothing can resume from them) unless their writer may still be at work.
+    ``complete``: the iterations whose manifest exists, as rank 0 of a job sees them (a
+    node-local directory holds no manifests); None: this directory's manifests, and rank
+    files are left alone where there are none. Returns [(name, bytes, why)]."""
     if not os.path.isdir(directory):
         return []
     now = time.time() if now is None else now
     here = socket.gethostname()
     removed = []
-    for name in sorted(os.listdir(directory)):
+    names = sorted(os.listdir(directory))
+    writing = {}  # (iteration, rank) -> the marker's name while its writer may be alive
+    doomed = []
+    for name in names:
+        m = _MARKER.match(name)
+        if not m:
+            continue
+        try:
+            mtime = os.stat(os.path.join(directory, name)).st_mtime
+        except FileNotFoundError:
+            continue
+        why = _writer_gone(m.group('host'), int(m.group('pid')), mtime, now, here)
+        if why is None:
+            writing[(m.group('iteration'), m.group('rank'))] = name
+        else:
+            doomed.append((name, why))
+    if complete is None:
+        complete = [int(m.group(1)) for m in map(re.compile(r'^manifest_iter_(\d+)\.json$')
+                                                  .match, names) if m]
+        known = bool(complete)
+    else:
+        known = True
+    for name in names:
+        m = _RANK_FILE.match(name)
+        if not known or not m or (m.group('iteration'), m.group('rank')) in writing:
+            continue
+        if int(m.group('iteration')) in complete:
+            continue
+        doomed.append((name, 'rank file of checkpoint {} which has no manifest (its job '
+                             'ended before finishing it)'.format(m.group('iteration'))))
+    for name in names:
         m = TMP_PATTERN.match(name)
         if not m:
             continue
+        try:
+            mtime = os.stat(os.path.join(directory, name)).st_mtime
+        except FileNotFoundError:
+            continue
+        why = _writer_gone(m.group('host'), int(m.group('pid')), mtime, now, here)
+        if why is not None:
+            doomed.append((name, why))
+    for name, why in doomed:
         full = os.path.join(directory, name)
         try:
             st = os.stat(full)
         except FileNotFoundError:
-            continue
-        if m.group('host') == here:
-            if devshm.pid_alive(int(m.group('pid'))):
-                continue
-            why = 'writer {} on this host is gone'.format(m.group('pid'))
-        elif now - st.st_mtime >= STALE_S:
-            why = 'writer on {} silent for {:.0f} s'.format(m.group('host'), now - st.st_mtime)
-        else:
             continue
         if not dry_run:
             try:
@@ -149,6 +228,13 @@ def sweep_temporary(directory, dry_run=False, now=None):
                 continue
         removed.append((name, st.st_size, why))
     return removed
+
+
+def _remove(path):
+    try:
+        os.remove(path)
+    except OSError:
+        pass
 
 
 class MultiNodeCheckpointer(chainer.training.Extension):
@@ -164,8 +250,11 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         self.comm, self.directory, self.keep = comm, directory, int(keep)
         self.rank, self.size = comm.rank, comm.size
         self._check_writable()
-        # Each rank its host's leftovers (a shared file system shows every host's files).
-        for name, size, why in sweep_temporary(directory):  # said by every rank: rank=0
+        # Each rank its host's leftovers (a shared file system shows every host's files);
+        # rank files are judged against the manifests rank 0 sees.
+        complete = comm.mpi_comm.bcast(
+            [it for it, _ in self._manifests()] if self.rank == 0 else None)
+        for name, size, why in sweep_temporary(directory, complete=complete):  # every rank
             report.say('rank {} removed {} ({} bytes; {})'.format(
                 self.rank, os.path.join(directory, name), size, why), rank=0)
 
@@ -192,18 +281,26 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                  'chainermn_torus/numpy_rng/has_gauss': numpy.asarray(state[3]),
                  'chainermn_torus/numpy_rng/gauss': numpy.asarray(state[4])}
         arrays = dict(ser.target, **extra)
+        self._refuse_nonfinite(arrays, iteration)
+        need = self._make_room(arrays, iteration)
         path = self._file(iteration, self.rank)
+        marker = self._marker(iteration)
         try:
+            with open(marker, 'w') as f:
+                f.write('{}\n'.format(os.getpid()))
             atomic_write(path, _savez(arrays, iteration, self.rank),
                          lambda: _fault('during', iteration, self.rank))
             record = {'bytes': os.path.getsize(path), 'crc32': _crc32(path)}
         except OSError as e:
-            # The previous checkpoint is untouched; other ranks learn of it by the abort.
+            # Other ranks learn of it by the abort; what was there before is untouched.
+            _remove(marker)
+            sizes = '' if not need[0] else '; about {} needed for the rank files of this ' \
+                'host, {} was free before writing'.format(devshm.format_bytes(need[0]),
+                                                         devshm.format_bytes(need[1]))
             raise CheckpointError(
-                'chainermn_torus: rank {} cannot write checkpoint {} ({}: {}); the previous '
-                'checkpoint in {!r} is intact. Free space there or choose another '
-                '--checkpoint-dir.'.format(self.rank, path, type(e).__name__, e,
-                                           self.directory)) from e
+                'chainermn_torus: rank {} cannot write checkpoint {} ({}: {}{}); {}. Free '
+                'space there or choose another --checkpoint-dir.'.format(
+                    self.rank, path, type(e).__name__, e, sizes, self._what_is_kept())) from e
         records = self.comm.mpi_comm.gather(record, root=0)  # every rank's file is complete
         if self.rank == 0:
             files = [os.path.basename(self._file(iteration, r)) for r in range(self.size)]
@@ -215,10 +312,18 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                          lambda f: f.write(text))
             atomic_write(os.path.join(self.directory, MANIFEST), lambda f: f.write(text))
         self.comm.mpi_comm.Barrier()  # latest.json names this checkpoint
+        _remove(marker)
         self._remove_old(iteration)
         _fault('after', iteration, self.rank)
 
-    def _remove_old(self, newest):
+    def _marker(self, iteration):
+        # Says "rank R of a live job is writing checkpoint I" until the manifest names it,
+        # so that clean can tell a dead job's rank file without a manifest from one in
+        # progress (sweep_temporary).
+        return os.path.join(self.directory, '.writing_iter_{}.rank{}.{}.{}'.format(
+            iteration, self.rank, socket.gethostname(), os.getpid()))
+
+    def _own_iterations(self):
         suffix = '.rank{}.npz'.format(self.rank)
         iterations = []
         for name in os.listdir(self.directory):
@@ -227,16 +332,94 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                     iterations.append(int(name[len('snapshot_iter_'):-len(suffix)]))
                 except ValueError:
                     continue
-        for it in sorted(iterations)[:-self.keep]:
+        return sorted(iterations)
+
+    def _drop(self, iteration):
+        old = [self._file(iteration, self.rank)]
+        if self.rank == 0:
+            old.append(os.path.join(self.directory, _MANIFEST_OF.format(iteration)))
+        for path in old:
+            _remove(path)
+
+    def _remove_old(self, newest):
+        for it in self._own_iterations()[:-self.keep]:
             if it != newest:
-                old = [self._file(it, self.rank)]
-                if self.rank == 0:
-                    old.append(os.path.join(self.directory, _MANIFEST_OF.format(it)))
-                for path in old:
-                    try:
-                        os.remove(path)
-                    except OSError:
-                        pass
+                self._drop(it)
+
+    def _what_is_kept(self):
+        complete = [it for it, _ in self._manifests()]
+        if not complete:
+            return 'no earlier checkpoint was completed in {!r}'.format(self.directory)
+        return 'the latest complete checkpoint in {!r} (iteration {}) is intact'.format(
+            self.directory, complete[0])
+
+    def _refuse_nonfinite(self, arrays, iteration):
+        """A diverged state is never written: it would become what --auto-resume loads."""
+        count, first = _nonfinite(arrays)
+        reports = self.comm.mpi_comm.allgather((count, first) if count else None)
+        bad = [(r, rep) for r, rep in enumerate(reports) if rep is not None]
+        if bad:
+            raise CheckpointError(
+                'chainermn_torus: checkpoint {} not written: the trainer state holds NaN/Inf '
+                'on rank(s) {} ({}); {}. Training has diverged: lower the learning rate, or '
+                'run with --check-finite to stop at the step where it happens.'.format(
+                    iteration, ', '.join(str(r) for r, _ in bad),
+                    '; '.join('rank {}: {} value(s), the first in {}'.format(r, c, f)
+                              for r, (c, f) in bad), self._what_is_kept()))
+
+    def _make_room(self, arrays, iteration):
+        """Check free space before writing (collective); when it is short and an older
+        checkpoint would be removed after this one anyway, remove it first (said), so that a
+        job requeued after a full disk can always go on. Returns (need, free) for messages.
+
+        The need is this host's ranks' files on the same device, in whole blocks: ranks on
+        other hosts may share the file system (then a write can still fail: caught, said).
+        """
+        try:
+            st = os.statvfs(self.directory)
+            device = os.stat(self.directory).st_dev
+        except OSError:
+            return 0, 0
+        mine = _rounded(_npz_bytes(arrays), st.f_frsize) + (64 << 10 if self.rank == 0 else 0)
+        peers = self.comm.mpi_comm.allgather((socket.gethostname(), device, mine))
+        need = sum(n for h, d, n in peers if (h, d) == (socket.gethostname(), device))
+        need += max(need // 100, st.f_frsize)  # the file system's own metadata
+        free = st.f_bavail * st.f_frsize
+        short = free < need
+        if not self.comm.mpi_comm.allreduce(short, op=MPI.LOR):
+            return need, free
+        # Rank 0 sees every manifest. The checkpoints this write will push out of keep can
+        # go now; the newest complete one stays whatever keep is.
+        complete = self.comm.mpi_comm.bcast(
+            [it for it, _ in self._manifests() if it < iteration] if self.rank == 0 else None)
+        removable = sorted(complete[max(self.keep - 1, 1):])
+        for it in removable:
+            self._drop(it)
+        self.comm.mpi_comm.Barrier()
+        before = free
+        free = os.statvfs(self.directory).f_bavail * st.f_frsize
+        if removable:
+            report.say('checkpoint {}: {} free in {} but {} needed on a host; removed the '
+                       'oldest checkpoint(s) first ({}), as keep={} would after '
+                       'writing'.format(iteration, devshm.format_bytes(before), self.directory,
+                                        devshm.format_bytes(need),
+                                        ', '.join('iteration {}'.format(i) for i in removable),
+                                        self.keep), self.rank)
+        problems = self.comm.mpi_comm.allgather(
+            None if free >= need else (socket.gethostname(), need, free))
+        bad = [(r, p) for r, p in enumerate(problems) if p]
+        if bad:
+            r, (host, n, f) = bad[0]
+            raise CheckpointError(
+                'chainermn_torus: checkpoint {} not written: {} needs {} for the rank files of '
+                'host {} and has {} free (rank {}{}); {}. Free space there, choose another '
+                '--checkpoint-dir, or keep fewer checkpoints: writing one needs room for '
+                'keep + 1 = {} until the oldest is removed.'.format(
+                    iteration, self.directory, devshm.format_bytes(n), host,
+                    devshm.format_bytes(f), r,
+                    ', after removing {} older checkpoint(s)'.format(len(removable))
+                    if removable else '', self._what_is_kept(), self.keep + 1))
+        return need, free
 
     # --- resuming ---------------------------------------------------------------------------
     def maybe_resume(self, trainer):
@@ -345,6 +528,16 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                 path, size, check['bytes'])
         if _crc32(path) != check['crc32']:
             return '{} does not match its CRC-32 in the manifest (corrupted)'.format(path)
+        # Written before checkpoints refused diverged states: loading NaN/Inf would only
+        # fail again one step later.
+        try:
+            with numpy.load(path) as z:
+                count, first = _nonfinite({k: z[k] for k in z.files})
+        except Exception as e:  # CRC matched, so unreadable means not an npz at all
+            return '{} cannot be read as a checkpoint ({}: {})'.format(path, type(e).__name__, e)
+        if count:
+            return '{} holds {} NaN/Inf value(s), the first in {} (a diverged state)'.format(
+                path, count, first)
         return None
 
     def _read_manifest(self, target, name=MANIFEST):

@@ -50,7 +50,8 @@ from chainermn_torus.extensions.replicas import check_replicas as _check_replica
 from chainermn_torus.optimizers import fpenv, fused as fused_mod, overlap as _overlap
 from chainermn_torus.runtime import jit, report, timeline as _timeline, watchdog as watchdog_mod
 
-__all__ = ['create_multi_node_optimizer', 'NonFiniteGradientError']
+__all__ = ['create_multi_node_optimizer', 'NonFiniteGradientError', 'check_finite_grads',
+           'check_finite_means']
 
 
 class NonFiniteGradientError(FloatingPointError):
@@ -95,7 +96,9 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
             and the fused kernels' threads.
         check_finite: before averaging, check that this rank's gradients are finite; if any
             rank has NaN/Inf, every rank raises NonFiniteGradientError naming the ranks and
-            the first parameter concerned (one extra small all-reduce per step).
+            the first parameter concerned; after averaging, check the means too (float16's
+            range can be exceeded by the mean alone), before the update (two extra 8-byte
+            all-reduces per step).
         background_poll: with double buffering and our communicators, None (default): the
             thread waits for its collectives in MPI's blocking calls; a number of seconds:
             it tests them that often and sleeps in between (slower where measured, see
@@ -234,6 +237,8 @@ class _MultiNodeOptimizer(object):
             check_finite_grads(self.communicator, self.target)
         t0 = time.perf_counter()
         self.communicator.multi_node_mean_grad(self.target, self.zero_fill)
+        if self.check_finite:
+            check_finite_means(self.communicator, self.target)
         t1 = time.perf_counter()
         with _timeline.phase('update'):
             self.actual_optimizer.update(None, *args, **kwds)
@@ -309,6 +314,8 @@ class _DoubleBufferingOptimizer(_MultiNodeOptimizer):
             p.grad, q.grad = q.grad, p.grad
         self._launch()
         if self._needs_update:
+            if self.check_finite:  # the previous step's means, now in target's grads
+                check_finite_means(self.communicator, target, stale=True)
             t0 = time.perf_counter()
             with _timeline.phase('update'):
                 self.actual_optimizer.update(None, *args, **kwds)
@@ -466,8 +473,9 @@ class _OverlapOptimizer(_MultiNodeOptimizer):
                     raise NonFiniteGradientError(
                         'chainermn_torus: NaN/Inf in the averaged gradients ({} value(s); with '
                         'overlap=True the ranks send before the check, so the rank it came '
-                        'from is not known: run without overlap to name it). Lower the '
-                        'learning rate or check the data.'.format(bad))
+                        'from is not known: run without overlap to name it{}). Nothing was '
+                        'updated. Lower the learning rate or check the data.'.format(
+                            bad, _MEAN_RANGE.get(_transfer_kind(self.communicator), '')))
         else:
             if self.check_finite:
                 check_finite_grads(self.communicator, target)
@@ -475,6 +483,8 @@ class _OverlapOptimizer(_MultiNodeOptimizer):
                 state.mean_now(target)  # the layout overlapped steps use: the same sums
             else:
                 self.communicator.multi_node_mean_grad(target, self.zero_fill)
+            if self.check_finite:
+                check_finite_means(self.communicator, target)
             self.timings['communicate'] += time.perf_counter() - t0
         t1 = time.perf_counter()
         with _timeline.phase('update'):
@@ -564,6 +574,60 @@ def check_finite_grads(communicator, target):
                           for r, (c, f) in bad_ranks),
                 '; or send gradients as float32 (allreduce_grad_dtype=None, no '
                 '--fp16-allreduce)' if overflow else ''))
+
+
+def _transfer_kind(communicator):
+    dtype = getattr(communicator, 'allreduce_grad_dtype', None)
+    return 'float16' if dtype is not None and numpy.dtype(dtype) == numpy.float16 else 'other'
+
+
+# Why a mean can be non-finite when every rank's gradients were finite and sendable.
+_MEAN_RANGE = {
+    'float16': '; or the mean itself is beyond float16\'s range: |mean| > 65504 cannot be '
+               'carried by float16 communication even when each rank\'s share g / P can',
+    'other': '; or the sum over ranks overflowed the transfer dtype',
+}
+
+
+def check_finite_means(communicator, target, stale=False):
+    """Raise NonFiniteGradientError on every rank, before the update, if the averaged
+    gradients hold NaN/Inf.
+
+    Called after check_finite_grads passed, so a non-finite mean comes from the averaging,
+    not the data: with float16 communication each rank's share g / P fits in float16 yet
+    their sum, the mean, can pass 65504 and become Inf. The means are the same on every
+    rank for our communicators; the count is still agreed on (8 bytes), so that no rank
+    updates while another raises, whatever the communicator.
+    """
+    first, count = '', 0
+    for name, p in sorted(target.namedparams()):
+        g = p.grad
+        if g is None or g.dtype.kind != 'f':
+            continue
+        flat = g.reshape(-1) if g.flags.c_contiguous else g.ravel()
+        bad = _count_nonfinite(flat, numpy.inf)
+        if bad and not first:
+            first = '{} ({} of {} values)'.format(name, bad, flat.size)
+        count += bad
+    counts = numpy.array([count], numpy.int64)
+    communicator.mpi_comm.Allreduce(MPI.IN_PLACE, [counts, MPI.INT64_T], op=MPI.MAX)
+    if not counts[0]:
+        return
+    if _transfer_kind(communicator) == 'float16':
+        why = ('every rank\'s gradients were finite and each share g / P fit in float16, but '
+               'the mean over the {} ranks is beyond float16\'s range (|mean| > 65504) and '
+               'became Inf in float16 communication: the overflow is in the averaging, not the '
+               'data. Send gradients as float32 (allreduce_grad_dtype=None, no '
+               '--fp16-allreduce) or scale the loss down'.format(communicator.size))
+    else:
+        why = ('every rank\'s gradients were finite, but their mean is not: the sum over the '
+               '{} ranks overflowed the transfer dtype. Lower the learning rate or scale the '
+               'loss down'.format(communicator.size))
+    raise NonFiniteGradientError(
+        'chainermn_torus: NaN/Inf in the averaged gradients{}: {} value(s) on rank {}, the '
+        'first in {}; {}. Nothing was updated.'.format(
+            ' of the previous step (double buffering)' if stale else '',
+            counts[0], communicator.rank, first or '(another rank\'s arrays)', why))
 
 
 def _describe_bad(name, flat, bad, limit):

@@ -1,6 +1,7 @@
 """``chainermn-torus clean``: what dead jobs left on this node (/dev/shm, checkpoint
 directories' unfinished files), never a live job's."""
 import argparse
+import os
 
 from chainermn_torus.extensions import checkpoint
 from chainermn_torus.runtime import devshm
@@ -21,6 +22,9 @@ def main(argv):
                    help="also a checkpoint directory's unfinished temporary files "
                         '(repeatable)')
     args = p.parse_args(argv)
+    for d in [args.shm_dir] + args.checkpoint_dir:
+        if not os.path.isdir(d):
+            p.error('{!r} is not a directory'.format(d))
     removed = devshm.sweep(args.shm_dir, others=args.others, dry_run=args.dry_run)
     if args.checkpoint_dir:
         for d in args.checkpoint_dir:

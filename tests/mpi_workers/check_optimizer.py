@@ -194,6 +194,49 @@ def check_fp16(name):
             if db:
                 opt.finalize()
         CHECKS[0] += 1
+        check_mean_overflow(name, comm16)
+
+
+def check_mean_overflow(name, comm16):
+    # Every rank's gradient 0.9 x 65504 x P: each share g / P fits in float16 and passes the
+    # check before averaging, but the mean is P x 0.9 x 65504 > 65504: Inf in float16. The
+    # check after averaging stops every rank before the update (with double buffering, at
+    # the next step, before the stale means are applied): the parameters stay finite.
+    for db in (False, True):
+        model = MLP(seed=RANK)
+        opt = chainermn.create_multi_node_optimizer(
+            make_optimizer('adam'), comm16, check_finite=True,
+            double_buffering=db).setup(model)
+        opt.update(model, *batch(0))
+        opt.update(model, *batch(1))
+        if db:
+            opt.wait()
+        before, label = params_of(model), '{} fp16 mean overflow db={}'.format(name, db)
+        raised = None
+        for step in (2, 3) if db else (2,):
+            model.cleargrads()
+            model(*batch(step)).backward()
+            if step == 2:
+                model.l2.W.grad[0, 0] = 0.9 * 65504 * P
+            try:
+                opt.update()
+            except NonFiniteGradientError as e:
+                raised = (step, str(e))
+                break
+        assert raised is not None, label + ': the overflowing mean was not reported'
+        step, text = raised
+        assert step == (3 if db else 2), (label, step)
+        assert "beyond float16's range (|mean| > 65504)" in text and '/l2/W (1 of 36' in text, \
+            text
+        assert 'not the data' in text and 'Nothing was updated' in text, text
+        if db:
+            assert 'previous step (double buffering)' in text, text
+            # The step-2 update applied step 1's (finite) means: compare with what it
+            # applied, not with 'before'; what matters is that nothing is non-finite.
+            assert all(numpy.isfinite(a).all() for a in params_of(model)), label
+            opt.finalize()
+        else:
+            assert all((a == b).all() for a, b in zip(before, params_of(model))), label
 
 
 def snapshot(obj):
