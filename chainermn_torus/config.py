@@ -24,6 +24,7 @@ Setting = collections.namedtuple('Setting', 'env kind default meaning launcher',
 LAUNCHER_TARGETS = ('optimizer', 'communicator', 'iterator', 'process', 'script')
 
 MiB = 1 << 20
+MIN_SEGMENT_BYTES = 1024
 
 # key -> Setting. ``kind`` names a parser below; the default is the parsed value.
 SETTINGS = collections.OrderedDict([
@@ -33,7 +34,7 @@ SETTINGS = collections.OrderedDict([
     # repeats it): on shared memory one 102 MB MPI_Allreduce took 33 ms and the same bytes
     # in 1-4 MiB pieces 9-10 ms; 256 KiB pieces were slower again (per-call cost), 16 MiB
     # and up lost the gain.
-    ('segment_bytes', Setting('CHAINERMN_TORUS_SEGMENT_BYTES', 'bytes', 4 * MiB,
+    ('segment_bytes', Setting('CHAINERMN_TORUS_SEGMENT_BYTES', 'segment', 4 * MiB,
                               'bytes per communication segment; 0 = the whole buffer at once')),
     # Bucket size for overlap=True: see docs/optimizer.md, "Overlap with backward".
     ('bucket_bytes', Setting('CHAINERMN_TORUS_BUCKET_BYTES', 'bytes', 4 * MiB,
@@ -127,6 +128,9 @@ SETTINGS = collections.OrderedDict([
 _WHAT = {
     'seconds': 'a number of seconds > 0',
     'bytes': 'a byte count >= 0 (0 = one message for the whole buffer)',
+    'segment': '0 (one message for the whole buffer) or a byte count >= {} (each segment '
+               'costs several MPI calls: at 4-64 B one MLP all-reduce took 8-60 s)'.format(
+                   MIN_SEGMENT_BYTES),
     'threads': 'a thread count >= 1',
     'grid': 'a grid shape "MxN"',
     'count': 'an integer >= 1',
@@ -154,6 +158,13 @@ def _at_least(low):
             raise ValueError
         return v
     return whole
+
+
+def _segment(v):
+    v = int(v)
+    if v != 0 and v < MIN_SEGMENT_BYTES:
+        raise ValueError
+    return v
 
 
 def _threads(v):
@@ -196,7 +207,8 @@ def _non_negative(v):
 
 
 # grid: only the text here; communicators._grid.parse_grid checks it against the rank count.
-_PARSERS = {'seconds': _seconds, 'bytes': _at_least(0), 'threads': _threads, 'grid': str,
+_PARSERS = {'seconds': _seconds, 'bytes': _at_least(0), 'segment': _segment,
+            'threads': _threads, 'grid': str,
             'text': str, 'flag': _flag, 'count': _at_least(1), 'positive': _seconds,
             'non-negative': _non_negative, 'switch': _switch,
             'loader': _choice('serial', 'multiprocess', 'ours'),
@@ -295,7 +307,7 @@ def add_arguments(parser, communicator='rsap', grid=True, threads=True, segment_
                            'physical cores / ranks per node, or {})'.format(
                                SETTINGS['threads'].env))
     if segment_size:
-        group.add_argument('--segment-size', type=_arg('bytes'),
+        group.add_argument('--segment-size', type=_arg('segment'),
                            default=None, metavar='BYTES',
                            help='bytes per communication segment for our communicators')
     return group

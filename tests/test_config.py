@@ -19,7 +19,9 @@ def test_given_value_wins_then_environment_then_default(monkeypatch):
 
 
 @pytest.mark.parametrize('key, raw, fragment', [
-    ('segment_bytes', '-1', 'byte count >= 0'),
+    ('segment_bytes', '-1', 'byte count >= 1024'),
+    ('segment_bytes', '8', 'each segment costs several MPI calls'),
+    ('bucket_bytes', '-1', 'byte count >= 0'),
     ('watchdog', '0', 'number of seconds > 0'),
     ('watchdog', 'soon', 'number of seconds > 0'),
     ('threads', '0', 'thread count >= 1'),
@@ -71,7 +73,8 @@ def test_shared_arguments_validate_once(capsys):
     assert parser.parse_args(['--threads', 'off']).threads == 'off'
     for bad, fragment in ((['--communicator', 'ring'], "unknown communicator 'ring'"),
                           (['--threads', '0'], 'thread count >= 1'),
-                          (['--segment-size', '-5'], 'byte count >= 0')):
+                          (['--segment-size', '-5'], 'byte count >= 1024'),
+                          (['--segment-size', '64'], 'at 4-64 B one MLP all-reduce')):
         with pytest.raises(SystemExit):
             parser.parse_args(bad)
         assert fragment in capsys.readouterr().err

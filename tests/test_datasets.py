@@ -8,7 +8,8 @@ from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR, load_mnist_idx, re
 
 
 def write_idx(path, array):
-    codes = {numpy.dtype('uint8'): 0x08}
+    codes = {numpy.dtype('uint8'): 0x08, numpy.dtype('int8'): 0x09,
+             numpy.dtype('>f4'): 0x0D}
     header = bytes([0, 0, codes[array.dtype], array.ndim])
     header += numpy.array(array.shape, dtype='>u4').tobytes()
     data = header + array.tobytes()
@@ -81,6 +82,18 @@ def test_images_of_the_wrong_shape_name_the_file(tmp_path, images, message):
     write_idx(str(tmp_path / 'train-images-idx3-ubyte'), images)
     with pytest.raises(ValueError, match='train-images-idx3-ubyte: images must be a ' + message):
         load_mnist_idx(str(tmp_path))
+
+
+@pytest.mark.parametrize('dtype, code', [('int8', '0x09 (int8)'), ('>f4', '0x0D (float32)')])
+def test_images_that_are_not_unsigned_bytes_are_refused(tmp_path, dtype, code):
+    # Read without complaint before, scaled by 1/255 as if unsigned: trained to chance.
+    make_dir(tmp_path)
+    path = str(tmp_path / 'train-images-idx3-ubyte')
+    write_idx(path, numpy.zeros((12, 28, 28), dtype))
+    with pytest.raises(ValueError) as e:
+        load_mnist_idx(str(tmp_path))
+    assert path in str(e.value) and 'unsigned bytes (IDX type 0x08' in str(e.value)
+    assert 'IDX type ' + code in str(e.value), str(e.value)
 
 
 def test_labels_outside_the_classes_name_the_file_and_index(tmp_path):

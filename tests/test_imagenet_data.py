@@ -222,16 +222,30 @@ def test_random_crop_is_a_window_of_the_image_possibly_flipped(data):
         assert ds[7][0].tobytes() in windows
 
 
-def test_rng_is_replaced_in_another_process(data, monkeypatch):
-    # A worker process gets a pickled copy: identical streams would repeat the same crops in
-    # every worker, so the copy draws from a fresh generator once its pid differs.
-    ds = dataset(data, rng=numpy.random.RandomState(0))
+def test_crops_depend_on_seed_epoch_and_image_not_on_the_process(data):
+    # A pickled copy is what another rank (scatter_dataset) or a loader worker holds: with
+    # the epoch told, it draws the crops the original draws, in any order of requests.
+    from chainermn_torus.runtime import draws
+    ds = dataset(data, seed=5)
     twin = pickle.loads(pickle.dumps(ds))
-    numpy.testing.assert_array_equal(ds[0][0], twin[0][0])  # same process: same stream
-    copy = pickle.loads(pickle.dumps(ds))
-    monkeypatch.setattr(imagenet_data.os, 'getpid', lambda: -1)
-    assert copy._random_state() is not ds._rng
-    assert copy._random_state() is copy._random_state()  # then kept
+    try:
+        draws.set_epoch(0)
+        a = [ds[i][0].tobytes() for i in range(6)]
+        b = [twin[i][0].tobytes() for i in reversed(range(6))][::-1]
+        assert a == b
+        assert [ds[i][0].tobytes() for i in range(6)] == a  # the same epoch: the same crops
+        draws.set_epoch(1)
+        later = [ds[i][0].tobytes() for i in range(6)]
+        assert later != a  # another pass: other windows and flips
+        other = dataset(data, seed=6)
+        draws.set_epoch(0)
+        assert [other[i][0].tobytes() for i in range(6)] != a  # another seed
+    finally:
+        draws.set_epoch(None)
+    # Nobody told the epoch (Chainer's iterators): the n-th draw of an image is keyed by n.
+    fresh, again = dataset(data, seed=5), dataset(data, seed=5)
+    first = [fresh[3][0].tobytes() for _ in range(4)]
+    assert first == [again[3][0].tobytes() for _ in range(4)] and len(set(first)) > 1
 
 
 def test_crop_larger_than_images_or_mean_is_refused(data):

@@ -18,6 +18,8 @@ import warnings
 import chainer
 import numpy
 
+from chainermn_torus.runtime import draws
+
 __all__ = ['read_list', 'PreprocessedDataset', 'compute_mean', 'load_rgb']
 
 
@@ -114,13 +116,14 @@ class PreprocessedDataset(chainer.dataset.DatasetMixin):
         crop_size: side of the square crop.
         random: True (training): a random crop and a random horizontal flip; False: the
             centre crop, deterministic.
-        rng: a numpy.random.RandomState for the crops and flips, used in the process that
-            created the dataset (pass a seeded one for reproducible crops). Loader workers
-            receive a pickled copy of the dataset, and identical copies would make every
-            worker (and every rank after ``scatter_dataset``) draw the same crops: so in any
-            other process the dataset replaces it on first use by one seeded from the
-            operating system's entropy. Crops in workers are therefore not reproducible;
-            which worker reads which image is not either.
+        rng: a numpy.random.RandomState the dataset's seed is drawn from (pass a seeded
+            one, or ``seed``, for reproducible crops); neither: a seed from the operating
+            system's entropy.
+        seed: the crops' and flips' seed. Each draw's random state is a function of the
+            seed, the example's index and the epoch (``runtime.draws``): the same crops on
+            every rank count, in loader workers and after a resume, so runs with the same
+            seed are bit-identical at any P (our loader and the example tell workers the
+            epoch; Chainer's iterators leave the count of draws per example instead).
         skip_corrupt: False (default): an image that cannot be decoded raises ValueError
             naming the file. True: a warning names it and the next valid image (index + 1,
             + 2, ... wrapping around) is returned instead; ``skipped`` counts these skips.
@@ -132,7 +135,7 @@ class PreprocessedDataset(chainer.dataset.DatasetMixin):
     """
 
     def __init__(self, pairs, root='.', mean=None, crop_size=224, random=True, rng=None,
-                 skip_corrupt=False):
+                 skip_corrupt=False, seed=None):
         if isinstance(pairs, str):
             pairs = read_list(pairs, root)
         crop_size = int(crop_size)
@@ -155,18 +158,14 @@ class PreprocessedDataset(chainer.dataset.DatasetMixin):
         self.random = bool(random)
         self.skip_corrupt = bool(skip_corrupt)
         self.skipped = 0
-        self._rng = rng if rng is not None else numpy.random.RandomState()
-        self._rng_pid = os.getpid()
+        if seed is None:
+            seed = int((rng or numpy.random.RandomState()).randint(0, 2 ** 31))
+        self.seed = int(seed)
+        self._draws = draws.Counter()
 
     def __len__(self):
         return len(self.base)
 
-    def _random_state(self):
-        pid = os.getpid()
-        if pid != self._rng_pid:  # a copy in a worker process or another rank: see rng
-            self._rng = numpy.random.RandomState()
-            self._rng_pid = pid
-        return self._rng
 
     def get_example(self, i):
         n = len(self.base)
@@ -180,10 +179,10 @@ class PreprocessedDataset(chainer.dataset.DatasetMixin):
                 self.skipped += 1
                 warnings.warn('{}; skipped (skip_corrupt=True), using the next image'.format(e))
                 continue
-            return self._crop(image, path), numpy.int32(label)
+            return self._crop(image, path, j), numpy.int32(label)
         raise ValueError('none of the {} images of the dataset can be decoded'.format(n))
 
-    def _crop(self, image, path):
+    def _crop(self, image, path, index):
         _, h, w = image.shape
         size = self.crop_size
         if h < size or w < size:
@@ -194,7 +193,7 @@ class PreprocessedDataset(chainer.dataset.DatasetMixin):
                              'must be resized to the size the mean was computed at'.format(
                                  path, image.shape, self.mean.shape))
         if self.random:
-            rng = self._random_state()
+            rng = draws.random_state(self.seed, index, self._draws)
             top = rng.randint(0, h - size + 1)
             left = rng.randint(0, w - size + 1)
             flip = rng.randint(0, 2) == 1

@@ -17,6 +17,7 @@ DEFAULT_MNIST_DIR = '/usr/share/datasets/fashion-mnist'
 
 _DTYPES = {0x08: numpy.uint8, 0x09: numpy.int8, 0x0B: '>i2', 0x0C: '>i4', 0x0D: '>f4',
            0x0E: '>f8'}
+_CODES = {numpy.dtype(d).str: code for code, d in _DTYPES.items()}
 
 
 def read_idx(path):
@@ -68,6 +69,16 @@ def load_mnist_idx(data_dir=DEFAULT_MNIST_DIR, ndim=1, scale=1.0, n_classes=None
         image_file = _find(data_dir, prefix + '-images-idx3-ubyte')
         label_file = _find(data_dir, prefix + '-labels-idx1-ubyte')
         images, labels = read_idx(image_file), read_idx(label_file)
+        if images.dtype != numpy.uint8:
+            # Pixels are scaled by 1/255 as unsigned bytes; signed or wider values would be
+            # read without error and train to chance (seen with an int8 file).
+            raise ValueError('{}: MNIST images must be unsigned bytes (IDX type 0x08, pixel '
+                             'values 0..255); the file holds IDX type 0x{:02X} ({})'.format(
+                                 image_file, _CODES[images.dtype.str], images.dtype.name))
+        if labels.dtype.kind not in 'iu':
+            raise ValueError('{}: labels must be integers (IDX type 0x08, 0x09, 0x0B or 0x0C); '
+                             'the file holds IDX type 0x{:02X} ({})'.format(
+                                 label_file, _CODES[labels.dtype.str], labels.dtype.name))
         if images.ndim != 3 or len(images) == 0:
             raise ValueError('{}: images must be a non-empty 3-D array (count, rows, columns), '
                              'the file holds shape {}'.format(image_file, images.shape))

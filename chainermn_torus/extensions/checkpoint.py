@@ -609,7 +609,7 @@ def attach(comm, trainer, args):
         elif args.auto_resume:
             checkpointer.maybe_resume(trainer)
     except CheckpointError as e:
-        raise SystemExit('rank {}: {}'.format(comm.rank, e))
+        report.stop('rank {}: {}'.format(comm.rank, e))
     return checkpointer
 
 
@@ -618,4 +618,4 @@ def check_output(comm, directory):
     try:
         check_writable(comm, directory, 'results')
     except OSError as e:
-        raise SystemExit('rank {}: {}'.format(comm.rank, e))
+        report.stop('rank {}: {}'.format(comm.rank, e))

@@ -38,7 +38,7 @@ from chainermn_torus.launch import options as _options
 from chainermn_torus.launch import patches
 from chainermn_torus.launch.optimizer import LauncherOverrides
 from chainermn_torus.launch.report import PREFIX, say
-from chainermn_torus.runtime import threads, timeline
+from chainermn_torus.runtime import report, threads, timeline
 
 __all__ = ['add_arguments', 'Launch']
 
@@ -114,7 +114,7 @@ class Launch(object):
         if rank is None:
             from mpi4py import MPI  # the script made no communicator yet: MPI starts here
             rank = MPI.COMM_WORLD.rank
-        raise SystemExit('rank {}: {}{}'.format(rank, PREFIX, message))
+        report.stop('rank {}: {}{}'.format(rank, PREFIX, message))
 
     def check_update(self):
         """Called by the multi-node optimizer at its first update."""

@@ -12,6 +12,7 @@ from chainer.training.extensions._snapshot import _find_latest_snapshot
 from chainermn_torus.launch import loaders
 from chainermn_torus.launch.report import PREFIX, say
 from chainermn_torus.launch.sharding import rebuild, shard
+from chainermn_torus.runtime import report
 
 __all__ = ['Extend', 'RANK0_ONLY']
 
@@ -78,7 +79,7 @@ class AutoloadEverywhere(object):
         found = _find_latest_snapshot(self.snapshot.filename, trainer.out)
         everyone = self.comm.mpi_comm.allgather(found)
         if len(set(everyone)) != 1:
-            raise SystemExit(
+            report.stop(
                 'rank {}: {}--data-parallel: snapshot(autoload=True) finds different snapshots '
                 'in {} on different ranks ({}); every rank must resume from the same one: put '
                 "the trainer's out directory on a file system all nodes share".format(

@@ -8,6 +8,7 @@ from chainermn.datasets.scatter import scatter_index
 
 from chainermn_torus import _registry
 from chainermn_torus.launch.report import PREFIX, say
+from chainermn_torus.runtime import report
 
 __all__ = ['parallelise', 'shard', 'rebuild', 'order']
 
@@ -55,7 +56,7 @@ def shard(dataset, comm, shuffle):
     sending the dataset (a plain script built it on every rank, and it need not pickle)."""
     sizes = comm.mpi_comm.allgather(len(dataset))
     if len(set(sizes)) != 1:
-        raise SystemExit('rank {}: {}--data-parallel: the ranks built datasets of different '
+        report.stop('rank {}: {}--data-parallel: the ranks built datasets of different '
                          'sizes ({}); a plain script must build the same data on every '
                          'rank'.format(comm.rank, PREFIX, sizes))
     perm = numpy.random.RandomState(0).permutation(len(dataset)) if shuffle else None

@@ -46,7 +46,7 @@ import chainer
 import numpy
 from threadpoolctl import threadpool_limits
 
-from chainermn_torus.runtime import devshm
+from chainermn_torus.runtime import devshm, draws
 
 __all__ = ['LoaderIterator', 'LoaderError', 'SHM_PREFIX']
 
@@ -115,7 +115,8 @@ def _worker(dataset, layout, tasks, results, cpus, parent_pid, seed):
                 return  # the training process closed its end (or died)
             if task is None:
                 return
-            task_id, slot, indices = task
+            task_id, slot, indices, epoch = task
+            draws.set_epoch(epoch)  # random augmentation keyed by it, not by this process
             try:
                 for j, index in enumerate(indices):
                     example = _fields(dataset[index])
@@ -329,6 +330,7 @@ class LoaderIterator(chainer.dataset.Iterator):
 
     def _fill(self):
         while self._free and len(self._pending) < self.n_prefetch:
+            epoch = self._planner.epoch  # the pass this batch starts in (runtime.draws)
             try:
                 indices = self._planner.next()
             except StopIteration:
@@ -336,7 +338,7 @@ class LoaderIterator(chainer.dataset.Iterator):
             slot = self._free.popleft()
             task_id = next(_COUNTER)
             w = min(range(self.n_processes), key=self._in_flight.__getitem__)
-            self._res.tasks[w].send((task_id, slot, indices))
+            self._res.tasks[w].send((task_id, slot, indices, epoch))
             self._in_flight[w] += 1
             self._owner[task_id] = w
             self._pending.append((task_id, slot, len(indices), self._planner_state()))

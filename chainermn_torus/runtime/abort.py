@@ -34,7 +34,7 @@ import threading
 import time
 
 from chainermn_torus import config
-from chainermn_torus.runtime import devshm, timeline
+from chainermn_torus.runtime import devshm, report, timeline
 
 __all__ = ['install', 'ABORT_DELAY_S', 'Terminated', 'TERM_GRACE_S']
 
@@ -62,13 +62,13 @@ def _hook(exctype, value, tb):
     finally:
         from mpi4py import MPI
         rank = MPI.COMM_WORLD.Get_rank()
-        sys.stderr.write(
+        # One write: the banners of ranks that fail together stay apart on the shared pipe.
+        report.line(
             '\n******************************************\n'
             'chainermn_torus: Uncaught exception on rank {} ({}): {}: {}\n'
             '   Calling MPI_Abort() to end every rank of the job.\n'
-            '******************************************\n'.format(
+            '******************************************'.format(
                 rank, socket.gethostname(), exctype.__name__, value))
-        sys.stderr.flush()
         sys.stdout.flush()
         timeline.emergency_flush()  # MPI_Abort skips atexit, where it is written otherwise
         devshm.unlink_mpi_segments()  # MPI_Abort skips MPI_Finalize, which would remove it

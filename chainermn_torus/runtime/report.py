@@ -6,12 +6,18 @@ every rank says its own line); with ``key``, only
 the first time this process says it. Information goes to stdout; ``stream=sys.stderr`` for
 what was asked and not applied, or fell back. ``CHAINERMN_TORUS_QUIET=1`` silences every
 line. Errors are exceptions, not reports (``runtime.abort`` ends the job with them).
+
+``stop(text)`` ends this rank with exit code 1 where every rank stops with its own message
+(a bad option, an unreadable list): the line goes out in one write, so lines of several
+ranks on one pipe stay lines. ``SystemExit(text)`` writes the text and its newline
+separately, and two ranks' messages ran together on one line.
 """
+import os
 import sys
 
 from chainermn_torus import config
 
-__all__ = ['say', 'forget', 'PREFIX']
+__all__ = ['say', 'forget', 'stop', 'line', 'RankStop', 'PREFIX']
 
 PREFIX = 'chainermn_torus: '
 _said = set()  # keys already said by this process
@@ -35,3 +41,36 @@ def forget():
     """Say every keyed line again: for a process that runs one job after another (the test
     harness's ranks, tests/mpi_workers/world_loop.py)."""
     _said.clear()
+
+
+class RankStop(SystemExit):
+    """SystemExit(1) whose message was already written; ``str()`` gives the message."""
+
+    def __init__(self, text):
+        super(RankStop, self).__init__(1)
+        self.text = text
+
+    def __str__(self):
+        return self.text
+
+
+def line(text, stream=None):
+    """Write ``text`` and its newline to ``stream`` (default stderr) in one write call."""
+    stream = stream or sys.stderr
+    data = (text.rstrip('\n') + '\n')
+    try:
+        stream.flush()
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # captured (pytest, a StringIO)
+        stream.write(data)
+        stream.flush()
+        return
+    encoded = data.encode('utf-8', 'replace')
+    while encoded:
+        encoded = encoded[os.write(fd, encoded):]
+
+
+def stop(text):
+    """End this rank with exit code 1 and ``text`` on stderr as one line (see module)."""
+    line(text)
+    raise RankStop(text)

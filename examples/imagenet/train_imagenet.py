@@ -39,6 +39,7 @@ import numpy
 from chainermn_torus import config
 from chainermn_torus.extensions import checkpoint
 from chainermn_torus.extensions.timing import time_calls
+from chainermn_torus.runtime import draws, report
 
 # Importing chainermn_torus starts no MPI; the first communicator does, in main(), after
 # MultiprocessIterator's forkserver has been started (see start_forkserver_without_mpi).
@@ -221,6 +222,9 @@ class TimedUpdater(training.updaters.StandardUpdater):
         iterator = self._iterators['main']
         optimizer = self._optimizers['main']
         t0 = time.perf_counter()
+        # Crops are keyed by (seed, epoch, image), not by the process drawing them: runs
+        # with the same seed are bit-identical at any rank count and after a resume.
+        draws.set_epoch(iterator.epoch)
         batch = iterator.next()
         in_arrays = self.converter(batch, self.input_device)
         t1 = time.perf_counter()
@@ -353,7 +357,7 @@ def load_data(args):
                                                        args.mean))
         mean = load_mean(args.mean)
     train = PreprocessedDataset(train_pairs, args.root, mean, args.crop_size, random=True,
-                                rng=numpy.random.RandomState(args.seed),
+                                seed=args.seed,
                                 skip_corrupt=args.skip_corrupt)
     val = PreprocessedDataset(val_pairs, args.root, mean, args.crop_size, random=False,
                               skip_corrupt=args.skip_corrupt)
@@ -411,7 +415,7 @@ def main():
         errors = comm.mpi_comm.allgather(error)  # every rank stops, not only the one that failed
         if any(errors):
             failed = [r for r, e in enumerate(errors) if e]
-            raise SystemExit('rank {}: --affinity {}: {}'.format(
+            report.stop('rank {}: --affinity {}: {}'.format(
                 comm.rank, args.affinity, error or 'stopping: rank(s) {} cannot place their '
                 'loader processes'.format(', '.join(map(str, failed)))))
         if args.loader_processes is None:  # what the plan has room for (2 cores: 1)
@@ -432,7 +436,7 @@ def main():
             error = str(e)
     error, n_classes = comm.mpi_comm.bcast((error, n_classes), root=0)
     if error is not None:
-        raise SystemExit('rank {}: {}'.format(comm.rank, error))
+        report.stop('rank {}: {}'.format(comm.rank, error))
     train = chainermn.scatter_dataset(train, comm, shuffle=True, seed=args.seed)
     val = chainermn.scatter_dataset(val, comm)
 

@@ -28,7 +28,7 @@ from chainermn_torus import config
 from chainermn_torus.extensions import checkpoint
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR, load_mnist_idx
 from chainermn_torus.models import MLP  # ChainerMN's example's MLP, 784-unit-unit-10
-from chainermn_torus.runtime import threads, timeline
+from chainermn_torus.runtime import report, threads, timeline
 from chainermn_torus.optimizers.large_batch import GradualWarmup, linear_scaling
 from chainermn_torus.extensions.timing import time_gradient_communication
 
@@ -153,7 +153,7 @@ def main():
         train, test = None, None
     error = comm.mpi_comm.bcast(error, root=0)
     if error is not None:
-        raise SystemExit('rank {}: {}'.format(comm.rank, error))
+        report.stop('rank {}: {}'.format(comm.rank, error))
     train = chainermn.scatter_dataset(train, comm, shuffle=True, seed=args.seed)
     test = chainermn.scatter_dataset(test, comm, shuffle=True, seed=args.seed)
 

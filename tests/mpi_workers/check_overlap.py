@@ -83,7 +83,7 @@ def params_of(model):
     return [p.array.copy() for _, p in sorted(model.namedparams())]
 
 
-def train(make, name, overlap, dtype=None, steps=6, segment_size=400, bucket_bytes=1000,
+def train(make, name, overlap, dtype=None, steps=6, segment_size=1024, bucket_bytes=1000,
           optimizer=chainer.optimizers.Adam, own_backward=False, options=None):
     comm = create(name, allreduce_grad_dtype=dtype,
                                          segment_size=segment_size, **(options or {}))
@@ -136,8 +136,8 @@ def check_against_sync(name):
             # rsaa/rsap sums a block in an order that depends on the block's owner.
             same_places = P == 2 or name == 'pure_allreduce' or dtype is not None
             compare(ref, got, '{} {} Branchy'.format(label, dtype and 'float16'), same_places)
-            ref, _ = train(Big, name, False, dtype, segment_size=64, options=options)
-            got, _ = train(Big, name, True, dtype, segment_size=64, bucket_bytes=2000,
+            ref, _ = train(Big, name, False, dtype, segment_size=1024, options=options)
+            got, _ = train(Big, name, True, dtype, segment_size=1024, bucket_bytes=2000,
                            options=options)
             compare(ref, got, '{} {} Big'.format(label, dtype and 'float16'), True)
 
