@@ -29,7 +29,8 @@ def test_mnist_run_writes_a_trace_per_rank_and_merges(tmp_path, flags, comm_phas
                        '--timeline', prefix] + flags, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     files = timeline_tools.rank_files(prefix)
-    assert [os.path.basename(f) for f in files] == ['tl.rank0.json', 'tl.rank1.json']
+    assert [os.path.basename(f) for f in files.values()] == ['tl.rank0.json', 'tl.rank1.json']
+    assert not list(tmp_path.glob('tl.rank*.events'))  # the complete files replaced the logs
     merged = timeline_tools.merge(prefix)['traceEvents']
     spans = [e for e in merged if e['ph'] == 'X']
     names = {e['name'] for e in spans}
@@ -68,6 +69,49 @@ def test_timeline_bad_input(tmp_path):
     (tmp_path / 'bad.rank0.json').write_text('{"traceEvents": [')
     with pytest.raises(ValueError, match='bad.rank0.json is not a timeline file'):
         timeline_tools.merge(str(tmp_path / 'bad'))
+
+
+FAULT_JOB = os.path.join(ROOT, 'tests', 'mpi_workers', 'fault_job.py')
+
+
+@pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
+                    reason='Debian package dataset-fashion-mnist is not installed '
+                           '(make setup installs it)')
+@pytest.mark.parametrize('fault', ['raise', 'kill'])
+def test_timelines_survive_an_abort_and_kill_9(tmp_path, fault):
+    # raise: rank 1 writes its whole file before MPI_Abort, which kills rank 0 without one;
+    # kill: rank 1 dies by SIGKILL, then mpiexec ends rank 0. Both leave their streamed logs
+    # with the steps before the fault, and merge says whose files are cut short.
+    prefix = str(tmp_path / 'tl')
+    proc = run_mpi(2, [FAULT_JOB, fault, 'pure_allreduce', 'serial', str(tmp_path / 'ck')],
+                   timeout=120, env={'CHAINERMN_TORUS_TIMELINE': prefix,
+                                     'FAULT_STEP_SLEEP': '0.3'})
+    assert proc.returncode != 0 and 'FAULT' in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    files = timeline_tools.rank_files(prefix)
+    assert sorted(files) == [0, 1], files
+    expected = {'raise': ['.events', '.json'], 'kill': ['.events', '.events']}[fault]
+    assert [os.path.splitext(files[r])[1] for r in (0, 1)] == expected, files
+    notes = []
+    merged = timeline_tools.merge(prefix, notes)['traceEvents']
+    cut = [r for r in (0, 1) if files[r].endswith('.events')]
+    assert [n.split(' (')[0] for n in notes] == ['rank {}'.format(r) for r in cut], notes
+    assert all('cut short at iteration' in n for n in notes), notes
+    for rank in (0, 1):
+        steps = {e['args']['iteration'] for e in merged
+                 if e.get('ph') == 'X' and e['pid'] == rank and e['name'] == 'update'}
+        # The fault comes after step 5; streamed every 0.5 s with steps of 0.3 s or more,
+        # at most the last second is missing.
+        assert {2, 3} <= steps, (rank, sorted(steps))
+    p = subprocess.run([sys.executable, '-m', 'chainermn_torus.tools.cli', 'timeline',
+                        'merge', prefix, '-o', str(tmp_path / 'trace.json')],
+                       capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert p.returncode == 0 and 'cut short at iteration' in p.stderr, p.stderr
+    # A rank with no file at all is named from the others' headers.
+    os.remove(files[cut[0]])
+    if fault == 'kill':
+        notes = []
+        timeline_tools.merge(prefix, notes)
+        assert notes[0].startswith('rank(s) {} of 2 have no timeline file'.format(cut[0])), notes
 
 
 def test_phases_cost_nothing_when_off():

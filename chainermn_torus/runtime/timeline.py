@@ -10,7 +10,13 @@ examples' ``--timeline PREFIX``). Each rank records the phases it goes through:
 and writes ``PREFIX.rank<R>.json`` when the process exits (or on ``flush()``), and also
 when the job ends abnormally: before the abort hook's or the watchdog's MPI_Abort, which
 is also how SIGTERM ends a rank (what batch systems send at the time limit; see abort).
-A kill -9 leaves nothing to write with. Then
+
+Ranks that never get there (the peers MPI_Abort kills, kill -9, a node lost) keep what
+they streamed: a thread appends new events to ``PREFIX.rank<R>.events`` (JSON lines,
+a header naming the rank, host and rank count first) every ``STREAM_S`` seconds, so such
+an end loses at most the last half second. The complete ``.json`` replaces the log at a
+normal or aborting exit. ``timeline merge`` uses the log where the ``.json`` is missing
+and says which ranks' files are missing or cut short. Then
 (``chainermn_torus.tools.timeline``)
 
     chainermn-torus timeline merge PREFIX -o trace.json   # open in chrome://tracing, Perfetto
@@ -63,6 +69,9 @@ class _Span(object):
         return False
 
 
+STREAM_S = 0.5  # the most an end without a last write loses
+
+
 class Timeline(object):
 
     def __init__(self, prefix):
@@ -72,6 +81,46 @@ class Timeline(object):
         self.iteration = 0
         self._tids = {}
         self._lock = threading.Lock()
+        self._streamed = 0       # events already in the log
+        self._log = None         # the log's path, once its header is written
+        self._stream_lock = threading.Lock()
+        self._closed = False
+
+    # --- the log a killed rank leaves ---------------------------------------------------
+    def stream(self):
+        """Append the events recorded since the last call to PREFIX.rank<R>.events."""
+        with self._stream_lock:
+            if self._closed:
+                return
+            end = len(self.events)
+            if end == self._streamed and self._log is not None:
+                return
+            lines = []
+            if self._log is None:
+                rank = _rank()
+                self._log = '{}.rank{}.events'.format(self.prefix, rank)
+                lines.append(json.dumps({'timeline': 1, 'rank': rank, 'ranks': _size(),
+                                         'host': socket.gethostname(), 'pid': os.getpid(),
+                                         'offset': self.offset}))
+                mode = 'w'
+            else:
+                mode = 'a'
+            for name, t0, t1, tid, it in self.events[self._streamed:end]:
+                lines.append(json.dumps([name, round((t0 + self.offset) * 1e6, 1),
+                                         round((t1 - t0) * 1e6, 1), tid, it]))
+            with open(self._log, mode) as f:
+                f.write('\n'.join(lines) + '\n')
+            self._streamed = end
+
+    def close_log(self):
+        """The complete .json is written: the log is no longer needed."""
+        with self._stream_lock:
+            self._closed = True
+            if self._log is not None:
+                try:
+                    os.remove(self._log)
+                except OSError:
+                    pass
 
     def _tid(self):
         ident = threading.get_ident()
@@ -119,6 +168,34 @@ def _category(name):
     return 'communication'
 
 
+def _size():
+    for key in ('PMI_SIZE', 'OMPI_COMM_WORLD_SIZE', 'PMIX_SIZE', 'SLURM_NTASKS'):
+        if key in os.environ:
+            try:
+                return int(os.environ[key])
+            except ValueError:
+                continue
+    try:
+        from mpi4py import MPI
+        if MPI.Is_initialized() and not MPI.Is_finalized():
+            return MPI.COMM_WORLD.size
+    except ImportError:
+        pass
+    return None
+
+
+def _streamer(tl):
+    """Daemon thread: stream ``tl``'s new events every STREAM_S while it is the active one.
+    It holds no lock while sleeping, and waits in the kernel: MPI calls release the GIL."""
+    while ACTIVE is tl and not tl._closed:
+        time.sleep(STREAM_S)
+        try:
+            tl.stream()
+        except Exception as e:  # noqa: BLE001 -- a full disk must not end the training
+            sys.stderr.write('chainermn_torus: timeline log stopped: {}\n'.format(e))
+            return
+
+
 def _rank():
     for key in ('PMI_RANK', 'OMPI_COMM_WORLD_RANK', 'PMIX_RANK', 'SLURM_PROCID'):
         if key in os.environ:
@@ -142,6 +219,8 @@ def enable(prefix):
     if ACTIVE is None or ACTIVE.prefix != prefix:
         ACTIVE = Timeline(prefix)
         atexit.register(_write_at_exit, ACTIVE)
+        threading.Thread(target=_streamer, args=(ACTIVE,), daemon=True,
+                         name='chainermn_torus-timeline').start()
     return ACTIVE
 
 
@@ -155,7 +234,9 @@ def emergency_flush():
     if tl is None or not tl.events or not _EMERGENCY.acquire(blocking=False):
         return None
     try:
-        return tl.write()
+        path = tl.write()
+        tl.close_log()
+        return path
     except Exception as e:  # noqa: BLE001 -- the job is ending for another reason
         sys.stderr.write('chainermn_torus: could not write the timeline: {}\n'.format(e))
         return None
@@ -171,6 +252,7 @@ def _write_at_exit(tl):
     if tl.events:
         try:
             tl.write()
+            tl.close_log()
         except OSError as e:
             sys.stderr.write('chainermn_torus: could not write the timeline: {}\n'.format(e))
 

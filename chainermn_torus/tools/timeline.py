@@ -5,16 +5,27 @@ import glob
 import json
 import os
 import sys
+import time
 
-from chainermn_torus.runtime.timeline import TIMELINE_ENV
+from chainermn_torus.runtime.timeline import STREAM_S, TIMELINE_ENV
 
 __all__ = ['rank_files', 'merge', 'plot', 'main']
 
 
+def _rank_of(path):
+    return int(path.rsplit('.rank', 1)[1].split('.')[0])
+
+
 def rank_files(prefix):
-    files = sorted(glob.glob(glob.escape(prefix) + '.rank*.json'),
-                   key=lambda p: int(p.rsplit('.rank', 1)[1].split('.')[0]))
-    if not files:
+    """{rank: path}: each rank's complete .json, else the log it streamed (.events)."""
+    found = {}
+    for pattern in ('.rank*.events', '.rank*.json'):  # a .json replaces its log
+        for path in glob.glob(glob.escape(prefix) + pattern):
+            try:
+                found[_rank_of(path)] = path
+            except ValueError:
+                continue
+    if not found:
         unfinished = glob.glob(glob.escape(prefix) + '.rank*.json.tmp')
         if unfinished:
             raise ValueError('chainermn_torus: no timeline files {}.rank*.json, only {} '
@@ -23,7 +34,7 @@ def rank_files(prefix):
                              'whole)'.format(prefix, len(unfinished), sorted(unfinished)[0]))
         raise ValueError('chainermn_torus: no timeline files {}.rank*.json; was the run '
                          'started with {}={}?'.format(prefix, TIMELINE_ENV, prefix))
-    return files
+    return dict(sorted(found.items()))
 
 
 def _load(path):
@@ -36,10 +47,69 @@ def _load(path):
                              path, type(e).__name__, e)) from None
 
 
-def merge(prefix):
-    events = []
-    for path in rank_files(prefix):
-        events.extend(_load(path))
+def _load_log(path):
+    """(events, header, note) from a streamed log; a last line cut by the kill is dropped."""
+    with open(path) as f:
+        lines = f.read().split('\n')
+    try:
+        header = json.loads(lines[0])
+        header['rank']
+    except (ValueError, KeyError, TypeError, IndexError):
+        raise ValueError('chainermn_torus: {} is not a timeline log written by chainermn-torus '
+                         '(its first line is no header); remove it'.format(path)) from None
+    rank = header['rank']
+    events = [{'name': 'process_name', 'ph': 'M', 'pid': rank,
+               'args': {'name': 'rank {} ({})'.format(rank, header.get('host', '?'))}}]
+    tids, last, dropped = set(), None, 0
+    for line in lines[1:]:
+        if not line.strip():
+            continue
+        try:
+            name, ts, dur, tid, it = json.loads(line)
+        except (ValueError, TypeError):
+            dropped += 1
+            continue
+        tids.add(tid)
+        last = (ts + dur, it)
+        events.append({'name': name, 'cat': 'optimizer' if name in (
+            'forward_backward', 'update', 'wait') else 'communication', 'ph': 'X',
+            'pid': rank, 'tid': tid, 'ts': ts, 'dur': dur, 'args': {'iteration': it}})
+    for tid in sorted(tids):
+        events.append({'name': 'thread_name', 'ph': 'M', 'pid': rank, 'tid': tid,
+                       'args': {'name': 'main' if tid == 0 else 'communication'}})
+    if last is None:
+        note = 'rank {} ({}): cut short, no event recorded before the process ended ' \
+               '(only its log {})'.format(rank, header.get('host', '?'), path)
+    else:
+        note = 'rank {} ({}): cut short at iteration {}, {} (only its log {}: the process ' \
+               'ended without writing its timeline, as MPI_Abort\'s peers and kill -9 do; ' \
+               'up to the last {:g} s are missing{})'.format(
+                   rank, header.get('host', '?'), last[1],
+                   time.strftime('%H:%M:%S', time.localtime(last[0] / 1e6)), path, STREAM_S,
+                   '; {} damaged line(s) skipped'.format(dropped) if dropped else '')
+    return events, header, note
+
+
+def merge(prefix, notes=None):
+    """One Chrome trace of every rank's events; ``notes`` (a list) receives a line per rank
+    whose file is missing or cut short."""
+    notes = [] if notes is None else notes
+    events, expected, found = [], set(), []
+    for rank, path in rank_files(prefix).items():
+        found.append(rank)
+        if path.endswith('.events'):
+            part, header, note = _load_log(path)
+            notes.append(note)
+            if header.get('ranks'):
+                expected.update(range(int(header['ranks'])))
+        else:
+            part = _load(path)
+        events.extend(part)
+    missing = sorted(expected - set(found))
+    if missing:
+        notes.insert(0, 'rank(s) {} of {} have no timeline file under {} (killed before their '
+                        'first {:g} s of recording, or their node\'s files are elsewhere)'.format(
+                            ', '.join(map(str, missing)), len(expected), prefix, STREAM_S))
     return {'traceEvents': events, 'displayTimeUnit': 'ms'}
 
 
@@ -49,12 +119,12 @@ COLORS = {'forward_backward': '#4c72b0', 'update': '#55a868', 'wait': '#c44e52',
           'gather (shm)': '#dd8452', 'tail': '#999999'}
 
 
-def plot(prefix, out, first=None, count=3):
+def plot(prefix, out, first=None, count=3, notes=None):
     """A Gantt chart of ``count`` iterations (from ``first``, default the middle) per rank."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
-    trace = merge(prefix)['traceEvents']
+    trace = merge(prefix, notes)['traceEvents']
     spans = [e for e in trace if e.get('ph') == 'X']
     names = {e['pid']: e['args']['name'] for e in trace if e.get('name') == 'process_name'}
     iters = sorted({e['args']['iteration'] for e in spans})
@@ -103,17 +173,21 @@ def main(argv=None):
     q.add_argument('--first', type=int, default=None)
     q.add_argument('--count', type=int, default=3)
     args = p.parse_args(argv)
+    notes = []
     try:
         if args.cmd == 'merge':
+            trace = merge(args.prefix, notes)
             with open(args.output, 'w') as f:
-                json.dump(merge(args.prefix), f)
+                json.dump(trace, f)
         elif args.cmd == 'plot':
-            plot(args.prefix, args.output, args.first, args.count)
+            plot(args.prefix, args.output, args.first, args.count, notes)
         else:
             p.print_help()
             return 2
     except ValueError as e:
         sys.stderr.write('chainermn-torus timeline: {}\n'.format(e))
         return 2
+    for note in notes:
+        sys.stderr.write('chainermn-torus timeline: {}\n'.format(note))
     print('wrote ' + args.output)
     return 0

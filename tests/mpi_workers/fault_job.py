@@ -37,6 +37,7 @@ FAULT, COMMUNICATOR, LOADER, CKPT = sys.argv[1:5]
 FAULT_STEP = 5
 UNITS = int(os.environ.get('FAULT_UNITS', '100'))
 BATCH = int(os.environ.get('FAULT_BATCH', '50'))
+STEP_SLEEP = float(os.environ.get('FAULT_STEP_SLEEP', '0'))
 
 
 def make_communicator():
@@ -56,6 +57,7 @@ class Fault(chainer.training.Extension):
     def __call__(self, trainer):
         step = trainer.updater.iteration
         rank = self.comm.rank
+        time.sleep(STEP_SLEEP)  # steps as long as a real model's (timeline rows)
         if FAULT == 'enospc' and step == 4 and rank == 0:  # its checkpoint write fails next
             print('FAULT {!r}'.format(time.time()), flush=True)
         if step != FAULT_STEP:
