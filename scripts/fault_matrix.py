@@ -32,6 +32,13 @@ MPIEXEC = (os.environ.get('CHAINERMN_TORUS_MPIEXEC')
            or os.path.join(ROOT, '.venv', 'bin', 'mpiexec'))
 
 FAULTS = ('raise', 'kill', 'loader-death', 'sigint', 'sigterm', 'hang', 'enospc', 'shm-full')
+# Rows of one configuration each (rsap's node-shared rows, our loader): the float16 mean that
+# overflows, a diverged state at a checkpoint, /dev/shm 8 KB above the node-shared buffers'
+# bytes (where the old check passed and the job died of SIGBUS), and a checkpoint directory
+# (a tmpfs) with room for 2.6 checkpoints (keep=2), where a requeue used to fail at every
+# third checkpoint. The last one must complete.
+SINGLE = ('mean-overflow', 'diverge', 'shm-short', 'ckpt-room')
+COMPLETES = ('ckpt-room',)
 # Variants of the table (algorithms.variants): rsap's node-shared rows (its default on
 # one node), rsap's RMA window (shm=False), and no window at all.
 COMMUNICATORS = ('shm', 'rsap', 'pure_allreduce')
@@ -55,6 +62,10 @@ MESSAGES = {
     'hang': [r'chainermn_torus watchdog: '],
     'enospc': [r'cannot write checkpoint'],
     'shm-full': [r'not enough shared memory'],
+    'mean-overflow': [r"NaN/Inf in the averaged gradients.*"],
+    'diverge': [r'checkpoint \d+ not written: the trainer state holds NaN/Inf.*'],
+    'shm-short': [r'not enough shared memory.*', r'Bus error|SIGNAL: 7'],
+    'ckpt-room': [r'removed the oldest checkpoint\(s\) first.*'],
 }
 
 
@@ -69,6 +80,7 @@ def scenarios(quick=False):
                 if quick and not ((comm, loader) == ('shm', 'ours') and fault in QUICK):
                     continue
                 rows.append((fault, comm, loader))
+    rows += [(fault, 'shm', 'ours') for fault in SINGLE]
     return rows
 
 
@@ -86,25 +98,58 @@ def can_run():
     return None
 
 
+def _mount(size, where):
+    subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=' + str(size), 'tmpfs', where],
+                   check=True)
+
+
+def _probe(comm, loader, workdir):
+    """A run of the same job that completes: the bytes of one checkpoint."""
+    _mount(SHM_SIZE, '/dev/shm')
+    try:
+        probe = _run_job('none', comm, loader, os.path.join(workdir, 'probe'))
+    finally:
+        subprocess.run(['umount', '/dev/shm'], check=False)
+    if not probe['completed']:
+        raise RuntimeError('probe run failed: ' + probe['tail'])
+    return probe['checkpoint_bytes']
+
+
 def run_inside(fault, comm, loader, workdir):
     """One scenario; called inside the private mount namespace (see main)."""
     size = SHM_FULL_SIZE if fault == 'shm-full' else SHM_SIZE
-    subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=' + size, 'tmpfs', '/dev/shm'],
-                   check=True)
+    room = None
+    if fault == 'ckpt-room':
+        room = int(2.6 * _probe(comm, loader, workdir))
+    _mount(size, '/dev/shm')
+    ckpt = os.path.join(workdir, 'ckpt')
+    if room is not None:
+        os.makedirs(ckpt, exist_ok=True)
+        _mount(room, ckpt)
     try:
-        return _run_job(fault, comm, loader, workdir)
+        result = _run_job(fault, comm, loader, workdir)
+        result['shm_size'] = size
+        result['checkpoint_room'] = room
+        return result
     finally:
+        if room is not None:
+            subprocess.run(['umount', ckpt], check=False)
         subprocess.run(['umount', '/dev/shm'], check=False)
 
 
-def _run_job(fault, comm, loader, workdir):
+def _run_job(fault, comm, loader, workdir, extra_env=None):
     ckpt = os.path.join(workdir, 'ckpt')
     os.makedirs(ckpt, exist_ok=True)
+    timeline = os.path.join(workdir, 'tl')
     code = os.environ.get('FAULT_MATRIX_CODE', ROOT)  # --code: an older checkout's package
     env = dict(os.environ, OMP_NUM_THREADS='1', CHAINERMN_TORUS_QUIET='1',
                PYTHONPATH=code + os.pathsep + os.environ.get('PYTHONPATH', ''),
-               FAULT_MATRIX_ROW=workdir)  # marks this row's processes (rows run side by side)
-    job_fault = {'sigint': 'signal', 'sigterm': 'signal', 'shm-full': 'none'}.get(fault, fault)
+               CHAINERMN_TORUS_TIMELINE=timeline,
+               FAULT_MATRIX_ROW=workdir, **(extra_env or {}))  # marks this row's processes
+    job_fault = {'sigint': 'signal', 'sigterm': 'signal', 'shm-full': 'none',
+                 'ckpt-room': 'none'}.get(fault, fault)
+    if fault == 'ckpt-room':
+        env['CHAINERMN_TORUS_QUIET'] = '0'  # the line that says what was removed first
     if fault == 'hang':
         env['CHAINERMN_TORUS_WATCHDOG'] = str(WATCHDOG_S)
     if fault == 'enospc':
@@ -144,7 +189,7 @@ def _run_job(fault, comm, loader, workdir):
     for t in threads:
         t.join()
     stdout, stderr = ''.join(out), ''.join(err)
-    if fault_at[0] is None and fault == 'shm-full':
+    if fault_at[0] is None and fault in ('shm-full', 'ckpt-room'):
         fault_at[0] = start  # the fault is there from the start
     # Loader processes notice a dead parent within a second: up to 1.5 s for the job's
     # processes to be gone (at once where none is left), then what remains is counted.
@@ -155,14 +200,50 @@ def _run_job(fault, comm, loader, workdir):
     stray = [n for n in os.listdir(ckpt) if '.tmp' in n]
     alive = _job_processes(workdir)
     message = _message(fault, stdout + stderr)
+    checkpoints, nonfinite, ckpt_bytes = _checkpoints(ckpt)
     return {
         'fault': fault, 'communicator': comm, 'loader': loader, 'exit_code': proc.returncode,
         'hung': hung, 'seconds_to_end': None if fault_at[0] is None else end - fault_at[0],
         'shm_files': left, 'shm_bytes': sum(size for _, size in left),
         'checkpoint_tmp_files': stray, 'processes_left': alive, 'message': message,
         'completed': stdout.count('OK rank') == 2,
+        'checkpoints': checkpoints, 'checkpoints_nonfinite': nonfinite,
+        'checkpoint_bytes': ckpt_bytes, 'timeline': _timelines(timeline),
         'tail': (stdout + stderr)[-1500:],
     }
+
+
+def _checkpoints(ckpt):
+    """(complete checkpoints, rank files holding NaN/Inf, bytes of the newest checkpoint)."""
+    import numpy
+    manifests = sorted(n for n in os.listdir(ckpt) if n.startswith('manifest_iter_'))
+    nonfinite = []
+    for name in sorted(os.listdir(ckpt)):
+        if not (name.startswith('snapshot_iter_') and name.endswith('.npz')):
+            continue
+        with numpy.load(os.path.join(ckpt, name)) as z:
+            if any(z[k].dtype.kind == 'f' and not numpy.isfinite(z[k]).all() for k in z.files):
+                nonfinite.append(name)
+    newest = 0
+    if manifests:
+        with open(os.path.join(ckpt, manifests[-1])) as f:
+            newest = sum(c['bytes'] for c in json.load(f).get('checks', {}).values())
+    return len(manifests), nonfinite, newest
+
+
+def _timelines(prefix):
+    """What the ranks' timelines became: complete, cut short (streamed log only), missing."""
+    sys.path.insert(0, ROOT)  # this checkout's reader, also for --code's jobs
+    from chainermn_torus.tools import timeline as tools
+    try:
+        files = tools.rank_files(prefix)
+    except ValueError:
+        return {'complete': [], 'cut': [], 'notes': ['no timeline file']}
+    notes = []
+    tools.merge(prefix, notes)
+    return {'complete': [r for r, p in files.items() if p.endswith('.json')],
+            'cut': [r for r, p in files.items() if p.endswith('.events')],
+            'notes': notes}
 
 
 def _shm_files():
@@ -195,7 +276,7 @@ def _job_processes(workdir):
 
 def _message(fault, text):
     lines = text.splitlines()
-    for pattern in MESSAGES[fault]:
+    for pattern in MESSAGES.get(fault, ()):
         for line in lines:
             if re.search(pattern, line):
                 return line.strip()[:240]
@@ -237,16 +318,21 @@ they are gone or 1.5 s after mpiexec's exit. Machine: {machine}, 2 ranks.
 
 def markdown(results, machine=''):
     lines = [HEADER.format(machine=machine or os.uname().nodename),
-             '| fault | communicator | loader | time to end (s) | left in /dev/shm | '
-             'checkpoint tmp files | processes left | message shown |',
-             '|---|---|---|--:|--:|--:|--:|---|']
+             '| fault | communicator | loader | exit code | time to end (s) | left in /dev/shm | '
+             'checkpoint tmp files | processes left | checkpoints (non-finite files) | '
+             'timelines complete / cut short | message shown |',
+             '|---|---|---|--:|--:|--:|--:|--:|--:|--:|---|']
     for r in results:
         secs = '-' if r['seconds_to_end'] is None else '{:.1f}'.format(r['seconds_to_end'])
         msg = r['message'] or ('completed (nothing to fail)' if r['completed'] else '')
-        lines.append('| {} | {} | {} | {} | {} B in {} file(s) | {} | {} | {} |'.format(
-            r['fault'], r['communicator'], r['loader'], secs, r['shm_bytes'],
-            len(r['shm_files']), len(r['checkpoint_tmp_files']), len(r['processes_left']),
-            msg.replace('|', '/')))
+        tl = r.get('timeline') or {'complete': [], 'cut': []}
+        lines.append('| {} | {} | {} | {} | {} | {} B in {} file(s) | {} | {} | {} ({}) | '
+                     '{} / {} | {} |'.format(
+                         r['fault'], r['communicator'], r['loader'], r['exit_code'], secs,
+                         r['shm_bytes'], len(r['shm_files']), len(r['checkpoint_tmp_files']),
+                         len(r['processes_left']), r.get('checkpoints', '-'),
+                         len(r.get('checkpoints_nonfinite', [])), len(tl['complete']),
+                         len(tl['cut']), msg.replace('|', '/')[:200]))
     return '\n'.join(lines)
 
 

@@ -1,6 +1,6 @@
 """Every failure path under mpiexec leaves nothing behind: rows of scripts/fault_matrix.py
 (fault x communicator x loader), one test per row; each row of the matrix not run here is
-named with its reason (`make fault-matrix` runs all 45).
+named with its reason (`make fault-matrix` runs all 49).
 
 Each row runs a real 2-rank training job in its own mount namespace with a private tmpfs on
 /dev/shm, so every file there afterwards is the job's; PARALLEL rows run side by side (each
@@ -33,8 +33,11 @@ PARALLEL = 3
 # loader's slots are refused first, whatever the communicator).
 ROWS = ([(fault, 'shm', 'ours') for fault in fault_matrix.FAULTS]
         + [('kill', comm, 'ours') for comm in ('rsap', 'pure_allreduce')]
-        + [('shm-full', 'shm', 'serial'), ('shm-full', 'rsap', 'serial')])
-# Every other row of the matrix, and why it is left to `make fault-matrix` (all 45 rows,
+        + [('shm-full', 'shm', 'serial'), ('shm-full', 'rsap', 'serial')]
+        + [(fault, 'shm', 'ours') for fault in fault_matrix.SINGLE])
+# Faults after a few recorded steps: every rank's timeline is there, whole or cut short.
+TIMELINED = ('raise', 'kill', 'loader-death', 'hang', 'mean-overflow', 'diverge')
+# Every other row of the matrix, and why it is left to `make fault-matrix` (all 49 rows,
 # docs/measurements/fault-matrix.md): the same path as a row above, at 2-5 s of the full
 # tier's 8 minutes each.
 WHY_LEFT_OUT = {
@@ -64,8 +67,8 @@ def test_every_row_is_run_or_left_out_with_its_reason():
     matrix = fault_matrix.scenarios()
     assert set(ROWS) <= set(matrix) and len(set(ROWS)) == len(ROWS)
     left = {row: why_left_out(row) for row in matrix if row not in ROWS}
-    assert len(ROWS) + len(left) == len(matrix) == 45
-    assert set(f for f, _, _ in ROWS) == set(fault_matrix.FAULTS)
+    assert len(ROWS) + len(left) == len(matrix) == 49
+    assert set(f for f, _, _ in ROWS) == set(fault_matrix.FAULTS + fault_matrix.SINGLE)
 
 
 @pytest.fixture(scope='module')
@@ -79,6 +82,17 @@ def test_fault_ends_the_job_with_its_message_and_leaves_nothing(results, fault, 
                                                                 loader):
     r = results[(fault, communicator, loader)]
     assert not r['hung'], r['tail']
+    # Never a checkpoint holding NaN/Inf, whatever went wrong.
+    assert r['checkpoints_nonfinite'] == [], r['checkpoints_nonfinite']
+    if fault in TIMELINED:
+        tl = r['timeline']
+        assert sorted(tl['complete'] + tl['cut']) == [0, 1], tl
+    if fault in fault_matrix.COMPLETES:
+        # A checkpoint directory with room for 2.6 checkpoints: the oldest goes first.
+        assert r['completed'] and r['exit_code'] == 0, r['tail']
+        assert r['message'] and r['checkpoints'] == 2, r
+        assert r['shm_files'] == [] and r['processes_left'] == [], r
+        return
     assert not r['completed'] and r['exit_code'] != 0, r['tail']
     if fault == 'shm-full' and MPI == 'impi':
         # Intel MPI maps its own intra-node segments (unlinked at once) in the same 3 MB

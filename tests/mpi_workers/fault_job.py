@@ -14,6 +14,13 @@ processes) or a SerialIterator ('serial'). COMMUNICATOR is a variant of the tabl
   signal         rank 0 prints FAULT and training goes on: the harness signals mpiexec
   enospc         (CHAINERMN_TORUS_CHECKPOINT_FAULT=full:4) rank 0's checkpoint fails
   shm-full       (a /dev/shm too small) whatever allocates shared memory first fails
+  mean-overflow  float16 communication with check_finite; from step 5 on every rank's
+                 gradient of one weight is 0.9 x 65504 x P: each share fits in float16, the
+                 mean does not (the check after averaging stops the job)
+  diverge        after step 5 a weight is NaN on every rank: the checkpoint at step 6 refuses
+  shm-short      after step 1, before the first averaging allocates the node-shared buffers,
+                 rank 0 fills /dev/shm until 8 KB more than their bytes are free: what the
+                 room check used to pass and then died of SIGBUS
   none           nothing: trains 20 steps and reports OK
 
 Rank 0 prints ``FAULT <time.time()>`` just before the fault (for the time to the end).
@@ -24,6 +31,7 @@ import sys
 import time
 
 import chainer
+import numpy
 from chainer import training
 
 import chainermn
@@ -40,11 +48,38 @@ BATCH = int(os.environ.get('FAULT_BATCH', '50'))
 STEP_SLEEP = float(os.environ.get('FAULT_STEP_SLEEP', '0'))
 
 
+BALLAST = []   # shm-short: the descriptor that holds /dev/shm's space
+BOOST = [0.0]  # added to one weight's gradient from step 5 on (mean-overflow)
+
+
 def make_communicator():
+    extra = {'allreduce_grad_dtype': numpy.float16} if FAULT == 'mean-overflow' else {}
     if COMMUNICATOR in variants.VARIANTS:
         v = variants.VARIANTS[COMMUNICATOR]
-        return chainermn.create_communicator(v.communicator, **v.options)
-    return chainermn.create_communicator(COMMUNICATOR)
+        return chainermn.create_communicator(v.communicator, **dict(v.options, **extra))
+    return chainermn.create_communicator(COMMUNICATOR, **extra)
+
+
+class Boosted(chainer.links.Classifier):
+    def forward(self, x, t):
+        loss = super(Boosted, self).forward(x, t)
+        if BOOST[0]:
+            loss = loss + BOOST[0] * self.predictor.l1.W[0, 0]
+        return loss
+
+
+def _fill_shm(model, comm):
+    """Leave the node-shared row buffers' bytes (whole pages, each rank of the node) + 8 KB
+    free in /dev/shm: the old check's need, which was a few KB short of the kernel's."""
+    page = os.sysconf('SC_PAGE_SIZE')
+    nbytes = sum(p.array.nbytes for _, p in model.namedparams())
+    raw = comm.intra_size * (-(-nbytes // page) * page)
+    st = os.statvfs('/dev/shm')
+    ballast = st.f_bavail * st.f_frsize - (raw + 8192)
+    fd = os.open('/dev/shm/fault-ballast', os.O_CREAT | os.O_RDWR)
+    os.posix_fallocate(fd, 0, ballast)
+    os.unlink('/dev/shm/fault-ballast')  # the open descriptor keeps the space taken
+    BALLAST.append(fd)
 
 
 class Fault(chainer.training.Extension):
@@ -60,6 +95,20 @@ class Fault(chainer.training.Extension):
         time.sleep(STEP_SLEEP)  # steps as long as a real model's (timeline rows)
         if FAULT == 'enospc' and step == 4 and rank == 0:  # its checkpoint write fails next
             print('FAULT {!r}'.format(time.time()), flush=True)
+        if FAULT == 'mean-overflow' and step == FAULT_STEP - 1:
+            BOOST[0] = 0.9 * 65504 * self.comm.size
+            if rank == 0:
+                print('FAULT {!r}'.format(time.time()), flush=True)
+        if FAULT == 'shm-short' and step == 1:
+            if rank == 0:
+                print('FAULT {!r}'.format(time.time()), flush=True)
+                _fill_shm(trainer.updater.get_optimizer('main').target, self.comm)
+            self.comm.mpi_comm.Barrier()
+        if FAULT == 'diverge' and step == FAULT_STEP:
+            trainer.updater.get_optimizer('main').target.predictor.l1.W.array[0, 0] = \
+                numpy.nan
+            if rank == 0:
+                print('FAULT {!r}'.format(time.time()), flush=True)
         if step != FAULT_STEP:
             return
         if FAULT == 'signal' and rank == 0:
@@ -83,8 +132,9 @@ def main():
     train, _ = load_mnist_idx()
     train = chainermn.scatter_dataset(train[:2000] if comm.rank == 0 else None, comm,
                                       shuffle=True, seed=0)
-    model = chainer.links.Classifier(MLP(UNITS, 10))
-    opt = chainermn.create_multi_node_optimizer(chainer.optimizers.Adam(), comm).setup(model)
+    model = Boosted(MLP(UNITS, 10))
+    opt = chainermn.create_multi_node_optimizer(
+        chainer.optimizers.Adam(), comm, check_finite=FAULT == 'mean-overflow').setup(model)
     if LOADER == 'ours':
         from chainermn_torus.loader import LoaderIterator
         it = LoaderIterator(train, BATCH, n_processes=2, seed=comm.rank)
