@@ -37,8 +37,14 @@ FAULTS = ('raise', 'kill', 'loader-death', 'sigint', 'sigterm', 'hang', 'enospc'
 # bytes (where the old check passed and the job died of SIGBUS), and a checkpoint directory
 # (a tmpfs) with room for 2.6 checkpoints (keep=2), where a requeue used to fail at every
 # third checkpoint. The last one must complete.
-SINGLE = ('mean-overflow', 'diverge', 'shm-short', 'ckpt-room')
-COMPLETES = ('ckpt-room',)
+SINGLE = ('mean-overflow', 'diverge', 'shm-short', 'ckpt-room', 'eval-stall', 'eval-long')
+COMPLETES = ('ckpt-room', 'eval-long')
+# On the emulated cluster (scripts/emulate_cluster.sh, 3 nodes x 2 ranks), every process of
+# node1 stopped (SIGSTOP): during training steps, and during an evaluation. The watchdog
+# must name node1 within its limit + 2 s. One at a time (one cluster).
+CLUSTER = ('node-frozen', 'node-frozen-eval')
+CLUSTER_NODES, FROZEN_NODE = 3, 1
+EMULATE = os.path.join(ROOT, 'scripts', 'emulate_cluster.sh')
 # Variants of the table (algorithms.variants): rsap's node-shared rows (its default on
 # one node), rsap's RMA window (shm=False), and no window at all.
 COMMUNICATORS = ('shm', 'rsap', 'pure_allreduce')
@@ -66,6 +72,10 @@ MESSAGES = {
     'diverge': [r'checkpoint \d+ not written: the trainer state holds NaN/Inf.*'],
     'shm-short': [r'not enough shared memory.*', r'Bus error|SIGNAL: 7'],
     'ckpt-room': [r'removed the oldest checkpoint\(s\) first.*'],
+    'eval-stall': [r'chainermn_torus watchdog: .*'],
+    'eval-long': [r'chainermn_torus watchdog: .*'],  # none expected: the job completes
+    'node-frozen': [r'chainermn_torus watchdog: .*'],
+    'node-frozen-eval': [r'chainermn_torus watchdog: .*'],
 }
 
 
@@ -80,7 +90,7 @@ def scenarios(quick=False):
                 if quick and not ((comm, loader) == ('shm', 'ours') and fault in QUICK):
                     continue
                 rows.append((fault, comm, loader))
-    rows += [(fault, 'shm', 'ours') for fault in SINGLE]
+    rows += [(fault, 'shm', 'ours') for fault in SINGLE + CLUSTER]
     return rows
 
 
@@ -122,6 +132,16 @@ def run_inside(fault, comm, loader, workdir):
     if fault == 'ckpt-room':
         room = int(2.6 * _probe(comm, loader, workdir))
     _mount(size, '/dev/shm')
+    if fault in CLUSTER:  # the emulated nodes share this namespace's /dev/shm
+        try:
+            subprocess.run(['bash', EMULATE, 'up', str(CLUSTER_NODES)], check=True,
+                           capture_output=True, text=True)
+            result = _run_job(fault, comm, loader, workdir)
+        finally:
+            subprocess.run(['bash', EMULATE, 'down'], capture_output=True)
+            subprocess.run(['umount', '/dev/shm'], check=False)
+        result['shm_size'], result['checkpoint_room'] = size, None
+        return result
     ckpt = os.path.join(workdir, 'ckpt')
     if room is not None:
         os.makedirs(ckpt, exist_ok=True)
@@ -150,25 +170,38 @@ def _run_job(fault, comm, loader, workdir, extra_env=None):
                  'ckpt-room': 'none'}.get(fault, fault)
     if fault == 'ckpt-room':
         env['CHAINERMN_TORUS_QUIET'] = '0'  # the line that says what was removed first
-    if fault == 'hang':
+    if fault in ('hang', 'eval-stall') + CLUSTER:
         env['CHAINERMN_TORUS_WATCHDOG'] = str(WATCHDOG_S)
+    if fault == 'eval-long':
+        env['CHAINERMN_TORUS_WATCHDOG'] = '1'  # its 12 s evaluation: 12 x the limit
+    if fault in CLUSTER:
+        env['FAULT_STEP_SLEEP'] = '0.2'
     if fault == 'enospc':
         env['CHAINERMN_TORUS_CHECKPOINT_FAULT'] = 'full:4'
     if fault == 'shm-full':
         env['FAULT_UNITS'] = '1000'  # 3.2 MB of gradients per rank: more than is left
         env['FAULT_BATCH'] = '400'   # and 7.5 MB of loader slots
     argv = [MPIEXEC, '-n', '2', PYTHON, WORKER, job_fault, comm, loader, ckpt]
+    if fault in CLUSTER:
+        job_fault = {'node-frozen': 'frozen', 'node-frozen-eval': 'frozen-eval'}[fault]
+        argv = ['bash', EMULATE, 'run', '2', PYTHON, WORKER, job_fault, comm, loader, ckpt]
     start = time.time()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, cwd=workdir, start_new_session=True)
     out, err, fault_at = [], [], [None]
 
+    cue = r'EVALUATION (\d+\.\d+)' if fault == 'node-frozen-eval' else r'FAULT (\d+\.\d+)'
+
     def pump(stream, sink, watch):
         for line in stream:
             sink.append(line)
-            m = re.match(r'FAULT (\d+\.\d+)', line)
+            m = re.match(cue, line)
             if watch and m and fault_at[0] is None:
-                fault_at[0] = float(m.group(1))
+                if fault in CLUSTER:
+                    _signal_node(FROZEN_NODE, signal.SIGSTOP)
+                    fault_at[0] = time.time()
+                else:
+                    fault_at[0] = float(m.group(1))
 
     threads = [threading.Thread(target=pump, args=(proc.stdout, out, True)),
                threading.Thread(target=pump, args=(proc.stderr, err, False))]
@@ -186,6 +219,19 @@ def _run_job(fault, comm, loader, workdir, extra_env=None):
         proc.wait()
         hung = True
     end = time.time()
+    frozen_files = []
+    if fault in CLUSTER:
+        # The stopped node's processes cannot clean up; on a cluster the node is rebooted or
+        # the next job's start sweeps them (runtime.devshm). Here: killed, then swept, and
+        # what was theirs is reported apart.
+        _signal_node(FROZEN_NODE, signal.SIGKILL)
+        settle = time.time() + 5
+        while _node_pids(FROZEN_NODE) and time.time() < settle:
+            time.sleep(0.05)
+        frozen_files = [n for n, _ in _shm_files() if n.endswith('_node{}'.format(FROZEN_NODE))]
+        sys.path.insert(0, ROOT)
+        from chainermn_torus.runtime import devshm
+        devshm.sweep()
     for t in threads:
         t.join()
     stdout, stderr = ''.join(out), ''.join(err)
@@ -209,8 +255,32 @@ def _run_job(fault, comm, loader, workdir, extra_env=None):
         'completed': stdout.count('OK rank') == 2,
         'checkpoints': checkpoints, 'checkpoints_nonfinite': nonfinite,
         'checkpoint_bytes': ckpt_bytes, 'timeline': _timelines(timeline),
+        'frozen_node_files': frozen_files,
         'tail': (stdout + stderr)[-1500:],
     }
+
+
+def _node_pids(node):
+    out = subprocess.run(['ip', 'netns', 'pids', 'cmt-n{}'.format(node)],
+                         capture_output=True, text=True).stdout.split()
+    alive = []
+    for pid in out:  # a zombie is gone for our purpose (its parent reaps it later)
+        try:
+            with open('/proc/{}/stat'.format(pid)) as f:
+                if f.read().rsplit(')', 1)[1].split()[0] != 'Z':
+                    alive.append(int(pid))
+        except (OSError, IndexError):
+            pass
+    return alive
+
+
+def _signal_node(node, sig):
+    """Send ``sig`` to every process of emulated node ``node`` (its network namespace)."""
+    for pid in _node_pids(node):
+        try:
+            os.kill(int(pid), sig)
+        except (ProcessLookupError, ValueError):
+            pass
 
 
 def _checkpoints(ckpt):
@@ -298,8 +368,12 @@ def run(rows, workdir, parallel=1):
                 fault, comm, loader, proc.stderr[-2000:]))
         shutil.rmtree(d, ignore_errors=True)
         return json.loads(proc.stdout.splitlines()[-1])
+    alone = [r for r in rows if r[0] in CLUSTER]  # one emulated cluster at a time
     with concurrent.futures.ThreadPoolExecutor(max(1, parallel)) as pool:
-        return list(pool.map(one, rows))
+        done = dict(zip([r for r in rows if r not in alone],
+                        pool.map(one, [r for r in rows if r not in alone])))
+    done.update({r: one(r) for r in alone})
+    return [done[r] for r in rows]
 
 
 HEADER = """# Fault matrix

@@ -1,6 +1,6 @@
 """Every failure path under mpiexec leaves nothing behind: rows of scripts/fault_matrix.py
 (fault x communicator x loader), one test per row; each row of the matrix not run here is
-named with its reason (`make fault-matrix` runs all 49).
+named with its reason (`make fault-matrix` runs all 53).
 
 Each row runs a real 2-rank training job in its own mount namespace with a private tmpfs on
 /dev/shm, so every file there afterwards is the job's; PARALLEL rows run side by side (each
@@ -34,10 +34,10 @@ PARALLEL = 3
 ROWS = ([(fault, 'shm', 'ours') for fault in fault_matrix.FAULTS]
         + [('kill', comm, 'ours') for comm in ('rsap', 'pure_allreduce')]
         + [('shm-full', 'shm', 'serial'), ('shm-full', 'rsap', 'serial')]
-        + [(fault, 'shm', 'ours') for fault in fault_matrix.SINGLE])
+        + [(fault, 'shm', 'ours') for fault in fault_matrix.SINGLE + fault_matrix.CLUSTER])
 # Faults after a few recorded steps: every rank's timeline is there, whole or cut short.
-TIMELINED = ('raise', 'kill', 'loader-death', 'hang', 'mean-overflow', 'diverge')
-# Every other row of the matrix, and why it is left to `make fault-matrix` (all 49 rows,
+TIMELINED = ('raise', 'kill', 'loader-death', 'hang', 'mean-overflow', 'diverge', 'eval-stall')
+# Every other row of the matrix, and why it is left to `make fault-matrix` (all 53 rows,
 # docs/measurements/fault-matrix.md): the same path as a row above, at 2-5 s of the full
 # tier's 8 minutes each.
 WHY_LEFT_OUT = {
@@ -67,8 +67,9 @@ def test_every_row_is_run_or_left_out_with_its_reason():
     matrix = fault_matrix.scenarios()
     assert set(ROWS) <= set(matrix) and len(set(ROWS)) == len(ROWS)
     left = {row: why_left_out(row) for row in matrix if row not in ROWS}
-    assert len(ROWS) + len(left) == len(matrix) == 49
-    assert set(f for f, _, _ in ROWS) == set(fault_matrix.FAULTS + fault_matrix.SINGLE)
+    assert len(ROWS) + len(left) == len(matrix) == 53
+    assert set(f for f, _, _ in ROWS) == set(fault_matrix.FAULTS + fault_matrix.SINGLE
+                                             + fault_matrix.CLUSTER)
 
 
 @pytest.fixture(scope='module')
@@ -88,11 +89,24 @@ def test_fault_ends_the_job_with_its_message_and_leaves_nothing(results, fault, 
         tl = r['timeline']
         assert sorted(tl['complete'] + tl['cut']) == [0, 1], tl
     if fault in fault_matrix.COMPLETES:
-        # A checkpoint directory with room for 2.6 checkpoints: the oldest goes first.
         assert r['completed'] and r['exit_code'] == 0, r['tail']
-        assert r['message'] and r['checkpoints'] == 2, r
         assert r['shm_files'] == [] and r['processes_left'] == [], r
+        if fault == 'ckpt-room':  # room for 2.6 checkpoints: the oldest goes first, said
+            assert r['message'] and r['checkpoints'] == 2, r
+        else:  # a 12 s evaluation under a 1 s limit: its batches are progress
+            assert r['message'] == '', r['message']
         return
+    if fault in fault_matrix.CLUSTER:
+        # Every process of node1 stopped: its watcher is silent, and the others name it
+        # within the limit (3 s) + 2 s; the job ends.
+        assert 'the job waits for node node1 (ranks 2, 3) silent for' in r['message'], r
+        assert r['seconds_to_end'] < fault_matrix.WATCHDOG_S + 2, r['seconds_to_end']
+        # What only the stopped node could have removed: its progress board (swept after).
+        assert [f.split('_watch_')[1] for f in r['frozen_node_files']] == ['node1'], r
+        tl = r['timeline']
+        assert sorted(tl['complete'] + tl['cut']) == list(range(6)), tl
+    if fault in ('hang', 'eval-stall'):
+        assert 'the job waits for rank 1 on ' in r['message'], r['message']
     assert not r['completed'] and r['exit_code'] != 0, r['tail']
     if fault == 'shm-full' and MPI == 'impi':
         # Intel MPI maps its own intra-node segments (unlinked at once) in the same 3 MB

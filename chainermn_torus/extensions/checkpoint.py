@@ -46,7 +46,7 @@ import numpy
 from mpi4py import MPI
 
 from chainermn_torus import config
-from chainermn_torus.runtime import devshm, report
+from chainermn_torus.runtime import devshm, report, watchdog
 from chainermn_torus.runtime.atomic import TMP_PATTERN, atomic_write
 
 __all__ = ['MultiNodeCheckpointer', 'CheckpointError', 'check_writable', 'add_arguments',
@@ -271,6 +271,16 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         self.save(trainer)
 
     def save(self, trainer):
+        dog = watchdog.active()  # a checkpoint has its own clock (runtime.watchdog)
+        if dog is not None:
+            dog.checkpoint()
+        try:
+            self._save(trainer)
+        finally:
+            if dog is not None:
+                dog.between()
+
+    def _save(self, trainer):
         iteration = trainer.updater.iteration
         target = trainer.updater.get_optimizer('main').target
         ser = chainer.serializers.DictionarySerializer()

@@ -231,7 +231,11 @@ def pid_alive(pid):
         return False
     except PermissionError:
         return True  # someone else's live process
-    return True
+    try:  # a zombie (killed, not yet reaped) holds no file and maps nothing
+        with open('/proc/{}/stat'.format(pid)) as f:
+            return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
+    except (OSError, IndexError):
+        return True
 
 
 def _in_use(paths):

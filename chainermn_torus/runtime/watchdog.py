@@ -1,187 +1,198 @@
-"""A watchdog for ranks stuck in a collective whose peer is gone or hangs.
+"""A watchdog for jobs where a rank, or a whole node, stops while the others wait for it.
 
 MPI launchers end the job when a rank exits abnormally (MPICH's hydra, srun with
 --kill-on-bad-exit), and an uncaught exception calls MPI_Abort through our abort hook
 (``chainermn_torus.runtime.abort``). What neither catches is a rank that stays alive but stops:
-stuck in I/O, in a deadlock, or waiting in a collective for a peer on a node that froze.
-Every rank then waits until the batch job's time limit.
+stuck in I/O, in a deadlock, stopped by a signal, or a node that froze whole. Every rank then
+waits until the batch job's time limit.
 
 With a watchdog (``CHAINERMN_TORUS_WATCHDOG=SECONDS``, or ``watchdog=SECONDS`` in
-``create_multi_node_optimizer``), a daemon thread keeps two clocks, armed from the first
-finished step on (compiling and the first broadcast do not count):
+``create_multi_node_optimizer``), every rank marks its progress on its node's progress
+board (``runtime.progress_board``: plain stores to a /dev/shm file, no MPI, no thread) and
+one small process per node (``runtime.node_watch``, started by the node's first rank)
+watches the board and the other nodes. The marks:
 
-* inside a training step (from ``update()`` to its end: forward, backward, the all-reduce,
-  the update), the limit is SECONDS: a step that long means the rank waits for a peer;
-* between steps (loading data, evaluation, checkpoints, other extensions: the work a
-  healthy job does for a while on its own), the limit is ``OUTSIDE_FACTOR`` x SECONDS, so an
-  end-of-epoch evaluation or a checkpoint does not count as a stalled step.
+* a training step: from ``update()`` to its end (forward, backward, the all-reduce, the
+  update); limit SECONDS, armed from the first finished step on (compiling and the first
+  broadcast do not count);
+* between steps (loading data, other extensions): ``OUTSIDE_FACTOR`` x SECONDS;
+* an evaluation: each batch is progress (Chainer's ``Evaluator``, also ChainerMN's
+  multi-node one), so a long evaluation is fine as long as its batches move; a batch may
+  take SECONDS;
+* a checkpoint (``extensions.checkpoint``): ``OUTSIDE_FACTOR`` x SECONDS from its start.
 
-When a limit passes, the thread reads the progress of the node's ranks from a node-shared
-window (each rank's last started and finished step, readable without that rank's help),
-prints which rank waits, for how long, and which ranks have not reached its step, and calls
-MPI_Abort on COMM_WORLD so the launcher ends every rank. A rank that stopped outside a step is found by
-its peers: they enter the next step and wait there.
+When a rank of a node passes its limit, that node's watcher names who the job waits for (a
+node whose watcher went silent, or the ranks furthest behind, with their hosts and phases),
+and ends the job: see ``runtime.node_watch``.
 """
 import atexit
+import json
 import os
-import socket
+import subprocess
 import sys
-import threading
-import time
-
-import numpy
 
 from chainermn_torus import config
-from chainermn_torus.runtime import devshm, timeline
-from chainermn_torus.runtime.abort import ABORT_DELAY_S
+from chainermn_torus.runtime import progress_board as pb
 
-__all__ = ['Watchdog', 'from_env', 'WATCHDOG_ENV', 'OUTSIDE_FACTOR']
+__all__ = ['Watchdog', 'from_env', 'WATCHDOG_ENV', 'OUTSIDE_FACTOR', 'active']
 
 WATCHDOG_ENV = config.SETTINGS['watchdog'].env
-OUTSIDE_FACTOR = 10  # the limit between steps, in multiples of the limit inside one
+OUTSIDE_FACTOR = 10  # the limit between steps and in checkpoints, in multiples of the limit
+_ACTIVE = []
 
 
-class _Board(object):
-    """The (last started step, last finished step) of every rank of this node, in a
-    node-shared window: each rank stores its own pair, and the watchdog thread reads the
-    others' with plain loads, which needs nothing from them, not even that they run (a
-    one-sided Get to a stopped rank would wait for it). Ranks on other nodes are reported
-    by their own node's watchdogs, which fire at the same time.
-    """
-
-    def __init__(self, comm):
-        from mpi4py import MPI
-        node = comm.Split_type(MPI.COMM_TYPE_SHARED)  # creation is collective
-        self.ranks = node.allgather(comm.rank)        # node position -> rank in comm
-        self.win = MPI.Win.Allocate_shared(16, 8, comm=node)
-        self.views = []
-        for i in range(node.size):
-            mem, _ = self.win.Shared_query(i)
-            self.views.append(numpy.frombuffer(mem, dtype=numpy.int64, count=2))
-        self.mine = self.views[node.rank]
-        self.mine[:] = 0
-        node.Barrier()
-        self.size = comm.size
-
-    def publish(self, started, finished):
-        self.mine[0], self.mine[1] = started, finished
-
-    def read(self):
-        """{rank: (started, finished)} for the ranks of this node."""
-        return {r: (int(v[0]), int(v[1])) for r, v in zip(self.ranks, self.views)}
+def active():
+    """The process's watchdog, or None: for the marks of evaluations and checkpoints."""
+    return _ACTIVE[-1] if _ACTIVE else None
 
 
 class Watchdog(object):
+    """Collective over ``comm`` (an mpi4py communicator; default COMM_WORLD): every rank
+    creates it at the same point."""
 
-    def __init__(self, timeout, rank=None, abort=None, comm=None, outside=None):
+    def __init__(self, timeout, comm=None, outside=OUTSIDE_FACTOR):
         self.timeout = config.value('watchdog', timeout, 'watchdog')[0]
-        self.outside = OUTSIDE_FACTOR * self.timeout if outside is None else float(outside)
-        self.rank = rank if rank is not None or comm is None else comm.rank
-        self._abort = abort or _mpi_abort
-        self._board = None if comm is None else _Board(comm)
-        self._last = None      # when the last step finished; None: not armed yet
-        self._entered = None   # when the current step started; None: between steps
-        self._where = 'before the first step'
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD if comm is None else comm
         self._steps = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name='chainermn_torus-watchdog',
-                                        daemon=True)
-        self._thread.start()
-        atexit.register(self.stop)  # ranks waiting in MPI_Finalize for slower ones are fine
+        self._count = 0
+        self._armed = False
+        self._watcher = None
+        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        try:
+            self._start(comm, node, outside)
+        finally:
+            node.Free()
+        _ACTIVE.append(self)
+        _mark_evaluations()
+        atexit.register(self.stop)
+
+    def _start(self, comm, node, outside):
+        problem, path, port = None, None, None
+        if node.rank == 0:
+            try:
+                board = pb.Board.create(node.size, self.timeout, outside)
+                path = board.path
+                board.close()
+                self._watcher = subprocess.Popen(
+                    [sys.executable, '-m', 'chainermn_torus.runtime.node_watch', path,
+                     str(os.getpid())], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                    text=True, close_fds=True,
+                    # Its own session: a launcher that kills the ranks' process groups
+                    # leaves it the moment it needs to clean up after them. It ends by
+                    # itself when this rank is gone.
+                    start_new_session=True)
+                port = int(self._watcher.stdout.readline())
+            except (OSError, ValueError) as e:
+                problem = 'cannot start the watchdog on {}: {}: {}'.format(
+                    _host(), type(e).__name__, e)
+        problem, path = node.bcast((problem, path))
+        if problem is None:
+            self._board = pb.Board(path)
+            self._row = self._board.row(node.rank)
+            self._row[pb.RANK], self._row[pb.PID] = comm.rank, os.getpid()
+            self._row[pb.PHASE] = pb.NOT_ARMED
+        problems = [p for p in comm.allgather(problem) if p]
+        if problems:
+            raise RuntimeError('chainermn_torus: ' + problems[0])
+        from chainermn_torus.runtime.node_watch import addresses
+        mine = {'host': _host(), 'addrs': addresses(), 'port': port} if node.rank == 0 else None
+        table = [t for t in comm.allgather(mine) if t is not None]
+        if self._watcher is not None:
+            me = next(i for i, t in enumerate(table) if t is mine or t == mine)
+            self._watcher.stdin.write(json.dumps({'nodes': table, 'me': me}) + '\n')
+            self._watcher.stdin.flush()
+
+    # --- the marks (plain stores: cheap enough for every step and batch) --------------------
+    def _mark(self, phase, count=0):
+        now = pb.now_ns()
+        row = self._row
+        if row[pb.PHASE] != phase:
+            row[pb.PHASE_NS] = now
+        row[pb.COUNT] = count
+        row[pb.PROGRESS_NS] = now
+        row[pb.PHASE] = phase if self._armed or phase == pb.FINISHED else pb.NOT_ARMED
 
     def step_started(self):
         """A training step begins (``update()`` was called)."""
-        self._entered = time.monotonic()
-        if self._board is not None:
-            self._board.publish(self._steps + 1, self._steps)
+        self._row[pb.STARTED] = self._steps + 1
+        self._mark(pb.STEP)
 
-    def beat(self, where='step'):
-        """A training step finished (``where``: what comes next, for the message)."""
+    def beat(self, where=None):
+        """A training step finished."""
         self._steps += 1
-        self._where = where
-        self._entered = None
-        self._last = time.monotonic()
-        if self._board is not None:
-            self._board.publish(self._steps, self._steps)
+        self._armed = True
+        self._row[pb.FINISHED_STEPS] = self._steps
+        self._mark(pb.BETWEEN)
+
+    def evaluation(self, batch):
+        """Evaluation batch ``batch`` (0: the evaluation starts)."""
+        self._mark(pb.EVALUATION, batch)
+
+    def checkpoint(self):
+        self._mark(pb.CHECKPOINT)
+
+    def between(self):
+        """Back to the work between steps (an evaluation or a checkpoint ended)."""
+        self._mark(pb.BETWEEN)
 
     def stop(self):
-        self._stop.set()
-
-    def _state(self, now):
-        """(seconds, limit, what this rank is doing), or None while not armed."""
-        last, entered = self._last, self._entered
-        if last is None:
-            return None
-        if entered is not None:
-            return now - entered, self.timeout, 'in step {}'.format(self._steps + 1)
-        return now - last, self.outside, 'between steps {} and {} ({})'.format(
-            self._steps, self._steps + 1, self._where)
-
-    def _run(self):
-        period = min(1.0, self.timeout / 4)
-        while not self._stop.wait(period):
-            state = self._state(time.monotonic())
-            if state is None or state[0] <= state[1]:
-                continue
-            idle, limit, doing = state
-            rank = self.rank if self.rank is not None else _rank()
-            sys.stderr.write(
-                'chainermn_torus watchdog: rank {} ({}) has been {} for {:.0f} s (limit {:.0f} '
-                's {}, set by {}); {}. Aborting the whole job (MPI_Abort) instead of waiting '
-                'for the batch time limit.\n'.format(
-                    rank, socket.gethostname(), doing, idle, limit,
-                    'inside a step' if limit == self.timeout else 'between steps',
-                    WATCHDOG_ENV, self._peers()))
-            sys.stderr.flush()
-            # Give the launcher a moment to forward the message: MPI_Abort tears the job
-            # down at once, and output still in the launcher's pipes can be lost (seen
-            # with 4 ranks whose watchdogs all fired together).
-            timeline.emergency_flush()
-            devshm.unlink_mpi_segments()  # MPI_Abort skips MPI_Finalize, which removes it
-            time.sleep(ABORT_DELAY_S)
-            self._abort()
+        """Training is over: later work may take its time (every rank; idempotent)."""
+        if getattr(self, '_row', None) is None:
             return
-
-    def _peers(self):
-        """Which ranks of this node this one is waiting for, from the progress board."""
-        if self._board is None:
-            return 'a peer has probably died or hangs'
-        progress = self._board.read()
-        mine = self._steps + (1 if self._entered is not None else 0)
-        behind = sorted((r, p) for r, p in progress.items() if p[0] < mine)
-        elsewhere = '' if len(progress) == self._board.size else \
-            ' (ranks on other nodes: their own watchdogs report them)'
-        if behind:
-            return 'on this node, rank(s) {} have not started step {} ({}){}'.format(
-                ', '.join(str(r) for r, _ in behind), mine, ', '.join(
-                    'rank {} finished step {}'.format(r, p[1]) for r, p in behind[:8]),
-                elsewhere)
-        stuck = sorted(r for r, p in progress.items() if p[0] > p[1])
-        return ('every rank of this node has started step {} and rank(s) {} have not '
-                'finished it: the rank holding them up is on another node, or all wait in '
-                'the same call{}'.format(mine, ', '.join(map(str, stuck)) or 'none', elsewhere))
+        self._mark(pb.FINISHED)
+        if self._watcher is not None:
+            try:
+                self._watcher.stdin.write('stop\n')
+                self._watcher.stdin.flush()
+                self._watcher.wait(timeout=5)
+            except (OSError, ValueError, subprocess.TimeoutExpired):
+                pass
+            self._watcher = None
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
 
 
-def _rank():
-    try:
-        from mpi4py import MPI
-        return MPI.COMM_WORLD.rank
-    except Exception:  # noqa: BLE001 -- only for the message
-        return '?'
+def _host():
+    import socket
+    return socket.gethostname()
 
 
-def _mpi_abort():
-    try:
-        from mpi4py import MPI
-        MPI.COMM_WORLD.Abort(70)
-    finally:
-        os._exit(70)  # if Abort returned or MPI was gone, still end this rank
+_EVALUATOR_MARKED = []
+
+
+def _mark_evaluations():
+    """Chainer's Evaluator marks each batch on the active watchdog (once per process): a
+    long evaluation is progress, not a stall, while its batches move."""
+    if _EVALUATOR_MARKED:
+        return
+    _EVALUATOR_MARKED.append(True)
+    from chainer.training.extensions import Evaluator
+    original = Evaluator.__call__
+
+    def __call__(self, trainer=None):
+        dog = active()
+        if dog is None:
+            return original(self, trainer)
+        converter = self.converter
+        batches = [0]
+
+        def marked(*args, **kwargs):
+            batches[0] += 1
+            dog.evaluation(batches[0])
+            return converter(*args, **kwargs)
+        dog.evaluation(0)
+        self.converter = marked
+        try:
+            return original(self, trainer)
+        finally:
+            self.converter = converter
+            dog.between()
+    Evaluator.__call__ = __call__
 
 
 def from_env(timeout=None, comm=None):
-    """A Watchdog for ``timeout`` seconds, else ``$CHAINERMN_TORUS_WATCHDOG``, else None.
-
-    ``comm`` (an mpi4py communicator, collective: every rank must pass it) lets the message
-    name the ranks that did not arrive."""
+    """A Watchdog for ``timeout`` seconds, else ``$CHAINERMN_TORUS_WATCHDOG``, else None
+    (collective over ``comm`` when there is one)."""
     timeout = config.value('watchdog', timeout, 'watchdog')[0]
     return None if timeout is None else Watchdog(timeout, comm=comm)

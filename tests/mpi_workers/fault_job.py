@@ -21,6 +21,15 @@ processes) or a SerialIterator ('serial'). COMMUNICATOR is a variant of the tabl
   shm-short      after step 1, before the first averaging allocates the node-shared buffers,
                  rank 0 fills /dev/shm until 8 KB more than their bytes are free: what the
                  room check used to pass and then died of SIGBUS
+  eval-stall     an evaluation after step 4 (40 batches): rank 1 stops at its batch 3
+  eval-long      the same evaluation, healthy, each batch EVAL_BATCH_S (default 0.3 s) on
+                 every rank: 12 s, longer than 10 x a 1 s limit, so only a watchdog that
+                 counts batches lets it finish; then trains to step 6 and reports OK
+  frozen         trains until stopped from outside (every process of a node stopped: the
+                 emulated cluster's frozen-node rows); rank 0 prints FAULT at step 5, when
+                 the harness stops the node
+  frozen-eval    the same with eval-long's evaluation after step 4; rank 0 prints
+                 EVALUATION at its first batch, when the harness stops the node
   none           nothing: trains 20 steps and reports OK
 
 Rank 0 prints ``FAULT <time.time()>`` just before the fault (for the time to the end).
@@ -46,6 +55,7 @@ FAULT_STEP = 5
 UNITS = int(os.environ.get('FAULT_UNITS', '100'))
 BATCH = int(os.environ.get('FAULT_BATCH', '50'))
 STEP_SLEEP = float(os.environ.get('FAULT_STEP_SLEEP', '0'))
+EVAL_BATCH_S = float(os.environ.get('EVAL_BATCH_S', '0.3'))
 
 
 BALLAST = []   # shm-short: the descriptor that holds /dev/shm's space
@@ -111,7 +121,7 @@ class Fault(chainer.training.Extension):
                 print('FAULT {!r}'.format(time.time()), flush=True)
         if step != FAULT_STEP:
             return
-        if FAULT == 'signal' and rank == 0:
+        if FAULT in ('signal', 'frozen') and rank == 0:
             print('FAULT {!r}'.format(time.time()), flush=True)
             return
         if rank != 1 or FAULT not in ('raise', 'kill', 'loader-death', 'hang'):
@@ -127,9 +137,26 @@ class Fault(chainer.training.Extension):
             time.sleep(3600)
 
 
+def slow_converter(comm):
+    """The evaluation's converter: EVAL_BATCH_S a batch; eval-stall stops rank 1 at its
+    third batch (prints FAULT first)."""
+    batches = [0]
+
+    def convert(batch, device=None):
+        batches[0] += 1
+        if batches[0] == 1 and comm.rank == 0:
+            print('EVALUATION {!r}'.format(time.time()), flush=True)
+        if FAULT == 'eval-stall' and comm.rank == 1 and batches[0] == 3:
+            print('FAULT {!r}'.format(time.time()), flush=True)
+            time.sleep(3600)
+        time.sleep(EVAL_BATCH_S)
+        return chainer.dataset.concat_examples(batch, device)
+    return convert
+
+
 def main():
     comm = make_communicator()
-    train, _ = load_mnist_idx()
+    train, test = load_mnist_idx()
     train = chainermn.scatter_dataset(train[:2000] if comm.rank == 0 else None, comm,
                                       shuffle=True, seed=0)
     model = Boosted(MLP(UNITS, 10))
@@ -141,8 +168,16 @@ def main():
     else:
         it = chainer.iterators.SerialIterator(train, BATCH)
     updater = training.StandardUpdater(it, opt, device=-1)
-    trainer = training.Trainer(updater, (20 if FAULT == 'none' else 10 ** 6, 'iteration'),
-                               out=CKPT)
+    steps = {'none': 20, 'eval-long': 6}.get(FAULT, 10 ** 6)
+    trainer = training.Trainer(updater, (steps, 'iteration'), out=CKPT)
+    if FAULT in ('eval-stall', 'eval-long', 'frozen-eval'):
+        test = chainermn.scatter_dataset(test[:40 * comm.size] if comm.rank == 0 else None,
+                                         comm)
+        evaluator = chainer.training.extensions.Evaluator(
+            chainer.iterators.SerialIterator(test, 1, repeat=False, shuffle=False), model,
+            converter=slow_converter(comm))
+        trainer.extend(chainermn.create_multi_node_evaluator(evaluator, comm),
+                       trigger=(4, 'iteration'), name='evaluation')
     trainer.extend(MultiNodeCheckpointer(comm, CKPT), trigger=(2, 'iteration'))
     trainer.extend(Fault(comm, it))
     trainer.run()
