@@ -8,7 +8,7 @@ import pytest
 
 from chainermn_torus.extensions.checkpoint import sweep_temporary
 from chainermn_torus.runtime import devshm
-from conftest import run_cli
+from conftest import ROOT, run_cli
 
 
 def _dead_pid():
@@ -107,3 +107,22 @@ def test_a_mapping_that_cannot_be_backed_is_an_error_not_a_bus_error():
         assert 'a 4 MB window (4.2 MB needed on node {}) cannot be backed by /dev/shm'.format(
             socket.gethostname()) in text, text
         assert 'of 1.0 MB is free now' in text and 'Bus error' in text, text
+
+
+@pytest.mark.root
+@pytest.mark.example
+@pytest.mark.skipif(os.geteuid() != 0, reason='needs root: a private tmpfs on /dev/shm '
+                                              '(unshare -m, mount)')
+def test_the_double_buffering_refusal_says_the_second_set_multiplies_the_need(tmp_path):
+    # 30 MiB: the main communicator's 14.4 MB of node-shared rows fit, the background
+    # thread's copy does not; the message must say it is a further set, not the first.
+    script = ('mount -t tmpfs -o size=30m tmpfs /dev/shm && cd "$0" && .venv/bin/mpiexec -n 2 '
+              '.venv/bin/python examples/mnist/train_mnist.py --communicator rsap --epoch 1 '
+              '--limit 1000 --double-buffering --out "$1"')
+    proc = subprocess.run(['unshare', '-m', '--propagation', 'private', 'sh', '-c', script,
+                           ROOT, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    text = proc.stdout + proc.stderr
+    assert "not enough shared memory: the node-shared row buffers of the background " \
+        "thread's copy of the communicator" in text, text[-3000:]
+    assert 'up to three times one set' in text and 'Bus error' in text, text[-3000:]
