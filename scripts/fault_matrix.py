@@ -386,7 +386,28 @@ Communicators: `shm` (rsap's default on one node, node-shared row buffers), `rsa
 window, `shm=False`), `pure_allreduce` (no window). Loaders: `ours` (LoaderIterator, 2
 processes) or `serial`. Time to end: from the fault to mpiexec's exit. Left: files in
 `/dev/shm`, temporary files in the checkpoint directory, and processes of the job, once
-they are gone or 1.5 s after mpiexec's exit. Machine: {machine}, 2 ranks.
+they are gone or 1.5 s after mpiexec's exit. Checkpoints: complete ones left, and (in
+brackets) rank files holding NaN/Inf. Timelines: ranks whose `.json` was written whole /
+ranks with only the log they streamed (cut short by MPI_Abort or a kill).
+Machine: {machine}, 2 ranks.
+
+The rows after the first 45, one configuration each:
+- `mean-overflow`: float16 communication and `check_finite`; from step 5 on, every rank's
+  gradient of one weight is 0.9 x 65504 x P: each share g / P fits in float16, the mean
+  does not;
+- `diverge`: a weight set to NaN after step 5: the checkpoint at step 6 must refuse;
+- `shm-short`: /dev/shm filled until the node-shared buffers' bytes + 8 KB are free, where
+  the old check passed and the job died of SIGBUS;
+- `ckpt-room`: the checkpoint directory on a tmpfs with room for 2.6 checkpoints (keep=2):
+  must complete, removing the oldest checkpoint first when short;
+- `eval-stall`: rank 1 stops at batch 3 of an evaluation (watchdog 3 s);
+- `eval-long`: a healthy 12 s evaluation under a 1 s watchdog (12 x the limit): must
+  complete;
+- `node-frozen`, `node-frozen-eval`: the emulated cluster (`scripts/emulate_cluster.sh`, 3
+  nodes x 2 ranks, watchdog 3 s), every process of node1 stopped (SIGSTOP) during training
+  steps or during an evaluation; time to end from the stop. The stopped node's own progress
+  board is what only it could remove: reported apart, then swept (its reboot or the next
+  job's start would).
 """
 
 
