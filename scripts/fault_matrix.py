@@ -173,7 +173,9 @@ def _run_job(fault, comm, loader, workdir, extra_env=None):
     if fault in ('hang', 'eval-stall') + CLUSTER:
         env['CHAINERMN_TORUS_WATCHDOG'] = str(WATCHDOG_S)
     if fault == 'eval-long':
-        env['CHAINERMN_TORUS_WATCHDOG'] = '1'  # its 12 s evaluation: 12 x the limit
+        # 40 batches of 0.3 s: a 12 s evaluation under a 1 s limit, 12 x the limit (a
+        # shorter limit would risk a loaded CI machine's ordinary steps)
+        env['CHAINERMN_TORUS_WATCHDOG'] = '1'
     if fault in CLUSTER:
         env['FAULT_STEP_SLEEP'] = '0.2'
     if fault == 'enospc':
@@ -192,9 +194,13 @@ def _run_job(fault, comm, loader, workdir, extra_env=None):
 
     cue = r'EVALUATION (\d+\.\d+)' if fault == 'node-frozen-eval' else r'FAULT (\d+\.\d+)'
 
+    named = [None]  # when the watchdog's line arrived
+
     def pump(stream, sink, watch):
         for line in stream:
             sink.append(line)
+            if named[0] is None and line.startswith('chainermn_torus watchdog: '):
+                named[0] = time.time()
             m = re.match(cue, line)
             if watch and m and fault_at[0] is None:
                 if fault in CLUSTER:
@@ -256,6 +262,8 @@ def _run_job(fault, comm, loader, workdir, extra_env=None):
         'checkpoints': checkpoints, 'checkpoints_nonfinite': nonfinite,
         'checkpoint_bytes': ckpt_bytes, 'timeline': _timelines(timeline),
         'frozen_node_files': frozen_files,
+        'seconds_to_message': None if named[0] is None or fault_at[0] is None
+        else named[0] - fault_at[0],
         'tail': (stdout + stderr)[-1500:],
     }
 
@@ -384,7 +392,8 @@ every 2 iterations) per row, under the MPICH wheel's mpiexec, each in its own mo
 namespace with a fresh tmpfs on `/dev/shm`, so everything there afterwards is the job's.
 Communicators: `shm` (rsap's default on one node, node-shared row buffers), `rsap` (its RMA
 window, `shm=False`), `pure_allreduce` (no window). Loaders: `ours` (LoaderIterator, 2
-processes) or `serial`. Time to end: from the fault to mpiexec's exit. Left: files in
+processes) or `serial`. Time to end: from the fault to mpiexec's exit (named: to the
+watchdog's line). Left: files in
 `/dev/shm`, temporary files in the checkpoint directory, and processes of the job, once
 they are gone or 1.5 s after mpiexec's exit. Checkpoints: complete ones left, and (in
 brackets) rank files holding NaN/Inf. Timelines: ranks whose `.json` was written whole /
@@ -401,8 +410,8 @@ The rows after the first 45, one configuration each:
 - `ckpt-room`: the checkpoint directory on a tmpfs with room for 2.6 checkpoints (keep=2):
   must complete, removing the oldest checkpoint first when short;
 - `eval-stall`: rank 1 stops at batch 3 of an evaluation (watchdog 3 s);
-- `eval-long`: a healthy 12 s evaluation under a 1 s watchdog (12 x the limit): must
-  complete;
+- `eval-long`: a healthy 12 s evaluation (40 batches) under a 1 s watchdog (12 x the
+  limit): must complete;
 - `node-frozen`, `node-frozen-eval`: the emulated cluster (`scripts/emulate_cluster.sh`, 3
   nodes x 2 ranks, watchdog 3 s), every process of node1 stopped (SIGSTOP) during training
   steps or during an evaluation; time to end from the stop. The stopped node's own progress
@@ -419,6 +428,8 @@ def markdown(results, machine=''):
              '|---|---|---|--:|--:|--:|--:|--:|--:|--:|---|']
     for r in results:
         secs = '-' if r['seconds_to_end'] is None else '{:.1f}'.format(r['seconds_to_end'])
+        if r.get('seconds_to_message') is not None:
+            secs += ' (named {:.1f})'.format(r['seconds_to_message'])
         msg = r['message'] or ('completed (nothing to fail)' if r['completed'] else '')
         tl = r.get('timeline') or {'complete': [], 'cut': []}
         lines.append('| {} | {} | {} | {} | {} | {} B in {} file(s) | {} | {} | {} ({}) | '

@@ -28,11 +28,15 @@ and ends the job: see ``runtime.node_watch``.
 import atexit
 import json
 import os
+import socket
 import subprocess
 import sys
 
+from chainer.training.extensions import Evaluator
+
 from chainermn_torus import config
 from chainermn_torus.runtime import progress_board as pb
+from chainermn_torus.runtime.node_watch import addresses
 
 __all__ = ['Watchdog', 'from_env', 'WATCHDOG_ENV', 'OUTSIDE_FACTOR', 'active']
 
@@ -95,7 +99,6 @@ class Watchdog(object):
         problems = [p for p in comm.allgather(problem) if p]
         if problems:
             raise RuntimeError('chainermn_torus: ' + problems[0])
-        from chainermn_torus.runtime.node_watch import addresses
         mine = {'host': _host(), 'addrs': addresses(), 'port': port} if node.rank == 0 else None
         table = [t for t in comm.allgather(mine) if t is not None]
         if self._watcher is not None:
@@ -154,7 +157,6 @@ class Watchdog(object):
 
 
 def _host():
-    import socket
     return socket.gethostname()
 
 
@@ -167,7 +169,6 @@ def _mark_evaluations():
     if _EVALUATOR_MARKED:
         return
     _EVALUATOR_MARKED.append(True)
-    from chainer.training.extensions import Evaluator
     original = Evaluator.__call__
 
     def __call__(self, trainer=None):

@@ -195,6 +195,7 @@ def check_fp16(name):
                 opt.finalize()
         CHECKS[0] += 1
         check_mean_overflow(name, comm16)
+        check_float32_mean_overflow(name, comm32)
 
 
 def check_mean_overflow(name, comm16):
@@ -237,6 +238,27 @@ def check_mean_overflow(name, comm16):
             opt.finalize()
         else:
             assert all((a == b).all() for a, b in zip(before, params_of(model))), label
+
+
+def check_float32_mean_overflow(name, comm32):
+    # 0.9 x float32's largest on every rank: a communicator that sums before scaling makes
+    # Inf (stopped before the update, the sum named); one that scales first averages to
+    # 0.9 x the largest, finite. Either way no NaN/Inf reaches the parameters.
+    big = 0.9 * float(numpy.finfo(numpy.float32).max)
+    model = MLP(seed=RANK)
+    opt = chainermn.create_multi_node_optimizer(
+        make_optimizer('adam'), comm32, check_finite=True).setup(model)
+    opt.update(model, *batch(0))
+    opt.update(model, *batch(1))
+    model.cleargrads()
+    model(*batch(2)).backward()
+    model.l2.W.grad[0, 0] = big
+    try:
+        opt.update()
+    except NonFiniteGradientError as e:
+        assert 'the sum over the {} ranks overflowed the transfer dtype'.format(P) in str(e), e
+        assert 'Nothing was updated' in str(e), e
+    assert all(numpy.isfinite(a).all() for a in params_of(model)), name + ' float32 overflow'
 
 
 def snapshot(obj):

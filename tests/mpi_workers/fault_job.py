@@ -23,8 +23,9 @@ processes) or a SerialIterator ('serial'). COMMUNICATOR is a variant of the tabl
                  room check used to pass and then died of SIGBUS
   eval-stall     an evaluation after step 4 (40 batches): rank 1 stops at its batch 3
   eval-long      the same evaluation, healthy, each batch EVAL_BATCH_S (default 0.3 s) on
-                 every rank: 12 s, longer than 10 x a 1 s limit, so only a watchdog that
-                 counts batches lets it finish; then trains to step 6 and reports OK
+                 every rank: 40 batches, longer than 10 x the watchdog's limit (the matrix:
+                 0.3 s and 1 s), so only a watchdog that counts batches lets it finish;
+                 then trains to step 6 and reports OK
   frozen         trains until stopped from outside (every process of a node stopped: the
                  emulated cluster's frozen-node rows); rank 0 prints FAULT at step 5, when
                  the harness stops the node
