@@ -387,15 +387,17 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         """
         try:
             st = os.statvfs(self.directory)
-            device = os.stat(self.directory).st_dev
-        except OSError:
-            return 0, 0
-        mine = _rounded(_npz_bytes(arrays), st.f_frsize) + (64 << 10 if self.rank == 0 else 0)
+            device, block = os.stat(self.directory).st_dev, st.f_frsize
+            free = st.f_bavail * st.f_frsize
+        except OSError:  # unknown: let the write say what is wrong (still collective)
+            device, block, free = None, 4096, None
+        mine = _rounded(_npz_bytes(arrays), block) + (64 << 10 if self.rank == 0 else 0)
         peers = self.comm.mpi_comm.allgather((socket.gethostname(), device, mine))
         need = sum(n for h, d, n in peers if (h, d) == (socket.gethostname(), device))
-        need += max(need // 100, st.f_frsize)  # the file system's own metadata
-        free = st.f_bavail * st.f_frsize
-        short = free < need
+        need += max(need // 100, block)  # the file system's own metadata
+        short = free is not None and free < need
+        if free is None:
+            need, free = 0, 0
         if not self.comm.mpi_comm.allreduce(short, op=MPI.LOR):
             return need, free
         # Rank 0 sees every manifest. The checkpoints this write will push out of keep can
@@ -407,12 +409,16 @@ class MultiNodeCheckpointer(chainer.training.Extension):
             self._drop(it)
         self.comm.mpi_comm.Barrier()
         before = free
-        free = os.statvfs(self.directory).f_bavail * st.f_frsize
+        try:
+            free = os.statvfs(self.directory).f_bavail * block
+        except OSError:
+            free = need  # as above: the write will say
         if removable:
-            report.say('checkpoint {}: {} free in {} but {} needed on a host; removed the '
-                       'oldest checkpoint(s) first ({}), as keep={} would after '
-                       'writing'.format(iteration, devshm.format_bytes(before), self.directory,
-                                        devshm.format_bytes(need),
+            report.say('checkpoint {}: {} free in {} on {} and {} needed there (this host\'s '
+                       'rank files); removed the oldest checkpoint(s) first ({}), as keep={} '
+                       'would after writing'.format(iteration, devshm.format_bytes(before),
+                                                    self.directory, socket.gethostname(),
+                                                    devshm.format_bytes(need),
                                         ', '.join('iteration {}'.format(i) for i in removable),
                                         self.keep), self.rank)
         problems = self.comm.mpi_comm.allgather(

@@ -624,10 +624,11 @@ def check_finite_means(communicator, target, stale=False):
                '{} ranks overflowed the transfer dtype. Lower the learning rate or scale the '
                'loss down'.format(communicator.size))
     raise NonFiniteGradientError(
-        'chainermn_torus: NaN/Inf in the averaged gradients{}: {} value(s) on rank {}, the '
-        'first in {}; {}. Nothing was updated.'.format(
-            ' of the previous step (double buffering)' if stale else '',
-            counts[0], communicator.rank, first or '(another rank\'s arrays)', why))
+        'chainermn_torus: NaN/Inf in the averaged gradients{}: {} value(s) on rank {}{}; {}. '
+        'Nothing was updated.'.format(
+            ' of the previous step (double buffering)' if stale else '', count,
+            communicator.rank, ', the first in ' + first if first else
+            ' ({} on another rank)'.format(counts[0]), why))
 
 
 def _describe_bad(name, flat, bad, limit):

@@ -173,8 +173,10 @@ def populate(array, what, needed, comm=None, path=SHM_DIR, method='madvise'):
             err = ctypes.get_errno()
         if method == 'fork' or err in (errno.EINVAL, errno.ENOSYS):
             supported = method == 'fork'
-            if _bus_error_in_child(array):
-                err = errno.EFAULT
+            try:
+                err = errno.EFAULT if _bus_error_in_child(array) else 0
+            except OSError:  # no fork here (limits): the check before allocating stands
+                err = 0
         if err:
             try:
                 free, total = free_bytes(path), total_bytes(path)

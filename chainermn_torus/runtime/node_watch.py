@@ -283,10 +283,10 @@ class Watcher(object):
         _end_ranks(pids)
         return 0
 
-    def stop(self, remove_only=False):
-        if not remove_only:
-            for _ in range(3):  # UDP: said three times, so that no watcher waits for us
-                self.send({'kind': 'bye', 'node': getattr(self, 'me', -1)})
+    def stop(self):
+        """Training ended here (or the leader rank is gone): say goodbye, remove the board."""
+        for _ in range(3):  # UDP: said three times, so that no watcher waits for us
+            self.send({'kind': 'bye', 'node': getattr(self, 'me', -1)})
         self.board.close(remove=True)
         return 0
 
