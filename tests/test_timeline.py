@@ -77,6 +77,7 @@ FAULT_JOB = os.path.join(ROOT, 'tests', 'mpi_workers', 'fault_job.py')
 @pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
                     reason='Debian package dataset-fashion-mnist is not installed '
                            '(make setup installs it)')
+@pytest.mark.example  # two training jobs: full tier
 @pytest.mark.parametrize('fault', ['raise', 'kill'])
 def test_timelines_survive_an_abort_and_kill_9(tmp_path, fault):
     # raise: rank 1 writes its whole file before MPI_Abort, which kills rank 0 without one;

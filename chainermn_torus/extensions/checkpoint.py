@@ -161,6 +161,19 @@ def _writer_gone(host, pid, mtime, now, here):
     return None
 
 
+def _by_writer(directory, names, pattern, now, here):
+    """(name, match, why its writer is gone or None) for the names ``pattern`` matches."""
+    for name in names:
+        m = pattern.match(name)
+        if not m:
+            continue
+        try:
+            mtime = os.stat(os.path.join(directory, name)).st_mtime
+        except FileNotFoundError:
+            continue
+        yield name, m, _writer_gone(m.group('host'), int(m.group('pid')), mtime, now, here)
+
+
 def sweep_temporary(directory, dry_run=False, now=None, complete=None):
     """Remove what killed writers left in ``directory``: temporary files and in-progress
     markers of this host's processes that are gone, or other hosts' untouched for STALE_S;
@@ -175,19 +188,11 @@ def sweep_temporary(directory, dry_run=False, now=None, complete=None):
     here = socket.gethostname()
     removed = []
     names = sorted(os.listdir(directory))
-    writing = {}  # (iteration, rank) -> the marker's name while its writer may be alive
+    writing = set()  # (iteration, rank) whose in-progress marker's writer may be alive
     doomed = []
-    for name in names:
-        m = _MARKER.match(name)
-        if not m:
-            continue
-        try:
-            mtime = os.stat(os.path.join(directory, name)).st_mtime
-        except FileNotFoundError:
-            continue
-        why = _writer_gone(m.group('host'), int(m.group('pid')), mtime, now, here)
+    for name, m, why in _by_writer(directory, names, _MARKER, now, here):
         if why is None:
-            writing[(m.group('iteration'), m.group('rank'))] = name
+            writing.add((m.group('iteration'), m.group('rank')))
         else:
             doomed.append((name, why))
     if complete is None:
@@ -204,17 +209,8 @@ def sweep_temporary(directory, dry_run=False, now=None, complete=None):
             continue
         doomed.append((name, 'rank file of checkpoint {} which has no manifest (its job '
                              'ended before finishing it)'.format(m.group('iteration'))))
-    for name in names:
-        m = TMP_PATTERN.match(name)
-        if not m:
-            continue
-        try:
-            mtime = os.stat(os.path.join(directory, name)).st_mtime
-        except FileNotFoundError:
-            continue
-        why = _writer_gone(m.group('host'), int(m.group('pid')), mtime, now, here)
-        if why is not None:
-            doomed.append((name, why))
+    doomed += [(name, why) for name, _, why in _by_writer(directory, names, TMP_PATTERN, now,
+                                                           here) if why is not None]
     for name, why in doomed:
         full = os.path.join(directory, name)
         try:

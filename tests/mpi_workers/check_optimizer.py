@@ -171,12 +171,7 @@ def check_fp16(name):
     # the array, instead of corrupting every replica with an Inf one step earlier.
     if P > 1:
         for db in (False, True):
-            model = MLP(seed=RANK)
-            opt = chainermn.create_multi_node_optimizer(
-                make_optimizer('adam'), comm16, check_finite=True,
-                double_buffering=db).setup(model)
-            opt.update(model, *batch(0))
-            opt.update(model, *batch(1))
+            model, opt = checked_after_two_steps(comm16, db)
             before, label = params_of(model), '{} fp16 overflow db={}'.format(name, db)
             model.cleargrads()
             model(*batch(2)).backward()
@@ -198,18 +193,24 @@ def check_fp16(name):
         check_float32_mean_overflow(name, comm32)
 
 
+def checked_after_two_steps(comm, double_buffering):
+    """A model and an Adam wrapper with check_finite, past the broadcast and one update."""
+    model = MLP(seed=RANK)
+    opt = chainermn.create_multi_node_optimizer(
+        make_optimizer('adam'), comm, check_finite=True,
+        double_buffering=double_buffering).setup(model)
+    opt.update(model, *batch(0))
+    opt.update(model, *batch(1))
+    return model, opt
+
+
 def check_mean_overflow(name, comm16):
     # Every rank's gradient 0.9 x 65504 x P: each share g / P fits in float16 and passes the
     # check before averaging, but the mean is P x 0.9 x 65504 > 65504: Inf in float16. The
     # check after averaging stops every rank before the update (with double buffering, at
     # the next step, before the stale means are applied): the parameters stay finite.
     for db in (False, True):
-        model = MLP(seed=RANK)
-        opt = chainermn.create_multi_node_optimizer(
-            make_optimizer('adam'), comm16, check_finite=True,
-            double_buffering=db).setup(model)
-        opt.update(model, *batch(0))
-        opt.update(model, *batch(1))
+        model, opt = checked_after_two_steps(comm16, db)
         if db:
             opt.wait()
         before, label = params_of(model), '{} fp16 mean overflow db={}'.format(name, db)
@@ -245,11 +246,7 @@ def check_float32_mean_overflow(name, comm32):
     # Inf (stopped before the update, the sum named); one that scales first averages to
     # 0.9 x the largest, finite. Either way no NaN/Inf reaches the parameters.
     big = 0.9 * float(numpy.finfo(numpy.float32).max)
-    model = MLP(seed=RANK)
-    opt = chainermn.create_multi_node_optimizer(
-        make_optimizer('adam'), comm32, check_finite=True).setup(model)
-    opt.update(model, *batch(0))
-    opt.update(model, *batch(1))
+    model, opt = checked_after_two_steps(comm32, False)
     model.cleargrads()
     model(*batch(2)).backward()
     model.l2.W.grad[0, 0] = big
