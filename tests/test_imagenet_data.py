@@ -15,7 +15,6 @@ import pytest
 from PIL import Image
 
 from conftest import ROOT
-from chainermn_torus.datasets import imagenet as imagenet_data
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
 from chainermn_torus.datasets.imagenet import PreprocessedDataset, compute_mean, read_list
 
