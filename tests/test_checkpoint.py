@@ -76,9 +76,9 @@ def test_resume_refuses_what_cannot_work(tmp_path):
     assert 'such as --limit' in other_data.stderr and 'snapshot_iter_' in other_data.stderr, \
         other_data.stderr[-2000:]
     assert 'resumed from' not in other_data.stdout
-    other_size = train(3, tmp_path / 'o3', ck, '--resume')
-    assert other_size.returncode != 0 and 'written by 2 ranks and this job has 3' \
-        in other_size.stderr
+    other_size = train(3, tmp_path / 'o3', ck, '--resume')  # 2 x 100 over 3 ranks
+    assert other_size.returncode != 0 and 'its global batch of 200 (2 ranks x 100) does not ' \
+        'split evenly over 3 ranks' in other_size.stderr, other_size.stderr[-2000:]
     no_dir = run_mpi(2, [EXAMPLE, '--resume', '--epoch', '1'], timeout=120)
     assert no_dir.returncode != 0 and '--resume needs --checkpoint-dir' in no_dir.stderr
 
@@ -164,15 +164,16 @@ def test_a_failed_write_leaves_no_temporary_file_and_keeps_the_previous_checkpoi
     assert 'intact' not in first.stderr
 
 
-def _rewrite_with_nan(ck, iteration, rank):
-    """Put a NaN in one parameter of a rank file and record the new size and CRC in the
-    manifests, as a checkpoint written from a diverged state before they were refused."""
+def _rewrite_with_nan(ck, iteration, rank, value=numpy.nan):
+    """Put ``value`` (a NaN: a checkpoint written from a diverged state before they were
+    refused) in one parameter of a rank file and record the new size and CRC in the
+    manifests."""
     import zlib
     path = ck / 'snapshot_iter_{}.rank{}.npz'.format(iteration, rank)
     with numpy.load(str(path)) as z:
         arrays = {k: z[k].copy() for k in z.files}
     name = sorted(k for k in arrays if k.endswith('/W'))[0]
-    arrays[name].flat[3] = numpy.nan
+    arrays[name].flat[3] = value
     with open(str(path), 'wb') as f:
         numpy.savez(f, **arrays)
     record = {'bytes': path.stat().st_size, 'crc32': zlib.crc32(path.read_bytes())}
@@ -197,3 +198,47 @@ def test_auto_resume_skips_a_checkpoint_holding_nan(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert 'a diverged state' in again.stdout and 'resumed from {} at iteration 4'.format(ck) \
         in again.stdout, again.stdout[-3000:]
+
+
+def test_resume_on_another_rank_count_4_2_3_4(tmp_path):
+    # One checkpoint directory through 4, 2, 3 and 4 ranks, global batch 120 throughout
+    # (30, 60, 40, 30 per rank), 20 iterations an epoch. Resumed at the epoch it was written
+    # in, a job ends at once: its parameters are the stored ones, bit for bit. Resumed with
+    # one more epoch, it trains on every rank.
+    ck = tmp_path / 'ck'
+
+    def run(nprocs, epochs, name, *extra, batch=None):
+        return run_mpi(nprocs, [EXAMPLE, '--out', str(tmp_path / name), '--checkpoint-dir',
+                                str(ck), '--limit', '2400', '--unit', '50',
+                                '--checkpoint-interval', '10', '--epoch', str(epochs),
+                                '--batchsize', str(batch or 120 // nprocs)] + list(extra),
+                       timeout=300)
+    first = run(4, 1, 'p4')
+    assert first.returncode == 0, first.stderr[-3000:]
+    previous = params(tmp_path / 'p4')
+    for (old, new), epochs in (((4, 2), 1), ((2, 3), 2), ((3, 4), 3)):
+        # Started with the script's per-rank batch (100): resized to keep the global one.
+        at = run(new, epochs, 'at{}'.format(new), '--auto-resume', batch=100)
+        assert at.returncode == 0, at.stderr[-3000:]
+        assert 'written by {} ranks, on {}'.format(old, new) in at.stdout, at.stdout[-2000:]
+        assert 'the global batch of 120 kept: {} per rank instead of {}'.format(
+            120 // new, 120 // old) in at.stdout, at.stdout[-2000:]
+        resumed = params(tmp_path / 'at{}'.format(new))
+        assert all(numpy.array_equal(previous[k], resumed[k]) for k in previous), (old, new)
+        on = run(new, epochs + 1, 'on{}'.format(new), '--auto-resume')
+        assert on.returncode == 0, on.stderr[-3000:]
+        assert 'the global batch of 120 kept ({} per rank, as started)'.format(120 // new) \
+            in on.stdout, on.stdout[-2000:]
+        manifest = json.loads((ck / 'latest.json').read_text())
+        assert (manifest['iteration'], manifest['ranks']) == (20 * (epochs + 1), new), manifest
+        previous = params(tmp_path / 'on{}'.format(new))
+        assert all(numpy.isfinite(v).all() for v in previous.values())
+    # A stored replica that differs (rank 2 of the last 4-rank checkpoint, one weight): no
+    # replica can stand for the others, and the refusal names the ranks and the array.
+    last = json.loads((ck / 'latest.json').read_text())['iteration']
+    name = _rewrite_with_nan(ck, last, 2, value=0.125)
+    refused = run(2, 9, 'bad', '--resume')
+    assert refused.returncode != 0
+    assert 'its 4 stored ranks do not hold the same parameters and optimizer state (ranks ' \
+        '0, 1, 3 / 2 agree; the first array that differs: {})'.format(name) \
+        in refused.stderr, refused.stderr[-3000:]

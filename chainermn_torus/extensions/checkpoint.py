@@ -15,8 +15,18 @@ A crash at any moment therefore leaves either the previous checkpoint or the new
 the new ``latest`` is in place.
 
 Resuming checks, on every rank and with the same message everywhere: the directory and the
-manifest exist, the rank count matches, every file is there with the size and CRC-32 the
-manifest recorded, and the model has the same arrays (the first difference is named). The
+manifest exist, every file is there with the size and CRC-32 the manifest recorded and holds
+no NaN/Inf, and the model has the same arrays (the first difference is named).
+
+**On another rank count** (a job that lost a node, requeued on fewer; or on more): the
+stored ranks' parameters and optimizer state must be identical (data-parallel replicas;
+checked, the first difference named); new rank r loads stored rank r mod P (rank 0 keeps
+rank 0's reports). The iteration, the epoch and each rank's place in it (as a fraction of
+its shard) are kept; the data is re-sharded by the new job's ``scatter_dataset`` and each
+iterator keeps its new shard and order. The global batch is kept: the per-rank batch
+becomes global / P' (a SerialIterator is resized, said; other iterators must be started
+with that batch), so the learning rate and its schedule stay right; a global batch that
+does not split evenly is refused with the rank counts that work. The
 decision is collective: no rank loads anything, and nothing says "resumed", until every
 rank's file has passed. Each checkpoint keeps its own manifest
 (``manifest_iter_<I>.json``, ``latest.json`` is the newest), so when the latest is damaged
@@ -226,6 +236,63 @@ def sweep_temporary(directory, dry_run=False, now=None, complete=None):
     return removed
 
 
+_REPLICA = ('updater/model:', 'updater/optimizer:')
+_ITERATORS = 'updater/iterator:'
+
+
+def _replica_digest(path):
+    """(digest of every replica array, {name: crc}) of one stored rank file."""
+    crcs = {}
+    with numpy.load(path) as z:
+        for k in sorted(z.files):
+            if k.startswith(_REPLICA):
+                a = numpy.ascontiguousarray(z[k])
+                crcs[k] = zlib.crc32(a.tobytes(), zlib.crc32(str((a.dtype.str, a.shape)).encode()))
+    return zlib.crc32(json.dumps(crcs, sort_keys=True).encode()), crcs
+
+
+class _Given(chainer.serializer.Deserializer):
+    """A deserializer that gives the values it holds and leaves the rest as they are."""
+
+    def __init__(self, values):
+        self.values = values
+
+    def __getitem__(self, key):
+        return _Given(self.values.get(key, {}))
+
+    def __call__(self, key, value):
+        return self.values.get(key, value)
+
+
+def _load_resharded(path, trainer, old_size, new_size, rank):
+    """Load a rank file written at another rank count: everything but the iterators as
+    stored; each iterator keeps its new shard and order and takes the epoch and the same
+    fraction of it; the numpy random state is the source rank's, mixed with this rank."""
+    chainer.serializers.load_npz(path, trainer,
+                                 ignore_names=lambda k: k.startswith(_ITERATORS))
+    with numpy.load(path) as z:
+        stored = {k[len(_ITERATORS):]: z[k] for k in z.files if k.startswith(_ITERATORS)}
+        keys = z['chainermn_torus/numpy_rng/keys']
+    for name, it in trainer.updater._iterators.items():
+        prefix = name + '/'
+        mine = {k[len(prefix):]: v for k, v in stored.items() if k.startswith(prefix)}
+        if 'epoch' not in mine:
+            continue
+        new_len = len(it.dataset)
+        old_len = len(mine['order']) if 'order' in mine else \
+            max(1, int(round(new_len * new_size / old_size)))
+        fraction = float(mine['current_position']) / old_len
+        position = min(int(round(fraction * new_len)), new_len - 1)
+        batch = getattr(it, 'batch_size', 1)
+        epoch = int(mine['epoch'])
+        previous = epoch + (position - batch) / new_len
+        it.serialize(_Given({'current_position': position, 'epoch': epoch,
+                             'is_new_epoch': bool(mine.get('is_new_epoch', False)),
+                             'previous_epoch_detail': max(previous, 0.0) if epoch or position
+                             else -1.0}))
+    numpy.random.seed([int(x) for x in keys[:4]] + [rank, new_size])
+
+
 def _remove(path):
     try:
         os.remove(path)
@@ -244,6 +311,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
             raise ValueError('chainermn_torus: keep must be a count >= 1, got {!r}'.format(
                 keep))
         self.comm, self.directory, self.keep = comm, directory, int(keep)
+        self.resumed = None  # the manifest resume() loaded
         self.rank, self.size = comm.rank, comm.size
         self._check_writable()
         # Each rank its host's leftovers (a shared file system shows every host's files);
@@ -310,7 +378,9 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         records = self.comm.mpi_comm.gather(record, root=0)  # every rank's file is complete
         if self.rank == 0:
             files = [os.path.basename(self._file(iteration, r)) for r in range(self.size)]
+            main = trainer.updater.get_iterator('main')
             manifest = {'iteration': iteration, 'ranks': self.size, 'files': files,
+                        'batch_per_rank': getattr(main, 'batch_size', None),
                         'checks': dict(zip(files, records)),
                         'model': _layout(target), 'written': time.strftime('%Y-%m-%d %H:%M:%S')}
             text = json.dumps(manifest, indent=1).encode()
@@ -472,14 +542,23 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         if problem is not None:
             raise CheckpointError('chainermn_torus: cannot resume from {!r}: {}'.format(
                 self.directory, '; then '.join(failures)))
-        path = os.path.join(self.directory, manifest['files'][self.rank])
+        resized = manifest['ranks'] != self.size
+        batch_note = ''
+        if resized:
+            self._check_replicas(manifest)
+            batch_note = self._keep_global_batch(trainer, manifest)
+        source = self.rank % manifest['ranks']  # new rank 0 reads old rank 0 (its reports)
+        path = os.path.join(self.directory, manifest['files'][source])
         try:
-            chainer.serializers.load_npz(path, trainer)
-            with numpy.load(path) as z:
-                numpy.random.set_state(('MT19937', z['chainermn_torus/numpy_rng/keys'],
-                                        int(z['chainermn_torus/numpy_rng/pos']),
-                                        int(z['chainermn_torus/numpy_rng/has_gauss']),
-                                        float(z['chainermn_torus/numpy_rng/gauss'])))
+            if resized:
+                _load_resharded(path, trainer, manifest['ranks'], self.size, self.rank)
+            else:
+                chainer.serializers.load_npz(path, trainer)
+                with numpy.load(path) as z:
+                    numpy.random.set_state(('MT19937', z['chainermn_torus/numpy_rng/keys'],
+                                            int(z['chainermn_torus/numpy_rng/pos']),
+                                            int(z['chainermn_torus/numpy_rng/has_gauss']),
+                                            float(z['chainermn_torus/numpy_rng/gauss'])))
             problem = None
         except Exception as e:  # verified, yet it does not load: say which file and why
             problem = 'rank {}: {}: {}: {}'.format(self.rank, path, type(e).__name__, e)
@@ -495,9 +574,65 @@ class MultiNodeCheckpointer(chainer.training.Extension):
             report.say('the latest checkpoint in {} is damaged ({}); falling back to the '
                        'newest complete one'.format(self.directory, '; then '.join(failures)),
                        self.rank)
-        report.say('resumed from {} at iteration {}'.format(self.directory,
-                                                            manifest['iteration']), self.rank)
+        report.say('resumed from {} at iteration {}{}'.format(
+            self.directory, manifest['iteration'], '' if not resized else
+            ', written by {} ranks, on {}: parameters and optimizer state from rank 0\'s '
+            'replica (all {} identical), the data re-sharded, each rank\'s place in the '
+            'epoch kept as a fraction{}'.format(manifest['ranks'], self.size,
+                                                manifest['ranks'], batch_note)), self.rank)
+        self.resumed = manifest
         return manifest['iteration']
+
+    def _keep_global_batch(self, trainer, manifest):
+        """The global batch of the stored job, split over this job's ranks: the same
+        optimisation (learning rate, warm-up) continues. Returns what to say."""
+        old = manifest.get('batch_per_rank')
+        it = trainer.updater.get_iterator('main')
+        if not old or not hasattr(it, 'batch_size'):
+            return ''
+        total = old * manifest['ranks']
+        if total % self.size:
+            raise CheckpointError(
+                'chainermn_torus: cannot resume from {!r} on {} ranks: its global batch of {} '
+                '({} ranks x {}) does not split evenly over {} ranks; resume on a rank count '
+                'that divides {}'.format(self.directory, self.size, total, manifest['ranks'],
+                                         old, self.size, total))
+        needed = total // self.size
+        if it.batch_size == needed:
+            return '; the global batch of {} kept ({} per rank, as started)'.format(total, needed)
+        if type(it) is not chainer.iterators.SerialIterator:
+            # Loader processes and their shared slots are sized for the batch at creation.
+            raise CheckpointError(
+                'chainermn_torus: cannot resume from {!r} on {} ranks with {} per rank: its '
+                'global batch of {} needs {} per rank here, and a {} cannot change its batch '
+                'once started; start the job with --batchsize {}'.format(
+                    self.directory, self.size, it.batch_size, total, needed,
+                    type(it).__name__, needed))
+        it.batch_size = needed
+        return '; the global batch of {} kept: {} per rank instead of {}'.format(
+            total, needed, old)
+
+    def _check_replicas(self, manifest):
+        """The stored ranks hold the same parameters and optimizer state (data-parallel
+        replicas); any of them can then seed any rank count. Collective."""
+        mine = {r: _replica_digest(os.path.join(self.directory, manifest['files'][r]))
+                for r in range(self.rank, manifest['ranks'], self.size)}
+        digests = {}
+        for part in self.comm.mpi_comm.allgather(mine):
+            digests.update(part)
+        groups = {}
+        for r, d in sorted(digests.items()):
+            groups.setdefault(d[0], []).append(r)
+        if len(groups) > 1:
+            first = digests[0][1]
+            other = next(d for d in digests.values() if d[0] != digests[0][0])[1]
+            array = next((k for k in sorted(first) if first.get(k) != other.get(k)), '?')
+            raise CheckpointError(
+                'chainermn_torus: cannot resume from {!r} on {} ranks: its {} stored ranks do '
+                'not hold the same parameters and optimizer state (ranks {} agree; the first '
+                'array that differs: {}), so no replica can stand for the others'.format(
+                    self.directory, self.size, manifest['ranks'],
+                    ' / '.join(', '.join(map(str, g)) for g in groups.values()), array))
 
     def _manifests(self):
         """[(iteration, per-checkpoint manifest name)], newest first."""
@@ -527,7 +662,18 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         return None, manifest, False
 
     def _verify(self, manifest):
-        name = manifest['files'][self.rank]
+        """This rank's share of the stored files: its own at the same rank count; at
+        another, stored ranks r with r % size == rank (every file checked once)."""
+        mine = range(self.rank, manifest['ranks'], self.size)
+        if manifest['ranks'] == self.size:
+            mine = [self.rank]
+        for r in mine:
+            problem = self._verify_file(manifest, manifest['files'][r])
+            if problem:
+                return problem
+        return None
+
+    def _verify_file(self, manifest, name):
         path = os.path.join(self.directory, name)
         if not os.path.isfile(path):
             return 'rank {} cannot see {}'.format(self.rank, path)
@@ -564,9 +710,6 @@ class MultiNodeCheckpointer(chainer.training.Extension):
             data['iteration'], data['ranks'], data['files'], data['model']
         except (ValueError, KeyError) as e:
             return '{} is not a chainermn-torus manifest ({})'.format(manifest, e), None, False
-        if data['ranks'] != self.size:
-            return ('it was written by {} ranks and this job has {}; resume with the same '
-                    'rank count'.format(data['ranks'], self.size)), None, True
         here = _layout(target)
         there = data['model']
         if here != there:
