@@ -75,3 +75,32 @@ def test_every_node_is_watched_and_heartbeats_go_to_its_watchers():
                 assert me in nw.watchers_of(other, n)  # other's heartbeats reach me
         expected = n - 1 if n <= nw.MAX_ALL else nw.RING
         assert all(watched_by[i] == expected for i in range(n)), (n, watched_by)
+
+
+def test_a_node_never_heard_from_is_not_taken_for_a_frozen_one():
+    # UDP blocked between nodes: no heartbeat ever arrived from node1. That is no verdict
+    # (its ranks are still watched through the ranks that wait for them).
+    local = [row(0, 7, pb.BETWEEN, 0.5)]
+    never = dict(peer('node1', [], heard_s_ago=60), seen=False)
+    assert nw.judge(FakeBoard(), 'node0', local, {1: never}, 100 * S, 2.0) is None
+    heard = dict(never, seen=True)
+    assert 'node node1' in nw.judge(FakeBoard(), 'node0', local, {1: heard}, 100 * S, 2.0)
+
+
+def test_the_first_node_says_once_which_watchers_it_never_heard(capsys):
+    board = pb.Board.create(1, 3.0, 10)
+    try:
+        w = nw.Watcher(board.path, leader_pid=0)
+        table = [{'host': 'node0', 'addrs': ['127.0.0.1'], 'port': w.sock.getsockname()[1]},
+                 {'host': 'node1', 'addrs': ['127.0.0.1'], 'port': 9}]
+        w.configure(table, 0)
+        w.unheard(w.started + 1 * S)  # within the grace: nothing yet
+        assert capsys.readouterr().err == ''
+        w.unheard(w.started + 10 * S)
+        w.unheard(w.started + 20 * S)  # once
+        err = capsys.readouterr().err
+        assert err.count('\n') == 1 and 'no heartbeat from the watcher(s) of 1 node(s) ' \
+            '(node1)' in err and 'UDP between nodes seems blocked' in err, err
+        w.sock.close()
+    finally:
+        board.close(remove=True)

@@ -22,7 +22,10 @@ the limit; before the first step: never), the watcher decides who the job waits 
 
 It prints that on one line, tells the other watchers (they end their nodes' ranks at
 once), kills this node's ranks (SIGKILL: a stopped process cannot act on anything else),
-so the launcher ends the job, and removes what the ranks left in /dev/shm.
+so the launcher ends the job, and removes what the ranks left in /dev/shm. A launcher
+(mpiexec, srun) on this node still running 3 s later waits for a node that cannot answer
+(MPICH's hydra waited for a frozen node's proxy in 4 runs of 8 on the emulated cluster,
+once until the harness's limit): it is ended too, so the batch script goes on.
 """
 import json
 import os
@@ -101,8 +104,11 @@ def judge(board, host, local, peers, now, silent_s):
         limit = board.limit(phase)
         if limit is not None and age is not None and age > limit:
             stalled.append((rank, phase, pos, age, limit))
+    # Only a node heard from before can fall silent: one never heard is not reachable by
+    # UDP from here (a firewall), which says nothing about its ranks (see Watcher.unheard).
     silent = sorted(((n, p) for n, p in peers.items()
-                     if not p['gone'] and (now - p['heard']) / 1e9 > silent_s),
+                     if not p['gone'] and p.get('seen', True)
+                     and (now - p['heard']) / 1e9 > silent_s),
                     key=lambda item: item[0])
     running = any(phase != pb.FINISHED for _, _, phase, _ in local)
     # A node silent for the limit is a verdict by itself, whatever this node's ranks do:
@@ -178,11 +184,53 @@ def _end_ranks(pids):
         pass
 
 
+# Launchers whose exit ends the job step; the batch script above them is left alone.
+LAUNCHERS = ('mpiexec', 'mpiexec.hydra', 'mpirun', 'prterun', 'srun', 'orterun')
+LAUNCHER_GRACE_S = 3.0
+
+
+def _launcher_of(pid):
+    """The MPI launcher this rank descends from, where it runs on this node, or None."""
+    try:
+        for parent in psutil.Process(pid).parents():
+            if parent.name() in LAUNCHERS:
+                return parent
+    except psutil.Error:
+        pass
+    return None
+
+
+def _end_launcher(launcher):
+    """A launcher still waiting LAUNCHER_GRACE_S after the ranks were killed is waiting
+    for a node that cannot answer (a frozen node's proxy, seen with MPICH's hydra): end it,
+    so that the job step and the batch script go on. Only on the node it runs on; silently,
+    as the job's output streams are closed by then (the verdict line was said)."""
+    if launcher is None:
+        return
+    try:
+        launcher.wait(LAUNCHER_GRACE_S)
+        return
+    except psutil.TimeoutExpired:
+        pass
+    except psutil.Error:
+        return
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            launcher.send_signal(sig)
+            launcher.wait(3.0)
+            return
+        except psutil.TimeoutExpired:
+            continue
+        except psutil.Error:
+            return
+
+
 class Watcher(object):
 
     def __init__(self, board_path, leader_pid):
         self.board = pb.Board(board_path)
         self.leader = leader_pid
+        self.launcher = _launcher_of(leader_pid)
         self.host = socket.gethostname()
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(('0.0.0.0', 0))
@@ -195,8 +243,10 @@ class Watcher(object):
         self.me, self.table = me, table
         n = len(table)
         now = pb.now_ns()
-        self.peers = {i: {'host': table[i]['host'], 'heard': now, 'rows': [], 'gone': False}
-                      for i in monitored(me, n)}
+        self.started = now
+        self.peers = {i: {'host': table[i]['host'], 'heard': now, 'rows': [], 'gone': False,
+                          'seen': False} for i in monitored(me, n)}
+        self._warned = False
         self.targets = [(a, table[i]['port']) for i in watchers_of(me, n)
                         for a in table[i]['addrs']]
 
@@ -225,6 +275,7 @@ class Watcher(object):
             if peer is None:
                 continue
             peer['heard'] = pb.now_ns()
+            peer['seen'] = True
             if msg.get('kind') == 'bye':
                 peer['gone'] = True
             else:
@@ -253,6 +304,7 @@ class Watcher(object):
             now = pb.now_ns()
             rows = summary(self.board, self.board.rows(), now)
             self.send({'kind': 'beat', 'node': self.me, 'rows': rows})
+            self.unheard(now)
             text = judge(self.board, self.host, rows, self.peers, now, self.silent_s)
             if text is not None and self._defer(now):
                 continue  # a lower node that hears the same says it (one line, not N)
@@ -263,6 +315,23 @@ class Watcher(object):
                     self.send({'kind': 'verdict', 'node': self.me})
                 time.sleep(0.5)  # let the launcher forward the line before the ranks go
                 return self.end()
+
+    def unheard(self, now):
+        """Once, a grace after the start: say which watched nodes were never heard from
+        (UDP between nodes blocked). Their ranks are still watched through the ranks that
+        wait for them; only a node frozen whole goes unnamed. Said by the first node only."""
+        if self._warned or (now - self.started) / 1e9 < max(5.0, 4 * self.period):
+            return
+        self._warned = True
+        never = sorted(p['host'] for p in self.peers.values() if not p['seen'])
+        if never and self.me == min([self.me] + list(self.peers)):
+            sys.stderr.write(
+                'chainermn_torus watchdog: no heartbeat from the watcher(s) of {} node(s) ({}{}) '
+                'at {}: UDP between nodes seems blocked; stalled ranks are still found, a node '
+                'that freezes whole is not named\n'.format(
+                    len(never), ', '.join(never[:8]), ', ...' if len(never) > 8 else '',
+                    self.host))
+            sys.stderr.flush()
 
     def _defer(self, now):
         """Whether to leave the verdict to a lower-numbered node that is still heard, for
@@ -281,6 +350,12 @@ class Watcher(object):
                 if r[pb.PID] and r[pb.PHASE] != pb.FINISHED]
         self.board.close(remove=True)
         _end_ranks(pids)
+        # The launcher reads this process's stdout and stderr (the leader rank's, inherited)
+        # until they close: let go of them before waiting for it.
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        _end_launcher(self.launcher)
         return 0
 
     def stop(self):
