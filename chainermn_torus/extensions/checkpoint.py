@@ -160,6 +160,7 @@ def _crc32(path, chunk=1 << 22):
 _MARKER = re.compile(r'^\.writing_iter_(?P<iteration>\d+)\.rank(?P<rank>\d+)\.'
                      r'(?P<host>[^.]+(?:\.[^.]+)*)\.(?P<pid>\d+)$')
 _RANK_FILE = re.compile(r'^snapshot_iter_(?P<iteration>\d+)\.rank(?P<rank>\d+)\.npz$')
+_MANIFEST_FILE = re.compile(r'^manifest_iter_(\d+)\.json$')
 
 
 def _writer_gone(host, pid, mtime, now, here):
@@ -206,8 +207,7 @@ def sweep_temporary(directory, dry_run=False, now=None, complete=None):
         else:
             doomed.append((name, why))
     if complete is None:
-        complete = [int(m.group(1)) for m in map(re.compile(r'^manifest_iter_(\d+)\.json$')
-                                                  .match, names) if m]
+        complete = [int(m.group(1)) for m in map(_MANIFEST_FILE.match, names) if m]
         known = bool(complete)
     else:
         known = True
@@ -311,7 +311,6 @@ class MultiNodeCheckpointer(chainer.training.Extension):
             raise ValueError('chainermn_torus: keep must be a count >= 1, got {!r}'.format(
                 keep))
         self.comm, self.directory, self.keep = comm, directory, int(keep)
-        self.resumed = None  # the manifest resume() loaded
         self.rank, self.size = comm.rank, comm.size
         self._check_writable()
         # Each rank its host's leftovers (a shared file system shows every host's files);
@@ -580,7 +579,6 @@ class MultiNodeCheckpointer(chainer.training.Extension):
             'replica (all {} identical), the data re-sharded, each rank\'s place in the '
             'epoch kept as a fraction{}'.format(manifest['ranks'], self.size,
                                                 manifest['ranks'], batch_note)), self.rank)
-        self.resumed = manifest
         return manifest['iteration']
 
     def _keep_global_batch(self, trainer, manifest):
@@ -640,7 +638,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
             return []
         found = []
         for name in os.listdir(self.directory):
-            m = re.match(r'^manifest_iter_(\d+)\.json$', name)
+            m = _MANIFEST_FILE.match(name)
             if m:
                 found.append((int(m.group(1)), name))
         return sorted(found, reverse=True)
@@ -664,10 +662,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
     def _verify(self, manifest):
         """This rank's share of the stored files: its own at the same rank count; at
         another, stored ranks r with r % size == rank (every file checked once)."""
-        mine = range(self.rank, manifest['ranks'], self.size)
-        if manifest['ranks'] == self.size:
-            mine = [self.rank]
-        for r in mine:
+        for r in range(self.rank, manifest['ranks'], self.size):
             problem = self._verify_file(manifest, manifest['files'][r])
             if problem:
                 return problem

@@ -542,13 +542,10 @@ def _sent_limit(communicator):
     return numpy.inf
 
 
-def check_finite_grads(communicator, target):
-    """Raise NonFiniteGradientError on every rank if any rank has a NaN/Inf gradient, or,
-    with float16 communication, one that would overflow to Inf on the way (before any rank
-    sends or updates anything)."""
-    limit = _sent_limit(communicator)
-    first = ''
-    count = 0
+def _scan_grads(target, limit, describe):
+    """(values that are NaN, infinite or beyond +-limit in the float gradients of
+    ``target``, ``describe(name, flat, bad)`` of the first array holding any, or '')."""
+    first, count = '', 0
     for name, p in sorted(target.namedparams()):
         g = p.grad
         if g is None or g.dtype.kind != 'f':
@@ -556,8 +553,18 @@ def check_finite_grads(communicator, target):
         flat = g.reshape(-1) if g.flags.c_contiguous else g.ravel()
         bad = _count_nonfinite(flat, limit)
         if bad and not first:
-            first = _describe_bad(name, flat, bad, limit)
+            first = describe(name, flat, bad)
         count += bad
+    return count, first
+
+
+def check_finite_grads(communicator, target):
+    """Raise NonFiniteGradientError on every rank if any rank has a NaN/Inf gradient, or,
+    with float16 communication, one that would overflow to Inf on the way (before any rank
+    sends or updates anything)."""
+    limit = _sent_limit(communicator)
+    count, first = _scan_grads(target, limit, lambda name, flat, bad: _describe_bad(
+        name, flat, bad, limit))
     mpi_comm = communicator.mpi_comm
     counts = numpy.array([count], numpy.int64)
     mpi_comm.Allreduce(MPI.IN_PLACE, [counts, MPI.INT64_T], op=MPI.SUM)
@@ -599,16 +606,8 @@ def check_finite_means(communicator, target, stale=False):
     rank for our communicators; the count is still agreed on (8 bytes), so that no rank
     updates while another raises, whatever the communicator.
     """
-    first, count = '', 0
-    for name, p in sorted(target.namedparams()):
-        g = p.grad
-        if g is None or g.dtype.kind != 'f':
-            continue
-        flat = g.reshape(-1) if g.flags.c_contiguous else g.ravel()
-        bad = _count_nonfinite(flat, numpy.inf)
-        if bad and not first:
-            first = '{} ({} of {} values)'.format(name, bad, flat.size)
-        count += bad
+    count, first = _scan_grads(target, numpy.inf, lambda name, flat, bad: '{} ({} of {} '
+                               'values)'.format(name, bad, flat.size))
     counts = numpy.array([count], numpy.int64)
     communicator.mpi_comm.Allreduce(MPI.IN_PLACE, [counts, MPI.INT64_T], op=MPI.MAX)
     if not counts[0]:

@@ -132,7 +132,12 @@ def check_room(needed, what, comm=None, path=SHM_DIR):
     ranks of ``comm`` on the node). Collective over ``comm`` when given: the allocation that
     follows is collective too, so either every rank allocates or every rank raises.
     """
-    _, problem = _verdict(needed, what, path)
+    _refuse_if_any(_verdict(needed, what, path)[1], what, comm)
+
+
+def _refuse_if_any(problem, what, comm):
+    """Collective over ``comm``: raise SharedMemoryFull on every rank if any rank has a
+    ``problem``, with the first one and the fixes."""
     problems = [problem] if comm is None else comm.allgather(problem)
     bad = [(r, p) for r, p in enumerate(problems) if p]
     if not bad:
@@ -187,16 +192,7 @@ def populate(array, what, needed, comm=None, path=SHM_DIR, method='madvise'):
                        'now, after the allocation ({})'.format(
                            what, need_s, socket.gethostname(), path, free_s,
                            format_bytes(total), os.strerror(err)))
-    problems = [problem] if comm is None else comm.allgather(problem)
-    bad = [(r, p) for r, p in enumerate(problems) if p]
-    if bad:
-        raise SharedMemoryFull(
-            'chainermn_torus: not enough shared memory: {}{}. Without this check the job would '
-            'die with "Bus error" at its first step. Fixes: chainermn-torus clean (what dead '
-            'jobs left), a larger /dev/shm (containers: --shm-size), fewer ranks per node or '
-            'smaller buffers.'.format(bad[0][1], '' if comm is None else
-                                      ' (rank(s) {} of the communicator)'.format(
-                                          ', '.join(str(r) for r, _ in bad))))
+    _refuse_if_any(problem, what, comm)
     return supported
 
 

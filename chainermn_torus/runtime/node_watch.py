@@ -70,7 +70,7 @@ def watchers_of(me, n):
     return sorted({(me - k) % n for k in range(1, RING + 1)} - {me})
 
 
-def summary(board, rows, now):
+def summary(rows, now):
     """This node's rows for a heartbeat: [rank, position, phase, seconds since progress]."""
     out = []
     for row in rows:
@@ -240,7 +240,7 @@ class Watcher(object):
         self.silent_s = max(3 * self.period, 2.0)
 
     def configure(self, table, me):
-        self.me, self.table = me, table
+        self.me = me
         n = len(table)
         now = pb.now_ns()
         self.started = now
@@ -302,7 +302,7 @@ class Watcher(object):
                 continue
             next_beat = time.monotonic() + self.period
             now = pb.now_ns()
-            rows = summary(self.board, self.board.rows(), now)
+            rows = summary(self.board.rows(), now)
             self.send({'kind': 'beat', 'node': self.me, 'rows': rows})
             self.unheard(now)
             text = judge(self.board, self.host, rows, self.peers, now, self.silent_s)

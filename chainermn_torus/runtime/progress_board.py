@@ -6,9 +6,9 @@ of, with plain stores, and that the node's watcher process (``runtime.node_watch
 Reading needs nothing from the ranks, not even that they run: a rank stopped by a signal,
 stuck in a system call or waiting in MPI with the GIL held leaves its last row there.
 
-A row (int64): world rank, pid, steps started, steps finished, phase, progress count within
-the phase (evaluation batches), the time of the last progress (CLOCK_MONOTONIC ns, one
-clock for every process of the node) and the time the phase began.
+A row (int64): world rank, pid, steps finished, phase, progress count within the phase
+(evaluation batches) and the time of the last progress (CLOCK_MONOTONIC ns, one clock for
+every process of the node).
 """
 import mmap
 import os
@@ -24,8 +24,8 @@ __all__ = ['Board', 'PHASES', 'NOT_ARMED', 'STEP', 'BETWEEN', 'EVALUATION', 'CHE
 
 MAGIC = 0x63_6d_74_77_61_74_63_68  # "cmtwatch"
 HEADER = 8
-ROW = 8
-RANK, PID, STARTED, FINISHED_STEPS, PHASE, COUNT, PROGRESS_NS, PHASE_NS = range(ROW)
+ROW = 6
+RANK, PID, FINISHED_STEPS, PHASE, COUNT, PROGRESS_NS = range(ROW)
 
 NOT_ARMED, STEP, BETWEEN, EVALUATION, CHECKPOINT, FINISHED = range(6)
 PHASES = {NOT_ARMED: 'before the first step', STEP: 'a training step',

@@ -37,7 +37,8 @@ import time
 from chainermn_torus import config
 from chainermn_torus.runtime.atomic import atomic_write
 
-__all__ = ['enable', 'disable', 'phase', 'flush', 'emergency_flush', 'ACTIVE', 'TIMELINE_ENV']
+__all__ = ['enable', 'disable', 'phase', 'flush', 'emergency_flush', 'trace_events', 'ACTIVE',
+           'TIMELINE_ENV']
 
 TIMELINE_ENV = config.SETTINGS['timeline'].env
 ACTIVE = None  # the process's Timeline, or None
@@ -141,17 +142,9 @@ class Timeline(object):
         self.iteration += 1
 
     def trace(self, rank):
-        host = socket.gethostname()
-        events = [{'name': 'process_name', 'ph': 'M', 'pid': rank,
-                   'args': {'name': 'rank {} ({})'.format(rank, host)}}]
-        for ident, tid in self._tids.items():
-            events.append({'name': 'thread_name', 'ph': 'M', 'pid': rank, 'tid': tid,
-                           'args': {'name': 'main' if tid == 0 else 'communication'}})
-        for name, t0, t1, tid, it in self.events:
-            events.append({'name': name, 'cat': _category(name), 'ph': 'X', 'pid': rank,
-                           'tid': tid, 'ts': (t0 + self.offset) * 1e6,
-                           'dur': (t1 - t0) * 1e6, 'args': {'iteration': it}})
-        return events
+        return trace_events(rank, socket.gethostname(), self._tids.values(), (
+            (name, (t0 + self.offset) * 1e6, (t1 - t0) * 1e6, tid, it)
+            for name, t0, t1, tid, it in self.events))
 
     def write(self):
         rank = _rank()
@@ -162,6 +155,21 @@ class Timeline(object):
         return path
 
 
+def trace_events(rank, host, tids, spans):
+    """A rank's Chrome trace events: its name, its threads', and ``spans`` (name, start
+    and duration in microseconds, thread, iteration). The one format of the .json files and
+    of the logs' merge (tools.timeline)."""
+    events = [{'name': 'process_name', 'ph': 'M', 'pid': rank,
+               'args': {'name': 'rank {} ({})'.format(rank, host)}}]
+    for tid in sorted(set(tids)):
+        events.append({'name': 'thread_name', 'ph': 'M', 'pid': rank, 'tid': tid,
+                       'args': {'name': 'main' if tid == 0 else 'communication'}})
+    for name, ts, dur, tid, it in spans:
+        events.append({'name': name, 'cat': _category(name), 'ph': 'X', 'pid': rank,
+                       'tid': tid, 'ts': ts, 'dur': dur, 'args': {'iteration': it}})
+    return events
+
+
 def _category(name):
     if name in ('forward_backward', 'update', 'wait'):
         return 'optimizer'
@@ -169,19 +177,8 @@ def _category(name):
 
 
 def _size():
-    for key in ('PMI_SIZE', 'OMPI_COMM_WORLD_SIZE', 'PMIX_SIZE', 'SLURM_NTASKS'):
-        if key in os.environ:
-            try:
-                return int(os.environ[key])
-            except ValueError:
-                continue
-    try:
-        from mpi4py import MPI
-        if MPI.Is_initialized() and not MPI.Is_finalized():
-            return MPI.COMM_WORLD.size
-    except ImportError:
-        pass
-    return None
+    return _world(('PMI_SIZE', 'OMPI_COMM_WORLD_SIZE', 'PMIX_SIZE', 'SLURM_NTASKS'), 'size',
+                  None)
 
 
 def _streamer(tl):
@@ -197,16 +194,24 @@ def _streamer(tl):
 
 
 def _rank():
-    for key in ('PMI_RANK', 'OMPI_COMM_WORLD_RANK', 'PMIX_RANK', 'SLURM_PROCID'):
-        if key in os.environ:
+    return _world(('PMI_RANK', 'OMPI_COMM_WORLD_RANK', 'PMIX_RANK', 'SLURM_PROCID'), 'rank', 0)
+
+
+def _world(keys, attr, default):
+    """COMM_WORLD's rank or size: from the launcher's environment (before MPI_Init and
+    after MPI_Finalize too), else from MPI, else ``default``."""
+    for key in keys:
+        try:
             return int(os.environ[key])
+        except (KeyError, ValueError):
+            continue
     try:
         from mpi4py import MPI
         if MPI.Is_initialized() and not MPI.Is_finalized():
-            return MPI.COMM_WORLD.rank
+            return getattr(MPI.COMM_WORLD, attr)
     except ImportError:
         pass
-    return 0
+    return default
 
 
 def enable(prefix):

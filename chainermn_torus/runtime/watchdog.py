@@ -59,7 +59,6 @@ class Watchdog(object):
         from mpi4py import MPI
         comm = MPI.COMM_WORLD if comm is None else comm
         self._steps = 0
-        self._count = 0
         self._armed = False
         self._watcher = None
         node = comm.Split_type(MPI.COMM_TYPE_SHARED)
@@ -102,23 +101,19 @@ class Watchdog(object):
         mine = {'host': _host(), 'addrs': addresses(), 'port': port} if node.rank == 0 else None
         table = [t for t in comm.allgather(mine) if t is not None]
         if self._watcher is not None:
-            me = next(i for i, t in enumerate(table) if t is mine or t == mine)
+            me = table.index(mine)  # host and port tell the nodes apart
             self._watcher.stdin.write(json.dumps({'nodes': table, 'me': me}) + '\n')
             self._watcher.stdin.flush()
 
     # --- the marks (plain stores: cheap enough for every step and batch) --------------------
     def _mark(self, phase, count=0):
-        now = pb.now_ns()
         row = self._row
-        if row[pb.PHASE] != phase:
-            row[pb.PHASE_NS] = now
         row[pb.COUNT] = count
-        row[pb.PROGRESS_NS] = now
+        row[pb.PROGRESS_NS] = pb.now_ns()
         row[pb.PHASE] = phase if self._armed or phase == pb.FINISHED else pb.NOT_ARMED
 
     def step_started(self):
         """A training step begins (``update()`` was called)."""
-        self._row[pb.STARTED] = self._steps + 1
         self._mark(pb.STEP)
 
     def beat(self, where=None):

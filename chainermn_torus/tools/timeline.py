@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from chainermn_torus.runtime.timeline import STREAM_S, TIMELINE_ENV
+from chainermn_torus.runtime.timeline import STREAM_S, TIMELINE_ENV, trace_events
 
 __all__ = ['rank_files', 'merge', 'plot', 'main']
 
@@ -58,9 +58,7 @@ def _load_log(path):
         raise ValueError('chainermn_torus: {} is not a timeline log written by chainermn-torus '
                          '(its first line is no header); remove it'.format(path)) from None
     rank = header['rank']
-    events = [{'name': 'process_name', 'ph': 'M', 'pid': rank,
-               'args': {'name': 'rank {} ({})'.format(rank, header.get('host', '?'))}}]
-    tids, last, dropped = set(), None, 0
+    spans, dropped = [], 0
     for line in lines[1:]:
         if not line.strip():
             continue
@@ -69,14 +67,9 @@ def _load_log(path):
         except (ValueError, TypeError):
             dropped += 1
             continue
-        tids.add(tid)
-        last = (ts + dur, it)
-        events.append({'name': name, 'cat': 'optimizer' if name in (
-            'forward_backward', 'update', 'wait') else 'communication', 'ph': 'X',
-            'pid': rank, 'tid': tid, 'ts': ts, 'dur': dur, 'args': {'iteration': it}})
-    for tid in sorted(tids):
-        events.append({'name': 'thread_name', 'ph': 'M', 'pid': rank, 'tid': tid,
-                       'args': {'name': 'main' if tid == 0 else 'communication'}})
+        spans.append((name, ts, dur, tid, it))
+    last = (spans[-1][1] + spans[-1][2], spans[-1][4]) if spans else None
+    events = trace_events(rank, header.get('host', '?'), [s[3] for s in spans], spans)
     if last is None:
         note = 'rank {} ({}): cut short, no event recorded before the process ended ' \
                '(only its log {})'.format(rank, header.get('host', '?'), path)
