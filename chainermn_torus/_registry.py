@@ -90,6 +90,12 @@ def set_defaults(**options):
     _defaults.update({k: v for k, v in options.items() if v is not None})
 
 
+def add_default(key, value):
+    """One more default option (the launcher's --tune), leaving the others in place."""
+    if value is not None:
+        _defaults[key] = value
+
+
 def add_forced_option(key, value):
     """Every communicator of ours the factory makes from now on gets ``key=value`` (the
     launcher's --fp16-allreduce); ChainerMN's are refused with the reason."""

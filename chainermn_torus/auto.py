@@ -12,8 +12,24 @@ Where SimGrid is installed (``simulate='auto'``, the default, or
 ``$CHAINERMN_TORUS_SIMULATE``), rank 0 then simulates the planner's best few candidates
 (``simulation.plan``: link sharing, topology, measured synchronisation costs) and broadcasts
 the ranking; a simulation that fails leaves the alpha-beta plan, and says so.
+
+With ``tune='on'`` (``--tune on``, ``$CHAINERMN_TORUS_TUNE``) the prediction only proposes:
+the gradient calls of the first iterations run the best few candidates in turn (the best of
+each communicator kind, the next best, and the predicted best with other segment sizes),
+timed from a barrier, the slowest rank's time counting, several rounds interleaved, the
+clearly slower dropped (``tuning.trials``); then every later call runs the winner. Every
+candidate computes the exact mean of the same gradients, so training goes on meanwhile (at
+P > 2 two candidates' means can differ by the rounding of another summation order). Rank 0
+reports every candidate's time, the prediction's miss and what the measuring cost beyond
+the winner's time, and remembers the choice in a file for the job shape
+(``tuning.memory``): the next job of that shape starts with it and measures nothing.
+Buffers under ``TUNE_MIN_BYTES`` and one-shot ``mean_array`` calls keep the prediction.
 """
 import os
+import time
+
+import numpy
+from mpi4py import MPI
 
 from chainermn_torus import config
 from chainermn_torus.algorithms import variants
@@ -24,10 +40,12 @@ from chainermn_torus.planning import planner
 from chainermn_torus.planning.calibrate import calibrate
 from chainermn_torus.runtime import report
 from chainermn_torus.simulation import plan as simplan, simulate
+from chainermn_torus.tuning import memory, trials
 
-__all__ = ['AutoCommunicator']
+__all__ = ['AutoCommunicator', 'candidates']
 
 SIMULATE_MIN_S = 1e-3  # plans predicted faster than this keep the alpha-beta choice
+WAIT_POLL_S = 0.005    # how often ranks waiting for rank 0's simulation look
 
 
 def _network(mpi_comm, network, measure_timeout):
@@ -45,53 +63,139 @@ def _network(mpi_comm, network, measure_timeout):
     return planner.Network.from_dict(data), 'measured at start-up'
 
 
+# Calls below this many bytes are latency-bound: the planner's alpha terms rank them well,
+# and a measured difference would be within the noise of one call.
+TUNE_MIN_BYTES = 256 << 10
+GRID_CHOICES = 2                        # other grids tried for the winning communicator
+SEGMENT_CHOICES = (1 << 20, 0)          # tried beside the default on the predicted best
+
+
+def _label(key):
+    algorithm, grid, segment = key
+    return '{}{}{}'.format(algorithm, '' if grid is None else ' {}x{}'.format(*grid),
+                           '' if segment is None else ', segment {}'.format(
+                               'whole' if segment == 0 else '{} MiB'.format(segment >> 20)
+                               if segment % (1 << 20) == 0 else '{} KiB'.format(segment >> 10)))
+
+
+def _kind(name):
+    v = variants.get(name)
+    return v.communicator, tuple(sorted(v.options.items()))
+
+
+def _key(row, segment=None):
+    return row['algorithm'], None if row['grid'] is None else tuple(row['grid']), segment
+
+
+def kinds(rows):
+    """Stage 1: the best-placed row of each communicator kind the rows hold, in the rows'
+    order, so that a prediction that ranks a whole kind too low is still measured."""
+    seen, keys = set(), []
+    for row in rows:
+        if _kind(row['algorithm']) not in seen:
+            seen.add(_kind(row['algorithm']))
+            keys.append(_key(row))
+    return keys
+
+
+def refinements(winner, rows, nbytes, segment_bytes, segments=True, node_grid=None):
+    """Stage 2: the stage-1 winner first, then the same communicator on up to
+    ``GRID_CHOICES`` other grids (the node-aligned one first, rows inside nodes, the shape
+    the torus algorithms are built for; then in the rows' order), then the winner with each
+    of ``SEGMENT_CHOICES`` that cuts ``nbytes`` into another number of pieces than the
+    default ``segment_bytes`` (where ``segments``: not when the user gave a size)."""
+    keys = [winner]
+    if winner[1] is not None:
+        same = [r for r in rows if _kind(r['algorithm']) == _kind(winner[0])
+                and r['grid'] is not None and tuple(r['grid']) != winner[1]]
+        same.sort(key=lambda r: node_grid is None or tuple(r['grid']) != tuple(node_grid))
+        keys += [_key(r) for r in same[:GRID_CHOICES]]
+    if segments:
+        def pieces(seg):
+            return 1 if seg == 0 else -(-nbytes // seg)
+        have = {pieces(segment_bytes)}
+        for seg in SEGMENT_CHOICES:
+            if pieces(seg) not in have:
+                have.add(pieces(seg))
+                keys.append(winner[:2] + (seg,))
+    return keys
+
+
+class _Tuning(object):
+    """One buffer size being measured: the stage, its candidates and schedule, the memory
+    key, and what each candidate cost this rank."""
+
+    def __init__(self, keys, predicted, trials, memo, rows, segments):
+        self.keys, self.predicted, self.trials, self.memo = keys, predicted, trials, memo
+        self.rows, self.segments = rows, segments
+        self.stage = 1
+        self.results = []  # (stage, key, Trials, index) of every candidate measured
+        self.spent = 0.0   # this rank's seconds in the candidates' making and calls
+        self.first = {}    # key -> ... in its making and first call
+
+
 class AutoCommunicator(TorusCommunicatorBase):
     """Options: ``network`` (preset or file), ``segment_size``, ``allreduce_grad_dtype``,
-    ``measure_timeout`` (seconds a start-up ping-pong may wait for its peer)."""
+    ``measure_timeout`` (seconds a start-up ping-pong may wait for its peer), ``simulate``,
+    ``tune`` (off: the predicted choice; on: measure on the first gradient calls, or take
+    the choice a job of the same shape remembered; again: measure and replace it) and
+    ``tune_dir`` (where choices are remembered)."""
 
     name = 'auto'
     uses_grid = False
 
     def __init__(self, mpi_comm=None, network=None, segment_size=None,
-                 allreduce_grad_dtype=None, measure_timeout=10.0, simulate=None, _net=None):
+                 allreduce_grad_dtype=None, measure_timeout=10.0, simulate=None, tune=None,
+                 tune_dir=None, _net=None, _memory=None):
         super(AutoCommunicator, self).__init__(mpi_comm, segment_size=segment_size,
                                                allreduce_grad_dtype=allreduce_grad_dtype)
         self._options.update(network=network, measure_timeout=measure_timeout,
-                             simulate=simulate)
+                             simulate=simulate, tune=tune, tune_dir=tune_dir)
         self.simulate = config.value('simulate', simulate, 'simulate')[0]
+        self.tune = config.value('tune', tune, 'tune')[0]
+        self.tune_dir = memory.folder(tune_dir) if self.tune != 'off' else None
         nodes = self.mpi_comm.allgather(self.intra_size)
         self.uniform = len(set(nodes)) == 1
         if _net is None:
             _net = _network(self.mpi_comm, network, measure_timeout)
         self.network, self.network_source = _net
-        self._inner = {}     # (algorithm, grid) -> communicator
-        self._chosen = {}    # bytes -> (algorithm, grid)
+        self._inner = {}     # (algorithm, grid, segment or None) -> communicator
+        self._chosen = {}    # bytes -> (algorithm, grid, segment or None)
+        self._tuning = {}    # bytes -> _Tuning, while measuring
+        self._retire = {}    # bytes -> [calls left, keys]: candidates freed after 2 calls
+        # Choices tuned in this process, shared with clones (double buffering's thread):
+        # file name -> (choice, figures); read on rank 0 only, like the files.
+        self._memory = {} if _memory is None else _memory
         self.choices = []    # log of (bytes, plan rows) for the user and tests
+        self.tuned = {}      # bytes -> the tuning's report (figures), for the user and tests
+
+    # --- the predicted choice ---------------------------------------------------------------
+    def _rows(self, nbytes, simulated=True):
+        """(plan rows, why), the same on every rank; ``simulated=False``: the planner's
+        alone (the tuner measures anyway)."""
+        if self.size == 1 or not self.uniform:
+            flat = next(n for n in variants.planned() if not variants.get(n).grid)
+            rows = [{'algorithm': flat, 'grid': None, 'seconds': 0.0, 'phases': {}}]
+            return rows, 'one rank' if self.size == 1 else 'nodes hold different rank counts'
+        rows = planner.plan(self.inter_size, self.intra_size, nbytes, self.network)
+        if simulated and self.simulate is not False:  # 'auto', or True (on)
+            return self._simulated(rows, nbytes)
+        return rows, 'planner'
 
     def _choose(self, nbytes):
         key = self._chosen.get(nbytes)
         if key is None:
-            if self.size == 1 or not self.uniform:
-                flat = next(n for n in variants.planned() if not variants.get(n).grid)
-                rows = [{'algorithm': flat, 'grid': None, 'seconds': 0.0, 'phases': {}}]
-                why = 'one rank' if self.size == 1 else 'nodes hold different rank counts'
-            else:
-                rows = planner.plan(self.inter_size, self.intra_size, nbytes, self.network)
-                why = 'planner'
-                if self.simulate is not False:  # 'auto', or True (on)
-                    rows, why = self._simulated(rows, nbytes)
+            rows, why = self._rows(nbytes)
             best = rows[0]
-            key = self._chosen[nbytes] = (best['algorithm'], best['grid'])
+            key = self._chosen[nbytes] = (best['algorithm'], best['grid'], None)
             self.choices.append((nbytes, rows))
             runner = rows[1] if len(rows) > 1 else None
-            report.say('{:.1f} MB on {} nodes x {} ranks -> {}{} ({}: {:.2f} ms predicted{}; '
+            report.say('{:.1f} MB on {} nodes x {} ranks -> {} ({}: {:.2f} ms predicted{}; '
                        'network: {} [{}])'.format(
-                           nbytes / 1e6, self.inter_size, self.intra_size, best['algorithm'],
-                           '' if best['grid'] is None else ' {}x{}'.format(*best['grid']), why,
+                           nbytes / 1e6, self.inter_size, self.intra_size, _label(key), why,
                            best['seconds'] * 1e3,
                            '' if runner is None else ', next {} {:.2f} ms'.format(
-                               runner['algorithm'] + ('' if runner['grid'] is None else
-                                                      ' {}x{}'.format(*runner['grid'])),
+                               _label((runner['algorithm'], runner['grid'], None)),
                                runner['seconds'] * 1e3),
                            self.network.name, self.network_source),
                        self.rank, prefix='chainermn_torus auto: ')
@@ -117,21 +221,197 @@ class AutoCommunicator(TorusCommunicatorBase):
                                              self.network), 'simulated')
                 except (RuntimeError, ValueError, OSError) as e:
                     out = (rows, 'planner; the simulation failed: {}'.format(e))
+        # The others wait asleep: spinning in a broadcast, they took the cores from the
+        # simulation (on this 2-core machine with 4 ranks the first call took 6-7 s).
+        waiting = self.mpi_comm.Ibarrier()
+        while not waiting.Test():
+            time.sleep(WAIT_POLL_S)
         return self.mpi_comm.bcast(out, root=0)
 
     def _communicator(self, key):
         comm = self._inner.get(key)
         if comm is None:
-            algorithm, grid = key
+            algorithm, grid, segment = key
             # The planner's names are the variants table's: the row says which class and
             # options (shm pinned off for rsaa/rsap, on for 'shm').
             comm = create_variant(algorithm, self.mpi_comm, grid=grid,
-                                   segment_size=self._options['segment_size'],
+                                   segment_size=self._options['segment_size']
+                                   if segment is None else segment,
                                    allreduce_grad_dtype=self._options['allreduce_grad_dtype'])
             comm.progress = self.progress
             self._inner[key] = comm
         return comm
 
+    # --- the measured choice ----------------------------------------------------------------
+    def _tunes(self, nbytes):
+        return (self.tune != 'off' and self.size > 1 and self.uniform
+                and nbytes >= TUNE_MIN_BYTES)
+
+    def _tuned_call(self, named, nbytes, run):
+        """Run one gradient call with the candidate the schedule gives (or the choice)."""
+        key = self._chosen.get(nbytes)
+        state = self._tuning.get(nbytes)
+        if key is None and state is None:
+            key, state = self._start(named, nbytes)
+        if key is not None:
+            run(self._communicator(key))
+            self._retire_losers(nbytes)
+            return
+        index = state.trials.next()
+        key = state.keys[index]
+        t0 = time.perf_counter()
+        comm = self._communicator(key)  # the first time: made now (counted)
+        made = time.perf_counter() - t0
+        self.mpi_comm.Barrier()  # each call timed from a common start: no rank's lateness
+        t1 = time.perf_counter()
+        run(comm)
+        took = time.perf_counter() - t1
+        state.spent += made + took
+        state.first.setdefault(key, made + took)
+        state.trials.record(took)
+        if state.trials.done:
+            self._next_stage(nbytes, state)
+
+    def _start(self, named, nbytes):
+        """(chosen key, None) from what a job of this shape remembered, else (None, the
+        tuning that starts now). Rank 0 looks; every rank gets its answer."""
+        dtype = _packing.transfer_dtype([p.data.dtype for _, p in named])
+        if self.allreduce_grad_dtype is not None:
+            dtype = self.allreduce_grad_dtype
+        memo = memory.Key(self.intra_size, self.inter_size, MPI.Get_library_version(),
+                          memory.signature([(n, p.data.shape, p.data.dtype)
+                                            for n, p in named], dtype), nbytes)
+        found = None
+        if self.rank == 0:
+            found = self._memory.get(memo.file_name())
+            source = 'tuned earlier in this job'
+            if found is None and self.tune == 'on':
+                choice, figures, written, message = memory.load(memo, self.size,
+                                                                self.tune_dir)
+                if message:
+                    report.say(message, 0, prefix='chainermn_torus auto: ')
+                if choice is not None:
+                    found = (choice, figures)
+                    source = 'remembered in {} (tuned {})'.format(
+                        memory.path(memo, self.tune_dir), written)
+            if found is not None:
+                found = (found[0], source, found[1])
+        found = self.mpi_comm.bcast(found, root=0)
+        if found is not None:
+            choice, source, figures = found
+            key = self._chosen[nbytes] = (choice['algorithm'], choice['grid'],
+                                          choice['segment_bytes'])
+            report.say('{:.1f} MB on {} nodes x {} ranks -> {} ({}{})'.format(
+                nbytes / 1e6, self.inter_size, self.intra_size, _label(key), source,
+                '' if not figures else ': {:.2f} ms measured'.format(
+                    figures['chosen_ms'])), self.rank, prefix='chainermn_torus auto: ')
+            return key, None
+        rows, why = self._rows(nbytes, simulated=False)
+        self.choices.append((nbytes, rows))
+        given = self._options['segment_size'] is not None or \
+            config.env('segment_bytes')[1] is not None
+        keys = kinds(rows)
+        state = _Tuning(keys, why, trials.Trials(len(keys), self._agree), memo, rows,
+                        segments=not given)
+        self._tuning[nbytes] = state
+        if state.trials.done:  # one kind only: straight to its shapes and segments
+            self._next_stage(nbytes, state)
+        return None, state
+
+    def _agree(self, seconds):
+        """The slowest rank's seconds per candidate (NaN where none ran), on every rank."""
+        mine = numpy.where(numpy.isnan(seconds), -1.0, seconds)
+        out = numpy.empty_like(mine)
+        self.mpi_comm.Allreduce(mine, out, op=MPI.MAX)
+        return numpy.where(out < 0, numpy.nan, out)
+
+    def _next_stage(self, nbytes, state):
+        """Stage 1 (the kinds) decided: measure the winner's shapes and segment sizes; stage
+        2 decided: that is the choice."""
+        t = state.trials
+        state.results += [(state.stage, k, t, i) for i, k in enumerate(state.keys)]
+        winner = state.keys[t.choice]
+        if state.stage == 2:
+            return self._decide(nbytes, state, winner)
+        state.stage = 2
+        state.keys = refinements(winner, state.rows, nbytes, self.segment_bytes,
+                                 state.segments, node_grid=(self.intra_size, self.inter_size))
+        state.trials = trials.Trials(len(state.keys), self._agree, warm=(0,))
+        if state.trials.done:
+            state.results.append((2, winner, state.trials, 0))
+            self._decide(nbytes, state, winner)
+
+    def _decide(self, nbytes, state, key):
+        self._chosen[nbytes] = key
+        del self._tuning[nbytes]
+        measured = [(stage, k, t, i) for stage, k, t, i in state.results if t.samples[i]]
+        # The winner's figure: from the last stage that counted calls of it.
+        best = [t.figure(i) for _, k, t, i in measured if k == key][-1]
+        calls = sum({id(t): t.calls for _, _, t, _ in state.results}.values())
+        # What measuring cost against a job fixed to the winner: the slowest rank's time
+        # making the candidates and running their calls, beyond the winner's making and
+        # first call (that job pays those too) and as many more calls at the winner's
+        # fastest call. The barriers' waits are left out: without them the same lateness is
+        # waited for inside the call.
+        cost = self.mpi_comm.allreduce(state.spent - state.first.get(key, 0.0),
+                                       op=MPI.MAX) - (calls - 1) * best
+        rows = [{'stage': stage, 'candidate': _label(k),
+                 'fastest_ms': t.figure(i) * 1e3 if t.samples[i] else None,
+                 'counted_calls': len(t.samples[i]),
+                 'first_call_ms': None if t.warmup[i] is None else t.warmup[i] * 1e3,
+                 'dropped': t.dropped.get(i)} for stage, k, t, i in state.results]
+        predicted = state.results[0]
+        figures = {'chosen': _label(key), 'chosen_ms': best * 1e3,
+                   'predicted': _label(predicted[1]), 'predicted_by': state.predicted,
+                   'predicted_ms': rows[0]['fastest_ms'], 'calls': calls, 'cost_s': cost,
+                   'candidates': rows}
+        self.tuned[nbytes] = figures
+        choice = {'algorithm': key[0], 'grid': key[1],
+                  'segment_bytes': self.segment_bytes if key[2] is None else key[2]}
+        where = 'kept for this job only'
+        if self.rank == 0:
+            self._memory[state.memo.file_name()] = (choice, figures)
+            try:
+                where = 'remembered in ' + memory.save(state.memo, choice, figures,
+                                                       self.tune_dir)
+            except OSError as e:
+                where = 'not remembered: {}'.format(e)
+
+        def listed(stage):
+            return ', '.join('{} {}'.format(r['candidate'], '{:.2f} ms'.format(
+                r['fastest_ms']) if r['fastest_ms'] is not None else '-') + (
+                    ' (dropped: {})'.format(r['dropped']) if r['dropped'] else '')
+                for r in rows if r['stage'] == stage)
+        report.say(
+            'tuned {:.1f} MB on {} nodes x {} ranks in {} calls -> {} ({:.2f} ms); predicted '
+            '{} ({}){}; kinds: {}; shapes and segments: {}; the tuning cost {:.3f} s beyond '
+            'the choice\'s time; {}'.format(
+                nbytes / 1e6, self.inter_size, self.intra_size, calls, _label(key),
+                best * 1e3, _label(predicted[1]), state.predicted,
+                '' if predicted[1] == key else ', measured {}'.format(
+                    '-' if rows[0]['fastest_ms'] is None else '{:.2f} ms'.format(
+                        rows[0]['fastest_ms'])),
+                listed(1), listed(2) or '-', cost, where),
+            self.rank, prefix='chainermn_torus auto: ')
+        # The others' buffers may still back gradients (double buffering applies the last
+        # call's means during the next): freed once the choice has run twice.
+        self._retire[nbytes] = [2, [k for _, k, _, _ in state.results if k != key]]
+
+    def _retire_losers(self, nbytes):
+        entry = self._retire.get(nbytes)
+        if entry is None:
+            return
+        entry[0] -= 1
+        if entry[0] > 0:
+            return
+        del self._retire[nbytes]
+        still = set(self._chosen.values()) | {
+            k for s in self._tuning.values() for k in s.keys}
+        for k in entry[1]:
+            if k not in still and k in self._inner:
+                self._inner.pop(k).finalize()
+
+    # --- the gradient calls -------------------------------------------------------------------
     def _bytes(self, named):
         dtype = _packing.transfer_dtype([p.data.dtype for _, p in named])
         if self.allreduce_grad_dtype is not None:
@@ -140,11 +420,16 @@ class AutoCommunicator(TorusCommunicatorBase):
 
     def mean_grad_in_slot(self, model, zero_fill=False, slot=0):
         named = _packing.grad_params(model, zero_fill)
-        inner = self._choose(self._bytes(named))
-        inner.mean_grad_in_slot(model, zero_fill, slot)
+        nbytes = self._bytes(named)
+        if self._tunes(nbytes):
+            self._tuned_call(named, nbytes,
+                             lambda inner: inner.mean_grad_in_slot(model, zero_fill, slot))
+        else:
+            self._choose(nbytes).mean_grad_in_slot(model, zero_fill, slot)
         self.calls += 1
 
     def mean_array(self, array):
+        # One-shot calls (benchmarks, tests): the predicted choice, never measured.
         return self._choose(array.nbytes).mean_array(array)
 
     def set_config(self, name, value=True, **kwargs):
@@ -156,7 +441,7 @@ class AutoCommunicator(TorusCommunicatorBase):
     def clone(self, poll_interval=None):
         opts = dict(self._options)
         twin = AutoCommunicator(mpi_comm=self.mpi_comm.Dup(), _net=(
-            self.network, self.network_source), **opts)
+            self.network, self.network_source), _memory=self._memory, **opts)
         twin.progress = Progress(poll_interval)
         return twin
 
@@ -179,9 +464,9 @@ class AutoCommunicator(TorusCommunicatorBase):
         super(AutoCommunicator, self).finalize()
 
     def describe(self):
-        chosen = ', '.join('{:.1f} MB -> {}{}'.format(b / 1e6, a, '' if g is None else
-                                                      ' {}x{}'.format(*g))
-                           for b, (a, g) in self._chosen.items()) or 'nothing chosen yet'
-        return 'auto on P = {} ({} nodes x {} ranks), network {} [{}]: {}'.format(
+        chosen = ', '.join('{:.1f} MB -> {}{}'.format(
+            b / 1e6, _label(k), ' (tuned)' if b in self.tuned else '')
+            for b, k in self._chosen.items()) or 'nothing chosen yet'
+        return 'auto on P = {} ({} nodes x {} ranks), network {} [{}], tune {}: {}'.format(
             self.size, self.inter_size, self.intra_size, self.network.name,
-            self.network_source, chosen)
+            self.network_source, self.tune, chosen)

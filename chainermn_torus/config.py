@@ -47,6 +47,14 @@ SETTINGS = collections.OrderedDict([
     ('simulate', Setting('CHAINERMN_TORUS_SIMULATE', 'switch', 'auto',
                          'auto/plan: rank the planner\'s best candidates with the SimGrid '
                          'simulator: auto (where SimGrid is installed), on, off')),
+    ('tune', Setting('CHAINERMN_TORUS_TUNE', 'tune', 'off',
+                     'auto: off (the predicted choice), on (measure the best few on the '
+                     "job's first gradient calls, or use the choice a job of the same shape "
+                     'remembered), again (measure even so, and replace it)',
+                     launcher='communicator')),
+    ('tune_dir', Setting('CHAINERMN_TORUS_TUNE_DIR', 'text', None,
+                         'auto, tune on: the folder of remembered choices (default '
+                         '~/.cache/chainermn-torus/tuned)', launcher='communicator')),
     ('simgrid_path', Setting('CHAINERMN_TORUS_SIMGRID_PATH', 'text', None,
                              'a folder holding SimGrid\'s Python module, appended to the '
                              'simulator\'s path (default: found, or Debian\'s)')),
@@ -141,6 +149,7 @@ _WHAT = {
     'loader': 'serial, multiprocess or ours',
     'affinity': 'auto, same-core, sibling, dedicated or none',
     'mpi': 'mpich, impi or openmpi',
+    'tune': 'off, on or again',
 }
 
 
@@ -191,6 +200,12 @@ def _switch(v):
     return _flag(text)
 
 
+def _tune(v):
+    if isinstance(v, str) and v.strip().lower() == 'again':
+        return 'again'
+    return 'on' if _flag(v) else 'off'
+
+
 def _choice(*names):
     def pick(v):
         if v not in names:
@@ -213,7 +228,7 @@ _PARSERS = {'seconds': _seconds, 'bytes': _at_least(0), 'segment': _segment,
             'non-negative': _non_negative, 'switch': _switch,
             'loader': _choice('serial', 'multiprocess', 'ours'),
             'affinity': _choice('auto', 'same-core', 'sibling', 'dedicated', 'none'),
-            'mpi': _choice('mpich', 'impi', 'openmpi')}
+            'mpi': _choice('mpich', 'impi', 'openmpi'), 'tune': _tune}
 
 
 def _must_be(kind, raw):

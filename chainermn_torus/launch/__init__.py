@@ -16,6 +16,8 @@ iterators itself. The launcher changes what those calls return, never the script
   is pinned and its BLAS threads sized). The evaluation iterators are left alone unless
   ``--loader-eval`` asks: then every ``Evaluator``'s iterators are rebuilt the same way, their
   loader processes on the same loader CPUs (evaluation and training take turns);
+* ``--tune on`` makes ``auto`` measure its best few candidates on the first gradient calls
+  (``--tune-dir``: where the choice is remembered);
 * ``--timeline PREFIX`` records the phases.
 
 Every substitution, and everything that could not be applied and why, is said once on rank
@@ -71,6 +73,9 @@ class Launch(object):
         factory.set_overrides(LauncherOverrides(self))
         if self.get('fp16_allreduce'):
             _registry.add_forced_option('allreduce_grad_dtype', numpy.float16)
+        for key in ('tune', 'tune_dir'):  # auto's options: the others do not take them
+            if key in self.given:
+                _registry.add_default(key, self.get(key))
         _registry.on_create(self._communicator_made)
         if self.get('timeline'):
             timeline.enable(self.get('timeline'))
@@ -92,6 +97,10 @@ class Launch(object):
             describe = comm.describe() if ours else type(comm).__name__
             say("create_communicator({!r}) -> {}{}".format(
                 asked, describe, ' (forced by --communicator)' if asked != made else ''),
+                comm.rank)
+        if 'tune' in self.given and made != 'auto':
+            say('--tune {} not applied: it is an option of auto, and create_communicator({!r}) '
+                'made {}; add --communicator auto'.format(self.get('tune'), asked, made),
                 comm.rank)
         if self.get('fp16_allreduce') and not ours:
             say("--fp16-allreduce not applied: create_communicator({!r}) made ChainerMN's {}, "

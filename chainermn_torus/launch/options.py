@@ -11,7 +11,8 @@ __all__ = ['add_arguments', 'resolve', 'option_of', 'keys']
 
 # The value a --help line shows per kind; flags take --X / --no-X instead.
 _METAVARS = {'switch': 'auto|on|off', 'loader': 'serial|multiprocess|ours', 'count': 'N',
-             'seconds': 'S', 'affinity': 'POLICY', 'text': 'VALUE'}
+             'seconds': 'S', 'affinity': 'POLICY', 'text': 'VALUE',
+             'tune': 'off|on|again'}
 
 
 def keys(target=None):

@@ -1,0 +1,130 @@
+"""The tuned choice, kept per job shape so that only the first job of that shape measures.
+
+One JSON file per (nodes x ranks per node, buffer signature) in the tuning folder
+(``tune_dir``: ``$CHAINERMN_TORUS_TUNE_DIR``, else ``$XDG_CACHE_HOME/chainermn-torus/tuned``
+or ``~/.cache/chainermn-torus/tuned``, on a cluster usually the shared home). The file
+names the whole key inside it: ranks per node, nodes, the MPI library's version line and
+the buffer signature. A file is read only when all of it matches and its choice can still
+be made here; otherwise it is named with the reason and ignored, and the job measures
+again and replaces it:
+
+* foreign: written for another key (another MPI under the same name, a file copied from
+  elsewhere);
+* stale: another file format (``FORMAT`` changes whenever what the tuner measures or how
+  does), or a choice this version cannot make (a variant gone, a grid that does not fit, a
+  segment size out of range).
+
+The buffer signature is a digest of the gradient arrays' names, shapes and dtypes and the
+dtype they travel in: another model, or the same with float16 on the wire, is another file.
+"""
+import datetime
+import hashlib
+import json
+import os
+
+from chainermn_torus import config
+from chainermn_torus.algorithms import variants
+from chainermn_torus.runtime.atomic import atomic_write
+
+__all__ = ['FORMAT', 'signature', 'Key', 'folder', 'path', 'load', 'save']
+
+FORMAT = 1
+
+
+def signature(arrays, dtype):
+    """Digest of [(name, shape, dtype)] and the transfer dtype (12 hex digits)."""
+    text = repr([(n, tuple(shape), str(d)) for n, shape, d in arrays]) + '|' + str(dtype)
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+class Key(dict):
+    """ranks_per_node, nodes, mpi (the library's first version line), signature, bytes."""
+
+    def __init__(self, ranks_per_node, nodes, mpi, signature, nbytes):
+        super(Key, self).__init__(ranks_per_node=int(ranks_per_node), nodes=int(nodes),
+                                  mpi=mpi.strip().splitlines()[0].strip() if mpi else '',
+                                  signature=signature, bytes=int(nbytes))
+
+    def file_name(self):
+        return '{}x{}-{}.json'.format(self['nodes'], self['ranks_per_node'], self['signature'])
+
+    def describe(self):
+        return '{} nodes x {} ranks, {}, buffer {} ({:.1f} MB)'.format(
+            self['nodes'], self['ranks_per_node'], self['mpi'] or 'unknown MPI',
+            self['signature'], self['bytes'] / 1e6)
+
+
+def folder(given=None):
+    where = config.value('tune_dir', given, 'tune_dir')[0]
+    if where:
+        return where
+    cache = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'),
+                                                             '.cache')
+    return os.path.join(cache, 'chainermn-torus', 'tuned')
+
+
+def path(key, where=None):
+    return os.path.join(folder(where), key.file_name())
+
+
+def _problem(data, key, size):
+    """Why a file's content cannot be used here, or None."""
+    if not isinstance(data, dict) or data.get('format') != FORMAT:
+        return 'stale: file format {!r}, this version reads {}'.format(
+            data.get('format') if isinstance(data, dict) else None, FORMAT)
+    theirs = data.get('key') or {}
+    differ = [k for k in key if theirs.get(k) != key[k]]
+    if differ:
+        return 'foreign: written for {}; {} differ{} from this job\'s ({})'.format(
+            ', '.join('{}={!r}'.format(k, theirs.get(k)) for k in differ),
+            ', '.join(differ), '' if len(differ) > 1 else 's',
+            ', '.join('{}={!r}'.format(k, key[k]) for k in differ))
+    choice = data.get('choice') or {}
+    name = choice.get('algorithm')
+    if name not in variants.planned():
+        return 'stale: its choice {!r} is not a variant auto chooses among now ({})'.format(
+            name, ', '.join(variants.planned()))
+    grid = choice.get('grid')
+    if variants.get(name).grid:
+        if not (isinstance(grid, list) and len(grid) == 2 and grid[0] * grid[1] == size):
+            return 'stale: grid {!r} does not fit {} ranks'.format(grid, size)
+    try:
+        config.parse('segment', choice.get('segment_bytes'), 'its segment size')
+    except ValueError as e:
+        return 'stale: {}'.format(str(e).replace('chainermn_torus: ', ''))
+    return None
+
+
+def load(key, size, where=None):
+    """(choice, figures, written, message): the remembered choice, or None with the reason
+    the file was ignored (message None: there is no file)."""
+    p = path(key, where)
+    if not os.path.exists(p):
+        return None, None, None, None
+    try:
+        with open(p) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        return None, None, None, '{} ignored: unreadable ({})'.format(p, e)
+    problem = _problem(data, key, size)
+    if problem:
+        return None, None, None, '{} ignored, {}'.format(p, problem)
+    choice = data['choice']
+    if choice.get('grid') is not None:
+        choice['grid'] = tuple(choice['grid'])
+    return choice, data.get('figures'), data.get('written'), None
+
+
+def save(key, choice, figures, where=None):
+    """Write the choice (atomically); returns the path, or raises OSError."""
+    p = path(key, where)
+    os.makedirs(os.path.dirname(p), exist_ok=True)
+    data = {'format': FORMAT, 'key': dict(key),
+            'choice': dict(choice, grid=None if choice.get('grid') is None
+                           else list(choice['grid'])),
+            'figures': figures,
+            'written': datetime.datetime.now(datetime.timezone.utc).isoformat(
+                timespec='seconds')}
+    text = json.dumps(data, indent=1, sort_keys=True).encode()
+    atomic_write(p, lambda f: f.write(text))
+    return p

@@ -1,0 +1,121 @@
+"""auto with tune=on: measured on real ranks (tests/mpi_workers/check_tune.py), and the
+schedule, the candidates and the memory file on their own."""
+import json
+
+import numpy
+import pytest
+
+from chainermn_torus import auto
+from chainermn_torus.planning import planner
+from chainermn_torus.tuning import memory, trials
+
+
+@pytest.mark.parametrize('nprocs', [2, 3])
+def test_tuned_run_chooses_alike_equals_the_fixed_choice_and_is_remembered(
+        mpi_world, tmp_path, nprocs):
+    reports = mpi_world(nprocs, 'check_tune', 'check_all', str(tmp_path / 'tuned'),
+                        timeout=240, env={'CHAINERMN_TORUS_SIMULATE': 'off'})
+    assert 'tuned 0.3 MB on 1 nodes x {} ranks'.format(nprocs) in reports[0], reports[0]
+
+
+def _run(times):
+    """Drive a schedule with fixed per-candidate seconds; returns (trials, order of calls)."""
+    order = []
+    t = trials.Trials(len(times), agree=lambda seconds: seconds)
+    while not t.done:
+        i = t.next()
+        order.append(i)
+        t.record(times[i])
+    return t, order
+
+
+def test_schedule_warms_up_interleaves_drops_and_picks_the_fastest():
+    t, order = _run([10.0, 9.0, 30.0, 9.5, 11.0])
+    assert order[:5] == [0, 1, 2, 3, 4]  # the warm-up, in the planner's order
+    assert order[5:10] == [1, 2, 3, 4, 0]  # counted round 1 starts one place on
+    assert 2 in t.dropped and '3.3x the best after 1 round' == t.dropped[2], t.dropped
+    assert t.choice == 1 and t.samples[2] == [30.0]
+    finals = [i for i in order[-2 * trials.FINAL_ROUNDS:]]
+    assert sorted(set(finals)) == [1, 3]  # the two fastest go on
+    assert len(t.samples[1]) == trials.ROUNDS + trials.FINAL_ROUNDS
+    # A candidate called before skips the warm-up.
+    t = trials.Trials(3, agree=lambda seconds: seconds, warm=(0,))
+    assert [t.next()] == [1]
+
+
+def test_schedule_takes_the_slowest_ranks_figures_and_breaks_ties_by_planner_order():
+    t = trials.Trials(2, agree=lambda seconds: numpy.where(numpy.isnan(seconds), seconds, 5.0))
+    while not t.done:
+        t.record(0.001)  # this rank's own times say nothing: the agreed ones decide
+    assert t.choice == 0 and t.samples[1][0] == 5.0
+    assert trials.Trials(1, agree=None).choice == 0
+    with pytest.raises(ValueError):
+        trials.Trials(0, agree=None)
+
+
+def test_candidates_are_each_kind_then_the_winners_shapes_and_segment_sizes():
+    net = planner.PRESETS['ofp']
+    rows = planner.plan(2, 2, 8 << 20, net)
+    kinds = auto.kinds(rows)
+    # Each communicator once (pure_allreduce's two models are one communicator), the
+    # prediction first.
+    assert sorted(k[0] for k in kinds) == ['pure_allreduce', 'rsaa', 'rsap', 'shm'] or \
+        kinds[0][0] == 'pure_allreduce_node_aware'
+    assert kinds[0] == (rows[0]['algorithm'], rows[0]['grid'], None)
+    shm = next(k for k in kinds if k[0] == 'shm')
+    keys = auto.refinements(shm, rows, 8 << 20, 4 << 20, node_grid=(2, 2))
+    assert keys[0] == shm and all(k[0] == 'shm' for k in keys)
+    grids = [k[1] for k in keys if k[2] is None][1:]
+    assert shm[1] not in grids and len(grids) <= auto.GRID_CHOICES
+    if shm[1] != (2, 2):
+        assert grids[0] == (2, 2)  # the node-aligned shape first
+    assert [k[2] for k in keys if k[2] is not None] == [1 << 20, 0]
+    # A buffer under a segment: 1 MiB and whole are the same single piece as the default.
+    assert all(k[2] is None for k in auto.refinements(shm, rows, 512 << 10, 4 << 20))
+    assert all(k[2] is None for k in auto.refinements(shm, rows, 8 << 20, 4 << 20,
+                                                     segments=False))
+    pure = ('pure_allreduce', None, None)
+    assert auto.refinements(pure, rows, 8 << 20, 4 << 20) == [
+        pure, ('pure_allreduce', None, 1 << 20), ('pure_allreduce', None, 0)]
+
+
+def _key(**changes):
+    fields = dict(ranks_per_node=2, nodes=2, mpi='MPICH Version: 5.0.2\nmore',
+                  signature='abc123', nbytes=1000)
+    fields.update(changes)
+    return memory.Key(**fields)
+
+
+def test_memory_round_trip_and_what_is_ignored(tmp_path):
+    key = _key()
+    assert key['mpi'] == 'MPICH Version: 5.0.2'
+    assert memory.load(key, 4, str(tmp_path)) == (None, None, None, None)
+    choice = {'algorithm': 'rsaa', 'grid': (2, 2), 'segment_bytes': 1 << 20}
+    path = memory.save(key, choice, {'chosen_ms': 1.0}, str(tmp_path))
+    got, figures, written, message = memory.load(key, 4, str(tmp_path))
+    assert got == choice and figures == {'chosen_ms': 1.0} and written and message is None
+    # Same file name (nodes x ranks, signature), another MPI: foreign.
+    other = _key(mpi='Intel(R) MPI Library 2021.10')
+    got, _, _, message = memory.load(other, 4, str(tmp_path))
+    assert got is None and 'foreign' in message and 'Intel(R) MPI' in message and path in message
+    with open(path) as f:
+        data = json.load(f)
+    for change, words in [({'format': 0}, 'stale: file format 0'),
+                          ({'choice': dict(choice, algorithm='gone')}, "stale: its choice 'gone'"),
+                          ({'choice': dict(choice, grid=[3, 2])}, 'does not fit 4 ranks'),
+                          ({'choice': dict(choice, segment_bytes=10)}, 'stale: its segment size')]:
+        with open(path, 'w') as f:
+            json.dump(dict(data, **change), f)
+        got, _, _, message = memory.load(key, 4, str(tmp_path))
+        assert got is None and words in message, (change, message)
+    with open(path, 'w') as f:
+        f.write('{not json')
+    assert 'unreadable' in memory.load(key, 4, str(tmp_path))[3]
+
+
+def test_signature_tells_models_and_transfer_dtypes_apart():
+    a = [('l1/W', (3, 4), numpy.dtype('float32'))]
+    assert memory.signature(a, numpy.float32) == memory.signature(list(a), numpy.float32)
+    assert memory.signature(a, numpy.float16) != memory.signature(a, numpy.float32)
+    assert memory.signature([('l1/W', (4, 3), numpy.dtype('float32'))], numpy.float32) != \
+        memory.signature(a, numpy.float32)
