@@ -233,6 +233,18 @@ def test_resume_on_another_rank_count_4_2_3_4(tmp_path):
         assert (manifest['iteration'], manifest['ranks']) == (20 * (epochs + 1), new), manifest
         previous = params(tmp_path / 'on{}'.format(new))
         assert all(numpy.isfinite(v).all() for v in previous.values())
+    # The global batch changed instead (--resume-batch scale): each of 2 ranks keeps the 30
+    # it was started with, and Adam's alpha follows the linear rule, 120 -> 60.
+    scaled = run(2, 4, 'scaled', '--auto-resume', '--resume-batch', 'scale', batch=30)
+    assert scaled.returncode == 0, scaled.stderr[-3000:]
+    assert 'the global batch changed from 120 (4 x 30) to 60 (2 x 30, the batch this job was ' \
+        'started with): alpha 0.001 -> 0.0005 by the large-batch rule linear_scaling' in \
+        scaled.stdout, scaled.stdout[-2000:]
+    # Another optimizer's state would load in part: refused, naming both.
+    other = run(2, 9, 'other', '--auto-resume', '--optimizer', 'momentum')
+    assert other.returncode != 0
+    assert 'it holds the state of the optimizer Adam and this job trains with MomentumSGD' in \
+        other.stderr, other.stderr[-3000:]
     # A stored replica that differs (rank 2 of the last 4-rank checkpoint, one weight): no
     # replica can stand for the others, and the refusal names the ranks and the array.
     last = json.loads((ck / 'latest.json').read_text())['iteration']

@@ -23,10 +23,15 @@ stored ranks' parameters and optimizer state must be identical (data-parallel re
 checked, the first difference named); new rank r loads stored rank r mod P (rank 0 keeps
 rank 0's reports). The iteration, the epoch and each rank's place in it (as a fraction of
 its shard) are kept; the data is re-sharded by the new job's ``scatter_dataset`` and each
-iterator keeps its new shard and order. The global batch is kept: the per-rank batch
-becomes global / P' (a SerialIterator is resized, said; other iterators must be started
-with that batch), so the learning rate and its schedule stay right; a global batch that
-does not split evenly is refused with the rank counts that work. The
+iterator keeps its new shard and order. By default (``batch='keep'``) the global batch is
+kept: the per-rank batch becomes global / P' (a SerialIterator is resized, said; other
+iterators must be started with that batch), so the learning rate and its schedule stay
+right; a global batch that does not split evenly is refused with the rank counts that
+work. With ``batch='scale'`` (``--resume-batch scale``) each rank keeps the batch it was
+started with, the global batch changes with P', and the stored learning rate is scaled by
+the large-batch rule the caller gives (``lr_rule``: the examples give Goyal et al.'s
+``linear_scaling``), said with both figures. A checkpoint of another model or another
+optimizer is refused, naming both. The
 decision is collective: no rank loads anything, and nothing says "resumed", until every
 rank's file has passed. Each checkpoint keeps its own manifest
 (``manifest_iter_<I>.json``, ``latest.json`` is the newest), so when the latest is damaged
@@ -63,6 +68,9 @@ __all__ = ['MultiNodeCheckpointer', 'CheckpointError', 'check_writable', 'add_ar
            'check_arguments', 'attach', 'check_output', 'sweep_temporary']
 
 MANIFEST = 'latest.json'
+# On another rank count: keep the global batch, or keep the per-rank batch and scale the
+# learning rate (the large-batch rule the caller gives).
+BATCH_CHOICES = ('keep', 'scale')
 _MANIFEST_OF = 'manifest_iter_{}.json'
 STALE_S = 600.0  # another host's temporary file untouched this long belongs to a dead job
 
@@ -306,11 +314,19 @@ class MultiNodeCheckpointer(chainer.training.Extension):
     priority = chainer.training.PRIORITY_READER - 1  # after the reporters, like snapshot
     name = 'chainermn_torus_checkpoint'
 
-    def __init__(self, comm, directory, keep=2):
+    def __init__(self, comm, directory, keep=2, batch='keep', lr_rule=None):
         if int(keep) != keep or keep < 1:
             raise ValueError('chainermn_torus: keep must be a count >= 1, got {!r}'.format(
                 keep))
+        if batch not in BATCH_CHOICES:
+            raise ValueError('chainermn_torus: batch must be one of {}, got {!r}'.format(
+                ', '.join(BATCH_CHOICES), batch))
+        if batch == 'scale' and lr_rule is None:
+            raise ValueError("chainermn_torus: batch='scale' needs lr_rule, the large-batch "
+                             'rule that scales the learning rate with the global batch '
+                             '(chainermn_torus.optimizers.large_batch.linear_scaling)')
         self.comm, self.directory, self.keep = comm, directory, int(keep)
+        self.batch, self.lr_rule = batch, lr_rule
         self.rank, self.size = comm.rank, comm.size
         self._check_writable()
         # Each rank its host's leftovers (a shared file system shows every host's files);
@@ -378,8 +394,13 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         if self.rank == 0:
             files = [os.path.basename(self._file(iteration, r)) for r in range(self.size)]
             main = trainer.updater.get_iterator('main')
+            actual = _actual_optimizer(trainer)
+            attr = _lr_attr(actual)
             manifest = {'iteration': iteration, 'ranks': self.size, 'files': files,
                         'batch_per_rank': getattr(main, 'batch_size', None),
+                        'optimizer': _optimizer_kind(actual),
+                        'learning_rate': None if attr is None else
+                        [attr, float(getattr(actual, attr))],
                         'checks': dict(zip(files, records)),
                         'model': _layout(target), 'written': time.strftime('%Y-%m-%d %H:%M:%S')}
             text = json.dumps(manifest, indent=1).encode()
@@ -541,11 +562,15 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         if problem is not None:
             raise CheckpointError('chainermn_torus: cannot resume from {!r}: {}'.format(
                 self.directory, '; then '.join(failures)))
+        self._check_optimizer(trainer, manifest)
         resized = manifest['ranks'] != self.size
         batch_note = ''
         if resized:
             self._check_replicas(manifest)
-            batch_note = self._keep_global_batch(trainer, manifest)
+            if self.batch == 'keep':
+                batch_note = self._keep_global_batch(trainer, manifest)
+            else:
+                batch_note = self._scale_learning_rate(trainer, manifest)
         source = self.rank % manifest['ranks']  # new rank 0 reads old rank 0 (its reports)
         path = os.path.join(self.directory, manifest['files'][source])
         try:
@@ -609,6 +634,44 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         it.batch_size = needed
         return '; the global batch of {} kept: {} per rank instead of {}'.format(
             total, needed, old)
+
+    def _check_optimizer(self, trainer, manifest):
+        """Another optimizer's state would load in part and silently (Chainer reads the
+        keys the target asks for): refused, naming both."""
+        stored = manifest.get('optimizer')
+        mine = _optimizer_kind(_actual_optimizer(trainer))
+        if stored is not None and stored != mine:
+            raise CheckpointError(
+                'chainermn_torus: cannot resume from {!r}: it holds the state of the optimizer '
+                '{} and this job trains with {}; resume with the optimizer it was '
+                'written with, or start afresh in another --checkpoint-dir'.format(
+                    self.directory, stored, mine))
+
+    def _scale_learning_rate(self, trainer, manifest):
+        """``batch='scale'``: each rank keeps the batch this job was started with, so the
+        global batch changes with the rank count, and the stored learning rate is scaled by
+        ``lr_rule`` (new global, old global). Returns what to say."""
+        old = manifest.get('batch_per_rank')
+        it = trainer.updater.get_iterator('main')
+        stored = manifest.get('learning_rate')
+        if not old or not hasattr(it, 'batch_size') or not stored:
+            raise CheckpointError(
+                "chainermn_torus: cannot resume from {!r} with batch='scale': the checkpoint "
+                'does not record {} (written by an older version, or the iterator has no '
+                "batch_size); resume with batch='keep' (--resume-batch keep)".format(
+                    self.directory, 'its batch per rank' if not old or not hasattr(
+                        it, 'batch_size') else 'its learning rate'))
+        attr, value = stored
+        before, after = old * manifest['ranks'], it.batch_size * self.size
+        new = self.lr_rule(value, after, before)
+        setattr(_actual_optimizer(trainer), attr, new)
+        rule = getattr(self.lr_rule, '__name__', repr(self.lr_rule))
+        return ('; the global batch changed from {} ({} x {}) to {} ({} x {}, the batch this '
+                'job was started with): {} {:g} -> {:g} by the large-batch rule {} ({}); a '
+                'schedule extension that sets {} itself (a warm-up) takes over from it'.format(
+                    before, manifest['ranks'], old, after, self.size, it.batch_size, attr,
+                    value, new, rule, ((self.lr_rule.__doc__ or '').strip().split('\n') or
+                                       [''])[0].rstrip('.'), attr))
 
     def _check_replicas(self, manifest):
         """The stored ranks hold the same parameters and optimizer state (data-parallel
@@ -719,8 +782,31 @@ class MultiNodeCheckpointer(chainer.training.Extension):
 
 
 # --- the examples' command-line options, in one place -----------------------------------------
+def _actual_optimizer(trainer):
+    opt = trainer.updater.get_optimizer('main')
+    return getattr(opt, 'actual_optimizer', opt)
+
+
+def _optimizer_kind(optimizer):
+    """The optimizer's Chainer class name: a fused kernel (FusedAdam) keeps the state of
+    the rule it fuses (Adam), so the two resume each other's checkpoints."""
+    for cls in type(optimizer).__mro__:
+        if cls.__module__.startswith('chainer.'):
+            return cls.__name__
+    return type(optimizer).__name__
+
+
+def _lr_attr(optimizer):
+    """The learning-rate hyperparameter's name ('alpha' for Adam, whose ``lr`` is a value
+    computed from it; 'lr' for the SGD family), or None."""
+    for attr in ('alpha', 'lr'):
+        if isinstance(getattr(optimizer, attr, None), (int, float)):
+            return attr
+    return None
+
+
 def add_arguments(parser):
-    """--checkpoint-dir, --checkpoint-interval, --resume, --auto-resume."""
+    """--checkpoint-dir, --checkpoint-interval, --resume, --auto-resume, --resume-batch."""
     parser.add_argument('--checkpoint-dir', default=None, metavar='DIR',
                         help='write multi-node checkpoints here (atomically; see '
                              'chainermn_torus.extensions.checkpoint)')
@@ -730,6 +816,11 @@ def add_arguments(parser):
                         help='continue from the latest checkpoint in --checkpoint-dir')
     parser.add_argument('--auto-resume', action='store_true',
                         help='continue from it if there is one (batch jobs that are requeued)')
+    parser.add_argument('--resume-batch', choices=BATCH_CHOICES, default='keep',
+                        help='resuming on another rank count: keep the global batch (the '
+                             'batch per rank adjusted; default), or scale: keep the batch '
+                             'per rank and scale the learning rate with the global batch by '
+                             'the linear scaling rule')
 
 
 def check_arguments(parser, args):
@@ -740,7 +831,7 @@ def check_arguments(parser, args):
             args.checkpoint_interval))
 
 
-def attach(comm, trainer, args):
+def attach(comm, trainer, args, lr_rule=None):
     """Extend ``trainer`` with a checkpointer and resume as the options say (collective).
 
     Returns the checkpointer, or None without --checkpoint-dir. Errors end every rank with a
@@ -751,7 +842,9 @@ def attach(comm, trainer, args):
         return None
     try:
         # Made before training so that an unwritable directory fails now, on every rank.
-        checkpointer = MultiNodeCheckpointer(comm, args.checkpoint_dir)
+        checkpointer = MultiNodeCheckpointer(
+            comm, args.checkpoint_dir, batch=getattr(args, 'resume_batch', 'keep'),
+            lr_rule=lr_rule)
         trainer.extend(checkpointer, trigger=(args.checkpoint_interval, 'iteration')
                        if args.checkpoint_interval else (1, 'epoch'))
         if args.resume:

@@ -39,6 +39,7 @@ import numpy
 from chainermn_torus import config
 from chainermn_torus.extensions import checkpoint
 from chainermn_torus.extensions.timing import time_calls
+from chainermn_torus.optimizers.large_batch import linear_scaling
 from chainermn_torus.runtime import draws, report
 
 # Importing chainermn_torus starts no MPI; the first communicator does, in main(), after
@@ -477,7 +478,9 @@ def main():
             trainer.extend(extensions.PrintReport(
                 ['epoch', 'iteration', 'main/loss', 'validation/main/loss', 'main/accuracy',
                  'validation/main/accuracy', 'elapsed_time']))
-        checkpoint.attach(comm, trainer, args)  # --checkpoint-dir, --resume, ...
+        # --checkpoint-dir, --resume, ...; --resume-batch scale on another rank count
+        # scales the learning rate by Goyal et al.'s linear rule.
+        checkpoint.attach(comm, trainer, args, lr_rule=linear_scaling)
         t0 = time.perf_counter()
         trainer.run()
         if getattr(optimizer, 'watchdog', None) is not None:

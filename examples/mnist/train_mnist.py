@@ -179,7 +179,9 @@ def main():
             trainer.extend(extensions.ProgressBar())
 
     checkpoint.check_output(comm, args.out)  # now, on every rank: not after training
-    checkpoint.attach(comm, trainer, args)  # --checkpoint-dir, --resume, ...
+    # --checkpoint-dir, --resume, ...; --resume-batch scale on another rank count scales the
+    # learning rate by Goyal et al.'s linear rule.
+    checkpoint.attach(comm, trainer, args, lr_rule=linear_scaling)
 
     t0 = time.perf_counter()
     trainer.run()
