@@ -67,8 +67,23 @@ def check_python_is_the_venvs(text, venv, modules=()):
     assert ' python -m chainermn_torus.run ' in launch or launch.startswith('python ')
 
 
-def check_expected_ranks(text, nodes, rpn):
-    assert exports(text)['CHAINERMN_TORUS_EXPECT_RANKS'] == str(nodes * rpn)
+def check_expected_ranks(text, nodes, rpn, tmp_path=None):
+    expected = exports(text)['CHAINERMN_TORUS_EXPECT_RANKS']
+    if expected != '$PROCS':
+        assert expected == str(nodes * rpn)
+        return
+    # slurm and pbs: the rank count follows the allocation, so a job resubmitted on fewer
+    # nodes starts that many ranks (and --auto-resume continues on them).
+    lines = '\n'.join(l for l in text.splitlines()
+                      if l.startswith(('NODES=', '[ "$NODES"', 'PROCS=')))
+    hosts = tmp_path / 'nodefile'
+    hosts.write_text('a\na\nb\nb\nc\nc\n')  # PBS: one line per rank slot, 3 hosts
+    for env, count in (({}, nodes), ({'SLURM_JOB_NUM_NODES': '3', 'PBS_NODEFILE': str(hosts)},
+                                     3)):
+        out = subprocess.run(['bash', '-c', lines + '\necho $PROCS'], env=dict(
+            os.environ, **env), capture_output=True, text=True, check=True).stdout.strip()
+        assert out == str(count * rpn), (env, out, lines)
+    assert ' -n $PROCS ' in text or 'srun ' in text
 
 
 @pytest.mark.parametrize('system', sorted(SYSTEM_ARGS))
@@ -77,7 +92,7 @@ def test_each_system_script_is_valid_bash_and_runs_the_venvs_python(tmp_path, sy
                      '--hours', '2.5', '--venv', '/opt/venvs/cmt', '--module', 'gcc/12',
                      '--module', 'python/3.11', *SYSTEM_ARGS[system])
     check_python_is_the_venvs(text, '/opt/venvs/cmt', ['gcc/12', 'python/3.11'])
-    check_expected_ranks(text, 4, 2)
+    check_expected_ranks(text, 4, 2, tmp_path)
     # The training script is unchanged: the communicator comes through chainermn_torus.run.
     assert '-m chainermn_torus.run --communicator rsap examples/mnist/train_mnist.py' in text
     assert 'ulimit -n' in text and '02:30:00' in text
@@ -122,9 +137,9 @@ def test_slurm_srun_gets_cpus_per_task_and_the_pmi_of_the_mpi(tmp_path, mpi, pmi
 
 
 @pytest.mark.parametrize('mpi, launch', [
-    ('mpich', 'mpiexec -launcher slurm -n 8 -ppn 4 -bind-to core:3 '),
-    ('impi', 'mpiexec.hydra -n 8 -ppn 4 -genv I_MPI_PIN_DOMAIN=3 '),
-    ('openmpi', 'mpiexec -n 8 --map-by ppr:4:node:PE=3 --bind-to core -x ')])
+    ('mpich', 'mpiexec -launcher slurm -n $PROCS -ppn 4 -bind-to core:3 '),
+    ('impi', 'mpiexec.hydra -n $PROCS -ppn 4 -genv I_MPI_PIN_DOMAIN=3 '),
+    ('openmpi', 'mpiexec -n $PROCS --map-by ppr:4:node:PE=3 --bind-to core -x ')])
 def test_slurm_with_the_mpis_own_mpiexec_binds_through_it(tmp_path, mpi, launch):
     # MPICH's default under Slurm (its srun pmi2 path failed under a real Slurm 22.05).
     extra = [] if mpi == 'mpich' else ['--launcher', 'mpiexec']
@@ -204,7 +219,7 @@ def test_pbs_places_exclusively_and_maps_ranks_the_mpis_way(tmp_path, mpi):
                      'CHAINERMN_TORUS_WATCHDOG'):
             assert ' -x {}'.format(name) in launch
     else:
-        assert launch.startswith('mpiexec -n 8 -ppn 2 ')
+        assert launch.startswith('mpiexec -n $PROCS -ppn 2 ')
 
 
 def test_k_is_retired_in_favour_of_fugaku():

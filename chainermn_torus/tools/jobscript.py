@@ -158,11 +158,11 @@ ${workdir_line}${environment}set -euo pipefail
 # for deep recursion); a hard limit below stays as it is.
 ulimit -n "$$(ulimit -Hn)" 2>/dev/null || true
 ulimit -s unlimited 2>/dev/null || true
-${settings}# What the ranks apply (chainermn-torus config): compute threads, loader cores, the rank
+${settings}${nodes_lines}# What the ranks apply (chainermn-torus config): compute threads, loader cores, the rank
 # count MPI must start (the launcher stops on another: a PMI/launcher mismatch).
 export CHAINERMN_TORUS_THREADS=${threads}
 ${dedicated_line}export CHAINERMN_TORUS_EXPECT_RANKS=${procs}
-${grid_line}${watchdog_line}echo "chainermn-torus job ${name}: ${nodes} node(s) x ${ranks_per_node} rank(s), ${threads} compute thread(s) per rank, communicator ${communicator}, ${mpi} MPI, on $$(hostname) at $$(date)"
+${grid_line}${watchdog_line}echo "chainermn-torus job ${name}: ${nodes_now} node(s) x ${ranks_per_node} rank(s), ${threads} compute thread(s) per rank, communicator ${communicator}, ${mpi} MPI, on $$(hostname) at $$(date)"
 echo "python: $$(command -v python) ($$(python -c 'import sys; print(sys.version.split()[0], sys.prefix)'))"
 ${launch}
 '''
@@ -311,6 +311,21 @@ def _launcher(args, mpi):
     return args.launcher or SLURM_LAUNCHER[mpi]
 
 
+# Where the rank count follows the allocation: the shell expression of its node count. A
+# job that lost a node is resubmitted on fewer with the same script (sbatch --nodes=3, or a
+# requeue onto a smaller allocation), starts that many ranks, and --auto-resume continues
+# its checkpoint on them (extensions.checkpoint: another rank count). A --grid pins P, and
+# PJM's scripts name their node count in the resource line: those stay fixed.
+_ALLOCATED_NODES = {
+    'slurm': '$${SLURM_JOB_NUM_NODES:-${nodes}}',
+    'pbs': '$$(sort -u "$${PBS_NODEFILE:-/dev/null}" | wc -l)',
+}
+
+
+def _follows_allocation(args):
+    return args.system in _ALLOCATED_NODES and not args.grid
+
+
 def _values(args):
     procs = args.nodes * args.ranks_per_node
     mpi = args.mpi or MPIS[args.system][0]
@@ -330,8 +345,18 @@ def _values(args):
     exported += ['CHAINERMN_TORUS_GRID'] if args.grid else []
     forward = ''.join(' -x {}'.format(v) for v in exported)
     venv = _venv_root(args.venv) if args.venv else _default_venv()
+    nodes_now, nodes_lines = args.nodes, ''
+    if _follows_allocation(args):
+        nodes_lines = ('# The ranks follow the allocation: resubmitted on another number of '
+                       'nodes, the same\n# script starts that many ranks (--auto-resume '
+                       'continues a checkpoint on them).\nNODES={}\n'
+                       '[ "$NODES" -ge 1 ] || NODES={}\nPROCS=$((NODES * {}))\n').format(
+                           string.Template(_ALLOCATED_NODES[args.system]).safe_substitute(
+                               nodes=args.nodes), args.nodes, args.ranks_per_node)
+        procs, nodes_now = '$PROCS', '$NODES'
     return {
         'name': args.name, 'nodes': args.nodes, 'ranks_per_node': args.ranks_per_node,
+        'nodes_lines': nodes_lines, 'nodes_now': nodes_now,
         'procs': procs, 'elapse': _elapse(args.hours), 'threads': threads, 'cpus': per_rank,
         'node_cpus': per_rank * args.ranks_per_node,
         'loader_cores': loader, 'queue': queue, 'queue_line': queue_line,
@@ -479,9 +504,11 @@ def main(argv=None):
     if args.command[:1] == ['--']:
         args.command = args.command[1:]
     try:
-        if args.dry_run:
+        if args.dry_run:  # the line as it runs on the --nodes asked for
             _check(args)
-            print(launch_line(args))
+            values = _values(args)
+            values['procs'] = args.nodes * args.ranks_per_node
+            print(launch_line(args, values))
             return 0
         text = generate(args)
         out = args.output or 'job-{}.sh'.format(args.system)

@@ -13,13 +13,18 @@ set -euo pipefail
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 ulimit -s unlimited 2>/dev/null || true
 export OMP_NUM_THREADS=16
+# The ranks follow the allocation: resubmitted on another number of nodes, the same
+# script starts that many ranks (--auto-resume continues a checkpoint on them).
+NODES=$(sort -u "${PBS_NODEFILE:-/dev/null}" | wc -l)
+[ "$NODES" -ge 1 ] || NODES=4
+PROCS=$((NODES * 2))
 # What the ranks apply (chainermn-torus config): compute threads, loader cores, the rank
 # count MPI must start (the launcher stops on another: a PMI/launcher mismatch).
 export CHAINERMN_TORUS_THREADS=16
 export CHAINERMN_TORUS_DEDICATED_CORES=1
-export CHAINERMN_TORUS_EXPECT_RANKS=8
+export CHAINERMN_TORUS_EXPECT_RANKS=$PROCS
 # A rank that stops (a frozen peer) ends the job instead of the time limit.
 export CHAINERMN_TORUS_WATCHDOG=900
-echo "chainermn-torus job resnet50-pbs: 4 node(s) x 2 rank(s), 16 compute thread(s) per rank, communicator auto, mpich MPI, on $(hostname) at $(date)"
+echo "chainermn-torus job resnet50-pbs: $NODES node(s) x 2 rank(s), 16 compute thread(s) per rank, communicator auto, mpich MPI, on $(hostname) at $(date)"
 echo "python: $(command -v python) ($(python -c 'import sys; print(sys.version.split()[0], sys.prefix)'))"
-mpiexec -n 8 -ppn 2 -bind-to core:17 python -m chainermn_torus.run --communicator auto examples/imagenet/train_imagenet.py data/imagenet/train.txt data/imagenet/val.txt --arch resnet50 --loader ours --affinity auto --checkpoint-dir results/ckpt --auto-resume
+mpiexec -n $PROCS -ppn 2 -bind-to core:17 python -m chainermn_torus.run --communicator auto examples/imagenet/train_imagenet.py data/imagenet/train.txt data/imagenet/val.txt --arch resnet50 --loader ours --affinity auto --checkpoint-dir results/ckpt --auto-resume
