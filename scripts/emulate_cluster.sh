@@ -4,6 +4,8 @@
 #
 #   scripts/emulate_cluster.sh up K [RATE]     K nodes, links of RATE (tc syntax, default 1gbit)
 #   scripts/emulate_cluster.sh run R CMD...    R ranks per node, K*R ranks in all, CMD on each
+#   scripts/emulate_cluster.sh fail N          node N is lost: every process in it killed, and
+#                                              later `run`s leave it out (a smaller allocation)
 #   scripts/emulate_cluster.sh status          nodes and the bytes their links carried
 #   scripts/emulate_cluster.sh down            remove everything `up` made (idempotent)
 #
@@ -33,6 +35,17 @@ need_root() {
 }
 
 nodes() { [ -f "$STATE" ] && sed -n 's/^nodes=//p' "$STATE" || echo 0; }
+failed() { [ -f "$STATE" ] && sed -n 's/^failed=//p' "$STATE" || true; }
+
+fail() {
+  local n=${1:-}; local k; k=$(nodes)
+  [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -lt "$k" ] || die "fail needs a node number below $k, got '${n}'"
+  need_root
+  # As a node that loses power: its processes go at once (SIGKILL), nothing is said.
+  ip netns pids $PREFIX-n$n 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+  echo "failed=$n" >> "$STATE"
+  echo "emulate_cluster: node$n lost; later runs use the other $((k - $(failed | wc -l))) node(s)"
+}
 
 up() {
   local k=${1:-}; local rate=${2:-1gbit}
@@ -95,11 +108,15 @@ run() {
   local k; k=$(nodes)
   [ "$k" != 0 ] || die "no cluster is up; run '$0 up K' first"
   need_root
-  local hosts=""
-  for ((n = 0; n < k; n++)); do hosts+="${hosts:+,}198.18.0.$((n + 1)):$r"; done
+  local hosts="" lost; lost=" $(failed | tr '\n' ' ') " ; local used=0
+  for ((n = 0; n < k; n++)); do
+    [[ "$lost" == *" $n "* ]] && continue  # a lost node is not in the allocation
+    hosts+="${hosts:+,}198.18.0.$((n + 1)):$r"; used=$((used + 1))
+  done
+  [ "$used" -ge 1 ] || die "every node is lost; run '$0 down' and 'up' again"
   local mpiexec=${MPIEXEC:-$ROOT/.venv/bin/mpiexec}
   exec "$mpiexec" -launcher ssh -launcher-exec "$HERE/cluster_ssh" -hosts "$hosts" \
-    -localhost 198.18.0.254 -n $((k * r)) -genv UCX_TLS tcp,self "$@"
+    -localhost 198.18.0.254 -n $((used * r)) -genv UCX_TLS tcp,self "$@"
 }
 
 cmd=${1:-}; shift || true
@@ -108,5 +125,6 @@ case "$cmd" in
   down) down ;;
   status) status ;;
   run) run "$@" ;;
-  *) die "usage: $0 up K [RATE] | run R CMD... | status | down (got '${cmd}')" ;;
+  fail) fail "$@" ;;
+  *) die "usage: $0 up K [RATE] | run R CMD... | fail N | status | down (got '${cmd}')" ;;
 esac
