@@ -25,6 +25,7 @@ the winner's time, and remembers the choice in a file for the job shape
 (``tuning.memory``): the next job of that shape starts with it and measures nothing.
 Buffers under ``TUNE_MIN_BYTES`` and one-shot ``mean_array`` calls keep the prediction.
 """
+import collections
 import os
 import time
 
@@ -83,25 +84,39 @@ def _kind(name):
     return v.communicator, tuple(sorted(v.options.items()))
 
 
+def _canonical(name):
+    """The first variant of the table that builds the same communicator (pure_allreduce for
+    its node-aware model): one name per configuration in reports and files."""
+    return next(n for n in variants.planned() if _kind(n) == _kind(name))
+
+
 def _key(row, segment=None):
-    return row['algorithm'], None if row['grid'] is None else tuple(row['grid']), segment
+    return (_canonical(row['algorithm']), None if row['grid'] is None else tuple(row['grid']),
+            segment)
 
 
-def kinds(rows):
-    """Stage 1: the best-placed row of each communicator kind the rows hold, in the rows'
-    order, so that a prediction that ranks a whole kind too low is still measured."""
-    seen, keys = set(), []
+def kinds(rows, node_grid=None):
+    """Stage 1: one configuration of each communicator kind the rows hold, in the order of
+    each kind's best row, so that a prediction that ranks a whole kind too low is still
+    measured. A kind on grids takes its row on ``node_grid`` (M = ranks per node: rows
+    inside nodes, the shape the torus algorithms are built for, and the best of each kind
+    in every sweep of bench.tuning here) where the rows have one, else its best row."""
+    best = collections.OrderedDict()
     for row in rows:
-        if _kind(row['algorithm']) not in seen:
-            seen.add(_kind(row['algorithm']))
-            keys.append(_key(row))
+        best.setdefault(_kind(row['algorithm']), row)
+    keys = []
+    for kind, row in best.items():
+        if row['grid'] is not None and node_grid is not None:
+            row = next((r for r in rows if _kind(r['algorithm']) == kind and r['grid']
+                        is not None and tuple(r['grid']) == tuple(node_grid)), row)
+        keys.append(_key(row))
     return keys
 
 
 def refinements(winner, rows, nbytes, segment_bytes, segments=True, node_grid=None):
     """Stage 2: the stage-1 winner first, then the same communicator on up to
-    ``GRID_CHOICES`` other grids (the node-aligned one first, rows inside nodes, the shape
-    the torus algorithms are built for; then in the rows' order), then the winner with each
+    ``GRID_CHOICES`` other grids (the node-aligned one first, where the winner is not on it;
+    then in the rows' order), then the winner with each
     of ``SEGMENT_CHOICES`` that cuts ``nbytes`` into another number of pieces than the
     default ``segment_bytes`` (where ``segments``: not when the user gave a size)."""
     keys = [winner]
@@ -129,6 +144,7 @@ class _Tuning(object):
         self.keys, self.predicted, self.trials, self.memo = keys, predicted, trials, memo
         self.rows, self.segments = rows, segments
         self.stage = 1
+        self.predicted_key = keys[0]  # the planner's best row (set by the caller)
         self.results = []  # (stage, key, Trials, index) of every candidate measured
         self.spent = 0.0   # this rank's seconds in the candidates' making and calls
         self.first = {}    # key -> ... in its making and first call
@@ -310,9 +326,10 @@ class AutoCommunicator(TorusCommunicatorBase):
         self.choices.append((nbytes, rows))
         given = self._options['segment_size'] is not None or \
             config.env('segment_bytes')[1] is not None
-        keys = kinds(rows)
+        keys = kinds(rows, node_grid=(self.intra_size, self.inter_size))
         state = _Tuning(keys, why, trials.Trials(len(keys), self._agree), memo, rows,
                         segments=not given)
+        state.predicted_key = _key(rows[0])
         self._tuning[nbytes] = state
         if state.trials.done:  # one kind only: straight to its shapes and segments
             self._next_stage(nbytes, state)
@@ -336,7 +353,8 @@ class AutoCommunicator(TorusCommunicatorBase):
         state.stage = 2
         state.keys = refinements(winner, state.rows, nbytes, self.segment_bytes,
                                  state.segments, node_grid=(self.intra_size, self.inter_size))
-        state.trials = trials.Trials(len(state.keys), self._agree, warm=(0,))
+        state.trials = trials.Trials(len(state.keys), self._agree, warm=(0,),
+                                     prior={0: t.samples[t.choice]})
         if state.trials.done:
             state.results.append((2, winner, state.trials, 0))
             self._decide(nbytes, state, winner)
@@ -351,19 +369,22 @@ class AutoCommunicator(TorusCommunicatorBase):
         # What measuring cost against a job fixed to the winner: the slowest rank's time
         # making the candidates and running their calls, beyond the winner's making and
         # first call (that job pays those too) and as many more calls at the winner's
-        # fastest call. The barriers' waits are left out: without them the same lateness is
+        # median. The barriers' waits are left out: without them the same lateness is
         # waited for inside the call.
         cost = self.mpi_comm.allreduce(state.spent - state.first.get(key, 0.0),
                                        op=MPI.MAX) - (calls - 1) * best
         rows = [{'stage': stage, 'candidate': _label(k),
-                 'fastest_ms': t.figure(i) * 1e3 if t.samples[i] else None,
+                 'median_ms': t.figure(i) * 1e3 if t.samples[i] else None,
                  'counted_calls': len(t.samples[i]),
                  'first_call_ms': None if t.warmup[i] is None else t.warmup[i] * 1e3,
                  'dropped': t.dropped.get(i)} for stage, k, t, i in state.results]
-        predicted = state.results[0]
+        predicted = state.predicted_key
+        measured_predicted = [r['median_ms'] for r, (_, k, _, _) in zip(rows, state.results)
+                              if k == predicted and r['median_ms'] is not None]
+        predicted_ms = measured_predicted[-1] if measured_predicted else None
         figures = {'chosen': _label(key), 'chosen_ms': best * 1e3,
-                   'predicted': _label(predicted[1]), 'predicted_by': state.predicted,
-                   'predicted_ms': rows[0]['fastest_ms'], 'calls': calls, 'cost_s': cost,
+                   'predicted': _label(predicted), 'predicted_by': state.predicted,
+                   'predicted_ms': predicted_ms, 'calls': calls, 'cost_s': cost,
                    'candidates': rows}
         self.tuned[nbytes] = figures
         choice = {'algorithm': key[0], 'grid': key[1],
@@ -379,7 +400,7 @@ class AutoCommunicator(TorusCommunicatorBase):
 
         def listed(stage):
             return ', '.join('{} {}'.format(r['candidate'], '{:.2f} ms'.format(
-                r['fastest_ms']) if r['fastest_ms'] is not None else '-') + (
+                r['median_ms']) if r['median_ms'] is not None else '-') + (
                     ' (dropped: {})'.format(r['dropped']) if r['dropped'] else '')
                 for r in rows if r['stage'] == stage)
         report.say(
@@ -387,10 +408,10 @@ class AutoCommunicator(TorusCommunicatorBase):
             '{} ({}){}; kinds: {}; shapes and segments: {}; the tuning cost {:.3f} s beyond '
             'the choice\'s time; {}'.format(
                 nbytes / 1e6, self.inter_size, self.intra_size, calls, _label(key),
-                best * 1e3, _label(predicted[1]), state.predicted,
-                '' if predicted[1] == key else ', measured {}'.format(
-                    '-' if rows[0]['fastest_ms'] is None else '{:.2f} ms'.format(
-                        rows[0]['fastest_ms'])),
+                best * 1e3, _label(predicted), state.predicted,
+                '' if predicted == key else ', measured {}'.format(
+                    'only its kind' if predicted_ms is None else '{:.2f} ms'.format(
+                        predicted_ms)),
                 listed(1), listed(2) or '-', cost, where),
             self.rank, prefix='chainermn_torus auto: ')
         # The others' buffers may still back gradients (double buffering applies the last

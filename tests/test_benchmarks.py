@@ -119,3 +119,23 @@ def test_overlap_training_benchmark_and_report(tmp_path):
     report = (tmp_path / 'report.md').read_text()
     assert '| rsap+fp16+overlap |' in report and 'naive+stock / best' in report
     assert (tmp_path / 'iteration-vs-rate-mlp-1x2.png').stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_tuning_benchmark_and_table(tmp_path):
+    out = tmp_path / 'tuning-mlp-mpich-p2.json'
+    proc = run_mpi(2, ['-m', 'chainermn_torus.bench.tuning', '--model', 'mlp', '--reps', '2',
+                       '--network', 'ofp', '--tune-dir', str(tmp_path / 'tuned'),
+                       '--run-seconds', '10', '--out', str(out)], timeout=300,
+                   env={'CHAINERMN_TORUS_SIMULATE': 'off'})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    # The sweep holds every planned configuration at P = 2, each with three segment sizes,
+    # and both choices are timed in it; the ratios are to its best.
+    assert len(res['sweep_ms']) >= 12 and res['best'] in res['sweep_ms']
+    assert res['predicted'] in res['sweep_ms'] and res['tuned'] in res['sweep_ms']
+    assert res['tuned_ratio'] >= 1.0 and res['predicted_ratio'] >= 1.0
+    assert res['tuning']['calls'] >= 4 and res['cost_share'] == res['tuning']['cost_s'] / 10
+    from chainermn_torus.bench.tuning_table import table
+    text = table(str(tmp_path))
+    assert '| mpich, P = 2 | {} '.format(res['best']) in text, text

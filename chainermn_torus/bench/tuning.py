@@ -27,7 +27,6 @@ from mpi4py import MPI
 
 import chainermn_torus  # NOQA  (registers the factory)
 from chainermn_torus import auto as _auto, config
-from chainermn_torus.algorithms import variants
 from chainermn_torus.algorithms.gradient_sets import MODEL_BYTES
 from chainermn_torus.bench.gradient_sets import GRADIENT_SETS, make_model
 from chainermn_torus.communicators import create_variant
@@ -36,18 +35,20 @@ from chainermn_torus.planning import planner
 __all__ = ['run', 'main']
 
 
-def _sweep_keys(P, segments):
+def _sweep_keys(mpi_comm, nbytes, segments):
+    """Every (variant, grid) the planner ranks on this job's nodes (a shared-memory row must
+    lie inside a node: the planner leaves out the grids where it cannot), with each segment
+    size; pure_allreduce's node-aware model is the same communicator, listed once."""
+    intra = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED)
+    R = intra.size
+    intra.Free()
+    rows = planner.plan(mpi_comm.size // R, R, nbytes, planner.PRESETS['ofp'])
     keys = []
-    for name in variants.planned():
-        v = variants.get(name)
-        if name == 'pure_allreduce_node_aware':  # the same communicator as pure_allreduce
+    for row in rows:
+        if row['algorithm'] == 'pure_allreduce_node_aware':
             continue
-        grids = [None]
-        if v.grid:
-            grids = [g for g in planner.shapes(P) if g[0] > 1 or v.algorithm.row_of_one]
-        for g in grids:
-            for seg in segments:
-                keys.append((name, g, seg))
+        grid = None if row['grid'] is None else tuple(row['grid'])
+        keys += [(row['algorithm'], grid, seg) for seg in segments]
     return keys
 
 
@@ -65,7 +66,9 @@ def run(args, mpi_comm=MPI.COMM_WORLD):
     # What a training job has paid before its first gradient call (the fused update
     # kernels load numba; the shared-memory copies use it too): loading numba and its
     # thread pool, 0.4-0.5 s here, would otherwise fall on whichever candidate runs first.
-    warm = create_variant('shm', mpi_comm, grid=(mpi_comm.size, 1))
+    intra = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED)
+    warm = create_variant('shm', mpi_comm, grid=(intra.size, mpi_comm.size // intra.size))
+    intra.Free()
     warm.mean_array(numpy.ones(1 << 16, dtype=numpy.float32))
     warm.finalize()
     # 1. predicted
@@ -89,7 +92,7 @@ def run(args, mpi_comm=MPI.COMM_WORLD):
     tkey = tkey[:2] + (default if tkey[2] is None else tkey[2],)
     tuned.finalize()
     # 3. the sweep, the two choices among it
-    keys = _sweep_keys(mpi_comm.size, [default, 1 << 20, 0])
+    keys = _sweep_keys(mpi_comm, MODEL_BYTES[args.model], [default, 1 << 20, 0])
     for k in (pkey, tkey):
         if k not in keys:
             keys.append(k)
@@ -105,12 +108,17 @@ def run(args, mpi_comm=MPI.COMM_WORLD):
     for c in comms:
         c.finalize()
     medians = [statistics.median(t) for t in times]
+    # The sweep's own noise: the best by the even calls, timed by the odd ones, against the
+    # best there. A tuned choice this close to the best is as good as the sweep can tell.
+    even = [statistics.median(t[0::2]) for t in times]
+    odd = [statistics.median(t[1::2]) for t in times]
+    self_ratio = odd[min(range(len(keys)), key=lambda i: even[i])] / min(odd)
     best = min(range(len(keys)), key=lambda i: medians[i])
     ms = {_auto._label(k): m * 1e3 for k, m in zip(keys, medians)}
     report = {
         'model': args.model, 'bytes': MODEL_BYTES[args.model],
         'ranks': mpi_comm.size, 'mpi': MPI.Get_library_version().splitlines()[0].strip(),
-        'reps': args.reps, 'sweep_ms': ms,
+        'reps': args.reps, 'sweep_ms': ms, 'sweep_self_ratio': self_ratio,
         'best': _auto._label(keys[best]), 'best_ms': medians[best] * 1e3,
         'predicted': _auto._label(pkey), 'predicted_by': predicted_why,
         'predicted_ms': ms[_auto._label(pkey)],
@@ -138,10 +146,11 @@ def format_report(r):
                 if r[k] == name]
         lines.append('  {:<36} {:8.2f} ms  {:5.2f}x {}'.format(
             name, m, m / r['best_ms'], ', '.join(tags)))
-    lines.append('predicted {} ({}): {:.2f}x the best; tuned {}: {:.2f}x; tuning {} calls, '
+    lines.append('predicted {} ({}): {:.2f}x the best; tuned {}: {:.2f}x (the sweep\'s own '
+                 'best, by half its calls, is {:.2f}x on the other half); tuning {} calls, '
                  'cost {:.3f} s{}'.format(
                      r['predicted'], r['predicted_by'], r['predicted_ratio'], r['tuned'],
-                     r['tuned_ratio'], r['tuning']['calls'], r['tuning']['cost_s'],
+                     r['tuned_ratio'], r['sweep_self_ratio'], r['tuning']['calls'], r['tuning']['cost_s'],
                      '' if not r['cost_share'] else ' = {:.2%} of {:g} s'.format(
                          r['cost_share'], r['run_seconds'])))
     return '\n'.join(lines)

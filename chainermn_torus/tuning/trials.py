@@ -9,7 +9,8 @@ summation order, none at P = 2). The schedule, for C candidates:
 * ``ROUNDS`` counted rounds over every candidate still in, each round starting one place
   further on (interleaved: a slow phase of the machine falls on every candidate alike);
   after the first of them a candidate over ``DROP`` times the best is dropped;
-* then the best ``FINALISTS`` run ``FINAL_ROUNDS`` more rounds, and the lowest figure (the fastest call) of
+* then the best ``FINALISTS`` run ``FINAL_ROUNDS`` more rounds (one over ``BEHIND`` times
+  the leader after 3 calls stops), and the lowest median of
   all their counted calls wins (ties go to the planner's order).
 
 A call's figure is the slowest rank's time (one MPI_MAX per round), so every rank decides
@@ -17,12 +18,17 @@ from the same numbers, whatever it timed itself: the choice is the same everywhe
 """
 import numpy
 
-__all__ = ['Trials', 'ROUNDS', 'FINAL_ROUNDS', 'FINALISTS', 'DROP']
+__all__ = ['Trials', 'ROUNDS', 'FINAL_ROUNDS', 'FINALISTS', 'DROP', 'BEHIND']
 
 # Rounds are few because the measuring calls are training's own, and every call of a slower
 # candidate costs: with ROUNDS = 2 the tuning cost 2.6 % of a one-epoch MNIST run at P = 4.
 ROUNDS = 1
-FINAL_ROUNDS = 2
+# Finalists that stay close cost little beyond the winner's time per extra call, and a
+# median of 5 calls tells them apart where 3 did not; one whose median is over BEHIND times
+# the leader's after 3 calls is dropped (it would only add cost: 0.03-0.05 s of a one-epoch
+# MNIST run at P = 4).
+FINAL_ROUNDS = 4
+BEHIND = 1.3
 FINALISTS = 2
 # A candidate twice as slow as the best after one counted call rarely comes back: the order
 # of close ones flips between runs on the 2-core test machine by 10-30 %, and single calls
@@ -35,12 +41,16 @@ class Trials(object):
     time; ``agree`` is called at the end of each round with this rank's times (an array, NaN
     where a candidate did not run) and returns the slowest rank's (every rank alike)."""
 
-    def __init__(self, count, agree, warm=()):
+    def __init__(self, count, agree, warm=(), prior=None):
         if count < 1:
             raise ValueError('chainermn_torus: tuning needs at least one candidate')
         self.count = count
         self._agree = agree
         self.samples = [[] for _ in range(count)]   # counted, agreed seconds per candidate
+        # Calls counted before (stage 1's winner, the same configuration): one stray call
+        # in this stage cannot drop it.
+        for i, seconds in (prior or {}).items():
+            self.samples[i] = list(seconds)
         self.warmup = [None] * count                # agreed seconds of the warm-up call
         self.alive = list(range(count))
         self.dropped = {}                            # index -> why
@@ -89,9 +99,16 @@ class Trials(object):
             keep = sorted(self.alive, key=lambda i: (self.figure(i), i))[:FINALISTS]
             for i in self.alive:
                 if i not in keep:
-                    self.dropped[i] = 'not among the {} fastest after {} rounds'.format(
-                        FINALISTS, ROUNDS)
+                    self.dropped[i] = 'not among the {} fastest after {} round{}'.format(
+                        FINALISTS, ROUNDS, '' if ROUNDS == 1 else 's')
             self.alive = sorted(keep)
+        if self._round > 1 + ROUNDS and len(self.alive) > 1:  # a final round
+            lead = min(self.figure(i) for i in self.alive)
+            for i in list(self.alive):
+                if len(self.samples[i]) >= 3 and self.figure(i) > BEHIND * lead:
+                    self.alive.remove(i)
+                    self.dropped[i] = '{:.2f}x the leader after {} calls'.format(
+                        self.figure(i) / lead, len(self.samples[i]))
         if self._round >= 1 + ROUNDS + FINAL_ROUNDS or len(self.alive) == 1:
             self.choice = min(self.alive, key=lambda i: (self.figure(i), i))
             return
@@ -99,7 +116,7 @@ class Trials(object):
         self._queue = self.alive[shift:] + self.alive[:shift]
 
     def figure(self, i):
-        """The candidate's figure: the fastest of its counted calls. Noise on a shared,
-        loaded node only adds time, so with the few calls the tuner can afford the minimum
-        ranks candidates more steadily than the median does."""
-        return float(min(self.samples[i])) if self.samples[i] else float('inf')
+        """The candidate's figure: the median of its counted calls, what the job will see.
+        (The fastest call was tried: it favoured configurations with a fast best case and a
+        slow usual one, whole-buffer segments under Intel MPI, 1.1-1.2x the sweep's best.)"""
+        return float(numpy.median(self.samples[i])) if self.samples[i] else float('inf')

@@ -38,9 +38,14 @@ def test_schedule_warms_up_interleaves_drops_and_picks_the_fastest():
     finals = [i for i in order[-2 * trials.FINAL_ROUNDS:]]
     assert sorted(set(finals)) == [1, 3]  # the two fastest go on
     assert len(t.samples[1]) == trials.ROUNDS + trials.FINAL_ROUNDS
-    # A candidate called before skips the warm-up.
-    t = trials.Trials(3, agree=lambda seconds: seconds, warm=(0,))
+    # A candidate called before skips the warm-up, and its earlier calls count: one stray
+    # call does not drop it.
+    t = trials.Trials(3, agree=lambda seconds: seconds, warm=(0,), prior={0: [1.0, 1.0, 1.0]})
     assert [t.next()] == [1]
+    while not t.done:
+        t.record({0: 50.0, 1: 1.5, 2: 1.6}[t.next()] if len(t.samples[0]) == 3 else
+                 {0: 1.0, 1: 1.5, 2: 1.6}[t.next()])
+    assert t.choice == 0 and 0 not in t.dropped
 
 
 def test_schedule_takes_the_slowest_ranks_figures_and_breaks_ties_by_planner_order():
@@ -56,12 +61,14 @@ def test_schedule_takes_the_slowest_ranks_figures_and_breaks_ties_by_planner_ord
 def test_candidates_are_each_kind_then_the_winners_shapes_and_segment_sizes():
     net = planner.PRESETS['ofp']
     rows = planner.plan(2, 2, 8 << 20, net)
-    kinds = auto.kinds(rows)
-    # Each communicator once (pure_allreduce's two models are one communicator), the
-    # prediction first.
-    assert sorted(k[0] for k in kinds) == ['pure_allreduce', 'rsaa', 'rsap', 'shm'] or \
-        kinds[0][0] == 'pure_allreduce_node_aware'
-    assert kinds[0] == (rows[0]['algorithm'], rows[0]['grid'], None)
+    kinds = auto.kinds(rows, node_grid=(2, 2))
+    # Each communicator once (pure_allreduce's two models are one communicator, one name),
+    # in the order of each kind's best row, grid kinds on the node-aligned grid.
+    assert sorted(k[0] for k in kinds) == ['pure_allreduce', 'rsaa', 'rsap', 'shm']
+    assert kinds[0][0] == auto._canonical(rows[0]['algorithm'])
+    assert all(k[1] in (None, (2, 2)) for k in kinds)
+    assert next(k for k in auto.kinds(rows) if k[0] == 'rsaa')[1] == next(
+        tuple(r['grid']) for r in rows if r['algorithm'] == 'rsaa')  # no node grid: the best
     shm = next(k for k in kinds if k[0] == 'shm')
     keys = auto.refinements(shm, rows, 8 << 20, 4 << 20, node_grid=(2, 2))
     assert keys[0] == shm and all(k[0] == 'shm' for k in keys)

@@ -18,7 +18,7 @@ import bound  # tests/mpi_workers
 
 world = P = RANK = None
 bind, create = bound.binder(globals())
-STEPS = 40  # more than the tuning's calls: two stages of at most 5 + 3 x 5 + 2 x 2
+STEPS = 40  # more than the tuning's calls: two stages of at most 4 + 4 + 2 x 4
 
 
 class MLP(chainer.Chain):
