@@ -25,7 +25,6 @@ the winner's time, and remembers the choice in a file for the job shape
 (``tuning.memory``): the next job of that shape starts with it and measures nothing.
 Buffers under ``TUNE_MIN_BYTES`` and one-shot ``mean_array`` calls keep the prediction.
 """
-import collections
 import os
 import time
 
@@ -41,9 +40,9 @@ from chainermn_torus.planning import planner
 from chainermn_torus.planning.calibrate import calibrate
 from chainermn_torus.runtime import report
 from chainermn_torus.simulation import plan as simplan, simulate
-from chainermn_torus.tuning import memory, trials
+from chainermn_torus.tuning import candidates, memory, trials
 
-__all__ = ['AutoCommunicator', 'candidates']
+__all__ = ['AutoCommunicator']
 
 SIMULATE_MIN_S = 1e-3  # plans predicted faster than this keep the alpha-beta choice
 WAIT_POLL_S = 0.005    # how often ranks waiting for rank 0's simulation look
@@ -67,75 +66,6 @@ def _network(mpi_comm, network, measure_timeout):
 # Calls below this many bytes are latency-bound: the planner's alpha terms rank them well,
 # and a measured difference would be within the noise of one call.
 TUNE_MIN_BYTES = 256 << 10
-GRID_CHOICES = 2                        # other grids tried for the winning communicator
-SEGMENT_CHOICES = (1 << 20, 0)          # tried beside the default on the predicted best
-
-
-def _label(key):
-    algorithm, grid, segment = key
-    return '{}{}{}'.format(algorithm, '' if grid is None else ' {}x{}'.format(*grid),
-                           '' if segment is None else ', segment {}'.format(
-                               'whole' if segment == 0 else '{} MiB'.format(segment >> 20)
-                               if segment % (1 << 20) == 0 else '{} KiB'.format(segment >> 10)))
-
-
-def _kind(name):
-    v = variants.get(name)
-    return v.communicator, tuple(sorted(v.options.items()))
-
-
-def _canonical(name):
-    """The first variant of the table that builds the same communicator (pure_allreduce for
-    its node-aware model): one name per configuration in reports and files."""
-    return next(n for n in variants.planned() if _kind(n) == _kind(name))
-
-
-def _key(row, segment=None):
-    return (_canonical(row['algorithm']), None if row['grid'] is None else tuple(row['grid']),
-            segment)
-
-
-def kinds(rows, node_grid=None):
-    """Stage 1: one configuration of each communicator kind the rows hold, in the order of
-    each kind's best row, so that a prediction that ranks a whole kind too low is still
-    measured. A kind on grids takes its row on ``node_grid`` (M = ranks per node: rows
-    inside nodes, the shape the torus algorithms are built for, and the best of each kind
-    in every sweep of bench.tuning here) where the rows have one, else its best row."""
-    best = collections.OrderedDict()
-    for row in rows:
-        best.setdefault(_kind(row['algorithm']), row)
-    keys = []
-    for kind, row in best.items():
-        if row['grid'] is not None and node_grid is not None:
-            row = next((r for r in rows if _kind(r['algorithm']) == kind and r['grid']
-                        is not None and tuple(r['grid']) == tuple(node_grid)), row)
-        keys.append(_key(row))
-    return keys
-
-
-def refinements(winner, rows, nbytes, segment_bytes, segments=True, node_grid=None):
-    """Stage 2: the stage-1 winner first, then the same communicator on up to
-    ``GRID_CHOICES`` other grids (the node-aligned one first, where the winner is not on it;
-    then in the rows' order), then the winner with each
-    of ``SEGMENT_CHOICES`` that cuts ``nbytes`` into another number of pieces than the
-    default ``segment_bytes`` (where ``segments``: not when the user gave a size)."""
-    keys = [winner]
-    if winner[1] is not None:
-        same = [r for r in rows if _kind(r['algorithm']) == _kind(winner[0])
-                and r['grid'] is not None and tuple(r['grid']) != winner[1]]
-        same.sort(key=lambda r: node_grid is None or tuple(r['grid']) != tuple(node_grid))
-        keys += [_key(r) for r in same[:GRID_CHOICES]]
-    if segments:
-        def pieces(seg):
-            return 1 if seg == 0 else -(-nbytes // seg)
-        have = {pieces(segment_bytes)}
-        for seg in SEGMENT_CHOICES:
-            if pieces(seg) not in have:
-                have.add(pieces(seg))
-                keys.append(winner[:2] + (seg,))
-    return keys
-
-
 class _Tuning(object):
     """One buffer size being measured: the stage, its candidates and schedule, the memory
     key, and what each candidate cost this rank."""
@@ -208,10 +138,10 @@ class AutoCommunicator(TorusCommunicatorBase):
             runner = rows[1] if len(rows) > 1 else None
             report.say('{:.1f} MB on {} nodes x {} ranks -> {} ({}: {:.2f} ms predicted{}; '
                        'network: {} [{}])'.format(
-                           nbytes / 1e6, self.inter_size, self.intra_size, _label(key), why,
-                           best['seconds'] * 1e3,
+                           nbytes / 1e6, self.inter_size, self.intra_size,
+                           candidates.label(key), why, best['seconds'] * 1e3,
                            '' if runner is None else ', next {} {:.2f} ms'.format(
-                               _label((runner['algorithm'], runner['grid'], None)),
+                               candidates.label((runner['algorithm'], runner['grid'], None)),
                                runner['seconds'] * 1e3),
                            self.network.name, self.network_source),
                        self.rank, prefix='chainermn_torus auto: ')
@@ -318,7 +248,7 @@ class AutoCommunicator(TorusCommunicatorBase):
             key = self._chosen[nbytes] = (choice['algorithm'], choice['grid'],
                                           choice['segment_bytes'])
             report.say('{:.1f} MB on {} nodes x {} ranks -> {} ({}{})'.format(
-                nbytes / 1e6, self.inter_size, self.intra_size, _label(key), source,
+                nbytes / 1e6, self.inter_size, self.intra_size, candidates.label(key), source,
                 '' if not figures else ': {:.2f} ms measured'.format(
                     figures['chosen_ms'])), self.rank, prefix='chainermn_torus auto: ')
             return key, None
@@ -326,10 +256,10 @@ class AutoCommunicator(TorusCommunicatorBase):
         self.choices.append((nbytes, rows))
         given = self._options['segment_size'] is not None or \
             config.env('segment_bytes')[1] is not None
-        keys = kinds(rows, node_grid=(self.intra_size, self.inter_size))
+        keys = candidates.kinds(rows, node_grid=(self.intra_size, self.inter_size))
         state = _Tuning(keys, why, trials.Trials(len(keys), self._agree), memo, rows,
                         segments=not given)
-        state.predicted_key = _key(rows[0])
+        state.predicted_key = candidates.key(rows[0])
         self._tuning[nbytes] = state
         if state.trials.done:  # one kind only: straight to its shapes and segments
             self._next_stage(nbytes, state)
@@ -351,7 +281,7 @@ class AutoCommunicator(TorusCommunicatorBase):
         if state.stage == 2:
             return self._decide(nbytes, state, winner)
         state.stage = 2
-        state.keys = refinements(winner, state.rows, nbytes, self.segment_bytes,
+        state.keys = candidates.refinements(winner, state.rows, nbytes, self.segment_bytes,
                                  state.segments, node_grid=(self.intra_size, self.inter_size))
         state.trials = trials.Trials(len(state.keys), self._agree, warm=(0,),
                                      prior={0: t.samples[t.choice]})
@@ -373,7 +303,7 @@ class AutoCommunicator(TorusCommunicatorBase):
         # waited for inside the call.
         cost = self.mpi_comm.allreduce(state.spent - state.first.get(key, 0.0),
                                        op=MPI.MAX) - (calls - 1) * best
-        rows = [{'stage': stage, 'candidate': _label(k),
+        rows = [{'stage': stage, 'candidate': candidates.label(k),
                  'median_ms': t.figure(i) * 1e3 if t.samples[i] else None,
                  'counted_calls': len(t.samples[i]),
                  'first_call_ms': None if t.warmup[i] is None else t.warmup[i] * 1e3,
@@ -382,8 +312,8 @@ class AutoCommunicator(TorusCommunicatorBase):
         measured_predicted = [r['median_ms'] for r, (_, k, _, _) in zip(rows, state.results)
                               if k == predicted and r['median_ms'] is not None]
         predicted_ms = measured_predicted[-1] if measured_predicted else None
-        figures = {'chosen': _label(key), 'chosen_ms': best * 1e3,
-                   'predicted': _label(predicted), 'predicted_by': state.predicted,
+        figures = {'chosen': candidates.label(key), 'chosen_ms': best * 1e3,
+                   'predicted': candidates.label(predicted), 'predicted_by': state.predicted,
                    'predicted_ms': predicted_ms, 'calls': calls, 'cost_s': cost,
                    'candidates': rows}
         self.tuned[nbytes] = figures
@@ -407,8 +337,8 @@ class AutoCommunicator(TorusCommunicatorBase):
             'tuned {:.1f} MB on {} nodes x {} ranks in {} calls -> {} ({:.2f} ms); predicted '
             '{} ({}){}; kinds: {}; shapes and segments: {}; the tuning cost {:.3f} s beyond '
             'the choice\'s time; {}'.format(
-                nbytes / 1e6, self.inter_size, self.intra_size, calls, _label(key),
-                best * 1e3, _label(predicted), state.predicted,
+                nbytes / 1e6, self.inter_size, self.intra_size, calls, candidates.label(key),
+                best * 1e3, candidates.label(predicted), state.predicted,
                 '' if predicted == key else ', measured {}'.format(
                     'only its kind' if predicted_ms is None else '{:.2f} ms'.format(
                         predicted_ms)),
@@ -486,7 +416,7 @@ class AutoCommunicator(TorusCommunicatorBase):
 
     def describe(self):
         chosen = ', '.join('{:.1f} MB -> {}{}'.format(
-            b / 1e6, _label(k), ' (tuned)' if b in self.tuned else '')
+            b / 1e6, candidates.label(k), ' (tuned)' if b in self.tuned else '')
             for b, k in self._chosen.items()) or 'nothing chosen yet'
         return 'auto on P = {} ({} nodes x {} ranks), network {} [{}], tune {}: {}'.format(
             self.size, self.inter_size, self.intra_size, self.network.name,

@@ -27,6 +27,7 @@ from mpi4py import MPI
 
 import chainermn_torus  # NOQA  (registers the factory)
 from chainermn_torus import auto as _auto, config
+from chainermn_torus.tuning import candidates
 from chainermn_torus.algorithms.gradient_sets import MODEL_BYTES
 from chainermn_torus.bench.gradient_sets import GRADIENT_SETS, make_model
 from chainermn_torus.communicators import create_variant
@@ -114,18 +115,18 @@ def run(args, mpi_comm=MPI.COMM_WORLD):
     odd = [statistics.median(t[1::2]) for t in times]
     self_ratio = odd[min(range(len(keys)), key=lambda i: even[i])] / min(odd)
     best = min(range(len(keys)), key=lambda i: medians[i])
-    ms = {_auto._label(k): m * 1e3 for k, m in zip(keys, medians)}
+    ms = {candidates.label(k): m * 1e3 for k, m in zip(keys, medians)}
     report = {
         'model': args.model, 'bytes': MODEL_BYTES[args.model],
         'ranks': mpi_comm.size, 'mpi': MPI.Get_library_version().splitlines()[0].strip(),
         'reps': args.reps, 'sweep_ms': ms, 'sweep_self_ratio': self_ratio,
-        'best': _auto._label(keys[best]), 'best_ms': medians[best] * 1e3,
-        'predicted': _auto._label(pkey), 'predicted_by': predicted_why,
-        'predicted_ms': ms[_auto._label(pkey)],
-        'predicted_ratio': ms[_auto._label(pkey)] / (medians[best] * 1e3),
+        'best': candidates.label(keys[best]), 'best_ms': medians[best] * 1e3,
+        'predicted': candidates.label(pkey), 'predicted_by': predicted_why,
+        'predicted_ms': ms[candidates.label(pkey)],
+        'predicted_ratio': ms[candidates.label(pkey)] / (medians[best] * 1e3),
         'predicting_s': predicted_s,
-        'tuned': _auto._label(tkey), 'tuned_ms': ms[_auto._label(tkey)],
-        'tuned_ratio': ms[_auto._label(tkey)] / (medians[best] * 1e3),
+        'tuned': candidates.label(tkey), 'tuned_ms': ms[candidates.label(tkey)],
+        'tuned_ratio': ms[candidates.label(tkey)] / (medians[best] * 1e3),
         'tuning': figures, 'tuning_wall_s': tuning_s,
         'run_seconds': args.run_seconds,
         'cost_share': None if not args.run_seconds else figures['cost_s'] / args.run_seconds,
@@ -150,7 +151,8 @@ def format_report(r):
                  'best, by half its calls, is {:.2f}x on the other half); tuning {} calls, '
                  'cost {:.3f} s{}'.format(
                      r['predicted'], r['predicted_by'], r['predicted_ratio'], r['tuned'],
-                     r['tuned_ratio'], r['sweep_self_ratio'], r['tuning']['calls'], r['tuning']['cost_s'],
+                     r['tuned_ratio'], r['sweep_self_ratio'], r['tuning']['calls'],
+                     r['tuning']['cost_s'],
                      '' if not r['cost_share'] else ' = {:.2%} of {:g} s'.format(
                          r['cost_share'], r['run_seconds'])))
     return '\n'.join(lines)

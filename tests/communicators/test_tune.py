@@ -5,7 +5,7 @@ import json
 import numpy
 import pytest
 
-from chainermn_torus import auto
+from chainermn_torus.tuning import candidates
 from chainermn_torus.planning import planner
 from chainermn_torus.tuning import memory, trials
 
@@ -61,28 +61,28 @@ def test_schedule_takes_the_slowest_ranks_figures_and_breaks_ties_by_planner_ord
 def test_candidates_are_each_kind_then_the_winners_shapes_and_segment_sizes():
     net = planner.PRESETS['ofp']
     rows = planner.plan(2, 2, 8 << 20, net)
-    kinds = auto.kinds(rows, node_grid=(2, 2))
+    kinds = candidates.kinds(rows, node_grid=(2, 2))
     # Each communicator once (pure_allreduce's two models are one communicator, one name),
     # in the order of each kind's best row, grid kinds on the node-aligned grid.
     assert sorted(k[0] for k in kinds) == ['pure_allreduce', 'rsaa', 'rsap', 'shm']
-    assert kinds[0][0] == auto._canonical(rows[0]['algorithm'])
+    assert kinds[0][0] == candidates._canonical(rows[0]['algorithm'])
     assert all(k[1] in (None, (2, 2)) for k in kinds)
-    assert next(k for k in auto.kinds(rows) if k[0] == 'rsaa')[1] == next(
+    assert next(k for k in candidates.kinds(rows) if k[0] == 'rsaa')[1] == next(
         tuple(r['grid']) for r in rows if r['algorithm'] == 'rsaa')  # no node grid: the best
     shm = next(k for k in kinds if k[0] == 'shm')
-    keys = auto.refinements(shm, rows, 8 << 20, 4 << 20, node_grid=(2, 2))
+    keys = candidates.refinements(shm, rows, 8 << 20, 4 << 20, node_grid=(2, 2))
     assert keys[0] == shm and all(k[0] == 'shm' for k in keys)
     grids = [k[1] for k in keys if k[2] is None][1:]
-    assert shm[1] not in grids and len(grids) <= auto.GRID_CHOICES
+    assert shm[1] not in grids and len(grids) <= candidates.GRID_CHOICES
     if shm[1] != (2, 2):
         assert grids[0] == (2, 2)  # the node-aligned shape first
     assert [k[2] for k in keys if k[2] is not None] == [1 << 20, 0]
     # A buffer under a segment: 1 MiB and whole are the same single piece as the default.
-    assert all(k[2] is None for k in auto.refinements(shm, rows, 512 << 10, 4 << 20))
-    assert all(k[2] is None for k in auto.refinements(shm, rows, 8 << 20, 4 << 20,
+    assert all(k[2] is None for k in candidates.refinements(shm, rows, 512 << 10, 4 << 20))
+    assert all(k[2] is None for k in candidates.refinements(shm, rows, 8 << 20, 4 << 20,
                                                      segments=False))
     pure = ('pure_allreduce', None, None)
-    assert auto.refinements(pure, rows, 8 << 20, 4 << 20) == [
+    assert candidates.refinements(pure, rows, 8 << 20, 4 << 20) == [
         pure, ('pure_allreduce', None, 1 << 20), ('pure_allreduce', None, 0)]
 
 
