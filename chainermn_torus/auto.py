@@ -199,6 +199,7 @@ class AutoCommunicator(TorusCommunicatorBase):
         state = self._tuning.get(nbytes)
         if key is None and state is None:
             key, state = self._start(named, nbytes)
+            key = self._chosen.get(nbytes)  # decided already: one candidate in all
         if key is not None:
             run(self._communicator(key))
             self._retire_losers(nbytes)
