@@ -295,7 +295,7 @@ class AutoCommunicator(TorusCommunicatorBase):
         del self._tuning[nbytes]
         measured = [(stage, k, t, i) for stage, k, t, i in state.results if t.samples[i]]
         # The winner's figure: from the last stage that counted calls of it.
-        best = [t.figure(i) for _, k, t, i in measured if k == key][-1]
+        best = ([t.figure(i) for _, k, t, i in measured if k == key] or [0.0])[-1]
         calls = sum({id(t): t.calls for _, _, t, _ in state.results}.values())
         # What measuring cost against a job fixed to the winner: the slowest rank's time
         # making the candidates and running their calls, beyond the winner's making and
