@@ -25,6 +25,7 @@ the winner's time, and remembers the choice in a file for the job shape
 (``tuning.memory``): the next job of that shape starts with it and measures nothing.
 Buffers under ``TUNE_MIN_BYTES`` and one-shot ``mean_array`` calls keep the prediction.
 """
+import collections
 import os
 import time
 
@@ -380,6 +381,24 @@ class AutoCommunicator(TorusCommunicatorBase):
             self._choose(nbytes).mean_grad_in_slot(model, zero_fill, slot)
         self.calls += 1
 
+    def mean_grads_by_bucket(self, named, bounds, ready):
+        """overlap=True: the buckets go through the communicator chosen for this size. A
+        bucketed call waits for backward, so it is not timed for tuning: it takes the
+        choice tuned (or remembered) for the same size where there is one, else the
+        prediction, said once."""
+        nbytes = self._bytes(named)
+        key = self._chosen.get(nbytes)
+        if key is None and self._tunes(nbytes):
+            report.say('tune={}: the overlap buckets use the predicted choice (a bucketed '
+                       'call waits for backward, so its time is not the communicator\'s); '
+                       'a choice tuned without --overlap for the same model is used where '
+                       'this job has one'.format(self.tune), self.rank,
+                       prefix='chainermn_torus auto: ', key='auto-tune-overlap')
+        inner = self._communicator(key) if key is not None else self._choose(nbytes)
+        buf = inner.mean_grads_by_bucket(named, bounds, ready)
+        self.calls += 1
+        return buf
+
     def mean_array(self, array):
         # One-shot calls (benchmarks, tests): the predicted choice, never measured.
         return self._choose(array.nbytes).mean_array(array)
@@ -403,10 +422,11 @@ class AutoCommunicator(TorusCommunicatorBase):
 
     @property
     def timings(self):
-        total = {}
+        # A part no inner communicator has timed yet reads 0, as on the others.
+        total = collections.defaultdict(float)
         for c in self._inner.values():
             for k, v in c.timings.items():
-                total[k] = total.get(k, 0.0) + v
+                total[k] += v
         return total
 
     def finalize(self):

@@ -123,7 +123,7 @@ def compare(a, b, label, exact):
 # The variants (algorithms.variants) whose phases differ: shared-memory rows (the
 # default here, one node), put rounds with fences, put rounds with notifications, gathers.
 VARIANTS = {'rsap': [{}, {'shm': False}, {'sync': 'notify'}], 'rsaa': [{}, {'shm': False}],
-            'pure_allreduce': [{}]}
+            'pure_allreduce': [{}], 'auto': [{}]}
 
 
 def check_against_sync(name):

@@ -15,6 +15,15 @@ def test_overlap(mpi_world, name, nprocs):
     assert len(set(checks)) == 1 and checks[0] >= 6, checks
 
 
+@pytest.mark.parametrize('nprocs', [2, 3])
+def test_overlap_with_auto(mpi_world, nprocs):
+    # auto hands the buckets to the communicator it chose (it once ran the base class's
+    # bucket loop on itself and failed with KeyError 'total').
+    checks = mpi_world(nprocs, 'check_overlap', 'check_communicator', 'auto', timeout=300,
+                       env={'CHAINERMN_TORUS_NETWORK': 'ofp', 'CHAINERMN_TORUS_SIMULATE': 'off'})
+    assert len(set(checks)) == 1 and checks[0] >= 6, checks
+
+
 @pytest.mark.parametrize('nprocs', [2])
 def test_overlap_refusals(mpi_world, nprocs):
     assert mpi_world(nprocs, 'check_overlap', 'check_refusals_on') == [1, 1]
