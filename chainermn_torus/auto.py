@@ -220,15 +220,19 @@ class AutoCommunicator(TorusCommunicatorBase):
         if state.trials.done:
             self._next_stage(nbytes, state)
 
-    def _start(self, named, nbytes):
-        """(chosen key, None) from what a job of this shape remembered, else (None, the
-        tuning that starts now). Rank 0 looks; every rank gets its answer."""
+    def _memo(self, named, nbytes):
+        """The memory key of this call: the arrays in name order, so that overlap's
+        backward order finds what a job without it tuned."""
         dtype = _packing.transfer_dtype([p.data.dtype for _, p in named])
         if self.allreduce_grad_dtype is not None:
             dtype = self.allreduce_grad_dtype
-        memo = memory.Key(self.intra_size, self.inter_size, MPI.Get_library_version(),
-                          memory.signature([(n, p.data.shape, p.data.dtype)
-                                            for n, p in named], dtype), nbytes)
+        return memory.Key(self.intra_size, self.inter_size, MPI.Get_library_version(),
+                          memory.signature(sorted((n, p.data.shape, p.data.dtype)
+                                                  for n, p in named), dtype), nbytes)
+
+    def _remembered(self, memo, nbytes):
+        """The choice tuned earlier in this job or remembered in a file, or None. Rank 0
+        looks; every rank gets its answer (collective)."""
         found = None
         if self.rank == 0:
             found = self._memory.get(memo.file_name())
@@ -245,14 +249,23 @@ class AutoCommunicator(TorusCommunicatorBase):
             if found is not None:
                 found = (found[0], source, found[1])
         found = self.mpi_comm.bcast(found, root=0)
-        if found is not None:
-            choice, source, figures = found
-            key = self._chosen[nbytes] = (choice['algorithm'], choice['grid'],
-                                          choice['segment_bytes'])
-            report.say('{:.1f} MB on {} nodes x {} ranks -> {} ({}{})'.format(
-                nbytes / 1e6, self.inter_size, self.intra_size, candidates.label(key), source,
-                '' if not figures else ': {:.2f} ms measured'.format(
-                    figures['chosen_ms'])), self.rank, prefix='chainermn_torus auto: ')
+        if found is None:
+            return None
+        choice, source, figures = found
+        key = self._chosen[nbytes] = (choice['algorithm'], choice['grid'],
+                                      choice['segment_bytes'])
+        report.say('{:.1f} MB on {} nodes x {} ranks -> {} ({}{})'.format(
+            nbytes / 1e6, self.inter_size, self.intra_size, candidates.label(key), source,
+            '' if not figures else ': {:.2f} ms measured'.format(figures['chosen_ms'])),
+            self.rank, prefix='chainermn_torus auto: ')
+        return key
+
+    def _start(self, named, nbytes):
+        """(chosen key, None) from what a job of this shape remembered, else (None, the
+        tuning that starts now)."""
+        memo = self._memo(named, nbytes)
+        key = self._remembered(memo, nbytes)
+        if key is not None:
             return key, None
         rows, why = self._rows(nbytes, simulated=False)
         self.choices.append((nbytes, rows))
@@ -384,16 +397,19 @@ class AutoCommunicator(TorusCommunicatorBase):
     def mean_grads_by_bucket(self, named, bounds, ready):
         """overlap=True: the buckets go through the communicator chosen for this size. A
         bucketed call waits for backward, so it is not timed for tuning: it takes the
-        choice tuned (or remembered) for the same size where there is one, else the
-        prediction, said once."""
+        choice tuned in this job or remembered for the same model and shape where there is
+        one, else the prediction, said once."""
         nbytes = self._bytes(named)
         key = self._chosen.get(nbytes)
         if key is None and self._tunes(nbytes):
-            report.say('tune={}: the overlap buckets use the predicted choice (a bucketed '
-                       'call waits for backward, so its time is not the communicator\'s); '
-                       'a choice tuned without --overlap for the same model is used where '
-                       'this job has one'.format(self.tune), self.rank,
-                       prefix='chainermn_torus auto: ', key='auto-tune-overlap')
+            key = self._remembered(self._memo(named, nbytes), nbytes)
+            if key is None:
+                report.say('tune={}: the overlap buckets use the predicted choice (a '
+                           'bucketed call waits for backward, so its time is not the '
+                           'communicator\'s); a choice tuned without --overlap for the same '
+                           'model and job shape is used where there is one'.format(
+                               self.tune), self.rank, prefix='chainermn_torus auto: ',
+                           key='auto-tune-overlap')
         inner = self._communicator(key) if key is not None else self._choose(nbytes)
         buf = inner.mean_grads_by_bucket(named, bounds, ready)
         self.calls += 1
