@@ -67,15 +67,17 @@ def _network(mpi_comm, network, measure_timeout):
 # Calls below this many bytes are latency-bound: the planner's alpha terms rank them well,
 # and a measured difference would be within the noise of one call.
 TUNE_MIN_BYTES = 256 << 10
+
+
 class _Tuning(object):
     """One buffer size being measured: the stage, its candidates and schedule, the memory
     key, and what each candidate cost this rank."""
 
-    def __init__(self, keys, predicted, trials, memo, rows, segments):
+    def __init__(self, keys, predicted, predicted_key, trials, memo, rows, segments):
         self.keys, self.predicted, self.trials, self.memo = keys, predicted, trials, memo
+        self.predicted_key = predicted_key  # the planner's best row
         self.rows, self.segments = rows, segments
         self.stage = 1
-        self.predicted_key = keys[0]  # the planner's best row (set by the caller)
         self.results = []  # (stage, key, Trials, index) of every candidate measured
         self.spent = 0.0   # this rank's seconds in the candidates' making and calls
         self.first = {}    # key -> ... in its making and first call
@@ -199,8 +201,9 @@ class AutoCommunicator(TorusCommunicatorBase):
         key = self._chosen.get(nbytes)
         state = self._tuning.get(nbytes)
         if key is None and state is None:
-            key, state = self._start(named, nbytes)
-            key = self._chosen.get(nbytes)  # decided already: one candidate in all
+            self._start(named, nbytes)  # a remembered choice, or the tuning (decided at
+            key = self._chosen.get(nbytes)  # once where there is one candidate in all)
+            state = self._tuning.get(nbytes)
         if key is not None:
             run(self._communicator(key))
             self._retire_losers(nbytes)
@@ -223,12 +226,10 @@ class AutoCommunicator(TorusCommunicatorBase):
     def _memo(self, named, nbytes):
         """The memory key of this call: the arrays in name order, so that overlap's
         backward order finds what a job without it tuned."""
-        dtype = _packing.transfer_dtype([p.data.dtype for _, p in named])
-        if self.allreduce_grad_dtype is not None:
-            dtype = self.allreduce_grad_dtype
         return memory.Key(self.intra_size, self.inter_size, MPI.Get_library_version(),
                           memory.signature(sorted((n, p.data.shape, p.data.dtype)
-                                                  for n, p in named), dtype), nbytes)
+                                                  for n, p in named),
+                                           self._transfer_dtype(named)), nbytes)
 
     def _remembered(self, memo, nbytes):
         """The choice tuned earlier in this job or remembered in a file, or None. Rank 0
@@ -261,24 +262,21 @@ class AutoCommunicator(TorusCommunicatorBase):
         return key
 
     def _start(self, named, nbytes):
-        """(chosen key, None) from what a job of this shape remembered, else (None, the
-        tuning that starts now)."""
+        """Take what a job of this shape remembered (``_chosen``), else start the tuning
+        (``_tuning``)."""
         memo = self._memo(named, nbytes)
-        key = self._remembered(memo, nbytes)
-        if key is not None:
-            return key, None
+        if self._remembered(memo, nbytes) is not None:
+            return
         rows, why = self._rows(nbytes, simulated=False)
         self.choices.append((nbytes, rows))
         given = self._options['segment_size'] is not None or \
             config.env('segment_bytes')[1] is not None
         keys = candidates.kinds(rows, node_grid=(self.intra_size, self.inter_size))
-        state = _Tuning(keys, why, trials.Trials(len(keys), self._agree), memo, rows,
-                        segments=not given)
-        state.predicted_key = candidates.key(rows[0])
+        state = _Tuning(keys, why, candidates.key(rows[0]),
+                        trials.Trials(len(keys), self._agree), memo, rows, segments=not given)
         self._tuning[nbytes] = state
         if state.trials.done:  # one kind only: straight to its shapes and segments
             self._next_stage(nbytes, state)
-        return None, state
 
     def _agree(self, seconds):
         """The slowest rank's seconds per candidate (NaN where none ran), on every rank."""
@@ -297,8 +295,9 @@ class AutoCommunicator(TorusCommunicatorBase):
             return self._decide(nbytes, state, winner)
         state.stage = 2
         state.keys = candidates.refinements(winner, state.rows, nbytes, self.segment_bytes,
-                                 state.segments, node_grid=(self.intra_size, self.inter_size))
-        state.trials = trials.Trials(len(state.keys), self._agree, warm=(0,),
+                                            state.segments,
+                                            node_grid=(self.intra_size, self.inter_size))
+        state.trials = trials.Trials(len(state.keys), self._agree,
                                      prior={0: t.samples[t.choice]})
         if state.trials.done:
             state.results.append((2, winner, state.trials, 0))
@@ -378,11 +377,13 @@ class AutoCommunicator(TorusCommunicatorBase):
                 self._inner.pop(k).finalize()
 
     # --- the gradient calls -------------------------------------------------------------------
-    def _bytes(self, named):
-        dtype = _packing.transfer_dtype([p.data.dtype for _, p in named])
+    def _transfer_dtype(self, named):
         if self.allreduce_grad_dtype is not None:
-            dtype = self.allreduce_grad_dtype
-        return sum(p.data.size for _, p in named) * dtype.itemsize
+            return self.allreduce_grad_dtype
+        return _packing.transfer_dtype([p.data.dtype for _, p in named])
+
+    def _bytes(self, named):
+        return sum(p.data.size for _, p in named) * self._transfer_dtype(named).itemsize
 
     def mean_grad_in_slot(self, model, zero_fill=False, slot=0):
         named = _packing.grad_params(model, zero_fill)

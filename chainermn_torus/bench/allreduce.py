@@ -53,7 +53,8 @@ def _grids(size, requested):
     return shapes or ['1x1']
 
 
-def _timed(comm, fn):
+def timed(comm, fn):
+    """Seconds of ``fn()`` from a barrier, the slowest rank's (every benchmark of one call)."""
     comm.Barrier()
     t0 = time.perf_counter()
     fn()
@@ -64,7 +65,7 @@ def _timed(comm, fn):
 def _copy_bandwidth(comm, nbytes, rounds=5):
     src = numpy.ones(nbytes // 4, dtype=numpy.float32)
     dst = numpy.empty_like(src)
-    times = [_timed(comm, lambda: numpy.copyto(dst, src)) for _ in range(rounds)]
+    times = [timed(comm, lambda: numpy.copyto(dst, src)) for _ in range(rounds)]
     return src.nbytes / statistics.median(times)
 
 
@@ -129,11 +130,11 @@ def run(args):
     for _ in range(args.warmup):
         for name, fn in rows.items():
             restore()
-            _timed(world, fn)
+            timed(world, fn)
     for _ in range(args.rounds):
         for name, fn in rows.items():
             restore()
-            times[name].append(_timed(world, fn))
+            times[name].append(timed(world, fn))
     copy_bw = _copy_bandwidth(world, nbytes)
     bound = 2.0 * (P - 1) / P * nbytes / copy_bw if P > 1 else 0.0
 

@@ -27,37 +27,32 @@ from mpi4py import MPI
 
 import chainermn_torus  # NOQA  (registers the factory)
 from chainermn_torus import auto as _auto, config
-from chainermn_torus.tuning import candidates
 from chainermn_torus.algorithms.gradient_sets import MODEL_BYTES
+from chainermn_torus.bench.allreduce import timed
 from chainermn_torus.bench.gradient_sets import GRADIENT_SETS, make_model
 from chainermn_torus.communicators import create_variant
 from chainermn_torus.planning import planner
+from chainermn_torus.tuning import candidates
 
 __all__ = ['run', 'main']
 
 
-def _sweep_keys(mpi_comm, nbytes, segments):
+def _sweep_keys(nodes, R, nbytes, segments):
     """Every (variant, grid) the planner ranks on this job's nodes (a shared-memory row must
     lie inside a node: the planner leaves out the grids where it cannot), with each segment
-    size; pure_allreduce's node-aware model is the same communicator, listed once."""
-    intra = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED)
-    R = intra.size
-    intra.Free()
-    rows = planner.plan(mpi_comm.size // R, R, nbytes, planner.PRESETS['ofp'])
+    size; variants that build the same communicator are listed once."""
     keys = []
-    for row in rows:
-        if row['algorithm'] == 'pure_allreduce_node_aware':
-            continue
-        grid = None if row['grid'] is None else tuple(row['grid'])
-        keys += [(row['algorithm'], grid, seg) for seg in segments]
+    for row in planner.plan(nodes, R, nbytes, planner.PRESETS['ofp']):
+        for seg in segments:
+            if candidates.key(row, seg) not in keys:
+                keys.append(candidates.key(row, seg))
     return keys
 
 
-def _timed(comm, call):
-    comm.Barrier()
-    t0 = time.perf_counter()
-    call()
-    return comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+def _chosen(comm, default):
+    """The configuration ``comm`` (auto) chose, with its segment size in bytes."""
+    algorithm, grid, segment = next(iter(comm._chosen.values()))
+    return algorithm, grid, default if segment is None else segment
 
 
 def run(args, mpi_comm=MPI.COMM_WORLD):
@@ -68,8 +63,9 @@ def run(args, mpi_comm=MPI.COMM_WORLD):
     # kernels load numba; the shared-memory copies use it too): loading numba and its
     # thread pool, 0.4-0.5 s here, would otherwise fall on whichever candidate runs first.
     intra = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED)
-    warm = create_variant('shm', mpi_comm, grid=(intra.size, mpi_comm.size // intra.size))
+    R, nodes = intra.size, mpi_comm.size // intra.size
     intra.Free()
+    warm = create_variant('shm', mpi_comm, grid=(R, nodes))
     warm.mean_array(numpy.ones(1 << 16, dtype=numpy.float32))
     warm.finalize()
     # 1. predicted
@@ -77,8 +73,7 @@ def run(args, mpi_comm=MPI.COMM_WORLD):
     predicted = _auto.AutoCommunicator(mpi_comm, network=args.network, tune='off')
     predicted.mean_grad_in_slot(model, True)
     predicted_s = mpi_comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
-    pkey = next(iter(predicted._chosen.values()))
-    pkey = pkey[:2] + (default if pkey[2] is None else pkey[2],)
+    pkey = _chosen(predicted, default)
     predicted_why = predicted.choices[-1][1][0].get('source', 'planner')
     predicted.finalize()
     # 2. tuned
@@ -89,11 +84,10 @@ def run(args, mpi_comm=MPI.COMM_WORLD):
         tuned.mean_grad_in_slot(model, True)
     tuning_s = mpi_comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
     figures = next(iter(tuned.tuned.values()))
-    tkey = next(iter(tuned._chosen.values()))
-    tkey = tkey[:2] + (default if tkey[2] is None else tkey[2],)
+    tkey = _chosen(tuned, default)
     tuned.finalize()
     # 3. the sweep, the two choices among it
-    keys = _sweep_keys(mpi_comm, MODEL_BYTES[args.model], [default, 1 << 20, 0])
+    keys = _sweep_keys(nodes, R, MODEL_BYTES[args.model], [default, 1 << 20, 0])
     for k in (pkey, tkey):
         if k not in keys:
             keys.append(k)
@@ -105,7 +99,7 @@ def run(args, mpi_comm=MPI.COMM_WORLD):
         order = list(range(len(keys)))
         order = order[r % len(order):] + order[:r % len(order)]
         for i in order:
-            times[i].append(_timed(mpi_comm, lambda: comms[i].mean_grad_in_slot(model, True)))
+            times[i].append(timed(mpi_comm, lambda: comms[i].mean_grad_in_slot(model, True)))
     for c in comms:
         c.finalize()
     medians = [statistics.median(t) for t in times]

@@ -654,13 +654,14 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         old = manifest.get('batch_per_rank')
         it = trainer.updater.get_iterator('main')
         stored = manifest.get('learning_rate')
-        if not old or not hasattr(it, 'batch_size') or not stored:
+        no_batch = not old or not hasattr(it, 'batch_size')
+        if no_batch or not stored:
             raise CheckpointError(
                 "chainermn_torus: cannot resume from {!r} with batch='scale': the checkpoint "
                 'does not record {} (written by an older version, or the iterator has no '
                 "batch_size); resume with batch='keep' (--resume-batch keep)".format(
-                    self.directory, 'its batch per rank' if not old or not hasattr(
-                        it, 'batch_size') else 'its learning rate'))
+                    self.directory, 'its batch per rank' if no_batch else
+                    'its learning rate'))
         attr, value = stored
         before, after = old * manifest['ranks'], it.batch_size * self.size
         new = self.lr_rule(value, after, before)
@@ -670,8 +671,8 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                 'job was started with): {} {:g} -> {:g} by the large-batch rule {} ({}); a '
                 'schedule extension that sets {} itself (a warm-up) takes over from it'.format(
                     before, manifest['ranks'], old, after, self.size, it.batch_size, attr,
-                    value, new, rule, ((self.lr_rule.__doc__ or '').strip().split('\n') or
-                                       [''])[0].rstrip('.'), attr))
+                    value, new, rule,
+                    (self.lr_rule.__doc__ or '').strip().split('\n')[0].rstrip('.'), attr))
 
     def _check_replicas(self, manifest):
         """The stored ranks hold the same parameters and optimizer state (data-parallel

@@ -48,11 +48,6 @@ class Key(dict):
     def file_name(self):
         return '{}x{}-{}.json'.format(self['nodes'], self['ranks_per_node'], self['signature'])
 
-    def describe(self):
-        return '{} nodes x {} ranks, {}, buffer {} ({:.1f} MB)'.format(
-            self['nodes'], self['ranks_per_node'], self['mpi'] or 'unknown MPI',
-            self['signature'], self['bytes'] / 1e6)
-
 
 def folder(given=None):
     where = config.value('tune_dir', given, 'tune_dir')[0]

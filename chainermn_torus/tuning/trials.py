@@ -41,15 +41,16 @@ class Trials(object):
     time; ``agree`` is called at the end of each round with this rank's times (an array, NaN
     where a candidate did not run) and returns the slowest rank's (every rank alike)."""
 
-    def __init__(self, count, agree, warm=(), prior=None):
+    def __init__(self, count, agree, prior=None):
         if count < 1:
             raise ValueError('chainermn_torus: tuning needs at least one candidate')
         self.count = count
         self._agree = agree
         self.samples = [[] for _ in range(count)]   # counted, agreed seconds per candidate
         # Calls counted before (stage 1's winner, the same configuration): one stray call
-        # in this stage cannot drop it.
-        for i, seconds in (prior or {}).items():
+        # in this stage cannot drop it, and it skips the warm-up (it was made and called).
+        prior = prior or {}
+        for i, seconds in prior.items():
             self.samples[i] = list(seconds)
         self.warmup = [None] * count                # agreed seconds of the warm-up call
         self.alive = list(range(count))
@@ -57,8 +58,7 @@ class Trials(object):
         self.calls = 0
         self.choice = None if count > 1 else 0
         self._round = 0                              # 0: warm-up
-        # Candidates ``warm`` made and called before (stage 1's winner) skip the warm-up.
-        self._queue = [i for i in range(count) if i not in warm]
+        self._queue = [i for i in range(count) if i not in prior]
         if not self._queue:
             self._round, self._queue = 1, list(range(count))
         self._times = numpy.full(count, numpy.nan)
@@ -92,9 +92,8 @@ class Trials(object):
             for i in list(self.alive):
                 if self.figure(i) > DROP * best:
                     self.alive.remove(i)
-                    self.dropped[i] = '{:.1f}x the best after {} round{}'.format(
-                        self.figure(i) / best, self._round - 1,
-                        '' if self._round == 2 else 's')
+                    self.dropped[i] = '{:.1f}x the best after 1 round'.format(
+                        self.figure(i) / best)
         if self._round == 1 + ROUNDS and len(self.alive) > FINALISTS:
             keep = sorted(self.alive, key=lambda i: (self.figure(i), i))[:FINALISTS]
             for i in self.alive:

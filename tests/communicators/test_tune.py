@@ -40,7 +40,7 @@ def test_schedule_warms_up_interleaves_drops_and_picks_the_fastest():
     assert len(t.samples[1]) == trials.ROUNDS + trials.FINAL_ROUNDS
     # A candidate called before skips the warm-up, and its earlier calls count: one stray
     # call does not drop it.
-    t = trials.Trials(3, agree=lambda seconds: seconds, warm=(0,), prior={0: [1.0, 1.0, 1.0]})
+    t = trials.Trials(3, agree=lambda seconds: seconds, prior={0: [1.0, 1.0, 1.0]})
     assert [t.next()] == [1]
     while not t.done:
         t.record({0: 50.0, 1: 1.5, 2: 1.6}[t.next()] if len(t.samples[0]) == 3 else
