@@ -20,7 +20,8 @@ import chainermn
 import chainermn.communicators
 
 from chainermn_torus import communicators, config
-from chainermn_torus.runtime import report
+from chainermn_torus.runtime import report, startup, watchdog
+from chainermn_torus.errors import ConfigError
 
 __all__ = ['create_communicator', 'create_multi_node_optimizer', 'register',
            'force_communicator', 'set_defaults', 'valid_names', 'names', 'communicator_class',
@@ -41,7 +42,7 @@ _forced_options = {}  # options every communicator of ours gets, whatever the ca
 _on_create = []  # callbacks (comm, name asked, name made), the launcher's report
 
 
-class OptionError(ValueError, TypeError):
+class OptionError(ConfigError, TypeError):
     """An option the communicator does not take.
 
     A TypeError as ChainerMN's factory raises for an unknown keyword, and a ValueError as
@@ -109,7 +110,7 @@ def on_create(callback):
 
 def _check_name(name):
     if name not in valid_names():
-        raise ValueError('chainermn_torus: unknown communicator {!r}; valid names: {}'.format(
+        raise ConfigError('chainermn_torus: unknown communicator {!r}; valid names: {}'.format(
             name, ', '.join(valid_names())))
 
 
@@ -149,7 +150,7 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
     cls = communicator_class(communicator_name) if communicator_name in ours else None
     if cls is None and kwargs.get('allreduce_grad_dtype') is not None \
             and communicator_name != 'pure_nccl':
-        raise ValueError(
+        raise ConfigError(
             'chainermn_torus: communicator {!r} cannot send gradients as {} '
             '(allreduce_grad_dtype); on CPU use one of {}, which can.'.format(
                 communicator_name, kwargs['allreduce_grad_dtype'], ', '.join(sorted(ours))))
@@ -179,6 +180,10 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
 
 
 def _made(comm, asked, made):
+    startup.start()  # ChainerMN's communicators too: a refusal from here on is one line
+    # The job's watchdog starts with its first communicator, where one is set (the
+    # environment, the launcher), and marks every communicator's calls.
+    watchdog.attach(comm)
     for callback in _on_create:
         callback(comm, asked, made)
     return comm

@@ -25,8 +25,10 @@ the winner's time, and remembers the choice in a file for the job shape
 (``tuning.memory``): the next job of that shape starts with it and measures nothing.
 Buffers under ``TUNE_MIN_BYTES`` and one-shot ``mean_array`` calls keep the prediction.
 """
+import atexit
 import collections
 import os
+import sys
 import time
 
 import numpy
@@ -47,6 +49,7 @@ __all__ = ['AutoCommunicator']
 
 SIMULATE_MIN_S = 1e-3  # plans predicted faster than this keep the alpha-beta choice
 WAIT_POLL_S = 0.005    # how often ranks waiting for rank 0's simulation look
+EXIT_WAIT_S = 5.0      # at exit, how long a rank waits for the others before freeing
 
 
 def _network(mpi_comm, network, measure_timeout):
@@ -117,6 +120,7 @@ class AutoCommunicator(TorusCommunicatorBase):
         self._memory = {} if _memory is None else _memory
         self.choices = []    # log of (bytes, plan rows) for the user and tests
         self.tuned = {}      # bytes -> the tuning's report (figures), for the user and tests
+        self._exit_registered = False
 
     # --- the predicted choice ---------------------------------------------------------------
     def _rows(self, nbytes, simulated=True):
@@ -275,6 +279,9 @@ class AutoCommunicator(TorusCommunicatorBase):
         state = _Tuning(keys, why, candidates.key(rows[0]),
                         trials.Trials(len(keys), self._agree), memo, rows, segments=not given)
         self._tuning[nbytes] = state
+        if not self._exit_registered:  # a job may end before the tuning decides
+            self._exit_registered = True
+            atexit.register(self._at_exit)
         if state.trials.done:  # one kind only: straight to its shapes and segments
             self._next_stage(nbytes, state)
 
@@ -376,6 +383,48 @@ class AutoCommunicator(TorusCommunicatorBase):
             if k not in still and k in self._inner:
                 self._inner.pop(k).finalize()
 
+    # --- a job that ends before its tuning decides ----------------------------------------------
+    def _at_exit(self):
+        """At exit, a tuning still measuring: say so, record it for the next job of this
+        shape (it measures afresh and says why), and free the candidates, where every rank
+        reaches its exit within ``EXIT_WAIT_S`` (their windows are collective to free; a
+        rank that does not come leaves them to MPI_Finalize)."""
+        for nbytes, state in list(self._tuning.items()):
+            done = state.trials.calls + sum({id(t): t.calls
+                                             for _, _, t, _ in state.results}.values())
+            where = 'nothing remembered'
+            if self.rank == 0:
+                try:
+                    saved = memory.save_partial(state.memo, self.size, done,
+                                                state.trials.most_calls, self.tune_dir)
+                    if saved:
+                        where = 'nothing remembered ({} says so; the next job of this ' \
+                            'shape measures afresh)'.format(saved)
+                except OSError as e:
+                    where = 'nothing remembered ({})'.format(e)
+            report.say(
+                'the job ended after {} gradient call(s) of {:.1f} MB, before the tuning '
+                'decided (it was in stage {} of 2, whose schedule takes up to {} calls): '
+                '{}. A job of this shape remembers a choice once it runs past the tuning: '
+                'give one job more steps, or use tune=off (the predicted choice)'.format(done, nbytes / 1e6, state.stage,
+                                           state.trials.most_calls, where),
+                self.rank, prefix='chainermn_torus auto: ', stream=sys.stderr)
+        self._tuning.clear()
+        if not self._inner:
+            return
+        everyone = self.mpi_comm.Ibarrier()
+        deadline = time.monotonic() + EXIT_WAIT_S
+        while not everyone.Test():
+            if time.monotonic() > deadline:
+                return
+            time.sleep(WAIT_POLL_S)
+        self.finalize_inner()
+
+    def finalize_inner(self):
+        """Free every communicator made for a choice or a candidate (collective)."""
+        for key in list(self._inner):  # made in the same order on every rank
+            self._inner.pop(key).finalize()
+
     # --- the gradient calls -------------------------------------------------------------------
     def _transfer_dtype(self, named):
         if self.allreduce_grad_dtype is not None:
@@ -447,9 +496,7 @@ class AutoCommunicator(TorusCommunicatorBase):
         return total
 
     def finalize(self):
-        for c in self._inner.values():
-            c.finalize()
-        self._inner = {}
+        self.finalize_inner()
         super(AutoCommunicator, self).finalize()
 
     def describe(self):

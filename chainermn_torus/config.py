@@ -13,6 +13,8 @@ import argparse
 import collections
 import os
 
+from chainermn_torus.errors import ConfigError
+
 __all__ = ['SETTINGS', 'value', 'env', 'quiet', 'table', 'add_arguments']
 
 # ``launcher``: what ``python -m chainermn_torus.run`` applies the setting to as its option
@@ -61,6 +63,11 @@ SETTINGS = collections.OrderedDict([
     ('watchdog', Setting('CHAINERMN_TORUS_WATCHDOG', 'seconds', None,
                          'abort the job when no training step finishes for this long',
                          launcher='optimizer')),
+    ('watchdog_startup', Setting('CHAINERMN_TORUS_WATCHDOG_STARTUP', 'seconds', None,
+                                 'with a watchdog: the limit from the first communicator to '
+                                 'the end of the first training step (data loading, '
+                                 'scatter_dataset, set-up); default: the larger of 900 s '
+                                 'and the step limit', launcher='process')),
     ('timeline', Setting('CHAINERMN_TORUS_TIMELINE', 'text', None,
                          'record phase timelines to PREFIX.rank<R>.json', launcher='process')),
     ('expect_ranks', Setting('CHAINERMN_TORUS_EXPECT_RANKS', 'count', None,
@@ -68,6 +75,10 @@ SETTINGS = collections.OrderedDict([
                              'node); the launcher stops when MPI started another number')),
     ('quiet', Setting('CHAINERMN_TORUS_QUIET', 'flag', False,
                       '1: no informational lines on rank 0')),
+    ('debug', Setting('CHAINERMN_TORUS_DEBUG', 'flag', False,
+                      '1: a refusal (a bad value, no room, a checkpoint that cannot be '
+                      'resumed) prints its traceback on every rank too, not only its message '
+                      'once')),
     ('no_abort', Setting('CHAINERMN_TORUS_NO_ABORT', 'flag', False,
                          '1: an uncaught exception does not call MPI_Abort')),
     ('keep_mpi_shm', Setting('CHAINERMN_TORUS_KEEP_MPI_SHM', 'flag', False,
@@ -240,7 +251,8 @@ def parse(kind, raw, source):
     try:
         return _PARSERS[kind](raw)
     except (TypeError, ValueError):
-        raise ValueError('chainermn_torus: {} {}'.format(source, _must_be(kind, raw))) from None
+        raise ConfigError('chainermn_torus: {} {}'.format(source, _must_be(kind, raw))) \
+            from None
 
 
 def env(key):

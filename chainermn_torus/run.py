@@ -18,7 +18,8 @@ import chainermn_torus
 from chainermn_torus import config, launch
 from chainermn_torus._registry import set_defaults
 from chainermn_torus.algorithms.variants import check_grid_option
-from chainermn_torus.runtime import startup as _startup
+from chainermn_torus.errors import ConfigError, Refusal
+from chainermn_torus.runtime import report, startup as _startup
 from chainermn_torus.runtime import world
 
 
@@ -36,13 +37,27 @@ def build_parser():
 
 def main(argv=None):
     opts = build_parser().parse_args(argv)
-    if not os.path.isfile(opts.script):
-        sys.exit('chainermn_torus.run: script not found: {}'.format(opts.script))
-    kwargs = {}
     try:
-        check_grid_option(opts.communicator, opts.grid)
-    except ValueError as e:
-        sys.exit('chainermn_torus.run: {}'.format(e))
+        prepare(opts)
+    except Refusal as e:  # a bad option or variable: one line, from the job's first rank
+        if world.launcher_rank() in (None, 0):
+            report.line(PREFIX + str(e).replace(report.PREFIX, '', 1))
+        sys.exit(1)
+    sys.argv = [opts.script] + list(opts.args)
+    # As `python script.py` would: the script's directory first on the path.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(opts.script)))
+    runpy.run_path(opts.script, run_name='__main__')  # its refusals: runtime.abort's hook
+
+
+PREFIX = 'chainermn_torus.run: '
+
+
+def prepare(opts):
+    """Everything before the script runs; a Refusal for what cannot start."""
+    if not os.path.isfile(opts.script):
+        raise ConfigError('script not found: {}'.format(opts.script))
+    kwargs = {}
+    check_grid_option(opts.communicator, opts.grid)
     if opts.grid is not None:
         kwargs['grid'] = opts.grid
     if opts.segment_size is not None:
@@ -60,17 +75,13 @@ def main(argv=None):
         problem = world.mismatch(MPI.COMM_WORLD.size, MPI.Get_library_version())
         if problem:
             # A world of one per process: every process says it (each is its own job's
-            # rank 0), so the first lines of the job's output name the cause.
-            sys.exit('chainermn_torus.run: ' + problem)
-    try:
-        launch.Launch(opts).install()
-    except ValueError as e:  # an environment variable with a bad value
-        sys.exit('chainermn_torus.run: {}'.format(e))
+            # rank 0), so the first lines of the job's output name the cause; in a world
+            # of several, its rank 0.
+            if MPI.COMM_WORLD.rank == 0:
+                report.line(PREFIX + problem)
+            sys.exit(1)
+    launch.Launch(opts).install()
     _startup.start()  # the abort hook, as for a script that creates a communicator of ours
-    sys.argv = [opts.script] + list(opts.args)
-    # As `python script.py` would: the script's directory first on the path.
-    sys.path.insert(0, os.path.dirname(os.path.abspath(opts.script)))
-    runpy.run_path(opts.script, run_name='__main__')
 
 
 if __name__ == '__main__':

@@ -25,8 +25,9 @@ import sys
 hook = sys.excepthook
 import chainermn, chainermn_torus
 assert chainermn.create_communicator is chainermn_torus.create_communicator
-print(sorted(m for m in ('mpi4py.MPI', 'numba', 'chainermn_torus.communicators.rsap',
-                         'chainermn_torus.runtime.timeline') if m in sys.modules))
+tl = sys.modules.get('chainermn_torus.runtime.timeline')
+print(sorted(m for m in ('mpi4py.MPI', 'numba', 'chainermn_torus.communicators.rsap')
+             if m in sys.modules) + (['a timeline started'] if tl and tl.ACTIVE else []))
 print(sys.excepthook is hook)
 print(chainermn_torus.RsapCommunicator.__name__, 'mpi4py.MPI' in sys.modules)
 ''')

@@ -9,34 +9,90 @@ S = 1e9  # ns
 
 
 class FakeBoard(object):
-    limit_s, outside = 3.0, 10
+    limit_s, outside, startup_s = 3.0, 10, 900.0
 
-    def limit(self, phase):
-        return {pb.STEP: 3.0, pb.EVALUATION: 3.0, pb.BETWEEN: 30.0,
+    def limit(self, phase, first_step=False):
+        if phase == pb.STARTUP or (phase == pb.STEP and first_step):
+            return self.startup_s
+        return {pb.STEP: 3.0, pb.EVALUATION: 3.0, pb.BETWEEN: 30.0, pb.AFTER: 30.0,
                 pb.CHECKPOINT: 30.0}.get(phase)
 
 
-def row(rank, finished, phase, age, count=0):
-    order = {pb.BETWEEN: 0, pb.EVALUATION: 1, pb.CHECKPOINT: 2, pb.STEP: 3}
-    return [rank, [finished, order.get(phase, 0), count], phase, age]
+def row(rank, finished, phase, age, count=0, state='S', call=None, call_age=None, calls=0,
+        held=0.0, bg_call=None):
+    """A rank as a heartbeat carries it; ``call``: the name of the call it is in."""
+    order = {pb.BETWEEN: 0, pb.EVALUATION: 1, pb.CHECKPOINT: 2, pb.STEP: 3, pb.AFTER: 4}
+    pos = [-1, 0, 0] if phase == pb.STARTUP else [finished, order.get(phase, 0), count]
+    return list(nw.Seen(rank, pos, phase, age, state, int(call is not None),
+                        pb.call_code(call) if call else 0,
+                        age if call_age is None else call_age, calls,
+                        int(bg_call is not None), pb.call_code(bg_call) if bg_call else 0,
+                        held))
+
+
+MEAN = 'multi_node_mean_grad'
 
 
 def peer(host, rows, heard_s_ago=0.5, gone=False, now=100 * S):
     return {'host': host, 'heard': now - heard_s_ago * S, 'rows': rows, 'gone': gone}
 
 
+def judge(local, peers=None, host='node0'):
+    return nw.judge(FakeBoard(), host, local, peers or {}, 100 * S, 2.0)
+
+
 def test_nothing_is_said_while_every_rank_moves():
     local = [row(0, 7, pb.STEP, 0.2), row(1, 7, pb.BETWEEN, 25.0)]  # within both limits
-    assert nw.judge(FakeBoard(), 'node0', local, {}, 100 * S, 2.0) is None
+    assert judge(local) is None
 
 
-def test_the_rank_behind_on_another_node_is_named_with_its_host():
-    local = [row(0, 7, pb.STEP, 4.0), row(1, 7, pb.STEP, 4.0)]
-    peers = {1: peer('node1', [row(2, 7, pb.STEP, 4.0), row(3, 6, pb.BETWEEN, 4.2)])}
-    text = nw.judge(FakeBoard(), 'node0', local, peers, 100 * S, 2.0)
+def test_the_rank_in_no_call_on_another_node_is_named_with_its_host_and_the_waiters():
+    local = [row(0, 7, pb.STEP, 4.0, call=MEAN), row(1, 7, pb.STEP, 4.0, call=MEAN)]
+    peers = {1: peer('node1', [row(2, 7, pb.STEP, 4.0, call=MEAN),
+                               row(3, 6, pb.BETWEEN, 4.2, state='R')])}
+    text = judge(local, peers)
     assert text.startswith('chainermn_torus watchdog: the job waits for rank 3 on node1, '
-                           'stopped between steps 6 and 7'), text
-    assert '(rank 0 (node0) has made no progress for 4 s in training step 8' in text, text
+                           'computing outside communication'), text
+    assert 'between steps 6 and 7' in text, text
+    assert 'ranks 0-2 (node0, node1) wait in multi_node_mean_grad (4 s) for it' in text, text
+    assert 'noticed on node0: rank 0 waited in multi_node_mean_grad for 4 s' in text, text
+    assert text.count('\n') == 0
+
+
+def test_a_stopped_rank_is_named_inside_the_same_call_as_the_others():
+    # SIGSTOP in the middle of the all-reduce: by positions and calls every rank is at the
+    # same point; the process state tells which one holds the others up.
+    local = [row(0, 13, pb.STEP, 3.5, call=MEAN, calls=1),
+             row(1, 13, pb.STEP, 3.5, call=MEAN, calls=1, state='T', held=3.2)]
+    text = judge(local)
+    assert 'the job waits for rank 1 on node0, stopped (process state T' in text, text
+    assert 'for 3 s, inside multi_node_mean_grad, in training step 14' in text, text
+    assert 'rank 0 (node0) waits in multi_node_mean_grad' in text, text
+
+
+def test_a_stopped_rank_is_a_stall_after_the_step_limit_in_any_phase():
+    # In a checkpoint (10 x the limit) and at start-up (900 s): stopped for 3.5 s is enough.
+    for phase, finished in ((pb.CHECKPOINT, 6), (pb.STARTUP, 0)):
+        local = [row(0, finished, phase, 3.6, call='MPI allreduce'),
+                 row(1, finished, phase, 3.6, state='T', held=3.5)]
+        text = judge(local)
+        assert 'rank 1 on node0, stopped' in text, (phase, text)
+        assert 'a stopped or vanished process is a stall after the step limit' in text, text
+        local[1] = row(1, finished, phase, 3.6, state='T', held=2.0)  # not yet
+        assert judge(local) is None, phase
+
+
+def test_start_up_has_its_own_limit_and_names_the_rank_that_never_arrives():
+    local = [row(0, 0, pb.STARTUP, 899.0, call='bcast_obj'), row(1, 0, pb.STARTUP, 899.0)]
+    assert judge(local) is None
+    local = [row(0, 0, pb.STARTUP, 901.0, call='bcast_obj'),
+             row(1, 0, pb.STARTUP, 901.0, state='S', call_age=895.0)]
+    text = judge(local)
+    assert 'rank 1 on node0, outside communication, blocked (sleeping' in text, text
+    assert 'at start-up (before its first training step)' in text, text
+    assert 'start-up limit 900 s, set by CHAINERMN_TORUS_WATCHDOG_STARTUP' in text, text
+    first = [row(0, 0, pb.STEP, 10.0, call=MEAN), row(1, 0, pb.STEP, 10.0, state='R')]
+    assert judge(first) is None  # the first step (compiling) is start-up's
 
 
 def test_a_silent_node_is_named_before_any_rank():
@@ -44,26 +100,66 @@ def test_a_silent_node_is_named_before_any_rank():
     peers = {1: peer('node1', [row(2, 7, pb.STEP, 0.1), row(3, 7, pb.STEP, 0.1)],
                      heard_s_ago=3.4),
              2: peer('node2', [row(4, 6, pb.BETWEEN, 3.0)], gone=True, heard_s_ago=9)}
-    text = nw.judge(FakeBoard(), 'node0', local, peers, 100 * S, 2.0)
+    text = judge(local, peers)
     assert 'the job waits for node node1 (ranks 2, 3) silent for 3 s: every process there ' \
         'stopped, or the node was lost' in text, text
     assert 'node2' not in text  # it said goodbye: finished, not lost
 
 
-def test_an_evaluation_batch_has_the_step_limit_and_the_stopped_rank_is_furthest_behind():
-    local = [row(0, 4, pb.EVALUATION, 3.5, count=40), row(1, 4, pb.EVALUATION, 3.6, count=3)]
-    text = nw.judge(FakeBoard(), 'n', local, {}, 100 * S, 2.0)
-    assert 'the job waits for rank 1 on n, stopped in the evaluation after step 4 (batch 3)' \
-        in text, text
+def test_an_evaluation_batch_has_the_step_limit_and_the_rank_outside_is_named():
+    local = [row(0, 4, pb.EVALUATION, 3.5, count=40, call='allreduce_obj'),
+             row(1, 4, pb.EVALUATION, 3.6, count=3)]
+    text = judge(local)
+    assert 'the job waits for rank 1 on node0, outside communication, blocked' in text, text
+    assert 'in the evaluation after step 4 (batch 3)' in text, text
     assert '(limit 3 s per step or evaluation batch' in text, text
 
 
-def test_every_rank_at_the_same_point_is_a_deadlock_not_a_rank():
-    local = [row(0, 9, pb.STEP, 5.0), row(1, 9, pb.STEP, 5.0)]
-    peers = {1: peer('node1', [row(2, 9, pb.STEP, 5.0)])}
-    text = nw.judge(FakeBoard(), 'node0', local, peers, 100 * S, 2.0)
-    assert 'the job waits for none: every rank is in training step 10' in text, text
-    assert 'all wait in the same call' in text
+def test_every_rank_in_the_same_call_is_a_deadlock_not_a_rank():
+    local = [row(0, 9, pb.STEP, 5.0, call=MEAN, calls=1),
+             row(1, 9, pb.STEP, 5.0, call=MEAN, calls=1)]
+    peers = {1: peer('node1', [row(2, 9, pb.STEP, 5.0, call=MEAN, calls=1)])}
+    text = judge(local, peers)
+    assert 'the job waits for none: every rank waits in multi_node_mean_grad in training ' \
+        'step 10, none behind another (a deadlock' in text, text
+
+
+def test_a_rank_in_an_earlier_call_than_the_others_is_named():
+    local = [row(0, 9, pb.STEP, 5.0, call=MEAN, calls=2),
+             row(1, 9, pb.STEP, 5.0, call='MPI bcast', calls=1)]
+    text = judge(local)
+    assert 'the job waits for rank 1 on node0, waiting in MPI bcast' in text, text
+
+
+def test_every_rank_computing_is_no_rank_to_blame():
+    local = [row(0, 9, pb.STEP, 5.0, state='R'), row(1, 9, pb.STEP, 5.0, state='R')]
+    text = judge(local)
+    assert 'the job waits for none: no rank waits for another' in text, text
+
+
+def test_after_training_only_a_wait_in_a_call_is_a_stall():
+    # Rank 0 writes its results for a long time, the others have finished: no stall.
+    local = [row(0, 50, pb.AFTER, 400.0, state='R'), row(1, 50, pb.FINISHED, 400.0)]
+    assert judge(local) is None
+    local = [row(0, 50, pb.AFTER, 40.0, call='allreduce_obj', call_age=31.0),
+             row(1, 50, pb.AFTER, 40.0, state='R', call_age=35.0)]
+    text = judge(local)
+    assert 'rank 1 on node0, computing outside communication' in text, text
+    assert 'after training' in text and '10 x CHAINERMN_TORUS_WATCHDOG' in text, text
+
+
+def test_every_rank_stopped_is_a_suspension_not_a_stall():
+    local = [row(0, 9, pb.STEP, 50.0, state='T', held=50.0),
+             row(1, 9, pb.STEP, 50.0, state='T', held=50.0)]
+    assert judge(local) is None
+
+
+def test_the_communication_thread_is_said_when_the_main_thread_is_outside():
+    local = [row(0, 9, pb.STEP, 5.0, call='the wait for the communication thread'),
+             row(1, 9, pb.STEP, 5.0, state='R', bg_call=MEAN)]
+    text = judge(local)
+    assert 'rank 1 on node0, computing outside communication (its communication thread in ' \
+        'multi_node_mean_grad)' in text, text
 
 
 def test_every_node_is_watched_and_heartbeats_go_to_its_watchers():
@@ -82,9 +178,9 @@ def test_a_node_never_heard_from_is_not_taken_for_a_frozen_one():
     # (its ranks are still watched through the ranks that wait for them).
     local = [row(0, 7, pb.BETWEEN, 0.5)]
     never = dict(peer('node1', [], heard_s_ago=60), seen=False)
-    assert nw.judge(FakeBoard(), 'node0', local, {1: never}, 100 * S, 2.0) is None
+    assert judge(local, {1: never}) is None
     heard = dict(never, seen=True)
-    assert 'node node1' in nw.judge(FakeBoard(), 'node0', local, {1: heard}, 100 * S, 2.0)
+    assert 'node node1' in judge(local, {1: heard})
 
 
 def test_the_first_node_says_once_which_watchers_it_never_heard(capsys):

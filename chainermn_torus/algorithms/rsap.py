@@ -17,7 +17,7 @@ two synchronisations apart.
 from chainermn_torus.algorithms.collectives import Call, ceil_log2
 from chainermn_torus.algorithms.torus import Torus
 
-__all__ = ['put_rounds', 'Rsap', 'SYNC_MODELLED']
+__all__ = ['put_rounds', 'put_round_count', 'Rsap', 'SYNC_MODELLED']
 
 SYNC_MODELLED = ('fence', 'notify')
 
@@ -55,6 +55,14 @@ def put_rounds(M):
     return rounds
 
 
+def put_round_count(M):
+    """len(put_rounds(M)), without building the schedule (a row of millions in the
+    planner): log2 of the largest power of two <= M, plus a round before and after for the
+    positions beyond it."""
+    low = 1 << (M.bit_length() - 1)
+    return (low.bit_length() - 1) + (2 if M > low else 0)
+
+
 class Rsap(Torus):
     gather_phase = 'put'
 
@@ -87,6 +95,6 @@ class Rsap(Torus):
         p = row.p
         if p <= 1:
             return 0.0
-        rounds = len(put_rounds(p))
+        rounds = put_round_count(p)
         fence = 2 * ceil_log2(p) * row.alpha(net)  # a fence costs about a barrier over the row
         return rounds * (row.alpha(net) + fence) + (p - 1.0) / p * n * row.beta(net, put=True)

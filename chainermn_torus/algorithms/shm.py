@@ -13,6 +13,7 @@ where rows span nodes (there is no shared memory across them).
 from chainermn_torus.algorithms.base import Algorithm
 from chainermn_torus.algorithms.collectives import (
     Call, allreduce_cost, ceil_log2, reduce_calls, row_and_column, tail_calls)
+from chainermn_torus.errors import ConfigError
 
 __all__ = ['Shm']
 
@@ -60,6 +61,6 @@ class Shm(Algorithm):
 
     def check_placement(self, M, R):
         if M > 1 and R % M:
-            raise ValueError('chainermn_torus: shm needs every grid row inside one node: '
-                             'M = {} with {} ranks per node (M must divide the ranks per '
-                             'node; rsaa or rsap take any M)'.format(M, R))
+            raise ConfigError('chainermn_torus: shm needs every grid row inside one node: '
+                              'M = {} with {} ranks per node (M must divide the ranks per '
+                              'node; rsaa or rsap take any M)'.format(M, R))

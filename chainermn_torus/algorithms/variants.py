@@ -15,6 +15,7 @@ from chainermn_torus.algorithms.flat import FlatAllreduce, NodeAwareAllreduce
 from chainermn_torus.algorithms.rsap import Rsap
 from chainermn_torus.algorithms.shm import Shm
 from chainermn_torus.algorithms.torus import Rsaa
+from chainermn_torus.errors import ConfigError
 
 __all__ = ['Variant', 'VARIANTS', 'get', 'add', 'planned', 'simulated',
            'benchmarked', 'tested', 'takes_grid', 'check_grid_option']
@@ -97,7 +98,7 @@ def get(name):
     try:
         return VARIANTS[name]
     except KeyError:
-        raise ValueError('chainermn_torus: unknown algorithm variant {!r}; known: {}'.format(
+        raise ConfigError('chainermn_torus: unknown algorithm variant {!r}; known: {}'.format(
             name, ', '.join(VARIANTS))) from None
 
 
@@ -132,8 +133,8 @@ def takes_grid(communicator):
 def check_grid_option(communicator, grid, where='--grid'):
     """Refuse a grid for a communicator that has none, before any job starts."""
     if grid and communicator is not None and not takes_grid(communicator):
-        raise ValueError('chainermn_torus: {} {} applies to {}; communicator {!r} has no '
-                         'grid (leave {} out, or choose one of those)'.format(
+        raise ConfigError('chainermn_torus: {} {} applies to {}; communicator {!r} has no '
+                          'grid (leave {} out, or choose one of those)'.format(
                              where, grid, ', '.join(sorted({v.communicator for v in _ROWS
-                                                            if v.grid})),
-                             communicator, where))
+                                                             if v.grid})),
+                              communicator, where))

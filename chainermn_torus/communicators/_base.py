@@ -22,6 +22,7 @@ from chainermn_torus.communicators._debug import check_means_finite
 from chainermn_torus.communicators._grid import Grid, default_grid, parse_grid
 from chainermn_torus.communicators._progress import BLOCKING, Progress
 from chainermn_torus.communicators._reduction import reducer_for
+from chainermn_torus.errors import ConfigError
 
 __all__ = ['TorusCommunicatorBase']
 
@@ -37,8 +38,8 @@ def _grad_dtype(value):
     except TypeError:
         dtype = None
     if dtype is None or dtype.type not in _GRAD_DTYPES:
-        raise ValueError('chainermn_torus: allreduce_grad_dtype must be None, numpy.float16, '
-                         'numpy.float32 or numpy.float64, got {!r}'.format(value))
+        raise ConfigError('chainermn_torus: allreduce_grad_dtype must be None, numpy.float16, '
+                          'numpy.float32 or numpy.float64, got {!r}'.format(value))
     return dtype
 
 

@@ -15,6 +15,7 @@ Choosing the shape (first that applies):
 import re
 
 from chainermn_torus import config
+from chainermn_torus.errors import ConfigError
 
 __all__ = ['Grid', 'parse_grid', 'default_grid', 'GRID_ENV']
 
@@ -30,8 +31,8 @@ def parse_grid(value, size, source='grid'):
     if isinstance(value, str):
         match = re.fullmatch(r'\s*(\d+)\s*[xX,*]\s*(\d+)\s*', value)
         if not match:
-            raise ValueError('chainermn_torus: {} must look like "MxN" (for example "2x4"), '
-                             'got {!r}'.format(source, value))
+            raise ConfigError('chainermn_torus: {} must look like "MxN" (for example "2x4"), '
+                              'got {!r}'.format(source, value))
         value = (int(match.group(1)), int(match.group(2)))
     try:
         m, n = value
@@ -39,10 +40,10 @@ def parse_grid(value, size, source='grid'):
             raise TypeError
         m, n = int(m), int(n)
     except (TypeError, ValueError):
-        raise ValueError('chainermn_torus: {} must be two positive integers (M, N), got {!r}'
-                         .format(source, value))
+        raise ConfigError('chainermn_torus: {} must be two positive integers (M, N), got {!r}'
+                          .format(source, value))
     if m < 1 or n < 1 or m * n != size:
-        raise ValueError(
+        raise ConfigError(
             'chainermn_torus: {} (M, N) = ({}, {}) does not fit P = {} ranks: M x N must equal '
             'P; shapes that fit: {}'.format(source, m, n, size, ', '.join(_factor_pairs(size))))
     return m, n

@@ -18,6 +18,7 @@ from mpi4py import MPI
 
 from chainermn_torus.algorithms.segments import plan_segments
 from chainermn_torus.runtime import jit
+from chainermn_torus.errors import ConfigError
 
 __all__ = ['Layout', 'grad_params', 'data_params', 'param_signature', 'PackedBuffer', 'check_same_layout',
            'transfer_dtype', 'MPI_TYPES', 'mpi_type_of']
@@ -149,7 +150,7 @@ def check_same_layout(mpi_comm, layout, what='gradients', progress=None):
     layouts = mpi_comm.allgather(layout)
     for rank, other in enumerate(layouts):
         if other != layouts[0]:
-            raise ValueError(
+            raise ConfigError(
                 'chainermn_torus: the model\'s {} differ between ranks, so they cannot be '
                 'averaged: rank 0 has {} arrays ({} elements), rank {} has {} arrays ({} '
                 'elements); first difference: {}. Every rank must build the same model{}.'

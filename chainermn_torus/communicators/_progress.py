@@ -12,6 +12,7 @@ machine (each step waits for the thread to wake and to get the GIL back), so it 
 ``optimizers.multi_node.BACKGROUND_POLL_S`` for the figures.
 """
 import time
+from chainermn_torus.errors import ConfigError
 
 __all__ = ['Progress', 'BLOCKING']
 
@@ -20,8 +21,8 @@ class Progress(object):
 
     def __init__(self, interval=None):
         if interval is not None and not interval > 0:
-            raise ValueError('chainermn_torus: the polling interval must be > 0 seconds (or '
-                             'None for blocking calls), got {!r}'.format(interval))
+            raise ConfigError('chainermn_torus: the polling interval must be > 0 seconds (or '
+                              'None for blocking calls), got {!r}'.format(interval))
         self.interval = interval
 
     @property

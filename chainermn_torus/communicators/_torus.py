@@ -20,6 +20,7 @@ from chainermn_torus.runtime import timeline as _timeline
 from chainermn_torus.communicators import _packing
 from chainermn_torus.communicators._averaging import divide_by_size
 from chainermn_torus.communicators._shm import NodeBuffers, rows_within_nodes
+from chainermn_torus.errors import ConfigError
 
 _SHM_CHOICES = (None, True, False)
 
@@ -44,15 +45,15 @@ class TorusPhases(object):
         keeps the default off.
         """
         if shm not in _SHM_CHOICES:
-            raise ValueError('chainermn_torus: shm must be None (on where the grid rows lie '
-                             'inside nodes), True or False, got {!r}'.format(shm))
+            raise ConfigError('chainermn_torus: shm must be None (on where the grid rows lie '
+                              'inside nodes), True or False, got {!r}'.format(shm))
         self._options['shm'] = shm
         if shm is False or self.grid.M == 1 or (shm is None and not wanted_by_default):
             self.shm = False
             return
         inside = rows_within_nodes(self.grid.row_comm, self.mpi_comm)
         if shm and not inside:
-            raise ValueError(
+            raise ConfigError(
                 'chainermn_torus: shm=True needs every grid row inside one node, but grid '
                 '(M, N) = {} puts ranks of different nodes in one row ({} ranks per node on '
                 'this rank\'s node); use M = ranks per node or shm=False'.format(

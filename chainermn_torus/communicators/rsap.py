@@ -17,6 +17,7 @@ from chainermn_torus.communicators._base import TorusCommunicatorBase
 from chainermn_torus.communicators._rsap_modes import REDUCE_SCATTERS, SYNCS
 from chainermn_torus.communicators._torus import TorusPhases
 from chainermn_torus.communicators._window import PutWindow
+from chainermn_torus.errors import ConfigError
 
 __all__ = ['RsapCommunicator']
 
@@ -34,7 +35,7 @@ def _choice(name, value, choices, default):
     if value is None:
         return default
     if value not in choices:
-        raise ValueError('chainermn_torus: rsap {} must be one of {}, got {!r}'.format(
+        raise ConfigError('chainermn_torus: rsap {} must be one of {}, got {!r}'.format(
             name, ', '.join(repr(c) for c in choices), value))
     return value
 
@@ -60,7 +61,7 @@ class RsapCommunicator(TorusPhases, TorusCommunicatorBase):
         self._options.update(sync=sync, reduce_scatter=reduce_scatter)
         explicit = sync is not None or reduce_scatter is not None
         if shm and explicit:
-            raise ValueError(
+            raise ConfigError(
                 'chainermn_torus: rsap shm=True has no put or reduce-scatter messages, so '
                 'sync={!r} / reduce_scatter={!r} do not apply; leave them out or set '
                 'shm=False'.format(sync, reduce_scatter))
@@ -68,9 +69,9 @@ class RsapCommunicator(TorusPhases, TorusCommunicatorBase):
         if REDUCE_SCATTERS[self.reduce_scatter_mode].needs_mpi_sum \
                 and self.allreduce_grad_dtype is not None \
                 and self.allreduce_grad_dtype == numpy.float16:
-            raise ValueError('chainermn_torus: rsap reduce_scatter=\'accumulate\' needs an MPI '
-                             'sum, which float16 has not; use allreduce_grad_dtype float32 or '
-                             'reduce_scatter=\'collective\'')
+            raise ConfigError('chainermn_torus: rsap reduce_scatter=\'accumulate\' needs an MPI '
+                              'sum, which float16 has not; use allreduce_grad_dtype float32 or '
+                              'reduce_scatter=\'collective\'')
         self._sync = SYNCS[self.sync](self, put_rounds(self.grid.M))
         self._reduce_scatter = REDUCE_SCATTERS[self.reduce_scatter_mode](self, self._sync)
 

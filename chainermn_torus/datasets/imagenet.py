@@ -19,6 +19,7 @@ import chainer
 import numpy
 
 from chainermn_torus.runtime import draws
+from chainermn_torus.errors import ConfigError, DataError
 
 __all__ = ['read_list', 'PreprocessedDataset', 'compute_mean', 'load_rgb']
 
@@ -39,7 +40,7 @@ def read_list(path, root='.', check_exists=True):
             if not fields:
                 continue  # blank lines (a trailing newline, say) are harmless
             if len(fields) != 2:
-                raise ValueError(
+                raise DataError(
                     '{}: line {}: expected "<image path> <integer label>" (two fields '
                     'separated by whitespace; paths cannot contain spaces), got {} field(s): '
                     '{!r}'.format(path, lineno, len(fields), line.rstrip('\n')))
@@ -47,22 +48,22 @@ def read_list(path, root='.', check_exists=True):
             try:
                 label = int(label_text)
             except ValueError:
-                raise ValueError('{}: line {}: label {!r} is not an integer (line: {!r})'.format(
+                raise DataError('{}: line {}: label {!r} is not an integer (line: {!r})'.format(
                     path, lineno, label_text, line.rstrip('\n'))) from None
             if label < 0:
-                raise ValueError('{}: line {}: label {} is negative; labels are class indices '
-                                 '0, 1, 2, ...'.format(path, lineno, label))
+                raise DataError('{}: line {}: label {} is negative; labels are class indices '
+                                '0, 1, 2, ...'.format(path, lineno, label))
             full = os.path.abspath(os.path.join(root, relative))
             if check_exists and not os.path.isfile(full):
-                raise ValueError('{}: line {}: image file {} does not exist ({!r} relative to '
-                                 'root {!r})'.format(path, lineno, full, relative, root))
+                raise DataError('{}: line {}: image file {} does not exist ({!r} relative to '
+                                'root {!r})'.format(path, lineno, full, relative, root))
             pairs.append((full, label))
     if not pairs:
-        raise ValueError('{}: the list file names no images'.format(path))
+        raise DataError('{}: the list file names no images'.format(path))
     return pairs
 
 
-class UndecodableImageError(ValueError):
+class UndecodableImageError(DataError):
     """An image file exists but PIL cannot decode it (corrupt, truncated, not an image)."""
 
 
@@ -96,7 +97,7 @@ def load_rgb(base, index, path):
         if image.shape[0] != 3:
             image = _read_rgb_with_pil(path)
     except FileNotFoundError:
-        raise ValueError('image file {} does not exist (example {})'.format(path, index)) \
+        raise DataError('image file {} does not exist (example {})'.format(path, index)) \
             from None
     except _pil_errors() as e:
         raise UndecodableImageError('cannot decode image {} ({}: {})'.format(
@@ -140,16 +141,16 @@ class PreprocessedDataset(chainer.dataset.DatasetMixin):
             pairs = read_list(pairs, root)
         crop_size = int(crop_size)
         if crop_size < 1:
-            raise ValueError('crop_size must be a positive number of pixels, got {}'.format(
+            raise ConfigError('crop_size must be a positive number of pixels, got {}'.format(
                 crop_size))
         if mean is not None:
             mean = numpy.asarray(mean, dtype=numpy.float32)
             if mean.ndim != 3 or mean.shape[0] != 3:
-                raise ValueError('mean must be a (3, height, width) CHW image, got shape '
-                                 '{}'.format(mean.shape))
+                raise ConfigError('mean must be a (3, height, width) CHW image, got shape '
+                                  '{}'.format(mean.shape))
             if min(mean.shape[1:]) < crop_size:
-                raise ValueError('crop_size {} is larger than the mean image ({}x{}): images '
-                                 'of that size cannot be cropped to {}'.format(
+                raise ConfigError('crop_size {} is larger than the mean image ({}x{}): images '
+                                  'of that size cannot be cropped to {}'.format(
                                      crop_size, mean.shape[1], mean.shape[2], crop_size))
         self.base = chainer.datasets.LabeledImageDataset(pairs, root)
         self._paths = [os.path.join(root, p) for p, _ in pairs]
@@ -180,17 +181,17 @@ class PreprocessedDataset(chainer.dataset.DatasetMixin):
                 warnings.warn('{}; skipped (skip_corrupt=True), using the next image'.format(e))
                 continue
             return self._crop(image, path, j), numpy.int32(label)
-        raise ValueError('none of the {} images of the dataset can be decoded'.format(n))
+        raise DataError('none of the {} images of the dataset can be decoded'.format(n))
 
     def _crop(self, image, path, index):
         _, h, w = image.shape
         size = self.crop_size
         if h < size or w < size:
-            raise ValueError('image {} is {}x{}, smaller than crop_size {}'.format(
+            raise DataError('image {} is {}x{}, smaller than crop_size {}'.format(
                 path, h, w, size))
         if self.mean is not None and image.shape != self.mean.shape:
-            raise ValueError('image {} has shape {} but the mean image has shape {}: images '
-                             'must be resized to the size the mean was computed at'.format(
+            raise DataError('image {} has shape {} but the mean image has shape {}: images '
+                            'must be resized to the size the mean was computed at'.format(
                                  path, image.shape, self.mean.shape))
         if self.random:
             rng = draws.random_state(self.seed, index, self._draws)
@@ -235,7 +236,7 @@ def compute_mean(source, root='.', report=None):
             return (item[0] if isinstance(item, tuple) else item), 'example {}'.format(i)
         n = len(source)
     if n == 0:
-        raise ValueError('cannot compute the mean of an empty dataset')
+        raise DataError('cannot compute the mean of an empty dataset')
     total = None
     for i in range(n):
         image, where = get(i)
@@ -243,8 +244,8 @@ def compute_mean(source, root='.', report=None):
         if total is None:
             total, first = numpy.zeros_like(image), where
         elif image.shape != total.shape:
-            raise ValueError('{} has shape {} but {} has shape {}: the mean needs images of '
-                             'one size (resize them first)'.format(where, image.shape, first,
+            raise DataError('{} has shape {} but {} has shape {}: the mean needs images of '
+                            'one size (resize them first)'.format(where, image.shape, first,
                                                                    total.shape))
         total += image
         if report is not None and ((i + 1) % 1000 == 0 or i + 1 == n):

@@ -10,10 +10,15 @@ import zlib
 
 import numpy
 from chainer.datasets import TupleDataset
+from chainermn_torus.errors import DataError, Refusal
 
-__all__ = ['DEFAULT_MNIST_DIR', 'load_mnist_idx', 'read_idx', 'write_chainer_cache']
+__all__ = ['DEFAULT_MNIST_DIR', 'load_mnist_idx', 'read_idx', 'write_chainer_cache', 'MissingData']
 
 DEFAULT_MNIST_DIR = '/usr/share/datasets/fashion-mnist'
+
+class MissingData(Refusal, FileNotFoundError):
+    """The data directory or one of its files is not there (the path and the fix named)."""
+
 
 _DTYPES = {0x08: numpy.uint8, 0x09: numpy.int8, 0x0B: '>i2', 0x0C: '>i4', 0x0D: '>f4',
            0x0E: '>f8'}
@@ -27,18 +32,26 @@ def read_idx(path):
         with opener(path, 'rb') as f:
             data = f.read()
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-        raise ValueError('{}: truncated or corrupt gzip file ({}: {}); download or install it '
-                         'again'.format(path, type(e).__name__, e or 'ends early')) from None
+        raise DataError('{}: truncated or corrupt gzip file ({}: {}); download or install it '
+                        'again'.format(path, type(e).__name__, e or 'ends early')) from None
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _DTYPES:
-        raise ValueError('{}: not an IDX file (bad magic number {!r})'.format(path, data[:4]))
+        raise DataError('{}: not an IDX file (bad magic number {!r})'.format(path, data[:4]))
     ndim = data[3]
+    header = 4 + 4 * ndim
+    if len(data) < header:
+        raise DataError('{}: truncated IDX header: {} dimension(s) need {} bytes of header, '
+                        'the file has {} bytes'.format(path, ndim, header, len(data)))
     dims = numpy.frombuffer(data, '>u4', ndim, 4).astype(numpy.int64)
     dtype = numpy.dtype(_DTYPES[data[2]])
-    body = numpy.frombuffer(data, dtype, offset=4 + 4 * ndim)
-    if body.size != int(numpy.prod(dims)):
-        raise ValueError('{}: header says shape {} ({} values) but the file holds {}'.format(
-            path, tuple(dims), int(numpy.prod(dims)), body.size))
-    return body.reshape(tuple(dims))
+    values = int(numpy.prod(dims))
+    # Checked before numpy reads it: its own errors ("buffer size must be a multiple of
+    # element size") name neither the file nor the shape.
+    if len(data) - header != values * dtype.itemsize:
+        raise DataError('{}: header says shape {} ({} values of {} byte(s): {} bytes) but '
+                        'the file holds {} bytes after the header (truncated or not this '
+                        'format)'.format(path, tuple(dims), values, dtype.itemsize,
+                                         values * dtype.itemsize, len(data) - header))
+    return numpy.frombuffer(data, dtype, offset=header).reshape(tuple(dims))
 
 
 def _find(data_dir, stem):
@@ -46,7 +59,7 @@ def _find(data_dir, stem):
         path = os.path.join(data_dir, name)
         if os.path.exists(path):
             return path
-    raise FileNotFoundError(
+    raise MissingData(
         'MNIST-format data not found: neither {0}/{1} nor {0}/{1}.gz exists. Install it with '
         '`apt-get install dataset-fashion-mnist` (files land in {2}) or pass --data-dir '
         'pointing at a directory with train-images-idx3-ubyte, train-labels-idx1-ubyte, '
@@ -60,7 +73,7 @@ def load_mnist_idx(data_dir=DEFAULT_MNIST_DIR, ndim=1, scale=1.0, n_classes=None
     With ``n_classes`` every label must lie in 0..n_classes-1 (checked here, with the file
     named, rather than as an IndexError in the middle of training)."""
     if not os.path.isdir(data_dir):
-        raise FileNotFoundError(
+        raise MissingData(
             'MNIST data directory {!r} does not exist. Install the Debian package '
             'dataset-fashion-mnist (`apt-get install dataset-fashion-mnist`, data in {}) or '
             'pass --data-dir DIR with MNIST-format IDX files.'.format(data_dir, DEFAULT_MNIST_DIR))
@@ -72,27 +85,27 @@ def load_mnist_idx(data_dir=DEFAULT_MNIST_DIR, ndim=1, scale=1.0, n_classes=None
         if images.dtype != numpy.uint8:
             # Pixels are scaled by 1/255 as unsigned bytes; signed or wider values would be
             # read without error and train to chance (seen with an int8 file).
-            raise ValueError('{}: MNIST images must be unsigned bytes (IDX type 0x08, pixel '
-                             'values 0..255); the file holds IDX type 0x{:02X} ({})'.format(
+            raise DataError('{}: MNIST images must be unsigned bytes (IDX type 0x08, pixel '
+                            'values 0..255); the file holds IDX type 0x{:02X} ({})'.format(
                                  image_file, _CODES[images.dtype.str], images.dtype.name))
         if labels.dtype.kind not in 'iu':
-            raise ValueError('{}: labels must be integers (IDX type 0x08, 0x09, 0x0B or 0x0C); '
-                             'the file holds IDX type 0x{:02X} ({})'.format(
+            raise DataError('{}: labels must be integers (IDX type 0x08, 0x09, 0x0B or 0x0C); '
+                            'the file holds IDX type 0x{:02X} ({})'.format(
                                  label_file, _CODES[labels.dtype.str], labels.dtype.name))
         if images.ndim != 3 or len(images) == 0:
-            raise ValueError('{}: images must be a non-empty 3-D array (count, rows, columns), '
-                             'the file holds shape {}'.format(image_file, images.shape))
+            raise DataError('{}: images must be a non-empty 3-D array (count, rows, columns), '
+                            'the file holds shape {}'.format(image_file, images.shape))
         if labels.ndim != 1:
-            raise ValueError('{}: labels must be a 1-D array, the file holds shape {}'.format(
+            raise DataError('{}: labels must be a 1-D array, the file holds shape {}'.format(
                 label_file, labels.shape))
         if len(images) != len(labels):
-            raise ValueError('{}: {} images but {} labels'.format(data_dir, len(images),
+            raise DataError('{}: {} images but {} labels'.format(data_dir, len(images),
                                                                   len(labels)))
         if n_classes is not None:
             bad = numpy.flatnonzero((labels < 0) | (labels >= n_classes))
             if bad.size:
-                raise ValueError('{}: label {} at index {} is outside 0..{} ({} such '
-                                 'label(s))'.format(label_file, int(labels[bad[0]]),
+                raise DataError('{}: label {} at index {} is outside 0..{} ({} such '
+                                'label(s))'.format(label_file, int(labels[bad[0]]),
                                                     int(bad[0]), n_classes - 1, bad.size))
         x = images.astype(numpy.float32) * (scale / 255.0)
         if ndim == 1:

@@ -63,6 +63,7 @@ from mpi4py import MPI
 from chainermn_torus import config
 from chainermn_torus.runtime import devshm, report, watchdog
 from chainermn_torus.runtime.atomic import TMP_PATTERN, atomic_write
+from chainermn_torus.errors import ConfigError, Refusal
 
 __all__ = ['MultiNodeCheckpointer', 'CheckpointError', 'check_writable', 'add_arguments',
            'check_arguments', 'attach', 'check_output', 'sweep_temporary']
@@ -72,10 +73,11 @@ MANIFEST = 'latest.json'
 # learning rate (the large-batch rule the caller gives).
 BATCH_CHOICES = ('keep', 'scale')
 _MANIFEST_OF = 'manifest_iter_{}.json'
+STALE_GRADS = '/chainermn_torus/grads/'  # double buffering's averaged, not yet applied grads
 STALE_S = 600.0  # another host's temporary file untouched this long belongs to a dead job
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(Refusal, RuntimeError):
     pass
 
 
@@ -316,15 +318,15 @@ class MultiNodeCheckpointer(chainer.training.Extension):
 
     def __init__(self, comm, directory, keep=2, batch='keep', lr_rule=None):
         if int(keep) != keep or keep < 1:
-            raise ValueError('chainermn_torus: keep must be a count >= 1, got {!r}'.format(
+            raise ConfigError('chainermn_torus: keep must be a count >= 1, got {!r}'.format(
                 keep))
         if batch not in BATCH_CHOICES:
-            raise ValueError('chainermn_torus: batch must be one of {}, got {!r}'.format(
+            raise ConfigError('chainermn_torus: batch must be one of {}, got {!r}'.format(
                 ', '.join(BATCH_CHOICES), batch))
         if batch == 'scale' and lr_rule is None:
-            raise ValueError("chainermn_torus: batch='scale' needs lr_rule, the large-batch "
-                             'rule that scales the learning rate with the global batch '
-                             '(chainermn_torus.optimizers.large_batch.linear_scaling)')
+            raise ConfigError("chainermn_torus: batch='scale' needs lr_rule, the large-batch "
+                              'rule that scales the learning rate with the global batch '
+                              '(chainermn_torus.optimizers.large_batch.linear_scaling)')
         self.comm, self.directory, self.keep = comm, directory, int(keep)
         self.batch, self.lr_rule = batch, lr_rule
         self.rank, self.size = comm.rank, comm.size
@@ -391,26 +393,43 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                 'space there or choose another --checkpoint-dir.'.format(
                     self.rank, path, type(e).__name__, e, sizes, self._what_is_kept())) from e
         records = self.comm.mpi_comm.gather(record, root=0)  # every rank's file is complete
+        data = _data_identity(trainer, self.comm)
         if self.rank == 0:
             files = [os.path.basename(self._file(iteration, r)) for r in range(self.size)]
             main = trainer.updater.get_iterator('main')
             actual = _actual_optimizer(trainer)
             attr = _lr_attr(actual)
             manifest = {'iteration': iteration, 'ranks': self.size, 'files': files,
-                        'batch_per_rank': getattr(main, 'batch_size', None),
+                        'batch_per_rank': getattr(main, 'batch_size', None), 'data': data,
                         'optimizer': _optimizer_kind(actual),
                         'learning_rate': None if attr is None else
                         [attr, float(getattr(actual, attr))],
                         'checks': dict(zip(files, records)),
                         'model': _layout(target), 'written': time.strftime('%Y-%m-%d %H:%M:%S')}
-            text = json.dumps(manifest, indent=1).encode()
-            atomic_write(os.path.join(self.directory, _MANIFEST_OF.format(iteration)),
-                         lambda f: f.write(text))
-            atomic_write(os.path.join(self.directory, MANIFEST), lambda f: f.write(text))
+            self._write_manifest(iteration, json.dumps(manifest, indent=1).encode())
         self.comm.mpi_comm.Barrier()  # latest.json names this checkpoint
         _remove(marker)
         self._remove_old(iteration)
         _fault('after', iteration, self.rank)
+
+    def _write_manifest(self, iteration, text):
+        """Rank 0: this checkpoint's manifest, then latest.json naming it. A failed write
+        leaves latest.json naming the checkpoint before (both are written atomically);
+        this one's own manifest is removed, so that its rank files are swept as those of
+        an unfinished checkpoint."""
+        own = os.path.join(self.directory, _MANIFEST_OF.format(iteration))
+        kept = self._what_is_kept()  # before this one's manifest exists
+        for path in (own, os.path.join(self.directory, MANIFEST)):
+            try:
+                atomic_write(path, lambda f: f.write(text))
+            except OSError as e:
+                _remove(own)
+                raise CheckpointError(
+                    'chainermn_torus: checkpoint {} not completed: rank 0 cannot write its '
+                    'manifest {} ({}: {}); every rank file of it was written, but without '
+                    'the manifest it does not count: {}. Free space there or choose '
+                    'another --checkpoint-dir.'.format(iteration, path, type(e).__name__,
+                                                       e.strerror or e, kept)) from e
 
     def _marker(self, iteration):
         # Says "rank R of a live job is writing checkpoint I" until the manifest names it,
@@ -455,13 +474,17 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         reports = self.comm.mpi_comm.allgather((count, first) if count else None)
         bad = [(r, rep) for r, rep in enumerate(reports) if rep is not None]
         if bad:
+            stale = any(STALE_GRADS in f for _, (_, f) in bad)
             raise CheckpointError(
                 'chainermn_torus: checkpoint {} not written: the trainer state holds NaN/Inf '
-                'on rank(s) {} ({}); {}. Training has diverged: lower the learning rate, or '
+                'on rank(s) {} ({}){}; {}. Training has diverged: lower the learning rate, or '
                 'run with --check-finite to stop at the step where it happens.'.format(
                     iteration, ', '.join(str(r) for r, _ in bad),
                     '; '.join('rank {}: {} value(s), the first in {}'.format(r, c, f)
-                              for r, (c, f) in bad), self._what_is_kept()))
+                              for r, (c, f) in bad),
+                    ' (in the averaged gradients double buffering applies at the next step: '
+                    'the averaging overflowed, with float16 communication beyond 65504)'
+                    if stale else '', self._what_is_kept()))
 
     def _make_room(self, arrays, iteration):
         """Check free space before writing (collective); when it is short and an older
@@ -563,6 +586,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
             raise CheckpointError('chainermn_torus: cannot resume from {!r}: {}'.format(
                 self.directory, '; then '.join(failures)))
         self._check_optimizer(trainer, manifest)
+        self._check_data(trainer, manifest)
         resized = manifest['ranks'] != self.size
         batch_note = ''
         if resized:
@@ -618,8 +642,11 @@ class MultiNodeCheckpointer(chainer.training.Extension):
             raise CheckpointError(
                 'chainermn_torus: cannot resume from {!r} on {} ranks: its global batch of {} '
                 '({} ranks x {}) does not split evenly over {} ranks; resume on a rank count '
-                'that divides {}'.format(self.directory, self.size, total, manifest['ranks'],
-                                         old, self.size, total))
+                'that divides {}, or keep each rank\'s batch of {} and scale the learning '
+                'rate with the global batch ({} x {} = {}): batch=\'scale\' (the examples\' '
+                '--resume-batch scale)'.format(
+                    self.directory, self.size, total, manifest['ranks'], old, self.size,
+                    total, it.batch_size, self.size, it.batch_size, it.batch_size * self.size))
         needed = total // self.size
         if it.batch_size == needed:
             return '; the global batch of {} kept ({} per rank, as started)'.format(total, needed)
@@ -634,6 +661,21 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         it.batch_size = needed
         return '; the global batch of {} kept: {} per rank instead of {}'.format(
             total, needed, old)
+
+    def _check_data(self, trainer, manifest):
+        """A checkpoint of other data (another training set, --limit, shuffle seed) is
+        refused at any rank count, naming both (collective; checkpoints written before the
+        data was recorded are not checked)."""
+        stored = manifest.get('data')
+        mine = _data_identity(trainer, self.comm)
+        if not stored or stored == mine:
+            return
+        raise CheckpointError(
+            'chainermn_torus: cannot resume from {!r}: it was written training on {} and '
+            'this job trains on {}; resume with the data it was written with (the same '
+            'training set, --limit and shuffle seed), or start afresh in another '
+            '--checkpoint-dir'.format(self.directory, _describe_data(stored),
+                                      _describe_data(mine)))
 
     def _check_optimizer(self, trainer, manifest):
         """Another optimizer's state would load in part and silently (Chainer reads the
@@ -782,6 +824,29 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         return None, data, False
 
 
+def _data_identity(trainer, comm):
+    """What the training data is, the same at any rank count (collective): the number of
+    examples the shards are cut from and a CRC-32 of the order they are cut in
+    (``scatter_dataset``'s permutation, which its seed and the size decide). None where
+    the training iterator's dataset is not such a shard on every rank (nothing to tell)."""
+    dataset = getattr(trainer.updater.get_iterator('main'), 'dataset', None)
+    whole = getattr(dataset, '_dataset', None)
+    mine = None
+    if isinstance(dataset, chainer.datasets.SubDataset) and whole is not None:
+        order = dataset._order
+        mine = (len(whole), None if order is None else
+                zlib.crc32(numpy.ascontiguousarray(order, dtype=numpy.int64).tobytes()))
+    everyone = comm.mpi_comm.allgather(mine)
+    if mine is None or any(e != mine for e in everyone):
+        return None
+    return {'examples': mine[0], 'order_crc32': mine[1]}
+
+
+def _describe_data(data):
+    return '{} examples{}'.format(data.get('examples'), '' if data.get('order_crc32') is None
+                                  else ' in shard order {:08x}'.format(data['order_crc32']))
+
+
 # --- the examples' command-line options, in one place -----------------------------------------
 def _actual_optimizer(trainer):
     opt = trainer.updater.get_optimizer('main')
@@ -852,8 +917,8 @@ def attach(comm, trainer, args, lr_rule=None):
             checkpointer.resume(trainer)
         elif args.auto_resume:
             checkpointer.maybe_resume(trainer)
-    except CheckpointError as e:
-        report.stop('rank {}: {}'.format(comm.rank, e))
+    except CheckpointError as e:  # raised alike on every rank (the checks are collective)
+        report.stop(str(e), comm.rank)
     return checkpointer
 
 
@@ -861,5 +926,5 @@ def check_output(comm, directory):
     """The job's output directory, checked for writing on every rank at start."""
     try:
         check_writable(comm, directory, 'results')
-    except OSError as e:
-        report.stop('rank {}: {}'.format(comm.rank, e))
+    except OSError as e:  # raised alike on every rank (check_writable is collective)
+        report.stop(str(e), comm.rank)

@@ -10,10 +10,12 @@ The multi-node optimizer runs it every K steps with ``check_replicas=K`` (the MN
 """
 import hashlib
 
+from chainermn_torus.errors import Refusal
+
 __all__ = ['ReplicaMismatchError', 'check_replicas', 'param_digests']
 
 
-class ReplicaMismatchError(RuntimeError):
+class ReplicaMismatchError(Refusal, RuntimeError):
     pass
 
 

@@ -40,7 +40,8 @@ from chainermn_torus.launch import options as _options
 from chainermn_torus.launch import patches
 from chainermn_torus.launch.optimizer import LauncherOverrides
 from chainermn_torus.launch.report import PREFIX, say
-from chainermn_torus.runtime import report, threads, timeline
+from chainermn_torus.runtime import report, threads, timeline, watchdog
+from chainermn_torus.errors import ConfigError
 
 __all__ = ['add_arguments', 'Launch']
 
@@ -63,11 +64,11 @@ class Launch(object):
 
     def install(self):
         if self.get('global_batch') and not self.get('data_parallel'):
-            raise ValueError('--global-batch goes with --data-parallel (the batch size of a '
-                             "plain script's iterator); ChainerMN scripts choose theirs")
+            raise ConfigError('--global-batch goes with --data-parallel (the batch size of a '
+                              "plain script's iterator); ChainerMN scripts choose theirs")
         if self.get('loader_eval') and self.get('loader') is None:
-            raise ValueError('--loader-eval rebuilds the evaluation iterators as --loader '
-                             'does; give --loader serial|multiprocess|ours with it')
+            raise ConfigError('--loader-eval rebuilds the evaluation iterators as --loader '
+                              'does; give --loader serial|multiprocess|ours with it')
         # The optimizers load MPI, which starts with the script's first communicator.
         from chainermn_torus.optimizers import factory
         factory.set_overrides(LauncherOverrides(self))
@@ -78,7 +79,10 @@ class Launch(object):
                 _registry.add_default(key, self.get(key))
         _registry.on_create(self._communicator_made)
         if self.get('timeline'):
-            timeline.enable(self.get('timeline'))
+            timeline.enable(self.get('timeline'), '--timeline (or CHAINERMN_TORUS_TIMELINE)')
+        # The watchdog starts with the script's first communicator (start-up is watched
+        # too), not with its optimizer, where the launcher's flags would reach it first.
+        watchdog.set_default(self.get('watchdog'), self.get('watchdog_startup'))
         # Either import path of ChainerMN's factory makes ours, with the launcher's options.
         chainermn.optimizers.create_multi_node_optimizer = _registry.create_multi_node_optimizer
         if self.get('loader') is not None or self.get('data_parallel'):
@@ -123,7 +127,7 @@ class Launch(object):
         if rank is None:
             from mpi4py import MPI  # the script made no communicator yet: MPI starts here
             rank = MPI.COMM_WORLD.rank
-        report.stop('rank {}: {}{}'.format(rank, PREFIX, message))
+        report.stop(PREFIX + message, rank)
 
     def check_update(self):
         """Called by the multi-node optimizer at its first update."""

@@ -80,11 +80,12 @@ class AutoloadEverywhere(object):
         everyone = self.comm.mpi_comm.allgather(found)
         if len(set(everyone)) != 1:
             report.stop(
-                'rank {}: {}--data-parallel: snapshot(autoload=True) finds different snapshots '
-                'in {} on different ranks ({}); every rank must resume from the same one: put '
-                "the trainer's out directory on a file system all nodes share".format(
-                    self.comm.rank, PREFIX, trainer.out, ', '.join(
-                        'rank {}: {}'.format(r, f or 'none') for r, f in enumerate(everyone))))
+                '{}--data-parallel: snapshot(autoload=True) finds different snapshots in {} on '
+                'different ranks ({}); every rank must resume from the same one: put the '
+                "trainer's out directory on a file system all nodes share".format(
+                    PREFIX, trainer.out, ', '.join(
+                        'rank {}: {}'.format(r, f or 'none') for r, f in enumerate(everyone))),
+                self.comm.rank)
         if found is not None and self.comm.rank != 0:  # rank 0's own extension loads it
             target = self.snapshot._target or trainer
             npz.load_npz(os.path.join(trainer.out, found), target)

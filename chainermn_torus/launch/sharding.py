@@ -56,9 +56,9 @@ def shard(dataset, comm, shuffle):
     sending the dataset (a plain script built it on every rank, and it need not pickle)."""
     sizes = comm.mpi_comm.allgather(len(dataset))
     if len(set(sizes)) != 1:
-        report.stop('rank {}: {}--data-parallel: the ranks built datasets of different '
-                         'sizes ({}); a plain script must build the same data on every '
-                         'rank'.format(comm.rank, PREFIX, sizes))
+        report.stop('{}--data-parallel: the ranks built datasets of different sizes ({}); a '
+                    'plain script must build the same data on every rank'.format(PREFIX, sizes),
+                    comm.rank)
     perm = numpy.random.RandomState(0).permutation(len(dataset)) if shuffle else None
     b, e = scatter_index(len(dataset), comm)
     return SubDataset(dataset, b, e, perm)

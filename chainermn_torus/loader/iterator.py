@@ -47,6 +47,7 @@ import numpy
 from threadpoolctl import threadpool_limits
 
 from chainermn_torus.runtime import devshm, draws
+from chainermn_torus.errors import ConfigError, DataError, Refusal
 
 __all__ = ['LoaderIterator', 'LoaderError', 'SHM_PREFIX']
 
@@ -55,7 +56,7 @@ _POLL_S = 0.2      # how often a waiting side checks that the other is alive
 _COUNTER = itertools.count()
 
 
-class LoaderError(RuntimeError):
+class LoaderError(Refusal, RuntimeError):
     """An exception raised in a loader process, with its traceback."""
 
 
@@ -121,12 +122,12 @@ def _worker(dataset, layout, tasks, results, cpus, parent_pid, seed):
                 for j, index in enumerate(indices):
                     example = _fields(dataset[index])
                     if len(example) != len(arrays[slot]):
-                        raise ValueError('example {} has {} fields, the first had {}'.format(
+                        raise DataError('example {} has {} fields, the first had {}'.format(
                             index, len(example), len(arrays[slot])))
                     for dst, value in zip(arrays[slot], example):
                         value = numpy.asarray(value)
                         if value.shape != dst.shape[1:]:
-                            raise ValueError(
+                            raise DataError(
                                 'example {} has shape {}, the first example had {}: the loader '
                                 'needs examples of one shape (crop or resize them)'.format(
                                     index, value.shape, dst.shape[1:]))
@@ -216,10 +217,10 @@ class LoaderIterator(chainer.dataset.Iterator):
     def __init__(self, dataset, batch_size, repeat=True, shuffle=None, n_processes=1,
                  n_prefetch=2, cpus=None, order_sampler=None, seed=0, timeout=None):
         if batch_size < 1 or n_processes < 1 or n_prefetch < 1:
-            raise ValueError('chainermn_torus: batch_size, n_processes and n_prefetch must be '
-                             '>= 1, got {}, {}, {}'.format(batch_size, n_processes, n_prefetch))
+            raise ConfigError('chainermn_torus: batch_size, n_processes and n_prefetch must be '
+                              '>= 1, got {}, {}, {}'.format(batch_size, n_processes, n_prefetch))
         if len(dataset) == 0:
-            raise ValueError('chainermn_torus: the dataset is empty')
+            raise DataError('chainermn_torus: the dataset is empty')
         self.dataset = dataset
         self.batch_size = batch_size
         self.n_processes = n_processes

@@ -21,6 +21,7 @@ import os
 
 from chainermn_torus.loader.topology import Topology, format_cpulist
 from chainermn_torus.runtime import threads as thread_budget
+from chainermn_torus.errors import ConfigError
 
 __all__ = ['POLICIES', 'Plan', 'plan_placement', 'apply_placement', 'describe_plan']
 
@@ -53,10 +54,10 @@ def plan_placement(policy='sibling', intra_rank=0, intra_size=1, loader_processe
                    dedicated_cores=None, topology=None, allowed=None):
     """The placement of this rank's compute and loader processes; ValueError if impossible."""
     if policy not in POLICIES:
-        raise ValueError('chainermn_torus: unknown affinity policy {!r}; choose from {}'.format(
+        raise ConfigError('chainermn_torus: unknown affinity policy {!r}; choose from {}'.format(
             policy, ', '.join(POLICIES)))
     if loader_processes < 1:
-        raise ValueError('chainermn_torus: loader_processes must be >= 1, got {!r}'.format(
+        raise ConfigError('chainermn_torus: loader_processes must be >= 1, got {!r}'.format(
             loader_processes))
     topology = topology or Topology.from_sysfs()
     if allowed is None:
@@ -64,7 +65,7 @@ def plan_placement(policy='sibling', intra_rank=0, intra_size=1, loader_processe
     allowed = set(topology.cpus) if allowed is None else set(allowed)
     cores = topology.cores(allowed)
     if not cores:
-        raise ValueError('chainermn_torus: none of the allowed CPUs {} is online ({})'.format(
+        raise ConfigError('chainermn_torus: none of the allowed CPUs {} is online ({})'.format(
             format_cpulist(allowed), topology.describe()))
     if allowed >= set(topology.cpus) and intra_size > 1:
         # Not bound by the launcher: split the node's cores among its ranks.
@@ -95,7 +96,7 @@ def plan_placement(policy='sibling', intra_rank=0, intra_size=1, loader_processe
     elif policy == 'sibling':
         loader = sorted(c for core in share for c in core[1:])
         if not loader:
-            raise ValueError(
+            raise ConfigError(
                 "chainermn_torus: affinity policy 'sibling' cannot be satisfied: this rank's "
                 '{} core(s) ({}) have one hardware thread each ({}). Use --affinity same-core '
                 'or dedicated.'.format(len(share), format_cpulist(share_cpus),
@@ -104,7 +105,7 @@ def plan_placement(policy='sibling', intra_rank=0, intra_size=1, loader_processe
     else:  # dedicated
         k = 1 if dedicated_cores is None else int(dedicated_cores)
         if k < 1 or len(share) <= k:
-            raise ValueError(
+            raise ConfigError(
                 "chainermn_torus: affinity policy 'dedicated' needs more cores than the {} set "
                 'aside for loading, but this rank has {} core(s) ({}; {}). Use --affinity '
                 'same-core or sibling, or fewer ranks per node.'.format(
@@ -112,7 +113,7 @@ def plan_placement(policy='sibling', intra_rank=0, intra_size=1, loader_processe
         compute = [core[0] for core in share[:-k]]
         loader = sorted(c for core in share[-k:] for c in core)
     if loader_processes > len(loader):
-        raise ValueError(
+        raise ConfigError(
             'chainermn_torus: {} loader processes but the {!r} policy gives them {} CPU(s) '
             '({}): use at most {} (or another policy).'.format(
                 loader_processes, policy, len(loader), format_cpulist(loader), len(loader)))

@@ -7,6 +7,7 @@ hardware threads (SMT siblings). A machine without that information (containers 
 """
 import os
 import re
+from chainermn_torus.errors import ConfigError
 
 __all__ = ['Cpu', 'Topology', 'parse_cpulist', 'format_cpulist']
 
@@ -65,9 +66,9 @@ class Topology(object):
         cpu_dir = os.path.join(root, 'devices', 'system', 'cpu')
         if root != '/sys' and not os.path.isdir(cpu_dir):
             # Another tree was asked for: never describe this machine instead of it.
-            raise ValueError('chainermn_torus: sysfs tree {!r} has no devices/system/cpu; '
-                             'give the root of a copied sysfs (the directory holding '
-                             'devices/)'.format(root))
+            raise ConfigError('chainermn_torus: sysfs tree {!r} has no devices/system/cpu; '
+                              'give the root of a copied sysfs (the directory holding '
+                              'devices/)'.format(root))
         online = _read(os.path.join(cpu_dir, 'online'))
         if online:
             ids = parse_cpulist(online)

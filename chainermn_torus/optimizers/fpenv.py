@@ -26,6 +26,7 @@ import platform
 import numpy
 
 from chainermn_torus.runtime import jit
+from chainermn_torus.errors import Unsupported
 
 __all__ = ['supported', 'set_flush_denormals', 'flush_denormals_enabled', 'kernel_set_mode',
            'FTZ_DAZ_BITS', 'FPCR_FZ']
@@ -124,7 +125,7 @@ def set_flush_denormals(enabled=True):
     if enabled and not supported():
         if numba is None:
             jit.require('flush-to-zero (--flush-denormals, flush_denormals=True)')
-        raise RuntimeError(
+        raise Unsupported(
             'chainermn_torus: flush-to-zero is implemented for x86-64 (MXCSR) and aarch64 '
             '(FPCR.FZ); this machine is {!r}. Run without --flush-denormals (or '
             'flush_denormals=False).'.format(platform.machine()))

@@ -28,6 +28,7 @@ import numpy
 from chainer import optimizers
 
 from chainermn_torus.runtime import jit
+from chainermn_torus.errors import ConfigError
 
 __all__ = ['fuse', 'FusedAdam', 'FusedMomentumSGD', 'FusedRMSprop', 'fusable_names',
            'is_fused']
@@ -96,7 +97,7 @@ def _rmsprop_args(rule, dtype):
     hp, t = rule.hyperparam, dtype.type
     eps = t(hp.eps)
     if hp.eps != 0 and eps == 0:
-        raise ValueError('eps of RMSprop optimizer is too small for {} ({})'.format(
+        raise ConfigError('eps of RMSprop optimizer is too small for {} ({})'.format(
             dtype.name, hp.eps))
     return t(hp.lr), t(hp.alpha), t(1 - hp.alpha), eps, bool(hp.eps_inside_sqrt)
 
@@ -358,7 +359,7 @@ def fuse(optimizer, flush_denormals=False):
     jit.require('the fused update kernels (fused=True, --fused on)')
     fused = _OPTIMIZERS.get(type(optimizer))
     if fused is None:
-        raise ValueError(
+        raise ConfigError(
             'chainermn_torus: no fused update for {}: fused versions exist for {} (exactly '
             'these classes, not subclasses). Leave fusing off for this optimizer.'.format(
                 type(optimizer).__name__, ', '.join(fusable_names())))

@@ -22,6 +22,7 @@ from chainer import optimizer as optimizer_module
 from chainer import training
 
 from chainermn_torus.runtime import jit
+from chainermn_torus.errors import ConfigError
 
 
 __all__ = ['linear_scaling', 'Ramp', 'GradualWarmup', 'RMSpropWarmup', 'RMSpropToSGD']
@@ -30,8 +31,8 @@ __all__ = ['linear_scaling', 'Ramp', 'GradualWarmup', 'RMSpropWarmup', 'RMSpropT
 def linear_scaling(base_lr, batch_size, base_batch_size=256):
     """Goyal et al.'s rule: the learning rate grows with the total batch size."""
     if batch_size <= 0 or base_batch_size <= 0:
-        raise ValueError('chainermn_torus: batch sizes must be positive, got batch_size={!r}, '
-                         'base_batch_size={!r}'.format(batch_size, base_batch_size))
+        raise ConfigError('chainermn_torus: batch sizes must be positive, got batch_size={!r}, '
+                          'base_batch_size={!r}'.format(batch_size, base_batch_size))
     return base_lr * float(batch_size) / base_batch_size
 
 
@@ -50,12 +51,12 @@ class Ramp(training.Extension):
 
     def __init__(self, attr, values, span, unit='epoch', optimizer=None):
         if unit not in ('epoch', 'iteration'):
-            raise ValueError("chainermn_torus: unit must be 'epoch' or 'iteration', got "
-                             "{!r}".format(unit))
+            raise ConfigError("chainermn_torus: unit must be 'epoch' or 'iteration', got "
+                              "{!r}".format(unit))
         start, end = span
         if not end > start >= 0:
-            raise ValueError('chainermn_torus: the ramp needs 0 <= start < end, got span={!r}'
-                             .format(span))
+            raise ConfigError('chainermn_torus: the ramp needs 0 <= start < end, got span={!r}'
+                              .format(span))
         self.attr, self.values, self.span, self.unit = attr, tuple(values), (start, end), unit
         self._optimizer = optimizer
         self._done = False
@@ -152,7 +153,7 @@ class RMSpropWarmupRule(optimizer_module.UpdateRule):
             return
         hp = self.hyperparam
         if not 0.0 <= hp.sgd_weight <= 1.0:
-            raise ValueError('chainermn_torus: sgd_weight must be in [0, 1], got {!r}'.format(
+            raise ConfigError('chainermn_torus: sgd_weight must be in [0, 1], got {!r}'.format(
                 hp.sgd_weight))
         t = param.data.dtype.type
         arrays = [a.reshape(-1) for a in (param.data, grad, self.state['ms'], self.state['v'])]

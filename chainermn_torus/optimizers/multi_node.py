@@ -49,12 +49,13 @@ from chainermn_torus.communicators import _packing
 from chainermn_torus.extensions.replicas import check_replicas as _check_replicas
 from chainermn_torus.optimizers import fpenv, fused as fused_mod, overlap as _overlap
 from chainermn_torus.runtime import jit, report, timeline as _timeline, watchdog as watchdog_mod
+from chainermn_torus.errors import ConfigError, Refusal, Unsupported
 
 __all__ = ['create_multi_node_optimizer', 'NonFiniteGradientError', 'check_finite_grads',
            'check_finite_means']
 
 
-class NonFiniteGradientError(FloatingPointError):
+class NonFiniteGradientError(Refusal, FloatingPointError):
     pass
 
 
@@ -119,10 +120,10 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
     """
     if check_replicas is not None and (int(check_replicas) != check_replicas
                                        or check_replicas < 1):
-        raise ValueError('chainermn_torus: check_replicas must be a step count >= 1 (or None), '
-                         'got {!r}'.format(check_replicas))
+        raise ConfigError('chainermn_torus: check_replicas must be a step count >= 1 (or None), '
+                          'got {!r}'.format(check_replicas))
     if fused not in (True, False, 'auto'):
-        raise ValueError("chainermn_torus: fused must be True, False or 'auto', got {!r}".format(
+        raise ConfigError("chainermn_torus: fused must be True, False or 'auto', got {!r}".format(
             fused))
     if fused is True:
         fused_mod.fuse(actual_optimizer, flush_denormals)
@@ -135,7 +136,7 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
                 communicator.rank, stream=sys.stderr)
     if flush_denormals:
         fpenv.set_flush_denormals(True)
-    dog = watchdog_mod.from_env(watchdog, comm=communicator.mpi_comm)
+    dog = watchdog_mod.attach(communicator, watchdog)
     if overlap:
         opt = _OverlapOptimizer(actual_optimizer, communicator, zero_fill, check_finite,
                                 double_buffering, bucket_bytes, background_poll)
@@ -222,7 +223,7 @@ class _MultiNodeOptimizer(object):
         if self.check_replicas and self.iterations % self.check_replicas == 0:
             _check_replicas(self.communicator, self.target, self.iterations)
         if self.watchdog is not None:
-            self.watchdog.beat('data, extensions or the next forward')
+            self.watchdog.beat()
 
     def _update(self, lossfun=None, *args, **kwds):
         if lossfun is not None:
@@ -356,12 +357,17 @@ class _DoubleBufferingOptimizer(_MultiNodeOptimizer):
             return
         t0 = time.perf_counter()
         self._set('_future', None)
-        with _timeline.phase('wait'):
+        with _timeline.phase('wait'), watchdog_mod.in_call(_overlap.WAIT_CALL):
             future.result()  # raises the thread's exception, with its traceback
         self.timings['wait'] += time.perf_counter() - t0
 
     def serialize(self, serializer):
         self.wait()  # a snapshot holds the averaged grads the next update will apply
+        if self.check_finite and self._needs_update and self._shadow is not None and \
+                isinstance(serializer, chainer.serializer.Serializer):
+            # The check the next update would make, made now: a checkpoint must not stop
+            # on means the finite check was there to catch (collective: every rank saves).
+            check_finite_means(self.communicator, self._shadow, stale=True)
         super(_DoubleBufferingOptimizer, self).serialize(serializer)
 
     def _serialize_own(self, s):
@@ -418,18 +424,18 @@ class _OverlapOptimizer(_MultiNodeOptimizer):
     def __init__(self, actual_optimizer, communicator, zero_fill, check_finite,
                  double_buffering, bucket_bytes, background_poll):
         if double_buffering:
-            raise ValueError('chainermn_torus: overlap=True and double_buffering=True are two '
-                             'ways to hide the all-reduce (this step\'s gradients during '
-                             'backward, or the last step\'s during this step); choose one')
+            raise ConfigError('chainermn_torus: overlap=True and double_buffering=True are two '
+                              'ways to hide the all-reduce (this step\'s gradients during '
+                              'backward, or the last step\'s during this step); choose one')
         if not hasattr(communicator, 'mean_grads_by_bucket'):
-            raise ValueError('chainermn_torus: overlap=True needs one of our communicators '
-                             '(rsap, rsaa, pure_allreduce, auto), got {}: ChainerMN\'s '
-                             'average whole models, not buckets'.format(
+            raise ConfigError('chainermn_torus: overlap=True needs one of our communicators '
+                              '(rsap, rsaa, pure_allreduce, auto), got {}: ChainerMN\'s '
+                              'average whole models, not buckets'.format(
                                  type(communicator).__name__))
         if not zero_fill:
-            raise ValueError('chainermn_torus: overlap=True needs zero_fill=True: buckets are '
-                             'laid out before backward, so a parameter without a gradient '
-                             'travels as zeros')
+            raise ConfigError('chainermn_torus: overlap=True needs zero_fill=True: buckets are '
+                              'laid out before backward, so a parameter without a gradient '
+                              'travels as zeros')
         _require_thread_multiple('overlap')
         size = config.value('bucket_bytes', bucket_bytes, 'bucket_bytes')[0]
         super(_OverlapOptimizer, self).__init__(
@@ -515,7 +521,7 @@ class _OverlapOptimizer(_MultiNodeOptimizer):
 def _require_thread_multiple(what):
     provided = MPI.Query_thread()
     if provided != MPI.THREAD_MULTIPLE:
-        raise RuntimeError(
+        raise Unsupported(
             'chainermn_torus: {} averages gradients in a background thread and needs '
             'MPI_THREAD_MULTIPLE, but MPI was initialised with thread level {} '
             '(mpi4py.rc.thread_level; mpi4py asks for "multiple" unless told otherwise).'
@@ -525,9 +531,13 @@ def _require_thread_multiple(what):
 def _background_communicator(communicator, poll):
     """A communicator of the same kind on its own MPI communicator, for the thread."""
     if hasattr(communicator, 'clone'):
-        return communicator.clone(poll_interval=poll)
-    # ChainerMN's communicators: split() builds the same class on MPI_Comm_split's result.
-    return communicator.split(0, communicator.rank)
+        clone = communicator.clone(poll_interval=poll)
+    else:  # ChainerMN's: split() builds the same class on MPI_Comm_split's result
+        clone = communicator.split(0, communicator.rank)
+    dog = watchdog_mod.active()
+    if dog is not None:  # its calls, made by the thread, are the thread's on the board
+        dog.mark_calls(clone)
+    return clone
 
 
 FLOAT16_MAX = float(numpy.finfo(numpy.float16).max)  # 65504

@@ -46,8 +46,10 @@ import chainer
 import numpy
 
 from chainermn_torus.communicators import _packing
-from chainermn_torus.runtime import jit, report, timeline as _timeline
+from chainermn_torus.runtime import jit, report, timeline as _timeline, watchdog
 from chainermn_torus.optimizers import fpenv
+
+WAIT_CALL = 'the wait for the communication thread'  # its name on the watchdog's board
 
 __all__ = ['GradientTracker', 'make_buckets', 'OverlapState']
 
@@ -302,7 +304,7 @@ class OverlapState(object):
     def wait(self, target):
         """The averaged gradients of the step in flight, given to ``target``'s parameters."""
         step, self.step = self.step, None
-        with _timeline.phase('wait'):
+        with _timeline.phase('wait'), watchdog.in_call(WAIT_CALL):
             buf = step.future.result()  # re-raises the thread's error, with its traceback
         buf.unpack_grads(self.plan.named)
         return buf
@@ -319,7 +321,8 @@ class OverlapState(object):
         """Forget the step in flight (parameters changed): wait for it, discard the result."""
         step, self.step = self.step, None
         if step is not None:
-            step.future.result()
+            with watchdog.in_call(WAIT_CALL):
+                step.future.result()
 
     def new_plan(self, target, order, itemsize):
         """Rank 0's order of this step (all ranks must use one layout), then the rest."""

@@ -25,6 +25,8 @@ and if the rank is still alive ``TERM_GRACE_S`` later (longer while the hook is 
 aborting) the watcher says so and kills it, so the job ends instead of hanging. The
 watcher leaves when the rank does (end of file on the pipe).
 """
+import hashlib
+import json
 import os
 import signal
 import socket
@@ -34,11 +36,14 @@ import threading
 import time
 
 from chainermn_torus import config
+from chainermn_torus.errors import Refusal
 from chainermn_torus.runtime import devshm, report, timeline
 
 __all__ = ['install', 'ABORT_DELAY_S', 'Terminated', 'TERM_GRACE_S']
 
 ABORT_DELAY_S = 1.0
+REFUSAL_WAIT_S = 2.0  # > ABORT_DELAY_S: a rank other than 0 lets rank 0's refusal end the job
+REFUSAL_TAG = 32_001  # other ranks' refusals to rank 0 (MPI guarantees tags up to 32767)
 TERM_GRACE_S = 3.0  # > ABORT_DELAY_S: the exception path gets its chance first
 _installed = []  # the hook that was in place before ours, once ours is installed
 
@@ -57,10 +62,14 @@ def _hook(exctype, value, tb):
             os.write(_wakeup[0], _ABORTING)
         except OSError:
             pass
+    if isinstance(value, Refusal) and not config.env('debug')[0]:
+        return _refuse(value)
+    from mpi4py import MPI
+    if MPI.COMM_WORLD.Get_size() < 2:  # one process: Python's own report, nothing to end
+        return _installed[0](exctype, value, tb)
     try:
         _installed[0](exctype, value, tb)
     finally:
-        from mpi4py import MPI
         rank = MPI.COMM_WORLD.Get_rank()
         # One write: the banners of ranks that fail together stay apart on the shared pipe.
         report.line(
@@ -76,16 +85,94 @@ def _hook(exctype, value, tb):
         MPI.COMM_WORLD.Abort(1)
 
 
-def install():
-    """Install the hook when MPI runs with more than one rank (idempotent)."""
+def said_once(text):
+    """Whether this process is the first of its node to say ``text`` in this job: it binds
+    an abstract Unix socket named after the job, the launcher's process on the node (the
+    ranks' common parent) and the text. No file: the name goes with the process."""
+    key = '\0{}said_{}_{}_{}'.format(devshm.PREFIX, devshm.job_tag(), os.getppid(),
+                                    hashlib.sha1(text.encode()).hexdigest()[:16])
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        sock.bind(key)
+    except OSError:
+        sock.close()
+        return False
+    _bound.append(sock)  # held until the process ends
+    return True
+
+
+_bound = []
+
+
+def refusal_line(text, rank, host):
+    """The line a refusal is said in: its message, and where unless it is rank 0's."""
+    if text.startswith(report.PREFIX):
+        text = text[len(report.PREFIX):]
+    where = '' if rank == 0 else 'rank {} ({}): '.format(rank, host)
+    return report.PREFIX + where + text
+
+
+def _refuse(value):
+    """End the job with a refusal's message, said once.
+
+    Rank 0 says its own at once, and for ``ABORT_DELAY_S`` the messages other ranks send it
+    (a nonblocking send each, on ``REFUSAL_TAG``) that differ from every one said, then
+    ends the job. Any other rank sends its message to rank 0 and waits ``REFUSAL_WAIT_S`` to
+    be ended with the job; still alive then (rank 0 did not refuse), it says its own, unless
+    a rank of its node said the same, and ends the job itself. Every rank refusing the same
+    value: one line."""
     from mpi4py import MPI
-    if _installed or not MPI.Is_initialized() or MPI.COMM_WORLD.size < 2:
+    world = MPI.COMM_WORLD
+    rank, host = world.Get_rank(), socket.gethostname()
+    message = str(value)
+    if rank != 0 and world.Get_size() > 1:
+        data = bytearray(json.dumps([host, message]).encode())
+        world.Isend([data, MPI.BYTE], dest=0, tag=REFUSAL_TAG)  # ended with the job
+        time.sleep(REFUSAL_WAIT_S)
+    if said_once(message):
+        report.line(refusal_line(message, rank, host))
+    if rank == 0:
+        _say_others(world, {message}, time.monotonic() + ABORT_DELAY_S)
+    sys.stdout.flush()
+    timeline.emergency_flush()
+    devshm.unlink_mpi_segments()
+    if world.Get_size() < 2:
+        return  # one process: Python exits with status 1 once the hook returns
+    world.Abort(1)
+
+
+def _say_others(world, said, deadline):
+    """Rank 0: say the other ranks' refusals that differ from those said, until
+    ``deadline`` (the launcher forwards the lines meanwhile)."""
+    from mpi4py import MPI
+    status = MPI.Status()
+    while time.monotonic() < deadline:
+        if not world.Iprobe(source=MPI.ANY_SOURCE, tag=REFUSAL_TAG, status=status):
+            time.sleep(0.02)
+            continue
+        data = bytearray(status.Get_count(MPI.BYTE))
+        world.Recv([data, MPI.BYTE], source=status.Get_source(), tag=REFUSAL_TAG)
+        try:
+            host, message = json.loads(data.decode())
+        except ValueError:
+            continue
+        if message not in said:
+            said.add(message)
+            report.line(refusal_line(message, status.Get_source(), host))
+
+
+def install():
+    """Install the hook (idempotent). With one rank it only says refusals in their line:
+    there is no job to end and SIGTERM ends the process as usual."""
+    from mpi4py import MPI
+    if _installed or not MPI.Is_initialized():
         return  # e.g. a loader process (MPI4PY_RC_INITIALIZE=false): no MPI there
     if config.env('no_abort')[0]:
         return
     _installed.append(sys.excepthook)
     sys.excepthook = _hook
-    _catch_sigterm()
+    if MPI.COMM_WORLD.size > 1:
+        _catch_sigterm()
 
 
 def _on_sigterm(signum, frame):

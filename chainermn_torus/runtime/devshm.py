@@ -20,7 +20,8 @@ On cluster nodes /dev/shm is RAM. Two things go wrong there, and this module ans
   the first second of a loader's start can leave one. Its name says whose it was:
   ``cmtorus_<job>_<pid>_...`` (job: the batch system's job id, or "nojob"). ``sweep``
   removes files of ours whose process is gone and, with ``others=True``, MPICH's and
-  multiprocessing's files (``mpich_shm_*``, ``sem.mp-*``) that no process on the node has
+  multiprocessing's and Open MPI's files (``mpich_shm_*``, ``sem.mp-*``, ``sm_segment.*``,
+  ``vader_segment.*``) that no process on the node has
   mapped or open and that are older than a minute: a live job always maps what it created.
   Only the caller's own files are touched (root: everyone's). ``chainermn-torus clean``
   runs it; the loader runs the safe part (ours, dead pid) at start.
@@ -43,6 +44,7 @@ import socket
 import time
 
 from chainermn_torus import config
+from chainermn_torus.errors import Refusal
 
 __all__ = ['SHM_DIR', 'PREFIX', 'job_tag', 'segment_prefix', 'free_bytes', 'check_room',
            'populate', 'pages', 'total_bytes', 'MPI_MARGIN',
@@ -51,12 +53,14 @@ __all__ = ['SHM_DIR', 'PREFIX', 'job_tag', 'segment_prefix', 'free_bytes', 'chec
 SHM_DIR = '/dev/shm'
 PREFIX = 'cmtorus_'
 _OURS = re.compile(r'^' + PREFIX + r'(?P<job>[A-Za-z0-9.-]+)_(?P<pid>\d+)_')
-_OTHERS = re.compile(r'^(mpich_shm_|sem\.mp-)')
+# MPICH's segment, multiprocessing's semaphores, Open MPI's shared-memory btl segments (5.x
+# sm_segment.*, 4.x vader_segment.*).
+_OTHERS = re.compile(r'^(mpich_shm_|sem\.mp-|sm_segment\.|vader_segment\.)')
 _JOB_VARS = ('SLURM_JOB_ID', 'PBS_JOBID', 'PJM_JOBID', 'JOB_ID', 'LSB_JOBID')
 MIN_AGE_S = 60.0  # a file this young may belong to a job that has not mapped it yet
 
 
-class SharedMemoryFull(MemoryError):
+class SharedMemoryFull(Refusal, MemoryError):
     """/dev/shm cannot hold an allocation (raised on every rank of the communicator)."""
 
 

@@ -9,6 +9,8 @@ updates, flush-to-zero, the large-batch RMSprop kernel) stop with a message nami
 
 Nothing is imported here until asked: ``import chainermn_torus`` stays light.
 """
+from chainermn_torus.errors import Unsupported
+
 __all__ = ['numba', 'available', 'require', 'FALLBACK_NOTE']
 
 _UNSET = object()
@@ -43,6 +45,6 @@ def available():
 def require(what):
     """Raise where numba is missing, naming what needed it and what to do."""
     if not available():
-        raise RuntimeError(
+        raise Unsupported(
             'chainermn_torus: numba cannot be imported in this Python and is needed for {}; '
             'install it (pip install numba) or turn that off.'.format(what))

@@ -11,15 +11,23 @@ every node's leader rank shared at start (all the node's IPv4 addresses, so any 
 routes will do). Up to 32 nodes every watcher hears every other; beyond, each node is
 watched by the next ``RING`` nodes, so the traffic per node stays constant.
 
-When a rank of this node has made no progress for longer than its phase allows (a training
-step or an evaluation batch: the limit; between steps and in a checkpoint: ``outside`` x
-the limit; before the first step: never), the watcher decides who the job waits for:
+When a rank of this node has made no progress for longer than its phase allows (start-up,
+to the end of the first step: the start-up limit; a training step or an evaluation batch:
+the limit; between steps and in a checkpoint: ``outside`` x the limit; after training: a
+wait in a call that long), or its process has been stopped or gone for the limit, the
+watcher decides who the job waits for, from every rank's row (this node's board, the other
+nodes' heartbeats) and process state:
 
 * a node whose watcher fell silent: every process there stopped, or the node was lost;
-* else the ranks furthest behind (steps finished, then where in the evaluation or
-  checkpoint that follows, then evaluation batches), named with their host and phase;
-* if no rank is behind another, every rank waits in the same call.
+* else a rank whose process is stopped (state T), a zombie or gone;
+* else the ranks in no communication call while others wait in one (computing, or blocked
+  in I/O, a lock, a sleep), furthest behind first;
+* else, every rank in a call: one whose position or call count is behind the others' (the
+  ranks' calls do not match);
+* if none of these, every rank waits in the same call (a deadlock, or a message MPI lost),
+  or none waits at all (the limit is shorter than the work).
 
+Every rank stopped is a suspension of the whole job (``scontrol suspend``): no verdict.
 It prints that on one line, tells the other watchers (they end their nodes' ranks at
 once), kills this node's ranks (SIGKILL: a stopped process cannot act on anything else),
 so the launcher ends the job, and removes what the ranks left in /dev/shm. A launcher
@@ -27,6 +35,7 @@ so the launcher ends the job, and removes what the ranks left in /dev/shm. A lau
 (MPICH's hydra waited for a frozen node's proxy in 4 runs of 8 on the emulated cluster,
 once until the harness's limit): it is ended too, so the batch script goes on.
 """
+import collections
 import json
 import os
 import select
@@ -44,6 +53,7 @@ __all__ = ['judge', 'main', 'RING', 'MAX_ALL']
 RING = 4       # beyond MAX_ALL nodes, the nodes that watch each node
 MAX_ALL = 32   # up to this many nodes, every watcher hears every other
 ENV = 'CHAINERMN_TORUS_WATCHDOG'
+STARTUP_ENV = 'CHAINERMN_TORUS_WATCHDOG_STARTUP'
 
 
 def addresses():
@@ -70,28 +80,165 @@ def watchers_of(me, n):
     return sorted({(me - k) % n for k in range(1, RING + 1)} - {me})
 
 
-def summary(rows, now):
-    """This node's rows for a heartbeat: [rank, position, phase, seconds since progress]."""
+# A rank's process state, as the kernel shows it (psutil's names -> one letter).
+_STATES = {psutil.STATUS_RUNNING: 'R', psutil.STATUS_SLEEPING: 'S',
+           psutil.STATUS_DISK_SLEEP: 'D', psutil.STATUS_STOPPED: 'T',
+           psutil.STATUS_TRACING_STOP: 'T', psutil.STATUS_ZOMBIE: 'Z', psutil.STATUS_DEAD: 'Z'}
+BROKEN = 'TZX'  # stopped, a zombie, gone: never progress, whatever the phase
+_SAID = {
+    'T': 'stopped (process state T: SIGSTOP, a debugger, or a suspension of part of the job)',
+    'Z': 'a zombie (its process exited without ending the job; not yet reaped)',
+    'X': 'gone (its process no longer exists, and the job did not end)',
+    'D': 'outside communication, in uninterruptible I/O (process state D: a file system or '
+         'device that does not answer)',
+    'S': 'outside communication, blocked (sleeping: I/O, a lock, a sleep)',
+    'R': 'computing outside communication',
+}
+
+# One rank as the watchers see it (this node's from its board, the others' from heartbeats):
+# position, phase, seconds since progress, process state, whether its main thread is in a
+# communication call, which (a code of progress_board.CALLS), seconds since it entered or
+# left it, the calls made since the phase's start, the same for the communication thread,
+# and seconds the process has been seen stopped.
+Seen = collections.namedtuple('Seen', 'rank pos phase age state inside call call_age calls '
+                                      'bg_inside bg_call held')
+
+
+def process_state(pid):
+    """R, S, D, T, Z, or X (no such process), as /proc shows ``pid``."""
+    try:
+        return _STATES.get(psutil.Process(pid).status(), 'S')
+    except psutil.NoSuchProcess:
+        return 'X'
+    except psutil.Error:
+        return '?'
+
+
+def summary(rows, now, states=None, held=None):
+    """This node's rows as ``Seen`` lists (JSON for the heartbeats). ``states``: pid ->
+    process state; ``held``: pid -> seconds seen stopped."""
+    states, held = states or {}, held or {}
     out = []
     for row in rows:
-        if row[pb.PID] == 0:
+        pid = int(row[pb.PID])
+        if pid == 0:
             continue
-        out.append([int(row[pb.RANK]), list(pb.position(row)), int(row[pb.PHASE]),
-                    (now - int(row[pb.PROGRESS_NS])) / 1e9 if row[pb.PROGRESS_NS] else None])
+        progress = int(row[pb.PROGRESS_NS])
+        call_ns = int(row[pb.CALL_NS])
+        out.append(list(Seen(
+            int(row[pb.RANK]), list(pb.position(row)), int(row[pb.PHASE]),
+            (now - progress) / 1e9 if progress else None, states.get(pid, '?'),
+            int(row[pb.INSIDE]), int(row[pb.CALL]), (now - call_ns) / 1e9 if call_ns else None,
+            int(row[pb.CALLS_MADE]), int(row[pb.BG_INSIDE]), int(row[pb.BG_CALL]),
+            held.get(pid, 0.0))))
     return out
+
+
+def _seen(rows):
+    return [Seen(*r) for r in rows]
 
 
 def _where(phase, pos):
     finished, _, count = pos
+    if phase == pb.STARTUP:
+        return 'at start-up (before its first training step)'
     if phase == pb.STEP:
+        if finished == 0:
+            return 'in its first training step (start-up)'
         return 'in training step {}'.format(finished + 1)
     if phase == pb.EVALUATION:
+        if finished == 0:
+            return 'in an evaluation before its first step (batch {})'.format(count)
         return 'in the evaluation after step {} (batch {})'.format(finished, count)
     if phase == pb.CHECKPOINT:
-        return 'writing the checkpoint after step {}'.format(finished)
+        return 'in the checkpoint after step {}'.format(finished)
     if phase == pb.BETWEEN:
         return 'between steps {} and {} (data, extensions)'.format(finished, finished + 1)
+    if phase == pb.AFTER:
+        return 'after training'
     return pb.PHASES.get(phase, 'phase {}'.format(phase))
+
+
+def _first_step(seen):
+    return seen.pos[0] <= 0
+
+
+def _trigger(board, seen):
+    """(seconds, limit, why) when ``seen`` (a rank of this node) is past its limit, else
+    None."""
+    if seen.phase == pb.FINISHED:
+        return None
+    if seen.state in BROKEN and seen.held > board.limit_s:
+        return seen.held, board.limit_s, 'stopped'
+    limit = board.limit(seen.phase, first_step=_first_step(seen))
+    if limit is None:
+        return None
+    if seen.phase == pb.AFTER:  # after training only a wait in a call is a stall
+        if seen.inside and seen.call_age is not None and seen.call_age > limit:
+            return seen.call_age, limit, 'after'
+        return None
+    if seen.age is not None and seen.age > limit:
+        return seen.age, limit, 'phase'
+    return None
+
+
+def _limit_text(board, phase, seen, why):
+    if why == 'stopped':
+        return 'a stopped or vanished process is a stall after the step limit, {:g} s, ' \
+            'set by {}'.format(board.limit_s, ENV)
+    if phase == pb.STARTUP or (phase == pb.STEP and _first_step(seen)):
+        return 'start-up limit {:g} s, set by {} (default: the larger of 900 s and the ' \
+            'step limit)'.format(board.startup_s, STARTUP_ENV)
+    if phase in (pb.STEP, pb.EVALUATION):
+        return 'limit {:g} s per step or evaluation batch, set by {}'.format(
+            board.limit_s, ENV)
+    return 'limit {:g} s between steps, in checkpoints and after training ({} x {})'.format(
+        board.limit_s * board.outside, board.outside, ENV)
+
+
+def _doing(seen):
+    """What a rank is doing, in words: its state, and the call it is in or was last in."""
+    if seen.state in BROKEN:
+        text = _SAID[seen.state]
+        if seen.state == 'T' and seen.held:
+            text += ' for {:.0f} s'.format(seen.held)
+    elif seen.inside:
+        text = 'waiting in {}'.format(pb.call_name(seen.call))
+    else:
+        text = _SAID.get(seen.state, 'outside communication')
+        if seen.call and seen.call_age is not None:
+            text += ' for {:.0f} s since its last call ({})'.format(
+                seen.call_age, pb.call_name(seen.call))
+    if seen.state in BROKEN and seen.inside:
+        text += ', inside {}'.format(pb.call_name(seen.call))
+    if seen.bg_inside and not seen.inside:
+        text += ' (its communication thread in {})'.format(pb.call_name(seen.bg_call))
+    return text
+
+
+def _name(entries):
+    head = '; '.join('rank {} on {}, {}, {}'.format(s.rank, h, _doing(s), _where(s.phase,
+                                                                                tuple(s.pos)))
+                     for s, h in entries[:8])
+    if len(entries) > 8:
+        head += '; and {} more rank(s) alike'.format(len(entries) - 8)
+    return head
+
+
+def _waiters(entries):
+    """"ranks 0, 2 (vm) wait in multi_node_mean_grad" for up to 4 calls."""
+    calls = collections.OrderedDict()
+    for s, h in entries:
+        calls.setdefault(pb.call_name(s.call), []).append((s, h))
+    parts = []
+    for call, who in list(calls.items())[:4]:
+        hosts = sorted({h for _, h in who})
+        ranks = _ranks([[s.rank] for s, _ in who])
+        longest = max((s.call_age or 0.0) for s, _ in who)
+        parts.append('{} {} ({}) wait{} in {} ({:.0f} s)'.format(
+            'rank' if len(who) == 1 else 'ranks', ranks, ', '.join(hosts[:4]),
+            's' if len(who) == 1 else '', call, longest))
+    return '; '.join(parts)
 
 
 def judge(board, host, local, peers, now, silent_s):
@@ -99,32 +246,33 @@ def judge(board, host, local, peers, now, silent_s):
 
     ``local``: this node's summary rows; ``peers``: {node: {'host', 'heard' (ns), 'rows',
     'gone'}} for the nodes this one watches."""
-    stalled = []
-    for rank, pos, phase, age in local:
-        limit = board.limit(phase)
-        if limit is not None and age is not None and age > limit:
-            stalled.append((rank, phase, pos, age, limit))
+    local = _seen(local)
+    stalled = [(s, t) for s, t in ((s, _trigger(board, s)) for s in local) if t]
     # Only a node heard from before can fall silent: one never heard is not reachable by
     # UDP from here (a firewall), which says nothing about its ranks (see Watcher.unheard).
     silent = sorted(((n, p) for n, p in peers.items()
                      if not p['gone'] and p.get('seen', True)
                      and (now - p['heard']) / 1e9 > silent_s),
                     key=lambda item: item[0])
-    running = any(phase != pb.FINISHED for _, _, phase, _ in local)
+    running = any(s.phase != pb.FINISHED for s in local)
     # A node silent for the limit is a verdict by itself, whatever this node's ranks do:
     # they may be in a checkpoint, with its longer limit, waiting for that node.
     lost = running and any((now - p['heard']) / 1e9 > board.limit_s for _, p in silent)
     if not stalled and not lost:
         return None
+    everyone = [(s, host) for s in local]
+    for p in peers.values():
+        everyone += [(s, p['host']) for s in _seen(p['rows'])]
+    active = [(s, h) for s, h in everyone if s.phase != pb.FINISHED]
+    if not silent and active and all(s.state == 'T' for s, _ in active):
+        return None  # every rank stopped: the job is suspended (scontrol suspend), not stuck
     if stalled:
-        rank, phase, pos, age, limit = max(stalled, key=lambda s: s[3])
-        observer = 'rank {} ({}) has made no progress for {:.0f} s {} (limit {:g} s there, ' \
-            'set by {})'.format(rank, host, age, _where(phase, tuple(pos)), limit, ENV)
+        observer, (seconds, limit, why) = max(stalled, key=lambda st: st[1][0])
+        limits = _limit_text(board, observer.phase, observer, why)
     else:
-        rank, phase, limit = None, pb.STEP, board.limit_s
-        observer = 'heartbeats missed for longer than the limit of {:g} s, set by {}'.format(
-            limit, ENV)
-    culprits = set()
+        observer, why = None, 'silent'
+        limits = 'heartbeats missed for longer than the limit of {:g} s, set by {}'.format(
+            board.limit_s, ENV)
     if silent:
         cause = '; '.join(
             'node {} (ranks {}) silent for {:.0f} s: every process there stopped, or the node '
@@ -132,30 +280,55 @@ def judge(board, host, local, peers, now, silent_s):
             for _, p in silent[:8])
         if len(silent) > 8:
             cause += '; and {} more node(s)'.format(len(silent) - 8)
-    else:
-        everyone = [(r, tuple(po), ph, a, host) for r, po, ph, a in local]
-        for p in peers.values():
-            everyone += [(r, tuple(po), ph, a, p['host']) for r, po, ph, a in p['rows']]
-        active = [e for e in everyone if e[2] not in (pb.FINISHED, pb.NOT_ARMED)]
-        if not active:
-            active = everyone
-        low = min(e[1] for e in active)
-        behind = sorted(e for e in active if e[1] == low)
-        if len(behind) == len(active):
-            cause = 'none: every rank is {}, none behind another, all wait in the same call ' \
-                '(a deadlock, or a message MPI lost)'.format(_where(behind[0][2], low))
-        else:
-            cause = '; '.join('rank {} on {}, stopped {}, {} s since its last progress'.format(
-                r, h, _where(ph, po), '?' if a is None else '{:.0f}'.format(a))
-                for r, po, ph, a, h in behind[:8])
-            if len(behind) > 8:
-                cause += '; and {} more rank(s) at the same point'.format(len(behind) - 8)
-            culprits = {r for r, _, _, _, _ in behind}
-    seen = '' if rank in culprits else ' ({})'.format(observer)
-    limits = '' if rank not in culprits else ' (limit {:g} s {}, set by {})'.format(
-        limit, 'per step or evaluation batch' if phase in (pb.STEP, pb.EVALUATION) else
-        'between steps and in checkpoints', ENV)
-    return ('chainermn_torus watchdog: the job waits for {}{}{}. Ending the job instead of '
+        return _line(cause, limits, observer, host, None)
+    culprits = _culprits(active)
+    if culprits is None:
+        return _line(_no_culprit(active), limits, observer, host, None)
+    waiting = [(s, h) for s, h in active if s.inside and (s, h) not in culprits]
+    cause = _name(culprits)
+    if waiting:
+        cause += '; ' + _waiters(waiting) + ' for it'
+    return _line(cause, limits, observer, host, culprits)
+
+
+def _culprits(active):
+    """The ranks the others wait for, or None when no rank holds the others up."""
+    broken = [e for e in active if e[0].state in BROKEN]
+    if broken:
+        return sorted(broken, key=lambda e: e[0].rank)
+    outside = [e for e in active if not e[0].inside]
+    waiting = [e for e in active if e[0].inside]
+    if outside and waiting:  # the ranks in no call, furthest behind first
+        return sorted(outside, key=lambda e: (tuple(e[0].pos), e[0].rank))
+    if waiting:  # every rank in a call: one behind the others is in the wrong one
+        low = min((tuple(s.pos), s.calls) for s, _ in waiting)
+        behind = [e for e in waiting if (tuple(e[0].pos), e[0].calls) == low]
+        if len(behind) < len(waiting):
+            return sorted(behind, key=lambda e: e[0].rank)
+    return None
+
+
+def _no_culprit(active):
+    """When no rank holds the others up: every rank in the same call, or none in any."""
+    s = active[0][0]
+    if all(x.inside for x, _ in active):
+        calls = sorted({pb.call_name(x.call) for x, _ in active})
+        return ('none: every rank waits in {} {}, none behind another (a deadlock, or a '
+                'message MPI lost)'.format(' / '.join(calls), _where(s.phase, tuple(s.pos))))
+    return ('none: no rank waits for another; every rank has been outside communication '
+            '{}, past the limit (the limit is shorter than this work, or every rank is stuck '
+            'in it)'.format(_where(s.phase, tuple(s.pos))))
+
+
+def _line(cause, limits, observer, host, culprits):
+    seen = ''
+    if observer is not None and (culprits is None or
+                                 all(observer.rank != s.rank for s, _ in culprits)):
+        seen = '; noticed on {}: rank {} {} for {:.0f} s'.format(
+            host, observer.rank, 'waited in ' + pb.call_name(observer.call)
+            if observer.inside else 'made no progress', observer.call_age
+            if observer.inside and observer.call_age is not None else (observer.age or 0.0))
+    return ('chainermn_torus watchdog: the job waits for {} ({}{}). Ending the job instead of '
             'waiting for the batch time limit.'.format(cause, limits, seen))
 
 
@@ -236,6 +409,8 @@ class Watcher(object):
         self.sock.bind(('0.0.0.0', 0))
         self.period = min(1.0, self.board.limit_s / 4)
         self._deferred = None  # when a verdict was first left to a lower node
+        self._stopped_since = {}  # pid -> when it was first seen stopped (or gone), ns
+        self.leader_done = False  # the leader rank finished: end once every rank has
         # Silent: three heartbeats missed, and at least 2 s (a loaded node's scheduler).
         self.silent_s = max(3 * self.period, 2.0)
 
@@ -292,8 +467,9 @@ class Watcher(object):
             ready, _, _ = select.select([self.sock, stdin], [], [], timeout)
             if stdin in ready:
                 line = sys.stdin.readline()
-                if not line or line.strip() == 'stop':
-                    return self.stop()
+                if not line:
+                    return self.stop()  # the leader's end of the pipe closed: it is gone
+                self.leader_done = line.strip() == 'stop' or self.leader_done
             if self.sock in ready:
                 verdict = self.receive()
                 if verdict is not None:  # another node found the job stalled: end ours
@@ -302,7 +478,11 @@ class Watcher(object):
                 continue
             next_beat = time.monotonic() + self.period
             now = pb.now_ns()
-            rows = summary(self.board.rows(), now)
+            board_rows = self.board.rows()
+            if self.leader_done and all(r[pb.PHASE] == pb.FINISHED or not r[pb.PID]
+                                        for r in board_rows):
+                return self.stop()
+            rows = summary(board_rows, now, *self.states(board_rows, now))
             self.send({'kind': 'beat', 'node': self.me, 'rows': rows})
             self.unheard(now)
             text = judge(self.board, self.host, rows, self.peers, now, self.silent_s)
@@ -315,6 +495,22 @@ class Watcher(object):
                     self.send({'kind': 'verdict', 'node': self.me})
                 time.sleep(0.5)  # let the launcher forward the line before the ranks go
                 return self.end()
+
+    def states(self, rows, now):
+        """(pid -> process state, pid -> seconds seen stopped or gone) of this node's
+        ranks still running."""
+        states, held = {}, {}
+        for r in rows:
+            pid = int(r[pb.PID])
+            if not pid or r[pb.PHASE] == pb.FINISHED:
+                continue
+            states[pid] = state = process_state(pid)
+            if state in BROKEN:
+                since = self._stopped_since.setdefault(pid, now)
+                held[pid] = (now - since) / 1e9
+            else:
+                self._stopped_since.pop(pid, None)
+        return states, held
 
     def unheard(self, now):
         """Once, a grace after the start: say which watched nodes were never heard from

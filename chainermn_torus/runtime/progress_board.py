@@ -7,8 +7,12 @@ Reading needs nothing from the ranks, not even that they run: a rank stopped by 
 stuck in a system call or waiting in MPI with the GIL held leaves its last row there.
 
 A row (int64): world rank, pid, steps finished, phase, progress count within the phase
-(evaluation batches) and the time of the last progress (CLOCK_MONOTONIC ns, one clock for
-every process of the node).
+(evaluation batches), the time of the last progress (CLOCK_MONOTONIC ns, one clock for every
+process of the node), and the rank's communication: for the main thread, the calls entered
+since the last phase mark, whether it is inside one now, which (a code of ``CALLS``) and
+since when; for the communication thread of double buffering and overlap, its calls,
+whether it is inside one, and which. The calls tell the rank the others wait for (one
+outside every call) from the ranks waiting in a call for it.
 """
 import mmap
 import os
@@ -19,21 +23,44 @@ import numpy
 
 from chainermn_torus.runtime import devshm
 
-__all__ = ['Board', 'PHASES', 'NOT_ARMED', 'STEP', 'BETWEEN', 'EVALUATION', 'CHECKPOINT',
-           'FINISHED', 'now_ns', 'position']
+__all__ = ['Board', 'PHASES', 'STARTUP', 'STEP', 'BETWEEN', 'EVALUATION', 'CHECKPOINT',
+           'AFTER', 'FINISHED', 'now_ns', 'position', 'CALLS', 'call_code', 'call_name']
 
-MAGIC = 0x63_6d_74_77_61_74_63_68  # "cmtwatch"
+MAGIC = 0x63_6d_74_77_61_74_63_69  # "cmtwatci": rows with the communication columns
 HEADER = 8
-ROW = 6
-RANK, PID, FINISHED_STEPS, PHASE, COUNT, PROGRESS_NS = range(ROW)
+(RANK, PID, FINISHED_STEPS, PHASE, COUNT, PROGRESS_NS, CALLS_MADE, INSIDE, CALL, CALL_NS,
+ BG_CALLS, BG_INSIDE, BG_CALL) = range(13)
+ROW = 13
 
-NOT_ARMED, STEP, BETWEEN, EVALUATION, CHECKPOINT, FINISHED = range(6)
-PHASES = {NOT_ARMED: 'before the first step', STEP: 'a training step',
-          BETWEEN: 'between steps', EVALUATION: 'evaluation', CHECKPOINT: 'a checkpoint',
+STARTUP, STEP, BETWEEN, EVALUATION, CHECKPOINT, AFTER, FINISHED = range(7)
+PHASES = {STARTUP: 'start-up', STEP: 'a training step', BETWEEN: 'between steps',
+          EVALUATION: 'evaluation', CHECKPOINT: 'a checkpoint', AFTER: 'after training',
           FINISHED: 'done'}
 # Within the stretch after step N, the order a rank goes through: a rank further on in it
 # has done more (a stopped rank is the one furthest behind).
-_ORDER = {BETWEEN: 0, EVALUATION: 1, CHECKPOINT: 2, STEP: 3}
+_ORDER = {BETWEEN: 0, EVALUATION: 1, CHECKPOINT: 2, STEP: 3, AFTER: 4}
+
+# The communication calls a rank can be in, by the name the watcher says: ChainerMN's
+# communicator API, the optimizer's waits for its thread, and mpi4py's own methods (a script
+# calling comm.mpi_comm directly). Code 0: another call.
+CALLS = (
+    'multi_node_mean_grad', 'bcast_data', 'allreduce_grad', 'allreduce_obj', 'bcast_obj',
+    'gather_obj', 'scatter', 'send_obj', 'recv_obj', 'send', 'recv', 'bcast', 'gather',
+    'allgather', 'allreduce', 'alltoall', 'split', 'finalize', 'mean_grad_in_slot',
+    'mean_grads_by_bucket', 'the wait for the communication thread',
+    'MPI barrier', 'MPI bcast', 'MPI allreduce', 'MPI allgather', 'MPI gather',
+    'MPI scatter', 'MPI send', 'MPI recv', 'MPI sendrecv', 'MPI alltoall', 'MPI reduce',
+    'MPI reduce_scatter', 'MPI scan')
+_CODES = {name: i + 1 for i, name in enumerate(CALLS)}
+
+
+def call_code(name):
+    return _CODES.get(name, 0)
+
+
+def call_name(code):
+    code = int(code)
+    return CALLS[code - 1] if 0 < code <= len(CALLS) else 'a communication call'
 
 
 def now_ns():
@@ -46,7 +73,7 @@ def position(row):
     phase = int(row[PHASE])
     if phase == FINISHED:
         return (float('inf'), 0, 0)
-    if phase == NOT_ARMED:
+    if phase == STARTUP:
         return (-1, 0, 0)
     return (int(row[FINISHED_STEPS]), _ORDER.get(phase, 0), int(row[COUNT]))
 
@@ -67,15 +94,28 @@ class Board(object):
         if int(self.array[0]) != MAGIC:
             raise ValueError('chainermn_torus: {} is not a progress board'.format(path))
         self.slots = int(self.array[1])
-        self.limit_s = self.array[2] / 1e3
         self.outside = int(self.array[3])
+
+    # The limits are read at every look: a multi-node optimizer made with watchdog=S after
+    # the job's watchdog started sets its own (``set_limits``).
+    @property
+    def limit_s(self):
+        return self.array[2] / 1e3
+
+    @property
+    def startup_s(self):
+        return self.array[4] / 1e3
+
+    def set_limits(self, limit_s, startup_s):
+        self.array[2] = int(round(limit_s * 1e3))
+        self.array[4] = int(round(startup_s * 1e3))
 
     @staticmethod
     def name():
         return '{}watch_{}'.format(devshm.segment_prefix(), socket.gethostname()[:40])
 
     @classmethod
-    def create(cls, slots, limit_s, outside):
+    def create(cls, slots, limit_s, outside, startup_s=None):
         path = os.path.join(devshm.SHM_DIR, cls.name())
         nbytes = 8 * (HEADER + ROW * slots)
         devshm.check_room(devshm.pages(nbytes), 'the watchdog\'s progress board')
@@ -83,7 +123,9 @@ class Board(object):
         try:
             os.posix_fallocate(fd, 0, nbytes)
             head = numpy.zeros(HEADER, numpy.int64)
-            head[:4] = (MAGIC, slots, int(round(limit_s * 1e3)), outside)
+            startup_s = limit_s if startup_s is None else startup_s
+            head[:5] = (MAGIC, slots, int(round(limit_s * 1e3)), outside,
+                        int(round(startup_s * 1e3)))
             os.pwrite(fd, head.tobytes(), 0)
         finally:
             os.close(fd)
@@ -95,12 +137,15 @@ class Board(object):
     def rows(self):
         return [self.row(i).copy() for i in range(self.slots)]
 
-    def limit(self, phase):
-        """Seconds without progress a phase may take: a step, or an evaluation batch, the
-        limit; between steps and in a checkpoint, ``outside`` times it."""
+    def limit(self, phase, first_step=False):
+        """Seconds without progress a phase may take: start-up (to the end of the first
+        step) its own limit; a step, or an evaluation batch, the limit; between steps, in a
+        checkpoint and after training, ``outside`` times it."""
+        if phase == STARTUP or (phase == STEP and first_step):
+            return self.startup_s
         if phase in (STEP, EVALUATION):
             return self.limit_s
-        if phase in (BETWEEN, CHECKPOINT):
+        if phase in (BETWEEN, CHECKPOINT, AFTER):
             return self.limit_s * self.outside
         return None
 

@@ -7,10 +7,10 @@ the first time this process says it. Information goes to stdout; ``stream=sys.st
 what was asked and not applied, or fell back. ``CHAINERMN_TORUS_QUIET=1`` silences every
 line. Errors are exceptions, not reports (``runtime.abort`` ends the job with them).
 
-``stop(text)`` ends this rank with exit code 1 where every rank stops with its own message
-(a bad option, an unreadable list): the line goes out in one write, so lines of several
-ranks on one pipe stay lines. ``SystemExit(text)`` writes the text and its newline
-separately, and two ranks' messages ran together on one line.
+``stop(text, rank)`` ends this rank with exit code 1 where every rank stops with the same
+message (a bad option, an unreadable list, a check every rank agreed on): rank 0 writes it,
+once for the job, in one write (``SystemExit(text)`` writes the text and its newline
+separately, and two ranks' messages ran together on one line).
 """
 import os
 import sys
@@ -70,7 +70,9 @@ def line(text, stream=None):
         encoded = encoded[os.write(fd, encoded):]
 
 
-def stop(text):
-    """End this rank with exit code 1 and ``text`` on stderr as one line (see module)."""
-    line(text)
+def stop(text, rank):
+    """End this rank with exit code 1; rank 0 writes ``text``, the same on every rank, on
+    stderr as one line (see module)."""
+    if rank == 0:
+        line(text)
     raise RankStop(text)

@@ -22,5 +22,5 @@ def start():
     if _started:
         return
     _started.append(True)
+    abort.install()  # first: a bad timeline prefix below is a refusal it says in one line
     timeline.enable_from_env()  # CHAINERMN_TORUS_TIMELINE=PREFIX
-    abort.install()

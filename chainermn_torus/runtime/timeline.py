@@ -36,6 +36,7 @@ import time
 
 from chainermn_torus import config
 from chainermn_torus.runtime.atomic import atomic_write
+from chainermn_torus.errors import ConfigError
 
 __all__ = ['enable', 'disable', 'phase', 'flush', 'emergency_flush', 'trace_events', 'ACTIVE',
            'TIMELINE_ENV']
@@ -214,13 +215,14 @@ def _world(keys, attr, default):
     return default
 
 
-def enable(prefix):
+def enable(prefix, source='the timeline prefix'):
     """Record from now on; written to PREFIX.rank<R>.json at exit (or on flush())."""
     global ACTIVE
     directory = os.path.dirname(os.path.abspath(prefix))
     if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
-        raise ValueError('chainermn_torus: timeline prefix {!r}: directory {} does not exist '
-                         'or is not writable'.format(prefix, directory))
+        raise ConfigError('chainermn_torus: {} {!r} must be a path in a writable directory: '
+                          '{} does not exist or is not writable'.format(source, prefix,
+                                                                        directory))
     if ACTIVE is None or ACTIVE.prefix != prefix:
         ACTIVE = Timeline(prefix)
         atexit.register(_write_at_exit, ACTIVE)
@@ -263,9 +265,9 @@ def _write_at_exit(tl):
 
 
 def enable_from_env():
-    prefix = config.env('timeline')[0]
+    prefix, source = config.env('timeline')
     if prefix:
-        enable(prefix)
+        enable(prefix, source)
 
 
 def phase(name):

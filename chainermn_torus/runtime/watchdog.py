@@ -6,43 +6,65 @@ MPI launchers end the job when a rank exits abnormally (MPICH's hydra, srun with
 stuck in I/O, in a deadlock, stopped by a signal, or a node that froze whole. Every rank then
 waits until the batch job's time limit.
 
-With a watchdog (``CHAINERMN_TORUS_WATCHDOG=SECONDS``, or ``watchdog=SECONDS`` in
-``create_multi_node_optimizer``), every rank marks its progress on its node's progress
-board (``runtime.progress_board``: plain stores to a /dev/shm file, no MPI, no thread) and
-one small process per node (``runtime.node_watch``, started by the node's first rank)
-watches the board and the other nodes. The marks:
+With a watchdog (``CHAINERMN_TORUS_WATCHDOG=SECONDS``, the launcher's ``--watchdog``, or
+``watchdog=SECONDS`` in ``create_multi_node_optimizer``), every rank marks its progress on
+its node's progress board (``runtime.progress_board``: plain stores to a /dev/shm file, no
+MPI, no thread) and one small process per node (``runtime.node_watch``, started by the
+node's first rank) watches the board and the other nodes. It starts with the job's first
+communicator (``create_communicator``; from the environment or the launcher) or, given only
+to the optimizer, with the multi-node optimizer, and watches until the rank exits:
 
+* start-up: from the communicator to the end of the first training step (data loading,
+  ``scatter_dataset``, the optimizer's set-up, compiling, the first broadcast): its own
+  limit, ``CHAINERMN_TORUS_WATCHDOG_STARTUP`` (default the larger of ``STARTUP_S`` and
+  the step limit);
 * a training step: from ``update()`` to its end (forward, backward, the all-reduce, the
-  update); limit SECONDS, armed from the first finished step on (compiling and the first
-  broadcast do not count);
+  update); limit SECONDS;
 * between steps (loading data, other extensions): ``OUTSIDE_FACTOR`` x SECONDS;
 * an evaluation: each batch is progress (Chainer's ``Evaluator``, also ChainerMN's
   multi-node one), so a long evaluation is fine as long as its batches move; a batch may
   take SECONDS;
-* a checkpoint (``extensions.checkpoint``): ``OUTSIDE_FACTOR`` x SECONDS from its start.
+* a checkpoint (``extensions.checkpoint``): ``OUTSIDE_FACTOR`` x SECONDS from its start;
+* after training (``training_over()``: the final evaluation, the last reductions):
+  evaluation batches as above; otherwise only a rank waiting in a communication call for
+  ``OUTSIDE_FACTOR`` x SECONDS is a stall (one rank writing its results alone is not).
 
-When a rank of a node passes its limit, that node's watcher names who the job waits for (a
-node whose watcher went silent, or the ranks furthest behind, with their hosts and phases),
-and ends the job: see ``runtime.node_watch``.
+Every communication call of the job's communicators is marked too (``runtime.call_marks``:
+which call a rank entered and whether it left it), so the watcher tells the rank the others
+wait for (outside every call: computing, or blocked elsewhere) from the ranks waiting in the
+call; and it reads each rank's process state, so a rank stopped by a signal or gone is
+named as such, within SECONDS whatever the phase. When a rank of a node passes its limit,
+that node's watcher names who the job waits for, with host and phase, and ends the job:
+see ``runtime.node_watch``.
 """
 import atexit
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 
 from chainer.training.extensions import Evaluator
 
 from chainermn_torus import config
-from chainermn_torus.runtime import progress_board as pb
+from chainermn_torus.runtime import call_marks, progress_board as pb
+from chainermn_torus.errors import Unsupported
 from chainermn_torus.runtime.node_watch import addresses
 
-__all__ = ['Watchdog', 'from_env', 'WATCHDOG_ENV', 'OUTSIDE_FACTOR', 'active']
+__all__ = ['Watchdog', 'attach', 'set_default', 'WATCHDOG_ENV', 'STARTUP_ENV',
+           'OUTSIDE_FACTOR', 'STARTUP_S', 'active', 'startup_limit', 'in_call']
 
 WATCHDOG_ENV = config.SETTINGS['watchdog'].env
+STARTUP_ENV = config.SETTINGS['watchdog_startup'].env
 OUTSIDE_FACTOR = 10  # the limit between steps and in checkpoints, in multiples of the limit
+# Start-up's default: reading a data set on rank 0 while the others wait in
+# scatter_dataset, starting loader processes and compiling the kernels take minutes on a
+# cluster's shared file system, not seconds; the step limit where that is longer.
+STARTUP_S = 900.0
 _ACTIVE = []
+_DEFAULTS = {}  # the launcher's --watchdog / --watchdog-startup (set_default)
 
 
 def active():
@@ -50,17 +72,78 @@ def active():
     return _ACTIVE[-1] if _ACTIVE else None
 
 
+@contextlib.contextmanager
+def in_call(name):
+    """Mark a wait for other ranks that is not a communicator's call (the optimizer waiting
+    for its communication thread) as a call named ``name``."""
+    dog = active()
+    if dog is None:
+        yield
+        return
+    dog.enter(name)
+    try:
+        yield
+    finally:
+        dog.leave()
+
+
+def set_default(timeout=None, startup=None):
+    """Limits for a watchdog the next communicator starts where the environment sets none
+    (the launcher's flags; the launcher has checked them)."""
+    _DEFAULTS.update({k: v for k, v in (('watchdog', timeout), ('watchdog_startup', startup))
+                      if v is not None})
+
+
+def _setting(key, given=None, option=None):
+    """``given``, else the environment variable, else the launcher's, else the default."""
+    value, source = config.value(key, given, option)
+    if source is None and key in _DEFAULTS:
+        return _DEFAULTS[key]
+    return value
+
+
+def startup_limit(timeout):
+    """Start-up's limit for a step limit of ``timeout`` seconds."""
+    given = _setting('watchdog_startup')
+    return given if given is not None else max(STARTUP_S, timeout)
+
+
+def attach(communicator, timeout=None, option='watchdog'):
+    """The job's watchdog, with ``communicator``'s calls marked on it.
+
+    The first call that finds a limit (``timeout``, else ``$CHAINERMN_TORUS_WATCHDOG`` or the
+    launcher's) starts it: collective over ``communicator.mpi_comm``, as the communicator's
+    own making is. Later calls mark their communicator on the same watchdog; a ``timeout``
+    given then becomes its step limit. Returns the watchdog, or None when none is set."""
+    dog = active()
+    if dog is None:
+        timeout = _setting('watchdog', timeout, option)
+        if timeout is None:
+            return None
+        dog = Watchdog(timeout, comm=getattr(communicator, 'mpi_comm', None))
+    elif timeout is not None:
+        dog.set_limit(config.value('watchdog', timeout, option)[0])
+    if communicator is not None:
+        dog.mark_calls(communicator)
+    return dog
+
+
 class Watchdog(object):
     """Collective over ``comm`` (an mpi4py communicator; default COMM_WORLD): every rank
     creates it at the same point."""
 
-    def __init__(self, timeout, comm=None, outside=OUTSIDE_FACTOR):
+    def __init__(self, timeout, comm=None, outside=OUTSIDE_FACTOR, startup=None):
         self.timeout = config.value('watchdog', timeout, 'watchdog')[0]
+        self.startup = startup_limit(self.timeout) if startup is None else \
+            config.value('watchdog_startup', startup, 'startup')[0]
         from mpi4py import MPI
         comm = MPI.COMM_WORLD if comm is None else comm
         self._steps = 0
-        self._armed = False
+        self._over = False  # training_over() was called
         self._watcher = None
+        self._row = None
+        self._local = threading.local()  # the depth of nested marked calls, per thread
+        self._main = threading.main_thread().ident
         node = comm.Split_type(MPI.COMM_TYPE_SHARED)
         try:
             self._start(comm, node, outside)
@@ -74,7 +157,7 @@ class Watchdog(object):
         problem, path, port = None, None, None
         if node.rank == 0:
             try:
-                board = pb.Board.create(node.size, self.timeout, outside)
+                board = pb.Board.create(node.size, self.timeout, outside, self.startup)
                 path = board.path
                 board.close()
                 self._watcher = subprocess.Popen(
@@ -92,12 +175,14 @@ class Watchdog(object):
         problem, path = node.bcast((problem, path))
         if problem is None:
             self._board = pb.Board(path)
-            self._row = self._board.row(node.rank)
-            self._row[pb.RANK], self._row[pb.PID] = comm.rank, os.getpid()
-            self._row[pb.PHASE] = pb.NOT_ARMED
+            row = self._board.row(node.rank)
+            row[pb.RANK], row[pb.PID] = comm.rank, os.getpid()
+            row[pb.PROGRESS_NS] = pb.now_ns()
+            row[pb.PHASE] = pb.STARTUP
+            self._row = row
         problems = [p for p in comm.allgather(problem) if p]
         if problems:
-            raise RuntimeError('chainermn_torus: ' + problems[0])
+            raise Unsupported('chainermn_torus: ' + problems[0])
         mine = {'host': _host(), 'addrs': addresses(), 'port': port} if node.rank == 0 else None
         table = [t for t in comm.allgather(mine) if t is not None]
         if self._watcher is not None:
@@ -105,23 +190,74 @@ class Watchdog(object):
             self._watcher.stdin.write(json.dumps({'nodes': table, 'me': me}) + '\n')
             self._watcher.stdin.flush()
 
-    # --- the marks (plain stores: cheap enough for every step and batch) --------------------
+    def set_limit(self, timeout):
+        """A new step limit (a multi-node optimizer made with its own ``watchdog=``)."""
+        self.timeout = timeout
+        self.startup = startup_limit(timeout)
+        if self._row is not None:
+            self._board.set_limits(timeout, self.startup)
+
+    def mark_calls(self, communicator):
+        """Mark ``communicator``'s communication calls on this rank's row."""
+        call_marks.mark_communicator(communicator, self)
+
+    # --- the marks (plain stores: cheap enough for every call, step and batch) --------------
+    def enter(self, name):
+        """A communication call begins (``runtime.call_marks``); nested calls count once."""
+        local = self._local
+        depth = getattr(local, 'depth', 0)
+        local.depth = depth + 1
+        row = self._row
+        if depth or row is None:
+            return
+        if threading.get_ident() == self._main:
+            row[pb.CALL] = pb.call_code(name)
+            row[pb.CALL_NS] = pb.now_ns()
+            row[pb.CALLS_MADE] += 1
+            row[pb.INSIDE] = 1
+        else:  # the communication thread of double buffering or overlap
+            row[pb.BG_CALL] = pb.call_code(name)
+            row[pb.BG_CALLS] += 1
+            row[pb.BG_INSIDE] = 1
+
+    def leave(self):
+        local = self._local
+        local.depth = depth = getattr(local, 'depth', 1) - 1
+        row = self._row
+        if depth or row is None:
+            return
+        if threading.get_ident() == self._main:
+            row[pb.CALL_NS] = pb.now_ns()
+            row[pb.INSIDE] = 0
+        else:
+            row[pb.BG_INSIDE] = 0
+
+    def _base(self):
+        """The phase a rank is in when it is in no step, evaluation or checkpoint."""
+        if self._over:
+            return pb.AFTER
+        return pb.BETWEEN if self._steps else pb.STARTUP
+
     def _mark(self, phase, count=0):
         row = self._row
+        if row is None:
+            return
         row[pb.COUNT] = count
         row[pb.PROGRESS_NS] = pb.now_ns()
-        row[pb.PHASE] = phase if self._armed or phase == pb.FINISHED else pb.NOT_ARMED
+        if not row[pb.INSIDE]:
+            row[pb.CALLS_MADE] = 0  # calls are counted from the phase's start
+        row[pb.PHASE] = phase
 
     def step_started(self):
         """A training step begins (``update()`` was called)."""
         self._mark(pb.STEP)
 
-    def beat(self, where=None):
+    def beat(self):
         """A training step finished."""
         self._steps += 1
-        self._armed = True
-        self._row[pb.FINISHED_STEPS] = self._steps
-        self._mark(pb.BETWEEN)
+        if self._row is not None:
+            self._row[pb.FINISHED_STEPS] = self._steps
+        self._mark(self._base())
 
     def evaluation(self, batch):
         """Evaluation batch ``batch`` (0: the evaluation starts)."""
@@ -132,18 +268,28 @@ class Watchdog(object):
 
     def between(self):
         """Back to the work between steps (an evaluation or a checkpoint ended)."""
-        self._mark(pb.BETWEEN)
+        self._mark(self._base())
+
+    def training_over(self):
+        """Training ended: what follows (a final evaluation, reductions, writing results) is
+        watched with the limits of between steps, and a rank working alone is no stall."""
+        self._over = True
+        self._mark(pb.AFTER)
 
     def stop(self):
-        """Training is over: later work may take its time (every rank; idempotent)."""
-        if getattr(self, '_row', None) is None:
+        """This rank is done (at exit; every rank; idempotent): the watcher stops when every
+        rank of its node is."""
+        if self._row is None:
             return
         self._mark(pb.FINISHED)
+        self._row = None
         if self._watcher is not None:
             try:
                 self._watcher.stdin.write('stop\n')
                 self._watcher.stdin.flush()
-                self._watcher.wait(timeout=5)
+                if all(r[pb.PHASE] == pb.FINISHED or not r[pb.PID]
+                       for r in self._board.rows()):
+                    self._watcher.wait(timeout=5)
             except (OSError, ValueError, subprocess.TimeoutExpired):
                 pass
             self._watcher = None
@@ -185,10 +331,3 @@ def _mark_evaluations():
             self.converter = converter
             dog.between()
     Evaluator.__call__ = __call__
-
-
-def from_env(timeout=None, comm=None):
-    """A Watchdog for ``timeout`` seconds, else ``$CHAINERMN_TORUS_WATCHDOG``, else None
-    (collective over ``comm`` when there is one)."""
-    timeout = config.value('watchdog', timeout, 'watchdog')[0]
-    return None if timeout is None else Watchdog(timeout, comm=comm)

@@ -16,7 +16,11 @@ import os
 
 from chainermn_torus import config
 
-__all__ = ['expected_ranks', 'mismatch']
+__all__ = ['expected_ranks', 'mismatch', 'launcher_rank']
+
+# Where each launcher tells a process its rank before MPI starts: MPICH's and Intel MPI's
+# hydra, Open MPI's prterun, PMIx, srun.
+RANK_VARIABLES = ('PMI_RANK', 'OMPI_COMM_WORLD_RANK', 'PMIX_RANK', 'SLURM_PROCID')
 
 
 def expected_ranks(environ=None):
@@ -56,3 +60,14 @@ def mismatch(size, library, environ=None):
     return ('MPI started {} ranks but {} says {}: the job script and the launch line '
             'disagree (nodes x ranks per node, -n, --ntasks-per-node); fix one of them so the '
             'grid and the data shards are the ones planned.'.format(size, source, expected))
+
+
+def launcher_rank(environ=None):
+    """This process's rank as its launcher set it, or None where no launcher did (before
+    MPI starts: whom to let say a refusal the launcher finds in its options)."""
+    environ = os.environ if environ is None else environ
+    for name in RANK_VARIABLES:
+        value = environ.get(name, '')
+        if value.isdigit():
+            return int(value)
+    return None

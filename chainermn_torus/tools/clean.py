@@ -14,8 +14,9 @@ def main(argv):
     p = argparse.ArgumentParser(prog='chainermn-torus clean', description=main.__doc__)
     p.add_argument('--dry-run', action='store_true', help='list, remove nothing')
     p.add_argument('--others', action='store_true',
-                   help="also MPICH's (mpich_shm_*) and multiprocessing's (sem.mp-*) files "
-                        'that no process on this node maps or holds and that are older than '
+                   help="also MPICH's (mpich_shm_*), multiprocessing's (sem.mp-*) and Open "
+                        "MPI's (sm_segment.*, vader_segment.*) files that no process on this "
+                        'node maps or holds and that are older than '
                         '{:g} s'.format(devshm.MIN_AGE_S))
     p.add_argument('--shm-dir', default=devshm.SHM_DIR, help='default %(default)s')
     p.add_argument('--checkpoint-dir', action='append', default=[], metavar='DIR',

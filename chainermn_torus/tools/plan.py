@@ -9,24 +9,34 @@ from chainermn_torus.communicators._grid import parse_grid
 from chainermn_torus.planning import planner
 from chainermn_torus.simulation import plan as simplan, simulate
 
-__all__ = ['main']
+__all__ = ['main', 'MAX_RANKS', 'SIMULATE_AUTO_NODES', 'SIMULATE_MAX_NODES']
+
+COUNT = config.arg_type('count')
+# Fugaku, the largest CPU machine: 158,976 nodes x 48 cores, 7.6 million ranks.
+MAX_RANKS = 10_000_000
+# Simulated wall time per candidate here (docs/measurements/simulation/study.jsonl): median
+# 1.9 s at 256 nodes, 5.0 s at 1,024, 35 s at 4,096, 81 s at 8,192.
+SIMULATE_AUTO_NODES = 1024
+SIMULATE_MAX_NODES = 8192
 
 
 def main(argv):
     """Predict pure all-reduce, rsaa, rsap and shm for every grid shape; recommend one."""
     p = argparse.ArgumentParser(prog='chainermn-torus plan', description=main.__doc__)
-    p.add_argument('--nodes', type=int, required=True)
-    p.add_argument('--ranks-per-node', type=int, default=1)
+    p.add_argument('--nodes', type=COUNT, required=True)
+    p.add_argument('--ranks-per-node', type=COUNT, default=1)
     p.add_argument('--model', default='resnet50',
                    help='resnet50, mlp, an .npz snapshot or a byte count')
     p.add_argument('--network', default=None,
                    help='preset ({}) or a file from `calibrate` (default: $CHAINERMN_TORUS_'
                         'NETWORK or {})'.format(', '.join(sorted(planner.PRESETS)),
                                                 planner.DEFAULT_NETWORK_FILE))
-    p.add_argument('--alpha', type=float, default=None, help='latency, seconds (with --beta)')
-    p.add_argument('--beta', type=float, default=None, help='bandwidth, bytes per second')
+    p.add_argument('--alpha', type=config.arg_type('non-negative'), default=None,
+                   help='latency, seconds (with --beta)')
+    p.add_argument('--beta', type=config.arg_type('positive'), default=None,
+                   help='bandwidth, bytes per second')
     p.add_argument('--grid', nargs='*', default=None, metavar='MxN', help='only these shapes')
-    p.add_argument('--top', type=int, default=None)
+    p.add_argument('--top', type=COUNT, default=None)
     p.add_argument('--simulate', choices=('auto', 'on', 'off'), default=None,
                    help='rank the best candidates with the SimGrid simulator: auto (where '
                         'installed; default, or $CHAINERMN_TORUS_SIMULATE), on, off')
@@ -35,7 +45,12 @@ def main(argv):
                         'for a calibrated file)')
     p.add_argument('--json', default=None)
     args = p.parse_args(argv)
+    ranks = args.nodes * args.ranks_per_node
+    if ranks > MAX_RANKS:
+        p.error('--nodes x --ranks-per-node = {:,} ranks: the planner answers up to {:,} '
+                '(more than the largest machines run)'.format(ranks, MAX_RANKS))
     try:
+        nbytes = planner.model_bytes(args.model)  # a bad model is said before the network
         if (args.alpha is None) != (args.beta is None):
             raise ValueError('give --alpha and --beta together (latency in s, bandwidth in '
                              'bytes/s)')
@@ -51,11 +66,20 @@ def main(argv):
                                   1.0 / (4 * args.beta), 0.0, 0.0, source='--alpha/--beta')
         else:
             net = planner.load_network(args.network)
-        nbytes = planner.model_bytes(args.model)
         rows = planner.plan(args.nodes, args.ranks_per_node, nbytes, net, grids)
         mode = config.value('simulate', args.simulate, '--simulate')[0]  # auto, True, False
         if mode is True and not simulate.available():
             raise ValueError('--simulate on: ' + simulate.why_unavailable())
+        if mode is True and args.nodes > SIMULATE_MAX_NODES:
+            raise ValueError('--simulate on: {} nodes; the simulator answers up to {} (8,192 '
+                             'took 63-125 s per candidate here); leave --simulate off'.format(
+                                 args.nodes, SIMULATE_MAX_NODES))
+        if mode == 'auto' and simulate.available() and args.nodes > SIMULATE_AUTO_NODES:
+            mode = False
+            print('not simulated: {} nodes is beyond the {} simulated by default (a '
+                  'candidate takes about 5 s at 1,024 nodes, minutes at 8,192); '
+                  '--simulate on simulates up to {}'.format(
+                      args.nodes, SIMULATE_AUTO_NODES, SIMULATE_MAX_NODES))
         if mode is True or (mode == 'auto' and simulate.available()):
             rows = simplan.rank_rows(rows, args.nodes, args.ranks_per_node,
                                      simplan.model_or_bytes(args.model), net,

@@ -49,7 +49,7 @@ def _load(path):
 
 def _load_log(path):
     """(events, header, note) from a streamed log; a last line cut by the kill is dropped."""
-    with open(path) as f:
+    with open(path, errors='replace') as f:  # a garbled line is dropped below, not fatal
         lines = f.read().split('\n')
     try:
         header = json.loads(lines[0])
@@ -88,16 +88,26 @@ def merge(prefix, notes=None):
     whose file is missing or cut short."""
     notes = [] if notes is None else notes
     events, expected, found = [], set(), []
+    skipped = []
     for rank, path in rank_files(prefix).items():
         found.append(rank)
-        if path.endswith('.events'):
-            part, header, note = _load_log(path)
-            notes.append(note)
-            if header.get('ranks'):
-                expected.update(range(int(header['ranks'])))
-        else:
-            part = _load(path)
+        try:
+            if path.endswith('.events'):
+                part, header, note = _load_log(path)
+                notes.append(note)
+                if header.get('ranks'):
+                    expected.update(range(int(header['ranks'])))
+            else:
+                part = _load(path)
+        except (ValueError, OSError) as e:  # one bad file: named, the others merged
+            skipped.append('rank {}: skipped: {}'.format(rank, str(e).replace(
+                'chainermn_torus: ', '')))
+            continue
         events.extend(part)
+    if skipped and len(skipped) == len(found):
+        raise ValueError('no timeline file under {} could be read: {}'.format(
+            prefix, '; '.join(skipped)))
+    notes.extend(skipped)
     missing = sorted(expected - set(found))
     if missing:
         notes.insert(0, 'rank(s) {} of {} have no timeline file under {} (killed before their '

@@ -11,8 +11,11 @@ again and replaces it:
 * foreign: written for another key (another MPI under the same name, a file copied from
   elsewhere);
 * stale: another file format (``FORMAT`` changes whenever what the tuner measures or how
-  does), or a choice this version cannot make (a variant gone, a grid that does not fit, a
-  segment size out of range).
+  does), a field of another type than this version writes (checked field by field), or a
+  choice this version cannot make (a variant gone, a grid that does not fit, a segment
+  size out of range);
+* partial: a job of this shape ended before its tuning decided (``save_partial``); the
+  next job says so and measures afresh.
 
 The buffer signature is a digest of the gradient arrays' names, shapes and dtypes and the
 dtype they travel in: another model, or the same with float16 on the wire, is another file.
@@ -26,7 +29,7 @@ from chainermn_torus import config
 from chainermn_torus.algorithms import variants
 from chainermn_torus.runtime.atomic import atomic_write
 
-__all__ = ['FORMAT', 'signature', 'Key', 'folder', 'path', 'load', 'save']
+__all__ = ['FORMAT', 'signature', 'Key', 'folder', 'path', 'load', 'save', 'save_partial']
 
 FORMAT = 1
 
@@ -62,26 +65,60 @@ def path(key, where=None):
     return os.path.join(folder(where), key.file_name())
 
 
+def _fields(data):
+    """Why the file's fields do not have the types this version writes, or None: checked
+    one by one, so that a hand-edited or corrupted file is named, not a crash later."""
+    if not isinstance(data, dict):
+        return 'the file holds a {}, not an object'.format(type(data).__name__)
+    want = (('key', dict), ('choice', dict), ('figures', (dict, type(None))),
+            ('written', (str, type(None))))
+    for name, kind in want:
+        if not isinstance(data.get(name), kind):
+            return 'field {!r} is {!r}'.format(name, data.get(name))
+    choice = data['choice']
+    if not isinstance(choice.get('algorithm'), str):
+        return 'choice.algorithm is {!r}, not a name'.format(choice.get('algorithm'))
+    grid = choice.get('grid')
+    if grid is not None and not (isinstance(grid, list) and len(grid) == 2 and
+                                 all(type(v) is int and v > 0 for v in grid)):
+        return 'choice.grid is {!r}, not two positive integers or null'.format(grid)
+    if type(choice.get('segment_bytes')) is not int:
+        return 'choice.segment_bytes is {!r}, not an integer'.format(
+            choice.get('segment_bytes'))
+    figures = data['figures']
+    if figures is not None and not isinstance(figures.get('chosen_ms'), (int, float)):
+        return 'figures.chosen_ms is {!r}, not a number'.format(figures.get('chosen_ms'))
+    return None
+
+
 def _problem(data, key, size):
     """Why a file's content cannot be used here, or None."""
     if not isinstance(data, dict) or data.get('format') != FORMAT:
         return 'stale: file format {!r}, this version reads {}'.format(
             data.get('format') if isinstance(data, dict) else None, FORMAT)
-    theirs = data.get('key') or {}
+    if 'partial' in data:
+        partial = data['partial'] if isinstance(data['partial'], dict) else {}
+        return ('a job of this shape ended on {} after {} gradient call(s), before the '
+                'tuning decided: measuring afresh'.format(partial.get('ended', '?'),
+                                                         partial.get('calls', '?')))
+    wrong = _fields(data)
+    if wrong:
+        return 'stale: {}'.format(wrong)
+    theirs = data['key']
     differ = [k for k in key if theirs.get(k) != key[k]]
     if differ:
         return 'foreign: written for {}; {} differ{} from this job\'s ({})'.format(
             ', '.join('{}={!r}'.format(k, theirs.get(k)) for k in differ),
             ', '.join(differ), '' if len(differ) > 1 else 's',
             ', '.join('{}={!r}'.format(k, key[k]) for k in differ))
-    choice = data.get('choice') or {}
-    name = choice.get('algorithm')
+    choice = data['choice']
+    name = choice['algorithm']
     if name not in variants.planned():
         return 'stale: its choice {!r} is not a variant auto chooses among now ({})'.format(
             name, ', '.join(variants.planned()))
     grid = choice.get('grid')
     if variants.get(name).grid:
-        if not (isinstance(grid, list) and len(grid) == 2 and grid[0] * grid[1] == size):
+        if not (grid is not None and grid[0] * grid[1] == size):
             return 'stale: grid {!r} does not fit {} ranks'.format(grid, size)
     try:
         config.parse('segment', choice.get('segment_bytes'), 'its segment size')
@@ -120,6 +157,24 @@ def save(key, choice, figures, where=None):
             'figures': figures,
             'written': datetime.datetime.now(datetime.timezone.utc).isoformat(
                 timespec='seconds')}
+    text = json.dumps(data, indent=1, sort_keys=True).encode()
+    atomic_write(p, lambda f: f.write(text))
+    return p
+
+
+def save_partial(key, size, calls, needed, where=None):
+    """Record that a job of this shape ended before its tuning decided (``calls`` made of
+    about ``needed``): the next job says so and measures afresh. Never over a choice this
+    job could have used (tune='again' measures beside one). Returns the path, or None
+    where a usable choice stays; raises OSError."""
+    p = path(key, where)
+    if load(key, size, where)[0] is not None:
+        return None
+    os.makedirs(os.path.dirname(p), exist_ok=True)
+    data = {'format': FORMAT, 'key': dict(key),
+            'partial': {'calls': int(calls), 'needed': needed,
+                        'ended': datetime.datetime.now(datetime.timezone.utc).isoformat(
+                            timespec='seconds')}}
     text = json.dumps(data, indent=1, sort_keys=True).encode()
     atomic_write(p, lambda f: f.write(text))
     return p

@@ -114,6 +114,13 @@ class Trials(object):
         shift = self._round % len(self.alive)
         self._queue = self.alive[shift:] + self.alive[:shift]
 
+    @property
+    def most_calls(self):
+        """The most calls this schedule can take: warm-ups, the counted rounds, the
+        finalists' rounds."""
+        return (sum(1 for w in self.warmup if w is None) + self.count * ROUNDS
+                + FINALISTS * FINAL_ROUNDS)
+
     def figure(self, i):
         """The candidate's figure: the median of its counted calls, what the job will see.
         (The fastest call was tried: it favoured configurations with a fast best case and a

@@ -11,7 +11,9 @@ list's directory); the mean image is --mean (default ROOT/mean.npy, see compute_
 Images must all have the mean's size (resized beforehand, as in ChainerMN's example).
 
 Loaders (--loader): ``serial`` reads in the training process (Chainer's SerialIterator);
-``multiprocess`` uses Chainer's MultiprocessIterator with --loader-processes workers;
+``multiprocess`` uses Chainer's MultiprocessIterator with --loader-processes workers (runs
+with the same seed are bit-identical with ``ours`` and ``serial`` only: Chainer's workers
+never learn the epoch that keys the random crops);
 ``ours`` uses chainermn_torus.loader, whose worker processes are placed on cores next to
 the training process by --affinity. ChainerMN's FAQ: forking an MPI process is unsafe, so
 MultiprocessIterator's workers come from a forkserver started before MPI is initialised,
@@ -236,6 +238,9 @@ class TimedUpdater(training.updaters.StandardUpdater):
             optimizer.new_epoch(auto=True)
 
 
+COUNT = config.arg_type('count')  # an integer >= 1, or a clear argparse error
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='ChainerMN example: ImageNet on CPU')
     parser.add_argument('train', help='training list: "relative/path label" per line')
@@ -247,22 +252,22 @@ def parse_args(argv=None):
                         help='mean image (compute_mean.py; default: ROOT/mean.npy); '
                              '"none": no mean subtraction')
     parser.add_argument('--arch', '-a', choices=sorted(ARCHS), default='resnet50')
-    parser.add_argument('--batchsize', '-B', type=int, default=32,
+    parser.add_argument('--batchsize', '-B', type=COUNT, default=32,
                         help='training mini-batch size per rank (default: %(default)s)')
-    parser.add_argument('--val-batchsize', '-b', type=int, default=None,
+    parser.add_argument('--val-batchsize', '-b', type=COUNT, default=None,
                         help='validation mini-batch size per rank (default: --batchsize)')
-    parser.add_argument('--epoch', '-E', type=int, default=10,
+    parser.add_argument('--epoch', '-E', type=COUNT, default=10,
                         help='number of epochs to train (default: %(default)s)')
-    parser.add_argument('--crop-size', type=int, default=None,
+    parser.add_argument('--crop-size', type=COUNT, default=None,
                         help='side of the square crops (default: {})'.format(', '.join(
                             '{} for {}'.format(v, k) for k, v in sorted(DEFAULT_CROP.items()))))
-    parser.add_argument('--lr', type=float, default=None,
+    parser.add_argument('--lr', type=config.arg_type('positive'), default=None,
                         help='MomentumSGD learning rate (default: 0.1 x total batch / 256, '
                              'Goyal et al.)')
     config.add_arguments(parser, communicator='rsap', grid=False, threads=False)
     parser.add_argument('--loader', choices=LOADERS, default='ours',
                         help='data loader (default: %(default)s)')
-    parser.add_argument('--loader-processes', '-j', type=int, default=None,
+    parser.add_argument('--loader-processes', '-j', type=COUNT, default=None,
                         help='loader worker processes per rank (multiprocess, ours; default: '
                              '{}, or for ours as many as the affinity plan gives CPUs, up to '
                              '{})'.format(DEFAULT_LOADERS, DEFAULT_LOADERS))
@@ -276,10 +281,10 @@ def parse_args(argv=None):
     # loader's forkserver (see main).
     checkpoint.add_arguments(parser)
     parser.add_argument('--seed', type=int, default=0, help='random seed')
-    parser.add_argument('--n-classes', type=int, default=None, metavar='K',
+    parser.add_argument('--n-classes', type=COUNT, default=None, metavar='K',
                         help='classes of the model (default: from the training list, whose '
                              'labels must then be 0..K-1 with every class present)')
-    parser.add_argument('--limit', type=int, default=None, metavar='N',
+    parser.add_argument('--limit', type=COUNT, default=None, metavar='N',
                         help='use N images of each list, drawn with --seed (smoke tests)')
     args = parser.parse_args(argv)
     checkpoint.check_arguments(parser, args)
@@ -291,11 +296,6 @@ def parse_args(argv=None):
         args.root = os.path.dirname(os.path.abspath(args.train))
     if args.mean is None:
         args.mean = os.path.join(args.root, 'mean.npy')
-    for name in ('batchsize', 'val_batchsize', 'epoch', 'crop_size', 'loader_processes',
-                 'n_classes', 'limit'):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            parser.error('--{} must be at least 1, got {}'.format(name.replace('_', '-'),
-                                                                  getattr(args, name)))
     return args
 
 
@@ -416,9 +416,8 @@ def main():
         errors = comm.mpi_comm.allgather(error)  # every rank stops, not only the one that failed
         if any(errors):
             failed = [r for r, e in enumerate(errors) if e]
-            report.stop('rank {}: --affinity {}: {}'.format(
-                comm.rank, args.affinity, error or 'stopping: rank(s) {} cannot place their '
-                'loader processes'.format(', '.join(map(str, failed)))))
+            report.stop('--affinity {}: rank {}: {}'.format(  # the same on every rank
+                args.affinity, failed[0], errors[failed[0]]), comm.rank)
         if args.loader_processes is None:  # what the plan has room for (2 cores: 1)
             args.loader_processes = DEFAULT_LOADERS if plan.loader_cpus is None else \
                 max(1, min(DEFAULT_LOADERS, len(plan.loader_cpus)))
@@ -437,7 +436,7 @@ def main():
             error = str(e)
     error, n_classes = comm.mpi_comm.bcast((error, n_classes), root=0)
     if error is not None:
-        report.stop('rank {}: {}'.format(comm.rank, error))
+        report.stop(error, comm.rank)  # the same on every rank: rank 0 says it
     train = chainermn.scatter_dataset(train, comm, shuffle=True, seed=args.seed)
     val = chainermn.scatter_dataset(val, comm)
 
@@ -456,6 +455,12 @@ def main():
                                         args.loader_processes,
                                         ', affinity ' + args.affinity
                                         if args.loader == 'ours' else '')))
+        if args.loader == 'multiprocess':
+            # Chainer's workers crop with the dataset they were given at start: the epoch
+            # the crops are keyed by never reaches them (ours and serial send it).
+            print('Loader note: with multiprocess, runs with the same seed are not '
+                  'bit-identical (its worker processes do not learn the epoch that keys the '
+                  'random crops); use --loader ours or serial for reproducible runs')
         print('==========================================', flush=True)
 
     numpy.random.seed(args.seed)  # same initial weights everywhere; bcast_data makes sure
@@ -484,7 +489,7 @@ def main():
         t0 = time.perf_counter()
         trainer.run()
         if getattr(optimizer, 'watchdog', None) is not None:
-            optimizer.watchdog.stop()  # training is over: later work may take its time
+            optimizer.watchdog.training_over()  # the final evaluation is watched as such
         train_seconds = time.perf_counter() - t0
         # Training stops at an epoch's end, where the evaluator has just run (on all ranks).
         final = {k: v for k, v in trainer.observation.items() if k.startswith('validation/')}

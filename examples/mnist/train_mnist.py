@@ -92,13 +92,13 @@ def main():
                      help="ChainerMN's own wrapper and Chainer's update (baseline)")
     args = parser.parse_args()
     checkpoint.check_arguments(parser, args)
-    if args.timeline:
-        timeline.enable(args.timeline)
 
     kwargs = {'grid': args.grid} if args.grid else {}
     if args.fp16_allreduce:
         kwargs['allreduce_grad_dtype'] = numpy.float16
     comm = chainermn.create_communicator(args.communicator, **kwargs)
+    if args.timeline:  # after the communicator: a bad path is then one line, not a traceback
+        timeline.enable(args.timeline, '--timeline')
     # Our communicators already applied (and printed) the default budget; this applies it
     # for ChainerMN's communicators, and an explicit --threads in any case.
     budget = threads.ensure(comm, args.threads)
@@ -153,7 +153,7 @@ def main():
         train, test = None, None
     error = comm.mpi_comm.bcast(error, root=0)
     if error is not None:
-        report.stop('rank {}: {}'.format(comm.rank, error))
+        report.stop(error, comm.rank)  # the same on every rank: rank 0 says it
     train = chainermn.scatter_dataset(train, comm, shuffle=True, seed=args.seed)
     test = chainermn.scatter_dataset(test, comm, shuffle=True, seed=args.seed)
 
@@ -186,7 +186,7 @@ def main():
     t0 = time.perf_counter()
     trainer.run()
     if getattr(optimizer, 'watchdog', None) is not None:
-        optimizer.watchdog.stop()  # training is over: later work may take its time
+        optimizer.watchdog.training_over()  # the final evaluation is watched as such
     if hasattr(optimizer, 'finalize'):
         optimizer.finalize()  # double buffering, overlap: the communication thread
     train_seconds = time.perf_counter() - t0
