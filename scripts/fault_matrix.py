@@ -12,6 +12,7 @@ of the job still alive, and the line that tells the user what happened.
 Needs root for the namespace and the tmpfs; anywhere else it says so and stops.
 """
 import argparse
+import collections
 import concurrent.futures
 import json
 import os
@@ -43,6 +44,44 @@ COMPLETES = ('ckpt-room', 'eval-long')
 # node1 stopped (SIGSTOP): during training steps, and during an evaluation. The watchdog
 # must name node1 within its limit + 2 s. One at a time (one cluster).
 CLUSTER = ('node-frozen', 'node-frozen-eval')
+# A rank stopped (SIGSTOP, process state T) or spinning, and where: at start-up, in a
+# checkpoint write and in the final evaluation (the job stops itself there), mid-step (the
+# harness stops rank 1 at rank 0's FAULT line, wherever it is then) with every communicator
+# kind at P = 2 and 3. The watchdog must name rank 1, its host and phase within the limit
+# (3 s) + 2 s; at start-up within its own limit (STARTUP_S) + 2 s.
+STALLS = ('stop-startup', 'stop-checkpoint', 'stop-final-eval', 'spin')
+STEP_STOPS = ('stop-step', 'stop-step-p3')
+STOP_COMMUNICATORS = ('shm', 'rsap', 'rsaa', 'pure_allreduce', 'naive')
+STARTUP_S = 10
+# Refusals: the MNIST example (examples/mnist/train_mnist.py) given one bad value, as a
+# user would; the row reports the lines the job printed beyond the example's own header
+# (target: the message and at most MPI's abort line) and the exit code.
+def example():
+    """The MNIST example of the checkout whose package runs (--code: an older one's)."""
+    return os.path.join(os.environ.get('FAULT_MATRIX_CODE', ROOT), 'examples', 'mnist',
+                        'train_mnist.py')
+
+
+REFUSALS = collections.OrderedDict([
+    ('refuse-segment-bytes', ({'CHAINERMN_TORUS_SEGMENT_BYTES': '4'}, [], False)),
+    ('refuse-watchdog', ({'CHAINERMN_TORUS_WATCHDOG': 'abc'}, [], False)),
+    ('refuse-threads', ({'CHAINERMN_TORUS_THREADS': 'two'}, [], False)),
+    ('refuse-bucket-bytes', ({'CHAINERMN_TORUS_BUCKET_BYTES': '4MB'}, ['--overlap'], False)),
+    ('refuse-tune', ({'CHAINERMN_TORUS_TUNE': 'maybe'}, ['--communicator', 'auto'], False)),
+    ('refuse-grid', ({'CHAINERMN_TORUS_GRID': '2x-1'}, [], False)),
+    ('refuse-timeline', ({'CHAINERMN_TORUS_TIMELINE': '/proc/nope/tl'}, [], False)),
+    ('refuse-grid-option', ({}, ['--grid', '0x2'], False)),
+    ('refuse-expect-ranks', ({'CHAINERMN_TORUS_EXPECT_RANKS': 'four'}, [], True)),
+    ('refuse-shm-room', ({}, [], False)),   # /dev/shm of REFUSE_SHM_SIZE
+])
+REFUSE_SHM_SIZE = '24m'  # MPICH's segment and the example's 7.2 MB x 2 do not fit
+_HEADER = re.compile(r'^(=+|Num |Using |Optimizer: |Data: |epoch +main/loss)')
+# The tuning's memory: a job shorter than the tuning (8 steps; the tuner needs 16 calls for
+# the fault job's 0.4 MB of gradients) must say so, and the next job that it measures
+# afresh; a file of the right key with a field of the wrong type ("choice" a
+# string, "grid" of strings) must be named and ignored, and the job complete.
+TUNE_ROWS = ('tune-short', 'tune-choice-str', 'tune-grid-strings')
+OTHER = ('enospc-manifest',)
 CLUSTER_NODES, FROZEN_NODE = 3, 1
 EMULATE = os.path.join(ROOT, 'scripts', 'emulate_cluster.sh')
 # Variants of the table (algorithms.variants): rsap's node-shared rows (its default on
@@ -76,7 +115,19 @@ MESSAGES = {
     'eval-long': [r'chainermn_torus watchdog: .*'],  # none expected: the job completes
     'node-frozen': [r'chainermn_torus watchdog: .*'],
     'node-frozen-eval': [r'chainermn_torus watchdog: .*'],
+    'enospc-manifest': [r'checkpoint 4 not completed: rank 0 cannot write its manifest.*'],
+    'tune-short': [r'chainermn_torus auto: the job ended after .*'],
+    'tune-choice-str': [r'chainermn_torus auto: .* ignored, stale: .*'],
+    'tune-grid-strings': [r'chainermn_torus auto: .* ignored, stale: .*'],
 }
+for _fault in STALLS + STEP_STOPS:
+    MESSAGES[_fault] = [r'chainermn_torus watchdog: .*']
+for _fault in REFUSALS:
+    MESSAGES[_fault] = [r'chainermn_torus(\.run)?: .*']
+# Where in the job the watchdog says the rank was, by the words of runtime.node_watch.
+PHASE_WORDS = ('at start-up', 'in its first training step', 'in training step',
+               'in the checkpoint after step', 'in the evaluation after step',
+               'in the evaluation after training', 'between steps', 'after training')
 
 
 def scenarios(quick=False):
@@ -91,7 +142,16 @@ def scenarios(quick=False):
                     continue
                 rows.append((fault, comm, loader))
     rows += [(fault, 'shm', 'ours') for fault in SINGLE + CLUSTER]
+    rows += [(fault, 'shm', 'serial') for fault in STALLS]
+    rows += [(fault, comm, 'serial') for fault in STEP_STOPS for comm in STOP_COMMUNICATORS]
+    rows += [(fault, 'rsap', 'serial') for fault in REFUSALS]
+    rows += [(fault, 'auto', 'serial') for fault in TUNE_ROWS]
+    rows += [(fault, 'shm', 'serial') for fault in OTHER]
     return rows
+
+
+def ranks_of(fault):
+    return 3 if fault.endswith('-p3') else 2
 
 
 def can_run():
@@ -127,7 +187,14 @@ def _probe(comm, loader, workdir):
 
 def run_inside(fault, comm, loader, workdir):
     """One scenario; called inside the private mount namespace (see main)."""
-    size = SHM_FULL_SIZE if fault == 'shm-full' else SHM_SIZE
+    size = {'shm-full': SHM_FULL_SIZE, 'refuse-shm-room': REFUSE_SHM_SIZE}.get(fault, SHM_SIZE)
+    if fault in TUNE_ROWS:
+        _mount(size, '/dev/shm')
+        try:
+            return dict(_tune_row(fault, comm, loader, workdir), shm_size=size,
+                        checkpoint_room=None)
+        finally:
+            subprocess.run(['umount', '/dev/shm'], check=False)
     room = None
     if fault == 'ckpt-room':
         room = int(2.6 * _probe(comm, loader, workdir))
@@ -157,6 +224,40 @@ def run_inside(fault, comm, loader, workdir):
         subprocess.run(['umount', '/dev/shm'], check=False)
 
 
+def _tune_row(fault, comm, loader, workdir):
+    """A tuning row: for the wrong-typed files, a job long enough to decide (40 steps),
+    its file made wrong, then the job the row reports; for the short job, 20 steps twice
+    (the second must say the first ended before deciding)."""
+    tune = os.path.join(workdir, 'tuned')
+    env = {'CHAINERMN_TORUS_TUNE': 'on', 'CHAINERMN_TORUS_TUNE_DIR': tune,
+           'CHAINERMN_TORUS_QUIET': '0'}
+    short = {'FAULT_STEPS': '8'}  # the job's 0.4 MB of gradients: 16 calls decide
+    first = _run_job('none', comm, loader, os.path.join(workdir, 'first'),
+                     dict(env, **short) if fault == 'tune-short' else
+                     dict(env, FAULT_STEPS='40'))
+    files = sorted(os.listdir(tune)) if os.path.isdir(tune) else []
+    if fault != 'tune-short' and files:
+        path = os.path.join(tune, files[0])
+        with open(path) as f:
+            data = json.load(f)
+        if fault == 'tune-choice-str':
+            data['choice'] = 'rsap'
+        else:
+            data['choice']['grid'] = ['2', '1']
+        with open(path, 'w') as f:
+            json.dump(data, f)
+    result = _run_job('none', comm, loader, workdir, dict(env, **short))
+    result['fault'] = fault
+    result['message'] = _message(fault, result['tail'])
+    result['first_job'] = {'exit_code': first['exit_code'], 'message': first['message'],
+                           'tune_files': files}
+    if fault == 'tune-short':  # the second job: the first's record said, afresh
+        result['afresh'] = _message('tune-short', result['tail']) and \
+            'measuring afresh' in result['tail']
+        result['first_job']['message'] = _message('tune-short', first['tail'])
+    return result
+
+
 def _run_job(fault, comm, loader, workdir, extra_env=None):
     ckpt = os.path.join(workdir, 'ckpt')
     os.makedirs(ckpt, exist_ok=True)
@@ -165,13 +266,15 @@ def _run_job(fault, comm, loader, workdir, extra_env=None):
     env = dict(os.environ, OMP_NUM_THREADS='1', CHAINERMN_TORUS_QUIET='1',
                PYTHONPATH=code + os.pathsep + os.environ.get('PYTHONPATH', ''),
                CHAINERMN_TORUS_TIMELINE=timeline,
-               FAULT_MATRIX_ROW=workdir, **(extra_env or {}))  # marks this row's processes
+               FAULT_MATRIX_ROW=workdir)  # marks this row's processes
+    env.update(extra_env or {})
     job_fault = {'sigint': 'signal', 'sigterm': 'signal', 'shm-full': 'none',
                  'ckpt-room': 'none'}.get(fault, fault)
     if fault == 'ckpt-room':
         env['CHAINERMN_TORUS_QUIET'] = '0'  # the line that says what was removed first
-    if fault in ('hang', 'eval-stall') + CLUSTER:
+    if fault in ('hang', 'eval-stall') + CLUSTER + STALLS + STEP_STOPS:
         env['CHAINERMN_TORUS_WATCHDOG'] = str(WATCHDOG_S)
+        env['CHAINERMN_TORUS_WATCHDOG_STARTUP'] = str(STARTUP_S)
     if fault == 'eval-long':
         # 40 batches of 0.3 s: a 12 s evaluation under a 1 s limit, 12 x the limit (a
         # shorter limit would risk a loaded CI machine's ordinary steps)
@@ -183,7 +286,18 @@ def _run_job(fault, comm, loader, workdir, extra_env=None):
     if fault == 'shm-full':
         env['FAULT_UNITS'] = '1000'  # 3.2 MB of gradients per rank: more than is left
         env['FAULT_BATCH'] = '400'   # and 7.5 MB of loader slots
-    argv = [MPIEXEC, '-n', '2', PYTHON, WORKER, job_fault, comm, loader, ckpt]
+    job_fault = {'stop-step-p3': 'stop-step'}.get(job_fault, job_fault)
+    argv = [MPIEXEC, '-n', str(ranks_of(fault)), PYTHON, WORKER, job_fault, comm, loader, ckpt]
+    if fault in REFUSALS:
+        bad_env, args, launcher = REFUSALS[fault]
+        env.update(bad_env)
+        env.pop('CHAINERMN_TORUS_TIMELINE', None)  # the refusal rows set their own
+        if fault == 'refuse-timeline':
+            env.update(bad_env)
+        argv = [MPIEXEC, '-n', '2', PYTHON] + (['-m', 'chainermn_torus.run'] if launcher
+                                                else []) + \
+            [example(), '--epoch', '1', '--limit', '400', '--out', os.path.join(workdir, 'out')] \
+            + args
     if fault in CLUSTER:
         job_fault = {'node-frozen': 'frozen', 'node-frozen-eval': 'frozen-eval'}[fault]
         argv = ['bash', EMULATE, 'run', '2', PYTHON, WORKER, job_fault, comm, loader, ckpt]
@@ -205,6 +319,9 @@ def _run_job(fault, comm, loader, workdir, extra_env=None):
             if watch and m and fault_at[0] is None:
                 if fault in CLUSTER:
                     _signal_node(FROZEN_NODE, signal.SIGSTOP)
+                    fault_at[0] = time.time()
+                elif fault in STEP_STOPS:
+                    _stop_rank(workdir, 1)
                     fault_at[0] = time.time()
                 else:
                     fault_at[0] = float(m.group(1))
@@ -241,7 +358,7 @@ def _run_job(fault, comm, loader, workdir, extra_env=None):
     for t in threads:
         t.join()
     stdout, stderr = ''.join(out), ''.join(err)
-    if fault_at[0] is None and fault in ('shm-full', 'ckpt-room'):
+    if fault_at[0] is None and (fault in ('shm-full', 'ckpt-room') or fault in REFUSALS):
         fault_at[0] = start  # the fault is there from the start
     # Loader processes notice a dead parent within a second: up to 1.5 s for the job's
     # processes to be gone (at once where none is left), then what remains is counted.
@@ -253,7 +370,10 @@ def _run_job(fault, comm, loader, workdir, extra_env=None):
     alive = _job_processes(workdir)
     message = _message(fault, stdout + stderr)
     checkpoints, nonfinite, ckpt_bytes = _checkpoints(ckpt)
+    named_rank, named_host, named_phase = _named(message)
     return {
+        'ranks': ranks_of(fault), 'lines': _lines(stdout + stderr),
+        'named_rank': named_rank, 'named_host': named_host, 'named_phase': named_phase,
         'fault': fault, 'communicator': comm, 'loader': loader, 'exit_code': proc.returncode,
         'hung': hung, 'seconds_to_end': None if fault_at[0] is None else end - fault_at[0],
         'shm_files': left, 'shm_bytes': sum(size for _, size in left),
@@ -266,6 +386,34 @@ def _run_job(fault, comm, loader, workdir, extra_env=None):
         else named[0] - fault_at[0],
         'tail': (stdout + stderr)[-1500:],
     }
+
+
+def _lines(text):
+    """The lines a job printed beyond the MNIST example's own header."""
+    return sum(1 for line in text.splitlines() if line.strip() and not _HEADER.match(line))
+
+
+def _named(message):
+    """(rank, host, phase) the watchdog's line names, or Nones."""
+    m = re.search(r'the job waits for rank (\d+) on ([^,]+),', message)
+    if not m:
+        return None, None, None
+    phase = next((w for w in PHASE_WORDS if w in message), None)
+    return int(m.group(1)), m.group(2), phase
+
+
+def _stop_rank(workdir, rank):
+    """SIGSTOP the training process of ``rank`` in this row's job."""
+    for pid in _job_processes(workdir):
+        try:
+            with open('/proc/{}/environ'.format(pid), 'rb') as f:
+                environ = f.read().split(b'\0')
+            with open('/proc/{}/cmdline'.format(pid), 'rb') as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if 'PMI_RANK={}'.format(rank).encode() in environ and WORKER.encode() in cmdline:
+            os.kill(pid, signal.SIGSTOP)
 
 
 def _node_pids(node):
@@ -417,28 +565,50 @@ The rows after the first 45, one configuration each:
   steps or during an evaluation; time to end from the stop. The stopped node's own progress
   board is what only it could remove: reported apart, then swept (its reboot or the next
   job's start would).
+
+Issue 34's rows (watchdog 3 s, start-up limit 10 s; each stall must be named, with the
+right rank, host and phase, within its limit + 2 s):
+- `stop-startup`, `stop-checkpoint`, `stop-final-eval`: rank 1 stops itself (SIGSTOP) after
+  making its communicator, halfway through writing its checkpoint file, and at batch 3 of
+  the evaluation after training (after `watchdog.training_over()`, as the examples end);
+- `spin`: rank 1 spins in its forward of step 5, never reaching the all-reduce;
+- `stop-step`, `stop-step-p3`: the harness stops rank 1 (SIGSTOP) when rank 0 prints its
+  step-5 line, wherever rank 1 is then, with every communicator kind, at P = 2 and 3;
+- `refuse-*`: the MNIST example with one bad value (an environment variable, `--grid
+  0x2`, the launcher's `CHAINERMN_TORUS_EXPECT_RANKS=four`, a 24 MiB /dev/shm); lines
+  printed: beyond the example's own header (target: the message and at most MPI's abort
+  line);
+- `tune-short`: `auto` with `tune=on` in an 8-step job (the tuning of its 0.4 MB takes 16
+  calls), twice; `tune-choice-str`, `tune-grid-strings`: a tuned file given a field of the wrong
+  type, then a job that must name it, ignore it and complete;
+- `enospc-manifest`: rank 0's write of checkpoint 4's manifest fails (ENOSPC).
 """
 
 
 def markdown(results, machine=''):
     lines = [HEADER.format(machine=machine or os.uname().nodename),
-             '| fault | communicator | loader | exit code | time to end (s) | left in /dev/shm | '
-             'checkpoint tmp files | processes left | checkpoints (non-finite files) | '
-             'timelines complete / cut short | message shown |',
-             '|---|---|---|--:|--:|--:|--:|--:|--:|--:|---|']
+             '| fault | communicator | loader | ranks | exit code | time to end (s) | '
+             'left in /dev/shm | checkpoint tmp files | processes left | checkpoints '
+             '(non-finite files) | timelines complete / cut short | named: rank, host, phase | '
+             'lines printed | message shown |',
+             '|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|---|']
     for r in results:
         secs = '-' if r['seconds_to_end'] is None else '{:.1f}'.format(r['seconds_to_end'])
         if r.get('seconds_to_message') is not None:
             secs += ' (named {:.1f})'.format(r['seconds_to_message'])
         msg = r['message'] or ('completed (nothing to fail)' if r['completed'] else '')
         tl = r.get('timeline') or {'complete': [], 'cut': []}
-        lines.append('| {} | {} | {} | {} | {} | {} B in {} file(s) | {} | {} | {} ({}) | '
-                     '{} / {} | {} |'.format(
-                         r['fault'], r['communicator'], r['loader'], r['exit_code'], secs,
+        named = '-' if r.get('named_rank') is None else '{}, {}, {}'.format(
+            r['named_rank'], r['named_host'], r['named_phase'])
+        lines.append('| {} | {} | {} | {} | {} | {} | {} B in {} file(s) | {} | {} | {} ({}) | '
+                     '{} / {} | {} | {} | {} |'.format(
+                         r['fault'], r['communicator'], r['loader'], r.get('ranks', 2),
+                         r['exit_code'], secs,
                          r['shm_bytes'], len(r['shm_files']), len(r['checkpoint_tmp_files']),
                          len(r['processes_left']), r.get('checkpoints', '-'),
                          len(r.get('checkpoints_nonfinite', [])), len(tl['complete']),
-                         len(tl['cut']), msg.replace('|', '/')[:200]))
+                         len(tl['cut']), named, r.get('lines', '-'),
+                         msg.replace('|', '/')[:240]))
     return '\n'.join(lines)
 
 

@@ -2,6 +2,7 @@
 with the same parameters, bit for bit, as an uninterrupted one; bad resumes are explained."""
 import json
 import os
+import re
 import time
 
 import numpy
@@ -71,14 +72,23 @@ def test_resume_refuses_what_cannot_work(tmp_path):
     assert other_model.returncode != 0
     assert 'belongs to another model: array /predictor/l1/W has shape (50, 784)' \
         in other_model.stderr, other_model.stderr[-2000:]
-    other_data = train(2, tmp_path / 'o4', ck, '--limit', '1000', '--resume')
-    assert other_data.returncode != 0
-    assert 'such as --limit' in other_data.stderr and 'snapshot_iter_' in other_data.stderr, \
-        other_data.stderr[-2000:]
-    assert 'resumed from' not in other_data.stdout
+    # Other data (--limit), at the same rank count and at another: the manifest's record of
+    # the data (examples, shard order) refuses both alike, said once.
+    for nprocs in (2, 4):
+        other_data = train(nprocs, tmp_path / 'o4', ck, '--limit', '1000', '--resume')
+        assert other_data.returncode != 0
+        assert re.search(r'it was written training on 2000 examples in shard order [0-9a-f]{8} '
+                         r'and this job trains on 1000 examples in shard order [0-9a-f]{8}; '
+                         r'resume with the data it was written with', other_data.stderr), \
+            other_data.stderr[-2000:]
+        assert other_data.stderr.count('cannot resume from') == 1, other_data.stderr[-2000:]
+        assert 'resumed from' not in other_data.stdout
     other_size = train(3, tmp_path / 'o3', ck, '--resume')  # 2 x 100 over 3 ranks
     assert other_size.returncode != 0 and 'its global batch of 200 (2 ranks x 100) does not ' \
         'split evenly over 3 ranks' in other_size.stderr, other_size.stderr[-2000:]
+    # ... and says what resumes it instead: each rank's batch kept, the rate scaled.
+    assert "global batch (3 x 100 = 300): batch='scale' (the examples' --resume-batch scale)" \
+        in other_size.stderr, other_size.stderr[-2000:]
     no_dir = run_mpi(2, [EXAMPLE, '--resume', '--epoch', '1'], timeout=120)
     assert no_dir.returncode != 0 and '--resume needs --checkpoint-dir' in no_dir.stderr
 
@@ -138,7 +148,7 @@ def test_a_failed_write_leaves_no_temporary_file_and_keeps_the_previous_checkpoi
     assert proc.returncode != 0
     assert 'rank 0 cannot write checkpoint' in proc.stderr and 'No space left' in proc.stderr
     assert 'needed for the rank files of this host' in proc.stderr, proc.stderr[-2000:]
-    assert 'the latest complete checkpoint in {!r} (iteration 4) is intact'.format(str(ck)) \
+    assert 'checkpoint 4 in {!r} stays the latest (complete and intact)'.format(str(ck)) \
         in proc.stderr, proc.stderr[-2000:]
     assert json.loads((ck / 'latest.json').read_text())['iteration'] == 4
     assert not list(ck.glob('*.tmp*')), sorted(p.name for p in ck.iterdir())

@@ -34,7 +34,18 @@ PARALLEL = 3
 ROWS = ([(fault, 'shm', 'ours') for fault in fault_matrix.FAULTS]
         + [('kill', comm, 'ours') for comm in ('rsap', 'pure_allreduce')]
         + [('shm-full', 'shm', 'serial'), ('shm-full', 'rsap', 'serial')]
-        + [(fault, 'shm', 'ours') for fault in fault_matrix.SINGLE + ('node-frozen',)])
+        + [(fault, 'shm', 'ours') for fault in fault_matrix.SINGLE + ('node-frozen',)]
+        # Issue 34: a rank stopped or spinning in every phase; mid-step at P = 2 and 3 with
+        # a window, a node-shared segment and ChainerMN's naive; refusals of the three
+        # kinds of entry (the example's own option, the launcher, /dev/shm's room); the
+        # tuning's memory; the manifest's full disk.
+        + [(fault, 'shm', 'serial') for fault in fault_matrix.STALLS]
+        + [('stop-step', 'shm', 'serial'), ('stop-step', 'naive', 'serial'),
+           ('stop-step-p3', 'rsap', 'serial')]
+        + [(fault, 'rsap', 'serial') for fault in ('refuse-grid-option', 'refuse-expect-ranks',
+                                                   'refuse-shm-room')]
+        + [('tune-short', 'auto', 'serial'), ('tune-choice-str', 'auto', 'serial')]
+        + [('enospc-manifest', 'shm', 'serial')])
 # Faults after a few recorded steps: every rank's timeline is there, whole or cut short.
 TIMELINED = ('raise', 'kill', 'loader-death', 'hang', 'mean-overflow', 'diverge', 'eval-stall')
 # Every other row of the matrix, and why it is left to `make fault-matrix` (all 53 rows,
@@ -52,11 +63,23 @@ WHY_LEFT_OUT = {
     'frozen-eval': 'a node frozen during an evaluation: the silent node is found the same way '
                    'as during steps (node-frozen), and an evaluation\'s own clock by '
                    'eval-stall and eval-long (20 s of an emulated cluster in the full tier)',
+    'stop-step': 'a rank stopped mid-step with another communicator kind or rank count: the '
+                 'process state names it whatever the collective (three of the ten run here)',
+    'refuse': 'a bad environment variable given to the example: tests/test_refusals.py gives '
+              'every variable of the table its bad value in a job of its own',
+    'tune': 'the other wrong-typed field: the field checks are unit-tested '
+            '(tests/communicators/test_tune.py)',
 }
 
 
 def why_left_out(row):
     fault, comm, loader = row
+    if fault in fault_matrix.STEP_STOPS:
+        return WHY_LEFT_OUT['stop-step']
+    if fault in fault_matrix.REFUSALS:
+        return WHY_LEFT_OUT['refuse']
+    if fault in fault_matrix.TUNE_ROWS:
+        return WHY_LEFT_OUT['tune']
     if fault == 'node-frozen-eval':
         return WHY_LEFT_OUT['frozen-eval']
     if row == ('shm-full', 'pure_allreduce', 'serial'):
@@ -72,9 +95,10 @@ def test_every_row_is_run_or_left_out_with_its_reason():
     matrix = fault_matrix.scenarios()
     assert set(ROWS) <= set(matrix) and len(set(ROWS)) == len(ROWS)
     left = {row: why_left_out(row) for row in matrix if row not in ROWS}
-    assert len(ROWS) + len(left) == len(matrix) == 53
-    assert set(f for f, _, _ in ROWS) == set(fault_matrix.FAULTS + fault_matrix.SINGLE
-                                             + ('node-frozen',))
+    assert len(ROWS) + len(left) == len(matrix) == 81
+    run_here = set(f for f, _, _ in ROWS)
+    assert run_here >= set(fault_matrix.FAULTS + fault_matrix.SINGLE + fault_matrix.STALLS
+                           + fault_matrix.STEP_STOPS + fault_matrix.OTHER + ('node-frozen',))
 
 
 @pytest.fixture(scope='module')
@@ -112,6 +136,30 @@ def test_fault_ends_the_job_with_its_message_and_leaves_nothing(results, fault, 
         assert sorted(tl['complete'] + tl['cut']) == list(range(6)), tl
     if fault in ('hang', 'eval-stall'):
         assert 'the job waits for rank 1 on ' in r['message'], r['message']
+    if fault in fault_matrix.TUNE_ROWS:  # named, and the job goes on
+        assert r['exit_code'] == 0 and r['completed'], r['tail']
+        if fault == 'tune-short':  # both jobs say it; the second measured afresh
+            assert 'before the tuning decided' in r['first_job']['message'], r
+            assert 'before the tuning decided' in r['message'] and r['afresh'], r['tail']
+        else:
+            assert "ignored, stale: field 'choice' is 'rsap'" in r['message'], r['message']
+        return
+    if fault in fault_matrix.STALLS + fault_matrix.STEP_STOPS:
+        # The rank that holds the others up, its host and phase, within the limit + 2 s
+        # (a stopped process: the step limit in any phase, start-up included).
+        phase = {'stop-startup': 'at start-up', 'stop-checkpoint': 'in the checkpoint after step',
+                 'stop-final-eval': 'in the evaluation after training',
+                 'spin': 'in training step'}.get(fault)
+        assert (r['named_rank'], r['named_host']) == (1, os.uname().nodename), r['message']
+        assert phase is None or r['named_phase'] == phase, (phase, r['message'])
+        assert r['seconds_to_message'] < fault_matrix.WATCHDOG_S + 2, r['seconds_to_message']
+        state = 'computing outside communication' if fault == 'spin' else 'stopped (process'
+        assert state in r['message'], r['message']
+    if fault in fault_matrix.REFUSALS:  # the message, and at most MPI's abort line
+        assert r['lines'] <= 2, r['tail']
+    if fault == 'enospc-manifest':  # checkpoint 2 stays the latest, named
+        assert r['checkpoints'] == 1 and "checkpoint 2 in '" in r['tail'] and \
+            'stays the latest' in r['tail'], r['tail']
     assert not r['completed'] and r['exit_code'] != 0, r['tail']
     if fault == 'shm-full' and MPI == 'impi':
         # Intel MPI maps its own intra-node segments (unlinked at once) in the same 3 MB

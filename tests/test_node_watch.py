@@ -14,14 +14,15 @@ class FakeBoard(object):
     def limit(self, phase, first_step=False):
         if phase == pb.STARTUP or (phase == pb.STEP and first_step):
             return self.startup_s
-        return {pb.STEP: 3.0, pb.EVALUATION: 3.0, pb.BETWEEN: 30.0, pb.AFTER: 30.0,
-                pb.CHECKPOINT: 30.0}.get(phase)
+        return {pb.STEP: 3.0, pb.EVALUATION: 3.0, pb.FINAL_EVALUATION: 3.0, pb.BETWEEN: 30.0,
+                pb.AFTER: 30.0, pb.CHECKPOINT: 30.0}.get(phase)
 
 
 def row(rank, finished, phase, age, count=0, state='S', call=None, call_age=None, calls=0,
         held=0.0, bg_call=None):
     """A rank as a heartbeat carries it; ``call``: the name of the call it is in."""
-    order = {pb.BETWEEN: 0, pb.EVALUATION: 1, pb.CHECKPOINT: 2, pb.STEP: 3, pb.AFTER: 4}
+    order = {pb.BETWEEN: 0, pb.EVALUATION: 1, pb.CHECKPOINT: 2, pb.STEP: 3, pb.AFTER: 4,
+             pb.FINAL_EVALUATION: 5}
     pos = [-1, 0, 0] if phase == pb.STARTUP else [finished, order.get(phase, 0), count]
     return list(nw.Seen(rank, pos, phase, age, state, int(call is not None),
                         pb.call_code(call) if call else 0,
@@ -129,6 +130,24 @@ def test_a_rank_in_an_earlier_call_than_the_others_is_named():
              row(1, 9, pb.STEP, 5.0, call='MPI bcast', calls=1)]
     text = judge(local)
     assert 'the job waits for rank 1 on node0, waiting in MPI bcast' in text, text
+
+
+def test_a_rank_past_its_limit_while_the_others_still_work_is_named():
+    # Rank 1 asleep at batch 3 of an evaluation; rank 0 still evaluating its own batches
+    # (no one waits in a call yet): the rank past its limit is the one.
+    local = [row(0, 4, pb.EVALUATION, 0.2, count=14, state='R'),
+             row(1, 4, pb.EVALUATION, 3.5, count=3)]
+    text = judge(local)
+    assert 'the job waits for rank 1 on node0, outside communication, blocked' in text, text
+    assert 'in the evaluation after step 4 (batch 3)' in text, text
+
+
+def test_the_evaluation_after_training_is_named_as_such():
+    local = [row(0, 50, pb.FINAL_EVALUATION, 3.5, count=40, call='allreduce_obj'),
+             row(1, 50, pb.FINAL_EVALUATION, 3.6, count=3, state='T', held=3.4)]
+    text = judge(local)
+    assert 'rank 1 on node0, stopped' in text and 'in the evaluation after training ' \
+        '(batch 3)' in text, text
 
 
 def test_every_rank_computing_is_no_rank_to_blame():

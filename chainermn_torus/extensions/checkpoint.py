@@ -354,7 +354,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
     def save(self, trainer):
         dog = watchdog.active()  # a checkpoint has its own clock (runtime.watchdog)
         if dog is not None:
-            dog.checkpoint()
+            dog.checkpoint(self.directory)
         try:
             self._save(trainer)
         finally:
@@ -465,8 +465,8 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         complete = [it for it, _ in self._manifests()]
         if not complete:
             return 'no earlier checkpoint was completed in {!r}'.format(self.directory)
-        return 'the latest complete checkpoint in {!r} (iteration {}) is intact'.format(
-            self.directory, complete[0])
+        return 'checkpoint {} in {!r} stays the latest (complete and intact)'.format(
+            complete[0], self.directory)
 
     def _refuse_nonfinite(self, arrays, iteration):
         """A diverged state is never written: it would become what --auto-resume loads."""

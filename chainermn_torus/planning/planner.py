@@ -21,6 +21,7 @@ import os
 import numpy
 
 from chainermn_torus import config
+from chainermn_torus.errors import ConfigError
 from chainermn_torus.algorithms import variants
 from chainermn_torus.algorithms.gradient_sets import MODEL_BYTES
 
@@ -63,7 +64,7 @@ class Network(object):
     def from_dict(cls, d, where='network file'):
         missing = [f for f in cls.FIELDS if f not in d]
         if missing:
-            raise ValueError('chainermn_torus: {} lacks {}; it needs {}'.format(
+            raise ConfigError('chainermn_torus: {} lacks {}; it needs {}'.format(
                 where, ', '.join(missing), ', '.join(cls.FIELDS)))
         return cls(d.get('name', where), *[d[f] for f in cls.FIELDS], source=d.get('source', ''),
                    beta_put=d.get('beta_put'), fence_inter=d.get('fence_inter'),
@@ -108,15 +109,16 @@ def load_network(name_or_path=None):
     if name_or_path in PRESETS:
         return PRESETS[name_or_path]
     if not os.path.isfile(name_or_path):
-        raise ValueError('chainermn_torus: network {!r} is neither a preset ({}) nor a file; '
-                         'run `chainermn-torus calibrate` under mpiexec to measure one, or '
-                         'give --alpha/--beta'.format(name_or_path, ', '.join(sorted(PRESETS))))
+        raise ConfigError('chainermn_torus: network {!r} is neither a preset ({}) nor a '
+                          'file; run `chainermn-torus calibrate` under mpiexec to measure one, '
+                          'or give --alpha/--beta'.format(name_or_path,
+                                                          ', '.join(sorted(PRESETS))))
     with open(name_or_path) as f:
         try:
             data = json.load(f)
         except ValueError as e:
-            raise ValueError('chainermn_torus: network file {} is not JSON: {}'.format(
-                name_or_path, e))
+            raise ConfigError('chainermn_torus: network file {} is not JSON: {}'.format(
+                name_or_path, e)) from None
     return Network.from_dict(data, where=name_or_path)
 
 
@@ -131,14 +133,14 @@ def model_bytes(model):
             with numpy.load(model, allow_pickle=False) as z:
                 total = sum(z[k].size * 4 for k in z.files if z[k].dtype.kind == 'f')
         except (ValueError, OSError, EOFError, AttributeError, TypeError) as e:
-            raise ValueError('chainermn_torus: {} is not an .npz snapshot of a model (numpy '
-                             'says: {}); give resnet50, mlp, a byte count or an .npz '
-                             'file'.format(model, e)) from None
+            raise ConfigError('chainermn_torus: {} is not an .npz snapshot of a model (numpy '
+                              'says: {}); give resnet50, mlp, a byte count or an .npz '
+                              'file'.format(model, e)) from None
         if total == 0:
-            raise ValueError('chainermn_torus: {} holds no float arrays'.format(model))
+            raise ConfigError('chainermn_torus: {} holds no float arrays'.format(model))
         return total
-    raise ValueError('chainermn_torus: model must be {}, a byte count or an .npz file; got '
-                     '{!r}'.format(', '.join(sorted(MODEL_BYTES)), model))
+    raise ConfigError('chainermn_torus: model must be {}, a byte count or an .npz file; got '
+                      '{!r}'.format(', '.join(sorted(MODEL_BYTES)), model))
 
 
 def predict(algorithm, nodes, R, nbytes, net, grid=None):

@@ -34,9 +34,12 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
+
+import chainer
 
 from chainermn_torus import config
-from chainermn_torus.errors import Refusal
+from chainermn_torus.errors import ConfigError, Refusal
 from chainermn_torus.runtime import devshm, report, timeline
 
 __all__ = ['install', 'ABORT_DELAY_S', 'Terminated', 'TERM_GRACE_S']
@@ -62,7 +65,7 @@ def _hook(exctype, value, tb):
             os.write(_wakeup[0], _ABORTING)
         except OSError:
             pass
-    if isinstance(value, Refusal) and not config.env('debug')[0]:
+    if isinstance(value, Refusal) and not _setting('debug'):
         return _refuse(value)
     from mpi4py import MPI
     if MPI.COMM_WORLD.Get_size() < 2:  # one process: Python's own report, nothing to end
@@ -80,9 +83,25 @@ def _hook(exctype, value, tb):
                 rank, socket.gethostname(), exctype.__name__, value))
         sys.stdout.flush()
         timeline.emergency_flush()  # MPI_Abort skips atexit, where it is written otherwise
-        devshm.unlink_mpi_segments()  # MPI_Abort skips MPI_Finalize, which would remove it
+        _unlink_mpi_segments()  # MPI_Abort skips MPI_Finalize, which would remove it
         time.sleep(ABORT_DELAY_S)
         MPI.COMM_WORLD.Abort(1)
+
+
+def _setting(key):
+    """A flag read while ending the job: a bad value is the default here (the refusal of it
+    is what is being said, or is said where the setting is used)."""
+    try:
+        return config.env(key)[0]
+    except ConfigError:
+        return config.SETTINGS[key].default
+
+
+def _unlink_mpi_segments():
+    try:
+        devshm.unlink_mpi_segments()
+    except ConfigError:  # CHAINERMN_TORUS_KEEP_MPI_SHM with a bad value: keep them
+        pass
 
 
 def said_once(text):
@@ -135,7 +154,7 @@ def _refuse(value):
         _say_others(world, {message}, time.monotonic() + ABORT_DELAY_S)
     sys.stdout.flush()
     timeline.emergency_flush()
-    devshm.unlink_mpi_segments()
+    _unlink_mpi_segments()
     if world.Get_size() < 2:
         return  # one process: Python exits with status 1 once the hook returns
     world.Abort(1)
@@ -161,16 +180,48 @@ def _say_others(world, said, deadline):
             report.line(refusal_line(message, status.Get_source(), host))
 
 
+_TRAINER_RUN = []  # Chainer's Trainer.run, once ours wraps it
+
+
+def _trainer_says_no_refusal():
+    """Chainer's Trainer.run prints every exception of the loop with its traceback on every
+    rank before finalizing (so that a finalizer that hangs does not hide it). A refusal's
+    traceback says nothing its message does not, and the hook says the message once: the
+    loop runs with that print off, and prints it itself, after finalizing, for every other
+    exception, in Chainer's words (``show_loop_exception_msg=False`` still silences it)."""
+    if _TRAINER_RUN:
+        return
+    trainer = chainer.training.Trainer
+    original = trainer.run
+    _TRAINER_RUN.append(original)
+
+    def run(self, show_loop_exception_msg=True):
+        try:
+            return original(self, show_loop_exception_msg=False)
+        except Exception as e:
+            if show_loop_exception_msg and not isinstance(e, Refusal):
+                report.line('Exception in main training loop: {}\nTraceback (most recent call '
+                            'last):\n{}Finalized trainer extensions and updater before '
+                            'reraising the exception.'.format(
+                                e, ''.join(traceback.format_tb(e.__traceback__))))
+            raise
+    run.__doc__ = original.__doc__
+    trainer.run = run
+
+
 def install():
     """Install the hook (idempotent). With one rank it only says refusals in their line:
     there is no job to end and SIGTERM ends the process as usual."""
     from mpi4py import MPI
     if _installed or not MPI.Is_initialized():
         return  # e.g. a loader process (MPI4PY_RC_INITIALIZE=false): no MPI there
-    if config.env('no_abort')[0]:
+    if _setting('no_abort'):
         return
     _installed.append(sys.excepthook)
     sys.excepthook = _hook
+    _trainer_says_no_refusal()
+    for key in ('no_abort', 'debug'):
+        config.env(key)  # a bad value is refused now, in one line, by the hook above
     if MPI.COMM_WORLD.size > 1:
         _catch_sigterm()
 

@@ -10,7 +10,7 @@ import os
 import re
 import socket
 
-__all__ = ['atomic_write', 'tmp_name', 'TMP_PATTERN']
+__all__ = ['atomic_write', 'tmp_name', 'TMP_PATTERN', 'remove_temporary']
 
 TMP_PATTERN = re.compile(r'^(?P<final>.+)\.tmp\.(?P<host>[^.]+(?:\.[^.]+)*)\.(?P<pid>\d+)$')
 
@@ -38,3 +38,24 @@ def atomic_write(path, write, before_rename=None, *, mode='wb', tmp=None):
         except OSError:
             pass
         raise
+
+
+def remove_temporary(directory, pid, host=None):
+    """Remove the temporary files process ``pid`` of ``host`` (default this one) left in
+    ``directory``: for one that ended it (the watchdog's kill of a stalled writer).
+    Returns the names removed."""
+    host = host or socket.gethostname()
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in names:
+        m = TMP_PATTERN.match(name)
+        if m and m.group('host') == host and int(m.group('pid')) == pid:
+            try:
+                os.remove(os.path.join(directory, name))
+                removed.append(name)
+            except OSError:
+                pass
+    return removed

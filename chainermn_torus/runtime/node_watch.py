@@ -47,6 +47,7 @@ import time
 import psutil
 
 from chainermn_torus.runtime import devshm, progress_board as pb
+from chainermn_torus.runtime.atomic import remove_temporary
 
 __all__ = ['judge', 'main', 'RING', 'MAX_ALL']
 
@@ -54,16 +55,6 @@ RING = 4       # beyond MAX_ALL nodes, the nodes that watch each node
 MAX_ALL = 32   # up to this many nodes, every watcher hears every other
 ENV = 'CHAINERMN_TORUS_WATCHDOG'
 STARTUP_ENV = 'CHAINERMN_TORUS_WATCHDOG_STARTUP'
-
-
-def addresses():
-    """This node's IPv4 addresses, loopback last (a one-node job still reaches itself)."""
-    found = []
-    for addrs in psutil.net_if_addrs().values():
-        for a in addrs:
-            if a.family == socket.AF_INET and a.address not in found:
-                found.append(a.address)
-    return sorted(found, key=lambda a: a.startswith('127.'))
 
 
 def monitored(me, n):
@@ -150,6 +141,8 @@ def _where(phase, pos):
         if finished == 0:
             return 'in an evaluation before its first step (batch {})'.format(count)
         return 'in the evaluation after step {} (batch {})'.format(finished, count)
+    if phase == pb.FINAL_EVALUATION:
+        return 'in the evaluation after training (batch {})'.format(count)
     if phase == pb.CHECKPOINT:
         return 'in the checkpoint after step {}'.format(finished)
     if phase == pb.BETWEEN:
@@ -189,7 +182,7 @@ def _limit_text(board, phase, seen, why):
     if phase == pb.STARTUP or (phase == pb.STEP and _first_step(seen)):
         return 'start-up limit {:g} s, set by {} (default: the larger of 900 s and the ' \
             'step limit)'.format(board.startup_s, STARTUP_ENV)
-    if phase in (pb.STEP, pb.EVALUATION):
+    if phase in (pb.STEP, pb.EVALUATION, pb.FINAL_EVALUATION):
         return 'limit {:g} s per step or evaluation batch, set by {}'.format(
             board.limit_s, ENV)
     return 'limit {:g} s between steps, in checkpoints and after training ({} x {})'.format(
@@ -281,7 +274,7 @@ def judge(board, host, local, peers, now, silent_s):
         if len(silent) > 8:
             cause += '; and {} more node(s)'.format(len(silent) - 8)
         return _line(cause, limits, observer, host, None)
-    culprits = _culprits(active)
+    culprits = _culprits(active, board)
     if culprits is None:
         return _line(_no_culprit(active), limits, observer, host, None)
     waiting = [(s, h) for s, h in active if s.inside and (s, h) not in culprits]
@@ -291,7 +284,7 @@ def judge(board, host, local, peers, now, silent_s):
     return _line(cause, limits, observer, host, culprits)
 
 
-def _culprits(active):
+def _culprits(active, board):
     """The ranks the others wait for, or None when no rank holds the others up."""
     broken = [e for e in active if e[0].state in BROKEN]
     if broken:
@@ -305,6 +298,12 @@ def _culprits(active):
         behind = [e for e in waiting if (tuple(e[0].pos), e[0].calls) == low]
         if len(behind) < len(waiting):
             return sorted(behind, key=lambda e: e[0].rank)
+        return None
+    # No rank in a call: the ones past their own limit are stuck in their work, unless
+    # every rank is (then no rank holds the others up).
+    late = [e for e in active if _trigger(board, e[0])]
+    if late and len(late) < len(active):
+        return sorted(late, key=lambda e: (tuple(e[0].pos), e[0].rank))
     return None
 
 
@@ -542,10 +541,15 @@ class Watcher(object):
         return (now - self._deferred) / 1e9 < 2 * self.period
 
     def end(self):
-        pids = [int(r[pb.PID]) for r in self.board.rows()
-                if r[pb.PID] and r[pb.PHASE] != pb.FINISHED]
+        rows = self.board.rows()
+        live = [i for i, r in enumerate(rows) if r[pb.PID] and r[pb.PHASE] != pb.FINISHED]
+        pids = [int(rows[i][pb.PID]) for i in live]
+        writing = [(int(rows[i][pb.PID]), self.board.writing_to(i)) for i in live]
         self.board.close(remove=True)
         _end_ranks(pids)
+        for pid, directory in writing:  # a writer killed halfway leaves nothing behind
+            if directory and not devshm.pid_alive(pid):
+                remove_temporary(directory, pid)
         # The launcher reads this process's stdout and stderr (the leader rank's, inherited)
         # until they close: let go of them before waiting for it.
         devnull = os.open(os.devnull, os.O_RDWR)

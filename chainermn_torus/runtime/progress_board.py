@@ -6,6 +6,9 @@ of, with plain stores, and that the node's watcher process (``runtime.node_watch
 Reading needs nothing from the ranks, not even that they run: a rank stopped by a signal,
 stuck in a system call or waiting in MPI with the GIL held leaves its last row there.
 
+After the rows, each rank has ``PATH_BYTES`` for the directory it writes a checkpoint to
+while it does: the watcher removes a killed writer's temporary files there.
+
 A row (int64): world rank, pid, steps finished, phase, progress count within the phase
 (evaluation batches), the time of the last progress (CLOCK_MONOTONIC ns, one clock for every
 process of the node), and the rank's communication: for the main thread, the calls entered
@@ -24,21 +27,23 @@ import numpy
 from chainermn_torus.runtime import devshm
 
 __all__ = ['Board', 'PHASES', 'STARTUP', 'STEP', 'BETWEEN', 'EVALUATION', 'CHECKPOINT',
-           'AFTER', 'FINISHED', 'now_ns', 'position', 'CALLS', 'call_code', 'call_name']
+           'AFTER', 'FINISHED', 'FINAL_EVALUATION', 'now_ns', 'position', 'CALLS', 'call_code',
+           'call_name']
 
 MAGIC = 0x63_6d_74_77_61_74_63_69  # "cmtwatci": rows with the communication columns
 HEADER = 8
 (RANK, PID, FINISHED_STEPS, PHASE, COUNT, PROGRESS_NS, CALLS_MADE, INSIDE, CALL, CALL_NS,
  BG_CALLS, BG_INSIDE, BG_CALL) = range(13)
 ROW = 13
+PATH_BYTES = 1024  # per rank: the checkpoint directory being written (UTF-8, NUL-padded)
 
-STARTUP, STEP, BETWEEN, EVALUATION, CHECKPOINT, AFTER, FINISHED = range(7)
+STARTUP, STEP, BETWEEN, EVALUATION, CHECKPOINT, AFTER, FINISHED, FINAL_EVALUATION = range(8)
 PHASES = {STARTUP: 'start-up', STEP: 'a training step', BETWEEN: 'between steps',
           EVALUATION: 'evaluation', CHECKPOINT: 'a checkpoint', AFTER: 'after training',
-          FINISHED: 'done'}
+          FINAL_EVALUATION: 'the evaluation after training', FINISHED: 'done'}
 # Within the stretch after step N, the order a rank goes through: a rank further on in it
 # has done more (a stopped rank is the one furthest behind).
-_ORDER = {BETWEEN: 0, EVALUATION: 1, CHECKPOINT: 2, STEP: 3, AFTER: 4}
+_ORDER = {BETWEEN: 0, EVALUATION: 1, CHECKPOINT: 2, STEP: 3, AFTER: 4, FINAL_EVALUATION: 5}
 
 # The communication calls a rank can be in, by the name the watcher says: ChainerMN's
 # communicator API, the optimizer's waits for its thread, and mpi4py's own methods (a script
@@ -95,6 +100,7 @@ class Board(object):
             raise ValueError('chainermn_torus: {} is not a progress board'.format(path))
         self.slots = int(self.array[1])
         self.outside = int(self.array[3])
+        self._paths = 8 * (HEADER + ROW * self.slots)  # byte offset of the path area
 
     # The limits are read at every look: a multi-node optimizer made with watchdog=S after
     # the job's watchdog started sets its own (``set_limits``).
@@ -117,7 +123,7 @@ class Board(object):
     @classmethod
     def create(cls, slots, limit_s, outside, startup_s=None):
         path = os.path.join(devshm.SHM_DIR, cls.name())
-        nbytes = 8 * (HEADER + ROW * slots)
+        nbytes = 8 * (HEADER + ROW * slots) + PATH_BYTES * slots
         devshm.check_room(devshm.pages(nbytes), 'the watchdog\'s progress board')
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
@@ -137,13 +143,25 @@ class Board(object):
     def rows(self):
         return [self.row(i).copy() for i in range(self.slots)]
 
+    def set_writing_to(self, i, path):
+        """Position i's directory being written to ('' once done; too long: not kept)."""
+        data = os.fsencode(path or '')
+        if len(data) >= PATH_BYTES:
+            data = b''
+        at = self._paths + i * PATH_BYTES
+        self._map[at:at + PATH_BYTES] = data.ljust(PATH_BYTES, b'\0')
+
+    def writing_to(self, i):
+        at = self._paths + i * PATH_BYTES
+        return os.fsdecode(bytes(self._map[at:at + PATH_BYTES]).split(b'\0', 1)[0])
+
     def limit(self, phase, first_step=False):
         """Seconds without progress a phase may take: start-up (to the end of the first
         step) its own limit; a step, or an evaluation batch, the limit; between steps, in a
         checkpoint and after training, ``outside`` times it."""
         if phase == STARTUP or (phase == STEP and first_step):
             return self.startup_s
-        if phase in (STEP, EVALUATION):
+        if phase in (STEP, EVALUATION, FINAL_EVALUATION):
             return self.limit_s
         if phase in (BETWEEN, CHECKPOINT, AFTER):
             return self.limit_s * self.outside

@@ -46,12 +46,13 @@ import subprocess
 import sys
 import threading
 
+import psutil
+
 from chainer.training.extensions import Evaluator
 
 from chainermn_torus import config
 from chainermn_torus.runtime import call_marks, progress_board as pb
 from chainermn_torus.errors import Unsupported
-from chainermn_torus.runtime.node_watch import addresses
 
 __all__ = ['Watchdog', 'attach', 'set_default', 'WATCHDOG_ENV', 'STARTUP_ENV',
            'OUTSIDE_FACTOR', 'STARTUP_S', 'active', 'startup_limit', 'in_call']
@@ -175,6 +176,7 @@ class Watchdog(object):
         problem, path = node.bcast((problem, path))
         if problem is None:
             self._board = pb.Board(path)
+            self._slot = node.rank
             row = self._board.row(node.rank)
             row[pb.RANK], row[pb.PID] = comm.rank, os.getpid()
             row[pb.PROGRESS_NS] = pb.now_ns()
@@ -261,13 +263,19 @@ class Watchdog(object):
 
     def evaluation(self, batch):
         """Evaluation batch ``batch`` (0: the evaluation starts)."""
-        self._mark(pb.EVALUATION, batch)
+        self._mark(pb.FINAL_EVALUATION if self._over else pb.EVALUATION, batch)
 
-    def checkpoint(self):
+    def checkpoint(self, directory=None):
+        """A checkpoint begins, written to ``directory`` (where the watcher removes this
+        rank's temporary files if it has to end the job meanwhile)."""
+        if directory and self._row is not None:
+            self._board.set_writing_to(self._slot, os.path.abspath(directory))
         self._mark(pb.CHECKPOINT)
 
     def between(self):
         """Back to the work between steps (an evaluation or a checkpoint ended)."""
+        if self._row is not None and self._row[pb.PHASE] == pb.CHECKPOINT:
+            self._board.set_writing_to(self._slot, '')
         self._mark(self._base())
 
     def training_over(self):
@@ -295,6 +303,16 @@ class Watchdog(object):
             self._watcher = None
         if self in _ACTIVE:
             _ACTIVE.remove(self)
+
+
+def addresses():
+    """This node's IPv4 addresses, loopback last (a one-node job still reaches itself)."""
+    found = []
+    for addrs in psutil.net_if_addrs().values():
+        for a in addrs:
+            if a.family == socket.AF_INET and a.address not in found:
+                found.append(a.address)
+    return sorted(found, key=lambda a: a.startswith('127.'))
 
 
 def _host():

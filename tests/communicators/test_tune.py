@@ -120,6 +120,55 @@ def test_memory_round_trip_and_what_is_ignored(tmp_path):
     assert 'unreadable' in memory.load(key, 4, str(tmp_path))[3]
 
 
+def test_memory_checks_each_field_type_and_names_the_wrong_one(tmp_path):
+    # Valid JSON with a field of another type is stale, named, not a crash (issue 34: a
+    # hand-edited "choice": "rsap" ended the job with AttributeError).
+    key = _key()
+    choice = {'algorithm': 'rsaa', 'grid': (2, 2), 'segment_bytes': 1 << 20}
+    path = memory.save(key, choice, {'chosen_ms': 1.0}, str(tmp_path))
+    with open(path) as f:
+        data = json.load(f)
+    for change, words in [
+            ({'choice': 'rsap'}, "field 'choice' is 'rsap'"),
+            ({'choice': dict(data['choice'], grid=['2', '2'])},
+             "choice.grid is ['2', '2'], not two positive integers"),
+            ({'choice': dict(data['choice'], grid=[2])}, 'choice.grid is [2]'),
+            ({'choice': dict(data['choice'], algorithm=7)}, 'choice.algorithm is 7'),
+            ({'choice': dict(data['choice'], segment_bytes='4MB')},
+             "choice.segment_bytes is '4MB', not an integer"),
+            ({'key': ['nodes', 2]}, "field 'key' is"),
+            ({'figures': 'fast'}, "field 'figures' is 'fast'"),
+            ({'figures': {'chosen_ms': '1.0'}}, "figures.chosen_ms is '1.0', not a number"),
+            ({'written': 12}, "field 'written' is 12")]:
+        with open(path, 'w') as f:
+            json.dump(dict(data, **change), f)
+        got, _, _, message = memory.load(key, 4, str(tmp_path))
+        assert got is None and message.startswith(path + ' ignored, stale: ') and \
+            words in message, (change, message)
+    with open(path, 'w') as f:
+        json.dump([1, 2], f)
+    assert 'stale: file format None' in memory.load(key, 4, str(tmp_path))[3]
+
+
+def test_a_job_that_ends_before_deciding_is_recorded_and_the_next_measures_afresh(tmp_path):
+    key = _key()
+    path = memory.save_partial(key, 4, 7, 12, str(tmp_path))
+    got, _, _, message = memory.load(key, 4, str(tmp_path))
+    assert got is None and 'a job of this shape ended on ' in message and \
+        'after 7 gradient call(s), before the tuning decided: measuring afresh' in message
+    # A decided choice is never replaced by a record of a shorter job (tune='again').
+    choice = {'algorithm': 'rsaa', 'grid': (2, 2), 'segment_bytes': 1 << 20}
+    memory.save(key, choice, {'chosen_ms': 1.0}, str(tmp_path))
+    assert memory.save_partial(key, 4, 3, 12, str(tmp_path)) is None
+    assert memory.load(key, 4, str(tmp_path))[0] == choice
+    # Over a file it could not use (another key's), the record is written.
+    with open(path) as f:
+        data = json.load(f)
+    with open(path, 'w') as f:
+        json.dump(dict(data, format=0), f)
+    assert memory.save_partial(key, 4, 3, 12, str(tmp_path)) == path
+
+
 def test_signature_tells_models_and_transfer_dtypes_apart():
     a = [('l1/W', (3, 4), numpy.dtype('float32'))]
     assert memory.signature(a, numpy.float32) == memory.signature(list(a), numpy.float32)

@@ -31,9 +31,19 @@ processes) or a SerialIterator ('serial'). COMMUNICATOR is a variant of the tabl
                  the harness stops the node
   frozen-eval    the same with eval-long's evaluation after step 4; rank 0 prints
                  EVALUATION at its first batch, when the harness stops the node
-  none           nothing: trains 20 steps and reports OK
+  stop-startup   rank 1 stops itself (SIGSTOP) after its communicator is made, before the
+                 data is scattered: the watchdog's start-up
+  stop-checkpoint  rank 1 stops itself halfway through writing its file of checkpoint 6
+  stop-final-eval  training ends at step 6; in the evaluation after it (the script's final
+                 one, after watchdog.training_over()) rank 1 stops itself at batch 3
+  spin           rank 1 spins in its forward of step 5 (computing, never reaching the
+                 all-reduce)
+  enospc-manifest  rank 0's write of checkpoint 4's manifest fails with ENOSPC halfway
+  none           nothing: trains FAULT_STEPS (20) steps and reports OK
 
-Rank 0 prints ``FAULT <time.time()>`` just before the fault (for the time to the end).
+Rank 0 prints ``FAULT <time.time()>`` just before the fault (for the time to the end), or
+the rank that faults where only it can.  The harness stops ranks from outside for the
+'frozen' rows (every process of a node) and, at ``FAULT``, for its rank-stop rows.
 """
 import os
 import signal
@@ -47,6 +57,8 @@ from chainer import training
 import chainermn
 import chainermn_torus
 from chainermn_torus.algorithms import variants
+from chainermn_torus.extensions import checkpoint as checkpoint_mod
+from chainermn_torus.runtime import watchdog
 from chainermn_torus.datasets.mnist import load_mnist_idx
 from chainermn_torus.extensions.checkpoint import MultiNodeCheckpointer
 from chainermn_torus.models import MLP
@@ -57,6 +69,40 @@ UNITS = int(os.environ.get('FAULT_UNITS', '100'))
 BATCH = int(os.environ.get('FAULT_BATCH', '50'))
 STEP_SLEEP = float(os.environ.get('FAULT_STEP_SLEEP', '0'))
 EVAL_BATCH_S = float(os.environ.get('EVAL_BATCH_S', '0.3'))
+STEPS = int(os.environ.get('FAULT_STEPS', '20'))
+STEP = [0]  # training steps finished (the Fault extension counts them)
+
+
+def fault_now():
+    print('FAULT {!r}'.format(time.time()), flush=True)
+
+
+def stop_self():
+    """Stopped as a debugger or a signal would (process state T), not asleep."""
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def inject_checkpoint_faults(rank):
+    """The checkpoint faults, injected here (test code) around the module's atomic writes."""
+    write = checkpoint_mod.atomic_write
+
+    def faulty(path, writer, *args, **kwargs):
+        name = os.path.basename(path)
+        if FAULT == 'enospc-manifest' and rank == 0 and name == 'manifest_iter_4.json':
+            def full(f):
+                f.write(b'{"iteration": 4, ')  # half a manifest, as a full disk leaves
+                fault_now()
+                raise OSError(28, 'No space left on device')
+            return write(path, full, *args, **kwargs)
+        if FAULT == 'stop-checkpoint' and rank == 1 and name.startswith('snapshot_iter_6.'):
+            def stopped(f):
+                f.write(b'\0' * 4096)
+                fault_now()
+                stop_self()
+                writer(f)
+            return write(path, stopped, *args, **kwargs)
+        return write(path, writer, *args, **kwargs)
+    checkpoint_mod.atomic_write = faulty
 
 
 BALLAST = []   # shm-short: the descriptor that holds /dev/shm's space
@@ -73,6 +119,10 @@ def make_communicator():
 
 class Boosted(chainer.links.Classifier):
     def forward(self, x, t):
+        if FAULT == 'spin' and STEP[0] == FAULT_STEP - 1 and self.rank == 1:
+            fault_now()
+            while True:  # computing, holding the GIL, never reaching the all-reduce
+                pass
         loss = super(Boosted, self).forward(x, t)
         if BOOST[0]:
             loss = loss + BOOST[0] * self.predictor.l1.W[0, 0]
@@ -101,7 +151,7 @@ class Fault(chainer.training.Extension):
         self.comm, self.iter = comm, train_iter
 
     def __call__(self, trainer):
-        step = trainer.updater.iteration
+        step = STEP[0] = trainer.updater.iteration
         rank = self.comm.rank
         time.sleep(STEP_SLEEP)  # steps as long as a real model's (timeline rows)
         if FAULT == 'enospc' and step == 4 and rank == 0:  # its checkpoint write fails next
@@ -122,7 +172,7 @@ class Fault(chainer.training.Extension):
                 print('FAULT {!r}'.format(time.time()), flush=True)
         if step != FAULT_STEP:
             return
-        if FAULT in ('signal', 'frozen') and rank == 0:
+        if FAULT in ('signal', 'frozen', 'stop-step') and rank == 0:
             print('FAULT {!r}'.format(time.time()), flush=True)
             return
         if rank != 1 or FAULT not in ('raise', 'kill', 'loader-death', 'hang'):
@@ -150,17 +200,28 @@ def slow_converter(comm):
         if FAULT == 'eval-stall' and comm.rank == 1 and batches[0] == 3:
             print('FAULT {!r}'.format(time.time()), flush=True)
             time.sleep(3600)
+        if FAULT == 'stop-final-eval' and FINAL[0] and comm.rank == 1 and batches[0] == 3:
+            fault_now()
+            stop_self()
         time.sleep(EVAL_BATCH_S)
         return chainer.dataset.concat_examples(batch, device)
     return convert
 
 
+FINAL = [False]  # the evaluation after training has begun
+
+
 def main():
     comm = make_communicator()
+    inject_checkpoint_faults(comm.rank)
+    if FAULT == 'stop-startup' and comm.rank == 1:
+        fault_now()
+        stop_self()
     train, test = load_mnist_idx()
     train = chainermn.scatter_dataset(train[:2000] if comm.rank == 0 else None, comm,
                                       shuffle=True, seed=0)
     model = Boosted(MLP(UNITS, 10))
+    model.rank = comm.rank
     opt = chainermn.create_multi_node_optimizer(
         chainer.optimizers.Adam(), comm, check_finite=FAULT == 'mean-overflow').setup(model)
     if LOADER == 'ours':
@@ -169,19 +230,30 @@ def main():
     else:
         it = chainer.iterators.SerialIterator(train, BATCH)
     updater = training.StandardUpdater(it, opt, device=-1)
-    steps = {'none': 20, 'eval-long': 6}.get(FAULT, 10 ** 6)
+    steps = {'none': STEPS, 'eval-long': 6, 'stop-final-eval': 6}.get(FAULT, 10 ** 6)
     trainer = training.Trainer(updater, (steps, 'iteration'), out=CKPT)
-    if FAULT in ('eval-stall', 'eval-long', 'frozen-eval'):
+    evaluator = None
+    if FAULT in ('eval-stall', 'eval-long', 'frozen-eval', 'stop-final-eval'):
         test = chainermn.scatter_dataset(test[:40 * comm.size] if comm.rank == 0 else None,
                                          comm)
-        evaluator = chainer.training.extensions.Evaluator(
-            chainer.iterators.SerialIterator(test, 1, repeat=False, shuffle=False), model,
-            converter=slow_converter(comm))
-        trainer.extend(chainermn.create_multi_node_evaluator(evaluator, comm),
-                       trigger=(4, 'iteration'), name='evaluation')
+        evaluator = chainermn.create_multi_node_evaluator(
+            chainer.training.extensions.Evaluator(
+                chainer.iterators.SerialIterator(test, 1, repeat=False, shuffle=False),
+                model, converter=slow_converter(comm)), comm)
+        if FAULT != 'stop-final-eval':
+            trainer.extend(evaluator, trigger=(4, 'iteration'), name='evaluation')
     trainer.extend(MultiNodeCheckpointer(comm, CKPT), trigger=(2, 'iteration'))
     trainer.extend(Fault(comm, it))
     trainer.run()
+    if FAULT == 'stop-final-eval':  # as the examples end: training over, a last evaluation
+        dog = watchdog.active()
+        if dog is not None:
+            if hasattr(dog, 'training_over'):
+                dog.training_over()
+            else:  # an older package (fault_matrix.py --code): the examples stopped it
+                dog.stop()
+        FINAL[0] = True
+        evaluator()
     if LOADER == 'ours':
         it.finalize()
     print('OK rank {}'.format(comm.rank), flush=True)

@@ -1,0 +1,36 @@
+"""A small ChainerMN training script, run unchanged by tests/test_refusals.py under the
+launcher (``python -m chainermn_torus.run [options] refusal_script.py [communicator]``): it
+makes a communicator, a multi-node optimizer, a training iterator, an Evaluator and a
+Trainer, so that every setting of the configuration table is read somewhere, and trains
+three steps on random data. Prints "OK rank R" at the end."""
+import sys
+
+import chainer
+import chainer.links as L
+import numpy
+
+import chainermn
+
+
+def main():
+    comm = chainermn.create_communicator(sys.argv[1] if len(sys.argv) > 1 else 'rsap')
+    rng = numpy.random.RandomState(0)
+    x = rng.rand(64, 20).astype(numpy.float32)
+    t = rng.randint(0, 4, 64).astype(numpy.int32)
+    data = chainer.datasets.TupleDataset(x, t)
+    model = L.Classifier(L.Linear(20, 4))
+    optimizer = chainermn.create_multi_node_optimizer(chainer.optimizers.Adam(), comm)
+    optimizer.setup(model)
+    train = chainer.iterators.SerialIterator(data, 8)
+    updater = chainer.training.StandardUpdater(train, optimizer)
+    trainer = chainer.training.Trainer(updater, (3, 'iteration'))
+    evaluator = chainer.training.extensions.Evaluator(
+        chainer.iterators.SerialIterator(data, 16, repeat=False, shuffle=False), model)
+    trainer.extend(chainermn.create_multi_node_evaluator(evaluator, comm),
+                   trigger=(3, 'iteration'))
+    trainer.run()
+    print('OK rank {}'.format(comm.rank), flush=True)
+
+
+if __name__ == '__main__':
+    main()

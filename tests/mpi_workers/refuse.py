@@ -1,0 +1,30 @@
+"""Refusals raised on several ranks (tests/test_refusals.py): MODE same (every rank the same
+message), differ (two messages), one (rank 2 alone; the others wait in a barrier),
+unexpected (a KeyError on rank 1: a surprise keeps its traceback)."""
+import sys
+
+from mpi4py import MPI
+
+import chainermn
+import chainermn_torus  # NOQA: the factory, which installs the abort hook
+from chainermn_torus.errors import ConfigError
+
+MODE = sys.argv[1]
+
+
+def main():
+    chainermn.create_communicator('naive')  # a job's start: the hook is in place
+    rank = MPI.COMM_WORLD.rank
+    if MODE == 'same':
+        raise ConfigError('chainermn_torus: X must be 1, got 2')
+    if MODE == 'differ':
+        raise ConfigError('chainermn_torus: rank-specific {}'.format(rank % 2))
+    if MODE == 'one' and rank == 2:
+        raise ConfigError('chainermn_torus: only rank 2')
+    if MODE == 'unexpected' and rank == 1:
+        raise KeyError('not a refusal')
+    MPI.COMM_WORLD.Barrier()
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,207 @@
+"""One line per refusal (issue 34): every setting of the configuration table given a bad
+value, through its environment variable and through its option, ends the job with its
+message once and no traceback; an unexpected exception keeps its traceback;
+CHAINERMN_TORUS_DEBUG=1 shows a refusal's too.
+
+The settings are checked twice: in this process (the parser: a ConfigError, a ValueError,
+naming the source and the value), and by a real job under the launcher (a process of its
+own, one rank, the abort hook installed as in any job) running an unchanged ChainerMN script
+(tests/mpi_workers/refusal_script.py) that reads every setting somewhere. The multi-rank
+paths (the same refusal on every rank said once, differing ones each once, a refusal of one
+rank alone) run under mpiexec; the MNIST example's refusals at P = 2 are rows of the fault
+matrix (tests/test_fault_matrix.py).
+"""
+import concurrent.futures
+import os
+import subprocess
+import sys
+
+import pytest
+
+from chainermn_torus import config
+from chainermn_torus.errors import ConfigError, Refusal
+from conftest import ROOT, run_mpi, worker
+
+SCRIPT = worker('refusal_script.py')
+
+# key -> (bad value, environment the setting needs to be read, script arguments). A
+# setting of kind 'text' takes any text: where it has no bad value, WHY_NONE says what
+# happens to a wrong one instead.
+BAD = {
+    'grid': ('2x-1', {}, []),
+    'segment_bytes': ('4', {}, []),
+    'bucket_bytes': ('4MB', {'CHAINERMN_TORUS_OVERLAP': '1'}, []),
+    'threads': ('two', {}, []),
+    'network': ('nowhere', {}, ['auto']),
+    'simulate': ('maybe', {}, ['auto']),
+    'tune': ('maybe', {}, ['auto']),
+    'watchdog': ('abc', {}, []),
+    'watchdog_startup': ('soon', {}, []),
+    'timeline': ('/proc/nope/tl', {}, []),
+    'expect_ranks': ('four', {}, []),
+    'quiet': ('loud', {}, []),
+    'debug': ('maybe', {}, []),
+    'no_abort': ('maybe', {}, []),
+    'keep_mpi_shm': ('maybe', {}, []),
+    'fused': ('maybe', {}, []),
+    'flush_denormals': ('maybe', {}, []),
+    'double_buffering': ('maybe', {}, []),
+    'overlap': ('maybe', {}, []),
+    'fp16_allreduce': ('maybe', {}, []),
+    'loader': ('fast', {}, []),
+    'loader_eval': ('maybe', {}, []),
+    'loader_processes': ('0', {}, []),
+    'affinity': ('diagonal', {}, []),
+    'dedicated_cores': ('-1', {}, []),
+    'check_replicas': ('0', {}, []),
+    'check_finite': ('maybe', {}, []),
+    'data_parallel': ('maybe', {}, []),
+    'global_batch': ('maybe', {}, []),
+    'mpi': ('lam', {}, []),
+}
+WHY_NONE = {
+    'tune_dir': 'any folder name; one that cannot be written is said ("not remembered: ...") '
+                'and the job goes on with its choice',
+    'simgrid_path': 'any folder; one without SimGrid is said (the simulator unavailable) and '
+                    'the planner\'s choice is used',
+    'checkpoint_fault': 'a test hook (any text; only its exact forms act)',
+    'mpiexec': 'any path; read by the tests and benchmark scripts when they start mpiexec',
+}
+# Settings the package itself never reads (the tests and scripts/with_mpi.sh do): checked in
+# this process only.
+NOT_IN_JOBS = {'mpi': 'read by the tests and benchmark scripts only'}
+
+
+def _check_grid(value, source):
+    from chainermn_torus.communicators._grid import parse_grid
+    return parse_grid(value, 4, source=source)
+
+
+def _check_network(value, source):
+    from chainermn_torus.planning import planner
+    return planner.load_network(value)
+
+
+def _check_timeline(value, source):
+    from chainermn_torus.runtime import timeline
+    return timeline.enable(value, source)
+
+
+# Text settings whose value is checked where it is used: (the check, what it says).
+CHECKED_WHERE_USED = {
+    'grid': (_check_grid, 'CHAINERMN_TORUS_GRID.* must look like "MxN"'),
+    'network': (_check_network, "network 'nowhere' is neither a preset"),
+    'timeline': (_check_timeline, "CHAINERMN_TORUS_TIMELINE '/proc/nope/tl' must be a path "
+                                  'in a writable directory'),
+}
+
+
+def test_the_tables_cover_every_setting():
+    assert set(BAD) | set(WHY_NONE) == set(config.SETTINGS)
+    assert not set(BAD) & set(WHY_NONE)
+
+
+@pytest.mark.parametrize('key', sorted(BAD))
+def test_a_bad_value_is_a_config_error_naming_its_source(key, monkeypatch):
+    value = BAD[key][0]
+    setting = config.SETTINGS[key]
+    monkeypatch.setenv(setting.env, value)
+    if key in CHECKED_WHERE_USED:  # any text for the table; checked where it is used
+        with pytest.raises(ConfigError, match=CHECKED_WHERE_USED[key][1]):
+            CHECKED_WHERE_USED[key][0](config.value(key)[0], setting.env)
+        return
+    with pytest.raises(ConfigError) as e:
+        config.env(key)
+    assert isinstance(e.value, (Refusal, ValueError))
+    assert '{} must be'.format(setting.env) in str(e.value) and repr(value) in str(e.value)
+    with pytest.raises(ConfigError, match='--{} must be'.format(key.replace('_', '-'))):
+        config.value(key, value, '--' + key.replace('_', '-'))
+
+
+def _job(env=None, args=(), launcher=()):
+    """A one-rank job under the launcher: (exit code, lines printed)."""
+    full = dict(os.environ, CHAINERMN_TORUS_QUIET='1', PYTHONPATH=ROOT)
+    full.update(env or {})
+    proc = subprocess.run([sys.executable, '-m', 'chainermn_torus.run'] + list(launcher)
+                          + [SCRIPT] + list(args), capture_output=True, text=True, timeout=120,
+                          cwd=ROOT, env=full)
+    return proc.returncode, [l for l in (proc.stdout + proc.stderr).splitlines() if l.strip()]
+
+
+def _options():
+    """(key, launcher arguments) for every setting that has an option: the launcher's
+    table, and --grid, --threads, --segment-size of every entry point (config.add_arguments).
+    A flag takes no value, so it has no bad one."""
+    out = []
+    for key, setting in config.SETTINGS.items():
+        if key not in BAD or setting.kind == 'flag':
+            continue
+        if setting.launcher is not None or key in ('grid', 'threads', 'segment_bytes'):
+            name = '--segment-size' if key == 'segment_bytes' else \
+                '--' + key.replace('_', '-')
+            out.append((key, [name, BAD[key][0]]))
+    return out
+
+
+@pytest.mark.slow  # 50 jobs of one rank, four at a time: about 30 s on 2 cores
+def test_every_setting_refused_in_one_line_through_its_variable_and_its_option():
+    jobs = []
+    for key, (value, needs, args) in sorted(BAD.items()):
+        if key in NOT_IN_JOBS:
+            continue
+        env = dict(needs, **{config.SETTINGS[key].env: value})
+        if key == 'quiet':
+            env = dict(needs, CHAINERMN_TORUS_QUIET=value)
+        jobs.append(('{} ({})'.format(config.SETTINGS[key].env, value), key, 'variable',
+                     dict(env=env, args=args)))
+    for key, option in _options():
+        _, needs, args = BAD[key]
+        jobs.append((' '.join(option), key, 'option', dict(env=needs, args=args,
+                                                           launcher=option)))
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda job: _job(**job[3]), jobs))
+    bad = []
+    for (label, key, source, _), (code, lines) in zip(jobs, results):
+        text = '\n'.join(lines)
+        value = BAD[key][0]
+        if code == 0 or 'Traceback' in text or value not in text:
+            bad.append((label, code, text[-600:]))
+        elif source == 'variable' and len(lines) != 1:
+            bad.append((label, 'lines', text[-600:]))
+        elif source == 'option' and not lines[-1].startswith(
+                ('chainermn_torus', 'python -m chainermn_torus.run: error')):
+            bad.append((label, 'last line', text[-600:]))  # argparse: usage, then the line
+    assert not bad, '\n\n'.join('{}: {}\n{}'.format(*b) for b in bad)
+
+
+def test_debug_shows_the_traceback_of_a_refusal():
+    code, lines = _job(env={'CHAINERMN_TORUS_THREADS': 'two', 'CHAINERMN_TORUS_DEBUG': '1'})
+    assert code != 0 and any(l.startswith('Traceback') for l in lines), lines
+    assert lines[-1].endswith("CHAINERMN_TORUS_THREADS must be a thread count >= 1, got 'two'")
+
+
+@pytest.mark.parametrize('mode, expected', [
+    # Every rank refuses the same value: one line, from rank 0.
+    ('same', ['chainermn_torus: X must be 1, got 2']),
+    # Two messages: each once, the other one with the rank that said it first.
+    pytest.param('differ', ['chainermn_torus: rank-specific 0',
+                            'chainermn_torus: rank 1 (HOST): rank-specific 1'],
+                 marks=pytest.mark.slow),
+    # Rank 2 alone (the others wait in a barrier): its line, with its rank, after the wait.
+    pytest.param('one', ['chainermn_torus: rank 2 (HOST): only rank 2'],
+                 marks=pytest.mark.slow),
+])
+def test_a_refusal_on_several_ranks_is_said_once(mode, expected):
+    proc = run_mpi(3, [worker('refuse.py'), mode], timeout=120)
+    ours = [l for l in (proc.stdout + proc.stderr).splitlines()
+            if l.startswith('chainermn_torus')]
+    host = os.uname().nodename
+    assert proc.returncode != 0 and 'Traceback' not in proc.stderr, proc.stderr
+    assert sorted(ours) == sorted(e.replace('HOST', host) for e in expected), ours
+
+
+def test_an_unexpected_exception_keeps_its_traceback():
+    proc = run_mpi(2, [worker('refuse.py'), 'unexpected'], timeout=120)
+    assert proc.returncode != 0
+    assert 'Traceback' in proc.stderr and 'KeyError' in proc.stderr, proc.stderr[-2000:]
+    assert 'Uncaught exception on rank' in proc.stdout + proc.stderr
