@@ -1,10 +1,12 @@
 import gzip
 import os
+import re
 
 import numpy
 import pytest
 
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR, load_mnist_idx, read_idx
+from chainermn_torus.errors import DataError
 
 
 def write_idx(path, array):
@@ -61,6 +63,21 @@ def test_corrupt_file_is_reported(tmp_path):
     with open(path, 'wb') as f:
         f.write(b'PK\x03\x04')
     with pytest.raises(ValueError, match='not an IDX file'):
+        read_idx(path)
+
+
+@pytest.mark.parametrize('data, message', [
+    # numpy said "buffer size must be a multiple of element size" and "buffer is smaller
+    # than requested size", naming no file (issue 34).
+    (b'\x00\x00\x0B\x01\x00\x00\x00\x03' + b'\x01' * 5,
+     r'header says shape \(3,\) \(3 values of 2 byte\(s\): 6 bytes\) but the file holds 5 bytes'),
+    (b'\x00\x00\x08\x03\x00\x00', r'truncated IDX header: 3 dimension\(s\) need 16 bytes'),
+], ids=['odd-body', 'short-header'])
+def test_every_malformed_file_names_itself(tmp_path, data, message):
+    path = str(tmp_path / 'labels-idx1-ubyte')
+    with open(path, 'wb') as f:
+        f.write(data)
+    with pytest.raises(DataError, match=re.escape(path) + ': ' + message):
         read_idx(path)
 
 

@@ -38,6 +38,8 @@ def test_sweep_removes_only_what_nobody_can_be_using(tmp_path):
     _touch(tmp_path / 'cmtorus_nojob_{}_0_aa_0_0'.format(dead))
     _touch(tmp_path / 'cmtorus_12345_{}_0_aa_0_0'.format(live))     # a live process's
     _touch(tmp_path / 'mpich_shm_dead_0')                           # nobody maps it
+    _touch(tmp_path / 'sm_segment.vm.0.8f3a0001.0')                 # Open MPI 5's
+    _touch(tmp_path / 'vader_segment.vm.8f3a0001.0')                # Open MPI 4's
     held = open(str(tmp_path / 'sem.mp-held'), 'wb')                # this process holds it
     _touch(tmp_path / 'unrelated')
     try:
@@ -46,7 +48,9 @@ def test_sweep_removes_only_what_nobody_can_be_using(tmp_path):
         assert all((tmp_path / n).exists() for n, _, _ in gone)  # a dry run removes nothing
         gone = devshm.sweep(str(tmp_path), others=True, min_age=0)
         assert sorted(n for n, _, _ in gone) == ['cmtorus_nojob_{}_0_aa_0_0'.format(dead),
-                                                 'mpich_shm_dead_0']
+                                                 'mpich_shm_dead_0',
+                                                 'sm_segment.vm.0.8f3a0001.0',
+                                                 'vader_segment.vm.8f3a0001.0']
         assert sorted(os.listdir(str(tmp_path))) == [
             'cmtorus_12345_{}_0_aa_0_0'.format(live), 'sem.mp-held', 'unrelated']
         _touch(tmp_path / 'mpich_shm_young_0')

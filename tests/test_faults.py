@@ -158,3 +158,22 @@ def test_sigterm_ends_a_rank_blocked_in_an_object_collective():
     assert 'rank 1 (' in err and 'SIGTERM 3 s ago and the process is still there' in err, \
         err[-2000:]
     assert elapsed < 30, elapsed
+
+
+@pytest.mark.slow
+def test_double_buffering_with_the_finite_check_stops_in_its_words_before_a_checkpoint(
+        tmp_path):
+    # float16 means that overflow in step 6, still unapplied when checkpoint 6 is written:
+    # the finite check the next update would make is made at the checkpoint (it used to
+    # stop there as the checkpoint's NaN refusal, advising --check-finite, which was on).
+    proc = run_mpi(2, [worker('fault_job.py'), 'mean-overflow', 'shm', 'serial',
+                       str(tmp_path)], timeout=180,
+                   env={'FAULT_DOUBLE_BUFFERING': '1', 'FAULT_BOOST_AFTER': '5',
+                        'CHAINERMN_TORUS_QUIET': '1'})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-2000:]
+    said = [l for l in out.splitlines() if l.startswith('chainermn_torus:')]
+    assert len(said) == 1 and said[0].startswith(
+        'chainermn_torus: NaN/Inf in the averaged gradients of the previous step (double '
+        'buffering): 1 value(s), the first in /predictor/l1/W'), out[-2000:]
+    assert 'checkpoint 6 not written' not in out and 'Traceback' not in out, out[-2000:]

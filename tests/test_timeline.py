@@ -69,6 +69,16 @@ def test_timeline_bad_input(tmp_path):
     (tmp_path / 'bad.rank0.json').write_text('{"traceEvents": [')
     with pytest.raises(ValueError, match='bad.rank0.json is not a timeline file'):
         timeline_tools.merge(str(tmp_path / 'bad'))
+    # One garbled log beside a good file: named, the rest merged (it failed on a UTF-8
+    # error naming no file, issue 34).
+    (tmp_path / 'mix.rank0.json').write_text('{"traceEvents": [{"name": "update", "ph": "X", '
+                                             '"ts": 1, "dur": 2, "pid": 0, "tid": 0}]}')
+    (tmp_path / 'mix.rank1.events').write_bytes(b'\xff\xfe\x00garbage\n\xff')
+    notes = []
+    trace = timeline_tools.merge(str(tmp_path / 'mix'), notes)
+    assert [e['name'] for e in trace['traceEvents']] == ['update']
+    assert len(notes) == 1 and notes[0].startswith('rank 1: skipped: ') and \
+        'mix.rank1.events is not a timeline log' in notes[0], notes
 
 
 FAULT_JOB = os.path.join(ROOT, 'tests', 'mpi_workers', 'fault_job.py')

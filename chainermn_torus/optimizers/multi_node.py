@@ -632,11 +632,14 @@ def check_finite_means(communicator, target, stale=False):
         why = ('every rank\'s gradients were finite, but their mean is not: the sum over the '
                '{} ranks overflowed the transfer dtype. Lower the learning rate or scale the '
                'loss down'.format(communicator.size))
+    # Our communicators give every rank the same means: then every rank says the same words
+    # (and the job says them once); a rank whose count differs says its own.
+    where = '' if count == counts[0] else ' on rank {}'.format(communicator.rank)
     raise NonFiniteGradientError(
-        'chainermn_torus: NaN/Inf in the averaged gradients{}: {} value(s) on rank {}{}; {}. '
+        'chainermn_torus: NaN/Inf in the averaged gradients{}: {} value(s){}{}; {}. '
         'Nothing was updated.'.format(
-            ' of the previous step (double buffering)' if stale else '', count,
-            communicator.rank, ', the first in ' + first if first else
+            ' of the previous step (double buffering)' if stale else '', count, where,
+            ', the first in ' + first if first else
             ' ({} on another rank)'.format(counts[0]), why))
 
 

@@ -70,6 +70,11 @@ BATCH = int(os.environ.get('FAULT_BATCH', '50'))
 STEP_SLEEP = float(os.environ.get('FAULT_STEP_SLEEP', '0'))
 EVAL_BATCH_S = float(os.environ.get('EVAL_BATCH_S', '0.3'))
 STEPS = int(os.environ.get('FAULT_STEPS', '20'))
+DOUBLE_BUFFERING = os.environ.get('FAULT_DOUBLE_BUFFERING') == '1'
+# mean-overflow: the step after which gradients overflow (default: step 5's gradients). With
+# double buffering and 5, step 6's overflowed means are still unapplied when checkpoint 6 is
+# written.
+BOOST_AFTER = int(os.environ.get('FAULT_BOOST_AFTER', '4'))
 STEP = [0]  # training steps finished (the Fault extension counts them)
 
 
@@ -156,7 +161,7 @@ class Fault(chainer.training.Extension):
         time.sleep(STEP_SLEEP)  # steps as long as a real model's (timeline rows)
         if FAULT == 'enospc' and step == 4 and rank == 0:  # its checkpoint write fails next
             print('FAULT {!r}'.format(time.time()), flush=True)
-        if FAULT == 'mean-overflow' and step == FAULT_STEP - 1:
+        if FAULT == 'mean-overflow' and step == BOOST_AFTER:
             BOOST[0] = 0.9 * 65504 * self.comm.size
             if rank == 0:
                 print('FAULT {!r}'.format(time.time()), flush=True)
@@ -223,7 +228,8 @@ def main():
     model = Boosted(MLP(UNITS, 10))
     model.rank = comm.rank
     opt = chainermn.create_multi_node_optimizer(
-        chainer.optimizers.Adam(), comm, check_finite=FAULT == 'mean-overflow').setup(model)
+        chainer.optimizers.Adam(), comm, check_finite=FAULT == 'mean-overflow',
+        double_buffering=DOUBLE_BUFFERING).setup(model)
     if LOADER == 'ours':
         from chainermn_torus.loader import LoaderIterator
         it = LoaderIterator(train, BATCH, n_processes=2, seed=comm.rank)

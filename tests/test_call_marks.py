@@ -1,0 +1,97 @@
+"""The watchdog's marks of communication calls (runtime.call_marks, runtime.watchdog): the
+call a rank is in and how many it made, on its row of the progress board, for the calls of
+the ChainerMN API and of the communicator's mpi4py handle alike; nested calls count once; a
+thread's calls go to the thread's columns. One process on MPI_COMM_SELF; the whole path on
+real ranks is the fault matrix's (tests/test_fault_matrix.py)."""
+import threading
+
+import pytest
+from mpi4py import MPI
+
+import chainermn.communicators
+from chainermn_torus.runtime import call_marks, progress_board as pb, watchdog
+
+
+@pytest.fixture(scope='module')
+def dog():  # one for the module: its watcher process takes a second to start
+    d = watchdog.Watchdog(30, comm=MPI.COMM_SELF)
+    try:
+        yield d
+    finally:
+        d.stop()
+
+
+def _row(d):
+    return d._board.row(d._slot).copy()
+
+
+def test_a_call_is_marked_once_however_deep_and_left(dog):
+    comm = chainermn.communicators.create_communicator('naive', mpi_comm=MPI.COMM_SELF)
+    dog.mark_calls(comm)
+    assert isinstance(comm.mpi_comm, MPI.Intracomm) and comm.mpi_comm == MPI.COMM_SELF
+    dog.step_started()
+    assert comm.allreduce_obj(3) == 3  # ChainerMN's call, which calls mpi_comm.allreduce
+    row = _row(dog)
+    assert (row[pb.CALLS_MADE], row[pb.INSIDE]) == (1, 0)
+    assert pb.call_name(row[pb.CALL]) == 'allreduce_obj'
+    assert comm.mpi_comm.bcast('x') == 'x'  # a script's direct call on the handle
+    row = _row(dog)
+    assert row[pb.CALLS_MADE] == 2 and pb.call_name(row[pb.CALL]) == 'MPI bcast'
+    dog.beat()  # a phase mark counts the calls afresh
+    assert _row(dog)[pb.CALLS_MADE] == 0 and _row(dog)[pb.PHASE] == pb.BETWEEN
+
+
+def test_inside_a_call_and_a_threads_calls_have_their_own_columns(dog):
+    comm = chainermn.communicators.create_communicator('naive', mpi_comm=MPI.COMM_SELF)
+    dog.mark_calls(comm)
+    dog.step_started()
+    dog.enter('multi_node_mean_grad')
+    inside = _row(dog)
+    dog.enter('MPI allreduce')  # a call inside the call: not another one
+    nested = _row(dog)
+    dog.leave()
+    dog.leave()
+    assert (inside[pb.INSIDE], inside[pb.CALLS_MADE]) == (1, 1)
+    assert pb.call_name(inside[pb.CALL]) == 'multi_node_mean_grad'
+    assert (nested[pb.CALLS_MADE], nested[pb.CALL]) == (1, inside[pb.CALL])
+    assert _row(dog)[pb.INSIDE] == 0
+    seen = {}
+
+    def background():
+        comm.bcast_obj(1)
+        seen['thread'] = _row(dog)
+    t = threading.Thread(target=background)
+    t.start()
+    t.join()
+    row = seen['thread']
+    assert (row[pb.BG_CALLS], row[pb.BG_INSIDE]) == (1, 0)
+    assert pb.call_name(row[pb.BG_CALL]) == 'bcast_obj'
+    assert row[pb.CALLS_MADE] == 1  # the main thread's count is its own
+
+
+def test_a_dup_of_a_marked_handle_works_unmarked_and_marking_twice_is_once(dog):
+    comm = chainermn.communicators.create_communicator('naive', mpi_comm=MPI.COMM_SELF)
+    dog.mark_calls(comm)
+    handle = comm.mpi_comm
+    dog.mark_calls(comm)
+    assert comm.mpi_comm is handle
+    dup = comm.mpi_comm.Dup()
+    try:
+        before = _row(dog)[pb.CALLS_MADE]
+        assert dup.allreduce(2) == 2
+        assert _row(dog)[pb.CALLS_MADE] == before
+    finally:
+        dup.Free()
+
+
+def test_every_marked_name_has_its_code_on_the_board():
+    names = set(call_marks.API) | set(call_marks.MPI_METHODS.values())
+    assert all(pb.call_code(n) for n in names)
+    assert pb.call_name(0) == 'a communication call'
+
+
+def test_the_board_keeps_the_directory_a_rank_writes_a_checkpoint_to(dog, tmp_path):
+    dog.checkpoint(str(tmp_path))
+    assert dog._board.writing_to(dog._slot) == str(tmp_path)
+    dog.between()
+    assert dog._board.writing_to(dog._slot) == ''
