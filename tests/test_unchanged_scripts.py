@@ -130,11 +130,11 @@ def test_without_options_only_the_optimizer_is_ours_and_said_so(tmp_path, datase
 
 
 @pytest.mark.slow
-def test_loader_without_a_trainer_is_refused_on_every_rank(dataset_root):
+def test_loader_without_a_trainer_stops_every_rank_said_once(dataset_root):
     proc = launch(2, ['--loader', 'ours'], [os.path.join(SCRIPTS, 'custom_loop.py')],
                   dataset_root)
     assert proc.returncode != 0 and 'OK rank' not in proc.stdout
-    assert proc.stderr.count('this script trains without a chainer.training updater') == 2
+    assert proc.stderr.count('this script trains without a chainer.training updater') == 1
 
 
 @pytest.mark.slow
@@ -251,13 +251,13 @@ def test_data_parallel_refuses_what_it_cannot_parallelise(tmp_path, dataset_root
     loop = launch(2, ['--data-parallel'], [os.path.join(SCRIPTS, 'plain_loop.py')],
                   dataset_root)
     assert loop.returncode != 0 and 'OK' not in loop.stdout
-    assert loop.stderr.count('a custom training loop, no Trainer and StandardUpdater') == 2, \
+    assert loop.stderr.count('a custom training loop, no Trainer and StandardUpdater') == 1, \
         loop.stderr[-2000:]
     gpus = launch(2, ['--data-parallel'], [os.path.join(SCRIPTS, 'parallel_updater.py')],
                   dataset_root)
     assert gpus.returncode != 0 and 'OK' not in gpus.stdout
     assert gpus.stderr.count('this script trains with ParallelUpdater, which splits each '
-                             'batch among GPU devices') == 2, gpus.stderr[-2000:]
+                             'batch among GPU devices') == 1, gpus.stderr[-2000:]
     odd = launch(3, ['--data-parallel', '--global-batch'], plain_args(tmp_path, 'odd'),
                  dataset_root)
     assert odd.returncode != 0
