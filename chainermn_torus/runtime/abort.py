@@ -47,6 +47,9 @@ __all__ = ['install', 'ABORT_DELAY_S', 'Terminated', 'TERM_GRACE_S']
 ABORT_DELAY_S = 1.0
 REFUSAL_WAIT_S = 2.0  # > ABORT_DELAY_S: a rank other than 0 lets rank 0's refusal end the job
 REFUSAL_TAG = 32_001  # other ranks' refusals to rank 0 (MPI guarantees tags up to 32767)
+# A duplicate of the world made at install (collective: the first communicator or
+# optimizer): a script's receive from any tag on the world cannot take a refusal's message.
+_channel = []
 TERM_GRACE_S = 3.0  # > ABORT_DELAY_S: the exception path gets its chance first
 _installed = []  # the hook that was in place before ours, once ours is installed
 
@@ -146,12 +149,12 @@ def _refuse(value):
     message = str(value)
     if rank != 0 and world.Get_size() > 1:
         data = bytearray(json.dumps([host, message]).encode())
-        world.Isend([data, MPI.BYTE], dest=0, tag=REFUSAL_TAG)  # ended with the job
+        _channel[0].Isend([data, MPI.BYTE], dest=0, tag=REFUSAL_TAG)  # ended with the job
         time.sleep(REFUSAL_WAIT_S)
     if said_once(message):
         report.line(refusal_line(message, rank, host))
     if rank == 0:
-        _say_others(world, {message}, time.monotonic() + ABORT_DELAY_S)
+        _say_others(_channel[0], {message}, time.monotonic() + ABORT_DELAY_S)
     sys.stdout.flush()
     timeline.emergency_flush()
     _unlink_mpi_segments()
@@ -160,17 +163,17 @@ def _refuse(value):
     world.Abort(1)
 
 
-def _say_others(world, said, deadline):
+def _say_others(channel, said, deadline):
     """Rank 0: say the other ranks' refusals that differ from those said, until
     ``deadline`` (the launcher forwards the lines meanwhile)."""
     from mpi4py import MPI
     status = MPI.Status()
     while time.monotonic() < deadline:
-        if not world.Iprobe(source=MPI.ANY_SOURCE, tag=REFUSAL_TAG, status=status):
+        if not channel.Iprobe(source=MPI.ANY_SOURCE, tag=REFUSAL_TAG, status=status):
             time.sleep(0.02)
             continue
         data = bytearray(status.Get_count(MPI.BYTE))
-        world.Recv([data, MPI.BYTE], source=status.Get_source(), tag=REFUSAL_TAG)
+        channel.Recv([data, MPI.BYTE], source=status.Get_source(), tag=REFUSAL_TAG)
         try:
             host, message = json.loads(data.decode())
         except ValueError:
@@ -220,6 +223,8 @@ def install():
     _installed.append(sys.excepthook)
     sys.excepthook = _hook
     _trainer_says_no_refusal()
+    if MPI.COMM_WORLD.size > 1:
+        _channel.append(MPI.COMM_WORLD.Dup())
     for key in ('no_abort', 'debug'):
         config.env(key)  # a bad value is refused now, in one line, by the hook above
     if MPI.COMM_WORLD.size > 1:
