@@ -43,7 +43,10 @@ COMPLETES = ('ckpt-room', 'eval-long')
 # On the emulated cluster (scripts/emulate_cluster.sh, 3 nodes x 2 ranks), every process of
 # node1 stopped (SIGSTOP): during training steps, and during an evaluation. The watchdog
 # must name node1 within its limit + 2 s. One at a time (one cluster).
-CLUSTER = ('node-frozen', 'node-frozen-eval')
+CLUSTER = ('node-frozen', 'node-frozen-eval', 'node-rank-stop')
+# node-rank-stop: one rank of node1 (rank 2) stopped (SIGSTOP) mid-step: named, with its
+# host, through the heartbeats (the lowest node's watcher says it).
+STOPPED_RANK = 2
 # A rank stopped (SIGSTOP, process state T) or spinning, and where: at start-up, in a
 # checkpoint write and in the final evaluation (the job stops itself there), mid-step (the
 # harness stops rank 1 at rank 0's FAULT line, wherever it is then) with every communicator
@@ -115,6 +118,7 @@ MESSAGES = {
     'eval-long': [r'chainermn_torus watchdog: .*'],  # none expected: the job completes
     'node-frozen': [r'chainermn_torus watchdog: .*'],
     'node-frozen-eval': [r'chainermn_torus watchdog: .*'],
+    'node-rank-stop': [r'chainermn_torus watchdog: .*'],
     'enospc-manifest': [r'checkpoint 4 not completed: rank 0 cannot write its manifest.*'],
     'tune-short': [r'chainermn_torus auto: the job ended after .*'],
     'tune-choice-str': [r'chainermn_torus auto: .* ignored, stale: .*'],
@@ -141,12 +145,13 @@ def scenarios(quick=False):
                 if quick and not ((comm, loader) == ('shm', 'ours') and fault in QUICK):
                     continue
                 rows.append((fault, comm, loader))
-    rows += [(fault, 'shm', 'ours') for fault in SINGLE + CLUSTER]
+    rows += [(fault, 'shm', 'ours') for fault in SINGLE + CLUSTER if fault != 'node-rank-stop']
     rows += [(fault, 'shm', 'serial') for fault in STALLS]
     rows += [(fault, comm, 'serial') for fault in STEP_STOPS for comm in STOP_COMMUNICATORS]
     rows += [(fault, 'rsap', 'serial') for fault in REFUSALS]
     rows += [(fault, 'auto', 'serial') for fault in TUNE_ROWS]
     rows += [(fault, 'shm', 'serial') for fault in OTHER]
+    rows += [('node-rank-stop', 'shm', 'serial')]
     return rows
 
 
@@ -274,6 +279,7 @@ def _run_job(fault, comm, loader, workdir, extra_env=None):
         env['CHAINERMN_TORUS_QUIET'] = '0'  # the line that says what was removed first
     if fault in ('hang', 'eval-stall') + CLUSTER + STALLS + STEP_STOPS:
         env['CHAINERMN_TORUS_WATCHDOG'] = str(WATCHDOG_S)
+    if fault in STALLS + STEP_STOPS:  # one node, the serial loader: started in seconds
         env['CHAINERMN_TORUS_WATCHDOG_STARTUP'] = str(STARTUP_S)
     if fault == 'eval-long':
         # 40 batches of 0.3 s: a 12 s evaluation under a 1 s limit, 12 x the limit (a
@@ -299,7 +305,8 @@ def _run_job(fault, comm, loader, workdir, extra_env=None):
             [example(), '--epoch', '1', '--limit', '400', '--out', os.path.join(workdir, 'out')] \
             + args
     if fault in CLUSTER:
-        job_fault = {'node-frozen': 'frozen', 'node-frozen-eval': 'frozen-eval'}[fault]
+        job_fault = {'node-frozen': 'frozen', 'node-frozen-eval': 'frozen-eval',
+                     'node-rank-stop': 'stop-step'}[fault]
         argv = ['bash', EMULATE, 'run', '2', PYTHON, WORKER, job_fault, comm, loader, ckpt]
     start = time.time()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -317,7 +324,10 @@ def _run_job(fault, comm, loader, workdir, extra_env=None):
                 named[0] = time.time()
             m = re.match(cue, line)
             if watch and m and fault_at[0] is None:
-                if fault in CLUSTER:
+                if fault == 'node-rank-stop':
+                    _stop_rank(workdir, STOPPED_RANK)
+                    fault_at[0] = time.time()
+                elif fault in CLUSTER:
                     _signal_node(FROZEN_NODE, signal.SIGSTOP)
                     fault_at[0] = time.time()
                 elif fault in STEP_STOPS:
@@ -574,6 +584,8 @@ right rank, host and phase, within its limit + 2 s):
 - `spin`: rank 1 spins in its forward of step 5, never reaching the all-reduce;
 - `stop-step`, `stop-step-p3`: the harness stops rank 1 (SIGSTOP) when rank 0 prints its
   step-5 line, wherever rank 1 is then, with every communicator kind, at P = 2 and 3;
+  `node-rank-stop` the same on the emulated cluster (3 nodes x 2 ranks) for rank 2 of
+  node1: named with its host through the heartbeats;
 - `refuse-*`: the MNIST example with one bad value (an environment variable, `--grid
   0x2`, the launcher's `CHAINERMN_TORUS_EXPECT_RANKS=four`, a 24 MiB /dev/shm); lines
   printed: beyond the example's own header (target: the message and at most MPI's abort

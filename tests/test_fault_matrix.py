@@ -40,7 +40,8 @@ ROWS = ([(fault, 'shm', 'ours') for fault in fault_matrix.FAULTS]
         # tuning job; the manifest's full disk.
         + [(fault, 'shm', 'serial') for fault in fault_matrix.STALLS]
         + [('stop-step-p3', 'rsap', 'serial'), ('refuse-shm-room', 'rsap', 'serial'),
-           ('tune-short', 'auto', 'serial'), ('enospc-manifest', 'shm', 'serial')])
+           ('tune-short', 'auto', 'serial'), ('enospc-manifest', 'shm', 'serial'),
+           ('node-rank-stop', 'shm', 'serial')])
 # Faults after a few recorded steps: every rank's timeline is there, whole or cut short.
 TIMELINED = ('raise', 'kill', 'loader-death', 'hang', 'mean-overflow', 'diverge', 'eval-stall')
 # Every other row of the matrix, and why it is left to `make fault-matrix` (all 53 rows,
@@ -92,7 +93,7 @@ def test_every_row_is_run_or_left_out_with_its_reason():
     matrix = fault_matrix.scenarios()
     assert set(ROWS) <= set(matrix) and len(set(ROWS)) == len(ROWS)
     left = {row: why_left_out(row) for row in matrix if row not in ROWS}
-    assert len(ROWS) + len(left) == len(matrix) == 81
+    assert len(ROWS) + len(left) == len(matrix) == 82
     run_here = set(f for f, _, _ in ROWS)
     assert run_here >= set(fault_matrix.FAULTS + fault_matrix.SINGLE + fault_matrix.STALLS
                            + fault_matrix.OTHER + ('node-frozen', 'stop-step-p3'))
@@ -122,7 +123,14 @@ def test_fault_ends_the_job_with_its_message_and_leaves_nothing(results, fault, 
         else:  # a 12 s evaluation under a 1 s limit: its batches are progress
             assert r['message'] == '', r['message']
         return
-    if fault in fault_matrix.CLUSTER:
+    if fault == 'node-rank-stop':
+        # One rank of node1 stopped: named with node1's host, within the limit + 2 s, by
+        # the lowest node's watcher from the heartbeats; node1's watcher cleaned up.
+        assert (r['named_rank'], r['named_host']) == (fault_matrix.STOPPED_RANK, 'node1'), r
+        assert 'stopped (process state T' in r['message'], r['message']
+        assert r['seconds_to_message'] < fault_matrix.WATCHDOG_S + 2, r['seconds_to_message']
+        assert r['frozen_node_files'] == [], r
+    elif fault in fault_matrix.CLUSTER:
         # Every process of node1 stopped: its watcher is silent, and the others name it
         # within the limit (3 s) + 2 s; the job ends.
         assert 'the job waits for node node1 (ranks 2, 3) silent for' in r['message'], r

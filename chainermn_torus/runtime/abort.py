@@ -153,7 +153,7 @@ def _refuse(value):
         time.sleep(REFUSAL_WAIT_S)
     if said_once(message):
         report.line(refusal_line(message, rank, host))
-    if rank == 0:
+    if rank == 0 and _channel:  # several ranks: theirs, that differ
         _say_others(_channel[0], {message}, time.monotonic() + ABORT_DELAY_S)
     sys.stdout.flush()
     timeline.emergency_flush()
