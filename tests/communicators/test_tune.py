@@ -1,6 +1,7 @@
 """auto with tune=on: measured on real ranks (tests/mpi_workers/check_tune.py), and the
 schedule, the candidates and the memory file on their own."""
 import json
+import re
 
 import numpy
 import pytest
@@ -8,6 +9,7 @@ import pytest
 from chainermn_torus.tuning import candidates
 from chainermn_torus.planning import planner
 from chainermn_torus.tuning import memory, trials
+from conftest import run_mpi, worker
 
 
 @pytest.mark.parametrize('nprocs', [2, 3])
@@ -175,3 +177,19 @@ def test_signature_tells_models_and_transfer_dtypes_apart():
     assert memory.signature(a, numpy.float16) != memory.signature(a, numpy.float32)
     assert memory.signature([('l1/W', (4, 3), numpy.dtype('float32'))], numpy.float32) != \
         memory.signature(a, numpy.float32)
+
+
+@pytest.mark.slow  # a job of its own: what happens at its exit is the point
+def test_a_job_shorter_than_the_tuning_says_so_records_it_and_frees_its_candidates(tmp_path):
+    env = {'CHAINERMN_TORUS_TUNE_DIR': str(tmp_path)}
+    first = run_mpi(2, [worker('tune_short.py')], timeout=120, env=env)
+    out = first.stdout + first.stderr
+    assert first.returncode == 0, out[-2000:]
+    made = [int(n) for n in re.findall(r'candidates made: (\d+)', out)]
+    assert len(made) == 2 and min(made) >= 2, out[-2000:]
+    assert re.findall(r'left unfreed at exit: (\d+)', out) == ['0', '0'], out[-2000:]
+    assert out.count('the job ended after 5 gradient call(s) of 0.6 MB, before the tuning '
+                     'decided') == 1, out[-2000:]
+    again = run_mpi(2, [worker('tune_short.py')], timeout=120, env=env)
+    assert 'before the tuning decided: measuring afresh' in again.stdout + again.stderr, \
+        (again.stdout + again.stderr)[-2000:]

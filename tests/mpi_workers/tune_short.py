@@ -1,0 +1,24 @@
+"""A job shorter than auto's tuning (tests/communicators/test_tune.py): six updates where
+the tuning of its 0.6 MB needs more calls. Prints how many candidate communicators the job
+made, and, from an exit handler that runs after auto's, how many were left unfreed."""
+import atexit
+
+import chainer
+import chainer.links as L
+import numpy
+
+import chainermn
+import chainermn_torus  # NOQA: auto
+
+comm = chainermn.create_communicator('auto', tune='on')
+# Registered before auto's own (at its first gradient call): runs after it.
+atexit.register(lambda: print('rank {} left unfreed at exit: {}'.format(
+    comm.rank, len(comm._inner)), flush=True))
+model = L.Classifier(L.Linear(784, 200))
+opt = chainermn.create_multi_node_optimizer(chainer.optimizers.Adam(), comm).setup(model)
+rng = numpy.random.RandomState(0)
+x = rng.rand(32, 784).astype(numpy.float32)
+t = rng.randint(0, 10, 32).astype(numpy.int32)
+for _ in range(6):
+    opt.update(model, x, t)
+print('rank {} candidates made: {}'.format(comm.rank, len(comm._inner)), flush=True)
