@@ -296,10 +296,8 @@ def _run_job(fault, comm, loader, workdir, extra_env=None):
     argv = [MPIEXEC, '-n', str(ranks_of(fault)), PYTHON, WORKER, job_fault, comm, loader, ckpt]
     if fault in REFUSALS:
         bad_env, args, launcher = REFUSALS[fault]
+        env.pop('CHAINERMN_TORUS_TIMELINE', None)  # no timeline: the refusal rows' own values
         env.update(bad_env)
-        env.pop('CHAINERMN_TORUS_TIMELINE', None)  # the refusal rows set their own
-        if fault == 'refuse-timeline':
-            env.update(bad_env)
         argv = [MPIEXEC, '-n', '2', PYTHON] + (['-m', 'chainermn_torus.run'] if launcher
                                                 else []) + \
             [example(), '--epoch', '1', '--limit', '400', '--out', os.path.join(workdir, 'out')] \

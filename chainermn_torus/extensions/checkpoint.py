@@ -418,12 +418,12 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         this one's own manifest is removed, so that its rank files are swept as those of
         an unfinished checkpoint."""
         own = os.path.join(self.directory, _MANIFEST_OF.format(iteration))
-        kept = self._what_is_kept()  # before this one's manifest exists
         for path in (own, os.path.join(self.directory, MANIFEST)):
             try:
                 atomic_write(path, lambda f: f.write(text))
             except OSError as e:
                 _remove(own)
+                kept = self._what_is_kept()  # this one's manifest is gone again
                 raise CheckpointError(
                     'chainermn_torus: checkpoint {} not completed: rank 0 cannot write its '
                     'manifest {} ({}: {}); every rank file of it was written, but without '
