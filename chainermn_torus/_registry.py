@@ -19,7 +19,7 @@ import inspect
 import chainermn
 import chainermn.communicators
 
-from chainermn_torus import communicators, config
+from chainermn_torus import communicators, compute, config
 from chainermn_torus.runtime import report, startup, watchdog
 from chainermn_torus.errors import ConfigError
 
@@ -181,6 +181,7 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
 
 def _made(comm, asked, made):
     startup.start()  # ChainerMN's communicators too: a refusal from here on is one line
+    compute.apply_setting(comm.rank)  # Chainer's layers on oneDNN (CHAINERMN_TORUS_COMPUTE)
     # The job's watchdog starts with its first communicator, where one is set (the
     # environment, the launcher), and marks every communicator's calls.
     watchdog.attach(comm)

@@ -60,6 +60,9 @@ SETTINGS = collections.OrderedDict([
     ('simgrid_path', Setting('CHAINERMN_TORUS_SIMGRID_PATH', 'text', None,
                              'a folder holding SimGrid\'s Python module, appended to the '
                              'simulator\'s path (default: found, or Debian\'s)')),
+    ('compute', Setting('CHAINERMN_TORUS_COMPUTE', 'compute', 'auto',
+                        "Chainer's heavy layers (convolutions): onednn, numpy, or auto "
+                        '(oneDNN where it loads)', launcher='process')),
     ('watchdog', Setting('CHAINERMN_TORUS_WATCHDOG', 'seconds', None,
                          'abort the job when no training step finishes for this long',
                          launcher='optimizer')),
@@ -161,6 +164,7 @@ _WHAT = {
     'affinity': 'auto, same-core, sibling, dedicated or none',
     'mpi': 'mpich, impi or openmpi',
     'tune': 'off, on or again',
+    'compute': 'onednn, numpy or auto',
 }
 
 
@@ -239,7 +243,8 @@ _PARSERS = {'seconds': _seconds, 'bytes': _at_least(0), 'segment': _segment,
             'non-negative': _non_negative, 'switch': _switch,
             'loader': _choice('serial', 'multiprocess', 'ours'),
             'affinity': _choice('auto', 'same-core', 'sibling', 'dedicated', 'none'),
-            'mpi': _choice('mpich', 'impi', 'openmpi'), 'tune': _tune}
+            'mpi': _choice('mpich', 'impi', 'openmpi'), 'tune': _tune,
+            'compute': _choice('onednn', 'numpy', 'auto')}
 
 
 def _must_be(kind, raw):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine for chainermn-torus: the Fashion-MNIST data (Debian package) and a
-# project virtualenv with Chainer 7.8.1, numpy<2, the mpich wheel + mpi4py, numba, pytest.
+# project virtualenv with Chainer 7.8.1, numpy<2, the mpich wheel + mpi4py, numba, pytest,
+# and oneDNN (x86-64).
 # Idempotent: every step checks first, so a second run takes a second or two.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,6 +36,13 @@ if ! "$venv/bin/python" -c 'import mpi4py, numba, pytest, threadpoolctl, psutil,
    || [ ! -x "$venv/bin/mpiexec" ]; then
     echo "[setup] installing mpich, mpi4py, numba, pytest, threadpoolctl, psutil, matplotlib, pillow, import-linter"
     pip install "numpy<2" mpich mpi4py numba pytest threadpoolctl psutil matplotlib pillow import-linter
+fi
+# oneDNN for Chainer's convolutions (chainermn_torus.compute): the CPU build with GNU OpenMP,
+# x86-64 only (no wheel for aarch64: there Chainer's numpy, said at start-up). Not the
+# `onednn` wheel: that is the SYCL build, which needs Intel's compiler runtimes.
+if [ "$(uname -m)" = x86_64 ] && [ ! -f "$venv/lib/libdnnl.so.3" ]; then
+    echo "[setup] installing onednn-cpu-gomp (oneDNN 3.2, Chainer's convolutions)"
+    pip install "onednn-cpu-gomp==2023.2.0" || echo "[setup] onednn-cpu-gomp not available: Chainer's numpy convolutions"
 fi
 # shellcheck (a static binary in a wheel) lints the generated job scripts in the tests; where
 # the package index lacks it, that one test skips and says so.

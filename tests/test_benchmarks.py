@@ -139,3 +139,25 @@ def test_tuning_benchmark_and_table(tmp_path):
     from chainermn_torus.bench.tuning_table import table
     text = table(str(tmp_path))
     assert '| mpich, P = 2 | {} '.format(res['best']) in text, text
+
+
+@pytest.mark.slow
+def test_compute_benchmark(tmp_path):
+    from chainermn_torus.compute import dnnl
+    if not dnnl.available():
+        pytest.skip('oneDNN is not installed (make setup installs onednn-cpu-gomp on '
+                    'x86-64): ' + str(dnnl.why_unavailable()))
+    out = tmp_path / 'c.json'
+    proc = subprocess.run(
+        [sys.executable, '-m', 'chainermn_torus.bench.compute', '--batch', '1', '--size', '64',
+         '--rounds', '1', '--threads', '1', '--json', str(out)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(out.read_text())
+    assert set(res['median']) == {'numpy', 'onednn'} and res['bound_seconds'] > 0
+    # Each mode ran the convolutions, and the breakdown is each function's own time.
+    for mode in ('numpy', 'onednn'):
+        assert res['breakdown'][mode]['Convolution2DFunction'] > 0
+        assert all(v >= -1e-3 for v in res['breakdown'][mode].values()), res['breakdown']
+    assert 'oneDNN is' in proc.stdout and 'faster than numpy' in proc.stdout

@@ -35,12 +35,12 @@ parts share.
 import numpy
 import chainermn.optimizers
 
-from chainermn_torus import _registry
+from chainermn_torus import _registry, compute
 from chainermn_torus.launch import options as _options
 from chainermn_torus.launch import patches
 from chainermn_torus.launch.optimizer import LauncherOverrides
 from chainermn_torus.launch.report import PREFIX, say
-from chainermn_torus.runtime import report, threads, timeline, watchdog
+from chainermn_torus.runtime import report, threads, timeline, watchdog, world
 from chainermn_torus.errors import ConfigError
 
 __all__ = ['add_arguments', 'Launch']
@@ -83,6 +83,10 @@ class Launch(object):
         # The watchdog starts with the script's first communicator (start-up is watched
         # too), not with its optimizer, where the launcher's flags would reach it first.
         watchdog.set_default(self.get('watchdog'), self.get('watchdog_startup'))
+        # Chainer's layers: now, before the communicator's thread budget (oneDNN's OpenMP
+        # threads in it), and for a plain script that makes none.
+        compute.use(self.get('compute'), '--compute' if 'compute' in self.given else
+                    'compute (default)', rank=world.launcher_rank() or 0)
         # Either import path of ChainerMN's factory makes ours, with the launcher's options.
         chainermn.optimizers.create_multi_node_optimizer = _registry.create_multi_node_optimizer
         if self.get('loader') is not None or self.get('data_parallel'):

@@ -25,7 +25,8 @@ from threadpoolctl import threadpool_info, threadpool_limits
 from chainermn_torus import config
 from chainermn_torus.runtime import jit, report
 
-__all__ = ['THREADS_ENV', 'default_threads', 'apply_thread_budget', 'describe_budget', 'ensure']
+__all__ = ['THREADS_ENV', 'default_threads', 'apply_thread_budget', 'describe_budget', 'ensure',
+           'reapply']
 
 THREADS_ENV = config.SETTINGS['threads'].env
 
@@ -85,6 +86,13 @@ def describe_budget(budget, rank=None):
 
 
 _APPLIED = []  # the budget last applied through ensure() in this process
+
+
+def reapply():
+    """The budget in force, again: for a library loaded after it was applied (oneDNN's
+    OpenMP runtime), which threadpoolctl could not see then."""
+    if _APPLIED and _APPLIED[0]['threads'] is not None:
+        threadpool_limits(limits=_APPLIED[0]['threads'])
 
 
 def ensure(comm=None, threads=None):

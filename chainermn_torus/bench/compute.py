@@ -1,0 +1,133 @@
+"""``bench compute``: ResNet-50 forward + backward on Chainer's numpy and on oneDNN, in one
+run.
+
+    python -m chainermn_torus.bench.compute [--batch 8] [--size 224] [--threads 2]
+        [--rounds 3] [--json OUT]
+
+Each round times one iteration (forward, loss, backward) on numpy, then on oneDNN
+(``chainermn_torus.compute``), after a warm-up each, so the two see the same machine;
+the table gives the medians and their ratio. A breakdown by Chainer function (its
+``TimerHook``, one more iteration per mode) shows where each spends its time, and the
+machine's bound puts both beside what the cores can do: the network's floating-point work
+(forward + backward about 3x the forward's multiply-adds x 2) over the FLOP/s of a large
+float32 matrix product measured in the same run.
+"""
+import argparse
+import json
+import statistics
+import time
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+from chainer.function_hooks import TimerHook
+from threadpoolctl import threadpool_limits
+
+from chainermn_torus import compute
+from chainermn_torus.compute import onednn
+
+__all__ = ['main']
+
+# ResNet-50's forward multiply-adds at 224 px (He et al. 2016: 3.8e9), per image.
+RESNET50_MACS_224 = 3.8e9
+# A function's backward applies these (TimerHook counts them inside it too): subtracted, so
+# that each row is the function's own time.
+NESTED = {'Convolution2DFunction': ('Convolution2DGradW', 'Deconvolution2DFunction'),
+          'BatchNormalization': ('BatchNormalizationGrad',), 'ReLU': ('ReLUGrad2',),
+          'MaxPoolingND': ('MaxPoolingNDGrad',), 'AveragePooling2D': ('AveragePooling2DGrad',)}
+
+
+def exclusive(summary):
+    """{function: seconds of its own} from a TimerHook summary."""
+    own = {name: s['elapsed_time'] for name, s in summary.items()}
+    for name, inner in NESTED.items():
+        if name in own:
+            own[name] -= sum(own.get(i, 0.0) for i in inner)
+    return own
+
+
+def _iteration(model, x, t):
+    model.cleargrads()
+    y = model(x, layers=['fc6'])['fc6']
+    loss = F.softmax_cross_entropy(y, t)
+    loss.backward()
+    return float(loss.array)
+
+
+def gemm_flops(n=2048, repeat=3):
+    """FLOP/s of an n x n float32 matrix product (the BLAS numpy uses)."""
+    a = numpy.random.RandomState(0).rand(n, n).astype(numpy.float32)
+    a.dot(a)
+    best = min(_timed(lambda: a.dot(a)) for _ in range(repeat))
+    return 2.0 * n ** 3 / best
+
+
+def _timed(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog='chainermn-torus bench compute', description=__doc__.split(
+        '\n')[0])
+    p.add_argument('--batch', type=int, default=8)
+    p.add_argument('--size', type=int, default=224)
+    p.add_argument('--threads', type=int, default=2)
+    p.add_argument('--rounds', type=int, default=3)
+    p.add_argument('--json', default=None)
+    args = p.parse_args(argv)
+    if compute.use('auto', rank=0) != 'onednn':
+        raise SystemExit('bench compute: oneDNN is not available here: ' +
+                         (compute.dnnl.why_unavailable() or '?'))
+    rng = numpy.random.RandomState(0)
+    model = L.ResNet50Layers(pretrained_model=None)
+    x = rng.uniform(-1, 1, (args.batch, 3, args.size, args.size)).astype(numpy.float32)
+    t = rng.randint(0, 1000, args.batch).astype(numpy.int32)
+    times = {'numpy': [], 'onednn': []}
+    breakdown = {}
+    with threadpool_limits(limits=args.threads):
+        flops = gemm_flops()
+        for mode in ('numpy', 'onednn'):
+            (onednn.enable if mode == 'onednn' else onednn.disable)()
+            _iteration(model, x, t)  # warm-up: oneDNN makes its primitives here
+        for _ in range(args.rounds):
+            for mode in ('numpy', 'onednn'):
+                (onednn.enable if mode == 'onednn' else onednn.disable)()
+                times[mode].append(_timed(lambda: _iteration(model, x, t)))
+        for mode in ('numpy', 'onednn'):
+            (onednn.enable if mode == 'onednn' else onednn.disable)()
+            hook = TimerHook()
+            with hook:
+                _iteration(model, x, t)
+            breakdown[mode] = exclusive(hook.summary())
+    work = 3 * 2 * RESNET50_MACS_224 * (args.size / 224.0) ** 2 * args.batch
+    bound = work / flops
+    med = {m: statistics.median(v) for m, v in times.items()}
+    print('ResNet-50 forward + backward, batch {}, {} px, {} threads; medians of {} '
+          'interleaved rounds'.format(args.batch, args.size, args.threads, args.rounds))
+    print('{:<8} {:>10} {:>10}'.format('', 'seconds', 'x bound'))
+    for mode in ('numpy', 'onednn'):
+        print('{:<8} {:>10.3f} {:>10.2f}'.format(mode, med[mode], med[mode] / bound))
+    print('oneDNN is {:.2f}x faster than numpy; the bound ({:.1f} GFLOP of work at the '
+          'measured {:.1f} GFLOP/s of a 2048x2048 SGEMM) is {:.3f} s'.format(
+              med['numpy'] / med['onednn'], work / 1e9, flops / 1e9, bound))
+    print('by Chainer function, its own time (seconds, numpy / oneDNN):')
+    names = sorted(set(breakdown['numpy']) | set(breakdown['onednn']),
+                   key=lambda n: -breakdown['numpy'].get(n, 0.0))
+    for name in names[:12]:
+        print('  {:<32} {:>8.3f} {:>8.3f}'.format(name, breakdown['numpy'].get(name, 0.0),
+                                                 breakdown['onednn'].get(name, 0.0)))
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump({'model': 'resnet50', 'batch': args.batch, 'size': args.size,
+                       'threads': args.threads, 'rounds': args.rounds, 'seconds': times,
+                       'median': med, 'ratio_numpy_over_onednn': med['numpy'] / med['onednn'],
+                       'gemm_flops': flops, 'bound_seconds': bound, 'breakdown': breakdown,
+                       'onednn_version': list(compute.dnnl.version()[:3])}, f, indent=1)
+    return 0
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())

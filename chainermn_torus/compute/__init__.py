@@ -1,0 +1,52 @@
+"""Chainer's heavy layers on oneDNN (issue 35): where the seeds' systems ran Chainer on
+iDeep (MKL-DNN), which no longer installs.
+
+``use(mode)``: 'onednn' (refused, with the reason, where oneDNN does not load), 'numpy'
+(Chainer's own), 'auto' (oneDNN where it loads, else numpy, said once). The setting is
+``CHAINERMN_TORUS_COMPUTE`` (default auto) and the launcher's ``--compute``; the package
+applies it when the job makes its first communicator, before the thread budget, so that
+oneDNN's OpenMP threads are counted in it. The parts: ``dnnl`` (the binding), ``conv`` (the
+layers on numpy arrays), ``onednn`` (the seam into Chainer's functions).
+"""
+from chainermn_torus import config
+from chainermn_torus.compute import dnnl, onednn
+from chainermn_torus.runtime import report, threads
+
+__all__ = ['use', 'apply_setting', 'in_force']
+
+_IN_FORCE = []  # the mode applied: 'onednn' or 'numpy'
+
+
+def in_force():
+    return _IN_FORCE[0] if _IN_FORCE else None
+
+
+def use(mode='auto', source='compute', rank=None):
+    """Put Chainer's heavy layers on oneDNN or numpy for this process; returns the mode in
+    force ('onednn' or 'numpy'). Rank 0 says which, once per change."""
+    mode = config.parse('compute', mode, source)
+    if mode == 'numpy' or (mode == 'auto' and not dnnl.available()):
+        onednn.disable()
+        chosen = 'numpy'
+        why = ('{}={}'.format(source, mode) if mode == 'numpy' else
+               'auto, and ' + dnnl.why_unavailable())
+        text = 'compute: Chainer\'s numpy ({})'.format(why)
+    else:
+        onednn.enable()  # raises, naming the fix, where oneDNN does not load
+        threads.reapply()  # oneDNN brought its OpenMP runtime: in the budget too
+        chosen = 'onednn'
+        major, minor, patch, path = dnnl.version()
+        text = 'compute: oneDNN {}.{}.{} ({}) for {}; the other layers on Chainer\'s ' \
+            'numpy'.format(major, minor, patch, path, onednn.REPLACED)
+    if in_force() != chosen:
+        _IN_FORCE[:] = [chosen]
+        report.say(text, rank)
+    return chosen
+
+
+def apply_setting(rank=None):
+    """The configured mode (``CHAINERMN_TORUS_COMPUTE``, the launcher's), once per process."""
+    if _IN_FORCE:
+        return _IN_FORCE[0]
+    mode, source = config.value('compute')
+    return use(mode, source or 'compute (default)', rank)

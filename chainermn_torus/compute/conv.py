@@ -1,0 +1,199 @@
+"""2-D convolution on oneDNN, with Chainer's geometry: forward, backward data, backward
+weights, for numpy float32 arrays in NCHW.
+
+Chainer's ``convolution_2d`` pads ``pad`` on both sides and, with ``cover_all``, adds
+output rows until the filter has covered every input row; oneDNN takes a padding before
+and after, so the padding after is what makes the output sizes equal (``pad_after``), as
+Chainer's own iDeep path computed it. Dilation ``d`` is oneDNN's ``d - 1``. Groups are
+oneDNN's grouped weights (G, O/G, I/G, kh, kw): Chainer's (O, I/G, kh, kw) array viewed in
+that shape, not copied.
+
+``deconvolution_2d`` is the same arithmetic run backwards (its forward is a convolution's
+backward data), so Chainer's transposed convolution and the gradient of a convolution
+with respect to its input are one path here.
+
+Each geometry (shapes, strides, paddings, dilation, groups, bias) is one ``Convolution``,
+made at its first call and kept: its primitives, the blocked layouts oneDNN chose, the
+buffers and reorders between those and NCHW. The arrays come in and go out in NCHW; what
+a layer's output would be in oneDNN's layout is reordered back at once, so the numbers
+are those of one convolution on the plain arrays.
+"""
+import numpy
+
+from chainermn_torus.compute import dnnl
+
+__all__ = ['Convolution', 'convolution', 'out_size', 'pad_after', 'forward',
+           'backward_data', 'backward_weights', 'deconvolution']
+
+
+def out_size(size, k, s, p, cover_all=False, d=1):
+    """Chainer's output size (chainer.utils.conv.get_conv_outsize)."""
+    dk = k + (k - 1) * (d - 1)
+    if cover_all:
+        return (size + p * 2 - dk + s - 1) // s + 1
+    return (size + p * 2 - dk) // s + 1
+
+
+def pad_after(size, out, k, s, p, d=1):
+    """The padding after the data that gives oneDNN ``out`` outputs."""
+    dk = k + (k - 1) * (d - 1)
+    return s * (out - 1) + dk - size - p
+
+
+class Convolution(object):
+    """One geometry: x (n, c, h, w), W (o, c/G, kh, kw), y (n, o, oh, ow)."""
+
+    def __init__(self, x_shape, w_shape, y_shape, stride, pad, dilate, groups, bias):
+        n, c, h, w = x_shape
+        o, cg, kh, kw = w_shape
+        self.x_shape, self.w_shape, self.y_shape = tuple(x_shape), tuple(w_shape), \
+            tuple(y_shape)
+        self.groups, self.bias = groups, bias
+        sy, sx = stride
+        ph, pw = pad
+        dy, dx = dilate
+        oh, ow = y_shape[2:]
+        self.strides = dnnl.dims((sy, sx))
+        self.dilates = dnnl.dims((dy - 1, dx - 1))
+        self.pad_l = dnnl.dims((ph, pw))
+        self.pad_r = dnnl.dims((pad_after(h, oh, kh, sy, ph, dy),
+                                pad_after(w, ow, kw, sx, pw, dx)))
+        # oneDNN's grouped weights: the same memory as Chainer's W
+        self.w_view = (groups, o // groups, cg, kh, kw) if groups > 1 else self.w_shape
+        self.plain = {'src': dnnl.plain_md(self.x_shape),
+                      'weights': dnnl.plain_md(self.w_view),
+                      'dst': dnnl.plain_md(self.y_shape)}
+        self.plain['diff_src'] = self.plain['src']
+        self.plain['diff_weights'] = self.plain['weights']
+        self.plain['diff_dst'] = self.plain['dst']
+        self.bias_md = dnnl.plain_md((o,)) if bias else None
+        self._any_mds = (dnnl.any_md(self.x_shape), dnnl.any_md(self.w_view),
+                         dnnl.any_md(self.y_shape))
+        self._fwd_pd = None
+        self._steps = {}
+
+    def _create_forward_pd(self):
+        x, w, y = self._any_mds
+        pd = dnnl.P()
+        dnnl.check(dnnl.lib().dnnl_convolution_forward_primitive_desc_create(
+            dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.PROP['forward_training'],
+            dnnl.ALG['convolution_direct'], x.handle, w.handle,
+            self.bias_md.handle if self.bias else None, y.handle, self.strides, self.dilates,
+            self.pad_l, self.pad_r, None), 'convolution forward')
+        return pd
+
+    def _hint(self):
+        """A forward descriptor of its own, the hint the backward ones are made with (the
+        forward primitive owns, and frees, the one it runs)."""
+        if self._fwd_pd is None:
+            self._fwd_pd = self._create_forward_pd()
+        return self._fwd_pd
+
+    def _step(self, name):
+        step = self._steps.get(name)
+        if step is not None:
+            return step
+        lib = dnnl.lib()
+        x, w, y = self._any_mds
+        pd = dnnl.P()
+        if name == 'forward':
+            step = dnnl.Bound(self._create_forward_pd(), 'convolution forward', ['src', 'weights'], ['dst'],
+                              self.plain, {'bias': self.bias_md} if self.bias else None)
+        elif name == 'backward_data':
+            dnnl.check(lib.dnnl_convolution_backward_data_primitive_desc_create(
+                dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.ALG['convolution_direct'],
+                x.handle, w.handle, y.handle, self.strides, self.dilates, self.pad_l,
+                self.pad_r, self._hint(), None), 'convolution backward data')
+            step = dnnl.Bound(pd, 'convolution backward data', ['diff_dst', 'weights'],
+                              ['diff_src'], self.plain)
+        else:
+            dnnl.check(lib.dnnl_convolution_backward_weights_primitive_desc_create(
+                dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.ALG['convolution_direct'],
+                x.handle, w.handle, self.bias_md.handle if self.bias else None, y.handle,
+                self.strides, self.dilates, self.pad_l, self.pad_r, self._hint(), None),
+                'convolution backward weights')
+            step = dnnl.Bound(pd, 'convolution backward weights', ['src', 'diff_dst'],
+                              ['diff_weights'], self.plain,
+                              {'diff_bias': self.bias_md} if self.bias else None)
+        self._steps[name] = step
+        return step
+
+    def forward(self, x, W, b=None):
+        y = numpy.empty(self.y_shape, numpy.float32)
+        args = {'src': x, 'weights': W, 'dst': y}
+        if self.bias:
+            args['bias'] = b
+        self._step('forward')(**args)
+        return y
+
+    def backward_data(self, gy, W):
+        gx = numpy.empty(self.x_shape, numpy.float32)
+        self._step('backward_data')(diff_dst=gy, weights=W, diff_src=gx)
+        return gx
+
+    def backward_weights(self, x, gy):
+        """gW, and gb where the geometry has a bias."""
+        gW = numpy.empty(self.w_shape, numpy.float32)
+        args = {'src': x, 'diff_dst': gy, 'diff_weights': gW}
+        gb = None
+        if self.bias:
+            gb = args['diff_bias'] = numpy.empty(self.w_shape[0], numpy.float32)
+        self._step('backward_weights')(**args)
+        return gW, gb
+
+
+_CACHE = {}
+
+
+def convolution(x_shape, w_shape, y_shape, stride, pad, dilate, groups, bias):
+    key = (tuple(x_shape), tuple(w_shape), tuple(y_shape), tuple(stride), tuple(pad),
+           tuple(dilate), groups, bool(bias))
+    conv = _CACHE.get(key)
+    if conv is None:
+        conv = _CACHE[key] = Convolution(*key)
+    return conv
+
+
+def _c(a):
+    return numpy.ascontiguousarray(a, dtype=numpy.float32)
+
+
+def _geometry(x_shape, w_shape, stride, pad, cover_all, dilate):
+    n, c, h, w = x_shape
+    o, _, kh, kw = w_shape
+    oh = out_size(h, kh, stride[0], pad[0], cover_all, dilate[0])
+    ow = out_size(w, kw, stride[1], pad[1], cover_all, dilate[1])
+    return (n, o, oh, ow)
+
+
+def forward(x, W, b=None, stride=(1, 1), pad=(0, 0), cover_all=False, dilate=(1, 1),
+            groups=1):
+    """Chainer's convolution_2d forward."""
+    y_shape = _geometry(x.shape, W.shape, stride, pad, cover_all, dilate)
+    conv = convolution(x.shape, W.shape, y_shape, stride, pad, dilate, groups, b is not None)
+    return conv.forward(_c(x), _c(W), None if b is None else _c(b))
+
+
+def backward_data(gy, W, x_shape, stride=(1, 1), pad=(0, 0), dilate=(1, 1), groups=1):
+    """The gradient with respect to x of a convolution whose input had ``x_shape``."""
+    conv = convolution(x_shape, W.shape, gy.shape, stride, pad, dilate, groups, False)
+    return conv.backward_data(_c(gy), _c(W))
+
+
+def backward_weights(x, gy, w_shape, stride=(1, 1), pad=(0, 0), dilate=(1, 1), groups=1,
+                     bias=False):
+    """(gW, gb or None) of a convolution with weights of ``w_shape``."""
+    conv = convolution(x.shape, w_shape, gy.shape, stride, pad, dilate, groups, bias)
+    return conv.backward_weights(_c(x), _c(gy))
+
+
+def deconvolution(x, W, b, out_hw, stride=(1, 1), pad=(0, 0), dilate=(1, 1), groups=1):
+    """Chainer's deconvolution_2d forward: x (n, c, h, w), W (c, o/G, kh, kw), the output
+    (n, o, out_h, out_w): the backward data of the convolution from that output to x."""
+    n = x.shape[0]
+    c, og, kh, kw = W.shape
+    y_shape = (n, og * groups) + tuple(out_hw)
+    y = backward_data(x, W, y_shape, stride, pad, dilate, groups)
+    if b is not None:
+        y += b.reshape(1, -1, 1, 1)
+    return y

@@ -1,0 +1,369 @@
+"""oneDNN's C API (v3) through ctypes: the library, its engine and stream, memory, and
+primitives that run on numpy arrays.
+
+Why ctypes over the C API and not a compiled extension: the wheels ``onednn-cpu-gomp`` (the
+library, GNU OpenMP) install with pip alone, and a binding that needs no compiler at
+install time builds nowhere and so fails nowhere; a call costs a few microseconds of
+ctypes, against the milliseconds a convolution takes. The layer code (``compute.conv``, ...)
+sees only this module's small vocabulary: memory descriptors made from numpy shapes, a
+``Primitive`` from a primitive descriptor, reorders between a plain (numpy) layout and the
+blocked layout a primitive prefers.
+
+The library is found beside the Python that runs (``sys.prefix/lib``, where the wheel puts
+it), else by the loader's search (``ctypes.util.find_library('dnnl')``); ``available()``
+says whether it loaded and why not.
+"""
+import ctypes
+import ctypes.util
+import os
+import sys
+
+import numpy
+
+from chainermn_torus.errors import Unsupported
+
+__all__ = ['available', 'why_unavailable', 'version', 'lib', 'engine', 'stream', 'plain_md',
+           'any_md', 'Memory', 'Primitive', 'Reorder', 'query_md', 'md_equal', 'md_size',
+           'dims', 'DnnlError', 'F32', 'ARG', 'PROP', 'ALG', 'QUERY', 'TAG', 'Bound', 'wait']
+
+P = ctypes.c_void_p
+DIMS = ctypes.c_int64 * 12  # dnnl_dims_t (DNNL_MAX_NDIMS)
+
+F32 = 3
+TAG = {'any': 1, 'a': 2, 'ab': 3, 'abcd': 5, 'abcde': 6}
+PROP = {'forward_training': 64, 'forward_inference': 96, 'backward': 128,
+        'backward_data': 160, 'backward_weights': 192}
+ALG = {'convolution_direct': 1, 'eltwise_relu': 32, 'pooling_max': 511,
+       'pooling_avg_include_padding': 767, 'pooling_avg_exclude_padding': 1023,
+       'lrn_across_channels': 2815}
+QUERY = {'src': 129, 'diff_src': 130, 'weights': 131, 'diff_weights': 132, 'dst': 133,
+         'diff_dst': 134, 'workspace': 135, 'impl_info_str': 8}
+ARG = {'src': 1, 'dst': 17, 'weights': 33, 'bias': 41, 'mean': 49, 'variance': 50,
+       'scale': 51, 'shift': 52, 'workspace': 64, 'diff_src': 129, 'diff_dst': 145,
+       'diff_weights': 161, 'diff_bias': 169, 'diff_scale': 255, 'diff_shift': 256,
+       'from': 1, 'to': 17}
+
+
+class DnnlError(Unsupported):
+    """A oneDNN call that failed: the function and oneDNN's status."""
+
+
+class _ExecArg(ctypes.Structure):
+    _fields_ = [('arg', ctypes.c_int), ('memory', P)]
+
+
+class _Version(ctypes.Structure):
+    _fields_ = [('major', ctypes.c_int), ('minor', ctypes.c_int), ('patch', ctypes.c_int),
+                ('hash', ctypes.c_char_p), ('cpu_runtime', ctypes.c_uint),
+                ('gpu_runtime', ctypes.c_uint)]
+
+
+_STATUS = {1: 'out of memory', 2: 'invalid arguments', 3: 'unimplemented',
+           4: 'last implementation reached', 5: 'runtime error', 6: 'not required',
+           7: 'invalid graph', 8: 'invalid graph op', 9: 'invalid shape',
+           10: 'invalid data type'}
+
+# function -> (argtypes, restype); every call goes through these declarations (a Python int
+# passed where a pointer is expected would be cut to 32 bits otherwise).
+_SIGNATURES = {
+    'dnnl_version': ([], ctypes.POINTER(_Version)),
+    'dnnl_engine_create': ([ctypes.POINTER(P), ctypes.c_int, ctypes.c_size_t], ctypes.c_int),
+    'dnnl_stream_create': ([ctypes.POINTER(P), P, ctypes.c_uint], ctypes.c_int),
+    'dnnl_stream_wait': ([P], ctypes.c_int),
+    'dnnl_memory_desc_create_with_tag': (
+        [ctypes.POINTER(P), ctypes.c_int, DIMS, ctypes.c_int, ctypes.c_int], ctypes.c_int),
+    'dnnl_memory_desc_create_with_strides': (
+        [ctypes.POINTER(P), ctypes.c_int, DIMS, ctypes.c_int, DIMS], ctypes.c_int),
+    'dnnl_memory_desc_destroy': ([P], ctypes.c_int),
+    'dnnl_memory_desc_equal': ([P, P], ctypes.c_int),
+    'dnnl_memory_desc_get_size': ([P], ctypes.c_size_t),
+    'dnnl_memory_create': ([ctypes.POINTER(P), P, P, P], ctypes.c_int),
+    'dnnl_memory_set_data_handle': ([P, P], ctypes.c_int),
+    'dnnl_memory_destroy': ([P], ctypes.c_int),
+    'dnnl_primitive_desc_query_md': ([P, ctypes.c_int, ctypes.c_int], P),
+    'dnnl_primitive_desc_query': ([P, ctypes.c_int, ctypes.c_int, P], ctypes.c_int),
+    'dnnl_primitive_desc_destroy': ([P], ctypes.c_int),
+    'dnnl_primitive_create': ([ctypes.POINTER(P), P], ctypes.c_int),
+    'dnnl_primitive_destroy': ([P], ctypes.c_int),
+    'dnnl_primitive_execute': ([P, P, ctypes.c_int, ctypes.POINTER(_ExecArg)], ctypes.c_int),
+    'dnnl_reorder_primitive_desc_create': ([ctypes.POINTER(P), P, P, P, P, P], ctypes.c_int),
+    'dnnl_convolution_forward_primitive_desc_create': (
+        [ctypes.POINTER(P), P, ctypes.c_int, ctypes.c_int, P, P, P, P, DIMS, DIMS, DIMS,
+         DIMS, P], ctypes.c_int),
+    'dnnl_convolution_backward_data_primitive_desc_create': (
+        [ctypes.POINTER(P), P, ctypes.c_int, P, P, P, DIMS, DIMS, DIMS, DIMS, P, P],
+        ctypes.c_int),
+    'dnnl_convolution_backward_weights_primitive_desc_create': (
+        [ctypes.POINTER(P), P, ctypes.c_int, P, P, P, P, DIMS, DIMS, DIMS, DIMS, P, P],
+        ctypes.c_int),
+}
+
+_STATE = {}  # 'lib', 'engine', 'stream', 'why', 'pid'
+
+
+def _candidates():
+    here = os.path.join(sys.prefix, 'lib')
+    out = [os.path.join(here, name) for name in ('libdnnl.so.3', 'libdnnl.so')]
+    found = ctypes.util.find_library('dnnl')
+    if found:
+        out.append(found)
+    return out
+
+
+def _load():
+    if 'lib' in _STATE or 'why' in _STATE:
+        return
+    tried = []
+    for path in _candidates():
+        if os.sep in path and not os.path.exists(path):
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            tried.append('{}: {}'.format(path, e))
+            continue
+        try:
+            for name, (argtypes, restype) in _SIGNATURES.items():
+                fn = getattr(lib, name)
+                fn.argtypes, fn.restype = argtypes, restype
+        except AttributeError as e:  # another major version (v2's API has other names)
+            tried.append('{}: {}'.format(path, e))
+            continue
+        v = lib.dnnl_version().contents
+        if v.major < 3:
+            tried.append('{}: oneDNN {}.{}, this binding speaks the v3 API'.format(
+                path, v.major, v.minor))
+            continue
+        _STATE['lib'] = lib
+        _STATE['version'] = (v.major, v.minor, v.patch)
+        _STATE['path'] = path
+        return
+    _STATE['why'] = ('oneDNN (libdnnl.so.3) is not installed for this Python ({}): pip '
+                     'install onednn-cpu-gomp (x86-64){}'.format(
+                         sys.prefix, '; tried ' + '; '.join(tried) if tried else ''))
+
+
+def available():
+    _load()
+    return 'lib' in _STATE
+
+
+def why_unavailable():
+    _load()
+    return _STATE.get('why')
+
+
+def version():
+    """(major, minor, patch, path) of the loaded library."""
+    _load()
+    return _STATE.get('version', ()) + (_STATE.get('path'),)
+
+
+def lib():
+    _load()
+    if 'lib' not in _STATE:
+        raise DnnlError('chainermn_torus: ' + _STATE['why'])
+    return _STATE['lib']
+
+
+def check(status, what):
+    if status != 0:
+        raise DnnlError('chainermn_torus: oneDNN {} failed: {} (status {})'.format(
+            what, _STATUS.get(status, 'error'), status))
+
+
+def _per_process(key, make):
+    """The engine and the stream, made once per process (a forked loader process makes its
+    own: oneDNN's objects do not survive a fork)."""
+    if _STATE.get('pid') != os.getpid():
+        _STATE.pop('engine', None)
+        _STATE.pop('stream', None)
+        _STATE['pid'] = os.getpid()
+    if key not in _STATE:
+        _STATE[key] = make()
+    return _STATE[key]
+
+
+def engine():
+    def make():
+        e = P()
+        check(lib().dnnl_engine_create(ctypes.byref(e), 1, 0), 'engine creation')
+        return e
+    return _per_process('engine', make)
+
+
+def stream():
+    def make():
+        s = P()
+        check(lib().dnnl_stream_create(ctypes.byref(s), engine(), 1), 'stream creation')
+        return s
+    return _per_process('stream', make)
+
+
+def dims(values):
+    d = DIMS()
+    for i, v in enumerate(values):
+        d[i] = int(v)
+    return d
+
+
+class _Desc(object):
+    """A memory descriptor this module made (destroyed with it)."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def __del__(self):
+        if 'lib' in _STATE and self.handle:
+            _STATE['lib'].dnnl_memory_desc_destroy(self.handle)
+
+
+def plain_md(shape, strides=None):
+    """A float32 memory descriptor of a numpy array: C order, or ``strides`` in elements."""
+    m = P()
+    if strides is None:
+        strides, step = [], 1
+        for n in reversed(shape):
+            strides.insert(0, step)
+            step *= n
+    check(lib().dnnl_memory_desc_create_with_strides(
+        ctypes.byref(m), len(shape), dims(shape), F32, dims(strides)), 'memory descriptor')
+    return _Desc(m)
+
+
+def any_md(shape):
+    """The layout the primitive chooses (``format_tag::any``)."""
+    m = P()
+    check(lib().dnnl_memory_desc_create_with_tag(
+        ctypes.byref(m), len(shape), dims(shape), F32, TAG['any']), 'memory descriptor')
+    return _Desc(m)
+
+
+def _handle(md):
+    return md.handle if isinstance(md, _Desc) else md
+
+
+def query_md(pd, what, index=0):
+    """A memory descriptor a primitive descriptor chose (owned by it)."""
+    return P(lib().dnnl_primitive_desc_query_md(pd, QUERY[what], index))
+
+
+def md_equal(a, b):
+    return bool(lib().dnnl_memory_desc_equal(_handle(a), _handle(b)))
+
+
+def md_size(md):
+    return int(lib().dnnl_memory_desc_get_size(_handle(md)))
+
+
+class Memory(object):
+    """A memory object over a buffer: a numpy array's data (``set``), or one of its own (the
+    blocked layouts between reorders and primitives, allocated once)."""
+
+    def __init__(self, md, own=False):
+        self.md = md  # kept alive with the memory
+        self.handle = P()
+        self.buffer = numpy.empty(md_size(md), numpy.uint8) if own else None
+        data = P(self.buffer.ctypes.data) if own else P(None)
+        check(lib().dnnl_memory_create(ctypes.byref(self.handle), _handle(md), engine(), data),
+              'memory creation')
+
+    def set(self, array):
+        check(lib().dnnl_memory_set_data_handle(self.handle, P(array.ctypes.data)),
+              'setting a memory buffer')
+
+    def __del__(self):
+        if 'lib' in _STATE and self.handle:
+            _STATE['lib'].dnnl_memory_destroy(self.handle)
+
+
+class Primitive(object):
+    """A primitive from its descriptor ``pd`` (which it then owns): ``run({ARG: Memory})``."""
+
+    def __init__(self, pd, what):
+        self.pd, self.what = pd, what
+        self.handle = P()
+        check(lib().dnnl_primitive_create(ctypes.byref(self.handle), pd), what)
+
+    def run(self, args):
+        array = (_ExecArg * len(args))(*[_ExecArg(ARG[k], m.handle) for k, m in args.items()])
+        check(lib().dnnl_primitive_execute(self.handle, stream(), len(args), array), self.what)
+
+    def impl(self):
+        """The implementation oneDNN chose (for the docs and the benchmark)."""
+        out = ctypes.c_char_p()
+        lib().dnnl_primitive_desc_query(self.pd, QUERY['impl_info_str'], 0,
+                                        ctypes.byref(out))
+        return (out.value or b'').decode()
+
+    def __del__(self):
+        if 'lib' in _STATE:
+            if self.handle:
+                _STATE['lib'].dnnl_primitive_destroy(self.handle)
+            if self.pd:
+                _STATE['lib'].dnnl_primitive_desc_destroy(self.pd)
+
+
+class Reorder(Primitive):
+    """From one layout to another (a numpy array's and a primitive's)."""
+
+    def __init__(self, src_md, dst_md):
+        pd = P()
+        check(lib().dnnl_reorder_primitive_desc_create(
+            ctypes.byref(pd), _handle(src_md), engine(), _handle(dst_md), engine(), None),
+            'reorder')
+        super(Reorder, self).__init__(pd, 'reorder')
+
+    def __call__(self, src, dst):
+        self.run({'from': src, 'to': dst})
+
+
+def wait():
+    check(lib().dnnl_stream_wait(stream()), 'stream wait')
+
+
+class Bound(object):
+    """A primitive with its numpy arguments: each argument's plain layout, and where the
+    primitive chose another, a buffer of that layout and the reorder to it (an input) or
+    from it (an output). ``__call__(**arrays)`` runs the reorders in, the primitive, the
+    reorders out, and waits. Built once per shape and reused (``compute.conv``)."""
+
+    def __init__(self, pd, what, inputs, outputs, plain, extra=None):
+        self.primitive = Primitive(pd, what)
+        self.inputs, self.outputs = inputs, outputs
+        self.plain = {}      # name -> Memory over the numpy array
+        self.inner = {}      # name -> (Memory in the primitive's layout, Reorder)
+        for name in inputs + outputs:
+            chosen = query_md(pd, name)
+            outer = Memory(plain[name])
+            self.plain[name] = outer
+            if not md_equal(plain[name], chosen):
+                inner = Memory(chosen, own=True)
+                reorder = Reorder(plain[name], chosen) if name in inputs else \
+                    Reorder(chosen, plain[name])
+                self.inner[name] = (inner, reorder)
+        self.extra = {}      # name -> Memory in the plain layout given (bias, diff_bias)
+        for name, md in (extra or {}).items():
+            self.extra[name] = Memory(md)
+
+    def __call__(self, **arrays):
+        args = {}
+        for name, array in arrays.items():
+            memory = self.plain.get(name) or self.extra[name]
+            memory.set(array)
+            args[name] = memory
+        for name in self.inputs:
+            if name in self.inner:
+                inner, reorder = self.inner[name]
+                reorder(args[name], inner)
+                args[name] = inner
+        run = dict(args)
+        for name in self.outputs:
+            if name in self.inner:
+                run[name] = self.inner[name][0]
+        self.primitive.run(run)
+        for name in self.outputs:
+            if name in self.inner:
+                inner, reorder = self.inner[name]
+                reorder(inner, args[name])
+        wait()
