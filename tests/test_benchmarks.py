@@ -161,3 +161,20 @@ def test_compute_benchmark(tmp_path):
         assert res['breakdown'][mode]['Convolution2DFunction'] > 0
         assert all(v >= -1e-3 for v in res['breakdown'][mode].values()), res['breakdown']
     assert 'oneDNN is' in proc.stdout and 'faster than numpy' in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get('TORCH_PYTHON'),
+                    reason='PyTorch side of bench compute: set TORCH_PYTHON to a Python with '
+                           'torch (a venv of its own: pip install "torch==2.13.0+cpu")')
+def test_compute_benchmark_beside_pytorch(tmp_path):
+    out = tmp_path / 'c.json'
+    proc = subprocess.run(
+        [sys.executable, '-m', 'chainermn_torus.bench.compute', '--batch', '1', '--size', '64',
+         '--rounds', '1', '--threads', '1', '--torch', os.environ['TORCH_PYTHON'],
+         '--json', str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(out.read_text())
+    assert res['median']['torch'] > 0 and res['ratio_onednn_over_torch'] > 0
+    assert res['torch'].startswith('torch ')

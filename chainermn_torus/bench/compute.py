@@ -2,11 +2,13 @@
 run.
 
     python -m chainermn_torus.bench.compute [--batch 8] [--size 224] [--threads 2]
-        [--rounds 3] [--json OUT]
+        [--rounds 3] [--torch PYTHON] [--json OUT]
 
 Each round times one iteration (forward, loss, backward) on numpy, then on oneDNN
-(``chainermn_torus.compute``), after a warm-up each, so the two see the same machine;
-the table gives the medians and their ratio. A breakdown by Chainer function (its
+(``chainermn_torus.compute``), then, with ``--torch`` naming a Python that has PyTorch
+(a venv of its own), the same network in PyTorch (``bench/torch_resnet50.py``, a process
+that waits for each round), after a warm-up each, so all see the same machine; the table
+gives the medians and the ratios. A breakdown by Chainer function (its
 ``TimerHook``, one more iteration per mode) shows where each spends its time, and the
 machine's bound puts both beside what the cores can do: the network's floating-point work
 (forward + backward about 3x the forward's multiply-adds x 2) over the FLOP/s of a large
@@ -14,7 +16,9 @@ float32 matrix product measured in the same run.
 """
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import time
 
 import chainer
@@ -69,6 +73,29 @@ def _timed(fn):
     return time.perf_counter() - t0
 
 
+class _Torch(object):
+    """The PyTorch process: one iteration per ``run()``, its seconds."""
+
+    def __init__(self, python, batch, size, threads):
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'torch_resnet50.py')
+        self.proc = subprocess.Popen([python, script, str(batch), str(size), str(threads)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.version = self.proc.stdout.readline().strip()
+        if not self.version.startswith('ready'):
+            raise SystemExit('bench compute: {} could not run PyTorch: {}'.format(
+                python, self.version))
+
+    def run(self):
+        self.proc.stdin.write('run\n')
+        self.proc.stdin.flush()
+        return float(self.proc.stdout.readline())
+
+    def close(self):
+        self.proc.stdin.write('quit\n')
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog='chainermn-torus bench compute', description=__doc__.split(
         '\n')[0])
@@ -76,6 +103,8 @@ def main(argv=None):
     p.add_argument('--size', type=int, default=224)
     p.add_argument('--threads', type=int, default=2)
     p.add_argument('--rounds', type=int, default=3)
+    p.add_argument('--torch', default=None, metavar='PYTHON',
+                   help='a Python that has PyTorch: its ResNet-50 in the same rounds')
     p.add_argument('--json', default=None)
     args = p.parse_args(argv)
     if compute.use('auto', rank=0) != 'onednn':
@@ -86,6 +115,11 @@ def main(argv=None):
     x = rng.uniform(-1, 1, (args.batch, 3, args.size, args.size)).astype(numpy.float32)
     t = rng.randint(0, 1000, args.batch).astype(numpy.int32)
     times = {'numpy': [], 'onednn': []}
+    torch = None
+    if args.torch:
+        torch = _Torch(args.torch, args.batch, args.size, args.threads)
+        times['torch'] = []
+        torch.run()  # warm-up
     breakdown = {}
     with threadpool_limits(limits=args.threads):
         flops = gemm_flops()
@@ -96,6 +130,8 @@ def main(argv=None):
             for mode in ('numpy', 'onednn'):
                 (onednn.enable if mode == 'onednn' else onednn.disable)()
                 times[mode].append(_timed(lambda: _iteration(model, x, t)))
+            if torch is not None:
+                times['torch'].append(torch.run())
         for mode in ('numpy', 'onednn'):
             (onednn.enable if mode == 'onednn' else onednn.disable)()
             hook = TimerHook()
@@ -107,12 +143,17 @@ def main(argv=None):
     med = {m: statistics.median(v) for m, v in times.items()}
     print('ResNet-50 forward + backward, batch {}, {} px, {} threads; medians of {} '
           'interleaved rounds'.format(args.batch, args.size, args.threads, args.rounds))
+    if torch is not None:
+        torch.close()
     print('{:<8} {:>10} {:>10}'.format('', 'seconds', 'x bound'))
-    for mode in ('numpy', 'onednn'):
+    for mode in times:
         print('{:<8} {:>10.3f} {:>10.2f}'.format(mode, med[mode], med[mode] / bound))
-    print('oneDNN is {:.2f}x faster than numpy; the bound ({:.1f} GFLOP of work at the '
+    print('oneDNN is {:.2f}x faster than numpy{}; the bound ({:.1f} GFLOP of work at the '
           'measured {:.1f} GFLOP/s of a 2048x2048 SGEMM) is {:.3f} s'.format(
-              med['numpy'] / med['onednn'], work / 1e9, flops / 1e9, bound))
+              med['numpy'] / med['onednn'], '' if torch is None else
+              ', {:.2f}x PyTorch\'s time ({})'.format(med['onednn'] / med['torch'],
+                                                     torch.version[6:]),
+              work / 1e9, flops / 1e9, bound))
     print('by Chainer function, its own time (seconds, numpy / oneDNN):')
     names = sorted(set(breakdown['numpy']) | set(breakdown['onednn']),
                    key=lambda n: -breakdown['numpy'].get(n, 0.0))
@@ -124,6 +165,9 @@ def main(argv=None):
             json.dump({'model': 'resnet50', 'batch': args.batch, 'size': args.size,
                        'threads': args.threads, 'rounds': args.rounds, 'seconds': times,
                        'median': med, 'ratio_numpy_over_onednn': med['numpy'] / med['onednn'],
+                       'ratio_onednn_over_torch': med['onednn'] / med['torch']
+                       if 'torch' in med else None,
+                       'torch': None if torch is None else torch.version[6:],
                        'gemm_flops': flops, 'bound_seconds': bound, 'breakdown': breakdown,
                        'onednn_version': list(compute.dnnl.version()[:3])}, f, indent=1)
     return 0

@@ -86,8 +86,8 @@ class Convolution(object):
         """A forward descriptor of its own, the hint the backward ones are made with (the
         forward primitive owns, and frees, the one it runs)."""
         if self._fwd_pd is None:
-            self._fwd_pd = self._create_forward_pd()
-        return self._fwd_pd
+            self._fwd_pd = dnnl.Hint(self._create_forward_pd())
+        return self._fwd_pd.pd
 
     def _step(self, name):
         step = self._steps.get(name)

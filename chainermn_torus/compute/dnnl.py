@@ -24,7 +24,8 @@ from chainermn_torus.errors import Unsupported
 
 __all__ = ['available', 'why_unavailable', 'version', 'lib', 'engine', 'stream', 'plain_md',
            'any_md', 'Memory', 'Primitive', 'Reorder', 'query_md', 'md_equal', 'md_size',
-           'dims', 'DnnlError', 'F32', 'ARG', 'PROP', 'ALG', 'QUERY', 'TAG', 'Bound', 'wait']
+           'dims', 'DnnlError', 'F32', 'ARG', 'PROP', 'ALG', 'QUERY', 'TAG', 'Bound', 'wait',
+           'BN_FLAGS', 'Hint']
 
 P = ctypes.c_void_p
 DIMS = ctypes.c_int64 * 12  # dnnl_dims_t (DNNL_MAX_NDIMS)
@@ -36,6 +37,8 @@ PROP = {'forward_training': 64, 'forward_inference': 96, 'backward': 128,
 ALG = {'convolution_direct': 1, 'eltwise_relu': 32, 'pooling_max': 511,
        'pooling_avg_include_padding': 767, 'pooling_avg_exclude_padding': 1023,
        'lrn_across_channels': 2815}
+# Batch normalization's flags: scale (gamma) and shift (beta) given; statistics given.
+BN_FLAGS = {'use_global_stats': 1, 'use_scale': 2, 'use_shift': 4}
 QUERY = {'src': 129, 'diff_src': 130, 'weights': 131, 'diff_weights': 132, 'dst': 133,
          'diff_dst': 134, 'workspace': 135, 'impl_info_str': 8}
 ARG = {'src': 1, 'dst': 17, 'weights': 33, 'bias': 41, 'mean': 49, 'variance': 50,
@@ -95,6 +98,18 @@ _SIGNATURES = {
         ctypes.c_int),
     'dnnl_convolution_backward_weights_primitive_desc_create': (
         [ctypes.POINTER(P), P, ctypes.c_int, P, P, P, P, DIMS, DIMS, DIMS, DIMS, P, P],
+        ctypes.c_int),
+    'dnnl_eltwise_forward_primitive_desc_create': (
+        [ctypes.POINTER(P), P, ctypes.c_int, ctypes.c_int, P, P, ctypes.c_float,
+         ctypes.c_float, P], ctypes.c_int),
+    'dnnl_eltwise_backward_primitive_desc_create': (
+        [ctypes.POINTER(P), P, ctypes.c_int, P, P, P, ctypes.c_float, ctypes.c_float, P, P],
+        ctypes.c_int),
+    'dnnl_batch_normalization_forward_primitive_desc_create': (
+        [ctypes.POINTER(P), P, ctypes.c_int, P, P, ctypes.c_float, ctypes.c_uint, P],
+        ctypes.c_int),
+    'dnnl_batch_normalization_backward_primitive_desc_create': (
+        [ctypes.POINTER(P), P, ctypes.c_int, P, P, P, ctypes.c_float, ctypes.c_uint, P, P],
         ctypes.c_int),
 }
 
@@ -302,6 +317,18 @@ class Primitive(object):
                 _STATE['lib'].dnnl_primitive_destroy(self.handle)
             if self.pd:
                 _STATE['lib'].dnnl_primitive_desc_destroy(self.pd)
+
+
+class Hint(object):
+    """A forward primitive descriptor kept as the hint a backward one is made with (a
+    Primitive owns, and frees, the descriptor it runs)."""
+
+    def __init__(self, pd):
+        self.pd = pd
+
+    def __del__(self):
+        if 'lib' in _STATE and self.pd:
+            _STATE['lib'].dnnl_primitive_desc_destroy(self.pd)
 
 
 class Reorder(Primitive):

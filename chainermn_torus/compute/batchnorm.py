@@ -1,0 +1,132 @@
+"""Batch normalization on oneDNN, with Chainer's arithmetic: training forward (the batch's
+mean and biased variance, y = gamma (x - mean) / sqrt(var + eps) + beta) and backward
+(gx, ggamma, gbeta), for float32 arrays (n, c, h, w), or (n, c) as (n, c, 1, 1).
+
+oneDNN computes the statistics and applies them in one pass over x, and the gradient in
+one more, on as many threads as the rank's budget; Chainer's numpy does several passes on
+one. The running statistics are Chainer's to update (``onednn``'s implementation class
+does it as Chainer does, from the mean and variance returned here). NCHW in and out: batch
+normalization runs on the plain layout, with no reorder.
+"""
+import numpy
+
+from chainermn_torus.compute import dnnl
+
+__all__ = ['BatchNorm', 'batch_norm', 'forward', 'backward', 'inference']
+
+_FLAGS = dnnl.BN_FLAGS['use_scale'] | dnnl.BN_FLAGS['use_shift']
+
+
+class BatchNorm(object):
+    """One shape and epsilon: the forward and backward primitives, made at first use."""
+
+    def __init__(self, shape, eps):
+        self.shape, self.eps = tuple(shape), float(eps)
+        c = self.shape[1]
+        self.data = dnnl.plain_md(self.shape)
+        self.channel = dnnl.plain_md((c,))
+        self._fwd = self._bwd = self._inf = None
+        self._hint = None
+
+    def _forward_pd(self):
+        pd = dnnl.P()
+        dnnl.check(dnnl.lib().dnnl_batch_normalization_forward_primitive_desc_create(
+            dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.PROP['forward_training'],
+            self.data.handle, self.data.handle, self.eps, _FLAGS, None),
+            'batch normalization forward')
+        return pd
+
+    def forward(self, x, gamma, beta):
+        """(y, mean, var): var is the biased variance, as numpy's ``x.var()``."""
+        if self._fwd is None:
+            self._fwd = dnnl.Bound(self._forward_pd(), 'batch normalization forward',
+                                   ['src'], ['dst'], {'src': self.data, 'dst': self.data},
+                                   {'mean': self.channel, 'variance': self.channel,
+                                    'scale': self.channel, 'shift': self.channel})
+        c = self.shape[1]
+        y = numpy.empty(self.shape, numpy.float32)
+        mean = numpy.empty(c, numpy.float32)
+        var = numpy.empty(c, numpy.float32)
+        self._fwd(src=x, dst=y, mean=mean, variance=var, scale=gamma, shift=beta)
+        return y, mean, var
+
+    def inference(self, x, gamma, beta, mean, var):
+        """y with given statistics (Chainer's fixed_batch_normalization)."""
+        if self._inf is None:
+            pd = dnnl.P()
+            dnnl.check(dnnl.lib().dnnl_batch_normalization_forward_primitive_desc_create(
+                dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.PROP['forward_inference'],
+                self.data.handle, self.data.handle, self.eps,
+                _FLAGS | dnnl.BN_FLAGS['use_global_stats'], None),
+                'batch normalization inference')
+            self._inf = dnnl.Bound(pd, 'batch normalization inference', ['src'], ['dst'],
+                                   {'src': self.data, 'dst': self.data},
+                                   {'mean': self.channel, 'variance': self.channel,
+                                    'scale': self.channel, 'shift': self.channel})
+        y = numpy.empty(self.shape, numpy.float32)
+        self._inf(src=x, dst=y, mean=mean, variance=var, scale=gamma, shift=beta)
+        return y
+
+    def backward(self, x, gy, mean, var, gamma):
+        """(gx, ggamma, gbeta) for the statistics the forward used."""
+        if self._bwd is None:
+            if self._hint is None:
+                self._hint = dnnl.Hint(self._forward_pd())
+            pd = dnnl.P()
+            dnnl.check(dnnl.lib().dnnl_batch_normalization_backward_primitive_desc_create(
+                dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.PROP['backward'],
+                self.data.handle, self.data.handle, self.data.handle, self.eps, _FLAGS,
+                self._hint.pd, None), 'batch normalization backward')
+            plain = {'src': self.data, 'diff_dst': self.data, 'diff_src': self.data}
+            self._bwd = dnnl.Bound(pd, 'batch normalization backward',
+                                   ['src', 'diff_dst'], ['diff_src'], plain,
+                                   {'mean': self.channel, 'variance': self.channel,
+                                    'scale': self.channel, 'diff_scale': self.channel,
+                                    'diff_shift': self.channel})
+        c = self.shape[1]
+        gx = numpy.empty(self.shape, numpy.float32)
+        ggamma = numpy.empty(c, numpy.float32)
+        gbeta = numpy.empty(c, numpy.float32)
+        self._bwd(src=x, diff_dst=gy, diff_src=gx, mean=mean, variance=var, scale=gamma,
+                  diff_scale=ggamma, diff_shift=gbeta)
+        return gx, ggamma, gbeta
+
+
+_CACHE = {}
+
+
+def batch_norm(shape, eps):
+    key = (tuple(shape), float(eps))
+    bn = _CACHE.get(key)
+    if bn is None:
+        bn = _CACHE[key] = BatchNorm(*key)
+    return bn
+
+
+def _four(a):
+    a = numpy.ascontiguousarray(a, dtype=numpy.float32)
+    return a.reshape(a.shape + (1, 1)) if a.ndim == 2 else a
+
+
+def forward(x, gamma, beta, eps):
+    """(y, mean, var) of Chainer's batch_normalization in training (axis: all but 1)."""
+    x4 = _four(x)
+    y, mean, var = batch_norm(x4.shape, eps).forward(x4, _c(gamma), _c(beta))
+    return y.reshape(x.shape), mean, var
+
+
+def inference(x, gamma, beta, mean, var, eps):
+    """Chainer's fixed_batch_normalization forward (axis: all but 1)."""
+    x4 = _four(x)
+    y = batch_norm(x4.shape, eps).inference(x4, _c(gamma), _c(beta), _c(mean), _c(var))
+    return y.reshape(x.shape)
+
+
+def backward(x, gy, mean, var, gamma, eps):
+    x4, gy4 = _four(x), _four(gy)
+    gx, ggamma, gbeta = batch_norm(x4.shape, eps).backward(x4, gy4, mean, var, _c(gamma))
+    return gx.reshape(x.shape), ggamma, gbeta
+
+
+def _c(a):
+    return numpy.ascontiguousarray(a, dtype=numpy.float32)
