@@ -55,3 +55,21 @@ def test_exact_means_on_aarch64(variant, nprocs, hide_numba, no_numba):
                    env={'PYTHONPATH': path})
     assert_ok(proc, nprocs)
     assert ('numba is not installed' in proc.stdout) == hide_numba
+
+
+def test_chainers_layers_stay_on_numpy_on_aarch64_and_say_why():
+    # No oneDNN 3 for arm64 on the index; Debian's libdnnl 2.6 speaks the v2 API
+    # (docs/compute.md): auto is numpy, said once with the reason; onednn is refused.
+    out = _python('''
+        from chainermn_torus import compute
+        from chainermn_torus.compute import dnnl
+        print('mode', compute.use('auto', rank=0))
+        try:
+            compute.use('onednn')
+        except dnnl.DnnlError as e:
+            print('refused', e)
+    ''')
+    assert 'mode numpy' in out
+    said = [l for l in out.splitlines() if "compute: Chainer's numpy (auto, and" in l]
+    assert len(said) == 1 and 'no oneDNN 3 package exists for aarch64' in said[0], out
+    assert 'refused chainermn_torus: oneDNN (libdnnl.so.3) is not installed' in out

@@ -142,15 +142,22 @@ def test_tuning_benchmark_and_table(tmp_path):
 
 
 @pytest.mark.slow
-def test_compute_benchmark(tmp_path):
+def _needs_onednn():
     from chainermn_torus.compute import dnnl
     if not dnnl.available():
         pytest.skip('oneDNN is not installed (make setup installs onednn-cpu-gomp on '
                     'x86-64): ' + str(dnnl.why_unavailable()))
+
+
+@pytest.mark.parametrize('model, size, kinds', [
+    ('resnet50', '64', ('BatchNormalization', 'MaxPoolingND')),
+    ('nin', '227', ('MaxPoolingND', 'AveragePooling2D')), ('tiny', '64', ('ReLU',))])
+def test_compute_benchmark(tmp_path, model, size, kinds):
+    _needs_onednn()
     out = tmp_path / 'c.json'
     proc = subprocess.run(
-        [sys.executable, '-m', 'chainermn_torus.bench.compute', '--batch', '1', '--size', '64',
-         '--rounds', '1', '--threads', '1', '--json', str(out)],
+        [sys.executable, '-m', 'chainermn_torus.bench.compute', '--model', model, '--batch',
+         '1', '--size', size, '--rounds', '1', '--threads', '1', '--json', str(out)],
         capture_output=True, text=True, timeout=300, cwd=ROOT,
         env=dict(os.environ, PYTHONPATH=ROOT))
     assert proc.returncode == 0, proc.stderr
@@ -159,8 +166,59 @@ def test_compute_benchmark(tmp_path):
     # Each mode ran the convolutions, and the breakdown is each function's own time.
     for mode in ('numpy', 'onednn'):
         assert res['breakdown'][mode]['Convolution2DFunction'] > 0
+        assert all(res['breakdown'][mode][k] > 0 for k in kinds), res['breakdown'][mode]
         assert all(v >= -1e-3 for v in res['breakdown'][mode].values()), res['breakdown']
     assert 'oneDNN is' in proc.stdout and 'faster than numpy' in proc.stdout
+    # the work counted from the layers' shapes: ResNet-50's 3.8 GMAC at 224 px scale with
+    # the pixels (4.1e9 x (64/224)^2 with its stem's bias and classifier)
+    expected = {'resnet50': (0.30e9, 0.36e9), 'nin': (1.0e9, 1.3e9), 'tiny': (1e6, 5e6)}
+    lo, hi = expected[model]
+    assert lo < res['forward_macs'] < hi, res['forward_macs']
+
+
+def test_compute_numerics_benchmark(tmp_path):
+    _needs_onednn()
+    out = tmp_path / 'n.json'
+    proc = subprocess.run(
+        [sys.executable, '-m', 'chainermn_torus.bench.compute_numerics', '--json', str(out)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert {'convolution_2d', 'batch_normalization', 'max_pooling_2d',
+            'local_response_normalization'} <= set(res['worst'])
+    for function, (absolute, relative) in res['worst'].items():
+        assert relative < 2e-5, (function, absolute, relative)  # float32 rounding, summed
+    assert res['worst']['relu'] == [0.0, 0.0]  # the same comparisons, bit for bit
+
+
+@pytest.mark.slow
+def test_data_parallel_benchmark(tmp_path):
+    _needs_onednn()
+    out = tmp_path / 'dp.json'
+    argv = [sys.executable, '-m', 'chainermn_torus.bench.data_parallel', '--batch', '1',
+            '--size', '64', '--iterations', '1', '--warmup', '1', '--rounds', '1',
+            '--json', str(out)]
+    if os.environ.get('TORCH_PYTHON'):
+        argv += ['--torch', os.environ['TORCH_PYTHON']]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    res = json.loads(out.read_text())
+    assert {'numpy', 'onednn'} <= set(res['median']) and res['ranks'] == 2
+    for mode in ('numpy', 'onednn'):
+        parts = res['parts'][mode]
+        assert parts['forward_backward'] > 0 and parts['update'] > 0
+        assert parts['forward_backward'] + parts['update'] <= res['median'][mode] + 1e-6
+    assert ('torch' in res['median']) == bool(os.environ.get('TORCH_PYTHON'))
+
+
+def test_compute_accuracy_benchmark_names_the_missing_subset(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, '-m', 'chainermn_torus.bench.compute_accuracy', '--imagenet',
+         str(tmp_path / 'none')], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 2
+    assert 'make_imagenet_subset.py --out {}'.format(tmp_path / 'none') in proc.stderr
 
 
 @pytest.mark.slow

@@ -53,7 +53,8 @@ def test_a_module_importing_upward_breaks_the_contract(tmp_path):
 # module starts MPI when imported (mpi4py.MPI, and the optimizers, which import it), or it
 # is an optional package (numba and the kernels built on it, matplotlib, Pillow, SimGrid).
 LAZY_ALLOWED = ('mpi4py', 'numba', 'matplotlib', 'PIL', 'simgrid',
-                'chainermn_torus.optimizers', 'chainermn_torus.communicators._half_kernels')
+                'chainermn_torus.optimizers', 'chainermn_torus.communicators._half_kernels',
+                'chainermn_torus.compute.bn_kernels')
 
 
 def _function_level_imports():

@@ -1,8 +1,12 @@
-"""``bench compute``: ResNet-50 forward + backward on Chainer's numpy and on oneDNN, in one
-run.
+"""``bench compute``: a network's forward + backward on Chainer's numpy and on oneDNN, in
+one run.
 
-    python -m chainermn_torus.bench.compute [--batch 8] [--size 224] [--threads 2]
-        [--rounds 3] [--torch PYTHON] [--json OUT]
+    python -m chainermn_torus.bench.compute [--model resnet50|nin|tiny] [--batch 8]
+        [--size PIXELS] [--threads 2] [--rounds 3] [--torch PYTHON] [--json OUT]
+
+The networks: Chainer's ResNet50Layers (224 px), Network in Network as Chainer's ImageNet
+example builds it (227 px) and the ImageNet example's tiny network (64 px), 1000 classes
+(``chainermn_torus.models``).
 
 Each round times one iteration (forward, loss, backward) on numpy, then on oneDNN
 (``chainermn_torus.compute``), then, with ``--torch`` naming a Python that has PyTorch
@@ -11,8 +15,9 @@ that waits for each round), after a warm-up each, so all see the same machine; t
 gives the medians and the ratios. A breakdown by Chainer function (its
 ``TimerHook``, one more iteration per mode) shows where each spends its time, and the
 machine's bound puts both beside what the cores can do: the network's floating-point work
-(forward + backward about 3x the forward's multiply-adds x 2) over the FLOP/s of a large
-float32 matrix product measured in the same run.
+(forward + backward about 3x the forward's multiply-adds x 2, the multiply-adds counted
+from the convolutions' and linear layers' shapes in one forward) over the FLOP/s of a large
+float32 matrix product measured in the same run. PyTorch's side exists for ResNet-50.
 """
 import argparse
 import json
@@ -29,17 +34,33 @@ from chainer.function_hooks import TimerHook
 from threadpoolctl import threadpool_limits
 
 from chainermn_torus import compute
-from chainermn_torus.compute import onednn
+from chainermn_torus.compute import conv, onednn
+from chainermn_torus.models import NIN, TinyNet
 
 __all__ = ['main']
 
-# ResNet-50's forward multiply-adds at 224 px (He et al. 2016: 3.8e9), per image.
-RESNET50_MACS_224 = 3.8e9
+
+
+class _ResNet50(chainer.Chain):
+    def __init__(self):
+        super(_ResNet50, self).__init__()
+        with self.init_scope():
+            self.trunk = L.ResNet50Layers(pretrained_model=None)
+
+    def forward(self, x):
+        return self.trunk(x, layers=['fc6'])['fc6']
+
+
+# name -> (the network, its image size)
+MODELS = {'resnet50': (_ResNet50, 224), 'nin': (lambda: NIN(1000), NIN.insize),
+          'tiny': (lambda: TinyNet(1000), 64)}
 # A function's backward applies these (TimerHook counts them inside it too): subtracted, so
 # that each row is the function's own time.
 NESTED = {'Convolution2DFunction': ('Convolution2DGradW', 'Deconvolution2DFunction'),
           'BatchNormalization': ('BatchNormalizationGrad',), 'ReLU': ('ReLUGrad2',),
-          'MaxPoolingND': ('MaxPoolingNDGrad',), 'AveragePooling2D': ('AveragePooling2DGrad',)}
+          'MaxPoolingND': ('MaxPoolingNDGrad',), 'AveragePooling2D': ('AveragePooling2DGrad',),
+          'LocalResponseNormalization': ('LocalResponseNormalizationGrad',),
+          'LinearFunction': ('LinearGradData', 'LinearGradWeight')}
 
 
 def exclusive(summary):
@@ -51,10 +72,37 @@ def exclusive(summary):
     return own
 
 
+class _Macs(chainer.FunctionHook):
+    """Multiply-adds of the convolutions and linear layers a forward runs."""
+
+    name = 'MacsHook'
+
+    def __init__(self):
+        self.macs = 0
+
+    def forward_postprocess(self, function, in_data):
+        kind = type(function).__name__
+        if kind == 'Convolution2DFunction':
+            x, W = in_data[:2]
+            oh = conv.out_size(x.shape[2], W.shape[2], function.sy, function.ph,
+                               function.cover_all, function.dy)
+            ow = conv.out_size(x.shape[3], W.shape[3], function.sx, function.pw,
+                               function.cover_all, function.dx)
+            self.macs += x.shape[0] * oh * ow * W.size
+        elif kind == 'LinearFunction':
+            self.macs += in_data[0].shape[0] * in_data[1].size
+
+
+def forward_macs(model, x):
+    hook = _Macs()
+    with hook, chainer.no_backprop_mode():
+        model(x)
+    return hook.macs
+
+
 def _iteration(model, x, t):
     model.cleargrads()
-    y = model(x, layers=['fc6'])['fc6']
-    loss = F.softmax_cross_entropy(y, t)
+    loss = F.softmax_cross_entropy(model(x), t)
     loss.backward()
     return float(loss.array)
 
@@ -99,19 +147,24 @@ class _Torch(object):
 def main(argv=None):
     p = argparse.ArgumentParser(prog='chainermn-torus bench compute', description=__doc__.split(
         '\n')[0])
+    p.add_argument('--model', choices=sorted(MODELS), default='resnet50')
     p.add_argument('--batch', type=int, default=8)
-    p.add_argument('--size', type=int, default=224)
+    p.add_argument('--size', type=int, default=None, help='pixels (default: the model\'s)')
     p.add_argument('--threads', type=int, default=2)
     p.add_argument('--rounds', type=int, default=3)
     p.add_argument('--torch', default=None, metavar='PYTHON',
                    help='a Python that has PyTorch: its ResNet-50 in the same rounds')
     p.add_argument('--json', default=None)
     args = p.parse_args(argv)
+    if args.torch and args.model != 'resnet50':
+        p.error('--torch: PyTorch\'s side is ResNet-50 only, not {}'.format(args.model))
+    make, size = MODELS[args.model]
+    args.size = args.size or size
     if compute.use('auto', rank=0) != 'onednn':
         raise SystemExit('bench compute: oneDNN is not available here: ' +
                          (compute.dnnl.why_unavailable() or '?'))
     rng = numpy.random.RandomState(0)
-    model = L.ResNet50Layers(pretrained_model=None)
+    model = make()
     x = rng.uniform(-1, 1, (args.batch, 3, args.size, args.size)).astype(numpy.float32)
     t = rng.randint(0, 1000, args.batch).astype(numpy.int32)
     times = {'numpy': [], 'onednn': []}
@@ -123,6 +176,7 @@ def main(argv=None):
     breakdown = {}
     with threadpool_limits(limits=args.threads):
         flops = gemm_flops()
+        macs = forward_macs(model, x)
         for mode in ('numpy', 'onednn'):
             (onednn.enable if mode == 'onednn' else onednn.disable)()
             _iteration(model, x, t)  # warm-up: oneDNN makes its primitives here
@@ -138,11 +192,12 @@ def main(argv=None):
             with hook:
                 _iteration(model, x, t)
             breakdown[mode] = exclusive(hook.summary())
-    work = 3 * 2 * RESNET50_MACS_224 * (args.size / 224.0) ** 2 * args.batch
+    work = 3 * 2 * macs
     bound = work / flops
     med = {m: statistics.median(v) for m, v in times.items()}
-    print('ResNet-50 forward + backward, batch {}, {} px, {} threads; medians of {} '
-          'interleaved rounds'.format(args.batch, args.size, args.threads, args.rounds))
+    print('{} forward + backward, batch {}, {} px, {} threads; medians of {} '
+          'interleaved rounds'.format(args.model, args.batch, args.size, args.threads,
+                                      args.rounds))
     if torch is not None:
         torch.close()
     print('{:<8} {:>10} {:>10}'.format('', 'seconds', 'x bound'))
@@ -162,7 +217,7 @@ def main(argv=None):
                                                  breakdown['onednn'].get(name, 0.0)))
     if args.json:
         with open(args.json, 'w') as f:
-            json.dump({'model': 'resnet50', 'batch': args.batch, 'size': args.size,
+            json.dump({'model': args.model, 'forward_macs': macs, 'batch': args.batch, 'size': args.size,
                        'threads': args.threads, 'rounds': args.rounds, 'seconds': times,
                        'median': med, 'ratio_numpy_over_onednn': med['numpy'] / med['onednn'],
                        'ratio_onednn_over_torch': med['onednn'] / med['torch']

@@ -1,18 +1,24 @@
-"""Batch normalization on oneDNN, with Chainer's arithmetic: training forward (the batch's
-mean and biased variance, y = gamma (x - mean) / sqrt(var + eps) + beta) and backward
-(gx, ggamma, gbeta), for float32 arrays (n, c, h, w), or (n, c) as (n, c, 1, 1).
+"""Batch normalization with Chainer's arithmetic: training forward (the batch's mean and
+biased variance, y = gamma (x - mean) / sqrt(var + eps) + beta), inference with given
+statistics, and backward (gx, ggamma, gbeta), for float32 arrays (n, c, h, w), or (n, c)
+as (n, c, 1, 1), on as many threads as the rank's budget (Chainer's numpy: several passes
+on one).
 
-oneDNN computes the statistics and applies them in one pass over x, and the gradient in
-one more, on as many threads as the rank's budget; Chainer's numpy does several passes on
-one. The running statistics are Chainer's to update (``onednn``'s implementation class
-does it as Chainer does, from the mean and variance returned here). NCHW in and out: batch
-normalization runs on the plain layout, with no reorder.
+Two implementations, one chosen per process: numba's kernels (``bn_kernels``) where numba
+is installed, oneDNN's primitives (``BatchNorm`` below) where it is not. On Chainer's NCHW
+arrays oneDNN has only its generic batch normalization (its fast ones need its blocked or
+channels-last layouts, and a reorder there and back costs more than they save), which the
+kernels beat about 2x in both directions (measured: ``docs/compute.md``). The running
+statistics are Chainer's to update (``onednn``'s implementation class does it as Chainer
+does, from the mean and variance returned here). NCHW in and out, no reorder.
 """
 import numpy
 
 from chainermn_torus.compute import dnnl
+from chainermn_torus.runtime import jit
 
-__all__ = ['BatchNorm', 'batch_norm', 'forward', 'backward', 'inference']
+__all__ = ['BatchNorm', 'batch_norm', 'forward', 'backward', 'inference', 'implementation',
+           'IMPLEMENTATIONS']
 
 _FLAGS = dnnl.BN_FLAGS['use_scale'] | dnnl.BN_FLAGS['use_shift']
 
@@ -108,23 +114,52 @@ def _four(a):
     return a.reshape(a.shape + (1, 1)) if a.ndim == 2 else a
 
 
-def forward(x, gamma, beta, eps):
-    """(y, mean, var) of Chainer's batch_normalization in training (axis: all but 1)."""
+IMPLEMENTATIONS = ('numba', 'onednn')
+
+
+def implementation():
+    """'numba' where numba is installed, else 'onednn'."""
+    return 'numba' if jit.available() else 'onednn'
+
+
+def _via(via):
+    if (via or implementation()) == 'numba':
+        from chainermn_torus.compute import bn_kernels  # numba is optional
+        return bn_kernels
+    return None
+
+
+def forward(x, gamma, beta, eps, via=None):
+    """(y, mean, var) of Chainer's batch_normalization in training (axis: all but 1);
+    ``via`` one of IMPLEMENTATIONS (default: ``implementation()``)."""
     x4 = _four(x)
-    y, mean, var = batch_norm(x4.shape, eps).forward(x4, _c(gamma), _c(beta))
+    kernels = _via(via)
+    if kernels is not None:
+        y, mean, var = kernels.forward(x4, _c(gamma), _c(beta), eps)
+    else:
+        y, mean, var = batch_norm(x4.shape, eps).forward(x4, _c(gamma), _c(beta))
     return y.reshape(x.shape), mean, var
 
 
-def inference(x, gamma, beta, mean, var, eps):
+def inference(x, gamma, beta, mean, var, eps, via=None):
     """Chainer's fixed_batch_normalization forward (axis: all but 1)."""
     x4 = _four(x)
-    y = batch_norm(x4.shape, eps).inference(x4, _c(gamma), _c(beta), _c(mean), _c(var))
+    kernels = _via(via)
+    if kernels is not None:
+        y = kernels.inference(x4, _c(gamma), _c(beta), _c(mean), _c(var), eps)
+    else:
+        y = batch_norm(x4.shape, eps).inference(x4, _c(gamma), _c(beta), _c(mean), _c(var))
     return y.reshape(x.shape)
 
 
-def backward(x, gy, mean, var, gamma, eps):
+def backward(x, gy, mean, var, gamma, eps, via=None):
     x4, gy4 = _four(x), _four(gy)
-    gx, ggamma, gbeta = batch_norm(x4.shape, eps).backward(x4, gy4, mean, var, _c(gamma))
+    kernels = _via(via)
+    if kernels is not None:
+        gx, ggamma, gbeta = kernels.backward(x4, gy4, _c(mean), _c(var), _c(gamma), eps)
+    else:
+        gx, ggamma, gbeta = batch_norm(x4.shape, eps).backward(x4, gy4, mean, var,
+                                                               _c(gamma))
     return gx.reshape(x.shape), ggamma, gbeta
 
 

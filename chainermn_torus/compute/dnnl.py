@@ -16,6 +16,7 @@ says whether it loaded and why not.
 import ctypes
 import ctypes.util
 import os
+import platform
 import sys
 
 import numpy
@@ -111,9 +112,35 @@ _SIGNATURES = {
     'dnnl_batch_normalization_backward_primitive_desc_create': (
         [ctypes.POINTER(P), P, ctypes.c_int, P, P, P, ctypes.c_float, ctypes.c_uint, P, P],
         ctypes.c_int),
+    'dnnl_pooling_forward_primitive_desc_create': (
+        [ctypes.POINTER(P), P, ctypes.c_int, ctypes.c_int, P, P, DIMS, DIMS, DIMS, DIMS,
+         DIMS, P], ctypes.c_int),
+    'dnnl_pooling_backward_primitive_desc_create': (
+        [ctypes.POINTER(P), P, ctypes.c_int, P, P, DIMS, DIMS, DIMS, DIMS, DIMS, P, P],
+        ctypes.c_int),
+    'dnnl_lrn_forward_primitive_desc_create': (
+        [ctypes.POINTER(P), P, ctypes.c_int, ctypes.c_int, P, P, ctypes.c_int64,
+         ctypes.c_float, ctypes.c_float, ctypes.c_float, P], ctypes.c_int),
+    'dnnl_lrn_backward_primitive_desc_create': (
+        [ctypes.POINTER(P), P, ctypes.c_int, P, P, P, ctypes.c_int64, ctypes.c_float,
+         ctypes.c_float, ctypes.c_float, P, P], ctypes.c_int),
+    'dnnl_inner_product_forward_primitive_desc_create': (
+        [ctypes.POINTER(P), P, ctypes.c_int, P, P, P, P, P], ctypes.c_int),
+    'dnnl_inner_product_backward_data_primitive_desc_create': (
+        [ctypes.POINTER(P), P, P, P, P, P, P], ctypes.c_int),
+    'dnnl_inner_product_backward_weights_primitive_desc_create': (
+        [ctypes.POINTER(P), P, P, P, P, P, P, P], ctypes.c_int),
 }
 
 _STATE = {}  # 'lib', 'engine', 'stream', 'why', 'pid'
+
+# What to do where the library is not found, by machine. The index has oneDNN 3 wheels for
+# x86-64 only; Debian's arm64 libdnnl is 2.6, whose v2 API (operation descriptors, memory
+# descriptors as structures passed by value) this binding does not speak (docs/compute.md).
+_FIX = {'x86_64': 'pip install onednn-cpu-gomp',
+        'other': 'no oneDNN 3 package exists for {} (Debian\'s libdnnl 2.x has the v2 API, '
+                 'which this binding does not speak): build oneDNN 3.x from source and put '
+                 'libdnnl.so.3 on the loader\'s path'}
 
 
 def _candidates():
@@ -153,9 +180,9 @@ def _load():
         _STATE['version'] = (v.major, v.minor, v.patch)
         _STATE['path'] = path
         return
-    _STATE['why'] = ('oneDNN (libdnnl.so.3) is not installed for this Python ({}): pip '
-                     'install onednn-cpu-gomp (x86-64){}'.format(
-                         sys.prefix, '; tried ' + '; '.join(tried) if tried else ''))
+    _STATE['why'] = 'oneDNN (libdnnl.so.3) is not installed for this Python ({}): {}{}'.format(
+        sys.prefix, _FIX.get(platform.machine(), _FIX['other']).format(platform.machine()),
+        '; tried ' + '; '.join(tried) if tried else '')
 
 
 def available():

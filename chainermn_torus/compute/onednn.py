@@ -15,13 +15,23 @@ and why each:
 * ``Deconvolution2DFunction``: deconvolution_2d's forward, which is also how Chainer
   computes a convolution's gradient with respect to its input;
 * ``Convolution2DGradW``: a convolution's gradient with respect to its weights;
-* ``BatchNormalization`` in training: Chainer chooses an implementation class per call
+* ``BatchNormalization`` in training (numba's kernels or oneDNN's, ``compute.batchnorm``
+  says why): Chainer chooses an implementation class per call
   (its ``impl_selector``; iDeep's and cuDNN's are such classes), and ours is one more,
   chosen for float32 (n, c, h, w) and (n, c) arrays normalised over all axes but 1; the
   running statistics are updated as Chainer does;
 * ``FixedBatchNormalization``'s forward (inference, with given statistics: evaluation); its
   gradient recomputes what it needs, as it does after Chainer's iDeep forward;
-* ``ReLU`` and its gradient ``ReLUGrad2``.
+* ``ReLU`` and its gradient ``ReLUGrad2``;
+* ``MaxPoolingND`` in two dimensions and its gradient ``MaxPoolingNDGrad``: the forward
+  keeps oneDNN's workspace (its choice per window) where Chainer keeps ``indexes``, and
+  the gradient reads it; Chainer's ``indexes`` are made from the kept input only where
+  something asks for them (the gradient's own gradient, ``MaxPoolingNDWithIndexes``);
+  ``return_indices`` stays Chainer's;
+* ``AveragePooling2D`` and its gradient ``AveragePooling2DGrad``;
+* ``LocalResponseNormalization`` on (n, c, h, w) and its gradient: Chainer hands the
+  forward's ``indexes`` (iDeep's workspace) to the gradient's node, so ours travels there
+  as ``indexes`` too, marked as ours.
 
 Chainer's bias gradient (a sum over gy) stays Chainer's.
 """
@@ -30,16 +40,21 @@ from chainer.functions.activation import relu as _relu
 from chainer.functions.connection import convolution_2d as _conv2d
 from chainer.functions.connection import deconvolution_2d as _deconv2d
 from chainer.functions.normalization import batch_normalization as _bn
+from chainer.functions.normalization import local_response_normalization as _lrn
+from chainer.functions.pooling import average_pooling_2d as _avg2d
+from chainer.functions.pooling import max_pooling_nd as _maxnd
 
-from chainermn_torus.compute import batchnorm, conv, dnnl, eltwise
+from chainermn_torus.compute import batchnorm, conv, dnnl, eltwise, lrn, pooling
 from chainermn_torus.runtime import report
 
 __all__ = ['enable', 'disable', 'enabled', 'REPLACED']
 
 REPLACED = ('convolution_2d (forward, gradient of the input and of the weights), '
             'deconvolution_2d (forward), batch_normalization (training: forward, '
-            'gradients; inference: fixed_batch_normalization forward), relu (forward, '
-            'gradient)')
+            'gradients; inference: fixed_batch_normalization forward; on numba\'s kernels '
+            'where numba is installed), relu (forward, '
+            'gradient), max_pooling_2d and average_pooling_2d (forward, gradient), '
+            'local_response_normalization (forward, gradient)')
 _PATCHES = []  # (class, attribute, Chainer's function)
 
 
@@ -179,6 +194,110 @@ def _relu_grad_forward(original):
     return forward_cpu
 
 
+_WORKSPACE = '_chainermn_torus_workspace'  # where a max pooling keeps oneDNN's choices
+
+
+def _pool_args(fn):
+    return tuple(fn.ksize), tuple(fn.stride), tuple(fn.pad)
+
+
+def _max_pool_forward(original):
+    def forward_cpu(self, inputs):
+        if self.ndim != 2 or not _standard(self, inputs):
+            return original(self, inputs)
+        if self.return_indices:
+            _not_taken('max_pooling_2d with return_indices (Chainer\'s indexes asked for)')
+            return original(self, inputs)
+        x, = inputs
+        self._in_shape, self._in_dtype = x.shape, x.dtype
+        self.retain_inputs((0,))
+        y, workspace = pooling.max_forward(x, *_pool_args(self), cover_all=self.cover_all)
+        setattr(self, _WORKSPACE, workspace)
+        self.indexes = None  # Chainer's, made when asked (_chainer_indexes)
+        return y,
+    return forward_cpu
+
+
+def _chainer_indexes(func):
+    """Chainer's ``indexes`` of a max pooling computed here, from its kept input."""
+    if func.indexes is None:
+        x = func.get_retained_inputs()[0].array
+        _PATCHED_ORIGINAL[_maxnd.MaxPoolingND](func, (x,))  # sets them, y unused
+    return func.indexes
+
+
+def _max_pool_grad_forward(original):
+    def forward_cpu(self, inputs):
+        func = self.func
+        workspace = getattr(func, _WORKSPACE, None)
+        if workspace is None:
+            return original(self, inputs)
+        if not _standard(self, inputs):
+            _chainer_indexes(func)
+            return original(self, inputs)
+        gy, = inputs
+        return pooling.max_backward(gy, workspace, func._in_shape, *_pool_args(func)),
+    return forward_cpu
+
+
+def _max_pool_with_indexes_forward(original):
+    def forward_cpu(self, inputs):
+        if getattr(self.func, _WORKSPACE, None) is not None:
+            _chainer_indexes(self.func)
+        return original(self, inputs)
+    return forward_cpu
+
+
+def _avg_pool_forward(original):
+    def forward_cpu(self, inputs):
+        if not _standard(self, inputs):
+            return original(self, inputs)
+        x, = inputs
+        self._in_shape, self._in_dtype = x.shape, x.dtype
+        return pooling.average_forward(x, (self.kh, self.kw), (self.sy, self.sx),
+                                       (self.ph, self.pw)),
+    return forward_cpu
+
+
+def _avg_pool_grad_forward(original):
+    def forward_cpu(self, inputs):
+        if not _standard(self, inputs):
+            return original(self, inputs)
+        gy, = inputs
+        return pooling.average_backward(gy, self._in_shape, (self.kh, self.kw),
+                                        (self.sy, self.sx), (self.ph, self.pw)),
+    return forward_cpu
+
+
+class _LrnWorkspace(object):
+    """What a local response normalization computed here leaves for its gradient."""
+
+    def __init__(self, workspace):
+        self.workspace = workspace
+
+
+def _lrn_forward(original):
+    def forward_cpu(self, inputs):
+        if inputs[0].ndim != 4 or not _standard(self, inputs):
+            return original(self, inputs)
+        self.retain_inputs((0,))
+        self.retain_outputs((0,))
+        y, workspace = lrn.forward(inputs[0], self.n, self.k, self.alpha, self.beta)
+        self.indexes = _LrnWorkspace(workspace)
+        return y,
+    return forward_cpu
+
+
+def _lrn_grad_forward(original):
+    def forward_cpu(self, inputs):
+        if not isinstance(self.indexes, _LrnWorkspace):
+            return original(self, inputs)
+        x, _, gy = inputs
+        return lrn.backward(x, gy, self.indexes.workspace, self.n, self.k, self.alpha,
+                            self.beta),
+    return forward_cpu
+
+
 _REPLACEMENTS = [
     (_conv2d.Convolution2DFunction, 'forward_cpu', _conv_forward),
     (_conv2d.Convolution2DGradW, 'forward_cpu', _grad_w_forward),
@@ -187,7 +306,15 @@ _REPLACEMENTS = [
     (_bn.FixedBatchNormalization, 'forward', _fixed_bn_forward),
     (_relu.ReLU, 'forward_cpu', _relu_forward),
     (_relu.ReLUGrad2, 'forward_cpu', _relu_grad_forward),
+    (_maxnd.MaxPoolingND, 'forward_cpu', _max_pool_forward),
+    (_maxnd.MaxPoolingNDGrad, 'forward_cpu', _max_pool_grad_forward),
+    (_maxnd.MaxPoolingNDWithIndexes, 'forward_cpu', _max_pool_with_indexes_forward),
+    (_avg2d.AveragePooling2D, 'forward_cpu', _avg_pool_forward),
+    (_avg2d.AveragePooling2DGrad, 'forward_cpu', _avg_pool_grad_forward),
+    (_lrn.LocalResponseNormalization, 'forward_cpu', _lrn_forward),
+    (_lrn.LocalResponseNormalizationGrad, 'forward_cpu', _lrn_grad_forward),
 ]
+_PATCHED_ORIGINAL = {}  # class -> Chainer's forward_cpu, for what must run it while patched
 
 
 def enable():
@@ -200,6 +327,7 @@ def enable():
         original = cls.__dict__[name]
         setattr(cls, name, make(original))
         _PATCHES.append((cls, name, original))
+        _PATCHED_ORIGINAL[cls] = original
 
 
 def disable():
@@ -207,3 +335,4 @@ def disable():
     while _PATCHES:
         cls, name, original = _PATCHES.pop()
         setattr(cls, name, original)
+        _PATCHED_ORIGINAL.pop(cls, None)

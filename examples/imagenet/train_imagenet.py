@@ -41,6 +41,7 @@ import numpy
 from chainermn_torus import config
 from chainermn_torus.extensions import checkpoint
 from chainermn_torus.extensions.timing import time_calls
+from chainermn_torus.models import TinyNet
 from chainermn_torus.optimizers.large_batch import linear_scaling
 from chainermn_torus.runtime import draws, report
 
@@ -54,28 +55,6 @@ LOADERS = ('ours', 'multiprocess', 'serial')
 AFFINITIES = ('none', 'same-core', 'sibling', 'dedicated', 'auto')
 DEFAULT_LOADERS = 2  # loader processes per rank where the placement does not limit them
 PHASES = ('data', 'forward_backward', 'allreduce', 'update', 'iteration')
-
-
-class TinyNet(chainer.Chain):
-    """Three stride-2 conv + BN + ReLU blocks (16, 32, 64 channels), global average pooling
-    and a linear classifier: milliseconds per 64x64 image on one core, for smoke tests."""
-
-    def __init__(self, n_classes):
-        super(TinyNet, self).__init__()
-        with self.init_scope():
-            self.conv1 = L.Convolution2D(3, 16, 3, 2, 1, nobias=True)
-            self.bn1 = L.BatchNormalization(16)
-            self.conv2 = L.Convolution2D(16, 32, 3, 2, 1, nobias=True)
-            self.bn2 = L.BatchNormalization(32)
-            self.conv3 = L.Convolution2D(32, 64, 3, 2, 1, nobias=True)
-            self.bn3 = L.BatchNormalization(64)
-            self.fc = L.Linear(64, n_classes)
-
-    def forward(self, x):
-        h = F.relu(self.bn1(self.conv1(x)))
-        h = F.relu(self.bn2(self.conv2(h)))
-        h = F.relu(self.bn3(self.conv3(h)))
-        return self.fc(F.mean(h, axis=(2, 3)))
 
 
 class ResNet50(chainer.Chain):

@@ -1,4 +1,4 @@
-"""Batch normalization and ReLU on oneDNN against Chainer's numpy, through Chainer's own
+"""Batch normalization, ReLU and local response normalization on oneDNN against Chainer's numpy, through Chainer's own
 functions and links: outputs, gradients, the running statistics the link updates, and
 Chainer's gradient check."""
 import numpy
@@ -9,7 +9,8 @@ import chainer.functions as F
 import chainer.links as L
 from chainer import gradient_check
 
-from chainermn_torus.compute import dnnl, onednn
+from chainermn_torus.compute import batchnorm, dnnl, onednn
+from chainermn_torus.runtime import jit
 
 pytestmark = pytest.mark.skipif(
     not dnnl.available(), reason='oneDNN is not installed for this Python (make setup '
@@ -126,3 +127,78 @@ def test_other_cases_stay_on_chainers_numpy():
     x64 = x.astype(numpy.float64)
     onednn.enable()
     assert F.relu(x64).array.dtype == numpy.float64
+
+
+@pytest.mark.parametrize('shape', [(2, 7, 4, 5), (3, 16, 8, 8)])
+@pytest.mark.parametrize('n, k, alpha, beta', [(5, 2, 1e-4, .75), (3, 1, 1e-2, .5),
+                                               (4, 2, 1e-3, .75), (1, 2, 1, .75)])
+def test_local_response_normalization_equals_chainers(shape, n, k, alpha, beta):
+    rng = numpy.random.RandomState(11)
+    x = rng.normal(0, 3, shape).astype(numpy.float32)
+    gy = rng.normal(0, 1, shape).astype(numpy.float32)
+
+    def run():
+        xv = chainer.Variable(x)
+        y = F.local_response_normalization(xv, n, k, alpha, beta)
+        y.grad = gy
+        y.backward()
+        run.ours = type(y.creator.indexes).__name__ == '_LrnWorkspace'
+        return y.array, xv.grad
+    (y0, g0), (y1, g1) = _both(run)
+    assert run.ours  # the call took oneDNN's path (an even n too: the same window)
+    numpy.testing.assert_allclose(y1, y0, rtol=1e-6, atol=1e-6 * abs(y0).max())
+    numpy.testing.assert_allclose(g1, g0, rtol=1e-5, atol=1e-6 * abs(g0).max())
+
+
+def test_local_response_normalization_passes_chainers_gradient_check():
+    onednn.enable()
+    rng = numpy.random.RandomState(12)
+    x = rng.normal(0, 1, (2, 7, 3, 2)).astype(numpy.float32)
+    gy = rng.normal(0, 1, x.shape).astype(numpy.float32)
+    gradient_check.check_backward(
+        lambda x: F.local_response_normalization(x, 3, 1, 0.1, 0.75), x, gy, eps=1e-2,
+        atol=1e-3, rtol=1e-2)
+
+
+@pytest.mark.parametrize('via', batchnorm.IMPLEMENTATIONS)
+@pytest.mark.parametrize('shape', [(5, 3, 4, 2), (8, 16, 7, 5), (3, 64, 28, 28)])
+def test_both_batch_normalizations_equal_chainers(via, shape):
+    if via == 'numba' and not jit.available():
+        pytest.skip('numba is not installed: oneDNN\'s primitives are the path')
+    rng = numpy.random.RandomState(13)
+    x = rng.normal(2, 3, shape).astype(numpy.float32)
+    gy = rng.uniform(-1, 1, shape).astype(numpy.float32)
+    c = shape[1]
+    gamma = rng.uniform(0.5, 1.5, c).astype(numpy.float32)
+    beta = rng.uniform(-1, 1, c).astype(numpy.float32)
+    onednn.disable()
+    xv, gv, bv = (chainer.Variable(a) for a in (x, gamma, beta))
+    y = F.batch_normalization(xv, gv, bv, eps=2e-5)
+    y.grad = gy
+    y.backward()
+    axes = (0, 2, 3)
+    y1, mean, var = batchnorm.forward(x, gamma, beta, 2e-5, via=via)
+    gx, ggamma, gbeta = batchnorm.backward(x, gy, mean, var, gamma, 2e-5, via=via)
+    yi = batchnorm.inference(x, gamma, beta, mean, var, 2e-5, via=via)
+    scale = max(1.0, x.size / c / 100)  # sums over n x h x w
+    for name, a, b in [('mean', mean, x.mean(axis=axes)), ('var', var, x.var(axis=axes)),
+                       ('y', y1, y.array), ('y inference', yi, y.array), ('gx', gx, xv.grad),
+                       ('ggamma', ggamma, gv.grad), ('gbeta', gbeta, bv.grad)]:
+        numpy.testing.assert_allclose(a, b, atol=2e-5 * scale, rtol=2e-5, err_msg=name)
+    assert batchnorm.implementation() == ('numba' if jit.available() else 'onednn')
+
+
+def test_without_numba_batch_normalization_is_onednns(monkeypatch):
+    monkeypatch.setattr(jit, '_NUMBA', None)  # as where numba cannot be imported
+    monkeypatch.setattr(batchnorm, '_CACHE', {})
+    assert batchnorm.implementation() == 'onednn'
+    onednn.enable()
+    rng = numpy.random.RandomState(14)
+    x = rng.normal(2, 3, (4, 8, 5, 5)).astype(numpy.float32)
+    link = L.BatchNormalization(8)
+    with chainer.using_config('train', True):
+        y = link(x)
+    assert type(y.creator._impl).__name__ == '_OneDnnBatchNormalizationImpl'
+    assert batchnorm._CACHE  # oneDNN's primitives made for the shape
+    numpy.testing.assert_allclose(y.array.mean(axis=(0, 2, 3)), 0, atol=1e-5)
+    numpy.testing.assert_allclose(y.array.std(axis=(0, 2, 3)), 1, rtol=1e-3)

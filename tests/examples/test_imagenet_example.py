@@ -12,6 +12,7 @@ import pytest
 from conftest import ROOT, run_mpi
 
 pytestmark = pytest.mark.example  # runs an example end to end: full tier
+from chainermn_torus.compute import dnnl
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
 
 EXAMPLE = os.path.join(ROOT, 'examples', 'imagenet', 'train_imagenet.py')
@@ -225,6 +226,10 @@ def _differences(a, b):
     return sorted(k for k in a if not numpy.array_equal(a[k], b[k]))
 
 
+# oneDNN where it is installed (the default, auto), said: the runs below are on it.
+COMPUTE = 'onednn' if dnnl.available() else 'numpy'
+
+
 @needs_data
 def test_imagenet_runs_are_bit_identical_at_two_ranks_and_after_kill_and_resume(lists, tmp_path):
     # Crops are keyed by (seed, epoch, image), not by the process drawing them: before, rank
@@ -234,7 +239,8 @@ def test_imagenet_runs_are_bit_identical_at_two_ranks_and_after_kill_and_resume(
             '--arch', 'tiny', '--loader', 'ours', '--loader-processes', '1', '--epoch', '2',
             '--crop-size', '32', '--batchsize', '5', '--out', str(tmp_path / name),
             '--checkpoint-dir', str(tmp_path / ('ck-' + name)), '--checkpoint-interval', '2']
-        return run_mpi(2, argv + list(extra), timeout=180, env=env)
+        return run_mpi(2, argv + list(extra), timeout=180,
+                       env=dict(env or {}, CHAINERMN_TORUS_COMPUTE=COMPUTE))
     for name in ('a', 'b'):
         proc = run(name)
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -250,3 +256,23 @@ def test_imagenet_runs_are_bit_identical_at_two_ranks_and_after_kill_and_resume(
     for rank in (0, 1):
         a, c = _state(tmp_path / 'ck-a', 8, rank), _state(tmp_path / 'ck-c', 8, rank)
         assert _differences(a, c) == [], rank
+
+
+@needs_data
+@pytest.mark.skipif(not dnnl.available(), reason='oneDNN is not installed for this Python '
+                    '(make setup installs onednn-cpu-gomp on x86-64)')
+def test_imagenet_runs_on_onednn_are_bit_identical_at_one_rank(lists, tmp_path):
+    # One rank, two OpenMP threads on oneDNN's primitives (the two-rank test has one each).
+    def run(name):
+        argv = [EXAMPLE] + lists + [
+            '--arch', 'tiny', '--loader', 'serial', '--epoch', '1', '--crop-size', '32',
+            '--batchsize', '5', '--out', str(tmp_path / name), '--checkpoint-dir',
+            str(tmp_path / ('ck-' + name)), '--checkpoint-interval', '4']
+        proc = run_mpi(1, argv, timeout=180, env={'CHAINERMN_TORUS_COMPUTE': 'onednn'})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert 'compute: oneDNN 3.' in proc.stdout
+    run('a')
+    run('b')
+    a, b = _state(tmp_path / 'ck-a', 4, 0), _state(tmp_path / 'ck-b', 4, 0)
+    assert any('predictor' in k for k in a)
+    assert _differences(a, b) == []

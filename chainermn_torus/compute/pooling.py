@@ -1,0 +1,139 @@
+"""2-D max and average pooling on oneDNN, with Chainer's geometry, for float32 NCHW arrays.
+
+Chainer's ``max_pooling_2d`` pads with -inf and, with ``cover_all`` (its default), adds
+output rows until the window has covered every input row; its gradient goes to the first
+largest element of each window (numpy's ``argmax`` in window order). oneDNN's max pooling
+never takes a padded element, takes the first largest too, and records which in a
+workspace that its backward reads: the forward returns that workspace, and the caller
+keeps it for the gradient (as Chainer keeps its ``indexes``).
+
+``average_pooling_2d`` pads with zeros and divides by the whole window, padding included
+(oneDNN's ``pooling_avg_include_padding``), with no ``cover_all`` (Chainer's CPU path
+ignores it).
+
+The padding after the data is the one that gives Chainer's output size, as for the
+convolution (``conv.pad_after``); where the stride leaves the last rows out it is negative,
+which oneDNN does not take for pooling: the array is then given to oneDNN as a strided view
+without those rows (they are in no window, so their gradient is zero), not copied.
+Pooling runs on the plain layout, with no reorder.
+"""
+import numpy
+
+from chainermn_torus.compute import conv, dnnl
+
+__all__ = ['Pooling', 'pooling', 'max_forward', 'max_backward', 'average_forward',
+           'average_backward', 'out_shape']
+
+
+def out_shape(x_shape, ksize, stride, pad, cover_all):
+    n, c, h, w = x_shape
+    return (n, c, conv.out_size(h, ksize[0], stride[0], pad[0], cover_all),
+            conv.out_size(w, ksize[1], stride[1], pad[1], cover_all))
+
+
+class Pooling(object):
+    """One geometry: ``kind`` 'max' or 'average', x (n, c, h, w) and y (n, c, oh, ow)."""
+
+    def __init__(self, kind, x_shape, y_shape, ksize, stride, pad):
+        self.kind = kind
+        self.x_shape, self.y_shape = tuple(x_shape), tuple(y_shape)
+        n, c, h, w = self.x_shape
+        after = [conv.pad_after(size, out, k, s, p) for size, out, k, s, p in
+                 zip((h, w), self.y_shape[2:], ksize, stride, pad)]
+        # the rows no window reaches are left out of what oneDNN sees (a view, same memory)
+        self.used = (n, c, h + min(after[0], 0), w + min(after[1], 0))
+        self.x_md = dnnl.plain_md(self.used, [c * h * w, h * w, w, 1])
+        self.y_md = dnnl.plain_md(self.y_shape)
+        self.geometry = (dnnl.dims(stride), dnnl.dims(ksize), dnnl.dims((0, 0)),
+                         dnnl.dims(pad), dnnl.dims([max(a, 0) for a in after]))
+        self.alg = dnnl.ALG['pooling_max' if kind == 'max' else
+                            'pooling_avg_include_padding']
+        self._hint = self._forward = self._backward = None
+        self.workspace_bytes = 0
+
+    def _forward_pd(self):
+        pd = dnnl.P()
+        dnnl.check(dnnl.lib().dnnl_pooling_forward_primitive_desc_create(
+            dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.PROP['forward_training'], self.alg,
+            self.x_md.handle, self.y_md.handle, *self.geometry, None),
+            '{} pooling forward'.format(self.kind))
+        return pd
+
+    def forward(self, x):
+        """(y, workspace): the workspace (max pooling's choice per window) or None."""
+        if self._forward is None:
+            pd = self._forward_pd()
+            extra = {}
+            if self.kind == 'max':
+                ws = dnnl.query_md(pd, 'workspace')
+                self.workspace_bytes = dnnl.md_size(ws)
+                extra['workspace'] = ws
+            self._forward = dnnl.Bound(pd, '{} pooling forward'.format(self.kind),
+                                       ['src'], ['dst'], {'src': self.x_md, 'dst': self.y_md},
+                                       extra)
+        y = numpy.empty(self.y_shape, numpy.float32)
+        args = {'src': x, 'dst': y}
+        ws = None
+        if self.kind == 'max':
+            ws = args['workspace'] = numpy.empty(self.workspace_bytes, numpy.uint8)
+        self._forward(**args)
+        return y, ws
+
+    def backward(self, gy, workspace=None):
+        if self._backward is None:
+            if self._hint is None:
+                self._hint = dnnl.Hint(self._forward_pd())
+            pd = dnnl.P()
+            dnnl.check(dnnl.lib().dnnl_pooling_backward_primitive_desc_create(
+                dnnl.ctypes.byref(pd), dnnl.engine(), self.alg, self.x_md.handle,
+                self.y_md.handle, *self.geometry, self._hint.pd, None),
+                '{} pooling backward'.format(self.kind))
+            extra = {'workspace': dnnl.query_md(pd, 'workspace')} if self.kind == 'max' \
+                else None
+            self._backward = dnnl.Bound(pd, '{} pooling backward'.format(self.kind),
+                                        ['diff_dst'], ['diff_src'],
+                                        {'diff_src': self.x_md, 'diff_dst': self.y_md}, extra)
+        cut = self.used != self.x_shape
+        # where oneDNN sees a view, the rows it leaves out get no gradient: zeros
+        gx = (numpy.zeros if cut else numpy.empty)(self.x_shape, numpy.float32)
+        args = {'diff_dst': gy, 'diff_src': gx}
+        if self.kind == 'max':
+            args['workspace'] = workspace
+        self._backward(**args)
+        return gx
+
+
+_CACHE = {}
+
+
+def pooling(kind, x_shape, y_shape, ksize, stride, pad):
+    key = (kind, tuple(x_shape), tuple(y_shape), tuple(ksize), tuple(stride), tuple(pad))
+    p = _CACHE.get(key)
+    if p is None:
+        p = _CACHE[key] = Pooling(*key)
+    return p
+
+
+def _c(a):
+    return numpy.ascontiguousarray(a, dtype=numpy.float32)
+
+
+def max_forward(x, ksize, stride, pad, cover_all=True):
+    """(y, workspace) of Chainer's max_pooling_2d."""
+    y_shape = out_shape(x.shape, ksize, stride, pad, cover_all)
+    return pooling('max', x.shape, y_shape, ksize, stride, pad).forward(_c(x))
+
+
+def max_backward(gy, workspace, x_shape, ksize, stride, pad):
+    """The gradient of the max pooling whose forward gave ``workspace``."""
+    return pooling('max', x_shape, gy.shape, ksize, stride, pad).backward(_c(gy), workspace)
+
+
+def average_forward(x, ksize, stride, pad):
+    """Chainer's average_pooling_2d (no cover_all)."""
+    y_shape = out_shape(x.shape, ksize, stride, pad, False)
+    return pooling('average', x.shape, y_shape, ksize, stride, pad).forward(_c(x))[0]
+
+
+def average_backward(gy, x_shape, ksize, stride, pad):
+    return pooling('average', x_shape, gy.shape, ksize, stride, pad).backward(_c(gy))

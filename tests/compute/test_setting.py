@@ -1,0 +1,126 @@
+"""One way to turn it on: ``CHAINERMN_TORUS_COMPUTE`` / the launcher's ``--compute`` /
+``compute.use()``; what rank 0 says; what happens where oneDNN does not load; oneDNN's
+OpenMP threads inside the rank's budget."""
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from chainermn_torus import compute
+from chainermn_torus.compute import dnnl, onednn
+from chainermn_torus.errors import ConfigError
+from conftest import ROOT, assert_ok, run_mpi, worker
+
+needs_onednn = pytest.mark.skipif(
+    not dnnl.available(), reason='oneDNN is not installed for this Python (make setup '
+    'installs onednn-cpu-gomp on x86-64): {}'.format(dnnl.why_unavailable()))
+
+
+@pytest.fixture
+def restored():
+    was = onednn.enabled()
+    state = dict(dnnl._STATE)
+    in_force = list(compute._IN_FORCE)
+    yield
+    dnnl._STATE.clear()
+    dnnl._STATE.update(state)
+    compute._IN_FORCE[:] = in_force
+    (onednn.enable if was else onednn.disable)()
+
+
+def _lines(proc, text):
+    return [l for l in proc.stdout.splitlines() if text in l]
+
+
+@needs_onednn
+@pytest.mark.parametrize('options, env, where, said', [
+    (['--compute', 'onednn'], None, 'chainermn_torus.compute.onednn', 'compute: oneDNN 3.'),
+    ([], None, 'chainermn_torus.compute.onednn', 'compute: oneDNN 3.'),  # auto
+    (['--compute', 'numpy'], None, 'chainer.functions.connection.convolution_2d',
+     "compute: Chainer's numpy (--compute=numpy)"),
+    ([], {'CHAINERMN_TORUS_COMPUTE': 'numpy'}, 'chainer.functions.connection.convolution_2d',
+     "compute: Chainer's numpy (CHAINERMN_TORUS_COMPUTE=numpy)"),
+])
+def test_the_launcher_puts_an_unchanged_scripts_layers_where_asked(options, env, where, said):
+    proc = run_mpi(2, ['-m', 'chainermn_torus.run'] + options + [worker('compute_mode.py')],
+                   env=env)
+    lines = assert_ok(proc, 2)
+    assert all('conv {} '.format(where) in l for l in lines), lines
+    assert len(_lines(proc, said)) == 1, proc.stdout  # rank 0, once
+    # the same numbers either way (checked closely in test_conv): a sum printed to 4 places
+    assert len({l.split(' sum ')[1].split()[0] for l in lines}) == 2  # two ranks' data
+
+
+@needs_onednn
+def test_the_same_script_gives_the_same_convolution_on_numpy_and_onednn():
+    sums = []
+    for mode in ('numpy', 'onednn'):
+        proc = run_mpi(2, ['-m', 'chainermn_torus.run', '--compute', mode,
+                           worker('compute_mode.py')])
+        sums.append(sorted(l.split(' sum ')[1].split()[0] for l in assert_ok(proc, 2)))
+    assert sums[0] == sums[1]
+
+
+def test_a_bad_value_is_refused_in_one_line():
+    proc = run_mpi(2, ['-m', 'chainermn_torus.run', worker('compute_mode.py')],
+                   env={'CHAINERMN_TORUS_COMPUTE': 'mkl'})
+    assert proc.returncode != 0
+    refusal = [l for l in proc.stderr.splitlines() if 'CHAINERMN_TORUS_COMPUTE' in l]
+    assert len(refusal) == 1, proc.stderr
+    assert "'mkl'" in refusal[0] and 'onednn, numpy or auto' in refusal[0]
+    assert 'Traceback' not in proc.stderr
+    with pytest.raises(ConfigError, match='onednn, numpy or auto'):
+        compute.use('mkl')
+
+
+def test_where_onednn_does_not_load_auto_is_numpy_said_and_onednn_is_refused(restored):
+    # The library's search as it ends where nothing loads (the state _load leaves).
+    dnnl._STATE.clear()
+    dnnl._STATE['why'] = ('oneDNN (libdnnl.so.3) is not installed for this Python (/x): pip '
+                          'install onednn-cpu-gomp (x86-64)')
+    compute._IN_FORCE[:] = []
+    said = []
+    from chainermn_torus.runtime import report
+    original = report.say
+    report.say = lambda text, *a, **k: said.append(text)
+    try:
+        assert compute.use('auto') == 'numpy'
+        assert not onednn.enabled()
+        assert said == ["compute: Chainer's numpy (auto, and oneDNN (libdnnl.so.3) is not "
+                        "installed for this Python (/x): pip install onednn-cpu-gomp "
+                        "(x86-64))"]
+        with pytest.raises(dnnl.DnnlError, match='pip install onednn-cpu-gomp'):
+            compute.use('onednn')
+    finally:
+        report.say = original
+
+
+@needs_onednn
+def test_onednn_openmp_threads_follow_the_budget_and_the_loader_placement():
+    code = textwrap.dedent('''
+        import os
+        from threadpoolctl import threadpool_info
+        from chainermn_torus import compute
+        from chainermn_torus.loader import apply_placement, plan_placement
+        from chainermn_torus.runtime import threads
+        def gomp():
+            return sorted({i['num_threads'] for i in threadpool_info()
+                           if 'gomp' in i['filepath']})
+        threads.ensure(None, 2)        # the budget of a rank alone on two cores
+        compute.use('onednn')          # loads oneDNN's OpenMP after it: in the budget
+        print('budget', gomp(), len(os.sched_getaffinity(0)))
+        plan = plan_placement('dedicated', loader_processes=1)
+        apply_placement(plan)          # the loader's core left out
+        print('placed', len(plan.compute_cpus), gomp(), len(os.sched_getaffinity(0)))
+    ''')
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = dict(l.split(' ', 1) for l in out.stdout.splitlines()
+                 if l.startswith(('budget', 'placed')))
+    pool, allowed = lines['budget'].split()
+    assert pool == '[2]'
+    cpus, pool, mask = lines['placed'].split()
+    assert int(cpus) < int(allowed)  # the loader's core is not the rank's any more
+    assert pool == '[{}]'.format(cpus) and mask == cpus, lines
