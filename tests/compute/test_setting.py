@@ -1,6 +1,7 @@
 """One way to turn it on: ``CHAINERMN_TORUS_COMPUTE`` / the launcher's ``--compute`` /
 ``compute.use()``; what rank 0 says; what happens where oneDNN does not load; oneDNN's
 OpenMP threads inside the rank's budget."""
+import os
 import subprocess
 import sys
 import textwrap
@@ -124,3 +125,25 @@ def test_onednn_openmp_threads_follow_the_budget_and_the_loader_placement():
     cpus, pool, mask = lines['placed'].split()
     assert int(cpus) < int(allowed)  # the loader's core is not the rank's any more
     assert pool == '[{}]'.format(cpus) and mask == cpus, lines
+
+
+@needs_onednn
+@pytest.mark.parametrize('user, expected', [({}, '0'), ({'GOMP_SPINCOUNT': '5000'}, '5000'),
+                                            ({'OMP_WAIT_POLICY': 'active'}, None)])
+def test_openmp_threads_do_not_spin_on_the_other_pools_cores(user, expected):
+    # Set before libgomp loads (it reads the variable then), unless the user chose.
+    code = textwrap.dedent('''
+        import os
+        from threadpoolctl import threadpool_info
+        gomp = lambda: [i for i in threadpool_info() if 'gomp' in i['filepath']]
+        before = len(gomp())
+        from chainermn_torus import compute
+        compute.use('onednn')
+        print(before, len(gomp()) > 0, os.environ.get('GOMP_SPINCOUNT'))
+    ''')
+    env = {k: v for k, v in os.environ.items()
+           if k not in ('GOMP_SPINCOUNT', 'OMP_WAIT_POLICY')}
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120, env=dict(env, **user))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[-3:] == ['0', 'True', str(expected)]
