@@ -2,7 +2,8 @@
 
 ``MLP`` is the MNIST multi-layer perceptron of ChainerMN's example (784-n_units-n_units-10,
 ReLU), the model of Kuroda et al.'s K computer measurements with ``n_units=1000``
-(1,796,010 parameters). ``TinyNet`` is the ImageNet example's smoke-test network; ``NIN``
+(1,796,010 parameters). ``ResNet50`` is Chainer's ``ResNet50Layers`` with a classifier for the data's classes, the
+ImageNet example's main network; ``TinyNet`` is its smoke-test network; ``NIN``
 is Network in Network (Lin et al. 2014) in the geometry of Chainer's ImageNet example (227
 px, four mlpconv blocks, global average pooling): with ResNet-50, the networks ``bench
 compute`` times.
@@ -11,7 +12,7 @@ import chainer
 import chainer.functions as F
 import chainer.links as L
 
-__all__ = ['MLP', 'TinyNet', 'NIN']
+__all__ = ['MLP', 'ResNet50', 'TinyNet', 'NIN']
 
 
 class MLP(chainer.Chain):
@@ -25,6 +26,23 @@ class MLP(chainer.Chain):
 
     def forward(self, x):
         return self.l3(F.relu(self.l2(F.relu(self.l1(x)))))
+
+
+class ResNet50(chainer.Chain):
+    """Chainer's ResNet-50 (random initial weights) with a classifier for n_classes."""
+
+    def __init__(self, n_classes):
+        super(ResNet50, self).__init__()
+        with self.init_scope():
+            self.trunk = L.ResNet50Layers(pretrained_model=None)
+        # ImageNet's 1000-way layer replaced: only this dataset's classes, and no unused
+        # parameters that every all-reduce would carry as zeros.
+        del self.trunk.fc6
+        with self.trunk.init_scope():
+            self.trunk.fc6 = L.Linear(2048, n_classes)
+
+    def forward(self, x):
+        return self.trunk(x, layers=['fc6'])['fc6']
 
 
 class TinyNet(chainer.Chain):

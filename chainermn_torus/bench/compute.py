@@ -28,31 +28,18 @@ import time
 
 import chainer
 import chainer.functions as F
-import chainer.links as L
 import numpy
 from chainer.function_hooks import TimerHook
 from threadpoolctl import threadpool_limits
 
 from chainermn_torus import compute
 from chainermn_torus.compute import conv, onednn
-from chainermn_torus.models import NIN, TinyNet
+from chainermn_torus.models import NIN, ResNet50, TinyNet
 
 __all__ = ['main']
 
-
-
-class _ResNet50(chainer.Chain):
-    def __init__(self):
-        super(_ResNet50, self).__init__()
-        with self.init_scope():
-            self.trunk = L.ResNet50Layers(pretrained_model=None)
-
-    def forward(self, x):
-        return self.trunk(x, layers=['fc6'])['fc6']
-
-
 # name -> (the network, its image size)
-MODELS = {'resnet50': (_ResNet50, 224), 'nin': (lambda: NIN(1000), NIN.insize),
+MODELS = {'resnet50': (lambda: ResNet50(1000), 224), 'nin': (lambda: NIN(1000), NIN.insize),
           'tiny': (lambda: TinyNet(1000), 64)}
 # A function's backward applies these (TimerHook counts them inside it too): subtracted, so
 # that each row is the function's own time.

@@ -52,28 +52,22 @@ def _deconv(x_shape, w_shape, stride=1, pad=0, outsize=None):
         x_shape, w_shape, stride, pad, outsize), make
 
 
-def _bn(shape, eps=2e-5):
+def _bn(shape, eps=2e-5, fixed=False):
+    """batch_normalization in training, or with ``fixed`` given statistics (inference)."""
     def make(rng):
         c = shape[1]
         x = rng.normal(2, 3, shape).astype(numpy.float32)
         g = rng.uniform(0.5, 1.5, c).astype(numpy.float32)
         b = rng.uniform(-1, 1, c).astype(numpy.float32)
-        return [x, g, b], ['x', 'gamma', 'beta'], lambda x, g, b: F.batch_normalization(
-            x, g, b, eps=eps)
-    return 'batch_normalization', 'x {} eps {}'.format(shape, eps), make
-
-
-def _fixed_bn(shape, eps=2e-5):
-    def make(rng):
-        c = shape[1]
-        x = rng.normal(2, 3, shape).astype(numpy.float32)
-        g = rng.uniform(0.5, 1.5, c).astype(numpy.float32)
-        b = rng.uniform(-1, 1, c).astype(numpy.float32)
+        if not fixed:
+            return [x, g, b], ['x', 'gamma', 'beta'], lambda x, g, b: F.batch_normalization(
+                x, g, b, eps=eps)
         m = rng.uniform(-1, 1, c).astype(numpy.float32)
         v = rng.uniform(0.5, 2, c).astype(numpy.float32)
         return [x, g, b], ['x', 'gamma', 'beta'], lambda x, g, b: \
             F.fixed_batch_normalization(x, g, b, m, v, eps=eps)
-    return 'fixed_batch_normalization', 'x {} eps {}'.format(shape, eps), make
+    name = 'fixed_batch_normalization' if fixed else 'batch_normalization'
+    return name, 'x {} eps {}'.format(shape, eps), make
 
 
 def _relu(shape):
@@ -117,7 +111,7 @@ CASES = [
     _conv((2, 1024, 14, 14), (256, 1024, 1, 1), 1, 0, bias=False),
     _deconv((2, 3, 4, 3), (3, 2, 3, 3), 2, 1), _deconv((2, 3, 4, 3), (3, 2, 3, 3), 2, 1, (8, 6)),
     _bn((5, 3, 4, 2)), _bn((10, 6), 1e-3), _bn((2, 64, 56, 56)), _bn((2, 2048, 7, 7)),
-    _fixed_bn((5, 3, 4, 2)), _fixed_bn((2, 256, 14, 14)),
+    _bn((5, 3, 4, 2), fixed=True), _bn((2, 256, 14, 14), fixed=True),
     _relu((3, 2, 4, 5)), _relu((2, 64, 112, 112)),
     # Chainer's test_max_pooling_2d / test_average_pooling_2d
     _pool('max', (2, 3, 4, 3), 3, 2, 1, True), _pool('max', (2, 3, 4, 3), 3, 2, 1, False),

@@ -31,27 +31,18 @@ import numpy
 import chainermn  # starts no MPI: the rank side's communicator does
 import chainermn_torus
 from chainermn_torus import compute
+from chainermn_torus.models import ResNet50
 
 __all__ = ['main']
 
 MODES = ('numpy', 'onednn')
 
 
-class _ResNet50(chainer.Chain):
-    def __init__(self):
-        super(_ResNet50, self).__init__()
-        with self.init_scope():
-            self.trunk = L.ResNet50Layers(pretrained_model=None)
-
-    def forward(self, x):
-        return self.trunk(x, layers=['fc6'])['fc6']
-
-
 def rank_side(args):
     """One MPI rank: prints rank 0's per-iteration seconds and parts as one JSON line."""
     comm = chainermn.create_communicator(args.communicator)
     numpy.random.seed(0)
-    model = L.Classifier(_ResNet50())
+    model = L.Classifier(ResNet50(1000))
     opt = chainermn_torus.create_multi_node_optimizer(
         chainer.optimizers.MomentumSGD(0.01, 0.9), comm, fused='auto',
         overlap=args.overlap)

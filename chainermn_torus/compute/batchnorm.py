@@ -102,11 +102,7 @@ _CACHE = {}
 
 
 def batch_norm(shape, eps):
-    key = (tuple(shape), float(eps))
-    bn = _CACHE.get(key)
-    if bn is None:
-        bn = _CACHE[key] = BatchNorm(*key)
-    return bn
+    return dnnl.cached(_CACHE, (tuple(shape), float(eps)), BatchNorm)
 
 
 def _four(a):

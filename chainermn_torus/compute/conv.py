@@ -148,10 +148,7 @@ _CACHE = {}
 def convolution(x_shape, w_shape, y_shape, stride, pad, dilate, groups, bias):
     key = (tuple(x_shape), tuple(w_shape), tuple(y_shape), tuple(stride), tuple(pad),
            tuple(dilate), groups, bool(bias))
-    conv = _CACHE.get(key)
-    if conv is None:
-        conv = _CACHE[key] = Convolution(*key)
-    return conv
+    return dnnl.cached(_CACHE, key, Convolution)
 
 
 def _c(a):

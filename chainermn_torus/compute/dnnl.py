@@ -26,7 +26,7 @@ from chainermn_torus.errors import Unsupported
 __all__ = ['available', 'why_unavailable', 'version', 'lib', 'engine', 'stream', 'plain_md',
            'any_md', 'Memory', 'Primitive', 'Reorder', 'query_md', 'md_equal', 'md_size',
            'dims', 'DnnlError', 'F32', 'ARG', 'PROP', 'ALG', 'QUERY', 'TAG', 'Bound', 'wait',
-           'BN_FLAGS', 'Hint']
+           'BN_FLAGS', 'Hint', 'cached']
 
 P = ctypes.c_void_p
 DIMS = ctypes.c_int64 * 12  # dnnl_dims_t (DNNL_MAX_NDIMS)
@@ -389,6 +389,15 @@ class Reorder(Primitive):
 
 def wait():
     check(lib().dnnl_stream_wait(stream()), 'stream wait')
+
+
+def cached(cache, key, make):
+    """``cache[key]``, made by ``make(*key)`` at the first call: each layer module keeps one
+    object per geometry (its primitives, layouts and buffers), built once."""
+    found = cache.get(key)
+    if found is None:
+        found = cache[key] = make(*key)
+    return found
 
 
 class Bound(object):

@@ -28,7 +28,6 @@ class _Relu(object):
         self.backward = dnnl.Bound(bwd, 'relu backward', ['src', 'diff_dst'], ['diff_src'],
                                    plain)
 
-
     def _forward_pd(self):
         pd = dnnl.P()
         dnnl.check(dnnl.lib().dnnl_eltwise_forward_primitive_desc_create(
@@ -39,10 +38,7 @@ class _Relu(object):
 
 
 def _op(size):
-    op = _CACHE.get(size)
-    if op is None:
-        op = _CACHE[size] = _Relu(size)
-    return op
+    return dnnl.cached(_CACHE, (size,), _Relu)
 
 
 def relu(x):

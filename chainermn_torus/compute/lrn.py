@@ -80,11 +80,8 @@ _CACHE = {}
 
 
 def lrn(shape, n, k, alpha, beta):
-    key = (tuple(shape), int(n), float(k), float(alpha), float(beta))
-    op = _CACHE.get(key)
-    if op is None:
-        op = _CACHE[key] = Lrn(*key)
-    return op
+    return dnnl.cached(_CACHE, (tuple(shape), int(n), float(k), float(alpha), float(beta)),
+                       Lrn)
 
 
 def _c(a):

@@ -108,10 +108,7 @@ _CACHE = {}
 
 def pooling(kind, x_shape, y_shape, ksize, stride, pad):
     key = (kind, tuple(x_shape), tuple(y_shape), tuple(ksize), tuple(stride), tuple(pad))
-    p = _CACHE.get(key)
-    if p is None:
-        p = _CACHE[key] = Pooling(*key)
-    return p
+    return dnnl.cached(_CACHE, key, Pooling)
 
 
 def _c(a):

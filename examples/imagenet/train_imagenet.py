@@ -41,7 +41,7 @@ import numpy
 from chainermn_torus import config
 from chainermn_torus.extensions import checkpoint
 from chainermn_torus.extensions.timing import time_calls
-from chainermn_torus.models import TinyNet
+from chainermn_torus.models import ResNet50, TinyNet
 from chainermn_torus.optimizers.large_batch import linear_scaling
 from chainermn_torus.runtime import draws, report
 
@@ -55,23 +55,6 @@ LOADERS = ('ours', 'multiprocess', 'serial')
 AFFINITIES = ('none', 'same-core', 'sibling', 'dedicated', 'auto')
 DEFAULT_LOADERS = 2  # loader processes per rank where the placement does not limit them
 PHASES = ('data', 'forward_backward', 'allreduce', 'update', 'iteration')
-
-
-class ResNet50(chainer.Chain):
-    """Chainer's ResNet-50 (random initial weights) with a classifier for n_classes."""
-
-    def __init__(self, n_classes):
-        super(ResNet50, self).__init__()
-        with self.init_scope():
-            self.trunk = L.ResNet50Layers(pretrained_model=None)
-        # ImageNet's 1000-way layer replaced: only this dataset's classes, and no unused
-        # parameters that every all-reduce would carry as zeros.
-        del self.trunk.fc6
-        with self.trunk.init_scope():
-            self.trunk.fc6 = L.Linear(2048, n_classes)
-
-    def forward(self, x):
-        return self.trunk(x, layers=['fc6'])['fc6']
 
 
 ARCHS = {'resnet50': ResNet50, 'tiny': TinyNet}

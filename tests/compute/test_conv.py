@@ -14,6 +14,7 @@ from chainer import gradient_check
 from chainer.functions.connection import convolution_2d as chainer_conv
 
 from chainermn_torus.compute import conv, dnnl, onednn
+from compute_support import as_it_was  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.skipif(
     not dnnl.available(), reason='oneDNN is not installed for this Python (make setup '
@@ -25,14 +26,6 @@ CASES = list(itertools.product(
     [True, False],                      # nobias
     [1, 2],                             # dilate
     [((1, 1), (0, 0)), ((2, 2), (1, 1)), ((2, 1), (1, 0))]))   # stride, pad
-
-
-@pytest.fixture(autouse=True)
-def as_it_was():
-    """Each test leaves Chainer's functions as it found them."""
-    was = onednn.enabled()
-    yield
-    (onednn.enable if was else onednn.disable)()
 
 
 @pytest.fixture

@@ -11,26 +11,11 @@ from chainer import gradient_check
 
 from chainermn_torus.compute import batchnorm, dnnl, onednn
 from chainermn_torus.runtime import jit
+from compute_support import as_it_was, both  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.skipif(
     not dnnl.available(), reason='oneDNN is not installed for this Python (make setup '
     'installs onednn-cpu-gomp on x86-64): {}'.format(dnnl.why_unavailable()))
-
-
-@pytest.fixture(autouse=True)
-def as_it_was():
-    was = onednn.enabled()
-    yield
-    (onednn.enable if was else onednn.disable)()
-
-
-def _both(run):
-    """``run()`` on Chainer's numpy, then on oneDNN."""
-    onednn.disable()
-    theirs = run()
-    onednn.enable()
-    mine = run()
-    return theirs, mine
 
 
 @pytest.mark.parametrize('shape', [(5, 3, 4, 2), (8, 16, 7, 5), (10, 6), (2, 64, 28, 28)])
@@ -83,7 +68,7 @@ def test_fixed_batch_normalization_equals_chainers_and_differentiates(shape):
         y.grad = gy
         y.backward()
         return y.array, xv.grad, gv.grad
-    for a, b in zip(*_both(run)):
+    for a, b in zip(*both(run)):
         numpy.testing.assert_allclose(a, b, atol=2e-5, rtol=2e-5)
 
 
@@ -110,7 +95,7 @@ def test_relu_and_its_gradient_are_chainers_exactly():
         y.grad = gy
         y.backward()
         return y.array, xv.grad
-    (y0, g0), (y1, g1) = _both(run)
+    (y0, g0), (y1, g1) = both(run)
     assert numpy.array_equal(y0, y1) and numpy.array_equal(g0, g1)
 
 
@@ -144,7 +129,7 @@ def test_local_response_normalization_equals_chainers(shape, n, k, alpha, beta):
         y.backward()
         run.ours = type(y.creator.indexes).__name__ == '_LrnWorkspace'
         return y.array, xv.grad
-    (y0, g0), (y1, g1) = _both(run)
+    (y0, g0), (y1, g1) = both(run)
     assert run.ours  # the call took oneDNN's path (an even n too: the same window)
     numpy.testing.assert_allclose(y1, y0, rtol=1e-6, atol=1e-6 * abs(y0).max())
     numpy.testing.assert_allclose(g1, g0, rtol=1e-5, atol=1e-6 * abs(g0).max())

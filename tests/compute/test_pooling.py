@@ -10,6 +10,7 @@ import chainer.functions as F
 from chainer import gradient_check
 
 from chainermn_torus.compute import dnnl, onednn, pooling
+from compute_support import as_it_was, both  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.skipif(
     not dnnl.available(), reason='oneDNN is not installed for this Python (make setup '
@@ -20,21 +21,6 @@ pytestmark = pytest.mark.skipif(
 GEOMETRIES = [((2, 3, 4, 3), 3, 2, 1), ((2, 3, 7, 9), 3, 2, 0), ((2, 3, 7, 9), 2, 2, 0),
               ((1, 4, 8, 8), (3, 2), (1, 2), (1, 0)), ((2, 2, 5, 6), (2, 3), (3, 2), (0, 1)),
               ((2, 8, 16, 16), 3, 2, 1), ((3, 5, 7, 7), 7, 1, 0)]
-
-
-@pytest.fixture(autouse=True)
-def as_it_was():
-    was = onednn.enabled()
-    yield
-    (onednn.enable if was else onednn.disable)()
-
-
-def _both(run):
-    onednn.disable()
-    theirs = run()
-    onednn.enable()
-    mine = run()
-    return theirs, mine
 
 
 def _data(shape, seed, ties):
@@ -58,7 +44,7 @@ def test_max_pooling_equals_chainers(shape, ksize, stride, pad, cover_all, ties)
         y.backward()
         run.kept = getattr(y.creator, onednn._WORKSPACE, None)
         return y.array, xv.grad
-    (y0, g0), (y1, g1) = _both(run)
+    (y0, g0), (y1, g1) = both(run)
     assert run.kept is not None  # the call took oneDNN's path
     assert numpy.array_equal(y0, y1)
     # each input's gradient is a sum over the windows it leads: the order may differ
@@ -75,7 +61,7 @@ def test_average_pooling_equals_chainers(shape, ksize, stride, pad):
         y.grad = numpy.random.RandomState(3).normal(0, 1, y.shape).astype(numpy.float32)
         y.backward()
         return y.array, xv.grad
-    (y0, g0), (y1, g1) = _both(run)
+    (y0, g0), (y1, g1) = both(run)
     numpy.testing.assert_allclose(y1, y0, atol=1e-6, rtol=1e-5)
     numpy.testing.assert_allclose(g1, g0, atol=1e-6, rtol=1e-5)
 
@@ -130,7 +116,7 @@ def test_double_backward_of_max_pooling_equals_chainers():
         ggy, = chainer.grad([gx], [gx.creator.inputs[0].get_variable()], grad_outputs=[
             chainer.Variable(ggx)])
         return gx.array, ggy.array
-    for a, b in zip(*_both(run)):
+    for a, b in zip(*both(run)):
         assert numpy.array_equal(a, b)
 
 
