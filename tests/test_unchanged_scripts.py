@@ -97,7 +97,9 @@ def test_the_other_options_reach_the_unchanged_script_and_are_reported(nprocs, t
     summary = json.loads((tmp_path / 'summary.json').read_text())
     assert summary['optimizer'] == '_OverlapOptimizer'
     assert summary['iterator'] == 'LoaderIterator'
-    assert summary['accuracy'] > 0.3, summary
+    # 8 Adam steps with float16 sums, overlapped: 0.29-0.45 measured over runs (the order
+    # of the overlapped sums varies); chance is 0.1
+    assert summary['accuracy'] > 0.2, summary
 
 
 @pytest.mark.slow
