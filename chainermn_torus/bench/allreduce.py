@@ -34,6 +34,7 @@ from chainermn_torus.algorithms import variants
 from chainermn_torus.bench.gradient_sets import GRADIENT_SETS, make_model
 from chainermn_torus.communicators import create_variant
 from chainermn_torus.communicators._grid import parse_grid
+from chainermn_torus.runtime.report import format_bytes
 
 
 # Grid rows are the variants table's (algorithms.variants): each name pins its
@@ -95,7 +96,8 @@ def run(args):
     rows['allreduce_1msg'] = lambda: world.Allreduce(MPI.IN_PLACE, [packed, MPI.FLOAT])
     comms = {}
     for seg in args.segments:
-        label = '' if seg is None else '/seg={}'.format(_fmt_bytes(seg) if seg else 'none')
+        label = '' if seg is None else '/seg={}'.format(
+            format_bytes(seg, exact=True).replace(' ', '') if seg else 'none')
         for variant in ALWAYS + [v for v in args.variants
                                  if not variants.get(v).grid and v not in ALWAYS]:
             comms[variant + label] = create_variant(variant, segment_size=seg)
@@ -174,13 +176,6 @@ def _in_debug_mode(fn):
         with chainer.using_config('debug', True):
             fn()
     return call
-
-
-def _fmt_bytes(n):
-    for unit, div in (('MiB', 1 << 20), ('KiB', 1 << 10)):
-        if n >= div and n % div == 0:
-            return '{}{}'.format(n // div, unit)
-    return str(n)
 
 
 def format_table(report):

@@ -12,7 +12,7 @@ window, frees it with ``free()``, and says so when used after that.
 import numpy
 from mpi4py import MPI
 
-from chainermn_torus.runtime import devshm
+from chainermn_torus.runtime import devshm, report
 
 __all__ = ['PutWindow', 'check_node_room', 'populate_or_free']
 
@@ -29,7 +29,7 @@ def check_node_room(comm, nbytes, what):
         node.Free()
     needed = devshm.pages(nbytes) * local + devshm.MPI_MARGIN
     what = '{} ({} rank(s) on this node x {}, in whole pages, + {} for MPI)'.format(
-        what, local, devshm.format_bytes(nbytes), devshm.format_bytes(devshm.MPI_MARGIN))
+        what, local, report.format_bytes(nbytes), report.format_bytes(devshm.MPI_MARGIN))
     devshm.check_room(needed, what, comm=comm)
     return what, needed
 

@@ -61,7 +61,7 @@ import numpy
 from mpi4py import MPI
 
 from chainermn_torus import config
-from chainermn_torus.runtime import devshm, report, watchdog
+from chainermn_torus.runtime import agree, devshm, report, watchdog
 from chainermn_torus.runtime.atomic import TMP_PATTERN, atomic_write
 from chainermn_torus.errors import ConfigError, Refusal
 
@@ -93,13 +93,10 @@ def check_writable(comm, directory, what='results', error=OSError):
         os.remove(probe)
     except OSError as e:
         problem = '{}: {}'.format(type(e).__name__, e)
-    problems = comm.mpi_comm.allgather(problem)
-    bad = [(r, p) for r, p in enumerate(problems) if p]
-    if bad:
-        raise error(
-            'chainermn_torus: cannot write {} to {!r} on rank(s) {}: {}. Choose a directory '
-            'every rank can write (a shared file system, or a local disk per node).'.format(
-                what, directory, ', '.join(str(r) for r, _ in bad), bad[0][1]))
+    agree.raise_everywhere(comm.mpi_comm, problem, lambda bad: error(
+        'chainermn_torus: cannot write {} to {!r} on rank(s) {}: {}. Choose a directory '
+        'every rank can write (a shared file system, or a local disk per node).'.format(
+            what, directory, agree.ranks_text(bad), bad[0][1])))
 
 
 def _layout(model):
@@ -386,8 +383,8 @@ class MultiNodeCheckpointer(chainer.training.Extension):
             # Other ranks learn of it by the abort; what was there before is untouched.
             _remove(marker)
             sizes = '' if not need[0] else '; about {} needed for the rank files of this ' \
-                'host, {} was free before writing'.format(devshm.format_bytes(need[0]),
-                                                         devshm.format_bytes(need[1]))
+                'host, {} was free before writing'.format(report.format_bytes(need[0]),
+                                                         report.format_bytes(need[1]))
             raise CheckpointError(
                 'chainermn_torus: rank {} cannot write checkpoint {} ({}: {}{}); {}. Free '
                 'space there or choose another --checkpoint-dir.'.format(
@@ -471,15 +468,14 @@ class MultiNodeCheckpointer(chainer.training.Extension):
     def _refuse_nonfinite(self, arrays, iteration):
         """A diverged state is never written: it would become what --auto-resume loads."""
         count, first = _nonfinite(arrays)
-        reports = self.comm.mpi_comm.allgather((count, first) if count else None)
-        bad = [(r, rep) for r, rep in enumerate(reports) if rep is not None]
+        bad = agree.problems(self.comm.mpi_comm, (count, first) if count else None)
         if bad:
             stale = any(STALE_GRADS in f for _, (_, f) in bad)
             raise CheckpointError(
                 'chainermn_torus: checkpoint {} not written: the trainer state holds NaN/Inf '
                 'on rank(s) {} ({}){}; {}. Training has diverged: lower the learning rate, or '
                 'run with --check-finite to stop at the step where it happens.'.format(
-                    iteration, ', '.join(str(r) for r, _ in bad),
+                    iteration, agree.ranks_text(bad),
                     '; '.join('rank {}: {} value(s), the first in {}'.format(r, c, f)
                               for r, (c, f) in bad),
                     ' (in the averaged gradients double buffering applies at the next step: '
@@ -525,14 +521,13 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         if removable:
             report.say('checkpoint {}: {} free in {} on {} and {} needed there (this host\'s '
                        'rank files); removed the oldest checkpoint(s) first ({}), as keep={} '
-                       'would after writing'.format(iteration, devshm.format_bytes(before),
+                       'would after writing'.format(iteration, report.format_bytes(before),
                                                     self.directory, socket.gethostname(),
-                                                    devshm.format_bytes(need),
+                                                    report.format_bytes(need),
                                         ', '.join('iteration {}'.format(i) for i in removable),
                                         self.keep), self.rank)
-        problems = self.comm.mpi_comm.allgather(
-            None if free >= need else (socket.gethostname(), need, free))
-        bad = [(r, p) for r, p in enumerate(problems) if p]
+        bad = agree.problems(self.comm.mpi_comm,
+                             None if free >= need else (socket.gethostname(), need, free))
         if bad:
             r, (host, n, f) = bad[0]
             raise CheckpointError(
@@ -540,8 +535,8 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                 'host {} and has {} free (rank {}{}); {}. Free space there, choose another '
                 '--checkpoint-dir, or keep fewer checkpoints: writing one needs room for '
                 'keep + 1 = {} until the oldest is removed.'.format(
-                    iteration, self.directory, devshm.format_bytes(n), host,
-                    devshm.format_bytes(f), r,
+                    iteration, self.directory, report.format_bytes(n), host,
+                    report.format_bytes(f), r,
                     ', after removing {} older checkpoint(s)'.format(len(removable))
                     if removable else '', self._what_is_kept(), self.keep + 1))
         return need, free
@@ -614,10 +609,8 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                 problem += (' (an array in the checkpoint has another shape than in this job: '
                             'it was written with other data or options, such as --limit or '
                             'the training set, than this job uses)')
-        problems = [p for p in self.comm.mpi_comm.allgather(problem) if p]
-        if problems:
-            raise CheckpointError('chainermn_torus: cannot resume from {!r}: {}'.format(
-                self.directory, problems[0]))
+        agree.raise_everywhere(self.comm.mpi_comm, problem, lambda bad: CheckpointError(
+            'chainermn_torus: cannot resume from {!r}: {}'.format(self.directory, bad[0][1])))
         if failures:
             report.say('the latest checkpoint in {} is damaged ({}); falling back to the '
                        'newest complete one'.format(self.directory, '; then '.join(failures)),
@@ -759,10 +752,10 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         if problem is not None:
             return problem, manifest, fatal
         problem = self._verify(manifest)
-        problems = [p for p in self.comm.mpi_comm.allgather(problem) if p]
-        if problems:
+        bad = agree.problems(self.comm.mpi_comm, problem)
+        if bad:
             return ('checkpoint at iteration {}: {} rank file(s) damaged, the first: {}'.format(
-                manifest['iteration'], len(problems), problems[0]), manifest, False)
+                manifest['iteration'], len(bad), bad[0][1]), manifest, False)
         return None, manifest, False
 
     def _verify(self, manifest):

@@ -46,7 +46,7 @@ import chainer
 import numpy
 from threadpoolctl import threadpool_limits
 
-from chainermn_torus.runtime import devshm, draws
+from chainermn_torus.runtime import devshm, draws, report
 from chainermn_torus.errors import ConfigError, DataError, Refusal
 
 __all__ = ['LoaderIterator', 'LoaderError', 'SHM_PREFIX']
@@ -162,7 +162,7 @@ def _reserve(seg, nbytes):
             'in {} on node {} ({} free). Fixes: chainermn-torus clean (what dead jobs left), '
             'a larger /dev/shm, fewer ranks per node, a smaller batch or n_prefetch.'.format(
                 devshm.SHM_DIR, socket.gethostname(),
-                devshm.format_bytes(devshm.free_bytes()))) from None
+                report.format_bytes(devshm.free_bytes()))) from None
 
 
 def _attach(name):

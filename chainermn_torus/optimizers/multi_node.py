@@ -48,7 +48,8 @@ from chainermn_torus import config
 from chainermn_torus.communicators import _packing
 from chainermn_torus.extensions.replicas import check_replicas as _check_replicas
 from chainermn_torus.optimizers import fpenv, fused as fused_mod, overlap as _overlap
-from chainermn_torus.runtime import jit, report, timeline as _timeline, watchdog as watchdog_mod
+from chainermn_torus.runtime import agree, jit, report, timeline as _timeline, \
+    watchdog as watchdog_mod
 from chainermn_torus.errors import ConfigError, Refusal, Unsupported
 
 __all__ = ['create_multi_node_optimizer', 'NonFiniteGradientError', 'check_finite_grads',
@@ -579,14 +580,13 @@ def check_finite_grads(communicator, target):
     counts = numpy.array([count], numpy.int64)
     mpi_comm.Allreduce(MPI.IN_PLACE, [counts, MPI.INT64_T], op=MPI.SUM)
     if counts[0]:  # only now pay for names
-        reports = mpi_comm.allgather((count, first) if count else None)
-        bad_ranks = [(r, rep) for r, rep in enumerate(reports) if rep is not None]
+        bad_ranks = agree.problems(mpi_comm, (count, first) if count else None)
         overflow = numpy.isfinite(limit)
         raise NonFiniteGradientError(
             'chainermn_torus: {} in gradients before averaging on rank(s) {}: {}. Lower '
             'the learning rate, check the data on those ranks, or use loss scaling{}.'.format(
                 'NaN/Inf or float16 overflow' if overflow else 'NaN/Inf',
-                ', '.join(str(r) for r, _ in bad_ranks),
+                agree.ranks_text(bad_ranks),
                 '; '.join('rank {}: {} bad value(s), first in {}'.format(r, c, f)
                           for r, (c, f) in bad_ranks),
                 '; or send gradients as float32 (allreduce_grad_dtype=None, no '

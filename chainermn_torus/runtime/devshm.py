@@ -45,10 +45,12 @@ import time
 
 from chainermn_torus import config
 from chainermn_torus.errors import Refusal
+from chainermn_torus.runtime import agree
+from chainermn_torus.runtime.report import format_bytes
 
 __all__ = ['SHM_DIR', 'PREFIX', 'job_tag', 'segment_prefix', 'free_bytes', 'check_room',
            'populate', 'pages', 'total_bytes', 'MPI_MARGIN',
-           'SharedMemoryFull', 'sweep', 'format_bytes', 'unlink_mpi_segments', 'pid_alive']
+           'SharedMemoryFull', 'sweep', 'unlink_mpi_segments', 'pid_alive']
 
 SHM_DIR = '/dev/shm'
 PREFIX = 'cmtorus_'
@@ -101,13 +103,6 @@ def pages(nbytes):
     return -(-int(nbytes) // PAGE) * PAGE
 
 
-def format_bytes(n):
-    for unit, size in (('GB', 1e9), ('MB', 1e6), ('kB', 1e3)):
-        if n >= size:
-            return '{:.1f} {}'.format(n / size, unit)
-    return '{} B'.format(int(n))
-
-
 def _both(needed, free):
     """Two sizes a reader can compare: exact bytes where the rounded figures look equal."""
     a, b = format_bytes(needed), format_bytes(free)
@@ -142,12 +137,11 @@ def check_room(needed, what, comm=None, path=SHM_DIR):
 def _refuse_if_any(problem, what, comm):
     """Collective over ``comm``: raise SharedMemoryFull on every rank if any rank has a
     ``problem``, with the first one and the fixes."""
-    problems = [problem] if comm is None else comm.allgather(problem)
-    bad = [(r, p) for r, p in enumerate(problems) if p]
+    bad = agree.problems(comm, problem)
     if not bad:
         return
     first = bad[0][1]
-    ranks = ', '.join(str(r) for r, _ in bad)
+    ranks = agree.ranks_text(bad)
     raise SharedMemoryFull(
         'chainermn_torus: not enough shared memory: {}{}. Without this check the job would '
         'die with "Bus error". Fixes: remove what dead jobs left (chainermn-torus clean), '

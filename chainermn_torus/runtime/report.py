@@ -17,7 +17,7 @@ import sys
 
 from chainermn_torus import config
 
-__all__ = ['say', 'forget', 'stop', 'line', 'RankStop', 'PREFIX']
+__all__ = ['say', 'forget', 'stop', 'line', 'RankStop', 'PREFIX', 'format_bytes']
 
 PREFIX = 'chainermn_torus: '
 _said = set()  # keys already said by this process
@@ -76,3 +76,19 @@ def stop(text, rank):
     if rank == 0:
         line(text)
     raise RankStop(text)
+
+
+def format_bytes(n, exact=False):
+    """A byte count for people: '102.2 MB' (decimal units, one decimal: sizes to compare
+    with what ``df`` and job limits say), or with ``exact`` the binary unit that divides it
+    ('4 MiB', '512 KiB', '1000 B': buffer and segment sizes, which are set in those)."""
+    n = int(n)
+    if exact:
+        for unit, size in (('GiB', 1 << 30), ('MiB', 1 << 20), ('KiB', 1 << 10)):
+            if n >= size and n % size == 0:
+                return '{} {}'.format(n // size, unit)
+        return '{} B'.format(n)
+    for unit, size in (('GB', 1e9), ('MB', 1e6), ('kB', 1e3)):
+        if n >= size:
+            return '{:.1f} {}'.format(n / size, unit)
+    return '{} B'.format(n)

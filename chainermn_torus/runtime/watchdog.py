@@ -51,7 +51,7 @@ import psutil
 from chainer.training.extensions import Evaluator
 
 from chainermn_torus import config
-from chainermn_torus.runtime import call_marks, progress_board as pb
+from chainermn_torus.runtime import agree, call_marks, progress_board as pb
 from chainermn_torus.errors import Unsupported
 
 __all__ = ['Watchdog', 'attach', 'set_default', 'WATCHDOG_ENV', 'STARTUP_ENV',
@@ -182,9 +182,8 @@ class Watchdog(object):
             row[pb.PROGRESS_NS] = pb.now_ns()
             row[pb.PHASE] = pb.STARTUP
             self._row = row
-        problems = [p for p in comm.allgather(problem) if p]
-        if problems:
-            raise Unsupported('chainermn_torus: ' + problems[0])
+        agree.raise_everywhere(comm, problem,
+                               lambda bad: Unsupported('chainermn_torus: ' + bad[0][1]))
         mine = {'host': _host(), 'addrs': addresses(), 'port': port} if node.rank == 0 else None
         table = [t for t in comm.allgather(mine) if t is not None]
         if self._watcher is not None:

@@ -4,7 +4,7 @@ import argparse
 import os
 
 from chainermn_torus.extensions import checkpoint
-from chainermn_torus.runtime import devshm
+from chainermn_torus.runtime import devshm, report
 
 __all__ = ['main']
 
@@ -32,7 +32,7 @@ def main(argv):
             removed += checkpoint.sweep_temporary(d, dry_run=args.dry_run)
     verb = 'would remove' if args.dry_run else 'removed'
     for name, size, why in removed:
-        print('{} {} ({}; {})'.format(verb, name, devshm.format_bytes(size), why))
+        print('{} {} ({}; {})'.format(verb, name, report.format_bytes(size), why))
     print('{} {} file(s), {}'.format(verb, len(removed),
-                                     devshm.format_bytes(sum(r[1] for r in removed))))
+                                     report.format_bytes(sum(r[1] for r in removed))))
     return 0

@@ -9,6 +9,7 @@ one candidate under the first name of the table.
 import collections
 
 from chainermn_torus.algorithms import variants
+from chainermn_torus.runtime import report
 
 __all__ = ['kinds', 'refinements', 'key', 'label', 'GRID_CHOICES', 'SEGMENT_CHOICES']
 
@@ -21,8 +22,7 @@ def label(key):
     algorithm, grid, segment = key
     return '{}{}{}'.format(algorithm, '' if grid is None else ' {}x{}'.format(*grid),
                            '' if segment is None else ', segment {}'.format(
-                               'whole' if segment == 0 else '{} MiB'.format(segment >> 20)
-                               if segment % (1 << 20) == 0 else '{} KiB'.format(segment >> 10)))
+                               'whole' if segment == 0 else report.format_bytes(segment, exact=True)))
 
 
 def _kind(name):
