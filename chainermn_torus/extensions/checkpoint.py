@@ -61,7 +61,7 @@ import numpy
 from mpi4py import MPI
 
 from chainermn_torus import config
-from chainermn_torus.runtime import agree, devshm, report, watchdog
+from chainermn_torus.runtime import agree, devshm, finite, report, watchdog
 from chainermn_torus.runtime.atomic import TMP_PATTERN, atomic_write
 from chainermn_torus.errors import ConfigError, Refusal
 
@@ -138,20 +138,6 @@ def _npz_bytes(arrays):
 
 def _rounded(n, block):
     return -(-n // block) * block
-
-
-def _nonfinite(arrays):
-    """(count, first name) of NaN/Inf among the float arrays of a trainer's state."""
-    count, first = 0, None
-    for name in sorted(arrays):
-        a = numpy.asarray(arrays[name])
-        if a.dtype.kind not in 'fc' or a.size == 0:
-            continue
-        bad = a.size - int(numpy.count_nonzero(numpy.isfinite(a)))
-        if bad and first is None:
-            first = '{} ({} of {} values)'.format(name, bad, a.size)
-        count += bad
-    return count, first
 
 
 def _crc32(path, chunk=1 << 22):
@@ -467,7 +453,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
 
     def _refuse_nonfinite(self, arrays, iteration):
         """A diverged state is never written: it would become what --auto-resume loads."""
-        count, first = _nonfinite(arrays)
+        count, first = finite.count_in(arrays)
         bad = agree.problems(self.comm.mpi_comm, (count, first) if count else None)
         if bad:
             stale = any(STALE_GRADS in f for _, (_, f) in bad)
@@ -784,7 +770,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         # fail again one step later.
         try:
             with numpy.load(path) as z:
-                count, first = _nonfinite({k: z[k] for k in z.files})
+                count, first = finite.count_in({k: z[k] for k in z.files})
         except Exception as e:  # CRC matched, so unreadable means not an npz at all
             return '{} cannot be read as a checkpoint ({}: {})'.format(path, type(e).__name__, e)
         if count:

@@ -20,7 +20,7 @@ from numba import prange
 
 from chainermn_torus.optimizers import fpenv
 
-__all__ = ['adam', 'momentum_sgd', 'rmsprop', 'copy', 'count_nonfinite', 'set_worker_mode']
+__all__ = ['adam', 'momentum_sgd', 'rmsprop', 'copy', 'set_worker_mode']
 
 _set_mode = fpenv.kernel_set_mode  # numba-callable: (ftz: bool) -> None
 
@@ -176,14 +176,3 @@ def copy(dst, src):
     """dst[:] = src in parallel: the reference bandwidth of the benchmark."""
     for i in prange(dst.size):
         dst[i] = src[i]
-
-
-@numba.njit(parallel=True, cache=True)
-def count_nonfinite(a, limit=numpy.inf):
-    """How many elements of a 1-D float array are NaN, infinite, or beyond +-limit (no
-    temporaries; the limit is what float16 communication can carry)."""
-    total = 0
-    for i in prange(a.size):
-        if not numpy.isfinite(a[i]) or abs(a[i]) > limit:
-            total += 1
-    return total

@@ -48,7 +48,7 @@ from chainermn_torus import config
 from chainermn_torus.communicators import _packing
 from chainermn_torus.extensions.replicas import check_replicas as _check_replicas
 from chainermn_torus.optimizers import fpenv, fused as fused_mod, overlap as _overlap
-from chainermn_torus.runtime import agree, jit, report, timeline as _timeline, \
+from chainermn_torus.runtime import agree, finite, jit, report, timeline as _timeline, \
     watchdog as watchdog_mod
 from chainermn_torus.errors import ConfigError, Refusal, Unsupported
 
@@ -58,16 +58,6 @@ __all__ = ['create_multi_node_optimizer', 'NonFiniteGradientError', 'check_finit
 
 class NonFiniteGradientError(Refusal, FloatingPointError):
     pass
-
-
-def _count_nonfinite(flat, limit):
-    """Elements of a 1-D float array that are NaN, infinite or beyond +-limit."""
-    if flat.dtype != numpy.float16 and jit.available():
-        from chainermn_torus.optimizers import kernels
-        return int(kernels.count_nonfinite(flat, limit))  # one pass, no temporaries
-    if flat.dtype == numpy.float16:  # float16 carries itself: only NaN/Inf
-        return int((~numpy.isfinite(flat)).sum())
-    return int((~numpy.isfinite(flat) | (numpy.abs(flat) > limit)).sum())
 
 
 # The double-buffering thread blocks in MPI by default. Polling instead (test every N seconds,
@@ -475,7 +465,7 @@ class _OverlapOptimizer(_MultiNodeOptimizer):
             buf = state.wait(target)
             self.timings['wait'] += time.perf_counter() - t0
             if self.check_finite:
-                bad = _count_nonfinite(buf.array, numpy.inf)  # the same on every rank
+                bad = finite.count_nonfinite(buf.array, numpy.inf)  # the same on every rank
                 if bad:
                     raise NonFiniteGradientError(
                         'chainermn_torus: NaN/Inf in the averaged gradients ({} value(s); with '
@@ -562,7 +552,7 @@ def _scan_grads(target, limit, describe):
         if g is None or g.dtype.kind != 'f':
             continue
         flat = g.reshape(-1) if g.flags.c_contiguous else g.ravel()
-        bad = _count_nonfinite(flat, limit)
+        bad = finite.count_nonfinite(flat, limit)
         if bad and not first:
             first = describe(name, flat, bad)
         count += bad

@@ -7,7 +7,7 @@ import numpy
 import pytest
 from chainer import optimizer_hooks
 
-from chainermn_torus.optimizers import fuse, is_fused, kernels
+from chainermn_torus.optimizers import fuse, is_fused
 
 CASES = [
     ('Adam', {}),
@@ -161,9 +161,3 @@ def test_unfusable_optimizer_is_refused_with_the_alternatives():
         fuse(chainer.optimizers.AdaGrad())
     assert 'AdaGrad' in str(e.value) and 'Adam, MomentumSGD, RMSprop' in str(e.value)
 
-
-def test_count_nonfinite():
-    a = numpy.zeros(100003, numpy.float32)
-    assert kernels.count_nonfinite(a) == 0
-    a[[5, 70000]] = [numpy.nan, -numpy.inf]
-    assert kernels.count_nonfinite(a) == 2

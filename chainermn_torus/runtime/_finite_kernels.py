@@ -1,0 +1,17 @@
+"""numba's side of ``runtime.finite`` (numba is optional: imported only where it exists)."""
+import numba
+import numpy
+from numba import prange
+
+__all__ = ['count_nonfinite']
+
+
+@numba.njit(parallel=True, cache=True)
+def count_nonfinite(a, limit=numpy.inf):
+    """How many elements of a 1-D float array are NaN, infinite, or beyond +-limit (no
+    temporaries; the limit is what float16 communication can carry)."""
+    total = 0
+    for i in prange(a.size):
+        if not numpy.isfinite(a[i]) or abs(a[i]) > limit:
+            total += 1
+    return total
