@@ -10,6 +10,7 @@ from chainermn_torus.launch.report import describe_iterator, say
 from chainermn_torus.launch.sharding import order
 from chainermn_torus.loader import LoaderIterator, apply_placement, plan_placement
 from chainermn_torus.loader.topology import format_cpulist
+from chainermn_torus.runtime import agree
 
 __all__ = ['replace_training_iterator', 'replace_eval_iterators', 'swap']
 
@@ -94,12 +95,11 @@ def _place(launch):
                               dedicated_cores=launch.get('dedicated_cores'))
     except ValueError as e:
         plan, error = None, str(e)
-    errors = [error] if comm is None else comm.mpi_comm.allgather(error)
-    if any(errors):
-        failed = [r for r, e in enumerate(errors) if e]
+    bad = agree.problems(None if comm is None else comm.mpi_comm, error)
+    if bad:
         launch.stop('--affinity {}: {}'.format(launch.get('affinity'), error or (
             'stopping: rank(s) {} cannot place their loader processes: {}'.format(
-                ', '.join(map(str, failed)), next(e for e in errors if e)))))
+                agree.ranks_text(bad), bad[0][1]))))
     apply_placement(plan, threads=launch.threads, comm=comm)
     launch.placement = plan
     return plan
