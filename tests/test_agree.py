@@ -5,7 +5,7 @@ import pytest
 from chainermn_torus.runtime import agree
 
 
-@pytest.mark.parametrize('nprocs', [2, 3, 4])
+@pytest.mark.parametrize('nprocs', [2, 3, pytest.param(4, marks=pytest.mark.slow)])
 def test_every_rank_raises_the_same_error_naming_every_rank_at_fault(mpi_world, nprocs):
     for faulty in ([], [1], [0, nprocs - 1]):
         said = mpi_world(nprocs, 'check_agree', 'check', faulty)

@@ -150,8 +150,10 @@ def _needs_onednn():
 
 
 @pytest.mark.parametrize('model, size, kinds', [
-    ('resnet50', '64', ('BatchNormalization', 'MaxPoolingND')),
-    ('nin', '227', ('MaxPoolingND', 'AveragePooling2D')), ('tiny', '64', ('ReLU',))])
+    pytest.param('resnet50', '64', ('BatchNormalization', 'MaxPoolingND'),
+                 marks=pytest.mark.slow),
+    pytest.param('nin', '227', ('MaxPoolingND', 'AveragePooling2D'), marks=pytest.mark.slow),
+    ('tiny', '64', ('ReLU',))])
 def test_compute_benchmark(tmp_path, model, size, kinds):
     _needs_onednn()
     out = tmp_path / 'c.json'
@@ -176,6 +178,7 @@ def test_compute_benchmark(tmp_path, model, size, kinds):
     assert lo < res['forward_macs'] < hi, res['forward_macs']
 
 
+@pytest.mark.slow
 def test_compute_numerics_benchmark(tmp_path):
     _needs_onednn()
     out = tmp_path / 'n.json'

@@ -36,12 +36,15 @@ def _lines(proc, text):
 
 @needs_onednn
 @pytest.mark.parametrize('options, env, where, said', [
-    (['--compute', 'onednn'], None, 'chainermn_torus.compute.onednn', 'compute: oneDNN 3.'),
-    ([], None, 'chainermn_torus.compute.onednn', 'compute: oneDNN 3.'),  # auto
-    (['--compute', 'numpy'], None, 'chainer.functions.connection.convolution_2d',
-     "compute: Chainer's numpy (--compute=numpy)"),
-    ([], {'CHAINERMN_TORUS_COMPUTE': 'numpy'}, 'chainer.functions.connection.convolution_2d',
-     "compute: Chainer's numpy (CHAINERMN_TORUS_COMPUTE=numpy)"),
+    pytest.param(['--compute', 'onednn'], None, 'chainermn_torus.compute.onednn',
+                 'compute: oneDNN 3.', marks=pytest.mark.slow),
+    ([], None, 'chainermn_torus.compute.onednn', 'compute: oneDNN 3.'),  # auto: the fast tier's
+    pytest.param(['--compute', 'numpy'], None, 'chainer.functions.connection.convolution_2d',
+                 "compute: Chainer's numpy (--compute=numpy)", marks=pytest.mark.slow),
+    pytest.param([], {'CHAINERMN_TORUS_COMPUTE': 'numpy'},
+                 'chainer.functions.connection.convolution_2d',
+                 "compute: Chainer's numpy (CHAINERMN_TORUS_COMPUTE=numpy)",
+                 marks=pytest.mark.slow),
 ])
 def test_the_launcher_puts_an_unchanged_scripts_layers_where_asked(options, env, where, said):
     proc = run_mpi(2, ['-m', 'chainermn_torus.run'] + options + [worker('compute_mode.py')],
@@ -54,6 +57,7 @@ def test_the_launcher_puts_an_unchanged_scripts_layers_where_asked(options, env,
 
 
 @needs_onednn
+@pytest.mark.slow
 def test_the_same_script_gives_the_same_convolution_on_numpy_and_onednn():
     sums = []
     for mode in ('numpy', 'onednn'):
