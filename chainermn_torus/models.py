@@ -2,11 +2,11 @@
 
 ``MLP`` is the MNIST multi-layer perceptron of ChainerMN's example (784-n_units-n_units-10,
 ReLU), the model of Kuroda et al.'s K computer measurements with ``n_units=1000``
-(1,796,010 parameters). ``ResNet50`` is Chainer's ``ResNet50Layers`` with a classifier for the data's classes, the
-ImageNet example's main network; ``TinyNet`` is its smoke-test network; ``NIN``
-is Network in Network (Lin et al. 2014) in the geometry of Chainer's ImageNet example (227
-px, four mlpconv blocks, global average pooling): with ResNet-50, the networks ``bench
-compute`` times.
+(1,796,010 parameters). ``ResNet50`` is Chainer's ``ResNet50Layers`` with a classifier
+for the data's classes, the ImageNet example's main network; ``TinyNet`` is its smoke-test
+network; ``NIN`` is Network in Network (Lin et al. 2014) in the geometry of Chainer's
+ImageNet example (227 px, four mlpconv blocks, global average pooling): with ResNet-50, the
+networks ``bench compute`` times.
 """
 import chainer
 import chainer.functions as F

@@ -204,8 +204,8 @@ def main(argv=None):
                                                  breakdown['onednn'].get(name, 0.0)))
     if args.json:
         with open(args.json, 'w') as f:
-            json.dump({'model': args.model, 'forward_macs': macs, 'batch': args.batch, 'size': args.size,
-                       'threads': args.threads, 'rounds': args.rounds, 'seconds': times,
+            json.dump({'model': args.model, 'forward_macs': macs, 'batch': args.batch,
+                       'size': args.size, 'threads': args.threads, 'rounds': args.rounds, 'seconds': times,
                        'median': med, 'ratio_numpy_over_onednn': med['numpy'] / med['onednn'],
                        'ratio_onednn_over_torch': med['onednn'] / med['torch']
                        if 'torch' in med else None,

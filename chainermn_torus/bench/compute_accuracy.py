@@ -20,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 
+from chainermn_torus import bench
+
 __all__ = ['main']
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -28,7 +30,7 @@ MODES = ('numpy', 'onednn')
 
 def _run(ranks, argv, mode, out):
     env = dict(os.environ, CHAINERMN_TORUS_COMPUTE=mode)
-    cmd = [os.path.join(sys.prefix, 'bin', 'mpiexec'), '-n', str(ranks), sys.executable] + argv
+    cmd = [bench.mpiexec(), '-n', str(ranks), sys.executable] + argv
     proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True)
     path = os.path.join(out, 'summary.json')

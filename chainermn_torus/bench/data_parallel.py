@@ -30,7 +30,7 @@ import numpy
 
 import chainermn  # starts no MPI: the rank side's communicator does
 import chainermn_torus
-from chainermn_torus import compute
+from chainermn_torus import bench, compute
 from chainermn_torus.models import ResNet50
 
 __all__ = ['main']
@@ -107,7 +107,6 @@ def main(argv=None):
     bad = [m for m in modes if m not in MODES]
     if bad:
         p.error('--modes: {} is not one of {}'.format(','.join(bad), ', '.join(MODES)))
-    mpiexec = os.path.join(sys.prefix, 'bin', 'mpiexec')
     side = ['--batch', str(args.batch), '--size', str(args.size), '--iterations',
             str(args.iterations), '--warmup', str(args.warmup), '--communicator',
             args.communicator, '--rank-side'] + (['--overlap'] if args.overlap else [])
@@ -120,7 +119,7 @@ def main(argv=None):
         for mode in modes:
             env = dict(os.environ, CHAINERMN_TORUS_COMPUTE=mode,
                        CHAINERMN_TORUS_THREADS=str(args.threads))
-            got = _result([mpiexec, '-n', str(args.ranks), sys.executable, '-m',
+            got = _result([bench.mpiexec(), '-n', str(args.ranks), sys.executable, '-m',
                            'chainermn_torus.bench.data_parallel'] + side, env,
                           'Chainer ({})'.format(mode))
             if got['compute'] != mode:

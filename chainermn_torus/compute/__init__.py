@@ -5,8 +5,9 @@ iDeep (MKL-DNN), which no longer installs.
 (Chainer's own), 'auto' (oneDNN where it loads, else numpy, said once). The setting is
 ``CHAINERMN_TORUS_COMPUTE`` (default auto) and the launcher's ``--compute``; the package
 applies it when the job makes its first communicator, before the thread budget, so that
-oneDNN's OpenMP threads are counted in it. The parts: ``dnnl`` (the binding), ``conv`` (the
-layers on numpy arrays), ``onednn`` (the seam into Chainer's functions).
+oneDNN's OpenMP threads are counted in it. The parts: ``dnnl`` (the binding), ``conv``,
+``pooling``, ``lrn``, ``eltwise`` and ``batchnorm`` (with numba's ``bn_kernels``) (the layers
+on numpy arrays), ``onednn`` (the seam into Chainer's functions).
 """
 from chainermn_torus import config
 from chainermn_torus.compute import dnnl, onednn

@@ -97,8 +97,9 @@ class Convolution(object):
         x, w, y = self._any_mds
         pd = dnnl.P()
         if name == 'forward':
-            step = dnnl.Bound(self._create_forward_pd(), 'convolution forward', ['src', 'weights'], ['dst'],
-                              self.plain, {'bias': self.bias_md} if self.bias else None)
+            step = dnnl.Bound(self._create_forward_pd(), 'convolution forward',
+                              ['src', 'weights'], ['dst'], self.plain,
+                              {'bias': self.bias_md} if self.bias else None)
         elif name == 'backward_data':
             dnnl.check(lib.dnnl_convolution_backward_data_primitive_desc_create(
                 dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.ALG['convolution_direct'],

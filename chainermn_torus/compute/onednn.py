@@ -201,6 +201,11 @@ def _pool_args(fn):
     return tuple(fn.ksize), tuple(fn.stride), tuple(fn.pad)
 
 
+def _avg_pool_args(fn):
+    """AveragePooling2D's and its gradient's (ksize, stride, pad)."""
+    return (fn.kh, fn.kw), (fn.sy, fn.sx), (fn.ph, fn.pw)
+
+
 def _max_pool_forward(original):
     def forward_cpu(self, inputs):
         if self.ndim != 2 or not _standard(self, inputs):
@@ -222,7 +227,9 @@ def _chainer_indexes(func):
     """Chainer's ``indexes`` of a max pooling computed here, from its kept input."""
     if func.indexes is None:
         x = func.get_retained_inputs()[0].array
-        _PATCHED_ORIGINAL[_maxnd.MaxPoolingND](func, (x,))  # sets them, y unused
+        chainers = next((original for cls, _, original in _PATCHES
+                         if cls is _maxnd.MaxPoolingND), _maxnd.MaxPoolingND.forward_cpu)
+        chainers(func, (x,))  # sets them, y unused
     return func.indexes
 
 
@@ -254,8 +261,7 @@ def _avg_pool_forward(original):
             return original(self, inputs)
         x, = inputs
         self._in_shape, self._in_dtype = x.shape, x.dtype
-        return pooling.average_forward(x, (self.kh, self.kw), (self.sy, self.sx),
-                                       (self.ph, self.pw)),
+        return pooling.average_forward(x, *_avg_pool_args(self)),
     return forward_cpu
 
 
@@ -264,8 +270,7 @@ def _avg_pool_grad_forward(original):
         if not _standard(self, inputs):
             return original(self, inputs)
         gy, = inputs
-        return pooling.average_backward(gy, self._in_shape, (self.kh, self.kw),
-                                        (self.sy, self.sx), (self.ph, self.pw)),
+        return pooling.average_backward(gy, self._in_shape, *_avg_pool_args(self)),
     return forward_cpu
 
 
@@ -314,7 +319,6 @@ _REPLACEMENTS = [
     (_lrn.LocalResponseNormalization, 'forward_cpu', _lrn_forward),
     (_lrn.LocalResponseNormalizationGrad, 'forward_cpu', _lrn_grad_forward),
 ]
-_PATCHED_ORIGINAL = {}  # class -> Chainer's forward_cpu, for what must run it while patched
 
 
 def enable():
@@ -327,7 +331,6 @@ def enable():
         original = cls.__dict__[name]
         setattr(cls, name, make(original))
         _PATCHES.append((cls, name, original))
-        _PATCHED_ORIGINAL[cls] = original
 
 
 def disable():
@@ -335,4 +338,3 @@ def disable():
     while _PATCHES:
         cls, name, original = _PATCHES.pop()
         setattr(cls, name, original)
-        _PATCHED_ORIGINAL.pop(cls, None)

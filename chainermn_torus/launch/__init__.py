@@ -35,7 +35,7 @@ parts share.
 import numpy
 import chainermn.optimizers
 
-from chainermn_torus import _registry, compute, config
+from chainermn_torus import _registry, compute
 from chainermn_torus.launch import options as _options
 from chainermn_torus.launch import patches
 from chainermn_torus.launch.optimizer import LauncherOverrides
@@ -53,8 +53,8 @@ class Launch(object):
     parts share, and ``install()``, which puts them in place."""
 
     def __init__(self, opts):
-        self.values, self.given = _options.resolve(opts)
-        self.opts = opts
+        self.values, self.sources = _options.resolve(opts)
+        self.given = set(self.sources)
         self.threads = getattr(opts, 'threads', None)
         self.placement = None      # the loader placement, made once for every loader
         self.updaters = 0          # StandardUpdaters the script made
@@ -86,9 +86,8 @@ class Launch(object):
         watchdog.set_default(self.get('watchdog'), self.get('watchdog_startup'))
         # Chainer's layers: now, before the communicator's thread budget (oneDNN's OpenMP
         # threads in it), and for a plain script that makes none.
-        flag = getattr(self.opts, 'compute', None) is not None
-        source = '--compute' if flag else (config.env('compute')[1] or 'compute (default)')
-        compute.use(self.get('compute'), source, rank=world.launcher_rank() or 0)
+        compute.use(self.get('compute'), self.sources.get('compute', 'compute (default)'),
+                    rank=world.launcher_rank() or 0)
         # Either import path of ChainerMN's factory makes ours, with the launcher's options.
         chainermn.optimizers.create_multi_node_optimizer = _registry.create_multi_node_optimizer
         if self.get('loader') is not None or self.get('data_parallel'):

@@ -42,12 +42,12 @@ def add_arguments(parser):
 
 
 def resolve(opts):
-    """(values, given): every launcher setting's value, and the keys a flag or an
-    environment variable set (not the default)."""
-    values, given = {}, set()
+    """(values, sources): every launcher setting's value, and for the keys a flag or an
+    environment variable set (not the default) which: the option or the variable's name."""
+    values, sources = {}, {}
     for key in keys():
         value, source = config.value(key, getattr(opts, key, None), option_of(key))
         values[key] = value
         if source is not None:
-            given.add(key)
-    return values, given
+            sources[key] = source
+    return values, sources

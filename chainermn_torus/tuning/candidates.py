@@ -22,7 +22,8 @@ def label(key):
     algorithm, grid, segment = key
     return '{}{}{}'.format(algorithm, '' if grid is None else ' {}x{}'.format(*grid),
                            '' if segment is None else ', segment {}'.format(
-                               'whole' if segment == 0 else report.format_bytes(segment, exact=True)))
+                               'whole' if segment == 0 else
+                               report.format_bytes(segment, exact=True)))
 
 
 def _kind(name):

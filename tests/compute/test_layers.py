@@ -1,6 +1,7 @@
-"""Batch normalization, ReLU and local response normalization on oneDNN against Chainer's numpy, through Chainer's own
-functions and links: outputs, gradients, the running statistics the link updates, and
-Chainer's gradient check."""
+"""Batch normalization, ReLU and local response normalization on oneDNN (batch
+normalization also on numba) against Chainer's numpy, through Chainer's own functions and
+links: outputs, gradients, the running statistics the link updates, and Chainer's gradient
+check."""
 import numpy
 import pytest
 
