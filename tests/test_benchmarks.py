@@ -179,6 +179,24 @@ def test_compute_benchmark(tmp_path, model, size, kinds):
 
 
 @pytest.mark.slow
+def test_compute_benchmark_on_the_mlp(tmp_path):
+    # the MLP's linear layers stay on OpenBLAS; its ReLUs are oneDNN's
+    _needs_onednn()
+    out = tmp_path / 'm.json'
+    proc = subprocess.run(
+        [sys.executable, '-m', 'chainermn_torus.bench.compute', '--model', 'mlp', '--batch',
+         '100', '--rounds', '1', '--threads', '1', '--json', str(out)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(out.read_text())
+    assert res['forward_macs'] == 100 * (784 * 1000 + 1000 * 1000 + 1000 * 10)
+    for mode in ('numpy', 'onednn'):
+        assert res['breakdown'][mode]['LinearFunction'] > 0
+        assert res['breakdown'][mode]['ReLU'] > 0
+
+
+@pytest.mark.slow
 def test_compute_numerics_benchmark(tmp_path):
     _needs_onednn()
     out = tmp_path / 'n.json'

@@ -1,12 +1,13 @@
 """``bench compute``: a network's forward + backward on Chainer's numpy and on oneDNN, in
 one run.
 
-    python -m chainermn_torus.bench.compute [--model resnet50|nin|tiny] [--batch 8]
+    python -m chainermn_torus.bench.compute [--model resnet50|nin|tiny|mlp] [--batch 8]
         [--size PIXELS] [--threads 2] [--rounds 3] [--torch PYTHON] [--json OUT]
 
 The networks: Chainer's ResNet50Layers (224 px), Network in Network as Chainer's ImageNet
-example builds it (227 px) and the ImageNet example's tiny network (64 px), 1000 classes
-(``chainermn_torus.models``).
+example builds it (227 px) and the ImageNet example's tiny network (64 px), 1000 classes;
+the MNIST MLP (784-1000-1000-10: its linear layers stay on OpenBLAS, so it shows what
+running beside oneDNN's OpenMP threads costs them) (``chainermn_torus.models``).
 
 Each round times one iteration (forward, loss, backward) on numpy, then on oneDNN
 (``chainermn_torus.compute``), then, with ``--torch`` naming a Python that has PyTorch
@@ -34,13 +35,15 @@ from threadpoolctl import threadpool_limits
 
 from chainermn_torus import compute
 from chainermn_torus.compute import conv, onednn
-from chainermn_torus.models import NIN, ResNet50, TinyNet
+from chainermn_torus.models import MLP, NIN, ResNet50, TinyNet
 
 __all__ = ['main']
 
-# name -> (the network, its image size)
-MODELS = {'resnet50': (lambda: ResNet50(1000), 224), 'nin': (lambda: NIN(1000), NIN.insize),
-          'tiny': (lambda: TinyNet(1000), 64)}
+# name -> (the network, its image size, its classes); the MNIST MLP's input is the 28 x 28
+# image flattened
+MODELS = {'resnet50': (lambda: ResNet50(1000), 224, 1000),
+          'nin': (lambda: NIN(1000), NIN.insize, 1000), 'tiny': (lambda: TinyNet(1000), 64, 1000),
+          'mlp': (lambda: MLP(1000, 10), 28, 10)}
 # A function's backward applies these (TimerHook counts them inside it too): subtracted, so
 # that each row is the function's own time.
 NESTED = {'Convolution2DFunction': ('Convolution2DGradW', 'Deconvolution2DFunction'),
@@ -145,15 +148,17 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.torch and args.model != 'resnet50':
         p.error('--torch: PyTorch\'s side is ResNet-50 only, not {}'.format(args.model))
-    make, size = MODELS[args.model]
+    make, size, classes = MODELS[args.model]
     args.size = args.size or size
     if compute.use('auto', rank=0) != 'onednn':
         raise SystemExit('bench compute: oneDNN is not available here: ' +
                          (compute.dnnl.why_unavailable() or '?'))
     rng = numpy.random.RandomState(0)
     model = make()
-    x = rng.uniform(-1, 1, (args.batch, 3, args.size, args.size)).astype(numpy.float32)
-    t = rng.randint(0, 1000, args.batch).astype(numpy.int32)
+    shape = (args.batch, args.size * args.size) if args.model == 'mlp' else \
+        (args.batch, 3, args.size, args.size)
+    x = rng.uniform(-1, 1, shape).astype(numpy.float32)
+    t = rng.randint(0, classes, args.batch).astype(numpy.int32)
     times = {'numpy': [], 'onednn': []}
     torch = None
     if args.torch:

@@ -154,8 +154,8 @@ def _candidates():
 
 # GNU OpenMP's idle threads spin after each parallel region (GOMP_SPINCOUNT, 300000 turns
 # by default) on the cores where the rank's OpenBLAS and numba threads run next: measured,
-# the MNIST MLP (linear on OpenBLAS, ReLU on oneDNN, 2 threads, this VM) took 32-34 ms per
-# iteration against 10-11 ms on numpy alone; with 0, 10.5-12.6 ms. Intel's advice for its
+# the MNIST MLP (linear on OpenBLAS, ReLU on oneDNN, 2 threads, this VM) took 45 ms per
+# iteration spinning, 15 ms with 0 (numpy alone: 16 ms; docs/compute.md). Intel's advice for its
 # OpenMP under frameworks is the same (KMP_BLOCKTIME=0 or 1). Read by libgomp when it loads,
 # so set before the library is: unless the user chose a policy.
 SPIN = ('GOMP_SPINCOUNT', '0')
