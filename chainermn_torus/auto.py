@@ -1,10 +1,7 @@
 """auto: the algorithm and grid the planner predicts fastest, chosen when the size is known.
 
-The network figures come from, in this order: the ``network`` option (a preset name or a
-file written by ``chainermn-torus calibrate``); ``$CHAINERMN_TORUS_NETWORK``; the default
-file ``~/.config/chainermn-torus/network.json``; otherwise a short measurement at start-up
-(ping-pong between rank 0 and a rank on another node, a few seconds at most), broadcast from
-rank 0 so every rank plans with the same numbers. The first gradient call of a given size
+The network figures come from ``planning.network_source`` (the option, the variable, the
+default file, else a short measurement at start-up). The first gradient call of a given size
 plans for that many bytes (every rank computes the same plan), creates that communicator on
 this one's MPI communicator, and logs the choice and the runner-up on rank 0.
 
@@ -21,13 +18,12 @@ clearly slower dropped (``tuning.trials``); then every later call runs the winne
 candidate computes the exact mean of the same gradients, so training goes on meanwhile (at
 P > 2 two candidates' means can differ by the rounding of another summation order). Rank 0
 reports every candidate's time, the prediction's miss and what the measuring cost beyond
-the winner's time, and remembers the choice in a file for the job shape
+the winner's time (the stages and the decision: ``tuning.tuner``), and remembers the choice in a file for the job shape
 (``tuning.memory``): the next job of that shape starts with it and measures nothing.
 Buffers under ``TUNE_MIN_BYTES`` and one-shot ``mean_array`` calls keep the prediction.
 """
 import atexit
 import collections
-import os
 import sys
 import time
 
@@ -40,10 +36,11 @@ from chainermn_torus.communicators import _packing, create_variant
 from chainermn_torus.communicators._base import TorusCommunicatorBase
 from chainermn_torus.communicators._progress import Progress
 from chainermn_torus.planning import planner
-from chainermn_torus.planning.calibrate import calibrate
+from chainermn_torus.planning.network_source import job_network
 from chainermn_torus.runtime import report
 from chainermn_torus.simulation import plan as simplan, simulate
-from chainermn_torus.tuning import candidates, memory, trials
+from chainermn_torus.tuning import candidates, memory
+from chainermn_torus.tuning.tuner import Tuner
 
 __all__ = ['AutoCommunicator']
 
@@ -52,38 +49,9 @@ WAIT_POLL_S = 0.005    # how often ranks waiting for rank 0's simulation look
 EXIT_WAIT_S = 5.0      # at exit, how long a rank waits for the others before freeing
 
 
-def _network(mpi_comm, network, measure_timeout):
-    """(Network, where it came from), identical on every rank."""
-    choice = config.value('network', network)[0]
-    if choice:
-        return planner.load_network(choice), 'network {!r}'.format(choice)
-    if os.path.isfile(planner.DEFAULT_NETWORK_FILE):
-        return planner.load_network(planner.DEFAULT_NETWORK_FILE), planner.DEFAULT_NETWORK_FILE
-    if mpi_comm.size == 1:
-        return planner.PRESETS['ofp'], 'one rank: nothing to measure'
-    data = calibrate(mpi_comm, large=4 << 20, reps=5, timeout=measure_timeout,
-                     name='measured at start-up')
-    data = mpi_comm.bcast(data, root=0)
-    return planner.Network.from_dict(data), 'measured at start-up'
-
-
 # Calls below this many bytes are latency-bound: the planner's alpha terms rank them well,
 # and a measured difference would be within the noise of one call.
 TUNE_MIN_BYTES = 256 << 10
-
-
-class _Tuning(object):
-    """One buffer size being measured: the stage, its candidates and schedule, the memory
-    key, and what each candidate cost this rank."""
-
-    def __init__(self, keys, predicted, predicted_key, trials, memo, rows, segments):
-        self.keys, self.predicted, self.trials, self.memo = keys, predicted, trials, memo
-        self.predicted_key = predicted_key  # the planner's best row
-        self.rows, self.segments = rows, segments
-        self.stage = 1
-        self.results = []  # (stage, key, Trials, index) of every candidate measured
-        self.spent = 0.0   # this rank's seconds in the candidates' making and calls
-        self.first = {}    # key -> ... in its making and first call
 
 
 class AutoCommunicator(TorusCommunicatorBase):
@@ -98,7 +66,7 @@ class AutoCommunicator(TorusCommunicatorBase):
 
     def __init__(self, mpi_comm=None, network=None, segment_size=None,
                  allreduce_grad_dtype=None, measure_timeout=10.0, simulate=None, tune=None,
-                 tune_dir=None, _net=None, _memory=None):
+                 tune_dir=None):
         super(AutoCommunicator, self).__init__(mpi_comm, segment_size=segment_size,
                                                allreduce_grad_dtype=allreduce_grad_dtype)
         self._options.update(network=network, measure_timeout=measure_timeout,
@@ -108,16 +76,15 @@ class AutoCommunicator(TorusCommunicatorBase):
         self.tune_dir = memory.folder(tune_dir) if self.tune != 'off' else None
         nodes = self.mpi_comm.allgather(self.intra_size)
         self.uniform = len(set(nodes)) == 1
-        if _net is None:
-            _net = _network(self.mpi_comm, network, measure_timeout)
-        self.network, self.network_source = _net
+        self.network, self.network_source = job_network(self.mpi_comm, network,
+                                                        measure_timeout)
         self._inner = {}     # (algorithm, grid, segment or None) -> communicator
         self._chosen = {}    # bytes -> (algorithm, grid, segment or None)
-        self._tuning = {}    # bytes -> _Tuning, while measuring
+        self._tuning = {}    # bytes -> (Tuner, memory key), while measuring
         self._retire = {}    # bytes -> [calls left, keys]: candidates freed after 2 calls
         # Choices tuned in this process, shared with clones (double buffering's thread):
         # file name -> (choice, figures); read on rank 0 only, like the files.
-        self._memory = {} if _memory is None else _memory
+        self._memory = {}
         self.choices = []    # log of (bytes, plan rows) for the user and tests
         self.tuned = {}      # bytes -> the tuning's report (figures), for the user and tests
         self._exit_registered = False
@@ -201,31 +168,25 @@ class AutoCommunicator(TorusCommunicatorBase):
                 and nbytes >= TUNE_MIN_BYTES)
 
     def _tuned_call(self, named, nbytes, run):
-        """Run one gradient call with the candidate the schedule gives (or the choice)."""
-        key = self._chosen.get(nbytes)
-        state = self._tuning.get(nbytes)
-        if key is None and state is None:
+        """Run one gradient call with the candidate the tuner gives (or the choice)."""
+        if nbytes not in self._chosen and nbytes not in self._tuning:
             self._start(named, nbytes)  # a remembered choice, or the tuning (decided at
-            key = self._chosen.get(nbytes)  # once where there is one candidate in all)
-            state = self._tuning.get(nbytes)
+        key = self._chosen.get(nbytes)  # once where there is one candidate in all)
         if key is not None:
             run(self._communicator(key))
             self._retire_losers(nbytes)
             return
-        index = state.trials.next()
-        key = state.keys[index]
+        tuner = self._tuning[nbytes][0]
+        key = tuner.next_key()
         t0 = time.perf_counter()
         comm = self._communicator(key)  # the first time: made now (counted)
         made = time.perf_counter() - t0
         self.mpi_comm.Barrier()  # each call timed from a common start: no rank's lateness
         t1 = time.perf_counter()
         run(comm)
-        took = time.perf_counter() - t1
-        state.spent += made + took
-        state.first.setdefault(key, made + took)
-        state.trials.record(took)
-        if state.trials.done:
-            self._next_stage(nbytes, state)
+        tuner.record(key, made, time.perf_counter() - t1)
+        if tuner.done:
+            self._decided(nbytes)
 
     def _memo(self, named, nbytes):
         """The memory key of this call: the arrays in name order, so that overlap's
@@ -275,15 +236,14 @@ class AutoCommunicator(TorusCommunicatorBase):
         self.choices.append((nbytes, rows))
         given = self._options['segment_size'] is not None or \
             config.env('segment_bytes')[1] is not None
-        keys = candidates.kinds(rows, node_grid=(self.intra_size, self.inter_size))
-        state = _Tuning(keys, why, candidates.key(rows[0]),
-                        trials.Trials(len(keys), self._agree), memo, rows, segments=not given)
-        self._tuning[nbytes] = state
+        tuner = Tuner(rows, why, nbytes, self.segment_bytes, self._agree, segments=not given,
+                      node_grid=(self.intra_size, self.inter_size))
+        self._tuning[nbytes] = (tuner, memo)
         if not self._exit_registered:  # a job may end before the tuning decides
             self._exit_registered = True
             atexit.register(self._at_exit)
-        if state.trials.done:  # one kind only: straight to its shapes and segments
-            self._next_stage(nbytes, state)
+        if tuner.done:
+            self._decided(nbytes)
 
     def _agree(self, seconds):
         """The slowest rank's seconds per candidate (NaN where none ran), on every rank."""
@@ -292,82 +252,25 @@ class AutoCommunicator(TorusCommunicatorBase):
         self.mpi_comm.Allreduce(mine, out, op=MPI.MAX)
         return numpy.where(out < 0, numpy.nan, out)
 
-    def _next_stage(self, nbytes, state):
-        """Stage 1 (the kinds) decided: measure the winner's shapes and segment sizes; stage
-        2 decided: that is the choice."""
-        t = state.trials
-        state.results += [(state.stage, k, t, i) for i, k in enumerate(state.keys)]
-        winner = state.keys[t.choice]
-        if state.stage == 2:
-            return self._decide(nbytes, state, winner)
-        state.stage = 2
-        state.keys = candidates.refinements(winner, state.rows, nbytes, self.segment_bytes,
-                                            state.segments,
-                                            node_grid=(self.intra_size, self.inter_size))
-        state.trials = trials.Trials(len(state.keys), self._agree,
-                                     prior={0: t.samples[t.choice]})
-        if state.trials.done:
-            state.results.append((2, winner, state.trials, 0))
-            self._decide(nbytes, state, winner)
-
-    def _decide(self, nbytes, state, key):
-        self._chosen[nbytes] = key
-        del self._tuning[nbytes]
-        measured = [(stage, k, t, i) for stage, k, t, i in state.results if t.samples[i]]
-        # The winner's figure: from the last stage that counted calls of it.
-        best = ([t.figure(i) for _, k, t, i in measured if k == key] or [0.0])[-1]
-        calls = sum({id(t): t.calls for _, _, t, _ in state.results}.values())
-        # What measuring cost against a job fixed to the winner: the slowest rank's time
-        # making the candidates and running their calls, beyond the winner's making and
-        # first call (that job pays those too) and as many more calls at the winner's
-        # median. The barriers' waits are left out: without them the same lateness is
-        # waited for inside the call.
-        cost = self.mpi_comm.allreduce(state.spent - state.first.get(key, 0.0),
-                                       op=MPI.MAX) - (calls - 1) * best
-        rows = [{'stage': stage, 'candidate': candidates.label(k),
-                 'median_ms': t.figure(i) * 1e3 if t.samples[i] else None,
-                 'counted_calls': len(t.samples[i]),
-                 'first_call_ms': None if t.warmup[i] is None else t.warmup[i] * 1e3,
-                 'dropped': t.dropped.get(i)} for stage, k, t, i in state.results]
-        predicted = state.predicted_key
-        measured_predicted = [r['median_ms'] for r, (_, k, _, _) in zip(rows, state.results)
-                              if k == predicted and r['median_ms'] is not None]
-        predicted_ms = measured_predicted[-1] if measured_predicted else None
-        figures = {'chosen': candidates.label(key), 'chosen_ms': best * 1e3,
-                   'predicted': candidates.label(predicted), 'predicted_by': state.predicted,
-                   'predicted_ms': predicted_ms, 'calls': calls, 'cost_s': cost,
-                   'candidates': rows}
-        self.tuned[nbytes] = figures
+    def _decided(self, nbytes):
+        """The tuner has chosen: run the choice from now on, remember it (rank 0), say it."""
+        tuner, memo = self._tuning.pop(nbytes)
+        key = self._chosen[nbytes] = tuner.choice
+        figures = self.tuned[nbytes] = tuner.figures()
         choice = {'algorithm': key[0], 'grid': key[1],
                   'segment_bytes': self.segment_bytes if key[2] is None else key[2]}
         where = 'kept for this job only'
         if self.rank == 0:
-            self._memory[state.memo.file_name()] = (choice, figures)
+            self._memory[memo.file_name()] = (choice, figures)
             try:
-                where = 'remembered in ' + memory.save(state.memo, choice, figures,
-                                                       self.tune_dir)
+                where = 'remembered in ' + memory.save(memo, choice, figures, self.tune_dir)
             except OSError as e:
                 where = 'not remembered: {}'.format(e)
-
-        def listed(stage):
-            return ', '.join('{} {}'.format(r['candidate'], '{:.2f} ms'.format(
-                r['median_ms']) if r['median_ms'] is not None else '-') + (
-                    ' (dropped: {})'.format(r['dropped']) if r['dropped'] else '')
-                for r in rows if r['stage'] == stage)
-        report.say(
-            'tuned {:.1f} MB on {} nodes x {} ranks in {} calls -> {} ({:.2f} ms); predicted '
-            '{} ({}){}; kinds: {}; shapes and segments: {}; the tuning cost {:.3f} s beyond '
-            'the choice\'s time; {}'.format(
-                nbytes / 1e6, self.inter_size, self.intra_size, calls, candidates.label(key),
-                best * 1e3, candidates.label(predicted), state.predicted,
-                '' if predicted == key else ', measured {}'.format(
-                    'only its kind' if predicted_ms is None else '{:.2f} ms'.format(
-                        predicted_ms)),
-                listed(1), listed(2) or '-', cost, where),
-            self.rank, prefix='chainermn_torus auto: ')
+        report.say(tuner.summary(self.inter_size, self.intra_size, where), self.rank,
+                   prefix='chainermn_torus auto: ')
         # The others' buffers may still back gradients (double buffering applies the last
         # call's means during the next): freed once the choice has run twice.
-        self._retire[nbytes] = [2, [k for _, k, _, _ in state.results if k != key]]
+        self._retire[nbytes] = [2, [k for k in tuner.measured_keys() if k != key]]
 
     def _retire_losers(self, nbytes):
         entry = self._retire.get(nbytes)
@@ -378,7 +281,7 @@ class AutoCommunicator(TorusCommunicatorBase):
             return
         del self._retire[nbytes]
         still = set(self._chosen.values()) | {
-            k for s in self._tuning.values() for k in s.keys}
+            k for tuner, _ in self._tuning.values() for k in tuner.measured_keys()}
         for k in entry[1]:
             if k not in still and k in self._inner:
                 self._inner.pop(k).finalize()
@@ -389,14 +292,13 @@ class AutoCommunicator(TorusCommunicatorBase):
         shape (it measures afresh and says why), and free the candidates, where every rank
         reaches its exit within ``EXIT_WAIT_S`` (their windows are collective to free; a
         rank that does not come leaves them to MPI_Finalize)."""
-        for nbytes, state in list(self._tuning.items()):
-            done = state.trials.calls + sum({id(t): t.calls
-                                             for _, _, t, _ in state.results}.values())
+        for nbytes, (tuner, memo) in list(self._tuning.items()):
+            done = tuner.calls()
             where = 'nothing remembered'
             if self.rank == 0:
                 try:
-                    saved = memory.save_partial(state.memo, self.size, done,
-                                                state.trials.most_calls, self.tune_dir)
+                    saved = memory.save_partial(memo, self.size, done,
+                                                tuner.trials.most_calls, self.tune_dir)
                     if saved:
                         where = 'nothing remembered ({} says so; the next job of this ' \
                             'shape measures afresh)'.format(saved)
@@ -406,8 +308,8 @@ class AutoCommunicator(TorusCommunicatorBase):
                 'the job ended after {} gradient call(s) of {:.1f} MB, before the tuning '
                 'decided (it was in stage {} of 2, whose schedule takes up to {} calls): '
                 '{}. A job of this shape remembers a choice once it runs past the tuning: '
-                'give one job more steps, or use tune=off (the predicted choice)'.format(done, nbytes / 1e6, state.stage,
-                                           state.trials.most_calls, where),
+                'give one job more steps, or use tune=off (the predicted choice)'.format(
+                    done, nbytes / 1e6, tuner.stage, tuner.trials.most_calls, where),
                 self.rank, prefix='chainermn_torus auto: ', stream=sys.stderr)
         self._tuning.clear()
         if not self._inner:
@@ -476,9 +378,10 @@ class AutoCommunicator(TorusCommunicatorBase):
                 comm.set_config(name, value, **kwargs)
 
     def clone(self, poll_interval=None):
-        opts = dict(self._options)
-        twin = AutoCommunicator(mpi_comm=self.mpi_comm.Dup(), _net=(
-            self.network, self.network_source), _memory=self._memory, **opts)
+        # The same figures (not measured again) and the same choices tuned in this job.
+        twin = AutoCommunicator(mpi_comm=self.mpi_comm.Dup(),
+                                **dict(self._options, network=self.network))
+        twin.network_source, twin._memory = self.network_source, self._memory
         twin.progress = Progress(poll_interval)
         return twin
 

@@ -133,10 +133,6 @@ SETTINGS = collections.OrderedDict([
                              "launcher, --data-parallel: the script's batch size is the global "
                              'one, divided among the ranks (default: per rank, as ChainerMN)',
                              launcher='script')),
-    ('checkpoint_fault', Setting('CHAINERMN_TORUS_CHECKPOINT_FAULT', 'text', None,
-                                 'tests only: "during:I" / "after:I" kills rank 0 while or '
-                                 'after writing checkpoint I; "full:I" makes its write fail '
-                                 'with ENOSPC halfway')),
     # scripts/with_mpi.sh (make test MPI=...) sets these two for the tests and the benchmark
     # scripts; the package itself runs under whatever MPI mpi4py loaded.
     ('mpi', Setting('CHAINERMN_TORUS_MPI', 'mpi', 'mpich',

@@ -287,8 +287,6 @@ def _run_job(fault, comm, loader, workdir, extra_env=None):
         env['CHAINERMN_TORUS_WATCHDOG'] = '1'
     if fault in CLUSTER:
         env['FAULT_STEP_SLEEP'] = '0.2'
-    if fault == 'enospc':
-        env['CHAINERMN_TORUS_CHECKPOINT_FAULT'] = 'full:4'
     if fault == 'shm-full':
         env['FAULT_UNITS'] = '1000'  # 3.2 MB of gradients per rank: more than is left
         env['FAULT_BATCH'] = '400'   # and 7.5 MB of loader slots

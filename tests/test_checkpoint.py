@@ -20,9 +20,14 @@ pytestmark = [pytest.mark.example,
 BASE = ['--epoch', '3', '--limit', '2000', '--unit', '50', '--checkpoint-interval', '4']
 
 
-def train(nprocs, out, ckpt, *extra, env=None):
-    return run_mpi(nprocs, [EXAMPLE, '--out', str(out), '--checkpoint-dir', str(ckpt)] + BASE
-                   + list(extra), timeout=300, env=env)
+FAULT = os.path.join(ROOT, 'tests', 'mpi_workers', 'checkpoint_fault.py')
+
+
+def train(nprocs, out, ckpt, *extra, env=None, fault=None):
+    """The MNIST example, unchanged; ``fault``: 'WHEN:I', injected (checkpoint_fault.py)."""
+    wrap = [FAULT, fault] if fault else []
+    return run_mpi(nprocs, wrap + [EXAMPLE, '--out', str(out), '--checkpoint-dir', str(ckpt)]
+                   + BASE + list(extra), timeout=300, env=env)
 
 
 def params(out):
@@ -40,7 +45,7 @@ def test_killed_and_resumed_run_equals_uninterrupted(tmp_path, nprocs, flags, fa
     assert whole.returncode == 0, whole.stderr[-3000:]
     ck = tmp_path / 'ck'
     crashed = train(nprocs, tmp_path / 'crash', ck, *flags,
-                    env={'CHAINERMN_TORUS_CHECKPOINT_FAULT': fault})
+                    fault=fault)
     assert crashed.returncode != 0  # rank 0 was killed; the launcher ended the rest
     when, it = fault.split(':')
     expected = int(it) if when == 'after' else int(it) - 4
@@ -144,7 +149,7 @@ def test_damaged_latest_checkpoint_is_named_and_auto_resume_falls_back(tmp_path)
 
 def test_a_failed_write_leaves_no_temporary_file_and_keeps_the_previous_checkpoint(tmp_path):
     ck = tmp_path / 'ck'
-    proc = train(2, tmp_path / 'o', ck, env={'CHAINERMN_TORUS_CHECKPOINT_FAULT': 'full:8'})
+    proc = train(2, tmp_path / 'o', ck, fault='full:8')
     assert proc.returncode != 0
     assert 'rank 0 cannot write checkpoint' in proc.stderr and 'No space left' in proc.stderr
     assert 'needed for the rank files of this host' in proc.stderr, proc.stderr[-2000:]
@@ -168,7 +173,7 @@ def test_a_failed_write_leaves_no_temporary_file_and_keeps_the_previous_checkpoi
         'snapshot_iter_4.rank1.npz']
     # The very first checkpoint failing claims no earlier one.
     first = train(2, tmp_path / 'o1', tmp_path / 'ck1',
-                  env={'CHAINERMN_TORUS_CHECKPOINT_FAULT': 'full:4'})
+                  fault='full:4')
     assert first.returncode != 0 and 'No space left' in first.stderr
     assert 'no earlier checkpoint was completed in' in first.stderr, first.stderr[-2000:]
     assert 'intact' not in first.stderr

@@ -65,7 +65,6 @@ WHY_NONE = {
                 'and the job goes on with its choice',
     'simgrid_path': 'any folder; one without SimGrid is said (the simulator unavailable) and '
                     'the planner\'s choice is used',
-    'checkpoint_fault': 'a test hook (any text; only its exact forms act)',
     'mpiexec': 'any path; read by the tests and benchmark scripts when they start mpiexec',
 }
 # Settings the package itself never reads (the tests and scripts/with_mpi.sh do): checked in

@@ -39,15 +39,17 @@ import numpy
 from chainer.functions.activation import relu as _relu
 from chainer.functions.connection import convolution_2d as _conv2d
 from chainer.functions.connection import deconvolution_2d as _deconv2d
-from chainer.functions.normalization import batch_normalization as _bn
 from chainer.functions.normalization import local_response_normalization as _lrn
 from chainer.functions.pooling import average_pooling_2d as _avg2d
 from chainer.functions.pooling import max_pooling_nd as _maxnd
 
 from chainermn_torus.compute import batchnorm, conv, dnnl, eltwise, lrn, pooling
-from chainermn_torus.runtime import report
+from chainermn_torus.runtime import chainer_private, report
 
 __all__ = ['enable', 'disable', 'enabled', 'REPLACED']
+
+# Chainer's implementation seam for batch normalization (private: runtime.chainer_private).
+_bn = chainer_private.batch_normalization_internals()
 
 REPLACED = ('convolution_2d (forward, gradient of the input and of the weights), '
             'deconvolution_2d (forward), batch_normalization (training: forward, '

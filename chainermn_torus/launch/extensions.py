@@ -12,7 +12,7 @@ from chainer.training.extensions._snapshot import _find_latest_snapshot
 from chainermn_torus.launch import loaders
 from chainermn_torus.launch.report import PREFIX, say
 from chainermn_torus.launch.sharding import rebuild, shard
-from chainermn_torus.runtime import report
+from chainermn_torus.runtime import chainer_private, report
 
 __all__ = ['Extend', 'RANK0_ONLY']
 
@@ -54,8 +54,8 @@ class Extend(object):
 
 
 def _evaluate_in_parallel(evaluator, comm):
-    for name, it in list(evaluator._iterators.items()):
-        evaluator._iterators[name] = rebuild(it, shard(it.dataset, comm, shuffle=False),
+    for name, it in list(chainer_private.iterators(evaluator).items()):
+        chainer_private.iterators(evaluator)[name] = rebuild(it, shard(it.dataset, comm, shuffle=False),
                                              it.batch_size)
     say('--data-parallel: {} -> each rank evaluates its shard, the results averaged '
         '(chainermn.create_multi_node_evaluator)'.format(type(evaluator).__name__), comm.rank)

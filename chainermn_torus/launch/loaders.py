@@ -10,7 +10,7 @@ from chainermn_torus.launch.report import describe_iterator, say
 from chainermn_torus.launch.sharding import order
 from chainermn_torus.loader import LoaderIterator, apply_placement, plan_placement
 from chainermn_torus.loader.topology import format_cpulist
-from chainermn_torus.runtime import agree
+from chainermn_torus.runtime import agree, chainer_private
 
 __all__ = ['replace_training_iterator', 'replace_eval_iterators', 'swap']
 
@@ -19,7 +19,7 @@ _KNOWN = (iterators.SerialIterator, iterators.MultiprocessIterator,
 
 
 def replace_training_iterator(launch, updater):
-    old = updater._iterators.get('main')
+    old = chainer_private.iterators(updater).get('main')
     if not isinstance(old, _KNOWN):
         if isinstance(old, LoaderIterator):
             return
@@ -27,18 +27,18 @@ def replace_training_iterator(launch, updater):
                     "not know how to rebuild (it rebuilds {}); remove --loader or build one "
                     "of those".format(launch.get('loader'), type(old).__name__,
                                       ', '.join(k.__name__ for k in _KNOWN)))
-    say(swap(launch, updater._iterators, 'main'), launch.rank())
+    say(swap(launch, chainer_private.iterators(updater), 'main'), launch.rank())
 
 
 def replace_eval_iterators(launch, evaluator):
-    for name, old in list(evaluator._iterators.items()):
+    for name, old in list(chainer_private.iterators(evaluator).items()):
         if not hasattr(old, 'batch_size') or not hasattr(old, 'dataset'):
             say('--loader-eval: {} iterator {!r} is a {}, which the launcher does not know '
                 'how to rebuild; left as it is'.format(type(evaluator).__name__, name,
                                                        type(old).__name__), launch.rank())
             continue
         say('--loader-eval: {} {!r}: {}'.format(
-            type(evaluator).__name__, name, swap(launch, evaluator._iterators, name)),
+            type(evaluator).__name__, name, swap(launch, chainer_private.iterators(evaluator), name)),
             launch.rank())
 
 

@@ -8,7 +8,7 @@ from chainermn.datasets.scatter import scatter_index
 
 from chainermn_torus import _registry
 from chainermn_torus.launch.report import PREFIX, say
-from chainermn_torus.runtime import report
+from chainermn_torus.runtime import chainer_private, report
 
 __all__ = ['parallelise', 'shard', 'rebuild', 'order']
 
@@ -27,7 +27,7 @@ def parallelise(launch, updater):
                     'StandardUpdater (each rank is one replica), or ChainerMN calls in the '
                     'script'.format(kind))
     comm = launch.comm()
-    old = updater._iterators['main']
+    old = chainer_private.iterators(updater)['main']
     dataset = old.dataset
     batch = old.batch_size
     if launch.get('global_batch'):
@@ -37,10 +37,10 @@ def parallelise(launch, updater):
                         'per rank)'.format(batch, comm.size, comm.size, batch))
         batch //= comm.size
     part = shard(dataset, comm, shuffle=True)
-    updater._iterators['main'] = rebuild(old, part, batch)
-    for name, opt in list(updater._optimizers.items()):
+    chainer_private.iterators(updater)['main'] = rebuild(old, part, batch)
+    for name, opt in list(chainer_private.optimizers(updater).items()):
         if not hasattr(opt, 'communicator'):
-            updater._optimizers[name] = _registry.create_multi_node_optimizer(opt, comm)
+            chainer_private.optimizers(updater)[name] = _registry.create_multi_node_optimizer(opt, comm)
     say('--data-parallel: {} examples -> {} per rank (shuffled shards, as '
         'chainermn.scatter_dataset); batch {} per rank, {} in all on {} ranks ({}); the '
         'initial parameters are broadcast from rank 0 at the first update'.format(

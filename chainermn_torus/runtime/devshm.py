@@ -46,11 +46,12 @@ import time
 from chainermn_torus import config
 from chainermn_torus.errors import Refusal
 from chainermn_torus.runtime import agree
+from chainermn_torus.runtime import sweep as sweep_files
 from chainermn_torus.runtime.report import format_bytes
 
 __all__ = ['SHM_DIR', 'PREFIX', 'job_tag', 'segment_prefix', 'free_bytes', 'check_room',
            'populate', 'pages', 'total_bytes', 'MPI_MARGIN',
-           'SharedMemoryFull', 'sweep', 'unlink_mpi_segments', 'pid_alive']
+           'SharedMemoryFull', 'sweep', 'unlink_mpi_segments']
 
 SHM_DIR = '/dev/shm'
 PREFIX = 'cmtorus_'
@@ -219,21 +220,6 @@ def _libc():
     return _LIBC[0]
 
 
-def pid_alive(pid):
-    """Whether process ``pid`` of this host runs (another user's counts as running)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's live process
-    try:  # a zombie (killed, not yet reaped) holds no file and maps nothing
-        with open('/proc/{}/stat'.format(pid)) as f:
-            return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
-    except (OSError, IndexError):
-        return True
-
-
 def _in_use(paths):
     """The subset of ``paths`` some process on this node has mapped or open.
 
@@ -274,35 +260,26 @@ def sweep(path=SHM_DIR, others=False, dry_run=False, min_age=MIN_AGE_S, now=None
     """Remove leftovers (see the module doc); returns [(name, bytes, why)] removed."""
     now = time.time() if now is None else now
     uid = os.getuid()
-    candidates = []
+    doomed = []
     for name in sorted(os.listdir(path)):
-        full = os.path.join(path, name)
         try:
-            st = os.lstat(full)
+            st = os.lstat(os.path.join(path, name))
         except FileNotFoundError:
             continue
         if uid != 0 and st.st_uid != uid:
             continue
         m = _OURS.match(name)
         if m:
-            if not pid_alive(int(m.group('pid'))):
-                candidates.append((name, st.st_size, 'process {} of job {} is gone'.format(
+            if not sweep_files.pid_alive(int(m.group('pid'))):
+                doomed.append((name, 'process {} of job {} is gone'.format(
                     m.group('pid'), m.group('job'))))
         elif others and _OTHERS.match(name) and now - st.st_mtime >= min_age:
-            candidates.append((name, st.st_size, 'no process maps or holds it'))
+            doomed.append((name, 'no process maps or holds it'))
     if others:
-        busy = _in_use([os.path.join(path, n) for n, _, why in candidates
+        busy = _in_use([os.path.join(path, n) for n, why in doomed
                         if why.startswith('no process')])
-        candidates = [c for c in candidates if os.path.join(path, c[0]) not in busy]
-    removed = []
-    for name, size, why in candidates:
-        if not dry_run:
-            try:
-                os.unlink(os.path.join(path, name))
-            except FileNotFoundError:
-                continue
-        removed.append((name, size, why))
-    return removed
+        doomed = [d for d in doomed if os.path.join(path, d[0]) not in busy]
+    return sweep_files.remove(path, doomed, dry_run)
 
 
 _UNLINKED = []

@@ -46,7 +46,7 @@ import time
 
 import psutil
 
-from chainermn_torus.runtime import devshm, progress_board as pb
+from chainermn_torus.runtime import devshm, progress_board as pb, sweep
 from chainermn_torus.runtime.atomic import remove_temporary
 
 __all__ = ['judge', 'main', 'RING', 'MAX_ALL']
@@ -348,7 +348,7 @@ def _end_ranks(pids):
         except (ProcessLookupError, PermissionError):
             pass
     deadline = time.monotonic() + 3.0
-    while time.monotonic() < deadline and any(devshm.pid_alive(p) for p in pids):
+    while time.monotonic() < deadline and any(sweep.pid_alive(p) for p in pids):
         time.sleep(0.05)
     try:
         devshm.sweep()
@@ -548,7 +548,7 @@ class Watcher(object):
         self.board.close(remove=True)
         _end_ranks(pids)
         for pid, directory in writing:  # a writer killed halfway leaves nothing behind
-            if directory and not devshm.pid_alive(pid):
+            if directory and not sweep.pid_alive(pid):
                 remove_temporary(directory, pid)
         # The launcher reads this process's stdout and stderr (the leader rank's, inherited)
         # until they close: let go of them before waiting for it.

@@ -234,8 +234,10 @@ COMPUTE = 'onednn' if dnnl.available() else 'numpy'
 def test_imagenet_runs_are_bit_identical_at_two_ranks_and_after_kill_and_resume(lists, tmp_path):
     # Crops are keyed by (seed, epoch, image), not by the process drawing them: before, rank
     # 1 (and every loader worker) drew from fresh entropy and no two runs were alike.
-    def run(name, *extra, env=None):
-        argv = [EXAMPLE] + lists + [
+    def run(name, *extra, env=None, fault=None):
+        wrap = [os.path.join(ROOT, 'tests', 'mpi_workers', 'checkpoint_fault.py'), fault] \
+            if fault else []
+        argv = wrap + [EXAMPLE] + lists + [
             '--arch', 'tiny', '--loader', 'ours', '--loader-processes', '1', '--epoch', '2',
             '--crop-size', '32', '--batchsize', '5', '--out', str(tmp_path / name),
             '--checkpoint-dir', str(tmp_path / ('ck-' + name)), '--checkpoint-interval', '2']
@@ -248,7 +250,7 @@ def test_imagenet_runs_are_bit_identical_at_two_ranks_and_after_kill_and_resume(
         a, b = _state(tmp_path / 'ck-a', 8, rank), _state(tmp_path / 'ck-b', 8, rank)
         assert any('predictor' in k for k in a)
         assert _differences(a, b) == [], rank
-    crashed = run('c', env={'CHAINERMN_TORUS_CHECKPOINT_FAULT': 'after:4'})
+    crashed = run('c', fault='after:4')
     assert crashed.returncode != 0
     resumed = run('c', '--resume')
     assert resumed.returncode == 0, resumed.stderr[-3000:]

@@ -12,7 +12,7 @@ processes) or a SerialIterator ('serial'). COMMUNICATOR is a variant of the tabl
   loader-death   rank 1 kills one of its loader processes (SIGKILL)
   hang           rank 1 stops (sleeps): only the watchdog ends the job
   signal         rank 0 prints FAULT and training goes on: the harness signals mpiexec
-  enospc         (CHAINERMN_TORUS_CHECKPOINT_FAULT=full:4) rank 0's checkpoint fails
+  enospc         rank 0's write of checkpoint 4 fails halfway with ENOSPC (checkpoint_fault.py)
   shm-full       (a /dev/shm too small) whatever allocates shared memory first fails
   mean-overflow  float16 communication with check_finite; from step 5 on every rank's
                  gradient of one weight is 0.9 x 65504 x P: each share fits in float16, the
@@ -57,11 +57,12 @@ from chainer import training
 import chainermn
 import chainermn_torus
 from chainermn_torus.algorithms import variants
-from chainermn_torus.extensions import checkpoint as checkpoint_mod
 from chainermn_torus.runtime import watchdog
 from chainermn_torus.datasets.mnist import load_mnist_idx
-from chainermn_torus.extensions.checkpoint import MultiNodeCheckpointer
+from chainermn_torus.extensions.checkpoint import MultiNodeCheckpointer, writing
 from chainermn_torus.models import MLP
+
+import checkpoint_fault  # beside this file
 
 FAULT, COMMUNICATOR, LOADER, CKPT = sys.argv[1:5]
 FAULT_STEP = 5
@@ -88,8 +89,10 @@ def stop_self():
 
 
 def inject_checkpoint_faults(rank):
-    """The checkpoint faults, injected here (test code) around the module's atomic writes."""
-    write = checkpoint_mod.atomic_write
+    """The checkpoint faults, injected here (test code) around the package's atomic writes."""
+    if FAULT == 'enospc':
+        checkpoint_fault.install('full:4')
+    write = writing.atomic_write
 
     def faulty(path, writer, *args, **kwargs):
         name = os.path.basename(path)
@@ -107,7 +110,7 @@ def inject_checkpoint_faults(rank):
                 writer(f)
             return write(path, stopped, *args, **kwargs)
         return write(path, writer, *args, **kwargs)
-    checkpoint_mod.atomic_write = faulty
+    writing.atomic_write = faulty
 
 
 BALLAST = []   # shm-short: the descriptor that holds /dev/shm's space

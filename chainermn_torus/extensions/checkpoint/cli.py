@@ -1,0 +1,66 @@
+"""The examples' command-line options for checkpoints, and attaching a checkpointer as
+they say (collective)."""
+from chainermn_torus.extensions.checkpoint import rules
+from chainermn_torus.extensions.checkpoint.extension import MultiNodeCheckpointer
+from chainermn_torus.extensions.checkpoint.files import CheckpointError
+from chainermn_torus.extensions.checkpoint.writing import check_writable
+from chainermn_torus.runtime import report
+
+__all__ = ['add_arguments', 'check_arguments', 'attach', 'check_output']
+
+
+def add_arguments(parser):
+    """--checkpoint-dir, --checkpoint-interval, --resume, --auto-resume, --resume-batch."""
+    parser.add_argument('--checkpoint-dir', default=None, metavar='DIR',
+                        help='write multi-node checkpoints here (atomically; see '
+                             'chainermn_torus.extensions.checkpoint)')
+    parser.add_argument('--checkpoint-interval', type=int, default=None, metavar='ITERATIONS',
+                        help='checkpoint every this many iterations (default: every epoch)')
+    parser.add_argument('--resume', action='store_true',
+                        help='continue from the latest checkpoint in --checkpoint-dir')
+    parser.add_argument('--auto-resume', action='store_true',
+                        help='continue from it if there is one (batch jobs that are requeued)')
+    parser.add_argument('--resume-batch', choices=rules.choices(), default='keep',
+                        help='resuming on another rank count: {}'.format('; '.join(
+                            '{}: {}'.format(r.name, r.help) for r in rules.RULES.values())))
+
+
+def check_arguments(parser, args):
+    if (args.resume or args.auto_resume) and not args.checkpoint_dir:
+        parser.error('--resume needs --checkpoint-dir DIR (where the checkpoints are)')
+    if args.checkpoint_interval is not None and args.checkpoint_interval < 1:
+        parser.error('--checkpoint-interval must be >= 1, got {}'.format(
+            args.checkpoint_interval))
+
+
+def attach(comm, trainer, args, lr_rule=None):
+    """Extend ``trainer`` with a checkpointer and resume as the options say (collective).
+
+    Returns the checkpointer, or None without --checkpoint-dir. Errors end every rank with a
+    plain exit: every rank raises the same one, and MPI_Abort could lose the message when
+    the launcher tears the job down.
+    """
+    if not args.checkpoint_dir:
+        return None
+    try:
+        # Made before training so that an unwritable directory fails now, on every rank.
+        checkpointer = MultiNodeCheckpointer(
+            comm, args.checkpoint_dir, batch=getattr(args, 'resume_batch', 'keep'),
+            lr_rule=lr_rule)
+        trainer.extend(checkpointer, trigger=(args.checkpoint_interval, 'iteration')
+                       if args.checkpoint_interval else (1, 'epoch'))
+        if args.resume:
+            checkpointer.resume(trainer)
+        elif args.auto_resume:
+            checkpointer.maybe_resume(trainer)
+    except CheckpointError as e:  # raised alike on every rank (the checks are collective)
+        report.stop(str(e), comm.rank)
+    return checkpointer
+
+
+def check_output(comm, directory):
+    """The job's output directory, checked for writing on every rank at start."""
+    try:
+        check_writable(comm, directory, 'results')
+    except OSError as e:  # raised alike on every rank (check_writable is collective)
+        report.stop(str(e), comm.rank)

@@ -1,0 +1,152 @@
+"""A checkpoint directory's files: their names, the manifest, and their integrity checks.
+
+No MPI here: what one process can say about the files it sees.
+"""
+import json
+import os
+import re
+import zlib
+
+import numpy
+
+from chainermn_torus.errors import Refusal
+from chainermn_torus.runtime import finite
+
+__all__ = ['CheckpointError', 'MANIFEST', 'rank_file', 'manifest_file', 'marker_file',
+           'MARKER', 'RANK_FILE', 'MANIFEST_FILE', 'crc32', 'layout', 'manifests',
+           'read_manifest', 'verify_file', 'what_is_kept', 'replica_digest', 'remove']
+
+MANIFEST = 'latest.json'  # the newest complete checkpoint's manifest
+_MANIFEST_OF = 'manifest_iter_{}.json'
+MARKER = re.compile(r'^\.writing_iter_(?P<iteration>\d+)\.rank(?P<rank>\d+)\.'
+                    r'(?P<host>[^.]+(?:\.[^.]+)*)\.(?P<pid>\d+)$')
+RANK_FILE = re.compile(r'^snapshot_iter_(?P<iteration>\d+)\.rank(?P<rank>\d+)\.npz$')
+MANIFEST_FILE = re.compile(r'^manifest_iter_(\d+)\.json$')
+# Arrays every data-parallel replica holds alike (compared before loading at another P).
+_REPLICA = ('updater/model:', 'updater/optimizer:')
+
+
+class CheckpointError(Refusal, RuntimeError):
+    pass
+
+
+def rank_file(directory, iteration, rank):
+    return os.path.join(directory, 'snapshot_iter_{}.rank{}.npz'.format(iteration, rank))
+
+
+def manifest_file(directory, iteration):
+    return os.path.join(directory, _MANIFEST_OF.format(iteration))
+
+
+def marker_file(directory, iteration, rank, host, pid):
+    """Says "rank R of a live job is writing checkpoint I" until the manifest names it, so
+    that a sweep can tell a dead job's rank file without a manifest from one in progress."""
+    return os.path.join(directory, '.writing_iter_{}.rank{}.{}.{}'.format(
+        iteration, rank, host, pid))
+
+
+def remove(path):
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+def crc32(path, chunk=1 << 22):
+    crc = 0
+    with open(path, 'rb') as f:
+        while True:
+            block = f.read(chunk)
+            if not block:
+                return crc
+            crc = zlib.crc32(block, crc)
+
+
+def layout(model):
+    """[name, shape, dtype] of every parameter: what a checkpoint must match to load."""
+    return [[name, list(p.data.shape), p.data.dtype.str]
+            for name, p in sorted(model.namedparams()) if p.data is not None]
+
+
+def manifests(directory):
+    """[(iteration, per-checkpoint manifest name)] in ``directory``, newest first."""
+    if not os.path.isdir(directory):
+        return []
+    found = [(int(m.group(1)), m.group(0)) for m in map(MANIFEST_FILE.match,
+                                                         os.listdir(directory)) if m]
+    return sorted(found, reverse=True)
+
+
+def what_is_kept(directory):
+    """What a failed write leaves to resume from, for its message."""
+    complete = manifests(directory)
+    if not complete:
+        return 'no earlier checkpoint was completed in {!r}'.format(directory)
+    return 'checkpoint {} in {!r} stays the latest (complete and intact)'.format(
+        complete[0][0], directory)
+
+
+def read_manifest(directory, name, layout_here):
+    """(problem, manifest, fatal) for manifest ``name``: ``fatal`` when no other checkpoint
+    in the directory can help (none there, or another model)."""
+    path = os.path.join(directory, name)
+    if not os.path.isdir(directory):
+        return 'the directory does not exist', None, True
+    if not os.path.isfile(path):
+        return 'no {} in it (no checkpoint was completed there)'.format(name), None, True
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        data['iteration'], data['ranks'], data['files'], data['model']
+    except (ValueError, KeyError, TypeError) as e:
+        return '{} is not a chainermn-torus manifest ({})'.format(path, e), None, False
+    there = data['model']
+    if layout_here != there:
+        for a, b in zip(there, layout_here):
+            if a != b:
+                return ('it belongs to another model: array {} has shape {} dtype {} '
+                        'there, {} shape {} dtype {} here'.format(
+                            a[0], tuple(a[1]), a[2], b[0], tuple(b[1]), b[2])), None, True
+        return ('it belongs to another model: {} arrays there, {} here'.format(
+            len(there), len(layout_here))), None, True
+    return None, data, False
+
+
+def verify_file(directory, manifest, name, rank):
+    """What is wrong with rank file ``name`` as ``rank`` sees it, or None: present, of the
+    size and CRC-32 the manifest recorded, and holding no NaN/Inf."""
+    path = os.path.join(directory, name)
+    if not os.path.isfile(path):
+        return 'rank {} cannot see {}'.format(rank, path)
+    check = manifest.get('checks', {}).get(name)
+    if check is None:  # a manifest written before checks were recorded
+        return None
+    size = os.path.getsize(path)
+    if size != check['bytes']:
+        return '{} has {} bytes, the manifest says {} (truncated or replaced)'.format(
+            path, size, check['bytes'])
+    if crc32(path) != check['crc32']:
+        return '{} does not match its CRC-32 in the manifest (corrupted)'.format(path)
+    # Written before checkpoints refused diverged states: loading NaN/Inf would only fail
+    # again one step later.
+    try:
+        with numpy.load(path) as z:
+            count, first = finite.count_in({k: z[k] for k in z.files})
+    except Exception as e:  # CRC matched, so unreadable means not an npz at all
+        return '{} cannot be read as a checkpoint ({}: {})'.format(path, type(e).__name__, e)
+    if count:
+        return '{} holds {} NaN/Inf value(s), the first in {} (a diverged state)'.format(
+            path, count, first)
+    return None
+
+
+def replica_digest(path):
+    """(digest of every replica array, {name: crc}) of one stored rank file."""
+    crcs = {}
+    with numpy.load(path) as z:
+        for k in sorted(z.files):
+            if k.startswith(_REPLICA):
+                a = numpy.ascontiguousarray(z[k])
+                crcs[k] = zlib.crc32(a.tobytes(),
+                                     zlib.crc32(str((a.dtype.str, a.shape)).encode()))
+    return zlib.crc32(json.dumps(crcs, sort_keys=True).encode()), crcs

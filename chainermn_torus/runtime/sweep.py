@@ -1,0 +1,54 @@
+"""Removing what dead processes left: the one sweep /dev/shm's and the checkpoint
+directories' cleaners share.
+
+Each owner decides which of its files are leftovers (its own naming says whose a file was);
+this module says whether that writer is gone and removes the doomed files, counting their
+bytes, never failing on a file another cleaner removed first.
+"""
+import os
+import socket
+
+__all__ = ['pid_alive', 'writer_gone', 'remove']
+
+
+def pid_alive(pid):
+    """Whether process ``pid`` of this host runs (another user's counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    try:  # a zombie (killed, not yet reaped) holds no file and maps nothing
+        with open('/proc/{}/stat'.format(pid)) as f:
+            return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
+    except (OSError, IndexError):
+        return True
+
+
+def writer_gone(host, pid, mtime, now, stale_s, here=None):
+    """Why the writer ``pid`` on ``host`` of a file last changed at ``mtime`` is dead, or
+    None while it may be alive: on this host its process is asked; another host's counts as
+    dead once its file is untouched for ``stale_s`` (its processes cannot be seen)."""
+    here = socket.gethostname() if here is None else here
+    if host == here:
+        return None if pid_alive(pid) else 'writer {} on this host is gone'.format(pid)
+    if now - mtime >= stale_s:
+        return 'writer on {} silent for {:.0f} s'.format(host, now - mtime)
+    return None
+
+
+def remove(directory, doomed, dry_run=False):
+    """Remove ``doomed`` [(name, why)] from ``directory`` (only list them with
+    ``dry_run``); returns [(name, bytes, why)] of those that were there."""
+    removed = []
+    for name, why in doomed:
+        full = os.path.join(directory, name)
+        try:
+            size = os.lstat(full).st_size
+            if not dry_run:
+                os.remove(full)
+        except FileNotFoundError:  # another cleaner (or its owner) was first
+            continue
+        removed.append((name, size, why))
+    return removed

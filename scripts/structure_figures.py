@@ -1,0 +1,220 @@
+"""The package's structure in figures, for a tree (this checkout or another's):
+
+    python scripts/structure_figures.py [--tree DIR] [--json FILE]
+
+* lines of the files issue 36 names and of what replaced them;
+* functions (and methods) longer than 60 lines;
+* module-level mutable names: names bound at module level to a list, dict or set (display,
+  comprehension or constructor call) that code in the module changes (an item assigned or
+  deleted, a mutating method called), and names rebound through ``global``;
+* patches: assignments to an attribute (or ``setattr``) of an object reached from an
+  imported ``chainer`` or ``chainermn`` name, directly or through a local name or loop
+  variable bound from one (read the list: the rule is of the text, not of the objects);
+* pairs of repeated blocks of six lines or more in the package (the ``duplicates`` tool,
+  where it is installed).
+
+The figures are counted from the source text (ast), so two trees compare by the same rule.
+"""
+import argparse
+import ast
+import json
+import os
+import re
+import shutil
+import subprocess
+
+NAMED = ['extensions/checkpoint.py', 'extensions/checkpoint', 'auto.py', 'tuning',
+         'optimizers/multi_node.py', 'optimizers/update_modes.py', 'optimizers/finite_checks.py',
+         'tools/jobscript.py', 'tools/systems.py', 'tools/jobscripts', 'runtime/patches.py']
+MUTABLE_CALLS = {'list', 'dict', 'set', 'defaultdict', 'OrderedDict', 'deque', 'Counter',
+                 'WeakKeyDictionary', 'WeakValueDictionary', 'WeakSet'}
+LONG = 60
+
+
+def _py_files(package):
+    for root, dirs, files in os.walk(package):
+        dirs[:] = sorted(d for d in dirs if d != '__pycache__')
+        for name in sorted(files):
+            if name.endswith('.py'):
+                yield os.path.join(root, name)
+
+
+def _lines(path):
+    with open(path) as f:
+        return sum(1 for _ in f)
+
+
+def _named_lines(package):
+    out = {}
+    for rel in NAMED:
+        path = os.path.join(package, rel)
+        if os.path.isfile(path):
+            out[rel] = _lines(path)
+        elif os.path.isdir(path):
+            out[rel] = {os.path.relpath(p, package): _lines(p) for p in _py_files(path)}
+    return out
+
+
+def _long_functions(tree, rel):
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            n = node.end_lineno - node.lineno + 1
+            if n > LONG:
+                found.append('{}:{} {} ({} lines)'.format(rel, node.lineno, node.name, n))
+    return found
+
+
+def _is_mutable(value):
+    if isinstance(value, (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp,
+                          ast.SetComp)):
+        return True
+    if isinstance(value, ast.Call):
+        f = value.func
+        name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) \
+            else None
+        return name in MUTABLE_CALLS
+    return False
+
+
+MUTATORS = {'append', 'extend', 'insert', 'add', 'update', 'pop', 'popitem', 'clear',
+            'setdefault', 'remove', 'discard', 'appendleft', 'popleft', '__setitem__'}
+
+
+def _mutable_names(tree, rel):
+    """Module-level containers that some code changes, and names rebound through global."""
+    containers = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, ast.AnnAssign) and node.value is not None else []
+        if targets and _is_mutable(node.value):
+            containers.update(t.id for t in targets if isinstance(t, ast.Name))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global):
+            names.update(node.names)
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
+            targets = node.targets if not isinstance(node, ast.AugAssign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Subscript) and _root(t.value) in containers:
+                    names.add(_root(t.value))
+                elif isinstance(node, ast.AugAssign) and isinstance(t, ast.Name) and \
+                        t.id in containers:
+                    names.add(t.id)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr in MUTATORS and isinstance(node.func.value, ast.Name) and \
+                node.func.value.id in containers:
+            names.add(node.func.value.id)
+    return sorted('{}:{}'.format(rel, n) for n in names)
+
+
+def _chainer_names(tree):
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split('.')[0] in ('chainer', 'chainermn'):
+                    names.add((a.asname or a.name).split('.')[0])
+        elif isinstance(node, ast.ImportFrom) and node.module and \
+                node.module.split('.')[0] in ('chainer', 'chainermn'):
+            names.update(a.asname or a.name for a in node.names)
+    return names
+
+
+def _mentions(node, names):
+    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(node))
+
+
+def _aliases(tree, names):
+    """Names bound (by assignment or a for loop) to expressions that mention a Chainer
+    name: ``cls = standard_updater.StandardUpdater``, ``for cls, name in PATCHED``."""
+    names = set(names)
+    tables = {}
+    for node in tree.body:  # module-level tables of Chainer objects
+        if isinstance(node, ast.Assign) and _mentions(node.value, names):
+            tables.update((t.id, node.value) for t in node.targets if isinstance(t, ast.Name))
+    names |= set(tables)
+    for _ in range(3):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and _mentions(node.value, names):
+                names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+            elif isinstance(node, ast.For) and _mentions(node.iter, names):
+                names.update(n.id for n in ast.walk(node.target) if isinstance(n, ast.Name))
+    return names
+
+
+def _root(node):
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _patches(tree, rel):
+    chainer_names = _aliases(tree, _chainer_names(tree))
+    found = []
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id == 'setattr' and node.args:
+            targets = [node.args[0]]
+        for t in targets:
+            base = t if node.__class__ is ast.Call else \
+                (t.value if isinstance(t, ast.Attribute) else None)
+            if base is not None and _root(base) in chainer_names and \
+                    not _root(base) == 'self':
+                found.append('{}:{} {}'.format(rel, node.lineno, ast.unparse(t)))
+    return found
+
+
+def _duplicates(package):
+    exe = shutil.which('duplicates')
+    if exe is None:
+        return None
+    proc = subprocess.run([exe, '--repo', package, '--most', '200', '--seconds', '120'],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True)
+    first = proc.stdout.splitlines()[0] if proc.stdout else ''
+    m = re.match(r'(\d+) pairs?', first)
+    return {'pairs': int(m.group(1)) if m else 0, 'summary': first}
+
+
+def figures(tree):
+    package = os.path.join(tree, 'chainermn_torus')
+    long_functions, mutable, patches, total = [], [], [], 0
+    for path in _py_files(package):
+        rel = os.path.relpath(path, package)
+        with open(path) as f:
+            text = f.read()
+        total += text.count('\n')
+        parsed = ast.parse(text)
+        long_functions += _long_functions(parsed, rel)
+        mutable += _mutable_names(parsed, rel)
+        patches += _patches(parsed, rel)
+    return {'package_lines': total, 'named_files': _named_lines(package),
+            'functions_over_60_lines': long_functions, 'module_level_mutable': mutable,
+            'patches': patches, 'duplicates': _duplicates(package)}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--tree', default=os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))
+    parser.add_argument('--json', default=None)
+    args = parser.parse_args()
+    out = figures(args.tree)
+    for key in ('functions_over_60_lines', 'module_level_mutable', 'patches'):
+        print('{}: {}'.format(key, len(out[key])))
+        for line in out[key]:
+            print('  ' + line)
+    print('package lines: {}'.format(out['package_lines']))
+    print('named files: {}'.format(json.dumps(out['named_files'], indent=1)))
+    print('duplicates: {}'.format(out['duplicates']))
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,67 @@
+"""What killed checkpoint writers left, one process (extensions.checkpoint.sweep): whose a
+file was is read from its name; a live writer's files stay."""
+import os
+import subprocess
+import sys
+
+from chainermn_torus.extensions.checkpoint import sweep
+from chainermn_torus.extensions.checkpoint.sweep import sweep_temporary
+
+HOST = 'here.example'
+
+
+def _dead_pid():
+    proc = subprocess.Popen([sys.executable, '-c', 'pass'])
+    proc.wait()
+    return proc.pid
+
+
+def _touch(directory, name, age=0.0, now=1e9):
+    path = directory / name
+    path.write_bytes(b'x' * 10)
+    os.utime(str(path), (now - age, now - age))
+    return name
+
+
+def test_leftovers_by_writer_and_manifest(tmp_path):
+    dead, alive, now = _dead_pid(), os.getpid(), 1e9
+    names = [
+        _touch(tmp_path, '.writing_iter_8.rank0.{}.{}'.format(HOST, dead)),   # dead marker
+        _touch(tmp_path, '.writing_iter_8.rank1.{}.{}'.format(HOST, alive)),  # live marker
+        _touch(tmp_path, 'snapshot_iter_8.rank0.npz'),   # no manifest, writer gone
+        _touch(tmp_path, 'snapshot_iter_8.rank1.npz'),   # no manifest, writer alive
+        _touch(tmp_path, 'snapshot_iter_4.rank0.npz'),   # complete
+        _touch(tmp_path, 'manifest_iter_4.json'),
+        _touch(tmp_path, 'x.npz.tmp.{}.{}'.format(HOST, dead)),
+        _touch(tmp_path, 'y.npz.tmp.{}.{}'.format(HOST, alive)),
+        _touch(tmp_path, 'z.npz.tmp.far.example.7', age=sweep.STALE_S + 1),  # silent host
+        _touch(tmp_path, 'w.npz.tmp.far.example.8', age=sweep.STALE_S - 60),  # recent
+    ]
+    doomed = dict(sweep.leftovers(str(tmp_path), sorted(names), now, HOST))
+    assert sorted(doomed) == sorted([names[0], names[2], names[6], names[8]])
+    assert doomed[names[0]] == 'writer {} on this host is gone'.format(dead)
+    assert 'checkpoint 8 which has no manifest' in doomed[names[2]]
+    assert doomed[names[8]] == 'writer on far.example silent for {:.0f} s'.format(
+        sweep.STALE_S + 1)
+    # A node-local directory holds no manifest: rank 0's list of complete ones decides.
+    assert names[4] in dict(sweep.leftovers(str(tmp_path), sorted(names), now, HOST,
+                                            complete=[]))
+    assert names[4] not in dict(sweep.leftovers(str(tmp_path), sorted(names), now, HOST,
+                                                complete=[4]))
+    # Without any manifest and without rank 0's word, rank files are left alone.
+    (tmp_path / 'manifest_iter_4.json').unlink()
+    assert not [n for n in dict(sweep.leftovers(str(tmp_path), sorted(names[:5]), now, HOST))
+                if n.startswith('snapshot')]
+
+
+def test_sweep_temporary_removes_and_counts(tmp_path):
+    dead = _dead_pid()
+    import socket
+    name = 'a.npz.tmp.{}.{}'.format(socket.gethostname(), dead)
+    (tmp_path / name).write_bytes(b'x' * 123)
+    assert sweep_temporary(str(tmp_path), dry_run=True) == \
+        [(name, 123, 'writer {} on this host is gone'.format(dead))]
+    assert (tmp_path / name).exists()
+    assert [r[:2] for r in sweep_temporary(str(tmp_path))] == [(name, 123)]
+    assert not (tmp_path / name).exists()
+    assert sweep_temporary(str(tmp_path / 'missing')) == []
