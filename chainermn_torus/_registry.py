@@ -202,13 +202,15 @@ def _options_of(cls):
 
 def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering=False,
                                 zero_fill=True, **options):
-    """ChainerMN's factory, ours: see ``chainermn_torus.optimizers.factory``.
+    """ChainerMN's factory, ours, the one public way to make the wrapper: its options are
+    ``chainermn_torus.optimizers.multi_node.make``'s; a launcher's overrides apply
+    (``chainermn_torus.optimizers.factory``).
 
     The optimizers (numba, MPI) load at the first call, not at ``import chainermn_torus``.
     """
     from chainermn_torus.optimizers import factory
-    return factory.create_multi_node_optimizer(actual_optimizer, communicator,
-                                               double_buffering, zero_fill, **options)
+    return factory.make(actual_optimizer, communicator, double_buffering, zero_fill,
+                        **options)
 
 
 def register():

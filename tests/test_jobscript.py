@@ -134,6 +134,15 @@ def test_slurm_srun_gets_cpus_per_task_and_the_pmi_of_the_mpi(tmp_path, mpi, pmi
     assert exports(text)['OMP_NUM_THREADS'] == str(threads)
     assert ('CHAINERMN_TORUS_DEDICATED_CORES' in exports(text)) == bool(loader)
     assert ('I_MPI_PMI_LIBRARY' in exports(text)) == (mpi == 'impi')
+    if mpi == 'impi':  # the site's path where it set one, else Slurm's usual place
+        line = next(l for l in text.splitlines() if 'I_MPI_PMI_LIBRARY=' in l)
+        for given, expected in (({}, '/usr/lib64/libpmi2.so'),
+                                ({'I_MPI_PMI_LIBRARY': '/opt/slurm/lib/libpmi2.so'},
+                                 '/opt/slurm/lib/libpmi2.so')):
+            env = {k: v for k, v in os.environ.items() if k != 'I_MPI_PMI_LIBRARY'}
+            out = subprocess.run(['bash', '-c', line + '; echo "$I_MPI_PMI_LIBRARY"'],
+                                 env=dict(env, **given), capture_output=True, text=True)
+            assert out.stdout.strip() == expected, (line, out.stdout)
 
 
 @pytest.mark.parametrize('mpi, launch', [

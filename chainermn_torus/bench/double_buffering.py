@@ -32,7 +32,7 @@ import chainermn_torus
 from chainermn_torus import config
 from chainermn_torus.algorithms.gradient_sets import model_params
 from chainermn_torus.models import MLP
-from chainermn_torus.optimizers.multi_node import create_multi_node_optimizer
+from chainermn_torus import create_multi_node_optimizer
 
 
 class Net(MLP):

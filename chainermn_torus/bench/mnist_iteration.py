@@ -34,7 +34,7 @@ from chainermn_torus.models import MLP
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR, load_mnist_idx
 from chainermn_torus.optimizers import fpenv
 from chainermn_torus.runtime import threads
-from chainermn_torus.optimizers.multi_node import create_multi_node_optimizer
+from chainermn_torus import create_multi_node_optimizer
 
 CONFIGS = {
     'chainermn': dict(comm='naive', ours=False, fused=False, ftz=False, db=False, fp16=False),

@@ -9,7 +9,7 @@ overlap. In *polling* mode each collective is started as its non-blocking varian
 progresses the operation inside each test. Measured slower than blocking on the 2-core test
 machine (each step waits for the thread to wake and to get the GIL back), so it is an option
 (``create_multi_node_optimizer(..., background_poll=seconds)``), not the default; see
-``optimizers.multi_node.BACKGROUND_POLL_S`` for the figures.
+``optimizers.update_modes.BACKGROUND_POLL_S`` for the figures.
 """
 import time
 from chainermn_torus.errors import ConfigError

@@ -11,7 +11,7 @@ nothing here knows the launcher.
 from chainermn_torus.optimizers import fused as fused_mod, multi_node
 from chainermn_torus.runtime import devshm, startup
 
-__all__ = ['create_multi_node_optimizer', 'Overrides', 'set_overrides']
+__all__ = ['make', 'Overrides', 'set_overrides']
 
 class Overrides(object):
     """What a launcher wants of every multi-node optimizer a script makes (this default:
@@ -37,9 +37,9 @@ def set_overrides(overrides):
     _OVERRIDES[0] = overrides if overrides is not None else Overrides()
 
 
-def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering=False,
-                                zero_fill=True, **options):
-    """See ``multi_node.create_multi_node_optimizer``."""
+def make(actual_optimizer, communicator, double_buffering=False, zero_fill=True, **options):
+    """What ``chainermn_torus.create_multi_node_optimizer`` makes: ``multi_node.make``
+    with the launcher's overrides."""
     startup.start()  # the communicator may be ChainerMN's own (naive): start here too
     if hasattr(communicator, 'mpi_comm'):  # made by a collective (init_ranks): all past Init
         devshm.unlink_mpi_segments()
@@ -47,8 +47,7 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
     overrides = _OVERRIDES[0]
     options = overrides.options(actual_optimizer,
                                 dict(options, double_buffering=double_buffering))
-    opt = multi_node.create_multi_node_optimizer(actual_optimizer, communicator,
-                                                 zero_fill=zero_fill, **options)
+    opt = multi_node.make(actual_optimizer, communicator, zero_fill=zero_fill,
+                          on_first_update=overrides.first_update, **options)
     overrides.made(name, communicator, options, fused_mod.is_fused(opt.actual_optimizer))
-    opt._set('on_first_update', overrides.first_update)
     return opt

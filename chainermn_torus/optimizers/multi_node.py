@@ -1,5 +1,10 @@
 """Multi-node optimizer wrapper for CPU: ChainerMN's semantics, plus double buffering,
-fused updates, flush-to-zero and a NaN/Inf check.
+overlap, fused updates, flush-to-zero and a NaN/Inf check.
+
+One wrapper class, ``MultiNodeOptimizer``, writes the order of a step once; how gradients
+are averaged is its mode (``update_modes``: synchronous, double buffering, overlap); the
+NaN/Inf checks are ``finite_checks``'. Scripts make it with
+``chainermn_torus.create_multi_node_optimizer`` (ChainerMN's name and arguments).
 
 ``create_multi_node_optimizer(actual_optimizer, communicator)`` behaves like ChainerMN's: the
 first ``update`` (and any update after the set of parameters changed) broadcasts rank 0's
@@ -35,45 +40,28 @@ Parameters that change (a link added, a parameter initialised lazily) are detect
 update, as ChainerMN does: the wrapper waits for the all-reduce in flight, drops it, broadcasts
 the parameters again and starts over.
 """
-import concurrent.futures
-import copy
 import sys
 import time
 
 import chainer
 import numpy
-from mpi4py import MPI
 
-from chainermn_torus import config
 from chainermn_torus.communicators import _packing
+from chainermn_torus.errors import ConfigError
 from chainermn_torus.extensions.replicas import check_replicas as _check_replicas
-from chainermn_torus.optimizers import fpenv, fused as fused_mod, overlap as _overlap
-from chainermn_torus.runtime import agree, finite, jit, report, timeline as _timeline, \
-    watchdog as watchdog_mod
-from chainermn_torus.errors import ConfigError, Refusal, Unsupported
+from chainermn_torus.optimizers import fpenv, fused as fused_mod, update_modes
+from chainermn_torus.runtime import chainer_private, jit, report, timeline as _timeline
+from chainermn_torus.runtime import watchdog as watchdog_mod
 
-__all__ = ['create_multi_node_optimizer', 'NonFiniteGradientError', 'check_finite_grads',
-           'check_finite_means']
+__all__ = ['make', 'MultiNodeOptimizer']
 
 
-class NonFiniteGradientError(Refusal, FloatingPointError):
-    pass
-
-
-# The double-buffering thread blocks in MPI by default. Polling instead (test every N seconds,
-# sleep between, see communicators._progress) was measured slower: 2 ranks on 2 cores, MLP
-# compute, all-reduce with 11.6 ms of emulated wire time, iteration / max(compute, comm):
-# blocking 1.21, polling every 50 us 1.37, every 200 us 1.50. Each step of a collective then
-# waits for the thread to be woken and to get the GIL back from the training thread.
-BACKGROUND_POLL_S = None
-
-
-def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering=False,
-                                zero_fill=True, fused=False, flush_denormals=False,
-                                check_finite=False, background_poll=BACKGROUND_POLL_S,
-                                watchdog=None, check_replicas=None, overlap=False,
-                                bucket_bytes=None):
-    """Wrap a Chainer optimizer for data-parallel training (drop-in for ChainerMN's).
+def make(actual_optimizer, communicator, double_buffering=False, zero_fill=True, fused=False,
+         flush_denormals=False, check_finite=False,
+         background_poll=update_modes.BACKGROUND_POLL_S, watchdog=None, check_replicas=None,
+         overlap=False, bucket_bytes=None, on_first_update=None):
+    """Wrap a Chainer optimizer for data-parallel training (what
+    ``chainermn_torus.create_multi_node_optimizer`` makes; its options checked here).
 
     Args:
         actual_optimizer: a Chainer optimizer (``chainer.optimizers.Adam()``, ...).
@@ -94,8 +82,8 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
         background_poll: with double buffering and our communicators, None (default): the
             thread waits for its collectives in MPI's blocking calls; a number of seconds:
             it tests them that often and sleeps in between (slower where measured, see
-            BACKGROUND_POLL_S; an option for MPIs whose blocking waits burn a core the
-            compute needs). ChainerMN's communicators always block.
+            update_modes.BACKGROUND_POLL_S; an option for MPIs whose blocking waits burn a
+            core the compute needs). ChainerMN's communicators always block.
         watchdog: seconds a training step may take before this rank aborts the whole job,
             naming the ranks it waits for (a peer died or hangs); between steps
             (evaluation, checkpoints) ten times as long. See
@@ -108,14 +96,20 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
             ...)`` (as Chainer's updaters call it). See ``chainermn_torus.optimizers.overlap``.
         bucket_bytes: bucket size for ``overlap`` in bytes of the transfer dtype; default
             ``$CHAINERMN_TORUS_BUCKET_BYTES`` or the configuration table's.
+        on_first_update: called at the first update (a launcher's check:
+            ``optimizers.factory``).
     """
     if check_replicas is not None and (int(check_replicas) != check_replicas
                                        or check_replicas < 1):
-        raise ConfigError('chainermn_torus: check_replicas must be a step count >= 1 (or None), '
-                          'got {!r}'.format(check_replicas))
+        raise ConfigError('chainermn_torus: check_replicas must be a step count >= 1 (or '
+                          'None), got {!r}'.format(check_replicas))
     if fused not in (True, False, 'auto'):
-        raise ConfigError("chainermn_torus: fused must be True, False or 'auto', got {!r}".format(
-            fused))
+        raise ConfigError("chainermn_torus: fused must be True, False or 'auto', got "
+                          '{!r}'.format(fused))
+    if overlap and double_buffering:
+        raise ConfigError('chainermn_torus: overlap=True and double_buffering=True are two '
+                          'ways to hide the all-reduce (this step\'s gradients during '
+                          'backward, or the last step\'s during this step); choose one')
     if fused is True:
         fused_mod.fuse(actual_optimizer, flush_denormals)
     elif fused == 'auto' and jit.available():  # without numba: Chainer's (said at start-up)
@@ -129,41 +123,35 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
         fpenv.set_flush_denormals(True)
     dog = watchdog_mod.attach(communicator, watchdog)
     if overlap:
-        opt = _OverlapOptimizer(actual_optimizer, communicator, zero_fill, check_finite,
-                                double_buffering, bucket_bytes, background_poll)
+        mode = update_modes.Overlap(communicator, zero_fill, bucket_bytes, background_poll)
     elif double_buffering:
-        opt = _DoubleBufferingOptimizer(actual_optimizer, communicator, zero_fill, check_finite,
-                                        background_poll)
+        mode = update_modes.DoubleBuffering(communicator, background_poll)
     else:
-        opt = _MultiNodeOptimizer(actual_optimizer, communicator, zero_fill, check_finite)
-    opt._set('watchdog', dog)
-    opt._set('check_replicas', check_replicas)
-    return opt
+        mode = update_modes.Synchronous()
+    return MultiNodeOptimizer(actual_optimizer, communicator, mode, zero_fill, check_finite,
+                              dog, check_replicas, on_first_update)
 
 
-class _MultiNodeOptimizer(object):
-    """Averaging, then the wrapped optimizer's update (ChainerMN's _MultiNodeOptimizer)."""
+class MultiNodeOptimizer(object):
+    """Averaging, then the wrapped optimizer's update (ChainerMN's _MultiNodeOptimizer), in
+    the way its ``mode`` averages. Attributes other than its own are the wrapped
+    optimizer's."""
 
-    _own = ('communicator', 'actual_optimizer', 'zero_fill', 'check_finite', 'timings',
-            '_signature', '_resumed', 'iterations', 'watchdog', 'check_replicas',
-            'on_first_update')
-    watchdog = None
-    check_replicas = None
-    on_first_update = None  # a launcher's check at the first update (optimizers.factory)
+    _own = ('communicator', 'actual_optimizer', 'mode', 'zero_fill', 'check_finite',
+            'timings', 'iterations', 'watchdog', 'check_replicas', 'on_first_update',
+            '_signature', '_resumed')
 
-    def __init__(self, actual_optimizer, communicator, zero_fill, check_finite):
-        self._set('communicator', communicator)
-        self._set('actual_optimizer', actual_optimizer)
-        self._set('zero_fill', zero_fill)
-        self._set('check_finite', check_finite)
-        self._set('timings', {'forward_backward': 0.0, 'communicate': 0.0, 'update': 0.0,
-                              'wait': 0.0})
-        self._set('iterations', 0)
-        self._set('_signature', None)
-        self._set('_resumed', False)
-
-    def _set(self, name, value):
-        object.__setattr__(self, name, value)
+    def __init__(self, actual_optimizer, communicator, mode, zero_fill=True,
+                 check_finite=False, watchdog=None, check_replicas=None,
+                 on_first_update=None):
+        own = dict(communicator=communicator, actual_optimizer=actual_optimizer, mode=mode,
+                   zero_fill=zero_fill, check_finite=check_finite, watchdog=watchdog,
+                   check_replicas=check_replicas, on_first_update=on_first_update,
+                   timings={'forward_backward': 0.0, 'communicate': 0.0, 'update': 0.0,
+                            'wait': 0.0},
+                   iterations=0, _signature=None, _resumed=False)
+        for name, value in own.items():
+            object.__setattr__(self, name, value)
 
     def __getattr__(self, name):
         return getattr(self.actual_optimizer, name)
@@ -179,74 +167,77 @@ class _MultiNodeOptimizer(object):
         return self
 
     # --- one step ---------------------------------------------------------------------------
+    def update(self, lossfun=None, *args, **kwds):
+        if self.iterations == 0 and self.on_first_update is not None:
+            self.on_first_update()  # the launcher's check (optimizers.factory)
+        if self.watchdog is not None:
+            self.watchdog.step_started()
+        self._step(lossfun, args, kwds)
+        if self.check_replicas and self.iterations % self.check_replicas == 0:
+            _check_replicas(self.communicator, self.target, self.iterations)
+        if self.watchdog is not None:
+            self.watchdog.beat()
+
+    def _step(self, lossfun, args, kwds):
+        """The order of a step, for every mode."""
+        mode = self.mode
+        if lossfun is not None:
+            self._forward_backward(lossfun, args, kwds)
+        else:
+            mode.without_lossfun(self)
+        self.iterations += 1
+        if self._changed() or mode.must_broadcast(self):
+            if not mode.broadcast(self):
+                return  # as ChainerMN: the first step only makes the replicas equal
+        if not mode.average(self):
+            return
+        t0 = time.perf_counter()
+        with _timeline.phase('update'):
+            self.actual_optimizer.update(None, *args, **kwds)
+        self.timings['update'] += time.perf_counter() - t0
+
     def _forward_backward(self, lossfun, args, kwds):
         _timeline.next_iteration()
         t0 = time.perf_counter()
         target = self.target
         loss = lossfun(*args, **kwds)
-        if getattr(self.actual_optimizer, '_use_cleargrads', True):
+        if chainer_private.uses_cleargrads(self.actual_optimizer):
             target.cleargrads()
         else:
             target.zerograds()
-        self._backward(loss)
+        self.mode.backward(self, loss)
         del loss
         t1 = time.perf_counter()
         self.timings['forward_backward'] += t1 - t0
         if _timeline.ACTIVE is not None:
             _timeline.ACTIVE.add('forward_backward', t0, t1)
 
-    def _backward(self, loss):
-        loss.backward(loss_scale=self.actual_optimizer._loss_scale)
-
     def _changed(self):
         """ChainerMN's is_changed: names or initialisation of parameters differ from last time."""
         sig = _packing.param_signature(self.target)
         changed = sig != self._signature
-        self._set('_signature', sig)
+        self._signature = sig
         return changed
 
-    def update(self, lossfun=None, *args, **kwds):
-        if self.iterations == 0 and self.on_first_update is not None:
-            self.on_first_update()  # the launcher's check (optimizers.factory)
-        if self.watchdog is not None:
-            self.watchdog.step_started()
-        self._update(lossfun, *args, **kwds)
-        if self.check_replicas and self.iterations % self.check_replicas == 0:
-            _check_replicas(self.communicator, self.target, self.iterations)
-        if self.watchdog is not None:
-            self.watchdog.beat()
+    def take_resumed(self):
+        """Whether the parameters were loaded from a snapshot of a run that had started
+        (then the first step's broadcast is a check and the step updates); cleared."""
+        resumed, self._resumed = self._resumed, False
+        return resumed
 
-    def _update(self, lossfun=None, *args, **kwds):
-        if lossfun is not None:
-            self._forward_backward(lossfun, args, kwds)
-        self.iterations += 1
-        if self._changed():
-            self.communicator.bcast_data(self.target)
-            if not self._resumed:
-                return  # as ChainerMN: the first step only makes the replicas equal
-            self._set('_resumed', False)  # resumed: the broadcast is a check, then update
-        if self.check_finite:
-            check_finite_grads(self.communicator, self.target)
-        t0 = time.perf_counter()
-        self.communicator.multi_node_mean_grad(self.target, self.zero_fill)
-        if self.check_finite:
-            check_finite_means(self.communicator, self.target)
-        t1 = time.perf_counter()
-        with _timeline.phase('update'):
-            self.actual_optimizer.update(None, *args, **kwds)
-        t2 = time.perf_counter()
-        self.timings['communicate'] += t1 - t0
-        self.timings['update'] += t2 - t1
+    def wait(self):
+        """Block until the averaging in flight (if any) is done; re-raise its error."""
+        self.mode.wait(self)
 
     # --- snapshots --------------------------------------------------------------------------
     def serialize(self, serializer):
         """The wrapped optimizer's state (same keys as ChainerMN's wrapper) plus ours."""
+        self.mode.before_serialize(self, serializer)
         self.actual_optimizer.serialize(serializer)
-        own = serializer['chainermn_torus']
-        self._serialize_own(own)
-
-    def _serialize_own(self, s):
-        if isinstance(s, chainer.serializer.Serializer):
+        s = serializer['chainermn_torus']
+        saving = isinstance(s, chainer.serializer.Serializer)
+        self.mode.serialize_own(self, s, saving)
+        if saving:
             s('started', numpy.asarray(self._signature is not None))
             return
         try:
@@ -255,390 +246,19 @@ class _MultiNodeOptimizer(object):
             started = True
         # The next update broadcasts (the parameters were loaded, maybe only on some ranks)
         # and, if the saved run had started, goes on to update in the same step.
-        self._set('_signature', None)
-        self._set('_resumed', started)
-
-
-class _DoubleBufferingOptimizer(_MultiNodeOptimizer):
-    """Averaging of step t in a background thread while step t + 1 computes."""
-
-    _own = _MultiNodeOptimizer._own + (
-        'background', '_executor', '_future', '_shadow', '_needs_update', '_launches',
-        '_pending')
-
-    def __init__(self, actual_optimizer, communicator, zero_fill, check_finite,
-                 background_poll=BACKGROUND_POLL_S):
-        super(_DoubleBufferingOptimizer, self).__init__(
-            actual_optimizer, communicator, zero_fill, check_finite)
-        _require_thread_multiple('double buffering')
-        self._set('background', _background_communicator(communicator, background_poll))
-        self._set('_executor', concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix='chainermn_torus-allreduce'))
-        self._set('_future', None)
-        self._set('_shadow', None)     # a copy of the model whose grads are being averaged
-        self._set('_needs_update', False)
-        self._set('_launches', 0)
-        self._set('_pending', None)    # averaged grads restored from a snapshot
-
-    def _update(self, lossfun=None, *args, **kwds):
-        if lossfun is not None:
-            self._forward_backward(lossfun, args, kwds)
-        self.iterations += 1
-        target = self.target
-        if self._changed() or self._shadow is None:
-            self.wait()
-            self.communicator.bcast_data(target)
-            self._set('_shadow', copy.deepcopy(target))
-            if self._pending is not None:  # resumed: the saved averaged grads are next
-                for (_, p), g in zip(sorted(self._shadow.namedparams()), self._pending):
-                    p.grad = g
-                self._set('_needs_update', True)
-                self._set('_pending', None)
-            else:
-                self._set('_needs_update', False)
-                return
-        if self.check_finite:
-            check_finite_grads(self.communicator, target)
-        self.wait()
-        # target takes the averaged grads of the previous step; the shadow takes this step's
-        # fresh grads and sends them off.
-        for (_, p), (_, q) in zip(sorted(target.namedparams()), sorted(self._shadow.namedparams())):
-            p.grad, q.grad = q.grad, p.grad
-        self._launch()
-        if self._needs_update:
-            if self.check_finite:  # the previous step's means, now in target's grads
-                check_finite_means(self.communicator, target, stale=True)
-            t0 = time.perf_counter()
-            with _timeline.phase('update'):
-                self.actual_optimizer.update(None, *args, **kwds)
-            self.timings['update'] += time.perf_counter() - t0
-        else:
-            self._set('_needs_update', True)
-
-    def _launch(self):
-        slot = self._launches % 2  # the other slot is what target's grads are views of
-        self._set('_launches', self._launches + 1)
-        shadow, zero_fill, comm = self._shadow, self.zero_fill, self.background
-        timings = self.timings
-        ftz = fpenv.flush_denormals_enabled()
-
-        def run():
-            # numba's thread count is per calling thread and starts at the machine's: the
-            # thread's own kernels (float16 packing) get one thread, so that an OpenMP team
-            # does not spin on the cores the training thread computes on (measured: 100x
-            # slower communication and 2x slower forward/backward with the default).
-            numba = jit.numba()
-            if numba is not None:
-                numba.set_num_threads(1)
-            if ftz:
-                fpenv.set_flush_denormals(True)  # MXCSR is per thread
-            t0 = time.perf_counter()
-            if hasattr(comm, 'mean_grad_in_slot'):
-                comm.mean_grad_in_slot(shadow, zero_fill, slot)
-            else:
-                comm.multi_node_mean_grad(shadow, zero_fill)
-            timings['communicate'] += time.perf_counter() - t0
-
-        self._set('_future', self._executor.submit(run))
-
-    def wait(self):
-        """Block until the all-reduce in flight (if any) is done; re-raise its error."""
-        future = self._future
-        if future is None:
-            return
-        t0 = time.perf_counter()
-        self._set('_future', None)
-        with _timeline.phase('wait'), watchdog_mod.in_call(_overlap.WAIT_CALL):
-            future.result()  # raises the thread's exception, with its traceback
-        self.timings['wait'] += time.perf_counter() - t0
-
-    def serialize(self, serializer):
-        self.wait()  # a snapshot holds the averaged grads the next update will apply
-        if self.check_finite and self._needs_update and self._shadow is not None and \
-                isinstance(serializer, chainer.serializer.Serializer):
-            # The check the next update would make, made now: a checkpoint must not stop
-            # on means the finite check was there to catch (collective: every rank saves).
-            check_finite_means(self.communicator, self._shadow, stale=True)
-        super(_DoubleBufferingOptimizer, self).serialize(serializer)
-
-    def _serialize_own(self, s):
-        saving = isinstance(s, chainer.serializer.Serializer)
-        if saving:
-            has = self._shadow is not None and self._needs_update
-            s('stale_grads', numpy.asarray(has))
-            if has:
-                for name, p in sorted(self._shadow.namedparams()):
-                    if p.grad is not None:
-                        s['grads'](name, p.grad)
-            super(_DoubleBufferingOptimizer, self)._serialize_own(s)
-            return
-        super(_DoubleBufferingOptimizer, self)._serialize_own(s)
-        self._set('_shadow', None)
-        self._set('_pending', None)
-        try:
-            has = bool(s('stale_grads', numpy.asarray(False)))
-        except KeyError:
-            has = False
-        if has:
-            grads = []
-            for name, p in sorted(self.target.namedparams()):
-                try:
-                    grads.append(numpy.array(s['grads'](name, None)))
-                except KeyError:
-                    grads.append(None)
-            self._set('_pending', grads)
+        self._signature, self._resumed = None, started
 
     def finalize(self):
-        """Wait for the last all-reduce, stop the thread, free the clone's MPI resources.
+        """Wait for the averaging in flight, stop the mode's thread, free its clone's MPI
+        resources.
 
         Collective (like a communicator's finalize): call it on every rank, at the same
-        point, when training ends. Without it the clone's windows stay allocated until exit;
+        point, when training ends. Without it a clone's windows stay allocated until exit;
         nothing is freed from garbage collection, where ranks would free at different times.
         """
-        self.wait()
-        self._executor.shutdown(wait=True)
-        if self.background is not None:
-            self.background.finalize()
-            self._set('background', None)
+        self.mode.finalize(self)
 
     def __del__(self):
-        executor = self.__dict__.get('_executor')
-        if executor is not None:
-            executor.shutdown(wait=False)
-
-
-class _OverlapOptimizer(_MultiNodeOptimizer):
-    """Buckets averaged during backward, by a thread, with this step's gradients."""
-
-    _own = _MultiNodeOptimizer._own + ('overlap', '_order')
-
-    def __init__(self, actual_optimizer, communicator, zero_fill, check_finite,
-                 double_buffering, bucket_bytes, background_poll):
-        if double_buffering:
-            raise ConfigError('chainermn_torus: overlap=True and double_buffering=True are two '
-                              'ways to hide the all-reduce (this step\'s gradients during '
-                              'backward, or the last step\'s during this step); choose one')
-        if not hasattr(communicator, 'mean_grads_by_bucket'):
-            raise ConfigError('chainermn_torus: overlap=True needs one of our communicators '
-                              '(rsap, rsaa, pure_allreduce, auto), got {}: ChainerMN\'s '
-                              'average whole models, not buckets'.format(
-                                 type(communicator).__name__))
-        if not zero_fill:
-            raise ConfigError('chainermn_torus: overlap=True needs zero_fill=True: buckets are '
-                              'laid out before backward, so a parameter without a gradient '
-                              'travels as zeros')
-        _require_thread_multiple('overlap')
-        size = config.value('bucket_bytes', bucket_bytes, 'bucket_bytes')[0]
-        super(_OverlapOptimizer, self).__init__(
-            actual_optimizer, communicator, zero_fill, check_finite)
-        self._set('overlap', _overlap.OverlapState(
-            communicator, _background_communicator(communicator, background_poll), size))
-
-    def _backward(self, loss):
-        # Buckets start as backward finishes them; the order is kept for the next plan.
-        self._set('_order', self.overlap.backward(
-            self.target, loss, self.actual_optimizer._loss_scale, self.timings))
-
-    def _update(self, lossfun=None, *args, **kwds):
-        state = self.overlap
-        self._set('_order', None)
-        if lossfun is not None:
-            self._forward_backward(lossfun, args, kwds)
-        else:
-            state.say_once('no lossfun', 'overlap: update() was called without a loss '
-                           'function (the script ran backward itself), so gradients are '
-                           'averaged after backward, without overlap')
-        self.iterations += 1
-        target = self.target
-        if self._changed() or (state.plan is None and self._order is not None):
-            state.drop()
-            self.communicator.bcast_data(target)
-            order = self._order
-            if order is None:  # no backward seen: the plan follows the parameters' order
-                order = [n for n, _ in _packing.data_params(target)]
-            state.new_plan(target, order, self._itemsize(target))
-            if not self._resumed:
-                return
-            self._set('_resumed', False)
-        t0 = time.perf_counter()
-        if state.step is not None:
-            buf = state.wait(target)
-            self.timings['wait'] += time.perf_counter() - t0
-            if self.check_finite:
-                bad = finite.count_nonfinite(buf.array, numpy.inf)  # the same on every rank
-                if bad:
-                    raise NonFiniteGradientError(
-                        'chainermn_torus: NaN/Inf in the averaged gradients ({} value(s); with '
-                        'overlap=True the ranks send before the check, so the rank it came '
-                        'from is not known: run without overlap to name it{}). Nothing was '
-                        'updated. Lower the learning rate or check the data.'.format(
-                            bad, _MEAN_RANGE.get(_transfer_kind(self.communicator), '')))
-        else:
-            if self.check_finite:
-                check_finite_grads(self.communicator, target)
-            if state.plan is not None and state.plan.matches(target):
-                state.mean_now(target)  # the layout overlapped steps use: the same sums
-            else:
-                self.communicator.multi_node_mean_grad(target, self.zero_fill)
-            if self.check_finite:
-                check_finite_means(self.communicator, target)
-            self.timings['communicate'] += time.perf_counter() - t0
-        t1 = time.perf_counter()
-        with _timeline.phase('update'):
-            self.actual_optimizer.update(None, *args, **kwds)
-        self.timings['update'] += time.perf_counter() - t1
-
-    def _itemsize(self, target):
-        comm = self.communicator
-        dtype = getattr(comm, 'allreduce_grad_dtype', None)
-        if dtype is None:
-            dtype = _packing.transfer_dtype(
-                [p.data.dtype for _, p in target.namedparams() if p.data is not None])
-        return numpy.dtype(dtype).itemsize
-
-    def finalize(self):
-        """Stop the thread and free the clone's MPI resources (collective, as the
-        double-buffering wrapper's)."""
-        if self.overlap is not None:
-            self.overlap.finalize()
-            self._set('overlap', None)
-
-    def __del__(self):
-        state = self.__dict__.get('overlap')
-        if state is not None:
-            state.executor.shutdown(wait=False)
-
-
-def _require_thread_multiple(what):
-    provided = MPI.Query_thread()
-    if provided != MPI.THREAD_MULTIPLE:
-        raise Unsupported(
-            'chainermn_torus: {} averages gradients in a background thread and needs '
-            'MPI_THREAD_MULTIPLE, but MPI was initialised with thread level {} '
-            '(mpi4py.rc.thread_level; mpi4py asks for "multiple" unless told otherwise).'
-            .format(what, provided))
-
-
-def _background_communicator(communicator, poll):
-    """A communicator of the same kind on its own MPI communicator, for the thread."""
-    if hasattr(communicator, 'clone'):
-        clone = communicator.clone(poll_interval=poll)
-    else:  # ChainerMN's: split() builds the same class on MPI_Comm_split's result
-        clone = communicator.split(0, communicator.rank)
-    dog = watchdog_mod.active()
-    if dog is not None:  # its calls, made by the thread, are the thread's on the board
-        dog.mark_calls(clone)
-    return clone
-
-
-FLOAT16_MAX = float(numpy.finfo(numpy.float16).max)  # 65504
-
-
-def _sent_limit(communicator):
-    """The largest |gradient| the communicator can send, or inf: float16 communication
-    scales by 1/P and converts, so beyond 65504 x P a value would travel as inf."""
-    dtype = getattr(communicator, 'allreduce_grad_dtype', None)
-    if dtype is not None and numpy.dtype(dtype) == numpy.float16:
-        return FLOAT16_MAX * communicator.size
-    return numpy.inf
-
-
-def _scan_grads(target, limit, describe):
-    """(values that are NaN, infinite or beyond +-limit in the float gradients of
-    ``target``, ``describe(name, flat, bad)`` of the first array holding any, or '')."""
-    first, count = '', 0
-    for name, p in sorted(target.namedparams()):
-        g = p.grad
-        if g is None or g.dtype.kind != 'f':
-            continue
-        flat = g.reshape(-1) if g.flags.c_contiguous else g.ravel()
-        bad = finite.count_nonfinite(flat, limit)
-        if bad and not first:
-            first = describe(name, flat, bad)
-        count += bad
-    return count, first
-
-
-def check_finite_grads(communicator, target):
-    """Raise NonFiniteGradientError on every rank if any rank has a NaN/Inf gradient, or,
-    with float16 communication, one that would overflow to Inf on the way (before any rank
-    sends or updates anything)."""
-    limit = _sent_limit(communicator)
-    count, first = _scan_grads(target, limit, lambda name, flat, bad: _describe_bad(
-        name, flat, bad, limit))
-    mpi_comm = communicator.mpi_comm
-    counts = numpy.array([count], numpy.int64)
-    mpi_comm.Allreduce(MPI.IN_PLACE, [counts, MPI.INT64_T], op=MPI.SUM)
-    if counts[0]:  # only now pay for names
-        bad_ranks = agree.problems(mpi_comm, (count, first) if count else None)
-        overflow = numpy.isfinite(limit)
-        raise NonFiniteGradientError(
-            'chainermn_torus: {} in gradients before averaging on rank(s) {}: {}. Lower '
-            'the learning rate, check the data on those ranks, or use loss scaling{}.'.format(
-                'NaN/Inf or float16 overflow' if overflow else 'NaN/Inf',
-                agree.ranks_text(bad_ranks),
-                '; '.join('rank {}: {} bad value(s), first in {}'.format(r, c, f)
-                          for r, (c, f) in bad_ranks),
-                '; or send gradients as float32 (allreduce_grad_dtype=None, no '
-                '--fp16-allreduce)' if overflow else ''))
-
-
-def _transfer_kind(communicator):
-    dtype = getattr(communicator, 'allreduce_grad_dtype', None)
-    return 'float16' if dtype is not None and numpy.dtype(dtype) == numpy.float16 else 'other'
-
-
-# Why a mean can be non-finite when every rank's gradients were finite and sendable.
-_MEAN_RANGE = {
-    'float16': '; or the mean itself is beyond float16\'s range: |mean| > 65504 cannot be '
-               'carried by float16 communication even when each rank\'s share g / P can',
-    'other': '; or the sum over ranks overflowed the transfer dtype',
-}
-
-
-def check_finite_means(communicator, target, stale=False):
-    """Raise NonFiniteGradientError on every rank, before the update, if the averaged
-    gradients hold NaN/Inf.
-
-    Called after check_finite_grads passed, so a non-finite mean comes from the averaging,
-    not the data: with float16 communication each rank's share g / P fits in float16 yet
-    their sum, the mean, can pass 65504 and become Inf. The means are the same on every
-    rank for our communicators; the count is still agreed on (8 bytes), so that no rank
-    updates while another raises, whatever the communicator.
-    """
-    count, first = _scan_grads(target, numpy.inf, lambda name, flat, bad: '{} ({} of {} '
-                               'values)'.format(name, bad, flat.size))
-    counts = numpy.array([count], numpy.int64)
-    communicator.mpi_comm.Allreduce(MPI.IN_PLACE, [counts, MPI.INT64_T], op=MPI.MAX)
-    if not counts[0]:
-        return
-    if _transfer_kind(communicator) == 'float16':
-        why = ('every rank\'s gradients were finite and each share g / P fit in float16, but '
-               'the mean over the {} ranks is beyond float16\'s range (|mean| > 65504) and '
-               'became Inf in float16 communication: the overflow is in the averaging, not the '
-               'data. Send gradients as float32 (allreduce_grad_dtype=None, no '
-               '--fp16-allreduce) or scale the loss down'.format(communicator.size))
-    else:
-        why = ('every rank\'s gradients were finite, but their mean is not: the sum over the '
-               '{} ranks overflowed the transfer dtype. Lower the learning rate or scale the '
-               'loss down'.format(communicator.size))
-    # Our communicators give every rank the same means: then every rank says the same words
-    # (and the job says them once); a rank whose count differs says its own.
-    where = '' if count == counts[0] else ' on rank {}'.format(communicator.rank)
-    raise NonFiniteGradientError(
-        'chainermn_torus: NaN/Inf in the averaged gradients{}: {} value(s){}{}; {}. '
-        'Nothing was updated.'.format(
-            ' of the previous step (double buffering)' if stale else '', count, where,
-            ', the first in ' + first if first else
-            ' ({} on another rank)'.format(counts[0]), why))
-
-
-def _describe_bad(name, flat, bad, limit):
-    nonfinite = int((~numpy.isfinite(flat)).sum())
-    text = '{} ({} of {} values'.format(name, bad, flat.size)
-    if bad > nonfinite:
-        finite = flat[numpy.isfinite(flat)]
-        text += '; {} finite beyond float16\'s range after the 1/P scaling: max |g| = {:.4g} ' \
-                '> 65504 x P = {:g}'.format(bad - nonfinite, float(numpy.abs(finite).max()),
-                                           limit)
-    return text + ')'
+        mode = self.__dict__.get('mode')
+        if mode is not None:
+            mode.close()

@@ -242,7 +242,7 @@ class _Plan(object):
 
 
 class OverlapState(object):
-    """What the overlap wrapper keeps between steps (see multi_node._OverlapOptimizer)."""
+    """What the overlap wrapper keeps between steps (see update_modes.Overlap)."""
 
     def __init__(self, communicator, background, bucket_bytes):
         self.communicator = communicator

@@ -13,6 +13,10 @@ Read through the functions below:
 * ``SubDataset._dataset`` / ``._order`` (``sub_dataset_parts``): a checkpoint records the
   whole dataset's size and the shard order ``scatter_dataset`` cut; SubDataset has no public
   view of either.
+* ``Optimizer._loss_scale`` and ``._use_cleargrads`` (``loss_scale``, ``uses_cleargrads``):
+  the multi-node optimizer runs forward and backward itself, as ``GradientMethod.update``
+  does, with the same loss scale and the same clearing of gradients; Chainer sets both
+  through methods (``loss_scaling()``, ``use_cleargrads()``) and has no getter.
 * ``batch_normalization._BatchNormalizationImpl``, ``._impl_selector``, ``._compute_axis``,
   ``._compute_key_axis`` (``batch_normalization_internals``): Chainer's own seam for choosing
   a batch normalization implementation (it picks iDeep's or cuDNN's there); compute plugs
@@ -26,7 +30,8 @@ alike: ``Convolution2DFunction._check_input_layouts_all_standard()``,
 """
 from chainer.functions.normalization import batch_normalization as _batch_normalization
 
-__all__ = ['CHECKED_WITH', 'iterators', 'optimizers', 'sub_dataset_parts',
+__all__ = ['CHECKED_WITH', 'iterators', 'optimizers', 'sub_dataset_parts', 'loss_scale',
+           'uses_cleargrads',
            'batch_normalization_internals', 'NAMES']
 
 CHECKED_WITH = '7.8.1'
@@ -36,6 +41,8 @@ NAMES = (
     ('chainer.training.updaters.standard_updater', 'StandardUpdater', '_iterators'),
     ('chainer.training.updaters.standard_updater', 'StandardUpdater', '_optimizers'),
     ('chainer.training.extensions.evaluator', 'Evaluator', '_iterators'),
+    ('chainer.optimizer', 'Optimizer', '_loss_scale'),
+    ('chainer.optimizer', 'GradientMethod', '_use_cleargrads'),
     ('chainer.datasets.sub_dataset', 'SubDataset', '_dataset'),
     ('chainer.datasets.sub_dataset', 'SubDataset', '_order'),
     ('chainer.functions.normalization.batch_normalization', None,
@@ -67,6 +74,16 @@ def optimizers(updater):
 def sub_dataset_parts(dataset):
     """(the whole dataset, the order or None) a chainer.datasets.SubDataset is cut from."""
     return getattr(dataset, '_dataset', None), getattr(dataset, '_order', None)
+
+
+def loss_scale(optimizer):
+    """The loss scale a Chainer optimizer's update backpropagates with (None: unscaled)."""
+    return optimizer._loss_scale
+
+
+def uses_cleargrads(optimizer):
+    """Whether a Chainer optimizer clears gradients (cleargrads) rather than zeroing them."""
+    return getattr(optimizer, '_use_cleargrads', True)
 
 
 def batch_normalization_internals():

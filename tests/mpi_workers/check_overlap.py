@@ -150,11 +150,11 @@ def check_plan_order(name):
     for step in range(2):
         STEP[0] = step
         opt.update(model, *batch(step))
-    names = opt.overlap.plan.names
+    names = opt.mode.state.plan.names
     # Backward order: the last layer first, the first layer last, the unused one after all.
     assert names[:2] == ['/c/W', '/c/b'] and names[2:4] == ['/b/W', '/b/b'], names
     assert names[-4:] == ['/a/W', '/a/b', '/unused/W', '/unused/b'], names
-    assert len(opt.overlap.plan.bounds) > 3, opt.overlap.plan.bounds  # several buckets
+    assert len(opt.mode.state.plan.bounds) > 3, opt.mode.state.plan.bounds  # several buckets
     assert opt.timings['communicate'] > 0
     opt.finalize()
     comm.finalize()
@@ -226,7 +226,7 @@ def check_new_parameter(name):
     model.extra.W.array[...] = RANK  # differently on every rank
     for step in range(4, 7):
         opt.update(model, *batch(step))
-    assert '/extra/W' in opt.overlap.plan.names
+    assert '/extra/W' in opt.mode.state.plan.names
     digests = world.allgather(b''.join(x.tobytes() for x in params_of(model)))
     assert len(set(digests)) == 1, name + ' added parameter: differs between ranks'
     opt.finalize()

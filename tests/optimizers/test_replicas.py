@@ -14,7 +14,7 @@ def test_replica_check(mpi_world, mode, nprocs):
 def test_check_replicas_must_be_a_step_count():
     import chainer
     import chainermn_torus
-    from chainermn_torus.optimizers.multi_node import create_multi_node_optimizer
+    from chainermn_torus import create_multi_node_optimizer
     del chainermn_torus
     with pytest.raises(ValueError, match='step count >= 1'):
         create_multi_node_optimizer(chainer.optimizers.SGD(), None, check_replicas=0)

@@ -101,6 +101,8 @@ def main():
             json.dump({'accuracy': log[-1]['validation/main/accuracy'],
                        'median_iteration_s': times[len(times) // 2],
                        'optimizer': type(optimizer).__name__,
+                       # the harness's record of how the launcher's optimizer averages
+                       'mode': getattr(getattr(optimizer, 'mode', None), 'name', None),
                        'iterator': type(updater.get_iterator('main')).__name__}, f)
 
 

@@ -1,0 +1,62 @@
+"""What a job asks for, whatever the system: the description the scripts are written from,
+and the checks every system shares."""
+import collections
+
+from chainermn_torus.algorithms.variants import check_grid_option
+from chainermn_torus.communicators._grid import parse_grid
+
+__all__ = ['Job', 'FIELDS']
+
+# name -> default (None: required or unset)
+FIELDS = collections.OrderedDict([
+    ('system', None), ('nodes', None), ('ranks_per_node', 1), ('hours', 1.0),
+    ('communicator', 'rsap'), ('grid', None), ('threads', None), ('loader_cores', None),
+    ('mpi', None), ('launcher', None), ('pmi', None), ('venv', None), ('module', ()),
+    ('queue', None), ('group', None), ('node_shape', None), ('llio_volumes', '/vol0004'),
+    ('watchdog', 900), ('workdir', None), ('name', 'chainermn-torus'), ('command', ()),
+])
+
+
+class Job(collections.namedtuple('Job', list(FIELDS))):
+    """One batch job: the system's name, the shape (nodes x ranks per node, hours), the
+    communicator and grid, threads and loader cores per rank, the MPI library and how it
+    starts (launcher, PMI), the environment (venv, modules), the site's accounting (queue,
+    group; Fugaku's node shape and LLIO volumes), the watchdog, the directory (local), the
+    job's name and the training command."""
+
+    def __new__(cls, **given):
+        unknown = set(given) - set(FIELDS)
+        if unknown:
+            raise TypeError('Job has no field(s) {}'.format(', '.join(sorted(unknown))))
+        values = dict(FIELDS, **given)
+        values['module'] = tuple(values['module'] or ())
+        command = list(values['command'] or ())
+        values['command'] = tuple(command[1:] if command[:1] == ['--'] else command)
+        return super(Job, cls).__new__(cls, **values)
+
+    @classmethod
+    def from_args(cls, args):
+        """From the command line's namespace (only the fields a Job has)."""
+        return cls(**{k: getattr(args, k) for k in FIELDS if hasattr(args, k)})
+
+    @property
+    def procs(self):
+        return self.nodes * self.ranks_per_node
+
+    def check(self):
+        """The refusals every system shares (ValueError, naming what is allowed)."""
+        if self.nodes < 1 or self.ranks_per_node < 1:
+            raise ValueError('--nodes and --ranks-per-node must be >= 1, got {} and {}'.format(
+                self.nodes, self.ranks_per_node))
+        if self.watchdog < 0:
+            raise ValueError('--watchdog must be >= 0 seconds (0: off), got {}'.format(
+                self.watchdog))
+        if not self.hours > 0:
+            raise ValueError('--hours must be > 0, got {}'.format(self.hours))
+        if self.loader_cores is not None and self.loader_cores < 0:
+            raise ValueError('--loader-cores must be >= 0, got {}'.format(self.loader_cores))
+        if self.grid:
+            check_grid_option(self.communicator, self.grid)
+            parse_grid(self.grid, self.procs,
+                       source='--grid for {} nodes x {} ranks per node'.format(
+                           self.nodes, self.ranks_per_node))

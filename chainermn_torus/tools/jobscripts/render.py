@@ -1,0 +1,171 @@
+"""A job script from a Job and its system's description: the common template, the values
+every system shares, the environment (modules, then the virtualenv) and the launch line.
+Nothing here depends on which system it is: what differs is the System's."""
+import os
+import shlex
+import string
+import sys
+
+from chainermn_torus.tools.jobscripts import systems
+
+__all__ = ['generate', 'launch_line', 'check', 'values']
+
+_TEMPLATE = '''#!/bin/bash
+${header}
+${workdir_line}${environment}set -euo pipefail
+# Raise what the site lets a job raise (open files for many ranks' connections, stack
+# for deep recursion); a hard limit below stays as it is.
+ulimit -n "$$(ulimit -Hn)" 2>/dev/null || true
+ulimit -s unlimited 2>/dev/null || true
+${settings}${nodes_lines}# What the ranks apply (chainermn-torus config): compute threads, loader cores, the rank
+# count MPI must start (the launcher stops on another: a PMI/launcher mismatch).
+export CHAINERMN_TORUS_THREADS=${threads}
+${dedicated_line}export CHAINERMN_TORUS_EXPECT_RANKS=${procs}
+${grid_line}${watchdog_line}echo "chainermn-torus job ${name}: ${nodes_now} node(s) x ${ranks_per_node} rank(s), ${threads} compute thread(s) per rank, communicator ${communicator}, ${mpi} MPI, on $$(hostname) at $$(date)"
+echo "python: $$(command -v python) ($$(python -c 'import sys; print(sys.version.split()[0], sys.prefix)'))"
+${launch}
+'''
+
+
+def _elapse(hours):
+    seconds = int(round(hours * 3600))
+    return '{:02d}:{:02d}:{:02d}'.format(seconds // 3600, seconds // 60 % 60, seconds % 60)
+
+
+def _venv_root(path):
+    """The virtualenv's root from its root or its bin directory (as given: the path is the
+    cluster's, it need not exist here). ``~/x`` and ``$HOME/x`` stay relative to the home
+    directory of whoever runs the job."""
+    home = None
+    for prefix in ('~/', '$HOME/', '${HOME}/'):
+        if path.startswith(prefix):
+            home, path = True, path[len(prefix):].rstrip('/')
+    if not home:  # a relative path stays relative to the job's directory (local's --workdir)
+        path = os.path.normpath(os.path.expanduser(path))
+    if os.path.basename(path) == 'bin' or (not home and
+                                           os.path.exists(os.path.join(path, 'activate'))):
+        path = os.path.dirname(path)
+    return '$HOME/' + path if home else path
+
+
+def _shell_path(path):
+    """A path for the script: quoted, with a leading $HOME left to the shell."""
+    if path.startswith('$HOME/'):
+        return '"$HOME"/' + shlex.quote(path[len('$HOME/'):])
+    return shlex.quote(path)
+
+
+def default_venv():
+    """This Python's virtualenv (the usual case: generated on a login node that shares the
+    file system), or None outside one."""
+    return sys.prefix if sys.prefix != getattr(sys, 'base_prefix', sys.prefix) else None
+
+
+def _wrap_command(job, system, venv):
+    """python script.py ARGS -> python -m chainermn_torus.run --communicator C [--grid G]
+    script.py ARGS."""
+    command = list(job.command)
+    if not command:
+        raise ValueError('the training command is missing: put it after "--", e.g. -- python '
+                         'examples/mnist/train_mnist.py --epoch 1')
+    exe, rest = command[0], command[1:]
+    if os.path.basename(exe).startswith('python') and rest and rest[0] not in ('-m', '-c'):
+        if system.venv_python and exe == 'python':
+            exe = os.path.join(venv or default_venv() or sys.prefix, 'bin', 'python')
+        return ([exe, '-m', 'chainermn_torus.run', '--communicator', job.communicator] +
+                (['--grid', job.grid] if job.grid else []) + rest)
+    return command  # not a python script: run as given (it chooses its communicator)
+
+
+def check(job):
+    """Every refusal, before anything is written: the system's name, the job's shape, the
+    system's own rules, the split of each rank's cores. Returns the System."""
+    system = systems.get(job.system)
+    job.check()
+    system.check(job)
+    system.cores(job)  # the per-rank split must leave a compute core
+    return system
+
+
+def values(job, system=None):
+    """The template values: the common ones, then the system's own."""
+    system = system or systems.get(job.system)
+    procs = job.procs
+    mpi = system.mpi(job)
+    per_rank, threads, loader = system.cores(job)
+    queue = job.queue or system.default_queue(job)
+    queue_line = system.queue_format.format(queue) if queue else '# (the default queue)'
+    # Open MPI's mpiexec passes no variable it is not told to (Hydra and srun pass all).
+    exported = ['OMP_NUM_THREADS', 'CHAINERMN_TORUS_THREADS', 'CHAINERMN_TORUS_EXPECT_RANKS']
+    exported += ['CHAINERMN_TORUS_WATCHDOG'] if job.watchdog else []
+    exported += ['CHAINERMN_TORUS_DEDICATED_CORES'] if loader else []
+    exported += ['CHAINERMN_TORUS_GRID'] if job.grid else []
+    venv = _venv_root(job.venv) if job.venv else default_venv()
+    nodes_now, nodes_lines = job.nodes, ''
+    if system.allocated_nodes and not job.grid:
+        nodes_lines = ('# The ranks follow the allocation: resubmitted on another number of '
+                       'nodes, the same\n# script starts that many ranks (--auto-resume '
+                       'continues a checkpoint on them).\nNODES={}\n'
+                       '[ "$NODES" -ge 1 ] || NODES={}\nPROCS=$((NODES * {}))\n').format(
+                           string.Template(system.allocated_nodes).safe_substitute(
+                               nodes=job.nodes), job.nodes, job.ranks_per_node)
+        procs, nodes_now = '$PROCS', '$NODES'
+    out = {
+        'name': job.name, 'nodes': job.nodes, 'ranks_per_node': job.ranks_per_node,
+        'nodes_lines': nodes_lines, 'nodes_now': nodes_now, 'procs': procs,
+        'elapse': _elapse(job.hours), 'threads': threads, 'cpus': per_rank,
+        'loader_cores': loader, 'queue': queue, 'queue_line': queue_line,
+        'group': job.group, 'mpi': mpi, 'launcher': system.launcher(job, mpi),
+        'forward': ''.join(' -x {}'.format(v) for v in exported),
+        'communicator': job.communicator, 'venv': venv,
+    }
+    out.update(system.values(job, out))
+    return out
+
+
+def launch_line(job, vals=None, system=None):
+    system = system or systems.get(job.system)
+    vals = vals or values(job, system)
+    launcher = string.Template(system.launch_template(vals)).substitute(vals)
+    command = _wrap_command(job, system, vals['venv'])
+    return launcher + ' ' + ' '.join(shlex.quote(c) for c in command)
+
+
+def _environment(job, venv):
+    """Modules, then the virtualenv: the python every rank runs must be the venv's."""
+    lines = []
+    if job.module:
+        lines.append('# Modules first: the virtualenv was built against them.')
+        lines.append('if ! command -v module >/dev/null 2>&1; then')
+        lines.append('    . /etc/profile.d/modules.sh 2>/dev/null || true')
+        lines.append('fi')
+        lines.extend('module load {}'.format(shlex.quote(m)) for m in job.module)
+    if venv:
+        lines.append('# The virtualenv (chainer, mpi4py, chainermn_torus): batch jobs do not '
+                     'inherit an activated one.')
+        lines.append('. {}'.format(_shell_path(os.path.join(venv, 'bin', 'activate'))))
+    else:
+        lines.append('# No --venv: the python on PATH after the modules runs the job.')
+    return '\n'.join(lines) + '\n'
+
+
+def generate(job):
+    """The whole script for ``job`` (a Job), checked first."""
+    system = check(job)
+    vals = values(job, system)
+    vals['header'] = string.Template(system.header).substitute(vals).rstrip('\n')
+    vals['environment'] = _environment(job, vals['venv'])
+    vals['settings'] = string.Template(system.settings).substitute(vals)
+    vals['launch'] = launch_line(job, vals, system)
+    vals['workdir_line'] = system.workdir_line(vals)
+    # The grid goes to the launcher as --grid; a command that is not a Python script (it
+    # chooses its own communicator) can only be reached through the environment.
+    wrapped = '-m chainermn_torus.run' in vals['launch']
+    vals['grid_line'] = ('export CHAINERMN_TORUS_GRID={}\n'.format(job.grid)
+                         if job.grid and not wrapped else '')
+    vals['dedicated_line'] = ('export CHAINERMN_TORUS_DEDICATED_CORES={}\n'.format(
+        vals['loader_cores']) if vals['loader_cores'] else '')
+    vals['watchdog_line'] = (
+        '# A rank that stops (a frozen peer) ends the job instead of the time limit.\n'
+        'export CHAINERMN_TORUS_WATCHDOG={:g}\n'.format(job.watchdog) if job.watchdog else '')
+    return string.Template(_TEMPLATE).substitute(vals)
