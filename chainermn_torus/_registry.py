@@ -20,7 +20,7 @@ import chainermn
 import chainermn.communicators
 
 from chainermn_torus import communicators, compute, config
-from chainermn_torus.runtime import report, startup, watchdog
+from chainermn_torus.runtime import patches, report, startup, watchdog
 from chainermn_torus.errors import ConfigError
 
 __all__ = ['create_communicator', 'create_multi_node_optimizer', 'register',
@@ -36,10 +36,38 @@ _ABOVE = {'auto': ('chainermn_torus.auto', 'AutoCommunicator')}
 CHAINERMN_NAMES = ('naive', 'flat', 'non_cuda_aware', 'pure_nccl', 'dummy')
 
 _chainermn_factory = chainermn.communicators.create_communicator
-_forced = None  # (name, kwargs) or None
-_defaults = {}  # options for our communicators where the caller gives none (the launcher's)
-_forced_options = {}  # options every communicator of ours gets, whatever the call says
-_on_create = []  # callbacks (comm, name asked, name made), the launcher's report
+
+
+class Overrides(object):
+    """What a launcher wants of every communicator the factory makes (the optimizers' seam
+    is ``optimizers.factory.Overrides``): one per process, ``OVERRIDES``, changed through
+    the functions below."""
+
+    def __init__(self):
+        self.forced = None         # (name, kwargs) or None
+        self.defaults = {}         # options for ours where the caller gives none
+        self.forced_options = {}   # options every communicator of ours gets
+        self.callbacks = []        # (comm, name asked, name made), the launcher's report
+
+    def choose(self, name, kwargs):
+        """(the name to make, its options) for a call asking for ``name``."""
+        if self.forced is not None:
+            name, forced_kwargs = self.forced
+            kwargs = dict(kwargs, **forced_kwargs)
+        if self.forced_options and name in names():
+            kwargs = dict(kwargs, **self.forced_options)
+        return name, kwargs
+
+    def with_defaults(self, cls, kwargs):
+        takes = _option_names(cls)
+        return dict({k: v for k, v in self.defaults.items() if k in takes}, **kwargs)
+
+    def made(self, comm, asked, made):
+        for callback in self.callbacks:
+            callback(comm, asked, made)
+
+
+OVERRIDES = Overrides()  # the launcher's, for this process
 
 
 class OptionError(ConfigError, TypeError):
@@ -75,37 +103,35 @@ def force_communicator(name, **kwargs):
 
     ``force_communicator(None)`` undoes it.
     """
-    global _forced
     if name is None:
-        _forced = None
+        OVERRIDES.forced = None
         return
     _check_name(name)
-    _forced = (name, kwargs)
+    OVERRIDES.forced = (name, kwargs)
 
 
 def set_defaults(**options):
     """Options every communicator of ours made by the factory gets unless the call gives
     them (those its class takes): ``python -m chainermn_torus.run --grid 2x4`` without
     ``--communicator``. ``set_defaults()`` clears them."""
-    _defaults.clear()
-    _defaults.update({k: v for k, v in options.items() if v is not None})
+    OVERRIDES.defaults = {k: v for k, v in options.items() if v is not None}
 
 
 def add_default(key, value):
     """One more default option (the launcher's --tune), leaving the others in place."""
     if value is not None:
-        _defaults[key] = value
+        OVERRIDES.defaults[key] = value
 
 
 def add_forced_option(key, value):
     """Every communicator of ours the factory makes from now on gets ``key=value`` (the
     launcher's --fp16-allreduce); ChainerMN's are refused with the reason."""
-    _forced_options[key] = value
+    OVERRIDES.forced_options[key] = value
 
 
 def on_create(callback):
     """``callback(comm, asked, made)`` after every communicator the factory makes."""
-    _on_create.append(callback)
+    OVERRIDES.callbacks.append(callback)
 
 
 def _check_name(name):
@@ -140,12 +166,8 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
     the configuration, no effect on CPU). Other keywords go to ChainerMN's factory.
     """
     asked = communicator_name
-    if _forced is not None:
-        communicator_name, forced_kwargs = _forced
-        kwargs = dict(kwargs, **forced_kwargs)
+    communicator_name, kwargs = OVERRIDES.choose(communicator_name, kwargs)
     ours = names()
-    if _forced_options and communicator_name in ours:
-        kwargs = dict(kwargs, **_forced_options)
     _check_name(communicator_name)
     cls = communicator_class(communicator_name) if communicator_name in ours else None
     if cls is None and kwargs.get('allreduce_grad_dtype') is not None \
@@ -157,9 +179,7 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
     if cls is None:
         return _made(_chainermn_factory(communicator_name, mpi_comm=mpi_comm, **kwargs),
                      asked, communicator_name)
-    if _defaults:
-        takes = _option_names(cls)
-        kwargs = dict({k: v for k, v in _defaults.items() if k in takes}, **kwargs)
+    kwargs = OVERRIDES.with_defaults(cls, kwargs)
     explicit = 'batched_copy' in kwargs
     batched_copy = kwargs.pop('batched_copy', True)
     try:
@@ -185,8 +205,7 @@ def _made(comm, asked, made):
     # The job's watchdog starts with its first communicator, where one is set (the
     # environment, the launcher), and marks every communicator's calls.
     watchdog.attach(comm)
-    for callback in _on_create:
-        callback(comm, asked, made)
+    OVERRIDES.made(comm, asked, made)
     return comm
 
 
@@ -217,6 +236,12 @@ def register():
     """Make chainermn.create_communicator (both import paths) and
     chainermn.create_multi_node_optimizer this package's (idempotent). The launcher also
     replaces ``chainermn.optimizers.create_multi_node_optimizer``."""
-    chainermn.create_communicator = create_communicator
-    chainermn.communicators.create_communicator = create_communicator
-    chainermn.create_multi_node_optimizer = create_multi_node_optimizer
+    if patches.applied('registry'):
+        return
+    why = 'ChainerMN scripts make this package\'s communicators and optimizer'
+    for owner, name, ours in ((chainermn, 'create_communicator', create_communicator),
+                              (chainermn.communicators, 'create_communicator',
+                               create_communicator),
+                              (chainermn, 'create_multi_node_optimizer',
+                               create_multi_node_optimizer)):
+        patches.apply(owner, name, ours, 'registry', why)

@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -130,3 +131,25 @@ def test_phases_cost_nothing_when_off():
     with timeline.phase('allreduce') as p:
         assert p is timeline._NULL
     assert timeline.flush() is None
+
+
+def test_timed_adds_to_the_stats_and_the_timeline_from_the_same_readings(tmp_path):
+    stats = {'update': 0.0, 'calls': 0, 'communicate': 0.0}
+    timeline.disable()
+    with timeline.timed('update', stats, count='calls'):
+        time.sleep(0.01)
+    assert stats['update'] >= 0.01 and stats['calls'] == 1
+    timeline.enable(str(tmp_path / 'tl'))
+    try:
+        tl = timeline.ACTIVE
+        before = stats['update']
+        with pytest.raises(KeyError):
+            with timeline.timed('update', stats):
+                raise KeyError('counted also when the block raises')
+        name, t0, t1 = tl.events[-1][:3]
+        assert name == 'update' and stats['update'] - before == pytest.approx(t1 - t0)
+        with timeline.timed(None, stats, 'communicate'):  # counted, not drawn
+            pass
+        assert tl.events[-1][0] == 'update' and stats['communicate'] > 0
+    finally:
+        timeline.disable()

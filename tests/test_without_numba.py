@@ -41,7 +41,7 @@ def test_float16_block_sums_in_numpy_have_the_kernels_bits(n, nblocks):
 
 def _packed(scale, monkeypatch, with_numba):
     if not with_numba:
-        monkeypatch.setattr(jit, '_NUMBA', None)
+        monkeypatch.setattr(jit, 'numba', lambda: None)
     rng = numpy.random.RandomState(3)
     sizes = [5, 1031, 1, 4099]
     params = []
@@ -72,7 +72,7 @@ def test_float16_packing_in_numpy_has_the_kernels_bits(scale, monkeypatch):
 
 
 def test_what_has_no_fallback_names_numba(monkeypatch):
-    monkeypatch.setattr(jit, '_NUMBA', None)
+    monkeypatch.setattr(jit, 'numba', lambda: None)
     monkeypatch.setattr(fpenv, 'numba', None)
     with pytest.raises(RuntimeError, match=r'numba cannot be imported .* fused update kernels'):
         fuse(chainer.optimizers.Adam())

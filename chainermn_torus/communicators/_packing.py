@@ -10,6 +10,7 @@ that never come. ``check_same_layout`` compares a 64-bit digest of the layout ac
 one tiny all-reduce and, when they differ, every rank raises the same ValueError naming the first
 difference.
 """
+import functools
 import hashlib
 import weakref
 
@@ -30,9 +31,6 @@ MPI_TYPES = {
     numpy.dtype(numpy.uint8): MPI.BYTE,
 }
 
-_FLOAT16_TYPE = []  # made on first use: MPI must be initialised
-
-
 def mpi_type_of(dtype):
     """The MPI datatype a transfer dtype travels as.
 
@@ -42,9 +40,13 @@ def mpi_type_of(dtype):
     dtype = numpy.dtype(dtype)
     if dtype != numpy.float16:
         return MPI_TYPES[dtype]
-    if not _FLOAT16_TYPE:
-        _FLOAT16_TYPE.append(MPI.BYTE.Create_contiguous(2).Commit())
-    return _FLOAT16_TYPE[0]
+    return _float16_type()
+
+
+@functools.lru_cache(maxsize=None)
+def _float16_type():
+    """Made on first use (MPI must be initialised), once per process."""
+    return MPI.BYTE.Create_contiguous(2).Commit()
 
 
 def grad_params(model, zero_fill):

@@ -44,7 +44,7 @@ from chainer.functions.pooling import average_pooling_2d as _avg2d
 from chainer.functions.pooling import max_pooling_nd as _maxnd
 
 from chainermn_torus.compute import batchnorm, conv, dnnl, eltwise, lrn, pooling
-from chainermn_torus.runtime import chainer_private, report
+from chainermn_torus.runtime import chainer_private, patches, report
 
 __all__ = ['enable', 'disable', 'enabled', 'REPLACED']
 
@@ -57,11 +57,8 @@ REPLACED = ('convolution_2d (forward, gradient of the input and of the weights),
             'where numba is installed), relu (forward, '
             'gradient), max_pooling_2d and average_pooling_2d (forward, gradient), '
             'local_response_normalization (forward, gradient)')
-_PATCHES = []  # (class, attribute, Chainer's function)
-
-
 def enabled():
-    return bool(_PATCHES)
+    return bool(patches.applied('compute'))
 
 
 def _standard(fn, inputs):
@@ -229,8 +226,7 @@ def _chainer_indexes(func):
     """Chainer's ``indexes`` of a max pooling computed here, from its kept input."""
     if func.indexes is None:
         x = func.get_retained_inputs()[0].array
-        chainers = next((original for cls, _, original in _PATCHES
-                         if cls is _maxnd.MaxPoolingND), _maxnd.MaxPoolingND.forward_cpu)
+        chainers = patches.original_of(_maxnd.MaxPoolingND, 'forward_cpu')
         chainers(func, (x,))  # sets them, y unused
     return func.indexes
 
@@ -326,17 +322,14 @@ _REPLACEMENTS = [
 def enable():
     """Chainer's functions above on oneDNN (idempotent); raises where oneDNN does not
     load (``dnnl.DnnlError``, naming the fix)."""
-    if _PATCHES:
+    if enabled():
         return
     dnnl.lib()
     for cls, name, make in _REPLACEMENTS:
-        original = cls.__dict__[name]
-        setattr(cls, name, make(original))
-        _PATCHES.append((cls, name, original))
+        patches.apply(cls, name, make(cls.__dict__[name]), 'compute',
+                      'Chainer\'s {} on oneDNN'.format(cls.__name__))
 
 
 def disable():
     """Chainer's own functions again."""
-    while _PATCHES:
-        cls, name, original = _PATCHES.pop()
-        setattr(cls, name, original)
+    patches.uninstall('compute')

@@ -40,6 +40,7 @@ from chainermn_torus.launch import options as _options
 from chainermn_torus.launch import patches
 from chainermn_torus.launch.optimizer import LauncherOverrides
 from chainermn_torus.launch.report import PREFIX, say
+from chainermn_torus.runtime import patches as runtime_patches
 from chainermn_torus.runtime import report, threads, timeline, watchdog, world
 from chainermn_torus.errors import ConfigError
 
@@ -89,7 +90,9 @@ class Launch(object):
         compute.use(self.get('compute'), self.sources.get('compute', 'compute (default)'),
                     rank=world.launcher_rank() or 0)
         # Either import path of ChainerMN's factory makes ours, with the launcher's options.
-        chainermn.optimizers.create_multi_node_optimizer = _registry.create_multi_node_optimizer
+        runtime_patches.apply(chainermn.optimizers, 'create_multi_node_optimizer',
+                              _registry.create_multi_node_optimizer, 'launcher',
+                              'either import path of ChainerMN\'s factory makes ours')
         if self.get('loader') is not None or self.get('data_parallel'):
             patches.patch_updater(self)
         if self.get('data_parallel') or self.get('loader_eval'):

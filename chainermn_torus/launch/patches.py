@@ -13,6 +13,7 @@ from chainer.training.updaters import standard_updater
 
 from chainermn_torus.launch import loaders, sharding
 from chainermn_torus.launch.extensions import Extend
+from chainermn_torus.runtime import patches
 
 __all__ = ['patch_updater', 'patch_trainer', 'patch_plain_update']
 
@@ -30,7 +31,8 @@ def patch_updater(launch):
             loaders.replace_training_iterator(launch, updater)
 
     __init__.__wrapped__ = original
-    cls.__init__ = __init__
+    patches.apply(cls, '__init__', __init__, 'launcher',
+                  '--loader / --data-parallel reach every updater the script makes')
 
 
 def patch_trainer(launch):
@@ -41,7 +43,8 @@ def patch_trainer(launch):
         return extend(trainer, extension, *args, **kwargs)
 
     trainer_extend.__wrapped__ = original
-    training.Trainer.extend = trainer_extend
+    patches.apply(training.Trainer, 'extend', trainer_extend, 'launcher',
+                  '--data-parallel / --loader-eval reach the evaluators the script adds')
 
 
 def patch_plain_update(launch):
@@ -54,7 +57,8 @@ def patch_plain_update(launch):
                         'loop, no Trainer and StandardUpdater), which the launcher cannot '
                         'parallelise safely; use a Trainer, or ChainerMN calls in the '
                         'script'.format(type(opt).__name__))
-        cls.update = original  # checked once: no cost per step afterwards
+        patches.undo(patch)  # checked once: no cost per step afterwards
         return original(opt, lossfun, *args, **kwds)
 
-    cls.update = update
+    patch = patches.apply(cls, 'update', update, 'launcher',
+                          '--data-parallel stops a custom loop it cannot parallelise')

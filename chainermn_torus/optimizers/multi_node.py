@@ -41,7 +41,6 @@ update, as ChainerMN does: the wrapper waits for the all-reduce in flight, drops
 the parameters again and starts over.
 """
 import sys
-import time
 
 import chainer
 import numpy
@@ -191,26 +190,20 @@ class MultiNodeOptimizer(object):
                 return  # as ChainerMN: the first step only makes the replicas equal
         if not mode.average(self):
             return
-        t0 = time.perf_counter()
-        with _timeline.phase('update'):
+        with _timeline.timed('update', self.timings):
             self.actual_optimizer.update(None, *args, **kwds)
-        self.timings['update'] += time.perf_counter() - t0
 
     def _forward_backward(self, lossfun, args, kwds):
         _timeline.next_iteration()
-        t0 = time.perf_counter()
-        target = self.target
-        loss = lossfun(*args, **kwds)
-        if chainer_private.uses_cleargrads(self.actual_optimizer):
-            target.cleargrads()
-        else:
-            target.zerograds()
-        self.mode.backward(self, loss)
-        del loss
-        t1 = time.perf_counter()
-        self.timings['forward_backward'] += t1 - t0
-        if _timeline.ACTIVE is not None:
-            _timeline.ACTIVE.add('forward_backward', t0, t1)
+        with _timeline.timed('forward_backward', self.timings):
+            target = self.target
+            loss = lossfun(*args, **kwds)
+            if chainer_private.uses_cleargrads(self.actual_optimizer):
+                target.cleargrads()
+            else:
+                target.zerograds()
+            self.mode.backward(self, loss)
+            del loss
 
     def _changed(self):
         """ChainerMN's is_changed: names or initialisation of parameters differ from last time."""

@@ -15,7 +15,6 @@ A mode holds its own state (thread, buffers, the snapshot's extra arrays) and it
 """
 import concurrent.futures
 import copy
-import time
 
 import chainer
 import numpy
@@ -66,11 +65,10 @@ class Synchronous(object):
         comm, target = opt.communicator, opt.target
         if opt.check_finite:
             check_finite_grads(comm, target)
-        t0 = time.perf_counter()
-        comm.multi_node_mean_grad(target, opt.zero_fill)
-        if opt.check_finite:
-            check_finite_means(comm, target)
-        opt.timings['communicate'] += time.perf_counter() - t0
+        with _timeline.timed(None, opt.timings, 'communicate'):  # its phases: the comm's
+            comm.multi_node_mean_grad(target, opt.zero_fill)
+            if opt.check_finite:
+                check_finite_means(comm, target)
         return True
 
     def wait(self, opt):
@@ -156,12 +154,11 @@ class DoubleBuffering(Synchronous):
                 numba.set_num_threads(1)
             if ftz:
                 fpenv.set_flush_denormals(True)  # MXCSR is per thread
-            t0 = time.perf_counter()
-            if hasattr(comm, 'mean_grad_in_slot'):
-                comm.mean_grad_in_slot(shadow, zero_fill, slot)
-            else:
-                comm.multi_node_mean_grad(shadow, zero_fill)
-            timings['communicate'] += time.perf_counter() - t0
+            with _timeline.timed(None, timings, 'communicate'):
+                if hasattr(comm, 'mean_grad_in_slot'):
+                    comm.mean_grad_in_slot(shadow, zero_fill, slot)
+                else:
+                    comm.multi_node_mean_grad(shadow, zero_fill)
 
         self.future = self.executor.submit(run)
 
@@ -169,10 +166,8 @@ class DoubleBuffering(Synchronous):
         future, self.future = self.future, None
         if future is None:
             return
-        t0 = time.perf_counter()
-        with _timeline.phase('wait'), watchdog_mod.in_call(_overlap.WAIT_CALL):
+        with _timeline.timed('wait', opt.timings), watchdog_mod.in_call(_overlap.WAIT_CALL):
             future.result()  # raises the thread's exception, with its traceback
-        opt.timings['wait'] += time.perf_counter() - t0
 
     def before_serialize(self, opt, serializer):
         self.wait(opt)  # a snapshot holds the averaged grads the next update will apply
@@ -264,22 +259,21 @@ class Overlap(Synchronous):
 
     def average(self, opt):
         state, target, comm = self.state, opt.target, opt.communicator
-        t0 = time.perf_counter()
         if state.step is not None:
-            buf = state.wait(target)
-            opt.timings['wait'] += time.perf_counter() - t0
+            with _timeline.timed(None, opt.timings, 'wait'):  # the state records its span
+                buf = state.wait(target)
             if opt.check_finite:
                 check_bucket_means(comm, buf.array)  # the same on every rank
             return True
-        if opt.check_finite:
-            check_finite_grads(comm, target)
-        if state.plan is not None and state.plan.matches(target):
-            state.mean_now(target)  # the layout overlapped steps use: the same sums
-        else:
-            comm.multi_node_mean_grad(target, opt.zero_fill)
-        if opt.check_finite:
-            check_finite_means(comm, target)
-        opt.timings['communicate'] += time.perf_counter() - t0
+        with _timeline.timed(None, opt.timings, 'communicate'):
+            if opt.check_finite:
+                check_finite_grads(comm, target)
+            if state.plan is not None and state.plan.matches(target):
+                state.mean_now(target)  # the layout overlapped steps use: the same sums
+            else:
+                comm.multi_node_mean_grad(target, opt.zero_fill)
+            if opt.check_finite:
+                check_finite_means(comm, target)
         return True
 
     def finalize(self, opt):

@@ -40,18 +40,30 @@ import chainer
 
 from chainermn_torus import config
 from chainermn_torus.errors import ConfigError, Refusal
-from chainermn_torus.runtime import devshm, report, timeline
+from chainermn_torus.runtime import devshm, patches, report, timeline
 
 __all__ = ['install', 'ABORT_DELAY_S', 'Terminated', 'TERM_GRACE_S']
 
 ABORT_DELAY_S = 1.0
 REFUSAL_WAIT_S = 2.0  # > ABORT_DELAY_S: a rank other than 0 lets rank 0's refusal end the job
 REFUSAL_TAG = 32_001  # other ranks' refusals to rank 0 (MPI guarantees tags up to 32767)
-# A duplicate of the world made at install (collective: the first communicator or
-# optimizer): a script's receive from any tag on the world cannot take a refusal's message.
-_channel = []
 TERM_GRACE_S = 3.0  # > ABORT_DELAY_S: the exception path gets its chance first
-_installed = []  # the hook that was in place before ours, once ours is installed
+
+
+class _Installed(object):
+    """What the installed hook holds: one per process, as ``sys.excepthook`` is."""
+
+    def __init__(self):
+        self.previous = None  # the hook that was in place before ours, once ours is
+        # A duplicate of the world made at install (collective: the first communicator or
+        # optimizer): a script's receive from any tag on the world cannot take a refusal's
+        # message.
+        self.channel = None
+        self.wakeup = None    # the write end of the SIGTERM watcher's pipe, once it runs
+        self.said = []        # sockets that say "said on this node", held until exit
+
+
+_HOOK = _Installed()
 
 
 class Terminated(BaseException):
@@ -59,22 +71,21 @@ class Terminated(BaseException):
 
 
 _ABORTING = b'\xfe'  # written to the watcher's pipe by the hook: not a signal number
-_wakeup = []  # the write end of the watcher's pipe, once the watcher runs
 
 
 def _hook(exctype, value, tb):
-    if _wakeup:  # the hook is ending the job: the SIGTERM watcher gives it time
+    if _HOOK.wakeup is not None:  # the hook is ending the job: the SIGTERM watcher waits
         try:
-            os.write(_wakeup[0], _ABORTING)
+            os.write(_HOOK.wakeup, _ABORTING)
         except OSError:
             pass
     if isinstance(value, Refusal) and not _setting('debug'):
         return _refuse(value)
     from mpi4py import MPI
     if MPI.COMM_WORLD.Get_size() < 2:  # one process: Python's own report, nothing to end
-        return _installed[0](exctype, value, tb)
+        return _HOOK.previous(exctype, value, tb)
     try:
-        _installed[0](exctype, value, tb)
+        _HOOK.previous(exctype, value, tb)
     finally:
         rank = MPI.COMM_WORLD.Get_rank()
         # One write: the banners of ranks that fail together stay apart on the shared pipe.
@@ -119,11 +130,8 @@ def said_once(text):
     except OSError:
         sock.close()
         return False
-    _bound.append(sock)  # held until the process ends
+    _HOOK.said.append(sock)  # held until the process ends
     return True
-
-
-_bound = []
 
 
 def refusal_line(text, rank, host):
@@ -149,12 +157,12 @@ def _refuse(value):
     message = str(value)
     if rank != 0 and world.Get_size() > 1:
         data = bytearray(json.dumps([host, message]).encode())
-        _channel[0].Isend([data, MPI.BYTE], dest=0, tag=REFUSAL_TAG)  # ended with the job
+        _HOOK.channel.Isend([data, MPI.BYTE], dest=0, tag=REFUSAL_TAG)  # ended with the job
         time.sleep(REFUSAL_WAIT_S)
     if said_once(message):
         report.line(refusal_line(message, rank, host))
-    if rank == 0 and _channel:  # several ranks: theirs, that differ
-        _say_others(_channel[0], {message}, time.monotonic() + ABORT_DELAY_S)
+    if rank == 0 and _HOOK.channel is not None:  # several ranks: theirs, that differ
+        _say_others(_HOOK.channel, {message}, time.monotonic() + ABORT_DELAY_S)
     sys.stdout.flush()
     timeline.emergency_flush()
     _unlink_mpi_segments()
@@ -183,20 +191,16 @@ def _say_others(channel, said, deadline):
             report.line(refusal_line(message, status.Get_source(), host))
 
 
-_TRAINER_RUN = []  # Chainer's Trainer.run, once ours wraps it
-
-
 def _trainer_says_no_refusal():
     """Chainer's Trainer.run prints every exception of the loop with its traceback on every
     rank before finalizing (so that a finalizer that hangs does not hide it). A refusal's
     traceback says nothing its message does not, and the hook says the message once: the
     loop runs with that print off, and prints it itself, after finalizing, for every other
     exception, in Chainer's words (``show_loop_exception_msg=False`` still silences it)."""
-    if _TRAINER_RUN:
+    if patches.applied('abort'):
         return
     trainer = chainer.training.Trainer
     original = trainer.run
-    _TRAINER_RUN.append(original)
 
     def run(self, show_loop_exception_msg=True):
         try:
@@ -209,22 +213,23 @@ def _trainer_says_no_refusal():
                                 e, ''.join(traceback.format_tb(e.__traceback__))))
             raise
     run.__doc__ = original.__doc__
-    trainer.run = run
+    patches.apply(trainer, 'run', run, 'abort', 'a refusal is said once, by the abort hook, '
+                  'without the loop\'s traceback')
 
 
 def install():
     """Install the hook (idempotent). With one rank it only says refusals in their line:
     there is no job to end and SIGTERM ends the process as usual."""
     from mpi4py import MPI
-    if _installed or not MPI.Is_initialized():
+    if _HOOK.previous is not None or not MPI.Is_initialized():
         return  # e.g. a loader process (MPI4PY_RC_INITIALIZE=false): no MPI there
     if _setting('no_abort'):
         return
-    _installed.append(sys.excepthook)
+    _HOOK.previous = sys.excepthook
     sys.excepthook = _hook
     _trainer_says_no_refusal()
     if MPI.COMM_WORLD.size > 1:
-        _channel.append(MPI.COMM_WORLD.Dup())
+        _HOOK.channel = MPI.COMM_WORLD.Dup()
     for key in ('no_abort', 'debug'):
         config.env(key)  # a bad value is refused now, in one line, by the hook above
     if MPI.COMM_WORLD.size > 1:
@@ -269,7 +274,7 @@ def _catch_sigterm():
         return
     finally:
         os.close(read_fd)  # the watcher's end: EOF there means this process is gone
-    _wakeup.append(write_fd)
+    _HOOK.wakeup = write_fd
     signal.signal(signal.SIGTERM, _on_sigterm)
 
 

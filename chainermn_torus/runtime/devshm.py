@@ -37,6 +37,7 @@ On cluster nodes /dev/shm is RAM. Two things go wrong there, and this module ans
 """
 import ctypes
 import errno
+import functools
 import os
 import re
 import signal
@@ -206,18 +207,14 @@ def _bus_error_in_child(array):
     return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGBUS
 
 
-_LIBC = []
-
-
+@functools.lru_cache(maxsize=None)
 def _libc():
-    if not _LIBC:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        libc.madvise.restype = ctypes.c_int
-        libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
-        libc.memset.restype = ctypes.c_void_p
-        _LIBC.append(libc)
-    return _LIBC[0]
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    libc.madvise.restype = ctypes.c_int
+    libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+    libc.memset.restype = ctypes.c_void_p
+    return libc
 
 
 def _in_use(paths):

@@ -9,12 +9,11 @@ updates, flush-to-zero, the large-batch RMSprop kernel) stop with a message nami
 
 Nothing is imported here until asked: ``import chainermn_torus`` stays light.
 """
+import functools
+
 from chainermn_torus.errors import Unsupported
 
 __all__ = ['numba', 'available', 'require', 'FALLBACK_NOTE']
-
-_UNSET = object()
-_NUMBA = _UNSET
 
 # Shown once per node at start-up. What the fallbacks cost, measured on ResNet-50's 102 MB at
 # P = 2 on this project's 2-core x86 VM (docs/portability.md): float16 communication 6x
@@ -26,16 +25,14 @@ FALLBACK_NOTE = ('numba is not installed: float16 conversions and sums and the s
                  'flush-to-zero are not available (pip install numba)')
 
 
+@functools.lru_cache(maxsize=None)
 def numba():
-    """The numba module, or None where it cannot be imported."""
-    global _NUMBA
-    if _NUMBA is _UNSET:
-        try:
-            import numba as module
-        except ImportError:
-            module = None
-        _NUMBA = module
-    return _NUMBA
+    """The numba module, or None where it cannot be imported (looked for once)."""
+    try:
+        import numba as module
+    except ImportError:
+        return None
+    return module
 
 
 def available():

@@ -38,7 +38,7 @@ from chainermn_torus import config
 from chainermn_torus.runtime.atomic import atomic_write
 from chainermn_torus.errors import ConfigError
 
-__all__ = ['enable', 'disable', 'phase', 'flush', 'emergency_flush', 'trace_events', 'ACTIVE',
+__all__ = ['enable', 'disable', 'phase', 'timed', 'flush', 'emergency_flush', 'trace_events', 'ACTIVE',
            'TIMELINE_ENV']
 
 TIMELINE_ENV = config.SETTINGS['timeline'].env
@@ -274,6 +274,31 @@ def phase(name):
     """``with phase('allreduce'):`` records the block when the timeline is on."""
     tl = ACTIVE
     return _NULL if tl is None else tl.span(name)
+
+
+class timed(object):
+    """``with timed('update', stats):`` the one way a span is timed: the block's seconds
+    (two clock reads) are added to ``stats[key or name]`` (with ``count``, 1 to
+    ``stats[count]`` per block), and it is recorded on the timeline when one is on, from the
+    same two readings. Also when the block raises."""
+    __slots__ = ('name', 'stats', 'key', 'count', 't0')
+
+    def __init__(self, name, stats, key=None, count=None):
+        self.name, self.stats, self.key, self.count = name, stats, key or name, count
+
+    def __enter__(self):
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        t1 = time.perf_counter()
+        self.stats[self.key] += t1 - self.t0
+        if self.count is not None:
+            self.stats[self.count] += 1
+        tl = ACTIVE
+        if tl is not None and self.name is not None:
+            tl.add(self.name, self.t0, t1)
+        return False
 
 
 def next_iteration():

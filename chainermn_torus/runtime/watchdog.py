@@ -51,7 +51,7 @@ import psutil
 from chainer.training.extensions import Evaluator
 
 from chainermn_torus import config
-from chainermn_torus.runtime import agree, call_marks, progress_board as pb
+from chainermn_torus.runtime import agree, call_marks, patches, progress_board as pb
 from chainermn_torus.errors import Unsupported
 
 __all__ = ['Watchdog', 'attach', 'set_default', 'WATCHDOG_ENV', 'STARTUP_ENV',
@@ -318,15 +318,11 @@ def _host():
     return socket.gethostname()
 
 
-_EVALUATOR_MARKED = []
-
-
 def _mark_evaluations():
     """Chainer's Evaluator marks each batch on the active watchdog (once per process): a
     long evaluation is progress, not a stall, while its batches move."""
-    if _EVALUATOR_MARKED:
+    if patches.applied('watchdog'):
         return
-    _EVALUATOR_MARKED.append(True)
     original = Evaluator.__call__
 
     def __call__(self, trainer=None):
@@ -347,4 +343,5 @@ def _mark_evaluations():
         finally:
             self.converter = converter
             dog.between()
-    Evaluator.__call__ = __call__
+    patches.apply(Evaluator, '__call__', __call__, 'watchdog',
+                  'each evaluation batch is progress, not a stall')

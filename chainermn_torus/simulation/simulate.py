@@ -11,6 +11,7 @@ SimGrid is found as installed for this Python, or in Debian's ``python3-simgrid`
 (``/usr/lib/python3/dist-packages``, whose module is built for Debian's Python 3.11): see
 ``simgrid_env``.
 """
+import functools
 import json
 import os
 import subprocess
@@ -61,13 +62,9 @@ def simgrid_env():
     return None
 
 
-_ENV = []
-
-
+@functools.lru_cache(maxsize=None)
 def _env():
-    if not _ENV:
-        _ENV.append(simgrid_env())
-    return _ENV[0]
+    return simgrid_env()
 
 
 def _child_env(found):

@@ -1,0 +1,74 @@
+"""Every change this package makes to Chainer's and ChainerMN's objects, made here, recorded,
+and undoable: ``apply`` replaces an attribute (a factory of ChainerMN's module, a method of a
+Chainer class) and remembers what was there; ``undo`` / ``uninstall`` put the original back
+(the very object, or the inherited one where the class had none of its own); ``applied``
+lists what is in force, each with its group and why.
+
+The groups (who applies them, and when):
+
+* ``registry``: ``import chainermn_torus`` makes ChainerMN's ``create_communicator`` (both
+  import paths) and ``create_multi_node_optimizer`` this package's.
+* ``launcher``: ``python -m chainermn_torus.run`` makes ``chainermn.optimizers.
+  create_multi_node_optimizer`` ours too, and hooks ``StandardUpdater.__init__``,
+  ``Trainer.extend`` and ``GradientMethod.update`` as its options ask (launch.patches).
+* ``watchdog``: ``Evaluator.__call__`` marks each evaluation batch (runtime.watchdog).
+* ``abort``: ``Trainer.run`` leaves the printing of a refusal to the abort hook.
+* ``compute``: Chainer's heavy functions on oneDNN (compute.onednn; ``compute.use('numpy')``
+  undoes them).
+
+The list of patches in force is the one piece of process-wide state here: a patch is
+process-wide by nature (it changes a class or a module every thread sees).
+"""
+import collections
+
+__all__ = ['apply', 'undo', 'uninstall', 'applied', 'original_of', 'Patch', 'GROUPS']
+
+GROUPS = ('registry', 'launcher', 'watchdog', 'abort', 'compute')
+_MISSING = object()
+
+Patch = collections.namedtuple('Patch', 'owner name original own replacement group why')
+
+_APPLIED = []  # the patches in force, oldest first
+
+
+def apply(owner, name, replacement, group, why):
+    """Set ``owner.name`` to ``replacement`` (recorded); returns the Patch. Patching an
+    attribute that is patched already wraps the current one: undo goes back step by step."""
+    if group not in GROUPS:
+        raise ValueError('patch group {!r} is not one of {}'.format(group, ', '.join(GROUPS)))
+    own = name in vars(owner)
+    original = vars(owner)[name] if own else getattr(owner, name, _MISSING)
+    patch = Patch(owner, name, original, own, replacement, group, why)
+    setattr(owner, name, replacement)
+    _APPLIED.append(patch)
+    return patch
+
+
+def undo(patch):
+    """Put back what ``patch`` replaced (the original, or nothing of the owner's own where
+    the attribute was inherited)."""
+    _APPLIED.remove(patch)
+    if patch.own:
+        setattr(patch.owner, patch.name, patch.original)
+    elif patch.name in vars(patch.owner):
+        delattr(patch.owner, patch.name)
+
+
+def uninstall(group=None):
+    """Undo every patch in force (of ``group``), newest first; returns how many."""
+    done = [p for p in reversed(_APPLIED) if group is None or p.group == group]
+    for patch in done:
+        undo(patch)
+    return len(done)
+
+
+def applied(group=None):
+    return [p for p in _APPLIED if group is None or p.group == group]
+
+
+def original_of(owner, name):
+    """What ``owner.name`` was before this package's first patch of it (itself if none)."""
+    for patch in _APPLIED:
+        if patch.owner is owner and patch.name == name:
+            return patch.original
+    return getattr(owner, name)

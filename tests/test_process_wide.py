@@ -1,0 +1,60 @@
+"""Every module-level name the package changes after import is listed, with why it must be
+one per process, in docs/development.md ("Process-wide state"); the rule that finds them is
+scripts/structure_figures.py's, and it can fail."""
+import ast
+import importlib.util
+import os
+
+from conftest import ROOT
+
+
+def _figures():
+    spec = importlib.util.spec_from_file_location(
+        'structure_figures', os.path.join(ROOT, 'scripts', 'structure_figures.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _section():
+    text = open(os.path.join(ROOT, 'docs', 'development.md')).read()
+    start = text.index('## Process-wide state')
+    return text[start:text.index('\n## ', start + 1)]
+
+
+def _listed(section):
+    names = set()
+    for line in section.splitlines():
+        if line.startswith('| `'):
+            cell = line.split('|')[1]
+            parts = [p.strip(' `') for p in cell.split(',')]
+            path = parts[0].rsplit(':', 1)[0]
+            names.update('{}:{}'.format(path, p.rsplit(':', 1)[-1]) for p in parts)
+    return names
+
+
+def test_every_process_wide_name_is_listed_with_why():
+    figures = _figures()
+    found = set()
+    package = os.path.join(ROOT, 'chainermn_torus')
+    for path in figures._py_files(package):
+        rel = os.path.relpath(path, package)
+        found.update(figures._mutable_names(ast.parse(open(path).read()), rel))
+    listed = _listed(_section())
+    assert sorted(found - listed) == []
+    # the rule finds the ones it can see, and the table holds no name that is gone
+    gone = [n for n in listed if not _defined(package, n)]
+    assert gone == []
+    assert len(found) >= 15
+
+
+def _defined(package, name):
+    path, attr = name.rsplit(':', 1)
+    return '\n{} = '.format(attr) in '\n' + open(os.path.join(package, path)).read()
+
+
+def test_the_rule_finds_a_new_one():
+    figures = _figures()
+    tree = ast.parse('_SEEN = []\nTABLE = {}\n\ndef f(x):\n    _SEEN.append(x)\n'
+                     'def g():\n    global _N\n    _N = 1\n')
+    assert figures._mutable_names(tree, 'm.py') == ['m.py:_N', 'm.py:_SEEN']
