@@ -32,11 +32,9 @@ exit. An exception in a loader is raised in the training process as ``LoaderErro
 the loader's traceback; a loader that dies is reported with its exit code.
 """
 import collections
-import errno
 import itertools
 import multiprocessing
 import os
-import socket
 import traceback
 import uuid
 import weakref
@@ -46,7 +44,7 @@ import chainer
 import numpy
 from threadpoolctl import threadpool_limits
 
-from chainermn_torus.runtime import devshm, draws, report
+from chainermn_torus.runtime import devshm, draws
 from chainermn_torus.errors import ConfigError, DataError, Refusal
 
 __all__ = ['LoaderIterator', 'LoaderError', 'SHM_PREFIX']
@@ -148,23 +146,6 @@ def _worker(dataset, layout, tasks, results, cpus, parent_pid, seed):
                 seg.close()
 
 
-def _reserve(seg, nbytes):
-    """Back the whole segment now: on a full /dev/shm this fails here with ENOSPC, instead of
-    a SIGBUS at the first write to a page that cannot be backed (other ranks of the node
-    allocate at the same time, so the free-space check alone cannot promise it)."""
-    try:
-        os.posix_fallocate(seg._fd, 0, nbytes)
-    except OSError as e:
-        if e.errno != errno.ENOSPC:
-            return  # the file system cannot reserve (not tmpfs): the check above has to do
-        raise devshm.SharedMemoryFull(
-            'chainermn_torus: not enough shared memory: the loader\'s batch slots do not fit '
-            'in {} on node {} ({} free). Fixes: chainermn-torus clean (what dead jobs left), '
-            'a larger /dev/shm, fewer ranks per node, a smaller batch or n_prefetch.'.format(
-                devshm.SHM_DIR, socket.gethostname(),
-                report.format_bytes(devshm.free_bytes()))) from None
-
-
 def _attach(name):
     # Spawned children share the training process's resource tracker, where the segment is
     # already registered (the tracker keeps a set): attaching adds nothing to undo.
@@ -248,8 +229,9 @@ class LoaderIterator(chainer.dataset.Iterator):
         sizes = [max(1, self.batch_size * int(numpy.prod(shape)) * dtype.itemsize)
                  for shape, dtype in fields]
         devshm.sweep()  # what dead processes of ours left on this node (never a live one's)
-        devshm.check_room(self._n_slots * sum(sizes), 'the loader\'s {} batch slots of {} '
-                          'examples'.format(self._n_slots, self.batch_size))
+        what = 'the loader\'s {} batch slots of {} examples'.format(self._n_slots,
+                                                                   self.batch_size)
+        devshm.check_room(self._n_slots * sum(sizes), what)
         tag = '{}{}_{}'.format(devshm.segment_prefix(), next(_COUNTER), uuid.uuid4().hex[:6])
         names, self._arrays = [], []
         for s in range(self._n_slots):
@@ -259,10 +241,13 @@ class LoaderIterator(chainer.dataset.Iterator):
                                                  size=sizes[f])
                 self._res.segments.append(seg)
                 self._res.linked.append(seg)
-                _reserve(seg, sizes[f])
+                array = numpy.ndarray((self.batch_size,) + shape, dtype, buffer=seg.buf)
+                # Backed now, as the communicators' windows are: on a full /dev/shm this
+                # fails here, not with a SIGBUS at the first write (other ranks of the node
+                # allocate at the same time, so the check above cannot promise it).
+                devshm.populate(array, what, self._n_slots * sum(sizes))
                 slot_names.append(seg.name)
-                slot_arrays.append(numpy.ndarray((self.batch_size,) + shape, dtype,
-                                                 buffer=seg.buf))
+                slot_arrays.append(array)
             names.append(slot_names)
             self._arrays.append(slot_arrays)
         self._shm_names = [n for slot in names for n in slot]
