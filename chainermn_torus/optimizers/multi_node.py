@@ -98,26 +98,8 @@ def make(actual_optimizer, communicator, double_buffering=False, zero_fill=True,
         on_first_update: called at the first update (a launcher's check:
             ``optimizers.factory``).
     """
-    if check_replicas is not None and (int(check_replicas) != check_replicas
-                                       or check_replicas < 1):
-        raise ConfigError('chainermn_torus: check_replicas must be a step count >= 1 (or '
-                          'None), got {!r}'.format(check_replicas))
-    if fused not in (True, False, 'auto'):
-        raise ConfigError("chainermn_torus: fused must be True, False or 'auto', got "
-                          '{!r}'.format(fused))
-    if overlap and double_buffering:
-        raise ConfigError('chainermn_torus: overlap=True and double_buffering=True are two '
-                          'ways to hide the all-reduce (this step\'s gradients during '
-                          'backward, or the last step\'s during this step); choose one')
-    if fused is True:
-        fused_mod.fuse(actual_optimizer, flush_denormals)
-    elif fused == 'auto' and jit.available():  # without numba: Chainer's (said at start-up)
-        try:
-            fused_mod.fuse(actual_optimizer, flush_denormals)
-        except ValueError:
-            report.say('{} has no fused update (fused versions: {}); using Chainer\'s.'.format(
-                type(actual_optimizer).__name__, ', '.join(fused_mod.fusable_names())),
-                communicator.rank, stream=sys.stderr)
+    _check_options(check_replicas, fused, overlap, double_buffering)
+    _fuse(actual_optimizer, fused, flush_denormals, communicator.rank)
     if flush_denormals:
         fpenv.set_flush_denormals(True)
     dog = watchdog_mod.attach(communicator, watchdog)
@@ -129,6 +111,34 @@ def make(actual_optimizer, communicator, double_buffering=False, zero_fill=True,
         mode = update_modes.Synchronous()
     return MultiNodeOptimizer(actual_optimizer, communicator, mode, zero_fill, check_finite,
                               dog, check_replicas, on_first_update)
+
+
+def _check_options(check_replicas, fused, overlap, double_buffering):
+    if check_replicas is not None and (int(check_replicas) != check_replicas
+                                       or check_replicas < 1):
+        raise ConfigError('chainermn_torus: check_replicas must be a step count >= 1 (or '
+                          'None), got {!r}'.format(check_replicas))
+    if fused not in (True, False, 'auto'):
+        raise ConfigError("chainermn_torus: fused must be True, False or 'auto', got "
+                          '{!r}'.format(fused))
+    if overlap and double_buffering:
+        raise ConfigError('chainermn_torus: overlap=True and double_buffering=True are two '
+                          'ways to hide the all-reduce (this step\'s gradients during '
+                          'backward, or the last step\'s during this step); choose one')
+
+
+def _fuse(actual_optimizer, fused, flush_denormals, rank):
+    """fused=True: the fused kernel or an error; 'auto': where there is one (said where
+    not); without numba, 'auto' keeps Chainer's (said at start-up)."""
+    if fused is True:
+        fused_mod.fuse(actual_optimizer, flush_denormals)
+    elif fused == 'auto' and jit.available():
+        try:
+            fused_mod.fuse(actual_optimizer, flush_denormals)
+        except ValueError:
+            report.say('{} has no fused update (fused versions: {}); using Chainer\'s.'.format(
+                type(actual_optimizer).__name__, ', '.join(fused_mod.fusable_names())),
+                rank, stream=sys.stderr)
 
 
 class MultiNodeOptimizer(object):
