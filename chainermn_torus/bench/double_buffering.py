@@ -83,7 +83,7 @@ def build(comm_name, payload, double_buffering, gbps, seed, poll):
     for p in model.payload.params():
         p.update_rule.enabled = False  # communicated, not updated
     stats = {'calls': 0}
-    target = opt.background if double_buffering else comm
+    target = opt.mode.background if double_buffering else comm
     name = 'mean_grad_in_slot' if double_buffering and hasattr(target, 'mean_grad_in_slot') \
         else 'multi_node_mean_grad'
     setattr(target, name, _slow_link(getattr(target, name), comm, gbps, stats))
