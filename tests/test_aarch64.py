@@ -7,6 +7,7 @@ QEMU emulates the architecture's FPCR semantics, not a particular chip's speed: 
 check behaviour, and no figure from them is a timing.
 """
 import os
+import textwrap
 
 import pytest
 
@@ -28,39 +29,18 @@ def _python(code):
     return run_python(code, env={'NUMBA_NUM_THREADS': '2'}, python=PYTHON, timeout=600)
 
 
-def test_it_is_aarch64_with_flush_to_zero_supported():
-    out = _python('''
+def test_aarch64_flush_to_zero_and_chainers_layers_in_one_interpreter():
+    # One aarch64 interpreter for the three single-process checks (each start under QEMU
+    # costs 20 s and more): the machine and FPCR.FZ's support; the x86 test's flush-to-zero
+    # check, unchanged (denormal arithmetic flushed with the switch on, in the calling
+    # thread and in numba's worker threads, and not with it off); Chainer's layers on numpy,
+    # said once with the reason (no oneDNN 3 for arm64 on the index; Debian's libdnnl 2.6
+    # speaks the v2 API, docs/compute.md), and onednn refused.
+    out = _python(textwrap.dedent('''
         import platform
         from chainermn_torus.optimizers import fpenv
-        print(platform.machine(), fpenv.supported())
-    ''')
-    assert out.split() == ['aarch64', 'True']
-
-
-def test_flush_to_zero_sets_fpcr_fz_in_main_and_kernel_threads():
-    # The x86 test's check, unchanged: denormal arithmetic flushed with the switch on, in
-    # the calling thread (numpy) and in numba's worker threads (the fused kernel), and not
-    # with it off.
-    assert _python(FTZ_CHECK).split() == FTZ_EXPECTED
-
-
-@pytest.mark.parametrize('variant, nprocs, hide_numba', [
-    ('rsap', 2, False),          # one-sided puts; float16 through numba's aarch64 kernels
-    ('rsaa:shm=1', 3, False),    # shared-memory rows, an odd row length
-    ('rsaa:shm=1', 2, True),     # the numpy fallbacks on aarch64
-])
-def test_exact_means_on_aarch64(variant, nprocs, hide_numba, no_numba):
-    path = no_numba + os.pathsep + ROOT if hide_numba else ROOT
-    proc = run_mpi(nprocs, [worker('check_mean.py'), variant], python=PYTHON, timeout=900,
-                   env={'PYTHONPATH': path})
-    assert_ok(proc, nprocs)
-    assert ('numba is not installed' in proc.stdout) == hide_numba
-
-
-def test_chainers_layers_stay_on_numpy_on_aarch64_and_say_why():
-    # No oneDNN 3 for arm64 on the index; Debian's libdnnl 2.6 speaks the v2 API
-    # (docs/compute.md): auto is numpy, said once with the reason; onednn is refused.
-    out = _python('''
+        print('machine', platform.machine(), fpenv.supported())
+    ''') + textwrap.dedent(FTZ_CHECK).replace('print(', "print('ftz', ") + textwrap.dedent('''
         from chainermn_torus import compute
         from chainermn_torus.compute import dnnl
         print('mode', compute.use('auto', rank=0))
@@ -68,8 +48,25 @@ def test_chainers_layers_stay_on_numpy_on_aarch64_and_say_why():
             compute.use('onednn')
         except dnnl.DnnlError as e:
             print('refused', e)
-    ''')
-    assert 'mode numpy' in out
-    said = [l for l in out.splitlines() if "compute: Chainer's numpy (auto, and" in l]
+    '''))
+    lines = out.splitlines()
+    assert 'machine aarch64 True' in lines, out
+    assert 'ftz ' + ' '.join(FTZ_EXPECTED) in lines, out
+    assert 'mode numpy' in lines, out
+    said = [l for l in lines if "compute: Chainer's numpy (auto, and" in l]
     assert len(said) == 1 and 'no oneDNN 3 package exists for aarch64' in said[0], out
     assert 'refused chainermn_torus: oneDNN (libdnnl.so.3) is not installed' in out
+
+
+@pytest.mark.parametrize('variants, nprocs, hide_numba', [
+    # one-sided puts, float16 through numba's aarch64 kernels; shared-memory rows of an odd
+    # length: one job of 3 ranks (each job's start under QEMU is a minute)
+    (['rsap', 'rsaa:shm=1'], 3, False),
+    (['rsaa:shm=1'], 2, True),     # the numpy fallbacks on aarch64
+], ids=['rsap+rsaa:shm=1-3', 'rsaa:shm=1-2-without-numba'])
+def test_exact_means_on_aarch64(variants, nprocs, hide_numba, no_numba):
+    path = no_numba + os.pathsep + ROOT if hide_numba else ROOT
+    proc = run_mpi(nprocs, [worker('check_mean.py')] + variants, python=PYTHON, timeout=900,
+                   env={'PYTHONPATH': path})
+    assert_ok(proc, nprocs)
+    assert ('numba is not installed' in proc.stdout) == hide_numba

@@ -158,7 +158,7 @@ def _needs_onednn():
     pytest.param('resnet50', '64', ('BatchNormalization', 'MaxPoolingND'),
                  marks=pytest.mark.slow),
     pytest.param('nin', '227', ('MaxPoolingND', 'AveragePooling2D'), marks=pytest.mark.slow),
-    ('tiny', '64', ('ReLU',))])
+    pytest.param('tiny', '64', ('ReLU',), marks=pytest.mark.slow)])
 def test_compute_benchmark(tmp_path, model, size, kinds):
     _needs_onednn()
     out = tmp_path / 'c.json'

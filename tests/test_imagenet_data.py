@@ -99,6 +99,7 @@ def test_builder_mean_is_compute_mean_of_the_training_list(data):
     numpy.testing.assert_allclose(mean, numpy.mean(images, axis=0), rtol=1e-5, atol=1e-3)
 
 
+@pytest.mark.slow  # full tier only: the fast tier keeps one of its kind
 def test_compute_mean_script_matches_builder(data, tmp_path):
     out = str(tmp_path / 'mean.npy')
     proc = subprocess.run([sys.executable, COMPUTE_MEAN, os.path.join(data, 'train.txt'),
@@ -119,6 +120,7 @@ def test_builder_is_deterministic_and_idempotent(data, tmp_path):
     assert digest(str(again)) != digest(data)
 
 
+@pytest.mark.slow  # full tier only: the fast tier keeps one of its kind
 def test_builder_refuses_a_directory_it_did_not_make(tmp_path):
     (tmp_path / 'precious.txt').write_text('keep me')
     proc = subprocess.run([sys.executable, BUILDER, '--out', str(tmp_path), '--per-class', '1',

@@ -196,6 +196,7 @@ def test_every_setting_refused_in_one_line_through_its_variable_and_its_option()
     assert not bad, '\n\n'.join('{}: {}\n{}'.format(*b) for b in bad)
 
 
+@pytest.mark.slow  # full tier only: the fast tier keeps one of its kind
 def test_debug_shows_the_traceback_of_a_refusal():
     code, lines = _job(env={'CHAINERMN_TORUS_THREADS': 'two', 'CHAINERMN_TORUS_DEBUG': '1'})
     assert code != 0 and any(l.startswith('Traceback') for l in lines), lines
@@ -223,6 +224,7 @@ def test_a_refusal_on_several_ranks_is_said_once(mode, expected):
     assert sorted(ours) == sorted(e.replace('HOST', host) for e in expected), ours
 
 
+@pytest.mark.slow  # full tier only: the fast tier keeps one of its kind
 def test_an_unexpected_exception_keeps_its_traceback():
     proc = run_mpi(2, [worker('refuse.py'), 'unexpected'], timeout=120)
     assert proc.returncode != 0

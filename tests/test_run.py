@@ -51,6 +51,7 @@ def test_launcher_preserves_exceptions():
     assert 'naive_script.py' in proc.stderr  # the traceback points into the script
 
 
+@pytest.mark.slow  # full tier only: the fast tier keeps one of its kind
 def test_launcher_rejects_unknown_names_and_missing_scripts():
     proc = _run_single('--communicator', 'bogus', worker('naive_script.py'))
     assert proc.returncode == 2 and "invalid choice: 'bogus'" in proc.stderr

@@ -37,8 +37,9 @@ def our_shm():
     return [n for n in os.listdir('/dev/shm') if n.startswith(SHM_PREFIX)]
 
 
-@pytest.mark.parametrize('kwargs', [{'order_sampler': None, 'shuffle': False},
-                                    {'order_sampler': 'seeded'}],
+@pytest.mark.parametrize('kwargs', [
+    pytest.param({'order_sampler': None, 'shuffle': False}, marks=pytest.mark.slow),
+    {'order_sampler': 'seeded'}],
                          ids=['in-order', 'shuffled'])
 def test_same_batches_and_epochs_as_serial_iterator(kwargs):
     def make(cls, **extra):
@@ -55,6 +56,7 @@ def test_same_batches_and_epochs_as_serial_iterator(kwargs):
                 assert numpy.array_equal(xa, xb)
 
 
+@pytest.mark.slow  # full tier only: the fast tier keeps one of its kind
 def test_finite_iteration_stops_like_serial_iterator():
     ref = chainer.iterators.SerialIterator(Squares(12), 5, repeat=False, shuffle=False)
     with LoaderIterator(Squares(12), 5, repeat=False, shuffle=False) as it:
@@ -74,8 +76,9 @@ def _load(iterator, target):
     iterator.serialize(chainer.serializers.NpzDeserializer(target))
 
 
-@pytest.mark.parametrize('source,dest', [('loader', 'loader'), ('serial', 'loader'),
-                                         ('loader', 'serial')])
+@pytest.mark.parametrize('source,dest', [
+    ('loader', 'loader'), pytest.param('serial', 'loader', marks=pytest.mark.slow),
+    pytest.param('loader', 'serial', marks=pytest.mark.slow)])
 def test_resume_continues_exactly(source, dest):
     make = {'loader': lambda: LoaderIterator(Squares(23), 5, order_sampler=sampler(),
                                              n_processes=2),
@@ -117,6 +120,7 @@ def our_shm_of(it):
     return [n for n in our_shm() if any(n == s.lstrip('/') for s in it.shm_names)]
 
 
+@pytest.mark.slow  # full tier only: the fast tier keeps one of its kind
 def test_examples_of_another_shape_are_refused_clearly():
     with LoaderIterator(Ragged(10), 10, shuffle=False) as it:
         with pytest.raises(LoaderError) as e:
@@ -125,6 +129,7 @@ def test_examples_of_another_shape_are_refused_clearly():
     assert 'needs examples of one shape' in str(e.value)
 
 
+@pytest.mark.slow  # full tier only: the fast tier keeps one of its kind
 def test_a_killed_loader_is_reported():
     it = LoaderIterator(Slow(200), 10, shuffle=False, n_prefetch=1)
     it.next()
@@ -135,6 +140,7 @@ def test_a_killed_loader_is_reported():
     assert 'died with exit code -9' in str(e.value)
 
 
+@pytest.mark.slow  # full tier only: the fast tier keeps one of its kind
 def test_loaders_are_pinned_and_everything_is_freed():
     cpus = sorted(os.sched_getaffinity(0))[:1]
     it = LoaderIterator(Squares(30), 6, n_processes=2, cpus=cpus)

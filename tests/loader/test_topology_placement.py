@@ -145,6 +145,7 @@ def test_auto_takes_siblings_where_there_are_some(single, smt2):
     assert plan.policy == 'same-core' and 'auto chose same-core' in plan.reason
 
 
+@pytest.mark.slow  # full tier only: the fast tier keeps one of its kind
 def test_cli_prints_the_plan(tmp_path):
     import subprocess
     import sys

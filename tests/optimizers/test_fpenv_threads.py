@@ -91,6 +91,7 @@ def test_bad_thread_counts_are_refused(bad):
     assert 'thread count >= 1' in str(e.value) and repr(bad) in str(e.value)
 
 
+@pytest.mark.slow  # full tier only: the fast tier keeps one of its kind
 def test_ensure_applies_once_per_process_and_again_only_when_asked():
     # Communicators, examples and the loader placement all go through ensure(): the first
     # sets the default, a later call without a count keeps it, an explicit count replaces it.

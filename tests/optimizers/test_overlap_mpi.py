@@ -15,7 +15,7 @@ def test_overlap(mpi_world, name, nprocs):
     assert len(set(checks)) == 1 and checks[0] >= 6, checks
 
 
-@pytest.mark.parametrize('nprocs', [2, 3])
+@pytest.mark.parametrize('nprocs', ranks([2, 3], fast=[2]))
 def test_overlap_with_auto(mpi_world, nprocs):
     # auto hands the buckets to the communicator it chose (it once ran the base class's
     # bucket loop on itself and failed with KeyError 'total').
