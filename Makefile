@@ -29,8 +29,17 @@ MPI ?= mpich
 ONLY_MPI := $(if $(filter mpich,$(MPI)),,-m mpi)
 WITH_MPI := bash scripts/with_mpi.sh $(MPI)
 
+# After the whole suite under MPICH, the fast MPI set under each of OTHER_MPIS (Intel MPI, what
+# Oakforest-PACS runs, and Open MPI; their wheels installed on first use): the same checks
+# against the other two ABIs and launchers. OTHER_MPIS= leaves them out.
+OTHER_MPIS ?= $(if $(filter mpich,$(MPI)),impi openmpi,)
+
 test: setup test-parts
-	$(WITH_MPI) $(PY) -m pytest -q --durations=15 $(ONLY_MPI) tests
+	$(WITH_MPI) $(PY) -m pytest -q --durations=30 $(ONLY_MPI) tests
+	@for m in $(OTHER_MPIS); do \
+	    echo "[test] the fast MPI set under $$m"; \
+	    $(MAKE) --no-print-directory test-fast MPI=$$m || exit 1; \
+	done
 
 # The real parts the tests exercise that this machine can install: with root and apt,
 # SimGrid (the simulator's tests: `make simgrid`) and an aarch64 Python under QEMU (`make

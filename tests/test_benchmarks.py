@@ -239,6 +239,7 @@ def test_data_parallel_benchmark(tmp_path):
     assert ('torch' in res['median']) == bool(os.environ.get('TORCH_PYTHON'))
 
 
+@pytest.mark.slow  # full tier only: the fast tier keeps one of its kind
 def test_compute_accuracy_benchmark_names_the_missing_subset(tmp_path):
     proc = subprocess.run(
         [sys.executable, '-m', 'chainermn_torus.bench.compute_accuracy', '--imagenet',

@@ -90,6 +90,7 @@ def test_every_marked_name_has_its_code_on_the_board():
     assert pb.call_name(0) == 'a communication call'
 
 
+@pytest.mark.slow  # full tier only: the fast tier keeps one of its kind
 def test_the_board_keeps_the_directory_a_rank_writes_a_checkpoint_to(dog, tmp_path):
     dog.checkpoint(str(tmp_path))
     assert dog._board.writing_to(dog._slot) == str(tmp_path)

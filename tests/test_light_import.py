@@ -34,6 +34,7 @@ print(chainermn_torus.RsapCommunicator.__name__, 'mpi4py.MPI' in sys.modules)
     assert out.split('\n')[:3] == ['[]', 'True', 'RsapCommunicator True']
 
 
+@pytest.mark.slow  # full tier only: the fast tier keeps one of its kind
 def test_a_bad_timeline_prefix_fails_at_the_communicator_not_at_import(tmp_path):
     bad = str(tmp_path / 'missing-dir' / 'tl')
     out = python('''

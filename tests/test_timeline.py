@@ -54,6 +54,7 @@ def test_mnist_run_writes_a_trace_per_rank_and_merges(tmp_path, flags, comm_phas
     assert len(json.loads(out.read_text())['traceEvents']) == len(merged)
 
 
+@pytest.mark.slow  # full tier only: the fast tier keeps one of its kind
 def test_timeline_bad_input(tmp_path):
     with pytest.raises(ValueError, match='does not exist or is not writable'):
         timeline.enable(str(tmp_path / 'missing' / 'tl'))

@@ -12,7 +12,7 @@ from chainermn_torus.tuning import memory, trials
 from conftest import run_mpi, worker
 
 
-@pytest.mark.parametrize('nprocs', [2, 3])
+@pytest.mark.parametrize('nprocs', [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_tuned_run_chooses_alike_equals_the_fixed_choice_and_is_remembered(
         mpi_world, tmp_path, nprocs):
     reports = mpi_world(nprocs, 'check_tune', 'check_all', str(tmp_path / 'tuned'),

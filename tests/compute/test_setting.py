@@ -101,6 +101,7 @@ def test_where_onednn_does_not_load_auto_is_numpy_said_and_onednn_is_refused(res
         report.say = original
 
 
+@pytest.mark.slow  # full tier only: the fast tier keeps one of its kind
 @needs_onednn
 def test_onednn_openmp_threads_follow_the_budget_and_the_loader_placement():
     code = textwrap.dedent('''

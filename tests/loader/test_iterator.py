@@ -39,7 +39,7 @@ def our_shm():
 
 @pytest.mark.parametrize('kwargs', [
     pytest.param({'order_sampler': None, 'shuffle': False}, marks=pytest.mark.slow),
-    {'order_sampler': 'seeded'}],
+    pytest.param({'order_sampler': 'seeded'}, marks=pytest.mark.slow)],
                          ids=['in-order', 'shuffled'])
 def test_same_batches_and_epochs_as_serial_iterator(kwargs):
     def make(cls, **extra):

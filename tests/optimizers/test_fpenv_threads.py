@@ -68,6 +68,7 @@ def test_default_threads_divides_physical_cores_among_ranks_on_the_node():
     assert threads.default_threads(2)[0] == max(1, physical // 2)
 
 
+@pytest.mark.slow  # full tier only: the fast tier keeps one of its kind
 def test_budget_is_applied_to_blas_and_numba_and_can_be_overridden():
     out = _python('''
         from threadpoolctl import threadpool_info

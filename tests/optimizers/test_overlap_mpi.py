@@ -9,7 +9,8 @@ from conftest import ranks
 
 
 @pytest.mark.parametrize('nprocs', ranks([2, 3, 4], fast=[2]))
-@pytest.mark.parametrize('name', ['rsap', 'rsaa', 'pure_allreduce'])
+@pytest.mark.parametrize('name', ['rsap', pytest.param('rsaa', marks=pytest.mark.slow),
+                                  'pure_allreduce'])
 def test_overlap(mpi_world, name, nprocs):
     checks = mpi_world(nprocs, 'check_overlap', 'check_communicator', name, timeout=300)
     assert len(set(checks)) == 1 and checks[0] >= 6, checks

@@ -15,6 +15,7 @@ NET = planner.Network('test', 50e-6, 1 / 0.12e9, 5e-6, 1 / 5e9, 1 / 8e9, 1 / 10e
                       beta_put=1 / 0.12e9, fence_inter=2e-3, flush_inter=1e-3)
 
 
+@pytest.mark.slow  # full tier only: the fast tier keeps one of its kind
 def test_two_nodes_match_the_closed_form():
     # Rabenseifner on 2 ranks: send half each way, add it, send the sum back; full-duplex
     # links, a route crosses two links of alpha / 2 each, and on the emulated cluster's TCP
