@@ -61,6 +61,7 @@ class _Installed(object):
         self.channel = None
         self.wakeup = None    # the write end of the SIGTERM watcher's pipe, once it runs
         self.said = []        # sockets that say "said on this node", held until exit
+        self.refusing = False  # waiting for rank 0's abort after sending it a refusal
 
 
 _HOOK = _Installed()
@@ -158,7 +159,9 @@ def _refuse(value):
     if rank != 0 and world.Get_size() > 1:
         data = bytearray(json.dumps([host, message]).encode())
         _HOOK.channel.Isend([data, MPI.BYTE], dest=0, tag=REFUSAL_TAG)  # ended with the job
+        _HOOK.refusing = True  # a SIGTERM now is rank 0's abort reaching this rank
         time.sleep(REFUSAL_WAIT_S)
+        _HOOK.refusing = False
     if said_once(message):
         report.line(refusal_line(message, rank, host))
     if rank == 0 and _HOOK.channel is not None:  # several ranks: theirs, that differ
@@ -237,6 +240,12 @@ def install():
 
 
 def _on_sigterm(signum, frame):
+    if _HOOK.refusing:
+        # Waiting to be ended with the job after sending rank 0 its refusal: this is that
+        # end (Open MPI's MPI_Abort signals the other ranks; MPICH's kills them), said by
+        # rank 0. Quietly, without a traceback from inside the hook.
+        sys.stdout.flush()
+        os._exit(1)
     raise Terminated('SIGTERM received (a batch time limit, scancel, or the launcher ending '
                      'the job); the latest complete checkpoint, if any, is intact')
 

@@ -38,7 +38,9 @@ def _lines(proc, text):
 @pytest.mark.parametrize('options, env, where, said', [
     pytest.param(['--compute', 'onednn'], None, 'chainermn_torus.compute.onednn',
                  'compute: oneDNN 3.', marks=pytest.mark.slow),
-    ([], None, 'chainermn_torus.compute.onednn', 'compute: oneDNN 3.'),  # auto: the fast tier's
+    # auto (full tier: the fast tier's launcher test is test_run's)
+    pytest.param([], None, 'chainermn_torus.compute.onednn', 'compute: oneDNN 3.',
+                 marks=pytest.mark.slow),
     pytest.param(['--compute', 'numpy'], None, 'chainer.functions.connection.convolution_2d',
                  "compute: Chainer's numpy (--compute=numpy)", marks=pytest.mark.slow),
     pytest.param([], {'CHAINERMN_TORUS_COMPUTE': 'numpy'},
