@@ -59,6 +59,8 @@ class Overrides(object):
         return name, kwargs
 
     def with_defaults(self, cls, kwargs):
+        if not self.defaults:
+            return kwargs
         takes = _option_names(cls)
         return dict({k: v for k, v in self.defaults.items() if k in takes}, **kwargs)
 

@@ -18,9 +18,10 @@ clearly slower dropped (``tuning.trials``); then every later call runs the winne
 candidate computes the exact mean of the same gradients, so training goes on meanwhile (at
 P > 2 two candidates' means can differ by the rounding of another summation order). Rank 0
 reports every candidate's time, the prediction's miss and what the measuring cost beyond
-the winner's time (the stages and the decision: ``tuning.tuner``), and remembers the choice in a file for the job shape
-(``tuning.memory``): the next job of that shape starts with it and measures nothing.
-Buffers under ``TUNE_MIN_BYTES`` and one-shot ``mean_array`` calls keep the prediction.
+the winner's time (the stages and the decision: ``tuning.tuner``), and remembers the
+choice in a file for the job shape (``tuning.memory``): the next job of that shape starts
+with it and measures nothing. Buffers under ``TUNE_MIN_BYTES`` and one-shot ``mean_array``
+calls keep the prediction.
 """
 import atexit
 import collections

@@ -29,7 +29,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                 keep))
         self.rule = rules.get(batch, lr_rule)
         self.comm, self.directory, self.keep = comm, directory, int(keep)
-        self.batch, self.lr_rule = batch, lr_rule
+        self.lr_rule = lr_rule  # the rule's (self.rule) large-batch learning-rate rule
         self.rank, self.size = comm.rank, comm.size
         # Fail now, not after an hour of training.
         writing.check_writable(comm, directory, 'checkpoints', CheckpointError)
