@@ -41,6 +41,25 @@ def test_reads_idx_directories_like_get_mnist(tmp_path, gz):
     assert x3.shape == (1, 28, 28)
 
 
+def test_limit_gives_what_slicing_the_whole_gives_and_still_checks_every_label(tmp_path):
+    data = make_dir(tmp_path)
+    whole = load_mnist_idx(data, ndim=3)
+    for split, short in zip(whole, load_mnist_idx(data, ndim=3, limit=5)):
+        assert len(short) == 5
+        for (x, t), (y, u) in zip(split[:5], short):
+            assert x.tobytes() == y.tobytes() and t == u and y.dtype == numpy.float32
+    assert [len(s) for s in load_mnist_idx(data, limit=100)] == [12, 12]  # fewer there
+    labels = str(tmp_path / 't10k-labels-idx1-ubyte')
+    write_idx(labels, numpy.array([0] * 11 + [10], numpy.uint8))  # past the limit
+    with pytest.raises(DataError) as e:
+        load_mnist_idx(data, n_classes=10, limit=5)
+    assert 'label 10 at index 11' in str(e.value)
+    for bad in (0, -1, 2.5, True, '5'):
+        with pytest.raises(ValueError) as e:
+            load_mnist_idx(data, limit=bad)
+        assert 'limit must be an integer >= 1' in str(e.value) and repr(bad) in str(e.value)
+
+
 def test_missing_directory_says_which_path_and_how_to_get_data(tmp_path):
     with pytest.raises(FileNotFoundError) as e:
         load_mnist_idx(str(tmp_path / 'nowhere'))

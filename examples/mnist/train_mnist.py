@@ -144,9 +144,7 @@ def main():
     error = None
     if comm.rank == 0:
         try:
-            train, test = load_mnist_idx(args.data_dir, n_classes=10)
-            if args.limit:
-                train, test = train[:args.limit], test[:args.limit]
+            train, test = load_mnist_idx(args.data_dir, n_classes=10, limit=args.limit)
         except (OSError, ValueError) as e:
             error, train, test = str(e), None, None
     else:
