@@ -48,7 +48,7 @@ def test_every_option_reaches_the_unchanged_script_and_is_reported(nprocs, tmp_p
                                                                    dataset_root):
     proc = launch(nprocs, ['--communicator', 'rsap', '--loader', 'ours', '--flush-denormals',
                            '--double-buffering', '--check-finite', '--watchdog', '120'],
-                  mnist_args(tmp_path, '--epoch', '3'), dataset_root)
+                  mnist_args(tmp_path, '--epoch', '3', '--seed', '0'), dataset_root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = report(proc)
     text = '\n'.join(lines)
@@ -61,7 +61,9 @@ def test_every_option_reaches_the_unchanged_script_and_is_reported(nprocs, tmp_p
     summary = json.loads((tmp_path / 'summary.json').read_text())
     assert summary['iterator'] == 'LoaderIterator'
     assert (summary['optimizer'], summary['mode']) == ('MultiNodeOptimizer', 'double buffering')
-    assert summary['accuracy'] > 0.3, summary  # 3 epochs of one-step-stale steps
+    # 3 epochs of one-step-stale steps from seeded weights (unseeded, a CI run at P = 3
+    # ended at 0.28); chance is 0.1
+    assert summary['accuracy'] > 0.3, summary
 
 
 # The launcher's other options, the ones a job with --double-buffering cannot take with it
