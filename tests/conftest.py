@@ -103,6 +103,15 @@ def no_numba(tmp_path):
     return str(tmp_path)
 
 
+def line_with(text, *facts):
+    """The first line of ``text`` holding every one of ``facts`` (values, names: what a
+    message must say, not its wording), or None."""
+    for line in text.splitlines():
+        if all(str(f) in line for f in facts):
+            return line
+    return None
+
+
 def worker(name):
     return os.path.join(WORKERS, name)
 
