@@ -56,7 +56,7 @@ fi
 # The package's and the tests' bytecode, written once: the editable install leaves it to
 # the first import, which does not write it where PYTHONDONTWRITEBYTECODE is set (as on
 # some CI images), and every rank, loader process and job of the tests would then compile
-# the package again (0.09 CPU-s each, 800 interpreters in `make test`). Checked by mtime:
+# the package again (0.09 CPU-s each; `make test` starts hundreds). Checked by mtime:
 # an edited file is compiled afresh, as without this.
 "$venv/bin/python" -m compileall -q "$here/chainermn_torus" "$here/tests" "$here/examples" >/dev/null
 "$venv/bin/python" - <<'PY'
