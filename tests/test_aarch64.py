@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from conftest import ROOT, assert_ok, run_mpi, worker, MPI
-from optimizers.test_fpenv_threads import FTZ_CHECK, FTZ_EXPECTED, _python as run_python
+from optimizers.test_fpenv_threads import FTZ_CHECK, FTZ_EXPECTED
 
 PYTHON = os.path.join(ROOT, '.venv', 'aarch64', 'bin', 'python')
 pytestmark = [
@@ -25,48 +25,69 @@ pytestmark = [
 ]
 
 
-def _python(code):
-    return run_python(code, env={'NUMBA_NUM_THREADS': '2'}, python=PYTHON, timeout=600)
+CHECK_MEAN = worker('check_mean.py')
+# Rank 0 of the numba job, after the exact means: the machine and FPCR.FZ's support; the x86
+# test's flush-to-zero check, unchanged (denormal arithmetic flushed with the switch on, in
+# the calling thread and in numba's worker threads, given back the two threads the rank's
+# thread budget took, and not with it off); Chainer's layers on numpy, said once with the
+# reason (no oneDNN 3 for arm64 on the index; Debian's libdnnl 2.6 speaks the v2 API,
+# docs/compute.md), and onednn refused.
+RANK0_CHECKS = textwrap.dedent('''
+    import platform
+    import numba
+    from chainermn_torus.optimizers import fpenv
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    print('machine', platform.machine(), fpenv.supported(), 'numba threads',
+          numba.get_num_threads())
+''') + textwrap.dedent(FTZ_CHECK).replace('print(', "print('ftz', ") + textwrap.dedent('''
+    from chainermn_torus import compute
+    from chainermn_torus.compute import dnnl
+    print('mode', compute.use('auto', rank=0))
+    try:
+        compute.use('onednn')
+    except dnnl.DnnlError as e:
+        print('refused', e)
+''')
 
 
-def test_aarch64_flush_to_zero_and_chainers_layers_in_one_interpreter():
-    # One aarch64 interpreter for the three single-process checks (each start under QEMU
-    # costs 20 s and more): the machine and FPCR.FZ's support; the x86 test's flush-to-zero
-    # check, unchanged (denormal arithmetic flushed with the switch on, in the calling
-    # thread and in numba's worker threads, and not with it off); Chainer's layers on numpy,
-    # said once with the reason (no oneDNN 3 for arm64 on the index; Debian's libdnnl 2.6
-    # speaks the v2 API, docs/compute.md), and onednn refused.
-    out = _python(textwrap.dedent('''
-        import platform
-        from chainermn_torus.optimizers import fpenv
-        print('machine', platform.machine(), fpenv.supported())
-    ''') + textwrap.dedent(FTZ_CHECK).replace('print(', "print('ftz', ") + textwrap.dedent('''
-        from chainermn_torus import compute
-        from chainermn_torus.compute import dnnl
-        print('mode', compute.use('auto', rank=0))
-        try:
-            compute.use('onednn')
-        except dnnl.DnnlError as e:
-            print('refused', e)
-    '''))
-    lines = out.splitlines()
-    assert 'machine aarch64 True' in lines, out
-    assert 'ftz ' + ' '.join(FTZ_EXPECTED) in lines, out
-    assert 'mode numpy' in lines, out
-    said = [l for l in lines if "compute: Chainer's numpy (auto, and" in l]
-    assert len(said) == 1 and 'no oneDNN 3 package exists for aarch64' in said[0], out
+def _job(nprocs, variants, rank0=None, path=ROOT):
+    """check_mean.py's exact means for ``variants`` on nprocs aarch64 ranks, then, on rank
+    0, the code ``rank0``: one job, so one QEMU start per rank for all of it."""
+    code = textwrap.dedent('''
+        import runpy, sys
+        sys.path.insert(0, {workers!r})
+        sys.argv = [{check!r}] + {variants!r}
+        runpy.run_path({check!r}, run_name='__main__')
+        from mpi4py import MPI
+        if MPI.COMM_WORLD.rank == 0:
+            exec({rank0!r})
+    ''').format(workers=os.path.dirname(CHECK_MEAN), check=CHECK_MEAN, variants=variants,
+                 rank0=rank0 or '')
+    return run_mpi(nprocs, ['-c', code], python=PYTHON, timeout=900,
+                   env={'PYTHONPATH': path, 'NUMBA_NUM_THREADS': '2'})
+
+
+def test_exact_means_with_numba_flush_to_zero_and_chainers_layers_on_aarch64():
+    # One-sided puts and float16 through numba's aarch64 kernels, the shared-memory rows, at
+    # P = 2: a cold numba cache (every CI run) compiles each kernel in every rank, and 2
+    # ranks compile side by side on 2 cores where 3 took half as long again. What grows with
+    # P is the same Python on every architecture (every P to 8 on x86, and the numpy
+    # fallbacks' odd rows at P = 3 in tests/test_without_numba.py). Then rank 0's
+    # single-process checks.
+    proc = _job(2, ['rsap', 'rsaa:shm=1'], RANK0_CHECKS)
+    assert_ok(proc, 2)
+    out = proc.stdout
+    assert 'numba is not installed' not in out, out[-3000:]
+    assert 'machine aarch64 True numba threads 2' in out, out[-3000:]
+    assert 'ftz ' + ' '.join(FTZ_EXPECTED) in out, out[-3000:]
+    assert 'mode numpy' in out, out[-3000:]
+    said = [l for l in out.splitlines() if "compute: Chainer's numpy (auto, and" in l]
+    assert len(said) == 1 and 'no oneDNN 3 package exists for aarch64' in said[0], out[-3000:]
     assert 'refused chainermn_torus: oneDNN (libdnnl.so.3) is not installed' in out
 
 
-@pytest.mark.parametrize('variants, nprocs, hide_numba', [
-    # one-sided puts, float16 through numba's aarch64 kernels; shared-memory rows of an odd
-    # length: one job of 3 ranks (each job's start under QEMU is a minute)
-    (['rsap', 'rsaa:shm=1'], 3, False),
-    (['rsaa:shm=1'], 2, True),     # the numpy fallbacks on aarch64
-], ids=['rsap+rsaa:shm=1-3', 'rsaa:shm=1-2-without-numba'])
-def test_exact_means_on_aarch64(variants, nprocs, hide_numba, no_numba):
-    path = no_numba + os.pathsep + ROOT if hide_numba else ROOT
-    proc = run_mpi(nprocs, [worker('check_mean.py')] + variants, python=PYTHON, timeout=900,
-                   env={'PYTHONPATH': path})
-    assert_ok(proc, nprocs)
-    assert ('numba is not installed' in proc.stdout) == hide_numba
+def test_exact_means_without_numba_on_aarch64(no_numba):
+    # The numpy fallbacks on aarch64 (odd row lengths: on x86, tests/test_without_numba.py).
+    proc = _job(2, ['rsaa:shm=1'], path=no_numba + os.pathsep + ROOT)
+    assert_ok(proc, 2)
+    assert 'numba is not installed' in proc.stdout

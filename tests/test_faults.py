@@ -47,7 +47,8 @@ def test_exception_on_one_rank_ends_every_rank_naming_it(nprocs):
     assert 'Uncaught exception on rank 1' in proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize('nprocs', ranks([2, 4], fast=[]))
+# At P = 2 a rank killed is the fault matrix's kill rows (every communicator, root).
+@pytest.mark.parametrize('nprocs', ranks([4], fast=[]))
 def test_killed_rank_ends_the_job(nprocs):
     proc, elapsed = run_fault('kill', nprocs)
     assert elapsed < 30
@@ -107,10 +108,11 @@ def test_watchdog_bad_value():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('mode', ['raise', 'term'])
+@pytest.mark.parametrize('mode', ['term'])
 def test_timeline_is_written_whole_when_the_job_ends_abnormally(mode, tmp_path):
-    # The abort hook and SIGTERM write the timeline before the process goes (atexit never
-    # runs after MPI_Abort or a signal).
+    # SIGTERM writes the timeline before the process goes (atexit never runs after a
+    # signal). The abort hook's whole file after an exception: tests/test_timeline.py's
+    # test_timelines_survive_an_abort_and_kill_9[raise].
     import json
     prefix = tmp_path / 'tl'
     proc, elapsed = run_fault(mode, 2, env={'CHAINERMN_TORUS_TIMELINE': str(prefix)})

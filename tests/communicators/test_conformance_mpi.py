@@ -30,7 +30,10 @@ def read_matrix(table):
     return labels, rows
 
 
-RANKS = (2, 3, 4, 6)
+# 2 (two terms: the means exact), 3 (odd), 6 (a 2-D grid of two sizes, 2x3 and 3x2). P = 4
+# left out at issue 36: the API's functions are ChainerMN's code on our communicator's
+# MPI communicator at any P, and the means at P = 4 are tests/communicators/test_mean_mpi.py's.
+RANKS = (2, 3, 6)
 
 
 def cases():
