@@ -196,8 +196,11 @@ def test_imagenet_example_checks_its_arguments_as_mnist_does(option, value, caps
     assert 'argument {}'.format(option) in err and repr(value) in err, err
 
 
+# Our loader's resume (the iterator continues where it was, at 2 ranks): the bit-identical
+# test below, whose killed run resumes at iteration 4 and ends where an uninterrupted one
+# does.
 @needs_data
-@pytest.mark.parametrize('loader', ['serial', 'ours'])
+@pytest.mark.parametrize('loader', ['serial'])
 def test_imagenet_example_checkpoints_and_resumes(lists, tmp_path, loader):
     ck = tmp_path / 'ck'
     first = run_example(lists, tmp_path / 'a', loader, '--checkpoint-dir', str(ck),
