@@ -126,35 +126,36 @@ def run_cases(comm, label):
         verify(model, specs, ref, skipped, '{} seed {}'.format(label, seed[0]))
         return model
 
-    if P > BUFFER_CASES_UP_TO:
-        for specs in (UNEVEN, MIXED, HALF, BIG):
-            case(specs)
-        case(UNEVEN, zero_fill=True, none_on={1: {0}, 4: {0, 2}})
-        case(UNEVEN, zero_fill=False, none_all=(0, 3))
-        return
+    buffers = P <= BUFFER_CASES_UP_TO  # the cases of one rank's own buffers (see above)
     m = case(UNEVEN)
-    case(UNEVEN, model=m)            # repeated call: same buffer (and window)
-    # Gradients are now views of the buffer; write new values into them in place.
-    ref, _ = check_mean(m, UNEVEN, 99)
-    for (_, p), g in zip(sorted(m.namedparams()), grads_of(UNEVEN, RANK, 99)):
-        p.grad[...] = g
-    comm.multi_node_mean_grad(m)
-    verify(m, UNEVEN, ref, set(), label + ' in-place views')
+    if buffers:
+        case(UNEVEN, model=m)        # repeated call: same buffer (and window)
+        # Gradients are now views of the buffer; write new values into them in place.
+        ref, _ = check_mean(m, UNEVEN, 99)
+        for (_, p), g in zip(sorted(m.namedparams()), grads_of(UNEVEN, RANK, 99)):
+            p.grad[...] = g
+        comm.multi_node_mean_grad(m)
+        verify(m, UNEVEN, ref, set(), label + ' in-place views')
     case(MIXED)
     case(HALF)
     case(BIG)
-    case(OTHER_SIZE)                 # the model changes size: new buffer
-    case(UNEVEN, model=m)            # and back
-    kept = [p.grad.copy() for _, p in sorted(m.namedparams())]
-    for extra in range(5):           # more layouts than buffers kept: eviction
-        case([((11 + extra,), 'f'), ((3,), 'f')])
-    # m's buffer was evicted (and rsap's window memory freed): its grads got their own copy.
-    for (_, p), k in zip(sorted(m.namedparams()), kept):
-        assert numpy.array_equal(p.grad, k), label + ': grads changed when the buffer was freed'
+    if buffers:
+        case(OTHER_SIZE)             # the model changes size: new buffer
+        case(UNEVEN, model=m)        # and back
+        kept = [p.grad.copy() for _, p in sorted(m.namedparams())]
+        for extra in range(5):       # more layouts than buffers kept: eviction
+            case([((11 + extra,), 'f'), ((3,), 'f')])
+        # m's buffer was evicted (and rsap's window memory freed): its grads got their own
+        # copy.
+        for (_, p), k in zip(sorted(m.namedparams()), kept):
+            assert numpy.array_equal(p.grad, k), \
+                label + ': grads changed when the buffer was freed'
     # zero_fill: ranks 0 (and 2) leave some gradients None; zero_fill=True averages zeros in.
     case(UNEVEN, zero_fill=True, none_on={1: {0}, 4: {0, 2}})
     # grad None everywhere and zero_fill=False: skipped, as ChainerMN does.
     case(UNEVEN, zero_fill=False, none_all=(0, 3))
+    if not buffers:
+        return
     case(UNEVEN, zero_fill=True, none_all=(0, 3))
     # allreduce_grad is the deprecated alias.
     model = Model(HALF)
