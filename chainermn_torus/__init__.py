@@ -7,13 +7,21 @@ communication and fused updates also on CPU). Nothing else happens at import, as
 ``import chainermn``: mpi4py.MPI, numba and the communicator modules load when first used,
 and the abort hook and the timeline start with the first communicator or optimizer
 (``runtime.startup``).
+
+Imported before Chainer, it imports Chainer without the package scans of Chainer's
+environment check where that check has nothing to find (``runtime.chainer_import``: half of
+a rank's start-up).
 """
-from chainermn_torus import communicators as _communicators
-from chainermn_torus._registry import create_communicator  # NOQA
-from chainermn_torus._registry import create_multi_node_optimizer  # NOQA
-from chainermn_torus._registry import force_communicator  # NOQA
-from chainermn_torus._registry import register  # NOQA
-from chainermn_torus._registry import valid_names  # NOQA
+from chainermn_torus.runtime import chainer_import as _chainer_import
+
+_chainer_import.import_chainer()
+
+from chainermn_torus import communicators as _communicators  # NOQA: E402 (Chainer first)
+from chainermn_torus._registry import create_communicator  # NOQA: E402
+from chainermn_torus._registry import create_multi_node_optimizer  # NOQA: E402
+from chainermn_torus._registry import force_communicator  # NOQA: E402
+from chainermn_torus._registry import register  # NOQA: E402
+from chainermn_torus._registry import valid_names  # NOQA: E402
 
 __version__ = '0.1.0'
 

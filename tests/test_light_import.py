@@ -1,6 +1,8 @@
 """`import chainermn_torus` registers names and nothing else; MPI, numba, the abort hook and
 the timeline start with the first communicator or optimizer; login-node commands never
-start MPI. Each check runs in a fresh interpreter, since this one has imported everything."""
+start MPI; imported before Chainer, Chainer's environment check scans nothing where it has
+nothing to find (runtime.chainer_import). Each check runs in a fresh interpreter, since this
+one has imported everything."""
 import os
 import subprocess
 import sys
@@ -32,6 +34,46 @@ print(sys.excepthook is hook)
 print(chainermn_torus.RsapCommunicator.__name__, 'mpi4py.MPI' in sys.modules)
 ''')
     assert out.split('\n')[:3] == ['[]', 'True', 'RsapCommunicator True']
+
+
+SCANS = '''
+import sys
+import chainermn_torus
+import chainer
+from chainermn_torus.runtime import patches
+print(sorted(m for m in ('pkg_resources', 'numpy.distutils', 'chainer._environment_check')
+             if m in sys.modules), hasattr(chainer, '_environment_check'),
+      len(patches.applied('chainer import')))
+import chainer._environment_check as check  # Chainer's own module, from its file
+print(check.__file__ == chainer.__file__.replace('__init__', '_environment_check'))
+'''
+
+
+def test_chainer_imported_after_us_scans_nothing_and_is_left_as_chainer_has_it():
+    # Neither cupy nor ideep4py can be imported here: nothing to find, nothing scanned; the
+    # stand-in gone from sys.modules and from Chainer's namespace, no patch left in force.
+    assert python(SCANS).split('\n')[:2] == ['[] False 0', 'True']
+
+
+def test_chainers_check_runs_where_an_optional_package_is_there(tmp_path):
+    # An ideep4py that can be found (and fails to import, as a broken install would: Chainer
+    # takes that as "no iDeep"): Chainer's check runs (its module's imports show it).
+    (tmp_path / 'ideep4py').mkdir()
+    (tmp_path / 'ideep4py' / '__init__.py').write_text('raise ImportError("a test\'s stand-in")\n')
+    out = python(SCANS, env={'PYTHONPATH': str(tmp_path) + os.pathsep + ROOT})
+    assert out.split('\n')[:2] == ["['numpy.distutils', 'pkg_resources'] False 0", 'True']
+
+
+def test_what_the_check_could_find(monkeypatch):
+    from chainermn_torus.runtime import chainer_import, chainer_private
+    monkeypatch.setattr(chainer_private, 'optional_dependencies',
+                        lambda: [{'packages': ['numpy-cuda120']}, {'packages': ['nowhere4py']}])
+    assert chainer_import._something_to_find()  # numpy-cuda120 provides ``numpy``
+    monkeypatch.setattr(chainer_private, 'optional_dependencies',
+                        lambda: [{'packages': ['nowhere4py', 'nowhere-cuda1']}])
+    assert not chainer_import._something_to_find()
+    monkeypatch.setattr(sys, 'platform', 'darwin')  # the check's BLAS warning: always runs
+    assert chainer_import._something_to_find()
 
 
 @pytest.mark.slow  # full tier only: the fast tier keeps one of its kind

@@ -22,19 +22,24 @@ Read through the functions below:
   a batch normalization implementation (it picks iDeep's or cuDNN's there); compute plugs
   oneDNN's in at the same place.
 
+Read before Chainer's import ends (``runtime.chainer_import``, which imports Chainer, so this
+module imports no Chainer module at its top): ``chainer._environment_check`` (its name:
+``ENVIRONMENT_CHECK``) and ``chainer._version._optional_dependencies``
+(``optional_dependencies``), the module Chainer's ``__init__`` calls ``check()`` of and the
+list of optional packages that check looks for; Chainer has no public switch or list.
+
 Written by compute's replacements of Chainer's function bodies (compute/onednn.py), the
 fields Chainer's own ``forward_cpu`` sets and its ``backward`` reads, so they must be set
 alike: ``Convolution2DFunction._check_input_layouts_all_standard()``,
 ``Deconvolution2DFunction._calc_out_size()``, ``AveragePooling2D._in_shape`` /
 ``._in_dtype``, ``BatchNormalization._impl_selector``.
 """
-from chainer.functions.normalization import batch_normalization as _batch_normalization
-
 __all__ = ['CHECKED_WITH', 'iterators', 'optimizers', 'sub_dataset_parts', 'loss_scale',
-           'uses_cleargrads',
-           'batch_normalization_internals', 'NAMES']
+           'uses_cleargrads', 'batch_normalization_internals', 'optional_dependencies',
+           'ENVIRONMENT_CHECK', 'NAMES']
 
 CHECKED_WITH = '7.8.1'
+ENVIRONMENT_CHECK = 'chainer._environment_check'
 
 # (module, class or None, name): every private name above, for the test.
 NAMES = (
@@ -58,6 +63,8 @@ NAMES = (
      '_calc_out_size'),
     ('chainer.functions.pooling.average_pooling_2d', 'AveragePooling2D', '_in_shape'),
     ('chainer.functions.pooling.average_pooling_2d', 'AveragePooling2D', '_in_dtype'),
+    ('chainer._version', None, '_optional_dependencies'),
+    (ENVIRONMENT_CHECK, None, 'check'),
 )
 
 
@@ -89,4 +96,13 @@ def uses_cleargrads(optimizer):
 def batch_normalization_internals():
     """Chainer's batch_normalization module, whose private implementation seam compute
     uses (see the module doc)."""
-    return _batch_normalization
+    from chainer.functions.normalization import batch_normalization
+    return batch_normalization
+
+
+def optional_dependencies():
+    """Chainer's list of the optional packages its environment check looks for (dicts with
+    'name', 'packages', 'specifier'); readable during Chainer's import, after its
+    ``_version``."""
+    from chainer import _version
+    return _version._optional_dependencies

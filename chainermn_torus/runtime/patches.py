@@ -15,6 +15,12 @@ The groups (who applies them, and when):
 * ``abort``: ``Trainer.run`` leaves the printing of a refusal to the abort hook.
 * ``compute``: Chainer's heavy functions on oneDNN (compute.onednn; ``compute.use('numpy')``
   undoes them).
+* ``chainer import``: ``import chainermn_torus`` before Chainer's import puts a module of
+  nothing to check in ``sys.modules`` for the length of that import, where Chainer's own
+  check has nothing to find (runtime.chainer_import); undone when the import ends.
+
+An owner is an object (its attribute is replaced) or a dict such as ``sys.modules`` (its
+entry is).
 
 The list of patches in force is the one piece of process-wide state here: a patch is
 process-wide by nature (it changes a class or a module every thread sees).
@@ -23,7 +29,7 @@ import collections
 
 __all__ = ['apply', 'undo', 'uninstall', 'applied', 'original_of', 'Patch', 'GROUPS']
 
-GROUPS = ('registry', 'launcher', 'watchdog', 'abort', 'compute')
+GROUPS = ('registry', 'launcher', 'watchdog', 'abort', 'compute', 'chainer import')
 _MISSING = object()
 
 Patch = collections.namedtuple('Patch', 'owner name original own replacement group why')
@@ -31,27 +37,44 @@ Patch = collections.namedtuple('Patch', 'owner name original own replacement gro
 _APPLIED = []  # the patches in force, oldest first
 
 
+def _entries(owner):
+    return owner if isinstance(owner, dict) else vars(owner)
+
+
+def _set(owner, name, value):
+    if isinstance(owner, dict):
+        owner[name] = value
+    else:
+        setattr(owner, name, value)
+
+
 def apply(owner, name, replacement, group, why):
-    """Set ``owner.name`` to ``replacement`` (recorded); returns the Patch. Patching an
-    attribute that is patched already wraps the current one: undo goes back step by step."""
+    """Set ``owner.name`` (``owner[name]`` for a dict) to ``replacement`` (recorded); returns
+    the Patch. Patching an attribute that is patched already wraps the current one: undo
+    goes back step by step."""
     if group not in GROUPS:
         raise ValueError('patch group {!r} is not one of {}'.format(group, ', '.join(GROUPS)))
-    own = name in vars(owner)
-    original = vars(owner)[name] if own else getattr(owner, name, _MISSING)
+    entries = _entries(owner)
+    own = name in entries
+    original = entries[name] if own else (
+        _MISSING if isinstance(owner, dict) else getattr(owner, name, _MISSING))
     patch = Patch(owner, name, original, own, replacement, group, why)
-    setattr(owner, name, replacement)
+    _set(owner, name, replacement)
     _APPLIED.append(patch)
     return patch
 
 
 def undo(patch):
     """Put back what ``patch`` replaced (the original, or nothing of the owner's own where
-    the attribute was inherited)."""
+    the attribute was inherited or the entry absent)."""
     _APPLIED.remove(patch)
     if patch.own:
-        setattr(patch.owner, patch.name, patch.original)
-    elif patch.name in vars(patch.owner):
-        delattr(patch.owner, patch.name)
+        _set(patch.owner, patch.name, patch.original)
+    elif patch.name in _entries(patch.owner):
+        if isinstance(patch.owner, dict):
+            del patch.owner[patch.name]
+        else:
+            delattr(patch.owner, patch.name)
 
 
 def uninstall(group=None):

@@ -31,6 +31,10 @@ import os
 import statistics
 import time
 
+# chainermn_torus first: Chainer's import after it skips its environment check's package
+# scans where they have nothing to find (half of a rank's start-up; runtime.chainer_import).
+import chainermn_torus  # NOQA
+
 import chainer
 import chainer.functions as F
 import chainer.links as L

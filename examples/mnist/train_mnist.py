@@ -15,6 +15,11 @@ import json
 import os
 import time
 
+# chainermn_torus first: it registers pure_allreduce, rsaa and rsap with ChainerMN, and
+# Chainer's import after it skips its environment check's package scans where they have
+# nothing to find (half of a rank's start-up; runtime.chainer_import).
+import chainermn_torus  # NOQA: the import alone registers
+
 import chainer
 import chainer.links as L
 from chainer import training
@@ -23,7 +28,6 @@ import chainermn
 import chainermn.optimizers
 import numpy
 
-import chainermn_torus  # NOQA: registers pure_allreduce, rsaa, rsap (the import alone)
 from chainermn_torus import config
 from chainermn_torus.extensions import checkpoint
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR, load_mnist_idx

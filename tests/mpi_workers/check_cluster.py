@@ -3,11 +3,12 @@ import hashlib
 import socket
 import sys
 
+import chainermn_torus  # NOQA: first: then Chainer's import scans no packages
+
 import chainer
 import numpy
 
 import chainermn
-import chainermn_torus  # NOQA
 from chainermn_torus.communicators._shm import NodeBuffers
 
 K, R = int(sys.argv[1]), int(sys.argv[2])

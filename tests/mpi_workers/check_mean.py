@@ -7,11 +7,12 @@ that all ranks hold bitwise identical results.
 import hashlib
 import sys
 
+import chainermn_torus  # NOQA: first: then Chainer's import scans no packages
+
 import chainer
 import numpy
 from mpi4py import MPI
 
-import chainermn_torus
 from chainermn_torus.algorithms.variants import VARIANTS, takes_grid, tested
 
 import bound  # tests/mpi_workers

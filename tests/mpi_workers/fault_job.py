@@ -50,12 +50,13 @@ import signal
 import sys
 import time
 
+import chainermn_torus  # NOQA: first: then Chainer's import scans no packages
+
 import chainer
 import numpy
 from chainer import training
 
 import chainermn
-import chainermn_torus
 from chainermn_torus.algorithms import variants
 from chainermn_torus.runtime import watchdog
 from chainermn_torus.datasets.mnist import load_mnist_idx

@@ -18,13 +18,14 @@ import signal
 import sys
 import time
 
+import chainermn_torus  # NOQA: first: then Chainer's import scans no packages
+
 import chainer
 import chainer.functions as F
 import chainer.links as L
 import numpy
 
 import chainermn
-import chainermn_torus  # NOQA: the communicators, the wrapper, the abort hook
 from chainermn_torus.datasets.mnist import load_mnist_idx
 
 MODE, FAULT_RANK, FAULT_STEP = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
