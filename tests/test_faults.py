@@ -78,19 +78,13 @@ def test_rank_that_stops_is_caught_by_the_watchdog(nprocs):
 @pytest.mark.slow  # waits twice the limit between two steps
 def test_watchdog_does_not_count_a_pause_between_steps():
     # Every rank spends 3 x the limit between two steps (an evaluation, a checkpoint): the
-    # limit between steps is OUTSIDE_FACTOR x the limit, so the job ends normally.
+    # limit between steps is OUTSIDE_FACTOR x the limit, so the job ends normally. It is
+    # also the healthy run under the watchdog: 20 steps under a 1 s limit, nothing said
+    # (and the fault matrix's eval-long row, a 12 s evaluation under 2 s).
     from chainermn_torus.runtime.watchdog import OUTSIDE_FACTOR
     assert OUTSIDE_FACTOR > 3
     proc = run_mpi(2, [worker('fault_train.py'), 'pause', '1', '5'], timeout=180,
                    env={'CHAINERMN_TORUS_WATCHDOG': '1', 'PAUSE_S': '3'})
-    assert proc.returncode == 0 and proc.stdout.count('OK rank') == 2, proc.stderr[-3000:]
-    assert 'watchdog' not in proc.stderr
-
-
-@pytest.mark.slow
-def test_watchdog_stays_quiet_in_a_healthy_run():
-    proc = run_mpi(2, [worker('fault_train.py'), 'none', '1', '5'], timeout=180,
-                   env={'CHAINERMN_TORUS_WATCHDOG': '2'})
     assert proc.returncode == 0 and proc.stdout.count('OK rank') == 2, proc.stderr[-3000:]
     assert 'watchdog' not in proc.stderr
 
