@@ -30,6 +30,8 @@ from chainermn_torus.runtime import chainer_private, patches
 
 __all__ = ['import_chainer']
 
+_IN_CHAINER = chainer_private.ENVIRONMENT_CHECK.rsplit('.', 1)[1]  # its name in Chainer's
+
 
 def _something_to_find():
     if sys.platform == 'darwin':  # the check's BLAS warning
@@ -44,7 +46,7 @@ def _check():
     """Called by Chainer's ``__init__`` where it calls its environment check."""
     if _something_to_find():
         path = os.path.join(os.path.dirname(sys.modules['chainer'].__file__),
-                            chainer_private.ENVIRONMENT_CHECK.split('.')[-1] + '.py')
+                            _IN_CHAINER + '.py')
         spec = importlib.util.spec_from_file_location(chainer_private.ENVIRONMENT_CHECK, path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
@@ -66,5 +68,5 @@ def import_chainer():
         import chainer
     finally:
         patches.undo(patch)
-    if getattr(chainer, chainer_private.ENVIRONMENT_CHECK.split('.')[-1], None) is stand_in:
-        delattr(chainer, chainer_private.ENVIRONMENT_CHECK.split('.')[-1])
+    if getattr(chainer, _IN_CHAINER, None) is stand_in:
+        delattr(chainer, _IN_CHAINER)
