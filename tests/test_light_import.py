@@ -74,6 +74,13 @@ def test_what_the_check_could_find(monkeypatch):
     assert not chainer_import._something_to_find()
     monkeypatch.setattr(sys, 'platform', 'darwin')  # the check's BLAS warning: always runs
     assert chainer_import._something_to_find()
+    monkeypatch.setattr(sys, 'platform', 'linux')
+
+    def moved():  # another Chainer, without the list: its own check runs
+        raise AttributeError("module 'chainer._version' has no attribute "
+                             "'_optional_dependencies'")
+    monkeypatch.setattr(chainer_private, 'optional_dependencies', moved)
+    assert chainer_import._something_to_find()
 
 
 @pytest.mark.slow  # full tier only: the fast tier keeps one of its kind

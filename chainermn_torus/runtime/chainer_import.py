@@ -16,8 +16,9 @@ of its own in place of ``chainer._environment_check`` (``patches``, group 'chain
 in force for that one import, then undone and Chainer's namespace left without it, as if
 the check had never been imported). When Chainer calls its ``check()``, this module looks
 with Chainer's own list of optional packages: on macOS, or where a module of one of them
-(``cupy``, ``ideep4py``) can be imported, Chainer's check runs, loaded from Chainer's
-file; otherwise it has nothing to find and nothing runs. A script gets this by importing
+(``cupy``, ``ideep4py``) can be imported, or where that list cannot be read (another
+Chainer than 7.8.1), Chainer's check runs, loaded from Chainer's file; otherwise it has
+nothing to find and nothing runs. A script gets this by importing
 ``chainermn_torus`` before ``chainer`` (our examples do; ``python -m chainermn_torus.run``
 does for the scripts it runs); one that imports Chainer first gets Chainer's check.
 """
@@ -36,9 +37,12 @@ _IN_CHAINER = chainer_private.ENVIRONMENT_CHECK.rsplit('.', 1)[1]  # its name in
 def _something_to_find():
     if sys.platform == 'darwin':  # the check's BLAS warning
         return True
+    try:
+        deps = chainer_private.optional_dependencies()
+    except (ImportError, AttributeError):  # not the Chainer this was checked with: its check
+        return True
     modules = set(package.split('-')[0]  # cupy-cuda120 and the others provide ``cupy``
-                  for dep in chainer_private.optional_dependencies()
-                  for package in dep['packages'])
+                  for dep in deps for package in dep['packages'])
     return any(importlib.util.find_spec(m) is not None for m in sorted(modules))
 
 
