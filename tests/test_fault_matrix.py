@@ -126,7 +126,7 @@ def test_fault_ends_the_job_with_its_message_and_leaves_nothing(results, fault, 
         assert r['shm_files'] == [] and r['processes_left'] == [], r
         if fault == 'ckpt-room':  # room for 2.6 checkpoints: the oldest goes first, said
             assert r['message'] and r['checkpoints'] == 2, r
-        else:  # a 12 s evaluation under a 2 s limit: its batches are progress
+        else:  # a 12 s evaluation under a 3 s limit: its batches are progress
             assert r['message'] == '', r['message']
         return
     if fault == 'node-rank-stop':
