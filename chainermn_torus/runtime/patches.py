@@ -48,6 +48,13 @@ def _set(owner, name, value):
         setattr(owner, name, value)
 
 
+def _delete(owner, name):
+    if isinstance(owner, dict):
+        del owner[name]
+    else:
+        delattr(owner, name)
+
+
 def apply(owner, name, replacement, group, why):
     """Set ``owner.name`` (``owner[name]`` for a dict) to ``replacement`` (recorded); returns
     the Patch. Patching an attribute that is patched already wraps the current one: undo
@@ -71,10 +78,7 @@ def undo(patch):
     if patch.own:
         _set(patch.owner, patch.name, patch.original)
     elif patch.name in _entries(patch.owner):
-        if isinstance(patch.owner, dict):
-            del patch.owner[patch.name]
-        else:
-            delattr(patch.owner, patch.name)
+        _delete(patch.owner, patch.name)
 
 
 def uninstall(group=None):
