@@ -13,6 +13,7 @@ import argparse
 import os
 import runpy
 import sys
+import time
 
 import chainermn_torus
 from chainermn_torus import config, launch
@@ -21,6 +22,7 @@ from chainermn_torus.algorithms.variants import check_grid_option
 from chainermn_torus.errors import ConfigError, Refusal
 from chainermn_torus.runtime import report, startup as _startup
 from chainermn_torus.runtime import world
+from chainermn_torus.runtime.abort import REFUSAL_WAIT_S
 
 
 def build_parser():
@@ -42,6 +44,11 @@ def main(argv=None):
     except Refusal as e:  # a bad option or variable: one line, from the job's first rank
         if world.launcher_rank() in (None, 0):
             report.line(PREFIX + str(e).replace(report.PREFIX, '', 1))
+        else:
+            # Every rank refuses the same options; rank 0 says it. Its exit ends the job:
+            # the others wait for that, since a launcher that ends the job at the first
+            # non-zero exit may drop rank 0's line still on its way (seen under Open MPI).
+            time.sleep(REFUSAL_WAIT_S)
         sys.exit(1)
     sys.argv = [opts.script] + list(opts.args)
     # As `python script.py` would: the script's directory first on the path.

@@ -20,6 +20,7 @@ def worlds(tmp_path):
 
 
 @pytest.mark.slow  # the fast tier runs every world check through this harness
+@pytest.mark.after_lane  # it lists /dev/shm whole: no background job beside it
 def test_checks_share_one_world_until_one_fails(worlds):
     shm_before = set(os.listdir('/dev/shm'))
     first = worlds.run(3, 'world_selftest', 'ranks')
