@@ -22,7 +22,7 @@ from chainermn_torus.algorithms.variants import check_grid_option
 from chainermn_torus.errors import ConfigError, Refusal
 from chainermn_torus.runtime import report, startup as _startup
 from chainermn_torus.runtime import world
-from chainermn_torus.runtime.abort import REFUSAL_WAIT_S
+from chainermn_torus.runtime.abort import ABORT_DELAY_S
 
 
 def build_parser():
@@ -48,7 +48,7 @@ def main(argv=None):
             # Every rank refuses the same options; rank 0 says it. Its exit ends the job:
             # the others wait for that, since a launcher that ends the job at the first
             # non-zero exit may drop rank 0's line still on its way (seen under Open MPI).
-            time.sleep(REFUSAL_WAIT_S)
+            time.sleep(ABORT_DELAY_S)
         sys.exit(1)
     sys.argv = [opts.script] + list(opts.args)
     # As `python script.py` would: the script's directory first on the path.

@@ -245,9 +245,9 @@ def pytest_sessionstart(session):
 # Why: the full tier keeps 2 cores about 1.45 busy (single-process tests use one, jobs that
 # wait for a watchdog, a batch system or a kill use less), and its largest CPU-bound jobs (the
 # aarch64 ranks under QEMU: 85 s of both cores) need no clock: nothing in them is judged by
-# time. Such a job starts when collection ends, under `nice -n 19`, and takes what the other
-# tests leave: at nice 19 a process weighs 15 against 1024 at nice 0, so the tests beside it,
-# the timed ones among them (watchdogs, stalls), keep their cores. Its test runs after the
+# time. Such a job starts when collection ends at the lowest priority (LOWEST) and takes what
+# the other tests leave: it weighs 15 against their 1024, so the tests beside it, the timed
+# ones among them (watchdogs, stalls), keep their cores. Its test runs after the
 # others (before the worlds, which keep both cores busy) and waits for the job there, alone
 # by then. A test declares its job with ``@pytest.mark.lane(name)`` and a module-level
 # ``LANE = {name: function(folder)}``, the function returning ``run_mpi``'s arguments as a
@@ -255,6 +255,15 @@ def pytest_sessionstart(session):
 # as ``run_mpi`` would. Nothing is started for a test that is deselected or skipped by its
 # module's ``skipif``. A test that reads the whole machine's state, which a job beside it
 # changes (``/dev/shm``'s names), is marked ``after_lane``: it runs after the lane's tests.
+# The lowest priority for a job in a session of its own (its process group is what kill()
+# ends). `nice` alone is not enough: where the kernel groups processes by session
+# (CONFIG_SCHED_AUTOGROUP, /proc/sys/kernel/sched_autogroup_enabled, on here), nice weighs a
+# process only against its own session's, and each session weighs the same as every other
+# (an ImageNet example test beside two niced busy loops: 33 -> 48-55 s wall). The session's
+# own nice, /proc/self/autogroup, weighs the session (33 -> 35-37 s).
+LOWEST = ['sh', '-c', 'echo 19 2>/dev/null >/proc/self/autogroup; exec nice -n 19 "$@"', 'lane']
+
+
 class _LaneJob(object):
     """One job of the lane: started by ``start``, its end recorded by a thread that then
     starts the next job of the lane (``follow``): one at a time, since ranks beside each
@@ -278,7 +287,7 @@ class _LaneJob(object):
             self.out = open(os.path.join(self.folder, 'stdout'), 'w+')
             self.err = open(os.path.join(self.folder, 'stderr'), 'w+')
             self.started = time.time()
-            self.proc = subprocess.Popen(['nice', '-n', '19'] + self.argv, stdout=self.out,
+            self.proc = subprocess.Popen(LOWEST + self.argv, stdout=self.out,
                                          stderr=self.err, stdin=subprocess.DEVNULL,
                                          env=self.env, cwd=ROOT,
                                          start_new_session=True)  # kill() ends every rank
