@@ -2,11 +2,8 @@
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import threading
-import time
 
 import pytest
 
@@ -46,6 +43,16 @@ def job_env(nprocs, env=None, yielding=True):
     return full_env
 
 
+# `make test` runs the tests marked `lane` in a second pytest beside the others, at the
+# lowest priority (scripts/test_lanes.py). Which may be: jobs that compute and are judged by
+# no clock. Not a job whose result depends on time: a refusal said once (its ranks wait for
+# each other for a second), a watchdog, a kill at a moment, a benchmark's "faster" (a lower
+# bound on a time is fine: waiting only raises it). There a job may wait minutes for a core
+# while the others keep both busy (the worlds), so its limits are longer.
+IN_LANE = os.environ.get('PYTEST_LANE') == '1'
+LIMIT_SCALE = 4 if IN_LANE else 1
+
+
 def run_mpi(nprocs, argv, timeout=240, env=None, python=None):
     """Run `mpiexec -n nprocs python argv...` (``python``: another interpreter for the ranks,
     such as the aarch64 one under QEMU); returns CompletedProcess (text). For a job of its
@@ -54,6 +61,11 @@ def run_mpi(nprocs, argv, timeout=240, env=None, python=None):
     if exe is None:
         pytest.skip('no mpiexec: run `make setup` (installs the mpich wheel into .venv)')
     full_env = job_env(nprocs, env)
+    if IN_LANE:
+        # A rank that waits gives its core up (the MPI's setting for more ranks than cores,
+        # tools/oversubscribe.py): the cores it gets are the other tests' leftovers.
+        full_env.update(oversubscribe.environment(MPI, nprocs, cores=1))
+    timeout *= LIMIT_SCALE
     cmd = [exe, '-n', str(nprocs), python or sys.executable] + list(argv)
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
@@ -97,19 +109,13 @@ def run_cli(argv, cwd=ROOT):
                                  stderr=err.getvalue())
 
 
-def hide_numba(folder):
-    """Make ``folder`` a PYTHONPATH entry under which ``import numba`` fails, as where it is
-    not installed; returns it."""
-    os.makedirs(os.path.join(folder, 'numba'))
-    with open(os.path.join(folder, 'numba', '__init__.py'), 'w') as f:
-        f.write('raise ImportError("numba is hidden by the test (tests/conftest.py, '
-                'hide_numba)")\n')
-    return folder
-
-
 @pytest.fixture
 def no_numba(tmp_path):
-    return hide_numba(str(tmp_path))
+    """A PYTHONPATH entry under which ``import numba`` fails, as where it is not installed."""
+    (tmp_path / 'numba').mkdir()
+    (tmp_path / 'numba' / '__init__.py').write_text(
+        'raise ImportError("numba is hidden by the test (tests/conftest.py, no_numba)")\n')
+    return str(tmp_path)
 
 
 def line_with(text, *facts):
@@ -207,19 +213,12 @@ def pytest_collection_modifyitems(config, items):
         if module not in cache:
             cache[module] = _mpi_functions(module)
         if (getattr(item, 'originalname', None) in cache[module]
-                or {'mpi_world', 'lane'} & set(getattr(item, 'fixturenames', ()))):
+                or 'mpi_world' in getattr(item, 'fixturenames', ())):
             item.add_marker(pytest.mark.mpi)
     # The world tests last, by rank count (stable): each world starts once and only one is
-    # alive at a time. Before them the tests that take a job of the background lane: the
-    # longer the rest ran, the more of that job is done when its test asks for it.
+    # alive at a time.
     ranks = {id(item): _world_ranks(item) for item in items}
-    def group(item):
-        if ranks[id(item)] is not None:
-            return 3
-        return 1 if item.get_closest_marker('lane') else \
-            2 if item.get_closest_marker('after_lane') else 0
-    groups = {id(i): group(i) for i in items}
-    items[:] = ([i for g in (0, 1, 2) for i in items if groups[id(i)] == g]
+    items[:] = ([i for i in items if ranks[id(i)] is None]
                 + sorted((i for i in items if ranks[id(i)] is not None),
                          key=lambda i: ranks[id(i)]))
 
@@ -239,151 +238,6 @@ def _checkout_files():
 
 def pytest_sessionstart(session):
     session.config._checkout_before = _checkout_files()
-
-
-# --- the background lane ---------------------------------------------------------------------
-# Why: the full tier keeps 2 cores about 1.45 busy (single-process tests use one, jobs that
-# wait for a watchdog, a batch system or a kill use less), and its largest CPU-bound jobs (the
-# aarch64 ranks under QEMU: 85 s of both cores) need no clock: nothing in them is judged by
-# time. Such a job starts when collection ends at the lowest priority (LOWEST) and takes what
-# the other tests leave: it weighs 15 against their 1024, so the tests beside it, the timed
-# ones among them (watchdogs, stalls), keep their cores. Its test runs after the
-# others (before the worlds, which keep both cores busy) and waits for the job there, alone
-# by then. A test declares its job with ``@pytest.mark.lane(name)`` and a module-level
-# ``LANE = {name: function(folder)}``, the function returning ``run_mpi``'s arguments as a
-# dict (``folder``: the job's own, removed at the end); the ``lane`` fixture gives its result
-# as ``run_mpi`` would. Nothing is started for a test that is deselected or skipped by its
-# module's ``skipif``. A test that reads the whole machine's state, which a job beside it
-# changes (``/dev/shm``'s names), is marked ``after_lane``: it runs after the lane's tests.
-# The lowest priority for a job in a session of its own (its process group is what kill()
-# ends). `nice` alone is not enough: where the kernel groups processes by session
-# (CONFIG_SCHED_AUTOGROUP, /proc/sys/kernel/sched_autogroup_enabled, on here), nice weighs a
-# process only against its own session's, and each session weighs the same as every other
-# (an ImageNet example test beside two niced busy loops: 33 -> 48-55 s wall). The session's
-# own nice, /proc/self/autogroup, weighs the session (33 -> 35-37 s).
-LOWEST = ['sh', '-c', 'echo 19 2>/dev/null >/proc/self/autogroup; exec nice -n 19 "$@"', 'lane']
-
-
-class _LaneJob(object):
-    """One job of the lane: started by ``start``, its end recorded by a thread that then
-    starts the next job of the lane (``follow``): one at a time, since ranks beside each
-    other on the cores left over would wait for each other instead of working."""
-
-    def __init__(self, name, folder, nprocs, argv, timeout=240, env=None, python=None):
-        self.name, self.folder, self.timeout = name, folder, timeout
-        self.argv = [mpiexec_path(), '-n', str(nprocs), python or sys.executable] + list(argv)
-        # A rank that waits gives its core up (the MPI's setting for more ranks than
-        # cores, tools/oversubscribe.py): the cores it gets are others' leftovers.
-        self.env = job_env(nprocs, env)
-        self.env.update(oversubscribe.environment(MPI, nprocs, cores=1))
-        self.proc = self.started = self.asked = self.ended = None
-        self.follow = None
-        self._lock = threading.Lock()
-
-    def start(self):
-        with self._lock:
-            if self.proc is not None:
-                return
-            self.out = open(os.path.join(self.folder, 'stdout'), 'w+')
-            self.err = open(os.path.join(self.folder, 'stderr'), 'w+')
-            self.started = time.time()
-            self.proc = subprocess.Popen(LOWEST + self.argv, stdout=self.out,
-                                         stderr=self.err, stdin=subprocess.DEVNULL,
-                                         env=self.env, cwd=ROOT,
-                                         start_new_session=True)  # kill() ends every rank
-        threading.Thread(target=self._watch, daemon=True).start()
-
-    def _watch(self):
-        self.proc.wait()
-        self.ended = time.time()
-        if self.follow is not None:
-            self.follow.start()
-
-    def result(self):
-        """The job's CompletedProcess; its limit counts from when its test asks (before
-        that it ran at the lowest priority, as long as the other tests took)."""
-        self.asked = time.time()
-        self.start()  # where the job before it in the lane has not ended yet
-        try:
-            self.proc.wait(self.timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            pytest.fail('background job {!r} ({}) did not finish within {} s of its test '
-                        'asking (hang?)\nstdout:\n{}\nstderr:\n{}'.format(
-                            self.name, ' '.join(self.argv), self.timeout, self._read(self.out),
-                            self._read(self.err)))
-        return subprocess.CompletedProcess(self.argv, self.proc.returncode,
-                                           self._read(self.out), self._read(self.err))
-
-    @staticmethod
-    def _read(f):
-        f.seek(0)
-        return f.read()
-
-    def kill(self):
-        self.follow = None
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            self.proc.wait()
-
-    def close(self):
-        self.kill()
-        if self.proc is not None:
-            self.out.close()
-            self.err.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-
-_LANE = {}  # name -> _LaneJob, in the lane's order
-
-
-def _lane_name(item):
-    marker = item.get_closest_marker('lane')
-    return marker.args[0] if marker else None
-
-
-def _skipped_by_module(item):
-    for marker in item.iter_markers('skipif'):
-        if marker.args and marker.args[0] is True:
-            return True
-    return False
-
-
-def _lane_job(name, module):
-    if name not in _LANE:
-        import tempfile
-        folder = tempfile.mkdtemp(prefix='chainermn_torus_lane_')  # removed at the end
-        job = _LaneJob(name, folder, **getattr(module, 'LANE')[name](folder))
-        if _LANE:
-            list(_LANE.values())[-1].follow = job
-        _LANE[name] = job
-    return _LANE[name]
-
-
-def pytest_collection_finish(session):
-    if mpiexec_path() is None:
-        return
-    for item in session.items:
-        name = _lane_name(item)
-        if name and not _skipped_by_module(item):
-            _lane_job(name, item.module)
-    if _LANE:
-        next(iter(_LANE.values())).start()
-
-
-@pytest.fixture
-def lane(request):
-    """The result of the test's background-lane job (see above), as ``run_mpi`` gives it."""
-    name = _lane_name(request.node)
-    if name is None:
-        raise pytest.UsageError('{} uses lane without @pytest.mark.lane(name)'.format(
-            request.node.nodeid))
-    if mpiexec_path() is None:
-        pytest.skip('no mpiexec: run `make setup` (installs the mpich wheel into .venv)')
-    return _lane_job(name, request.module).result()
 
 
 # --- one summary of what was skipped, and why ---------------------------------------------
@@ -415,11 +269,6 @@ def pytest_terminal_summary(terminalreporter):
                 checks[p] = checks.get(p, 0) + n
         write('MPI worlds: {} started, checks by P: {}'.format(
             started, ', '.join('{}: {}'.format(p, checks[p]) for p in sorted(checks))))
-    for job in _LANE.values():
-        if job.ended and job.asked:
-            write('background lane: {} ran {:.0f} s, {:.0f} s of them after its test asked'
-                  .format(job.name, job.ended - job.started,
-                          max(0.0, job.ended - job.asked)))
     if not _SKIPS:
         write('skipped: none')
         return
@@ -430,8 +279,6 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    for job in _LANE.values():  # a run cut short leaves no job behind
-        job.close()
     if os.environ.get('CHAINERMN_TORUS_CI') and any(installable(r) for r in _SKIPS):
         sys.stderr.write('\nCI: tests skipped for parts this machine can install: {}\n'.format(
             '; '.join(r for r in _SKIPS if installable(r))))

@@ -11,20 +11,19 @@ import textwrap
 
 import pytest
 
-from conftest import ROOT, assert_ok, hide_numba, worker, MPI
+from conftest import ROOT, assert_ok, run_mpi, worker, MPI
 from optimizers.test_fpenv_threads import FTZ_CHECK, FTZ_EXPECTED
 
 PYTHON = os.path.join(ROOT, '.venv', 'aarch64', 'bin', 'python')
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.lane,  # QEMU's ranks compute for a minute and more, and nothing in them is timed
     pytest.mark.skipif(not os.access(PYTHON, os.X_OK),
                        reason='no aarch64 Python: `make aarch64` builds one (root, apt: '
                               'arm64 packages and qemu-user-static)'),
     pytest.mark.skipif(MPI != 'mpich', reason="the aarch64 ranks carry the mpich wheel's "
                                               'libmpi; the x86 mpiexec must be MPICH too'),
 ]
-# Both jobs run in the background lane (tests/conftest.py): QEMU's ranks are CPU-bound for
-# a minute and more, and nothing in them is timed.
 
 
 CHECK_MEAN = worker('check_mean.py')
@@ -53,9 +52,8 @@ RANK0_CHECKS = textwrap.dedent('''
 
 
 def _job(nprocs, variants, rank0=None, path=ROOT):
-    """``run_mpi``'s arguments for check_mean.py's exact means for ``variants`` on nprocs
-    aarch64 ranks, then, on rank 0, the code ``rank0``: one job, so one QEMU start per rank
-    for all of it."""
+    """check_mean.py's exact means for ``variants`` on nprocs aarch64 ranks, then, on rank
+    0, the code ``rank0``: one job, so one QEMU start per rank for all of it."""
     code = textwrap.dedent('''
         import runpy, sys
         sys.path.insert(0, {workers!r})
@@ -66,27 +64,18 @@ def _job(nprocs, variants, rank0=None, path=ROOT):
             exec({rank0!r})
     ''').format(workers=os.path.dirname(CHECK_MEAN), check=CHECK_MEAN, variants=variants,
                  rank0=rank0 or '')
-    return dict(nprocs=nprocs, argv=['-c', code], python=PYTHON, timeout=900,
-                env={'PYTHONPATH': path, 'NUMBA_NUM_THREADS': '2'})
+    return run_mpi(nprocs, ['-c', code], python=PYTHON, timeout=900,
+                   env={'PYTHONPATH': path, 'NUMBA_NUM_THREADS': '2'})
 
 
-LANE = {
-    'aarch64-numba': lambda folder: _job(2, ['rsap', 'rsaa:shm=1'], RANK0_CHECKS),
-    # The numpy fallbacks on aarch64 (odd row lengths: on x86, tests/test_without_numba.py).
-    'aarch64-no-numba': lambda folder: _job(2, ['rsaa:shm=1'], path=hide_numba(
-        os.path.join(folder, 'hidden')) + os.pathsep + ROOT),
-}
-
-
-@pytest.mark.lane('aarch64-numba')
-def test_exact_means_with_numba_flush_to_zero_and_chainers_layers_on_aarch64(lane):
+def test_exact_means_with_numba_flush_to_zero_and_chainers_layers_on_aarch64():
     # One-sided puts and float16 through numba's aarch64 kernels, the shared-memory rows, at
     # P = 2: a cold numba cache (every CI run) compiles each kernel in every rank, and 2
     # ranks compile side by side on 2 cores where 3 took half as long again. What grows with
     # P is the same Python on every architecture (every P to 8 on x86, and the numpy
     # fallbacks' odd rows at P = 3 in tests/test_without_numba.py). Then rank 0's
     # single-process checks.
-    proc = lane
+    proc = _job(2, ['rsap', 'rsaa:shm=1'], RANK0_CHECKS)
     assert_ok(proc, 2)
     out = proc.stdout
     assert 'numba is not installed' not in out, out[-3000:]
@@ -98,8 +87,8 @@ def test_exact_means_with_numba_flush_to_zero_and_chainers_layers_on_aarch64(lan
     assert 'refused chainermn_torus: oneDNN (libdnnl.so.3) is not installed' in out
 
 
-@pytest.mark.lane('aarch64-no-numba')
-def test_exact_means_without_numba_on_aarch64(lane):
-    proc = lane
+def test_exact_means_without_numba_on_aarch64(no_numba):
+    # The numpy fallbacks on aarch64 (odd row lengths: on x86, tests/test_without_numba.py).
+    proc = _job(2, ['rsaa:shm=1'], path=no_numba + os.pathsep + ROOT)
     assert_ok(proc, 2)
     assert 'numba is not installed' in proc.stdout
