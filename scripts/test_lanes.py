@@ -9,13 +9,8 @@ the most it could use. The ``lane`` tests (tests/conftest.py says which may be) 
 compute and are judged by no clock; at the lowest priority they take only what the others
 leave, and the timed tests among those keep their cores.
 
-The lowest priority: the process's nice 19, and, where the kernel groups processes by
-session (CONFIG_SCHED_AUTOGROUP, /proc/sys/kernel/sched_autogroup_enabled), the session's
-own nice too: there nice weighs a process only against its own session's, and each session
-weighs the same as every other. Measured on this 2-core VM: `pytest
-tests/examples/test_imagenet_example.py` alone 33 s wall; beside two busy loops at nice 19
-in a session of their own 48-55 s; beside them with their session's nice 19 as well,
-35-37 s.
+The lowest priority: scripts/lowest.sh, for this pytest and (tests/conftest.py's run_mpi)
+for every rank of its jobs, whose launcher starts them in sessions of their own.
 
 The lane's output comes after the others'. The exit code is the first non-zero of the two
 (the lane selecting no test is not a failure).
@@ -26,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 
-LOWEST = ['sh', '-c', 'echo 19 2>/dev/null >/proc/self/autogroup; exec nice -n 19 "$@"', 'lane']
+LOWEST = ['sh', os.path.join(os.path.dirname(os.path.abspath(__file__)), 'lowest.sh')]
 NO_TESTS = 5  # pytest's exit code when nothing was selected
 
 

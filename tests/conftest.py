@@ -51,6 +51,7 @@ def job_env(nprocs, env=None, yielding=True):
 # while the others keep both busy (the worlds), so its limits are longer.
 IN_LANE = os.environ.get('PYTEST_LANE') == '1'
 LIMIT_SCALE = 4 if IN_LANE else 1
+LOWEST = os.path.join(ROOT, 'scripts', 'lowest.sh')
 
 
 def run_mpi(nprocs, argv, timeout=240, env=None, python=None):
@@ -61,12 +62,16 @@ def run_mpi(nprocs, argv, timeout=240, env=None, python=None):
     if exe is None:
         pytest.skip('no mpiexec: run `make setup` (installs the mpich wheel into .venv)')
     full_env = job_env(nprocs, env)
+    ranks = [python or sys.executable]
     if IN_LANE:
         # A rank that waits gives its core up (the MPI's setting for more ranks than cores,
-        # tools/oversubscribe.py): the cores it gets are the other tests' leftovers.
+        # tools/oversubscribe.py): the cores it gets are the other tests' leftovers. And
+        # each rank takes the lowest priority itself: the launcher starts the ranks in a
+        # session of their own, whose weight is not this pytest's (scripts/lowest.sh).
         full_env.update(oversubscribe.environment(MPI, nprocs, cores=1))
+        ranks = ['sh', LOWEST] + ranks
     timeout *= LIMIT_SCALE
-    cmd = [exe, '-n', str(nprocs), python or sys.executable] + list(argv)
+    cmd = [exe, '-n', str(nprocs)] + ranks + list(argv)
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                               env=full_env, cwd=ROOT)
