@@ -34,11 +34,8 @@ WITH_MPI := bash scripts/with_mpi.sh $(MPI)
 # against the other two ABIs and launchers. OTHER_MPIS= leaves them out.
 OTHER_MPIS ?= $(if $(filter mpich,$(MPI)),impi openmpi,)
 
-# Two pytest runs side by side (scripts/test_lanes.py): the tests marked `lane` (jobs that
-# compute and no clock judges) at the lowest priority, beside the others.
 test: setup test-parts
-	$(WITH_MPI) $(PY) scripts/test_lanes.py "$(if $(ONLY_MPI),mpi and )" \
-	    $(PY) -m pytest -q --durations=30 tests
+	$(WITH_MPI) $(PY) -m pytest -q --durations=30 $(ONLY_MPI) tests
 	@for m in $(OTHER_MPIS); do \
 	    echo "[test] the fast MPI set under $$m"; \
 	    $(MAKE) --no-print-directory test-fast MPI=$$m || exit 1; \

@@ -43,17 +43,6 @@ def job_env(nprocs, env=None, yielding=True):
     return full_env
 
 
-# `make test` runs the tests marked `lane` in a second pytest beside the others, at the
-# lowest priority (scripts/test_lanes.py). Which may be: jobs that compute and are judged by
-# no clock. Not a job whose result depends on time: a refusal said once (its ranks wait for
-# each other for a second), a watchdog, a kill at a moment, a benchmark's "faster" (a lower
-# bound on a time is fine: waiting only raises it). There a job may wait minutes for a core
-# while the others keep both busy (the worlds), so its limits are longer.
-IN_LANE = os.environ.get('PYTEST_LANE') == '1'
-LIMIT_SCALE = 4 if IN_LANE else 1
-LOWEST = os.path.join(ROOT, 'scripts', 'lowest.sh')
-
-
 def run_mpi(nprocs, argv, timeout=240, env=None, python=None):
     """Run `mpiexec -n nprocs python argv...` (``python``: another interpreter for the ranks,
     such as the aarch64 one under QEMU); returns CompletedProcess (text). For a job of its
@@ -62,16 +51,7 @@ def run_mpi(nprocs, argv, timeout=240, env=None, python=None):
     if exe is None:
         pytest.skip('no mpiexec: run `make setup` (installs the mpich wheel into .venv)')
     full_env = job_env(nprocs, env)
-    ranks = [python or sys.executable]
-    if IN_LANE:
-        # A rank that waits gives its core up (the MPI's setting for more ranks than cores,
-        # tools/oversubscribe.py): the cores it gets are the other tests' leftovers. And
-        # each rank takes the lowest priority itself: the launcher starts the ranks in a
-        # session of their own, whose weight is not this pytest's (scripts/lowest.sh).
-        full_env.update(oversubscribe.environment(MPI, nprocs, cores=1))
-        ranks = ['sh', LOWEST] + ranks
-    timeout *= LIMIT_SCALE
-    cmd = [exe, '-n', str(nprocs)] + ranks + list(argv)
+    cmd = [exe, '-n', str(nprocs), python or sys.executable] + list(argv)
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                               env=full_env, cwd=ROOT)

@@ -17,7 +17,6 @@ from optimizers.test_fpenv_threads import FTZ_CHECK, FTZ_EXPECTED
 PYTHON = os.path.join(ROOT, '.venv', 'aarch64', 'bin', 'python')
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.lane,  # QEMU's ranks compute for a minute and more, and nothing in them is timed
     pytest.mark.skipif(not os.access(PYTHON, os.X_OK),
                        reason='no aarch64 Python: `make aarch64` builds one (root, apt: '
                               'arm64 packages and qemu-user-static)'),

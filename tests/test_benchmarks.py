@@ -10,7 +10,6 @@ from conftest import ROOT, run_mpi
 
 
 @pytest.mark.slow
-@pytest.mark.lane  # the only times it asserts are lower bounds
 def test_optimizer_update_benchmark(tmp_path):
     out = tmp_path / 'u.json'
     proc = subprocess.run(
@@ -27,7 +26,6 @@ def test_optimizer_update_benchmark(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.lane  # the only times it asserts are lower bounds
 def test_mnist_iteration_benchmark(tmp_path):
     out = tmp_path / 'm.json'
     proc = run_mpi(2, ['-m', 'chainermn_torus.bench.mnist_iteration', '--epochs', '1',
@@ -43,7 +41,6 @@ def test_mnist_iteration_benchmark(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.lane  # the only times it asserts are lower bounds
 def test_double_buffering_benchmark(tmp_path):
     out = tmp_path / 'd.json'
     proc = run_mpi(2, ['-m', 'chainermn_torus.bench.double_buffering', '--payload', 'mlp',
@@ -58,7 +55,6 @@ def test_double_buffering_benchmark(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.lane  # the only times it asserts are lower bounds
 def test_allreduce_benchmark_with_debug_rows(tmp_path):
     out = tmp_path / 'a.json'
     proc = run_mpi(2, ['-m', 'chainermn_torus.bench.allreduce', '--model', 'mlp',
@@ -94,7 +90,6 @@ def test_timing_wrapper_counts_seconds_and_calls_even_when_the_call_raises():
 
 
 @pytest.mark.slow
-@pytest.mark.lane  # the only times it asserts are lower bounds
 def test_overlap_training_benchmark_and_report(tmp_path):
     # Every configuration in one job on real Fashion-MNIST; then the report's tables, ratios
     # and plots from its JSON.
@@ -189,7 +184,6 @@ def test_compute_benchmark(tmp_path, model, size, kinds):
 
 
 @pytest.mark.slow
-@pytest.mark.lane  # the only times it asserts are lower bounds
 def test_compute_benchmark_on_the_mlp(tmp_path):
     # the MLP's linear layers stay on OpenBLAS; its ReLUs are oneDNN's
     _needs_onednn()
@@ -208,7 +202,6 @@ def test_compute_benchmark_on_the_mlp(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.lane  # the only times it asserts are lower bounds
 def test_compute_numerics_benchmark(tmp_path):
     _needs_onednn()
     out = tmp_path / 'n.json'

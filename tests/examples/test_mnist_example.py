@@ -15,7 +15,6 @@ EXAMPLE = os.path.join(ROOT, 'examples', 'mnist', 'train_mnist.py')
 @pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
                     reason='Debian package dataset-fashion-mnist is not installed '
                            '(make setup installs it)')
-@pytest.mark.lane
 @pytest.mark.parametrize('communicator,nprocs', [('rsap', 2), ('rsaa', 3)])
 def test_mnist_example_learns(tmp_path, communicator, nprocs):
     proc = run_mpi(nprocs, [EXAMPLE, '--communicator', communicator, '--epoch', '2',
@@ -41,7 +40,6 @@ def test_mnist_example_learns(tmp_path, communicator, nprocs):
       'pure_allreduce'], 3, 0.25),
     (['--stock', '--no-fused', '--no-flush-denormals', '--communicator', 'naive'], 2, 0.6),
 ], ids=['db-fp16-warmup', 'momentum-db-3ranks', 'stock-chainermn'])
-@pytest.mark.lane
 def test_mnist_example_cpu_optimizer_flags(tmp_path, flags, nprocs, min_accuracy):
     proc = run_mpi(nprocs, [EXAMPLE, '--epoch', '2', '--limit', '3000', '--out', str(tmp_path)]
                    + flags, timeout=300)

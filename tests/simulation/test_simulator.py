@@ -9,8 +9,7 @@ import pytest
 from chainermn_torus.planning import planner
 from chainermn_torus.simulation import platforms, simulate as sim
 
-pytestmark = [pytest.mark.skipif(not sim.available(), reason=sim.why_unavailable()),
-              pytest.mark.lane]  # simulated seconds: no clock judges them
+pytestmark = pytest.mark.skipif(not sim.available(), reason=sim.why_unavailable())
 
 NET = planner.Network('test', 50e-6, 1 / 0.12e9, 5e-6, 1 / 5e9, 1 / 8e9, 1 / 10e9,
                       beta_put=1 / 0.12e9, fence_inter=2e-3, flush_inter=1e-3)
