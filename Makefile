@@ -31,15 +31,13 @@ WITH_MPI := bash scripts/with_mpi.sh $(MPI)
 
 # After the whole suite under MPICH, the fast MPI set under each of OTHER_MPIS (Intel MPI, what
 # Oakforest-PACS runs, and Open MPI; their wheels installed on first use): the same checks
-# against the other two ABIs and launchers. OTHER_MPIS= leaves them out.
+# against the other two ABIs and launchers, the two sets side by side
+# (scripts/test_other_mpis.sh). OTHER_MPIS= leaves them out.
 OTHER_MPIS ?= $(if $(filter mpich,$(MPI)),impi openmpi,)
 
 test: setup test-parts
 	$(WITH_MPI) $(PY) -m pytest -q --durations=30 $(ONLY_MPI) tests
-	@for m in $(OTHER_MPIS); do \
-	    echo "[test] the fast MPI set under $$m"; \
-	    $(MAKE) --no-print-directory test-fast MPI=$$m || exit 1; \
-	done
+	@bash scripts/test_other_mpis.sh $(OTHER_MPIS)
 
 # The real parts the tests exercise that this machine can install: with root and apt,
 # SimGrid (the simulator's tests: `make simgrid`) and an aarch64 Python under QEMU (`make

@@ -23,8 +23,17 @@ venv=${VENV:-$here/.venv}
 root=${AARCH64_ROOT:-$venv/aarch64}
 xpy="$venv/bin/python"
 
-if [ -x "$root/bin/python" ] && "$root/bin/python" -c 'import chainer, numpy, mpi4py.MPI, numba' \
-        >/dev/null 2>&1; then
+# The bytecode of the stdlib and the packages, written by the x86 Python (3.11 both: one
+# bytecode format). Debian writes the stdlib's in its postinst, which `dpkg -x` does not run,
+# and where PYTHONDONTWRITEBYTECODE is set (as on CI's image) no aarch64 interpreter writes
+# its own: each one compiled every module it imported, under QEMU (the aarch64 tests took
+# 69 s with it and 38 s without, on a cold numba cache). Up-to-date files are skipped (0.6 s).
+compile_bytecode() {
+    "$xpy" -m compileall -q -j 0 "$1/site" "$1/sysroot/usr/lib/python3.11" >/dev/null 2>&1 || true
+}
+
+if [ -x "$root/bin/python" ] && compile_bytecode "$root" \
+        && "$root/bin/python" -c 'import chainer, numpy, mpi4py.MPI, numba' >/dev/null 2>&1; then
     echo "[aarch64] ready: $root/bin/python"
     exit 0
 fi
@@ -108,6 +117,7 @@ find "$root.tmp/site" -name __pycache__ -prune -exec rm -rf {} +
 
 rm -rf "$root"
 mv "$root.tmp" "$root"
+compile_bytecode "$root"
 rm -rf "$root/debs" "$root/wheels"
 cat > "$root/bin/python" <<EOF
 #!/bin/sh
