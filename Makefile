@@ -29,15 +29,16 @@ MPI ?= mpich
 ONLY_MPI := $(if $(filter mpich,$(MPI)),,-m mpi)
 WITH_MPI := bash scripts/with_mpi.sh $(MPI)
 
-# After the whole suite under MPICH, the fast MPI set under each of OTHER_MPIS (Intel MPI, what
+# Beside the suite under MPICH, the fast MPI set under each of OTHER_MPIS (Intel MPI, what
 # Oakforest-PACS runs, and Open MPI; their wheels installed on first use): the same checks
-# against the other two ABIs and launchers, the two sets side by side
-# (scripts/test_other_mpis.sh). OTHER_MPIS= leaves them out.
+# against the other two ABIs and launchers, in lane A of scripts/test_lanes.sh. OTHER_MPIS=
+# leaves them out.
 OTHER_MPIS ?= $(if $(filter mpich,$(MPI)),impi openmpi,)
 
+# Two lanes side by side, then the MPI worlds alone (scripts/test_lanes.sh): the root tests,
+# the aarch64 jobs and the other MPIs' fast sets beside every other test.
 test: setup test-parts
-	$(WITH_MPI) $(PY) -m pytest -q --durations=30 $(ONLY_MPI) tests
-	@bash scripts/test_other_mpis.sh $(OTHER_MPIS)
+	@MPI=$(MPI) PY=$(PY) OTHER_MPIS="$(OTHER_MPIS)" bash scripts/test_lanes.sh
 
 # The real parts the tests exercise that this machine can install: with root and apt,
 # SimGrid (the simulator's tests: `make simgrid`) and an aarch64 Python under QEMU (`make

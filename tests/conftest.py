@@ -103,6 +103,18 @@ def no_numba(tmp_path):
     return str(tmp_path)
 
 
+def netns_refused():
+    """Why this machine cannot create a network namespace (the emulated cluster's nodes), or
+    None. The probe's name is this process's: the two pytest lanes of `make test` collect
+    the same modules at the same time."""
+    name = 'cmt-probe-{}'.format(os.getpid())
+    probe = subprocess.run(['ip', 'netns', 'add', name], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return 'cannot create network namespaces here: ' + probe.stderr.strip()
+    subprocess.run(['ip', 'netns', 'del', name], capture_output=True)
+    return None
+
+
 def line_with(text, *facts):
     """The first line of ``text`` holding every one of ``facts`` (values, names: what a
     message must say, not its wording), or None."""
@@ -197,13 +209,18 @@ def pytest_collection_modifyitems(config, items):
             continue
         if module not in cache:
             cache[module] = _mpi_functions(module)
-        if (getattr(item, 'originalname', None) in cache[module]
-                or 'mpi_world' in getattr(item, 'fixturenames', ())):
+        in_world = 'mpi_world' in getattr(item, 'fixturenames', ())
+        if getattr(item, 'originalname', None) in cache[module] or in_world:
             item.add_marker(pytest.mark.mpi)
-    # The world tests last, by rank count (stable): each world starts once and only one is
-    # alive at a time.
+        if in_world:
+            item.add_marker(pytest.mark.world)
+    # The tests that start no MPI rank first, then the jobs of their own, then the world
+    # tests, by rank count (stable): each world starts once and only one is alive at a time;
+    # and beside the start of `make test`'s lane A (scripts/test_lanes.sh: the fault matrix)
+    # run the tests whose processes never spin in MPI.
     ranks = {id(item): _world_ranks(item) for item in items}
-    items[:] = ([i for i in items if ranks[id(i)] is None]
+    items[:] = ([i for i in items if ranks[id(i)] is None and not i.get_closest_marker('mpi')]
+                + [i for i in items if ranks[id(i)] is None and i.get_closest_marker('mpi')]
                 + sorted((i for i in items if ranks[id(i)] is not None),
                          key=lambda i: ranks[id(i)]))
 

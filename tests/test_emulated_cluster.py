@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT, assert_ok
+from conftest import ROOT, netns_refused, assert_ok
 
 SCRIPT = os.path.join(ROOT, 'scripts', 'emulate_cluster.sh')
 WORKER = os.path.join(ROOT, 'tests', 'mpi_workers', 'check_cluster.py')
@@ -28,10 +28,9 @@ def _can_emulate():
         return 'needs root (network namespaces, tc)'
     if not shutil.which('ip') or not shutil.which('tc'):
         return 'needs iproute2 (ip, tc) (apt-get install iproute2)'
-    probe = subprocess.run(['ip', 'netns', 'add', 'cmt-probe'], capture_output=True, text=True)
-    if probe.returncode != 0:
-        return 'cannot create network namespaces here: ' + probe.stderr.strip()
-    subprocess.run(['ip', 'netns', 'del', 'cmt-probe'], capture_output=True)
+    refused = netns_refused()
+    if refused:
+        return refused
     return None
 
 

@@ -9,7 +9,9 @@ import pytest
 import mpi_world as harness
 from conftest import job_env, mpiexec_path
 
-pytestmark = pytest.mark.mpi
+# world: with nothing beside them under `make test` (scripts/test_lanes.sh), as the worlds:
+# the first test counts every file in /dev/shm, and the second times a hang.
+pytestmark = [pytest.mark.mpi, pytest.mark.world]
 
 
 @pytest.fixture

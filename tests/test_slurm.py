@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
-from conftest import ROOT, run_cli
+from conftest import ROOT, netns_refused, run_cli
 
 SCRIPT = os.path.join(ROOT, 'scripts', 'slurm_cluster.sh')
 CONF = '/run/chainermn-torus-slurm/slurm.conf'
@@ -29,10 +29,9 @@ def _reason():
         return 'needs iproute2 (ip) for the emulated nodes (apt-get install iproute2)'
     if not (shutil.which('slurmctld') or shutil.which('apt-get')):
         return 'needs slurm-wlm and munge, or apt-get to install them'
-    probe = subprocess.run(['ip', 'netns', 'add', 'cmt-probe'], capture_output=True, text=True)
-    if probe.returncode != 0:
-        return 'cannot create network namespaces here: ' + probe.stderr.strip()
-    subprocess.run(['ip', 'netns', 'del', 'cmt-probe'], capture_output=True)
+    refused = netns_refused()
+    if refused:
+        return refused
     if not os.path.isdir(DEFAULT_MNIST_DIR):
         return 'Debian package dataset-fashion-mnist is not installed (make setup installs it)'
     return None
