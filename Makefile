@@ -29,14 +29,13 @@ MPI ?= mpich
 ONLY_MPI := $(if $(filter mpich,$(MPI)),,-m mpi)
 WITH_MPI := bash scripts/with_mpi.sh $(MPI)
 
-# Beside the suite under MPICH, the fast MPI set under each of OTHER_MPIS (Intel MPI, what
+# After the suite under MPICH, the fast MPI set under each of OTHER_MPIS (Intel MPI, what
 # Oakforest-PACS runs, and Open MPI; their wheels installed on first use): the same checks
-# against the other two ABIs and launchers, in lane A of scripts/test_lanes.sh. OTHER_MPIS=
-# leaves them out.
+# against the other two ABIs and launchers, side by side. OTHER_MPIS= leaves them out.
 OTHER_MPIS ?= $(if $(filter mpich,$(MPI)),impi openmpi,)
 
-# Two lanes side by side, then the MPI worlds alone (scripts/test_lanes.sh): the root tests,
-# the aarch64 jobs and the other MPIs' fast sets beside every other test.
+# Two lanes side by side (the root tests and the aarch64 jobs beside every other test), then
+# the MPI worlds alone, then the other MPIs' fast sets (scripts/test_lanes.sh).
 test: setup test-parts
 	@MPI=$(MPI) PY=$(PY) OTHER_MPIS="$(OTHER_MPIS)" bash scripts/test_lanes.sh
 

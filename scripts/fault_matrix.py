@@ -275,6 +275,12 @@ def _run_job(fault, comm, loader, workdir, extra_env=None):
                PYTHONPATH=code + os.pathsep + os.environ.get('PYTHONPATH', ''),
                CHAINERMN_TORUS_TIMELINE=timeline,
                FAULT_MATRIX_ROW=workdir)  # marks this row's processes
+    # More processes than cores (rows side by side, 2 loader processes per rank, the other
+    # lane of `make test`): each MPI's setting that makes a waiting rank give its core up.
+    sys.path.insert(0, ROOT)
+    from chainermn_torus.tools import oversubscribe
+    env.update(oversubscribe.environment(os.environ.get('CHAINERMN_TORUS_MPI', 'mpich'),
+                                         ranks_of(fault), cores=1))
     env.update(extra_env or {})
     job_fault = {'sigint': 'signal', 'sigterm': 'signal', 'shm-full': 'none',
                  'ckpt-room': 'none'}.get(fault, fault)

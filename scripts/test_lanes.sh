@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
-# test_lanes.sh: `make test`'s pytest runs (MPI, OTHER_MPIS and PY from make): two lanes side
-# by side, then the MPI worlds with nothing beside them. Exit 1 if any run failed.
+# test_lanes.sh: `make test`'s pytest runs (MPI, OTHER_MPIS and PY from make). Exit 1 if
+# any of them failed, naming it.
 #
-#   lane A (into a log, shown when lane B ends): the root tests (the fault matrix: 2-rank
-#          jobs that mostly wait, by design; the emulated cluster; Slurm), the aarch64 jobs
-#          under QEMU, then the fast MPI set under each of OTHER_MPIS
-#   lane B (as it comes): every other test but the worlds' (tests/conftest.py runs those
-#          that start no MPI rank first, so the fault matrix has the tests beside it whose
-#          processes never spin in MPI)
-#   then:  the tests in the session's MPI worlds of 1-8 ranks (marker `world`): MPICH's
-#          ranks spin while they wait, and beside other work they ran 2.7 times slower
+#   1. two lanes side by side:
+#      lane A (into a log, shown when lane B ends): the root tests (the fault matrix: 2-rank
+#             jobs that mostly wait, by design; the emulated cluster; Slurm), then the
+#             aarch64 jobs under QEMU (untimed: nothing they check depends on speed)
+#      lane B (as it comes): every other test but the worlds'; tests/conftest.py runs those
+#             that start no MPI rank first, so beside the fault matrix run processes that
+#             never wait in MPI
+#   2. the tests in the session's MPI worlds of 1-8 ranks (marker `world`), with nothing
+#      beside them: MPICH's ranks spin while they wait, and beside other work they ran 2.7
+#      times slower (docs/development.md)
+#   3. the fast MPI set under each of OTHER_MPIS, side by side (their ranks give their core up
+#      while they wait: tests/conftest.py, job_env)
 #
-# Why: one pytest after another kept 1.35 of the 2 cores busy: the fault matrix about one,
-# the tests that start no rank little more, the other MPIs' fast sets (whose ranks give their
-# core up while they wait) about 1.2. Nothing is shared between lanes: each pytest has its
-# own temporary folders and worlds, each fault-matrix row its own /dev/shm, each MPI its own
-# prefix (scripts/with_mpi.sh). docs/development.md ("Two test tiers") has the figures.
+# Why: one pytest after another kept 1.35 of the 2 cores busy, the fault matrix about one.
+# Nothing is shared between lanes: each pytest has its own temporary folders and worlds, each
+# fault-matrix row its own /dev/shm, each MPI its own prefix (scripts/with_mpi.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mpi=${MPI:-mpich}
@@ -23,35 +25,46 @@ py=${PY:-.venv/bin/python}
 only=
 [ "$mpi" = mpich ] || only='mpi and '   # under another MPI, the tests that start MPI jobs
 lane_a_files='tests/test_aarch64.py'
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+failed=()
 
 run_pytest() { bash scripts/with_mpi.sh "$mpi" "$py" -m pytest -q "$@"; }
 
 lane_a() {
-    local rc=0 m
+    local rc=0
     run_pytest --durations=10 -m "${only}root" tests || rc=1
     # shellcheck disable=SC2086  # a list of files
     run_pytest -m "${only}not root and not world" $lane_a_files || rc=1
-    for m in ${OTHER_MPIS:-}; do
-        echo "[test] the fast MPI set under $m"
-        make --no-print-directory test-fast MPI="$m" || rc=1
-    done
     return $rc
 }
 
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-lane_a > "$log" 2>&1 &
+lane_a > "$logs/a" 2>&1 &
 lane=$!
-failed=()
 ignore=()
 for f in $lane_a_files; do ignore+=("--ignore=$f"); done
 run_pytest --durations=30 -m "${only}not root and not world" "${ignore[@]}" tests \
     || failed+=('lane B')
 wait "$lane" || failed+=('lane A')
-echo "[test] lane A: the root tests, $lane_a_files${OTHER_MPIS:+, the fast MPI set under $OTHER_MPIS}"
-cat "$log"
+echo "[test] lane A: the root tests, then $lane_a_files"
+cat "$logs/a"
+
 echo "[test] the MPI worlds"
 run_pytest --durations=10 -m "${only}world" tests || failed+=('the worlds')
+
+pids=()
+for m in ${OTHER_MPIS:-}; do
+    make --no-print-directory test-fast MPI="$m" > "$logs/$m" 2>&1 &
+    pids+=("$!")
+done
+set -- ${OTHER_MPIS:-}
+for pid in "${pids[@]}"; do
+    wait "$pid" || failed+=("the fast MPI set under $1")
+    echo "[test] the fast MPI set under $1"
+    cat "$logs/$1"
+    shift
+done
+
 if [ ${#failed[@]} -gt 0 ]; then
     echo "[test] failed: ${failed[*]}" >&2
     exit 1

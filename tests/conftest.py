@@ -32,13 +32,16 @@ def job_env(nprocs, env=None, yielding=True):
     """The environment of a test job of nprocs ranks on this machine."""
     full_env = dict(os.environ)
     # Oversubscribed ranks on 2 cores: one BLAS thread each, or they fight for the cores;
-    # and (``yielding``: jobs of their own, which train) the MPI's own setting that makes a
-    # waiting rank give its core up instead of spinning, where there are more ranks than
-    # cores (tools/oversubscribe.py, which says why the check worlds go without).
+    # and (``yielding``) the MPI's own setting that makes a waiting rank give its core up
+    # instead of spinning (tools/oversubscribe.py), for any job of 2 ranks or more: a test
+    # job never has the cores to itself (its loader processes; the other lane of `make
+    # test`, scripts/test_lanes.sh), and a spinning rank takes the core from the process it
+    # waits for. The MPICH worlds go without: they run alone, and MPICH's sleep costs their
+    # many small collectives more than the spinning (docs/development.md).
     full_env.update({'OMP_NUM_THREADS': '1', 'OPENBLAS_NUM_THREADS': '1',
                      'PYTHONPATH': ROOT + os.pathsep + full_env.get('PYTHONPATH', '')})
     if yielding:
-        full_env.update(oversubscribe.environment(MPI, nprocs))
+        full_env.update(oversubscribe.environment(MPI, nprocs, cores=1))
     full_env.update(env or {})
     return full_env
 
@@ -178,7 +181,9 @@ def mpi_world(tmp_path_factory):
     _WORLDS.append(worlds)
 
     def run(nprocs, module, function, *args, **kwargs):
-        worlds.env = job_env(nprocs, yielding=False)
+        # Intel MPI's and Open MPI's worlds run their fast sets side by side
+        # (scripts/test_lanes.sh): there a waiting rank gives its core up.
+        worlds.env = job_env(nprocs, yielding=MPI != 'mpich')
         try:
             return worlds.run(nprocs, module, function, *args, **kwargs)
         except harness.CheckFailed as e:
