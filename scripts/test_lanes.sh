@@ -5,7 +5,9 @@
 #   1. two lanes side by side:
 #      lane A (into a log, shown when lane B ends): the root tests (the fault matrix: 2-rank
 #             jobs that mostly wait, by design; the emulated cluster; Slurm), then the
-#             aarch64 jobs under QEMU (untimed: nothing they check depends on speed)
+#             files of lane_a_files: the aarch64 jobs under QEMU, the benchmarks, the
+#             unchanged scripts and the ImageNet example, jobs whose checks do not depend on
+#             speed, so that the two lanes end about together
 #      lane B (as it comes): every other test but the worlds'; tests/conftest.py runs those
 #             that start no MPI rank first, so beside the fault matrix run processes that
 #             never wait in MPI
@@ -24,7 +26,8 @@ mpi=${MPI:-mpich}
 py=${PY:-.venv/bin/python}
 only=
 [ "$mpi" = mpich ] || only='mpi and '   # under another MPI, the tests that start MPI jobs
-lane_a_files='tests/test_aarch64.py'
+lane_a_files='tests/test_aarch64.py tests/test_benchmarks.py tests/test_unchanged_scripts.py
+              tests/examples/test_imagenet_example.py'
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 failed=()
@@ -35,7 +38,7 @@ lane_a() {
     local rc=0
     run_pytest --durations=10 -m "${only}root" tests || rc=1
     # shellcheck disable=SC2086  # a list of files
-    run_pytest -m "${only}not root and not world" $lane_a_files || rc=1
+    run_pytest --durations=10 -m "${only}not root and not world" $lane_a_files || rc=1
     return $rc
 }
 
@@ -46,7 +49,7 @@ for f in $lane_a_files; do ignore+=("--ignore=$f"); done
 run_pytest --durations=30 -m "${only}not root and not world" "${ignore[@]}" tests \
     || failed+=('lane B')
 wait "$lane" || failed+=('lane A')
-echo "[test] lane A: the root tests, then $lane_a_files"
+echo "[test] lane A: the root tests, then" $lane_a_files
 cat "$logs/a"
 
 echo "[test] the MPI worlds"
