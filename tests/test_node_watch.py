@@ -2,8 +2,9 @@
 whom; the whole path on real ranks is in test_faults.py, test_fault_matrix.py and the
 emulated cluster's frozen-node rows."""
 import collections
+import os
 
-from chainermn_torus.runtime import node_watch as nw, progress_board as pb
+from chainermn_torus.runtime import devshm, node_watch as nw, progress_board as pb
 from conftest import line_with
 
 S = 1e9  # ns
@@ -219,3 +220,21 @@ def test_the_first_node_says_once_which_watchers_it_never_heard(capsys):
         w.sock.close()
     finally:
         board.close(remove=True)
+
+
+def test_a_board_left_by_a_dead_process_with_our_pid_is_replaced():
+    # A job killed before removing its board leaves /dev/shm/cmtorus_<job>_<pid>_watch_<host>;
+    # when the pid comes round again, that process's board must still be made. The leftover
+    # here: a file of the same name and another size, holding no board.
+    path = os.path.join(devshm.SHM_DIR, pb.Board.name())
+    with open(path, 'wb') as f:
+        f.write(b'left by a dead process')
+    try:
+        board = pb.Board.create(3, 3.0, 10)
+        assert board.path == path and board.slots == 3 and board.limit_s == 3.0
+        assert os.path.getsize(path) > len(b'left by a dead process')
+        board.close(remove=True)
+        assert not os.path.exists(path)
+    finally:
+        if os.path.exists(path):
+            os.remove(path)

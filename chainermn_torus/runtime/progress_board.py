@@ -125,7 +125,15 @@ class Board(object):
         path = os.path.join(devshm.SHM_DIR, cls.name())
         nbytes = 8 * (HEADER + ROW * slots) + PATH_BYTES * slots
         devshm.check_room(devshm.pages(nbytes), 'the watchdog\'s progress board')
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        except FileExistsError:
+            # The name holds this process's pid, so the file is a dead process's that had
+            # the same pid (killed before it could remove it; the sweep keeps it while the
+            # pid is alive, and now it is again, ours): pids are reused, on a busy node
+            # within hours. Seen on the 2-core test machine after 32,768 processes.
+            os.unlink(path)
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
             os.posix_fallocate(fd, 0, nbytes)
             head = numpy.zeros(HEADER, numpy.int64)
