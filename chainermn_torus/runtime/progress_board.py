@@ -131,7 +131,8 @@ class Board(object):
             # The name holds this process's pid, so the file is a dead process's that had
             # the same pid (killed before it could remove it; the sweep keeps it while the
             # pid is alive, and now it is again, ours): pids are reused, on a busy node
-            # within hours. Seen on the 2-core test machine after 32,768 processes.
+            # within hours (they wrap at 32,768 on the test machine: seen in one run of
+            # the full tier).
             os.unlink(path)
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
