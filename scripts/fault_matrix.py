@@ -370,8 +370,7 @@ def _run_job(fault, comm, loader, workdir, extra_env=None):
         while _node_pids(FROZEN_NODE) and time.time() < settle:
             time.sleep(0.05)
         frozen_files = [n for n, _ in _shm_files() if n.endswith('_node{}'.format(FROZEN_NODE))]
-        sys.path.insert(0, ROOT)
-        from chainermn_torus.runtime import devshm
+        from chainermn_torus.runtime import devshm  # ROOT on sys.path: above
         devshm.sweep()
     for t in threads:
         t.join()

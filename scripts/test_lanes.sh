@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_lanes.sh: `make test`'s pytest runs (MPI, OTHER_MPIS and PY from make). Exit 1 if
+# test_lanes.sh: `make test`'s pytest runs (MPI, ONLY, OTHER_MPIS and PY from make). Exit 1 if
 # any of them failed, naming it.
 #
 #   1. two lanes side by side:
@@ -24,8 +24,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 mpi=${MPI:-mpich}
 py=${PY:-.venv/bin/python}
-only=
-[ "$mpi" = mpich ] || only='mpi and '   # under another MPI, the tests that start MPI jobs
+only=${ONLY:-}   # 'mpi and ' under another MPI: the tests that start MPI jobs (Makefile)
 lane_a_files='tests/test_aarch64.py tests/test_benchmarks.py tests/test_unchanged_scripts.py
               tests/examples/test_imagenet_example.py'
 logs=$(mktemp -d)

@@ -28,10 +28,7 @@ def _can_emulate():
         return 'needs root (network namespaces, tc)'
     if not shutil.which('ip') or not shutil.which('tc'):
         return 'needs iproute2 (ip, tc) (apt-get install iproute2)'
-    refused = netns_refused()
-    if refused:
-        return refused
-    return None
+    return netns_refused()
 
 
 REASON = _can_emulate()
