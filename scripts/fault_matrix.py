@@ -364,11 +364,13 @@ def _run_job(fault, comm, loader, workdir, extra_env=None):
     if fault in CLUSTER:
         # The stopped node's processes cannot clean up; on a cluster the node is rebooted or
         # the next job's start sweeps them (runtime.devshm). Here: killed, then swept, and
-        # what was theirs is reported apart.
+        # what was theirs is reported apart. With one rank stopped (node-rank-stop) the node
+        # is not frozen: its watcher removes its board itself once its leader rank is gone,
+        # given the time (killed at once, that clean-up lost the race on a loaded machine).
+        if fault == 'node-rank-stop':
+            _wait_node_gone(FROZEN_NODE, 5)
         _signal_node(FROZEN_NODE, signal.SIGKILL)
-        settle = time.time() + 5
-        while _node_pids(FROZEN_NODE) and time.time() < settle:
-            time.sleep(0.05)
+        _wait_node_gone(FROZEN_NODE, 5)
         frozen_files = [n for n, _ in _shm_files() if n.endswith('_node{}'.format(FROZEN_NODE))]
         from chainermn_torus.runtime import devshm  # ROOT on sys.path: above
         devshm.sweep()
@@ -445,6 +447,13 @@ def _node_pids(node):
         except (OSError, IndexError):
             pass
     return alive
+
+
+def _wait_node_gone(node, seconds):
+    """Until no process of emulated node ``node`` is left, for at most ``seconds``."""
+    settle = time.time() + seconds
+    while _node_pids(node) and time.time() < settle:
+        time.sleep(0.05)
 
 
 def _signal_node(node, sig):
