@@ -1,6 +1,6 @@
 """A pytest plugin: each test's wall time and CPU seconds (pytest's own and its children's,
 the jobs it waited for), written as JSON at the end: [[test id, wall s, self CPU-s, children
-CPU-s], ...] (PYTEST_CPU_OUT, default $TMPDIR/pytest_cpu.json). What docs/development.md's "CPU-s of the run" figures come from.
+CPU-s], ...] (PYTEST_CPU_OUT, default $TMPDIR/pytest_cpu.json; '{pid}' in it is replaced by pytest's pid). What docs/development.md's "CPU-s of the run" figures come from.
 
     PYTHONPATH=scripts PYTEST_ADDOPTS="-p pytest_cpu" PYTEST_CPU_OUT=/tmp/cpu.json make test
 
@@ -33,6 +33,7 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 def pytest_sessionfinish(session):
-    with open(os.environ.get('PYTEST_CPU_OUT',
-                             os.path.join(tempfile.gettempdir(), 'pytest_cpu.json')), 'w') as f:
+    # '{pid}' in the name: one file per pytest (make test runs several side by side)
+    out = os.environ.get('PYTEST_CPU_OUT', os.path.join(tempfile.gettempdir(), 'pytest_cpu.json'))
+    with open(out.replace('{pid}', str(os.getpid())), 'w') as f:
         json.dump(_ROWS, f)
