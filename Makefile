@@ -34,19 +34,24 @@ WITH_MPI := bash scripts/with_mpi.sh $(MPI)
 # against the other two ABIs and launchers, side by side. OTHER_MPIS= leaves them out.
 OTHER_MPIS ?= $(if $(filter mpich,$(MPI)),impi openmpi,)
 
-# Two lanes side by side (the root tests and the jobs of a few files beside every other
-# test), then the MPI worlds alone, then the other MPIs' fast sets (scripts/test_lanes.sh).
-test: setup test-parts
-	@MPI=$(MPI) PY=$(PY) ONLY="$(ONLY)" OTHER_MPIS="$(OTHER_MPIS)" bash scripts/test_lanes.sh
-
 # The real parts the tests exercise that this machine can install: with root and apt,
 # SimGrid (the simulator's tests: `make simgrid`) and an aarch64 Python under QEMU (`make
 # aarch64`). Without them their tests skip, and the summary at the end of the run says why;
 # in CI (.ci/run sets CHAINERMN_TORUS_CI=1) such a skip fails the run.
+PARTS := $(shell [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && echo yes)
+NO_PARTS := echo "[test] not root with apt-get: the SimGrid and aarch64 tests will skip"
+
+# Lanes side by side (the root tests and the jobs of a few files; every other test; the
+# other MPIs' fast sets), then the MPI worlds alone (scripts/test_lanes.sh). SimGrid first
+# (lane B's simulator tests need it); the aarch64 Python is built at the head of lane A.
+test: setup
+	@if [ -n "$(PARTS)" ]; then bash scripts/setup_simgrid.sh; else $(NO_PARTS); fi
+	@MPI=$(MPI) PY=$(PY) ONLY="$(ONLY)" OTHER_MPIS="$(OTHER_MPIS)" PARTS=$(PARTS) \
+	    bash scripts/test_lanes.sh
+
 test-parts: setup
-	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    bash scripts/setup_simgrid.sh && bash scripts/aarch64_root.sh; \
-	else echo "[test] not root with apt-get: the SimGrid and aarch64 tests will skip"; fi
+	@if [ -n "$(PARTS)" ]; then bash scripts/setup_simgrid.sh && bash scripts/aarch64_root.sh; \
+	else $(NO_PARTS); fi
 
 # The fast tier (docs/development.md): no slow, example or root tests; under a minute on
 # 2 cores, with MPI worlds of 2 and 3 ranks.

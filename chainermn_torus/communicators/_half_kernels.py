@@ -12,11 +12,12 @@ thread, against numpy's 3 and 2.6 ms.
 
 float16 arrays are passed as their uint16 views (numba has no float16 array type).
 """
-import numba
 import numpy
 from llvmlite import ir
 from numba import prange, types
 from numba.extending import intrinsic
+
+from chainermn_torus.runtime import jit
 
 __all__ = ['pack', 'unpack', 'sum_blocks', 'to_half_bits', 'from_half_bits']
 
@@ -45,21 +46,21 @@ def from_half_bits(typingctx, h):
 
 # Flat prange loops: numba marks their arrays as not aliasing, so they vectorise (see
 # optimizers.kernels).
-@numba.njit(parallel=True, cache=True)
+@jit.kernel('(uint16[::1], float32[::1], float32)')
 def pack(dst, src, scale):
     """dst (uint16 bits) = float16(src * scale), the product taken in float32."""
     for i in prange(dst.size):
         dst[i] = to_half_bits(src[i] * scale)
 
 
-@numba.njit(parallel=True, cache=True)
+@jit.kernel('(float32[::1], uint16[::1])')
 def unpack(dst, src):
     """dst (float32) = src (float16 bits)."""
     for i in prange(dst.size):
         dst[i] = from_half_bits(src[i])
 
 
-@numba.njit(parallel=True, cache=True)
+@jit.kernel('(float32[::1], uint16[::1])')
 def _accumulate(acc, block):
     for i in prange(acc.size):
         acc[i] += from_half_bits(block[i])

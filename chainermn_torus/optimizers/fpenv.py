@@ -97,14 +97,14 @@ elif supported():  # aarch64
     _BITS, _WIDTH = FPCR_FZ, numpy.int64
 
 if supported():
-    @numba.njit(cache=True)
+    @jit.kernel('(boolean,)', parallel=False)
     def kernel_set_mode(ftz):
         old = _read_register()
         new = (old | _BITS) if ftz else (old & ~_BITS)
         if new != old:
             _write_register(_WIDTH(new))
 
-    @numba.njit(cache=True)
+    @jit.kernel('()', parallel=False)
     def _enabled():
         return (_read_register() & _BITS) == _BITS
 else:
@@ -112,7 +112,8 @@ else:
         pass
 
     # Called from numba's kernels where numba exists (so compiled there too); nothing to set.
-    kernel_set_mode = numba.njit(cache=True)(_no_mode) if numba is not None else _no_mode
+    kernel_set_mode = jit.kernel('(boolean,)', parallel=False)(_no_mode) \
+        if numba is not None else _no_mode
 
     def _enabled():
         return False

@@ -19,6 +19,7 @@ import numpy
 from numba import prange
 
 from chainermn_torus.optimizers import fpenv
+from chainermn_torus.runtime import jit
 
 __all__ = ['adam', 'momentum_sgd', 'rmsprop', 'copy', 'set_worker_mode']
 
@@ -36,7 +37,7 @@ _set_mode = fpenv.kernel_set_mode  # numba-callable: (ftz: bool) -> None
 _MODE = {'ftz': None, 'threads': None}
 
 
-@numba.njit(parallel=True, cache=True)
+@jit.kernel('(boolean, int64)')
 def _set_mode_everywhere(ftz, iterations):
     for _ in prange(iterations):
         _set_mode(ftz)
@@ -82,7 +83,9 @@ def _moments(gi, mi, vi, one_minus_beta1, one_minus_beta2):
     return mi + one_minus_beta1 * (gi - mi), vi + one_minus_beta2 * (gi * gi - vi)
 
 
-@numba.njit(parallel=True, cache=True)
+# The argument types compiled ahead (runtime.jit.kernel): float32 parameters, the scalars
+# cast to them; float64 parameters compile on first use.
+@jit.kernel(jit.arguments('float32', 4, 6))
 def _adam(p, g, m, v, alpha_t, one_minus_beta1, one_minus_beta2, eps, a, b):
     # Plain Adam/AdamW, branch-free. With a == 1, a * p is exactly p, so this is Chainer's
     # ``p += b * (step * m)`` to the bit as well.
@@ -93,7 +96,7 @@ def _adam(p, g, m, v, alpha_t, one_minus_beta1, one_minus_beta2, eps, a, b):
         p[i] = a * p[i] + b * ((alpha_t / (numpy.sqrt(vi) + eps)) * mi)
 
 
-@numba.njit(parallel=True, cache=True)
+@jit.kernel(jit.arguments('float32', 5, 8, 'boolean', 'boolean'))
 def _adam_variants(p, g, m, v, vhat, alpha_t, one_minus_beta1, one_minus_beta2, eps, a, b,
                    lower, upper, amsgrad, adabound):
     # AMSGrad / AdaBound / AMSBound: rarer, so one loop with branches.
@@ -123,7 +126,7 @@ def adam(p, g, m, v, vhat, alpha_t, one_minus_beta1, one_minus_beta2, eps, a, b,
             _adam(p, g, m, v, alpha_t, one_minus_beta1, one_minus_beta2, eps, a, b)
 
 
-@numba.njit(parallel=True, cache=True)
+@jit.kernel(jit.arguments('float32', 3, 2))
 def _momentum_sgd(p, g, v, lr, momentum):
     for i in prange(p.size):
         vi = v[i] * momentum
@@ -146,7 +149,7 @@ def _mean_square(gi, msi, alpha, one_minus_alpha):
 
 
 # Two kernels, one per place of eps, rather than a branch in the loop (which did not vectorise).
-@numba.njit(parallel=True, cache=True)
+@jit.kernel(jit.arguments('float32', 3, 4))
 def _rmsprop(p, g, ms, lr, alpha, one_minus_alpha, eps):
     for i in prange(p.size):
         gi = g[i]
@@ -155,7 +158,7 @@ def _rmsprop(p, g, ms, lr, alpha, one_minus_alpha, eps):
         p[i] = p[i] - (lr * gi) / (numpy.sqrt(msi) + eps)
 
 
-@numba.njit(parallel=True, cache=True)
+@jit.kernel(jit.arguments('float32', 3, 4))
 def _rmsprop_eps_inside(p, g, ms, lr, alpha, one_minus_alpha, eps):
     for i in prange(p.size):
         gi = g[i]
@@ -171,7 +174,7 @@ def rmsprop(p, g, ms, lr, alpha, one_minus_alpha, eps, eps_inside_sqrt, ftz):
         kernel(p, g, ms, lr, alpha, one_minus_alpha, eps)
 
 
-@numba.njit(parallel=True, cache=True)
+@jit.kernel(jit.arguments('float32', 2))
 def copy(dst, src):
     """dst[:] = src in parallel: the reference bandwidth of the benchmark."""
     for i in prange(dst.size):

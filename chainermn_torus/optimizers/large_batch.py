@@ -110,7 +110,7 @@ class RMSpropToSGD(Ramp):
 
 numba = jit.numba()
 if numba is not None:
-    @numba.njit(parallel=True, cache=True)
+    @jit.kernel(jit.arguments('float32', 4, 7))
     def _rmsprop_warmup_kernel(p, g, ms, v, lr, momentum, rho, one_minus_rho, eps, w,
                                one_minus_w):
         for i in numba.prange(p.size):  # one flat prange: it vectorises (see kernels)

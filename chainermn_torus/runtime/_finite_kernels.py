@@ -1,12 +1,14 @@
 """numba's side of ``runtime.finite`` (numba is optional: imported only where it exists)."""
-import numba
 import numpy
 from numba import prange
+
+from chainermn_torus.runtime import jit
 
 __all__ = ['count_nonfinite']
 
 
-@numba.njit(parallel=True, cache=True)
+# The limit is always passed (runtime.finite): a float64 scalar.
+@jit.kernel('(float32[::1], float64)', '(float64[::1], float64)')
 def count_nonfinite(a, limit=numpy.inf):
     """How many elements of a 1-D float array are NaN, infinite, or beyond +-limit (no
     temporaries; the limit is what float16 communication can carry)."""

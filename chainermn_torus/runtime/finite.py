@@ -22,7 +22,7 @@ def count_nonfinite(array, limit=numpy.inf):
     flat = a.reshape(-1) if a.flags.c_contiguous else a.ravel()
     if flat.dtype in (numpy.float32, numpy.float64) and jit.available():
         from chainermn_torus.runtime import _finite_kernels  # numba is optional
-        return int(_finite_kernels.count_nonfinite(flat, limit))
+        return int(_finite_kernels.count_nonfinite(flat, float(limit)))  # one compiled type
     bad = ~numpy.isfinite(flat)
     if flat.dtype.kind == 'f' and flat.dtype != numpy.float16 and numpy.isfinite(limit):
         bad |= numpy.abs(flat) > limit

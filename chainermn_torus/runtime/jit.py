@@ -13,7 +13,7 @@ import functools
 
 from chainermn_torus.errors import Unsupported
 
-__all__ = ['numba', 'available', 'require', 'FALLBACK_NOTE']
+__all__ = ['numba', 'available', 'require', 'kernel', 'arguments', 'FALLBACK_NOTE']
 
 # Shown once per node at start-up. What the fallbacks cost, measured on ResNet-50's 102 MB at
 # P = 2 on this project's 2-core x86 VM (docs/portability.md): float16 communication 6x
@@ -45,3 +45,30 @@ def require(what):
         raise Unsupported(
             'chainermn_torus: numba cannot be imported in this Python and is needed for {}; '
             'install it (pip install numba) or turn that off.'.format(what))
+
+
+def kernel(*arguments, parallel=True):
+    """``numba.njit(parallel=parallel, cache=True)``, keeping on the dispatcher (``ahead``)
+    the argument types the package calls the kernel with, in numba's notation
+    (``'(float32[::1], float32)'``). ``chainermn-torus kernels`` (tools/kernels.py) compiles
+    those into numba's cache before a job, so that its ranks load every kernel instead of each
+    compiling it on first use; a call with other types compiles then, as without. Only where
+    numba exists: the kernel modules are imported only there."""
+    from numba.core import sigutils
+
+    def decorate(function):
+        dispatcher = numba().njit(parallel=parallel, cache=True)(function)
+        # As tuples of types: numba keys its cache by the signature as given to compile(),
+        # and a call looks it up by the types of its arguments (a string would never match).
+        dispatcher.ahead = tuple(tuple(sigutils.normalize_signature(a)[0]) for a in arguments)
+        return dispatcher
+    return decorate
+
+
+def arguments(dtype, vectors, scalars=0, *more):
+    """A kernel's argument types in numba's notation: ``vectors`` contiguous 1-D arrays of
+    ``dtype``, ``scalars`` scalars of it, then the types ``more``
+    (``arguments('float32', 2, 1, 'boolean')`` is ``'(float32[::1], float32[::1], float32,
+    boolean)'``)."""
+    return '({})'.format(', '.join(['{}[::1]'.format(dtype)] * vectors + [dtype] * scalars
+                                   + list(more)))

@@ -35,6 +35,8 @@ COMMANDS = collections.OrderedDict([
     ('names', ('chainermn_torus.tools.tables', 'names_main', 'names  (communicator names)')),
     ('variants', ('chainermn_torus.tools.tables', 'variants_main',
                   'variants  (algorithm variants: planner, simulator, bench, tests)')),
+    ('kernels', ('chainermn_torus.tools.kernel_cache', 'main',
+                 'kernels [--processes N] [--list]  (numba kernels into the cache, before a job)')),
     ('clean', ('chainermn_torus.tools.clean', 'main',
                'clean [--dry-run] [--others] [--checkpoint-dir DIR]  (what dead jobs left)')),
 ])

@@ -1,0 +1,82 @@
+"""Run by tests/test_kernel_cache.py under mpiexec -n 2: every kernel declared for compiling
+ahead (runtime.jit.kernel), reached through the package's own calls: a communicator's
+shared-memory rows on float32 and float64 gradients and its float16 messages, the finite
+check, the fused optimizers and the large-batch RMSprop, flush-to-zero, batch normalization
+on numba's kernels, the benchmark's copy. Prints, per rank, each kernel's argument types
+loaded from numba's cache and those compiled here."""
+import json
+
+import chainermn_torus  # NOQA: first: then Chainer's import scans no packages
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import chainermn
+import numpy
+from mpi4py import MPI
+
+from chainermn_torus.compute import batchnorm
+from chainermn_torus.optimizers import fpenv, fuse, kernels, large_batch
+from chainermn_torus.runtime import finite
+from chainermn_torus.tools import kernel_cache
+
+
+def model(dtype):
+    m = chainer.Sequential(L.Linear(6, 5), L.Linear(5, 3))
+    for p in m.params():
+        p.array = p.array.astype(dtype)
+    return m
+
+
+def backward(m, dtype):
+    m.cleargrads()
+    x = numpy.random.RandomState(MPI.COMM_WORLD.rank).standard_normal((4, 6)).astype(dtype)
+    F.sum(m(x) ** 2).backward()
+
+
+# The communicators: rsap's rows in shared memory (one node) with float32 and float64
+# gradients; rsaa's messages with float16 (the reduce-scatter sums float16 blocks).
+for name, options, dtype in (('rsap', {}, numpy.float32), ('rsap', {}, numpy.float64),
+                             ('rsaa', {'allreduce_grad_dtype': numpy.float16, 'shm': False},
+                              numpy.float32)):
+    comm = chainermn.create_communicator(name, **options)
+    m = model(dtype)
+    backward(m, dtype)
+    comm.multi_node_mean_grad(m)
+    comm.finalize()
+
+for dtype in (numpy.float32, numpy.float64):
+    assert finite.count_nonfinite(numpy.array([1, numpy.nan], dtype)) == 1
+
+for optimizer in (chainer.optimizers.Adam(), chainer.optimizers.Adam(amsgrad=True),
+                  chainer.optimizers.MomentumSGD(), chainer.optimizers.RMSprop(),
+                  chainer.optimizers.RMSprop(eps_inside_sqrt=True)):
+    m = model(numpy.float32)
+    fuse(optimizer, flush_denormals=True).setup(m)
+    backward(m, numpy.float32)
+    optimizer.update()
+m = model(numpy.float32)
+optimizer = large_batch.RMSpropWarmup()
+optimizer.setup(m)
+backward(m, numpy.float32)
+optimizer.update()
+
+fpenv.set_flush_denormals(True)
+assert fpenv.flush_denormals_enabled()
+fpenv.set_flush_denormals(False)
+
+x = numpy.random.RandomState(0).standard_normal((2, 3, 4, 4)).astype(numpy.float32)
+gamma, beta = numpy.ones(3, numpy.float32), numpy.zeros(3, numpy.float32)
+y, mean, var = batchnorm.forward(x, gamma, beta, 2e-5, via='numba')
+batchnorm.backward(x, numpy.ones_like(y), mean, var, gamma, 2e-5, via='numba')
+
+src = numpy.arange(10, dtype=numpy.float32)
+dst = numpy.empty_like(src)
+kernels.copy(dst, src)
+
+stats = {}
+for module, name, dispatcher in kernel_cache.kernels():
+    s = dispatcher.stats
+    stats['{}.{}'.format(module, name)] = [sorted(map(str, s.cache_hits)), sorted(map(str, s.cache_misses))]
+print('KERNELS', json.dumps(stats), flush=True)
+print('OK rank {}'.format(MPI.COMM_WORLD.rank), flush=True)
