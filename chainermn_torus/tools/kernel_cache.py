@@ -60,11 +60,12 @@ def compile_ahead(processes=None):
     """Compile every declared kernel type into numba's cache, ``processes`` at a time
     (default: the CPUs this process may use). Returns [(kernel, compiled, loaded, folder)]."""
     tasks = [(module, name) for module, name, _ in kernels()]
-    processes = processes or len(os.sched_getaffinity(0))
+    processes = min(processes or len(os.sched_getaffinity(0)), len(tasks))
+    if processes <= 1:
+        return [_compile(task) for task in tasks]
     # spawn: no worker inherits a numba threading layer the parent may have started.
     with concurrent.futures.ProcessPoolExecutor(
-            max(1, min(processes, len(tasks))),
-            mp_context=multiprocessing.get_context('spawn')) as pool:
+            processes, mp_context=multiprocessing.get_context('spawn')) as pool:
         return list(pool.map(_compile, tasks))
 
 

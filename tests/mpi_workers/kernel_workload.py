@@ -2,9 +2,10 @@
 ahead (runtime.jit.kernel), reached through the package's own calls: a communicator's
 shared-memory rows on float32 and float64 gradients and its float16 messages, the finite
 check, the fused optimizers and the large-batch RMSprop, flush-to-zero, batch normalization
-on numba's kernels, the benchmark's copy. Prints, per rank, each kernel's argument types
-loaded from numba's cache and those compiled here."""
+on numba's kernels, the benchmark's copy. Writes, per rank, each kernel's argument types
+loaded from numba's cache and those compiled here to ``PREFIX.RANK.json`` (argv[1])."""
 import json
+import sys
 
 import chainermn_torus  # NOQA: first: then Chainer's import scans no packages
 
@@ -78,5 +79,6 @@ stats = {}
 for module, name, dispatcher in kernel_cache.kernels():
     s = dispatcher.stats
     stats['{}.{}'.format(module, name)] = [sorted(map(str, s.cache_hits)), sorted(map(str, s.cache_misses))]
-print('KERNELS', json.dumps(stats), flush=True)
+with open('{}.{}.json'.format(sys.argv[1], MPI.COMM_WORLD.rank), 'w') as f:
+    json.dump(stats, f)
 print('OK rank {}'.format(MPI.COMM_WORLD.rank), flush=True)
