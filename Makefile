@@ -41,9 +41,10 @@ OTHER_MPIS ?= $(if $(filter mpich,$(MPI)),impi openmpi,)
 PARTS := $(shell [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && echo yes)
 NO_PARTS := echo "[test] not root with apt-get: the SimGrid and aarch64 tests will skip"
 
-# Lanes side by side (the root tests and the jobs of a few files; every other test; the
-# other MPIs' fast sets), then the MPI worlds alone (scripts/test_lanes.sh). SimGrid first
-# (lane B's simulator tests need it); the aarch64 Python is built at the head of lane A.
+# Two lanes side by side (the root tests and the jobs of a few files beside every other
+# test), then the MPI worlds alone, then the other MPIs' fast sets (scripts/test_lanes.sh).
+# SimGrid first (lane B's simulator tests need it); the aarch64 Python is built at the head
+# of lane A.
 test: setup
 	@if [ -n "$(PARTS)" ]; then bash scripts/setup_simgrid.sh; else $(NO_PARTS); fi
 	@MPI=$(MPI) PY=$(PY) ONLY="$(ONLY)" OTHER_MPIS="$(OTHER_MPIS)" PARTS=$(PARTS) \

@@ -2,22 +2,24 @@
 # test_lanes.sh: `make test`'s pytest runs (MPI, ONLY, OTHER_MPIS, PARTS and PY from make).
 # Exit 1 if any of them failed, naming it.
 #
-#   1. three lanes side by side:
+#   1. two lanes side by side:
 #      lane A (into a log, shown when lane B ends): the aarch64 Python's build (PARTS: root
 #             and apt), the root tests (the fault matrix: 2-rank jobs that mostly wait, by
 #             design; the emulated cluster; Slurm), then the files of lane_a_files: the
 #             aarch64 jobs under QEMU, the benchmarks and the unchanged scripts, jobs whose
-#             checks do not depend on speed, so that lanes A and B end about together
+#             checks do not depend on speed, so that the two lanes end about together
 #      lane B (as it comes): every other test but the worlds'; tests/conftest.py runs those
 #             that start no MPI rank first, so beside the fault matrix run processes that
 #             never wait in MPI
-#      lane C (into a log): the fast MPI set under each of OTHER_MPIS, one after the other
 #   2. the tests in the session's MPI worlds of 1-8 ranks (marker `world`), with nothing
 #      beside them: MPICH's ranks spin while they wait, and beside other work they ran 2.7
 #      times slower (docs/development.md)
+#   3. the fast MPI set under each of OTHER_MPIS, side by side (their ranks give their core up
+#      while they wait: tests/conftest.py, job_env)
 #
 # Why: one pytest after another kept 1.35 of the 2 cores busy, the fault matrix about one;
-# two lanes 1.6 (docs/development.md, "Lanes").
+# two lanes 1.6. A third lane (the fast sets) kept them 96 % busy and ended no sooner: the
+# tier is then its CPU-seconds (docs/development.md, "Lanes").
 # Nothing is shared between lanes: each pytest has its own temporary folders and worlds, each
 # fault-matrix row its own /dev/shm, each MPI its own prefix (scripts/with_mpi.sh).
 set -uo pipefail
@@ -43,34 +45,31 @@ lane_a() {
     return $rc
 }
 
-# lane C: the fast MPI set under each of OTHER_MPIS, one after the other (their ranks give
-# their core up while they wait: tests/conftest.py, job_env).
-lane_c() {
-    local rc=0
-    for m in ${OTHER_MPIS:-}; do
-        echo "[test] the fast MPI set under $m"
-        make --no-print-directory test-fast MPI="$m" || { echo "[test] failed under $m"; rc=1; }
-    done
-    return $rc
-}
-
 lane_a > "$logs/a" 2>&1 &
 lane=$!
-lane_c > "$logs/c" 2>&1 &
-lane_c=$!
 ignore=()
 for f in $lane_a_files; do ignore+=("--ignore=$f"); done
 run_pytest --durations=30 -m "${only}not root and not world" "${ignore[@]}" tests \
     || failed+=('lane B')
 wait "$lane" || failed+=('lane A')
-echo "[test] lane A: the root tests, then" $lane_a_files
+echo "[test] lane A: the aarch64 build (root), the root tests, then" $lane_a_files
 cat "$logs/a"
-wait "$lane_c" || failed+=("lane C (the fast MPI sets under ${OTHER_MPIS:-})")
-echo "[test] lane C: the fast MPI sets under ${OTHER_MPIS:-none}"
-cat "$logs/c"
 
 echo "[test] the MPI worlds"
 run_pytest --durations=10 -m "${only}world" tests || failed+=('the worlds')
+
+pids=()
+for m in ${OTHER_MPIS:-}; do
+    make --no-print-directory test-fast MPI="$m" > "$logs/$m" 2>&1 &
+    pids+=("$!")
+done
+set -- ${OTHER_MPIS:-}
+for pid in "${pids[@]}"; do
+    wait "$pid" || failed+=("the fast MPI set under $1")
+    echo "[test] the fast MPI set under $1"
+    cat "$logs/$1"
+    shift
+done
 
 if [ ${#failed[@]} -gt 0 ]; then
     echo "[test] failed: ${failed[*]}" >&2
