@@ -6,8 +6,9 @@
 #      lane A (into a log, shown when lane B ends): the aarch64 Python's build (PARTS: root
 #             and apt), the root tests (the fault matrix: 2-rank jobs that mostly wait, by
 #             design; the emulated cluster; Slurm), then the files of lane_a_files: the
-#             aarch64 jobs under QEMU, the benchmarks and the unchanged scripts, jobs whose
-#             checks do not depend on speed, so that the two lanes end about together
+#             aarch64 jobs under QEMU, the benchmarks, the unchanged scripts and the kernel
+#             cache's compile and job, jobs whose checks do not depend on speed, so that the
+#             two lanes end about together
 #      lane B (as it comes): every other test but the worlds'; tests/conftest.py runs those
 #             that start no MPI rank first, so beside the fault matrix run processes that
 #             never wait in MPI
@@ -27,7 +28,8 @@ cd "$(dirname "$0")/.."
 mpi=${MPI:-mpich}
 py=${PY:-.venv/bin/python}
 only=${ONLY:-}   # 'mpi and ' under another MPI: the tests that start MPI jobs (Makefile)
-lane_a_files='tests/test_aarch64.py tests/test_benchmarks.py tests/test_unchanged_scripts.py'
+lane_a_files='tests/test_aarch64.py tests/test_benchmarks.py tests/test_unchanged_scripts.py
+              tests/test_kernel_cache.py'
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 failed=()
