@@ -50,10 +50,10 @@ def require(what):
 def kernel(*arguments, parallel=True):
     """``numba.njit(parallel=parallel, cache=True)``, keeping on the dispatcher (``ahead``)
     the argument types the package calls the kernel with, in numba's notation
-    (``'(float32[::1], float32)'``). ``chainermn-torus kernels`` (tools/kernels.py) compiles
-    those into numba's cache before a job, so that its ranks load every kernel instead of each
-    compiling it on first use; a call with other types compiles then, as without. Only where
-    numba exists: the kernel modules are imported only there."""
+    (``'(float32[::1], float32)'``). ``chainermn-torus kernels`` (tools/kernel_cache.py)
+    compiles those into numba's cache before a job, so that its ranks load every kernel
+    instead of each compiling it on first use; a call with other types compiles then, as
+    without. Only where numba exists: the kernel modules are imported only there."""
     from numba.core import sigutils
 
     def decorate(function):

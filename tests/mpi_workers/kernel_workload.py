@@ -78,7 +78,8 @@ kernels.copy(dst, src)
 stats = {}
 for module, name, dispatcher in kernel_cache.kernels():
     s = dispatcher.stats
-    stats['{}.{}'.format(module, name)] = [sorted(map(str, s.cache_hits)), sorted(map(str, s.cache_misses))]
+    stats['{}.{}'.format(module, name)] = [sorted(map(str, s.cache_hits)),
+                                           sorted(map(str, s.cache_misses))]
 with open('{}.{}.json'.format(sys.argv[1], MPI.COMM_WORLD.rank), 'w') as f:
     json.dump(stats, f)
 print('OK rank {}'.format(MPI.COMM_WORLD.rank), flush=True)
