@@ -14,6 +14,7 @@ Needs root for the namespace and the tmpfs; anywhere else it says so and stops.
 import argparse
 import collections
 import concurrent.futures
+import importlib
 import json
 import os
 import re
@@ -277,10 +278,8 @@ def _run_job(fault, comm, loader, workdir, extra_env=None):
                FAULT_MATRIX_ROW=workdir)  # marks this row's processes
     # More processes than cores (rows side by side, 2 loader processes per rank, the other
     # lane of `make test`): each MPI's setting that makes a waiting rank give its core up.
-    sys.path.insert(0, ROOT)
-    from chainermn_torus.tools import oversubscribe
-    env.update(oversubscribe.environment(os.environ.get('CHAINERMN_TORUS_MPI', 'mpich'),
-                                         ranks_of(fault), cores=1))
+    mpi = os.environ.get('CHAINERMN_TORUS_MPI', 'mpich')
+    env.update(_ours('tools.oversubscribe').environment(mpi, ranks_of(fault), cores=1))
     env.update(extra_env or {})
     job_fault = {'sigint': 'signal', 'sigterm': 'signal', 'shm-full': 'none',
                  'ckpt-room': 'none'}.get(fault, fault)
@@ -372,8 +371,7 @@ def _run_job(fault, comm, loader, workdir, extra_env=None):
         _signal_node(FROZEN_NODE, signal.SIGKILL)
         _wait_node_gone(FROZEN_NODE, 5)
         frozen_files = [n for n, _ in _shm_files() if n.endswith('_node{}'.format(FROZEN_NODE))]
-        from chainermn_torus.runtime import devshm  # ROOT on sys.path: above
-        devshm.sweep()
+        _ours('runtime.devshm').sweep()
     for t in threads:
         t.join()
     stdout, stderr = ''.join(out), ''.join(err)
@@ -449,6 +447,14 @@ def _node_pids(node):
     return alive
 
 
+def _ours(module):
+    """``chainermn_torus.<module>`` of this checkout (the harness runs as a script, and the
+    tests import it, from outside the package's path)."""
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    return importlib.import_module('chainermn_torus.' + module)
+
+
 def _wait_node_gone(node, seconds):
     """Until no process of emulated node ``node`` is left, for at most ``seconds``."""
     settle = time.time() + seconds
@@ -485,8 +491,7 @@ def _checkpoints(ckpt):
 
 def _timelines(prefix):
     """What the ranks' timelines became: complete, cut short (streamed log only), missing."""
-    sys.path.insert(0, ROOT)  # this checkout's reader, also for --code's jobs
-    from chainermn_torus.tools import timeline as tools
+    tools = _ours('tools.timeline')  # this checkout's reader, also for --code's jobs
     try:
         files = tools.rank_files(prefix)
     except ValueError:

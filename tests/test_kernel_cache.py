@@ -35,10 +35,11 @@ def test_every_cached_kernel_of_the_package_is_declared_and_its_module_listed():
             path = os.path.join(folder, name)
             text = open(path).read()
             module = os.path.relpath(path[:-3], ROOT).replace(os.sep, '.')
-            if 'jit.kernel(' in text and not module.endswith('runtime.jit'):
+            if module == 'chainermn_torus.runtime.jit':  # the decorator itself
+                continue
+            if 'jit.kernel(' in text:
                 declared.add(module)
-            if re.search(r'numba\.njit\([^)]*cache=True', text) and '.bench.' not in module \
-                    and not module.endswith('runtime.jit'):
+            if re.search(r'numba\.njit\([^)]*cache=True', text) and '.bench.' not in module:
                 plain.append(module)
     assert declared == set(kernel_cache.MODULES), declared ^ set(kernel_cache.MODULES)
     assert not plain, plain
