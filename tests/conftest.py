@@ -12,6 +12,17 @@ from chainermn_torus.tools import oversubscribe
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKERS = os.path.join(ROOT, 'tests', 'mpi_workers')
+# The tests' sitecustomize (its docstring says why): last on every child's PYTHONPATH, so
+# that a measuring one put first (scripts/interpreter_census.py) still wins.
+SITE = os.path.join(ROOT, 'tests', 'site')
+os.environ['PYTHONPATH'] = os.pathsep.join(
+    [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p and p != SITE] + [SITE])
+
+
+def pythonpath(*first):
+    """PYTHONPATH for a process a test starts: ``first``, this checkout, the tests' site
+    folder."""
+    return os.pathsep.join(list(first) + [ROOT, SITE])
 
 
 # `make test MPI=impi|openmpi` (scripts/with_mpi.sh) names the MPI and its own mpiexec; the

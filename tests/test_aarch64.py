@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from conftest import ROOT, assert_ok, run_mpi, worker, MPI
+from conftest import ROOT, assert_ok, pythonpath, run_mpi, worker, MPI
 from optimizers.test_fpenv_threads import FTZ_CHECK, FTZ_EXPECTED
 
 PYTHON = os.path.join(ROOT, '.venv', 'aarch64', 'bin', 'python')
@@ -50,31 +50,48 @@ RANK0_CHECKS = textwrap.dedent('''
 ''')
 
 
-def _job(nprocs, variants, rank0=None, path=ROOT):
+# The modules of the kernels the numba job calls (rsap's and rsaa's shared-memory rows on
+# float32 and float64, float16 messages): compiled by rank 0 alone first.
+WARM = ('chainermn_torus.communicators._half_kernels', 'chainermn_torus.communicators._shm')
+
+
+def _job(nprocs, variants, rank0=None, first=(), warm=()):
     """check_mean.py's exact means for ``variants`` on nprocs aarch64 ranks, then, on rank
-    0, the code ``rank0``: one job, so one QEMU start per rank for all of it."""
+    0, the code ``rank0``: one job, so one QEMU start per rank for all of it. ``first``:
+    PYTHONPATH entries before this checkout's. ``warm``: modules whose kernels rank 0
+    compiles into numba's cache before the checks, while the other ranks wait asleep: on a
+    cold cache (every CI run) each rank would compile the same kernels at the same time,
+    about 16 CPU-s a rank under QEMU, where the others now load them."""
     code = textwrap.dedent('''
-        import runpy, sys
+        import importlib, runpy, sys, time
+        from mpi4py import MPI
+        if MPI.COMM_WORLD.rank == 0:
+            for name in {warm!r}:
+                for kernel in vars(importlib.import_module(name)).values():
+                    for arguments in getattr(kernel, 'ahead', None) or ():
+                        kernel.compile(arguments)
+        ready = MPI.COMM_WORLD.Ibarrier()
+        while not ready.Test():  # asleep, not in MPI's wait: it would take a core
+            time.sleep(0.05)
         sys.path.insert(0, {workers!r})
         sys.argv = [{check!r}] + {variants!r}
         runpy.run_path({check!r}, run_name='__main__')
-        from mpi4py import MPI
         if MPI.COMM_WORLD.rank == 0:
             exec({rank0!r})
     ''').format(workers=os.path.dirname(CHECK_MEAN), check=CHECK_MEAN, variants=variants,
-                 rank0=rank0 or '')
+                 rank0=rank0 or '', warm=tuple(warm))
     return run_mpi(nprocs, ['-c', code], python=PYTHON, timeout=900,
-                   env={'PYTHONPATH': path, 'NUMBA_NUM_THREADS': '2'})
+                   env={'PYTHONPATH': pythonpath(*first), 'NUMBA_NUM_THREADS': '2'})
 
 
 def test_exact_means_with_numba_flush_to_zero_and_chainers_layers_on_aarch64():
     # One-sided puts and float16 through numba's aarch64 kernels, the shared-memory rows, at
-    # P = 2: a cold numba cache (every CI run) compiles each kernel in every rank, and 2
-    # ranks compile side by side on 2 cores where 3 took half as long again. What grows with
+    # P = 2 (3 ranks took half as long again); on a cold numba cache (every CI run) rank 0
+    # compiles the kernels once, the other rank loads them (WARM). What grows with
     # P is the same Python on every architecture (every P to 8 on x86, and the numpy
     # fallbacks' odd rows at P = 3 in tests/test_without_numba.py). Then rank 0's
     # single-process checks.
-    proc = _job(2, ['rsap', 'rsaa:shm=1'], RANK0_CHECKS)
+    proc = _job(2, ['rsap', 'rsaa:shm=1'], RANK0_CHECKS, warm=WARM)
     assert_ok(proc, 2)
     out = proc.stdout
     assert 'numba is not installed' not in out, out[-3000:]
@@ -88,6 +105,6 @@ def test_exact_means_with_numba_flush_to_zero_and_chainers_layers_on_aarch64():
 
 def test_exact_means_without_numba_on_aarch64(no_numba):
     # The numpy fallbacks on aarch64 (odd row lengths: on x86, tests/test_without_numba.py).
-    proc = _job(2, ['rsaa:shm=1'], path=no_numba + os.pathsep + ROOT)
+    proc = _job(2, ['rsaa:shm=1'], first=[no_numba])
     assert_ok(proc, 2)
     assert 'numba is not installed' in proc.stdout

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, run_mpi
+from conftest import ROOT, pythonpath, run_mpi
 
 
 @pytest.mark.slow
@@ -16,7 +16,7 @@ def test_optimizer_update_benchmark(tmp_path):
         [sys.executable, '-m', 'chainermn_torus.bench.optimizer_update', '--model', 'mlp',
          '--rounds', '2', '--warmup', '0', '--threads', '1', '--json', str(out)],
         capture_output=True, text=True, timeout=300, cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=ROOT))
+        env=dict(os.environ, PYTHONPATH=pythonpath()))
     assert proc.returncode == 0, proc.stderr
     res = json.loads(out.read_text())
     assert set(res['rows']) == {'stock', 'fused-per-array', 'fused-flat', 'copy',
@@ -114,7 +114,7 @@ def test_overlap_training_benchmark_and_report(tmp_path):
     assert res['results'][1]['median_ms']['allreduce'] >= 2.8
     proc = subprocess.run([sys.executable, '-m', 'chainermn_torus.bench.overlap_report',
                            str(tmp_path)], capture_output=True, text=True, timeout=120,
-                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=pythonpath()))
     assert proc.returncode == 0, proc.stderr
     report = (tmp_path / 'report.md').read_text()
     assert '| rsap+fp16+overlap |' in report and 'naive+stock / best' in report
@@ -166,7 +166,7 @@ def test_compute_benchmark(tmp_path, model, size, kinds):
         [sys.executable, '-m', 'chainermn_torus.bench.compute', '--model', model, '--batch',
          '1', '--size', size, '--rounds', '1', '--threads', '1', '--json', str(out)],
         capture_output=True, text=True, timeout=300, cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=ROOT))
+        env=dict(os.environ, PYTHONPATH=pythonpath()))
     assert proc.returncode == 0, proc.stderr
     res = json.loads(out.read_text())
     assert set(res['median']) == {'numpy', 'onednn'} and res['bound_seconds'] > 0
@@ -192,7 +192,7 @@ def test_compute_benchmark_on_the_mlp(tmp_path):
         [sys.executable, '-m', 'chainermn_torus.bench.compute', '--model', 'mlp', '--batch',
          '100', '--rounds', '1', '--threads', '1', '--json', str(out)],
         capture_output=True, text=True, timeout=300, cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=ROOT))
+        env=dict(os.environ, PYTHONPATH=pythonpath()))
     assert proc.returncode == 0, proc.stderr
     res = json.loads(out.read_text())
     assert res['forward_macs'] == 100 * (784 * 1000 + 1000 * 1000 + 1000 * 10)
@@ -208,7 +208,7 @@ def test_compute_numerics_benchmark(tmp_path):
     proc = subprocess.run(
         [sys.executable, '-m', 'chainermn_torus.bench.compute_numerics', '--json', str(out)],
         capture_output=True, text=True, timeout=300, cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=ROOT))
+        env=dict(os.environ, PYTHONPATH=pythonpath()))
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(out.read_text())
     assert {'convolution_2d', 'batch_normalization', 'max_pooling_2d',
@@ -228,7 +228,7 @@ def test_data_parallel_benchmark(tmp_path):
     if os.environ.get('TORCH_PYTHON'):
         argv += ['--torch', os.environ['TORCH_PYTHON']]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=ROOT))
+                          env=dict(os.environ, PYTHONPATH=pythonpath()))
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     res = json.loads(out.read_text())
     assert {'numpy', 'onednn'} <= set(res['median']) and res['ranks'] == 2
@@ -258,7 +258,7 @@ def test_compute_benchmark_beside_pytorch(tmp_path):
         [sys.executable, '-m', 'chainermn_torus.bench.compute', '--batch', '1', '--size', '64',
          '--rounds', '1', '--threads', '1', '--torch', os.environ['TORCH_PYTHON'],
          '--json', str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=ROOT))
+        env=dict(os.environ, PYTHONPATH=pythonpath()))
     assert proc.returncode == 0, proc.stderr
     res = json.loads(out.read_text())
     assert res['median']['torch'] > 0 and res['ratio_onednn_over_torch'] > 0

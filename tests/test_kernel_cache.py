@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, assert_ok, run_mpi, worker
+from conftest import ROOT, assert_ok, pythonpath, run_mpi, worker
 from chainermn_torus.runtime import jit
 from chainermn_torus.tools import kernel_cache
 
@@ -61,7 +61,7 @@ def test_a_bad_process_count_is_refused_naming_it(capsys):
 
 
 def test_without_numba_there_is_nothing_to_compile_and_it_says_so(no_numba):
-    proc = _tool({'PYTHONPATH': no_numba + os.pathsep + ROOT})
+    proc = _tool({'PYTHONPATH': pythonpath(no_numba)})
     assert proc.returncode == 0, proc.stderr
     assert 'numba is not installed: nothing to compile' in proc.stdout
 

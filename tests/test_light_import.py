@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from conftest import ROOT, run_mpi
+from conftest import ROOT, pythonpath, run_mpi
 
 
 def python(code, env=None):
-    full = dict(os.environ, PYTHONPATH=ROOT, CHAINERMN_TORUS_QUIET='1')
+    full = dict(os.environ, PYTHONPATH=pythonpath(), CHAINERMN_TORUS_QUIET='1')
     full.update(env or {})
     proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
                           timeout=120, cwd=ROOT, env=full)
@@ -60,7 +60,7 @@ def test_chainers_check_runs_where_an_optional_package_is_there(tmp_path):
     # takes that as "no iDeep"): Chainer's check runs (its module's imports show it).
     (tmp_path / 'ideep4py').mkdir()
     (tmp_path / 'ideep4py' / '__init__.py').write_text('raise ImportError("a test\'s stand-in")\n')
-    out = python(SCANS, env={'PYTHONPATH': str(tmp_path) + os.pathsep + ROOT})
+    out = python(SCANS, env={'PYTHONPATH': pythonpath(str(tmp_path))})
     assert out.split('\n')[:2] == ["['numpy.distutils', 'pkg_resources'] False 0", 'True']
 
 

@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from conftest import ROOT
+from conftest import ROOT, pythonpath
 
 CHECK = r'''
 import chainer, chainermn, chainermn.communicators, chainermn.optimizers
@@ -69,7 +69,7 @@ assert c.create_communicator is before[(id(c), 'create_communicator')][2]
 def test_every_patch_is_recorded_and_undone():
     proc = subprocess.run([sys.executable, '-c', CHECK], capture_output=True, text=True,
                           cwd=ROOT, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=ROOT, CHAINERMN_TORUS_QUIET='1'))
+                          env=dict(os.environ, PYTHONPATH=pythonpath(), CHAINERMN_TORUS_QUIET='1'))
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = dict(line.split(' ', 1) for line in proc.stdout.splitlines())
     groups = set(out['groups'].split())

@@ -20,7 +20,7 @@ import pytest
 
 from chainermn_torus import config
 from chainermn_torus.errors import ConfigError, Refusal
-from conftest import ROOT, run_mpi, worker
+from conftest import ROOT, pythonpath, run_mpi, worker
 
 SCRIPT = worker('refusal_script.py')
 
@@ -120,7 +120,7 @@ def test_a_bad_value_is_a_config_error_naming_its_source(key, monkeypatch):
 
 def _job(env=None, args=(), launcher=()):
     """A one-rank job under the launcher: (exit code, lines printed)."""
-    full = dict(os.environ, CHAINERMN_TORUS_QUIET='1', PYTHONPATH=ROOT)
+    full = dict(os.environ, CHAINERMN_TORUS_QUIET='1', PYTHONPATH=pythonpath())
     full.update(env or {})
     proc = subprocess.run([sys.executable, '-m', 'chainermn_torus.run'] + list(launcher)
                           + [SCRIPT] + list(args), capture_output=True, text=True, timeout=120,

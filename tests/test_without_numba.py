@@ -9,7 +9,7 @@ import pytest
 from chainermn_torus.communicators import _half, _packing, _shm
 from chainermn_torus.optimizers import fpenv, fuse
 from chainermn_torus.runtime import jit
-from conftest import ROOT, assert_ok, run_mpi, worker
+from conftest import ROOT, assert_ok, pythonpath, run_mpi, worker
 
 pytestmark = pytest.mark.skipif(not jit.available(),
                                 reason='compares the fallbacks with numba, not installed here (make setup installs it)')
@@ -98,7 +98,7 @@ def test_shared_memory_copies_in_numpy_match():
 def test_communicators_average_exactly_without_numba(no_numba):
     # The shared-memory rows (rsaa:shm=1) and float16 messages, every grid of P = 3, checked
     # against the float64 reference with numba hidden in every rank.
-    env = {'PYTHONPATH': no_numba + os.pathsep + ROOT}
+    env = {'PYTHONPATH': pythonpath(no_numba)}
     proc = run_mpi(3, [worker('check_mean.py'), 'rsaa:shm=1'], env=env, timeout=300)
     assert_ok(proc, 3)
     assert proc.stdout.count(jit.FALLBACK_NOTE) == 1  # once, on rank 0 of the node

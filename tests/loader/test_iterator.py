@@ -14,6 +14,7 @@ import pytest
 from chainermn_torus.loader import LoaderError, LoaderIterator
 from chainermn_torus.loader.iterator import SHM_PREFIX
 from chainermn_torus.runtime.devshm import job_tag
+from conftest import pythonpath
 from loader_support import Big, Failing, Ragged, Slow, Squares
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -180,7 +181,7 @@ def test_nothing_remains_after_the_training_process_is_killed():
             os.kill(os.getpid(), signal.SIGKILL)   # a crash: no finalize, no atexit
     ''').format(tests=TESTS)
     proc = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
-                          timeout=120, env=dict(os.environ, PYTHONPATH=ROOT))
+                          timeout=120, env=dict(os.environ, PYTHONPATH=pythonpath()))
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     pids_line, names_line = proc.stdout.splitlines()[:2]
     pids = [int(p) for p in pids_line.split()]

@@ -8,13 +8,12 @@ import pytest
 
 from chainermn_torus.optimizers import fpenv
 from chainermn_torus.runtime import threads
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from conftest import pythonpath
 
 
 def _python(code, env=None, python=None, timeout=120):
     """Run ``code`` in a child (``python``: another interpreter, such as the aarch64 one)."""
-    full = dict(os.environ, PYTHONPATH=ROOT)
+    full = dict(os.environ, PYTHONPATH=pythonpath())
     full.update(env or {})
     proc = subprocess.run([python or sys.executable, '-c', textwrap.dedent(code)],
                           capture_output=True, text=True, env=full, timeout=timeout)

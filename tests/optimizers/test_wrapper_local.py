@@ -4,7 +4,7 @@ import subprocess
 import sys
 import textwrap
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from conftest import pythonpath
 
 
 def test_double_buffering_without_thread_multiple_says_why():
@@ -20,7 +20,7 @@ def test_double_buffering_without_thread_multiple_says_why():
             print('ERROR', e)
     ''')
     proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
-                          timeout=120, env=dict(os.environ, PYTHONPATH=ROOT))
+                          timeout=120, env=dict(os.environ, PYTHONPATH=pythonpath()))
     assert proc.returncode == 0, proc.stderr
     assert 'ERROR' in proc.stdout and 'MPI_THREAD_MULTIPLE' in proc.stdout
     assert 'mpi4py.rc.thread_level' in proc.stdout
