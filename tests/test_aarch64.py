@@ -63,13 +63,11 @@ def _job(nprocs, variants, rank0=None, first=(), warm=()):
     cold cache (every CI run) each rank would compile the same kernels at the same time,
     about 16 CPU-s a rank under QEMU, where the others now load them."""
     code = textwrap.dedent('''
-        import importlib, runpy, sys, time
+        import runpy, sys, time
         from mpi4py import MPI
-        if MPI.COMM_WORLD.rank == 0:
-            for name in {warm!r}:
-                for kernel in vars(importlib.import_module(name)).values():
-                    for arguments in getattr(kernel, 'ahead', None) or ():
-                        kernel.compile(arguments)
+        if MPI.COMM_WORLD.rank == 0 and {warm!r}:
+            from chainermn_torus.tools import kernel_cache
+            kernel_cache.compile_ahead(1, modules={warm!r})
         ready = MPI.COMM_WORLD.Ibarrier()
         while not ready.Test():  # asleep, not in MPI's wait: it would take a core
             time.sleep(0.05)

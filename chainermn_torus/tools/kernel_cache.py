@@ -32,11 +32,11 @@ MODULES = ('chainermn_torus.communicators._half_kernels',
            'chainermn_torus.runtime._finite_kernels')
 
 
-def kernels():
-    """[(module, name, dispatcher)] of every kernel with argument types to compile ahead,
-    each once (a module may hold another's kernel under a second name)."""
+def kernels(modules=MODULES):
+    """[(module, name, dispatcher)] of every kernel of ``modules`` with argument types to
+    compile ahead, each once (a module may hold another's kernel under a second name)."""
     found, seen = [], set()
-    for module in MODULES:
+    for module in modules:
         for name, value in sorted(vars(importlib.import_module(module)).items()):
             if getattr(value, 'ahead', None) is not None and id(value) not in seen:
                 seen.add(id(value))
@@ -56,10 +56,11 @@ def _compile(task):
             sum(stats.cache_hits.values()), os.path.dirname(stats.cache_path))
 
 
-def compile_ahead(processes=None):
-    """Compile every declared kernel type into numba's cache, ``processes`` at a time
-    (default: the CPUs this process may use). Returns [(kernel, compiled, loaded, folder)]."""
-    tasks = [(module, name) for module, name, _ in kernels()]
+def compile_ahead(processes=None, modules=MODULES):
+    """Compile every declared kernel type of ``modules`` into numba's cache, ``processes`` at
+    a time (default: the CPUs this process may use; 1: in this process). Returns [(kernel,
+    compiled, loaded, folder)]."""
+    tasks = [(module, name) for module, name, _ in kernels(modules)]
     processes = min(processes or len(os.sched_getaffinity(0)), len(tasks))
     if processes <= 1:
         return [_compile(task) for task in tasks]
