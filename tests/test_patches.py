@@ -27,7 +27,8 @@ before = snapshot()
 import chainermn_torus  # the registry's patches: ChainerMN's factories
 from chainermn_torus import compute
 from chainermn_torus.compute import dnnl, onednn
-compute_places = [(cls, name) for cls, name, _ in onednn._REPLACEMENTS]
+compute_places = [(cls, name) for cls, name, _ in onednn._REPLACEMENTS] + [
+    (cls, 'backward') for cls in onednn._BACKWARDS]
 before.update(snapshot(compute_places))  # nothing of Chainer's layers is patched on import
 from chainermn_torus.launch import patches as launch_patches
 from chainermn_torus.runtime import abort, patches, watchdog

@@ -14,7 +14,7 @@ does, from the mean and variance returned here). NCHW in and out, no reorder.
 """
 import numpy
 
-from chainermn_torus.compute import dnnl
+from chainermn_torus.compute import dnnl, geometries
 from chainermn_torus.runtime import jit
 
 __all__ = ['BatchNorm', 'batch_norm', 'forward', 'backward', 'inference', 'implementation',
@@ -38,7 +38,7 @@ class BatchNorm(object):
         pd = dnnl.P()
         dnnl.check(dnnl.lib().dnnl_batch_normalization_forward_primitive_desc_create(
             dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.PROP['forward_training'],
-            self.data.handle, self.data.handle, self.eps, _FLAGS, None),
+            self.data.handle, self.data.handle, self.eps, _FLAGS, dnnl.attr()),
             'batch normalization forward')
         return pd
 
@@ -63,7 +63,7 @@ class BatchNorm(object):
             dnnl.check(dnnl.lib().dnnl_batch_normalization_forward_primitive_desc_create(
                 dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.PROP['forward_inference'],
                 self.data.handle, self.data.handle, self.eps,
-                _FLAGS | dnnl.BN_FLAGS['use_global_stats'], None),
+                _FLAGS | dnnl.BN_FLAGS['use_global_stats'], dnnl.attr()),
                 'batch normalization inference')
             self._inf = dnnl.Bound(pd, 'batch normalization inference', ['src'], ['dst'],
                                    {'src': self.data, 'dst': self.data},
@@ -82,7 +82,7 @@ class BatchNorm(object):
             dnnl.check(dnnl.lib().dnnl_batch_normalization_backward_primitive_desc_create(
                 dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.PROP['backward'],
                 self.data.handle, self.data.handle, self.data.handle, self.eps, _FLAGS,
-                self._hint.pd, None), 'batch normalization backward')
+                self._hint.pd, dnnl.attr()), 'batch normalization backward')
             plain = {'src': self.data, 'diff_dst': self.data, 'diff_src': self.data}
             self._bwd = dnnl.Bound(pd, 'batch normalization backward',
                                    ['src', 'diff_dst'], ['diff_src'], plain,
@@ -98,11 +98,9 @@ class BatchNorm(object):
         return gx, ggamma, gbeta
 
 
-_CACHE = {}
-
 
 def batch_norm(shape, eps):
-    return dnnl.cached(_CACHE, (tuple(shape), float(eps)), BatchNorm)
+    return geometries.cached('batchnorm', (tuple(shape), float(eps)), BatchNorm)
 
 
 def _four(a):

@@ -43,7 +43,10 @@ def _statistics(x, mean, var):
                 q += v * v
         mu = s / m
         mean[ci] = numpy.float32(mu)
-        var[ci] = numpy.float32(max(q / m - mu * mu, 0.0))
+        v = q / m - mu * mu
+        if v < 0.0:  # rounding below zero; a NaN stays NaN, as Chainer's (max() would drop it)
+            v = 0.0
+        var[ci] = numpy.float32(v)
 
 
 @jit.kernel('({x}, {c}, {c}, {c}, {c}, {x})'.format(x=_X, c=_C))

@@ -18,12 +18,14 @@ buffers and reorders between those and NCHW. The arrays come in and go out in NC
 a layer's output would be in oneDNN's layout is reordered back at once, so the numbers
 are those of one convolution on the plain arrays.
 """
+import functools
+
 import numpy
 
-from chainermn_torus.compute import dnnl
+from chainermn_torus.compute import dnnl, geometries
 
-__all__ = ['Convolution', 'convolution', 'out_size', 'pad_after', 'forward',
-           'backward_data', 'backward_weights', 'deconvolution']
+__all__ = ['Convolution', 'convolution', 'out_size', 'pad_after', 'empty_window', 'plan',
+           'forward', 'backward_data', 'backward_weights', 'deconvolution']
 
 
 def out_size(size, k, s, p, cover_all=False, d=1):
@@ -38,6 +40,47 @@ def pad_after(size, out, k, s, p, d=1):
     """The padding after the data that gives oneDNN ``out`` outputs."""
     dk = k + (k - 1) * (d - 1)
     return s * (out - 1) + dk - size - p
+
+
+def empty_window(size, out, k, s, p, d=1):
+    """Whether one of the ``out`` windows along an axis of ``size`` reads no element of the
+    data, only padding (a padding of at least the window, strides beyond it with
+    ``cover_all``, taps of a dilated window that straddle the data). oneDNN computes no tap
+    there: for a max pooling -FLT_MAX where Chainer's is -inf, for a convolution's weight
+    gradient nothing where Chainer multiplies the padding's zeros by ``gy`` (NaN for an
+    infinite one)."""
+    def reads(i):
+        start = i * s - p
+        return any(0 <= start + t * d < size for t in range(k))
+    if d == 1:  # contiguous windows: the first and the last are the ones that can miss
+        return not (reads(0) and reads(out - 1))
+    return not all(reads(i) for i in range(out))
+
+
+@functools.lru_cache(maxsize=1024)
+def plan(x_shape, w_shape, stride, pad, cover_all, dilate, groups):
+    """(why not, y shape, padded) of Chainer's convolution_2d of these shapes: ``why not``
+    None where oneDNN computes it as Chainer does, else the reason (Chainer's own code then
+    runs, and refuses what Chainer refuses with Chainer's error); ``padded`` where a window
+    reads padding (the padding's zeros times a NaN or infinite weight are NaN in Chainer's
+    im2col, and are not computed by oneDNN)."""
+    if len(x_shape) != 4 or len(w_shape) != 4:
+        return 'arrays that are not (n, c, h, w)', None, False
+    if min(stride + dilate) < 1 or min(pad) < 0 or groups < 1:
+        return 'a stride, dilation or group count below 1 or a negative padding', None, False
+    n, c, h, w = x_shape
+    o, cg, kh, kw = w_shape
+    if min(kh, kw) < 1 or c != cg * groups or o % groups:
+        return 'channels that do not divide into the groups', None, False
+    y = _geometry(x_shape, w_shape, stride, pad, cover_all, dilate)
+    if min(y) < 1:
+        return 'an empty output or input', None, False
+    axes = list(zip((h, w), y[2:], (kh, kw), stride, pad, dilate))
+    if any(empty_window(*axis) for axis in axes):
+        return 'windows that read only padding', None, False
+    padded = any(p > 0 or pad_after(size, out, k, st, p, d) > 0
+                 for size, out, k, st, p, d in axes)
+    return None, y, padded
 
 
 class Convolution(object):
@@ -79,7 +122,7 @@ class Convolution(object):
             dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.PROP['forward_training'],
             dnnl.ALG['convolution_direct'], x.handle, w.handle,
             self.bias_md.handle if self.bias else None, y.handle, self.strides, self.dilates,
-            self.pad_l, self.pad_r, None), 'convolution forward')
+            self.pad_l, self.pad_r, dnnl.attr()), 'convolution forward')
         return pd
 
     def _hint(self):
@@ -104,14 +147,15 @@ class Convolution(object):
             dnnl.check(lib.dnnl_convolution_backward_data_primitive_desc_create(
                 dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.ALG['convolution_direct'],
                 x.handle, w.handle, y.handle, self.strides, self.dilates, self.pad_l,
-                self.pad_r, self._hint(), None), 'convolution backward data')
+                self.pad_r, self._hint(), dnnl.attr()), 'convolution backward data')
             step = dnnl.Bound(pd, 'convolution backward data', ['diff_dst', 'weights'],
                               ['diff_src'], self.plain)
         else:
             dnnl.check(lib.dnnl_convolution_backward_weights_primitive_desc_create(
                 dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.ALG['convolution_direct'],
                 x.handle, w.handle, self.bias_md.handle if self.bias else None, y.handle,
-                self.strides, self.dilates, self.pad_l, self.pad_r, self._hint(), None),
+                self.strides, self.dilates, self.pad_l, self.pad_r, self._hint(),
+                dnnl.attr()),
                 'convolution backward weights')
             step = dnnl.Bound(pd, 'convolution backward weights', ['src', 'diff_dst'],
                               ['diff_weights'], self.plain,
@@ -143,13 +187,11 @@ class Convolution(object):
         return gW, gb
 
 
-_CACHE = {}
-
 
 def convolution(x_shape, w_shape, y_shape, stride, pad, dilate, groups, bias):
     key = (tuple(x_shape), tuple(w_shape), tuple(y_shape), tuple(stride), tuple(pad),
            tuple(dilate), groups, bool(bias))
-    return dnnl.cached(_CACHE, key, Convolution)
+    return geometries.cached('conv', key, Convolution)
 
 
 def _c(a):

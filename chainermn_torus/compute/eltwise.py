@@ -1,57 +1,45 @@
-"""ReLU on oneDNN: y = max(x, 0) and its gradient gx = gy where y > 0, else 0, for float32
-arrays of any shape (one flat vector to oneDNN: the operation is element by element).
+"""ReLU, y = max(x, 0), and its gradient gx = gy * (y > 0), for float32 arrays of any shape
+(0-d included: the shape comes back as it came), on numba's kernels (``relu_kernels``)
+where numba is installed.
 
 Chainer's numpy is one thread and, for the gradient, two passes and a temporary (the mask,
-then the product); oneDNN is one pass on the rank's threads. The same values: the gradient
-is taken at the output, as Chainer's ``ReLUGrad2`` does (y > 0 exactly where x > 0).
+then the product); the kernels are one pass on the rank's threads, with numpy's arithmetic
+(NaN and infinities as Chainer's: ``relu_kernels`` says why not oneDNN's). Small arrays
+stay Chainer's: waking the thread pool costs more than the pass (``SMALL``).
 """
 import numpy
 
-from chainermn_torus.compute import dnnl
+from chainermn_torus.runtime import jit
 
-__all__ = ['relu', 'relu_grad']
+__all__ = ['available', 'SMALL', 'relu', 'relu_grad']
 
-_CACHE = {}
-
-
-class _Relu(object):
-    def __init__(self, size):
-        self.md = dnnl.plain_md((size,))
-        plain = {'src': self.md, 'dst': self.md, 'diff_src': self.md, 'diff_dst': self.md}
-        lib = dnnl.lib()
-        self.forward = dnnl.Bound(self._forward_pd(), 'relu forward', ['src'], ['dst'], plain)
-        self._hint = dnnl.Hint(self._forward_pd())
-        bwd = dnnl.P()
-        dnnl.check(lib.dnnl_eltwise_backward_primitive_desc_create(
-            dnnl.ctypes.byref(bwd), dnnl.engine(), dnnl.ALG['eltwise_relu'], self.md.handle,
-            self.md.handle, self.md.handle, 0.0, 0.0, self._hint.pd, None), 'relu backward')
-        self.backward = dnnl.Bound(bwd, 'relu backward', ['src', 'diff_dst'], ['diff_src'],
-                                   plain)
-
-    def _forward_pd(self):
-        pd = dnnl.P()
-        dnnl.check(dnnl.lib().dnnl_eltwise_forward_primitive_desc_create(
-            dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.PROP['forward_training'],
-            dnnl.ALG['eltwise_relu'], self.md.handle, self.md.handle, 0.0, 0.0, None),
-            'relu forward')
-        return pd
+# Below this many elements Chainer's own numpy is as fast: one pass over a few KiB takes
+# about a microsecond, waking numba's threads about ten (measured: docs/compute.md).
+SMALL = 4096
 
 
-def _op(size):
-    return dnnl.cached(_CACHE, (size,), _Relu)
+def available():
+    """Whether the kernels exist here (numba installed)."""
+    return jit.available()
+
+
+def _kernels():
+    from chainermn_torus.compute import relu_kernels  # numba is optional
+    return relu_kernels
+
+
+def _flat(a):
+    return numpy.ascontiguousarray(a, dtype=numpy.float32).reshape(-1)
 
 
 def relu(x):
-    x = numpy.ascontiguousarray(x, dtype=numpy.float32)
-    y = numpy.empty_like(x)
-    _op(x.size).forward(src=x.reshape(-1), dst=y.reshape(-1))
+    y = numpy.empty(x.shape, numpy.float32)
+    _kernels().relu(_flat(x), y.reshape(-1))
     return y
 
 
 def relu_grad(y, gy):
     """The gradient of ReLU at output ``y`` for ``gy``."""
-    y = numpy.ascontiguousarray(y, dtype=numpy.float32)
-    gy = numpy.ascontiguousarray(gy, dtype=numpy.float32)
-    gx = numpy.empty_like(gy)
-    _op(gy.size).backward(src=y.reshape(-1), diff_dst=gy.reshape(-1), diff_src=gx.reshape(-1))
+    gx = numpy.empty(gy.shape, numpy.float32)
+    _kernels().relu_grad(_flat(y), _flat(gy), gx.reshape(-1))
     return gx

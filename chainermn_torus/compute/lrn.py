@@ -9,7 +9,7 @@ scale it computed) for the gradient, where one is made. Plain layout, no reorder
 """
 import numpy
 
-from chainermn_torus.compute import dnnl
+from chainermn_torus.compute import dnnl, geometries
 
 __all__ = ['Lrn', 'lrn', 'forward', 'backward', 'window']
 
@@ -33,7 +33,7 @@ class Lrn(object):
         dnnl.check(dnnl.lib().dnnl_lrn_forward_primitive_desc_create(
             dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.PROP['forward_training'],
             dnnl.ALG['lrn_across_channels'], self.md.handle, self.md.handle, *self.params,
-            None), 'local response normalization forward')
+            dnnl.attr()), 'local response normalization forward')
         return pd
 
     def forward(self, x):
@@ -61,7 +61,7 @@ class Lrn(object):
             dnnl.check(dnnl.lib().dnnl_lrn_backward_primitive_desc_create(
                 dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.ALG['lrn_across_channels'],
                 self.md.handle, self.md.handle, self.md.handle, *self.params, self._hint.pd,
-                None), 'local response normalization backward')
+                dnnl.attr()), 'local response normalization backward')
             extra = {'workspace': dnnl.query_md(pd, 'workspace')} if self.workspace_bytes \
                 else None
             self._backward = dnnl.Bound(pd, 'local response normalization backward',
@@ -76,11 +76,9 @@ class Lrn(object):
         return gx
 
 
-_CACHE = {}
-
 
 def lrn(shape, n, k, alpha, beta):
-    return dnnl.cached(_CACHE, (tuple(shape), int(n), float(k), float(alpha), float(beta)),
+    return geometries.cached('lrn', (tuple(shape), int(n), float(k), float(alpha), float(beta)),
                        Lrn)
 
 

@@ -35,6 +35,8 @@ and why each:
 
 Chainer's bias gradient (a sum over gy) stays Chainer's.
 """
+import threading
+
 import numpy
 from chainer.functions.activation import relu as _relu
 from chainer.functions.connection import convolution_2d as _conv2d
@@ -44,9 +46,9 @@ from chainer.functions.pooling import average_pooling_2d as _avg2d
 from chainer.functions.pooling import max_pooling_nd as _maxnd
 
 from chainermn_torus.compute import batchnorm, conv, dnnl, eltwise, lrn, pooling
-from chainermn_torus.runtime import chainer_private, patches, report
+from chainermn_torus.runtime import chainer_private, finite, patches, report
 
-__all__ = ['enable', 'disable', 'enabled', 'REPLACED']
+__all__ = ['enable', 'disable', 'enabled', 'uninstall', 'REPLACED']
 
 # Chainer's implementation seam for batch normalization (private: runtime.chainer_private).
 _bn = chainer_private.batch_normalization_internals()
@@ -54,11 +56,47 @@ _bn = chainer_private.batch_normalization_internals()
 REPLACED = ('convolution_2d (forward, gradient of the input and of the weights), '
             'deconvolution_2d (forward), batch_normalization (training: forward, '
             'gradients; inference: fixed_batch_normalization forward; on numba\'s kernels '
-            'where numba is installed), relu (forward, '
-            'gradient), max_pooling_2d and average_pooling_2d (forward, gradient), '
+            'where numba is installed), relu (forward, gradient; on numba\'s kernels), '
+            'max_pooling_2d and average_pooling_2d (forward, gradient), '
             'local_response_normalization (forward, gradient)')
+
+# Whether a forward started now takes oneDNN (``enable``/``disable``), and, while a node's
+# backward runs, the mode its forward ran in: the functions that backward applies (the
+# gradient's nodes, which read what the forward left: oneDNN's workspaces) run in that
+# mode, whatever was switched since. Per thread: a backward in progress is its thread's.
+_MODE = {'on': False}
+_BACKWARD = threading.local()
+_STARTED = '_chainermn_torus_onednn'  # on each node: whether its forward ran in oneDNN mode
+
+
 def enabled():
-    return bool(patches.applied('compute'))
+    return _MODE['on']
+
+
+def _on():
+    mode = getattr(_BACKWARD, 'on', None)
+    return _MODE['on'] if mode is None else mode
+
+
+def _start(node):
+    """Record the mode ``node``'s forward runs in; True where that is oneDNN's."""
+    on = _on()
+    node.__dict__[_STARTED] = on
+    return on
+
+
+def _in_mode_of_forward(original):
+    def backward(self, *args, **kwargs):
+        mode = self.__dict__.get(_STARTED)
+        if mode is None:
+            return original(self, *args, **kwargs)
+        outer = getattr(_BACKWARD, 'on', None)
+        _BACKWARD.on = mode
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _BACKWARD.on = outer
+    return backward
 
 
 def _standard(fn, inputs):
@@ -78,41 +116,95 @@ def _not_taken(why):
     return False
 
 
+def _finite(array):
+    return finite.count_nonfinite(array) == 0
+
+
+def _refused(what, error):
+    """oneDNN refused a call the checks let through: Chainer's code computes it (and
+    raises Chainer's error where Chainer refuses it too)."""
+    _not_taken('a {} oneDNN refused ({})'.format(what, str(error).replace(
+        'chainermn_torus: ', '')))
+
+
 def _conv_forward(original):
     def forward_cpu(self, inputs):
-        if self.cudnn_fast or not _standard(self, inputs):
+        if not _start(self) or self.cudnn_fast or not _standard(self, inputs):
             return original(self, inputs)
-        self._check_input_layouts_all_standard()
-        self.retain_inputs((0, 1))
         x, W = inputs[:2]
         b = inputs[2] if len(inputs) == 3 else None
-        return conv.forward(x, W, b, (self.sy, self.sx), (self.ph, self.pw),
-                            self.cover_all, (self.dy, self.dx), self.groups),
+        stride, pad = (self.sy, self.sx), (self.ph, self.pw)
+        why, _, padded = conv.plan(x.shape, W.shape, stride, pad, self.cover_all,
+                                   (self.dy, self.dx), self.groups)
+        if why is not None:
+            _not_taken('convolution_2d of ' + why)
+            return original(self, inputs)
+        if padded and not _finite(W):
+            # Chainer's im2col multiplies the padding's zeros by every weight: NaN there
+            _not_taken('convolution_2d with NaN/inf weights and padding')
+            return original(self, inputs)
+        self._check_input_layouts_all_standard()
+        try:
+            y = conv.forward(x, W, b, stride, pad, self.cover_all, (self.dy, self.dx),
+                             self.groups)
+        except dnnl.DnnlError as e:
+            _refused('convolution_2d', e)
+            return original(self, inputs)
+        self.retain_inputs((0, 1))
+        return y,
     return forward_cpu
 
 
 def _grad_w_forward(original):
     def forward_cpu(self, inputs):
-        if not _standard(self, inputs) or numpy.dtype(self.W_dtype) != numpy.float32:
+        if (not _start(self) or not _standard(self, inputs)
+                or numpy.dtype(self.W_dtype) != numpy.float32):
+            return original(self, inputs)
+        x, gy = inputs
+        stride, pad, dilate = (self.sy, self.sx), (self.ph, self.pw), (self.dy, self.dx)
+        why, y_shape, padded = conv.plan(x.shape, self.W_shape, stride, pad, self.cover_all,
+                                         dilate, self.groups)
+        if why is not None or y_shape != gy.shape:
+            return original(self, inputs)
+        try:
+            gW, _ = conv.backward_weights(x, gy, self.W_shape, stride, pad, dilate,
+                                          self.groups)
+        except dnnl.DnnlError as e:
+            _refused('convolution_2d gradient', e)
+            return original(self, inputs)
+        if padded and not _finite(gW):
+            # a NaN or infinite gy reaches Chainer's gW through the padding's zeros too
+            _not_taken('convolution_2d gradients with NaN/inf and padding')
             return original(self, inputs)
         self.retain_inputs((0, 1))
-        x, gy = inputs
-        gW, _ = conv.backward_weights(x, gy, self.W_shape, (self.sy, self.sx),
-                                      (self.ph, self.pw), (self.dy, self.dx), self.groups)
         return gW,
     return forward_cpu
 
 
 def _deconv_forward(original):
     def forward_cpu(self, inputs):
-        if not _standard(self, inputs):
+        if not _start(self) or not _standard(self, inputs):
             return original(self, inputs)
-        self.retain_inputs((0, 1))
         x, W = inputs[:2]
         b = inputs[2] if len(inputs) == 3 else None
-        self._calc_out_size(x.shape, W.shape)
-        return conv.deconvolution(x, W, b, (self.outh, self.outw), (self.sy, self.sx),
-                                  (self.ph, self.pw), (self.dy, self.dx), self.groups),
+        if x.ndim != 4 or W.ndim != 4:
+            return original(self, inputs)
+        self._calc_out_size(x.shape, W.shape)  # Chainer's, with its errors
+        # the convolution this deconvolution runs backwards, from its output to x
+        y_shape = (x.shape[0], W.shape[1] * self.groups, self.outh, self.outw)
+        why = conv.plan(y_shape, (W.shape[0],) + W.shape[1:], (self.sy, self.sx),
+                        (self.ph, self.pw), False, (self.dy, self.dx), self.groups)[0]
+        if why == 'channels that do not divide into the groups' or min(y_shape) < 1:
+            _not_taken('deconvolution_2d of ' + why if why else 'an empty output')
+            return original(self, inputs)
+        try:
+            y = conv.deconvolution(x, W, b, (self.outh, self.outw), (self.sy, self.sx),
+                                   (self.ph, self.pw), (self.dy, self.dx), self.groups)
+        except dnnl.DnnlError as e:
+            _refused('deconvolution_2d', e)
+            return original(self, inputs)
+        self.retain_inputs((0, 1))
+        return y,
     return forward_cpu
 
 
@@ -141,9 +233,11 @@ class _OneDnnBatchNormalizationImpl(_bn._BatchNormalizationImpl):
 
 
 def _select_bn(batch_norm_func, inputs):
-    """Ours where oneDNN computes it alike, else Chainer's own choice."""
+    """Ours where oneDNN computes it alike, else Chainer's own choice (which refuses what
+    Chainer refuses: an ``axis`` given as a list fails in numpy's ``mean``)."""
     x, gamma, beta = inputs
-    if (isinstance(x, numpy.ndarray) and x.ndim in (2, 4) and gamma.ndim == 1
+    if (_on() and isinstance(x, numpy.ndarray) and x.ndim in (2, 4) and gamma.ndim == 1
+            and isinstance(batch_norm_func.axis, tuple)
             and tuple(batch_norm_func.key_axis) == (1,)
             and _standard(batch_norm_func, inputs)):
         return _OneDnnBatchNormalizationImpl()
@@ -152,6 +246,7 @@ def _select_bn(batch_norm_func, inputs):
 
 def _bn_forward(original):
     def forward(self, inputs):
+        _start(self)
         if self._impl_selector is _bn._impl_selector:  # a caller's own selector stays
             self._impl_selector = _select_bn
         return original(self, inputs)
@@ -161,8 +256,10 @@ def _bn_forward(original):
 def _fixed_bn_forward(original):
     def forward(self, inputs):
         x, gamma, beta, mean, var = inputs
-        if not (isinstance(x, numpy.ndarray) and x.ndim in (2, 4) and gamma.ndim == 1
-                and self.axis in (None, (0,) + tuple(range(2, x.ndim)))
+        if not (_start(self) and isinstance(x, numpy.ndarray) and x.ndim in (2, 4)
+                and gamma.ndim == 1
+                and (self.axis is None or (isinstance(self.axis, tuple)
+                                           and self.axis == (0,) + tuple(range(2, x.ndim))))
                 and _standard(self, inputs)):
             return original(self, inputs)
         self.retain_inputs((0, 1, 3, 4))
@@ -175,19 +272,27 @@ def _fixed_bn_forward(original):
     return forward
 
 
+def _small(array):
+    return array.size < eltwise.SMALL
+
+
 def _relu_forward(original):
     def forward_cpu(self, inputs):
-        if not _standard(self, inputs):
+        if not _start(self) or not _standard(self, inputs) or _small(inputs[0]):
             return original(self, inputs)
-        y = eltwise.relu(inputs[0])
+        if not eltwise.available():
+            _not_taken('relu (numba is not installed)')
+            return original(self, inputs)
         self.retain_outputs((0,))
-        return y,
+        return eltwise.relu(inputs[0]),
     return forward_cpu
 
 
 def _relu_grad_forward(original):
     def forward_cpu(self, inputs):
-        if not _standard(self, inputs) or self.b.dtype != numpy.float32:
+        if (not _start(self) or not _standard(self, inputs) or _small(inputs[0])
+                or self.b.dtype != numpy.float32 or self.b.shape != inputs[0].shape
+                or not eltwise.available()):
             return original(self, inputs)
         return eltwise.relu_grad(self.b, inputs[0]),
     return forward_cpu
@@ -207,15 +312,28 @@ def _avg_pool_args(fn):
 
 def _max_pool_forward(original):
     def forward_cpu(self, inputs):
-        if self.ndim != 2 or not _standard(self, inputs):
+        if not _start(self) or self.ndim != 2 or not _standard(self, inputs):
             return original(self, inputs)
         if self.return_indices:
             _not_taken('max_pooling_2d with return_indices (Chainer\'s indexes asked for)')
             return original(self, inputs)
         x, = inputs
+        why, _ = pooling.plan('max', x.shape, *_pool_args(self), self.cover_all)
+        if why is not None:
+            _not_taken('max_pooling_2d of ' + why)
+            return original(self, inputs)
+        if not _finite(x):
+            # oneDNN's maximum skips NaN (Chainer's is NaN) and starts at -FLT_MAX (a
+            # window of -inf is -inf in Chainer's)
+            _not_taken('max_pooling_2d of NaN/inf inputs')
+            return original(self, inputs)
+        try:
+            y, workspace = pooling.max_forward(x, *_pool_args(self), cover_all=self.cover_all)
+        except dnnl.DnnlError as e:
+            _refused('max_pooling_2d', e)
+            return original(self, inputs)
         self._in_shape, self._in_dtype = x.shape, x.dtype
         self.retain_inputs((0,))
-        y, workspace = pooling.max_forward(x, *_pool_args(self), cover_all=self.cover_all)
         setattr(self, _WORKSPACE, workspace)
         self.indexes = None  # Chainer's, made when asked (_chainer_indexes)
         return y,
@@ -233,6 +351,7 @@ def _chainer_indexes(func):
 
 def _max_pool_grad_forward(original):
     def forward_cpu(self, inputs):
+        _start(self)
         func = self.func
         workspace = getattr(func, _WORKSPACE, None)
         if workspace is None:
@@ -241,12 +360,18 @@ def _max_pool_grad_forward(original):
             _chainer_indexes(func)
             return original(self, inputs)
         gy, = inputs
-        return pooling.max_backward(gy, workspace, func._in_shape, *_pool_args(func)),
+        try:
+            return pooling.max_backward(gy, workspace, func._in_shape, *_pool_args(func)),
+        except dnnl.DnnlError as e:
+            _refused('max_pooling_2d gradient', e)
+            _chainer_indexes(func)
+            return original(self, inputs)
     return forward_cpu
 
 
 def _max_pool_with_indexes_forward(original):
     def forward_cpu(self, inputs):
+        _start(self)
         if getattr(self.func, _WORKSPACE, None) is not None:
             _chainer_indexes(self.func)
         return original(self, inputs)
@@ -255,20 +380,38 @@ def _max_pool_with_indexes_forward(original):
 
 def _avg_pool_forward(original):
     def forward_cpu(self, inputs):
-        if not _standard(self, inputs):
+        if not _start(self) or not _standard(self, inputs):
             return original(self, inputs)
         x, = inputs
+        args = _avg_pool_args(self)
+        why, _ = pooling.plan('average', x.shape, *args, False)
+        if why is not None:
+            _not_taken('average_pooling_2d of ' + why)
+            return original(self, inputs)
+        try:
+            y = pooling.average_forward(x, *args)
+        except dnnl.DnnlError as e:
+            _refused('average_pooling_2d', e)
+            return original(self, inputs)
         self._in_shape, self._in_dtype = x.shape, x.dtype
-        return pooling.average_forward(x, *_avg_pool_args(self)),
+        return y,
     return forward_cpu
 
 
 def _avg_pool_grad_forward(original):
     def forward_cpu(self, inputs):
-        if not _standard(self, inputs):
+        if not _start(self) or not _standard(self, inputs):
             return original(self, inputs)
         gy, = inputs
-        return pooling.average_backward(gy, self._in_shape, *_avg_pool_args(self)),
+        args = _avg_pool_args(self)
+        why, y_shape = pooling.plan('average', self._in_shape, *args, False)
+        if why is not None or y_shape != gy.shape:
+            return original(self, inputs)
+        try:
+            return pooling.average_backward(gy, self._in_shape, *args),
+        except dnnl.DnnlError as e:
+            _refused('average_pooling_2d gradient', e)
+            return original(self, inputs)
     return forward_cpu
 
 
@@ -281,11 +424,18 @@ class _LrnWorkspace(object):
 
 def _lrn_forward(original):
     def forward_cpu(self, inputs):
-        if inputs[0].ndim != 4 or not _standard(self, inputs):
+        if not _start(self) or inputs[0].ndim != 4 or not _standard(self, inputs):
+            return original(self, inputs)
+        if self.n < 1:  # Chainer's window is then its middle channel alone; oneDNN refuses
+            _not_taken('local_response_normalization with n < 1')
+            return original(self, inputs)
+        try:
+            y, workspace = lrn.forward(inputs[0], self.n, self.k, self.alpha, self.beta)
+        except dnnl.DnnlError as e:
+            _refused('local_response_normalization', e)
             return original(self, inputs)
         self.retain_inputs((0,))
         self.retain_outputs((0,))
-        y, workspace = lrn.forward(inputs[0], self.n, self.k, self.alpha, self.beta)
         self.indexes = _LrnWorkspace(workspace)
         return y,
     return forward_cpu
@@ -293,6 +443,7 @@ def _lrn_forward(original):
 
 def _lrn_grad_forward(original):
     def forward_cpu(self, inputs):
+        _start(self)
         if not isinstance(self.indexes, _LrnWorkspace):
             return original(self, inputs)
         x, _, gy = inputs
@@ -319,17 +470,34 @@ _REPLACEMENTS = [
 ]
 
 
+# Every class above whose backward applies functions: its backward runs in the mode its
+# forward ran in (``_in_mode_of_forward``).
+_BACKWARDS = sorted({cls for cls, _, _ in _REPLACEMENTS}, key=lambda c: c.__name__)
+
+
 def enable():
-    """Chainer's functions above on oneDNN (idempotent); raises where oneDNN does not
-    load (``dnnl.DnnlError``, naming the fix)."""
-    if enabled():
-        return
+    """Chainer's functions above on oneDNN from now on (idempotent); raises where oneDNN
+    does not load (``dnnl.DnnlError``, naming the fix)."""
     dnnl.lib()
-    for cls, name, make in _REPLACEMENTS:
-        patches.apply(cls, name, make(cls.__dict__[name]), 'compute',
-                      'Chainer\'s {} on oneDNN'.format(cls.__name__))
+    if not patches.applied('compute'):
+        for cls, name, make in _REPLACEMENTS:
+            patches.apply(cls, name, make(cls.__dict__[name]), 'compute',
+                          'Chainer\'s {} on oneDNN'.format(cls.__name__))
+        for cls in _BACKWARDS:
+            patches.apply(cls, 'backward', _in_mode_of_forward(getattr(cls, 'backward')),
+                          'compute', 'Chainer\'s {} backward in the mode its forward ran '
+                          'in'.format(cls.__name__))
+    _MODE['on'] = True
 
 
 def disable():
-    """Chainer's own functions again."""
+    """Chainer's own functions for every forward from now on. A node whose forward ran on
+    oneDNN still takes its gradient there (it reads oneDNN's workspace)."""
+    _MODE['on'] = False
+
+
+def uninstall():
+    """Chainer's classes exactly as they were (no node computed in oneDNN mode may be
+    differentiated after this)."""
+    _MODE['on'] = False
     patches.uninstall('compute')

@@ -17,11 +17,13 @@ which oneDNN does not take for pooling: the array is then given to oneDNN as a s
 without those rows (they are in no window, so their gradient is zero), not copied.
 Pooling runs on the plain layout, with no reorder.
 """
+import functools
+
 import numpy
 
-from chainermn_torus.compute import conv, dnnl
+from chainermn_torus.compute import conv, dnnl, geometries
 
-__all__ = ['Pooling', 'pooling', 'max_forward', 'max_backward', 'average_forward',
+__all__ = ['plan', 'Pooling', 'pooling', 'max_forward', 'max_backward', 'average_forward',
            'average_backward', 'out_shape']
 
 
@@ -29,6 +31,25 @@ def out_shape(x_shape, ksize, stride, pad, cover_all):
     n, c, h, w = x_shape
     return (n, c, conv.out_size(h, ksize[0], stride[0], pad[0], cover_all),
             conv.out_size(w, ksize[1], stride[1], pad[1], cover_all))
+
+
+@functools.lru_cache(maxsize=1024)
+def plan(kind, x_shape, ksize, stride, pad, cover_all):
+    """(why not, y shape) of Chainer's 2-D ``kind`` pooling of ``x_shape``: ``why not`` None
+    where oneDNN computes it as Chainer does, else the reason (Chainer's own code then
+    runs, and refuses what Chainer refuses with Chainer's error)."""
+    if len(x_shape) != 4:
+        return 'arrays that are not (n, c, h, w)', None
+    if min(ksize + stride) < 1 or min(pad) < 0:
+        return 'a window or stride below 1 or a negative padding', None
+    y = out_shape(x_shape, ksize, stride, pad, cover_all)
+    if min(y) < 1:
+        return 'an empty output or input', None
+    if kind == 'max' and any(conv.empty_window(size, out, k, s, p) for size, out, k, s, p
+                             in zip(x_shape[2:], y[2:], ksize, stride, pad)):
+        # Chainer's window of padding alone is -inf; oneDNN's would be -FLT_MAX
+        return 'windows that read only padding', None
+    return None, y
 
 
 class Pooling(object):
@@ -55,7 +76,7 @@ class Pooling(object):
         pd = dnnl.P()
         dnnl.check(dnnl.lib().dnnl_pooling_forward_primitive_desc_create(
             dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.PROP['forward_training'], self.alg,
-            self.x_md.handle, self.y_md.handle, *self.geometry, None),
+            self.x_md.handle, self.y_md.handle, *self.geometry, dnnl.attr()),
             '{} pooling forward'.format(self.kind))
         return pd
 
@@ -86,7 +107,7 @@ class Pooling(object):
             pd = dnnl.P()
             dnnl.check(dnnl.lib().dnnl_pooling_backward_primitive_desc_create(
                 dnnl.ctypes.byref(pd), dnnl.engine(), self.alg, self.x_md.handle,
-                self.y_md.handle, *self.geometry, self._hint.pd, None),
+                self.y_md.handle, *self.geometry, self._hint.pd, dnnl.attr()),
                 '{} pooling backward'.format(self.kind))
             extra = {'workspace': dnnl.query_md(pd, 'workspace')} if self.kind == 'max' \
                 else None
@@ -103,12 +124,10 @@ class Pooling(object):
         return gx
 
 
-_CACHE = {}
-
 
 def pooling(kind, x_shape, y_shape, ksize, stride, pad):
     key = (kind, tuple(x_shape), tuple(y_shape), tuple(ksize), tuple(stride), tuple(pad))
-    return dnnl.cached(_CACHE, key, Pooling)
+    return geometries.cached('pooling', key, Pooling)
 
 
 def _c(a):

@@ -26,6 +26,7 @@ __all__ = ['MODULES', 'kernels', 'compile_ahead', 'main']
 MODULES = ('chainermn_torus.communicators._half_kernels',
            'chainermn_torus.communicators._shm',
            'chainermn_torus.compute.bn_kernels',
+           'chainermn_torus.compute.relu_kernels',
            'chainermn_torus.optimizers.fpenv',
            'chainermn_torus.optimizers.kernels',
            'chainermn_torus.optimizers.large_batch',

@@ -105,8 +105,8 @@ def test_deconvolution_equals_chainers_numpy(numpy_path):
         numpy.testing.assert_allclose(mine, theirs, atol=2e-5, rtol=1e-5)
 
 
-def test_other_dtypes_stay_on_chainers_numpy_and_enable_disable_restore_chainers():
-    onednn.disable()
+def test_other_dtypes_stay_on_chainers_numpy_and_uninstall_restores_chainers():
+    onednn.uninstall()
     original = chainer_conv.Convolution2DFunction.__dict__['forward_cpu']
     onednn.enable()
     onednn.enable()  # idempotent
@@ -114,7 +114,9 @@ def test_other_dtypes_stay_on_chainers_numpy_and_enable_disable_restore_chainers
     x = numpy.random.RandomState(3).uniform(-1, 1, (1, 2, 5, 5))
     W = numpy.ones((3, 2, 3, 3))
     y = F.convolution_2d(x, W).array  # float64: Chainer's own, the same result
-    onednn.disable()
+    onednn.disable()  # Chainer's forwards from now on; the wrappers stay for the backwards
+    assert not onednn.enabled()
+    onednn.uninstall()
     assert chainer_conv.Convolution2DFunction.__dict__['forward_cpu'] is original
     assert numpy.array_equal(y, F.convolution_2d(x, W).array)
 

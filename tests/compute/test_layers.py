@@ -10,7 +10,7 @@ import chainer.functions as F
 import chainer.links as L
 from chainer import gradient_check
 
-from chainermn_torus.compute import batchnorm, dnnl, onednn
+from chainermn_torus.compute import batchnorm, dnnl, geometries, onednn
 from chainermn_torus.runtime import jit
 from compute_support import as_it_was, both  # noqa: F401 (a fixture)
 
@@ -176,7 +176,7 @@ def test_both_batch_normalizations_equal_chainers(via, shape):
 
 def test_without_numba_batch_normalization_is_onednns(monkeypatch):
     monkeypatch.setattr(jit, 'numba', lambda: None)  # as where numba cannot be imported
-    monkeypatch.setattr(batchnorm, '_CACHE', {})
+    geometries.clear()
     assert batchnorm.implementation() == 'onednn'
     onednn.enable()
     rng = numpy.random.RandomState(14)
@@ -185,6 +185,6 @@ def test_without_numba_batch_normalization_is_onednns(monkeypatch):
     with chainer.using_config('train', True):
         y = link(x)
     assert type(y.creator._impl).__name__ == '_OneDnnBatchNormalizationImpl'
-    assert batchnorm._CACHE  # oneDNN's primitives made for the shape
+    assert geometries.stats()['by kind'].get('batchnorm')  # oneDNN's primitives for the shape
     numpy.testing.assert_allclose(y.array.mean(axis=(0, 2, 3)), 0, atol=1e-5)
     numpy.testing.assert_allclose(y.array.std(axis=(0, 2, 3)), 1, rtol=1e-3)

@@ -2,7 +2,7 @@
 ahead (runtime.jit.kernel), reached through the package's own calls: a communicator's
 shared-memory rows on float32 and float64 gradients and its float16 messages, the finite
 check, the fused optimizers and the large-batch RMSprop, flush-to-zero, batch normalization
-on numba's kernels, the benchmark's copy. Writes, per rank, each kernel's argument types
+and ReLU on numba's kernels, the benchmark's copy. Writes, per rank, each kernel's argument types
 loaded from numba's cache and those compiled here to ``PREFIX.RANK.json`` (argv[1])."""
 import json
 import sys
@@ -16,7 +16,7 @@ import chainermn
 import numpy
 from mpi4py import MPI
 
-from chainermn_torus.compute import batchnorm
+from chainermn_torus.compute import batchnorm, eltwise
 from chainermn_torus.optimizers import fpenv, fuse, kernels, large_batch
 from chainermn_torus.runtime import finite
 from chainermn_torus.tools import kernel_cache
@@ -70,6 +70,8 @@ x = numpy.random.RandomState(0).standard_normal((2, 3, 4, 4)).astype(numpy.float
 gamma, beta = numpy.ones(3, numpy.float32), numpy.zeros(3, numpy.float32)
 y, mean, var = batchnorm.forward(x, gamma, beta, 2e-5, via='numba')
 batchnorm.backward(x, numpy.ones_like(y), mean, var, gamma, 2e-5, via='numba')
+relu = eltwise.relu(x)
+eltwise.relu_grad(relu, x)
 
 src = numpy.arange(10, dtype=numpy.float32)
 dst = numpy.empty_like(src)
