@@ -26,8 +26,8 @@ from chainermn_torus.errors import Unsupported
 
 __all__ = ['available', 'why_unavailable', 'version', 'lib', 'engine', 'stream', 'plain_md',
            'any_md', 'Memory', 'Primitive', 'Reorder', 'query_md', 'md_equal', 'md_size',
-           'dims', 'attr', 'DnnlError', 'F32', 'ARG', 'PROP', 'ALG', 'QUERY', 'TAG', 'Bound', 'wait',
-           'BN_FLAGS', 'Hint', 'scratch', 'scratch_bytes']
+           'dims', 'attr', 'DnnlError', 'F32', 'ARG', 'PROP', 'ALG', 'QUERY', 'TAG', 'Bound',
+           'wait', 'BN_FLAGS', 'Hint', 'scratch', 'scratch_bytes']
 
 P = ctypes.c_void_p
 DIMS = ctypes.c_int64 * 12  # dnnl_dims_t (DNNL_MAX_NDIMS)
@@ -46,7 +46,8 @@ QUERY = {'src': 129, 'diff_src': 130, 'weights': 131, 'diff_weights': 132, 'dst'
          'impl_info_str': 8}
 SCRATCHPAD_USER = 1  # dnnl_scratchpad_mode_user
 ARG = {'src': 1, 'dst': 17, 'weights': 33, 'bias': 41, 'mean': 49, 'variance': 50,
-       'scale': 51, 'shift': 52, 'workspace': 64, 'scratchpad': 80, 'diff_src': 129, 'diff_dst': 145,
+       'scale': 51, 'shift': 52, 'workspace': 64, 'scratchpad': 80, 'diff_src': 129,
+       'diff_dst': 145,
        'diff_weights': 161, 'diff_bias': 169, 'diff_scale': 255, 'diff_shift': 256,
        'from': 1, 'to': 17}
 
@@ -238,8 +239,8 @@ def check(status, what):
 
 
 def _per_process(key, make):
-    """The engine, the stream and the attributes, made once per process (a forked loader process makes its
-    own: oneDNN's objects do not survive a fork)."""
+    """The engine, the stream and the attributes, made once per process (a forked loader
+    process makes its own: oneDNN's objects do not survive a fork)."""
     if _STATE.get('pid') != os.getpid():
         _STATE.pop('engine', None)
         _STATE.pop('stream', None)
@@ -458,9 +459,9 @@ def wait():
 class Bound(object):
     """A primitive with its numpy arguments: each argument's plain layout, and where the
     primitive chose another, a region of the scratch buffer in that layout and the reorder
-    to it (an input) or from it (an output); the scratchpads in the scratch buffer too. ``__call__(**arrays)`` runs the reorders in,
-    the primitive, the reorders out, and waits. Built once per shape and reused
-    (``compute.conv``)."""
+    to it (an input) or from it (an output); the scratchpads in the scratch buffer too.
+    ``__call__(**arrays)`` runs the reorders in, the primitive, the reorders out, and
+    waits. Built once per shape and reused (``compute.conv``)."""
 
     def __init__(self, pd, what, inputs, outputs, plain, extra=None):
         self.primitive = Primitive(pd, what)
