@@ -63,10 +63,11 @@ SETTINGS = collections.OrderedDict([
     ('compute', Setting('CHAINERMN_TORUS_COMPUTE', 'compute', 'auto',
                         "Chainer's heavy layers (convolutions): onednn, numpy, or auto "
                         '(oneDNN where it loads)', launcher='process')),
-    # 256 by measurement (docs/compute.md, "Memory"): ResNet-50 keeps 35 geometries per
-    # batch size in training and 22 in evaluation, so 256 holds four such pairs (the last
-    # batch of an epoch, evaluation at another size) without making any twice; a geometry
-    # holds 0.1-0.5 MiB (its primitives' code), so the bound is ~100 MiB at most.
+    # 256 by measurement (docs/compute.md, "Memory"; bench compute-memory): ResNet-50 makes
+    # 23 geometries per batch size in training and none more in evaluation, so 256 holds
+    # eleven batch sizes (the last batch of an epoch, evaluation at another size) without
+    # making any twice; a geometry holds about 35 KiB beside the shared scratch buffer (66
+    # of them 2.2 MiB), so the bound is a few MiB, and a geometry made again costs 0.1-10 ms.
     ('onednn_cache', Setting('CHAINERMN_TORUS_ONEDNN_CACHE', 'count', 256,
                              'oneDNN: layer geometries (input shapes) whose primitives are '
                              'kept; the least recently used beyond this are made again when '

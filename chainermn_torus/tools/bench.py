@@ -7,7 +7,7 @@ import sys
 __all__ = ['main', 'BENCHMARKS']
 
 BENCHMARKS = {'allreduce': 'allreduce', 'update': 'optimizer_update', 'mnist': 'mnist_iteration',
-              'compute': 'compute',
+              'compute': 'compute', 'compute-memory': 'compute_memory',
               'double-buffering': 'double_buffering', 'overlap': 'overlap_training',
               'overlap-report': 'overlap_report'}
 

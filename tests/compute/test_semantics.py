@@ -586,3 +586,24 @@ def test_a_channels_last_layout_is_refused_as_chainer_refuses_it():
                              layout=memory_layouts.CUDNN_CHANNEL_LAST_X)
         with pytest.raises(RuntimeError):
             link(x)
+
+
+@pytest.mark.parametrize('batch, channels', [
+    (2, 16),
+    pytest.param(8, 64, marks=pytest.mark.slow)])  # the documented sweep: about 9 s
+def test_resident_memory_over_21_shapes_stays_within_100_mib_of_numpys(batch, channels):
+    import json
+    import subprocess
+    import sys
+    from conftest import ROOT
+    proc = subprocess.run([sys.executable, '-m', 'chainermn_torus.bench.compute_memory',
+                           '--batch', str(batch), '--channels', str(channels),
+                           '--resnet-batches', '--json', '/dev/stdout'],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout[proc.stdout.index('{'):])
+    numpy_row, onednn_row = result['sweep']
+    assert onednn_row['geometries']['kept'] == 66  # 21 sizes x 3 (+ the warm-up's), kept
+    assert result['onednn_minus_numpy_mib'] < 100, result
+    # one scratch buffer: the largest call's blocked copies, not one per geometry
+    assert onednn_row['scratch_mib'] < 4 * batch * channels * 200 * 200 * 4 / 2 ** 20
