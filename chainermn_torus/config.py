@@ -67,7 +67,8 @@ SETTINGS = collections.OrderedDict([
     # 23 geometries per batch size in training and none more in evaluation, so 256 holds
     # eleven batch sizes (the last batch of an epoch, evaluation at another size) without
     # making any twice; a geometry holds about 35 KiB beside the shared scratch buffer (66
-    # of them 2.2 MiB), so the bound is a few MiB, and a geometry made again costs 0.1-10 ms.
+    # of them 2.2 MiB), so the bound is a few MiB; a convolution's geometry made again costs
+    # 0.4-1.5 ms (its three primitives, oneDNN's own primitive cache warm).
     ('onednn_cache', Setting('CHAINERMN_TORUS_ONEDNN_CACHE', 'count', 256,
                              'oneDNN: layer geometries (input shapes) whose primitives are '
                              'kept; the least recently used beyond this are made again when '
