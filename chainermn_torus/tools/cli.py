@@ -13,9 +13,8 @@ __all__ = ['main', 'COMMANDS']
 # command -> (module, function, usage line)
 COMMANDS = collections.OrderedDict([
     ('bench', ('chainermn_torus.tools.bench', 'main',
-               'bench allreduce|update|mnist|compute|compute-memory|double-buffering|overlap|'
-               'overlap-report '
-               '[...]')),
+               'bench allreduce|update|mnist|compute|compute-memory|compute-semantics|'
+               'double-buffering|overlap|overlap-report [...]')),
     ('run', ('chainermn_torus.run', 'main',
              'run [--communicator NAME] [--grid MxN] [...] script.py ARGS  (under mpiexec)')),
     ('topology', ('chainermn_torus.tools.topology', 'main',
