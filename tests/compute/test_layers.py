@@ -10,7 +10,7 @@ import chainer.functions as F
 import chainer.links as L
 from chainer import gradient_check
 
-from chainermn_torus.compute import batchnorm, dnnl, geometries, onednn
+from chainermn_torus.compute import batchnorm, dnnl, eltwise, geometries, onednn
 from chainermn_torus.runtime import jit
 from compute_support import as_it_was, both  # noqa: F401 (a fixture)
 
@@ -87,7 +87,8 @@ def test_batch_normalization_passes_chainers_gradient_check():
 
 def test_relu_and_its_gradient_are_chainers_exactly():
     rng = numpy.random.RandomState(2)
-    x = rng.normal(0, 1, (4, 3, 5, 6)).astype(numpy.float32)
+    x = rng.normal(0, 1, (4, 8, 16, 16)).astype(numpy.float32)  # the kernels' size
+    assert x.size >= eltwise.SMALL
     gy = rng.normal(0, 1, x.shape).astype(numpy.float32)
 
     def run():
