@@ -59,6 +59,7 @@ BAD = {
     'global_batch': ('maybe', {}, []),
     'mpi': ('lam', {}, []),
     'compute': ('fast', {}, []),
+    'onednn_cache': ('0', {}, []),
 }
 WHY_NONE = {
     'tune_dir': 'any folder name; one that cannot be written is said ("not remembered: ...") '

@@ -15,10 +15,22 @@ at each, the geometries made after each (training and evaluation at a new batch 
 theirs; the bound ``CHAINERMN_TORUS_ONEDNN_CACHE`` should hold several such sets).
 """
 import argparse
+import gc
 import json
 import os
 import subprocess
 import sys
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+import psutil
+
+from chainermn_torus import compute
+from chainermn_torus.compute import dnnl, geometries
+from chainermn_torus.models import ResNet50
+from chainermn_torus.runtime import threads
 
 __all__ = ['main', 'sweep', 'count']
 
@@ -27,18 +39,6 @@ _CHILD = '--child'
 
 def sweep(mode, sizes, batch, channels):
     """In this process: the resident growth over ``sizes`` image sizes in ``mode``."""
-    import gc
-
-    import chainer
-    import chainer.functions as F
-    import chainer.links as L
-    import numpy
-    import psutil
-
-    from chainermn_torus import compute
-    from chainermn_torus.compute import dnnl, geometries
-    from chainermn_torus.runtime import threads
-
     threads.ensure(None, 2)
     compute.use(mode)
     conv = L.Convolution2D(3, channels, 3, pad=1)
@@ -68,15 +68,6 @@ def sweep(mode, sizes, batch, channels):
 
 def count(batches):
     """ResNet-50's geometries after a training step and an evaluation at each batch size."""
-    import chainer
-    import chainer.functions as F
-    import numpy
-
-    from chainermn_torus import compute
-    from chainermn_torus.compute import geometries
-    from chainermn_torus.models import ResNet50
-    from chainermn_torus.runtime import threads
-
     threads.ensure(None, 2)
     compute.use('onednn')
     model = ResNet50(1000)
@@ -129,7 +120,6 @@ def main(argv=None):
     for name in ('sizes', 'batch', 'channels'):
         if getattr(args, name) < 1:
             p.error('--{} must be 1 or more, got {}'.format(name, getattr(args, name)))
-    from chainermn_torus.compute import dnnl
     modes = ['numpy'] + (['onednn'] if dnnl.available() else [])
     rows = [_run_child('sweep', mode, args.sizes, args.batch, args.channels) for mode in modes]
     for row in rows:

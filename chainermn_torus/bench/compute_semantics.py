@@ -12,8 +12,15 @@ each case; this prints what each mode gives.
 import argparse
 import json
 import sys
+import warnings
 
+import chainer
+import chainer.functions as F
+import chainer.links as L
 import numpy
+
+from chainermn_torus import compute
+from chainermn_torus.compute import dnnl
 
 __all__ = ['CASES', 'outcome', 'main']
 
@@ -29,13 +36,10 @@ def _values(a):
 
 
 def _relu_nan():
-    import chainer.functions as F
     return _values(F.relu(numpy.array([numpy.nan, -1, 2], numpy.float32)).array)
 
 
 def _relu_inf_gradient():
-    import chainer
-    import chainer.functions as F
     x = chainer.Variable(numpy.full(5000, -1, numpy.float32))
     y = F.relu(x)
     y.grad = numpy.full(5000, numpy.inf, numpy.float32)
@@ -44,15 +48,11 @@ def _relu_inf_gradient():
 
 
 def _max_pooling_nan():
-    import chainer.functions as F
     x = numpy.array([[[[numpy.nan, 1], [2, 3]]]], numpy.float32)
     return _values(F.max_pooling_2d(x, 2).array)
 
 
 def _nan_weight_loss():
-    import chainer
-    import chainer.functions as F
-    import chainer.links as L
     rng = numpy.random.RandomState(0)
     conv = L.Convolution2D(3, 8, 3, pad=1, initialW=rng.normal(0, .3, (8, 3, 3, 3)))
     conv.W.array[5, 1, 1, 1] = numpy.nan
@@ -65,35 +65,28 @@ def _nan_weight_loss():
 
 
 def _relu_0d():
-    import chainer.functions as F
     return 'shape {}'.format(F.relu(numpy.array(1.5, numpy.float32)).shape)
 
 
 def _hinge():
-    import chainer
-    import chainer.functions as F
     v = chainer.Variable(numpy.array(0.5, numpy.float32))
     F.relu(1 - F.sum(v)).backward()
     return 'gradient {:.4g}'.format(float(v.grad))
 
 
 def _conv_no_output():
-    import chainer.functions as F
     return 'shape {}'.format(F.convolution_2d(_u((1, 3, 2, 2)), _u((4, 3, 3, 3))).shape)
 
 
 def _pool_no_output():
-    import chainer.functions as F
     return 'shape {}'.format(F.max_pooling_2d(_u((1, 3, 2, 2)), 3, cover_all=False).shape)
 
 
 def _conv_1x1_input():
-    import chainer.functions as F
     return 'shape {}'.format(F.convolution_2d(_u((1, 3, 1, 1)), _u((4, 3, 3, 3))).shape)
 
 
 def _empty_window():
-    import chainer.functions as F
     y = F.max_pooling_2d(_u((1, 1, 3, 3)), 2, stride=2, pad=1).array
     return 'corner {:.5g}'.format(float(y[0, 0, -1, -1]))
 
@@ -102,8 +95,6 @@ def _switched(make):
     """On the oneDNN side the forward in oneDNN mode and the backward after switching to
     numpy; on the numpy side both on numpy (the reference)."""
     def run():
-        import chainer
-        from chainermn_torus import compute
         x = chainer.Variable(_u((2, 7, 6, 6)))
         y = make(x)
         y.grad = numpy.ones_like(y.array)
@@ -114,28 +105,23 @@ def _switched(make):
 
 
 def _max_pool(x):
-    import chainer.functions as F
     return F.max_pooling_2d(x, 3, 2, 1)
 
 
 def _lrn(x):
-    import chainer.functions as F
     return F.local_response_normalization(x)
 
 
 def _lrn_minus_one():
-    import chainer.functions as F
     return _values(F.local_response_normalization(_u((1, 3, 2, 2)), n=-1).array)
 
 
 def _groups():
-    import chainer.functions as F
     return 'shape {}'.format(F.convolution_2d(_u((1, 4, 5, 5)), _u((3, 2, 3, 3)),
                                               groups=2).shape)
 
 
 def _bn_axis_list():
-    import chainer.functions as F
     return 'shape {}'.format(F.batch_normalization(_u((4, 3, 2, 2)), _u(3), _u(3),
                                                    axis=[0, 2, 3]).shape)
 
@@ -163,9 +149,6 @@ CASES = [
 def outcome(mode, case):
     """What ``case`` gives in ``mode`` ('numpy' or 'onednn'): its result, or the exception's
     type and first line."""
-    import warnings
-
-    from chainermn_torus import compute
     compute.use(mode)
     try:
         with warnings.catch_warnings(), numpy.errstate(all='ignore'):
@@ -182,8 +165,6 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog='bench compute-semantics', description=main.__doc__)
     p.add_argument('--json', metavar='OUT')
     args = p.parse_args(argv)
-    import chainermn_torus  # noqa: F401 (before Chainer)
-    from chainermn_torus.compute import dnnl
     if not dnnl.available():
         p.exit(2, 'bench compute-semantics: oneDNN is not installed here: {}\n'.format(
             dnnl.why_unavailable()))

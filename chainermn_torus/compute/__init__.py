@@ -10,7 +10,7 @@ oneDNN's OpenMP threads are counted in it. The parts: ``dnnl`` (the binding), ``
 on numpy arrays), ``onednn`` (the seam into Chainer's functions).
 """
 from chainermn_torus import config
-from chainermn_torus.compute import dnnl, onednn
+from chainermn_torus.compute import dnnl, geometries, onednn
 from chainermn_torus.runtime import report, threads
 
 __all__ = ['use', 'apply_setting', 'in_force']
@@ -46,8 +46,11 @@ def use(mode='auto', source='compute', rank=None):
 
 
 def apply_setting(rank=None):
-    """The configured mode (``CHAINERMN_TORUS_COMPUTE``, the launcher's), once per process."""
+    """The configured mode (``CHAINERMN_TORUS_COMPUTE``, the launcher's), once per process;
+    the bound on oneDNN's geometries is read here too, so a bad value is refused at the
+    start, not at the first convolution."""
     if _IN_FORCE:
         return _IN_FORCE[0]
+    geometries.bound()
     mode, source = config.value('compute')
     return use(mode, source or 'compute (default)', rank)
