@@ -26,6 +26,7 @@ def use(mode='auto', source='compute', rank=None):
     """Put Chainer's heavy layers on oneDNN or numpy for this process; returns the mode in
     force ('onednn' or 'numpy'). Rank 0 says which, once per change."""
     mode = config.parse('compute', mode, source)
+    geometries.bound()  # CHAINERMN_TORUS_ONEDNN_CACHE: a bad value refused now, not later
     if mode == 'numpy' or (mode == 'auto' and not dnnl.available()):
         onednn.disable()
         chosen = 'numpy'
@@ -46,11 +47,8 @@ def use(mode='auto', source='compute', rank=None):
 
 
 def apply_setting(rank=None):
-    """The configured mode (``CHAINERMN_TORUS_COMPUTE``, the launcher's), once per process;
-    the bound on oneDNN's geometries is read here too, so a bad value is refused at the
-    start, not at the first convolution."""
+    """The configured mode (``CHAINERMN_TORUS_COMPUTE``, the launcher's), once per process."""
     if _IN_FORCE:
         return _IN_FORCE[0]
-    geometries.bound()
     mode, source = config.value('compute')
     return use(mode, source or 'compute (default)', rank)
