@@ -270,10 +270,11 @@ def env(key):
     """(value, source) from the environment variable of ``key``, or (default, None)."""
     s = SETTINGS[key]
     raw = os.environ.get(s.env)
-    if raw is None or (raw == '' and s.kind != 'flag'):
+    # Set to nothing (``VAR=``, or a job script's ``export VAR=$UNSET``) is unset, for every
+    # kind alike: an empty flag once meant on, and ``CHAINERMN_TORUS_DOUBLE_BUFFERING=``
+    # trained with stale gradients where an empty number meant the default.
+    if raw is None or not raw.strip():
         return s.default, None
-    if s.kind == 'flag' and raw == '':
-        return True, s.env  # set, to nothing: on
     return parse(s.kind, raw, s.env), s.env
 
 

@@ -37,8 +37,8 @@ def test_bad_environment_values_name_the_variable_and_what_is_allowed(monkeypatc
 
 
 def test_flags_and_off(monkeypatch):
-    monkeypatch.setenv('CHAINERMN_TORUS_QUIET', '')
-    assert config.quiet() is True  # set at all: quiet, as before
+    monkeypatch.setenv('CHAINERMN_TORUS_QUIET', '1')
+    assert config.quiet() is True
     monkeypatch.delenv('CHAINERMN_TORUS_QUIET')
     assert config.quiet() is False
     monkeypatch.setenv('CHAINERMN_TORUS_THREADS', 'OFF')
@@ -78,3 +78,12 @@ def test_shared_arguments_validate_once(capsys):
         with pytest.raises(SystemExit):
             parser.parse_args(bad)
         assert fragment in capsys.readouterr().err
+
+
+@pytest.mark.parametrize('key', sorted(config.SETTINGS))
+@pytest.mark.parametrize('empty', ['', ' ', '\t'])
+def test_a_variable_set_to_nothing_is_unset_whatever_its_kind(key, empty, monkeypatch):
+    # An empty flag once switched its feature on (DOUBLE_BUFFERING= trained on stale
+    # gradients) where an empty number meant unset: now every kind means unset.
+    monkeypatch.setenv(config.SETTINGS[key].env, empty)
+    assert config.env(key) == (config.SETTINGS[key].default, None)
