@@ -27,6 +27,7 @@ LAUNCHER_TARGETS = ('optimizer', 'communicator', 'iterator', 'process', 'script'
 
 MiB = 1 << 20
 MIN_SEGMENT_BYTES = 1024
+MAX_THREADS = 65536  # beyond any node's logical CPUs: a larger count is a typo
 
 # key -> Setting. ``kind`` names a parser below; the default is the parsed value.
 SETTINGS = collections.OrderedDict([
@@ -159,7 +160,7 @@ _WHAT = {
     'segment': '0 (one message for the whole buffer) or a byte count >= {} (each segment '
                'costs several MPI calls: at 4-64 B one MLP all-reduce took 8-60 s)'.format(
                    MIN_SEGMENT_BYTES),
-    'threads': 'a thread count >= 1',
+    'threads': 'a thread count >= 1 and <= {} (or off)'.format(MAX_THREADS),
     'grid': 'a grid shape "MxN"',
     'count': 'an integer >= 1',
     'positive': 'a number > 0',
@@ -200,7 +201,10 @@ def _segment(v):
 def _threads(v):
     if isinstance(v, str) and v.strip().lower() == 'off':
         return 'off'
-    return _at_least(1)(v)
+    v = _at_least(1)(v)
+    if v > MAX_THREADS:
+        raise ValueError
+    return v
 
 
 def _flag(v):

@@ -25,6 +25,7 @@ def test_given_value_wins_then_environment_then_default(monkeypatch):
     ('watchdog', '0', 'number of seconds > 0'),
     ('watchdog', 'soon', 'number of seconds > 0'),
     ('threads', '0', 'thread count >= 1'),
+    ('threads', '999999999999999', 'thread count >= 1 and <= 65536'),
 ])
 def test_bad_environment_values_name_the_variable_and_what_is_allowed(monkeypatch, key, raw,
                                                                         fragment):

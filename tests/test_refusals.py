@@ -201,7 +201,7 @@ def test_every_setting_refused_in_one_line_through_its_variable_and_its_option()
 def test_debug_shows_the_traceback_of_a_refusal():
     code, lines = _job(env={'CHAINERMN_TORUS_THREADS': 'two', 'CHAINERMN_TORUS_DEBUG': '1'})
     assert code != 0 and any(l.startswith('Traceback') for l in lines), lines
-    assert lines[-1].endswith("CHAINERMN_TORUS_THREADS must be a thread count >= 1, got 'two'")
+    assert lines[-1].endswith("CHAINERMN_TORUS_THREADS must be a thread count >= 1 and <= 65536 (or off), got 'two'")
 
 
 @pytest.mark.parametrize('mode, expected', [

@@ -63,6 +63,10 @@ def apply_thread_budget(threads=None, intra_size=1):
                                  for i in threadpool_info()})}
     if n is None:
         n, reason = default_threads(intra_size)
+    cpus = len(_affinity())
+    if n > cpus:  # threads beyond the CPUs this rank may run on only wait for each other
+        reason = '{} {}, capped at the {} CPUs this rank may use'.format(reason, n, cpus)
+        n = cpus
     numba_n = None
     if numba is not None:
         numba_n = min(n, numba.config.NUMBA_NUM_THREADS)

@@ -106,3 +106,16 @@ def test_ensure_applies_once_per_process_and_again_only_when_asked():
               numba.get_num_threads())
     ''')
     assert out.split() == ['True', 'True', 'requested', '1', 'True', '1'], out
+
+
+def test_a_budget_beyond_the_cpus_is_capped_and_says_so(monkeypatch):
+    # CHAINERMN_TORUS_THREADS=64 on a rank that may use fewer CPUs: the pools get those
+    # CPUs, and the line says what was asked and what was applied (it said 64 beside pools
+    # of 2).
+    from chainermn_torus.runtime import threads
+    cpus = len(threads._affinity())
+    monkeypatch.setenv('CHAINERMN_TORUS_THREADS', str(cpus + 62))
+    budget = threads.apply_thread_budget()
+    assert budget['threads'] == cpus
+    assert 'CHAINERMN_TORUS_THREADS {}, capped at the {} CPUs'.format(cpus + 62, cpus) in \
+        threads.describe_budget(budget)
