@@ -89,7 +89,8 @@ def check_expected_ranks(text, nodes, rpn, tmp_path=None):
 @pytest.mark.parametrize('system', sorted(SYSTEM_ARGS))
 def test_each_system_script_is_valid_bash_and_runs_the_venvs_python(tmp_path, system):
     text = generated(tmp_path, '--system', system, '--nodes', '4', '--ranks-per-node', '2',
-                     '--hours', '2.5', '--venv', '/opt/venvs/cmt', '--module', 'gcc/12',
+                     '--hours', '2.5', '--venv', '/opt/venvs/cmt', '--no-venv-check',
+                     '--module', 'gcc/12',
                      '--module', 'python/3.11', *SYSTEM_ARGS[system])
     check_python_is_the_venvs(text, '/opt/venvs/cmt', ['gcc/12', 'python/3.11'])
     check_expected_ranks(text, 4, 2, tmp_path)
@@ -110,11 +111,41 @@ def test_each_system_script_is_valid_bash_and_runs_the_venvs_python(tmp_path, sy
 def test_venv_defaults_to_this_one_and_accepts_its_bin_directory(tmp_path):
     text = generated(tmp_path, '--system', 'slurm', '--nodes', '2')
     check_python_is_the_venvs(text, sys.prefix)
-    text = generated(tmp_path, '--system', 'slurm', '--nodes', '2', '--venv', '/opt/v/bin')
+    text = generated(tmp_path, '--system', 'slurm', '--nodes', '2', '--venv', '/opt/v/bin',
+                     '--no-venv-check')
     check_python_is_the_venvs(text, '/opt/v')
     # A home-relative venv stays relative to the home of whoever runs the job.
-    text = generated(tmp_path, '--system', 'slurm', '--nodes', '2', '--venv', '~/venvs/cmt')
+    text = generated(tmp_path, '--system', 'slurm', '--nodes', '2', '--venv', '~/venvs/cmt',
+                     '--no-venv-check')
     assert '. "$HOME"/venvs/cmt/bin/activate' in text.splitlines()
+
+
+def test_a_venv_that_is_not_there_is_refused_here_and_by_the_script_there(tmp_path):
+    # It wrote a script that sourced /nonexistent: the job failed after its wait in the queue.
+    proc = jobscript('--system', 'slurm', '--nodes', '2', '--venv', str(tmp_path / 'nope'),
+                     '--output', str(tmp_path / 'job.sh'), *TRAIN)
+    assert proc.returncode == 2 and not (tmp_path / 'job.sh').exists()
+    assert proc.stderr.count('\n') == 1 and '--venv {}: no virtualenv there'.format(
+        tmp_path / 'nope') in proc.stderr and '--no-venv-check' in proc.stderr
+    # written anyway where asked: the script itself stops at its first line, saying why
+    text = generated(tmp_path, '--system', 'local', '--nodes', '1', '--venv',
+                     str(tmp_path / 'nope'), '--no-venv-check')
+    script = tmp_path / 'job.sh'
+    run = subprocess.run(['bash', str(script)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2, (run.stdout, run.stderr)
+    assert 'no virtualenv: {} does not exist on'.format(tmp_path / 'nope' / 'bin' / 'activate') \
+        in run.stderr and 'chainermn-torus job' not in run.stdout
+    assert 'bin/activate' in text
+
+
+@pytest.mark.parametrize('system', ['pbs', 'ofp', 'local'])
+@pytest.mark.parametrize('option', [['--launcher', 'srun'], ['--pmi', 'pmix']])
+def test_slurms_launcher_options_are_refused_elsewhere(tmp_path, system, option):
+    # pbs --launcher srun was ignored without a word.
+    proc = jobscript('--system', system, '--nodes', '1', '--group', 'g', *option,
+                     '--output', str(tmp_path / 'job.sh'), *TRAIN)
+    assert proc.returncode == 2 and not (tmp_path / 'job.sh').exists()
+    assert '{} {} is for slurm'.format(*option) in proc.stderr and system in proc.stderr
 
 
 @pytest.mark.parametrize('mpi, pmi', [('mpich', 'pmi2'), ('impi', 'pmi2'), ('openmpi', 'pmix')])

@@ -55,6 +55,9 @@ def build_parser():
     p.add_argument('--venv', default=None, metavar='DIR',
                    help="the virtualenv the job runs (its root or bin directory; default: "
                         "the one this command runs from)")
+    p.add_argument('--no-venv-check', dest='venv_unchecked', action='store_true',
+                   help='write the script even where --venv is no virtualenv on this machine '
+                        '(a path that exists only on the compute nodes)')
     p.add_argument('--module', action='append', default=[], metavar='NAME',
                    help='a module to load before the virtualenv (repeatable)')
     p.add_argument('--queue', default=None, help='resource group / partition / queue')

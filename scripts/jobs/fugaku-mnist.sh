@@ -11,6 +11,7 @@
 # rank(s) per node. Each rank's stdout and stderr go to files of their own under
 # ./mnist-fugaku.<job id>/ (Fujitsu MPI's -stdout-proc/-stderr-proc, grouped by rank / 1000).
 # The virtualenv (chainer, mpi4py, chainermn_torus): batch jobs do not inherit an activated one.
+[ -f "$HOME"/venvs/chainermn-torus/bin/activate ] || { echo "chainermn-torus job: no virtualenv: "$HOME"/venvs/chainermn-torus/bin/activate does not exist on $(hostname) (--venv)" >&2; exit 2; }
 . "$HOME"/venvs/chainermn-torus/bin/activate
 set -euo pipefail
 # Raise what the site lets a job raise (open files for many ranks' connections, stack

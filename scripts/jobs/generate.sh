@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 J=".venv/bin/python -m chainermn_torus.tools.cli jobscript"
-VENV=(--venv '~/venvs/chainermn-torus')
+VENV=(--venv '~/venvs/chainermn-torus' --no-venv-check)  # the cluster's, not this machine's
 IMAGENET=(python examples/imagenet/train_imagenet.py data/imagenet/train.txt
           data/imagenet/val.txt --arch resnet50 --loader ours --affinity auto
           --checkpoint-dir results/ckpt --auto-resume)

@@ -2,6 +2,7 @@
 # This machine, 4 ranks (oversubscribed if it has fewer cores).
 cd .
 # The virtualenv (chainer, mpi4py, chainermn_torus): batch jobs do not inherit an activated one.
+[ -f .venv/bin/activate ] || { echo "chainermn-torus job: no virtualenv: .venv/bin/activate does not exist on $(hostname) (--venv)" >&2; exit 2; }
 . .venv/bin/activate
 set -euo pipefail
 # Raise what the site lets a job raise (open files for many ranks' connections, stack

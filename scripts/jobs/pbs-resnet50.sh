@@ -6,6 +6,7 @@
 # (the default queue)
 cd "${PBS_O_WORKDIR:-.}"
 # The virtualenv (chainer, mpi4py, chainermn_torus): batch jobs do not inherit an activated one.
+[ -f "$HOME"/venvs/chainermn-torus/bin/activate ] || { echo "chainermn-torus job: no virtualenv: "$HOME"/venvs/chainermn-torus/bin/activate does not exist on $(hostname) (--venv)" >&2; exit 2; }
 . "$HOME"/venvs/chainermn-torus/bin/activate
 set -euo pipefail
 # Raise what the site lets a job raise (open files for many ranks' connections, stack

@@ -7,6 +7,7 @@
 #SBATCH --time=02:00:00
 # (the default queue)
 # The virtualenv (chainer, mpi4py, chainermn_torus): batch jobs do not inherit an activated one.
+[ -f "$HOME"/venvs/chainermn-torus/bin/activate ] || { echo "chainermn-torus job: no virtualenv: "$HOME"/venvs/chainermn-torus/bin/activate does not exist on $(hostname) (--venv)" >&2; exit 2; }
 . "$HOME"/venvs/chainermn-torus/bin/activate
 set -euo pipefail
 # Raise what the site lets a job raise (open files for many ranks' connections, stack

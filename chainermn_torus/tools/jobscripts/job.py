@@ -14,6 +14,7 @@ FIELDS = collections.OrderedDict([
     ('mpi', None), ('launcher', None), ('pmi', None), ('venv', None), ('module', ()),
     ('queue', None), ('group', None), ('node_shape', None), ('llio_volumes', '/vol0004'),
     ('watchdog', 900), ('workdir', None), ('name', 'chainermn-torus'), ('command', ()),
+    ('venv_unchecked', False),
 ])
 
 

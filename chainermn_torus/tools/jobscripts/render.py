@@ -77,13 +77,30 @@ def _wrap_command(job, system, venv):
     return command  # not a python script: run as given (it chooses its communicator)
 
 
+def _here(venv):
+    """The virtualenv's path on this machine ($HOME's on this login node)."""
+    return os.path.expanduser('~/' + venv[len('$HOME/'):]) if venv.startswith('$HOME/') \
+        else venv
+
+
 def check(job):
     """Every refusal, before anything is written: the system's name, the job's shape, the
-    system's own rules, the split of each rank's cores. Returns the System."""
+    system's own rules, the split of each rank's cores, a --venv that is no virtualenv here.
+    Returns the System."""
     system = systems.get(job.system)
     job.check()
     system.check(job)
     system.cores(job)  # the per-rank split must leave a compute core
+    if job.venv and not job.venv_unchecked:
+        # A login node shares the compute nodes' file system, as a rule: a path with no
+        # virtualenv here is a typo, and the job would end at its first line after hours in
+        # the queue.
+        venv = _venv_root(job.venv)
+        if not os.path.isfile(os.path.join(_here(venv), 'bin', 'activate')):
+            raise ValueError('--venv {}: no virtualenv there ({} does not exist here); make '
+                             'one (make setup VENV=DIR), or give --no-venv-check where the '
+                             'path exists only on the compute nodes'.format(
+                                 job.venv, os.path.join(_here(venv), 'bin', 'activate')))
     return system
 
 
@@ -143,7 +160,10 @@ def _environment(job, venv):
     if venv:
         lines.append('# The virtualenv (chainer, mpi4py, chainermn_torus): batch jobs do not '
                      'inherit an activated one.')
-        lines.append('. {}'.format(_shell_path(os.path.join(venv, 'bin', 'activate'))))
+        activate = _shell_path(os.path.join(venv, 'bin', 'activate'))
+        lines.append('[ -f {a} ] || {{ echo "chainermn-torus job: no virtualenv: {a} does '
+                     'not exist on $(hostname) (--venv)" >&2; exit 2; }}'.format(a=activate))
+        lines.append('. {}'.format(activate))
     else:
         lines.append('# No --venv: the python on PATH after the modules runs the job.')
     return '\n'.join(lines) + '\n'

@@ -27,6 +27,7 @@ class System(object):
     mpis = ('mpich',)       # the MPI libraries its scripts know; the first is the default
     needs_group = False     # PJM charges a job to a project group
     has_node_shape = False  # a Tofu job shape (--node-shape)
+    chooses_launcher = False  # srun or the MPI's mpiexec (--launcher, --pmi)
     header = ''
     settings = ''
     launch = ''             # a template, or {mpi: template}
@@ -51,6 +52,11 @@ class System(object):
                                  'OS): --ranks-per-node {} does not fit'.format(
                                      self.name, usable, self.node.cores, self.node.os_cores,
                                      job.ranks_per_node))
+        for option, given in (('--launcher', job.launcher), ('--pmi', job.pmi)):
+            if given is not None and not self.chooses_launcher:
+                raise ValueError('{} {} is for slurm (srun, or the MPI\'s mpiexec in the '
+                                 'allocation); {} scripts start their ranks as {} does: leave '
+                                 'it out'.format(option, given, self.name, self.name))
         if job.node_shape is not None and not self.has_node_shape:
             raise ValueError('--node-shape is for fugaku (a Tofu job shape), not {}'.format(
                 self.name))
@@ -211,6 +217,7 @@ class Slurm(System):
     the allocation, which binds the ranks itself."""
     name = 'slurm'
     mpis = ('mpich', 'impi', 'openmpi')
+    chooses_launcher = True
     header = '''#SBATCH --job-name=${name}
 #SBATCH --nodes=${nodes}
 #SBATCH --ntasks-per-node=${ranks_per_node}
