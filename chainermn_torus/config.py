@@ -172,6 +172,7 @@ _WHAT = {
     'mpi': 'mpich, impi or openmpi',
     'tune': 'off, on or again',
     'compute': 'onednn, numpy or auto',
+    'seed': 'an integer from 0 to 2**32 - 1 (numpy\'s seeds)',
 }
 
 
@@ -239,6 +240,13 @@ def _choice(*names):
     return pick
 
 
+def _seed(v):
+    v = int(v)
+    if not 0 <= v < 2 ** 32:
+        raise ValueError
+    return v
+
+
 def _non_negative(v):
     v = float(v)
     if not v >= 0:
@@ -254,7 +262,7 @@ _PARSERS = {'seconds': _seconds, 'bytes': _at_least(0), 'segment': _segment,
             'loader': _choice('serial', 'multiprocess', 'ours'),
             'affinity': _choice('auto', 'same-core', 'sibling', 'dedicated', 'none'),
             'mpi': _choice('mpich', 'impi', 'openmpi'), 'tune': _tune,
-            'compute': _choice('onednn', 'numpy', 'auto')}
+            'compute': _choice('onednn', 'numpy', 'auto'), 'seed': _seed}
 
 
 def _must_be(kind, raw):
@@ -328,7 +336,8 @@ def _arg(kind):
 
 def arg_type(kind):
     """An argparse ``type=`` for the examples' numbers: 'count' (integer >= 1), 'positive'
-    (number > 0), 'non-negative' (number >= 0); the error says what is allowed."""
+    (number > 0), 'non-negative' (number >= 0), 'seed' (numpy's: 0 to 2**32 - 1); the error
+    says what is allowed."""
     return _arg(kind)
 
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, pythonpath, run_mpi
+from conftest import ROOT, pythonpath, run_cli, run_mpi
 
 
 @pytest.mark.slow
@@ -38,6 +38,26 @@ def test_mnist_iteration_benchmark(tmp_path):
         assert r['iterations'] == 10 and 0 < r['test_accuracy'] <= 1
         t = r['per_iteration_s']
         assert t['total'] >= t['forward_backward'] > 0 and t['update'] > 0
+
+
+@pytest.mark.parametrize('args, said', [
+    (['--limit', '0'], "argument --limit: must be an integer >= 1, got '0'"),  # ran until killed
+    (['--epochs', '0'], "argument --epochs: must be an integer >= 1, got '0'"),  # TypeError
+    (['--seed', '-1'], "argument --seed: must be an integer from 0"),
+])
+def test_mnist_benchmark_refuses_counts_that_hang_or_fail_before_starting(args, said):
+    proc = run_cli(['bench', 'mnist'] + args)
+    assert proc.returncode == 2 and said in proc.stderr, proc.stderr
+
+
+def test_mnist_benchmark_refuses_a_batch_larger_than_a_ranks_data():
+    proc = run_mpi(2, ['-m', 'chainermn_torus.bench.mnist_iteration', '--limit', '300',
+                       '--batchsize', '1000'], timeout=120)
+    assert proc.returncode != 0
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert lines[0].startswith('bench mnist: --batchsize 1000 is more than the 150 training '
+                               'images each of the 2 rank(s) gets'), lines
+    assert 'Traceback' not in proc.stderr
 
 
 @pytest.mark.slow

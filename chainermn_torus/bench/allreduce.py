@@ -35,6 +35,7 @@ from chainermn_torus.bench.gradient_sets import GRADIENT_SETS, make_model
 from chainermn_torus.communicators import create_variant
 from chainermn_torus.communicators._grid import parse_grid
 from chainermn_torus.runtime.report import format_bytes
+from chainermn_torus.runtime import world
 
 
 # Grid rows are the variants table's (algorithms.variants): each name pins its
@@ -200,7 +201,7 @@ def _segment(value):
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog='chainermn-torus bench allreduce',
+    parser = world.ArgumentParser(prog='chainermn-torus bench allreduce',
                                      description=__doc__.split('\n')[0])
     parser.add_argument('--model', choices=sorted(GRADIENT_SETS), default='resnet50')
     parser.add_argument('--rounds', type=int, default=15)

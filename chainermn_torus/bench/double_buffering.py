@@ -33,6 +33,7 @@ from chainermn_torus import config
 from chainermn_torus.algorithms.gradient_sets import model_params
 from chainermn_torus.models import MLP
 from chainermn_torus import create_multi_node_optimizer
+from chainermn_torus.runtime import world
 
 
 class Net(MLP):
@@ -157,7 +158,7 @@ def format_table(results):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p = world.ArgumentParser(description=__doc__.split('\n')[0])
     config.add_arguments(p, communicator='rsap', grid=False, threads=False)
     p.add_argument('--payload', default='resnet50', choices=['resnet50', 'mlp', 'none'])
     p.add_argument('--iterations', type=int, default=60)

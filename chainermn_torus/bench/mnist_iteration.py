@@ -32,9 +32,10 @@ import chainermn_torus
 from chainermn_torus.extensions.timing import time_calls
 from chainermn_torus.models import MLP
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR, load_mnist_idx
+from chainermn_torus.datasets.shards import batch_too_large
 from chainermn_torus.optimizers import fpenv
-from chainermn_torus.runtime import threads
-from chainermn_torus import create_multi_node_optimizer
+from chainermn_torus.runtime import report, threads, world
+from chainermn_torus import config, create_multi_node_optimizer
 
 CONFIGS = {
     'chainermn': dict(comm='naive', ours=False, fused=False, ftz=False, db=False, fp16=False),
@@ -110,16 +111,17 @@ class Run(object):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--epochs', type=int, default=3)
+    p = world.ArgumentParser(description=__doc__.split('\n')[0])
+    count = config.arg_type('count')  # an integer >= 1: 0 epochs or images ran until killed
+    p.add_argument('--epochs', type=count, default=3)
     p.add_argument('--configs', default=','.join(CONFIGS),
                    help='comma-separated, from: ' + ', '.join(CONFIGS))
-    p.add_argument('--batchsize', type=int, default=100)
-    p.add_argument('--unit', type=int, default=1000)
+    p.add_argument('--batchsize', type=count, default=100)
+    p.add_argument('--unit', type=count, default=1000)
     p.add_argument('--data-dir', default=DEFAULT_MNIST_DIR)
-    p.add_argument('--limit', type=int, default=None, help='first N training images only')
-    p.add_argument('--seed', type=int, default=0)
-    p.add_argument('--threads', type=int, default=None)
+    p.add_argument('--limit', type=count, default=None, help='first N training images only')
+    p.add_argument('--seed', type=config.arg_type('seed'), default=0)
+    p.add_argument('--threads', type=config.arg_type('threads'), default=None)
     p.add_argument('--json', default=None)
     args = p.parse_args(argv)
     names = [n for n in args.configs.split(',') if n]
@@ -128,42 +130,45 @@ def main(argv=None):
         raise SystemExit('unknown configuration(s) {}; choose from {}'.format(
             ', '.join(unknown), ', '.join(CONFIGS)))
 
-    world = chainermn_torus.create_communicator('naive')
-    budget = threads.apply_thread_budget(args.threads, world.intra_size)
+    comm = chainermn_torus.create_communicator('naive')
+    budget = threads.apply_thread_budget(args.threads, comm.intra_size)
     train, test = load_mnist_idx(args.data_dir)
     if args.limit:
         train = train[:args.limit]
-    train = chainermn.scatter_dataset(train, world, shuffle=True, seed=args.seed)
-    test = chainermn.scatter_dataset(test, world, shuffle=True, seed=args.seed)
+    too_large = batch_too_large(len(train), args.batchsize, comm.size, limit=args.limit)
+    if too_large:
+        report.stop('bench mnist: ' + too_large, comm.rank)
+    train = chainermn.scatter_dataset(train, comm, shuffle=True, seed=args.seed)
+    test = chainermn.scatter_dataset(test, comm, shuffle=True, seed=args.seed)
     runs = [Run(n, CONFIGS[n], train, args.batchsize, args.seed, args.unit) for n in names]
-    if world.rank == 0:
+    if comm.rank == 0:
         print('MNIST MLP {}-unit, batch {} per rank, {} ranks, {} epochs; {}'.format(
-            args.unit, args.batchsize, world.size, args.epochs,
+            args.unit, args.batchsize, comm.size, args.epochs,
             threads.describe_budget(budget)), flush=True)
     t_start = time.perf_counter()
     for epoch in range(args.epochs):
         for run in runs:
             run.epoch()
-        if world.rank == 0:
+        if comm.rank == 0:
             print('epoch {} done ({:.0f} s)'.format(epoch + 1, time.perf_counter() - t_start),
                   flush=True)
     for run in runs:
         run.finish()
     fpenv.set_flush_denormals(False)
     skip = 10  # the first iterations broadcast, compile kernels and start threads
-    result = {'ranks': world.size, 'epochs': args.epochs, 'batchsize': args.batchsize,
+    result = {'ranks': comm.size, 'epochs': args.epochs, 'batchsize': args.batchsize,
               'unit': args.unit, 'threads': budget, 'configs': {}}
     for run in runs:
         acc = run.accuracy(test)
         med = run.medians(skip)
-        all_med = world.mpi_comm.allgather(med)
+        all_med = comm.mpi_comm.allgather(med)
         mean = {k: float(numpy.mean([m[k] for m in all_med])) for k in PHASES}
         result['configs'][run.name] = {'per_iteration_s': mean, 'test_accuracy': acc,
                                        'iterations': len(run.rows), 'config': run.cfg}
     base = result['configs'].get('chainermn') or next(iter(result['configs'].values()))
     for r in result['configs'].values():
         r['speedup_vs_first'] = base['per_iteration_s']['total'] / r['per_iteration_s']['total']
-    if world.rank == 0:
+    if comm.rank == 0:
         print(format_table(result))
         if args.json:
             with open(args.json, 'w') as f:

@@ -36,6 +36,7 @@ from chainermn_torus.extensions.timing import time_calls
 from chainermn_torus.datasets.imagenet import PreprocessedDataset, read_list
 from chainermn_torus.datasets.mnist import load_mnist_idx
 from chainermn_torus.models import MLP
+from chainermn_torus.runtime import world
 
 CONFIGS = ('naive+stock', 'rsap', 'rsap+fp16', 'rsap+db', 'rsap+overlap',
            'rsap+fp16+overlap')
@@ -183,7 +184,7 @@ def run_config(config, loaded, args):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser = world.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--model', choices=('mlp', 'resnet50', 'tiny'), default='mlp')
     parser.add_argument('--configs', default=','.join(CONFIGS),
                         help='comma-separated, from: ' + ', '.join(CONFIGS))
@@ -215,7 +216,7 @@ def main(argv=None):
     if bad:
         parser.error('unknown configuration(s) {}; choose from {}'.format(
             ', '.join(bad), ', '.join(CONFIGS)))
-    world = chainermn.create_communicator('naive')
+    comm = chainermn.create_communicator('naive')
     loaded = load(args.model, args.crop, args.data)
     results = []
     for config in configs:
@@ -229,15 +230,15 @@ def main(argv=None):
                       m['allreduce'], m['allreduce_thread'], m['update'],
                       r['train_seconds'], 'n/a' if r['test_accuracy'] is None
                       else '{:.4f}'.format(r['test_accuracy'])), flush=True)
-    if world.rank == 0 and args.json:
+    if comm.rank == 0 and args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, 'w') as f:
-            json.dump({'model': args.model, 'ranks': world.size,
-                       'nodes': world.inter_size, 'label': args.label,
+            json.dump({'model': args.model, 'ranks': comm.size,
+                       'nodes': comm.inter_size, 'label': args.label,
                        'epochs': args.epochs, 'iterations': args.iterations,
                        'crop': args.crop if args.model != 'mlp' else None,
                        'results': results}, f, indent=1)
-    world.finalize()
+    comm.finalize()
     return 0
 
 

@@ -12,11 +12,13 @@ is the same mismatch; srun's count is used for nothing else, because under an MP
 ``mpiexec`` inside an allocation it counts the batch step or the MPI's node daemons, not
 ranks.
 """
+import argparse
 import os
+import sys
 
 from chainermn_torus import config
 
-__all__ = ['expected_ranks', 'mismatch', 'launcher_rank']
+__all__ = ['expected_ranks', 'mismatch', 'launcher_rank', 'ArgumentParser']
 
 # Where each launcher tells a process its rank before MPI starts: MPICH's and Intel MPI's
 # hydra, Open MPI's prterun, PMIx, srun.
@@ -71,3 +73,22 @@ def launcher_rank(environ=None):
         if value.isdigit():
             return int(value)
     return None
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser for a script every rank runs: its usage, help and errors are
+    printed by the launcher's rank 0 only (they printed once per rank: 8 usages for one
+    typo at -n 8); every rank exits as argparse would, with its code."""
+
+    def _quiet(self):
+        rank = launcher_rank()
+        return rank is not None and rank != 0
+
+    def _print_message(self, message, file=None):
+        if not self._quiet():
+            super(ArgumentParser, self)._print_message(message, file)
+
+    def exit(self, status=0, message=None):
+        if message and not self._quiet():
+            self._print_message(message, sys.stderr)
+        sys.exit(status)

@@ -44,10 +44,11 @@ import numpy
 
 from chainermn_torus import config
 from chainermn_torus.extensions import checkpoint
+from chainermn_torus.datasets.shards import batch_too_large
 from chainermn_torus.extensions.timing import time_calls
 from chainermn_torus.models import ResNet50, TinyNet
 from chainermn_torus.optimizers.large_batch import linear_scaling
-from chainermn_torus.runtime import draws, report
+from chainermn_torus.runtime import draws, report, world
 
 # Importing chainermn_torus starts no MPI; the first communicator does, in main(), after
 # MultiprocessIterator's forkserver has been started (see start_forkserver_without_mpi).
@@ -208,7 +209,7 @@ COUNT = config.arg_type('count')  # an integer >= 1, or a clear argparse error
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description='ChainerMN example: ImageNet on CPU')
+    parser = world.ArgumentParser(description='ChainerMN example: ImageNet on CPU')
     parser.add_argument('train', help='training list: "relative/path label" per line')
     parser.add_argument('val', help='validation list, same format')
     parser.add_argument('--root', '-R', default=None,
@@ -246,7 +247,7 @@ def parse_args(argv=None):
     # Importing chainermn_torus starts no MPI, so this may run before the multiprocess
     # loader's forkserver (see main).
     checkpoint.add_arguments(parser)
-    parser.add_argument('--seed', type=int, default=0, help='random seed')
+    parser.add_argument('--seed', type=config.arg_type('seed'), default=0, help='random seed')
     parser.add_argument('--n-classes', type=COUNT, default=None, metavar='K',
                         help='classes of the model (default: from the training list, whose '
                              'labels must then be 0..K-1 with every class present)')
@@ -398,6 +399,8 @@ def main():
     if comm.rank == 0:
         try:
             train, val, n_classes = load_data(args)
+            error = batch_too_large(len(train), args.batchsize, comm.size, 'training images',
+                                    limit=args.limit)
         except (OSError, ValueError) as e:
             error = str(e)
     error, n_classes = comm.mpi_comm.bcast((error, n_classes), root=0)

@@ -31,8 +31,9 @@ import numpy
 from chainermn_torus import config
 from chainermn_torus.extensions import checkpoint
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR, load_mnist_idx
+from chainermn_torus.datasets.shards import batch_too_large
 from chainermn_torus.models import MLP  # ChainerMN's example's MLP, 784-unit-unit-10
-from chainermn_torus.runtime import report, threads, timeline
+from chainermn_torus.runtime import report, threads, timeline, world
 from chainermn_torus.optimizers.large_batch import GradualWarmup, linear_scaling
 from chainermn_torus.extensions.timing import time_gradient_communication
 
@@ -47,7 +48,7 @@ COUNT = config.arg_type('count')  # an integer >= 1, or a clear argparse error
 
 
 def main():
-    parser = argparse.ArgumentParser(description='ChainerMN example: MNIST on CPU')
+    parser = world.ArgumentParser(description='ChainerMN example: MNIST on CPU')
     parser.add_argument('--batchsize', '-b', type=COUNT, default=100,
                         help='Number of images in each mini-batch (per rank)')
     config.add_arguments(parser, communicator='rsap')  # --communicator, --grid, --threads
@@ -59,7 +60,7 @@ def main():
                         help='Number of units')
     parser.add_argument('--data-dir', default=DEFAULT_MNIST_DIR,
                         help='directory with MNIST-format IDX files (default: %(default)s)')
-    parser.add_argument('--seed', type=int, default=0, help='random seed')
+    parser.add_argument('--seed', type=config.arg_type('seed'), default=0, help='random seed')
     parser.add_argument('--progress', action='store_true', help='show a progress bar')
     parser.add_argument('--limit', type=COUNT, default=None, metavar='N',
                         help='use only the first N training and N test images (smoke tests)')
@@ -149,6 +150,7 @@ def main():
     if comm.rank == 0:
         try:
             train, test = load_mnist_idx(args.data_dir, n_classes=10, limit=args.limit)
+            error = batch_too_large(len(train), args.batchsize, comm.size, limit=args.limit)
         except (OSError, ValueError) as e:
             error, train, test = str(e), None, None
     else:

@@ -70,6 +70,7 @@ def test_mnist_example_missing_data_dir_stops_every_rank_said_once(tmp_path):
     ('--unit', '0', "argument --unit/-u: must be an integer >= 1, got '0'"),
     ('--batchsize', '-3', "argument --batchsize/-b: must be an integer >= 1, got '-3'"),
     ('--lr', '0', "argument --lr: must be a number > 0, got '0'"),
+    ('--seed', '-1', "argument --seed: must be an integer from 0 to 2**32 - 1"),
 ])
 def test_mnist_example_refuses_bad_numbers_before_starting(option, value, message, capsys,
                                                           monkeypatch):
@@ -82,3 +83,26 @@ def test_mnist_example_refuses_bad_numbers_before_starting(option, value, messag
         runpy.run_path(EXAMPLE, run_name='__main__')
     err = capsys.readouterr().err
     assert e.value.code == 2 and message in err, err
+
+
+def test_mnist_example_says_its_usage_once_for_the_job_not_once_per_rank():
+    proc = run_mpi(3, [EXAMPLE, '--seed', '-1'], timeout=120)
+    assert proc.returncode != 0
+    assert proc.stderr.count('usage:') == 1, proc.stderr  # it was 3 at -n 3
+    assert proc.stderr.count("argument --seed: must be") == 1, proc.stderr
+    assert 'Traceback' not in proc.stderr
+
+
+@pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
+                    reason='Debian package dataset-fashion-mnist is not installed '
+                           '(make setup installs it)')
+def test_mnist_example_refuses_a_batch_larger_than_a_ranks_data(tmp_path):
+    # --batchsize 100000000 was accepted: a batch of 10^8 images built from the shard until
+    # the machine ran out of memory, then 85 lines and two tracebacks.
+    proc = run_mpi(2, [EXAMPLE, '--batchsize', '100000000', '--limit', '400', '--epoch', '1',
+                       '--out', str(tmp_path / 'out')], timeout=120)
+    assert proc.returncode != 0
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert lines[0] == ('--batchsize 100000000 is more than the 200 training images each of '
+                        'the 2 rank(s) gets (400 in all, --limit 400): at most 200'), lines
+    assert 'Traceback' not in proc.stderr and len(lines) <= 2, lines  # and MPI's abort line
