@@ -27,7 +27,8 @@ loader process, not multiprocessing queues: a queue's locks are named semaphores
 (``/dev/shm/sem.mp-*``) under ``spawn``, which a killed job would leave behind.
 
 Shutdown: ``finalize()`` (also at interpreter exit and when the iterator is collected) stops
-the processes. If the training process is killed, its loaders notice within a second and
+the processes; used again, the iterator starts them anew (Chainer's Trainer finalizes the
+evaluator's iterators when training ends, and the examples evaluate once more after it). If the training process is killed, its loaders notice within a second and
 exit. An exception in a loader is raised in the training process as ``LoaderError`` with
 the loader's traceback; a loader that dies is reported with its exit code.
 """
@@ -211,15 +212,38 @@ class LoaderIterator(chainer.dataset.Iterator):
             _Indices(len(dataset)), batch_size, repeat=repeat, shuffle=shuffle,
             order_sampler=order_sampler)
         self._public = self._planner_state()
+        self._cpus, self._seed = cpus, seed
+        self._launch(first=True)
+
+    def _launch(self, first=False):
+        """Loader processes and batch slots, from nothing: at construction, and when an
+        iterator that was finalized is used again (Chainer's Trainer finalizes every
+        extension's iterators when training ends; an evaluation after it, as the examples'
+        final one, then restarts them, as Chainer's MultiprocessIterator does)."""
         self._res = _Resources()
         self._finalizer = weakref.finalize(self, self._res.release)
-        self._start(cpus, seed)
+        self._start(self._cpus, self._seed)
         self._pending = collections.deque()   # (task_id, slot, n, state after this batch)
         self._done = {}                        # task_id -> error text or None
         self._owner = {}                       # task_id -> loader it was sent to
         self._held = None                      # slot of the batch last returned
-        self._fill()
+        if first:
+            self._fill()
         self._await_ready()
+
+    @property
+    def finalized(self):
+        return not self._res.tasks
+
+    def _alive(self):
+        """Loader processes again if finalize() stopped them; False if it did."""
+        if not self.finalized:
+            return True
+        self._launch()
+        # What was planned ahead went with the old processes: plan again from the batch
+        # last returned.
+        self._planner._state, self._planner._previous_epoch_detail = self._public
+        return False
 
     # --- processes and memory --------------------------------------------------------------
     def _start(self, cpus, seed):
@@ -368,8 +392,7 @@ class LoaderIterator(chainer.dataset.Iterator):
         return self._done.pop(task_id)
 
     def __next__(self):
-        if not self._res.tasks:
-            raise RuntimeError('chainermn_torus: this LoaderIterator was finalized')
+        self._alive()
         if self._held is not None:
             self._free.append(self._held)  # the caller has converted the last batch by now
             self._held = None
@@ -419,10 +442,12 @@ class LoaderIterator(chainer.dataset.Iterator):
         return self._planner._repeat
 
     def _restart_from(self, state):
-        # Batches in flight belong to the old position: let them land, then plan anew.
-        for task_id, slot, _, _ in self._pending:
-            self._wait(task_id)
-            self._free.append(slot)
+        # Batches in flight belong to the old position: let them land, then plan anew. A
+        # finalized iterator has none: its loaders start again.
+        if self._alive():
+            for task_id, slot, _, _ in self._pending:
+                self._wait(task_id)
+                self._free.append(slot)
         self._pending.clear()
         self._planner._state, self._planner._previous_epoch_detail = state
         self._public = state

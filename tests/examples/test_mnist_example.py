@@ -106,3 +106,17 @@ def test_mnist_example_refuses_a_batch_larger_than_a_ranks_data(tmp_path):
     assert lines[0] == ('--batchsize 100000000 is more than the 200 training images each of '
                         'the 2 rank(s) gets (400 in all, --limit 400): at most 200'), lines
     assert 'Traceback' not in proc.stderr and len(lines) <= 2, lines  # and MPI's abort line
+
+
+@pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
+                    reason='Debian package dataset-fashion-mnist is not installed '
+                           '(make setup installs it)')
+@pytest.mark.parametrize('nprocs', [1, 2])
+def test_the_launchers_evaluation_loaders_reach_the_final_evaluation(tmp_path, nprocs):
+    # --loader ours --loader-eval: the Trainer finalized the evaluation's loader when training
+    # ended, and the example's final evaluation died in its reset (IndexError, no accuracy).
+    proc = run_mpi(nprocs, ['-m', 'chainermn_torus.run', '--loader', 'ours', '--loader-eval',
+                            EXAMPLE, '--limit', '400', '--epoch', '1',
+                            '--out', str(tmp_path / 'out')], timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert 'test accuracy:' in proc.stdout and 'Traceback' not in proc.stderr

@@ -162,8 +162,29 @@ def test_loaders_are_pinned_and_everything_is_freed():
     it.finalize()  # idempotent
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in procs)
     assert not any(os.path.exists('/dev/shm/' + n.lstrip('/')) for n in names)
-    with pytest.raises(RuntimeError):
-        it.next()
+    assert it.finalized
+
+
+def test_a_finalized_iterator_used_again_starts_its_loaders_anew():
+    # Chainer's Trainer finalizes the Evaluator's iterators when training ends; the
+    # examples' final evaluation then reset the launcher's --loader-eval iterator: an
+    # IndexError and no test accuracy. As Chainer's MultiprocessIterator, it starts again.
+    ref = chainer.iterators.SerialIterator(Squares(12), 5, repeat=False, shuffle=False)
+    it = LoaderIterator(Squares(12), 5, repeat=False, shuffle=False)
+    try:
+        first = [labels(b) for b in it]
+        old = [p.pid for p in it.processes]
+        it.finalize()
+        assert it.finalized and not our_shm()
+        it.reset()  # the evaluator's reset after training
+        assert not it.finalized and [p.pid for p in it.processes] != old
+        assert [labels(b) for b in it] == first == [labels(b) for b in ref]
+        it.reset()
+        it.finalize()
+        assert labels(it.next()) == [0, 1, 2, 3, 4]  # next() alone starts them too
+    finally:
+        it.finalize()
+    assert not our_shm()
 
 
 @pytest.mark.slow
