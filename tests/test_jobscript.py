@@ -294,7 +294,7 @@ def test_dry_run_prints_the_launch_line_only():
       '--threads', '16'], '16 cores per rank cannot hold 16 compute thread(s) and 1 loader'),
     (['--system', 'slurm', '--nodes', '2', '--node-shape', '2'], '--node-shape is for fugaku'),
     (['--system', 'pbs', '--nodes', '2', '--output', '/nonexistent/dir/job.sh'],
-     'does not exist or is not writable'),
+     'cannot write --output /nonexistent/dir/job.sh: directory /nonexistent/dir does not exist'),
 ])
 def test_bad_input_is_refused_with_what_is_allowed(args, fragment):
     proc = jobscript(*args, *TRAIN)

@@ -81,11 +81,30 @@ def test_plan_cli_prints_every_shape_and_a_recommendation(tmp_path):
     (['--model', 'vgg'], "model must be mlp, resnet50, a byte count or an .npz file; got 'vgg'"),
     (['--nodes', '100000000', '--ranks-per-node', '1000'],
      '100,000,000,000 ranks: the planner answers up to 10,000,000'),
+    # a missing file was told it must be an .npz file
+    (['--model', '/nowhere/model.npz'], 'model file /nowhere/model.npz does not exist'),
+    (['--model', '0'], 'model of 0 bytes: give a byte count >= 1'),
+    # checked before the planning and the simulation, not a FileNotFoundError after them
+    (['--json', '/nowhere/plan.json'], 'cannot write --json /nowhere/plan.json: directory '
+                                       '/nowhere does not exist'),
 ])
 def test_plan_cli_bad_input(args, fragment):
     proc = cli('plan', '--nodes', '2', *args)
     assert proc.returncode == 2, proc.stderr
     assert fragment in proc.stderr.strip().splitlines()[-1], proc.stderr  # the last line
+
+
+def test_plan_names_a_truncated_model_snapshot(tmp_path):
+    import numpy
+    good = tmp_path / 'model.npz'
+    numpy.savez(str(good), W=numpy.zeros((10, 10), numpy.float32))
+    cut = tmp_path / 'cut.npz'
+    cut.write_bytes(good.read_bytes()[:len(good.read_bytes()) // 2])  # a copy cut short
+    proc = cli('plan', '--nodes', '2', '--model', str(cut), '--simulate', 'off')
+    assert proc.returncode == 2 and 'Traceback' not in proc.stderr
+    assert '{} is not an .npz snapshot of a model'.format(cut) in proc.stderr  # BadZipFile
+    assert cli('plan', '--nodes', '2', '--model', str(good), '--network', 'ofp',
+               '--simulate', 'off').returncode == 0
 
 
 def test_plan_answers_the_largest_machine_in_seconds():

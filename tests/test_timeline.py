@@ -10,7 +10,7 @@ import pytest
 from chainermn_torus.runtime import timeline
 from chainermn_torus.tools import timeline as timeline_tools
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
-from conftest import ROOT, run_mpi
+from conftest import ROOT, run_cli, run_mpi
 
 EXAMPLE = os.path.join(ROOT, 'examples', 'mnist', 'train_mnist.py')
 
@@ -64,6 +64,14 @@ def test_timeline_bad_input(tmp_path):
                         str(tmp_path / 'nothing'), '-o', str(tmp_path / 'x.png')],
                        capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert p.returncode == 2 and 'no timeline files' in p.stderr
+    # --count 0 was "no recorded phases in iterations 2..1"; an unwritable -o was found
+    # after the merge
+    for args, said in ((['plot', 'x', '-o', 'x.png', '--count', '0'],
+                        "argument --count: must be an integer >= 1, got '0'"),
+                       (['merge', str(tmp_path / 'nothing'), '-o', '/nowhere/t.json'],
+                        'cannot write -o /nowhere/t.json: directory /nowhere does not exist')):
+        p = run_cli(['timeline'] + args)
+        assert p.returncode == 2 and said in p.stderr, p.stderr
     # Only an unfinished file (a kill -9 while writing), or a file that is not a timeline.
     (tmp_path / 'cut.rank0.json.tmp').write_text('{"traceEvents": [')
     with pytest.raises(ValueError, match='only 1 unfinished one.*killed while writing'):

@@ -17,6 +17,7 @@ Figures of a network:
 import json
 import math
 import os
+import zipfile
 
 import numpy
 
@@ -127,18 +128,27 @@ def model_bytes(model):
     if model in MODEL_BYTES:
         return MODEL_BYTES[model]
     if isinstance(model, int) or (isinstance(model, str) and model.isdigit()):
+        if int(model) < 1:
+            raise ConfigError('chainermn_torus: model of {} bytes: give a byte count >= 1, '
+                              'resnet50, mlp or an .npz file'.format(model))
         return int(model)
     if isinstance(model, str) and os.path.isfile(model):
         try:
             with numpy.load(model, allow_pickle=False) as z:
                 total = sum(z[k].size * 4 for k in z.files if z[k].dtype.kind == 'f')
-        except (ValueError, OSError, EOFError, AttributeError, TypeError) as e:
+        except (ValueError, OSError, EOFError, AttributeError, TypeError,
+                zipfile.BadZipFile) as e:  # a truncated or damaged file
             raise ConfigError('chainermn_torus: {} is not an .npz snapshot of a model (numpy '
                               'says: {}); give resnet50, mlp, a byte count or an .npz '
                               'file'.format(model, e)) from None
         if total == 0:
             raise ConfigError('chainermn_torus: {} holds no float arrays'.format(model))
         return total
+    if isinstance(model, str) and (model.endswith('.npz') or os.sep in model):
+        raise ConfigError('chainermn_torus: model file {} does not exist{}'.format(
+            model, '' if os.path.exists(model) else
+            ' (directory {} does not either)'.format(os.path.dirname(os.path.abspath(model)))
+            if not os.path.isdir(os.path.dirname(os.path.abspath(model))) else ''))
     raise ConfigError('chainermn_torus: model must be {}, a byte count or an .npz file; got '
                       '{!r}'.format(', '.join(sorted(MODEL_BYTES)), model))
 

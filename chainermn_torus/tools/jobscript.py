@@ -20,6 +20,7 @@ import sys
 import textwrap
 
 from chainermn_torus import config
+from chainermn_torus.tools import outputs
 from chainermn_torus.tools.jobscripts import render, systems
 from chainermn_torus.tools.jobscripts.job import Job
 
@@ -91,10 +92,7 @@ def main(argv=None):
             return 0
         text = render.generate(job)
         out = args.output or 'job-{}.sh'.format(args.system)
-        directory = os.path.dirname(os.path.abspath(out))
-        if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
-            raise ValueError('cannot write {}: directory {} does not exist or is not '
-                             'writable'.format(out, directory))
+        outputs.check_writable(out, '--output')
     except ValueError as e:
         sys.stderr.write('chainermn-torus jobscript: {}\n'.format(e))
         return 2

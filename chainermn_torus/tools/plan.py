@@ -8,6 +8,7 @@ from chainermn_torus import config
 from chainermn_torus.communicators._grid import parse_grid
 from chainermn_torus.planning import planner
 from chainermn_torus.simulation import plan as simplan, simulate
+from chainermn_torus.tools import outputs
 
 __all__ = ['main', 'MAX_RANKS', 'SIMULATE_AUTO_NODES', 'SIMULATE_MAX_NODES']
 
@@ -50,6 +51,7 @@ def main(argv):
         p.error('--nodes x --ranks-per-node = {:,} ranks: the planner answers up to {:,} '
                 '(more than the largest machines run)'.format(ranks, MAX_RANKS))
     try:
+        outputs.check_writable(args.json, '--json')  # before the work, not after it
         nbytes = planner.model_bytes(args.model)  # a bad model is said before the network
         if (args.alpha is None) != (args.beta is None):
             raise ValueError('give --alpha and --beta together (latency in s, bandwidth in '

@@ -12,12 +12,14 @@ import argparse
 import json
 import sys
 
+from chainermn_torus import config
 from chainermn_torus.algorithms import variants
 from chainermn_torus.communicators._grid import parse_grid
 from chainermn_torus.planning import planner
 from chainermn_torus.simulation import platforms, schedules, study, validate
 from chainermn_torus.simulation.plan import machine_for, model_or_bytes
 from chainermn_torus.simulation.simulate import SimulationError, simulate
+from chainermn_torus.tools import outputs
 
 __all__ = ['main']
 
@@ -51,8 +53,8 @@ def run(argv):
                    help='fattree (Oakforest-PACS-like), torus (Tofu-like), emulated '
                         '(scripts/emulate_cluster.sh: shared cores), star (private links to '
                         'one switch); default %(default)s')
-    p.add_argument('--nodes', type=int, required=True)
-    p.add_argument('--ranks-per-node', type=int, default=1)
+    p.add_argument('--nodes', type=config.arg_type('count'), required=True)
+    p.add_argument('--ranks-per-node', type=config.arg_type('count'), default=1)
     p.add_argument('--network', default='ofp',
                    help='preset ({}) or a calibrate file (default %(default)s)'.format(
                        ', '.join(sorted(planner.PRESETS))))
@@ -68,16 +70,18 @@ def run(argv):
                    help="MPI's all-reduce without MPICH's node-aware composition")
     p.add_argument('--mapping', choices=platforms.MAPPINGS, default='row-major')
     p.add_argument('--dims', default=None, help='torus dimensions X,Y,Z')
-    p.add_argument('--seed', type=int, default=0, help='random mapping seed')
-    p.add_argument('--segment-bytes', type=int, default=4 << 20)
+    p.add_argument('--seed', type=config.arg_type('seed'), default=0,
+                   help='random mapping seed')
+    # 0 (one message for the whole buffer) or at least config.MIN_SEGMENT_BYTES: -1 gave
+    # 0.00 ms for every algorithm
+    p.add_argument('--segment-bytes', type=config.arg_type('segment'), default=4 << 20)
     p.add_argument('--mode', choices=('actors', 'lockstep'), default=None,
                    help='default: actors up to 64 ranks, lock-step beyond')
     p.add_argument('--json', default=None)
     args = p.parse_args(argv)
     P = args.nodes * args.ranks_per_node
     try:
-        if args.nodes < 1 or args.ranks_per_node < 1:
-            raise ValueError('--nodes and --ranks-per-node must be >= 1')
+        outputs.check_writable(args.json, '--json')  # before the simulation, not after it
         net = planner.load_network(args.network)
         machine = _machine(args, net)
         model = model_or_bytes(args.model)

@@ -96,6 +96,14 @@ def test_simulate_command_refuses_bad_input(capsys):
     assert 'does not fit P = 16' in capsys.readouterr().err
     assert cmd.main(['--platform', 'torus', '--nodes', '16', '--dims', '4,4,2']) == 2
     assert 'has 32 nodes, not 16' in capsys.readouterr().err
+    # checked before the simulation: not a FileNotFoundError once it has run
+    assert cmd.main(['--nodes', '4', '--json', '/nowhere/sim.json']) == 2
+    assert 'cannot write --json /nowhere/sim.json' in capsys.readouterr().err
+    for bad in (['--segment-bytes', '-1'], ['--nodes', '0']):  # -1: 0.00 ms for everything
+        with pytest.raises(SystemExit) as e:
+            cmd.main(['--nodes', '4'] + bad)
+        assert e.value.code == 2
+        assert 'must be' in capsys.readouterr().err
 
 
 @pytest.mark.slow
