@@ -288,6 +288,50 @@ def test_corrupt_image_error_names_the_file(with_corrupt, index, name):
     with pytest.raises(ValueError) as e:
         ds[index]
     assert 'cannot decode image {}'.format(os.path.join(root, name)) in str(e.value)
+    assert '--skip-corrupt' in str(e.value)  # the option that skips it
+
+
+_UNREADABLE = '''
+import os, sys
+import chainermn_torus
+import PIL.Image
+from chainermn_torus.datasets.imagenet import PreprocessedDataset
+ds = PreprocessedDataset(sys.argv[1], sys.argv[2], crop_size=32, random=False)
+if os.geteuid() == 0:  # root reads anything: the read is another user's (imports done)
+    os.setgid(65534)
+    os.setuid(65534)
+try:
+    ds[1]
+except ValueError as e:
+    print(type(e).__name__, e)
+'''
+
+
+def test_an_image_that_cannot_be_read_is_named_as_such_with_the_option(data):
+    # Permission denied was reported as "cannot decode", without naming --skip-corrupt.
+    import subprocess
+    import sys
+    import tempfile
+    from conftest import pythonpath
+    good = read_list(os.path.join(data, 'train.txt'), data)
+    root = tempfile.mkdtemp(dir='/tmp')  # a folder another user may enter
+    try:
+        os.chmod(root, 0o755)
+        for i, name in enumerate(('good.JPEG', 'locked.JPEG')):
+            shutil.copy(good[i][0], os.path.join(root, name))
+            os.chmod(os.path.join(root, name), 0o644 if i == 0 else 0)
+        listed = os.path.join(root, 'list.txt')
+        with open(listed, 'w') as f:
+            f.write('good.JPEG 0\nlocked.JPEG 1\n')
+        proc = subprocess.run([sys.executable, '-c', _UNREADABLE, listed, root], cwd='/',
+                              capture_output=True, text=True, timeout=60,
+                              env=dict(os.environ, PYTHONPATH=pythonpath()))
+    finally:
+        shutil.rmtree(root)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    expected = ('UndecodableImageError cannot read image {} (Permission denied; example 1); '
+                '--skip-corrupt'.format(os.path.join(root, 'locked.JPEG')))
+    assert proc.stdout.startswith(expected), proc.stdout
 
 
 def test_skip_corrupt_returns_next_valid_image_and_counts(with_corrupt):

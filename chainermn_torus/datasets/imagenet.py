@@ -64,7 +64,12 @@ def read_list(path, root='.', check_exists=True):
 
 
 class UndecodableImageError(DataError):
-    """An image file exists but PIL cannot decode it (corrupt, truncated, not an image)."""
+    """An image file exists but cannot be read (permissions, a directory, an I/O error) or
+    PIL cannot decode it (corrupt, truncated, not an image): what ``skip_corrupt`` skips."""
+
+
+# Said with every such error: the option of the examples and the keyword that skip them.
+SKIP_HINT = '--skip-corrupt (PreprocessedDataset(skip_corrupt=True)) skips such images'
 
 
 # What PIL raises for a bad file, depending on the format plugin and where decoding stops:
@@ -90,7 +95,7 @@ def load_rgb(base, index, path):
 
     ``path`` is that example's file (for messages and the RGB conversion). Raises
     ValueError if the file is missing and UndecodableImageError (a ValueError) naming the
-    file if it cannot be decoded.
+    file and the option that skips it if it cannot be read or decoded.
     """
     try:
         image, label = base[index]
@@ -99,9 +104,14 @@ def load_rgb(base, index, path):
     except FileNotFoundError:
         raise DataError('image file {} does not exist (example {})'.format(path, index)) \
             from None
+    except (PermissionError, IsADirectoryError, NotADirectoryError) as e:
+        # Not a decoding problem: the file is there and cannot be opened (it was reported
+        # as "cannot decode").
+        raise UndecodableImageError('cannot read image {} ({}; example {}); {}'.format(
+            path, e.strerror or type(e).__name__, index, SKIP_HINT)) from None
     except _pil_errors() as e:
-        raise UndecodableImageError('cannot decode image {} ({}: {})'.format(
-            path, type(e).__name__, e)) from e
+        raise UndecodableImageError('cannot decode image {} ({}: {}; example {}); {}'.format(
+            path, type(e).__name__, e, index, SKIP_HINT)) from None
     return image, label, path
 
 
@@ -125,8 +135,8 @@ class PreprocessedDataset(chainer.dataset.DatasetMixin):
             every rank count, in loader workers and after a resume, so runs with the same
             seed are bit-identical at any P (our loader and the example tell workers the
             epoch; Chainer's iterators leave the count of draws per example instead).
-        skip_corrupt: False (default): an image that cannot be decoded raises ValueError
-            naming the file. True: a warning names it and the next valid image (index + 1,
+        skip_corrupt: False (default): an image that cannot be read or decoded raises
+            ValueError naming the file. True: a warning names it and the next valid image (index + 1,
             + 2, ... wrapping around) is returned instead; ``skipped`` counts these skips.
             The count is per process: skips that happen inside loader worker processes
             increase the workers' copies, not this object.

@@ -132,10 +132,14 @@ def _worker(dataset, layout, tasks, results, cpus, parent_pid, seed):
                                     index, value.shape, dst.shape[1:]))
                         dst[j] = value
                 message = (task_id, None)
+            except Refusal as e:  # a known cause, named (a file that cannot be read): one line
+                message = (task_id, ('refusal', str(e)))
             except BaseException:
-                message = (task_id, 'loader process {} (pid {}), example batch {}:\n{}'.format(
-                    multiprocessing.current_process().name, os.getpid(), list(indices)[:8],
-                    traceback.format_exc()))
+                message = (task_id, ('error', 'loader process {} (pid {}), example batch '
+                                              '{}:\n{}'.format(
+                                                  multiprocessing.current_process().name,
+                                                  os.getpid(), list(indices)[:8],
+                                                  traceback.format_exc())))
             try:
                 results.send(message)
             except (BrokenPipeError, OSError):
@@ -403,7 +407,10 @@ class LoaderIterator(chainer.dataset.Iterator):
         error = self._wait(task_id)
         if error is not None:
             self.finalize()
-            raise LoaderError('chainermn_torus: a loader process raised:\n' + error)
+            kind, text = error
+            if kind == 'refusal':  # the dataset's own words: the job ends with that line
+                raise LoaderError('chainermn_torus: {}'.format(text))
+            raise LoaderError('chainermn_torus: a loader process raised:\n' + text)
         self._public = state
         self._held = slot
         self._fill()

@@ -138,6 +138,14 @@ def test_imagenet_example_corrupt_jpeg_stops_multiprocess_loader_or_is_skipped(l
     proc = run_example(argv, tmp_path / 'skip', 'serial', '--skip-corrupt')
     check_outputs(proc, tmp_path / 'skip', 'serial')
     assert 'skipped (skip_corrupt=True)' in proc.stderr
+    # Our loader processes: the file and the option in one line, not a loader's traceback
+    # (52 lines).
+    proc = run_example(argv, tmp_path / 'ours', 'ours', '--loader-processes', '1')
+    assert proc.returncode != 0
+    said = [l for l in proc.stderr.splitlines() if 'cannot decode image' in l]
+    assert len(said) == 1 and str(corrupt) in said[0] and '--skip-corrupt' in said[0], \
+        proc.stderr[-3000:]
+    assert 'Traceback' not in proc.stderr, proc.stderr[-3000:]
 
 
 def test_resnet50_arch_builds_and_classifies():
