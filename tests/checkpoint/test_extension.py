@@ -126,6 +126,35 @@ def test_maybe_resume_falls_back_past_a_damaged_latest(tmp_path, capsys):
     assert MultiNodeCheckpointer(comm(), str(tmp_path / 'empty')).maybe_resume(again) is None
 
 
+@pytest.mark.parametrize('flip', ['iteration', 'another manifest'])
+def test_a_latest_json_whose_iteration_is_not_its_checkpoints_falls_back(tmp_path, capsys,
+                                                                        flip):
+    # A bit flipped in latest.json's iteration (6 -> 14) named iteration 14 as the resume
+    # point while the files of 6 were loaded: now checked against its files and its own
+    # manifest, it is damaged, and the newest consistent checkpoint is the one resumed.
+    tr, _ = checkpointed(tmp_path)
+    _run_to(tr, 6)
+    path = tmp_path / 'ck' / 'latest.json'
+    data = json.loads(path.read_text())
+    if flip == 'iteration':
+        data['iteration'] = 14
+    else:  # the right iteration, other contents than manifest_iter_6.json
+        data['ranks'] = data['ranks']
+        data['checks'] = {}
+    path.write_text(json.dumps(data))
+    again = trainer(tmp_path / 'o2')
+    ck = MultiNodeCheckpointer(comm(), str(tmp_path / 'ck'))
+    with pytest.raises(CheckpointError) as e:
+        ck.resume(again)
+    said = ('it says iteration 14 but names snapshot_iter_6.rank0.npz' if flip == 'iteration'
+            else 'it differs from manifest_iter_6.json, the manifest of iteration 6')
+    assert 'latest.json is damaged: ' + said in str(e.value), str(e.value)
+    assert ck.maybe_resume(again) == 6 and again.updater.iteration == 6
+    out = capsys.readouterr().out
+    assert 'falling back' in out and 'resumed from {} at iteration 6'.format(
+        tmp_path / 'ck') in out
+
+
 def test_another_optimizer_or_data_is_refused(tmp_path):
     tr, _ = checkpointed(tmp_path)
     _run_to(tr, 3)

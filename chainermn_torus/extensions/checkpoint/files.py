@@ -100,6 +100,9 @@ def read_manifest(directory, name, layout_here):
         data['iteration'], data['ranks'], data['files'], data['model']
     except (ValueError, KeyError, TypeError) as e:
         return '{} is not a chainermn-torus manifest ({})'.format(path, e), None, False
+    wrong = _inconsistent(directory, name, data)
+    if wrong:  # a flipped bit in the iteration once named a resume point it was not
+        return '{} is damaged: {}'.format(path, wrong), None, False
     there = data['model']
     if layout_here != there:
         for a, b in zip(there, layout_here):
@@ -110,6 +113,32 @@ def read_manifest(directory, name, layout_here):
         return ('it belongs to another model: {} arrays there, {} here'.format(
             len(there), len(layout_here))), None, True
     return None, data, False
+
+
+def _inconsistent(directory, name, data):
+    """What does not agree within a manifest, or None: its iteration is the one its rank
+    files are named for, and ``latest.json`` is the same as its checkpoint's own manifest
+    (written beside it, atomically, just before)."""
+    iteration = data['iteration']
+    if not isinstance(iteration, int) or not isinstance(data['files'], list):
+        return 'its iteration {!r} or its file list is not what a manifest holds'.format(
+            iteration)
+    for f in data['files']:
+        m = RANK_FILE.match(str(f))
+        if m is None or int(m.group('iteration')) != iteration:
+            return 'it says iteration {} but names {}'.format(iteration, f)
+    if name == MANIFEST:
+        own = manifest_file(directory, iteration)
+        try:
+            with open(own) as f:
+                same = json.load(f) == data
+        except (OSError, ValueError):
+            return 'it says iteration {} but {} is missing or unreadable'.format(
+                iteration, os.path.basename(own))
+        if not same:
+            return 'it differs from {}, the manifest of iteration {}'.format(
+                os.path.basename(own), iteration)
+    return None
 
 
 def verify_file(directory, manifest, name, rank):
