@@ -9,6 +9,8 @@ a window are collective: every rank of the row must call them at the same point.
 As mpi4py.util's synchronisation objects do with theirs, a ``PutWindow`` allocates its
 window, frees it with ``free()``, and says so when used after that.
 """
+import atexit
+
 import numpy
 from mpi4py import MPI
 
@@ -44,6 +46,24 @@ def populate_or_free(win, array, comm, what, needed):
         raise
 
 
+# The windows not freed yet, oldest first (strong references: a window MPI holds is never
+# given back by the collector). At the process's normal exit they are freed before mpi4py's
+# MPI_Finalize (atexit runs the hooks registered last first, and mpi4py registered its own
+# when MPI was imported): left to MPI_Finalize they made UCX print 6 warnings per job
+# ("was not returned to mpool ucp_rkeys", "destroying inuse region"). Freeing is collective;
+# every rank of a window's row made and freed the same windows at the same points, so the
+# ones left are the same on each, freed in the same order.
+_UNFREED = []
+
+
+def _free_at_exit():
+    while _UNFREED and not MPI.Is_finalized():
+        _UNFREED[0].free()
+
+
+atexit.register(_free_at_exit)  # after mpi4py's (imported above): it runs before it
+
+
 class PutWindow(object):
     """``size`` elements of ``dtype`` on every rank of ``comm``, as ``array`` and ``win``.
 
@@ -64,6 +84,7 @@ class PutWindow(object):
         self.passive = passive
         if passive:
             self._win.Lock_all(MPI.MODE_NOCHECK)
+        _UNFREED.append(self)
 
     @property
     def win(self):
@@ -74,6 +95,8 @@ class PutWindow(object):
     def free(self):
         """Free the window (collective); a second call does nothing."""
         win, self._win, self.array = self._win, None, None
+        if self in _UNFREED:
+            _UNFREED.remove(self)
         if win is None or MPI.Is_finalized() or win == MPI.WIN_NULL:
             return
         if self.passive:
