@@ -45,7 +45,7 @@ import socket
 import time
 
 from chainermn_torus import config
-from chainermn_torus.errors import Refusal
+from chainermn_torus.errors import ConfigError, Refusal
 from chainermn_torus.runtime import agree
 from chainermn_torus.runtime import sweep as sweep_files
 from chainermn_torus.runtime.report import format_bytes
@@ -286,11 +286,28 @@ def unlink_mpi_segments():
     """Remove the names of MPICH's MPI_Init segments this process maps (module doc).
 
     Call only after a collective over the job's ranks (every rank of the node has mapped
-    them by then); once per process. Returns the paths it removed.
+    them by then); once per process. Returns the paths it removed. A bad
+    ``CHAINERMN_TORUS_KEEP_MPI_SHM`` is refused after the names are removed (the refusal
+    ends the job, and the job's segments stayed behind when it came first).
     """
-    if _UNLINKED or config.env('keep_mpi_shm')[0]:
+    if _UNLINKED:
+        return []
+    try:
+        keep = config.env('keep_mpi_shm')[0]
+    except ConfigError:
+        keep, bad = False, True
+    else:
+        bad = False
+    if keep:
         return []
     _UNLINKED.append(True)
+    removed = _unlink_mapped()
+    if bad:
+        config.env('keep_mpi_shm')  # raises the refusal, nothing left to leak
+    return removed
+
+
+def _unlink_mapped():
     removed = []
     try:
         with open('/proc/self/maps') as f:
