@@ -109,8 +109,8 @@ MESSAGES = {
     'kill': [r'BAD TERMINATION.*', r'EXIT CODE: 9',
              r'noticed that process rank \d+ .*exited on'],  # Open MPI's prterun
     'loader-death': [r'loader process .* died with exit code -9'],
-    'sigint': [r'Uncaught exception.*KeyboardInterrupt', r'Ctrl-C'],
-    'sigterm': [r'Uncaught exception.*Terminated', r'signal 15|EXIT CODE: 15'],
+    'sigint': [r'SIGINT \(.*\) received; the job ends.*', r'Ctrl-C'],
+    'sigterm': [r'SIGTERM \(.*\) received; the job ends.*', r'signal 15|EXIT CODE: 15'],
     'hang': [r'chainermn_torus watchdog: '],
     'enospc': [r'cannot write checkpoint'],
     'shm-full': [r'not enough shared memory'],

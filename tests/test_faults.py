@@ -120,6 +120,54 @@ def test_timeline_is_written_whole_when_the_job_ends_abnormally(mode, tmp_path):
     # the whole files and names a lone .tmp as such (tests/test_timeline.py).
 
 
+def _ours(text):
+    """The lines of ``text`` that are not the launcher's or MPI's."""
+    return [l for l in text.splitlines() if l.strip() and not l.startswith(
+        ('[mpiexec@', 'Abort(', '[proxy:'))]
+
+
+def test_sigterm_to_one_rank_ends_the_job_in_one_line():
+    # 60 lines before: a traceback and a banner.
+    proc, elapsed = run_fault('term', 2)
+    assert elapsed < 30
+    said = _ours(proc.stderr)
+    assert len(said) == 1 and said[0].startswith(
+        'chainermn_torus: rank 1 ({}): SIGTERM (a batch time limit, scancel, or the launcher '
+        'ending the job) received; the job ends'.format(os.uname().nodename)), proc.stderr
+    assert 'Traceback' not in proc.stderr
+
+
+@pytest.mark.parametrize('signame', ['SIGTERM', pytest.param('SIGINT', marks=pytest.mark.slow)])
+def test_a_signal_to_mpiexec_ends_the_job_in_one_line_per_node(signame):
+    # A batch system's cancel or time limit (SIGTERM), Ctrl-C (SIGINT): mpiexec passes it to
+    # every rank. It was a traceback and a banner per rank: 101-129 lines for 2 ranks.
+    import signal
+    import subprocess
+    import sys
+    from conftest import job_env, mpiexec_path
+    proc = subprocess.Popen([mpiexec_path(), '-n', '2', sys.executable,
+                             worker('fault_train.py'), 'loop', '1', '3'],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=job_env(2), start_new_session=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith('TRAINING'):
+                break
+        proc.send_signal(getattr(signal, signame))
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode != 0 and 'OK rank' not in out
+    said = _ours(err)
+    assert len(said) == 1, err  # one node here
+    assert re.match(r'chainermn_torus: rank \d \({}\): {} \(.*\) received; the job ends; the '
+                    r'latest complete checkpoint, if any, is intact$'.format(
+                        re.escape(os.uname().nodename), signame), said[0]), said
+    assert 'Traceback' not in err
+
+
 @pytest.mark.slow
 def test_sigterm_ends_a_rank_blocked_in_an_object_collective():
     # mpi4py's object collectives hold the GIL while they wait: no Python handler or thread

@@ -82,6 +82,8 @@ def _hook(exctype, value, tb):
             pass
     if isinstance(value, Refusal) and not _setting('debug'):
         return _refuse(value)
+    if isinstance(value, (Terminated, KeyboardInterrupt)) and not _setting('debug'):
+        return _ended_by_signal(value)
     from mpi4py import MPI
     if MPI.COMM_WORLD.Get_size() < 2:  # one process: Python's own report, nothing to end
         return _HOOK.previous(exctype, value, tb)
@@ -101,6 +103,37 @@ def _hook(exctype, value, tb):
         _unlink_mpi_segments()  # MPI_Abort skips MPI_Finalize, which would remove it
         time.sleep(ABORT_DELAY_S)
         MPI.COMM_WORLD.Abort(1)
+
+
+def _ended_by_signal(value):
+    """The job ends by a signal from outside (a batch system's cancel or time limit, Ctrl-C
+    at mpiexec): that is said in one line per node, by its first rank to get the signal,
+    which then ends the job; the node's other ranks wait quietly to be ended with it. It
+    was a traceback and a banner per rank: 101-129 lines for 2 ranks."""
+    from mpi4py import MPI
+    world = MPI.COMM_WORLD
+    rank, host = world.Get_rank(), socket.gethostname()
+    what = 'SIGINT (Ctrl-C at mpiexec, or the launcher ending the job)' if isinstance(
+        value, KeyboardInterrupt) else 'SIGTERM (a batch time limit, scancel, or the launcher ' \
+        'ending the job)'
+    text = '{} received; the job ends; the latest complete checkpoint, if any, is ' \
+        'intact'.format(what)
+    first = said_once(text)
+    if first:
+        report.line('{}rank {} ({}): {}'.format(report.PREFIX, rank, host, text))
+    sys.stdout.flush()
+    timeline.emergency_flush()
+    _unlink_mpi_segments()
+    if world.Get_size() < 2:
+        return  # one process: Python exits with status 1 once the hook returns
+    if not first:  # this node said it: its first rank ends the job, this one with it
+        _HOOK.refusing = True  # a SIGTERM now is that end reaching this rank
+        time.sleep(REFUSAL_WAIT_S)
+        sys.stdout.flush()
+        os._exit(128 + signal.SIGTERM)
+    time.sleep(ABORT_DELAY_S)
+    world.Abort(128 + (signal.SIGINT if isinstance(value, KeyboardInterrupt)
+                       else signal.SIGTERM))
 
 
 def _setting(key):

@@ -1,6 +1,6 @@
 """Run by tests/test_faults.py: real training on Fashion-MNIST, one rank faults at a step.
 
-    fault_train.py MODE RANK STEP      MODE: raise | kill | hang | term | none | pause
+    fault_train.py MODE RANK STEP      MODE: raise | kill | hang | term | none | pause | loop
                                              | raise-backward
 
 ``raise-backward``: the exception comes from inside backward, after the last layer's
@@ -71,6 +71,8 @@ def main():
     for step in range(1, 10 ** 6):
         if MODE == 'pause' and step == FAULT_STEP:
             time.sleep(PAUSE_S)
+        if MODE == 'loop' and step == FAULT_STEP and comm.rank == 0:
+            print('TRAINING {!r}'.format(time.time()), flush=True)  # signal mpiexec now
         if comm.rank == FAULT_RANK and step == FAULT_STEP and MODE not in ('none', 'pause'):
             print('FAULT {!r}'.format(time.time()), flush=True)
             if MODE == 'raise-backward':
