@@ -25,6 +25,7 @@ and if the rank is still alive ``TERM_GRACE_S`` later (longer while the hook is 
 aborting) the watcher says so and kills it, so the job ends instead of hanging. The
 watcher leaves when the rank does (end of file on the pipe).
 """
+import atexit
 import hashlib
 import json
 import os
@@ -40,7 +41,7 @@ import chainer
 
 from chainermn_torus import config
 from chainermn_torus.errors import ConfigError, Refusal
-from chainermn_torus.runtime import devshm, patches, report, timeline
+from chainermn_torus.runtime import board_layout, devshm, patches, report, timeline
 
 __all__ = ['install', 'ABORT_DELAY_S', 'Terminated', 'TERM_GRACE_S']
 
@@ -308,7 +309,8 @@ def _catch_sigterm():
         # -I -S: no site packages, no environment: the watcher starts in milliseconds and
         # imports nothing of the job's (no MPI: it must not count as a process of the job).
         subprocess.Popen([sys.executable, '-I', '-S', '-c', _WATCHER, str(read_fd),
-                          str(os.getpid()), str(TERM_GRACE_S), who], pass_fds=(read_fd,),
+                          str(os.getpid()), str(TERM_GRACE_S), who, board_layout.__file__,
+                          str(_oom_kills())], pass_fds=(read_fd,),
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     except OSError:
         signal.set_wakeup_fd(-1)
@@ -318,21 +320,132 @@ def _catch_sigterm():
         os.close(read_fd)  # the watcher's end: EOF there means this process is gone
     _HOOK.wakeup = write_fd
     signal.signal(signal.SIGTERM, _on_sigterm)
+    atexit.register(_tell_watcher, _BYE)  # a normal end, not a death to explain
 
 
-# The watcher process (module doc). argv: read fd, the rank's pid, grace seconds, who.
+_BYE = b'\xfc'    # written to the watcher's pipe at a normal exit
+_BOARD = b'\xfd'  # then a JSON line: the watchdog's progress board (where the rank is)
+
+
+def _tell_watcher(data):
+    if _HOOK.wakeup is not None:
+        try:
+            os.write(_HOOK.wakeup, data)  # one write: never cut by a signal's byte
+        except OSError:
+            pass
+
+
+def tell_board(path):
+    """The watchdog's progress board of this rank's node: where the rank's watcher reads
+    the phase it died in."""
+    _tell_watcher(_BOARD + json.dumps(path).encode() + b'\n')
+
+
+def _oom_kills():
+    """The kernel's count of processes its out-of-memory killer ended (-1: not known)."""
+    try:
+        with open('/proc/vmstat') as f:
+            for line in f:
+                if line.startswith('oom_kill '):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return -1
+
+
+# The watcher process (module doc). argv: read fd, the rank's pid, grace seconds, who, the
+# path of board_layout.py, the kernel's OOM kill count at start.
 _WATCHER = r"""
-import os, select, signal, sys, time
+import importlib.util, json, os, select, signal, sys, time
 for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(s, signal.SIG_IGN)  # the job's process group is signalled too: stay
 fd, pid, grace, who = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
-aborting, deadline = False, None
+layout_path, oom_at_start = sys.argv[5], int(sys.argv[6])
+aborting, bye, board, layout, deadline, pending = False, False, None, None, None, b''
+SAID = {9: 'kill -9, or the kernel\'s out-of-memory killer', 11: 'a crash in native code',
+        7: 'memory it had mapped went away (a full /dev/shm?)',
+        6: 'an abort in native code', 4: 'an illegal instruction (a build for another CPU?)'}
+
+
+def oom_kills():
+    try:
+        with open('/proc/vmstat') as f:
+            for line in f:
+                if line.startswith('oom_kill '):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return -1
+
+
+def died():
+    # The rank's pipe closed without a normal end: it died. Said at once: its exit status is
+    # in /proc only until the launcher reaps it, and the launcher then ends the job's
+    # process groups, this watcher's too (so the ranks ended after this one say nothing).
+    try:
+        with open('/proc/{}/stat'.format(pid)) as f:
+            text = f.read()
+        status = int(text[text.rindex(')') + 2:].split()[49])
+    except (OSError, ValueError, IndexError):
+        status = None
+    where = ' (the phase is recorded with a watchdog: --watchdog SECONDS)'
+    if layout is not None:
+        try:
+            row = layout.row_of(board, pid)
+            if row is not None and row[layout.PHASE] != layout.FINISHED:
+                where = ' ' + layout.where(row[layout.PHASE], row[layout.FINISHED_STEPS],
+                                           row[layout.COUNT])
+        except Exception:
+            pass
+    if status is None:
+        how = 'its process ended without a word (its exit status could not be read)'
+    elif status & 0x7f and status & 0x7f != 0x7f:
+        number = status & 0x7f
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = 'signal {}'.format(number)
+        why = SAID.get(number, 'a signal it does not handle')
+        now = oom_kills()
+        if number == 9 and oom_at_start >= 0 and now > oom_at_start:
+            why = 'the kernel\'s out-of-memory killer ended {} process(es) on this node ' \
+                  'since the job started (dmesg names them)'.format(now - oom_at_start)
+        how = 'killed by signal {} ({}: {})'.format(number, name, why)
+    else:
+        code = (status >> 8) & 0xff
+        if code == 0:
+            return  # it ended without the package's exit hook (os._exit(0)): not a death
+        how = 'exited with code {} without saying why (os._exit, or exit() in a native ' \
+              'library)'.format(code)
+    os.write(2, 'chainermn_torus: {} died{}: {}; the job ends\n'.format(
+        who, where, how).encode())
+
+
 while True:
     wait = None if deadline is None else max(0.0, deadline - time.monotonic())
     if select.select([fd], [], [], wait)[0]:
-        data = os.read(fd, 64)
+        data = os.read(fd, 4096)
         if not data:
+            if not (aborting or bye):
+                died()
             sys.exit(0)  # the rank is gone
+        data, pending = pending + data, b''
+        while b'\xfd' in data:  # the board's path: a JSON line written in one piece
+            head, _, rest = data.partition(b'\xfd')
+            if b'\n' not in rest:
+                data, pending = head, b'\xfd' + rest
+                break
+            line, _, tail = rest.partition(b'\n')
+            try:
+                board = json.loads(line.decode())
+                spec = importlib.util.spec_from_file_location('board_layout', layout_path)
+                layout = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(layout)  # now: a death must be said at once
+            except (ValueError, OSError, ImportError):
+                board = layout = None
+            data = head + tail
+        if b'\xfc' in data:
+            bye = True
         if 0xfe in data and not aborting:
             aborting = True
             if deadline is not None:

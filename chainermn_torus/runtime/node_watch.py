@@ -46,7 +46,7 @@ import time
 
 import psutil
 
-from chainermn_torus.runtime import devshm, progress_board as pb, sweep
+from chainermn_torus.runtime import board_layout, devshm, progress_board as pb, sweep
 from chainermn_torus.runtime.atomic import remove_temporary
 
 __all__ = ['judge', 'main', 'RING', 'MAX_ALL']
@@ -131,25 +131,7 @@ def _seen(rows):
 
 def _where(phase, pos):
     finished, _, count = pos
-    if phase == pb.STARTUP:
-        return 'at start-up (before its first training step)'
-    if phase == pb.STEP:
-        if finished == 0:
-            return 'in its first training step (start-up)'
-        return 'in training step {}'.format(finished + 1)
-    if phase == pb.EVALUATION:
-        if finished == 0:
-            return 'in an evaluation before its first step (batch {})'.format(count)
-        return 'in the evaluation after step {} (batch {})'.format(finished, count)
-    if phase == pb.FINAL_EVALUATION:
-        return 'in the evaluation after training (batch {})'.format(count)
-    if phase == pb.CHECKPOINT:
-        return 'in the checkpoint after step {}'.format(finished)
-    if phase == pb.BETWEEN:
-        return 'between steps {} and {} (data, extensions)'.format(finished, finished + 1)
-    if phase == pb.AFTER:
-        return 'after training'
-    return pb.PHASES.get(phase, 'phase {}'.format(phase))
+    return board_layout.where(phase, finished, count)
 
 
 def _first_step(seen):

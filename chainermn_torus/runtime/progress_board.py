@@ -25,22 +25,17 @@ import time
 import numpy
 
 from chainermn_torus.runtime import devshm
+# The layout and the phases, described once (board_layout: no dependency, read by the
+# rank's death watcher too).
+from chainermn_torus.runtime.board_layout import (  # noqa: F401 (this module's names too)
+    AFTER, BETWEEN, BG_CALL, BG_CALLS, BG_INSIDE, CALL, CALL_NS, CALLS_MADE, CHECKPOINT,
+    COUNT, EVALUATION, FINAL_EVALUATION, FINISHED, FINISHED_STEPS, HEADER, INSIDE, MAGIC,
+    PATH_BYTES, PHASE, PHASES, PID, PROGRESS_NS, RANK, ROW, STARTUP, STEP)
 
 __all__ = ['Board', 'PHASES', 'STARTUP', 'STEP', 'BETWEEN', 'EVALUATION', 'CHECKPOINT',
            'AFTER', 'FINISHED', 'FINAL_EVALUATION', 'now_ns', 'position', 'CALLS', 'call_code',
            'call_name']
 
-MAGIC = 0x63_6d_74_77_61_74_63_69  # "cmtwatci": rows with the communication columns
-HEADER = 8
-(RANK, PID, FINISHED_STEPS, PHASE, COUNT, PROGRESS_NS, CALLS_MADE, INSIDE, CALL, CALL_NS,
- BG_CALLS, BG_INSIDE, BG_CALL) = range(13)
-ROW = 13
-PATH_BYTES = 1024  # per rank: the checkpoint directory being written (UTF-8, NUL-padded)
-
-STARTUP, STEP, BETWEEN, EVALUATION, CHECKPOINT, AFTER, FINISHED, FINAL_EVALUATION = range(8)
-PHASES = {STARTUP: 'start-up', STEP: 'a training step', BETWEEN: 'between steps',
-          EVALUATION: 'evaluation', CHECKPOINT: 'a checkpoint', AFTER: 'after training',
-          FINAL_EVALUATION: 'the evaluation after training', FINISHED: 'done'}
 # Within the stretch after step N, the order a rank goes through: a rank further on in it
 # has done more (a stopped rank is the one furthest behind).
 _ORDER = {BETWEEN: 0, EVALUATION: 1, CHECKPOINT: 2, STEP: 3, AFTER: 4, FINAL_EVALUATION: 5}

@@ -51,7 +51,7 @@ import psutil
 from chainer.training.extensions import Evaluator
 
 from chainermn_torus import config
-from chainermn_torus.runtime import agree, call_marks, patches, progress_board as pb
+from chainermn_torus.runtime import abort, agree, call_marks, patches, progress_board as pb
 from chainermn_torus.errors import Unsupported
 
 __all__ = ['Watchdog', 'attach', 'set_default', 'WATCHDOG_ENV', 'STARTUP_ENV',
@@ -176,6 +176,7 @@ class Watchdog(object):
         problem, path = node.bcast((problem, path))
         if problem is None:
             self._board = pb.Board(path)
+            abort.tell_board(path)  # the rank's death watcher says the phase of a death
             self._slot = node.rank
             row = self._board.row(node.rank)
             row[pb.RANK], row[pb.PID] = comm.rank, os.getpid()
