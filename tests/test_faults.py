@@ -230,3 +230,47 @@ def test_double_buffering_with_the_finite_check_stops_in_its_words_before_a_chec
         'chainermn_torus: NaN/Inf in the averaged gradients of the previous step (double '
         'buffering): 1 value(s), the first in /predictor/l1/W'), out[-2000:]
     assert 'checkpoint 6 not written' not in out and 'Traceback' not in out, out[-2000:]
+
+
+_STOP_AT_START = '''#!/bin/bash
+# rank 1 stops as soon as its process exists: before Python, MPI or a communicator
+if [ "${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-}}" = 1 ]; then kill -STOP $$; fi
+exec "$@"
+'''
+
+
+@pytest.mark.parametrize('nprocs, how', [
+    (2, 'variable'), pytest.param(3, 'variable', marks=pytest.mark.slow),
+    pytest.param(2, 'launcher', marks=pytest.mark.slow)])
+def test_a_rank_stopped_before_its_communicator_is_named_and_the_job_ends(tmp_path, nprocs,
+                                                                        how):
+    # The watchdog starts with the communicator (it needs MPI): a rank stopped before it left
+    # the others in MPI_Init with no line until the batch limit. Watched from the package's
+    # import (or the launcher's --watchdog) on, the stopped rank is named within the step
+    # limit, as a stopped process is in any phase, and the job ends.
+    import subprocess
+    import sys
+    from conftest import job_env, mpiexec_path
+    wrapper = tmp_path / 'stop_first.sh'
+    wrapper.write_text(_STOP_AT_START)
+    wrapper.chmod(0o755)
+    env = job_env(nprocs)
+    argv = [sys.executable, worker('fault_train.py'), 'none', '1', '5']
+    if how == 'variable':
+        env.update(CHAINERMN_TORUS_WATCHDOG=str(WATCHDOG_S),
+                   CHAINERMN_TORUS_WATCHDOG_STARTUP='30')
+    else:
+        argv[1:1] = ['-m', 'chainermn_torus.run', '--watchdog', str(WATCHDOG_S)]
+    start = time.time()
+    proc = subprocess.run([mpiexec_path(), '-n', str(nprocs), str(wrapper)] + argv,
+                          capture_output=True, text=True, timeout=120, env=env)
+    elapsed = time.time() - start
+    assert proc.returncode != 0 and 'OK rank' not in proc.stdout
+    said = [l for l in proc.stderr.splitlines() if l.startswith('chainermn_torus watchdog')]
+    assert len(said) == 1, proc.stderr[-3000:]
+    assert re.match(r'chainermn_torus watchdog: rank 1 \({}, pid \d+\) is stopped \(process '
+                    r'state T.*at start-up, before its communicator was made; rank 0'.format(
+                        re.escape(os.uname().nodename)), said[0]), said
+    if nprocs == 3:
+        assert 'rank 0, rank 2 of ' in said[0], said
+    assert elapsed < WATCHDOG_S + 10, elapsed  # the step limit, not the start-up limit

@@ -65,6 +65,12 @@ class Launch(object):
         return self.values[key]
 
     def install(self):
+        # The watchdog starts with the script's first communicator (start-up is watched
+        # too), not with its optimizer, where the launcher's flags would reach it first;
+        # before that, from here (runtime.startup_watch): first, before anything below
+        # imports MPI (the optimizers do), whose MPI_Init waits for every rank.
+        watchdog.set_default(self.get('watchdog'), self.get('watchdog_startup'))
+        watchdog.watch_from_start()
         if self.get('global_batch') and not self.get('data_parallel'):
             raise ConfigError('--global-batch goes with --data-parallel (the batch size of a '
                               "plain script's iterator); ChainerMN scripts choose theirs")
@@ -82,9 +88,6 @@ class Launch(object):
         _registry.on_create(self._communicator_made)
         if self.get('timeline'):
             timeline.enable(self.get('timeline'), '--timeline (or CHAINERMN_TORUS_TIMELINE)')
-        # The watchdog starts with the script's first communicator (start-up is watched
-        # too), not with its optimizer, where the launcher's flags would reach it first.
-        watchdog.set_default(self.get('watchdog'), self.get('watchdog_startup'))
         # Chainer's layers: now, before the communicator's thread budget (oneDNN's OpenMP
         # threads in it), and for a plain script that makes none.
         compute.use(self.get('compute'), self.sources.get('compute', 'compute (default)'),

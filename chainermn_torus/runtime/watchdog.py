@@ -52,10 +52,11 @@ from chainer.training.extensions import Evaluator
 
 from chainermn_torus import config
 from chainermn_torus.runtime import abort, agree, call_marks, patches, progress_board as pb
-from chainermn_torus.errors import Unsupported
+from chainermn_torus.runtime import startup_watch, world
+from chainermn_torus.errors import ConfigError, Unsupported
 
-__all__ = ['Watchdog', 'attach', 'set_default', 'WATCHDOG_ENV', 'STARTUP_ENV',
-           'OUTSIDE_FACTOR', 'STARTUP_S', 'active', 'startup_limit', 'in_call']
+__all__ = ['Watchdog', 'attach', 'set_default', 'watch_from_start', 'WATCHDOG_ENV',
+           'STARTUP_ENV', 'OUTSIDE_FACTOR', 'STARTUP_S', 'active', 'startup_limit', 'in_call']
 
 WATCHDOG_ENV = config.SETTINGS['watchdog'].env
 STARTUP_ENV = config.SETTINGS['watchdog_startup'].env
@@ -101,6 +102,22 @@ def _setting(key, given=None, option=None):
     if source is None and key in _DEFAULTS:
         return _DEFAULTS[key]
     return value
+
+
+def watch_from_start():
+    """Start the watch before the communicator (``runtime.startup_watch``) where a
+    watchdog is set and a launcher started this process: at ``import chainermn_torus`` and
+    when the launcher reads ``--watchdog``. A bad value is refused later, where the
+    watchdog starts, as before."""
+    if world.launcher_rank() is None:
+        return False
+    try:
+        timeout = _setting('watchdog')
+        if timeout is None:
+            return False
+        return startup_watch.start(timeout, startup_limit(timeout))
+    except ConfigError:
+        return False
 
 
 def startup_limit(timeout):
@@ -153,6 +170,7 @@ class Watchdog(object):
         _ACTIVE.append(self)
         _mark_evaluations()
         atexit.register(self.stop)
+        startup_watch.arrived()  # the node's watcher watches this rank from here
 
     def _start(self, comm, node, outside):
         problem, path, port = None, None, None
