@@ -274,3 +274,46 @@ def test_a_rank_stopped_before_its_communicator_is_named_and_the_job_ends(tmp_pa
     if nprocs == 3:
         assert 'rank 0, rank 2 of ' in said[0], said
     assert elapsed < WATCHDOG_S + 10, elapsed  # the step limit, not the start-up limit
+
+
+def test_a_watchdog_process_that_dies_is_a_stall_named_and_the_job_ends():
+    # The node's watcher killed: nothing watched the node's ranks any more, and a rank
+    # stopped afterwards held the job until the batch limit, with no line.
+    import signal
+    import subprocess
+    import sys
+    from conftest import job_env, mpiexec_path
+    env = job_env(2)
+    env['CHAINERMN_TORUS_WATCHDOG'] = str(WATCHDOG_S)
+    proc = subprocess.Popen([mpiexec_path(), '-n', '2', sys.executable,
+                             worker('fault_train.py'), 'loop', '1', '3'],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith('TRAINING'):
+                break
+        import psutil
+        ranks = psutil.Process(proc.pid).children(recursive=True)
+
+        def command(p):
+            try:
+                return ' '.join(p.cmdline())
+            except psutil.Error:
+                return ''
+        watcher = [p for p in ranks if 'chainermn_torus.runtime.node_watch' in command(p)]
+        assert len(watcher) == 1, [p.cmdline() for p in ranks]
+        killed = time.time()
+        watcher[0].kill()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode != 0 and 'OK rank' not in out
+    said = [l for l in err.splitlines() if l.startswith('chainermn_torus')]
+    assert len(said) == 1, err[-3000:]  # the ranks it ended say nothing of their own
+    assert said[0].startswith("chainermn_torus watchdog: the watchdog's process on {} (pid {}) "
+                              'was killed by signal 9 (SIGKILL'.format(
+                                  os.uname().nodename, watcher[0].pid)), said
+    assert time.time() - killed < 10

@@ -41,7 +41,8 @@ import chainer
 
 from chainermn_torus import config
 from chainermn_torus.errors import ConfigError, Refusal
-from chainermn_torus.runtime import board_layout, devshm, patches, report, timeline
+from chainermn_torus.runtime import board_layout, devshm, patches, report, startup_watch
+from chainermn_torus.runtime import timeline
 
 __all__ = ['install', 'ABORT_DELAY_S', 'Terminated', 'TERM_GRACE_S']
 
@@ -310,7 +311,7 @@ def _catch_sigterm():
         # imports nothing of the job's (no MPI: it must not count as a process of the job).
         subprocess.Popen([sys.executable, '-I', '-S', '-c', _WATCHER, str(read_fd),
                           str(os.getpid()), str(TERM_GRACE_S), who, board_layout.__file__,
-                          str(_oom_kills())], pass_fds=(read_fd,),
+                          str(_oom_kills()), startup_watch.__file__], pass_fds=(read_fd,),
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     except OSError:
         signal.set_wakeup_fd(-1)
@@ -324,7 +325,7 @@ def _catch_sigterm():
 
 
 _BYE = b'\xfc'    # written to the watcher's pipe at a normal exit
-_BOARD = b'\xfd'  # then a JSON line: the watchdog's progress board (where the rank is)
+_NEWS = b'\xfd'  # then a JSON object on one line: what the watchdog tells the watcher
 
 
 def _tell_watcher(data):
@@ -335,10 +336,14 @@ def _tell_watcher(data):
             pass
 
 
-def tell_board(path):
-    """The watchdog's progress board of this rank's node: where the rank's watcher reads
-    the phase it died in."""
-    _tell_watcher(_BOARD + json.dumps(path).encode() + b'\n')
+def tell_watcher(board=None, node_watcher=None):
+    """What the watchdog tells this rank's watcher: ``board``, the node's progress board
+    (where it reads the phase the rank died in); ``node_watcher``, the pid of the node's
+    watcher process this rank started (0: stopped on purpose), which it then watches: a
+    watcher that dies is a stall too, said, and the node's ranks ended."""
+    news = {k: v for k, v in (('board', board), ('node_watcher', node_watcher))
+            if v is not None}
+    _tell_watcher(_NEWS + json.dumps(news).encode() + b'\n')
 
 
 def _oom_kills():
@@ -354,14 +359,19 @@ def _oom_kills():
 
 
 # The watcher process (module doc). argv: read fd, the rank's pid, grace seconds, who, the
-# path of board_layout.py, the kernel's OOM kill count at start.
+# path of board_layout.py, the kernel's OOM kill count at start, the path of
+# startup_watch.py (whether the node's ranks are being ended on purpose).
 _WATCHER = r"""
 import importlib.util, json, os, select, signal, sys, time
 for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(s, signal.SIG_IGN)  # the job's process group is signalled too: stay
 fd, pid, grace, who = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
-layout_path, oom_at_start = sys.argv[5], int(sys.argv[6])
+layout_path, oom_at_start, ends_path = sys.argv[5], int(sys.argv[6]), sys.argv[7]
+spec = importlib.util.spec_from_file_location('startup_watch', ends_path)
+ends = importlib.util.module_from_spec(spec)  # who is ending the node's ranks on purpose
+spec.loader.exec_module(ends)
 aborting, bye, board, layout, deadline, pending = False, False, None, None, None, b''
+node_watcher = 0  # the node's watchdog process, watched while this rank is its leader
 SAID = {9: 'kill -9, or the kernel\'s out-of-memory killer', 11: 'a crash in native code',
         7: 'memory it had mapped went away (a full /dev/shm?)',
         6: 'an abort in native code', 4: 'an illegal instruction (a build for another CPU?)'}
@@ -378,16 +388,68 @@ def oom_kills():
     return -1
 
 
+def status_of(p):
+    # (state letter, exit status) of process p from /proc, or None where it is gone.
+    try:
+        with open('/proc/{}/stat'.format(p)) as f:
+            text = f.read()
+        fields = text[text.rindex(')') + 2:].split()
+        return fields[0], int(fields[49])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def how_it_ended(status):
+    # Words for a wait status: the signal and why it may have come, or the exit code.
+    if status & 0x7f and status & 0x7f != 0x7f:
+        number = status & 0x7f
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = 'signal {}'.format(number)
+        why = SAID.get(number, 'a signal it does not handle')
+        now = oom_kills()
+        if number == 9 and oom_at_start >= 0 and now > oom_at_start:
+            why = 'the kernel\'s out-of-memory killer ended {} process(es) on this node ' \
+                  'since the job started (dmesg names them)'.format(now - oom_at_start)
+        return 'killed by signal {} ({}: {})'.format(number, name, why)
+    return 'exited with code {}'.format((status >> 8) & 0xff)
+
+
+def watcher_lost():
+    # The node's watchdog process is gone while this rank runs: nothing watches the node's
+    # ranks any more (a rank stopped now would hold the job until its time limit). A stall
+    # of its own: said, and the node's ranks ended, as the watcher would have.
+    seen = status_of(node_watcher)
+    if seen is not None and seen[0] not in 'ZX':
+        return False
+    how = 'is gone' if seen is None else how_it_ended(seen[1])
+    how = 'was ' + how if how.startswith('killed') else how
+    pids = [pid]
+    if layout is not None:
+        pids = [r[layout.PID] for r in layout.read_rows(board) if r[layout.PID]] or pids
+    held = ends.ending(*pids)  # the deaths that follow are this watcher's doing
+    os.write(2, 'chainermn_torus watchdog: the watchdog\'s process on {} (pid {}) {}: nothing '
+             'watches this node\'s ranks any more; ending them (pids {}) and with them the '
+             'job\n'.format(who.split('(')[1].split(',')[0], node_watcher, how,
+                             ', '.join(str(p) for p in pids)).encode())
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+    time.sleep(1.0)  # the name held while the ranks' own watchers look (unless ended first)
+    return True
+
+
 def died():
     # The rank's pipe closed without a normal end: it died. Said at once: its exit status is
     # in /proc only until the launcher reaps it, and the launcher then ends the job's
     # process groups, this watcher's too (so the ranks ended after this one say nothing).
-    try:
-        with open('/proc/{}/stat'.format(pid)) as f:
-            text = f.read()
-        status = int(text[text.rindex(')') + 2:].split()[49])
-    except (OSError, ValueError, IndexError):
-        status = None
+    seen = status_of(pid)
+    if ends.being_ended(pid):
+        return  # a watcher of the node ended it on purpose, and said why
+    status = None if seen is None else seen[1]
     where = ' (the phase is recorded with a watchdog: --watchdog SECONDS)'
     if layout is not None:
         try:
@@ -400,17 +462,7 @@ def died():
     if status is None:
         how = 'its process ended without a word (its exit status could not be read)'
     elif status & 0x7f and status & 0x7f != 0x7f:
-        number = status & 0x7f
-        try:
-            name = signal.Signals(number).name
-        except ValueError:
-            name = 'signal {}'.format(number)
-        why = SAID.get(number, 'a signal it does not handle')
-        now = oom_kills()
-        if number == 9 and oom_at_start >= 0 and now > oom_at_start:
-            why = 'the kernel\'s out-of-memory killer ended {} process(es) on this node ' \
-                  'since the job started (dmesg names them)'.format(now - oom_at_start)
-        how = 'killed by signal {} ({}: {})'.format(number, name, why)
+        how = how_it_ended(status)
     else:
         code = (status >> 8) & 0xff
         if code == 0:
@@ -423,6 +475,10 @@ def died():
 
 while True:
     wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+    if node_watcher and not (aborting or bye):
+        wait = 1.0 if wait is None else min(wait, 1.0)
+        if watcher_lost():
+            sys.exit(0)
     if select.select([fd], [], [], wait)[0]:
         data = os.read(fd, 4096)
         if not data:
@@ -437,11 +493,15 @@ while True:
                 break
             line, _, tail = rest.partition(b'\n')
             try:
-                board = json.loads(line.decode())
-                spec = importlib.util.spec_from_file_location('board_layout', layout_path)
-                layout = importlib.util.module_from_spec(spec)
-                spec.loader.exec_module(layout)  # now: a death must be said at once
-            except (ValueError, OSError, ImportError):
+                news = json.loads(line.decode())
+                node_watcher = int(news.get('node_watcher', node_watcher))
+                if 'board' in news:
+                    board = news['board']
+                    spec = importlib.util.spec_from_file_location('board_layout',
+                                                                  layout_path)
+                    layout = importlib.util.module_from_spec(spec)
+                    spec.loader.exec_module(layout)  # now: a death must be said at once
+            except (ValueError, OSError, ImportError, TypeError, AttributeError):
                 board = layout = None
             data = head + tail
         if b'\xfc' in data:

@@ -46,11 +46,13 @@ import time
 
 import psutil
 
-from chainermn_torus.runtime import board_layout, devshm, progress_board as pb, sweep
+from chainermn_torus.runtime import board_layout, devshm, progress_board as pb, startup_watch
+from chainermn_torus.runtime import sweep
 from chainermn_torus.runtime.atomic import remove_temporary
 
 __all__ = ['judge', 'main', 'RING', 'MAX_ALL']
 
+_HELD = []     # the name that says this node's ranks are being ended on purpose
 RING = 4       # beyond MAX_ALL nodes, the nodes that watch each node
 MAX_ALL = 32   # up to this many nodes, every watcher hears every other
 ENV = 'CHAINERMN_TORUS_WATCHDOG'
@@ -323,7 +325,9 @@ def _ranks(rows):
 
 
 def _end_ranks(pids):
-    """SIGKILL this node's ranks, wait for them, remove what they left in /dev/shm."""
+    """SIGKILL this node's ranks, wait for them, remove what they left in /dev/shm. Their
+    own watchers stay silent (``startup_watch.ending``: held until this process exits)."""
+    _HELD.append(startup_watch.ending(*pids))
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)

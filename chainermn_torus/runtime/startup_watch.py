@@ -37,7 +37,7 @@ import subprocess
 import sys
 import time
 
-__all__ = ['start', 'arrived', 'key_of', 'rank_of']
+__all__ = ['start', 'arrived', 'key_of', 'rank_of', 'ending', 'being_ended']
 
 # Where each launcher tells a process its rank (runtime.world.RANK_VARIABLES: read here by
 # name, this file imports nothing of the package).
@@ -97,6 +97,36 @@ def _has_arrived(key, rank):
     return False
 
 
+def ending(*pids):
+    """Say, for the node's rank watchers (``runtime.abort``), that the job's ranks of this
+    node (the siblings of ``pids``, the first still there) are being ended on purpose: their
+    deaths are not to be explained as their own. The name is held while the returned
+    socket lives (keep it until the ranks are gone); None where another holds it already or
+    none of ``pids`` is there."""
+    key = next(filter(None, map(key_of, pids)), None)
+    if key is None:
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        sock.bind('\0cmtorus_ending_{}'.format(key))
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+def being_ended(pid):
+    """Whether a watcher is ending ``pid``'s node's ranks of the job (``ending``)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        probe.bind('\0cmtorus_ending_{}'.format(key_of(pid)))
+    except OSError:
+        return True
+    finally:
+        probe.close()
+    return False
+
+
 # --- in the rank ----------------------------------------------------------------------------
 def start(step_s, startup_s):
     """Start the watcher of this process (once; not in a loader process, whose environment
@@ -106,10 +136,10 @@ def start(step_s, startup_s):
         return 'write' in _STATE
     read_fd, write_fd = os.pipe()
     try:
-        subprocess.Popen([sys.executable, '-I', '-S', os.path.abspath(__file__),
-                          str(os.getpid()), repr(float(step_s)), repr(float(startup_s)),
-                          str(read_fd)], pass_fds=(read_fd,), stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL)
+        _STATE['process'] = subprocess.Popen(
+            [sys.executable, '-I', '-S', os.path.abspath(__file__), str(os.getpid()),
+             repr(float(step_s)), repr(float(startup_s)), str(read_fd)], pass_fds=(read_fd,),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     except OSError:
         os.close(write_fd)
         return False
@@ -137,6 +167,10 @@ def arrived():
         except OSError:
             pass
         os.close(write)
+        try:
+            _STATE.pop('process').wait(timeout=5)  # it leaves at once: reaped, no zombie
+        except (KeyError, subprocess.TimeoutExpired):
+            pass
 
 
 def _own_rank():
@@ -239,6 +273,7 @@ def _verdict(ranks, me, waited, host, reason):
 def _end(ranks, me):
     """Remove MPICH's segment names, then end the node's ranks."""
     pids = [r[0] for r in ranks] or [me]
+    _STATE['ending'] = ending(*pids)  # held until this watcher exits, after the kills
     for path in _mpich_segments(pids):
         try:
             os.unlink(path)

@@ -194,7 +194,10 @@ class Watchdog(object):
         problem, path = node.bcast((problem, path))
         if problem is None:
             self._board = pb.Board(path)
-            abort.tell_board(path)  # the rank's death watcher says the phase of a death
+            # The rank's own watcher (runtime.abort) says the phase of a death, and, on
+            # the node's first rank, watches the node's watcher process.
+            abort.tell_watcher(board=path, node_watcher=self._watcher.pid
+                               if self._watcher is not None else None)
             self._slot = node.rank
             row = self._board.row(node.rank)
             row[pb.RANK], row[pb.PID] = comm.rank, os.getpid()
@@ -310,6 +313,7 @@ class Watchdog(object):
         self._mark(pb.FINISHED)
         self._row = None
         if self._watcher is not None:
+            abort.tell_watcher(node_watcher=0)  # stopped on purpose: no longer watched
             try:
                 self._watcher.stdin.write('stop\n')
                 self._watcher.stdin.flush()
