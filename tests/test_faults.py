@@ -303,6 +303,7 @@ def test_a_watchdog_process_that_dies_is_a_stall_named_and_the_job_ends():
                 return ''
         watcher = [p for p in ranks if 'chainermn_torus.runtime.node_watch' in command(p)]
         assert len(watcher) == 1, [p.cmdline() for p in ranks]
+        leader = watcher[0].ppid()  # the node's board is named after it
         killed = time.time()
         watcher[0].kill()
         out, err = proc.communicate(timeout=60)
@@ -317,3 +318,5 @@ def test_a_watchdog_process_that_dies_is_a_stall_named_and_the_job_ends():
                               'was killed by signal 9 (SIGKILL'.format(
                                   os.uname().nodename, watcher[0].pid)), said
     assert time.time() - killed < 10
+    # the board the watcher would have removed, removed
+    assert not [n for n in os.listdir('/dev/shm') if '_{}_watch_'.format(leader) in n]

@@ -438,6 +438,11 @@ def watcher_lost():
             os.kill(p, signal.SIGKILL)
         except OSError:
             pass
+    if board:
+        try:
+            os.unlink(board)  # the watcher that would have removed it is gone
+        except OSError:
+            pass
     time.sleep(1.0)  # the name held while the ranks' own watchers look (unless ended first)
     return True
 
