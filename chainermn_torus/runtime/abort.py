@@ -148,10 +148,11 @@ def _setting(key):
 
 
 def _unlink_mpi_segments():
-    try:
-        devshm.unlink_mpi_segments()
-    except ConfigError:  # CHAINERMN_TORUS_KEEP_MPI_SHM with a bad value: keep them
-        pass
+    """The job is ending: the names of the MPI libraries' segments this process maps go
+    (devshm.unlink_at_end; MPI_Abort skips MPI_Finalize, which would remove MPICH's), unless
+    CHAINERMN_TORUS_KEEP_MPI_SHM asks to keep them (a bad value: removed)."""
+    if not _setting('keep_mpi_shm'):
+        devshm.unlink_at_end()
 
 
 def said_once(text):

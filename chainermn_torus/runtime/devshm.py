@@ -33,7 +33,11 @@ On cluster nodes /dev/shm is RAM. Two things go wrong there, and this module ans
   watchdog before MPI_Abort, for jobs that never made one); the mapping lives on, and
   MPICH's own unlink at MPI_Finalize finds nothing to do (tested: no error, exit code 0).
   Only files this process maps and named ``mpich_shm_*`` are touched (other MPIs' peers
-  may attach to theirs later); ``CHAINERMN_TORUS_KEEP_MPI_SHM=1`` turns it off.
+  may attach to theirs later); ``CHAINERMN_TORUS_KEEP_MPI_SHM=1`` turns it off. When the
+  job ends early (an abort, a refusal, a signal: the paths that skip MPI_Finalize),
+  ``unlink_at_end`` removes the names of every MPI's segments the process maps, Open MPI's
+  (``sm_segment.*``, 16 MiB per rank) too: nothing attaches to them any more.
+  ``startup_watch`` removes MPICH's when it ends ranks stopped before their communicator.
 """
 import ctypes
 import errno
@@ -52,7 +56,7 @@ from chainermn_torus.runtime.report import format_bytes
 
 __all__ = ['SHM_DIR', 'PREFIX', 'job_tag', 'segment_prefix', 'free_bytes', 'check_room',
            'populate', 'pages', 'total_bytes', 'MPI_MARGIN',
-           'SharedMemoryFull', 'sweep', 'unlink_mpi_segments']
+           'SharedMemoryFull', 'sweep', 'unlink_mpi_segments', 'unlink_at_end']
 
 SHM_DIR = '/dev/shm'
 PREFIX = 'cmtorus_'
@@ -307,7 +311,17 @@ def unlink_mpi_segments():
     return removed
 
 
-def _unlink_mapped():
+def unlink_at_end():
+    """The job is ending (an abort, a refusal, a signal): remove the names of every MPI
+    library's shared segments this process maps (MPICH's ``mpich_shm_*``, Open MPI's
+    ``sm_segment.*`` and ``vader_segment.*``). Nothing of the job attaches to them any more,
+    and the mappings stay valid; left to MPI_Finalize, which an ending job skips, they
+    stayed behind (16 MiB per Open MPI rank). Returns the paths it removed."""
+    return _unlink_mapped(_OTHERS)
+
+
+def _unlink_mapped(pattern=None):
+    pattern = pattern or re.compile(r'^mpich_shm_')
     removed = []
     try:
         with open('/proc/self/maps') as f:
@@ -316,7 +330,7 @@ def _unlink_mapped():
         return []
     paths = {parts[5].strip() for parts in fields if len(parts) == 6}
     for path in sorted(paths):
-        if os.path.dirname(path) == SHM_DIR and os.path.basename(path).startswith('mpich_shm_'):
+        if os.path.dirname(path) == SHM_DIR and pattern.match(os.path.basename(path)):
             try:
                 os.unlink(path)
                 removed.append(path)
