@@ -40,7 +40,7 @@ FAULTS = ('raise', 'kill', 'loader-death', 'sigint', 'sigterm', 'hang', 'enospc'
 # (a tmpfs) with room for 2.6 checkpoints (keep=2), where a requeue used to fail at every
 # third checkpoint. The last one must complete.
 SINGLE = ('mean-overflow', 'diverge', 'shm-short', 'ckpt-room', 'eval-stall', 'eval-long')
-COMPLETES = ('ckpt-room', 'eval-long')
+COMPLETES = ('ckpt-room', 'eval-long', 'loader-eval', 'empty-flag', 'latest-flip')
 # On the emulated cluster (scripts/emulate_cluster.sh, 3 nodes x 2 ranks), every process of
 # node1 stopped (SIGSTOP): during training steps, and during an evaluation. The watchdog
 # must name node1 within its limit + 2 s. One at a time (one cluster).
@@ -80,6 +80,8 @@ REFUSALS = collections.OrderedDict([
     ('refuse-grid-option', ({}, ['--grid', '0x2'], False)),
     ('refuse-expect-ranks', ({'CHAINERMN_TORUS_EXPECT_RANKS': 'four'}, [], True)),
     ('refuse-shm-room', ({}, [], False)),   # /dev/shm of REFUSE_SHM_SIZE
+    ('refuse-keep-mpi-shm', ({'CHAINERMN_TORUS_KEEP_MPI_SHM': 'maybe'}, [], False)),
+    ('refuse-threads-huge', ({'CHAINERMN_TORUS_THREADS': '999999999999999'}, [], False)),
 ])
 REFUSE_SHM_SIZE = '24m'  # MPICH's segment and the example's 7.2 MB x 2 do not fit
 _HEADER = re.compile(r'^(=+|Num |Using |Optimizer: |Data: |epoch +main/loss)')
@@ -89,6 +91,29 @@ _HEADER = re.compile(r'^(=+|Num |Using |Optimizer: |Data: |epoch +main/loss)')
 # string, "grid" of strings) must be named and ignored, and the job complete.
 TUNE_ROWS = ('tune-short', 'tune-choice-str', 'tune-grid-strings')
 OTHER = ('enospc-manifest',)
+# Issue 48's rows, one per finding of its fault probe (items 7-13), each a job of its own:
+# - stop-before-comm: rank 1 stopped (SIGSTOP) as its process starts, before Python, MPI or
+#   its communicator (a wrapper stops itself, then execs the rank); watchdog 3 s, start-up
+#   10 s: named within the step limit + 2 s, MPICH's segment names removed;
+# - watcher-killed: the node's watchdog process killed (SIGKILL) at rank 0's step-5 line: a
+#   stall of its own, said, the job ended;
+# - batch-too-large: the MNIST example with --batchsize 100000000 (ran until killed);
+# - loader-eval: the launcher's --loader ours --loader-eval on the MNIST example (died in
+#   the final evaluation): must complete with its test accuracy;
+# - empty-flag: CHAINERMN_TORUS_DOUBLE_BUFFERING= (set to nothing) through the launcher
+#   (trained with stale gradients): must complete without double buffering;
+# - kill rows (above): the killed rank named by the project (item 10);
+# - refuse-keep-mpi-shm (a refusal row): a bad CHAINERMN_TORUS_KEEP_MPI_SHM left MPICH's
+#   segment (item 11);
+# - sigint, sigterm rows (above): one line per node (item 12);
+# - latest-flip: a checkpointed job, its latest.json's iteration changed (4 -> 12), then
+#   an --auto-resume job: must say latest.json is damaged, fall back and complete.
+ISSUE48 = ('stop-before-comm', 'watcher-killed', 'batch-too-large', 'loader-eval',
+           'empty-flag', 'latest-flip')
+STOP_AT_START = '''#!/bin/bash
+if [ "${PMI_RANK:-}" = 1 ]; then kill -STOP $$; fi
+exec "$@"
+'''
 CLUSTER_NODES, FROZEN_NODE = 3, 1
 EMULATE = os.path.join(ROOT, 'scripts', 'emulate_cluster.sh')
 # Variants of the table (algorithms.variants): rsap's node-shared rows (its default on
@@ -106,7 +131,7 @@ WATCHDOG_S = 3
 # any line is the row's message (ours before the launcher's).
 MESSAGES = {
     'raise': [r'Uncaught exception on rank \d+.*'],
-    'kill': [r'BAD TERMINATION.*', r'EXIT CODE: 9',
+    'kill': [r'chainermn_torus: rank \d+ \(.*\) died.*', r'BAD TERMINATION.*', r'EXIT CODE: 9',
              r'noticed that process rank \d+ .*exited on'],  # Open MPI's prterun
     'loader-death': [r'loader process .* died with exit code -9'],
     'sigint': [r'SIGINT \(.*\) received; the job ends.*', r'Ctrl-C'],
@@ -127,6 +152,12 @@ MESSAGES = {
     'tune-short': [r'chainermn_torus auto: the job ended after .*'],
     'tune-choice-str': [r'chainermn_torus auto: .* ignored, stale: .*'],
     'tune-grid-strings': [r'chainermn_torus auto: .* ignored, stale: .*'],
+    'stop-before-comm': [r'chainermn_torus watchdog: .*before its communicator.*'],
+    'watcher-killed': [r"chainermn_torus watchdog: the watchdog's process .*"],
+    'batch-too-large': [r'--batchsize 100000000 is more than .*'],
+    'loader-eval': [r'test accuracy: .*'],
+    'empty-flag': [r'test accuracy: .*'],
+    'latest-flip': [r'latest checkpoint in .* is damaged.*'],
 }
 for _fault in STALLS + STEP_STOPS:
     MESSAGES[_fault] = [r'chainermn_torus watchdog: .*']
@@ -156,6 +187,7 @@ def scenarios(quick=False):
     rows += [(fault, 'auto', 'serial') for fault in TUNE_ROWS]
     rows += [(fault, 'shm', 'serial') for fault in OTHER]
     rows += [('node-rank-stop', 'shm', 'serial')]
+    rows += [(fault, 'rsap', 'serial') for fault in ISSUE48]
     return rows
 
 
@@ -201,6 +233,13 @@ def run_inside(fault, comm, loader, workdir):
         _mount(size, '/dev/shm')
         try:
             return dict(_tune_row(fault, comm, loader, workdir), shm_size=size,
+                        checkpoint_room=None)
+        finally:
+            subprocess.run(['umount', '/dev/shm'], check=False)
+    if fault == 'latest-flip':
+        _mount(size, '/dev/shm')
+        try:
+            return dict(_flip_row(fault, comm, loader, workdir), shm_size=size,
                         checkpoint_room=None)
         finally:
             subprocess.run(['umount', '/dev/shm'], check=False)
@@ -267,7 +306,7 @@ def _tune_row(fault, comm, loader, workdir):
     return result
 
 
-def _run_job(fault, comm, loader, workdir, extra_env=None):
+def _run_job(fault, comm, loader, workdir, extra_env=None, args=()):
     ckpt = os.path.join(workdir, 'ckpt')
     os.makedirs(ckpt, exist_ok=True)
     timeline = os.path.join(workdir, 'tl')
@@ -311,6 +350,33 @@ def _run_job(fault, comm, loader, workdir, extra_env=None):
                                                 else []) + \
             [example(), '--epoch', '1', '--limit', '400', '--out', os.path.join(workdir, 'out')] \
             + args
+    if fault in ISSUE48:
+        env.pop('CHAINERMN_TORUS_TIMELINE', None)
+        out = ['--out', os.path.join(workdir, 'out')]
+        mnist = [PYTHON, example(), '--epoch', '1', '--limit', '400']
+        if fault == 'stop-before-comm':
+            wrapper = os.path.join(workdir, 'stop_first.sh')
+            with open(wrapper, 'w') as f:
+                f.write(STOP_AT_START)
+            os.chmod(wrapper, 0o755)
+            env.update(CHAINERMN_TORUS_WATCHDOG=str(WATCHDOG_S),
+                       CHAINERMN_TORUS_WATCHDOG_STARTUP=str(STARTUP_S))
+            argv = [MPIEXEC, '-n', '2', wrapper, PYTHON, WORKER, 'none', comm, loader, ckpt]
+        elif fault == 'watcher-killed':
+            env['CHAINERMN_TORUS_WATCHDOG'] = str(WATCHDOG_S)
+            argv = [MPIEXEC, '-n', '2', PYTHON, WORKER, 'signal', comm, loader, ckpt]
+        elif fault == 'batch-too-large':
+            argv = [MPIEXEC, '-n', '2'] + mnist + ['--batchsize', '100000000'] + out
+        elif fault == 'loader-eval':
+            argv = [MPIEXEC, '-n', '2', PYTHON, '-m', 'chainermn_torus.run', '--loader', 'ours',
+                    '--loader-eval'] + mnist[1:] + out
+        elif fault == 'empty-flag':
+            env['CHAINERMN_TORUS_DOUBLE_BUFFERING'] = ''
+            env['CHAINERMN_TORUS_QUIET'] = '0'  # the launcher's line: what it applied
+            argv = [MPIEXEC, '-n', '2', PYTHON, '-m', 'chainermn_torus.run'] + mnist[1:] + out
+        else:  # latest-flip: _flip_row's jobs
+            env['CHAINERMN_TORUS_QUIET'] = '0'  # the fall-back and the resume are said lines
+            argv = [MPIEXEC, '-n', '2'] + mnist + list(args) + out
     if fault in CLUSTER:
         job_fault = {'node-frozen': 'frozen', 'node-frozen-eval': 'frozen-eval',
                      'node-rank-stop': 'stop-step'}[fault]
@@ -339,6 +405,9 @@ def _run_job(fault, comm, loader, workdir, extra_env=None):
                     fault_at[0] = time.time()
                 elif fault in STEP_STOPS:
                     _stop_rank(workdir, 1)
+                    fault_at[0] = time.time()
+                elif fault == 'watcher-killed':
+                    _kill_node_watcher(workdir)
                     fault_at[0] = time.time()
                 else:
                     fault_at[0] = float(m.group(1))
@@ -375,7 +444,8 @@ def _run_job(fault, comm, loader, workdir, extra_env=None):
     for t in threads:
         t.join()
     stdout, stderr = ''.join(out), ''.join(err)
-    if fault_at[0] is None and (fault in ('shm-full', 'ckpt-room') or fault in REFUSALS):
+    if fault_at[0] is None and (fault in ('shm-full', 'ckpt-room') or fault in REFUSALS
+                                or fault in ISSUE48):
         fault_at[0] = start  # the fault is there from the start
     # Loader processes notice a dead parent within a second: up to 1.5 s for the job's
     # processes to be gone (at once where none is left), then what remains is counted.
@@ -395,7 +465,8 @@ def _run_job(fault, comm, loader, workdir, extra_env=None):
         'hung': hung, 'seconds_to_end': None if fault_at[0] is None else end - fault_at[0],
         'shm_files': left, 'shm_bytes': sum(size for _, size in left),
         'checkpoint_tmp_files': stray, 'processes_left': alive, 'message': message,
-        'completed': stdout.count('OK rank') == 2,
+        'completed': stdout.count('OK rank') == 2 or (
+            fault in ISSUE48 and 'test accuracy:' in stdout and proc.returncode == 0),
         'checkpoints': checkpoints, 'checkpoints_nonfinite': nonfinite,
         'checkpoint_bytes': ckpt_bytes, 'timeline': _timelines(timeline),
         'frozen_node_files': frozen_files,
@@ -431,6 +502,41 @@ def _stop_rank(workdir, rank):
             continue
         if 'PMI_RANK={}'.format(rank).encode() in environ and WORKER.encode() in cmdline:
             os.kill(pid, signal.SIGSTOP)
+
+
+def _kill_node_watcher(workdir):
+    """SIGKILL the node watcher process (runtime.node_watch) of this row's job."""
+    for pid in _job_processes(workdir):
+        try:
+            with open('/proc/{}/cmdline'.format(pid), 'rb') as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if b'chainermn_torus.runtime.node_watch' in cmdline:
+            os.kill(pid, signal.SIGKILL)
+
+
+def _flip_row(fault, comm, loader, workdir):
+    """Issue 48's latest-flip: a job that writes checkpoints at iterations 2 and 4, its
+    latest.json's iteration changed to 12 (its files stay those of 4), then a job with
+    --auto-resume that must name the damage, fall back and complete."""
+    ckpt = ['--checkpoint-dir', os.path.join(workdir, 'ck'), '--checkpoint-interval', '2',
+            '--batchsize', '50']
+    first = _run_job(fault, comm, loader, os.path.join(workdir, 'first'), args=ckpt)
+    path = os.path.join(workdir, 'ck', 'latest.json')
+    with open(path) as f:
+        data = json.load(f)
+    flipped = data['iteration']
+    data['iteration'] = flipped + 8
+    with open(path, 'w') as f:
+        json.dump(data, f)
+    result = _run_job(fault, comm, loader, workdir, args=ckpt + ['--epoch', '2',
+                                                                 '--auto-resume'])
+    result['first_job'] = {'exit_code': first['exit_code'], 'flipped': [flipped,
+                                                                        flipped + 8]}
+    result['resumed_at'] = flipped if 'at iteration {}'.format(flipped) in result['tail'] \
+        else None
+    return result
 
 
 def _node_pids(node):
@@ -617,6 +723,23 @@ right rank, host and phase, within its limit + 2 s):
   calls), twice; `tune-choice-str`, `tune-grid-strings`: a tuned file given a field of the wrong
   type, then a job that must name it, ignore it and complete;
 - `enospc-manifest`: rank 0's write of checkpoint 4's manifest fails (ENOSPC).
+
+Issue 48's rows (its fault probe's findings; watchdog 3 s, start-up limit 10 s):
+- `stop-before-comm`: rank 1 stopped (SIGSTOP) as its process starts, before Python, MPI or
+  its communicator: named by the start-up watch within the step limit + 2 s, MPICH's
+  segment names removed;
+- `watcher-killed`: the node's watchdog process killed (SIGKILL) at rank 0's step-5 line:
+  said as a stall of its own, the job ended;
+- `batch-too-large`: the MNIST example with `--batchsize 100000000` (ran until killed);
+- `loader-eval`: the launcher's `--loader ours --loader-eval` (died in the final
+  evaluation): completes with its test accuracy;
+- `empty-flag`: `CHAINERMN_TORUS_DOUBLE_BUFFERING=` through the launcher (trained with stale
+  gradients): completes, nothing applied;
+- `latest-flip`: checkpoints at iterations 2 and 4, latest.json's iteration changed to 12,
+  then `--auto-resume`: the damage said, iteration 4 resumed;
+- `refuse-keep-mpi-shm` (left MPICH's segment), `refuse-threads-huge` (said 999999999999999
+  threads); the `kill` rows name the rank that died (the project's line, item 10), the
+  `sigint`/`sigterm` rows end in one line per node (item 12).
 """
 
 

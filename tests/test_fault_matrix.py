@@ -41,7 +41,11 @@ ROWS = ([(fault, 'shm', 'ours') for fault in fault_matrix.FAULTS if fault != 'en
         + [(fault, 'shm', 'serial') for fault in fault_matrix.STALLS]
         + [('stop-step-p3', 'rsap', 'serial'), ('refuse-shm-room', 'rsap', 'serial'),
            ('tune-short', 'auto', 'serial'), ('enospc-manifest', 'shm', 'serial'),
-           ('node-rank-stop', 'shm', 'serial')])
+           ('node-rank-stop', 'shm', 'serial')]
+        # Issue 48's fault probe: each finding's row, and the refusal that left MPICH's
+        # segment behind.
+        + [(fault, 'rsap', 'serial') for fault in fault_matrix.ISSUE48]
+        + [('refuse-keep-mpi-shm', 'rsap', 'serial')])
 # Faults after a few recorded steps: every rank's timeline is there, whole or cut short.
 TIMELINED = ('raise', 'kill', 'loader-death', 'hang', 'mean-overflow', 'diverge', 'eval-stall')
 # Every other row of the matrix, and why it is left to `make fault-matrix` (all 53 rows,
@@ -99,7 +103,7 @@ def test_every_row_is_run_or_left_out_with_its_reason():
     matrix = fault_matrix.scenarios()
     assert set(ROWS) <= set(matrix) and len(set(ROWS)) == len(ROWS)
     left = {row: why_left_out(row) for row in matrix if row not in ROWS}
-    assert len(ROWS) + len(left) == len(matrix) == 82
+    assert len(ROWS) + len(left) == len(matrix) == 90
     run_here = set(f for f, _, _ in ROWS)
     assert run_here >= set(fault_matrix.FAULTS + fault_matrix.SINGLE + fault_matrix.STALLS
                            + fault_matrix.OTHER + ('node-frozen', 'stop-step-p3')) - {'enospc'}
@@ -126,9 +130,29 @@ def test_fault_ends_the_job_with_its_message_and_leaves_nothing(results, fault, 
         assert r['shm_files'] == [] and r['processes_left'] == [], r
         if fault == 'ckpt-room':  # room for 2.6 checkpoints: the oldest goes first, said
             assert r['message'] and r['checkpoints'] == 2, r
+        elif fault == 'latest-flip':  # the damage said, the consistent checkpoint resumed
+            assert line_with(r['message'], 'latest.json is damaged: it says iteration 12 but '
+                             'names snapshot_iter_4'), r['message']
+            assert r['resumed_at'] == 4, r['tail']
+        elif fault in ('loader-eval', 'empty-flag'):  # the final evaluation's accuracy
+            assert r['message'].startswith('test accuracy:'), r['tail']
+            if fault == 'empty-flag':  # DOUBLE_BUFFERING= is unset: nothing applied
+                assert 'double_buffering' not in r['tail'].split('Num process')[0], r['tail']
         else:  # a 12 s evaluation under a 3 s limit: its batches are progress
             assert r['message'] == '', r['message']
         return
+    if fault == 'stop-before-comm':  # named before MPI, within the step limit + 2 s
+        assert line_with(r['message'], 'rank 1 (', 'is stopped (process state T',
+                         'before its communicator was made', 'rank 0 of'), r['message']
+        assert r['seconds_to_message'] < fault_matrix.WATCHDOG_S + 2, r['seconds_to_message']
+    if fault == 'watcher-killed':  # a stall of its own, named at once
+        assert line_with(r['message'], "the watchdog's process on", 'was killed by signal 9'), \
+            r['message']
+        assert r['seconds_to_message'] < 3, r['seconds_to_message']
+    if fault == 'batch-too-large':
+        assert r['lines'] <= 2 and r['exit_code'] != 0, r['tail']
+    if fault == 'kill':  # the project names the rank that died and how
+        assert line_with(r['message'], 'rank 1 (', ') died', 'killed by signal 9'), r['message']
     if fault == 'node-rank-stop':
         # One rank of node1 stopped: named with node1's host, within the limit + 2 s, by
         # the lowest node's watcher from the heartbeats; node1's watcher cleaned up.
