@@ -28,14 +28,15 @@ loader process, not multiprocessing queues: a queue's locks are named semaphores
 
 Shutdown: ``finalize()`` (also at interpreter exit and when the iterator is collected) stops
 the processes; used again, the iterator starts them anew (Chainer's Trainer finalizes the
-evaluator's iterators when training ends, and the examples evaluate once more after it). If the training process is killed, its loaders notice within a second and
-exit. An exception in a loader is raised in the training process as ``LoaderError`` with
+evaluator's iterators when training ends, and the examples evaluate once more after it).
+If the training process is killed, its loaders notice within a second and exit. An exception in a loader is raised in the training process as ``LoaderError`` with
 the loader's traceback; a loader that dies is reported with its exit code.
 """
 import collections
 import itertools
 import multiprocessing
 import os
+import signal
 import traceback
 import uuid
 import weakref
@@ -83,6 +84,9 @@ def _worker(dataset, layout, tasks, results, cpus, parent_pid, seed):
     ('ready', pid) once every segment is mapped (the training process then unlinks them),
     or ('failed', text); then (task_id, None or error text) per task.
     """
+    # Ctrl-C at mpiexec reaches the rank's whole process group, these processes too: the
+    # rank says it and ends them (each printed a KeyboardInterrupt traceback: 90 lines).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if cpus:
         os.sched_setaffinity(0, cpus)
     try:

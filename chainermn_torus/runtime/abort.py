@@ -19,11 +19,12 @@ clean-up code runs and the hook above names the signal and ends the job. A main 
 blocked in a long MPI call cannot run Python handlers, and a thread cannot help either:
 mpi4py's object collectives (``comm.allreduce(obj)``, ChainerMN's ``allreduce_obj`` in every
 multi-node evaluator) hold the GIL while they wait, so no other thread of the rank runs. The
-watcher is therefore a small process of its own: the C-level signal handler writes the
-signal's number into a pipe (``signal.set_wakeup_fd``) whose other end the watcher reads,
-and if the rank is still alive ``TERM_GRACE_S`` later (longer while the hook is already
-aborting) the watcher says so and kills it, so the job ends instead of hanging. The
-watcher leaves when the rank does (end of file on the pipe).
+watcher is therefore a small process of its own (``runtime.rank_watch``): the C-level
+signal handler writes the signal's number into a pipe (``signal.set_wakeup_fd``) whose
+other end the watcher reads, and if the rank is still alive ``TERM_GRACE_S`` later (longer
+while the hook is already aborting) the watcher says so and kills it, so the job ends
+instead of hanging. The same watcher says the rank's death by a signal, and leaves when the
+rank does.
 """
 import atexit
 import hashlib
@@ -41,7 +42,8 @@ import chainer
 
 from chainermn_torus import config
 from chainermn_torus.errors import ConfigError, Refusal
-from chainermn_torus.runtime import board_layout, devshm, patches, report, startup_watch
+from chainermn_torus.runtime import board_layout, devshm, patches, rank_watch, report
+from chainermn_torus.runtime import startup_watch
 from chainermn_torus.runtime import timeline
 
 __all__ = ['install', 'ABORT_DELAY_S', 'Terminated', 'TERM_GRACE_S']
@@ -73,7 +75,7 @@ class Terminated(BaseException):
     """SIGTERM arrived (a batch time limit, scancel, mpiexec forwarding a kill)."""
 
 
-_ABORTING = b'\xfe'  # written to the watcher's pipe by the hook: not a signal number
+_ABORTING = bytes([rank_watch.ABORTING])  # by the hook, to the watcher: not a signal
 
 
 def _hook(exctype, value, tb):
@@ -310,10 +312,11 @@ def _catch_sigterm():
                                            os.getpid())
         # -I -S: no site packages, no environment: the watcher starts in milliseconds and
         # imports nothing of the job's (no MPI: it must not count as a process of the job).
-        subprocess.Popen([sys.executable, '-I', '-S', '-c', _WATCHER, str(read_fd),
+        subprocess.Popen([sys.executable, '-I', '-S', rank_watch.__file__, str(read_fd),
                           str(os.getpid()), str(TERM_GRACE_S), who, board_layout.__file__,
-                          str(_oom_kills()), startup_watch.__file__], pass_fds=(read_fd,),
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+                          str(rank_watch.oom_kills()), startup_watch.__file__],
+                         pass_fds=(read_fd,), stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL)
     except OSError:
         signal.set_wakeup_fd(-1)
         os.close(write_fd)
@@ -323,10 +326,28 @@ def _catch_sigterm():
     _HOOK.wakeup = write_fd
     signal.signal(signal.SIGTERM, _on_sigterm)
     atexit.register(_tell_watcher, _BYE)  # a normal end, not a death to explain
+    os.register_at_fork(after_in_child=_forget_watcher)
 
 
-_BYE = b'\xfc'    # written to the watcher's pipe at a normal exit
-_NEWS = b'\xfd'  # then a JSON object on one line: what the watchdog tells the watcher
+def _forget_watcher():
+    """In a child forked by the rank (a fork-based iterator's workers): the watcher's pipe
+    is the rank's. Held open there, its end of file would wait for the children, and the
+    watcher would see the rank's death late (``runtime.rank_watch``)."""
+    if _HOOK.wakeup is None:
+        return
+    try:
+        signal.set_wakeup_fd(-1)
+    except ValueError:
+        return  # not the main thread: kept (closed, its number could name another file)
+    try:
+        os.close(_HOOK.wakeup)
+    except OSError:
+        pass
+    _HOOK.wakeup = None
+
+
+_BYE = bytes([rank_watch.BYE])    # written to the watcher's pipe at a normal exit
+_NEWS = bytes([rank_watch.NEWS])  # then a JSON object on one line: what the watchdog says
 
 
 def _tell_watcher(data):
@@ -345,189 +366,3 @@ def tell_watcher(board=None, node_watcher=None):
     news = {k: v for k, v in (('board', board), ('node_watcher', node_watcher))
             if v is not None}
     _tell_watcher(_NEWS + json.dumps(news).encode() + b'\n')
-
-
-def _oom_kills():
-    """The kernel's count of processes its out-of-memory killer ended (-1: not known)."""
-    try:
-        with open('/proc/vmstat') as f:
-            for line in f:
-                if line.startswith('oom_kill '):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return -1
-
-
-# The watcher process (module doc). argv: read fd, the rank's pid, grace seconds, who, the
-# path of board_layout.py, the kernel's OOM kill count at start, the path of
-# startup_watch.py (whether the node's ranks are being ended on purpose).
-_WATCHER = r"""
-import importlib.util, json, os, select, signal, sys, time
-for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-    signal.signal(s, signal.SIG_IGN)  # the job's process group is signalled too: stay
-fd, pid, grace, who = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
-layout_path, oom_at_start, ends_path = sys.argv[5], int(sys.argv[6]), sys.argv[7]
-spec = importlib.util.spec_from_file_location('startup_watch', ends_path)
-ends = importlib.util.module_from_spec(spec)  # who is ending the node's ranks on purpose
-spec.loader.exec_module(ends)
-aborting, bye, board, layout, deadline, pending = False, False, None, None, None, b''
-node_watcher = 0  # the node's watchdog process, watched while this rank is its leader
-SAID = {9: 'kill -9, or the kernel\'s out-of-memory killer', 11: 'a crash in native code',
-        7: 'memory it had mapped went away (a full /dev/shm?)',
-        6: 'an abort in native code', 4: 'an illegal instruction (a build for another CPU?)'}
-
-
-def oom_kills():
-    try:
-        with open('/proc/vmstat') as f:
-            for line in f:
-                if line.startswith('oom_kill '):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return -1
-
-
-def status_of(p):
-    # (state letter, exit status) of process p from /proc, or None where it is gone.
-    try:
-        with open('/proc/{}/stat'.format(p)) as f:
-            text = f.read()
-        fields = text[text.rindex(')') + 2:].split()
-        return fields[0], int(fields[49])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def how_it_ended(status):
-    # Words for a wait status: the signal and why it may have come, or the exit code.
-    if status & 0x7f and status & 0x7f != 0x7f:
-        number = status & 0x7f
-        try:
-            name = signal.Signals(number).name
-        except ValueError:
-            name = 'signal {}'.format(number)
-        why = SAID.get(number, 'a signal it does not handle')
-        now = oom_kills()
-        if number == 9 and oom_at_start >= 0 and now > oom_at_start:
-            why = 'the kernel\'s out-of-memory killer ended {} process(es) on this node ' \
-                  'since the job started (dmesg names them)'.format(now - oom_at_start)
-        return 'killed by signal {} ({}: {})'.format(number, name, why)
-    return 'exited with code {}'.format((status >> 8) & 0xff)
-
-
-def watcher_lost():
-    # The node's watchdog process is gone while this rank runs: nothing watches the node's
-    # ranks any more (a rank stopped now would hold the job until its time limit). A stall
-    # of its own: said, and the node's ranks ended, as the watcher would have.
-    seen = status_of(node_watcher)
-    if seen is not None and seen[0] not in 'ZX':
-        return False
-    how = 'is gone' if seen is None else how_it_ended(seen[1])
-    how = 'was ' + how if how.startswith('killed') else how
-    pids = [pid]
-    if layout is not None:
-        pids = [r[layout.PID] for r in layout.read_rows(board) if r[layout.PID]] or pids
-    held = ends.ending(*pids)  # the deaths that follow are this watcher's doing
-    os.write(2, 'chainermn_torus watchdog: the watchdog\'s process on {} (pid {}) {}: nothing '
-             'watches this node\'s ranks any more; ending them (pids {}) and with them the '
-             'job\n'.format(who.split('(')[1].split(',')[0], node_watcher, how,
-                             ', '.join(str(p) for p in pids)).encode())
-    for p in pids:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except OSError:
-            pass
-    if board:
-        try:
-            os.unlink(board)  # the watcher that would have removed it is gone
-        except OSError:
-            pass
-    time.sleep(1.0)  # the name held while the ranks' own watchers look (unless ended first)
-    return True
-
-
-def died():
-    # The rank's pipe closed without a normal end: it died. Said at once: its exit status is
-    # in /proc only until the launcher reaps it, and the launcher then ends the job's
-    # process groups, this watcher's too (so the ranks ended after this one say nothing).
-    seen = status_of(pid)
-    if ends.being_ended(pid):
-        return  # a watcher of the node ended it on purpose, and said why
-    status = None if seen is None else seen[1]
-    where = ' (the phase is recorded with a watchdog: --watchdog SECONDS)'
-    if layout is not None:
-        try:
-            row = layout.row_of(board, pid)
-            if row is not None and row[layout.PHASE] != layout.FINISHED:
-                where = ' ' + layout.where(row[layout.PHASE], row[layout.FINISHED_STEPS],
-                                           row[layout.COUNT])
-        except Exception:
-            pass
-    if status is None:
-        how = 'its process ended without a word (its exit status could not be read)'
-    elif status & 0x7f and status & 0x7f != 0x7f:
-        how = how_it_ended(status)
-    else:
-        code = (status >> 8) & 0xff
-        if code == 0:
-            return  # it ended without the package's exit hook (os._exit(0)): not a death
-        how = 'exited with code {} without saying why (os._exit, or exit() in a native ' \
-              'library)'.format(code)
-    os.write(2, 'chainermn_torus: {} died{}: {}; the job ends\n'.format(
-        who, where, how).encode())
-
-
-while True:
-    wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-    if node_watcher and not (aborting or bye):
-        wait = 1.0 if wait is None else min(wait, 1.0)
-        if watcher_lost():
-            sys.exit(0)
-    if select.select([fd], [], [], wait)[0]:
-        data = os.read(fd, 4096)
-        if not data:
-            if not (aborting or bye):
-                died()
-            sys.exit(0)  # the rank is gone
-        data, pending = pending + data, b''
-        while b'\xfd' in data:  # the board's path: a JSON line written in one piece
-            head, _, rest = data.partition(b'\xfd')
-            if b'\n' not in rest:
-                data, pending = head, b'\xfd' + rest
-                break
-            line, _, tail = rest.partition(b'\n')
-            try:
-                news = json.loads(line.decode())
-                node_watcher = int(news.get('node_watcher', node_watcher))
-                if 'board' in news:
-                    board = news['board']
-                    spec = importlib.util.spec_from_file_location('board_layout',
-                                                                  layout_path)
-                    layout = importlib.util.module_from_spec(spec)
-                    spec.loader.exec_module(layout)  # now: a death must be said at once
-            except (ValueError, OSError, ImportError, TypeError, AttributeError):
-                board = layout = None
-            data = head + tail
-        if b'\xfc' in data:
-            bye = True
-        if 0xfe in data and not aborting:
-            aborting = True
-            if deadline is not None:
-                deadline += 4 * grace
-        if signal.SIGTERM in data and deadline is None:
-            deadline = time.monotonic() + grace * (5 if aborting else 1)
-        continue
-    if deadline is not None and time.monotonic() >= deadline:
-        sys.stderr.write('chainermn_torus: {}: SIGTERM {:g} s ago and the process is still '
-                         'there: its main thread is blocked (in MPI, holding the GIL?) and '
-                         'cannot run the handler; killing it so the job ends\n'.format(
-                             who, (5 if aborting else 1) * grace))
-        sys.stderr.flush()
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-        sys.exit(0)
-"""

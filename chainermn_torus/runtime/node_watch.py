@@ -326,13 +326,10 @@ def _ranks(rows):
 
 def _end_ranks(pids):
     """SIGKILL this node's ranks, wait for them, remove what they left in /dev/shm. Their
-    own watchers stay silent (``startup_watch.ending``: held until this process exits)."""
+    own watchers stay silent (``startup_watch.end_ranks``: their canaries first; and
+    ``startup_watch.ending``, held until this process exits)."""
     _HELD.append(startup_watch.ending(*pids))
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+    startup_watch.end_ranks(pids)
     deadline = time.monotonic() + 3.0
     while time.monotonic() < deadline and any(sweep.pid_alive(p) for p in pids):
         time.sleep(0.05)

@@ -37,7 +37,8 @@ import subprocess
 import sys
 import time
 
-__all__ = ['start', 'arrived', 'key_of', 'rank_of', 'ending', 'being_ended']
+__all__ = ['start', 'arrived', 'key_of', 'rank_of', 'ending', 'being_ended', 'canaries',
+           'end_ranks']
 
 # Where each launcher tells a process its rank (runtime.world.RANK_VARIABLES: read here by
 # name, this file imports nothing of the package).
@@ -115,16 +116,73 @@ def ending(*pids):
     return sock
 
 
-def being_ended(pid):
-    """Whether a watcher is ending ``pid``'s node's ranks of the job (``ending``)."""
+def being_ended(key):
+    """Whether a watcher is ending the job's ranks of the node ``key`` (``key_of``, read
+    while the rank was there) on purpose (``ending``)."""
+    if key is None:
+        return False
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     try:
-        probe.bind('\0cmtorus_ending_{}'.format(key_of(pid)))
+        probe.bind('\0cmtorus_ending_{}'.format(key))
     except OSError:
         return True
     finally:
         probe.close()
     return False
+
+
+def _families():
+    """{pid: (parent pid, process group)} of every process of the node."""
+    out = {}
+    for name in os.listdir('/proc'):
+        if name.isdigit():
+            try:
+                with open('/proc/{}/stat'.format(name)) as f:
+                    text = f.read()
+                fields = text[text.rindex(')') + 2:].split()
+                out[int(name)] = int(fields[1]), int(fields[2])
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def canaries(pids):
+    """The canaries of ranks ``pids``: the processes each rank's watcher (a child of the
+    rank, in a group of its own) forked into the rank's process group (``runtime.rank_watch``)."""
+    family = _families()
+    found = []
+    for pid in pids:
+        if pid not in family:
+            continue
+        group = family[pid][1]
+        for child, (parent, child_group) in family.items():
+            if child_group != group or child == pid or parent not in family:
+                continue
+            grandparent, parent_group = family[parent]
+            if grandparent == pid and parent_group != group:
+                found.append(child)
+    return found
+
+
+def end_ranks(pids):
+    """SIGKILL the ranks ``pids`` of this node, each after its canary is gone: the ranks'
+    own watchers then read the order the kernel kept (the canary first: the rank was ended
+    with its group, as the launcher ends a job) and say nothing of their own."""
+    found = canaries(pids)
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline and any(
+            (_stat(pid) or 'Z')[0] not in 'ZX' for pid in found):
+        time.sleep(0.002)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 # --- in the rank ----------------------------------------------------------------------------
@@ -279,11 +337,7 @@ def _end(ranks, me):
             os.unlink(path)
         except OSError:
             pass
-    for pid in pids:
-        try:
-            os.kill(pid, 9)
-        except OSError:
-            pass
+    end_ranks(pids)
 
 
 def watch(me, step_s, startup_s, fd):

@@ -1,6 +1,7 @@
 """Run by tests/test_faults.py: real training on Fashion-MNIST, one rank faults at a step.
 
-    fault_train.py MODE RANK STEP      MODE: raise | kill | hang | term | none | pause | loop
+    fault_train.py MODE RANK STEP      MODE: raise | kill | kill-forked | hang | term | none |
+                                             pause | loop
                                              | raise-backward
 
 ``raise-backward``: the exception comes from inside backward, after the last layer's
@@ -58,6 +59,13 @@ class MLP(chainer.Chain):
         return self.l2(h)
 
 
+def say(line):
+    # One write per line: the launcher forwards each write as it comes, and a line printed
+    # in two (text, then its newline, unbuffered) was cut by another rank's.
+    sys.stdout.write(line + '\n')
+    sys.stdout.flush()
+
+
 def main():
     comm = chainermn.create_communicator('rsap')
     train, _ = load_mnist_idx()
@@ -72,15 +80,20 @@ def main():
         if MODE == 'pause' and step == FAULT_STEP:
             time.sleep(PAUSE_S)
         if MODE == 'loop' and step == FAULT_STEP and comm.rank == 0:
-            print('TRAINING {!r}'.format(time.time()), flush=True)  # signal mpiexec now
-        if comm.rank == FAULT_RANK and step == FAULT_STEP and MODE not in ('none', 'pause'):
-            print('FAULT {!r}'.format(time.time()), flush=True)
+            say('TRAINING {!r}'.format(time.time()))  # signal mpiexec now
+        if comm.rank == FAULT_RANK and step == FAULT_STEP and MODE not in ('none', 'pause',
+                                                                            'loop'):
+            say('FAULT {!r}'.format(time.time()))
             if MODE == 'raise-backward':
                 TRIP[0] = True
             if MODE == 'raise':
                 raise RuntimeError('injected fault on rank {} at step {}'.format(
                     comm.rank, step))
-            if MODE == 'kill':
+            if MODE == 'kill-forked':  # a forked child (a fork-based iterator's worker) lives on
+                if os.fork() == 0:
+                    time.sleep(60)
+                    os._exit(0)
+            if MODE in ('kill', 'kill-forked'):
                 os.kill(os.getpid(), signal.SIGKILL)
             if MODE == 'term':  # what a batch system sends at the time limit
                 os.kill(os.getpid(), signal.SIGTERM)
