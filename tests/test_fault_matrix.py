@@ -191,6 +191,12 @@ def test_fault_ends_the_job_with_its_message_and_leaves_nothing(results, fault, 
         assert r['seconds_to_message'] < fault_matrix.WATCHDOG_S + 2, r['seconds_to_message']
         state = 'computing outside communication' if fault == 'spin' else 'process state T'
         assert line_with(r['message'], 'rank 1', state), r['message']
+        # Said once, and the job over soon after: the node watcher's own process once
+        # started a start-up watch that held the launcher's stderr until the start-up limit
+        # (6 s later here, 900 s by default) and then said a second, wrong stall.
+        said = [ln for ln in r['tail'].splitlines() if 'chainermn_torus watchdog' in ln]
+        assert len(said) == 1, r['tail']
+        assert r['seconds_to_end'] - r['seconds_to_message'] < 4, r
     if fault in fault_matrix.REFUSALS:  # the message, and at most MPI's abort line
         assert r['lines'] <= 2, r['tail']
     if fault == 'enospc-manifest':  # checkpoint 2 stays the latest, named

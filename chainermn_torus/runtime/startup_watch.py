@@ -167,7 +167,18 @@ def canaries(pids):
 def end_ranks(pids):
     """SIGKILL the ranks ``pids`` of this node, each after its canary is gone: the ranks'
     own watchers then read the order the kernel kept (the canary first: the rank was ended
-    with its group, as the launcher ends a job) and say nothing of their own."""
+    with its group, as the launcher ends a job) and say nothing of their own.
+
+    A stopped rank goes first: a canary's death can leave the rank's group without a member
+    whose parent is outside it (an orphaned group), and the kernel then continues the
+    group's stopped processes (SIGHUP, SIGCONT), so a rank stopped halfway through writing a
+    checkpoint would finish and rename it while the others are being ended."""
+    for pid in pids:
+        if (_stat(pid) or 'Z')[0] in 'Tt':
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
     found = canaries(pids)
     for pid in found:
         try:

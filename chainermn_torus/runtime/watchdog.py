@@ -183,6 +183,10 @@ class Watchdog(object):
                     [sys.executable, '-m', 'chainermn_torus.runtime.node_watch', path,
                      str(os.getpid())], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                     text=True, close_fds=True,
+                    # No MPI there, and no start-up watch of its own: one would hold the
+                    # rank's stderr after the job ended, keeping the launcher waiting until
+                    # the start-up limit (up to 900 s), and then say a stall of its own.
+                    env=dict(os.environ, MPI4PY_RC_INITIALIZE='false'),
                     # Its own session: a launcher that kills the ranks' process groups
                     # leaves it the moment it needs to clean up after them. It ends by
                     # itself when this rank is gone.
