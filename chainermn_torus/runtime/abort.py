@@ -188,8 +188,8 @@ def _refuse(value):
     (a nonblocking send each, on ``REFUSAL_TAG``) that differ from every one said, then
     ends the job. Any other rank sends its message to rank 0 and waits ``REFUSAL_WAIT_S`` to
     be ended with the job; still alive then (rank 0 did not refuse), it says its own, unless
-    a rank of its node said the same, and ends the job itself. Every rank refusing the same
-    value: one line."""
+    a rank of its node said the same, and ends the job itself ``ABORT_DELAY_S`` later.
+    Every rank refusing the same value: one line."""
     from mpi4py import MPI
     world = MPI.COMM_WORLD
     rank, host = world.Get_rank(), socket.gethostname()
@@ -200,10 +200,15 @@ def _refuse(value):
         _HOOK.refusing = True  # a SIGTERM now is rank 0's abort reaching this rank
         time.sleep(REFUSAL_WAIT_S)
         _HOOK.refusing = False
-    if said_once(message):
+    said = said_once(message)
+    if said:
         report.line(refusal_line(message, rank, host))
     if rank == 0 and _HOOK.channel is not None:  # several ranks: theirs, that differ
         _say_others(_HOOK.channel, {message}, time.monotonic() + ABORT_DELAY_S)
+    elif said and rank != 0:
+        # The launcher forwards the line meanwhile: MPICH's proxy, told to abort, ends the
+        # ranks and stops reading their pipes (a loaded `make test` lost the line).
+        time.sleep(ABORT_DELAY_S)
     sys.stdout.flush()
     timeline.emergency_flush()
     _unlink_mpi_segments()
