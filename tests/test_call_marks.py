@@ -3,13 +3,14 @@ call a rank is in and how many it made, on its row of the progress board, for th
 the ChainerMN API and of the communicator's mpi4py handle alike; nested calls count once; a
 thread's calls go to the thread's columns. One process on MPI_COMM_SELF; the whole path on
 real ranks is the fault matrix's (tests/test_fault_matrix.py)."""
+import os
 import threading
 
 import pytest
 from mpi4py import MPI
 
 import chainermn.communicators
-from chainermn_torus.runtime import call_marks, progress_board as pb, watchdog
+from chainermn_torus.runtime import board_layout, call_marks, progress_board as pb, watchdog
 
 
 @pytest.fixture(scope='module')
@@ -94,5 +95,9 @@ def test_every_marked_name_has_its_code_on_the_board():
 def test_the_board_keeps_the_directory_a_rank_writes_a_checkpoint_to(dog, tmp_path):
     dog.checkpoint(str(tmp_path))
     assert dog._board.writing_to(dog._slot) == str(tmp_path)
+    # What a rank's own watcher reads, without the package, when the watchdog process is
+    # gone: the writer's pid and directory (it removes the temporaries of the ranks it ends).
+    assert board_layout.writing(dog._board.path) == [(os.getpid(), str(tmp_path))]
     dog.between()
     assert dog._board.writing_to(dog._slot) == ''
+    assert board_layout.writing(dog._board.path) == []

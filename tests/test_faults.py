@@ -342,3 +342,26 @@ def test_a_watchdog_process_that_dies_is_a_stall_named_and_the_job_ends():
     assert time.time() - killed < 10
     # the board the watcher would have removed, removed
     assert not [n for n in os.listdir('/dev/shm') if '_{}_watch_'.format(leader) in n]
+
+
+def test_a_lost_watchdogs_ranks_leave_no_checkpoint_temporaries(tmp_path):
+    # The rank's own watcher ends the node's ranks when the watchdog process is gone; a rank
+    # ended halfway through a checkpoint left its temporary file (the watchdog process, which
+    # removes them otherwise, is the one gone). A dead writer's file goes, a live one's stays.
+    from chainermn_torus.runtime import atomic, rank_watch
+    dead = subprocess.Popen([sys.executable, '-c', 'pass'])
+    dead.wait()
+    live = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])
+    try:
+        names = {}
+        for pid in (dead.pid, live.pid):
+            path = os.path.join(str(tmp_path), 'snapshot_iter_6.rank{}.npz'.format(pid))
+            names[pid] = os.path.basename(atomic.tmp_name(path)).replace(
+                '.{}'.format(os.getpid()), '.{}'.format(pid))
+            open(os.path.join(str(tmp_path), names[pid]), 'w').close()
+        rank_watch.remove_temporaries([(dead.pid, str(tmp_path)), (live.pid, str(tmp_path))],
+                                      wait_s=0.1)
+        assert sorted(os.listdir(str(tmp_path))) == [names[live.pid]]
+    finally:
+        live.kill()
+        live.wait()

@@ -13,7 +13,8 @@ import struct
 __all__ = ['MAGIC', 'HEADER', 'ROW', 'PATH_BYTES', 'RANK', 'PID', 'FINISHED_STEPS', 'PHASE',
            'COUNT', 'PROGRESS_NS', 'CALLS_MADE', 'INSIDE', 'CALL', 'CALL_NS', 'BG_CALLS',
            'BG_INSIDE', 'BG_CALL', 'STARTUP', 'STEP', 'BETWEEN', 'EVALUATION', 'CHECKPOINT',
-           'AFTER', 'FINISHED', 'FINAL_EVALUATION', 'PHASES', 'where', 'read_rows', 'row_of']
+           'AFTER', 'FINISHED', 'FINAL_EVALUATION', 'PHASES', 'where', 'read_rows', 'row_of',
+           'paths_at', 'writing']
 
 MAGIC = 0x63_6d_74_77_61_74_63_69  # "cmtwatci": rows with the communication columns
 HEADER = 8
@@ -66,6 +67,29 @@ def read_rows(path):
         return []
     return [struct.unpack_from('<{}q'.format(ROW), data, 8 * (HEADER + ROW * i))
             for i in range(slots)]
+
+
+def paths_at(slots):
+    """The byte offset of the path area of a board of ``slots`` rows."""
+    return 8 * (HEADER + ROW * slots)
+
+
+def writing(path):
+    """[(pid, directory)] of the ranks on the board at ``path`` that are writing a
+    checkpoint there (a path set), [] where it is not a board."""
+    rows = read_rows(path)
+    try:
+        with open(path, 'rb') as f:
+            f.seek(paths_at(len(rows)))
+            data = f.read(PATH_BYTES * len(rows))
+    except OSError:
+        return []
+    out = []
+    for i, row in enumerate(rows):
+        name = data[i * PATH_BYTES:(i + 1) * PATH_BYTES].split(b'\0', 1)[0]
+        if row[PID] and name:
+            out.append((row[PID], name.decode('utf-8', 'surrogateescape')))
+    return out
 
 
 def row_of(path, pid):

@@ -24,7 +24,7 @@ import time
 
 import numpy
 
-from chainermn_torus.runtime import devshm
+from chainermn_torus.runtime import board_layout, devshm
 # The layout and the phases, described once (board_layout: no dependency, read by the
 # rank's death watcher too).
 from chainermn_torus.runtime.board_layout import (  # noqa: F401 (this module's names too)
@@ -95,7 +95,7 @@ class Board(object):
             raise ValueError('chainermn_torus: {} is not a progress board'.format(path))
         self.slots = int(self.array[1])
         self.outside = int(self.array[3])
-        self._paths = 8 * (HEADER + ROW * self.slots)  # byte offset of the path area
+        self._paths = board_layout.paths_at(self.slots)  # byte offset of the path area
 
     # The limits are read at every look: a multi-node optimizer made with watchdog=S after
     # the job's watchdog started sets its own (``set_limits``).

@@ -147,6 +147,22 @@ def fork_canary(group):
         return None
 
 
+def remove_temporaries(writers, wait_s=1.0):
+    """Remove the checkpoint temporaries of the ranks ``writers`` [(pid, directory)] ended
+    halfway through writing them, once each is gone (waiting up to ``wait_s``): the
+    watchdog process does this for the ranks it ends, and it is the one that is gone here."""
+    if not writers:
+        return
+    atomic = _load('atomic', os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                          'atomic.py'))
+    deadline = time.monotonic() + wait_s
+    for pid, directory in writers:
+        while time.monotonic() < deadline and (status_of(pid) or 'X')[0] not in 'ZX':
+            time.sleep(0.005)
+        if (status_of(pid) or 'X')[0] in 'ZX':  # a live writer's file is its own
+            atomic.remove_temporary(directory, pid)
+
+
 class Watch(object):
 
     def __init__(self, argv):
@@ -329,9 +345,12 @@ class Watch(object):
                  'them the job\n'.format(self.who.split('(')[1].split(',')[0],
                                          self.node_watcher, how,
                                          ', '.join(str(p) for p in pids)).encode())
+        board = self._board_path()
+        writers = self.layout.writing(board) if self.layout and board else []
         if self.canary is not None:
             self._drop_canary()  # its own rank too is ended on purpose
         self.ends.end_ranks(pids)
+        remove_temporaries(writers)
         if self.board:
             try:
                 os.unlink(self.board)  # the watchdog that would have removed it is gone
