@@ -166,12 +166,21 @@ def test_tuning_benchmark_and_table(tmp_path):
     assert '| mpich, P = 2 | {} '.format(res['best']) in text, text
 
 
-@pytest.mark.slow
 def _needs_onednn():
     from chainermn_torus.compute import dnnl
     if not dnnl.available():
         pytest.skip('oneDNN is not installed (make setup installs onednn-cpu-gomp on '
                     'x86-64): ' + str(dnnl.why_unavailable()))
+
+
+def _unlimited_env():
+    """This environment without the test jobs' thread limits: the libraries' own defaults
+    (the cores), so that a limit the code under test fails to apply shows."""
+    env = dict(os.environ, PYTHONPATH=pythonpath())
+    for name in ('OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'MKL_NUM_THREADS',
+                 'NUMBA_NUM_THREADS', 'CHAINERMN_TORUS_THREADS'):
+        env.pop(name, None)
+    return env
 
 
 @pytest.mark.parametrize('model, size, kinds', [
@@ -185,11 +194,13 @@ def test_compute_benchmark(tmp_path, model, size, kinds):
     proc = subprocess.run(
         [sys.executable, '-m', 'chainermn_torus.bench.compute', '--model', model, '--batch',
          '1', '--size', size, '--rounds', '1', '--threads', '1', '--json', str(out)],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=pythonpath()))
+        capture_output=True, text=True, timeout=300, cwd=ROOT, env=_unlimited_env())
     assert proc.returncode == 0, proc.stderr
     res = json.loads(out.read_text())
     assert set(res['median']) == {'numpy', 'onednn'} and res['bound_seconds'] > 0
+    # --threads 1 held for every pool, OpenMP's included (numba's OpenMP layer reset it to
+    # numba's count, 2 here, when only the OpenMP pool was limited).
+    assert res['pools'] and set(res['pools'].values()) == {1}, res['pools']
     # Each mode ran the convolutions, and the breakdown is each function's own time.
     for mode in ('numpy', 'onednn'):
         assert res['breakdown'][mode]['Convolution2DFunction'] > 0

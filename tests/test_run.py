@@ -1,4 +1,5 @@
 """python -m chainermn_torus.run: unchanged scripts get the forced communicator."""
+import json
 import os
 import subprocess
 import sys
@@ -34,6 +35,20 @@ def test_launcher_options_without_communicator_reach_our_communicators():
 def _run_single(*args):
     return subprocess.run([sys.executable, '-m', 'chainermn_torus.run'] + list(args),
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+def test_launcher_threads_hold_in_a_script_without_a_communicator():
+    # --threads 1 reached the pools only with a communicator: a plain script ran its
+    # OpenMP, OpenBLAS and numba pools at the cores (2 here).
+    env = {k: v for k, v in os.environ.items() if k not in (
+        'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'NUMBA_NUM_THREADS',
+        'CHAINERMN_TORUS_THREADS')}
+    proc = subprocess.run([sys.executable, '-m', 'chainermn_torus.run', '--threads', '1',
+                           worker('report_pools.py')], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    pools = json.loads(proc.stdout.split('POOLS ', 1)[1])
+    assert pools and set(pools.values()) == {1}, pools
 
 
 @pytest.mark.slow

@@ -31,10 +31,10 @@ import chainer
 import chainer.functions as F
 import numpy
 from chainer.function_hooks import TimerHook
-from threadpoolctl import threadpool_limits
 
 from chainermn_torus import compute
 from chainermn_torus.compute import conv, onednn
+from chainermn_torus.runtime import threads
 from chainermn_torus.models import MLP, NIN, ResNet50, TinyNet
 
 __all__ = ['main']
@@ -166,24 +166,28 @@ def main(argv=None):
         times['torch'] = []
         torch.run()  # warm-up
     breakdown = {}
-    with threadpool_limits(limits=args.threads):
-        flops = gemm_flops()
-        macs = forward_macs(model, x)
+    # The whole budget, numba's pool included: numba's OpenMP layer sets OpenMP's thread
+    # count to its own before each parallel loop, so a limit on the OpenMP pool alone
+    # (threadpoolctl) was undone by the first batch normalization (2 threads, asked 1).
+    threads.ensure(None, args.threads)
+    flops = gemm_flops()
+    macs = forward_macs(model, x)
+    for mode in ('numpy', 'onednn'):
+        (onednn.enable if mode == 'onednn' else onednn.disable)()
+        _iteration(model, x, t)  # warm-up: oneDNN makes its primitives here
+    for _ in range(args.rounds):
         for mode in ('numpy', 'onednn'):
             (onednn.enable if mode == 'onednn' else onednn.disable)()
-            _iteration(model, x, t)  # warm-up: oneDNN makes its primitives here
-        for _ in range(args.rounds):
-            for mode in ('numpy', 'onednn'):
-                (onednn.enable if mode == 'onednn' else onednn.disable)()
-                times[mode].append(_timed(lambda: _iteration(model, x, t)))
-            if torch is not None:
-                times['torch'].append(torch.run())
-        for mode in ('numpy', 'onednn'):
-            (onednn.enable if mode == 'onednn' else onednn.disable)()
-            hook = TimerHook()
-            with hook:
-                _iteration(model, x, t)
-            breakdown[mode] = exclusive(hook.summary())
+            times[mode].append(_timed(lambda: _iteration(model, x, t)))
+        if torch is not None:
+            times['torch'].append(torch.run())
+    for mode in ('numpy', 'onednn'):
+        (onednn.enable if mode == 'onednn' else onednn.disable)()
+        hook = TimerHook()
+        with hook:
+            _iteration(model, x, t)
+        breakdown[mode] = exclusive(hook.summary())
+    pools = threads.pools_in_force()  # after the rounds: what they ran with
     work = 3 * 2 * macs
     bound = work / flops
     med = {m: statistics.median(v) for m, v in times.items()}
@@ -210,12 +214,13 @@ def main(argv=None):
     if args.json:
         with open(args.json, 'w') as f:
             json.dump({'model': args.model, 'forward_macs': macs, 'batch': args.batch,
-                       'size': args.size, 'threads': args.threads, 'rounds': args.rounds, 'seconds': times,
+                       'size': args.size, 'threads': args.threads, 'rounds': args.rounds,
+                       'seconds': times,
                        'median': med, 'ratio_numpy_over_onednn': med['numpy'] / med['onednn'],
                        'ratio_onednn_over_torch': med['onednn'] / med['torch']
                        if 'torch' in med else None,
                        'torch': None if torch is None else torch.version[6:],
-                       'gemm_flops': flops, 'bound_seconds': bound, 'breakdown': breakdown,
+                       'pools': pools, 'gemm_flops': flops, 'bound_seconds': bound, 'breakdown': breakdown,
                        'onednn_version': list(compute.dnnl.version()[:3])}, f, indent=1)
     return 0
 

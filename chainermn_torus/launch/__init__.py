@@ -92,6 +92,10 @@ class Launch(object):
         # threads in it), and for a plain script that makes none.
         compute.use(self.get('compute'), self.sources.get('compute', 'compute (default)'),
                     rank=world.launcher_rank() or 0)
+        if self.threads is not None:
+            # Now, for a script that makes no communicator too (its pools stayed at the
+            # cores); the communicator applies it again with its ranks per node, and says it.
+            threads.ensure(None, self.threads)
         # Either import path of ChainerMN's factory makes ours, with the launcher's options.
         runtime_patches.apply(chainermn.optimizers, 'create_multi_node_optimizer',
                               _registry.create_multi_node_optimizer, 'launcher',

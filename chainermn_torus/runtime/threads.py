@@ -14,8 +14,8 @@ node, for this reason). The default budget gives each rank C/R threads:
 to every BLAS/OpenMP pool threadpoolctl finds and to numba's pool (the fused and float16
 kernels). Every entry point goes through ``ensure``: our communicators apply the default
 budget when they are created (so unchanged ChainerMN scripts get it too), the examples and
-the loader placement apply an explicit one; oversubscribed numba or BLAS pools were measured 100x slower
-(two ranks with two spinning numba threads each on two cores).
+the loader placement apply an explicit one; oversubscribed numba or BLAS pools were measured
+100x slower (two ranks with two spinning numba threads each on two cores).
 """
 import os
 
@@ -26,7 +26,7 @@ from chainermn_torus import config
 from chainermn_torus.runtime import jit, report
 
 __all__ = ['THREADS_ENV', 'default_threads', 'apply_thread_budget', 'describe_budget', 'ensure',
-           'reapply']
+           'reapply', 'pools_in_force']
 
 THREADS_ENV = config.SETTINGS['threads'].env
 
@@ -75,6 +75,19 @@ def apply_thread_budget(threads=None, intra_size=1):
     pools = sorted({'{}:{}'.format(i.get('internal_api'), i.get('num_threads'))
                     for i in threadpool_info()})
     return {'threads': n, 'reason': reason, 'numba_threads': numba_n, 'pools': pools}
+
+
+def pools_in_force():
+    """{pool: threads} now: each BLAS/OpenMP library threadpoolctl finds (by its API, the
+    largest where one loads twice) and numba's ('numba'), for checks and reports."""
+    out = {}
+    for info in threadpool_info():
+        api = info.get('internal_api')
+        out[api] = max(out.get(api, 0), info.get('num_threads') or 0)
+    numba = jit.numba()
+    if numba is not None:
+        out['numba'] = numba.get_num_threads()
+    return out
 
 
 def describe_budget(budget, rank=None):
