@@ -1,6 +1,6 @@
 """ReLU, y = max(x, 0), and its gradient gx = gy * (y > 0), for float32 arrays of any shape
-(0-d included: the shape comes back as it came), on numba's kernels (``relu_kernels``)
-where numba is installed.
+(0-d included: the shape comes back as it came), and the sum of float32 arrays of one
+shape, on numba's kernels (``relu_kernels``, ``add_kernels``) where numba is installed.
 
 Chainer's numpy is one thread and, for the gradient, two passes and a temporary (the mask,
 then the product); the kernels are one pass on the rank's threads, with numpy's arithmetic
@@ -11,7 +11,7 @@ import numpy
 
 from chainermn_torus.runtime import jit
 
-__all__ = ['available', 'SMALL', 'relu', 'relu_grad']
+__all__ = ['available', 'SMALL', 'relu', 'relu_grad', 'add']
 
 # Below this many elements Chainer's own numpy is as fast: one pass over a few KiB takes
 # about a microsecond, waking numba's threads about ten (measured: docs/compute.md).
@@ -26,6 +26,11 @@ def available():
 def _kernels():
     from chainermn_torus.compute import relu_kernels  # numba is optional
     return relu_kernels
+
+
+def _adds():
+    from chainermn_torus.compute import add_kernels  # numba is optional
+    return add_kernels
 
 
 def _flat(a):
@@ -43,3 +48,15 @@ def relu_grad(y, gy):
     gx = numpy.empty(gy.shape, numpy.float32)
     _kernels().relu_grad(_flat(y), _flat(gy), gx.reshape(-1))
     return gx
+
+
+def add(xs):
+    """``xs[0] + xs[1] + ...`` (float32 arrays of one shape), a new array: Chainer's order,
+    so the same bits."""
+    kernels = _adds()
+    y = numpy.empty(xs[0].shape, numpy.float32)
+    flat = y.reshape(-1)
+    kernels.add(_flat(xs[0]), _flat(xs[1]), flat)
+    for x in xs[2:]:
+        kernels.add_into(flat, _flat(x))
+    return y

@@ -40,6 +40,7 @@ import threading
 import numpy
 from chainer.functions.activation import relu as _relu
 from chainer.functions.connection import convolution_2d as _conv2d
+from chainer.functions.math import basic_math as _basic_math
 from chainer.functions.connection import deconvolution_2d as _deconv2d
 from chainer.functions.normalization import local_response_normalization as _lrn
 from chainer.functions.pooling import average_pooling_2d as _avg2d
@@ -58,7 +59,9 @@ REPLACED = ('convolution_2d (forward, gradient of the input and of the weights),
             'gradients; inference: fixed_batch_normalization forward; on numba\'s kernels '
             'where numba is installed), relu (forward, gradient; on numba\'s kernels), '
             'max_pooling_2d and average_pooling_2d (forward, gradient), '
-            'local_response_normalization (forward, gradient)')
+            'local_response_normalization (forward, gradient), the sums of arrays (the '
+            'residual additions and the backward pass\'s gradient sums; on numba\'s '
+            'kernels)')
 
 # Whether a forward started now takes oneDNN (``enable``/``disable``), and, while a node's
 # backward runs, the mode its forward ran in: the functions that backward applies (the
@@ -452,6 +455,21 @@ def _lrn_grad_forward(original):
     return forward_cpu
 
 
+def _add_forward(original):
+    # Add (``a + b``) and MultiAdd (``F.add``, the gradient sums): same-shape float32 arrays
+    # summed on the rank's threads; broadcasting, other types and small arrays Chainer's.
+    def forward(self, inputs):
+        if (not _start(self) or len(inputs) < 2 or not eltwise.available()
+                or _small(inputs[0])
+                or any(not isinstance(a, numpy.ndarray) or a.dtype != numpy.float32
+                       or a.shape != inputs[0].shape for a in inputs)):
+            return original(self, inputs)
+        if type(self) is _basic_math.MultiAdd:
+            self.len = len(inputs)  # what Chainer's forward records
+        return eltwise.add(inputs),
+    return forward
+
+
 _REPLACEMENTS = [
     (_conv2d.Convolution2DFunction, 'forward_cpu', _conv_forward),
     (_conv2d.Convolution2DGradW, 'forward_cpu', _grad_w_forward),
@@ -467,6 +485,8 @@ _REPLACEMENTS = [
     (_avg2d.AveragePooling2DGrad, 'forward_cpu', _avg_pool_grad_forward),
     (_lrn.LocalResponseNormalization, 'forward_cpu', _lrn_forward),
     (_lrn.LocalResponseNormalizationGrad, 'forward_cpu', _lrn_grad_forward),
+    (_basic_math.Add, 'forward', _add_forward),
+    (_basic_math.MultiAdd, 'forward', _add_forward),
 ]
 
 

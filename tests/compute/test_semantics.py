@@ -130,6 +130,67 @@ def test_relu_propagates_nan_and_infinities_bit_for_bit():
     assert eltwise.available()
 
 
+def _taken(fn):
+    """How many times ``eltwise.add`` (the numba path of the sums) ran during ``fn()``."""
+    calls = []
+    original = eltwise.add
+    eltwise.add = lambda xs: calls.append(len(xs)) or original(xs)
+    try:
+        fn()
+    finally:
+        eltwise.add = original
+    return calls
+
+
+def test_sums_are_chainers_bit_for_bit_with_nan_and_infinities():
+    # The residual sums (Add) and the backward pass's gradient sums (MultiAdd) on the
+    # rank's threads: the same float32 additions in Chainer's order, so the same bits.
+    a, b, c = _u((2, 3, 40, 40), 40), _u((2, 3, 40, 40), 41), _u((2, 3, 40, 40), 42)
+    a.reshape(-1)[:4] = [NAN, INF, -INF, INF]
+    b.reshape(-1)[:4] = [1, -INF, -INF, 3]
+    for fn, inputs in ((lambda x, y: x + y, [a, b]), (lambda x, y, z: F.add(x, y, z), [a, b, c]),
+                       (lambda x, y, z, w: F.add(x, y, z, w), [a, b, c, a])):
+        theirs, mine = run_both(fn, inputs, [_u(a.shape, 43)])
+        for t, m in zip(theirs, mine):
+            assert t.dtype == m.dtype and numpy.array_equal(t.view(numpy.int32),
+                                                            m.view(numpy.int32))
+        onednn.enable()
+        assert _taken(lambda: fn(*[chainer.Variable(x) for x in inputs])) == [len(inputs)]
+
+
+def test_a_variable_used_twice_gets_its_gradients_summed_as_chainer_does():
+    # Chainer sums the gradients that reach one variable with F.add (MultiAdd).
+    x = _u((2, 8, 32, 32), 44)
+
+    def run():
+        v = chainer.Variable(x.copy())
+        y = F.relu(v) * 2 + F.sigmoid(v) + v
+        y.grad = _u(x.shape, 45)
+        y.backward()
+        return [y.array, v.grad]
+    (y0, g0), (y1, g1) = both(run)
+    assert numpy.array_equal(y0.view(numpy.int32), y1.view(numpy.int32))
+    assert numpy.array_equal(g0.view(numpy.int32), g1.view(numpy.int32))
+
+
+@pytest.mark.parametrize('case', ['broadcast', 'float64', 'float16', 'small', 'numpy mode'])
+def test_sums_the_kernels_do_not_take_are_chainers(case):
+    shape = (2, 3, 40, 40)
+    a, b = _u(shape, 46), _u(shape, 47)
+    if case == 'broadcast':
+        b = _u((1, 3, 1, 40), 47)
+    elif case in ('float64', 'float16'):
+        a, b = a.astype(case), b.astype(case)
+    elif case == 'small':
+        a, b = _u((4, 4), 46), _u((4, 4), 47)
+    theirs, mine = run_both(lambda x, y: x + y, [a, b], [_u(numpy.broadcast(a, b).shape, 48)
+                                                        .astype(a.dtype)])
+    for t, m in zip(theirs, mine):
+        assert t.shape == m.shape and t.dtype == m.dtype and numpy.array_equal(t, m)
+    (onednn.disable if case == 'numpy mode' else onednn.enable)()
+    assert _taken(lambda: chainer.Variable(a) + chainer.Variable(b)) == []
+
+
 def _pool_x():
     x = _u((2, 3, 7, 7), 3)
     x[0, 0, 3, 3] = NAN       # inside

@@ -1,9 +1,10 @@
 """Run by tests/test_kernel_cache.py under mpiexec -n 2: every kernel declared for compiling
 ahead (runtime.jit.kernel), reached through the package's own calls: a communicator's
 shared-memory rows on float32 and float64 gradients and its float16 messages, the finite
-check, the fused optimizers and the large-batch RMSprop, flush-to-zero, batch normalization
-and ReLU on numba's kernels, the benchmark's copy. Writes, per rank, each kernel's argument types
-loaded from numba's cache and those compiled here to ``PREFIX.RANK.json`` (argv[1])."""
+check, the fused optimizers and the large-batch RMSprop, flush-to-zero, batch normalization,
+ReLU and the sums on numba's kernels, the benchmark's copy. Writes, per rank, each kernel's
+argument types loaded from numba's cache and those compiled here to ``PREFIX.RANK.json``
+(argv[1])."""
 import json
 import sys
 
@@ -72,6 +73,7 @@ y, mean, var = batchnorm.forward(x, gamma, beta, 2e-5, via='numba')
 batchnorm.backward(x, numpy.ones_like(y), mean, var, gamma, 2e-5, via='numba')
 relu = eltwise.relu(x)
 eltwise.relu_grad(relu, x)
+eltwise.add([x, relu, x])  # the sums: add, then add_into
 
 src = numpy.arange(10, dtype=numpy.float32)
 dst = numpy.empty_like(src)
