@@ -16,9 +16,22 @@ Each geometry (shapes, strides, paddings, dilation, groups, bias) is one ``Convo
 made at its first call and kept (``geometries``: within a bound): its primitives, the
 blocked layouts oneDNN chose and the reorders between those and NCHW (the blocked copies
 themselves in the thread's scratch buffer, ``dnnl.scratch``). The arrays come in and go out
-in NCHW; what
-a layer's output would be in oneDNN's layout is reordered back at once, so the numbers
-are those of one convolution on the plain arrays.
+in NCHW; what a layer's output would be in oneDNN's layout is reordered back at once, so
+the numbers are those of one convolution on the plain arrays.
+
+Which layout a geometry's weights take (``plain_weights``): a blocked layout makes the
+direct kernels fast, but costs a reorder of the weights at each of the three calls (the
+forward, the gradient of the input from the weights, the weights' gradient back), a pass
+over all of ResNet-50's 25.6 M weights three times per iteration whatever the batch. Given
+the weights in Chainer's own layout, oneDNN runs its matrix-product kernels on the plain
+arrays, with no reorder at all. Measured per geometry (each of ResNet-50's, forward and both
+gradients, batch 1 at 64 and 224 px and batch 8 at 224 px, 2 threads): plain is faster for
+every 1 x 1 convolution but a few at 7 x 7 and 14 x 14 (by 0.15-0.99x; those few up to
+1.4x slower) and for any kernel where the output has at most 64 pixels in all (batch x
+height x width: 0.49-0.95x), and slower for larger k x k ones (1.1-2.1x). The rule below
+took the convolutions of an iteration from 13.7 to 7.1 ms (batch 1, 64 px), 32.2 to 24.6
+ms (batch 1, 224 px) and 224.9 to 193.5 ms (batch 8, 224 px), summed over the distinct
+geometries; choosing each geometry's faster one would give 7.0, 24.5 and 188.1 ms.
 """
 import functools
 
@@ -27,7 +40,20 @@ import numpy
 from chainermn_torus.compute import dnnl, geometries
 
 __all__ = ['Convolution', 'convolution', 'out_size', 'pad_after', 'empty_window', 'plan',
-           'forward', 'backward_data', 'backward_weights', 'deconvolution']
+           'forward', 'backward_data', 'backward_weights', 'deconvolution', 'plain_weights',
+           'PLAIN_WEIGHTS_PIXELS']
+
+
+# A convolution whose output has at most this many pixels in all (n x oh x ow) takes its
+# weights plain whatever its kernel (module doc).
+PLAIN_WEIGHTS_PIXELS = 64
+
+
+def plain_weights(w_shape, y_shape):
+    """Whether a geometry's primitives take the weights in Chainer's layout (module doc):
+    a 1 x 1 kernel, or an output of at most ``PLAIN_WEIGHTS_PIXELS`` pixels."""
+    n, _, oh, ow = y_shape
+    return tuple(w_shape[-2:]) == (1, 1) or n * oh * ow <= PLAIN_WEIGHTS_PIXELS
 
 
 def out_size(size, k, s, p, cover_all=False, d=1):
@@ -112,7 +138,9 @@ class Convolution(object):
         self.plain['diff_weights'] = self.plain['weights']
         self.plain['diff_dst'] = self.plain['dst']
         self.bias_md = dnnl.plain_md((o,)) if bias else None
-        self._any_mds = (dnnl.any_md(self.x_shape), dnnl.any_md(self.w_view),
+        self.plain_weights = plain_weights(self.w_shape, self.y_shape)
+        self._any_mds = (dnnl.any_md(self.x_shape), self.plain['weights']
+                         if self.plain_weights else dnnl.any_md(self.w_view),
                          dnnl.any_md(self.y_shape))
         self._fwd_pd = None
         self._steps = {}

@@ -1,0 +1,195 @@
+"""``bench compute-profile``: where one forward + backward spends its time, by kind of work,
+at each thread count given, in one run.
+
+    python -m chainermn_torus.bench.compute_profile [--model resnet50] [--batch 1]
+        [--size 64] [--threads 1 2] [--rounds 5] [--json OUT]
+
+The same iteration as ``bench compute`` (the network on the oneDNN path, softmax
+cross-entropy, backward), timed whole and, in the same rounds, its parts:
+
+* each oneDNN primitive kind (convolution forward, backward data, backward weights,
+  pooling) and, apart, the reorders between numpy's layout and the primitives' blocked ones;
+* each numba kernel of the path (batch normalization, ReLU, the sums, the finite checks);
+* each Chainer function left on Chainer's numpy (its own time, from Chainer's
+  ``TimerHook``: the linear layer, softmax cross-entropy, small sums);
+* Chainer's type checks: the iteration with ``chainer.config.type_check`` off, in the same
+  rounds, against on (Chainer's default);
+* the rest: the iteration less the parts, which is Chainer's graph bookkeeping
+  (``FunctionNode.apply``, variables, the backward's order), this package's calls around
+  the primitives and the kernels, and the waits between them.
+
+Each part's median over the rounds; the rows at each thread count side by side, and each
+part's speed-up from the first count to the last, so that what does not scale with the
+threads shows (the issue's rule: a part that is at least 2% of the iteration should be
+1.7x faster at 2 threads than at 1). The timing wrappers add about a microsecond a call.
+"""
+import argparse
+import collections
+import json
+import statistics
+import time
+
+import chainer
+from chainer.function_hooks import TimerHook
+import numpy
+
+from chainermn_torus import compute
+from chainermn_torus.bench.compute import MODELS, _iteration
+from chainermn_torus.compute import dnnl, onednn
+from chainermn_torus.runtime import jit, threads
+
+__all__ = ['main', 'profile']
+
+# The numba kernels of the compute path, by module: each call timed while profiling.
+KERNEL_MODULES = ('chainermn_torus.compute.add_kernels', 'chainermn_torus.compute.bn_kernels',
+                  'chainermn_torus.compute.relu_kernels',
+                  'chainermn_torus.runtime._finite_kernels')
+# Chainer functions whose own time is the oneDNN primitives' or the kernels' above (rows of
+# their own already): not counted again as Chainer's numpy.
+REPLACED = {'Convolution2DFunction', 'Convolution2DGradW', 'Deconvolution2DFunction',
+            'BatchNormalization', 'BatchNormalizationGrad', 'FixedBatchNormalization',
+            'ReLU', 'ReLUGrad2', 'MaxPoolingND', 'MaxPoolingNDGrad', 'AveragePooling2D',
+            'AveragePooling2DGrad', 'LocalResponseNormalization',
+            'LocalResponseNormalizationGrad', 'Add', 'MultiAdd'}
+
+
+class _Clock(object):
+    """Seconds and calls per part, while ``installed``."""
+
+    def __init__(self):
+        self.parts = collections.defaultdict(float)
+        self.calls = collections.Counter()
+        self._undo = []
+
+    def add(self, part, seconds):
+        self.parts[part] += seconds
+        self.calls[part] += 1
+
+    def wrap(self, owner, name, part_of):
+        original = getattr(owner, name)
+        clock = self
+
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                clock.add(part_of(args), time.perf_counter() - t0)
+        setattr(owner, name, timed)
+        self._undo.append((owner, name, original))
+
+    def install(self):
+        # Reorders are Primitive.run calls too: their own row, the primitives' by kind.
+        self.wrap(dnnl.Primitive, 'run', lambda a: 'oneDNN reorders' if isinstance(
+            a[0], dnnl.Reorder) else 'oneDNN {}'.format(a[0].what))
+        if jit.available():
+            import importlib
+            for module_name in KERNEL_MODULES:
+                module = importlib.import_module(module_name)
+                # The kernels themselves (runtime.jit.kernel), looked up in their module's
+                # globals at each call, wrappers and callers alike.
+                for name, value in sorted(vars(module).items()):
+                    if hasattr(value, 'ahead'):
+                        self.wrap(module, name, lambda a, n=name: 'numba {}'.format(
+                            n.lstrip('_')))
+
+    def uninstall(self):
+        for owner, name, original in reversed(self._undo):
+            setattr(owner, name, original)
+        self._undo = []
+
+
+def _numpy_functions(summary):
+    """{function: its own seconds} of the Chainer functions left on Chainer's numpy."""
+    return {name: s['elapsed_time'] for name, s in summary.items() if name not in REPLACED}
+
+
+def profile(model, x, t, rounds):
+    """{part: median seconds} of one iteration and its parts (module doc)."""
+    _iteration(model, x, t)  # warm-up: primitives made, kernels loaded
+    whole, unchecked, parts = [], [], collections.defaultdict(list)
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        _iteration(model, x, t)
+        whole.append(time.perf_counter() - t0)
+        with chainer.using_config('type_check', False):
+            t0 = time.perf_counter()
+            _iteration(model, x, t)
+            unchecked.append(time.perf_counter() - t0)
+        clock = _Clock()
+        clock.install()
+        hook = TimerHook()
+        try:
+            with hook:
+                _iteration(model, x, t)
+        finally:
+            clock.uninstall()
+        seen = dict(clock.parts)
+        for name, seconds in _numpy_functions(hook.summary()).items():
+            seen['Chainer numpy {}'.format(name)] = seconds
+        for part in set(parts) | set(seen):
+            parts[part].append(seen.get(part, 0.0))
+    out = {'iteration': statistics.median(whole),
+           'iteration, type checks off': statistics.median(unchecked)}
+    out['Chainer type checks'] = out['iteration'] - out['iteration, type checks off']
+    for part, values in parts.items():
+        out[part] = statistics.median(values)
+    counted = sum(v for k, v in out.items() if k.startswith(('oneDNN', 'numba', 'Chainer numpy')))
+    out['rest: Chainer bookkeeping, calls, waits'] = out['iteration'] - counted - max(
+        0.0, out['Chainer type checks'])
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog='chainermn-torus bench compute-profile',
+                                description=__doc__.split('\n')[0])
+    p.add_argument('--model', choices=sorted(MODELS), default='resnet50')
+    p.add_argument('--batch', type=int, default=1)
+    p.add_argument('--size', type=int, default=64)
+    p.add_argument('--threads', type=int, nargs='+', default=[1, 2])
+    p.add_argument('--rounds', type=int, default=5)
+    p.add_argument('--json', default=None)
+    args = p.parse_args(argv)
+    for n in args.threads:
+        if n < 1:
+            p.error('--threads: counts of 1 or more, got {}'.format(n))
+    if args.rounds < 1 or args.batch < 1 or args.size < 1:
+        p.error('--rounds, --batch and --size must be 1 or more')
+    if compute.use('onednn', rank=0) != 'onednn' or not onednn.enabled():
+        raise SystemExit('bench compute-profile: oneDNN is not available here')
+    make, _, classes = MODELS[args.model]
+    rng = numpy.random.RandomState(0)
+    model = make()
+    shape = (args.batch, args.size * args.size) if args.model == 'mlp' else \
+        (args.batch, 3, args.size, args.size)
+    x = rng.uniform(-1, 1, shape).astype(numpy.float32)
+    t = rng.randint(0, classes, args.batch).astype(numpy.int32)
+    by_threads = {}
+    for n in args.threads:
+        threads.ensure(None, n)
+        by_threads[n] = profile(model, x, t, args.rounds)
+    counts = list(args.threads)
+    first, last = by_threads[counts[0]], by_threads[counts[-1]]
+    rows = sorted(set().union(*by_threads.values()) - {'iteration'},
+                  key=lambda k: -last.get(k, 0.0))
+    print('{} forward + backward, batch {}, {} px, oneDNN path; medians of {} rounds '
+          '(milliseconds; share of the iteration at {} threads)'.format(
+              args.model, args.batch, args.size, args.rounds, counts[-1]))
+    head = ''.join('{:>12}'.format('{} thr'.format(n)) for n in counts)
+    print('{:<44}{}{:>8}{:>10}'.format('', head, 'share', 'speed-up'))
+    for row in ['iteration'] + rows:
+        cells = ''.join('{:>12.2f}'.format(by_threads[n].get(row, 0.0) * 1e3) for n in counts)
+        share = last.get(row, 0.0) / last['iteration']
+        gain = first.get(row, 0.0) / last[row] if last.get(row, 0.0) > 1e-6 else float('nan')
+        print('{:<44}{}{:>7.1f}%{:>9.2f}x'.format(row[:44], cells, 100 * share, gain))
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump({'model': args.model, 'batch': args.batch, 'size': args.size,
+                       'rounds': args.rounds, 'threads': counts,
+                       'onednn_version': list(dnnl.version()[:3]),
+                       'seconds': {str(n): v for n, v in by_threads.items()}}, f, indent=1)
+    return 0
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())
