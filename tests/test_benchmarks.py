@@ -214,6 +214,29 @@ def test_compute_benchmark(tmp_path, model, size, kinds):
     assert lo < res['forward_macs'] < hi, res['forward_macs']
 
 
+def test_compute_profile_parts_add_up_to_the_iteration(tmp_path):
+    _needs_onednn()
+    out = tmp_path / 'p.json'
+    proc = subprocess.run(
+        [sys.executable, '-m', 'chainermn_torus.tools.cli', 'bench', 'compute-profile',
+         '--model', 'tiny', '--batch', '2', '--threads', '1', '2', '--rounds', '1',
+         '--json', str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT,
+        env=_unlimited_env())
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(out.read_text())
+    assert res['threads'] == [1, 2] and set(res['seconds']) == {'1', '2'}
+    for parts in res['seconds'].values():
+        # The tiny network's convolutions on oneDNN, its ReLUs on numba, its linear layer
+        # on Chainer's numpy: each a row; the parts and the rest make the iteration.
+        assert parts['oneDNN convolution forward'] > 0 and parts['numba relu'] > 0, parts
+        assert parts['Chainer numpy LinearFunction'] > 0, parts
+        counted = sum(v for k, v in parts.items() if k.startswith(
+            ('oneDNN', 'numba', 'Chainer numpy')))
+        assert 0 < counted < parts['iteration'], parts
+        assert parts['rest: Chainer bookkeeping, calls, waits'] >= 0, parts
+    assert 'speed-up' in proc.stdout and 'rest: Chainer bookkeeping' in proc.stdout
+
+
 @pytest.mark.slow
 def test_compute_benchmark_on_the_mlp(tmp_path):
     # the MLP's linear layers stay on OpenBLAS; its ReLUs are oneDNN's

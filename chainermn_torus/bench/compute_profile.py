@@ -25,6 +25,7 @@ threads shows (the issue's rule: a part that is at least 2% of the iteration sho
 """
 import argparse
 import collections
+import importlib
 import json
 import statistics
 import time
@@ -83,7 +84,6 @@ class _Clock(object):
         self.wrap(dnnl.Primitive, 'run', lambda a: 'oneDNN reorders' if isinstance(
             a[0], dnnl.Reorder) else 'oneDNN {}'.format(a[0].what))
         if jit.available():
-            import importlib
             for module_name in KERNEL_MODULES:
                 module = importlib.import_module(module_name)
                 # The kernels themselves (runtime.jit.kernel), looked up in their module's

@@ -8,6 +8,7 @@ __all__ = ['main', 'BENCHMARKS']
 
 BENCHMARKS = {'allreduce': 'allreduce', 'update': 'optimizer_update', 'mnist': 'mnist_iteration',
               'compute': 'compute', 'compute-memory': 'compute_memory',
+              'compute-profile': 'compute_profile',
               'compute-semantics': 'compute_semantics',
               'double-buffering': 'double_buffering', 'overlap': 'overlap_training',
               'overlap-report': 'overlap_report'}

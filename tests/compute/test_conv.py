@@ -129,3 +129,39 @@ def test_runs_are_bit_identical_with_the_same_inputs():
     first = _chainer(x, W, None, 1, 1, False, 1, 1)
     second = _chainer(x, W, None, 1, 1, False, 1, 1)
     assert all(numpy.array_equal(a, b) for a, b in zip(first[:3], second[:3]))
+
+
+@pytest.mark.parametrize('w_shape, y_shape, plain', [
+    ((64, 256, 1, 1), (8, 64, 56, 56), True),     # a 1 x 1 kernel: plain at any size
+    ((64, 64, 3, 3), (8, 64, 56, 56), False),     # a 3 x 3 one on a large output: blocked
+    ((512, 512, 3, 3), (1, 512, 2, 2), True),     # at most 64 output pixels: plain
+    ((512, 512, 3, 3), (1, 512, 8, 9), False)])
+def test_weights_stay_in_chainers_layout_where_that_is_faster(w_shape, y_shape, plain):
+    assert conv.plain_weights(w_shape, y_shape) is plain
+
+
+@pytest.mark.parametrize('x_shape, w_shape, pad', [
+    ((2, 32, 9, 9), (16, 32, 1, 1), 0), ((1, 8, 6, 6), (8, 8, 3, 3), 1)])
+def test_plain_weights_geometries_reorder_no_weights_and_give_chainers_numbers(
+        x_shape, w_shape, pad):
+    rng = numpy.random.RandomState(5)
+    x = rng.uniform(-1, 1, x_shape).astype(numpy.float32)
+    W = rng.uniform(-1, 1, w_shape).astype(numpy.float32)
+    y = conv.forward(x, W, None, (1, 1), (pad, pad))
+    gy = rng.uniform(-1, 1, y.shape).astype(numpy.float32)
+    geometry = conv.convolution(x.shape, W.shape, y.shape, (1, 1), (pad, pad), (1, 1), 1,
+                                False)
+    assert geometry.plain_weights
+    gx = conv.backward_data(gy, W, x.shape, (1, 1), (pad, pad))
+    gW, _ = conv.backward_weights(x, gy, W.shape, (1, 1), (pad, pad))
+    for step in ('forward', 'backward_data', 'backward_weights'):
+        bound = geometry._step(step)
+        assert 'weights' not in bound.inner and 'diff_weights' not in bound.inner, step
+    xv, Wv = chainer.Variable(x), chainer.Variable(W)
+    onednn.disable()
+    yc = F.convolution_2d(xv, Wv, pad=pad)
+    yc.grad = gy
+    yc.backward()
+    numpy.testing.assert_allclose(y, yc.array, rtol=1e-5, atol=1e-5)
+    numpy.testing.assert_allclose(gx, xv.grad, rtol=1e-5, atol=1e-5)
+    numpy.testing.assert_allclose(gW, Wv.grad, rtol=1e-5, atol=1e-5)
