@@ -154,12 +154,14 @@ def test_fault_ends_the_job_with_its_message_and_leaves_nothing(results, fault, 
     if fault == 'kill':  # the project names the rank that died and how
         assert line_with(r['message'], 'rank 1 (', ') died', 'killed by signal 9'), r['message']
     if fault == 'node-rank-stop':
-        # One rank of node1 stopped: named with node1's host, within the limit + 2 s, by
+        # One rank of node1 stopped: named with node1's host, within the limit + 3 s, by
         # the lowest node's watcher from the heartbeats; node1's watcher cleaned up.
         assert (r['named_rank'], r['named_host']) == (fault_matrix.STOPPED_RANK, 'node1'), r
         assert line_with(r['message'], 'rank {}'.format(fault_matrix.STOPPED_RANK),
                          'process state T'), r['message']
-        assert r['seconds_to_message'] < fault_matrix.WATCHDOG_S + 2, r['seconds_to_message']
+        # The limit + 3 s: alone 3.2 s; beside two other rows on 2 cores (this row's 4 ranks
+        # and the emulated links' TCP among them) once 5.2 s.
+        assert r['seconds_to_message'] < fault_matrix.WATCHDOG_S + 3, r['seconds_to_message']
         assert r['frozen_node_files'] == [], r
     elif fault in fault_matrix.CLUSTER:
         # Every process of node1 stopped: its watcher is silent, and the others name it
