@@ -10,8 +10,8 @@ cross-entropy, backward), timed whole and, in the same rounds, its parts:
 * each oneDNN primitive kind (convolution forward, backward data, backward weights,
   pooling) and, apart, the reorders between numpy's layout and the primitives' blocked ones;
 * each numba kernel of the path (batch normalization, ReLU, the sums, the finite checks);
-* each Chainer function left on Chainer's numpy (its own time, from Chainer's
-  ``TimerHook``: the linear layer, softmax cross-entropy, small sums);
+* each Chainer function left on Chainer's numpy: its own time, where none of the parts
+  above ran inside it (the linear layer, softmax cross-entropy, small sums);
 * Chainer's type checks: the iteration with ``chainer.config.type_check`` off, in the same
   rounds, against on (Chainer's default);
 * the rest: the iteration less the parts, which is Chainer's graph bookkeeping
@@ -31,7 +31,6 @@ import statistics
 import time
 
 import chainer
-from chainer.function_hooks import TimerHook
 import numpy
 
 from chainermn_torus import compute
@@ -45,15 +44,6 @@ __all__ = ['main', 'profile']
 KERNEL_MODULES = ('chainermn_torus.compute.add_kernels', 'chainermn_torus.compute.bn_kernels',
                   'chainermn_torus.compute.relu_kernels',
                   'chainermn_torus.runtime._finite_kernels')
-# Chainer functions whose own time is the oneDNN primitives' or the kernels' above (rows of
-# their own already): not counted again as Chainer's numpy.
-REPLACED = {'Convolution2DFunction', 'Convolution2DGradW', 'Deconvolution2DFunction',
-            'BatchNormalization', 'BatchNormalizationGrad', 'FixedBatchNormalization',
-            'ReLU', 'ReLUGrad2', 'MaxPoolingND', 'MaxPoolingNDGrad', 'AveragePooling2D',
-            'AveragePooling2DGrad', 'LocalResponseNormalization',
-            'LocalResponseNormalizationGrad', 'Add', 'MultiAdd'}
-
-
 class _Clock(object):
     """Seconds and calls per part, while ``installed``."""
 
@@ -99,9 +89,28 @@ class _Clock(object):
         self._undo = []
 
 
-def _numpy_functions(summary):
-    """{function: its own seconds} of the Chainer functions left on Chainer's numpy."""
-    return {name: s['elapsed_time'] for name, s in summary.items() if name not in REPLACED}
+class _NumpyFunctions(chainer.FunctionHook):
+    """Each Chainer function's own time (less the functions applied inside it) where none
+    of the timed oneDNN primitives and numba kernels ran inside it: what is left on
+    Chainer's numpy, found by what ran rather than by a list of the replaced functions."""
+
+    name = 'NumpyFunctionsHook'
+
+    def __init__(self, clock):
+        self.clock = clock
+        self.seconds = collections.defaultdict(float)
+        self._stack = []
+
+    def forward_preprocess(self, function, in_data):
+        self._stack.append([time.perf_counter(), sum(self.clock.calls.values()), 0.0])
+
+    def forward_postprocess(self, function, in_data):
+        start, calls, inner = self._stack.pop()
+        elapsed = time.perf_counter() - start
+        if self._stack:
+            self._stack[-1][2] += elapsed
+        if sum(self.clock.calls.values()) == calls:
+            self.seconds[type(function).__name__] += elapsed - inner
 
 
 def profile(model, x, t, rounds):
@@ -118,14 +127,14 @@ def profile(model, x, t, rounds):
             unchecked.append(time.perf_counter() - t0)
         clock = _Clock()
         clock.install()
-        hook = TimerHook()
+        hook = _NumpyFunctions(clock)
         try:
             with hook:
                 _iteration(model, x, t)
         finally:
             clock.uninstall()
         seen = dict(clock.parts)
-        for name, seconds in _numpy_functions(hook.summary()).items():
+        for name, seconds in hook.seconds.items():
             seen['Chainer numpy {}'.format(name)] = seconds
         for part in set(parts) | set(seen):
             parts[part].append(seen.get(part, 0.0))
