@@ -39,6 +39,16 @@ def mpiexec_path():
 
 
 
+def unlimited_env():
+    """This environment without the test jobs' thread limits: the libraries' own defaults
+    (the cores), so that a limit the code under test fails to apply shows."""
+    env = dict(os.environ, PYTHONPATH=pythonpath())
+    for name in ('OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'MKL_NUM_THREADS',
+                 'NUMBA_NUM_THREADS', 'CHAINERMN_TORUS_THREADS'):
+        env.pop(name, None)
+    return env
+
+
 def job_env(nprocs, env=None, yielding=True):
     """The environment of a test job of nprocs ranks on this machine."""
     full_env = dict(os.environ)

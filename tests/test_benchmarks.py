@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, pythonpath, run_cli, run_mpi
+from conftest import ROOT, pythonpath, run_cli, run_mpi, unlimited_env
 
 
 @pytest.mark.slow
@@ -173,16 +173,6 @@ def _needs_onednn():
                     'x86-64): ' + str(dnnl.why_unavailable()))
 
 
-def _unlimited_env():
-    """This environment without the test jobs' thread limits: the libraries' own defaults
-    (the cores), so that a limit the code under test fails to apply shows."""
-    env = dict(os.environ, PYTHONPATH=pythonpath())
-    for name in ('OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'MKL_NUM_THREADS',
-                 'NUMBA_NUM_THREADS', 'CHAINERMN_TORUS_THREADS'):
-        env.pop(name, None)
-    return env
-
-
 @pytest.mark.parametrize('model, size, kinds', [
     pytest.param('resnet50', '64', ('BatchNormalization', 'MaxPoolingND'),
                  marks=pytest.mark.slow),
@@ -194,7 +184,7 @@ def test_compute_benchmark(tmp_path, model, size, kinds):
     proc = subprocess.run(
         [sys.executable, '-m', 'chainermn_torus.bench.compute', '--model', model, '--batch',
          '1', '--size', size, '--rounds', '1', '--threads', '1', '--json', str(out)],
-        capture_output=True, text=True, timeout=300, cwd=ROOT, env=_unlimited_env())
+        capture_output=True, text=True, timeout=300, cwd=ROOT, env=unlimited_env())
     assert proc.returncode == 0, proc.stderr
     res = json.loads(out.read_text())
     assert set(res['median']) == {'numpy', 'onednn'} and res['bound_seconds'] > 0
@@ -221,7 +211,7 @@ def test_compute_profile_parts_add_up_to_the_iteration(tmp_path):
         [sys.executable, '-m', 'chainermn_torus.tools.cli', 'bench', 'compute-profile',
          '--model', 'tiny', '--batch', '2', '--threads', '1', '2', '--rounds', '1',
          '--json', str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT,
-        env=_unlimited_env())
+        env=unlimited_env())
     assert proc.returncode == 0, proc.stderr
     res = json.loads(out.read_text())
     assert res['threads'] == [1, 2] and set(res['seconds']) == {'1', '2'}

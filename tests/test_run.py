@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, assert_ok, run_mpi, worker
+from conftest import ROOT, assert_ok, run_mpi, unlimited_env, worker
 
 
 def test_launcher_forces_rsap_on_a_script_asking_for_naive():
@@ -40,12 +40,9 @@ def _run_single(*args):
 def test_launcher_threads_hold_in_a_script_without_a_communicator():
     # --threads 1 reached the pools only with a communicator: a plain script ran its
     # OpenMP, OpenBLAS and numba pools at the cores (2 here).
-    env = {k: v for k, v in os.environ.items() if k not in (
-        'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'NUMBA_NUM_THREADS',
-        'CHAINERMN_TORUS_THREADS')}
     proc = subprocess.run([sys.executable, '-m', 'chainermn_torus.run', '--threads', '1',
                            worker('report_pools.py')], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120, env=env)
+                          cwd=ROOT, timeout=120, env=unlimited_env())
     assert proc.returncode == 0, proc.stderr
     pools = json.loads(proc.stdout.split('POOLS ', 1)[1])
     assert pools and set(pools.values()) == {1}, pools

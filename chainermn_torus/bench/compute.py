@@ -37,7 +37,7 @@ from chainermn_torus.compute import conv, onednn
 from chainermn_torus.runtime import threads
 from chainermn_torus.models import MLP, NIN, ResNet50, TinyNet
 
-__all__ = ['main']
+__all__ = ['main', 'problem', 'MODELS']
 
 # name -> (the network, its image size, its classes); the MNIST MLP's input is the 28 x 28
 # image flattened
@@ -88,6 +88,17 @@ def forward_macs(model, x):
     with hook, chainer.no_backprop_mode():
         model(x)
     return hook.macs
+
+
+def problem(name, batch, size):
+    """(the network ``name``, a batch of ``batch`` inputs of ``size`` pixels, its labels):
+    the same seeded data for every benchmark of the compute path."""
+    make, _, classes = MODELS[name]
+    rng = numpy.random.RandomState(0)
+    shape = (batch, size * size) if name == 'mlp' else (batch, 3, size, size)
+    x = rng.uniform(-1, 1, shape).astype(numpy.float32)
+    t = rng.randint(0, classes, batch).astype(numpy.int32)
+    return make(), x, t
 
 
 def _iteration(model, x, t):
@@ -148,17 +159,11 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.torch and args.model != 'resnet50':
         p.error('--torch: PyTorch\'s side is ResNet-50 only, not {}'.format(args.model))
-    make, size, classes = MODELS[args.model]
-    args.size = args.size or size
+    args.size = args.size or MODELS[args.model][1]
     if compute.use('auto', rank=0) != 'onednn':
         raise SystemExit('bench compute: oneDNN is not available here: ' +
                          (compute.dnnl.why_unavailable() or '?'))
-    rng = numpy.random.RandomState(0)
-    model = make()
-    shape = (args.batch, args.size * args.size) if args.model == 'mlp' else \
-        (args.batch, 3, args.size, args.size)
-    x = rng.uniform(-1, 1, shape).astype(numpy.float32)
-    t = rng.randint(0, classes, args.batch).astype(numpy.int32)
+    model, x, t = problem(args.model, args.batch, args.size)
     times = {'numpy': [], 'onednn': []}
     torch = None
     if args.torch:
@@ -220,7 +225,8 @@ def main(argv=None):
                        'ratio_onednn_over_torch': med['onednn'] / med['torch']
                        if 'torch' in med else None,
                        'torch': None if torch is None else torch.version[6:],
-                       'pools': pools, 'gemm_flops': flops, 'bound_seconds': bound, 'breakdown': breakdown,
+                       'pools': pools, 'gemm_flops': flops, 'bound_seconds': bound,
+                       'breakdown': breakdown,
                        'onednn_version': list(compute.dnnl.version()[:3])}, f, indent=1)
     return 0
 

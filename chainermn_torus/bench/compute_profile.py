@@ -31,11 +31,10 @@ import statistics
 import time
 
 import chainer
-import numpy
 
 from chainermn_torus import compute
-from chainermn_torus.bench.compute import MODELS, _iteration
-from chainermn_torus.compute import dnnl, onednn
+from chainermn_torus.bench.compute import MODELS, _iteration, problem
+from chainermn_torus.compute import dnnl
 from chainermn_torus.runtime import jit, threads
 
 __all__ = ['main', 'profile']
@@ -164,15 +163,8 @@ def main(argv=None):
             p.error('--threads: counts of 1 or more, got {}'.format(n))
     if args.rounds < 1 or args.batch < 1 or args.size < 1:
         p.error('--rounds, --batch and --size must be 1 or more')
-    if compute.use('onednn', rank=0) != 'onednn' or not onednn.enabled():
-        raise SystemExit('bench compute-profile: oneDNN is not available here')
-    make, _, classes = MODELS[args.model]
-    rng = numpy.random.RandomState(0)
-    model = make()
-    shape = (args.batch, args.size * args.size) if args.model == 'mlp' else \
-        (args.batch, 3, args.size, args.size)
-    x = rng.uniform(-1, 1, shape).astype(numpy.float32)
-    t = rng.randint(0, classes, args.batch).astype(numpy.int32)
+    compute.use('onednn', rank=0)  # raises where oneDNN does not load, naming the fix
+    model, x, t = problem(args.model, args.batch, args.size)
     by_threads = {}
     for n in args.threads:
         threads.ensure(None, n)

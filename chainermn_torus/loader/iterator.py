@@ -29,8 +29,9 @@ loader process, not multiprocessing queues: a queue's locks are named semaphores
 Shutdown: ``finalize()`` (also at interpreter exit and when the iterator is collected) stops
 the processes; used again, the iterator starts them anew (Chainer's Trainer finalizes the
 evaluator's iterators when training ends, and the examples evaluate once more after it).
-If the training process is killed, its loaders notice within a second and exit. An exception in a loader is raised in the training process as ``LoaderError`` with
-the loader's traceback; a loader that dies is reported with its exit code.
+If the training process is killed, its loaders notice within a second and exit. An
+exception in a loader is raised in the training process as ``LoaderError`` with the
+loader's traceback; a loader that dies is reported with its exit code.
 """
 import collections
 import itertools

@@ -47,15 +47,20 @@ POLL_S = 0.25
 _STATE = {}  # in the rank: 'write' (the pipe to its watcher), 'arrived' (the socket held)
 
 
-def _stat(pid):
-    """(state letter, parent pid, start time in clock ticks) of ``pid``, or None."""
+def _fields(pid):
+    """The fields of /proc/PID/stat after the command's name (state first), or None."""
     try:
         with open('/proc/{}/stat'.format(pid)) as f:
             text = f.read()
     except OSError:
         return None
-    fields = text[text.rindex(')') + 2:].split()
-    return fields[0], int(fields[1]), int(fields[19])
+    return text[text.rindex(')') + 2:].split()
+
+
+def _stat(pid):
+    """(state letter, parent pid, start time in clock ticks) of ``pid``, or None."""
+    fields = _fields(pid)
+    return None if fields is None else (fields[0], int(fields[1]), int(fields[19]))
 
 
 def key_of(pid):
@@ -135,14 +140,9 @@ def _families():
     """{pid: (parent pid, process group)} of every process of the node."""
     out = {}
     for name in os.listdir('/proc'):
-        if name.isdigit():
-            try:
-                with open('/proc/{}/stat'.format(name)) as f:
-                    text = f.read()
-                fields = text[text.rindex(')') + 2:].split()
-                out[int(name)] = int(fields[1]), int(fields[2])
-            except (OSError, ValueError, IndexError):
-                pass
+        fields = _fields(name) if name.isdigit() else None
+        if fields is not None:
+            out[int(name)] = int(fields[1]), int(fields[2])
     return out
 
 
