@@ -347,21 +347,31 @@ def test_a_watchdog_process_that_dies_is_a_stall_named_and_the_job_ends():
 def test_a_lost_watchdogs_ranks_leave_no_checkpoint_temporaries(tmp_path):
     # The rank's own watcher ends the node's ranks when the watchdog process is gone; a rank
     # ended halfway through a checkpoint left its temporary file (the watchdog process, which
-    # removes them otherwise, is the one gone). A dead writer's file goes, a live one's stays.
+    # removes them otherwise, is the one gone). A dead writer's file goes, a live one's stays;
+    # and who was writing is read once the ended ranks are gone, not before: a rank that began
+    # its checkpoint while the node's ranks were being ended once left its file in CI.
     from chainermn_torus.runtime import atomic, rank_watch
     dead = subprocess.Popen([sys.executable, '-c', 'pass'])
     dead.wait()
+    ending = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(0.4)'])
     live = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])
     try:
         names = {}
-        for pid in (dead.pid, live.pid):
+        for pid in (dead.pid, ending.pid, live.pid):
             path = os.path.join(str(tmp_path), 'snapshot_iter_6.rank{}.npz'.format(pid))
             names[pid] = os.path.basename(atomic.tmp_name(path)).replace(
                 '.{}'.format(os.getpid()), '.{}'.format(pid))
             open(os.path.join(str(tmp_path), names[pid]), 'w').close()
-        rank_watch.remove_temporaries([(dead.pid, str(tmp_path)), (live.pid, str(tmp_path))],
-                                      wait_s=0.1)
+        read_at = []
+
+        def board():  # what the board says when read; the ending rank there once it ended
+            read_at.append(rank_watch.status_of(ending.pid))
+            return [(pid, str(tmp_path)) for pid in (dead.pid, ending.pid, live.pid)]
+
+        rank_watch.remove_temporaries([dead.pid, ending.pid], board, wait_s=10)
+        assert len(read_at) == 1 and (read_at[0] or 'X')[0] in 'ZX', read_at
         assert sorted(os.listdir(str(tmp_path))) == [names[live.pid]]
     finally:
-        live.kill()
-        live.wait()
+        for p in (ending, live):
+            p.kill()
+            p.wait()

@@ -527,9 +527,11 @@ class Watcher(object):
         rows = self.board.rows()
         live = [i for i, r in enumerate(rows) if r[pb.PID] and r[pb.PHASE] != pb.FINISHED]
         pids = [int(rows[i][pb.PID]) for i in live]
-        writing = [(int(rows[i][pb.PID]), self.board.writing_to(i)) for i in live]
-        self.board.close(remove=True)
         _end_ranks(pids)
+        # Who was writing a checkpoint, read once the ranks are gone: a rank that began one
+        # while they were being ended is on the board now (runtime.rank_watch likewise).
+        writing = [(pid, self.board.writing_to(i)) for i, pid in zip(live, pids)]
+        self.board.close(remove=True)
         for pid, directory in writing:  # a writer killed halfway leaves nothing behind
             if directory and not sweep.pid_alive(pid):
                 remove_temporary(directory, pid)

@@ -147,18 +147,25 @@ def fork_canary(group):
         return None
 
 
-def remove_temporaries(writers, wait_s=1.0):
-    """Remove the checkpoint temporaries of the ranks ``writers`` [(pid, directory)] ended
-    halfway through writing them, once each is gone (waiting up to ``wait_s``): the
-    watchdog process does this for the ranks it ends, and it is the one that is gone here."""
+def remove_temporaries(pids, read_writers, wait_s=3.0):
+    """Remove the checkpoint temporaries of the ranks ``pids`` that were ended halfway
+    through writing them: once every one is gone (waiting up to ``wait_s``),
+    ``read_writers()`` gives [(pid, directory)] from the board. Read after the ends, not
+    before: a rank that began a checkpoint while its node's ranks were being ended (the
+    canaries first, up to a second) left a file no earlier reading named (seen once in CI).
+    The watchdog process does this for the ranks it ends; here it is the one that is gone."""
+    if not pids:
+        return
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and any(
+            (status_of(pid) or 'X')[0] not in 'ZX' for pid in pids):
+        time.sleep(0.005)
+    writers = read_writers()
     if not writers:
         return
     atomic = _load('atomic', os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                           'atomic.py'))
-    deadline = time.monotonic() + wait_s
     for pid, directory in writers:
-        while time.monotonic() < deadline and (status_of(pid) or 'X')[0] not in 'ZX':
-            time.sleep(0.005)
         if (status_of(pid) or 'X')[0] in 'ZX':  # a live writer's file is its own
             atomic.remove_temporary(directory, pid)
 
@@ -346,11 +353,11 @@ class Watch(object):
                                          self.node_watcher, how,
                                          ', '.join(str(p) for p in pids)).encode())
         board = self._board_path()
-        writers = self.layout.writing(board) if self.layout and board else []
         if self.canary is not None:
             self._drop_canary()  # its own rank too is ended on purpose
         self.ends.end_ranks(pids)
-        remove_temporaries(writers)
+        remove_temporaries(pids, lambda: self.layout.writing(board)
+                           if self.layout and board else [])
         if self.board:
             try:
                 os.unlink(self.board)  # the watchdog that would have removed it is gone
