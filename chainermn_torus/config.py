@@ -99,8 +99,8 @@ SETTINGS = collections.OrderedDict([
                              "keep MPICH's /dev/shm/mpich_shm_* names until MPI_Finalize "
                              '(default: removed once every rank has mapped them, so a killed '
                              'job leaves nothing)')),
-    # What `python -m chainermn_torus.run` applies to an unchanged script (chainermn_torus/launch/); each
-    # is also its command-line option there (--fused, --loader, ...).
+    # What `python -m chainermn_torus.run` applies to an unchanged script
+    # (chainermn_torus/launch/); each is also its command-line option there (--fused, ...).
     ('fused', Setting('CHAINERMN_TORUS_FUSED', 'switch', 'auto',
                       'launcher: fused update kernels for the multi-node optimizers the script '
                       'makes: auto (where a kernel exists), on, off', launcher='optimizer')),
@@ -130,6 +130,13 @@ SETTINGS = collections.OrderedDict([
     ('dedicated_cores', Setting('CHAINERMN_TORUS_DEDICATED_CORES', 'count', None,
                                 'launcher, --affinity dedicated: cores set aside for loaders',
                                 launcher='iterator')),
+    # 1 by measurement (docs/compute.md, "The fixed cost of an iteration"): the checks are
+    # 2-3.5% of a ResNet-50 iteration on 2 threads and 10% of a small one on 16; the first
+    # step checks every shape and dtype a training forward has (only the batch size varies).
+    ('type_check', Setting('CHAINERMN_TORUS_TYPE_CHECK', 'type_check', 1,
+                           "Chainer's type checks in the multi-node optimizer's forward and "
+                           'backward: on (every step), off, or N (the first N steps, then '
+                           'off, said once)', launcher='optimizer')),
     ('check_replicas', Setting('CHAINERMN_TORUS_CHECK_REPLICAS', 'count', None,
                                'launcher: compare the replicas every K steps',
                                launcher='optimizer')),
@@ -173,6 +180,7 @@ _WHAT = {
     'tune': 'off, on or again',
     'compute': 'onednn, numpy or auto',
     'seed': 'an integer from 0 to 2**32 - 1 (numpy\'s seeds)',
+    'type_check': 'on, off or a step count >= 1 (checked on the first N steps)',
 }
 
 
@@ -232,6 +240,13 @@ def _tune(v):
     return 'on' if _flag(v) else 'off'
 
 
+def _type_check(v):
+    text = str(v).strip().lower()
+    if text in ('on', 'off'):
+        return text
+    return _at_least(1)(text)
+
+
 def _choice(*names):
     def pick(v):
         if v not in names:
@@ -262,7 +277,8 @@ _PARSERS = {'seconds': _seconds, 'bytes': _at_least(0), 'segment': _segment,
             'loader': _choice('serial', 'multiprocess', 'ours'),
             'affinity': _choice('auto', 'same-core', 'sibling', 'dedicated', 'none'),
             'mpi': _choice('mpich', 'impi', 'openmpi'), 'tune': _tune,
-            'compute': _choice('onednn', 'numpy', 'auto'), 'seed': _seed}
+            'compute': _choice('onednn', 'numpy', 'auto'), 'seed': _seed,
+            'type_check': _type_check}
 
 
 def _must_be(kind, raw):

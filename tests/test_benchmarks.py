@@ -266,21 +266,48 @@ def test_compute_numerics_benchmark(tmp_path):
 def test_data_parallel_benchmark(tmp_path):
     _needs_onednn()
     out = tmp_path / 'dp.json'
-    argv = [sys.executable, '-m', 'chainermn_torus.bench.data_parallel', '--batch', '1',
+    argv = [sys.executable, '-m', 'chainermn_torus.bench.data_parallel', '--layouts', '2x1:1',
             '--size', '64', '--iterations', '1', '--warmup', '1', '--rounds', '1',
-            '--json', str(out)]
+            '--variant', 'checked:CHAINERMN_TORUS_TYPE_CHECK=on', '--json', str(out)]
     if os.environ.get('TORCH_PYTHON'):
         argv += ['--torch', os.environ['TORCH_PYTHON']]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=ROOT,
                           env=dict(os.environ, PYTHONPATH=pythonpath()))
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
-    res = json.loads(out.read_text())
-    assert {'numpy', 'onednn'} <= set(res['median']) and res['ranks'] == 2
-    for mode in ('numpy', 'onednn'):
+    [res] = json.loads(out.read_text())['layouts']
+    assert {'numpy', 'onednn', 'checked'} <= set(res['median'])
+    assert (res['ranks'], res['threads'], res['batch']) == (2, 1, 1)
+    assert res['variants'] == {'checked': {'CHAINERMN_TORUS_TYPE_CHECK': 'on'}}
+    assert res['ratios']['onednn_over_checked'] > 0
+    for mode in ('numpy', 'onednn', 'checked'):
         parts = res['parts'][mode]
         assert parts['forward_backward'] > 0 and parts['update'] > 0
         assert parts['forward_backward'] + parts['update'] <= res['median'][mode] + 1e-6
     assert ('torch' in res['median']) == bool(os.environ.get('TORCH_PYTHON'))
+
+
+@pytest.mark.parametrize('text, layouts', [('1x2:1', [(1, 2, 1)]),
+                                           ('1X16:32,4x4:8', [(1, 16, 32), (4, 4, 8)])])
+def test_data_parallel_layouts_parse(text, layouts):
+    from chainermn_torus.bench import data_parallel
+    assert data_parallel.parse_layouts(text) == layouts
+
+
+@pytest.mark.parametrize('text', ['1x2', '0x2:1', '1x2:b', '2:8', ''])
+def test_data_parallel_bad_layouts_say_the_form(text):
+    from chainermn_torus.bench import data_parallel
+    with pytest.raises(ValueError) as e:
+        data_parallel.parse_layouts(text)
+    assert 'is not RANKSxTHREADS:BATCH' in str(e.value)
+
+
+def test_data_parallel_variants_parse_and_refuse():
+    from chainermn_torus.bench import data_parallel
+    assert data_parallel.parse_variant('checked:A=on,B=2') == ('checked', {'A': 'on', 'B': '2'})
+    for bad in ('onednn:A=1', 'x', 'x:', ':A=1', 'x:A=1,B'):
+        with pytest.raises(ValueError) as e:
+            data_parallel.parse_variant(bad)
+        assert 'is not LABEL:VAR=VALUE' in str(e.value)
 
 
 @pytest.mark.slow  # full tier only: the fast tier keeps one of its kind

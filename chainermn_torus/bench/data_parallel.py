@@ -2,8 +2,9 @@
 gradient averaging, update) on Chainer's numpy, on oneDNN and in PyTorch DDP, interleaved.
 
     python -m chainermn_torus.bench.data_parallel [--ranks 2] [--batch 8] [--size 224]
-        [--threads 1] [--iterations 4] [--warmup 1] [--rounds 3] [--communicator rsap]
-        [--overlap] [--torch PYTHON] [--json OUT]
+        [--threads 1] [--layouts RxT:B,...] [--iterations 4] [--warmup 1] [--rounds 3]
+        [--communicator rsap] [--overlap] [--variant LABEL:VAR=VALUE ...]
+        [--torch PYTHON] [--json OUT]
 
 Each round runs, one after the other on the same cores, an MPI job of ``--ranks`` ranks per
 compute mode (``CHAINERMN_TORUS_COMPUTE`` numpy, then onednn): Chainer's ResNet50Layers,
@@ -15,6 +16,12 @@ and threads (``bench/torch_ddp.py``). Every rank trains on a synthetic batch of 
 reports the seconds of its iterations after ``--warmup``; the table gives, per side, the
 median over rounds of each job's median, and for Chainer the parts of rank 0's iteration:
 forward + backward, the averaging the training thread waited for, the update.
+
+``--layouts 1x2:1,1x2:2,2x1:8`` measures several layouts (ranks x threads per rank: batch
+per rank) in the same rounds, one after the other, each as above (the seeds' layout is one
+rank per node with every core a thread). ``--variant LABEL:VAR=VALUE[,VAR=VALUE]``
+(repeatable) adds a oneDNN job per layout and round with those environment variables, for
+a before/after in one run: ``--variant checked:CHAINERMN_TORUS_TYPE_CHECK=on``.
 """
 import argparse
 import json
@@ -80,70 +87,79 @@ def _result(cmd, env, what):
                       else lines[-1])
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(prog='chainermn-torus bench data_parallel',
-                                description=__doc__.split('\n')[0])
-    p.add_argument('--ranks', type=int, default=2)
-    p.add_argument('--batch', type=int, default=8, help='per rank')
-    p.add_argument('--size', type=int, default=224)
-    p.add_argument('--threads', type=int, default=1, help='per rank')
-    p.add_argument('--iterations', type=int, default=4)
-    p.add_argument('--warmup', type=int, default=1)
-    p.add_argument('--rounds', type=int, default=3)
-    p.add_argument('--communicator', default='rsap')
-    p.add_argument('--overlap', action='store_true',
-                   help='the optimizer averages each layer\'s gradients while the backward '
-                        'goes on (as DDP does with its buckets)')
-    p.add_argument('--modes', default=','.join(MODES),
-                   help='Chainer\'s compute modes to run, of ' + ', '.join(MODES))
-    p.add_argument('--torch', default=None, metavar='PYTHON',
-                   help='a Python that has PyTorch: its DDP (gloo) in the same rounds')
-    p.add_argument('--json', default=None)
-    p.add_argument('--rank-side', action='store_true', help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if args.rank_side:
-        return rank_side(args)
-    modes = [m for m in args.modes.split(',') if m]
-    bad = [m for m in modes if m not in MODES]
-    if bad:
-        p.error('--modes: {} is not one of {}'.format(','.join(bad), ', '.join(MODES)))
-    side = ['--batch', str(args.batch), '--size', str(args.size), '--iterations',
-            str(args.iterations), '--warmup', str(args.warmup), '--communicator',
-            args.communicator, '--rank-side'] + (['--overlap'] if args.overlap else [])
-    runs = {m: [] for m in modes}
-    if args.torch:
-        runs['torch'] = []
-    parts = {m: [] for m in modes}
-    torch_version = None
+def parse_layouts(text):
+    """'RxT:B,...' -> [(ranks, threads, batch)]; a ValueError saying what is allowed."""
+    out = []
+    for item in text.split(','):
+        try:
+            grid, batch = item.split(':')
+            ranks, threads = grid.lower().split('x')
+            layout = int(ranks), int(threads), int(batch)
+        except ValueError:
+            layout = None
+        if layout is None or min(layout) < 1:
+            raise ValueError('--layouts: {!r} is not RANKSxTHREADS:BATCH with each a whole '
+                             'number >= 1 (for example 1x2:2,2x1:8)'.format(item))
+        out.append(layout)
+    return out
+
+
+def parse_variant(text):
+    """'LABEL:VAR=VALUE,...' -> (label, {VAR: VALUE})."""
+    label, _, assignments = text.partition(':')
+    env = dict(a.split('=', 1) for a in assignments.split(',') if '=' in a)
+    if not label or label in MODES + ('torch',) or not env or \
+            len(env) != len([a for a in assignments.split(',') if a]):
+        raise ValueError('--variant: {!r} is not LABEL:VAR=VALUE[,VAR=VALUE] with a label '
+                         'other than {}'.format(text, ', '.join(MODES + ('torch',))))
+    return label, env
+
+
+def _measure(args, layouts, modes, variants):
+    """{layout: (runs, parts, torch_version)}, the layouts interleaved in each round."""
+    got_all = {layout: ({}, {}, [None]) for layout in layouts}
+    jobs = [(m, m, {}) for m in modes] + [(label, 'onednn', env) for label, env in variants]
     for r in range(args.rounds):
-        for mode in modes:
-            env = dict(os.environ, CHAINERMN_TORUS_COMPUTE=mode,
-                       CHAINERMN_TORUS_THREADS=str(args.threads))
-            got = _result([bench.mpiexec(), '-n', str(args.ranks), sys.executable, '-m',
-                           'chainermn_torus.bench.data_parallel'] + side, env,
-                          'Chainer ({})'.format(mode))
-            if got['compute'] != mode:
-                raise SystemExit('bench data_parallel: asked for {}, the job ran {}'.format(
-                    mode, got['compute']))
-            runs[mode].append(statistics.median(got['seconds']))
-            parts[mode].append(got['parts'])
-            print('round {} {:<7} {:.3f} s per iteration'.format(r + 1, mode, runs[mode][-1]),
-                  flush=True)
-        if args.torch:
-            script = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'torch_ddp.py')
-            got = _result([args.torch, script, str(args.ranks), str(args.batch), str(args.size),
-                           str(args.threads), str(args.iterations), str(args.warmup)],
-                          dict(os.environ), 'PyTorch DDP')
-            torch_version = got['torch']
-            runs['torch'].append(statistics.median(got['seconds']))
-            print('round {} {:<7} {:.3f} s per iteration'.format(r + 1, 'torch',
-                                                                 runs['torch'][-1]), flush=True)
+        for layout in layouts:
+            ranks, threads, batch = layout
+            runs, parts, version = got_all[layout]
+            side = ['--batch', str(batch), '--size', str(args.size), '--iterations',
+                    str(args.iterations), '--warmup', str(args.warmup), '--communicator',
+                    args.communicator, '--rank-side'] + (['--overlap'] if args.overlap else [])
+            for label, mode, extra in jobs:
+                env = dict(os.environ, CHAINERMN_TORUS_COMPUTE=mode,
+                           CHAINERMN_TORUS_THREADS=str(threads), **extra)
+                got = _result([bench.mpiexec(), '-n', str(ranks), sys.executable, '-m',
+                               'chainermn_torus.bench.data_parallel'] + side, env,
+                              'Chainer ({})'.format(label))
+                if got['compute'] != mode:
+                    raise SystemExit('bench data_parallel: asked for {}, the job ran {}'.format(
+                        mode, got['compute']))
+                runs.setdefault(label, []).append(statistics.median(got['seconds']))
+                parts.setdefault(label, []).append(got['parts'])
+                print('round {} {}x{}:{} {:<8} {:.3f} s per iteration'.format(
+                    r + 1, ranks, threads, batch, label, runs[label][-1]), flush=True)
+            if args.torch:
+                script = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                      'torch_ddp.py')
+                got = _result([args.torch, script, str(ranks), str(batch), str(args.size),
+                               str(threads), str(args.iterations), str(args.warmup)],
+                              dict(os.environ), 'PyTorch DDP')
+                version[0] = got['torch']
+                runs.setdefault('torch', []).append(statistics.median(got['seconds']))
+                print('round {} {}x{}:{} {:<8} {:.3f} s per iteration'.format(
+                    r + 1, ranks, threads, batch, 'torch', runs['torch'][-1]), flush=True)
+    return got_all
+
+
+def _summary(args, layout, runs, parts, torch_version, variants):
+    ranks, threads, batch = layout
     med = {k: statistics.median(v) for k, v in runs.items()}
     part_med = {m: {k: statistics.median(p[k] for p in parts[m]) for k in parts[m][0]}
-                for m in modes}
+                for m in parts}
     print('ResNet-50 data-parallel iteration: {} ranks, batch {} per rank, {} px, {} thread(s) '
           'per rank, {}{}; medians of {} interleaved rounds'.format(
-              args.ranks, args.batch, args.size, args.threads, args.communicator,
+              ranks, batch, args.size, threads, args.communicator,
               ' with overlap' if args.overlap else '', args.rounds))
     print('{:<8} {:>9} {:>16} {:>10} {:>8}'.format('', 'iteration', 'forward+backward',
                                                     'averaging', 'update'))
@@ -156,18 +172,65 @@ def main(argv=None):
     ratios = {}
     if 'numpy' in med and 'onednn' in med:
         ratios['numpy_over_onednn'] = med['numpy'] / med['onednn']
+    if 'onednn' in med:
+        for label, _ in variants:
+            ratios['onednn_over_{}'.format(label)] = med['onednn'] / med[label]
     if 'torch' in med:
-        for m in modes:
+        for m in parts:
             ratios['{}_over_torch'.format(m)] = med[m] / med['torch']
     print('; '.join('{} {:.2f}'.format(k, v) for k, v in ratios.items()))
+    return {'ranks': ranks, 'batch': batch, 'size': args.size, 'threads': threads,
+            'iterations': args.iterations, 'rounds': args.rounds,
+            'communicator': args.communicator, 'overlap': args.overlap,
+            'variants': {label: env for label, env in variants},
+            'seconds': runs, 'median': med, 'parts': part_med, 'ratios': ratios,
+            'torch': torch_version}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog='chainermn-torus bench data_parallel',
+                                description=__doc__.split('\n')[0])
+    p.add_argument('--ranks', type=int, default=2)
+    p.add_argument('--batch', type=int, default=8, help='per rank')
+    p.add_argument('--size', type=int, default=224)
+    p.add_argument('--threads', type=int, default=1, help='per rank')
+    p.add_argument('--layouts', default=None, metavar='RxT:B,...',
+                   help='several layouts in the same rounds (ranks x threads per rank: batch '
+                        'per rank), instead of --ranks/--threads/--batch')
+    p.add_argument('--iterations', type=int, default=4)
+    p.add_argument('--warmup', type=int, default=1)
+    p.add_argument('--rounds', type=int, default=3)
+    p.add_argument('--communicator', default='rsap')
+    p.add_argument('--overlap', action='store_true',
+                   help='the optimizer averages each layer\'s gradients while the backward '
+                        'goes on (as DDP does with its buckets)')
+    p.add_argument('--modes', default=','.join(MODES),
+                   help='Chainer\'s compute modes to run, of ' + ', '.join(MODES))
+    p.add_argument('--variant', action='append', default=[], metavar='LABEL:VAR=VALUE',
+                   help='also a oneDNN job with these environment variables (repeatable)')
+    p.add_argument('--torch', default=None, metavar='PYTHON',
+                   help='a Python that has PyTorch: its DDP (gloo) in the same rounds')
+    p.add_argument('--json', default=None)
+    p.add_argument('--rank-side', action='store_true', help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.rank_side:
+        return rank_side(args)
+    modes = [m for m in args.modes.split(',') if m]
+    bad = [m for m in modes if m not in MODES]
+    if bad:
+        p.error('--modes: {} is not one of {}'.format(','.join(bad), ', '.join(MODES)))
+    try:
+        layouts = (parse_layouts(args.layouts) if args.layouts
+                   else [(args.ranks, args.threads, args.batch)])
+        variants = [parse_variant(v) for v in args.variant]
+    except ValueError as e:
+        p.error(str(e))
+    got = _measure(args, layouts, modes, variants)
+    results = [_summary(args, layout, runs, parts, version[0], variants)
+               for layout, (runs, parts, version) in got.items()]
     if args.json:
         with open(args.json, 'w') as f:
-            json.dump({'ranks': args.ranks, 'batch': args.batch, 'size': args.size,
-                       'threads': args.threads, 'iterations': args.iterations,
-                       'rounds': args.rounds, 'communicator': args.communicator,
-                       'overlap': args.overlap,
-                       'seconds': runs, 'median': med, 'parts': part_med, 'ratios': ratios,
-                       'torch': torch_version}, f, indent=1)
+            json.dump(results[0] if not args.layouts else {'layouts': results}, f, indent=1)
     return 0
 
 

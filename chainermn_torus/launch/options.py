@@ -12,7 +12,7 @@ __all__ = ['add_arguments', 'resolve', 'option_of', 'keys']
 # The value a --help line shows per kind; flags take --X / --no-X instead.
 _METAVARS = {'switch': 'auto|on|off', 'loader': 'serial|multiprocess|ours', 'count': 'N',
              'seconds': 'S', 'affinity': 'POLICY', 'text': 'VALUE',
-             'tune': 'off|on|again'}
+             'tune': 'off|on|again', 'type_check': 'on|off|N'}
 
 
 def keys(target=None):

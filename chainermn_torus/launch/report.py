@@ -10,7 +10,8 @@ PREFIX = 'chainermn_torus.run: '
 # named by its key, after these, until a phrase is added here).
 _PHRASES = {'flush_denormals': 'flush-to-zero', 'double_buffering': 'double buffering',
             'overlap': 'overlap during backward', 'check_finite': 'finite check',
-            'watchdog': 'watchdog {:g} s', 'check_replicas': 'replica check every {} steps'}
+            'watchdog': 'watchdog {:g} s', 'check_replicas': 'replica check every {} steps',
+            'type_check': "Chainer's type checks: {}"}
 
 
 def say(line, rank=None):

@@ -49,6 +49,7 @@ from chainermn_torus.communicators import _packing
 from chainermn_torus.errors import ConfigError
 from chainermn_torus.extensions.replicas import check_replicas as _check_replicas
 from chainermn_torus.optimizers import fpenv, fused as fused_mod, update_modes
+from chainermn_torus.optimizers import type_checks as type_checks_mod
 from chainermn_torus.runtime import chainer_private, jit, report, timeline as _timeline
 from chainermn_torus.runtime import watchdog as watchdog_mod
 
@@ -58,7 +59,7 @@ __all__ = ['make', 'MultiNodeOptimizer']
 def make(actual_optimizer, communicator, double_buffering=False, zero_fill=True, fused=False,
          flush_denormals=False, check_finite=False,
          background_poll=update_modes.BACKGROUND_POLL_S, watchdog=None, check_replicas=None,
-         overlap=False, bucket_bytes=None, on_first_update=None):
+         overlap=False, bucket_bytes=None, on_first_update=None, type_check=None):
     """Wrap a Chainer optimizer for data-parallel training (what
     ``chainermn_torus.create_multi_node_optimizer`` makes; its options checked here).
 
@@ -97,8 +98,13 @@ def make(actual_optimizer, communicator, double_buffering=False, zero_fill=True,
             ``$CHAINERMN_TORUS_BUCKET_BYTES`` or the configuration table's.
         on_first_update: called at the first update (a launcher's check:
             ``optimizers.factory``).
+        type_check: Chainer's type checks in the forward and backward that ``update(lossfun,
+            ...)`` runs: 'on' (every step), 'off', or N (the first N steps, then off, said
+            once); default ``$CHAINERMN_TORUS_TYPE_CHECK`` or 1. See
+            ``chainermn_torus.optimizers.type_checks``.
     """
     _check_options(check_replicas, fused, overlap, double_buffering)
+    checks = type_checks_mod.TypeChecks(type_check, communicator.rank)
     _fuse(actual_optimizer, fused, flush_denormals, communicator.rank)
     if flush_denormals:
         fpenv.set_flush_denormals(True)
@@ -110,7 +116,7 @@ def make(actual_optimizer, communicator, double_buffering=False, zero_fill=True,
     else:
         mode = update_modes.Synchronous()
     return MultiNodeOptimizer(actual_optimizer, communicator, mode, zero_fill, check_finite,
-                              dog, check_replicas, on_first_update)
+                              dog, check_replicas, on_first_update, checks)
 
 
 def _check_options(check_replicas, fused, overlap, double_buffering):
@@ -148,14 +154,17 @@ class MultiNodeOptimizer(object):
 
     _own = ('communicator', 'actual_optimizer', 'mode', 'zero_fill', 'check_finite',
             'timings', 'iterations', 'watchdog', 'check_replicas', 'on_first_update',
-            '_signature', '_resumed')
+            'type_checks', '_signature', '_resumed')
 
     def __init__(self, actual_optimizer, communicator, mode, zero_fill=True,
                  check_finite=False, watchdog=None, check_replicas=None,
-                 on_first_update=None):
+                 on_first_update=None, type_checks=None):
+        if type_checks is None:  # made directly: Chainer's own way, every step checked
+            type_checks = type_checks_mod.TypeChecks('on', getattr(communicator, 'rank', 0))
         own = dict(communicator=communicator, actual_optimizer=actual_optimizer, mode=mode,
                    zero_fill=zero_fill, check_finite=check_finite, watchdog=watchdog,
                    check_replicas=check_replicas, on_first_update=on_first_update,
+                   type_checks=type_checks,
                    timings={'forward_backward': 0.0, 'communicate': 0.0, 'update': 0.0,
                             'wait': 0.0},
                    iterations=0, _signature=None, _resumed=False)
@@ -205,7 +214,8 @@ class MultiNodeOptimizer(object):
 
     def _forward_backward(self, lossfun, args, kwds):
         _timeline.next_iteration()
-        with _timeline.timed('forward_backward', self.timings):
+        with _timeline.timed('forward_backward', self.timings), \
+                self.type_checks.forward(self.iterations):
             target = self.target
             loss = lossfun(*args, **kwds)
             if chainer_private.uses_cleargrads(self.actual_optimizer):
