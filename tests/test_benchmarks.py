@@ -188,6 +188,10 @@ def test_compute_benchmark(tmp_path, model, size, kinds):
     assert proc.returncode == 0, proc.stderr
     res = json.loads(out.read_text())
     assert set(res['median']) == {'numpy', 'onednn'} and res['bound_seconds'] > 0
+    # The bound is the best of what was measured: OpenBLAS's and oneDNN's GEMM, a large conv.
+    measured = res['bound_flops_measured']
+    assert set(measured) == {'openblas', 'onednn', 'conv'} and min(measured.values()) > 0
+    assert res['bound_flops'] == max(measured.values())
     # --threads 1 held for every pool, OpenMP's included (numba's OpenMP layer reset it to
     # numba's count, 2 here, when only the OpenMP pool was limited).
     assert res['pools'] and set(res['pools'].values()) == {1}, res['pools']

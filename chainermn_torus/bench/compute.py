@@ -17,8 +17,11 @@ gives the medians and the ratios. A breakdown by Chainer function (its
 ``TimerHook``, one more iteration per mode) shows where each spends its time, and the
 machine's bound puts both beside what the cores can do: the network's floating-point work
 (forward + backward about 3x the forward's multiply-adds x 2, the multiply-adds counted
-from the convolutions' and linear layers' shapes in one forward) over the FLOP/s of a large
-float32 matrix product measured in the same run. PyTorch's side exists for ResNet-50.
+from the convolutions' and linear layers' shapes in one forward) over the best FLOP/s
+measured in the same run at the same threads: a 2048 x 2048 float32 matrix product by
+OpenBLAS and by oneDNN's own GEMM, and a large 3 x 3 convolution on oneDNN (an OpenBLAS
+product alone was no bound: PyTorch ran at 0.44x of it on a 16-core machine). PyTorch's side
+exists for ResNet-50.
 """
 import argparse
 import json
@@ -33,7 +36,7 @@ import numpy
 from chainer.function_hooks import TimerHook
 
 from chainermn_torus import compute
-from chainermn_torus.compute import conv, onednn
+from chainermn_torus.compute import conv, dnnl, onednn
 from chainermn_torus.runtime import threads
 from chainermn_torus.models import MLP, NIN, ResNet50, TinyNet
 
@@ -108,12 +111,39 @@ def _iteration(model, x, t):
     return float(loss.array)
 
 
-def gemm_flops(n=2048, repeat=3):
-    """FLOP/s of an n x n float32 matrix product (the BLAS numpy uses)."""
+def gemm_flops(n=2048, repeat=3, by='openblas'):
+    """FLOP/s of an n x n float32 matrix product: by the BLAS numpy uses ('openblas'), or by
+    oneDNN's own GEMM ('onednn')."""
     a = numpy.random.RandomState(0).rand(n, n).astype(numpy.float32)
-    a.dot(a)
-    best = min(_timed(lambda: a.dot(a)) for _ in range(repeat))
+    c = numpy.empty_like(a)
+    product = (lambda: a.dot(a, out=c)) if by == 'openblas' else (
+        lambda: dnnl.sgemm(a, a, c))
+    product()
+    best = min(_timed(product) for _ in range(repeat))
     return 2.0 * n ** 3 / best
+
+
+# A large convolution: ResNet-50's 3x3 of its second stage at batch 32 (7.4 GFLOP).
+_LARGE_CONV = ((32, 128, 28, 28), (128, 128, 3, 3))
+
+
+def conv_flops(repeat=3):
+    """FLOP/s of a large 3x3 convolution's forward on oneDNN (``_LARGE_CONV``, pad 1)."""
+    rng = numpy.random.RandomState(0)
+    x = rng.uniform(-1, 1, _LARGE_CONV[0]).astype(numpy.float32)
+    W = rng.uniform(-1, 1, _LARGE_CONV[1]).astype(numpy.float32)
+    run = lambda: conv.forward(x, W, None, (1, 1), (1, 1))  # noqa: E731
+    run()
+    best = min(_timed(run) for _ in range(repeat))
+    n, c, h, w = x.shape
+    return 2.0 * n * h * w * W.shape[0] * c * 9 / best
+
+
+def bound_flops():
+    """{'openblas', 'onednn', 'conv': FLOP/s measured now}; the bound takes the largest:
+    what these cores were seen to do at this thread count."""
+    return {'openblas': gemm_flops(), 'onednn': gemm_flops(by='onednn'),
+            'conv': conv_flops()}
 
 
 def _timed(fn):
@@ -175,7 +205,8 @@ def main(argv=None):
     # count to its own before each parallel loop, so a limit on the OpenMP pool alone
     # (threadpoolctl) was undone by the first batch normalization (2 threads, asked 1).
     threads.ensure(None, args.threads)
-    flops = gemm_flops()
+    measured = bound_flops()
+    flops = max(measured.values())
     macs = forward_macs(model, x)
     for mode in ('numpy', 'onednn'):
         (onednn.enable if mode == 'onednn' else onednn.disable)()
@@ -204,12 +235,14 @@ def main(argv=None):
     print('{:<8} {:>10} {:>10}'.format('', 'seconds', 'x bound'))
     for mode in times:
         print('{:<8} {:>10.3f} {:>10.2f}'.format(mode, med[mode], med[mode] / bound))
-    print('oneDNN is {:.2f}x faster than numpy{}; the bound ({:.1f} GFLOP of work at the '
-          'measured {:.1f} GFLOP/s of a 2048x2048 SGEMM) is {:.3f} s'.format(
+    print('oneDNN is {:.2f}x faster than numpy{}; the bound ({:.1f} GFLOP of work at '
+          '{:.1f} GFLOP/s, the best measured now of: a 2048x2048 SGEMM by OpenBLAS {:.1f}, '
+          "by oneDNN {:.1f}, oneDNN's 3x3 convolution {} x {} {:.1f}) is {:.3f} s".format(
               med['numpy'] / med['onednn'], '' if torch is None else
               ', {:.2f}x PyTorch\'s time ({})'.format(med['onednn'] / med['torch'],
                                                      torch.version[6:]),
-              work / 1e9, flops / 1e9, bound))
+              work / 1e9, flops / 1e9, measured['openblas'] / 1e9, measured['onednn'] / 1e9,
+              _LARGE_CONV[0], _LARGE_CONV[1], measured['conv'] / 1e9, bound))
     print('by Chainer function, its own time (seconds, numpy / oneDNN):')
     names = sorted(set(breakdown['numpy']) | set(breakdown['onednn']),
                    key=lambda n: -breakdown['numpy'].get(n, 0.0))
@@ -225,7 +258,9 @@ def main(argv=None):
                        'ratio_onednn_over_torch': med['onednn'] / med['torch']
                        if 'torch' in med else None,
                        'torch': None if torch is None else torch.version[6:],
-                       'pools': pools, 'gemm_flops': flops, 'bound_seconds': bound,
+                       'pools': pools, 'gemm_flops': measured['openblas'],
+                       'bound_flops_measured': measured, 'bound_flops': flops,
+                       'bound_seconds': bound,
                        'breakdown': breakdown,
                        'onednn_version': list(compute.dnnl.version()[:3])}, f, indent=1)
     return 0

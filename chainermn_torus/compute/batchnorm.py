@@ -14,7 +14,7 @@ does, from the mean and variance returned here). NCHW in and out, no reorder.
 """
 import numpy
 
-from chainermn_torus.compute import dnnl, geometries
+from chainermn_torus.compute import dnnl, geometries, layer
 from chainermn_torus.runtime import jit
 
 __all__ = ['BatchNorm', 'batch_norm', 'forward', 'backward', 'inference', 'implementation',
@@ -23,80 +23,68 @@ __all__ = ['BatchNorm', 'batch_norm', 'forward', 'backward', 'inference', 'imple
 _FLAGS = dnnl.BN_FLAGS['use_scale'] | dnnl.BN_FLAGS['use_shift']
 
 
-class BatchNorm(object):
-    """One shape and epsilon: the forward and backward primitives, made at first use."""
+class BatchNorm(layer.Layer):
+    """One shape and epsilon: the forward, inference and backward primitives."""
+
+    what = 'batch normalization'
+    STEPS = {'forward': (['src'], ['dst']), 'inference': (['src'], ['dst']),
+             'backward': (['src', 'diff_dst'], ['diff_src'])}
 
     def __init__(self, shape, eps):
+        super().__init__()
         self.shape, self.eps = tuple(shape), float(eps)
         c = self.shape[1]
         self.data = dnnl.plain_md(self.shape)
         self.channel = dnnl.plain_md((c,))
-        self._fwd = self._bwd = self._inf = None
-        self._hint = None
 
-    def _forward_pd(self):
-        pd = dnnl.P()
-        dnnl.check(dnnl.lib().dnnl_batch_normalization_forward_primitive_desc_create(
-            dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.PROP['forward_training'],
-            self.data.handle, self.data.handle, self.eps, _FLAGS, dnnl.attr()),
-            'batch normalization forward')
+    def describe(self, step, hint):
+        pd, lib, data = dnnl.P(), dnnl.lib(), self.data.handle
+        if step == 'backward':
+            status = lib.dnnl_batch_normalization_backward_primitive_desc_create(
+                dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.PROP['backward'], data, data, data,
+                self.eps, _FLAGS, hint, dnnl.attr())
+        else:
+            training = step == 'forward'
+            status = lib.dnnl_batch_normalization_forward_primitive_desc_create(
+                dnnl.ctypes.byref(pd), dnnl.engine(),
+                dnnl.PROP['forward_training' if training else 'forward_inference'], data, data,
+                self.eps, _FLAGS | (0 if training else dnnl.BN_FLAGS['use_global_stats']),
+                dnnl.attr())
+        dnnl.check(status, '{} {}'.format(self.what, step))
         return pd
+
+    def plain(self, step):
+        return dict.fromkeys(('src', 'dst', 'diff_src', 'diff_dst'), self.data)
+
+    def extra(self, step):
+        names = ('mean', 'variance', 'scale') + (
+            ('diff_scale', 'diff_shift') if step == 'backward' else ('shift',))
+        return dict.fromkeys(names, self.channel)
 
     def forward(self, x, gamma, beta):
         """(y, mean, var): var is the biased variance, as numpy's ``x.var()``."""
-        if self._fwd is None:
-            self._fwd = dnnl.Bound(self._forward_pd(), 'batch normalization forward',
-                                   ['src'], ['dst'], {'src': self.data, 'dst': self.data},
-                                   {'mean': self.channel, 'variance': self.channel,
-                                    'scale': self.channel, 'shift': self.channel})
         c = self.shape[1]
         y = numpy.empty(self.shape, numpy.float32)
         mean = numpy.empty(c, numpy.float32)
         var = numpy.empty(c, numpy.float32)
-        self._fwd(src=x, dst=y, mean=mean, variance=var, scale=gamma, shift=beta)
+        self.run('forward', src=x, dst=y, mean=mean, variance=var, scale=gamma, shift=beta)
         return y, mean, var
 
     def inference(self, x, gamma, beta, mean, var):
         """y with given statistics (Chainer's fixed_batch_normalization)."""
-        if self._inf is None:
-            pd = dnnl.P()
-            dnnl.check(dnnl.lib().dnnl_batch_normalization_forward_primitive_desc_create(
-                dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.PROP['forward_inference'],
-                self.data.handle, self.data.handle, self.eps,
-                _FLAGS | dnnl.BN_FLAGS['use_global_stats'], dnnl.attr()),
-                'batch normalization inference')
-            self._inf = dnnl.Bound(pd, 'batch normalization inference', ['src'], ['dst'],
-                                   {'src': self.data, 'dst': self.data},
-                                   {'mean': self.channel, 'variance': self.channel,
-                                    'scale': self.channel, 'shift': self.channel})
         y = numpy.empty(self.shape, numpy.float32)
-        self._inf(src=x, dst=y, mean=mean, variance=var, scale=gamma, shift=beta)
+        self.run('inference', src=x, dst=y, mean=mean, variance=var, scale=gamma, shift=beta)
         return y
 
     def backward(self, x, gy, mean, var, gamma):
         """(gx, ggamma, gbeta) for the statistics the forward used."""
-        if self._bwd is None:
-            if self._hint is None:
-                self._hint = dnnl.Hint(self._forward_pd())
-            pd = dnnl.P()
-            dnnl.check(dnnl.lib().dnnl_batch_normalization_backward_primitive_desc_create(
-                dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.PROP['backward'],
-                self.data.handle, self.data.handle, self.data.handle, self.eps, _FLAGS,
-                self._hint.pd, dnnl.attr()), 'batch normalization backward')
-            plain = {'src': self.data, 'diff_dst': self.data, 'diff_src': self.data}
-            self._bwd = dnnl.Bound(pd, 'batch normalization backward',
-                                   ['src', 'diff_dst'], ['diff_src'], plain,
-                                   {'mean': self.channel, 'variance': self.channel,
-                                    'scale': self.channel, 'diff_scale': self.channel,
-                                    'diff_shift': self.channel})
         c = self.shape[1]
         gx = numpy.empty(self.shape, numpy.float32)
         ggamma = numpy.empty(c, numpy.float32)
         gbeta = numpy.empty(c, numpy.float32)
-        self._bwd(src=x, diff_dst=gy, diff_src=gx, mean=mean, variance=var, scale=gamma,
-                  diff_scale=ggamma, diff_shift=gbeta)
+        self.run('backward', src=x, diff_dst=gy, diff_src=gx, mean=mean, variance=var,
+                 scale=gamma, diff_scale=ggamma, diff_shift=gbeta)
         return gx, ggamma, gbeta
-
 
 
 def batch_norm(shape, eps):

@@ -37,7 +37,7 @@ import functools
 
 import numpy
 
-from chainermn_torus.compute import dnnl, geometries
+from chainermn_torus.compute import dnnl, geometries, layer
 
 __all__ = ['Convolution', 'convolution', 'out_size', 'pad_after', 'empty_window', 'plan',
            'forward', 'backward_data', 'backward_weights', 'deconvolution', 'plain_weights',
@@ -111,10 +111,17 @@ def plan(x_shape, w_shape, stride, pad, cover_all, dilate, groups):
     return None, y, padded
 
 
-class Convolution(object):
+class Convolution(layer.Layer):
     """One geometry: x (n, c, h, w), W (o, c/G, kh, kw), y (n, o, oh, ow)."""
 
+    what = 'convolution'
+    STEPS = {'forward': (['src', 'weights'], ['dst']),
+             'backward_data': (['diff_dst', 'weights'], ['diff_src']),
+             'backward_weights': (['src', 'diff_dst'], ['diff_weights'])}
+    BACKWARD = ('backward_data', 'backward_weights')
+
     def __init__(self, x_shape, w_shape, y_shape, stride, pad, dilate, groups, bias):
+        super().__init__()
         n, c, h, w = x_shape
         o, cg, kh, kw = w_shape
         self.x_shape, self.w_shape, self.y_shape = tuple(x_shape), tuple(w_shape), \
@@ -131,91 +138,62 @@ class Convolution(object):
                                 pad_after(w, ow, kw, sx, pw, dx)))
         # oneDNN's grouped weights: the same memory as Chainer's W
         self.w_view = (groups, o // groups, cg, kh, kw) if groups > 1 else self.w_shape
-        self.plain = {'src': dnnl.plain_md(self.x_shape),
-                      'weights': dnnl.plain_md(self.w_view),
-                      'dst': dnnl.plain_md(self.y_shape)}
-        self.plain['diff_src'] = self.plain['src']
-        self.plain['diff_weights'] = self.plain['weights']
-        self.plain['diff_dst'] = self.plain['dst']
+        self._plain = {'src': dnnl.plain_md(self.x_shape),
+                       'weights': dnnl.plain_md(self.w_view),
+                       'dst': dnnl.plain_md(self.y_shape)}
+        self._plain['diff_src'] = self._plain['src']
+        self._plain['diff_weights'] = self._plain['weights']
+        self._plain['diff_dst'] = self._plain['dst']
         self.bias_md = dnnl.plain_md((o,)) if bias else None
         self.plain_weights = plain_weights(self.w_shape, self.y_shape)
-        self._any_mds = (dnnl.any_md(self.x_shape), self.plain['weights']
+        self._any_mds = (dnnl.any_md(self.x_shape), self._plain['weights']
                          if self.plain_weights else dnnl.any_md(self.w_view),
                          dnnl.any_md(self.y_shape))
-        self._fwd_pd = None
-        self._steps = {}
 
-    def _create_forward_pd(self):
-        x, w, y = self._any_mds
-        pd = dnnl.P()
-        dnnl.check(dnnl.lib().dnnl_convolution_forward_primitive_desc_create(
-            dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.PROP['forward_training'],
-            dnnl.ALG['convolution_direct'], x.handle, w.handle,
-            self.bias_md.handle if self.bias else None, y.handle, self.strides, self.dilates,
-            self.pad_l, self.pad_r, dnnl.attr()), 'convolution forward')
-        return pd
-
-    def _hint(self):
-        """A forward descriptor of its own, the hint the backward ones are made with (the
-        forward primitive owns, and frees, the one it runs)."""
-        if self._fwd_pd is None:
-            self._fwd_pd = dnnl.Hint(self._create_forward_pd())
-        return self._fwd_pd.pd
-
-    def _step(self, name):
-        step = self._steps.get(name)
-        if step is not None:
-            return step
+    def describe(self, step, hint):
         lib = dnnl.lib()
         x, w, y = self._any_mds
-        pd = dnnl.P()
-        if name == 'forward':
-            step = dnnl.Bound(self._create_forward_pd(), 'convolution forward',
-                              ['src', 'weights'], ['dst'], self.plain,
-                              {'bias': self.bias_md} if self.bias else None)
-        elif name == 'backward_data':
-            dnnl.check(lib.dnnl_convolution_backward_data_primitive_desc_create(
-                dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.ALG['convolution_direct'],
-                x.handle, w.handle, y.handle, self.strides, self.dilates, self.pad_l,
-                self.pad_r, self._hint(), dnnl.attr()), 'convolution backward data')
-            step = dnnl.Bound(pd, 'convolution backward data', ['diff_dst', 'weights'],
-                              ['diff_src'], self.plain)
+        bias = self.bias_md.handle if self.bias else None
+        geometry = (self.strides, self.dilates, self.pad_l, self.pad_r)
+        pd, alg = dnnl.P(), dnnl.ALG['convolution_direct']
+        if step == 'forward':
+            status = lib.dnnl_convolution_forward_primitive_desc_create(
+                dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.PROP['forward_training'], alg,
+                x.handle, w.handle, bias, y.handle, *geometry, dnnl.attr())
+        elif step == 'backward_data':
+            status = lib.dnnl_convolution_backward_data_primitive_desc_create(
+                dnnl.ctypes.byref(pd), dnnl.engine(), alg, x.handle, w.handle, y.handle,
+                *geometry, hint, dnnl.attr())
         else:
-            dnnl.check(lib.dnnl_convolution_backward_weights_primitive_desc_create(
-                dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.ALG['convolution_direct'],
-                x.handle, w.handle, self.bias_md.handle if self.bias else None, y.handle,
-                self.strides, self.dilates, self.pad_l, self.pad_r, self._hint(),
-                dnnl.attr()),
-                'convolution backward weights')
-            step = dnnl.Bound(pd, 'convolution backward weights', ['src', 'diff_dst'],
-                              ['diff_weights'], self.plain,
-                              {'diff_bias': self.bias_md} if self.bias else None)
-        self._steps[name] = step
-        return step
+            status = lib.dnnl_convolution_backward_weights_primitive_desc_create(
+                dnnl.ctypes.byref(pd), dnnl.engine(), alg, x.handle, w.handle, bias, y.handle,
+                *geometry, hint, dnnl.attr())
+        dnnl.check(status, 'convolution ' + step.replace('_', ' '))
+        return pd
+
+    def plain(self, step):
+        return self._plain
+
+    def extra(self, step):
+        name = {'forward': 'bias', 'backward_weights': 'diff_bias'}.get(step)
+        return {name: self.bias_md} if self.bias and name else {}
 
     def forward(self, x, W, b=None):
         y = numpy.empty(self.y_shape, numpy.float32)
-        args = {'src': x, 'weights': W, 'dst': y}
-        if self.bias:
-            args['bias'] = b
-        self._step('forward')(**args)
+        self.run('forward', src=x, weights=W, dst=y, bias=b if self.bias else None)
         return y
 
     def backward_data(self, gy, W):
         gx = numpy.empty(self.x_shape, numpy.float32)
-        self._step('backward_data')(diff_dst=gy, weights=W, diff_src=gx)
+        self.run('backward_data', diff_dst=gy, weights=W, diff_src=gx)
         return gx
 
     def backward_weights(self, x, gy):
         """gW, and gb where the geometry has a bias."""
         gW = numpy.empty(self.w_shape, numpy.float32)
-        args = {'src': x, 'diff_dst': gy, 'diff_weights': gW}
-        gb = None
-        if self.bias:
-            gb = args['diff_bias'] = numpy.empty(self.w_shape[0], numpy.float32)
-        self._step('backward_weights')(**args)
+        gb = numpy.empty(self.w_shape[0], numpy.float32) if self.bias else None
+        self.run('backward_weights', src=x, diff_dst=gy, diff_weights=gW, diff_bias=gb)
         return gW, gb
-
 
 
 def convolution(x_shape, w_shape, y_shape, stride, pad, dilate, groups, bias):

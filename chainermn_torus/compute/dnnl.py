@@ -25,7 +25,7 @@ import numpy
 from chainermn_torus.errors import Unsupported
 
 __all__ = ['available', 'why_unavailable', 'version', 'lib', 'engine', 'stream', 'plain_md',
-           'any_md', 'Memory', 'Primitive', 'Reorder', 'query_md', 'md_equal', 'md_size',
+           'sgemm', 'any_md', 'Memory', 'Primitive', 'Reorder', 'query_md', 'md_equal', 'md_size',
            'dims', 'attr', 'DnnlError', 'F32', 'ARG', 'PROP', 'ALG', 'QUERY', 'TAG', 'Bound',
            'wait', 'BN_FLAGS', 'Hint', 'scratch', 'scratch_bytes']
 
@@ -133,6 +133,9 @@ _SIGNATURES = {
     'dnnl_lrn_backward_primitive_desc_create': (
         [ctypes.POINTER(P), P, ctypes.c_int, P, P, P, ctypes.c_int64, ctypes.c_float,
          ctypes.c_float, ctypes.c_float, P, P], ctypes.c_int),
+    'dnnl_sgemm': ([ctypes.c_char, ctypes.c_char] + [ctypes.c_int64] * 3 +
+                   [ctypes.c_float, P, ctypes.c_int64, P, ctypes.c_int64, ctypes.c_float, P,
+                    ctypes.c_int64], ctypes.c_int),
     'dnnl_inner_product_forward_primitive_desc_create': (
         [ctypes.POINTER(P), P, ctypes.c_int, P, P, P, P, P], ctypes.c_int),
     'dnnl_inner_product_backward_data_primitive_desc_create': (
@@ -236,6 +239,15 @@ def check(status, what):
     if status != 0:
         raise DnnlError('chainermn_torus: oneDNN {} failed: {} (status {})'.format(
             what, _STATUS.get(status, 'error'), status))
+
+
+def sgemm(a, b, c):
+    """c = a @ b for C-ordered float32 matrices, by oneDNN's own GEMM (a benchmark's bound:
+    the matrix product the convolutions' kernels are built like, on oneDNN's threads)."""
+    (m, k), n = a.shape, b.shape[1]
+    check(lib().dnnl_sgemm(b'N', b'N', m, n, k, 1.0, P(a.ctypes.data), k, P(b.ctypes.data), n,
+                           0.0, P(c.ctypes.data), n), 'sgemm')
+    return c
 
 
 def _per_process(key, make):

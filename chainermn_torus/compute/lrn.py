@@ -9,7 +9,7 @@ scale it computed) for the gradient, where one is made. Plain layout, no reorder
 """
 import numpy
 
-from chainermn_torus.compute import dnnl, geometries
+from chainermn_torus.compute import dnnl, geometries, layer
 
 __all__ = ['Lrn', 'lrn', 'forward', 'backward', 'window']
 
@@ -19,62 +19,44 @@ def window(n):
     return 2 * (n // 2) + 1
 
 
-class Lrn(object):
+class Lrn(layer.Layer):
+    what = 'local response normalization'
+    STEPS = {'forward': (['src'], ['dst']), 'backward': (['src', 'diff_dst'], ['diff_src'])}
+
     def __init__(self, shape, n, k, alpha, beta):
+        super().__init__()
         self.shape = tuple(shape)
         self.md = dnnl.plain_md(self.shape)
         size = window(n)
         self.params = (size, float(alpha) * size, float(beta), float(k))
-        self._hint = self._forward = self._backward = None
-        self.workspace_bytes = 0
 
-    def _forward_pd(self):
-        pd = dnnl.P()
-        dnnl.check(dnnl.lib().dnnl_lrn_forward_primitive_desc_create(
-            dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.PROP['forward_training'],
-            dnnl.ALG['lrn_across_channels'], self.md.handle, self.md.handle, *self.params,
-            dnnl.attr()), 'local response normalization forward')
+    def describe(self, step, hint):
+        pd, lib, alg = dnnl.P(), dnnl.lib(), dnnl.ALG['lrn_across_channels']
+        if step == 'forward':
+            status = lib.dnnl_lrn_forward_primitive_desc_create(
+                dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.PROP['forward_training'], alg,
+                self.md.handle, self.md.handle, *self.params, dnnl.attr())
+        else:
+            status = lib.dnnl_lrn_backward_primitive_desc_create(
+                dnnl.ctypes.byref(pd), dnnl.engine(), alg, self.md.handle, self.md.handle,
+                self.md.handle, *self.params, hint, dnnl.attr())
+        dnnl.check(status, '{} {}'.format(self.what, step))
         return pd
+
+    def plain(self, step):
+        return dict.fromkeys(('src', 'dst', 'diff_src', 'diff_dst'), self.md)
 
     def forward(self, x):
         """(y, workspace or None)."""
-        if self._forward is None:
-            pd = self._forward_pd()
-            ws = dnnl.query_md(pd, 'workspace')
-            self.workspace_bytes = dnnl.md_size(ws) if ws else 0
-            extra = {'workspace': ws} if self.workspace_bytes else None
-            self._forward = dnnl.Bound(pd, 'local response normalization forward', ['src'],
-                                       ['dst'], {'src': self.md, 'dst': self.md}, extra)
         y = numpy.empty(self.shape, numpy.float32)
-        args = {'src': x, 'dst': y}
-        ws = None
-        if self.workspace_bytes:
-            ws = args['workspace'] = numpy.empty(self.workspace_bytes, numpy.uint8)
-        self._forward(**args)
+        ws = self.workspace('forward')
+        self.run('forward', src=x, dst=y, workspace=ws)
         return y, ws
 
     def backward(self, x, gy, workspace):
-        if self._backward is None:
-            if self._hint is None:
-                self._hint = dnnl.Hint(self._forward_pd())
-            pd = dnnl.P()
-            dnnl.check(dnnl.lib().dnnl_lrn_backward_primitive_desc_create(
-                dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.ALG['lrn_across_channels'],
-                self.md.handle, self.md.handle, self.md.handle, *self.params, self._hint.pd,
-                dnnl.attr()), 'local response normalization backward')
-            extra = {'workspace': dnnl.query_md(pd, 'workspace')} if self.workspace_bytes \
-                else None
-            self._backward = dnnl.Bound(pd, 'local response normalization backward',
-                                        ['src', 'diff_dst'], ['diff_src'],
-                                        {'src': self.md, 'diff_dst': self.md,
-                                         'diff_src': self.md}, extra)
         gx = numpy.empty(self.shape, numpy.float32)
-        args = {'src': x, 'diff_dst': gy, 'diff_src': gx}
-        if self.workspace_bytes:
-            args['workspace'] = workspace
-        self._backward(**args)
+        self.run('backward', src=x, diff_dst=gy, diff_src=gx, workspace=workspace)
         return gx
-
 
 
 def lrn(shape, n, k, alpha, beta):

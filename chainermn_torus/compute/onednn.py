@@ -8,33 +8,15 @@ including the ones we leave on numpy (concat, dropout, ...). So the seam is the 
 themselves: ``enable()`` replaces the CPU forward of the function classes this package
 computes on oneDNN, and each replacement hands back to Chainer's own where the arrays are
 not float32, not in the standard layout, or the case is not one oneDNN computes alike
-(said once per case on rank 0). ``disable()`` puts Chainer's back. The classes replaced,
-and why each:
+(said once per case on rank 0). ``disable()`` puts Chainer's back.
 
-* ``Convolution2DFunction``: convolution_2d's forward (im2col and a tensordot in Chainer);
-* ``Deconvolution2DFunction``: deconvolution_2d's forward, which is also how Chainer
-  computes a convolution's gradient with respect to its input;
-* ``Convolution2DGradW``: a convolution's gradient with respect to its weights;
-* ``BatchNormalization`` in training (numba's kernels or oneDNN's, ``compute.batchnorm``
-  says why): Chainer chooses an implementation class per call
-  (its ``impl_selector``; iDeep's and cuDNN's are such classes), and ours is one more,
-  chosen for float32 (n, c, h, w) and (n, c) arrays normalised over all axes but 1; the
-  running statistics are updated as Chainer does;
-* ``FixedBatchNormalization``'s forward (inference, with given statistics: evaluation); its
-  gradient recomputes what it needs, as it does after Chainer's iDeep forward;
-* ``ReLU`` and its gradient ``ReLUGrad2``;
-* ``MaxPoolingND`` in two dimensions and its gradient ``MaxPoolingNDGrad``: the forward
-  keeps oneDNN's workspace (its choice per window) where Chainer keeps ``indexes``, and
-  the gradient reads it; Chainer's ``indexes`` are made from the kept input only where
-  something asks for them (the gradient's own gradient, ``MaxPoolingNDWithIndexes``);
-  ``return_indices`` stays Chainer's;
-* ``AveragePooling2D`` and its gradient ``AveragePooling2DGrad``;
-* ``LocalResponseNormalization`` on (n, c, h, w) and its gradient: Chainer hands the
-  forward's ``indexes`` (iDeep's workspace) to the gradient's node, so ours travels there
-  as ``indexes`` too, marked as ours.
-
-Chainer's bias gradient (a sum over gy) stays Chainer's.
+What is replaced is ``REPLACEMENTS``, one row per Chainer function: the classes and methods
+patched, what computes them (oneDNN's primitives or numba's kernels), and the cases left to
+Chainer with why. The start-up line, docs/compute.md's table ("What runs on oneDNN", kept
+equal by a test: ``table()``), the patches and their tests all read it. Adding a function:
+docs/compute.md, "Adding a function".
 """
+import collections
 import threading
 
 import numpy
@@ -49,19 +31,10 @@ from chainer.functions.pooling import max_pooling_nd as _maxnd
 from chainermn_torus.compute import batchnorm, conv, dnnl, eltwise, lrn, pooling
 from chainermn_torus.runtime import chainer_private, finite, patches, report
 
-__all__ = ['enable', 'disable', 'enabled', 'uninstall', 'REPLACED']
+__all__ = ['enable', 'disable', 'enabled', 'uninstall', 'REPLACED', 'REPLACEMENTS', 'table']
 
 # Chainer's implementation seam for batch normalization (private: runtime.chainer_private).
 _bn = chainer_private.batch_normalization_internals()
-
-REPLACED = ('convolution_2d (forward, gradient of the input and of the weights), '
-            'deconvolution_2d (forward), batch_normalization (training: forward, '
-            'gradients; inference: fixed_batch_normalization forward; on numba\'s kernels '
-            'where numba is installed), relu (forward, gradient; on numba\'s kernels), '
-            'max_pooling_2d and average_pooling_2d (forward, gradient), '
-            'local_response_normalization (forward, gradient), the sums of arrays (the '
-            'residual additions and the backward pass\'s gradient sums; on numba\'s '
-            'kernels)')
 
 # Whether a forward started now takes oneDNN (``enable``/``disable``), and, while a node's
 # backward runs, the mode its forward ran in: the functions that backward applies (the
@@ -470,29 +443,103 @@ def _add_forward(original):
     return forward
 
 
-_REPLACEMENTS = [
-    (_conv2d.Convolution2DFunction, 'forward_cpu', _conv_forward),
-    (_conv2d.Convolution2DGradW, 'forward_cpu', _grad_w_forward),
-    (_deconv2d.Deconvolution2DFunction, 'forward_cpu', _deconv_forward),
-    (_bn.BatchNormalization, 'forward', _bn_forward),
-    (_bn.FixedBatchNormalization, 'forward', _fixed_bn_forward),
-    (_relu.ReLU, 'forward_cpu', _relu_forward),
-    (_relu.ReLUGrad2, 'forward_cpu', _relu_grad_forward),
-    (_maxnd.MaxPoolingND, 'forward_cpu', _max_pool_forward),
-    (_maxnd.MaxPoolingNDGrad, 'forward_cpu', _max_pool_grad_forward),
-    (_maxnd.MaxPoolingNDWithIndexes, 'forward_cpu', _max_pool_with_indexes_forward),
-    (_avg2d.AveragePooling2D, 'forward_cpu', _avg_pool_forward),
-    (_avg2d.AveragePooling2DGrad, 'forward_cpu', _avg_pool_grad_forward),
-    (_lrn.LocalResponseNormalization, 'forward_cpu', _lrn_forward),
-    (_lrn.LocalResponseNormalizationGrad, 'forward_cpu', _lrn_grad_forward),
-    (_basic_math.Add, 'forward', _add_forward),
-    (_basic_math.MultiAdd, 'forward', _add_forward),
+# One row per Chainer function replaced (``table()`` is docs/compute.md's table):
+# function: as Chainer's users call it; said: its words in the start-up line; patches:
+# (Chainer's class, the method replaced, the maker of the replacement); by: what computes
+# it; takes: the cases computed here; left: the cases left to Chainer's code, and why.
+Replaced = collections.namedtuple('Replaced', 'function said patches by takes left')
+
+_LAYOUT = 'other dtypes and memory layouts (oneDNN is used for float32, standard layout)'
+REPLACEMENTS = [
+    Replaced('convolution_2d', 'forward, gradient of the input and of the weights',
+             ((_conv2d.Convolution2DFunction, 'forward_cpu', _conv_forward),
+              (_conv2d.Convolution2DGradW, 'forward_cpu', _grad_w_forward)),
+             "oneDNN's convolution forward and backward weights; the gradient of the input "
+             "is `deconvolution_2d`'s forward (below); 1x1 kernels and outputs of at most 64 "
+             "pixels take the weights in Chainer's layout (no reorder)",
+             'float32 (n, c, h, w): stride, pad, `cover_all`, dilation, groups, bias',
+             _LAYOUT + '; `cudnn_fast`; what Chainer refuses (an empty output, channels that '
+             "do not divide into the groups: Chainer's error); NaN/inf weights or gradients "
+             "with padding (Chainer's im2col multiplies the padding's zeros: NaN there); the "
+             'bias gradient (a sum)'),
+    Replaced('deconvolution_2d', 'forward',
+             ((_deconv2d.Deconvolution2DFunction, 'forward_cpu', _deconv_forward),),
+             "oneDNN's convolution backward data",
+             'float32 (n, c, h, w): `outsize`, stride, pad, dilation, groups, bias',
+             _LAYOUT + "; what Chainer refuses (Chainer's error)"),
+    Replaced('batch_normalization', "training: forward, gradients; on numba's kernels where "
+             'numba is installed',
+             ((_bn.BatchNormalization, 'forward', _bn_forward),),
+             "numba's kernels (statistics, normalization, gradients), or oneDNN's batch "
+             'normalization where numba is not installed: one more implementation class of '
+             "Chainer's, chosen per call",
+             'float32 (n, c, h, w) and (n, c) normalised over every axis but 1; the running '
+             'statistics updated as Chainer does (decay, the unbiased variance)',
+             _LAYOUT + "; other axes or shapes; an `axis` given as a list (Chainer's "
+             "TypeError); a caller's own implementation selector"),
+    Replaced('fixed_batch_normalization', 'forward',
+             ((_bn.FixedBatchNormalization, 'forward', _fixed_bn_forward),),
+             "numba's kernel, or oneDNN's batch normalization inference",
+             'the same shapes, with given statistics (evaluation)',
+             _LAYOUT + "; its gradient (recomputed as after Chainer's iDeep forward)"),
+    Replaced('relu', "forward, gradient; on numba's kernels",
+             ((_relu.ReLU, 'forward_cpu', _relu_forward),
+              (_relu.ReLUGrad2, 'forward_cpu', _relu_grad_forward)),
+             "numba's kernels with numpy's arithmetic (not oneDNN's eltwise: it turns NaN "
+             'into 0)', 'float32, any shape, 0-d included',
+             _LAYOUT + "; arrays under 4,096 elements (Chainer's numpy is as fast there); "
+             'machines without numba'),
+    Replaced('max_pooling_2d', 'forward, gradient',
+             ((_maxnd.MaxPoolingND, 'forward_cpu', _max_pool_forward),
+              (_maxnd.MaxPoolingNDGrad, 'forward_cpu', _max_pool_grad_forward),
+              (_maxnd.MaxPoolingNDWithIndexes, 'forward_cpu', _max_pool_with_indexes_forward)),
+             "oneDNN's max pooling forward (training: its workspace records each window's "
+             "choice, where Chainer keeps `indexes`) and backward; Chainer's `indexes` made "
+             "from the kept input where asked (the gradient's own gradient)",
+             'float32 (n, c, h, w): window, stride, pad, `cover_all`',
+             _LAYOUT + '; `return_indices=True`; 3-D pooling; NaN/inf inputs (oneDNN\'s '
+             'maximum skips NaN); windows that read only padding (-inf in Chainer\'s, '
+             "-FLT_MAX in oneDNN's)"),
+    Replaced('average_pooling_2d', 'forward, gradient',
+             ((_avg2d.AveragePooling2D, 'forward_cpu', _avg_pool_forward),
+              (_avg2d.AveragePooling2DGrad, 'forward_cpu', _avg_pool_grad_forward)),
+             "oneDNN's average pooling, padding included (Chainer divides by the whole "
+             'window)', 'float32 (n, c, h, w): window, stride, pad',
+             _LAYOUT + "; an empty output (Chainer's error)"),
+    Replaced('local_response_normalization', 'forward, gradient',
+             ((_lrn.LocalResponseNormalization, 'forward_cpu', _lrn_forward),
+              (_lrn.LocalResponseNormalizationGrad, 'forward_cpu', _lrn_grad_forward)),
+             "oneDNN's LRN across channels; its workspace reaches the gradient as Chainer's "
+             '`indexes`', 'float32 (n, c, h, w): any `n` (an even `n` is Chainer\'s window of '
+             '`n + 1` channels, oneDNN\'s too), `k`, `alpha`, `beta`',
+             _LAYOUT + '; other ranks of arrays; `n < 1` (oneDNN refuses it, Chainer computes '
+             'the middle channel alone)'),
+    Replaced('the sums of arrays', "Add and MultiAdd: the residual additions and the "
+             "backward pass's gradient sums; on numba's kernels",
+             ((_basic_math.Add, 'forward', _add_forward),
+              (_basic_math.MultiAdd, 'forward', _add_forward)),
+             "numba's kernels on the rank's threads, the additions in Chainer's order (equal "
+             "bit for bit; Chainer's numpy is one thread)", 'float32 arrays of one shape',
+             "broadcasting; other dtypes; arrays under 4,096 elements; machines without numba"),
 ]
-
-
-# Every class above whose backward applies functions: its backward runs in the mode its
-# forward ran in (``_in_mode_of_forward``).
+_REPLACEMENTS = [patch for row in REPLACEMENTS for patch in row.patches]
+REPLACED = ', '.join('{} ({})'.format(row.function, row.said) for row in REPLACEMENTS)
+# Every class patched: its backward runs in the mode its forward ran in
+# (``_in_mode_of_forward``): the functions it applies read what that forward left.
 _BACKWARDS = sorted({cls for cls, _, _ in _REPLACEMENTS}, key=lambda c: c.__name__)
+
+
+def table():
+    """The replaced functions as Markdown rows (docs/compute.md, "What runs on oneDNN")."""
+    rows = ["| Chainer function | Chainer's classes | computed by | on oneDNN / numba | "
+            'left to Chainer, and why |', '|---|---|---|---|---|']
+    for r in REPLACEMENTS:
+        classes = ', '.join(dict.fromkeys('`{}`'.format(cls.__name__)
+                                          for cls, _, _ in r.patches))
+        rows.append('| `{}` | {} | {} | {} | {} |'.format(
+            r.function, classes, r.by, r.takes, r.left).replace('`the sums of arrays`',
+                                                               'the sums of arrays'))
+    return '\n'.join(rows)
 
 
 def enable():

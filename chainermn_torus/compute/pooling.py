@@ -21,7 +21,7 @@ import functools
 
 import numpy
 
-from chainermn_torus.compute import conv, dnnl, geometries
+from chainermn_torus.compute import conv, dnnl, geometries, layer
 
 __all__ = ['plan', 'Pooling', 'pooling', 'max_forward', 'max_backward', 'average_forward',
            'average_backward', 'out_shape']
@@ -52,11 +52,14 @@ def plan(kind, x_shape, ksize, stride, pad, cover_all):
     return None, y
 
 
-class Pooling(object):
+class Pooling(layer.Layer):
     """One geometry: ``kind`` 'max' or 'average', x (n, c, h, w) and y (n, c, oh, ow)."""
 
+    STEPS = {'forward': (['src'], ['dst']), 'backward': (['diff_dst'], ['diff_src'])}
+
     def __init__(self, kind, x_shape, y_shape, ksize, stride, pad):
-        self.kind = kind
+        super().__init__()
+        self.kind, self.what = kind, '{} pooling'.format(kind)
         self.x_shape, self.y_shape = tuple(x_shape), tuple(y_shape)
         n, c, h, w = self.x_shape
         after = [conv.pad_after(size, out, k, s, p) for size, out, k, s, p in
@@ -69,60 +72,37 @@ class Pooling(object):
                          dnnl.dims(pad), dnnl.dims([max(a, 0) for a in after]))
         self.alg = dnnl.ALG['pooling_max' if kind == 'max' else
                             'pooling_avg_include_padding']
-        self._hint = self._forward = self._backward = None
-        self.workspace_bytes = 0
 
-    def _forward_pd(self):
-        pd = dnnl.P()
-        dnnl.check(dnnl.lib().dnnl_pooling_forward_primitive_desc_create(
-            dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.PROP['forward_training'], self.alg,
-            self.x_md.handle, self.y_md.handle, *self.geometry, dnnl.attr()),
-            '{} pooling forward'.format(self.kind))
+    def describe(self, step, hint):
+        pd, lib = dnnl.P(), dnnl.lib()
+        if step == 'forward':
+            status = lib.dnnl_pooling_forward_primitive_desc_create(
+                dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.PROP['forward_training'], self.alg,
+                self.x_md.handle, self.y_md.handle, *self.geometry, dnnl.attr())
+        else:
+            status = lib.dnnl_pooling_backward_primitive_desc_create(
+                dnnl.ctypes.byref(pd), dnnl.engine(), self.alg, self.x_md.handle,
+                self.y_md.handle, *self.geometry, hint, dnnl.attr())
+        dnnl.check(status, '{} {}'.format(self.what, step))
         return pd
+
+    def plain(self, step):
+        return {'src': self.x_md, 'diff_src': self.x_md, 'dst': self.y_md,
+                'diff_dst': self.y_md}
 
     def forward(self, x):
         """(y, workspace): the workspace (max pooling's choice per window) or None."""
-        if self._forward is None:
-            pd = self._forward_pd()
-            extra = {}
-            if self.kind == 'max':
-                ws = dnnl.query_md(pd, 'workspace')
-                self.workspace_bytes = dnnl.md_size(ws)
-                extra['workspace'] = ws
-            self._forward = dnnl.Bound(pd, '{} pooling forward'.format(self.kind),
-                                       ['src'], ['dst'], {'src': self.x_md, 'dst': self.y_md},
-                                       extra)
         y = numpy.empty(self.y_shape, numpy.float32)
-        args = {'src': x, 'dst': y}
-        ws = None
-        if self.kind == 'max':
-            ws = args['workspace'] = numpy.empty(self.workspace_bytes, numpy.uint8)
-        self._forward(**args)
+        ws = self.workspace('forward')
+        self.run('forward', src=x, dst=y, workspace=ws)
         return y, ws
 
     def backward(self, gy, workspace=None):
-        if self._backward is None:
-            if self._hint is None:
-                self._hint = dnnl.Hint(self._forward_pd())
-            pd = dnnl.P()
-            dnnl.check(dnnl.lib().dnnl_pooling_backward_primitive_desc_create(
-                dnnl.ctypes.byref(pd), dnnl.engine(), self.alg, self.x_md.handle,
-                self.y_md.handle, *self.geometry, self._hint.pd, dnnl.attr()),
-                '{} pooling backward'.format(self.kind))
-            extra = {'workspace': dnnl.query_md(pd, 'workspace')} if self.kind == 'max' \
-                else None
-            self._backward = dnnl.Bound(pd, '{} pooling backward'.format(self.kind),
-                                        ['diff_dst'], ['diff_src'],
-                                        {'diff_src': self.x_md, 'diff_dst': self.y_md}, extra)
         cut = self.used != self.x_shape
         # where oneDNN sees a view, the rows it leaves out get no gradient: zeros
         gx = (numpy.zeros if cut else numpy.empty)(self.x_shape, numpy.float32)
-        args = {'diff_dst': gy, 'diff_src': gx}
-        if self.kind == 'max':
-            args['workspace'] = workspace
-        self._backward(**args)
+        self.run('backward', diff_dst=gy, diff_src=gx, workspace=workspace)
         return gx
-
 
 
 def pooling(kind, x_shape, y_shape, ksize, stride, pad):

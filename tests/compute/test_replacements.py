@@ -1,0 +1,74 @@
+"""One description per replaced function (``onednn.REPLACEMENTS``): the docs' table is the
+code's, every patch is in one row, the start-up line names every row; and the one
+lifecycle of a layer's primitives (``compute.layer``): steps made once, the backward's
+workspace bound from its own descriptor."""
+import os
+
+import numpy
+import pytest
+
+from chainermn_torus.compute import dnnl, geometries, layer, lrn, onednn, pooling
+from conftest import ROOT
+
+needs_onednn = pytest.mark.skipif(
+    not dnnl.available(), reason='oneDNN is not installed for this Python (make setup '
+    'installs onednn-cpu-gomp on x86-64): {}'.format(dnnl.why_unavailable()))
+
+
+def test_the_docs_table_is_the_codes():
+    text = open(os.path.join(ROOT, 'docs', 'compute.md')).read()
+    assert onednn.table() in text
+
+
+def test_each_patch_is_in_one_row_and_each_row_says_everything():
+    places = [(cls, method) for cls, method, _ in onednn._REPLACEMENTS]
+    assert len(places) == len(set(places))
+    for row in onednn.REPLACEMENTS:
+        assert row.patches and all(row[i] for i in range(len(row))), row.function
+        assert '{} ({})'.format(row.function, row.said) in onednn.REPLACED
+        for cls, method, make in row.patches:
+            assert method in cls.__dict__ and callable(make), (cls, method)
+    assert set(onednn._BACKWARDS) == {cls for cls, _ in places}
+
+
+@needs_onednn
+def test_a_layer_makes_each_step_once_and_the_hint_once():
+    x = numpy.random.RandomState(0).uniform(-1, 1, (2, 3, 8, 8)).astype(numpy.float32)
+    geometries.clear()
+    y, ws = pooling.max_forward(x, (2, 2), (2, 2), (0, 0))
+    p = pooling.pooling('max', x.shape, y.shape, (2, 2), (2, 2), (0, 0))
+    assert isinstance(p, layer.Layer) and p._hint is None  # evaluation makes no backward
+    first = p.step('forward')
+    pooling.max_backward(numpy.ones_like(y), ws, x.shape, (2, 2), (2, 2), (0, 0))
+    hint = p._hint
+    pooling.max_backward(numpy.ones_like(y), ws, x.shape, (2, 2), (2, 2), (0, 0))
+    assert p.step('forward') is first and p._hint is hint and hint is not None
+    assert set(p._made) == {'forward', 'backward'}
+
+
+@needs_onednn
+@pytest.mark.parametrize('kind', ['max pooling', 'lrn'])
+def test_a_backward_after_its_geometry_left_the_cache_takes_the_forwards_workspace(kind):
+    # A geometry dropped between a forward and its backward (more shapes than the bound)
+    # comes back as a new object that never ran its forward: its backward still binds the
+    # workspace, from the backward's own descriptor, and gives the same gradient.
+    rng = numpy.random.RandomState(1)
+    x = rng.uniform(-1, 1, (2, 6, 9, 9)).astype(numpy.float32)
+
+    def grads(drop):
+        geometries.clear()
+        if kind == 'lrn':
+            y, ws = lrn.forward(x, 5, 2, 1e-4, .75)
+            gy = numpy.linspace(-1, 1, y.size, dtype=numpy.float32).reshape(y.shape)
+            if drop:
+                geometries.clear()
+            return lrn.backward(x, gy, ws, 5, 2, 1e-4, .75)
+        y, ws = pooling.max_forward(x, (3, 3), (2, 2), (1, 1))
+        gy = numpy.linspace(-1, 1, y.size, dtype=numpy.float32).reshape(y.shape)
+        if drop:
+            geometries.clear()
+        return pooling.max_backward(gy, ws, x.shape, (3, 3), (2, 2), (1, 1))
+
+    kept, dropped = grads(False), grads(True)
+    assert numpy.array_equal(kept, dropped)
+    assert numpy.abs(kept).sum() > 0
