@@ -9,7 +9,9 @@ example builds it (227 px) and the ImageNet example's tiny network (64 px), 1000
 the MNIST MLP (784-1000-1000-10: its linear layers stay on OpenBLAS, so it shows what
 running beside oneDNN's OpenMP threads costs them) (``chainermn_torus.models``).
 
-Each round times one iteration (forward, loss, backward) on numpy, then on oneDNN
+Each round times one iteration (forward, loss, backward; Chainer's type checks as the
+multi-node optimizer has them in training, ``CHAINERMN_TORUS_TYPE_CHECK``: by default
+checked in the warm-up only) on numpy, then on oneDNN
 (``chainermn_torus.compute``), then, with ``--torch`` naming a Python that has PyTorch
 (a venv of its own), the same network in PyTorch (``bench/torch_resnet50.py``, a process
 that waits for each round), after a warm-up each, so all see the same machine; the table
@@ -37,6 +39,7 @@ from chainer.function_hooks import TimerHook
 
 from chainermn_torus import compute
 from chainermn_torus.compute import conv, dnnl, onednn
+from chainermn_torus.optimizers import type_checks
 from chainermn_torus.runtime import threads
 from chainermn_torus.models import MLP, NIN, ResNet50, TinyNet
 
@@ -211,10 +214,14 @@ def main(argv=None):
     for mode in ('numpy', 'onednn'):
         (onednn.enable if mode == 'onednn' else onednn.disable)()
         _iteration(model, x, t)  # warm-up: oneDNN makes its primitives here
-    for _ in range(args.rounds):
+    # Chainer's type checks as training has them (the multi-node optimizer's setting,
+    # CHAINERMN_TORUS_TYPE_CHECK: by default the warm-up checked, the rounds not).
+    checks = type_checks.TypeChecks(rank=1)  # rank 1: nothing said
+    for i in range(args.rounds):
         for mode in ('numpy', 'onednn'):
             (onednn.enable if mode == 'onednn' else onednn.disable)()
-            times[mode].append(_timed(lambda: _iteration(model, x, t)))
+            with checks.forward(i + 1):
+                times[mode].append(_timed(lambda: _iteration(model, x, t)))
         if torch is not None:
             times['torch'].append(torch.run())
     for mode in ('numpy', 'onednn'):
@@ -258,6 +265,7 @@ def main(argv=None):
                        'ratio_onednn_over_torch': med['onednn'] / med['torch']
                        if 'torch' in med else None,
                        'torch': None if torch is None else torch.version[6:],
+                       'type_check': checks.setting,
                        'pools': pools, 'gemm_flops': measured['openblas'],
                        'bound_flops_measured': measured, 'bound_flops': flops,
                        'bound_seconds': bound,

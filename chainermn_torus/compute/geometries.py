@@ -13,15 +13,21 @@ primitives' generated code and descriptors (measured in docs/compute.md).
 
 One cache for every layer module (``conv``, ``pooling``, ``lrn``, ``batchnorm``): the
 bound is on what the process holds, whichever layers it runs.
+
+oneDNN fixes the OpenMP thread count a primitive runs with when it makes it, so when the
+thread budget changes (``runtime.threads.generation``: the launcher's placement, a bench
+that measures several counts in one process) every geometry is made again, at the new
+count.
 """
 import collections
 
 from chainermn_torus import config
+from chainermn_torus.runtime import threads
 
 __all__ = ['cached', 'bound', 'set_bound', 'clear', 'stats']
 
 _KEPT = collections.OrderedDict()        # (kind, key) -> object, least recently used first
-_STATS = {'made': 0, 'reused': 0, 'dropped': 0, 'bound': None}
+_STATS = {'made': 0, 'reused': 0, 'dropped': 0, 'bound': None, 'threads': None}
 
 
 def bound():
@@ -48,6 +54,10 @@ def cached(kind, key, make):
     """The object of ``kind`` ('conv', 'pooling', ...) for ``key``, made by ``make(*key)`` at
     its first call or after it was dropped."""
     entry = (kind, key)
+    if _STATS['threads'] != threads.generation():  # made for another thread count
+        _STATS['threads'] = threads.generation()
+        _STATS['dropped'] += len(_KEPT)
+        _KEPT.clear()
     found = _KEPT.get(entry)
     if found is not None:
         _KEPT.move_to_end(entry)

@@ -72,3 +72,29 @@ def test_a_backward_after_its_geometry_left_the_cache_takes_the_forwards_workspa
     kept, dropped = grads(False), grads(True)
     assert numpy.array_equal(kept, dropped)
     assert numpy.abs(kept).sum() > 0
+
+
+@needs_onednn
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2,
+                    reason='needs 2 CPUs: a budget of 2 threads is capped at the CPUs here')
+def test_a_new_thread_count_makes_the_primitives_again():
+    # oneDNN fixes the thread count a primitive runs with when it makes it: one made at 1
+    # thread ran at 1 after the budget became 2 (8.3 ms against 4.4 ms made anew).
+    from chainermn_torus.runtime import threads
+    x = numpy.ones((2, 4, 6, 6), numpy.float32)
+    W = numpy.ones((4, 4, 3, 3), numpy.float32)
+    key = (x.shape, W.shape, (2, 4, 6, 6), (1, 1), (1, 1), (1, 1), 1, False)
+    before = threads.pools_in_force().get('openmp')
+    try:
+        threads.ensure(None, 1)
+        from chainermn_torus.compute import conv
+        y1 = conv.forward(x, W, None, (1, 1), (1, 1))
+        first = conv.convolution(*key)
+        threads.ensure(None, 1)  # the same count: kept
+        assert conv.convolution(*key) is first
+        threads.ensure(None, 2)
+        second = conv.convolution(*key)
+        assert second is not first
+        assert numpy.array_equal(conv.forward(x, W, None, (1, 1), (1, 1)), y1)
+    finally:
+        threads.ensure(None, before or 1)
