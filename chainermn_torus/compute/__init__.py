@@ -11,7 +11,7 @@ on numpy arrays), ``onednn`` (the seam into Chainer's functions).
 """
 from chainermn_torus import config
 from chainermn_torus.compute import dnnl, geometries, onednn
-from chainermn_torus.runtime import report, threads
+from chainermn_torus.runtime import allocation, report, threads
 
 __all__ = ['use', 'apply_setting', 'in_force']
 
@@ -26,6 +26,7 @@ def use(mode='auto', source='compute', rank=None):
     """Put Chainer's heavy layers on oneDNN or numpy for this process; returns the mode in
     force ('onednn' or 'numpy'). Rank 0 says which, once per change."""
     mode = config.parse('compute', mode, source)
+    allocation.keep(rank=rank)  # an iteration's arrays, made again, fault no page in
     geometries.bound()  # CHAINERMN_TORUS_ONEDNN_CACHE: a bad value refused now, not later
     if mode == 'numpy' or (mode == 'auto' and not dnnl.available()):
         onednn.disable()

@@ -41,7 +41,7 @@ from chainermn_torus.launch import patches
 from chainermn_torus.launch.optimizer import LauncherOverrides
 from chainermn_torus.launch.report import PREFIX, say
 from chainermn_torus.runtime import patches as runtime_patches
-from chainermn_torus.runtime import report, threads, timeline, watchdog, world
+from chainermn_torus.runtime import allocation, report, threads, timeline, watchdog, world
 from chainermn_torus.errors import ConfigError
 
 __all__ = ['add_arguments', 'Launch']
@@ -88,6 +88,7 @@ class Launch(object):
         _registry.on_create(self._communicator_made)
         if self.get('timeline'):
             timeline.enable(self.get('timeline'), '--timeline (or CHAINERMN_TORUS_TIMELINE)')
+        allocation.keep(self.get('keep_freed_memory'), rank=world.launcher_rank() or 0)
         # Chainer's layers: now, before the communicator's thread budget (oneDNN's OpenMP
         # threads in it), and for a plain script that makes none.
         compute.use(self.get('compute'), self.sources.get('compute', 'compute (default)'),
