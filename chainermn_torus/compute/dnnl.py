@@ -167,10 +167,13 @@ def _candidates():
 # GNU OpenMP's idle threads spin after each parallel region (GOMP_SPINCOUNT, 300000 turns
 # by default) on the cores where the rank's OpenBLAS and numba threads run next: measured,
 # the MNIST MLP (linear on OpenBLAS, ReLU on oneDNN, 2 threads, this VM) took 45 ms per
-# iteration spinning, 15 ms with 0 (numpy alone: 16 ms; docs/compute.md). Intel's advice for its
-# OpenMP under frameworks is the same (KMP_BLOCKTIME=0 or 1). Read by libgomp when it loads,
-# so set before the library is: unless the user chose a policy.
-SPIN = ('GOMP_SPINCOUNT', '0')
+# iteration spinning, 15 ms with 0 (numpy alone: 16 ms; docs/compute.md). Not spinning at
+# all made every primitive wake its threads from sleep: 10000 turns (tens of microseconds,
+# the gap between one primitive and the next) made ResNet-50's whole iteration at 1 rank x 2
+# threads 1.08-1.17x faster at batch 1 and 1.04x at batch 8, the MLP unchanged within its
+# noise, where 1000 turns changed nothing (docs/compute.md, "Threads"). Read by libgomp
+# when it loads, so set before the library is: unless the user chose a policy.
+SPIN = ('GOMP_SPINCOUNT', '10000')
 
 
 def _quiet_openmp():
