@@ -1,23 +1,15 @@
 """Chainer's functions on oneDNN: the seam.
 
-The iDeep path in Chainer's functions (``chainer.config.use_ideep``) calls ``ideep4py``,
-Intel's Python module, which has no build for Python 3.8 or later; giving Chainer an
-``ideep4py``-shaped module instead would mean reproducing its ``mdarray`` type and an API
-per function that Chainer reaches through ``intel64.inputs_all_ready`` for every function,
-including the ones we leave on numpy (concat, dropout, ...). So the seam is the functions
-themselves: ``enable()`` replaces the CPU forward of the function classes this package
-computes on oneDNN, and each replacement hands back to Chainer's own where the arrays are
-not float32, not in the standard layout, or the case is not one oneDNN computes alike
-(said once per case on rank 0). ``disable()`` puts Chainer's back.
-
-What is replaced is ``REPLACEMENTS``, one row per Chainer function: the classes and methods
-patched, what computes them (oneDNN's primitives or numba's kernels), and the cases left to
-Chainer with why. The start-up line, docs/compute.md's table ("What runs on oneDNN", kept
-equal by a test: ``table()``), the patches and their tests all read it. Adding a function:
-docs/compute.md, "Adding a function".
-"""
+Chainer's iDeep path (``chainer.config.use_ideep``) needs ``ideep4py``, which has no build
+for Python 3.8 or later, and a stand-in would have to reproduce its array type and API for
+every function Chainer gates with it. So the seam is the functions themselves: ``enable()``
+replaces the CPU forward of the classes in ``REPLACEMENTS`` (one row per Chainer function:
+the classes and methods patched, what computes them, the cases left to Chainer and why;
+the start-up line, docs/compute.md's table via ``table()``, the patches and their tests read
+it); each replacement hands back to Chainer's own code through ``modes`` where oneDNN would
+not compute alike, said once. ``disable()`` puts Chainer's back. Adding a function:
+docs/compute.md, "Adding a function"."""
 import collections
-import threading
 
 import numpy
 from chainer.functions.activation import relu as _relu
@@ -28,84 +20,21 @@ from chainer.functions.normalization import local_response_normalization as _lrn
 from chainer.functions.pooling import average_pooling_2d as _avg2d
 from chainer.functions.pooling import max_pooling_nd as _maxnd
 
-from chainermn_torus.compute import batchnorm, conv, dnnl, eltwise, lrn, pooling
-from chainermn_torus.runtime import chainer_private, finite, patches, report
+from chainermn_torus.compute import batchnorm, conv, dnnl, eltwise, lrn, modes, pooling
+from chainermn_torus.runtime import chainer_private, patches
 
 __all__ = ['enable', 'disable', 'enabled', 'uninstall', 'REPLACED', 'REPLACEMENTS', 'table']
 
 # Chainer's implementation seam for batch normalization (private: runtime.chainer_private).
 _bn = chainer_private.batch_normalization_internals()
 
-# Whether a forward started now takes oneDNN (``enable``/``disable``), and, while a node's
-# backward runs, the mode its forward ran in: the functions that backward applies (the
-# gradient's nodes, which read what the forward left: oneDNN's workspaces) run in that
-# mode, whatever was switched since. Per thread: a backward in progress is its thread's.
-_MODE = {'on': False}
-_BACKWARD = threading.local()
-_STARTED = '_chainermn_torus_onednn'  # on each node: whether its forward ran in oneDNN mode
-
-
 def enabled():
-    return _MODE['on']
-
-
-def _on():
-    mode = getattr(_BACKWARD, 'on', None)
-    return _MODE['on'] if mode is None else mode
-
-
-def _start(node):
-    """Record the mode ``node``'s forward runs in; True where that is oneDNN's."""
-    on = _on()
-    node.__dict__[_STARTED] = on
-    return on
-
-
-def _in_mode_of_forward(original):
-    def backward(self, *args, **kwargs):
-        mode = self.__dict__.get(_STARTED)
-        if mode is None:
-            return original(self, *args, **kwargs)
-        outer = getattr(_BACKWARD, 'on', None)
-        _BACKWARD.on = mode
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            _BACKWARD.on = outer
-    return backward
-
-
-def _standard(fn, inputs):
-    """float32 arrays of the standard layout: what the oneDNN path takes."""
-    layouts = getattr(fn, 'input_layouts', None)
-    if layouts is not None and any(layout is not None for layout in layouts):
-        return _not_taken('a memory layout other than the standard one')
-    if any(a is not None and a.dtype != numpy.float32 for a in inputs):
-        return _not_taken('{} arrays (oneDNN is used for float32)'.format(
-            '/'.join(sorted({a.dtype.name for a in inputs if a is not None}))))
-    return True
-
-
-def _not_taken(why):
-    report.say('compute: oneDNN not used for {}: Chainer\'s numpy instead'.format(why),
-               key='onednn-not-taken ' + why)
-    return False
-
-
-def _finite(array):
-    return finite.count_nonfinite(array) == 0
-
-
-def _refused(what, error):
-    """oneDNN refused a call the checks let through: Chainer's code computes it (and
-    raises Chainer's error where Chainer refuses it too)."""
-    _not_taken('a {} oneDNN refused ({})'.format(what, str(error).replace(
-        'chainermn_torus: ', '')))
+    return modes.enabled()
 
 
 def _conv_forward(original):
     def forward_cpu(self, inputs):
-        if not _start(self) or self.cudnn_fast or not _standard(self, inputs):
+        if not modes.start(self) or self.cudnn_fast or not modes.standard(self, inputs):
             return original(self, inputs)
         x, W = inputs[:2]
         b = inputs[2] if len(inputs) == 3 else None
@@ -113,18 +42,18 @@ def _conv_forward(original):
         why, _, padded = conv.plan(x.shape, W.shape, stride, pad, self.cover_all,
                                    (self.dy, self.dx), self.groups)
         if why is not None:
-            _not_taken('convolution_2d of ' + why)
+            modes.not_taken('convolution_2d of ' + why)
             return original(self, inputs)
-        if padded and not _finite(W):
+        if padded and not modes.finite(W):
             # Chainer's im2col multiplies the padding's zeros by every weight: NaN there
-            _not_taken('convolution_2d with NaN/inf weights and padding')
+            modes.not_taken('convolution_2d with NaN/inf weights and padding')
             return original(self, inputs)
         self._check_input_layouts_all_standard()
         try:
             y = conv.forward(x, W, b, stride, pad, self.cover_all, (self.dy, self.dx),
                              self.groups)
         except dnnl.DnnlError as e:
-            _refused('convolution_2d', e)
+            modes.refused('convolution_2d', e)
             return original(self, inputs)
         self.retain_inputs((0, 1))
         return y,
@@ -133,7 +62,7 @@ def _conv_forward(original):
 
 def _grad_w_forward(original):
     def forward_cpu(self, inputs):
-        if (not _start(self) or not _standard(self, inputs)
+        if (not modes.start(self) or not modes.standard(self, inputs)
                 or numpy.dtype(self.W_dtype) != numpy.float32):
             return original(self, inputs)
         x, gy = inputs
@@ -146,11 +75,11 @@ def _grad_w_forward(original):
             gW, _ = conv.backward_weights(x, gy, self.W_shape, stride, pad, dilate,
                                           self.groups)
         except dnnl.DnnlError as e:
-            _refused('convolution_2d gradient', e)
+            modes.refused('convolution_2d gradient', e)
             return original(self, inputs)
-        if padded and not _finite(gW):
+        if padded and not modes.finite(gW):
             # a NaN or infinite gy reaches Chainer's gW through the padding's zeros too
-            _not_taken('convolution_2d gradients with NaN/inf and padding')
+            modes.not_taken('convolution_2d gradients with NaN/inf and padding')
             return original(self, inputs)
         self.retain_inputs((0, 1))
         return gW,
@@ -159,7 +88,7 @@ def _grad_w_forward(original):
 
 def _deconv_forward(original):
     def forward_cpu(self, inputs):
-        if not _start(self) or not _standard(self, inputs):
+        if not modes.start(self) or not modes.standard(self, inputs):
             return original(self, inputs)
         x, W = inputs[:2]
         b = inputs[2] if len(inputs) == 3 else None
@@ -171,13 +100,13 @@ def _deconv_forward(original):
         why = conv.plan(y_shape, (W.shape[0],) + W.shape[1:], (self.sy, self.sx),
                         (self.ph, self.pw), False, (self.dy, self.dx), self.groups)[0]
         if why == 'channels that do not divide into the groups' or min(y_shape) < 1:
-            _not_taken('deconvolution_2d of ' + why if why else 'an empty output')
+            modes.not_taken('deconvolution_2d of ' + why if why else 'an empty output')
             return original(self, inputs)
         try:
             y = conv.deconvolution(x, W, b, (self.outh, self.outw), (self.sy, self.sx),
                                    (self.ph, self.pw), (self.dy, self.dx), self.groups)
         except dnnl.DnnlError as e:
-            _refused('deconvolution_2d', e)
+            modes.refused('deconvolution_2d', e)
             return original(self, inputs)
         self.retain_inputs((0, 1))
         return y,
@@ -212,17 +141,17 @@ def _select_bn(batch_norm_func, inputs):
     """Ours where oneDNN computes it alike, else Chainer's own choice (which refuses what
     Chainer refuses: an ``axis`` given as a list fails in numpy's ``mean``)."""
     x, gamma, beta = inputs
-    if (_on() and isinstance(x, numpy.ndarray) and x.ndim in (2, 4) and gamma.ndim == 1
+    if (modes.on() and isinstance(x, numpy.ndarray) and x.ndim in (2, 4) and gamma.ndim == 1
             and isinstance(batch_norm_func.axis, tuple)
             and tuple(batch_norm_func.key_axis) == (1,)
-            and _standard(batch_norm_func, inputs)):
+            and modes.standard(batch_norm_func, inputs)):
         return _OneDnnBatchNormalizationImpl()
     return _bn._impl_selector(batch_norm_func, inputs)
 
 
 def _bn_forward(original):
     def forward(self, inputs):
-        _start(self)
+        modes.start(self)
         if self._impl_selector is _bn._impl_selector:  # a caller's own selector stays
             self._impl_selector = _select_bn
         return original(self, inputs)
@@ -232,11 +161,11 @@ def _bn_forward(original):
 def _fixed_bn_forward(original):
     def forward(self, inputs):
         x, gamma, beta, mean, var = inputs
-        if not (_start(self) and isinstance(x, numpy.ndarray) and x.ndim in (2, 4)
+        if not (modes.start(self) and isinstance(x, numpy.ndarray) and x.ndim in (2, 4)
                 and gamma.ndim == 1
                 and (self.axis is None or (isinstance(self.axis, tuple)
                                            and self.axis == (0,) + tuple(range(2, x.ndim))))
-                and _standard(self, inputs)):
+                and modes.standard(self, inputs)):
             return original(self, inputs)
         self.retain_inputs((0, 1, 3, 4))
         self.axis = _bn._compute_axis(x.ndim, gamma.ndim, self.axis)
@@ -254,10 +183,10 @@ def _small(array):
 
 def _relu_forward(original):
     def forward_cpu(self, inputs):
-        if not _start(self) or not _standard(self, inputs) or _small(inputs[0]):
+        if not modes.start(self) or not modes.standard(self, inputs) or _small(inputs[0]):
             return original(self, inputs)
         if not eltwise.available():
-            _not_taken('relu (numba is not installed)')
+            modes.not_taken('relu (numba is not installed)')
             return original(self, inputs)
         self.retain_outputs((0,))
         return eltwise.relu(inputs[0]),
@@ -266,7 +195,7 @@ def _relu_forward(original):
 
 def _relu_grad_forward(original):
     def forward_cpu(self, inputs):
-        if (not _start(self) or not _standard(self, inputs) or _small(inputs[0])
+        if (not modes.start(self) or not modes.standard(self, inputs) or _small(inputs[0])
                 or self.b.dtype != numpy.float32 or self.b.shape != inputs[0].shape
                 or not eltwise.available()):
             return original(self, inputs)
@@ -288,25 +217,25 @@ def _avg_pool_args(fn):
 
 def _max_pool_forward(original):
     def forward_cpu(self, inputs):
-        if not _start(self) or self.ndim != 2 or not _standard(self, inputs):
+        if not modes.start(self) or self.ndim != 2 or not modes.standard(self, inputs):
             return original(self, inputs)
         if self.return_indices:
-            _not_taken('max_pooling_2d with return_indices (Chainer\'s indexes asked for)')
+            modes.not_taken('max_pooling_2d with return_indices (Chainer\'s indexes asked for)')
             return original(self, inputs)
         x, = inputs
         why, _ = pooling.plan('max', x.shape, *_pool_args(self), self.cover_all)
         if why is not None:
-            _not_taken('max_pooling_2d of ' + why)
+            modes.not_taken('max_pooling_2d of ' + why)
             return original(self, inputs)
-        if not _finite(x):
+        if not modes.finite(x):
             # oneDNN's maximum skips NaN (Chainer's is NaN) and starts at -FLT_MAX (a
             # window of -inf is -inf in Chainer's)
-            _not_taken('max_pooling_2d of NaN/inf inputs')
+            modes.not_taken('max_pooling_2d of NaN/inf inputs')
             return original(self, inputs)
         try:
             y, workspace = pooling.max_forward(x, *_pool_args(self), cover_all=self.cover_all)
         except dnnl.DnnlError as e:
-            _refused('max_pooling_2d', e)
+            modes.refused('max_pooling_2d', e)
             return original(self, inputs)
         self._in_shape, self._in_dtype = x.shape, x.dtype
         self.retain_inputs((0,))
@@ -327,19 +256,19 @@ def _chainer_indexes(func):
 
 def _max_pool_grad_forward(original):
     def forward_cpu(self, inputs):
-        _start(self)
+        modes.start(self)
         func = self.func
         workspace = getattr(func, _WORKSPACE, None)
         if workspace is None:
             return original(self, inputs)
-        if not _standard(self, inputs):
+        if not modes.standard(self, inputs):
             _chainer_indexes(func)
             return original(self, inputs)
         gy, = inputs
         try:
             return pooling.max_backward(gy, workspace, func._in_shape, *_pool_args(func)),
         except dnnl.DnnlError as e:
-            _refused('max_pooling_2d gradient', e)
+            modes.refused('max_pooling_2d gradient', e)
             _chainer_indexes(func)
             return original(self, inputs)
     return forward_cpu
@@ -347,7 +276,7 @@ def _max_pool_grad_forward(original):
 
 def _max_pool_with_indexes_forward(original):
     def forward_cpu(self, inputs):
-        _start(self)
+        modes.start(self)
         if getattr(self.func, _WORKSPACE, None) is not None:
             _chainer_indexes(self.func)
         return original(self, inputs)
@@ -356,18 +285,18 @@ def _max_pool_with_indexes_forward(original):
 
 def _avg_pool_forward(original):
     def forward_cpu(self, inputs):
-        if not _start(self) or not _standard(self, inputs):
+        if not modes.start(self) or not modes.standard(self, inputs):
             return original(self, inputs)
         x, = inputs
         args = _avg_pool_args(self)
         why, _ = pooling.plan('average', x.shape, *args, False)
         if why is not None:
-            _not_taken('average_pooling_2d of ' + why)
+            modes.not_taken('average_pooling_2d of ' + why)
             return original(self, inputs)
         try:
             y = pooling.average_forward(x, *args)
         except dnnl.DnnlError as e:
-            _refused('average_pooling_2d', e)
+            modes.refused('average_pooling_2d', e)
             return original(self, inputs)
         self._in_shape, self._in_dtype = x.shape, x.dtype
         return y,
@@ -376,7 +305,7 @@ def _avg_pool_forward(original):
 
 def _avg_pool_grad_forward(original):
     def forward_cpu(self, inputs):
-        if not _start(self) or not _standard(self, inputs):
+        if not modes.start(self) or not modes.standard(self, inputs):
             return original(self, inputs)
         gy, = inputs
         args = _avg_pool_args(self)
@@ -386,7 +315,7 @@ def _avg_pool_grad_forward(original):
         try:
             return pooling.average_backward(gy, self._in_shape, *args),
         except dnnl.DnnlError as e:
-            _refused('average_pooling_2d gradient', e)
+            modes.refused('average_pooling_2d gradient', e)
             return original(self, inputs)
     return forward_cpu
 
@@ -400,15 +329,15 @@ class _LrnWorkspace(object):
 
 def _lrn_forward(original):
     def forward_cpu(self, inputs):
-        if not _start(self) or inputs[0].ndim != 4 or not _standard(self, inputs):
+        if not modes.start(self) or inputs[0].ndim != 4 or not modes.standard(self, inputs):
             return original(self, inputs)
         if self.n < 1:  # Chainer's window is then its middle channel alone; oneDNN refuses
-            _not_taken('local_response_normalization with n < 1')
+            modes.not_taken('local_response_normalization with n < 1')
             return original(self, inputs)
         try:
             y, workspace = lrn.forward(inputs[0], self.n, self.k, self.alpha, self.beta)
         except dnnl.DnnlError as e:
-            _refused('local_response_normalization', e)
+            modes.refused('local_response_normalization', e)
             return original(self, inputs)
         self.retain_inputs((0,))
         self.retain_outputs((0,))
@@ -419,7 +348,7 @@ def _lrn_forward(original):
 
 def _lrn_grad_forward(original):
     def forward_cpu(self, inputs):
-        _start(self)
+        modes.start(self)
         if not isinstance(self.indexes, _LrnWorkspace):
             return original(self, inputs)
         x, _, gy = inputs
@@ -432,7 +361,7 @@ def _add_forward(original):
     # Add (``a + b``) and MultiAdd (``F.add``, the gradient sums): same-shape float32 arrays
     # summed on the rank's threads; broadcasting, other types and small arrays Chainer's.
     def forward(self, inputs):
-        if (not _start(self) or len(inputs) < 2 or not eltwise.available()
+        if (not modes.start(self) or len(inputs) < 2 or not eltwise.available()
                 or _small(inputs[0])
                 or any(not isinstance(a, numpy.ndarray) or a.dtype != numpy.float32
                        or a.shape != inputs[0].shape for a in inputs)):
@@ -525,7 +454,7 @@ REPLACEMENTS = [
 _REPLACEMENTS = [patch for row in REPLACEMENTS for patch in row.patches]
 REPLACED = ', '.join('{} ({})'.format(row.function, row.said) for row in REPLACEMENTS)
 # Every class patched: its backward runs in the mode its forward ran in
-# (``_in_mode_of_forward``): the functions it applies read what that forward left.
+# (``modes.in_mode_of_forward``): the functions it applies read what that forward left.
 _BACKWARDS = sorted({cls for cls, _, _ in _REPLACEMENTS}, key=lambda c: c.__name__)
 
 
@@ -551,20 +480,20 @@ def enable():
             patches.apply(cls, name, make(cls.__dict__[name]), 'compute',
                           'Chainer\'s {} on oneDNN'.format(cls.__name__))
         for cls in _BACKWARDS:
-            patches.apply(cls, 'backward', _in_mode_of_forward(getattr(cls, 'backward')),
+            patches.apply(cls, 'backward', modes.in_mode_of_forward(getattr(cls, 'backward')),
                           'compute', 'Chainer\'s {} backward in the mode its forward ran '
                           'in'.format(cls.__name__))
-    _MODE['on'] = True
+    modes.set_on(True)
 
 
 def disable():
     """Chainer's own functions for every forward from now on. A node whose forward ran on
     oneDNN still takes its gradient there (it reads oneDNN's workspace)."""
-    _MODE['on'] = False
+    modes.set_on(False)
 
 
 def uninstall():
     """Chainer's classes exactly as they were (no node computed in oneDNN mode may be
     differentiated after this)."""
-    _MODE['on'] = False
+    modes.set_on(False)
     patches.uninstall('compute')

@@ -98,10 +98,8 @@ def make(actual_optimizer, communicator, double_buffering=False, zero_fill=True,
             ``$CHAINERMN_TORUS_BUCKET_BYTES`` or the configuration table's.
         on_first_update: called at the first update (a launcher's check:
             ``optimizers.factory``).
-        type_check: Chainer's type checks in the forward and backward that ``update(lossfun,
-            ...)`` runs: 'on' (every step), 'off', or N (the first N steps, then off, said
-            once); default ``$CHAINERMN_TORUS_TYPE_CHECK`` or 1. See
-            ``chainermn_torus.optimizers.type_checks``.
+        type_check: Chainer's type checks in what ``update(lossfun, ...)`` runs: 'on', 'off'
+            or N steps, then off (default ``$CHAINERMN_TORUS_TYPE_CHECK`` or 1; type_checks).
     """
     _check_options(check_replicas, fused, overlap, double_buffering)
     checks = type_checks_mod.TypeChecks(type_check, communicator.rank)

@@ -27,7 +27,7 @@ import chainer.links as L
 from chainer.functions.pooling import max_pooling_nd
 from chainer.utils import type_check
 
-from chainermn_torus.compute import dnnl, eltwise, geometries, onednn
+from chainermn_torus.compute import dnnl, eltwise, geometries, modes, onednn
 from compute_support import as_it_was, both  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.skipif(
@@ -408,7 +408,7 @@ def test_switching_between_a_forward_and_its_backward_changes_nothing(name, forw
             (onednn.disable if forward_on else onednn.enable)()
         y.backward(enable_double_backprop=True)
         # the gradient's own node ran in the forward's mode
-        assert xv.grad_var.creator.__dict__.get(onednn._STARTED) == forward_on
+        assert xv.grad_var.creator.__dict__.get(modes._STARTED) == forward_on
         return y.array, xv.grad
     for a, b in zip(run(False), run(True)):
         assert numpy.array_equal(a, b)

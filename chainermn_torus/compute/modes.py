@@ -1,0 +1,83 @@
+"""Whether a Chainer function runs on oneDNN: the mode in force, the mode each node's
+forward ran in (its backward runs in that mode), and the hand-back to Chainer's own code
+(where the arrays are not float32 in the standard layout, or oneDNN refuses the call),
+said once per case. ``onednn``'s replacements call these first.
+"""
+import threading
+
+import numpy
+
+from chainermn_torus.runtime import finite as _finite_counts, report
+
+__all__ = ['enabled', 'set_on', 'on', 'start', 'in_mode_of_forward', 'standard', 'not_taken',
+           'finite', 'refused']
+
+# Whether a forward started now takes oneDNN (``enable``/``disable``), and, while a node's
+# backward runs, the mode its forward ran in: the functions that backward applies (the
+# gradient's nodes, which read what the forward left: oneDNN's workspaces) run in that
+# mode, whatever was switched since. Per thread: a backward in progress is its thread's.
+_MODE = {'on': False}
+_BACKWARD = threading.local()
+_STARTED = '_chainermn_torus_onednn'  # on each node: whether its forward ran in oneDNN mode
+
+
+def enabled():
+    return _MODE['on']
+
+
+def set_on(flag):
+    _MODE['on'] = bool(flag)
+
+
+def on():
+    mode = getattr(_BACKWARD, 'on', None)
+    return _MODE['on'] if mode is None else mode
+
+
+def start(node):
+    """Record the mode ``node``'s forward runs in; True where that is oneDNN's."""
+    mode = on()
+    node.__dict__[_STARTED] = mode
+    return mode
+
+
+def in_mode_of_forward(original):
+    def backward(self, *args, **kwargs):
+        mode = self.__dict__.get(_STARTED)
+        if mode is None:
+            return original(self, *args, **kwargs)
+        outer = getattr(_BACKWARD, 'on', None)
+        _BACKWARD.on = mode
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _BACKWARD.on = outer
+    return backward
+
+
+def standard(fn, inputs):
+    """float32 arrays of the standard layout: what the oneDNN path takes."""
+    layouts = getattr(fn, 'input_layouts', None)
+    if layouts is not None and any(layout is not None for layout in layouts):
+        return not_taken('a memory layout other than the standard one')
+    if any(a is not None and a.dtype != numpy.float32 for a in inputs):
+        return not_taken('{} arrays (oneDNN is used for float32)'.format(
+            '/'.join(sorted({a.dtype.name for a in inputs if a is not None}))))
+    return True
+
+
+def not_taken(why):
+    report.say('compute: oneDNN not used for {}: Chainer\'s numpy instead'.format(why),
+               key='onednn-not-taken ' + why)
+    return False
+
+
+def finite(array):
+    return _finite_counts.count_nonfinite(array) == 0
+
+
+def refused(what, error):
+    """oneDNN refused a call the checks let through: Chainer's code computes it (and
+    raises Chainer's error where Chainer refuses it too)."""
+    not_taken('a {} oneDNN refused ({})'.format(what, str(error).replace(
+        'chainermn_torus: ', '')))
