@@ -8,7 +8,7 @@ The sweep: one convolution (3 -> ``channels``, 3 x 3, padding 1) + ReLU + 2 x 2 
 forward and backward, over ``sizes`` square images of 40, 48, ... pixels after a warm-up at
 32; each mode in a fresh process (its own baseline), the resident set (RSS) after the last
 size and a garbage collection, minus the one after the warm-up. For the oneDNN side also the
-geometries kept (``compute.geometries``) and the scratch buffer (``dnnl.scratch``).
+geometries kept (``compute.geometries``) and the scratch buffer (``primitives.scratch``).
 
 The count: ResNet-50 (224 px) trained one step at each of ``resnet-batches`` and evaluated
 at each, the geometries made after each (training and evaluation at a new batch size add
@@ -28,7 +28,7 @@ import numpy
 import psutil
 
 from chainermn_torus import compute
-from chainermn_torus.compute import dnnl, geometries
+from chainermn_torus.compute import dnnl, geometries, primitives
 from chainermn_torus.models import ResNet50
 from chainermn_torus.runtime import threads
 
@@ -62,7 +62,7 @@ def sweep(mode, sizes, batch, channels):
            'batch': batch, 'channels': channels}
     if mode == 'onednn':
         out['geometries'] = geometries.stats()
-        out['scratch_mib'] = round(dnnl.scratch_bytes() / 2 ** 20, 1)
+        out['scratch_mib'] = round(primitives.scratch_bytes() / 2 ** 20, 1)
     return out
 
 

@@ -34,7 +34,7 @@ import chainer
 
 from chainermn_torus import compute
 from chainermn_torus.bench.compute import MODELS, _iteration, problem
-from chainermn_torus.compute import dnnl
+from chainermn_torus.compute import dnnl, primitives
 from chainermn_torus.runtime import jit, threads
 
 __all__ = ['main', 'profile']
@@ -70,8 +70,8 @@ class _Clock(object):
 
     def install(self):
         # Reorders are Primitive.run calls too: their own row, the primitives' by kind.
-        self.wrap(dnnl.Primitive, 'run', lambda a: 'oneDNN reorders' if isinstance(
-            a[0], dnnl.Reorder) else 'oneDNN {}'.format(a[0].what))
+        self.wrap(primitives.Primitive, 'run', lambda a: 'oneDNN reorders' if isinstance(
+            a[0], primitives.Reorder) else 'oneDNN {}'.format(a[0].what))
         if jit.available():
             for module_name in KERNEL_MODULES:
                 module = importlib.import_module(module_name)

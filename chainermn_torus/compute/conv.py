@@ -15,7 +15,7 @@ with respect to its input are one path here.
 Each geometry (shapes, strides, paddings, dilation, groups, bias) is one ``Convolution``,
 made at its first call and kept (``geometries``: within a bound): its primitives, the
 blocked layouts oneDNN chose and the reorders between those and NCHW (the blocked copies
-themselves in the thread's scratch buffer, ``dnnl.scratch``). The arrays come in and go out
+themselves in the thread's scratch buffer, ``primitives.scratch``). The arrays come in and go out
 in NCHW; what a layer's output would be in oneDNN's layout is reordered back at once, so
 the numbers are those of one convolution on the plain arrays.
 

@@ -1,13 +1,14 @@
-"""oneDNN's C API (v3) through ctypes: the library, its engine and stream, memory, and
-primitives that run on numpy arrays.
+"""oneDNN's C API (v3) through ctypes: the library, its engine and stream, memory
+descriptors, oneDNN's own GEMM (a benchmark's bound); the objects that run primitives on
+numpy arrays are ``compute.primitives``'.
 
 Why ctypes over the C API and not a compiled extension: the wheels ``onednn-cpu-gomp`` (the
 library, GNU OpenMP) install with pip alone, and a binding that needs no compiler at
 install time builds nowhere and so fails nowhere; a call costs a few microseconds of
 ctypes, against the milliseconds a convolution takes. The layer code (``compute.conv``, ...)
-sees only this module's small vocabulary: memory descriptors made from numpy shapes, a
-``Primitive`` from a primitive descriptor, reorders between a plain (numpy) layout and the
-blocked layout a primitive prefers.
+sees only a small vocabulary: memory descriptors made from numpy shapes here, primitives
+and reorders between a plain (numpy) layout and the blocked one a primitive prefers in
+``compute.primitives``.
 
 The library is found beside the Python that runs (``sys.prefix/lib``, where the wheel puts
 it), else by the loader's search (``ctypes.util.find_library('dnnl')``); ``available()``
@@ -18,16 +19,13 @@ import ctypes.util
 import os
 import platform
 import sys
-import threading
-
-import numpy
 
 from chainermn_torus.errors import Unsupported
 
 __all__ = ['available', 'why_unavailable', 'version', 'lib', 'engine', 'stream', 'plain_md',
-           'sgemm', 'any_md', 'Memory', 'Primitive', 'Reorder', 'query_md', 'md_equal', 'md_size',
-           'dims', 'attr', 'DnnlError', 'F32', 'ARG', 'PROP', 'ALG', 'QUERY', 'TAG', 'Bound',
-           'wait', 'BN_FLAGS', 'Hint', 'scratch', 'scratch_bytes']
+           'sgemm', 'any_md', 'query_md', 'md_equal', 'md_size', 'dims', 'attr', 'DnnlError',
+           'F32', 'ARG', 'PROP', 'ALG', 'QUERY', 'TAG', 'BN_FLAGS', 'P', 'ExecArg', 'handle_of',
+           'loaded']
 
 P = ctypes.c_void_p
 DIMS = ctypes.c_int64 * 12  # dnnl_dims_t (DNNL_MAX_NDIMS)
@@ -56,7 +54,7 @@ class DnnlError(Unsupported):
     """A oneDNN call that failed: the function and oneDNN's status."""
 
 
-class _ExecArg(ctypes.Structure):
+class ExecArg(ctypes.Structure):
     _fields_ = [('arg', ctypes.c_int), ('memory', P)]
 
 
@@ -98,7 +96,7 @@ _SIGNATURES = {
     'dnnl_primitive_desc_destroy': ([P], ctypes.c_int),
     'dnnl_primitive_create': ([ctypes.POINTER(P), P], ctypes.c_int),
     'dnnl_primitive_destroy': ([P], ctypes.c_int),
-    'dnnl_primitive_execute': ([P, P, ctypes.c_int, ctypes.POINTER(_ExecArg)], ctypes.c_int),
+    'dnnl_primitive_execute': ([P, P, ctypes.c_int, ctypes.POINTER(ExecArg)], ctypes.c_int),
     'dnnl_reorder_primitive_desc_create': ([ctypes.POINTER(P), P, P, P, P, P], ctypes.c_int),
     'dnnl_convolution_forward_primitive_desc_create': (
         [ctypes.POINTER(P), P, ctypes.c_int, ctypes.c_int, P, P, P, P, DIMS, DIMS, DIMS,
@@ -336,8 +334,17 @@ def any_md(shape):
     return _Desc(m)
 
 
-def _handle(md):
+def handle_of(md):
+    """The C handle of a memory descriptor: one this module made, or one oneDNN owns."""
     return md.handle if isinstance(md, _Desc) else md
+
+
+_handle = handle_of
+
+
+def loaded():
+    """Whether the library is loaded (objects freed at exit check it first)."""
+    return 'lib' in _STATE
 
 
 def query_md(pd, what, index=0):
@@ -351,181 +358,3 @@ def md_equal(a, b):
 
 def md_size(md):
     return int(lib().dnnl_memory_desc_get_size(_handle(md)))
-
-
-class Memory(object):
-    """A memory object over a buffer given at each call: a numpy array's data (``set``), or
-    a region of the thread's scratch buffer (``set_address``; the blocked layouts between
-    reorders and primitives)."""
-
-    def __init__(self, md):
-        self.md = md  # kept alive with the memory
-        self.handle = P()
-        check(lib().dnnl_memory_create(ctypes.byref(self.handle), _handle(md), engine(),
-                                       P(None)), 'memory creation')
-
-    def set(self, array):
-        self.set_address(array.ctypes.data)
-
-    def set_address(self, address):
-        check(lib().dnnl_memory_set_data_handle(self.handle, P(address)),
-              'setting a memory buffer')
-
-    def __del__(self):
-        if 'lib' in _STATE and self.handle:
-            _STATE['lib'].dnnl_memory_destroy(self.handle)
-
-
-# The blocked copies a primitive reads and writes live only inside one call (reorder in, run,
-# reorder out), so every geometry's share one buffer per thread, as large as the largest
-# call needs, instead of one buffer each: kept per geometry they grew without bound with
-# every new input shape (one conv + ReLU + pool layer over 21 image sizes kept 2.4 GiB).
-_ALIGN = 64  # oneDNN's and AVX-512's alignment
-_SCRATCH = threading.local()
-
-
-def scratch(nbytes):
-    """The address of this thread's scratch buffer, at least ``nbytes`` long (grown, never
-    shrunk: the largest call recurs every step)."""
-    buf = getattr(_SCRATCH, 'buffer', None)
-    if buf is None or buf.size < nbytes + _ALIGN:
-        _SCRATCH.buffer = buf = None  # the old one freed before the larger one is taken
-        _SCRATCH.buffer = buf = numpy.empty(nbytes + _ALIGN, numpy.uint8)
-    address = buf.ctypes.data
-    return address + (-address) % _ALIGN
-
-
-def scratch_bytes():
-    """The size of this thread's scratch buffer (0 before the first call that needed one)."""
-    buf = getattr(_SCRATCH, 'buffer', None)
-    return 0 if buf is None else buf.size
-
-
-class Primitive(object):
-    """A primitive from its descriptor ``pd`` (which it then owns): ``run({ARG: Memory})``.
-    Where it needs a scratchpad, ``scratchpad`` is its size in bytes and the caller gives
-    its place in the scratch buffer (``place``) before running it."""
-
-    def __init__(self, pd, what):
-        self.pd, self.what = pd, what
-        self.handle = P()
-        check(lib().dnnl_primitive_create(ctypes.byref(self.handle), pd), what)
-        md = query_md(pd, 'scratchpad')
-        self.scratchpad = md_size(md) if md else 0
-        self._scratch = Memory(md) if self.scratchpad else None
-
-    def place(self, address):
-        if self._scratch is not None:
-            self._scratch.set_address(address)
-
-    def run(self, args):
-        items = [(ARG[k], m.handle) for k, m in args.items()]
-        if self._scratch is not None:
-            items.append((ARG['scratchpad'], self._scratch.handle))
-        array = (_ExecArg * len(items))(*[_ExecArg(k, h) for k, h in items])
-        check(lib().dnnl_primitive_execute(self.handle, stream(), len(items), array),
-              self.what)
-
-    def impl(self):
-        """The implementation oneDNN chose (for the docs and the benchmark)."""
-        out = ctypes.c_char_p()
-        lib().dnnl_primitive_desc_query(self.pd, QUERY['impl_info_str'], 0,
-                                        ctypes.byref(out))
-        return (out.value or b'').decode()
-
-    def __del__(self):
-        if 'lib' in _STATE:
-            if self.handle:
-                _STATE['lib'].dnnl_primitive_destroy(self.handle)
-            if self.pd:
-                _STATE['lib'].dnnl_primitive_desc_destroy(self.pd)
-
-
-class Hint(object):
-    """A forward primitive descriptor kept as the hint a backward one is made with (a
-    Primitive owns, and frees, the descriptor it runs)."""
-
-    def __init__(self, pd):
-        self.pd = pd
-
-    def __del__(self):
-        if 'lib' in _STATE and self.pd:
-            _STATE['lib'].dnnl_primitive_desc_destroy(self.pd)
-
-
-class Reorder(Primitive):
-    """From one layout to another (a numpy array's and a primitive's)."""
-
-    def __init__(self, src_md, dst_md):
-        pd = P()
-        check(lib().dnnl_reorder_primitive_desc_create(
-            ctypes.byref(pd), _handle(src_md), engine(), _handle(dst_md), engine(), attr()),
-            'reorder')
-        super(Reorder, self).__init__(pd, 'reorder')
-
-    def __call__(self, src, dst):
-        self.run({'from': src, 'to': dst})
-
-
-def wait():
-    check(lib().dnnl_stream_wait(stream()), 'stream wait')
-
-
-class Bound(object):
-    """A primitive with its numpy arguments: each argument's plain layout, and where the
-    primitive chose another, a region of the scratch buffer in that layout and the reorder
-    to it (an input) or from it (an output); the scratchpads in the scratch buffer too.
-    ``__call__(**arrays)`` runs the reorders in, the primitive, the reorders out, and
-    waits. Built once per shape and reused (``compute.conv``)."""
-
-    def __init__(self, pd, what, inputs, outputs, plain, extra=None):
-        self.primitive = Primitive(pd, what)
-        self.inputs, self.outputs = inputs, outputs
-        self.plain = {}      # name -> Memory over the numpy array
-        self.inner = {}      # name -> (Memory in the primitive's layout, Reorder, offset)
-        self.scratch = 0     # bytes of scratch the blocked layouts take, aligned each
-        for name in inputs + outputs:
-            chosen = query_md(pd, name)
-            outer = Memory(plain[name])
-            self.plain[name] = outer
-            if not md_equal(plain[name], chosen):
-                reorder = Reorder(plain[name], chosen) if name in inputs else \
-                    Reorder(chosen, plain[name])
-                self.inner[name] = (Memory(chosen), reorder, self.scratch)
-                self.scratch += -(-md_size(chosen) // _ALIGN) * _ALIGN
-        self.extra = {}      # name -> Memory in the plain layout given (bias, diff_bias)
-        for name, md in (extra or {}).items():
-            self.extra[name] = Memory(md)
-        # The scratchpads after the blocked copies: one region for all, the reorders and the
-        # primitive running one after another.
-        self._steps = [self.primitive] + [r for _, r, _ in self.inner.values()]
-        self._pads = self.scratch
-        self.scratch += max(step.scratchpad for step in self._steps)
-
-    def __call__(self, **arrays):
-        args = {}
-        for name, array in arrays.items():
-            memory = self.plain.get(name) or self.extra[name]
-            memory.set(array)
-            args[name] = memory
-        if self.scratch:
-            base = scratch(self.scratch)
-            for inner, _, offset in self.inner.values():
-                inner.set_address(base + offset)
-            for step in self._steps:
-                step.place(base + self._pads)
-        for name in self.inputs:
-            if name in self.inner:
-                inner, reorder, _ = self.inner[name]
-                reorder(args[name], inner)
-                args[name] = inner
-        run = dict(args)
-        for name in self.outputs:
-            if name in self.inner:
-                run[name] = self.inner[name][0]
-        self.primitive.run(run)
-        for name in self.outputs:
-            if name in self.inner:
-                inner, reorder, _ = self.inner[name]
-                reorder(inner, args[name])
-        wait()

@@ -8,7 +8,7 @@ evaluation at another batch size, the last batch of an epoch, multi-scale crops,
 variable-size inputs. Kept without a bound they grew with every shape; kept here, the least
 recently used geometry is dropped beyond ``CHAINERMN_TORUS_ONEDNN_CACHE`` of them (its
 primitives are made again if it recurs). The blocked copies primitives work on are not
-per geometry (``dnnl.scratch``: one buffer per thread), so what a geometry holds is its
+per geometry (``primitives.scratch``: one buffer per thread), so what a geometry holds is its
 primitives' generated code and descriptors (measured in docs/compute.md).
 
 One cache for every layer module (``conv``, ``pooling``, ``lrn``, ``batchnorm``): the

@@ -8,7 +8,7 @@ and gives the plain layout of every argument (``plain``) and of the arguments th
 never reordered (``extra``: a bias, batch normalization's statistics). A step is made at
 its first call (a geometry only evaluated never makes its backward) and then reused: its
 primitive, its memory objects, the reorders to and from the layouts oneDNN chose
-(``dnnl.Bound``). The hint is made once per geometry, when the first backward step is.
+(``primitives.Bound``). The hint is made once per geometry, when the first backward step is.
 
 A step whose descriptor asks for a workspace (what a forward records for its backward: max
 pooling's choice per window, LRN's scales) gets one bound, read from that step's own
@@ -17,7 +17,7 @@ descriptor: a backward made after its geometry left the cache and came back (a n
 """
 import numpy
 
-from chainermn_torus.compute import dnnl
+from chainermn_torus.compute import dnnl, primitives
 
 __all__ = ['Layer']
 
@@ -47,7 +47,7 @@ class Layer(object):
 
     def hint(self):
         if self._hint is None:
-            self._hint = dnnl.Hint(self.describe(self.HINT, None))
+            self._hint = primitives.Hint(self.describe(self.HINT, None))
         return self._hint.pd
 
     def step(self, name):
@@ -59,7 +59,7 @@ class Layer(object):
             workspace = dnnl.query_md(pd, 'workspace')
             if workspace and dnnl.md_size(workspace):
                 extra['workspace'] = workspace
-            made = self._made[name] = dnnl.Bound(
+            made = self._made[name] = primitives.Bound(
                 pd, '{} {}'.format(self.what, name.replace('_', ' ')), list(inputs),
                 list(outputs), self.plain(name), extra or None)
         return made
