@@ -86,9 +86,9 @@ class Primitive(object):
         if self._scratch is not None:
             items.append((dnnl.ARG['scratchpad'], self._scratch.handle))
         array = (dnnl.ExecArg * len(items))(*[dnnl.ExecArg(k, h) for k, h in items])
-        dnnl.check(dnnl.lib().dnnl_primitive_execute(self.handle, dnnl.stream(), len(items),
-                                                     array),
-              self.what)
+        status = dnnl.lib().dnnl_primitive_execute(self.handle, dnnl.stream(), len(items),
+                                                   array)
+        dnnl.check(status, self.what)
 
     def impl(self):
         """The implementation oneDNN chose (for the docs and the benchmark)."""
