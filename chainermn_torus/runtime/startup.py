@@ -6,10 +6,16 @@ or runs a script through ``python -m chainermn_torus.run``:
 
 - the abort hook (``abort``): one rank's uncaught exception ends the whole MPI job, naming
   the rank, chained after any hook installed earlier;
-- the timeline (``timeline``), when ``CHAINERMN_TORUS_TIMELINE`` names a prefix.
+- the timeline (``timeline``), when ``CHAINERMN_TORUS_TIMELINE`` names a prefix;
+- Python's fault handler (``faulthandler``): a rank that crashes in native code (a segfault
+  in a library) prints its threads' Python stacks before it dies, so the job's output says
+  where, beside the rank watcher's line naming the rank and the signal.
 
 A login-node tool (``chainermn-torus jobscript``, ``plan``) therefore never starts MPI.
 """
+import faulthandler
+import sys
+
 from chainermn_torus.runtime import abort, timeline
 
 __all__ = ['start']
@@ -24,3 +30,5 @@ def start():
     _started.append(True)
     abort.install()  # first: a bad timeline prefix below is a refusal it says in one line
     timeline.enable_from_env()  # CHAINERMN_TORUS_TIMELINE=PREFIX
+    if not faulthandler.is_enabled():
+        faulthandler.enable(file=sys.stderr, all_threads=True)
