@@ -31,4 +31,7 @@ def start():
     abort.install()  # first: a bad timeline prefix below is a refusal it says in one line
     timeline.enable_from_env()  # CHAINERMN_TORUS_TIMELINE=PREFIX
     if not faulthandler.is_enabled():
-        faulthandler.enable(file=sys.stderr, all_threads=True)
+        try:  # the process's stderr: a test harness may have put an object without a file
+            faulthandler.enable(file=sys.__stderr__.fileno(), all_threads=True)
+        except (AttributeError, OSError, ValueError):
+            faulthandler.enable(file=2, all_threads=True)
