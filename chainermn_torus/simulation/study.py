@@ -130,7 +130,16 @@ def report(out_dir):
     """study.md and the plots, from study.jsonl."""
     rows = _load(out_dir)
     lines = ['# The shape study (simulated, ResNet-50 gradients, 102 MB, 4 MiB segments)', '']
-    # 1. fat tree: every node count
+    lines += _fat_tree_section(rows) + _library_section(rows) + _torus_section(rows)
+    with open(os.path.join(out_dir, 'study.md'), 'w') as f:
+        f.write('\n'.join(lines))
+    _plots(rows, out_dir)
+    return '\n'.join(lines)
+
+
+def _fat_tree_section(rows):
+    """Every node count of the fat tree: each algorithm against the best."""
+    lines = []
     ft = [r for r in rows if r['part'] == 'fattree']
     for K in sorted({r['nodes'] for r in ft}):
         sub = sorted((r for r in ft if r['nodes'] == K), key=lambda r: r['seconds'])
@@ -142,7 +151,12 @@ def report(out_dir):
             _name(r), r['seconds'] * 1e3, r['seconds'] / best, r['messages'], r['wall_s'])
             for r in sub]
         lines.append('')
-    # 2. libraries at 256
+    return lines
+
+
+def _library_section(rows):
+    """The library all-reduces at 256 fat-tree nodes, seed 003's shapes."""
+    lines = []
     lines += ['## Library all-reduce at 256 fat-tree nodes: seed 003\'s shapes', '',
               '| library | naive (one all-reduce per array) ms | all-reduce alone ms | '
               'RSAP (2,128) ms | (16,16) | (64,4) | alone / RSAP (2,128) | naive / RSAP (2,128) '
@@ -175,7 +189,12 @@ def report(out_dir):
                     lib, alone / base, '' if naive is None else
                     '; naive with {}: {:.2f}x'.format(lib, naive / base)))
     lines.append('')
-    # 3. torus mappings
+    return lines
+
+
+def _torus_section(rows):
+    """The torus mappings: each algorithm under each mapping."""
+    lines = []
     tor = [r for r in rows if r['part'] == 'torus']
     for K in sorted({r['nodes'] for r in tor}):
         sub = [r for r in tor if r['nodes'] == K]
@@ -195,10 +214,7 @@ def report(out_dir):
                 '-' if v is None else '{:.2f}'.format(v * 1e3) for v in vals),
                 max(got) / min(got)))
         lines.append('')
-    with open(os.path.join(out_dir, 'study.md'), 'w') as f:
-        f.write('\n'.join(lines))
-    _plots(rows, out_dir)
-    return '\n'.join(lines)
+    return lines
 
 
 def _plots(rows, out_dir):
