@@ -67,33 +67,48 @@ def plan_placement(policy='sibling', intra_rank=0, intra_size=1, loader_processe
     if not cores:
         raise ConfigError('chainermn_torus: none of the allowed CPUs {} is online ({})'.format(
             format_cpulist(allowed), topology.describe()))
-    if allowed >= set(topology.cpus) and intra_size > 1:
-        # Not bound by the launcher: split the node's cores among its ranks.
-        if intra_size <= len(cores):
-            per, extra = divmod(len(cores), intra_size)
-            start = intra_rank * per + min(intra_rank, extra)
-            share = cores[start:start + per + (1 if intra_rank < extra else 0)]
-            how = 'cores {}-{} of {}, split among {} ranks on this node'.format(
-                start, start + len(share) - 1, len(cores), intra_size)
-        else:
-            share = [cores[intra_rank % len(cores)]]
-            how = 'oversubscribed: {} ranks on {} cores, this rank shares core {}'.format(
-                intra_size, len(cores), intra_rank % len(cores))
-    else:
-        share = cores
-        how = 'the {} CPUs the launcher allowed'.format(len(allowed)) \
-            if not allowed >= set(topology.cpus) else 'the whole node ({} rank)'.format(
-                intra_size)
-    share_cpus = sorted(c for core in share for c in core)
+    share, how = _rank_share(topology, allowed, cores, intra_rank, intra_size)
     if policy == 'none':
         return Plan(policy, None, None, share, topology, 'no pinning; share would be ' + how)
-    first = [core[0] for core in share]
     if policy == 'auto':
         policy = 'sibling' if any(len(core) > 1 for core in share) else 'same-core'
         how += '; auto chose {}'.format(policy)
+    compute, loader = _split(policy, share, topology, dedicated_cores)
+    if loader_processes > len(loader):
+        raise ConfigError(
+            'chainermn_torus: {} loader processes but the {!r} policy gives them {} CPU(s) '
+            '({}): use at most {} (or another policy).'.format(
+                loader_processes, policy, len(loader), format_cpulist(loader), len(loader)))
+    return Plan(policy, sorted(compute), sorted(loader), share, topology, how)
+
+
+def _rank_share(topology, allowed, cores, intra_rank, intra_size):
+    """(the cores this rank may use, how they were chosen)."""
+    if not (allowed >= set(topology.cpus) and intra_size > 1):
+        how = 'the {} CPUs the launcher allowed'.format(len(allowed)) \
+            if not allowed >= set(topology.cpus) else 'the whole node ({} rank)'.format(
+                intra_size)
+        return cores, how
+    # Not bound by the launcher: split the node's cores among its ranks.
+    if intra_size <= len(cores):
+        per, extra = divmod(len(cores), intra_size)
+        start = intra_rank * per + min(intra_rank, extra)
+        share = cores[start:start + per + (1 if intra_rank < extra else 0)]
+        return share, 'cores {}-{} of {}, split among {} ranks on this node'.format(
+            start, start + len(share) - 1, len(cores), intra_size)
+    return [cores[intra_rank % len(cores)]], \
+        'oversubscribed: {} ranks on {} cores, this rank shares core {}'.format(
+            intra_size, len(cores), intra_rank % len(cores))
+
+
+def _split(policy, share, topology, dedicated_cores):
+    """(compute CPUs, loader CPUs) of ``share`` under ``policy`` (same-core, sibling or
+    dedicated); ConfigError where the cores cannot give it."""
+    first = [core[0] for core in share]
+    share_cpus = sorted(c for core in share for c in core)
     if policy == 'same-core':
-        compute, loader = first, first
-    elif policy == 'sibling':
+        return first, first
+    if policy == 'sibling':
         loader = sorted(c for core in share for c in core[1:])
         if not loader:
             raise ConfigError(
@@ -101,23 +116,15 @@ def plan_placement(policy='sibling', intra_rank=0, intra_size=1, loader_processe
                 '{} core(s) ({}) have one hardware thread each ({}). Use --affinity same-core '
                 'or dedicated.'.format(len(share), format_cpulist(share_cpus),
                                        topology.describe()))
-        compute = first
-    else:  # dedicated
-        k = 1 if dedicated_cores is None else int(dedicated_cores)
-        if k < 1 or len(share) <= k:
-            raise ConfigError(
-                "chainermn_torus: affinity policy 'dedicated' needs more cores than the {} set "
-                'aside for loading, but this rank has {} core(s) ({}; {}). Use --affinity '
-                'same-core or sibling, or fewer ranks per node.'.format(
-                    k, len(share), format_cpulist(share_cpus), topology.describe()))
-        compute = [core[0] for core in share[:-k]]
-        loader = sorted(c for core in share[-k:] for c in core)
-    if loader_processes > len(loader):
+        return first, loader
+    k = 1 if dedicated_cores is None else int(dedicated_cores)  # dedicated
+    if k < 1 or len(share) <= k:
         raise ConfigError(
-            'chainermn_torus: {} loader processes but the {!r} policy gives them {} CPU(s) '
-            '({}): use at most {} (or another policy).'.format(
-                loader_processes, policy, len(loader), format_cpulist(loader), len(loader)))
-    return Plan(policy, sorted(compute), sorted(loader), share, topology, how)
+            "chainermn_torus: affinity policy 'dedicated' needs more cores than the {} set "
+            'aside for loading, but this rank has {} core(s) ({}; {}). Use --affinity '
+            'same-core or sibling, or fewer ranks per node.'.format(
+                k, len(share), format_cpulist(share_cpus), topology.describe()))
+    return [core[0] for core in share[:-k]], sorted(c for core in share[-k:] for c in core)
 
 
 def apply_placement(plan, threads=None, comm=None):
