@@ -30,11 +30,13 @@ def _private(name):
 
 
 def _py_files(root):
-    for base, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d != '__pycache__')
-        for name in sorted(files):
-            if name.endswith('.py'):
-                yield os.path.join(base, name)
+    """The package's .py files, walked as scripts/structure_figures.py walks them."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location('structure_figures', os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), 'structure_figures.py'))
+    figures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(figures)
+    return figures._py_files(root)
 
 
 def defined(root):

@@ -148,6 +148,16 @@ def line_with(text, *facts):
     return None
 
 
+def script(name):
+    """A module of scripts/ (``structure_figures``, ``private_names``), loaded by its path."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, 'scripts',
+                                                                     name + '.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def worker(name):
     return os.path.join(WORKERS, name)
 

@@ -12,15 +12,11 @@ import chainer
 import pytest
 
 from chainermn_torus.runtime import chainer_private
-from conftest import ROOT
+from conftest import ROOT, script
 
 
 def _scanner():
-    spec = importlib.util.spec_from_file_location(
-        'private_names', os.path.join(ROOT, 'scripts', 'private_names.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script('private_names')
 
 
 def test_checked_against_the_chainer_installed():

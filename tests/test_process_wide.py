@@ -2,18 +2,13 @@
 one per process, in docs/development.md ("Process-wide state"); the rule that finds them is
 scripts/structure_figures.py's, and it can fail."""
 import ast
-import importlib.util
 import os
 
-from conftest import ROOT
+from conftest import ROOT, script
 
 
 def _figures():
-    spec = importlib.util.spec_from_file_location(
-        'structure_figures', os.path.join(ROOT, 'scripts', 'structure_figures.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script('structure_figures')
 
 
 def _section():

@@ -339,8 +339,6 @@ def handle_of(md):
     return md.handle if isinstance(md, _Desc) else md
 
 
-_handle = handle_of
-
 
 def loaded():
     """Whether the library is loaded (objects freed at exit check it first)."""
@@ -353,8 +351,8 @@ def query_md(pd, what, index=0):
 
 
 def md_equal(a, b):
-    return bool(lib().dnnl_memory_desc_equal(_handle(a), _handle(b)))
+    return bool(lib().dnnl_memory_desc_equal(handle_of(a), handle_of(b)))
 
 
 def md_size(md):
-    return int(lib().dnnl_memory_desc_get_size(_handle(md)))
+    return int(lib().dnnl_memory_desc_get_size(handle_of(md)))

@@ -465,9 +465,8 @@ def table():
     for r in REPLACEMENTS:
         classes = ', '.join(dict.fromkeys('`{}`'.format(cls.__name__)
                                           for cls, _, _ in r.patches))
-        rows.append('| `{}` | {} | {} | {} | {} |'.format(
-            r.function, classes, r.by, r.takes, r.left).replace('`the sums of arrays`',
-                                                               'the sums of arrays'))
+        name = '`{}`'.format(r.function) if r.function.isidentifier() else r.function
+        rows.append('| {} | {} | {} | {} | {} |'.format(name, classes, r.by, r.takes, r.left))
     return '\n'.join(rows)
 
 

@@ -24,7 +24,8 @@ CHECKED_WITH = '7.8.1'
 ENVIRONMENT_CHECK = 'chainer._environment_check'
 
 # (module, class or None, name): where each name of REGISTRY is in Chainer or ChainerMN,
-# for the test (a module-level name, an attribute of the class, or one the module sets).
+# for the test (a module-level name, an attribute of the class, or one the module sets; a
+# private module is named by the modules' paths).
 NAMES = (
     ('chainer.training.updaters.standard_updater', 'StandardUpdater', '_iterators'),
     ('chainer.training.updaters.standard_updater', 'StandardUpdater', '_optimizers'),
@@ -47,7 +48,6 @@ NAMES = (
     ('chainer.functions.pooling.average_pooling_2d', 'AveragePooling2D', '_in_shape'),
     ('chainer.functions.pooling.average_pooling_2d', 'AveragePooling2D', '_in_dtype'),
     ('chainer._version', None, '_optional_dependencies'),
-    ('chainer', None, '_version'),
     (ENVIRONMENT_CHECK, None, 'check'),
     ('chainer.variable', 'Variable', '_loss_scale'),
     ('chainer.optimizers.adam', 'AdamRule', '_check_eps'),
@@ -61,11 +61,8 @@ NAMES = (
     ('chainer.iterators.serial_iterator', 'SerialIterator', '_previous_epoch_detail'),
     ('chainer.iterators.serial_iterator', 'SerialIterator', '_repeat'),
     ('chainer.iterators.serial_iterator', 'SerialIterator', '_shuffle'),
-    ('chainer', None, '_backprop'),
     ('chainer._backprop', None, '_backprop_to_all'),
-    ('chainer', None, '_backprop_utils'),
     ('chainer._backprop_utils', None, '_reduce'),
-    ('chainer.training.extensions', None, '_snapshot'),
     ('chainer.training.extensions._snapshot', None, '_find_latest_snapshot'),
     ('chainer.training.extensions._snapshot', None, '_Snapshot'),
     ('chainer.training.extensions._snapshot', '_Snapshot', '_target'),
