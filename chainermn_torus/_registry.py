@@ -13,7 +13,6 @@ factory takes (``allreduce_grad_dtype``, ``batched_copy``) are accepted. ``batch
 only selects a GPU packing path in ChainerMN; ours have one CPU path, so an explicit value is
 recorded in the configuration, said once on rank 0, and otherwise ignored.
 """
-import importlib
 import inspect
 
 import chainermn
@@ -25,12 +24,16 @@ from chainermn_torus.errors import ConfigError
 
 __all__ = ['create_communicator', 'create_multi_node_optimizer', 'register',
            'force_communicator', 'set_defaults', 'valid_names', 'names', 'communicator_class',
-           'CHAINERMN_NAMES', 'OptionError']
+           'CHAINERMN_NAMES', 'OptionError', 'takes_option']
 
 # auto chooses among the communicators with the planner and the simulator, so it sits above
-# them: its row is here, theirs in ``communicators.CLASSES`` (module, class: imported on
-# first use).
-_ABOVE = {'auto': ('chainermn_torus.auto', 'AutoCommunicator')}
+# them; it joins their table through the seam a plugin uses (``communicators.add_class``).
+if 'auto' not in communicators.CLASSES:  # once, also where this module is loaded again
+    communicators.add_class(
+        'auto', 'chainermn_torus.auto', 'AutoCommunicator',
+        'the algorithm and grid the planner predicts fastest for the model\'s size; with '
+        'tune=\'on\' measured on the job\'s first gradient calls and remembered; when you do '
+        'not want to choose')
 
 # The names chainermn.create_communicator understands in Chainer 7.8.1.
 CHAINERMN_NAMES = ('naive', 'flat', 'non_cuda_aware', 'pure_nccl', 'dummy')
@@ -81,8 +84,8 @@ class OptionError(ConfigError, TypeError):
 
 
 def names():
-    """Our communicators' names."""
-    return communicators.names() + tuple(_ABOVE)
+    """Our communicators' names (``communicators.CLASSES``)."""
+    return communicators.names()
 
 
 def valid_names():
@@ -94,9 +97,6 @@ config.set_communicator_names(valid_names)  # for --communicator on every comman
 
 def communicator_class(name):
     """The class of our communicator ``name`` (its module, and MPI, load on first use)."""
-    if name in _ABOVE:
-        module, cls = _ABOVE[name]
-        return getattr(importlib.import_module(module), cls)
     return communicators.communicator_class(name)
 
 
@@ -145,20 +145,10 @@ def _check_name(name):
 def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
     """Create a communicator by name: ours or any of ChainerMN's.
 
-    ==============  ===  ===  =========================================================
-    name            CPU  GPU  use it when
-    ==============  ===  ===  =========================================================
-    rsap            OK        CPU clusters, several ranks per node or large models:
-                              2D torus, last phase by MPI-3 RMA Put (seed 003's best)
-    rsaa            OK        as rsap, last phase by MPI_Allgatherv (better below ~1 MB
-                              per message, seed 003)
-    pure_allreduce  OK        one MPI_Allreduce of the packed buffer; a baseline, and
-                              fine for small models
-    auto            OK        what the planner predicts fastest for the model's size,
-                              from a calibrated network file or a start-up measurement
-    naive           OK   OK   ChainerMN: one MPI_Allreduce per parameter array
-    flat, non_cuda_aware, pure_nccl (GPU), dummy (no communication): ChainerMN's
-    ==============  ===  ===  =========================================================
+    Ours: the names of ``communicators.CLASSES``, a plugin's included; ``names()`` lists
+    them and ``communicators.table()`` says when to use each (docs/communicators.md).
+    ChainerMN's: ``CHAINERMN_NAMES`` (``naive``: one MPI_Allreduce per array, CPU and GPU;
+    ``pure_nccl``: GPU; ``dummy``: no communication).
 
     Ours carry float32 (float64 if the model has float64 arrays); float16 gradients are
     summed in float32. Keyword options for ours: ``grid=(M, N)`` or "MxN" (rsaa, rsap),
@@ -209,6 +199,12 @@ def _made(comm, asked, made):
     watchdog.attach(comm)
     OVERRIDES.made(comm, asked, made)
     return comm
+
+
+def takes_option(name, option):
+    """Whether communicator ``name`` (ours; ChainerMN's take none of ours) takes
+    ``option``."""
+    return name in names() and option in _option_names(communicator_class(name))
 
 
 def _option_names(cls):

@@ -34,7 +34,7 @@ from mpi4py import MPI
 from chainermn_torus import config
 from chainermn_torus.algorithms import variants
 from chainermn_torus.communicators import _packing, create_variant
-from chainermn_torus.communicators._base import TorusCommunicatorBase
+from chainermn_torus.communicators.interface import Communicator
 from chainermn_torus.communicators._progress import Progress
 from chainermn_torus.planning import planner
 from chainermn_torus.planning.network_source import job_network
@@ -55,7 +55,7 @@ EXIT_WAIT_S = 5.0      # at exit, how long a rank waits for the others before fr
 TUNE_MIN_BYTES = 256 << 10
 
 
-class AutoCommunicator(TorusCommunicatorBase):
+class AutoCommunicator(Communicator):
     """Options: ``network`` (preset or file), ``segment_size``, ``allreduce_grad_dtype``,
     ``measure_timeout`` (seconds a start-up ping-pong may wait for its peer), ``simulate``,
     ``tune`` (off: the predicted choice; on: measure on the first gradient calls, or take
@@ -63,7 +63,6 @@ class AutoCommunicator(TorusCommunicatorBase):
     ``tune_dir`` (where choices are remembered)."""
 
     name = 'auto'
-    uses_grid = False
 
     def __init__(self, mpi_comm=None, network=None, segment_size=None,
                  allreduce_grad_dtype=None, measure_timeout=10.0, simulate=None, tune=None,

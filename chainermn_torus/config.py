@@ -370,8 +370,9 @@ def add_arguments(parser, communicator='rsap', grid=True, threads=True, segment_
     ``--segment-size``. Returns the argument group."""
     group = parser.add_argument_group('communicator (chainermn_torus)')
     group.add_argument('--communicator', type=_communicator_name, default=communicator,
-                       metavar='NAME', help='pure_allreduce, rsaa, rsap, auto or a ChainerMN '
-                       'name (default: {})'.format(communicator or "the script's own"))
+                       metavar='NAME', help='one of {} (default: {})'.format(
+                           ', '.join(_COMMUNICATOR_NAMES[0]()),
+                           communicator or "the script's own"))
     if grid:
         group.add_argument('--grid', type=_arg('grid'), default=None, metavar='MxN',
                            help='rsaa/rsap grid: rows of M ranks, N rows (default: ranks per '

@@ -24,6 +24,70 @@ def toy(monkeypatch):
     sys.modules.pop('toy_variant', None)
 
 
+def test_toy_communicator_is_in_every_place_that_lists_communicators(toy):
+    import argparse
+    from chainermn_torus import _registry, communicators, config, run
+    from chainermn_torus.algorithms import variants
+    from chainermn_torus.algorithms.gradient_sets import MODEL_BYTES
+    from chainermn_torus.communicators import capabilities
+    from chainermn_torus.errors import ConfigError
+    from chainermn_torus.optimizers import update_modes
+    from chainermn_torus.planning import planner
+    from chainermn_torus.tuning import candidates
+    # The factory's names, and the launcher's --communicator: accepted, and in its help.
+    assert toy.NAME in _registry.names() and toy.NAME in _registry.valid_names()
+    parser = run.build_parser()
+    assert parser.parse_args(['--communicator', toy.NAME, 'x.py']).communicator == toy.NAME
+    assert toy.NAME in ' '.join(parser.format_help().split())
+    shared = argparse.ArgumentParser()
+    config.add_arguments(shared)
+    assert toy.NAME in shared.format_help()
+    # The docs' table (docs/communicators.md is that table for the package's own), with
+    # what its class declares: everything of the base's.
+    row = [r for r in communicators.table().splitlines() if r.startswith('| `rs_ag` |')]
+    assert row and 'the tests\' plugin' in row[0] and 'buckets' in row[0]
+    assert capabilities.of(object()) is capabilities.FOREIGN
+    assert communicators.communicator_class(toy.NAME).capabilities == capabilities.OURS
+    # auto's candidates: the planner's rows, one kind each.
+    rows = planner.plan(4, 2, MODEL_BYTES['resnet50'], planner.PRESETS['ofp'])
+    assert toy.NAME in variants.planned()
+    assert toy.NAME in [k[0] for k in candidates.kinds(rows, node_grid=(2, 4))]
+    # The messages that name our communicators: the overlap refusal of ChainerMN's.
+    with pytest.raises(ConfigError) as e:
+        update_modes.Overlap(object(), True, None, None)
+    assert toy.NAME in str(e.value) and 'auto' in str(e.value)
+    # Taken out again, it is in none of them.
+    toy.unregister()
+    assert toy.NAME not in _registry.valid_names()
+    assert toy.NAME not in communicators.table() and toy.NAME not in variants.planned()
+
+
+def test_the_docs_table_is_the_registry_and_each_class_declares_its_capabilities():
+    from chainermn_torus import _registry, communicators
+    from chainermn_torus.communicators import capabilities
+    with open(os.path.join(ROOT, 'docs', 'communicators.md')) as f:
+        assert communicators.table() in f.read()
+    for name in _registry.names():
+        cls = communicators.communicator_class(name)
+        assert cls.name == name and capabilities.of(cls.__new__(cls)).ours
+
+
+def test_no_communicator_capability_is_probed_with_hasattr():
+    # optimizers/ and launch/ ask capabilities.of(comm), never hasattr/getattr on one.
+    import ast
+    for part in ('optimizers', 'launch'):
+        folder = os.path.join(ROOT, 'chainermn_torus', part)
+        for name in sorted(os.listdir(folder)):
+            if not name.endswith('.py'):
+                continue
+            tree = ast.parse(open(os.path.join(folder, name)).read())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Call) and getattr(node.func, 'id', None) in (
+                        'hasattr', 'getattr') and node.args:
+                    target = ast.unparse(node.args[0])
+                    assert 'comm' not in target, (part, name, node.lineno, target)
+
+
 def test_toy_variant_is_planned_with_its_own_cost(toy):
     from chainermn_torus.algorithms.gradient_sets import MODEL_BYTES
     from chainermn_torus.planning import planner

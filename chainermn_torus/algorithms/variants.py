@@ -10,6 +10,7 @@ class on ``base.Algorithm`` in a module of this package, then its row
 (docs/development.md walks through one).
 """
 import collections
+import re
 
 from chainermn_torus.algorithms.flat import FlatAllreduce, NodeAwareAllreduce
 from chainermn_torus.algorithms.rsap import Rsap
@@ -18,7 +19,8 @@ from chainermn_torus.algorithms.torus import Rsaa
 from chainermn_torus.errors import ConfigError
 
 __all__ = ['Variant', 'VARIANTS', 'get', 'add', 'planned', 'simulated',
-           'benchmarked', 'tested', 'takes_grid', 'check_grid_option']
+           'benchmarked', 'tested', 'takes_grid', 'check_grid_option', 'MEASURED_AS',
+           'of_benchmark_row']
 
 
 class Variant(collections.namedtuple('Variant', [
@@ -92,6 +94,24 @@ def add(variant):
         _ROWS.remove(variant)
         del VARIANTS[variant.name]
     return remove
+
+
+# A benchmark row is named after the variant it ran (``name(MxN)`` on a grid), except where
+# the communicator runs as another row models it: MPICH's MPI_Allreduce is node-aware by
+# default, so the ``pure_allreduce`` row is ``pure_allreduce_node_aware``'s.
+MEASURED_AS = {'pure_allreduce': 'pure_allreduce_node_aware'}
+_GRID_ROW = re.compile(r'^(\w+)\((\d+)x(\d+)\)$')
+
+
+def of_benchmark_row(row):
+    """(variant, grid) that ``bench.allreduce``'s row named ``row`` measured, or None where
+    no variant with a model describes it (ChainerMN's ``naive``, ``allreduce_1msg``)."""
+    if row in MEASURED_AS:
+        return MEASURED_AS[row], None
+    g = _GRID_ROW.match(row)
+    if not g or g.group(1) not in VARIANTS or VARIANTS[g.group(1)].algorithm is None:
+        return None
+    return g.group(1), (int(g.group(2)), int(g.group(3)))
 
 
 def get(name):

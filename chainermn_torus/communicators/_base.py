@@ -1,4 +1,6 @@
-"""What the three communicators share: options, packing, the layout check, timings.
+"""What the packed-buffer communicators share (pure_allreduce, rsaa, rsap): the buffers,
+the grid, the segment plan, the timings; what every communicator of ours shares is
+``interface.Communicator``.
 
 A subclass implements one method, ``_mean_segment(buf, lo, hi, src)``: replace
 ``buf.array[lo:hi]`` on every rank by the mean over ranks of everyone's ``array[lo:hi]``,
@@ -7,40 +9,18 @@ bitwise identical on all ranks.
 import collections
 import time
 
-from chainermn.communicators import mpi_communicator_base
 import numpy
-from mpi4py import MPI
 
-from chainermn_torus import config
 from chainermn_torus.algorithms.segments import split_plan
-from chainermn_torus.runtime import devshm, threads
-from chainermn_torus.runtime import startup as _startup
 from chainermn_torus.runtime import timeline as _timeline
-from chainermn_torus.communicators import _packing
+from chainermn_torus.communicators import _packing, interface
 from chainermn_torus.communicators._averaging import prescale
 from chainermn_torus.communicators._debug import check_means_finite
 from chainermn_torus.communicators._grid import Grid, default_grid, parse_grid
-from chainermn_torus.communicators._progress import BLOCKING, Progress
+from chainermn_torus.communicators._progress import Progress
 from chainermn_torus.communicators._reduction import reducer_for
-from chainermn_torus.errors import ConfigError
 
 __all__ = ['TorusCommunicatorBase']
-
-
-_GRAD_DTYPES = (numpy.float16, numpy.float32, numpy.float64)
-
-
-def _grad_dtype(value):
-    if value is None:
-        return None
-    try:
-        dtype = numpy.dtype(value)
-    except TypeError:
-        dtype = None
-    if dtype is None or dtype.type not in _GRAD_DTYPES:
-        raise ConfigError('chainermn_torus: allreduce_grad_dtype must be None, numpy.float16, '
-                          'numpy.float32 or numpy.float64, got {!r}'.format(value))
-    return dtype
 
 
 # A clone's node-shared buffers come on top of the main communicator's: a refusal has to
@@ -51,41 +31,25 @@ CLONE_PURPOSE = (' of the background thread\'s copy of the communicator (double 
                  'set)')
 
 
-class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
-    """Packed-buffer gradient averaging on top of ChainerMN's MPI communicator base.
+class TorusCommunicatorBase(interface.Communicator):
+    """Packed-buffer gradient averaging: the gradients packed into one buffer per layout,
+    averaged segment by segment by the subclass's ``_mean_segment``.
 
-    Args:
-        mpi_comm: mpi4py communicator (default COMM_WORLD).
+    Args (beside ``interface.Communicator``'s):
         grid: (M, N) or "MxN"; see ``chainermn_torus.communicators._grid``. Ignored by
             ``pure_allreduce``, which has no grid.
-        segment_size: bytes per communication segment; 0 sends the whole buffer at once.
-            Default from ``CHAINERMN_TORUS_SEGMENT_BYTES`` or 4 MiB.
-        allreduce_grad_dtype: dtype gradients travel and are summed in (as ChainerMN's
-            pure_nccl spells it): None (float32, float64 for float64 models), numpy.float16
-            (half the bytes; scaled by 1/P before the sum so it cannot overflow, moved by MPI
-            and summed in float32 by numpy with one float16 rounding per phase, see
-            ``_half``), float32, float64.
+        allreduce_grad_dtype: numpy.float16 is scaled by 1/P before the sum so it cannot
+            overflow, moved by MPI and summed in float32 by numpy with one float16 rounding
+            per phase (see ``_half``).
     """
 
-    name = None
     uses_grid = True
     prescaled = False  # True: the packing step multiplies by 1/P (see _averaging)
     shm_purpose = ''   # said in /dev/shm refusals; clone() sets CLONE_PURPOSE
 
     def __init__(self, mpi_comm=None, grid=None, segment_size=None, allreduce_grad_dtype=None):
-        if mpi_comm is None:
-            mpi_comm = MPI.COMM_WORLD
-        super(TorusCommunicatorBase, self).__init__(mpi_comm)  # a collective: init_ranks
-        _startup.start()  # the abort hook and the timeline, once per process
-        devshm.unlink_mpi_segments()  # every rank is past MPI_Init: nothing named to leak
-        self._options = {'segment_size': segment_size,
-                         'allreduce_grad_dtype': allreduce_grad_dtype}
-        # segment_size, else CHAINERMN_TORUS_SEGMENT_BYTES, else 4 MiB (see config)
-        self.segment_bytes = config.value('segment_bytes', segment_size, 'segment_size')[0]
-        with self.config_scope():  # get_config() lists it, as for ChainerMN's pure_nccl
-            self.allreduce_grad_dtype = _grad_dtype(allreduce_grad_dtype)
-        self.thread_budget = threads.ensure(self)  # once per process (see runtime.threads)
-        self.progress = BLOCKING  # how collectives are waited for (see _progress)
+        super(TorusCommunicatorBase, self).__init__(mpi_comm, segment_size,
+                                                    allreduce_grad_dtype)
         self.grid = None
         if self.uses_grid:
             self.grid = self._make_grid(grid)
@@ -93,7 +57,6 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
         self._layouts = {}
         self._buffers = collections.OrderedDict()
         self._timings = collections.defaultdict(float)
-        self.calls = 0
 
     # --- grid -----------------------------------------------------------------------------
     def _make_grid(self, grid):
@@ -116,35 +79,11 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
         unpack, total."""
         return self._timings
 
-    # --- ChainerMN API ----------------------------------------------------------------------
-    def set_config(self, name, value=True, **kwargs):
-        """ChainerMN's configuration: 'batched_copy' (accepted; it selects a GPU packing path
-        in ChainerMN and means nothing here) and 'allreduce_grad_dtype' (as the option of
-        the same name, and as ChainerMN's pure_nccl takes it); any other name raises
-        ChainerMN's ValueError."""
-        if name != 'allreduce_grad_dtype':
-            return super(TorusCommunicatorBase, self).set_config(name, value, **kwargs)
-        dtype = _grad_dtype(value)
-        with self.config_scope():
-            self.allreduce_grad_dtype = dtype
-        self._options['allreduce_grad_dtype'] = value  # split() and clone() carry it
+    # --- the gradient calls -----------------------------------------------------------
+    def _grad_dtype_changed(self):
         # Layouts carry the transfer dtype: forget them so the next call builds new ones.
         # Buffers of the old dtype are evicted in turn (collectively, see _buffer_for).
         self._layouts.clear()
-
-    def get_config(self, name=None):
-        if name == 'allreduce_grad_dtype':
-            return self.allreduce_grad_dtype
-        return super(TorusCommunicatorBase, self).get_config(name)
-
-    def multi_node_mean_grad(self, model, zero_fill=False):
-        """Average gradients over ranks, with ChainerMN's zero_fill semantics.
-
-        Afterwards each gradient whose dtype is the transfer dtype is a view of this
-        communicator's persistent buffer (no copy back); it stays valid until the next call
-        with a model of the same layout.
-        """
-        self.mean_grad_in_slot(model, zero_fill, slot=0)
 
     def mean_grad_in_slot(self, model, zero_fill=False, slot=0):
         """``multi_node_mean_grad`` using buffer ``slot`` (double buffering uses 0 and 1).
@@ -223,27 +162,6 @@ class TorusCommunicatorBase(mpi_communicator_base.MpiCommunicatorBase):
         tm['total'] += t1 - t0 - waited
         self.calls += 1
         return buf
-
-    def bcast_data(self, model):
-        """Broadcast all parameters from rank 0 in one message (raw bytes, exact for any dtype)."""
-        named = _packing.data_params(model)
-        # Checked by names, shapes and dtypes (what a user can compare), sent as bytes.
-        _packing.check_same_layout(self.mpi_comm, _packing.Layout(
-            [(n, p.data.shape, p.data.dtype) for n, p in named]), what='parameters')
-        layout = _packing.Layout.of_data_bytes(named)
-        if layout.size == 0:
-            return
-        buf = _packing.PackedBuffer(layout)  # used once per training run: not kept
-        if self.rank == 0:
-            buf.pack_data_bytes(named)
-        self.mpi_comm.Bcast([buf.array, MPI.BYTE], root=0)
-        if self.rank != 0:
-            buf.unpack_data_bytes(named)
-
-    def split(self, color, key):
-        opts = dict(self._options)
-        opts.pop('grid', None)  # the new communicator has another size: default grid
-        return self.__class__(mpi_comm=self.mpi_comm.Split(color, key), **opts)
 
     def clone(self, poll_interval=None):
         """The same communicator (grid and options) on a duplicate of its MPI communicator.

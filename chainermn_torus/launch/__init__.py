@@ -35,7 +35,8 @@ parts share.
 import numpy
 import chainermn.optimizers
 
-from chainermn_torus import _registry, compute
+from chainermn_torus import _registry, communicators, compute
+from chainermn_torus.communicators import capabilities
 from chainermn_torus.launch import options as _options
 from chainermn_torus.launch import patches
 from chainermn_torus.launch.optimizer import LauncherOverrides
@@ -112,20 +113,22 @@ class Launch(object):
         self.communicator = comm
         if self.threads is not None:
             threads.ensure(comm, self.threads)
-        ours = hasattr(comm, 'describe')
+        ours = capabilities.of(comm).ours
         if asked != made or (self.get('fp16_allreduce') and ours):
             describe = comm.describe() if ours else type(comm).__name__
             say("create_communicator({!r}) -> {}{}".format(
                 asked, describe, ' (forced by --communicator)' if asked != made else ''),
                 comm.rank)
-        if 'tune' in self.given and made != 'auto':
-            say('--tune {} not applied: it is an option of auto, and create_communicator({!r}) '
-                'made {}; add --communicator auto'.format(self.get('tune'), asked, made),
-                comm.rank)
+        if 'tune' in self.given and not _registry.takes_option(made, 'tune'):
+            tuned = [n for n in _registry.names() if _registry.takes_option(n, 'tune')]
+            say('--tune {} not applied: it is an option of {}, and create_communicator({!r}) '
+                'made {}; add --communicator {}'.format(self.get('tune'), ', '.join(tuned),
+                                                         asked, made, tuned[0]), comm.rank)
         if self.get('fp16_allreduce') and not ours:
             say("--fp16-allreduce not applied: create_communicator({!r}) made ChainerMN's {}, "
-                'which sends float32 on CPU; add --communicator rsap (or rsaa, '
-                'pure_allreduce)'.format(asked, type(comm).__name__), comm.rank)
+                'which sends float32 on CPU; add --communicator with one of {}'.format(
+                    asked, type(comm).__name__, ', '.join(communicators.names('half'))),
+                comm.rank)
 
     def comm(self):
         """The job's communicator: the script's, else one made now (collective: every rank

@@ -46,7 +46,7 @@ class Extend(object):
                         'snapshot' if kind == '_Snapshot' else kind), comm.rank)
                 if comm.rank != 0:
                     return None
-            elif evaluator and not hasattr(extension, '_mn_communicator'):
+            elif evaluator and not chainer_private.is_multi_node_evaluator(extension):
                 extension = _evaluate_in_parallel(extension, comm)
         if evaluator and launch.get('loader_eval'):
             loaders.replace_eval_iterators(launch, extension)

@@ -28,7 +28,7 @@ class LauncherOverrides(object):
         from chainermn_torus.optimizers import fusable_names  # loaded with the optimizer
         say(optimizer_line(name, options, fused_applied, self.launch.get('fused'),
                            fusable_names(), _options.keys('optimizer')),
-            getattr(communicator, 'rank', None))
+            communicator.rank)
 
     def first_update(self):
         self.launch.check_update()

@@ -38,9 +38,11 @@ def parallelise(launch, updater):
         batch //= comm.size
     part = shard(dataset, comm, shuffle=True)
     chainer_private.iterators(updater)['main'] = rebuild(old, part, batch)
+    from chainermn_torus.optimizers import is_multi_node  # with MPI, as the optimizer
     for name, opt in list(chainer_private.optimizers(updater).items()):
-        if not hasattr(opt, 'communicator'):
-            chainer_private.optimizers(updater)[name] = _registry.create_multi_node_optimizer(opt, comm)
+        if not is_multi_node(opt):
+            chainer_private.optimizers(updater)[name] = \
+                _registry.create_multi_node_optimizer(opt, comm)
     say('--data-parallel: {} examples -> {} per rank (shuffled shards, as '
         'chainermn.scatter_dataset); batch {} per rank, {} in all on {} ranks ({}); the '
         'initial parameters are broadcast from rank 0 at the first update'.format(

@@ -3,4 +3,4 @@ from chainermn_torus.optimizers.finite_checks import (  # NOQA
     NonFiniteGradientError, check_finite_grads, check_finite_means)
 from chainermn_torus.optimizers.fused import (  # NOQA
     FusedAdam, FusedMomentumSGD, FusedRMSprop, fuse, fusable_names, is_fused)
-from chainermn_torus.optimizers.multi_node import MultiNodeOptimizer  # NOQA
+from chainermn_torus.optimizers.multi_node import MultiNodeOptimizer, is_multi_node  # NOQA

@@ -8,6 +8,8 @@ are merged with the script's, the wrapper is made (``multi_node``), the launcher
 what was made, and it is called once more at the first update. This module owns the seam:
 nothing here knows the launcher.
 """
+from chainermn.communicators import mpi_communicator_base
+
 from chainermn_torus.optimizers import fused as fused_mod, multi_node
 from chainermn_torus.runtime import devshm, startup
 
@@ -41,7 +43,8 @@ def make(actual_optimizer, communicator, double_buffering=False, zero_fill=True,
     """What ``chainermn_torus.create_multi_node_optimizer`` makes: ``multi_node.make``
     with the launcher's overrides."""
     startup.start()  # the communicator may be ChainerMN's own (naive): start here too
-    if hasattr(communicator, 'mpi_comm'):  # made by a collective (init_ranks): all past Init
+    if isinstance(communicator, mpi_communicator_base.MpiCommunicatorBase):
+        # made by a collective (init_ranks): every rank is past MPI_Init
         devshm.unlink_mpi_segments()
     name = type(actual_optimizer).__name__  # fusing changes the class: name it first
     overrides = _OVERRIDES[0]

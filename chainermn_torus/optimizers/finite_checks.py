@@ -7,6 +7,7 @@ rank they came from. The counting is ``runtime.finite``'s.
 import numpy
 from mpi4py import MPI
 
+from chainermn_torus.communicators import capabilities
 from chainermn_torus.errors import Refusal
 from chainermn_torus.runtime import agree, finite
 
@@ -24,7 +25,7 @@ FLOAT16_MAX = float(numpy.finfo(numpy.float16).max)  # 65504
 def _sent_limit(communicator):
     """The largest |gradient| the communicator can send, or inf: float16 communication
     scales by 1/P and converts, so beyond 65504 x P a value would travel as inf."""
-    dtype = getattr(communicator, 'allreduce_grad_dtype', None)
+    dtype = capabilities.grad_dtype(communicator)
     if dtype is not None and numpy.dtype(dtype) == numpy.float16:
         return FLOAT16_MAX * communicator.size
     return numpy.inf
@@ -71,7 +72,7 @@ def check_finite_grads(communicator, target):
 
 
 def _transfer_kind(communicator):
-    dtype = getattr(communicator, 'allreduce_grad_dtype', None)
+    dtype = capabilities.grad_dtype(communicator)
     return 'float16' if dtype is not None and numpy.dtype(dtype) == numpy.float16 else 'other'
 
 

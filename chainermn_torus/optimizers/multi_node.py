@@ -53,7 +53,7 @@ from chainermn_torus.optimizers import type_checks as type_checks_mod
 from chainermn_torus.runtime import chainer_private, jit, report, timeline as _timeline
 from chainermn_torus.runtime import watchdog as watchdog_mod
 
-__all__ = ['make', 'MultiNodeOptimizer']
+__all__ = ['make', 'MultiNodeOptimizer', 'is_multi_node']
 
 
 def make(actual_optimizer, communicator, double_buffering=False, zero_fill=True, fused=False,
@@ -145,6 +145,13 @@ def _fuse(actual_optimizer, fused, flush_denormals, rank):
                 rank, stream=sys.stderr)
 
 
+def is_multi_node(optimizer):
+    """Whether ``optimizer`` already averages over ranks: ours, or one of ChainerMN's own
+    wrappers (a script that made one before ``import chainermn_torus``)."""
+    return isinstance(optimizer, MultiNodeOptimizer) or \
+        type(optimizer).__module__.startswith('chainermn.optimizers')
+
+
 class MultiNodeOptimizer(object):
     """Averaging, then the wrapped optimizer's update (ChainerMN's _MultiNodeOptimizer), in
     the way its ``mode`` averages. Attributes other than its own are the wrapped
@@ -158,7 +165,7 @@ class MultiNodeOptimizer(object):
                  check_finite=False, watchdog=None, check_replicas=None,
                  on_first_update=None, type_checks=None):
         if type_checks is None:  # made directly: Chainer's own way, every step checked
-            type_checks = type_checks_mod.TypeChecks('on', getattr(communicator, 'rank', 0))
+            type_checks = type_checks_mod.TypeChecks('on', communicator.rank)
         own = dict(communicator=communicator, actual_optimizer=actual_optimizer, mode=mode,
                    zero_fill=zero_fill, check_finite=check_finite, watchdog=watchdog,
                    check_replicas=check_replicas, on_first_update=on_first_update,

@@ -20,8 +20,8 @@ import chainer
 import numpy
 from mpi4py import MPI
 
-from chainermn_torus import config
-from chainermn_torus.communicators import _packing
+from chainermn_torus import communicators, config
+from chainermn_torus.communicators import _packing, capabilities
 from chainermn_torus.errors import ConfigError, Unsupported
 from chainermn_torus.optimizers import fpenv, overlap as _overlap
 from chainermn_torus.optimizers.finite_checks import (check_bucket_means, check_finite_grads,
@@ -155,7 +155,7 @@ class DoubleBuffering(Synchronous):
             if ftz:
                 fpenv.set_flush_denormals(True)  # MXCSR is per thread
             with _timeline.timed(None, timings, 'communicate'):
-                if hasattr(comm, 'mean_grad_in_slot'):
+                if capabilities.of(comm).slots:
                     comm.mean_grad_in_slot(shadow, zero_fill, slot)
                 else:
                     comm.multi_node_mean_grad(shadow, zero_fill)
@@ -217,11 +217,11 @@ class Overlap(Synchronous):
     name = 'overlap during backward'
 
     def __init__(self, communicator, zero_fill, bucket_bytes, background_poll):
-        if not hasattr(communicator, 'mean_grads_by_bucket'):
+        if not capabilities.of(communicator).buckets:
             raise ConfigError('chainermn_torus: overlap=True needs one of our communicators '
-                              '(rsap, rsaa, pure_allreduce, auto), got {}: ChainerMN\'s '
-                              'average whole models, not buckets'.format(
-                                  type(communicator).__name__))
+                              '({}), got {}: ChainerMN\'s average whole models, not '
+                              'buckets'.format(', '.join(communicators.names('buckets')),
+                                               type(communicator).__name__))
         if not zero_fill:
             raise ConfigError('chainermn_torus: overlap=True needs zero_fill=True: buckets are '
                               'laid out before backward, so a parameter without a gradient '
@@ -287,7 +287,7 @@ class Overlap(Synchronous):
 
 
 def _itemsize(communicator, target):
-    dtype = getattr(communicator, 'allreduce_grad_dtype', None)
+    dtype = capabilities.grad_dtype(communicator)
     if dtype is None:
         dtype = _packing.transfer_dtype(
             [p.data.dtype for _, p in target.namedparams() if p.data is not None])
@@ -306,7 +306,7 @@ def require_thread_multiple(what):
 
 def background_communicator(communicator, poll):
     """A communicator of the same kind on its own MPI communicator, for the thread."""
-    if hasattr(communicator, 'clone'):
+    if capabilities.of(communicator).clones:
         clone = communicator.clone(poll_interval=poll)
     else:  # ChainerMN's: split() builds the same class on MPI_Comm_split's result
         clone = communicator.split(0, communicator.rank)

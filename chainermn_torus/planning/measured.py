@@ -2,11 +2,9 @@
 
 ``scripts/bench_emulated.sh`` leaves, per cluster shape K x R, ``allreduce-<model>-<K>x<R>
 .json`` (``bench.allreduce``) and ``network-<K>x<R>.json`` (``calibrate``). Each benchmark
-row named after a variant with a model (``algorithms.variants``) becomes one row here.
-ChainerMN's ``naive`` and ``allreduce_1msg`` have no model and are left out; MPICH's pure
-all-reduce is node-aware by default, so the ``pure_allreduce`` row is that variant's
-(``pure_allreduce_node_aware``). ``bench.plan_check`` compares the planner with them,
-``simulation.validate`` the simulator.
+row that a variant with a model describes (``algorithms.variants.of_benchmark_row``) becomes
+one row here; ChainerMN's ``naive`` and ``allreduce_1msg`` have none and are left out.
+``bench.plan_check`` compares the planner with them, ``simulation.validate`` the simulator.
 """
 import glob
 import json
@@ -17,20 +15,6 @@ from chainermn_torus.algorithms import variants
 from chainermn_torus.planning import planner
 
 __all__ = ['measured_rows']
-
-_ROW = re.compile(r'^(\w+)\((\d+)x(\d+)\)$')  # a grid variant's row: name(MxN)
-
-
-def _variant_of(name):
-    """(variant, grid) a benchmark row measured, or None where no model describes it."""
-    if name == 'pure_allreduce':
-        return 'pure_allreduce_node_aware', None
-    g = _ROW.match(name)
-    if not g or g.group(1) not in variants.VARIANTS:
-        return None
-    if variants.get(g.group(1)).algorithm is None:
-        return None
-    return g.group(1), (int(g.group(2)), int(g.group(3)))
 
 
 def measured_rows(folder):
@@ -43,7 +27,7 @@ def measured_rows(folder):
         with open(path) as f:
             report = json.load(f)
         for r in report['results']:
-            found = _variant_of(r['name'])
+            found = variants.of_benchmark_row(r['name'])
             if found is None:
                 continue
             algo, grid = found

@@ -17,6 +17,7 @@ imports Chainer, so this module imports no Chainer module at its top): the envir
 check and the optional dependencies.
 """
 __all__ = ['CHECKED_WITH', 'iterators', 'optimizers', 'sub_dataset_parts', 'loss_scale',
+           'is_multi_node_evaluator',
            'uses_cleargrads', 'batch_normalization_internals', 'optional_dependencies',
            'ENVIRONMENT_CHECK', 'NAMES', 'REGISTRY', 'OURS_TOO']
 
@@ -164,7 +165,8 @@ REGISTRY = {
                 'none: not shown'),
     '_mn_communicator': (
         "ChainerMN's multi-node evaluator", 'the launcher leaves an evaluator that is '
-        'multi-node already as it is', 'none: create_multi_node_evaluator marks it so only'),
+        'multi-node already as it is (is_multi_node_evaluator)',
+        'none: create_multi_node_evaluator marks it so only'),
     '_version': ('chainer._version', 'read while Chainer imports (the optional '
                  'dependencies its environment check looks for)', 'none: no public list'),
     '_optional_dependencies': ('chainer._version', 'as _version', 'as _version'),
@@ -195,6 +197,12 @@ def optimizers(updater):
 def sub_dataset_parts(dataset):
     """(the whole dataset, the order or None) a chainer.datasets.SubDataset is cut from."""
     return getattr(dataset, '_dataset', None), getattr(dataset, '_order', None)
+
+
+def is_multi_node_evaluator(extension):
+    """Whether ``extension`` is an evaluator ChainerMN's create_multi_node_evaluator made
+    (it marks the instance; there is no class to test)."""
+    return hasattr(extension, '_mn_communicator')
 
 
 def loss_scale(optimizer):

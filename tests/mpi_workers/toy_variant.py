@@ -1,7 +1,7 @@
 """A toy variant added through the public seams only (docs/development.md, "Adding an
 algorithm"): its description (an ``algorithms.base.Algorithm``: schedule and cost), its MPI
 class (a ``TorusCommunicatorBase``), one row of ``algorithms.variants``, and the class's
-name in ``communicators.CLASSES``. Nothing in the package names it.
+name in ``communicators.CLASSES`` (``add_class``). Nothing in the package names it.
 
 ``rs_ag``: each segment's main part (a multiple of P elements) by MPI_Reduce_scatter_block
 over all ranks, the division on this rank's 1/P, then an in-place MPI_Allgather; the tail
@@ -56,7 +56,9 @@ def register():
     """Add the class and the row (idempotent)."""
     if NAME in variants.VARIANTS:
         return
-    communicators.add_class(NAME, 'toy_communicator', 'RsAgCommunicator')
+    _REMOVE.append(communicators.add_class(
+        NAME, 'toy_communicator', 'RsAgCommunicator',
+        'toy: a flat reduce-scatter and all-gather (the tests\' plugin)'))
     _REMOVE.append(variants.add(variants.Variant(
         NAME, NAME, {}, RsAg(), True, False, 'default', (2, 3),
         'toy: MPI_Reduce_scatter_block + MPI_Allgather over all ranks')))
@@ -67,7 +69,6 @@ def unregister():
     the package has it)."""
     while _REMOVE:
         _REMOVE.pop()()
-    communicators.CLASSES.pop(NAME, None)
 
 
 register()

@@ -1,0 +1,163 @@
+"""The declared interface of this package's communicators, and what all of them share.
+
+``Communicator`` is ChainerMN's MPI communicator base with what the optimizer, the launcher,
+the tuner and the watchdog may ask of ours on top: the capabilities (``capabilities.OURS``
+unless a class declares less) and the methods they name, abstract here. The packed-buffer
+algorithms derive from it through ``_base.TorusCommunicatorBase``; ``auto``, which runs
+whichever of them it chose, derives from it directly; a plugin's class may do either
+(docs/development.md, "Adding a communicator").
+
+Shared here, once: the options every one of ours takes (``segment_size``,
+``allreduce_grad_dtype``, ChainerMN's ``set_config``/``get_config`` of the dtype), the start
+of a rank (the abort hook, MPI's segment names, the thread budget), ``multi_node_mean_grad``
+as slot 0, the parameter broadcast, and ``split``.
+"""
+import abc
+
+from chainermn.communicators import mpi_communicator_base
+import numpy
+from mpi4py import MPI
+
+from chainermn_torus import config
+from chainermn_torus.communicators import _packing, capabilities as _capabilities
+from chainermn_torus.communicators._progress import BLOCKING
+from chainermn_torus.runtime import devshm, threads
+from chainermn_torus.runtime import startup as _startup
+from chainermn_torus.errors import ConfigError
+
+__all__ = ['Communicator', 'grad_dtype']
+
+_GRAD_DTYPES = (numpy.float16, numpy.float32, numpy.float64)
+
+
+def grad_dtype(value):
+    """``allreduce_grad_dtype`` checked: None or a float dtype of 16, 32 or 64 bits."""
+    if value is None:
+        return None
+    try:
+        dtype = numpy.dtype(value)
+    except TypeError:
+        dtype = None
+    if dtype is None or dtype.type not in _GRAD_DTYPES:
+        raise ConfigError('chainermn_torus: allreduce_grad_dtype must be None, numpy.float16, '
+                          'numpy.float32 or numpy.float64, got {!r}'.format(value))
+    return dtype
+
+
+class Communicator(mpi_communicator_base.MpiCommunicatorBase):
+    """One of this package's communicators.
+
+    Args:
+        mpi_comm: mpi4py communicator (default COMM_WORLD).
+        segment_size: bytes per communication segment; 0 sends the whole buffer at once.
+            Default from ``CHAINERMN_TORUS_SEGMENT_BYTES`` or 4 MiB.
+        allreduce_grad_dtype: the dtype gradients travel and are summed in (as ChainerMN's
+            pure_nccl spells it): None (float32, float64 for float64 models), numpy.float16,
+            float32, float64.
+    """
+
+    name = None                              # the factory's name
+    capabilities = _capabilities.OURS        # what callers may ask (capabilities.py)
+    uses_grid = False                        # takes grid=(M, N)
+
+    def __init__(self, mpi_comm=None, segment_size=None, allreduce_grad_dtype=None):
+        if mpi_comm is None:
+            mpi_comm = MPI.COMM_WORLD
+        super(Communicator, self).__init__(mpi_comm)  # a collective: init_ranks
+        _startup.start()  # the abort hook and the timeline, once per process
+        devshm.unlink_mpi_segments()  # every rank is past MPI_Init: nothing named to leak
+        # What split() and clone() make again: every option the constructor was given.
+        self._options = {'segment_size': segment_size,
+                         'allreduce_grad_dtype': allreduce_grad_dtype}
+        # segment_size, else CHAINERMN_TORUS_SEGMENT_BYTES, else 4 MiB (see config)
+        self.segment_bytes = config.value('segment_bytes', segment_size, 'segment_size')[0]
+        with self.config_scope():  # get_config() lists it, as for ChainerMN's pure_nccl
+            self.allreduce_grad_dtype = grad_dtype(allreduce_grad_dtype)
+        self.thread_budget = threads.ensure(self)  # once per process (see runtime.threads)
+        self.progress = BLOCKING  # how collectives are waited for (see _progress)
+        self.calls = 0
+
+    # --- what the optimizer, the launcher and the tuner ask -------------------------------
+    @abc.abstractmethod
+    def mean_grad_in_slot(self, model, zero_fill=False, slot=0):
+        """``multi_node_mean_grad`` into buffer ``slot`` (double buffering uses 0 and 1):
+        gradients left as views of one slot stay valid while the other is in use."""
+
+    @abc.abstractmethod
+    def mean_grads_by_bucket(self, named, bounds, ready):
+        """Average ``named``'s gradients bucket by bucket as ``ready(b)`` says they are set
+        (``overlap=True``); returns the buffer holding the means."""
+
+    @abc.abstractmethod
+    def mean_array(self, array):
+        """Average a flat float array across ranks in place (benchmarks, tests)."""
+
+    @abc.abstractmethod
+    def clone(self, poll_interval=None):
+        """The same communicator on a duplicate of its MPI communicator (a background
+        thread's); with ``poll_interval`` it waits for collectives by polling."""
+
+    @property
+    @abc.abstractmethod
+    def timings(self):
+        """Seconds spent so far in each part of the gradient calls (check, pack,
+        communicate, unpack, total); a part not timed yet reads 0."""
+
+    @abc.abstractmethod
+    def describe(self):
+        """One line: the algorithm, its shape and options, for the launcher's report."""
+
+    # --- ChainerMN API, once for all of ours ---------------------------------------------
+    def set_config(self, name, value=True, **kwargs):
+        """ChainerMN's configuration: 'batched_copy' (accepted; it selects a GPU packing path
+        in ChainerMN and means nothing here) and 'allreduce_grad_dtype' (as the option of
+        the same name, and as ChainerMN's pure_nccl takes it); any other name raises
+        ChainerMN's ValueError."""
+        if name != 'allreduce_grad_dtype':
+            return super(Communicator, self).set_config(name, value, **kwargs)
+        dtype = grad_dtype(value)
+        with self.config_scope():
+            self.allreduce_grad_dtype = dtype
+        self._options['allreduce_grad_dtype'] = value  # split() and clone() carry it
+        self._grad_dtype_changed()
+
+    def _grad_dtype_changed(self):
+        """Called after ``set_config('allreduce_grad_dtype', ...)``."""
+
+    def get_config(self, name=None):
+        if name == 'allreduce_grad_dtype':
+            return self.allreduce_grad_dtype
+        return super(Communicator, self).get_config(name)
+
+    def multi_node_mean_grad(self, model, zero_fill=False):
+        """Average gradients over ranks, with ChainerMN's zero_fill semantics.
+
+        Afterwards each gradient whose dtype is the transfer dtype is a view of this
+        communicator's persistent buffer (no copy back); it stays valid until the next call
+        with a model of the same layout.
+        """
+        self.mean_grad_in_slot(model, zero_fill, slot=0)
+
+    def bcast_data(self, model):
+        """Broadcast all parameters from rank 0 in one message (raw bytes, exact for any
+        dtype)."""
+        named = _packing.data_params(model)
+        # Checked by names, shapes and dtypes (what a user can compare), sent as bytes.
+        _packing.check_same_layout(self.mpi_comm, _packing.Layout(
+            [(n, p.data.shape, p.data.dtype) for n, p in named]), what='parameters')
+        layout = _packing.Layout.of_data_bytes(named)
+        if layout.size == 0:
+            return
+        buf = _packing.PackedBuffer(layout)  # used once per training run: not kept
+        if self.rank == 0:
+            buf.pack_data_bytes(named)
+        self.mpi_comm.Bcast([buf.array, MPI.BYTE], root=0)
+        if self.rank != 0:
+            buf.unpack_data_bytes(named)
+
+    def split(self, color, key):
+        """The same kind of communicator, with the same options, on ``MPI_Comm_split``'s
+        result (a grid falls back to the new size's default)."""
+        opts = dict(self._options)
+        opts.pop('grid', None)
+        return self.__class__(mpi_comm=self.mpi_comm.Split(color, key), **opts)
