@@ -51,7 +51,7 @@ def _sweep_keys(nodes, R, nbytes, segments):
 
 def _chosen(comm, default):
     """The configuration ``comm`` (auto) chose, with its segment size in bytes."""
-    algorithm, grid, segment = next(iter(comm._chosen.values()))
+    algorithm, grid, segment = next(iter(comm.tuning.chosen.values()))
     return algorithm, grid, default if segment is None else segment
 
 
@@ -74,16 +74,16 @@ def run(args, mpi_comm=MPI.COMM_WORLD):
     predicted.mean_grad_in_slot(model, True)
     predicted_s = mpi_comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
     pkey = _chosen(predicted, default)
-    predicted_why = predicted.choices[-1][1][0].get('source', 'planner')
+    predicted_why = predicted.tuning.log[-1][1][0].get('source', 'planner')
     predicted.finalize()
     # 2. tuned
     t0 = time.perf_counter()
     tuned = _auto.AutoCommunicator(mpi_comm, network=args.network, tune='again',
                                    tune_dir=args.tune_dir)
-    while not tuned.tuned:
+    while not tuned.tuning.tuned:
         tuned.mean_grad_in_slot(model, True)
     tuning_s = mpi_comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
-    figures = next(iter(tuned.tuned.values()))
+    figures = next(iter(tuned.tuning.tuned.values()))
     tkey = _chosen(tuned, default)
     tuned.finalize()
     # 3. the sweep, the two choices among it

@@ -23,9 +23,9 @@ def check(comm, label):
         assert numpy.allclose(a, expect, rtol=1e-6), (label, n)
         digests = world.allgather(hashlib.md5(a.tobytes()).hexdigest())
         assert len(set(digests)) == 1, (label, n)
-    choices = world.allgather(sorted(comm._chosen.items()))
+    choices = world.allgather(sorted(comm.tuning.chosen.items()))
     assert all(c == choices[0] for c in choices), choices  # the same plan on every rank
-    assert len(comm.choices) == 3 and comm.describe().startswith('auto on P = {}'.format(P))
+    assert len(comm.tuning.log) == 3 and comm.describe().startswith('auto on P = {}'.format(P))
 
 
 def check_all(comm, network):

@@ -57,9 +57,9 @@ def tuned_run(tune_dir, tune='on'):
     with contextlib.redirect_stdout(out):
         comm = create('auto', tune=tune, tune_dir=tune_dir, network='ofp')
         params = train(comm)
-    chosen = list(comm._chosen.values())
-    assert len(chosen) == 1, comm._chosen
-    tuned = dict(comm.tuned)
+    chosen = list(comm.tuning.chosen.values())
+    assert len(chosen) == 1, comm.tuning.chosen
+    tuned = dict(comm.tuning.tuned)
     comm.finalize()
     return chosen[0], tuned, params, out.getvalue()
 
