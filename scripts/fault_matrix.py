@@ -163,7 +163,8 @@ for _fault in STALLS + STEP_STOPS:
     MESSAGES[_fault] = [r'chainermn_torus watchdog: .*']
 for _fault in REFUSALS:
     MESSAGES[_fault] = [r'chainermn_torus(\.run)?: .*']
-# Where in the job the watchdog says the rank was, by the words of runtime.node_watch.
+# Where in the job the watchdog says the rank was, by the words of runtime.verdict
+# (board_layout.where).
 PHASE_WORDS = ('at start-up', 'in its first training step', 'in training step',
                'in the checkpoint after step', 'in the evaluation after step',
                'in the evaluation after training', 'between steps', 'after training')

@@ -82,30 +82,75 @@ MUTATORS = {'append', 'extend', 'insert', 'add', 'update', 'pop', 'popitem', 'cl
 
 
 def _mutable_names(tree, rel):
-    """Module-level containers that some code changes, and names rebound through global."""
+    """Module-level containers that some code changes, and names rebound through global.
+
+    Changed: an item assigned or deleted (also inside a tuple target), an augmented
+    assignment, a mutating method called; on the container itself, on a local name bound
+    to it, or by a function of the module that changes the parameter it is passed as."""
     containers = set()
     for node in tree.body:
         targets = node.targets if isinstance(node, ast.Assign) else \
             [node.target] if isinstance(node, ast.AnnAssign) and node.value is not None else []
         if targets and _is_mutable(node.value):
             containers.update(t.id for t in targets if isinstance(t, ast.Name))
+    helpers = _mutating_helpers(tree)
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Global):
             names.update(node.names)
-        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            aliases = {t.id: n.value.id for n in ast.walk(node) if isinstance(n, ast.Assign)
+                       and isinstance(n.value, ast.Name) and n.value.id in containers
+                       for t in n.targets if isinstance(t, ast.Name)}
+            names.update(aliases[n] for n in _changed(node) if n in aliases)
+    names.update(n for n in _changed(tree) if n in containers)
+    for node in ast.walk(tree):  # passed to a helper that changes that parameter
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id in helpers:
+            for i, arg in enumerate(node.args):
+                if i in helpers[node.func.id] and isinstance(arg, ast.Name) and \
+                        arg.id in containers:
+                    names.add(arg.id)
+    return sorted('{}:{}'.format(rel, n) for n in names)
+
+
+def _flat(targets):
+    for t in targets:
+        if isinstance(t, (ast.Tuple, ast.List)):
+            yield from _flat(t.elts)
+        else:
+            yield t
+
+
+def _changed(tree):
+    """The names whose contents the code in ``tree`` changes (item assignment or deletion,
+    augmented assignment, a mutating method)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
             targets = node.targets if not isinstance(node, ast.AugAssign) else [node.target]
-            for t in targets:
-                if isinstance(t, ast.Subscript) and _root(t.value) in containers:
+            for t in _flat(targets):
+                if isinstance(t, ast.Subscript) and _root(t.value):
                     names.add(_root(t.value))
-                elif isinstance(node, ast.AugAssign) and isinstance(t, ast.Name) and \
-                        t.id in containers:
+                elif isinstance(node, ast.AugAssign) and isinstance(t, ast.Name):
                     names.add(t.id)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                node.func.attr in MUTATORS and isinstance(node.func.value, ast.Name) and \
-                node.func.value.id in containers:
+                node.func.attr in MUTATORS and isinstance(node.func.value, ast.Name):
             names.add(node.func.value.id)
-    return sorted('{}:{}'.format(rel, n) for n in names)
+    return names
+
+
+def _mutating_helpers(tree):
+    """{function name: positions of the parameters it changes} for the module's functions."""
+    out = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            params = [a.arg for a in node.args.args]
+            changed = _changed(node)
+            hit = {i for i, p in enumerate(params) if p in changed}
+            if hit:
+                out[node.name] = hit
+    return out
 
 
 def _chainer_names(tree):

@@ -101,3 +101,39 @@ def test_the_board_keeps_the_directory_a_rank_writes_a_checkpoint_to(dog, tmp_pa
     dog.between()
     assert dog._board.writing_to(dog._slot) == ''
     assert board_layout.writing(dog._board.path) == []
+
+
+def test_the_marks_are_instance_patches_listed_and_undone(dog):
+    from chainermn_torus.runtime import patches
+    comm = chainermn.communicators.create_communicator('naive', mpi_comm=MPI.COMM_SELF)
+    call_marks.unmark(comm)  # made by the factory: the active watchdog marked it already
+    original = comm.mpi_comm
+    assert type(original) is MPI.Intracomm and not patches.applied(owner=comm)
+    dog.mark_calls(comm)
+    mine = patches.applied('watchdog', owner=comm)
+    names = {p.name for p in mine}
+    assert {'multi_node_mean_grad', 'bcast_data', 'allreduce_obj', 'mpi_comm'} <= names
+    assert all(p.why for p in mine) and comm.mpi_comm is not original
+    assert call_marks.unmark(comm) == len(mine)
+    assert comm.mpi_comm is original and type(comm.mpi_comm) is MPI.Intracomm
+    assert 'multi_node_mean_grad' not in vars(comm)  # the class's method again
+    assert not patches.applied(owner=comm)
+    dog.mark_calls(comm)  # and marked again, once
+    assert len(patches.applied('watchdog', owner=comm)) == len(mine)
+    call_marks.unmark(comm)
+
+
+def test_a_timed_method_is_an_instance_patch_undone_by_untime():
+    from chainermn_torus.extensions import timing
+    from chainermn_torus.runtime import patches
+
+    class Work(object):
+        def update(self):
+            return 1
+    w = Work()
+    stats = timing.time_calls(w, 'update', {'s': 0.0, 'n': 0}, 's', 'n')
+    assert w.update() == 1 and stats['n'] == 1
+    (p,), = [patches.applied('timing', owner=w)]
+    assert p.name == 'update' and 'update' in vars(w)
+    assert timing.untime(w) == 1 and 'update' not in vars(w) and w.update() == 1
+    assert stats['n'] == 1

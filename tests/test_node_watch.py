@@ -1,23 +1,20 @@
-"""The node watcher's verdicts (runtime.node_watch.judge) from progress rows, and who watches
-whom; the whole path on real ranks is in test_faults.py, test_fault_matrix.py and the
-emulated cluster's frozen-node rows."""
+"""The watchdog's verdicts (runtime.verdict.judge: a pure function of the rows and the process
+states) as cases, who watches whom (runtime.heartbeat), and the node watcher's own lines; the
+whole path on real ranks is in test_faults.py, test_fault_matrix.py and the emulated
+cluster's frozen-node rows."""
 import collections
 import os
 
-from chainermn_torus.runtime import devshm, node_watch as nw, progress_board as pb
+import pytest
+
+from chainermn_torus.runtime import board_layout, devshm, heartbeat as hb
+from chainermn_torus.runtime import node_watch as nw, progress_board as pb, verdict
 from conftest import line_with
 
 S = 1e9  # ns
 
 
-class FakeBoard(object):
-    limit_s, outside, startup_s = 3.0, 10, 900.0
-
-    def limit(self, phase, first_step=False):
-        if phase == pb.STARTUP or (phase == pb.STEP and first_step):
-            return self.startup_s
-        return {pb.STEP: 3.0, pb.EVALUATION: 3.0, pb.FINAL_EVALUATION: 3.0, pb.BETWEEN: 30.0,
-                pb.AFTER: 30.0, pb.CHECKPOINT: 30.0}.get(phase)
+LIMITS = board_layout.Limits(limit_s=3.0, startup_s=900.0, outside=10)
 
 
 def row(rank, finished, phase, age, count=0, state='S', call=None, call_age=None, calls=0,
@@ -26,7 +23,7 @@ def row(rank, finished, phase, age, count=0, state='S', call=None, call_age=None
     order = {pb.BETWEEN: 0, pb.EVALUATION: 1, pb.CHECKPOINT: 2, pb.STEP: 3, pb.AFTER: 4,
              pb.FINAL_EVALUATION: 5}
     pos = [-1, 0, 0] if phase == pb.STARTUP else [finished, order.get(phase, 0), count]
-    return list(nw.Seen(rank, pos, phase, age, state, int(call is not None),
+    return list(verdict.Seen(rank, pos, phase, age, state, int(call is not None),
                         pb.call_code(call) if call else 0,
                         age if call_age is None else call_age, calls,
                         int(bg_call is not None), pb.call_code(bg_call) if bg_call else 0,
@@ -41,7 +38,7 @@ def peer(host, rows, heard_s_ago=0.5, gone=False, now=100 * S):
 
 
 def judge(local, peers=None, host='node0'):
-    return nw.judge(FakeBoard(), host, local, peers or {}, 100 * S, 2.0)
+    return verdict.judge(LIMITS, host, local, peers or {}, 100 * S, 2.0)
 
 
 def test_nothing_is_said_while_every_rank_moves():
@@ -182,14 +179,58 @@ def test_the_communication_thread_is_said_when_the_main_thread_is_outside():
                      'communication thread in multi_node_mean_grad'), text
 
 
+# The verdict as a table: (case, this node's rows, the other nodes', the words it must say;
+# None: no verdict). One case per branch of verdict.judge, in its order.
+CASES = [
+    ('every rank moves', [row(0, 7, pb.STEP, 0.2), row(1, 7, pb.BETWEEN, 25.0)], {}, None),
+    ('a node fell silent', [row(0, 7, pb.STEP, 4.0, call=MEAN)],
+     {1: peer('node1', [row(1, 7, pb.STEP, 4.0)], heard_s_ago=9)},
+     ('node node1 (ranks 1) silent for 9 s',)),
+    ('a stopped rank', [row(0, 3, pb.STEP, 3.5, call=MEAN), row(1, 3, pb.STEP, 3.5, state='T',
+                                                                held=3.4)], {},
+     ('rank 1 on node0, stopped (process state T', 'rank 0 (node0) waits in')),
+    ('a gone rank', [row(0, 3, pb.STEP, 3.5, call=MEAN), row(1, 3, pb.STEP, 3.5, state='X',
+                                                             held=3.4)], {},
+     ('rank 1 on node0, gone (its process no longer exists',)),
+    ('the rank outside every call', [row(0, 5, pb.STEP, 4.0, call=MEAN),
+                                     row(1, 4, pb.BETWEEN, 4.0, state='D')], {},
+     ('rank 1 on node0, outside communication, in uninterruptible I/O',
+      'between steps 4 and 5')),
+    ('a rank in an earlier call', [row(0, 5, pb.STEP, 4.0, call=MEAN, calls=3),
+                                   row(1, 5, pb.STEP, 4.0, call='MPI bcast', calls=2)], {},
+     ('rank 1 on node0, waiting in MPI bcast',)),
+    ('every rank in the same call', [row(0, 5, pb.STEP, 4.0, call=MEAN, calls=2),
+                                     row(1, 5, pb.STEP, 4.0, call=MEAN, calls=2)], {},
+     ('none: every rank waits in multi_node_mean_grad', 'a deadlock')),
+    ('every rank computing', [row(0, 5, pb.STEP, 4.0, state='R'),
+                              row(1, 5, pb.STEP, 4.0, state='R')], {},
+     ('none: no rank waits for another',)),
+    ('every rank stopped: suspended', [row(0, 5, pb.STEP, 4.0, state='T', held=4.0),
+                                       row(1, 5, pb.STEP, 4.0, state='T', held=4.0)], {}, None),
+    ('start-up within its limit', [row(0, 0, pb.STARTUP, 60.0)], {}, None),
+    ('after training, outside any call', [row(0, 9, pb.AFTER, 40.0)], {}, None),
+]
+
+
+@pytest.mark.parametrize('case, local, peers, words', CASES, ids=[c[0] for c in CASES])
+def test_the_verdict_of_each_case(case, local, peers, words):
+    text = judge(local, peers)
+    if words is None:
+        assert text is None, text
+        return
+    assert text.startswith('chainermn_torus watchdog: the job waits for ') and '\n' not in text
+    for w in words:
+        assert w in text, (case, w, text)
+
+
 def test_every_node_is_watched_and_heartbeats_go_to_its_watchers():
     for n in (1, 2, 3, 32, 33, 200):
         watched_by = collections.Counter()
         for me in range(n):
-            for other in nw.monitored(me, n):
+            for other in hb.monitored(me, n):
                 watched_by[other] += 1
-                assert me in nw.watchers_of(other, n)  # other's heartbeats reach me
-        expected = n - 1 if n <= nw.MAX_ALL else nw.RING
+                assert me in hb.watchers_of(other, n)  # other's heartbeats reach me
+        expected = n - 1 if n <= hb.MAX_ALL else hb.RING
         assert all(watched_by[i] == expected for i in range(n)), (n, watched_by)
 
 
@@ -206,10 +247,11 @@ def test_a_node_never_heard_from_is_not_taken_for_a_frozen_one():
 def test_the_first_node_says_once_which_watchers_it_never_heard(capsys):
     board = pb.Board.create(1, 3.0, 10)
     try:
-        w = nw.Watcher(board.path, leader_pid=0)
-        table = [{'host': 'node0', 'addrs': ['127.0.0.1'], 'port': w.sock.getsockname()[1]},
+        beats = hb.Heartbeat()
+        table = [{'host': 'node0', 'addrs': ['127.0.0.1'], 'port': beats.port},
                  {'host': 'node1', 'addrs': ['127.0.0.1'], 'port': 9}]
-        w.configure(table, 0)
+        beats.join(table, 0, pb.now_ns())
+        w = nw.Watcher(board, leader_pid=0, heartbeat=beats)
         w.unheard(w.started + 1 * S)  # within the grace: nothing yet
         assert capsys.readouterr().err == ''
         w.unheard(w.started + 10 * S)
@@ -217,7 +259,7 @@ def test_the_first_node_says_once_which_watchers_it_never_heard(capsys):
         err = capsys.readouterr().err
         assert err.count('\n') == 1 and 'no heartbeat from the watcher(s) of 1 node(s) ' \
             '(node1)' in err and 'UDP between nodes seems blocked' in err, err
-        w.sock.close()
+        beats.sock.close()
     finally:
         board.close(remove=True)
 

@@ -53,3 +53,10 @@ def test_the_rule_finds_a_new_one():
     tree = ast.parse('_SEEN = []\nTABLE = {}\n\ndef f(x):\n    _SEEN.append(x)\n'
                      'def g():\n    global _N\n    _N = 1\n')
     assert figures._mutable_names(tree, 'm.py') == ['m.py:_N', 'm.py:_SEEN']
+    # in a tuple target, through a local alias, through a helper of the module
+    tree = ast.parse('_MODE = {}\n_STATE = {}\n_KEPT = []\nQUIET = {}\n\n'
+                     'def f(a, b):\n    _MODE["a"], _MODE["b"] = a, b\n'
+                     'def g():\n    s = _STATE\n    s["x"] = 1\n'
+                     'def _keep(where, x):\n    where.append(x)\n'
+                     'def h(x):\n    _keep(_KEPT, x)\n    return QUIET.get(x)\n')
+    assert figures._mutable_names(tree, 'm.py') == ['m.py:_KEPT', 'm.py:_MODE', 'm.py:_STATE']

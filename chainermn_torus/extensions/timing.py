@@ -8,9 +8,9 @@ the examples report the same figure for ``naive`` and for ``rsap``.
 """
 import functools
 
-from chainermn_torus.runtime import timeline
+from chainermn_torus.runtime import patches, timeline
 
-__all__ = ['timed', 'time_calls', 'time_gradient_communication']
+__all__ = ['timed', 'time_calls', 'untime', 'time_gradient_communication']
 
 
 def timed(fn, stats, key, count_key=None):
@@ -25,9 +25,16 @@ def timed(fn, stats, key, count_key=None):
 
 
 def time_calls(owner, name, stats, key, count_key=None):
-    """Time every call of ``owner.name`` into ``stats``; returns ``stats``."""
-    setattr(owner, name, timed(getattr(owner, name), stats, key, count_key))
+    """Time every call of ``owner.name`` into ``stats``; returns ``stats``. An instance
+    patch of the group ``timing`` (``runtime.patches``): ``untime(owner)`` undoes it."""
+    patches.apply(owner, name, timed(getattr(owner, name), stats, key, count_key), 'timing',
+                  'the time spent in {} is reported'.format(name))
     return stats
+
+
+def untime(owner):
+    """Undo every ``time_calls`` on ``owner``."""
+    return patches.uninstall('timing', owner=owner)
 
 
 def time_gradient_communication(comm):

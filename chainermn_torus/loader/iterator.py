@@ -357,7 +357,12 @@ class LoaderIterator(chainer.dataset.Iterator):
             slot = self._free.popleft()
             task_id = next(_COUNTER)
             w = min(range(self.n_processes), key=self._in_flight.__getitem__)
-            self._res.tasks[w].send((task_id, slot, indices, epoch))
+            try:
+                self._res.tasks[w].send((task_id, slot, indices, epoch))
+            except OSError:  # its end closed: it died since the last look (said as such)
+                self._res.procs[w].join(timeout=2)
+                self._check_processes()
+                raise
             self._in_flight[w] += 1
             self._owner[task_id] = w
             self._pending.append((task_id, slot, len(indices), self._planner_state()))
@@ -382,12 +387,16 @@ class LoaderIterator(chainer.dataset.Iterator):
             else:
                 self._in_flight[self._owner.pop(kind)] -= 1
                 self._done[kind] = value
+        self._check_processes()
+        return bool(ready)
+
+    def _check_processes(self):
+        """Raise the one line of a loader process that died (the job ends with it)."""
         for p in self._res.procs:
             if not p.is_alive():
                 self.finalize()
                 raise LoaderError('chainermn_torus: loader process {} (pid {}) died '
                                   'with exit code {}'.format(p.name, p.pid, p.exitcode))
-        return bool(ready)
 
     def _wait(self, task_id):
         waited = 0.0

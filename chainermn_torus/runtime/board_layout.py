@@ -1,5 +1,5 @@
 """The progress board's layout and what a row says, with no dependency: read by
-``progress_board`` (the ranks), ``node_watch`` (the node's watcher) and the rank's own death
+``progress_board`` (the ranks), ``verdict`` (the node's watcher) and the rank's own death
 watcher (``runtime.abort``), which loads this file alone, in a process that imports nothing
 of the package (it must speak within milliseconds of its rank's death, before the launcher
 tears the job down).
@@ -8,13 +8,14 @@ The file: ``HEADER`` int64 words (magic, slots, the step limit in ms, the outsid
 the start-up limit in ms), then a row of ``ROW`` int64 words per rank of the node, then
 ``PATH_BYTES`` per rank (the checkpoint directory it writes to while it does).
 """
+import collections
 import struct
 
 __all__ = ['MAGIC', 'HEADER', 'ROW', 'PATH_BYTES', 'RANK', 'PID', 'FINISHED_STEPS', 'PHASE',
            'COUNT', 'PROGRESS_NS', 'CALLS_MADE', 'INSIDE', 'CALL', 'CALL_NS', 'BG_CALLS',
            'BG_INSIDE', 'BG_CALL', 'STARTUP', 'STEP', 'BETWEEN', 'EVALUATION', 'CHECKPOINT',
            'AFTER', 'FINISHED', 'FINAL_EVALUATION', 'PHASES', 'where', 'read_rows', 'row_of',
-           'paths_at', 'writing']
+           'paths_at', 'writing', 'Limits']
 
 MAGIC = 0x63_6d_74_77_61_74_63_69  # "cmtwatci": rows with the communication columns
 HEADER = 8
@@ -27,6 +28,23 @@ STARTUP, STEP, BETWEEN, EVALUATION, CHECKPOINT, AFTER, FINISHED, FINAL_EVALUATIO
 PHASES = {STARTUP: 'start-up', STEP: 'a training step', BETWEEN: 'between steps',
           EVALUATION: 'evaluation', CHECKPOINT: 'a checkpoint', AFTER: 'after training',
           FINAL_EVALUATION: 'the evaluation after training', FINISHED: 'done'}
+
+
+class Limits(collections.namedtuple('Limits', 'limit_s startup_s outside')):
+    """The watchdog's limits as the board's header holds them: the step limit, the start-up
+    limit (seconds) and the factor for the phases outside steps."""
+
+    def limit(self, phase, first_step=False):
+        """Seconds without progress a phase may take: start-up (to the end of the first
+        step) its own limit; a step, or an evaluation batch, the limit; between steps, in a
+        checkpoint and after training, ``outside`` times it; None for the others."""
+        if phase == STARTUP or (phase == STEP and first_step):
+            return self.startup_s
+        if phase in (STEP, EVALUATION, FINAL_EVALUATION):
+            return self.limit_s
+        if phase in (BETWEEN, CHECKPOINT, AFTER):
+            return self.limit_s * self.outside
+        return None
 
 
 def where(phase, finished, count):

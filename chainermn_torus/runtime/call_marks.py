@@ -16,9 +16,11 @@ Two places carry the marks, so that every path is seen whatever the script calls
   ``comm.mpi_comm.bcast`` directly is seen too. Calls inside a marked call are not counted
   again (the marker keeps a depth per thread).
 """
-from chainermn_torus.runtime import progress_board as pb
+from chainermn_torus.runtime import patches, progress_board as pb
 
-__all__ = ['mark_communicator', 'API', 'MPI_METHODS']
+__all__ = ['mark_communicator', 'unmark', 'API', 'MPI_METHODS']
+
+_WHY = 'the watchdog names the communication call a rank waits in'
 
 # ChainerMN's communicator API and our communicators' own gradient calls.
 API = ('multi_node_mean_grad', 'bcast_data', 'allreduce_grad', 'allreduce_obj', 'bcast_obj',
@@ -88,20 +90,27 @@ def _marked_class(base):
 
 
 def mark_communicator(communicator, marker):
-    """Mark ``communicator``'s calls with ``marker`` (once; idempotent)."""
+    """Mark ``communicator``'s calls with ``marker`` (once; idempotent). Each change is an
+    instance patch of the group ``watchdog`` (``runtime.patches``): listed, and undone by
+    ``unmark``."""
     if getattr(communicator, '_call_marker', None) is marker:
         return communicator
+    unmark(communicator)  # another marker's: replaced, not wrapped twice
     for name in API:
         method = getattr(communicator, name, None)
         if callable(method):
-            method = getattr(method, '__wrapped__', method)
-            setattr(communicator, name, _marked(method, name, marker))
+            patches.apply(communicator, name, _marked(method, name, marker), 'watchdog', _WHY)
     mpi_comm = getattr(communicator, 'mpi_comm', None)
     if mpi_comm is not None:
-        base = type(mpi_comm)
+        base = type(mpi_comm)  # a Dup of a marked handle is of the marked class
         base = base.__mro__[1] if base in _MARKED_CLASSES.values() else base
         marked = _marked_class(base)(mpi_comm)  # the same MPI communicator, a new handle
         marked._marker = marker
-        communicator.mpi_comm = marked
-    communicator._call_marker = marker
+        patches.apply(communicator, 'mpi_comm', marked, 'watchdog', _WHY)
+    patches.apply(communicator, '_call_marker', marker, 'watchdog', _WHY)
     return communicator
+
+
+def unmark(communicator):
+    """Undo ``mark_communicator``: its methods and ``mpi_comm`` are its own again."""
+    return patches.uninstall('watchdog', owner=communicator)

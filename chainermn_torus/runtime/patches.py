@@ -11,7 +11,11 @@ The groups (who applies them, and when):
 * ``launcher``: ``python -m chainermn_torus.run`` makes ``chainermn.optimizers.
   create_multi_node_optimizer`` ours too, and hooks ``StandardUpdater.__init__``,
   ``Trainer.extend`` and ``GradientMethod.update`` as its options ask (launch.patches).
-* ``watchdog``: ``Evaluator.__call__`` marks each evaluation batch (runtime.watchdog).
+* ``watchdog``: ``Evaluator.__call__`` marks each evaluation batch (runtime.watchdog); on
+  each communicator the job's watchdog marks, its ChainerMN API methods and its
+  ``mpi_comm`` (instance patches, runtime.call_marks: ``unmark`` undoes one's).
+* ``timing``: a method of one object timed (extensions.timing: the examples' and the
+  benchmarks' communication and update times; an instance patch).
 * ``abort``: ``Trainer.run`` leaves the printing of a refusal to the abort hook.
 * ``compute``: Chainer's heavy functions on oneDNN (compute.onednn; ``compute.use('numpy')``
   undoes them).
@@ -19,8 +23,8 @@ The groups (who applies them, and when):
   nothing to check in ``sys.modules`` for the length of that import, where Chainer's own
   check has nothing to find (runtime.chainer_import); undone when the import ends.
 
-An owner is an object (its attribute is replaced) or a dict such as ``sys.modules`` (its
-entry is).
+An owner is a class or module, an instance (its own attribute is set; undone, the class's
+shows again), or a dict such as ``sys.modules`` (its entry is).
 
 The list of patches in force is the one piece of process-wide state here: a patch is
 process-wide by nature (it changes a class or a module every thread sees).
@@ -29,7 +33,7 @@ import collections
 
 __all__ = ['apply', 'undo', 'uninstall', 'applied', 'original_of', 'Patch', 'GROUPS']
 
-GROUPS = ('registry', 'launcher', 'watchdog', 'abort', 'compute', 'chainer import')
+GROUPS = ('registry', 'launcher', 'watchdog', 'timing', 'abort', 'compute', 'chainer import')
 _MISSING = object()
 
 Patch = collections.namedtuple('Patch', 'owner name original own replacement group why')
@@ -81,16 +85,19 @@ def undo(patch):
         _delete(patch.owner, patch.name)
 
 
-def uninstall(group=None):
-    """Undo every patch in force (of ``group``), newest first; returns how many."""
-    done = [p for p in reversed(_APPLIED) if group is None or p.group == group]
+def uninstall(group=None, owner=None):
+    """Undo every patch in force (of ``group``, of ``owner``), newest first; returns how
+    many."""
+    done = [p for p in reversed(_APPLIED) if (group is None or p.group == group)
+            and (owner is None or p.owner is owner)]
     for patch in done:
         undo(patch)
     return len(done)
 
 
-def applied(group=None):
-    return [p for p in _APPLIED if group is None or p.group == group]
+def applied(group=None, owner=None):
+    return [p for p in _APPLIED if (group is None or p.group == group)
+            and (owner is None or p.owner is owner)]
 
 
 def original_of(owner, name):

@@ -159,17 +159,9 @@ class Board(object):
         at = self._paths + i * PATH_BYTES
         return os.fsdecode(bytes(self._map[at:at + PATH_BYTES]).split(b'\0', 1)[0])
 
-    def limit(self, phase, first_step=False):
-        """Seconds without progress a phase may take: start-up (to the end of the first
-        step) its own limit; a step, or an evaluation batch, the limit; between steps, in a
-        checkpoint and after training, ``outside`` times it."""
-        if phase == STARTUP or (phase == STEP and first_step):
-            return self.startup_s
-        if phase in (STEP, EVALUATION, FINAL_EVALUATION):
-            return self.limit_s
-        if phase in (BETWEEN, CHECKPOINT, AFTER):
-            return self.limit_s * self.outside
-        return None
+    def limits(self):
+        """The limits in force (``board_layout.Limits``), read now."""
+        return board_layout.Limits(self.limit_s, self.startup_s, self.outside)
 
     def close(self, remove=False):
         self.array = None

@@ -141,6 +141,26 @@ def test_a_killed_loader_is_reported():
     assert 'died with exit code -9' in str(e.value)
 
 
+def test_a_loader_that_dies_before_its_next_task_is_reported_not_a_broken_pipe():
+    # The race the fault matrix met: the loader died after the last look at the processes
+    # and before the next task was handed to it (a write into a pipe nobody reads). Here
+    # the look is passed by hand: the batches in flight are forgotten, so the next fill
+    # sends at once.
+    it = LoaderIterator(Squares(100), 10, shuffle=False, n_prefetch=1)
+    try:
+        it.next()
+        proc = it.processes[0]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join(timeout=10)
+        it._pending.clear()
+        it._free.extend(range(len(it._arrays)))
+        with pytest.raises(LoaderError) as e:
+            it._fill()
+        assert 'died with exit code -9' in str(e.value)
+    finally:
+        it.finalize()
+
+
 @pytest.mark.slow  # full tier only: the fast tier keeps one of its kind
 def test_loaders_are_pinned_and_everything_is_freed():
     cpus = sorted(os.sched_getaffinity(0))[:1]
