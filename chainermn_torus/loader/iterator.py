@@ -107,46 +107,13 @@ def _worker(dataset, layout, tasks, results, cpus, parent_pid, seed):
     results.send(('ready', os.getpid()))
     try:
         while True:
-            try:
-                if not tasks.poll(1.0):
-                    # The training process started us (spawn), so it is our parent until it
-                    # exits; then we are re-parented at once, even while it is an unreaped
-                    # zombie (which a kill(pid, 0) test would still find).
-                    if os.getppid() != parent_pid:
-                        return  # the training process is gone: do not linger
-                    continue
-                task = tasks.recv()
-            except (EOFError, OSError):
-                return  # the training process closed its end (or died)
+            task = _next_task(tasks, parent_pid)
             if task is None:
                 return
             task_id, slot, indices, epoch = task
             draws.set_epoch(epoch)  # random augmentation keyed by it, not by this process
             try:
-                for j, index in enumerate(indices):
-                    example = _fields(dataset[index])
-                    if len(example) != len(arrays[slot]):
-                        raise DataError('example {} has {} fields, the first had {}'.format(
-                            index, len(example), len(arrays[slot])))
-                    for dst, value in zip(arrays[slot], example):
-                        value = numpy.asarray(value)
-                        if value.shape != dst.shape[1:]:
-                            raise DataError(
-                                'example {} has shape {}, the first example had {}: the loader '
-                                'needs examples of one shape (crop or resize them)'.format(
-                                    index, value.shape, dst.shape[1:]))
-                        dst[j] = value
-                message = (task_id, None)
-            except Refusal as e:  # a known cause, named (a file that cannot be read): one line
-                message = (task_id, ('refusal', str(e)))
-            except BaseException:
-                message = (task_id, ('error', 'loader process {} (pid {}), example batch '
-                                              '{}:\n{}'.format(
-                                                  multiprocessing.current_process().name,
-                                                  os.getpid(), list(indices)[:8],
-                                                  traceback.format_exc())))
-            try:
-                results.send(message)
+                results.send(_fill_slot(dataset, arrays[slot], task_id, indices))
             except (BrokenPipeError, OSError):
                 return
     finally:
@@ -154,6 +121,47 @@ def _worker(dataset, layout, tasks, results, cpus, parent_pid, seed):
         for slot in segments:
             for seg in slot:
                 seg.close()
+
+
+def _next_task(tasks, parent_pid):
+    """The next task, or None when the training process is gone or says stop."""
+    while True:
+        try:
+            if tasks.poll(1.0):
+                return tasks.recv()
+        except (EOFError, OSError):
+            return None  # the training process closed its end (or died)
+        # The training process started us (spawn), so it is our parent until it exits; then
+        # we are re-parented at once, even while it is an unreaped zombie (which a
+        # kill(pid, 0) test would still find).
+        if os.getppid() != parent_pid:
+            return None  # the training process is gone: do not linger
+
+
+def _fill_slot(dataset, arrays, task_id, indices):
+    """Examples ``indices`` into one slot's ``arrays``; the message for the training
+    process: (task_id, None), or the error, one line for a known cause."""
+    try:
+        for j, index in enumerate(indices):
+            example = _fields(dataset[index])
+            if len(example) != len(arrays):
+                raise DataError('example {} has {} fields, the first had {}'.format(
+                    index, len(example), len(arrays)))
+            for dst, value in zip(arrays, example):
+                value = numpy.asarray(value)
+                if value.shape != dst.shape[1:]:
+                    raise DataError(
+                        'example {} has shape {}, the first example had {}: the loader '
+                        'needs examples of one shape (crop or resize them)'.format(
+                            index, value.shape, dst.shape[1:]))
+                dst[j] = value
+        return task_id, None
+    except Refusal as e:  # a known cause, named (a file that cannot be read): one line
+        return task_id, ('refusal', str(e))
+    except BaseException:
+        return task_id, ('error', 'loader process {} (pid {}), example batch {}:\n{}'.format(
+            multiprocessing.current_process().name, os.getpid(), list(indices)[:8],
+            traceback.format_exc()))
 
 
 def _attach(name):
