@@ -36,7 +36,7 @@ import chainer
 from chainermn_torus import compute
 from chainermn_torus.bench.compute import MODELS, _iteration, problem
 from chainermn_torus.compute import dnnl, primitives
-from chainermn_torus.runtime import jit, threads
+from chainermn_torus.runtime import jit, patches, threads
 
 __all__ = ['main', 'profile']
 
@@ -66,8 +66,8 @@ class _Clock(object):
                 return original(*args, **kwargs)
             finally:
                 clock.add(part_of(args), time.perf_counter() - t0)
-        setattr(owner, name, timed)
-        self._undo.append((owner, name, original))
+        self._undo.append(patches.apply(owner, name, timed, 'timing',
+                                        'bench compute-profile times each part'))
 
     def install(self):
         # Reorders are Primitive.run calls too: their own row, the primitives' by kind.
@@ -84,8 +84,8 @@ class _Clock(object):
                             n.lstrip('_')))
 
     def uninstall(self):
-        for owner, name, original in reversed(self._undo):
-            setattr(owner, name, original)
+        for patch in reversed(self._undo):
+            patches.undo(patch)
         self._undo = []
 
 

@@ -33,7 +33,8 @@ from chainermn_torus import config
 from chainermn_torus.algorithms.gradient_sets import model_params
 from chainermn_torus.models import MLP
 from chainermn_torus import create_multi_node_optimizer
-from chainermn_torus.runtime import world
+from chainermn_torus.communicators import capabilities
+from chainermn_torus.runtime import patches, world
 
 
 class Net(MLP):
@@ -85,9 +86,10 @@ def build(comm_name, payload, double_buffering, gbps, seed, poll):
         p.update_rule.enabled = False  # communicated, not updated
     stats = {'calls': 0}
     target = opt.mode.background if double_buffering else comm
-    name = 'mean_grad_in_slot' if double_buffering and hasattr(target, 'mean_grad_in_slot') \
+    name = 'mean_grad_in_slot' if double_buffering and capabilities.of(target).slots \
         else 'multi_node_mean_grad'
-    setattr(target, name, _slow_link(getattr(target, name), comm, gbps, stats))
+    patches.apply(target, name, _slow_link(getattr(target, name), comm, gbps, stats), 'timing',
+                  'bench double-buffering slows the gradient calls to a given link speed')
     return comm, model, opt
 
 

@@ -32,11 +32,13 @@ import numpy
 import chainermn
 import chainermn_torus
 from chainermn_torus.bench.double_buffering import wait_for_wire
+from chainermn_torus.communicators._base import TorusCommunicatorBase
 from chainermn_torus.extensions.timing import time_calls
 from chainermn_torus.datasets.imagenet import PreprocessedDataset, read_list
 from chainermn_torus.datasets.mnist import load_mnist_idx
 from chainermn_torus.models import MLP
-from chainermn_torus.runtime import world
+from chainermn_torus.optimizers import MultiNodeOptimizer
+from chainermn_torus.runtime import patches, world
 
 CONFIGS = ('naive+stock', 'rsap', 'rsap+fp16', 'rsap+db', 'rsap+overlap',
            'rsap+fp16+overlap')
@@ -111,16 +113,16 @@ def sleep_wire(cls, gbps, size):
     """Add to every segment a sleep as long as a ring all-reduce's bytes take at ``gbps``
     (2 (P - 1) / P of the segment per rank): wire time that costs no CPU, as on a network
     whose adapter moves the bytes (the emulated cluster's links cost this host's CPU)."""
-    inner = cls._mean_segment
-    if getattr(inner, 'sleeps', False):
+    if patches.applied('timing', owner=cls):
         return
+    inner = cls._mean_segment
 
     def mean_segment(self, buf, lo, hi, src):
         t0 = time.perf_counter()
         inner(self, buf, lo, hi, src)
         wait_for_wire(t0, (hi - lo) * buf.array.itemsize, size, gbps)
-    mean_segment.sleeps = True
-    cls._mean_segment = mean_segment
+    patches.apply(cls, '_mean_segment', mean_segment, 'timing',
+                  'bench overlap --sleep-gbps: wire time that costs no CPU')
 
 
 def run_config(config, loaded, args):
@@ -128,14 +130,14 @@ def run_config(config, loaded, args):
     numpy.random.seed(args.seed)
     model = make_model()
     comm, opt = make(config, make_optimizer(), args.poll)
-    if args.sleep_gbps and hasattr(comm, '_mean_segment'):
+    if args.sleep_gbps and isinstance(comm, TorusCommunicatorBase):  # its segment seam
         sleep_wire(type(comm), args.sleep_gbps, comm.size)
     opt.setup(model)
     shard = chainermn.scatter_dataset(train, comm, shuffle=True, seed=args.seed)
     it = chainer.iterators.SerialIterator(shard, args.batchsize or batch, shuffle=True)
     numpy.random.seed(args.seed + comm.rank)  # the iterator's order (numpy's global RNG)
     spent = {'allreduce': 0.0, 'update': 0.0}
-    ours = hasattr(opt, 'timings')
+    ours = isinstance(opt, MultiNodeOptimizer)
     if not ours:
         time_calls(comm, 'multi_node_mean_grad', spent, 'allreduce')
         time_calls(opt.actual_optimizer, 'update', spent, 'update')

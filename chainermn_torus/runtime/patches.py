@@ -14,8 +14,10 @@ The groups (who applies them, and when):
 * ``watchdog``: ``Evaluator.__call__`` marks each evaluation batch (runtime.watchdog); on
   each communicator the job's watchdog marks, its ChainerMN API methods and its
   ``mpi_comm`` (instance patches, runtime.call_marks: ``unmark`` undoes one's).
-* ``timing``: a method of one object timed (extensions.timing: the examples' and the
-  benchmarks' communication and update times; an instance patch).
+* ``timing``: a method timed or slowed for a measurement: of one object (extensions.timing:
+  the examples' and the benchmarks' communication and update times; bench double-buffering's
+  slow link), or of a class or module while a benchmark runs (bench compute-profile's parts,
+  bench overlap's wire time).
 * ``abort``: ``Trainer.run`` leaves the printing of a refusal to the abort hook.
 * ``compute``: Chainer's heavy functions on oneDNN (compute.onednn; ``compute.use('numpy')``
   undoes them).
