@@ -130,3 +130,27 @@ def test_the_double_buffering_refusal_says_the_second_set_multiplies_the_need(tm
     assert "not enough shared memory: the node-shared row buffers of the background " \
         "thread's copy of the communicator" in text, text[-3000:]
     assert 'up to three times one set' in text and 'Bus error' in text, text[-3000:]
+
+
+_SINGLETON = r'''
+import os
+import chainermn_torus
+import chainermn
+comm = chainermn.create_communicator('pure_allreduce')  # MPI started without a launcher
+assert comm.size == 1
+with open('/proc/self/maps') as f:
+    mapped = sorted({line.split(None, 5)[5].strip() for line in f
+                     if len(line.split(None, 5)) == 6 and '/dev/shm/' in line})
+print('\n'.join(mapped))
+'''
+
+
+@pytest.mark.mpi  # under each MPI: Open MPI's singleton left 16 MiB at every exit
+def test_a_single_process_job_leaves_nothing_of_mpi_in_dev_shm():
+    proc = subprocess.run([sys.executable, '-c', _SINGLETON], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env=dict(os.environ, CHAINERMN_TORUS_QUIET='1'))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    named = [p.split(' (deleted)')[0] for p in proc.stdout.split()
+             if p.startswith('/dev/shm/') and 'cmtorus_' not in p]
+    left = [p for p in named if os.path.exists(p)]
+    assert left == [], (left, proc.stdout)

@@ -38,6 +38,12 @@ On cluster nodes /dev/shm is RAM. Two things go wrong there, and this module ans
   ``unlink_at_end`` removes the names of every MPI's segments the process maps, Open MPI's
   (``sm_segment.*``, 16 MiB per rank) too: nothing attaches to them any more.
   ``startup_watch`` removes MPICH's when it ends ranks stopped before their communicator.
+* **Open MPI's singleton.** A process that starts MPI without a launcher (one rank: a
+  script run with ``python``, a test process) under Open MPI 5.0.11 maps its own
+  ``sm_segment.*`` (16 MiB) and leaves it at every exit, MPI_Finalize included (measured:
+  ``python -c "from mpi4py import MPI"`` leaves one). No other process can attach to a
+  singleton's, so ``unlink_mpi_segments`` removes its name too, and ``unlink_singleton``
+  does for a process that made no communicator (the tests' own process).
 """
 import ctypes
 import errno
@@ -46,6 +52,7 @@ import os
 import re
 import signal
 import socket
+import sys
 import time
 
 from chainermn_torus import config
@@ -56,7 +63,8 @@ from chainermn_torus.runtime.report import format_bytes
 
 __all__ = ['SHM_DIR', 'PREFIX', 'job_tag', 'segment_prefix', 'free_bytes', 'check_room',
            'populate', 'pages', 'total_bytes', 'MPI_MARGIN',
-           'SharedMemoryFull', 'sweep', 'unlink_mpi_segments', 'unlink_at_end']
+           'SharedMemoryFull', 'sweep', 'unlink_mpi_segments', 'unlink_at_end',
+           'unlink_singleton']
 
 SHM_DIR = '/dev/shm'
 PREFIX = 'cmtorus_'
@@ -64,6 +72,7 @@ _OURS = re.compile(r'^' + PREFIX + r'(?P<job>[A-Za-z0-9.-]+)_(?P<pid>\d+)_')
 # MPICH's segment, multiprocessing's semaphores, Open MPI's shared-memory btl segments (5.x
 # sm_segment.*, 4.x vader_segment.*).
 _OTHERS = re.compile(r'^(mpich_shm_|sem\.mp-|sm_segment\.|vader_segment\.)')
+_OPEN_MPI = re.compile(r'^(sm_segment\.|vader_segment\.)')
 _JOB_VARS = ('SLURM_JOB_ID', 'PBS_JOBID', 'PJM_JOBID', 'JOB_ID', 'LSB_JOBID')
 MIN_AGE_S = 60.0  # a file this young may belong to a job that has not mapped it yet
 
@@ -305,10 +314,22 @@ def unlink_mpi_segments():
     if keep:
         return []
     _UNLINKED.append(True)
-    removed = _unlink_mapped()
+    removed = _unlink_mapped() + unlink_singleton()
     if bad:
         config.env('keep_mpi_shm')  # raises the refusal, nothing left to leak
     return removed
+
+
+def unlink_singleton():
+    """Where this process is a job of its own (MPI started without a launcher), remove the
+    names of Open MPI's segments it maps (module doc); elsewhere nothing. Returns the
+    paths it removed."""
+    mpi = sys.modules.get('mpi4py.MPI')  # never started here: only asked whether it runs
+    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
+        return []
+    if mpi.COMM_WORLD.Get_size() != 1 or mpi.Comm.Get_parent() != mpi.COMM_NULL:
+        return []
+    return _unlink_mapped(_OPEN_MPI)
 
 
 def unlink_at_end():
