@@ -19,7 +19,6 @@ a link of G Gbit/s by adding, inside the all-reduce, a sleep as long as the byte
 sends over a ring (2 (P-1)/P of the buffer) take at that rate: time that costs no CPU, as on
 a real network.
 """
-import argparse
 import functools
 import json
 import time

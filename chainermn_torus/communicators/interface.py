@@ -25,12 +25,12 @@ from chainermn_torus.runtime import devshm, threads
 from chainermn_torus.runtime import startup as _startup
 from chainermn_torus.errors import ConfigError
 
-__all__ = ['Communicator', 'grad_dtype']
+__all__ = ['Communicator']
 
 _GRAD_DTYPES = (numpy.float16, numpy.float32, numpy.float64)
 
 
-def grad_dtype(value):
+def _checked_dtype(value):
     """``allreduce_grad_dtype`` checked: None or a float dtype of 16, 32 or 64 bits."""
     if value is None:
         return None
@@ -72,7 +72,7 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
         # segment_size, else CHAINERMN_TORUS_SEGMENT_BYTES, else 4 MiB (see config)
         self.segment_bytes = config.value('segment_bytes', segment_size, 'segment_size')[0]
         with self.config_scope():  # get_config() lists it, as for ChainerMN's pure_nccl
-            self.allreduce_grad_dtype = grad_dtype(allreduce_grad_dtype)
+            self.allreduce_grad_dtype = _checked_dtype(allreduce_grad_dtype)
         self.thread_budget = threads.ensure(self)  # once per process (see runtime.threads)
         self.progress = BLOCKING  # how collectives are waited for (see _progress)
         self.calls = 0
@@ -115,7 +115,7 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
         ChainerMN's ValueError."""
         if name != 'allreduce_grad_dtype':
             return super(Communicator, self).set_config(name, value, **kwargs)
-        dtype = grad_dtype(value)
+        dtype = _checked_dtype(value)
         with self.config_scope():
             self.allreduce_grad_dtype = dtype
         self._options['allreduce_grad_dtype'] = value  # split() and clone() carry it
