@@ -150,6 +150,10 @@ SETTINGS = collections.OrderedDict([
     ('check_finite', Setting('CHAINERMN_TORUS_CHECK_FINITE', 'flag', False,
                              'launcher: stop on NaN/Inf gradients (naming rank and array)',
                              launcher='optimizer')),
+    ('trust_checkpoints', Setting('CHAINERMN_TORUS_TRUST_CHECKPOINTS', 'flag', False,
+                                  'checkpoints: resume from a directory or files another user '
+                                  'owns or may write (their arrays are still read without '
+                                  'pickle)')),
     ('data_parallel', Setting('CHAINERMN_TORUS_DATA_PARALLEL', 'flag', False,
                               'launcher: make a plain Chainer script data-parallel (shards, '
                               'multi-node optimizer and evaluator, rank-0-only reports)',

@@ -12,7 +12,7 @@ The classes also derive from the built-in error a caller would catch (``ConfigEr
 a ValueError), so ``except ValueError`` keeps working.
 """
 
-__all__ = ['Refusal', 'ConfigError', 'DataError', 'Unsupported']
+__all__ = ['Refusal', 'ConfigError', 'DataError', 'Unsupported', 'UnsafePath']
 
 
 class Refusal(Exception):
@@ -30,3 +30,8 @@ class DataError(Refusal, ValueError):
 
 class Unsupported(Refusal, RuntimeError):
     """Something this machine, Python or MPI cannot do that the job asked for."""
+
+
+class UnsafePath(Refusal, OSError):
+    """A file this process would create or read is not safely its own: a link, or a file or
+    directory another user owns or may write (the path and its owner are named)."""

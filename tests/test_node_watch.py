@@ -12,6 +12,7 @@ from chainermn_torus.runtime import node_watch as nw, progress_board as pb, verd
 from conftest import line_with
 
 S = 1e9  # ns
+KEY = bytes(range(32))
 
 
 LIMITS = board_layout.Limits(limit_s=3.0, startup_s=900.0, outside=10)
@@ -247,10 +248,10 @@ def test_a_node_never_heard_from_is_not_taken_for_a_frozen_one():
 def test_the_first_node_says_once_which_watchers_it_never_heard(capsys):
     board = pb.Board.create(1, 3.0, 10)
     try:
-        beats = hb.Heartbeat()
-        table = [{'host': 'node0', 'addrs': ['127.0.0.1'], 'port': beats.port},
-                 {'host': 'node1', 'addrs': ['127.0.0.1'], 'port': 9}]
-        beats.join(table, 0, pb.now_ns())
+        beats = hb.Heartbeat([('127.0.0.1', 8)])
+        table = [{'host': 'node0', 'addrs': beats.addresses()},
+                 {'host': 'node1', 'addrs': [['127.0.0.1', 8, 9]]}]
+        beats.join(table, 0, pb.now_ns(), KEY)
         w = nw.Watcher(board, leader_pid=0, heartbeat=beats)
         w.unheard(w.started + 1 * S)  # within the grace: nothing yet
         assert capsys.readouterr().err == ''
@@ -259,7 +260,7 @@ def test_the_first_node_says_once_which_watchers_it_never_heard(capsys):
         err = capsys.readouterr().err
         assert err.count('\n') == 1 and 'no heartbeat from the watcher(s) of 1 node(s) ' \
             '(node1)' in err and 'UDP between nodes seems blocked' in err, err
-        beats.sock.close()
+        beats.close()
     finally:
         board.close(remove=True)
 
@@ -280,3 +281,91 @@ def test_a_board_left_by_a_dead_process_with_our_pid_is_replaced():
     finally:
         if os.path.exists(path):
             os.remove(path)
+
+
+# --- the heartbeats' channel: only the job's own messages count --------------------------------
+def two_nodes():
+    """Two joined heartbeats on loopback, as two nodes of one job."""
+    a, b = hb.Heartbeat([('127.0.0.1', 8)]), hb.Heartbeat([('127.0.0.1', 8)])
+    table = [{'host': 'node0', 'addrs': a.addresses()}, {'host': 'node1', 'addrs': b.addresses()}]
+    a.join(table, 0, 0, KEY)
+    b.join(table, 1, 0, KEY)
+    return a, b
+
+
+def wait_receive(beats):
+    import select
+    select.select(beats.socks, [], [], 2.0)
+    return beats.receive(pb.now_ns())
+
+
+def test_a_verdict_of_the_job_ends_it_and_a_forged_one_is_refused_and_counted():
+    import socket
+    a, b = two_nodes()
+    try:
+        port = a.socks[0].getsockname()[1]
+        forger = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        # Unauthenticated JSON, as the attack sent it; a MAC under another key; a copy of a
+        # real message with its body changed.
+        forger.sendto(b'{"kind": "verdict", "node": 1, "rows": []}', ('127.0.0.1', port))
+        forger.sendto(hb.seal(b'x' * 32, {'kind': 'verdict', 'node': 1, 'seq': 1 << 62}),
+                      ('127.0.0.1', port))
+        real = hb.seal(KEY, {'kind': 'beat', 'node': 1, 'seq': 5, 'rows': []})
+        forger.sendto(real[:hb.MAC_BYTES] + real[hb.MAC_BYTES:].replace(b'beat', b'verd'),
+                      ('127.0.0.1', port))
+        forger.close()
+        assert wait_receive(a) is False
+        assert a.dropped == 3 and 'no valid MAC' in a.first_drop[1], a.first_drop
+        assert not a.peers[1]['seen']  # nothing of it was taken as node1's
+        b.send('beat', [[1, 2]])
+        assert wait_receive(a) is False and a.peers[1]['rows'] == [[1, 2]]
+        b.send('verdict')
+        assert wait_receive(a) is True
+        assert a.dropped == 3
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_replayed_or_repeated_message_is_ignored_and_a_node_outside_the_table_refused():
+    import socket
+    a, b = two_nodes()
+    try:
+        port = a.socks[0].getsockname()[1]
+        b.send('beat', [[7]])
+        assert wait_receive(a) is False and a.peers[1]['rows'] == [[7]]
+        sender = b.socks[0]
+        # The job's key, but not its node (a node index outside the table, or this one).
+        for node in (2, 0, -1):
+            sender.sendto(hb.seal(KEY, {'kind': 'verdict', 'node': node, 'seq': 1 << 62}),
+                          ('127.0.0.1', port))
+        # A replay of an older message: ignored (copies to another address look the same).
+        sender.sendto(hb.seal(KEY, {'kind': 'verdict', 'node': 1, 'seq': 3}), ('127.0.0.1', port))
+        assert wait_receive(a) is False
+        assert a.dropped == 3 and 'not another node of this job' in a.first_drop[1]
+    finally:
+        a.close()
+        b.close()
+
+
+def test_the_watcher_keeps_only_the_sockets_on_the_jobs_networks():
+    one = [{'host': 'n0', 'addrs': [['10.1.2.3', 24, 5], ['127.0.0.1', 8, 6]]}]
+    assert hb.job_addresses(one, 0) == [['127.0.0.1', 8, 6]]  # alone: loopback only
+    two = one + [{'host': 'n1', 'addrs': [['192.168.7.9', 24, 7], ['10.1.2.4', 24, 8],
+                                          ['127.0.0.1', 8, 9]]}]
+    assert hb.job_addresses(two, 0) == [['10.1.2.3', 24, 5]]
+    assert hb.job_addresses(two, 1) == [['10.1.2.4', 24, 8]]  # not its other network
+    routed = [{'host': 'n0', 'addrs': [['10.1.2.3', 24, 5], ['127.0.0.1', 8, 6]]},
+              {'host': 'n1', 'addrs': [['10.9.0.1', 24, 7], ['127.0.0.1', 8, 9]]}]
+    assert hb.job_addresses(routed, 1) == [['10.9.0.1', 24, 7]]  # no shared subnet
+    emulated = [{'host': 'n0', 'addrs': [['127.0.0.1', 8, 5]]},
+                {'host': 'n1', 'addrs': [['127.0.0.1', 8, 6]]}]
+    assert hb.job_addresses(emulated, 1) == [['127.0.0.1', 8, 6]]
+    beats = hb.Heartbeat()  # a socket on each of this machine's addresses
+    try:
+        assert {s.getsockname()[0] for s in beats.socks} == {a for a, _ in hb.local_addresses()}
+        table = [{'host': 'n0', 'addrs': beats.addresses()}]
+        beats.join(table, 0, 0, KEY)  # a one-node job: nothing listens beyond loopback
+        assert [s.getsockname()[0] for s in beats.socks] == ['127.0.0.1']
+    finally:
+        beats.close()

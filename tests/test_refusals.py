@@ -55,6 +55,7 @@ BAD = {
     'dedicated_cores': ('-1', {}, []),
     'check_replicas': ('0', {}, []),
     'check_finite': ('maybe', {}, []),
+    'trust_checkpoints': ('maybe', {}, []),
     'type_check': ('sometimes', {}, []),
     'keep_freed_memory': ('maybe', {}, []),
     'data_parallel': ('maybe', {}, []),

@@ -46,7 +46,7 @@ from chainermn_torus.runtime import board_layout, devshm, patches, rank_watch, r
 from chainermn_torus.runtime import startup_watch
 from chainermn_torus.runtime import timeline
 
-__all__ = ['install', 'ABORT_DELAY_S', 'Terminated', 'TERM_GRACE_S']
+__all__ = ['install', 'ABORT_DELAY_S', 'Terminated', 'TERM_GRACE_S', 'say_on_signal']
 
 ABORT_DELAY_S = 1.0
 REFUSAL_WAIT_S = 2.0  # > ABORT_DELAY_S: a rank other than 0 lets rank 0's refusal end the job
@@ -109,6 +109,23 @@ def _hook(exctype, value, tb):
         MPI.COMM_WORLD.Abort(1)
 
 
+_ON_DISK = []  # what a checkpointer says is on disk (say_on_signal), for a signal's line
+
+
+def say_on_signal(describe):
+    """``describe()``: a text of what is on disk (the newest complete checkpoint), which
+    the line a signal ends the job with says instead of a guess."""
+    _ON_DISK[:] = [describe]
+
+
+def _on_disk():
+    try:
+        return '; '.join(describe() for describe in _ON_DISK) or \
+            'no checkpoint is written by this job'
+    except Exception:  # noqa: BLE001 -- a line must still be said
+        return 'what is on disk could not be read'
+
+
 def _ended_by_signal(value):
     """The job ends by a signal from outside (a batch system's cancel or time limit, Ctrl-C
     at mpiexec): that is said in one line per node, by its first rank to get the signal,
@@ -120,8 +137,7 @@ def _ended_by_signal(value):
     what = 'SIGINT (Ctrl-C at mpiexec, or the launcher ending the job)' if isinstance(
         value, KeyboardInterrupt) else 'SIGTERM (a batch time limit, scancel, or the launcher ' \
         'ending the job)'
-    text = '{} received; the job ends; the latest complete checkpoint, if any, is ' \
-        'intact'.format(what)
+    text = '{} received; the job ends; {}'.format(what, _on_disk())
     first = said_once(text)
     if first:
         report.line('{}rank {} ({}): {}'.format(report.PREFIX, rank, host, text))
@@ -290,7 +306,7 @@ def _on_sigterm(signum, frame):
         sys.stdout.flush()
         os._exit(1)
     raise Terminated('SIGTERM received (a batch time limit, scancel, or the launcher ending '
-                     'the job); the latest complete checkpoint, if any, is intact')
+                     'the job); {}'.format(_on_disk()))
 
 
 def _catch_sigterm():

@@ -5,10 +5,15 @@ over the target (a rename within one directory is atomic on POSIX file systems).
 failure (ENOSPC, an exception in ``write``, a signal) the temporary file is removed and the
 error raised. Temporary files a killed process left carry its host and pid
 (``TMP_PATTERN``), so ``chainermn-torus clean`` can tell dead jobs' leftovers from live ones.
+The temporary file is created new, never through a link another user planted under its
+predictable name (``runtime.own_files``); the rename replaces a link at the target itself,
+it does not follow it.
 """
 import os
 import re
 import socket
+
+from chainermn_torus.runtime import own_files
 
 __all__ = ['atomic_write', 'tmp_name', 'TMP_PATTERN', 'remove_temporary']
 
@@ -24,8 +29,9 @@ def atomic_write(path, write, before_rename=None, *, mode='wb', tmp=None):
     disk (a fault-injection point); ``tmp``: the temporary file's name (default
     ``tmp_name(path)``)."""
     tmp = tmp or tmp_name(path)
+    f = own_files.open_new(tmp, mode)  # refused (nothing to remove) where it is not ours
     try:
-        with open(tmp, mode) as f:
+        with f:
             write(f)
             f.flush()
             os.fsync(f.fileno())

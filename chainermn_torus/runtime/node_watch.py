@@ -47,6 +47,7 @@ class Watcher(object):
         self._deferred = None     # when a verdict was first left to a lower node
         self._stopped_since = {}  # pid -> when it was first seen stopped (or gone), ns
         self._warned = False
+        self._drops_said = 0      # refused datagrams said so far (runtime.heartbeat)
 
     def run(self):
         stdin = sys.stdin.fileno()
@@ -55,14 +56,16 @@ class Watcher(object):
             if os.getppid() != self.leader:
                 return self.stop()  # the leader rank is gone: the job is ending
             timeout = max(0.0, next_beat - time.monotonic())
-            ready, _, _ = select.select([self.heartbeat.sock, stdin], [], [], timeout)
+            ready, _, _ = select.select(self.heartbeat.socks + [stdin], [], [], timeout)
             if stdin in ready:
                 line = sys.stdin.readline()
                 if not line:
                     return self.stop()  # the leader's end of the pipe closed: it is gone
                 self.leader_done = line.strip() == 'stop' or self.leader_done
-            if self.heartbeat.sock in ready and self.heartbeat.receive(pb.now_ns()):
+            socks = [r for r in ready if r is not stdin]
+            if socks and self.heartbeat.receive(pb.now_ns(), socks):
                 return self.end()  # another node found the job stalled: end ours
+            self.said_drops()
             if time.monotonic() < next_beat:
                 continue
             next_beat = time.monotonic() + self.period
@@ -124,6 +127,21 @@ class Watcher(object):
                     self.host))
             sys.stderr.flush()
 
+    def said_drops(self, final=False):
+        """Say the first datagram refused (someone else sent to this watcher's port), once;
+        and, as the watch ends, how many were refused in all."""
+        beats = self.heartbeat
+        if not beats.dropped or self._drops_said == (beats.dropped if final else 1):
+            return
+        if final:
+            text = '{} datagram(s) in all were refused at {}'.format(beats.dropped, self.host)
+        else:
+            text = 'refused a datagram at {} from {} ({}): not this job\'s; the job goes ' \
+                'on, later ones are counted'.format(self.host, *beats.first_drop)
+        self._drops_said = beats.dropped if final else 1
+        sys.stderr.write('chainermn_torus watchdog: {}\n'.format(text))
+        sys.stderr.flush()
+
     def _defer(self, now):
         """Whether to leave the verdict to a lower-numbered node that is still heard, for
         up to two heartbeats: every node sees a stall at about the same moment, and one
@@ -158,6 +176,7 @@ class Watcher(object):
     def stop(self):
         """Training ended here (or the leader rank is gone): say goodbye, remove the board."""
         self.heartbeat.send('bye', times=3)  # so that no watcher waits for us
+        self.said_drops(final=True)
         self.board.close(remove=True)
         return 0
 
@@ -168,10 +187,12 @@ def main(argv=None):
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the ranks' to handle
     board = pb.Board(board_path)
     beats = hb.Heartbeat()
-    sys.stdout.write('{}\n'.format(beats.port))  # the leader rank shares it with the others
+    # The leader rank shares the addresses and ports with the other nodes, and gives back
+    # the table and the job's key on stdin (a pipe: never on a command line).
+    sys.stdout.write(json.dumps(beats.addresses()) + '\n')
     sys.stdout.flush()
     setup = json.loads(sys.stdin.readline())
-    beats.join(setup['nodes'], setup['me'], pb.now_ns())
+    beats.join(setup['nodes'], setup['me'], pb.now_ns(), bytes.fromhex(setup['key']))
     return Watcher(board, leader, beats, node_end.launcher_of(leader)).run()
 
 

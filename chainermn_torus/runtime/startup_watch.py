@@ -30,6 +30,7 @@ watchers, each saying that no rank of its node is behind.
     python -I -S startup_watch.py PID STEP_S STARTUP_S READ_FD   (started by ``start``)
 """
 import os
+import secrets
 import select
 import signal
 import socket
@@ -87,53 +88,97 @@ def rank_of(pid):
     return None
 
 
-def _arrival_name(key, rank):
-    return '\0cmtorus_arrived_{}_{}'.format(key, rank)
-
-
-def _has_arrived(key, rank):
-    """Whether rank ``rank`` of the job holds its arrival name (a bind fails)."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+# --- names in the abstract socket namespace ---------------------------------------------------
+# Anyone on the node can bind a name there, so a name is never trusted for being bound: each
+# carries a random token (it cannot be taken first), and what counts is who holds it, read
+# from /proc (the socket's inode in /proc/net/unix, in the holder's open files), of this
+# user only.
+def _names(prefix):
+    """{inode: name} of the abstract Unix sockets named ``prefix``... (/proc/net/unix)."""
+    found = {}
     try:
-        probe.bind(_arrival_name(key, rank))
+        with open('/proc/net/unix') as f:
+            next(f)
+            for line in f:
+                fields = line.split(None, 7)
+                if len(fields) == 8 and fields[7].startswith('@' + prefix):
+                    found[int(fields[6])] = fields[7].rstrip('\n')
+    except (OSError, StopIteration, ValueError):
+        pass
+    return found
+
+
+def _socket_inodes(pid):
+    """The inodes of the sockets process ``pid`` has open (readable for this user's
+    processes only: another user's are never counted)."""
+    inodes = set()
+    try:
+        fds = os.listdir('/proc/{}/fd'.format(pid))
     except OSError:
-        return True
-    finally:
-        probe.close()
-    return False
+        return inodes
+    for fd in fds:
+        try:
+            link = os.readlink('/proc/{}/fd/{}'.format(pid, fd))
+        except OSError:
+            continue
+        if link.startswith('socket:['):
+            inodes.add(int(link[8:-1]))
+    return inodes
 
 
-def ending(*pids):
-    """Say, for the node's rank watchers (``runtime.abort``), that the job's ranks of this
-    node (the siblings of ``pids``, the first still there) are being ended on purpose: their
-    deaths are not to be explained as their own. The name is held while the returned
-    socket lives (keep it until the ranks are gone); None where another holds it already or
-    none of ``pids`` is there."""
-    key = next(filter(None, map(key_of, pids)), None)
-    if key is None:
-        return None
+def _ours(pid):
+    """Whether ``pid`` runs as this process's user."""
+    try:
+        return os.stat('/proc/{}'.format(pid)).st_uid == os.getuid()
+    except OSError:
+        return False
+
+
+def _holders(prefix, pids=None):
+    """The processes of this user (among ``pids``, default all) that hold a socket named
+    ``prefix``..."""
+    inodes = set(_names(prefix))
+    if not inodes:
+        return []
+    if pids is None:
+        pids = [int(n) for n in os.listdir('/proc') if n.isdigit()]
+    return [pid for pid in pids if _ours(pid) and _socket_inodes(pid) & inodes]
+
+
+def _hold(name, token=True):
+    """Bind abstract name ``name`` (with a random token after it by default): the socket,
+    held while it lives, or None where the name is taken."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     try:
-        sock.bind('\0cmtorus_ending_{}'.format(key))
+        sock.bind('\0' + name + ('_' + secrets.token_hex(8) if token else ''))
     except OSError:
         sock.close()
         return None
     return sock
 
 
+def _arrival_name(key, rank):
+    return 'cmtorus_arrived_{}_{}'.format(key, rank)
+
+
+def _has_arrived(key, rank, pid):
+    """Whether rank ``rank`` of the job (process ``pid``) holds its arrival name."""
+    return bool(_holders(_arrival_name(key, rank) + '_', [pid]))
+
+
+def ending(*pids):
+    """Say, for the node's rank watchers (``runtime.abort``), that the job's ranks of this
+    node (the siblings of ``pids``, the first still there) are being ended on purpose: their
+    deaths are not to be explained as their own. The name is held while the returned
+    socket lives (keep it until the ranks are gone); None where none of ``pids`` is there."""
+    key = next(filter(None, map(key_of, pids)), None)
+    return None if key is None else _hold('cmtorus_ending_{}'.format(key))
+
+
 def being_ended(key):
-    """Whether a watcher is ending the job's ranks of the node ``key`` (``key_of``, read
-    while the rank was there) on purpose (``ending``)."""
-    if key is None:
-        return False
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    try:
-        probe.bind('\0cmtorus_ending_{}'.format(key))
-    except OSError:
-        return True
-    finally:
-        probe.close()
-    return False
+    """Whether a watcher of this user is ending the job's ranks of the node ``key``
+    (``key_of``, read while the rank was there) on purpose (``ending``)."""
+    return key is not None and bool(_holders('cmtorus_ending_{}_'.format(key)))
 
 
 def _families():
@@ -222,13 +267,9 @@ def arrived():
     """The job's watchdog started on this rank: hold the arrival name (the node's other
     watchers see it) and let this rank's watcher go."""
     if 'arrived' not in _STATE:
-        key = key_of(os.getpid())
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        try:
-            sock.bind(_arrival_name(key, _own_rank()))
+        sock = _hold(_arrival_name(key_of(os.getpid()), _own_rank()))
+        if sock is not None:
             _STATE['arrived'] = sock  # held until the process ends
-        except OSError:
-            sock.close()
     write = _STATE.pop('write', None)
     if write is not None:
         try:
@@ -272,7 +313,7 @@ def _node_ranks(key, me):
         rank = rank_of(pid)
         if rank is None and pid != me:
             continue  # not a rank (another child of the launcher's process)
-        out.append((pid, rank, st[0], rank is not None and _has_arrived(key, rank)))
+        out.append((pid, rank, st[0], rank is not None and _has_arrived(key, rank, pid)))
     return sorted(out, key=lambda r: (r[1] is None, r[1] or 0))
 
 
@@ -303,14 +344,14 @@ def _maps_shm(pid):
 
 
 def _claim(key):
-    """Whether this is the node's first watcher to end the job (an abstract name, held)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    try:
-        sock.bind('\0cmtorus_startup_said_{}'.format(key))
-    except OSError:
-        sock.close()
-        return None
-    return sock
+    """Whether this is the node's first watcher to end the job: the socket of a name only
+    one can hold, or None where a watcher of this user holds it. A name another user took
+    first claims nothing: the watcher goes on (the line may then be said twice)."""
+    name = 'cmtorus_startup_said_{}'.format(key)
+    sock = _hold(name, token=False)
+    if sock is not None or _holders(name):
+        return sock
+    return _hold(name, token=True)
 
 
 def _verdict(ranks, me, waited, host, reason):

@@ -35,6 +35,7 @@ import threading
 import time
 
 from chainermn_torus import config
+from chainermn_torus.runtime import own_files
 from chainermn_torus.runtime.atomic import atomic_write
 from chainermn_torus.errors import ConfigError
 
@@ -97,22 +98,21 @@ class Timeline(object):
             end = len(self.events)
             if end == self._streamed and self._log is not None:
                 return
-            lines = []
-            if self._log is None:
+            lines, log = [], self._log
+            if log is None:
                 rank = _rank()
-                self._log = '{}.rank{}.events'.format(self.prefix, rank)
+                log = '{}.rank{}.events'.format(self.prefix, rank)
                 lines.append(json.dumps({'timeline': 1, 'rank': rank, 'ranks': _size(),
                                          'host': socket.gethostname(), 'pid': os.getpid(),
                                          'offset': self.offset}))
-                mode = 'w'
-            else:
-                mode = 'a'
             for name, t0, t1, tid, it in self.events[self._streamed:end]:
                 lines.append(json.dumps([name, round((t0 + self.offset) * 1e6, 1),
                                          round((t1 - t0) * 1e6, 1), tid, it]))
-            with open(self._log, mode) as f:
+            # Never through a link planted under the predictable name (runtime.own_files).
+            with own_files.open_new(log, 'w') if self._log is None else \
+                    own_files.append(log) as f:
                 f.write('\n'.join(lines) + '\n')
-            self._streamed = end
+            self._log, self._streamed = log, end
 
     def close_log(self):
         """The complete .json is written: the log is no longer needed."""
@@ -190,8 +190,12 @@ def _streamer(tl):
         try:
             tl.stream()
         except Exception as e:  # noqa: BLE001 -- a full disk must not end the training
-            sys.stderr.write('chainermn_torus: timeline log stopped: {}\n'.format(e))
+            sys.stderr.write('chainermn_torus: timeline log stopped: {}\n'.format(_unprefixed(e)))
             return
+
+
+def _unprefixed(error):
+    return str(error).replace('chainermn_torus: ', '', 1)
 
 
 def _rank():
@@ -261,7 +265,8 @@ def _write_at_exit(tl):
             tl.write()
             tl.close_log()
         except OSError as e:
-            sys.stderr.write('chainermn_torus: could not write the timeline: {}\n'.format(e))
+            sys.stderr.write('chainermn_torus: could not write the timeline: {}\n'.format(
+                _unprefixed(e)))
 
 
 def enable_from_env():

@@ -41,12 +41,11 @@ import atexit
 import contextlib
 import json
 import os
+import secrets
 import socket
 import subprocess
 import sys
 import threading
-
-import psutil
 
 from chainer.training.extensions import Evaluator
 
@@ -173,7 +172,7 @@ class Watchdog(object):
         startup_watch.arrived()  # the node's watcher watches this rank from here
 
     def _start(self, comm, node, outside):
-        problem, path, port = None, None, None
+        problem, path, addrs = None, None, None
         if node.rank == 0:
             try:
                 board = pb.Board.create(node.size, self.timeout, outside, self.startup)
@@ -191,7 +190,7 @@ class Watchdog(object):
                     # leaves it the moment it needs to clean up after them. It ends by
                     # itself when this rank is gone.
                     start_new_session=True)
-                port = int(self._watcher.stdout.readline())
+                addrs = json.loads(self._watcher.stdout.readline())
             except (OSError, ValueError) as e:
                 problem = 'cannot start the watchdog on {}: {}: {}'.format(
                     _host(), type(e).__name__, e)
@@ -210,11 +209,15 @@ class Watchdog(object):
             self._row = row
         agree.raise_everywhere(comm, problem,
                                lambda bad: Unsupported('chainermn_torus: ' + bad[0][1]))
-        mine = {'host': _host(), 'addrs': addresses(), 'port': port} if node.rank == 0 else None
+        mine = {'host': _host(), 'addrs': addrs} if node.rank == 0 else None
         table = [t for t in comm.allgather(mine) if t is not None]
+        # The key of the watchers' messages (runtime.heartbeat): made here, sent over MPI and
+        # the watcher's stdin, never on a command line or in a file.
+        key = comm.bcast(secrets.token_hex(32) if comm.rank == 0 else None)
         if self._watcher is not None:
-            me = table.index(mine)  # host and port tell the nodes apart
-            self._watcher.stdin.write(json.dumps({'nodes': table, 'me': me}) + '\n')
+            me = table.index(mine)  # host and ports tell the nodes apart
+            self._watcher.stdin.write(json.dumps({'nodes': table, 'me': me, 'key': key}) +
+                                      '\n')
             self._watcher.stdin.flush()
 
     def set_limit(self, timeout):
@@ -329,16 +332,6 @@ class Watchdog(object):
             self._watcher = None
         if self in _ACTIVE:
             _ACTIVE.remove(self)
-
-
-def addresses():
-    """This node's IPv4 addresses, loopback last (a one-node job still reaches itself)."""
-    found = []
-    for addrs in psutil.net_if_addrs().values():
-        for a in addrs:
-            if a.family == socket.AF_INET and a.address not in found:
-                found.append(a.address)
-    return sorted(found, key=lambda a: a.startswith('127.'))
 
 
 def _host():

@@ -3,7 +3,9 @@ launcher (``python -m chainermn_torus.run [options] refusal_script.py [communica
 makes a communicator, a multi-node optimizer, a training iterator, an Evaluator and a
 Trainer, so that every setting of the configuration table is read somewhere, and trains
 three steps on random data. Prints "OK rank R" at the end."""
+import shutil
 import sys
+import tempfile
 
 import chainer
 import chainer.links as L
@@ -28,7 +30,17 @@ def main():
         chainer.iterators.SerialIterator(data, 16, repeat=False, shuffle=False), model)
     trainer.extend(chainermn.create_multi_node_evaluator(evaluator, comm),
                    trigger=(3, 'iteration'))
-    trainer.run()
+    # this package's checkpointer, which reads the checkpoint settings
+    from chainermn_torus.extensions.checkpoint import MultiNodeCheckpointer
+    directory = comm.mpi_comm.bcast(
+        tempfile.mkdtemp(prefix='cmtorus-refusal-') if comm.rank == 0 else None)
+    try:
+        trainer.extend(MultiNodeCheckpointer(comm, directory), trigger=(3, 'iteration'))
+        trainer.run()
+        comm.mpi_comm.Barrier()
+    finally:
+        if comm.rank == 0:
+            shutil.rmtree(directory, ignore_errors=True)
     print('OK rank {}'.format(comm.rank), flush=True)
 
 

@@ -20,6 +20,9 @@ def add_arguments(parser):
                         help='continue from the latest checkpoint in --checkpoint-dir')
     parser.add_argument('--auto-resume', action='store_true',
                         help='continue from it if there is one (batch jobs that are requeued)')
+    parser.add_argument('--trust-checkpoint-dir', action='store_true', default=None,
+                        help='resume even where another user owns or may write the '
+                             'checkpoint directory or its files (refused by default)')
     parser.add_argument('--resume-batch', choices=rules.choices(), default='keep',
                         help='resuming on another rank count: {}'.format('; '.join(
                             '{}: {}'.format(r.name, r.help) for r in rules.RULES.values())))
@@ -46,7 +49,7 @@ def attach(comm, trainer, args, lr_rule=None):
         # Made before training so that an unwritable directory fails now, on every rank.
         checkpointer = MultiNodeCheckpointer(
             comm, args.checkpoint_dir, batch=getattr(args, 'resume_batch', 'keep'),
-            lr_rule=lr_rule)
+            lr_rule=lr_rule, trust=getattr(args, 'trust_checkpoint_dir', None))
         trainer.extend(checkpointer, trigger=(args.checkpoint_interval, 'iteration')
                        if args.checkpoint_interval else (1, 'epoch'))
         if args.resume:

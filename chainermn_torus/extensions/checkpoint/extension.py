@@ -7,12 +7,14 @@ import time
 import chainer
 import numpy
 
+from chainermn_torus.extensions.checkpoint import arrays as stored
 from chainermn_torus.extensions.checkpoint import files, identity, resharding, room, rules
 from chainermn_torus.extensions.checkpoint import writing
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
 from chainermn_torus.extensions.checkpoint.sweep import sweep_temporary
+from chainermn_torus import config
 from chainermn_torus.errors import ConfigError
-from chainermn_torus.runtime import agree, report, watchdog
+from chainermn_torus.runtime import abort, agree, report, watchdog
 
 __all__ = ['MultiNodeCheckpointer']
 
@@ -23,16 +25,20 @@ class MultiNodeCheckpointer(chainer.training.Extension):
     priority = chainer.training.PRIORITY_READER - 1  # after the reporters, like snapshot
     name = 'chainermn_torus_checkpoint'
 
-    def __init__(self, comm, directory, keep=2, batch='keep', lr_rule=None):
+    def __init__(self, comm, directory, keep=2, batch='keep', lr_rule=None, trust=None):
         if int(keep) != keep or keep < 1:
             raise ConfigError('chainermn_torus: keep must be a count >= 1, got {!r}'.format(
                 keep))
+        # Whether files another user could have written may be loaded (files.foreign).
+        self.trusted = config.value('trust_checkpoints', trust, '--trust-checkpoint-dir')[0]
+        self.resumed_at = None  # the iteration resumed from: nothing newer is removed
+        self._written = set()   # the iterations this job wrote
         self.rule = rules.get(batch, lr_rule)
         self.comm, self.directory, self.keep = comm, directory, int(keep)
         self.lr_rule = lr_rule  # the rule's (self.rule) large-batch learning-rate rule
         self.rank, self.size = comm.rank, comm.size
         # Fail now, not after an hour of training.
-        writing.check_writable(comm, directory, 'checkpoints', CheckpointError)
+        writing.check_writable(comm, directory, 'checkpoints', CheckpointError, private=True)
         # Each rank its host's leftovers (a shared file system shows every host's files);
         # rank files are judged against the manifests rank 0 sees.
         complete = comm.mpi_comm.bcast(
@@ -40,6 +46,8 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         for name, size, why in sweep_temporary(directory, complete=complete):  # every rank
             report.say('rank {} removed {} ({} bytes; {})'.format(
                 self.rank, os.path.join(directory, name), size, why), rank=0)
+        # A signal's last line says what is on disk (runtime.abort).
+        abort.say_on_signal(lambda: files.newest_complete(directory))
 
     # --- saving -----------------------------------------------------------------------------
     def __call__(self, trainer):
@@ -59,7 +67,8 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         iteration = trainer.updater.iteration
         ser = chainer.serializers.DictionarySerializer()
         ser.save(trainer)
-        arrays = dict(ser.target, **resharding.rng_arrays(numpy.random.get_state()))
+        arrays = stored.for_saving(dict(ser.target,
+                                        **resharding.rng_arrays(numpy.random.get_state())))
         writing.refuse_nonfinite(self.comm, arrays, iteration, self.directory)
         need = room.make_room(self.comm, self.directory, arrays, iteration, self.keep,
                               self._drop)
@@ -72,6 +81,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                                    self._manifest(trainer, iteration, records, data))
         self.comm.mpi_comm.Barrier()  # latest.json names this checkpoint
         files.remove(marker)
+        self._written.add(iteration)
         self._remove_old(iteration)
 
     def _manifest(self, trainer, iteration, records, data):
@@ -99,8 +109,12 @@ class MultiNodeCheckpointer(chainer.training.Extension):
             files.remove(files.manifest_file(self.directory, iteration))
 
     def _remove_old(self, newest):
+        """Beyond ``keep``, the oldest go; never one newer than the checkpoint this job
+        resumed from that it did not write itself (a damaged newer one stays to be looked
+        at)."""
         for it in self._own_iterations()[:-self.keep]:
-            if it != newest:
+            if it != newest and (self.resumed_at is None or it <= self.resumed_at or
+                                 it in self._written):
                 self._drop(it)
 
     # --- resuming ---------------------------------------------------------------------------
@@ -110,8 +124,12 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         A damaged latest checkpoint falls back to the newest older one that passes every
         check (said on rank 0); if none does, the error names what is wrong with each.
         """
-        manifest = os.path.join(self.directory, files.MANIFEST)
-        exists = self.comm.mpi_comm.bcast(os.path.isfile(manifest) if self.rank == 0 else None)
+        # The manifests are the truth, latest.json a hint: a job ended between a
+        # checkpoint's manifest and latest.json (a SIGTERM) left a complete checkpoint.
+        exists = self.comm.mpi_comm.bcast(bool(
+            files.manifests(self.directory) or
+            os.path.isfile(os.path.join(self.directory, files.MANIFEST)))
+            if self.rank == 0 else None)
         return self.resume(trainer, fallback=True) if exists else None
 
     def resume(self, trainer, fallback=False):
@@ -127,6 +145,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
             batch_note = self.rule.apply(trainer, manifest, self.size, self.directory,
                                          self.lr_rule)
         self._load(trainer, manifest, resized)
+        self.resumed_at = manifest['iteration']
         if failures:
             report.say('the latest checkpoint in {} is damaged ({}); falling back to the '
                        'newest complete one'.format(self.directory, '; then '.join(failures)),
@@ -141,31 +160,50 @@ class MultiNodeCheckpointer(chainer.training.Extension):
 
     def _choose(self, trainer, fallback):
         """(the manifest of the checkpoint to load, what was wrong with newer ones): the
-        latest, or with ``fallback`` the newest complete one that passes."""
+        latest, or with ``fallback`` the newest complete one that passes. The manifests are
+        the truth: the latest is the newest checkpoint with one. ``latest.json`` is checked
+        (a damaged one is said); one missing, or naming an older checkpoint (the job ended
+        between the two writes), is passed over, said."""
         layout = files.layout(trainer.updater.get_optimizer('main').target)
+        hint, complete = self.comm.mpi_comm.bcast(
+            (os.path.isfile(os.path.join(self.directory, files.MANIFEST)),
+             files.manifests(self.directory)) if self.rank == 0 else None)
+        pending = [files.MANIFEST] if hint or not complete else [n for _, n in complete]
         failures, tried = [], set()
-        pending = [files.MANIFEST]
         while pending:
             name = pending.pop(0)
             problem, manifest, fatal = self._agree_on(name, layout)
+            if problem is None and name == files.MANIFEST:
+                newer = [n for it, n in complete if it > manifest['iteration']]
+                if newer:
+                    self._say_newer(manifest['iteration'], newer[0])
+                    pending = newer + [os.path.basename(
+                        files.manifest_file(self.directory, manifest['iteration']))]
+                    continue
             if problem is None:
                 return manifest, failures
             failures.append(problem)
             if manifest is not None:
                 tried.add(manifest['iteration'])
-            if fatal:  # the rank count or the model: no older checkpoint can help
+            if fatal:  # the rank count, the model or the directory: no other can help
                 break
+            older = [n for it, n in complete if it not in tried and n not in pending]
+            if not fallback:
+                raise CheckpointError(
+                    'chainermn_torus: cannot resume from {!r}: {}{}'.format(
+                        self.directory, problem, '' if not older + pending else
+                        ' ({} older checkpoint(s) kept there: --auto-resume falls back '
+                        'to the newest that is complete)'.format(len(older + pending))))
             if name == files.MANIFEST:
-                older = [n for it, n in files.manifests(self.directory) if it not in tried]
-                if not fallback:
-                    raise CheckpointError(
-                        'chainermn_torus: cannot resume from {!r}: {}{}'.format(
-                            self.directory, problem, '' if not older else
-                            ' ({} older checkpoint(s) kept there: --auto-resume falls back '
-                            'to the newest that is complete)'.format(len(older))))
                 pending = older
         raise CheckpointError('chainermn_torus: cannot resume from {!r}: {}'.format(
             self.directory, '; then '.join(failures)))
+
+    def _say_newer(self, iteration, newest):
+        report.say('{} names iteration {}, but a newer checkpoint is complete in {} ({}: the '
+                   'job ended before latest.json was rewritten); resuming from the newest '
+                   'that passes'.format(files.MANIFEST, iteration, self.directory, newest),
+                   self.rank)
 
     def _load(self, trainer, manifest, resized):
         """Every rank loads its file; a verified file that does not load stops every rank."""
@@ -191,12 +229,14 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         """(problem, manifest, fatal), the same on every rank: rank 0 reads the manifest,
         every rank verifies its share of the files (its own at the same rank count; at
         another, stored ranks r with r % size == rank)."""
-        found = files.read_manifest(self.directory, name, layout) if self.rank == 0 else None
+        found = files.read_manifest(self.directory, name, layout, self.trusted) \
+            if self.rank == 0 else None
         problem, manifest, fatal = self.comm.mpi_comm.bcast(found)
         if problem is not None:
             return problem, manifest, fatal
         problem = next(filter(None, (
-            files.verify_file(self.directory, manifest, manifest['files'][r], self.rank)
+            files.verify_file(self.directory, manifest, manifest['files'][r], self.rank,
+                              self.trusted)
             for r in range(self.rank, manifest['ranks'], self.size))), None)
         bad = agree.problems(self.comm.mpi_comm, problem)
         if bad:

@@ -5,16 +5,18 @@ No MPI here: what one process can say about the files it sees.
 import json
 import os
 import re
+import stat
 import zlib
 
 import numpy
 
-from chainermn_torus.errors import Refusal
-from chainermn_torus.runtime import finite
+from chainermn_torus.extensions.checkpoint.arrays import CheckpointError, RankFile
+from chainermn_torus.runtime import finite, own_files
 
 __all__ = ['CheckpointError', 'MANIFEST', 'rank_file', 'manifest_file', 'marker_file',
            'MARKER', 'RANK_FILE', 'MANIFEST_FILE', 'crc32', 'layout', 'manifests',
-           'read_manifest', 'verify_file', 'what_is_kept', 'replica_digest', 'remove']
+           'read_manifest', 'verify_file', 'what_is_kept', 'replica_digest', 'remove',
+           'foreign', 'UNTRUSTED', 'newest_complete']
 
 MANIFEST = 'latest.json'  # the newest complete checkpoint's manifest
 _MANIFEST_OF = 'manifest_iter_{}.json'
@@ -22,12 +24,13 @@ MARKER = re.compile(r'^\.writing_iter_(?P<iteration>\d+)\.rank(?P<rank>\d+)\.'
                     r'(?P<host>[^.]+(?:\.[^.]+)*)\.(?P<pid>\d+)$')
 RANK_FILE = re.compile(r'^snapshot_iter_(?P<iteration>\d+)\.rank(?P<rank>\d+)\.npz$')
 MANIFEST_FILE = re.compile(r'^manifest_iter_(\d+)\.json$')
+# What a refusal of another user's file adds.
+UNTRUSTED = ('; a checkpoint there could have been written by someone else: keep '
+             'checkpoints in a directory only you can write (chmod go-w), or, if you trust '
+             'whoever else can, say so with --trust-checkpoint-dir '
+             '(CHAINERMN_TORUS_TRUST_CHECKPOINTS=1)')
 # Arrays every data-parallel replica holds alike (compared before loading at another P).
 _REPLICA = ('updater/model:', 'updater/optimizer:')
-
-
-class CheckpointError(Refusal, RuntimeError):
-    pass
 
 
 def rank_file(directory, iteration, rank):
@@ -77,6 +80,19 @@ def manifests(directory):
     return sorted(found, reverse=True)
 
 
+def newest_complete(directory):
+    """What is on disk, for the line a signal ends the job with: the newest checkpoint
+    whose manifest was written (complete: its manifest is written after every rank file)."""
+    try:
+        complete = manifests(directory)
+    except OSError:
+        complete = []
+    if not complete:
+        return 'no complete checkpoint in {!r} yet'.format(directory)
+    return 'the newest complete checkpoint on disk is iteration {} in {!r}'.format(
+        complete[0][0], directory)
+
+
 def what_is_kept(directory):
     """What a failed write leaves to resume from, for its message."""
     complete = manifests(directory)
@@ -86,14 +102,20 @@ def what_is_kept(directory):
         complete[0][0], directory)
 
 
-def read_manifest(directory, name, layout_here):
+def read_manifest(directory, name, layout_here, trusted=False):
     """(problem, manifest, fatal) for manifest ``name``: ``fatal`` when no other checkpoint
-    in the directory can help (none there, or another model)."""
+    in the directory can help (none there, another model, another user's directory)."""
     path = os.path.join(directory, name)
     if not os.path.isdir(directory):
         return 'the directory does not exist', None, True
+    unsafe = foreign(directory, trusted, directory=True)
+    if unsafe:
+        return unsafe + UNTRUSTED, None, True
     if not os.path.isfile(path):
         return 'no {} in it (no checkpoint was completed there)'.format(name), None, True
+    unsafe = foreign(path, trusted)
+    if unsafe:
+        return unsafe + UNTRUSTED, None, False
     try:
         with open(path) as f:
             data = json.load(f)
@@ -103,6 +125,10 @@ def read_manifest(directory, name, layout_here):
     wrong = _inconsistent(directory, name, data)
     if wrong:  # a flipped bit in the iteration once named a resume point it was not
         return '{} is damaged: {}'.format(path, wrong), None, False
+    if not isinstance(data.get('checks'), dict) or \
+            set(data['checks']) != set(map(str, data['files'])):
+        return ('{} does not record every rank file\'s size and CRC-32 ("checks"), so its '
+                'files cannot be checked before they are loaded'.format(path)), None, False
     there = data['model']
     if layout_here != there:
         for a, b in zip(there, layout_here):
@@ -141,15 +167,42 @@ def _inconsistent(directory, name, data):
     return None
 
 
-def verify_file(directory, manifest, name, rank):
-    """What is wrong with rank file ``name`` as ``rank`` sees it, or None: present, of the
-    size and CRC-32 the manifest recorded, and holding no NaN/Inf."""
+def foreign(path, trusted=False, directory=False):
+    """Why ``path`` (a checkpoint's file, or with ``directory`` its directory) may hold what
+    another user put there, or None: a link (a file only), owned by another user than this
+    one or root, or writable by its group or everyone. ``trusted``: the user said the
+    directory is theirs to trust (``--trust-checkpoint-dir``): nothing is said."""
+    if trusted:
+        return None
+    try:
+        st = os.stat(path) if directory else os.lstat(path)
+    except OSError:
+        return None  # what is missing is said where it is read
+    what = 'the checkpoint directory {}'.format(path) if directory else path
+    if stat.S_ISLNK(st.st_mode):
+        return '{} is a symbolic link (to {})'.format(what, os.readlink(path))
+    if st.st_uid not in (os.getuid(), 0):
+        return '{} is owned by {}'.format(what, own_files.owner_name(st.st_uid))
+    if st.st_mode & 0o022:
+        return '{} can be written by {} (mode {:o})'.format(
+            what, 'everyone' if st.st_mode & 0o002 else 'its group', st.st_mode & 0o777)
+    return None
+
+
+def verify_file(directory, manifest, name, rank, trusted=False):
+    """What is wrong with rank file ``name`` as ``rank`` sees it, or None: present, this
+    user's (``foreign``), of the size and CRC-32 the manifest recorded, readable without
+    pickle and holding no NaN/Inf."""
     path = os.path.join(directory, name)
     if not os.path.isfile(path):
         return 'rank {} cannot see {}'.format(rank, path)
+    unsafe = foreign(path, trusted)
+    if unsafe:
+        return unsafe + UNTRUSTED
     check = manifest.get('checks', {}).get(name)
-    if check is None:  # a manifest written before checks were recorded
-        return None
+    if check is None:
+        return '{} has no size and CRC-32 in the manifest, so it cannot be checked'.format(
+            path)
     size = os.path.getsize(path)
     if size != check['bytes']:
         return '{} has {} bytes, the manifest says {} (truncated or replaced)'.format(
@@ -159,8 +212,11 @@ def verify_file(directory, manifest, name, rank):
     # Written before checkpoints refused diverged states: loading NaN/Inf would only fail
     # again one step later.
     try:
-        with numpy.load(path) as z:
-            count, first = finite.count_in({k: z[k] for k in z.files})
+        with RankFile(path) as z:
+            count, first = finite.count_in({k: z[k] for k in z.files
+                                            if z[k].dtype != object})
+    except CheckpointError as e:  # an object array: never unpickled
+        return str(e).replace('chainermn_torus: ', '', 1)
     except Exception as e:  # CRC matched, so unreadable means not an npz at all
         return '{} cannot be read as a checkpoint ({}: {})'.format(path, type(e).__name__, e)
     if count:
@@ -172,7 +228,7 @@ def verify_file(directory, manifest, name, rank):
 def replica_digest(path):
     """(digest of every replica array, {name: crc}) of one stored rank file."""
     crcs = {}
-    with numpy.load(path) as z:
+    with RankFile(path) as z:
         for k in sorted(z.files):
             if k.startswith(_REPLICA):
                 a = numpy.ascontiguousarray(z[k])

@@ -6,7 +6,7 @@ import os
 import chainer
 import numpy
 
-from chainermn_torus.extensions.checkpoint import files
+from chainermn_torus.extensions.checkpoint import arrays, files
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
 from chainermn_torus.runtime import chainer_private
 
@@ -25,10 +25,16 @@ def rng_arrays(state):
             RNG_KEYS + 'gauss': numpy.asarray(state[4])}
 
 
+def _deserialize(path, trainer, ignore_names=None):
+    """Chainer's ``load_npz``, reading without pickle (``arrays.RankFile``)."""
+    with arrays.RankFile(path) as z:
+        chainer.serializers.NpzDeserializer(z, ignore_names=ignore_names).load(trainer)
+
+
 def load_same(path, trainer):
     """A rank file written at this rank count: everything as stored."""
-    chainer.serializers.load_npz(path, trainer)
-    with numpy.load(path) as z:
+    _deserialize(path, trainer)
+    with arrays.RankFile(path) as z:
         numpy.random.set_state(('MT19937', z[RNG_KEYS + 'keys'], int(z[RNG_KEYS + 'pos']),
                                 int(z[RNG_KEYS + 'has_gauss']), float(z[RNG_KEYS + 'gauss'])))
 
@@ -65,9 +71,8 @@ def load_resharded(path, trainer, old_size, new_size, rank):
     """A rank file written at another rank count: everything but the iterators as stored;
     each iterator keeps its new shard and order and takes ``place_in_epoch``; the numpy
     random state is the source rank's, mixed with this rank."""
-    chainer.serializers.load_npz(path, trainer,
-                                 ignore_names=lambda k: k.startswith(_ITERATORS))
-    with numpy.load(path) as z:
+    _deserialize(path, trainer, ignore_names=lambda k: k.startswith(_ITERATORS))
+    with arrays.RankFile(path) as z:
         stored = {k[len(_ITERATORS):]: z[k] for k in z.files if k.startswith(_ITERATORS)}
         keys = z[RNG_KEYS + 'keys']
     for name, it in chainer_private.iterators(trainer.updater).items():

@@ -6,12 +6,13 @@ from this module at each call, so a test can put a failing or stopping write in 
 import json
 import os
 import socket
+import tempfile
 
 import numpy
 
 from chainermn_torus.extensions.checkpoint import files
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
-from chainermn_torus.runtime import agree, finite, report
+from chainermn_torus.runtime import agree, finite, own_files, report
 from chainermn_torus.runtime.atomic import atomic_write
 
 __all__ = ['check_writable', 'write_rank_file', 'write_manifest', 'refuse_nonfinite',
@@ -20,14 +21,18 @@ __all__ = ['check_writable', 'write_rank_file', 'write_manifest', 'refuse_nonfin
 STALE_GRADS = '/chainermn_torus/grads/'  # double buffering's averaged, not yet applied grads
 
 
-def check_writable(comm, directory, what='results', error=OSError):
-    """Create ``directory`` and write a probe file on every rank; raise on every rank if any
-    rank cannot (collective). For a job's output, so it fails at start, not at the end."""
+def check_writable(comm, directory, what='results', error=OSError, private=False):
+    """Create ``directory`` (``private``: only its owner may enter it, as checkpoints are
+    made) and write a probe file on every rank; raise on every rank if any rank cannot
+    (collective). For a job's output, so it fails at start, not at the end."""
     problem = None
     try:
-        os.makedirs(directory, exist_ok=True)
-        probe = os.path.join(directory, '.write-test.rank{}'.format(comm.rank))
-        with open(probe, 'w') as f:
+        os.makedirs(directory, mode=0o700 if private else 0o777, exist_ok=True)
+        # A name nobody can guess, made new: a link planted under a predictable probe name
+        # once had the probe truncate the file it pointed to.
+        fd, probe = tempfile.mkstemp(prefix='.write-test.rank{}.'.format(comm.rank),
+                                     dir=directory)
+        with os.fdopen(fd, 'w') as f:
             f.write('ok')
         os.remove(probe)
     except OSError as e:
@@ -46,7 +51,7 @@ def write_rank_file(directory, iteration, rank, arrays, room):
     path = files.rank_file(directory, iteration, rank)
     marker = files.marker_file(directory, iteration, rank, socket.gethostname(), os.getpid())
     try:
-        with open(marker, 'w') as f:
+        with own_files.open_new(marker, 'w') as f:
             f.write('{}\n'.format(os.getpid()))
         atomic_write(path, lambda f: numpy.savez(f, **arrays))
         return marker, {'bytes': os.path.getsize(path), 'crc32': files.crc32(path)}

@@ -1,0 +1,100 @@
+"""A rank file's arrays, stored and read without pickle: a checkpoint never runs code.
+
+numpy stores an object array by pickling it, and unpickling runs whatever the file says:
+Chainer's ``load_npz`` reads with ``allow_pickle=True``, so a crafted rank file in a
+checkpoint directory ran commands as the job's user on every rank that resumed. Chainer's
+serializer writes one object array of its own, ``numpy.asarray(None)`` for a value that is
+None. Here a None is stored as its name in ``NONE_KEYS`` (a string array) instead, and
+``RankFile`` reads every array with ``allow_pickle=False``; it also reads the object arrays
+of None that earlier checkpoints hold, by comparing their bytes with numpy's own (nothing
+unpickled). Any other object array is refused in one line, on writing and on reading.
+"""
+import io
+
+import numpy
+
+from chainermn_torus.errors import Refusal
+
+__all__ = ['CheckpointError', 'NONE_KEYS', 'for_saving', 'RankFile']
+
+
+class CheckpointError(Refusal, RuntimeError):
+    """A checkpoint that cannot be written or resumed (said in one line)."""
+
+NONE_KEYS = 'chainermn_torus/none_values'
+
+
+def _none_bytes():
+    out = io.BytesIO()
+    numpy.save(out, numpy.asarray(None), allow_pickle=True)
+    return out.getvalue()
+
+
+_NONE_NPY = _none_bytes()
+
+
+def for_saving(arrays):
+    """``arrays`` (a serializer's target) with its None values as names in ``NONE_KEYS``;
+    another object array refused (it could be read back only by unpickling)."""
+    out, nones = {}, []
+    for key, value in arrays.items():
+        a = numpy.asarray(value)
+        if a.dtype == object:
+            if a.shape == () and a[()] is None:
+                nones.append(key)
+                continue
+            raise CheckpointError(
+                'chainermn_torus: cannot checkpoint {!r}: it is an object array ({} of {}), '
+                'which only pickle can store, and a checkpoint holds numbers and strings '
+                'only (pickle runs code when it is read). Serialize it as a numeric or '
+                'string array.'.format(key, a.shape, type(a.flat[0]).__name__ if a.size
+                                       else 'nothing'))
+        out[key] = value
+    out[NONE_KEYS] = numpy.array(nones, dtype=str)
+    return out
+
+
+class RankFile(object):
+    """A rank file's arrays, read-only, as Chainer's ``NpzDeserializer`` reads an npz (by
+    name, ``in``), with every read ``allow_pickle=False``. A context manager."""
+
+    def __init__(self, path):
+        self.path = path
+        self._z = numpy.load(path, allow_pickle=False)
+        try:
+            self._nones = set(self._z[NONE_KEYS].tolist()) if NONE_KEYS in self._z.files \
+                else set()
+        except ValueError as e:
+            self.close()
+            raise self._refusal(NONE_KEYS) from e
+        self.files = [k for k in self._z.files if k != NONE_KEYS] + sorted(self._nones)
+
+    def _refusal(self, key):
+        return CheckpointError(
+            'chainermn_torus: {} holds an object array ({!r}): reading it would unpickle it, '
+            'and pickle runs code; chainermn_torus never does. It was not written by '
+            'chainermn_torus, or was altered: do not resume from it.'.format(self.path, key))
+
+    def __contains__(self, key):
+        return key in self._nones or key in self._z.files
+
+    def __getitem__(self, key):
+        if key in self._nones:
+            return numpy.asarray(None)
+        try:
+            return self._z[key]
+        except ValueError as e:
+            if 'allow_pickle' not in str(e):
+                raise  # damaged, not an object array
+            if self._z.zip.read(key + '.npy') == _NONE_NPY:
+                return numpy.asarray(None)  # Chainer's None, byte for byte
+            raise self._refusal(key) from e
+
+    def close(self):
+        self._z.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,82 @@
+"""Creating files whose names are predictable without ever writing through another user's.
+
+A job writes beside its outputs names anyone can guess (``PREFIX.rank0.events``, a rank
+file's temporary, a probe file). In a directory other users can write (``/tmp``, a shared
+project directory) one of them can plant a symbolic link under such a name first, and an
+``open(name, 'w')`` would then truncate and overwrite whatever it points to, with the job's
+permissions. Every such file is made here with ``O_CREAT | O_EXCL | O_NOFOLLOW``: created
+new, never through a link. A name already there is removed first when it is a plain file of
+this user (a leftover of an earlier process with the same pid); anything else (a link, a
+file of another user) is refused in one line (``errors.UnsafePath``), and nothing is written.
+"""
+import os
+import pwd
+import stat
+
+from chainermn_torus.errors import UnsafePath
+
+__all__ = ['create', 'open_new', 'append', 'owner_name', 'refusal']
+
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0)
+
+
+def owner_name(uid):
+    """``uid`` as a user name where the system knows it."""
+    try:
+        return '{} (uid {})'.format(pwd.getpwuid(uid).pw_name, uid)
+    except KeyError:
+        return 'uid {}'.format(uid)
+
+
+def refusal(path, what):
+    """The one line for ``path``, which is ``what``."""
+    return UnsafePath(
+        'chainermn_torus: refusing to write {}: {}; nothing was written through it. Remove '
+        'it, or choose a directory only you can write.'.format(path, what))
+
+
+def _what_is_there(st):
+    kind = 'a symbolic link' if stat.S_ISLNK(st.st_mode) else \
+        'a file' if stat.S_ISREG(st.st_mode) else 'something other than a file'
+    return '{} owned by {} is already there'.format(kind, owner_name(st.st_uid))
+
+
+def create(path, mode=0o644):
+    """A new file at ``path`` (a descriptor open for writing); see the module doc."""
+    for _ in range(2):
+        try:
+            return os.open(path, _NEW, mode)
+        except FileExistsError:
+            pass
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue  # gone meanwhile: try again
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_nlink != 1:
+            raise refusal(path, _what_is_there(st))
+        os.unlink(path)  # our own leftover
+    raise refusal(path, 'it came back after it was removed (another process writes there)')
+
+
+def open_new(path, mode='wb', perm=0o644):
+    """``create`` as a Python file object (``mode``: 'w' or 'wb')."""
+    return os.fdopen(create(path, perm), mode)
+
+
+def append(path, perm=0o644):
+    """A file object appending to ``path``: made by ``create`` if missing, else opened
+    without following a link and only if it is this user's plain file."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW |
+                     getattr(os, 'O_CLOEXEC', 0))
+    except FileNotFoundError:
+        return open_new(path, 'a', perm)
+    except OSError as e:
+        if os.path.islink(path):
+            raise refusal(path, _what_is_there(os.lstat(path))) from e
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+        os.close(fd)
+        raise refusal(path, _what_is_there(st))
+    return os.fdopen(fd, 'a')

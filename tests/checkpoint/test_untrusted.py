@@ -1,0 +1,148 @@
+"""A checkpoint directory someone else could have written: nothing in it ever runs code (no
+pickle), and a directory or file another user owns or may write is refused in one line
+unless the user says it is trusted. One rank in this process (MPI_COMM_SELF)."""
+import io
+import json
+import os
+import zipfile
+import zlib
+
+import numpy
+import pytest
+from chainer.training import triggers
+
+from chainermn_torus.extensions.checkpoint import MultiNodeCheckpointer, arrays, files
+from chainermn_torus.extensions.checkpoint.files import CheckpointError
+from tests.checkpoint.support import checkpointed, comm, trainer
+
+
+def _run_to(tr, iteration):
+    tr.stop_trigger = triggers.IntervalTrigger(iteration, 'iteration')
+    tr.run()
+
+
+class _Payload(object):
+    """What unpickling would run: it writes the file ``path``."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, 'w'))
+
+
+def _npy(array, allow_pickle=True):
+    out = io.BytesIO()
+    numpy.save(out, array, allow_pickle=allow_pickle)
+    return out.getvalue()
+
+
+def _add_member(npz, key, data):
+    with zipfile.ZipFile(str(npz), 'a') as z:
+        z.writestr(key + '.npy', data)
+
+
+def _record(ck, iteration, name):
+    """Rewrite the manifests' size and CRC-32 of ``name`` as the file now is: what an
+    attacker who can write the directory does."""
+    path = ck / name
+    check = {'bytes': path.stat().st_size, 'crc32': zlib.crc32(path.read_bytes())}
+    for m in ('latest.json', 'manifest_iter_{}.json'.format(iteration)):
+        data = json.loads((ck / m).read_text())
+        data['checks'][name] = check
+        (ck / m).write_text(json.dumps(data))
+
+
+def test_a_rank_file_with_a_pickled_object_is_refused_and_runs_nothing(tmp_path):
+    tr, _ = checkpointed(tmp_path)
+    _run_to(tr, 3)
+    ck, ran = tmp_path / 'ck', tmp_path / 'ran'
+    payload = numpy.empty((), dtype=object)
+    payload[()] = _Payload(str(ran))
+    _add_member(ck / 'snapshot_iter_3.rank0.npz', 'updater/evil', _npy(payload))
+    _record(ck, 3, 'snapshot_iter_3.rank0.npz')
+    again = MultiNodeCheckpointer(comm(), str(ck))
+    with pytest.raises(CheckpointError) as e:
+        again.resume(trainer(tmp_path / 'o2'))
+    text = str(e.value)
+    assert "holds an object array ('updater/evil')" in text and 'pickle runs code' in text, text
+    assert text.count('\n') == 0
+    assert not ran.exists()  # nothing was unpickled
+    with pytest.raises(CheckpointError):
+        again.maybe_resume(trainer(tmp_path / 'o3'))  # no older checkpoint to fall back to
+    assert not ran.exists()
+
+
+def test_a_manifest_without_checks_is_refused(tmp_path):
+    tr, _ = checkpointed(tmp_path)
+    _run_to(tr, 3)
+    ck = tmp_path / 'ck'
+    for m in ('latest.json', 'manifest_iter_3.json'):
+        data = json.loads((ck / m).read_text())
+        del data['checks']
+        (ck / m).write_text(json.dumps(data))
+    with pytest.raises(CheckpointError) as e:
+        MultiNodeCheckpointer(comm(), str(ck)).resume(trainer(tmp_path / 'o2'))
+    assert 'does not record every rank file\'s size and CRC-32 ("checks")' in str(e.value)
+
+
+def test_none_values_are_stored_without_pickle_and_old_ones_read_without_it(tmp_path):
+    path = tmp_path / 'f.npz'
+    stored = arrays.for_saving({'a': numpy.asarray(None), 'b': numpy.arange(3)})
+    numpy.savez(str(path), **stored)
+    with numpy.load(str(path), allow_pickle=False) as z:  # no object array left
+        assert sorted(z.files) == ['b', arrays.NONE_KEYS]
+    with arrays.RankFile(str(path)) as f:
+        assert f['a'][()] is None and 'a' in f and list(f['b']) == [0, 1, 2]
+    # Chainer's own None (numpy's pickle of it), as earlier checkpoints hold it: recognised
+    # by its bytes, not unpickled.
+    _add_member(path, 'old_none', _npy(numpy.asarray(None)))
+    with arrays.RankFile(str(path)) as f:
+        assert f['old_none'][()] is None
+    with pytest.raises(CheckpointError) as e:
+        arrays.for_saving({'x': numpy.array([1, 'a', None], dtype=object)})
+    assert "cannot checkpoint 'x': it is an object array" in str(e.value)
+
+
+@pytest.mark.parametrize('trust', [False, True])
+def test_a_directory_others_may_write_is_refused_unless_trusted(tmp_path, trust, monkeypatch):
+    tr, _ = checkpointed(tmp_path)
+    _run_to(tr, 3)
+    ck = tmp_path / 'ck'
+    assert ck.stat().st_mode & 0o777 == 0o700  # made private
+    ck.chmod(0o775)  # a shared project directory
+    if trust:
+        monkeypatch.setenv('CHAINERMN_TORUS_TRUST_CHECKPOINTS', '1')
+    again = MultiNodeCheckpointer(comm(), str(ck))
+    if trust:
+        assert again.resume(trainer(tmp_path / 'o2')) == 3
+        return
+    with pytest.raises(CheckpointError) as e:
+        again.maybe_resume(trainer(tmp_path / 'o2'))
+    text = str(e.value)
+    assert 'the checkpoint directory {} can be written by its group (mode 775)'.format(ck) \
+        in text and '--trust-checkpoint-dir' in text and 'chmod go-w' in text, text
+
+
+def test_a_rank_file_replaced_by_a_link_is_refused(tmp_path):
+    tr, _ = checkpointed(tmp_path)
+    _run_to(tr, 3)
+    ck = tmp_path / 'ck'
+    real = tmp_path / 'elsewhere.npz'
+    os.rename(str(ck / 'snapshot_iter_3.rank0.npz'), str(real))
+    os.symlink(str(real), str(ck / 'snapshot_iter_3.rank0.npz'))
+    with pytest.raises(CheckpointError) as e:
+        MultiNodeCheckpointer(comm(), str(ck)).resume(trainer(tmp_path / 'o2'))
+    assert 'snapshot_iter_3.rank0.npz is a symbolic link (to {})'.format(real) in str(e.value)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason='giving a file to another user needs root')
+def test_a_file_another_user_owns_is_refused(tmp_path):
+    tr, _ = checkpointed(tmp_path)
+    _run_to(tr, 3)
+    ck = tmp_path / 'ck'
+    os.chown(str(ck / 'manifest_iter_3.json'), 65534, 65534)
+    os.chown(str(ck / 'latest.json'), 65534, 65534)
+    with pytest.raises(CheckpointError) as e:
+        MultiNodeCheckpointer(comm(), str(ck)).resume(trainer(tmp_path / 'o2'))
+    assert 'latest.json is owned by ' in str(e.value) and '(uid 65534)' in str(e.value)
