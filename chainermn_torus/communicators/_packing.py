@@ -180,6 +180,13 @@ class PackedBuffer(object):
         self.memory = memory
         self.array = numpy.empty(layout.size, dtype=layout.dtype) if array is None else array
         self._viewers = []  # params whose grads were last set to views of self.array
+        # Memory freed by someone else first (the windows left at exit are freed before
+        # MPI_Finalize, maybe before their communicator's finalize): the gradients that view
+        # it get their copies while it is still mapped. A view of unmapped memory crashed
+        # the process at exit (SIGSEGV) once it was read.
+        hooks = getattr(memory, 'before_free', None)
+        if hooks is not None:
+            hooks.append(self.detach_views)
         self.mpi_type = mpi_type_of(layout.dtype)
         self.reducer = None  # set by the communicator (see _reduction): how it is summed
         self.prescaled = False  # set by the communicator: the packing multiplied by 1/P

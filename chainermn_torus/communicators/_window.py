@@ -82,6 +82,7 @@ class PutWindow(object):
         self.array = numpy.frombuffer(self._win.tomemory(), dtype=dtype, count=size)
         populate_or_free(self._win, self.array, comm, what, needed)
         self.passive = passive
+        self.before_free = []  # called before the memory goes (the buffers' views detached)
         if passive:
             self._win.Lock_all(MPI.MODE_NOCHECK)
         _UNFREED.append(self)
@@ -94,6 +95,9 @@ class PutWindow(object):
 
     def free(self):
         """Free the window (collective); a second call does nothing."""
+        hooks, self.before_free = self.before_free, []
+        for hook in hooks:
+            hook()
         win, self._win, self.array = self._win, None, None
         if self in _UNFREED:
             _UNFREED.remove(self)
