@@ -375,3 +375,17 @@ def test_a_lost_watchdogs_ranks_leave_no_checkpoint_temporaries(tmp_path):
         for p in (ending, live):
             p.kill()
             p.wait()
+
+
+@pytest.mark.parametrize('watch', [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_sys_exit_on_one_rank_ends_the_job_naming_the_rank_and_its_code(watch):
+    # Before: without a watchdog the job hung (rank 1 in MPI_Finalize, the others in their
+    # next collective); with one it ended blamed on "a deadlock, or a message MPI lost".
+    env = {'CHAINERMN_TORUS_WATCHDOG': str(WATCHDOG_S)} if watch else None
+    proc, elapsed = run_fault('exit', 2, env=env)
+    assert elapsed < 15
+    said = _ours(proc.stderr)
+    assert len(said) == 1, proc.stderr[-3000:]
+    assert re.match(r'chainermn_torus: rank 1 \({}, pid \d+\) called sys\.exit\(3\); the job '
+                    r'ends with exit code 3$'.format(re.escape(os.uname().nodename)),
+                    said[0]), said

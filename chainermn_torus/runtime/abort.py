@@ -109,6 +109,46 @@ def _hook(exctype, value, tb):
         MPI.COMM_WORLD.Abort(1)
 
 
+_EXIT = {}  # 'code': what this process passed to sys.exit (runtime patch, see install)
+
+
+def _recording_exit(original):
+    def exit(status=None):
+        _EXIT['code'] = status
+        return original(status)
+    exit.__doc__ = original.__doc__
+    return exit
+
+
+def _exit_code(status):
+    """The process's exit status for ``sys.exit(status)``, as Python computes it."""
+    if status is None:
+        return 0
+    return status if isinstance(status, int) else 1
+
+
+def _left_early():
+    """At exit, before MPI_Finalize (registered after mpi4py's hook, so run before it): a
+    rank that called ``sys.exit(N)`` with N other than 0 while the others go on left them
+    waiting in their next collective, and itself in MPI_Finalize, with no line (with a
+    watchdog, blamed on "a deadlock"). The job ends now, naming the rank and N."""
+    from mpi4py import MPI
+    if 'code' not in _EXIT or _exit_code(_EXIT['code']) == 0 or MPI.Is_finalized() or \
+            MPI.COMM_WORLD.Get_size() < 2:
+        return
+    status = _EXIT['code']
+    code = _exit_code(status)
+    text = 'rank {} ({}, pid {}) called sys.exit({!r}); the job ends with exit code {}'.format(
+        MPI.COMM_WORLD.Get_rank(), socket.gethostname(), os.getpid(), status, code)
+    if said_once('sys.exit'):  # one line per node where every rank exits so
+        report.line(report.PREFIX + text)
+    sys.stdout.flush()
+    timeline.emergency_flush()
+    _unlink_mpi_segments()
+    time.sleep(ABORT_DELAY_S)  # the other ranks that exit alike reach their exit too
+    MPI.COMM_WORLD.Abort(code)
+
+
 _ON_DISK = []  # what a checkpointer says is on disk (say_on_signal), for a signal's line
 
 
@@ -177,14 +217,16 @@ def said_once(text):
     """Whether this process is the first of its node to say ``text`` in this job: it binds
     an abstract Unix socket named after the job, the launcher's process on the node (the
     ranks' common parent) and the text. No file: the name goes with the process."""
-    key = '\0{}said_{}_{}_{}'.format(devshm.PREFIX, devshm.job_tag(), os.getppid(),
-                                    hashlib.sha1(text.encode()).hexdigest()[:16])
+    key = '{}said_{}_{}_{}'.format(devshm.PREFIX, devshm.job_tag(), os.getppid(),
+                                  hashlib.sha1(text.encode()).hexdigest()[:16])
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     try:
-        sock.bind(key)
+        sock.bind('\0' + key)
     except OSError:
         sock.close()
-        return False
+        # Taken: by a rank of this job (this user's), or by another user who bound the
+        # predictable name first to hide the line, which is then said all the same.
+        return not startup_watch.holders(key)
     _HOOK.said.append(sock)  # held until the process ends
     return True
 
@@ -290,6 +332,11 @@ def install():
     _HOOK.previous = sys.excepthook
     sys.excepthook = _hook
     _trainer_says_no_refusal()
+    if MPI.COMM_WORLD.size > 1:
+        patches.apply(sys, 'exit', _recording_exit(sys.exit), 'abort',
+                      "a rank's sys.exit(N) ends the job naming the rank and N, instead of "
+                      'leaving the other ranks waiting for it')
+        atexit.register(_left_early)
     if MPI.COMM_WORLD.size > 1:
         _HOOK.channel = MPI.COMM_WORLD.Dup()
     for key in ('no_abort', 'debug'):

@@ -39,7 +39,7 @@ import sys
 import time
 
 __all__ = ['start', 'arrived', 'key_of', 'rank_of', 'ending', 'being_ended', 'canaries',
-           'end_ranks']
+           'end_ranks', 'holders']
 
 # Where each launcher tells a process its rank (runtime.world.RANK_VARIABLES: read here by
 # name, this file imports nothing of the package).
@@ -134,7 +134,7 @@ def _ours(pid):
         return False
 
 
-def _holders(prefix, pids=None):
+def holders(prefix, pids=None):
     """The processes of this user (among ``pids``, default all) that hold a socket named
     ``prefix``..."""
     inodes = set(_names(prefix))
@@ -163,7 +163,7 @@ def _arrival_name(key, rank):
 
 def _has_arrived(key, rank, pid):
     """Whether rank ``rank`` of the job (process ``pid``) holds its arrival name."""
-    return bool(_holders(_arrival_name(key, rank) + '_', [pid]))
+    return bool(holders(_arrival_name(key, rank) + '_', [pid]))
 
 
 def ending(*pids):
@@ -178,7 +178,7 @@ def ending(*pids):
 def being_ended(key):
     """Whether a watcher of this user is ending the job's ranks of the node ``key``
     (``key_of``, read while the rank was there) on purpose (``ending``)."""
-    return key is not None and bool(_holders('cmtorus_ending_{}_'.format(key)))
+    return key is not None and bool(holders('cmtorus_ending_{}_'.format(key)))
 
 
 def _families():
@@ -349,7 +349,7 @@ def _claim(key):
     first claims nothing: the watcher goes on (the line may then be said twice)."""
     name = 'cmtorus_startup_said_{}'.format(key)
     sock = _hold(name, token=False)
-    if sock is not None or _holders(name):
+    if sock is not None or holders(name):
         return sock
     return _hold(name, token=True)
 

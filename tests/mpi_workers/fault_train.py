@@ -1,7 +1,7 @@
 """Run by tests/test_faults.py: real training on Fashion-MNIST, one rank faults at a step.
 
     fault_train.py MODE RANK STEP      MODE: raise | kill | kill-forked | hang | term | none |
-                                             pause | loop
+                                             pause | loop | exit
                                              | raise-backward
 
 ``raise-backward``: the exception comes from inside backward, after the last layer's
@@ -100,6 +100,8 @@ def main():
                 time.sleep(60)
             if MODE == 'hang':
                 time.sleep(3600)  # alive but stopped: only the watchdog ends this
+            if MODE == 'exit':  # a script's own early exit on one rank
+                sys.exit(3)
         idx = rng.randint(0, len(x), 50)
         opt.update(model, x[idx], t[idx])
         if MODE in ('none', 'pause') and step == 20:
