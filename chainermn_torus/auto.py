@@ -35,7 +35,9 @@ from chainermn_torus import config
 from chainermn_torus.communicators import _packing, create_variant
 from chainermn_torus.communicators._progress import Progress
 from chainermn_torus.communicators.interface import Communicator
+from chainermn_torus.errors import ConfigError
 from chainermn_torus.planning.network_source import job_network
+from chainermn_torus.runtime import agree
 from chainermn_torus.tuning import memory
 from chainermn_torus.tuning.job import MpiJob, Shape
 from chainermn_torus.tuning.lifecycle import TUNE_MIN_BYTES, Choices, Settings
@@ -69,13 +71,26 @@ class AutoCommunicator(Communicator):
         settings = Settings(
             network=net, network_source=source,
             simulate=config.value('simulate', simulate, 'simulate')[0], tune=tune,
-            tune_dir=memory.folder(tune_dir) if tune != 'off' else None,
+            tune_dir=self._tune_dir(tune_dir) if tune != 'off' else None,
             segment_bytes=self.segment_bytes,
             segment_given=segment_size is not None or config.env('segment_bytes')[1]
             is not None,
             mpi_library=MPI.Get_library_version())
         self.tuning = Choices(shape, settings, MpiJob(self.mpi_comm), self._make,
                               remembered=_remembered)
+
+    def _tune_dir(self, given):
+        """The folder of remembered choices, checked by rank 0 now, not at the end."""
+        where = memory.folder(given)
+        problem = None
+        if self.rank == 0:
+            source = config.value('tune_dir', given, 'tune_dir')[1] or 'the tuning folder'
+            try:
+                memory.check_folder(where, source)
+            except ConfigError as e:
+                problem = str(e)
+        agree.raise_everywhere(self.mpi_comm, problem, lambda bad: ConfigError(bad[0][1]))
+        return where
 
     def _make(self, key):
         """The communicator of candidate ``key`` on this one's MPI communicator: the

@@ -27,6 +27,7 @@ LAUNCHER_TARGETS = ('optimizer', 'communicator', 'iterator', 'process', 'script'
 
 MiB = 1 << 20
 MIN_SEGMENT_BYTES = 1024
+MAX_SECONDS = 365 * 86400  # a limit in seconds: beyond a batch job's life, and still exact
 MAX_THREADS = 65536  # beyond any node's logical CPUs: a larger count is a typo
 
 # key -> Setting. ``kind`` names a parser below; the default is the parsed value.
@@ -173,7 +174,7 @@ SETTINGS = collections.OrderedDict([
 ])
 
 _WHAT = {
-    'seconds': 'a number of seconds > 0',
+    'seconds': 'a number of seconds > 0 and at most {} (a year)'.format(MAX_SECONDS),
     'bytes': 'a byte count >= 0 (0 = one message for the whole buffer)',
     'segment': '0 (one message for the whole buffer) or a byte count >= {} (each segment '
                'costs several MPI calls: at 4-64 B one MLP all-reduce took 8-60 s)'.format(
@@ -197,7 +198,7 @@ _WHAT = {
 
 def _seconds(v):
     v = float(v)
-    if not v > 0:
+    if not 0 < v <= MAX_SECONDS:  # inf and 1e300 overflowed the watchdog's clocks
         raise ValueError
     return v
 

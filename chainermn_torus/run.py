@@ -26,7 +26,7 @@ from chainermn_torus.runtime.abort import ABORT_DELAY_S
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(
+    parser = world.ArgumentParser(  # its errors said by rank 0 only (they were by each)
         prog='python -m chainermn_torus.run',
         description='Run a Chainer/ChainerMN script with the chainermn-torus communicators '
                     'registered (and optionally forced).')

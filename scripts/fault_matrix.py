@@ -133,7 +133,7 @@ MESSAGES = {
     'raise': [r'Uncaught exception on rank \d+.*'],
     'kill': [r'chainermn_torus: rank \d+ \(.*\) died.*', r'BAD TERMINATION.*', r'EXIT CODE: 9',
              r'noticed that process rank \d+ .*exited on'],  # Open MPI's prterun
-    'loader-death': [r'loader process .* died with exit code -9'],
+    'loader-death': [r'loader process .* was killed by signal 9 \(SIGKILL\).*'],
     'sigint': [r'SIGINT \(.*\) received; the job ends.*', r'Ctrl-C'],
     'sigterm': [r'SIGTERM \(.*\) received; the job ends.*', r'signal 15|EXIT CODE: 15'],
     'hang': [r'chainermn_torus watchdog: '],

@@ -6,6 +6,7 @@ import os
 import pytest
 
 from chainermn_torus import config
+from chainermn_torus.errors import ConfigError
 from chainermn_torus.tools import cli
 from conftest import ROOT
 
@@ -88,3 +89,16 @@ def test_a_variable_set_to_nothing_is_unset_whatever_its_kind(key, empty, monkey
     # gradients) where an empty number meant unset: now every kind means unset.
     monkeypatch.setenv(config.SETTINGS[key].env, empty)
     assert config.env(key) == (config.SETTINGS[key].default, None)
+
+
+@pytest.mark.parametrize('value', ['inf', '1e300', 'nan', '-1', '0'])
+def test_seconds_are_finite_and_at_most_a_year(monkeypatch, value):
+    # inf and 1e300 overflowed the watchdog's clocks: a 31-41-line OverflowError, the board
+    # file left in /dev/shm.
+    for key in ('watchdog', 'watchdog_startup'):
+        monkeypatch.setenv(config.SETTINGS[key].env, value)
+        with pytest.raises(ConfigError) as e:
+            config.env(key)
+        assert 'a number of seconds > 0 and at most 31536000 (a year), got {!r}'.format(
+            value) in str(e.value)
+    assert config.parse('seconds', '31536000', 'x') == 31536000.0

@@ -287,6 +287,15 @@ def test_dry_run_prints_the_launch_line_only():
     (['--system', 'ofp', '--nodes', '2'], '--group is required'),
     (['--system', 'fugaku', '--nodes', '2'], '--group is required'),
     (['--system', 'pbs', '--nodes', '2', '--hours', '0'], '--hours must be > 0'),
+    (['--system', 'pbs', '--nodes', '2', '--hours', '1e9'], 'at most 8760 (a year), got 1e+09'),
+    (['--system', 'slurm', '--nodes', '2', '--watchdog', 'nan'],
+     '--watchdog must be 0 (off) or a number of seconds > 0 and at most 31536000'),
+    # Written into the script as they are: a newline was a script line of its own (a batch
+    # script injection), $(...) ran in the job's echo.
+    (['--system', 'slurm', '--nodes', '2', '--queue', 'normal\nrm -rf ~'],
+     "--queue must be letters, digits and _.+:@=,/-"),
+    (['--system', 'slurm', '--nodes', '2', '--name', 'x$(id)'], "got 'x$(id)'"),
+    (['--system', 'slurm', '--nodes', '2', '--output', ''], "argument --output: must name a file"),
     (['--system', 'pbs', '--nodes', '2', '--communicator', 'ring'], "unknown communicator 'ring'"),
     (['--system', 'ofp', '--nodes', '2', '--group', 'g', '--mpi', 'openmpi'],
      '--mpi openmpi on ofp: its scripts know impi'),

@@ -13,6 +13,7 @@ matrix (tests/test_fault_matrix.py).
 """
 import concurrent.futures
 import os
+import re
 import subprocess
 import sys
 
@@ -63,10 +64,9 @@ BAD = {
     'mpi': ('lam', {}, []),
     'compute': ('fast', {}, []),
     'onednn_cache': ('0', {}, []),
+    'tune_dir': ('/proc/nope', {'CHAINERMN_TORUS_TUNE': 'on'}, ['auto']),
 }
 WHY_NONE = {
-    'tune_dir': 'any folder name; one that cannot be written is said ("not remembered: ...") '
-                'and the job goes on with its choice',
     'simgrid_path': 'any folder; one without SimGrid is said (the simulator unavailable) and '
                     'the planner\'s choice is used',
     'mpiexec': 'any path; read by the tests and benchmark scripts when they start mpiexec',
@@ -86,6 +86,11 @@ def _check_network(value, source):
     return planner.load_network(value)
 
 
+def _check_tune_dir(value, source):
+    from chainermn_torus.tuning import memory
+    return memory.check_folder(value, source)
+
+
 def _check_timeline(value, source):
     from chainermn_torus.runtime import timeline
     return timeline.enable(value, source)
@@ -95,6 +100,9 @@ def _check_timeline(value, source):
 CHECKED_WHERE_USED = {
     'grid': (_check_grid, 'CHAINERMN_TORUS_GRID.* must look like "MxN"'),
     'network': (_check_network, "network 'nowhere' is neither a preset"),
+    'tune_dir': (_check_tune_dir, 'CHAINERMN_TORUS_TUNE_DIR must be a folder this user can '
+                                  "write, where the tuning's choices are remembered, got "
+                                  "'/proc/nope'"),
     'timeline': (_check_timeline, "CHAINERMN_TORUS_TIMELINE '/proc/nope/tl' must be a path "
                                   'in a writable directory'),
 }
@@ -226,6 +234,22 @@ def test_a_refusal_on_several_ranks_is_said_once(mode, expected):
     host = os.uname().nodename
     assert proc.returncode != 0 and 'Traceback' not in proc.stderr, proc.stderr
     assert sorted(ours) == sorted(e.replace('HOST', host) for e in expected), ours
+
+
+@pytest.mark.parametrize('mode', ['in-trainer', 'memory'])
+def test_an_exception_is_said_once_with_its_traceback_and_a_message(mode):
+    # From inside a Trainer: Chainer's loop printed its traceback, then the hook again. A
+    # MemoryError of Python's allocator: the banner ended in 'MemoryError: '.
+    proc = run_mpi(2, [worker('refuse.py'), mode], timeout=120)
+    err = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and err.count('Traceback (most recent call last)') == 1, err
+    banner = [l for l in err.splitlines() if 'Uncaught exception on rank 1' in l]
+    assert len(banner) == 1, err
+    if mode == 'memory':
+        assert re.search(r'MemoryError: this process could not get more memory \(.* free on ',
+                         banner[0]), banner
+    else:
+        assert banner[0].endswith("KeyError: 'not a refusal'"), banner
 
 
 @pytest.mark.slow  # full tier only: the fast tier keeps one of its kind

@@ -111,3 +111,14 @@ def test_launcher_stops_when_mpi_started_other_than_the_job_asked():
                            cwd=ROOT, timeout=120,
                            env=dict(os.environ, CHAINERMN_TORUS_EXPECT_RANKS='2'))
     assert alone.returncode != 0 and 'PMI/launcher mismatch' in alone.stderr
+
+
+def test_launcher_usage_errors_are_printed_by_rank_0_only():
+    # Every rank printed argparse's usage and error: 46 lines at 2 ranks.
+    proc = run_mpi(2, ['-m', 'chainermn_torus.run', '--watchdog', 'inf', worker('refuse.py')],
+                   timeout=60)
+    err = proc.stderr
+    assert proc.returncode == 2, err[-2000:]
+    assert err.count('error: argument --watchdog: must be a number of seconds > 0 and at '
+                     "most 31536000 (a year), got 'inf'") == 1, err[-2000:]
+    assert err.count('usage: python -m chainermn_torus.run') == 1, err[-2000:]

@@ -38,6 +38,8 @@ import itertools
 import multiprocessing
 import os
 import signal
+import socket
+import time
 import traceback
 import uuid
 import weakref
@@ -47,7 +49,8 @@ import chainer
 import numpy
 from threadpoolctl import threadpool_limits
 
-from chainermn_torus.runtime import devshm, draws
+from chainermn_torus.runtime import devshm, draws, watchdog, world
+from chainermn_torus.runtime.process_state import process_state
 from chainermn_torus.errors import ConfigError, DataError, Refusal
 
 __all__ = ['LoaderIterator', 'LoaderError', 'SHM_PREFIX']
@@ -55,6 +58,27 @@ __all__ = ['LoaderIterator', 'LoaderError', 'SHM_PREFIX']
 SHM_PREFIX = devshm.PREFIX
 _POLL_S = 0.2      # how often a waiting side checks that the other is alive
 _COUNTER = itertools.count()
+
+
+_Limit = collections.namedtuple('_Limit', 'seconds what')
+
+
+def _where():
+    """'rank R (host)' of this process, as the launcher numbered it ('this process (host)'
+    outside a job)."""
+    rank = world.launcher_rank()
+    return '{} ({})'.format('this process' if rank is None else 'rank {}'.format(rank),
+                            socket.gethostname())
+
+
+def _how_it_ended(exitcode):
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = 'signal {}'.format(-exitcode)
+        return 'was killed by signal {} ({})'.format(-exitcode, name)
+    return 'exited with code {}'.format(exitcode)
 
 
 class LoaderError(Refusal, RuntimeError):
@@ -193,9 +217,14 @@ class _Resources(object):
             except (ValueError, OSError):
                 pass
         for p in self.procs:
+            if process_state(p.pid) == 'T':
+                p.kill()  # stopped: nothing but SIGKILL ends it, and it would read nothing
             p.join(timeout=5)
             if p.is_alive():
                 p.terminate()
+                p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
                 p.join(timeout=5)
         self.procs = []
         self.unlink()
@@ -243,6 +272,7 @@ class LoaderIterator(chainer.dataset.Iterator):
         self._pending = collections.deque()   # (task_id, slot, n, state after this batch)
         self._done = {}                        # task_id -> error text or None
         self._owner = {}                       # task_id -> loader it was sent to
+        self._stopped = {}                     # pid -> when first seen stopped (monotonic)
         self._held = None                      # slot of the batch last returned
         if first:
             self._fill()
@@ -399,12 +429,36 @@ class LoaderIterator(chainer.dataset.Iterator):
         return bool(ready)
 
     def _check_processes(self):
-        """Raise the one line of a loader process that died (the job ends with it)."""
+        """Raise the one line of a loader process that died, or that has been stopped
+        (process state T) for the limit (the job ends with it)."""
+        now = time.monotonic()
         for p in self._res.procs:
             if not p.is_alive():
                 self.finalize()
-                raise LoaderError('chainermn_torus: loader process {} (pid {}) died '
-                                  'with exit code {}'.format(p.name, p.pid, p.exitcode))
+                raise LoaderError('chainermn_torus: loader process {} (pid {}) of {} {}; '
+                                  'the job ends'.format(p.name, p.pid, _where(),
+                                                        _how_it_ended(p.exitcode)))
+            if process_state(p.pid) != 'T':
+                self._stopped.pop(p.pid, None)
+                continue
+            since = self._stopped.setdefault(p.pid, now)
+            limit = self._stop_limit()
+            if limit is not None and now - since >= limit[0]:
+                self.finalize()
+                raise LoaderError(
+                    'chainermn_torus: loader process {} (pid {}) of {} has been stopped '
+                    '(process state T: SIGSTOP, a debugger, or a suspension) for {:.1f} s, {}; '
+                    'the job ends'.format(p.name, p.pid, _where(), now - since, limit[1]))
+
+    def _stop_limit(self):
+        """(seconds, what sets them) a loader process may stay stopped: the watchdog's
+        step limit where one is set, else this iterator's timeout, else None (no limit)."""
+        dog = watchdog.active()
+        if dog is not None:
+            return _Limit(dog.timeout, "the watchdog's step limit")
+        if self.timeout is not None:
+            return _Limit(self.timeout, "the loader's timeout")
+        return None
 
     def _wait(self, task_id):
         waited = 0.0

@@ -36,7 +36,6 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 
 import chainer
 
@@ -101,12 +100,28 @@ def _hook(exctype, value, tb):
             'chainermn_torus: Uncaught exception on rank {} ({}): {}: {}\n'
             '   Calling MPI_Abort() to end every rank of the job.\n'
             '******************************************'.format(
-                rank, socket.gethostname(), exctype.__name__, value))
+                rank, socket.gethostname(), exctype.__name__, _said(value)))
         sys.stdout.flush()
         timeline.emergency_flush()  # MPI_Abort skips atexit, where it is written otherwise
         _unlink_mpi_segments()  # MPI_Abort skips MPI_Finalize, which would remove it
         time.sleep(ABORT_DELAY_S)
         MPI.COMM_WORLD.Abort(1)
+
+
+def _said(value):
+    """An exception's message for the banner; one that has none says what it means (a
+    MemoryError of Python's own allocator carries no message: the banner ended in ': ')."""
+    text = str(value)
+    if text:
+        return text
+    if isinstance(value, MemoryError):
+        import psutil
+        memory = psutil.virtual_memory()
+        return ('this process could not get more memory ({} of {} free on {}; a limit of '
+                'the job, ulimit -v or its cgroup, may be lower)'.format(
+                    report.format_bytes(memory.available), report.format_bytes(memory.total),
+                    socket.gethostname()))
+    return '(no message)'
 
 
 _EXIT = {}  # 'code': what this process passed to sys.exit (runtime patch, see install)
@@ -235,7 +250,8 @@ def refusal_line(text, rank, host):
     """The line a refusal is said in: its message, and where unless it is rank 0's."""
     if text.startswith(report.PREFIX):
         text = text[len(report.PREFIX):]
-    where = '' if rank == 0 else 'rank {} ({}): '.format(rank, host)
+    where = '' if rank == 0 or 'rank {} ({})'.format(rank, host) in text else \
+        'rank {} ({}): '.format(rank, host)
     return report.PREFIX + where + text
 
 
@@ -297,28 +313,20 @@ def _say_others(channel, said, deadline):
 
 def _trainer_says_no_refusal():
     """Chainer's Trainer.run prints every exception of the loop with its traceback on every
-    rank before finalizing (so that a finalizer that hangs does not hide it). A refusal's
-    traceback says nothing its message does not, and the hook says the message once: the
-    loop runs with that print off, and prints it itself, after finalizing, for every other
-    exception, in Chainer's words (``show_loop_exception_msg=False`` still silences it)."""
+    rank before re-raising it; the hook then said it again (a traceback printed twice), and
+    a refusal's traceback says nothing its message does not. The loop runs with that print
+    off: the hook says each exception once, a refusal in its line, any other with its
+    traceback and the rank."""
     if patches.applied('abort'):
         return
     trainer = chainer.training.Trainer
     original = trainer.run
 
     def run(self, show_loop_exception_msg=True):
-        try:
-            return original(self, show_loop_exception_msg=False)
-        except Exception as e:
-            if show_loop_exception_msg and not isinstance(e, Refusal):
-                report.line('Exception in main training loop: {}\nTraceback (most recent call '
-                            'last):\n{}Finalized trainer extensions and updater before '
-                            'reraising the exception.'.format(
-                                e, ''.join(traceback.format_tb(e.__traceback__))))
-            raise
+        return original(self, show_loop_exception_msg=False)
     run.__doc__ = original.__doc__
-    patches.apply(trainer, 'run', run, 'abort', 'a refusal is said once, by the abort hook, '
-                  'without the loop\'s traceback')
+    patches.apply(trainer, 'run', run, 'abort', 'an exception of the loop is said once, by '
+                  'the abort hook (a refusal without the loop\'s traceback)')
 
 
 def install():

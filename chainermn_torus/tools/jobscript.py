@@ -26,6 +26,11 @@ from chainermn_torus.tools.jobscripts.job import Job
 
 __all__ = ['build_parser', 'main']
 
+def _output(value):
+    if not value.strip():
+        raise argparse.ArgumentTypeError('must name a file, got {!r}'.format(value))
+    return value
+
 
 def build_parser():
     p = argparse.ArgumentParser(
@@ -61,9 +66,11 @@ def build_parser():
                         '(a path that exists only on the compute nodes)')
     p.add_argument('--module', action='append', default=[], metavar='NAME',
                    help='a module to load before the virtualenv (repeatable)')
-    p.add_argument('--queue', default=None, help='resource group / partition / queue')
+    p.add_argument('--queue', default=None,
+                   help='resource group / partition / queue')
     p.add_argument('--group', default=None, help='PJM project group (ofp, fugaku)')
-    p.add_argument('--node-shape', default=None, help='fugaku: node shape, e.g. 4x6x16')
+    p.add_argument('--node-shape', default=None,
+                   help='fugaku: node shape, e.g. 4x6x16')
     p.add_argument('--llio-volumes', default='/vol0004',
                    help='fugaku: the volumes the job reads, cached by LLIO (colon-separated; '
                         'default %(default)s)')
@@ -73,7 +80,7 @@ def build_parser():
     p.add_argument('--workdir', default=None,
                    help='local: directory the job runs in (default: the current one)')
     p.add_argument('--name', default='chainermn-torus')
-    p.add_argument('--output', default=None, help='default job-<system>.sh')
+    p.add_argument('--output', default=None, type=_output, help='default job-<system>.sh')
     p.add_argument('--dry-run', action='store_true', help='print only the launch line')
     p.add_argument('command', nargs=argparse.REMAINDER)
     return p

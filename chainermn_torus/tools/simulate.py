@@ -26,6 +26,9 @@ __all__ = ['main']
 PLATFORMS = ('fattree', 'torus', 'emulated', 'star')
 
 
+MAX_RANKS = 65536  # ranks in one simulation: beyond, building the platform alone took hours
+
+
 def _grids(values, P):
     return [parse_grid(g, P, source='--grid') for g in values]
 
@@ -80,6 +83,10 @@ def run(argv):
     p.add_argument('--json', default=None)
     args = p.parse_args(argv)
     P = args.nodes * args.ranks_per_node
+    if P > MAX_RANKS:  # 10**8 nodes ran for hours building the platform, printing nothing
+        p.error('--nodes {} x --ranks-per-node {} is {} ranks; the simulator takes at most {} '
+                '(the shape study goes to 8192 nodes)'.format(
+                    args.nodes, args.ranks_per_node, P, MAX_RANKS))
     try:
         outputs.check_writable(args.json, '--json')  # before the simulation, not after it
         net = planner.load_network(args.network)

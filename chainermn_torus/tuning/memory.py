@@ -24,8 +24,10 @@ import datetime
 import hashlib
 import json
 import os
+import tempfile
 
 from chainermn_torus import config
+from chainermn_torus.errors import ConfigError
 from chainermn_torus.algorithms import variants
 from chainermn_torus.runtime.atomic import atomic_write
 
@@ -59,6 +61,25 @@ def folder(given=None):
     cache = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'),
                                                              '.cache')
     return os.path.join(cache, 'chainermn-torus', 'tuned')
+
+
+def check_folder(where, source='CHAINERMN_TORUS_TUNE_DIR'):
+    """``where``, made if missing; a ConfigError naming ``source`` unless this user can
+    write a file there. At start: a folder that cannot hold the choices was found only at
+    the job's end, after the tuning."""
+    try:
+        if os.path.exists(where) and not os.path.isdir(where):
+            raise NotADirectoryError(20, 'it is a file, not a folder')
+        os.makedirs(where, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix='.write-test.', dir=where)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        raise ConfigError(
+            "chainermn_torus: {} must be a folder this user can write, where the tuning's "
+            "choices are remembered, got {!r} ({}); choose another, or tune='off'".format(
+                source, where, e.strerror or e)) from e
+    return where
 
 
 def path(key, where=None):

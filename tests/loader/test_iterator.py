@@ -1,6 +1,8 @@
 """LoaderIterator: SerialIterator's semantics, resume, errors, pinning and clean shutdown."""
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -138,7 +140,7 @@ def test_a_killed_loader_is_reported():
     with pytest.raises(LoaderError) as e:
         for _ in range(30):
             it.next()
-    assert 'died with exit code -9' in str(e.value)
+    assert 'was killed by signal 9 (SIGKILL); the job ends' in str(e.value), str(e.value)
 
 
 def test_a_loader_that_dies_before_its_next_task_is_reported_not_a_broken_pipe():
@@ -156,7 +158,8 @@ def test_a_loader_that_dies_before_its_next_task_is_reported_not_a_broken_pipe()
         it._free.extend(range(len(it._arrays)))
         with pytest.raises(LoaderError) as e:
             it._fill()
-        assert 'died with exit code -9' in str(e.value)
+        assert re.search(r'loader process \S+ \(pid \d+\) of this process \({}\) was killed by signal 9 '
+                         r'\(SIGKILL\)'.format(re.escape(socket.gethostname())), str(e.value))
     finally:
         it.finalize()
 
@@ -298,3 +301,27 @@ def test_bad_arguments():
     with pytest.raises(ValueError) as e:
         LoaderIterator(Squares(0), 2)
     assert 'empty' in str(e.value)
+
+
+@pytest.mark.parametrize('limit', [1.0])
+def test_a_stopped_loader_is_named_within_the_limit(limit):
+    # Before: a stopped loader was caught only by the watchdog's outside-a-call limit (10x the
+    # step limit: 31 s at 3 s) and said as "the job waits for none".
+    it = LoaderIterator(Slow(200), 10, shuffle=False, n_prefetch=1, timeout=limit)
+    try:
+        it.next()
+        pid = it.processes[0].pid
+        os.kill(pid, signal.SIGSTOP)
+        start = time.monotonic()
+        with pytest.raises(LoaderError) as e:
+            for _ in range(200):
+                it.next()
+        waited = time.monotonic() - start
+        assert waited < limit + 2, waited
+        assert re.search(r'loader process \S+ \(pid {}\) of this process \({}\) has been stopped '
+                         r'\(process state T.* for \d\.\d s, the loader\'s timeout; the job '
+                         r'ends'.format(pid, re.escape(socket.gethostname())), str(e.value)), \
+            str(e.value)
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    finally:
+        it.finalize()

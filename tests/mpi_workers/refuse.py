@@ -1,6 +1,7 @@
 """Refusals raised on several ranks (tests/test_refusals.py): MODE same (every rank the same
 message), differ (two messages), one (rank 2 alone; the others wait in a barrier),
-unexpected (a KeyError on rank 1: a surprise keeps its traceback)."""
+unexpected (a KeyError on rank 1: a surprise keeps its traceback), in-trainer (the same from
+an extension of a Trainer), memory (Python's own MemoryError, without a message, on rank 1)."""
 import sys
 
 from mpi4py import MPI
@@ -23,7 +24,28 @@ def main():
         raise ConfigError('chainermn_torus: only rank 2')
     if MODE == 'unexpected' and rank == 1:
         raise KeyError('not a refusal')
+    if MODE == 'memory' and rank == 1:
+        bytearray(1 << 62)
+    if MODE == 'in-trainer':
+        _trainer(rank)
     MPI.COMM_WORLD.Barrier()
+
+
+def _trainer(rank):
+    import chainer
+    import numpy
+    data = chainer.datasets.TupleDataset(numpy.zeros((8, 2), 'f'), numpy.zeros(8, 'i'))
+    model = chainer.links.Classifier(chainer.links.Linear(2, 2))
+    opt = chainer.optimizers.SGD()
+    opt.setup(model)
+    trainer = chainer.training.Trainer(chainer.training.StandardUpdater(
+        chainer.iterators.SerialIterator(data, 4), opt), (3, 'iteration'))
+
+    def fail(trainer):
+        if rank == 1 and trainer.updater.iteration == 2:
+            raise KeyError('not a refusal')
+    trainer.extend(fail, trigger=(1, 'iteration'))
+    trainer.run()
 
 
 if __name__ == '__main__':

@@ -1,7 +1,10 @@
 """What a job asks for, whatever the system: the description the scripts are written from,
 and the checks every system shares."""
 import collections
+import math
+import re
 
+from chainermn_torus import config
 from chainermn_torus.algorithms.variants import check_grid_option
 from chainermn_torus.communicators._grid import parse_grid
 
@@ -16,6 +19,13 @@ FIELDS = collections.OrderedDict([
     ('watchdog', 900), ('workdir', None), ('name', 'chainermn-torus'), ('command', ()),
     ('venv_unchecked', False),
 ])
+
+
+MAX_HOURS = 8760  # a year: beyond any batch system's limit, a typo
+# The fields written into directive lines and a double-quoted echo as they are: there a
+# newline started a script line of its own, and $(...) ran.
+WORDS = ('queue', 'group', 'node_shape', 'llio_volumes', 'name', 'mpi', 'launcher', 'pmi')
+_WORD = re.compile(r'^[A-Za-z0-9_/][A-Za-z0-9_.+:@=,/-]{0,127}$')
 
 
 class Job(collections.namedtuple('Job', list(FIELDS))):
@@ -49,11 +59,20 @@ class Job(collections.namedtuple('Job', list(FIELDS))):
         if self.nodes < 1 or self.ranks_per_node < 1:
             raise ValueError('--nodes and --ranks-per-node must be >= 1, got {} and {}'.format(
                 self.nodes, self.ranks_per_node))
-        if self.watchdog < 0:
-            raise ValueError('--watchdog must be >= 0 seconds (0: off), got {}'.format(
-                self.watchdog))
-        if not self.hours > 0:
-            raise ValueError('--hours must be > 0, got {}'.format(self.hours))
+        if not (self.watchdog == 0 or 0 < self.watchdog <= config.MAX_SECONDS):
+            raise ValueError('--watchdog must be 0 (off) or a number of seconds > 0 and at '
+                             'most {} (a year), got {}'.format(config.MAX_SECONDS,
+                                                               self.watchdog))
+        if not 0 < self.hours <= MAX_HOURS or not math.isfinite(self.hours):
+            raise ValueError('--hours must be > 0 and at most {} (a year), got {:g}'.format(
+                MAX_HOURS, self.hours))
+        for field in WORDS:
+            value = getattr(self, field)
+            if value is not None and not _WORD.match(str(value)):
+                raise ValueError(
+                    '--{} must be letters, digits and _.+:@=,/- (at most 128; no spaces, '
+                    'quotes, $ or newlines: it is written into the batch script), got '
+                    '{!r}'.format(field.replace('_', '-'), value))
         if self.loader_cores is not None and self.loader_cores < 0:
             raise ValueError('--loader-cores must be >= 0, got {}'.format(self.loader_cores))
         if self.grid:
