@@ -182,7 +182,7 @@ _WHAT = {
     'threads': 'a thread count >= 1 and <= {} (or off)'.format(MAX_THREADS),
     'grid': 'a grid shape "MxN"',
     'count': 'an integer >= 1',
-    'positive': 'a number > 0',
+    'positive': 'a finite number > 0',
     'non-negative': 'a number >= 0',
     'flag': 'on or off (1/0, true/false, yes/no)',
     'switch': 'auto, on or off',
@@ -199,6 +199,13 @@ _WHAT = {
 def _seconds(v):
     v = float(v)
     if not 0 < v <= MAX_SECONDS:  # inf and 1e300 overflowed the watchdog's clocks
+        raise ValueError
+    return v
+
+
+def _positive(v):
+    v = float(v)
+    if not 0 < v < float('inf'):
         raise ValueError
     return v
 
@@ -284,7 +291,7 @@ def _non_negative(v):
 # grid: only the text here; communicators._grid.parse_grid checks it against the rank count.
 _PARSERS = {'seconds': _seconds, 'bytes': _at_least(0), 'segment': _segment,
             'threads': _threads, 'grid': str,
-            'text': str, 'flag': _flag, 'count': _at_least(1), 'positive': _seconds,
+            'text': str, 'flag': _flag, 'count': _at_least(1), 'positive': _positive,
             'non-negative': _non_negative, 'switch': _switch,
             'loader': _choice('serial', 'multiprocess', 'ours'),
             'affinity': _choice('auto', 'same-core', 'sibling', 'dedicated', 'none'),

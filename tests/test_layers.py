@@ -89,3 +89,17 @@ def test_imports_inside_functions_only_for_mpi_start_or_optional_packages():
              if not any(name == a or name.startswith(a + '.') for a in LAZY_ALLOWED)
              and not (str(p) in BEFORE_CHAINER and name.split('.')[0] == 'chainer')]
     assert not other, other
+
+
+def test_the_files_the_watchers_load_alone_import_nothing_of_the_package():
+    # The rank's watcher and the start-up watcher run `python -I -S` on their file and load
+    # these by path: a package import in one (atomic.py's once) failed there, and a killed
+    # watchdog's board was left in /dev/shm.
+    runtime = os.path.join(ROOT, 'chainermn_torus', 'runtime')
+    for name in ('rank_watch', 'startup_watch', 'board_layout', 'temporaries'):
+        code = ('import importlib.util as u, sys; s = u.spec_from_file_location("m", sys.argv[1]); '
+                's.loader.exec_module(u.module_from_spec(s))')
+        proc = subprocess.run([sys.executable, '-I', '-S', '-c', code,
+                               os.path.join(runtime, name + '.py')],
+                              capture_output=True, text=True, cwd='/')
+        assert proc.returncode == 0, (name, proc.stderr[-2000:])

@@ -71,7 +71,7 @@ def test_plan_cli_prints_every_shape_and_a_recommendation(tmp_path):
 @pytest.mark.parametrize('args, fragment', [
     (['--network', 'nowhere'], 'neither a preset'),
     (['--alpha', '1e-6'], 'together'),
-    (['--alpha', '1e-6', '--beta', '0'], "argument --beta: must be a number > 0, got '0'"),
+    (['--alpha', '1e-6', '--beta', '0'], "argument --beta: must be a finite number > 0, got '0'"),
     (['--network', 'ofp', '--model', 'vgg'], 'resnet50, a byte count or an .npz'),
     # The arguments are checked before anything else (the default network file is
     # missing here: that must not be what is said).

@@ -38,6 +38,7 @@ import threading
 import time
 
 import chainer
+import psutil
 
 from chainermn_torus import config
 from chainermn_torus.errors import ConfigError, Refusal
@@ -115,7 +116,6 @@ def _said(value):
     if text:
         return text
     if isinstance(value, MemoryError):
-        import psutil
         memory = psutil.virtual_memory()
         return ('this process could not get more memory ({} of {} free on {}; a limit of '
                 'the job, ulimit -v or its cgroup, may be lower)'.format(

@@ -4,24 +4,18 @@ The data goes to a temporary file beside the target, is flushed to disk, and is 
 over the target (a rename within one directory is atomic on POSIX file systems). On any
 failure (ENOSPC, an exception in ``write``, a signal) the temporary file is removed and the
 error raised. Temporary files a killed process left carry its host and pid
-(``TMP_PATTERN``), so ``chainermn-torus clean`` can tell dead jobs' leftovers from live ones.
+(``runtime.temporaries``), so ``chainermn-torus clean`` can tell dead jobs' leftovers from
+live ones.
 The temporary file is created new, never through a link another user planted under its
 predictable name (``runtime.own_files``); the rename replaces a link at the target itself,
 it does not follow it.
 """
 import os
-import re
-import socket
 
 from chainermn_torus.runtime import own_files
+from chainermn_torus.runtime.temporaries import TMP_PATTERN, remove_temporary, tmp_name
 
 __all__ = ['atomic_write', 'tmp_name', 'TMP_PATTERN', 'remove_temporary']
-
-TMP_PATTERN = re.compile(r'^(?P<final>.+)\.tmp\.(?P<host>[^.]+(?:\.[^.]+)*)\.(?P<pid>\d+)$')
-
-
-def tmp_name(path):
-    return '{}.tmp.{}.{}'.format(path, socket.gethostname(), os.getpid())
 
 
 def atomic_write(path, write, before_rename=None, *, mode='wb', tmp=None):
@@ -44,24 +38,3 @@ def atomic_write(path, write, before_rename=None, *, mode='wb', tmp=None):
         except OSError:
             pass
         raise
-
-
-def remove_temporary(directory, pid, host=None):
-    """Remove the temporary files process ``pid`` of ``host`` (default this one) left in
-    ``directory``: for one that ended it (the watchdog's kill of a stalled writer).
-    Returns the names removed."""
-    host = host or socket.gethostname()
-    removed = []
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return removed
-    for name in names:
-        m = TMP_PATTERN.match(name)
-        if m and m.group('host') == host and int(m.group('pid')) == pid:
-            try:
-                os.remove(os.path.join(directory, name))
-                removed.append(name)
-            except OSError:
-                pass
-    return removed

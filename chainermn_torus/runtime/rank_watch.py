@@ -163,11 +163,11 @@ def remove_temporaries(pids, read_writers, wait_s=3.0):
     writers = read_writers()
     if not writers:
         return
-    atomic = _load('atomic', os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                          'atomic.py'))
+    temporaries = _load('temporaries', os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), 'temporaries.py'))
     for pid, directory in writers:
         if (status_of(pid) or 'X')[0] in 'ZX':  # a live writer's file is its own
-            atomic.remove_temporary(directory, pid)
+            temporaries.remove_temporary(directory, pid)
 
 
 class Watch(object):

@@ -72,7 +72,7 @@ def test_mnist_example_missing_data_dir_stops_every_rank_said_once(tmp_path):
     ('--epoch', '0', "argument --epoch/-e: must be an integer >= 1, got '0'"),
     ('--unit', '0', "argument --unit/-u: must be an integer >= 1, got '0'"),
     ('--batchsize', '-3', "argument --batchsize/-b: must be an integer >= 1, got '-3'"),
-    ('--lr', '0', "argument --lr: must be a number > 0, got '0'"),
+    ('--lr', '0', "argument --lr: must be a finite number > 0, got '0'"),
     ('--seed', '-1', "argument --seed: must be an integer from 0 to 2**32 - 1"),
 ])
 def test_mnist_example_refuses_bad_numbers_before_starting(option, value, message, capsys,
