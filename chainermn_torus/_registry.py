@@ -19,7 +19,8 @@ import chainermn
 import chainermn.communicators
 
 from chainermn_torus import communicators, compute, config
-from chainermn_torus.runtime import patches, report, startup, watchdog
+from chainermn_torus.runtime import patches, report, startup
+from chainermn_torus.runtime.watch import watchdog
 from chainermn_torus.errors import ConfigError
 
 __all__ = ['create_communicator', 'create_multi_node_optimizer', 'register',

@@ -4,7 +4,7 @@ A bad value (from an environment variable, a launcher option or a keyword), too 
 in /dev/shm or the checkpoint directory, a checkpoint that cannot be resumed, a data file
 that cannot be read: each is raised as a ``Refusal`` whose message names what was wrong,
 the value, and what is allowed. Its traceback says nothing more, so an MPI job ends with
-that one line, said once (``runtime.abort``), not with a traceback per rank around it.
+that one line, said once (``runtime.watch.abort``), not with a traceback per rank around it.
 ``CHAINERMN_TORUS_DEBUG=1`` shows the tracebacks too. Every other exception is a surprise
 and keeps its traceback.
 

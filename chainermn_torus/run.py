@@ -22,7 +22,7 @@ from chainermn_torus.algorithms.variants import check_grid_option
 from chainermn_torus.errors import ConfigError, Refusal
 from chainermn_torus.runtime import report, startup as _startup
 from chainermn_torus.runtime import world
-from chainermn_torus.runtime.abort import ABORT_DELAY_S
+from chainermn_torus.runtime.watch.abort import ABORT_DELAY_S
 
 
 def build_parser():
@@ -53,7 +53,7 @@ def main(argv=None):
     sys.argv = [opts.script] + list(opts.args)
     # As `python script.py` would: the script's directory first on the path.
     sys.path.insert(0, os.path.dirname(os.path.abspath(opts.script)))
-    runpy.run_path(opts.script, run_name='__main__')  # its refusals: runtime.abort's hook
+    runpy.run_path(opts.script, run_name='__main__')  # its refusals: runtime.watch.abort's hook
 
 
 PREFIX = 'chainermn_torus.run: '

@@ -163,7 +163,7 @@ for _fault in STALLS + STEP_STOPS:
     MESSAGES[_fault] = [r'chainermn_torus watchdog: .*']
 for _fault in REFUSALS:
     MESSAGES[_fault] = [r'chainermn_torus(\.run)?: .*']
-# Where in the job the watchdog says the rank was, by the words of runtime.verdict
+# Where in the job the watchdog says the rank was, by the words of runtime.watch.verdict
 # (board_layout.where).
 PHASE_WORDS = ('at start-up', 'in its first training step', 'in training step',
                'in the checkpoint after step', 'in the evaluation after step',
@@ -506,14 +506,14 @@ def _stop_rank(workdir, rank):
 
 
 def _kill_node_watcher(workdir):
-    """SIGKILL the node watcher process (runtime.node_watch) of this row's job."""
+    """SIGKILL the node watcher process (runtime.watch.node_watch) of this row's job."""
     for pid in _job_processes(workdir):
         try:
             with open('/proc/{}/cmdline'.format(pid), 'rb') as f:
                 cmdline = f.read()
         except OSError:
             continue
-        if b'chainermn_torus.runtime.node_watch' in cmdline:
+        if b'chainermn_torus.runtime.watch.node_watch' in cmdline:
             os.kill(pid, signal.SIGKILL)
 
 

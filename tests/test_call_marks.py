@@ -1,4 +1,4 @@
-"""The watchdog's marks of communication calls (runtime.call_marks, runtime.watchdog): the
+"""The watchdog's marks of communication calls (runtime.watch.call_marks and .watchdog): the
 call a rank is in and how many it made, on its row of the progress board, for the calls of
 the ChainerMN API and of the communicator's mpi4py handle alike; nested calls count once; a
 thread's calls go to the thread's columns. One process on MPI_COMM_SELF; the whole path on
@@ -10,7 +10,7 @@ import pytest
 from mpi4py import MPI
 
 import chainermn.communicators
-from chainermn_torus.runtime import board_layout, call_marks, progress_board as pb, watchdog
+from chainermn_torus.runtime.watch import board_layout, call_marks, progress_board as pb, watchdog
 
 
 @pytest.fixture(scope='module')

@@ -96,8 +96,10 @@ def test_the_files_the_watchers_load_alone_import_nothing_of_the_package():
     # these by path: a package import in one (atomic.py's once) failed there, and a killed
     # watchdog's board was left in /dev/shm.
     runtime = os.path.join(ROOT, 'chainermn_torus', 'runtime')
-    for name in ('rank_watch', 'startup_watch', 'board_layout', 'temporaries'):
-        code = ('import importlib.util as u, sys; s = u.spec_from_file_location("m", sys.argv[1]); '
+    for name in ('watch/rank_watch', 'watch/startup_watch', 'watch/board_layout',
+                 'watch/ranks', 'temporaries', 'processes'):
+        code = ('import importlib.util as u, sys; '
+                's = u.spec_from_file_location("m", sys.argv[1]); '
                 's.loader.exec_module(u.module_from_spec(s))')
         proc = subprocess.run([sys.executable, '-I', '-S', '-c', code,
                                os.path.join(runtime, name + '.py')],

@@ -1,14 +1,16 @@
-"""The watchdog's verdicts (runtime.verdict.judge: a pure function of the rows and the process
-states) as cases, who watches whom (runtime.heartbeat), and the node watcher's own lines; the
-whole path on real ranks is in test_faults.py, test_fault_matrix.py and the emulated
-cluster's frozen-node rows."""
+"""The watchdog's verdicts (runtime.watch.verdict.judge: a pure function of the rows and the
+process states) as cases, who watches whom and the channel between watchers
+(runtime.watch.heartbeat), the phase table, and the node watcher's own lines; the whole path
+on real ranks is in test_faults.py, test_fault_matrix.py and the emulated cluster's
+frozen-node rows."""
 import collections
 import os
 
 import pytest
 
-from chainermn_torus.runtime import board_layout, devshm, heartbeat as hb
-from chainermn_torus.runtime import node_watch as nw, progress_board as pb, verdict
+from chainermn_torus.runtime import devshm
+from chainermn_torus.runtime.watch import board_layout, heartbeat as hb
+from chainermn_torus.runtime.watch import node_watch as nw, progress_board as pb, verdict
 from conftest import line_with
 
 S = 1e9  # ns
@@ -21,9 +23,7 @@ LIMITS = board_layout.Limits(limit_s=3.0, startup_s=900.0, outside=10)
 def row(rank, finished, phase, age, count=0, state='S', call=None, call_age=None, calls=0,
         held=0.0, bg_call=None):
     """A rank as a heartbeat carries it; ``call``: the name of the call it is in."""
-    order = {pb.BETWEEN: 0, pb.EVALUATION: 1, pb.CHECKPOINT: 2, pb.STEP: 3, pb.AFTER: 4,
-             pb.FINAL_EVALUATION: 5}
-    pos = [-1, 0, 0] if phase == pb.STARTUP else [finished, order.get(phase, 0), count]
+    pos = [-1, 0, 0] if phase == pb.STARTUP else [finished, pb.PHASE_OF[phase].order, count]
     return list(verdict.Seen(rank, pos, phase, age, state, int(call is not None),
                         pb.call_code(call) if call else 0,
                         age if call_age is None else call_age, calls,
@@ -369,3 +369,23 @@ def test_the_watcher_keeps_only_the_sockets_on_the_jobs_networks():
         assert [s.getsockname()[0] for s in beats.socks] == ['127.0.0.1']
     finally:
         beats.close()
+
+
+def test_the_phase_table_is_whole_and_every_reader_takes_it_from_there():
+    # One row per phase: its words, its limit and its order (a new phase was five files).
+    codes = [p.code for p in board_layout.PHASE_TABLE]
+    assert sorted(codes) == list(range(len(codes))) and set(pb.PHASES) == set(codes)
+    limits = board_layout.Limits(limit_s=3.0, startup_s=900.0, outside=10)
+    for p in board_layout.PHASE_TABLE:
+        assert board_layout.where(p.code, 4, 2) == p.where(4, 2)
+        assert limits.limit(p.code) == limits.seconds(p.limit)
+        board = [0] * board_layout.ROW
+        board[board_layout.PHASE], board[board_layout.FINISHED_STEPS] = p.code, 4
+        if p.code not in (pb.STARTUP, pb.FINISHED):
+            assert pb.position(board)[1] == p.order
+    assert limits.limit(pb.STEP, first_step=True) == 900.0
+    assert board_layout.where(pb.STEP, 0, 0) == 'in its first training step (start-up)'
+    # The calls: one list, every name marked has its code on the board.
+    from chainermn_torus.runtime.watch import call_marks
+    assert set(call_marks.API) | set(call_marks.MPI_METHODS.values()) <= set(pb.CALLS)
+    assert all(pb.call_name(pb.call_code(c)) == c for c in pb.CALLS)

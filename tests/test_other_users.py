@@ -99,7 +99,7 @@ def _watcher_of(pid):
     while time.time() < deadline:
         for p in psutil.Process(pid).children(recursive=True):
             try:
-                if 'chainermn_torus.runtime.node_watch' in ' '.join(p.cmdline()):
+                if 'chainermn_torus.runtime.watch.node_watch' in ' '.join(p.cmdline()):
                     return p
             except psutil.Error:
                 continue

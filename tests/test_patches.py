@@ -31,7 +31,8 @@ compute_places = [(cls, name) for cls, name, _ in onednn._REPLACEMENTS] + [
     (cls, 'backward') for cls in onednn._BACKWARDS]
 before.update(snapshot(compute_places))  # nothing of Chainer's layers is patched on import
 from chainermn_torus.launch import patches as launch_patches
-from chainermn_torus.runtime import abort, patches, watchdog
+from chainermn_torus.runtime import patches
+from chainermn_torus.runtime.watch import abort, watchdog
 
 class Launch(object):  # what the hooks keep; nothing of it runs here
     updaters = 0

@@ -42,7 +42,8 @@ from chainermn_torus.launch import patches
 from chainermn_torus.launch.optimizer import LauncherOverrides
 from chainermn_torus.launch.report import PREFIX, say
 from chainermn_torus.runtime import patches as runtime_patches
-from chainermn_torus.runtime import allocation, report, threads, timeline, watchdog, world
+from chainermn_torus.runtime import allocation, report, threads, timeline, world
+from chainermn_torus.runtime.watch import watchdog
 from chainermn_torus.errors import ConfigError
 
 __all__ = ['add_arguments', 'Launch']
@@ -68,7 +69,7 @@ class Launch(object):
     def install(self):
         # The watchdog starts with the script's first communicator (start-up is watched
         # too), not with its optimizer, where the launcher's flags would reach it first;
-        # before that, from here (runtime.startup_watch): first, before anything below
+        # before that, from here (runtime.watch.startup_watch): first, before anything below
         # imports MPI (the optimizers do), whose MPI_Init waits for every rank.
         watchdog.set_default(self.get('watchdog'), self.get('watchdog_startup'))
         watchdog.watch_from_start()

@@ -49,8 +49,9 @@ import chainer
 import numpy
 from threadpoolctl import threadpool_limits
 
-from chainermn_torus.runtime import devshm, draws, watchdog, world
-from chainermn_torus.runtime.process_state import process_state
+from chainermn_torus.runtime import devshm, draws, world
+from chainermn_torus.runtime.watch import watchdog
+from chainermn_torus.runtime.processes import state as process_state
 from chainermn_torus.errors import ConfigError, DataError, Refusal
 
 __all__ = ['LoaderIterator', 'LoaderError', 'SHM_PREFIX']

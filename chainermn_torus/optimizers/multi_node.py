@@ -51,7 +51,7 @@ from chainermn_torus.extensions.replicas import check_replicas as _check_replica
 from chainermn_torus.optimizers import fpenv, fused as fused_mod, update_modes
 from chainermn_torus.optimizers import type_checks as type_checks_mod
 from chainermn_torus.runtime import chainer_private, jit, report, timeline as _timeline
-from chainermn_torus.runtime import watchdog as watchdog_mod
+from chainermn_torus.runtime.watch import watchdog as watchdog_mod
 
 __all__ = ['make', 'MultiNodeOptimizer', 'is_multi_node']
 
@@ -87,7 +87,8 @@ def make(actual_optimizer, communicator, double_buffering=False, zero_fill=True,
         watchdog: seconds a training step may take before this rank aborts the whole job,
             naming the ranks it waits for (a peer died or hangs); between steps
             (evaluation, checkpoints) ten times as long. See
-            ``chainermn_torus.runtime.watchdog``; default ``$CHAINERMN_TORUS_WATCHDOG`` or off.
+            ``chainermn_torus.runtime.watch.watchdog``; default
+            ``$CHAINERMN_TORUS_WATCHDOG`` or off.
         check_replicas: every this many steps, compare a hash of the parameters across ranks
             and raise ReplicaMismatchError on every rank if they differ (see
             ``chainermn_torus.extensions.replicas``); None: never.

@@ -46,10 +46,11 @@ import chainer
 import numpy
 
 from chainermn_torus.communicators import _packing
-from chainermn_torus.runtime import jit, report, timeline as _timeline, watchdog
+from chainermn_torus.runtime import jit, report, timeline as _timeline
+from chainermn_torus.runtime.watch import board_layout, watchdog
 from chainermn_torus.optimizers import fpenv
 
-WAIT_CALL = 'the wait for the communication thread'  # its name on the watchdog's board
+WAIT_CALL = board_layout.THREAD_WAIT  # its name on the watchdog's board
 
 __all__ = ['GradientTracker', 'make_buckets', 'OverlapState']
 

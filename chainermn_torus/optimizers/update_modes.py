@@ -27,7 +27,7 @@ from chainermn_torus.optimizers import fpenv, overlap as _overlap
 from chainermn_torus.optimizers.finite_checks import (check_bucket_means, check_finite_grads,
                                                       check_finite_means)
 from chainermn_torus.runtime import chainer_private, jit, timeline as _timeline
-from chainermn_torus.runtime import watchdog as watchdog_mod
+from chainermn_torus.runtime.watch import watchdog as watchdog_mod
 
 __all__ = ['Synchronous', 'DoubleBuffering', 'Overlap', 'BACKGROUND_POLL_S']
 

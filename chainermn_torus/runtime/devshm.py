@@ -57,7 +57,7 @@ import time
 
 from chainermn_torus import config
 from chainermn_torus.errors import ConfigError, Refusal
-from chainermn_torus.runtime import agree
+from chainermn_torus.runtime import agree, processes
 from chainermn_torus.runtime import sweep as sweep_files
 from chainermn_torus.runtime.report import format_bytes
 
@@ -280,7 +280,7 @@ def sweep(path=SHM_DIR, others=False, dry_run=False, min_age=MIN_AGE_S, now=None
             continue
         m = _OURS.match(name)
         if m:
-            if not sweep_files.pid_alive(int(m.group('pid'))):
+            if not processes.alive(int(m.group('pid'))):
                 doomed.append((name, 'process {} of job {} is gone'.format(
                     m.group('pid'), m.group('job'))))
         elif others and _OTHERS.match(name) and now - st.st_mtime >= min_age:
@@ -330,6 +330,51 @@ def unlink_singleton():
     if mpi.COMM_WORLD.Get_size() != 1 or mpi.Comm.Get_parent() != mpi.COMM_NULL:
         return []
     return _unlink_mapped(_OPEN_MPI)
+
+
+# MPICH's launcher (hydra) writes the node's hwloc topology here when the first rank of the
+# node asks in MPI_Init, and its proxy removes it when it ends; killed by an MPI_Abort, it
+# left it, one per aborted job (68 on one machine).
+HYDRA_TOPOLOGY = '/tmp/hydra_hwloc_xmlfile_'
+_MPI_STARTED = []  # when this process's MPI_Init had returned (mpi_started), seconds
+
+
+def mpi_started():
+    """Note that MPI_Init has returned (the abort hook, as it is installed)."""
+    _MPI_STARTED[:] = [time.time()]
+
+
+def remove_launcher_topology():
+    """The job is being aborted: remove the hwloc topology file MPICH's proxy on this node
+    (this rank's parent, ``hydra_pmi_proxy``) wrote for the node's ranks: the file of this
+    user written between the proxy's start and the end of this rank's MPI_Init. Returns the
+    paths removed."""
+    proxy = os.getppid()
+    for _ in range(3):  # a wrapper script or two between
+        if processes.name(proxy) == 'hydra_pmi_proxy':
+            break
+        seen = processes.stat(proxy)
+        proxy = seen.ppid if seen is not None else 1
+    else:
+        return []
+    if not _MPI_STARTED:
+        return []
+    begin, end = processes.started_at(proxy), _MPI_STARTED[0]
+    if begin is None:
+        return []
+    removed = []
+    directory, prefix = os.path.split(HYDRA_TOPOLOGY)
+    for entry in os.scandir(directory):
+        try:
+            if not entry.name.startswith(prefix):
+                continue
+            st = entry.stat(follow_symlinks=False)
+            if st.st_uid == os.getuid() and begin - 0.05 <= st.st_mtime <= end + 0.05:
+                os.unlink(entry.path)
+                removed.append(entry.path)
+        except OSError:
+            continue  # another rank of the node was first
+    return removed
 
 
 def unlink_at_end():

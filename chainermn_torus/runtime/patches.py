@@ -11,9 +11,9 @@ The groups (who applies them, and when):
 * ``launcher``: ``python -m chainermn_torus.run`` makes ``chainermn.optimizers.
   create_multi_node_optimizer`` ours too, and hooks ``StandardUpdater.__init__``,
   ``Trainer.extend`` and ``GradientMethod.update`` as its options ask (launch.patches).
-* ``watchdog``: ``Evaluator.__call__`` marks each evaluation batch (runtime.watchdog); on
+* ``watchdog``: ``Evaluator.__call__`` marks each evaluation batch (runtime.watch.watchdog); on
   each communicator the job's watchdog marks, its ChainerMN API methods and its
-  ``mpi_comm`` (instance patches, runtime.call_marks: ``unmark`` undoes one's).
+  ``mpi_comm`` (instance patches, runtime.watch.call_marks: ``unmark`` undoes one's).
 * ``timing``: a method timed or slowed for a measurement: of one object (extensions.timing:
   the examples' and the benchmarks' communication and update times; bench double-buffering's
   slow link), or of a class or module while a benchmark runs (bench compute-profile's parts,

@@ -5,7 +5,7 @@ default MPI_COMM_WORLD's; ``rank=comm.intra_rank`` for a line per node, ``rank=0
 every rank says its own line); with ``key``, only
 the first time this process says it. Information goes to stdout; ``stream=sys.stderr`` for
 what was asked and not applied, or fell back. ``CHAINERMN_TORUS_QUIET=1`` silences every
-line. Errors are exceptions, not reports (``runtime.abort`` ends the job with them).
+line. Errors are exceptions, not reports (``runtime.watch.abort`` ends the job with them).
 
 ``stop(text, rank)`` ends this rank with exit code 1 where every rank stops with the same
 message (a bad option, an unreadable list, a check every rank agreed on): rank 0 writes it,

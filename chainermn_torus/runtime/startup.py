@@ -16,7 +16,8 @@ A login-node tool (``chainermn-torus jobscript``, ``plan``) therefore never star
 import faulthandler
 import sys
 
-from chainermn_torus.runtime import abort, timeline
+from chainermn_torus.runtime import timeline
+from chainermn_torus.runtime.watch import abort
 
 __all__ = ['start']
 

@@ -8,22 +8,9 @@ bytes, never failing on a file another cleaner removed first.
 import os
 import socket
 
-__all__ = ['pid_alive', 'writer_gone', 'remove']
+from chainermn_torus.runtime import processes
 
-
-def pid_alive(pid):
-    """Whether process ``pid`` of this host runs (another user's counts as running)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's live process
-    try:  # a zombie (killed, not yet reaped) holds no file and maps nothing
-        with open('/proc/{}/stat'.format(pid)) as f:
-            return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
-    except (OSError, IndexError):
-        return True
+__all__ = ['writer_gone', 'remove']
 
 
 def writer_gone(host, pid, mtime, now, stale_s, here=None):
@@ -32,7 +19,7 @@ def writer_gone(host, pid, mtime, now, stale_s, here=None):
     dead once its file is untouched for ``stale_s`` (its processes cannot be seen)."""
     here = socket.gethostname() if here is None else here
     if host == here:
-        return None if pid_alive(pid) else 'writer {} on this host is gone'.format(pid)
+        return None if processes.alive(pid) else 'writer {} on this host is gone'.format(pid)
     if now - mtime >= stale_s:
         return 'writer on {} silent for {:.0f} s'.format(host, now - mtime)
     return None

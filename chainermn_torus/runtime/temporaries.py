@@ -2,7 +2,7 @@
 
 ``path.tmp.<host>.<pid>``: whose a leftover was (``chainermn-torus clean``, the checkpoint
 sweep, the watchers that end a writer). No dependency: the rank's own watcher
-(``runtime.rank_watch``) loads this file alone, in a process that imports nothing of the
+(``runtime.watch.rank_watch``) loads this file alone, in a process that imports nothing of the
 package.
 """
 import os

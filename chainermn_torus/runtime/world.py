@@ -17,12 +17,11 @@ import os
 import sys
 
 from chainermn_torus import config
-
-__all__ = ['expected_ranks', 'mismatch', 'launcher_rank', 'ArgumentParser']
-
 # Where each launcher tells a process its rank before MPI starts: MPICH's and Intel MPI's
 # hydra, Open MPI's prterun, PMIx, srun.
-RANK_VARIABLES = ('PMI_RANK', 'OMPI_COMM_WORLD_RANK', 'PMIX_RANK', 'SLURM_PROCID')
+from chainermn_torus.runtime.processes import RANK_VARIABLES
+
+__all__ = ['expected_ranks', 'mismatch', 'launcher_rank', 'ArgumentParser']
 
 
 def expected_ranks(environ=None):

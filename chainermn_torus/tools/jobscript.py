@@ -76,7 +76,7 @@ def build_parser():
                         'default %(default)s)')
     p.add_argument('--watchdog', type=float, default=900, metavar='SECONDS',
                    help='abort the job when no training step finishes for this long '
-                        '(default %(default)s; 0: off; chainermn_torus.runtime.watchdog)')
+                        '(default %(default)s; 0: off; chainermn_torus.runtime.watch.watchdog)')
     p.add_argument('--workdir', default=None,
                    help='local: directory the job runs in (default: the current one)')
     p.add_argument('--name', default='chainermn-torus')

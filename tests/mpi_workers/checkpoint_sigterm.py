@@ -20,7 +20,7 @@ import chainermn_torus  # noqa: E402,F401  before Chainer (Python 3.12)
 from chainer.training import triggers  # noqa: E402
 
 from chainermn_torus.extensions.checkpoint import files, writing  # noqa: E402
-from chainermn_torus.runtime import abort  # noqa: E402
+from chainermn_torus.runtime.watch import abort  # noqa: E402
 from tests.checkpoint.support import checkpointed  # noqa: E402
 
 directory, step = sys.argv[1], int(sys.argv[2])

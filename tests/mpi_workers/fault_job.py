@@ -58,7 +58,7 @@ from chainer import training
 
 import chainermn
 from chainermn_torus.algorithms import variants
-from chainermn_torus.runtime import watchdog
+from chainermn_torus.runtime.watch import watchdog
 from chainermn_torus.datasets.mnist import load_mnist_idx
 from chainermn_torus.extensions.checkpoint import MultiNodeCheckpointer, writing
 from chainermn_torus.models import MLP

@@ -14,7 +14,8 @@ from chainermn_torus.extensions.checkpoint.files import CheckpointError
 from chainermn_torus.extensions.checkpoint.sweep import sweep_temporary
 from chainermn_torus import config
 from chainermn_torus.errors import ConfigError
-from chainermn_torus.runtime import abort, agree, report, watchdog
+from chainermn_torus.runtime import agree, report
+from chainermn_torus.runtime.watch import abort, watchdog
 
 __all__ = ['MultiNodeCheckpointer']
 
@@ -46,7 +47,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         for name, size, why in sweep_temporary(directory, complete=complete):  # every rank
             report.say('rank {} removed {} ({} bytes; {})'.format(
                 self.rank, os.path.join(directory, name), size, why), rank=0)
-        # A signal's last line says what is on disk (runtime.abort).
+        # A signal's last line says what is on disk (runtime.watch.abort).
         abort.say_on_signal(lambda: files.newest_complete(directory))
 
     # --- saving -----------------------------------------------------------------------------
@@ -54,7 +55,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         self.save(trainer)
 
     def save(self, trainer):
-        dog = watchdog.active()  # a checkpoint has its own clock (runtime.watchdog)
+        dog = watchdog.active()  # a checkpoint has its own clock (runtime.watch.watchdog)
         if dog is not None:
             dog.checkpoint(self.directory)
         try:

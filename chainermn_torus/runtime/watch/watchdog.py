@@ -2,14 +2,14 @@
 
 MPI launchers end the job when a rank exits abnormally (MPICH's hydra, srun with
 --kill-on-bad-exit), and an uncaught exception calls MPI_Abort through our abort hook
-(``chainermn_torus.runtime.abort``). What neither catches is a rank that stays alive but stops:
+(``runtime.watch.abort``). What neither catches is a rank that stays alive but stops:
 stuck in I/O, in a deadlock, stopped by a signal, or a node that froze whole. Every rank then
 waits until the batch job's time limit.
 
 With a watchdog (``CHAINERMN_TORUS_WATCHDOG=SECONDS``, the launcher's ``--watchdog``, or
 ``watchdog=SECONDS`` in ``create_multi_node_optimizer``), every rank marks its progress on
-its node's progress board (``runtime.progress_board``: plain stores to a /dev/shm file, no
-MPI, no thread) and one small process per node (``runtime.node_watch``, started by the
+its node's progress board (``runtime.watch.progress_board``: plain stores to a /dev/shm file, no
+MPI, no thread) and one small process per node (``runtime.watch.node_watch``, started by the
 node's first rank) watches the board and the other nodes. It starts with the job's first
 communicator (``create_communicator``; from the environment or the launcher) or, given only
 to the optimizer, with the multi-node optimizer, and watches until the rank exits:
@@ -29,13 +29,13 @@ to the optimizer, with the multi-node optimizer, and watches until the rank exit
   evaluation batches as above; otherwise only a rank waiting in a communication call for
   ``OUTSIDE_FACTOR`` x SECONDS is a stall (one rank writing its results alone is not).
 
-Every communication call of the job's communicators is marked too (``runtime.call_marks``:
+Every communication call of the job's communicators is marked too (``runtime.watch.call_marks``:
 which call a rank entered and whether it left it), so the watcher tells the rank the others
 wait for (outside every call: computing, or blocked elsewhere) from the ranks waiting in the
 call; and it reads each rank's process state, so a rank stopped by a signal or gone is
 named as such, within SECONDS whatever the phase. When a rank of a node passes its limit,
 that node's watcher names who the job waits for, with host and phase, and ends the job:
-see ``runtime.node_watch``.
+see ``runtime.watch.node_watch``.
 """
 import atexit
 import contextlib
@@ -50,8 +50,10 @@ import threading
 from chainer.training.extensions import Evaluator
 
 from chainermn_torus import config
-from chainermn_torus.runtime import abort, agree, call_marks, patches, progress_board as pb
-from chainermn_torus.runtime import startup_watch, world
+from chainermn_torus.runtime import agree, patches
+from chainermn_torus.runtime.watch import abort, call_marks, progress_board as pb
+from chainermn_torus.runtime import world
+from chainermn_torus.runtime.watch import startup_watch
 from chainermn_torus.errors import ConfigError, Unsupported
 
 __all__ = ['Watchdog', 'attach', 'set_default', 'watch_from_start', 'WATCHDOG_ENV',
@@ -104,7 +106,7 @@ def _setting(key, given=None, option=None):
 
 
 def watch_from_start():
-    """Start the watch before the communicator (``runtime.startup_watch``) where a
+    """Start the watch before the communicator (``runtime.watch.startup_watch``) where a
     watchdog is set and a launcher started this process: at ``import chainermn_torus`` and
     when the launcher reads ``--watchdog``. A bad value is refused later, where the
     watchdog starts, as before."""
@@ -179,7 +181,7 @@ class Watchdog(object):
                 path = board.path
                 board.close()
                 self._watcher = subprocess.Popen(
-                    [sys.executable, '-m', 'chainermn_torus.runtime.node_watch', path,
+                    [sys.executable, '-m', 'chainermn_torus.runtime.watch.node_watch', path,
                      str(os.getpid())], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                     text=True, close_fds=True,
                     # No MPI there, and no start-up watch of its own: one would hold the
@@ -197,7 +199,7 @@ class Watchdog(object):
         problem, path = node.bcast((problem, path))
         if problem is None:
             self._board = pb.Board(path)
-            # The rank's own watcher (runtime.abort) says the phase of a death, and, on
+            # The rank's own watcher (runtime.watch.abort) says the phase of a death, and, on
             # the node's first rank, watches the node's watcher process.
             abort.tell_watcher(board=path, node_watcher=self._watcher.pid
                                if self._watcher is not None else None)
@@ -211,7 +213,7 @@ class Watchdog(object):
                                lambda bad: Unsupported('chainermn_torus: ' + bad[0][1]))
         mine = {'host': _host(), 'addrs': addrs} if node.rank == 0 else None
         table = [t for t in comm.allgather(mine) if t is not None]
-        # The key of the watchers' messages (runtime.heartbeat): made here, sent over MPI and
+        # The key of the watchers' messages (runtime.watch.heartbeat): made here, sent over MPI and
         # the watcher's stdin, never on a command line or in a file.
         key = comm.bcast(secrets.token_hex(32) if comm.rank == 0 else None)
         if self._watcher is not None:
@@ -233,7 +235,7 @@ class Watchdog(object):
 
     # --- the marks (plain stores: cheap enough for every call, step and batch) --------------
     def enter(self, name):
-        """A communication call begins (``runtime.call_marks``); nested calls count once."""
+        """A communication call begins (``runtime.watch.call_marks``); nested calls count once."""
         local = self._local
         depth = getattr(local, 'depth', 0)
         local.depth = depth + 1

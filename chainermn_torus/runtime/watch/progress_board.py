@@ -2,7 +2,7 @@
 
 A small file in /dev/shm (``cmtorus_<job>_<pid>_watch_<host>``, swept like our other
 segments once its creator is gone) that every rank of the node maps and writes its own row
-of, with plain stores, and that the node's watcher process (``runtime.node_watch``) reads.
+of, with plain stores, and that the node's watcher process (``runtime.watch.node_watch``) reads.
 Reading needs nothing from the ranks, not even that they run: a rank stopped by a signal,
 stuck in a system call or waiting in MPI with the GIL held leaves its last row there.
 
@@ -24,33 +24,19 @@ import time
 
 import numpy
 
-from chainermn_torus.runtime import board_layout, devshm
-# The layout and the phases, described once (board_layout: no dependency, read by the
-# rank's death watcher too).
-from chainermn_torus.runtime.board_layout import (  # noqa: F401 (this module's names too)
+from chainermn_torus.runtime import devshm
+from chainermn_torus.runtime.watch import board_layout
+# The layout, the phases and the calls, described once (board_layout: no dependency, read
+# by the rank's death watcher too).
+from chainermn_torus.runtime.watch.board_layout import (  # noqa: F401 (this module's names too)
     AFTER, BETWEEN, BG_CALL, BG_CALLS, BG_INSIDE, CALL, CALL_NS, CALLS_MADE, CHECKPOINT,
     COUNT, EVALUATION, FINAL_EVALUATION, FINISHED, FINISHED_STEPS, HEADER, INSIDE, MAGIC,
-    PATH_BYTES, PHASE, PHASES, PID, PROGRESS_NS, RANK, ROW, STARTUP, STEP)
+    PATH_BYTES, PHASE, PHASE_OF, PHASES, PID, PROGRESS_NS, RANK, ROW, STARTUP, STEP, CALLS)
 
 __all__ = ['Board', 'PHASES', 'STARTUP', 'STEP', 'BETWEEN', 'EVALUATION', 'CHECKPOINT',
            'AFTER', 'FINISHED', 'FINAL_EVALUATION', 'now_ns', 'position', 'CALLS', 'call_code',
            'call_name']
 
-# Within the stretch after step N, the order a rank goes through: a rank further on in it
-# has done more (a stopped rank is the one furthest behind).
-_ORDER = {BETWEEN: 0, EVALUATION: 1, CHECKPOINT: 2, STEP: 3, AFTER: 4, FINAL_EVALUATION: 5}
-
-# The communication calls a rank can be in, by the name the watcher says: ChainerMN's
-# communicator API, the optimizer's waits for its thread, and mpi4py's own methods (a script
-# calling comm.mpi_comm directly). Code 0: another call.
-CALLS = (
-    'multi_node_mean_grad', 'bcast_data', 'allreduce_grad', 'allreduce_obj', 'bcast_obj',
-    'gather_obj', 'scatter', 'send_obj', 'recv_obj', 'send', 'recv', 'bcast', 'gather',
-    'allgather', 'allreduce', 'alltoall', 'split', 'finalize', 'mean_grad_in_slot',
-    'mean_grads_by_bucket', 'the wait for the communication thread',
-    'MPI barrier', 'MPI bcast', 'MPI allreduce', 'MPI allgather', 'MPI gather',
-    'MPI scatter', 'MPI send', 'MPI recv', 'MPI sendrecv', 'MPI alltoall', 'MPI reduce',
-    'MPI reduce_scatter', 'MPI scan')
 _CODES = {name: i + 1 for i, name in enumerate(CALLS)}
 
 
@@ -75,7 +61,8 @@ def position(row):
         return (float('inf'), 0, 0)
     if phase == STARTUP:
         return (-1, 0, 0)
-    return (int(row[FINISHED_STEPS]), _ORDER.get(phase, 0), int(row[COUNT]))
+    order = PHASE_OF[phase].order if phase in PHASE_OF else 0
+    return (int(row[FINISHED_STEPS]), order, int(row[COUNT]))
 
 
 class Board(object):

@@ -19,7 +19,7 @@ clean-up code runs and the hook above names the signal and ends the job. A main 
 blocked in a long MPI call cannot run Python handlers, and a thread cannot help either:
 mpi4py's object collectives (``comm.allreduce(obj)``, ChainerMN's ``allreduce_obj`` in every
 multi-node evaluator) hold the GIL while they wait, so no other thread of the rank runs. The
-watcher is therefore a small process of its own (``runtime.rank_watch``): the C-level
+watcher is therefore a small process of its own (``runtime.watch.rank_watch``): the C-level
 signal handler writes the signal's number into a pipe (``signal.set_wakeup_fd``) whose
 other end the watcher reads, and if the rank is still alive ``TERM_GRACE_S`` later (longer
 while the hook is already aborting) the watcher says so and kills it, so the job ends
@@ -42,8 +42,9 @@ import psutil
 
 from chainermn_torus import config
 from chainermn_torus.errors import ConfigError, Refusal
-from chainermn_torus.runtime import board_layout, devshm, patches, rank_watch, report
-from chainermn_torus.runtime import startup_watch
+from chainermn_torus.runtime import devshm, patches, report
+from chainermn_torus.runtime.watch import board_layout, rank_watch
+from chainermn_torus.runtime.watch import ranks
 from chainermn_torus.runtime import timeline
 
 __all__ = ['install', 'ABORT_DELAY_S', 'Terminated', 'TERM_GRACE_S', 'say_on_signal']
@@ -223,9 +224,11 @@ def _setting(key):
 def _unlink_mpi_segments():
     """The job is ending: the names of the MPI libraries' segments this process maps go
     (devshm.unlink_at_end; MPI_Abort skips MPI_Finalize, which would remove MPICH's), unless
-    CHAINERMN_TORUS_KEEP_MPI_SHM asks to keep them (a bad value: removed)."""
+    CHAINERMN_TORUS_KEEP_MPI_SHM asks to keep them (a bad value: removed); and the topology
+    file an aborted mpiexec leaves in /tmp."""
     if not _setting('keep_mpi_shm'):
         devshm.unlink_at_end()
+    devshm.remove_launcher_topology()
 
 
 def said_once(text):
@@ -241,7 +244,7 @@ def said_once(text):
         sock.close()
         # Taken: by a rank of this job (this user's), or by another user who bound the
         # predictable name first to hide the line, which is then said all the same.
-        return not startup_watch.holders(key)
+        return not ranks.holders(key)
     _HOOK.said.append(sock)  # held until the process ends
     return True
 
@@ -339,6 +342,7 @@ def install():
         return
     _HOOK.previous = sys.excepthook
     sys.excepthook = _hook
+    devshm.mpi_started()  # what an aborted launcher's proxy left is found by this time
     _trainer_says_no_refusal()
     if MPI.COMM_WORLD.size > 1:
         patches.apply(sys, 'exit', _recording_exit(sys.exit), 'abort',
@@ -390,7 +394,7 @@ def _catch_sigterm():
         # imports nothing of the job's (no MPI: it must not count as a process of the job).
         subprocess.Popen([sys.executable, '-I', '-S', rank_watch.__file__, str(read_fd),
                           str(os.getpid()), str(TERM_GRACE_S), who, board_layout.__file__,
-                          str(rank_watch.oom_kills()), startup_watch.__file__],
+                          str(rank_watch.oom_kills()), ranks.__file__],
                          pass_fds=(read_fd,), stdin=subprocess.DEVNULL,
                          stdout=subprocess.DEVNULL)
     except OSError:
@@ -408,7 +412,7 @@ def _catch_sigterm():
 def _forget_watcher():
     """In a child forked by the rank (a fork-based iterator's workers): the watcher's pipe
     is the rank's. Held open there, its end of file would wait for the children, and the
-    watcher would see the rank's death late (``runtime.rank_watch``)."""
+    watcher would see the rank's death late (``runtime.watch.rank_watch``)."""
     if _HOOK.wakeup is None:
         return
     try:

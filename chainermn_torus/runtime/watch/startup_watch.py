@@ -1,5 +1,5 @@
 """The watch before a rank's communicator exists: from the process's first instruction that
-runs the package to the start of the job's watchdog (``runtime.watchdog``).
+runs the package to the start of the job's watchdog (``runtime.watch.watchdog``).
 
 The watchdog needs MPI to start (its node board and its watchers' addresses are agreed over
 the job's communicator), so a rank stopped before its communicator exists (stopped as soon
@@ -29,8 +29,8 @@ watchers, each saying that no rank of its node is behind.
 
     python -I -S startup_watch.py PID STEP_S STARTUP_S READ_FD   (started by ``start``)
 """
+import importlib.util
 import os
-import secrets
 import select
 import signal
 import socket
@@ -38,123 +38,26 @@ import subprocess
 import sys
 import time
 
-__all__ = ['start', 'arrived', 'key_of', 'rank_of', 'ending', 'being_ended', 'canaries',
-           'end_ranks', 'holders']
+__all__ = ['start', 'arrived', 'watch']
 
-# Where each launcher tells a process its rank (runtime.world.RANK_VARIABLES: read here by
-# name, this file imports nothing of the package).
-RANK_VARIABLES = ('PMI_RANK', 'OMPI_COMM_WORLD_RANK', 'PMIX_RANK', 'SLURM_PROCID')
 POLL_S = 0.25
 _STATE = {}  # in the rank: 'write' (the pipe to its watcher), 'arrived' (the socket held)
 
 
-def _fields(pid):
-    """The fields of /proc/PID/stat after the command's name (state first), or None."""
-    try:
-        with open('/proc/{}/stat'.format(pid)) as f:
-            text = f.read()
-    except OSError:
-        return None
-    return text[text.rindex(')') + 2:].split()
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _stat(pid):
-    """(state letter, parent pid, start time in clock ticks) of ``pid``, or None."""
-    fields = _fields(pid)
-    return None if fields is None else (fields[0], int(fields[1]), int(fields[19]))
-
-
-def key_of(pid):
-    """The job's key on this node, as ``pid`` sees it: its parent (the launcher's process
-    that started the node's ranks) and that parent's start time."""
-    mine = _stat(pid)
-    if mine is None:
-        return None
-    parent = _stat(mine[1])
-    return '{}_{}'.format(mine[1], parent[2] if parent else 0)
-
-
-def rank_of(pid):
-    """The rank the launcher gave process ``pid``, from its environment, or None."""
-    try:
-        with open('/proc/{}/environ'.format(pid), 'rb') as f:
-            env = dict(item.split(b'=', 1) for item in f.read().split(b'\0') if b'=' in item)
-    except OSError:
-        return None
-    for name in RANK_VARIABLES:
-        value = env.get(name.encode(), b'')
-        if value.isdigit():
-            return int(value)
-    return None
-
-
-# --- names in the abstract socket namespace ---------------------------------------------------
-# Anyone on the node can bind a name there, so a name is never trusted for being bound: each
-# carries a random token (it cannot be taken first), and what counts is who holds it, read
-# from /proc (the socket's inode in /proc/net/unix, in the holder's open files), of this
-# user only.
-def _names(prefix):
-    """{inode: name} of the abstract Unix sockets named ``prefix``... (/proc/net/unix)."""
-    found = {}
-    try:
-        with open('/proc/net/unix') as f:
-            next(f)
-            for line in f:
-                fields = line.split(None, 7)
-                if len(fields) == 8 and fields[7].startswith('@' + prefix):
-                    found[int(fields[6])] = fields[7].rstrip('\n')
-    except (OSError, StopIteration, ValueError):
-        pass
-    return found
-
-
-def _socket_inodes(pid):
-    """The inodes of the sockets process ``pid`` has open (readable for this user's
-    processes only: another user's are never counted)."""
-    inodes = set()
-    try:
-        fds = os.listdir('/proc/{}/fd'.format(pid))
-    except OSError:
-        return inodes
-    for fd in fds:
-        try:
-            link = os.readlink('/proc/{}/fd/{}'.format(pid, fd))
-        except OSError:
-            continue
-        if link.startswith('socket:['):
-            inodes.add(int(link[8:-1]))
-    return inodes
-
-
-def _ours(pid):
-    """Whether ``pid`` runs as this process's user."""
-    try:
-        return os.stat('/proc/{}'.format(pid)).st_uid == os.getuid()
-    except OSError:
-        return False
-
-
-def holders(prefix, pids=None):
-    """The processes of this user (among ``pids``, default all) that hold a socket named
-    ``prefix``..."""
-    inodes = set(_names(prefix))
-    if not inodes:
-        return []
-    if pids is None:
-        pids = [int(n) for n in os.listdir('/proc') if n.isdigit()]
-    return [pid for pid in pids if _ours(pid) and _socket_inodes(pid) & inodes]
-
-
-def _hold(name, token=True):
-    """Bind abstract name ``name`` (with a random token after it by default): the socket,
-    held while it lives, or None where the name is taken."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    try:
-        sock.bind('\0' + name + ('_' + secrets.token_hex(8) if token else ''))
-    except OSError:
-        sock.close()
-        return None
-    return sock
+if __package__:
+    from chainermn_torus.runtime import processes
+    from chainermn_torus.runtime.watch import ranks as node_ranks
+else:  # this watcher's own process, which imports nothing of the package
+    _HERE = os.path.dirname(os.path.abspath(__file__))
+    processes = _load('processes', os.path.join(os.path.dirname(_HERE), 'processes.py'))
+    node_ranks = _load('ranks', os.path.join(_HERE, 'ranks.py'))
 
 
 def _arrival_name(key, rank):
@@ -163,82 +66,7 @@ def _arrival_name(key, rank):
 
 def _has_arrived(key, rank, pid):
     """Whether rank ``rank`` of the job (process ``pid``) holds its arrival name."""
-    return bool(holders(_arrival_name(key, rank) + '_', [pid]))
-
-
-def ending(*pids):
-    """Say, for the node's rank watchers (``runtime.abort``), that the job's ranks of this
-    node (the siblings of ``pids``, the first still there) are being ended on purpose: their
-    deaths are not to be explained as their own. The name is held while the returned
-    socket lives (keep it until the ranks are gone); None where none of ``pids`` is there."""
-    key = next(filter(None, map(key_of, pids)), None)
-    return None if key is None else _hold('cmtorus_ending_{}'.format(key))
-
-
-def being_ended(key):
-    """Whether a watcher of this user is ending the job's ranks of the node ``key``
-    (``key_of``, read while the rank was there) on purpose (``ending``)."""
-    return key is not None and bool(holders('cmtorus_ending_{}_'.format(key)))
-
-
-def _families():
-    """{pid: (parent pid, process group)} of every process of the node."""
-    out = {}
-    for name in os.listdir('/proc'):
-        fields = _fields(name) if name.isdigit() else None
-        if fields is not None:
-            out[int(name)] = int(fields[1]), int(fields[2])
-    return out
-
-
-def canaries(pids):
-    """The canaries of ranks ``pids``: the processes each rank's watcher (a child of the
-    rank, in a group of its own) forked into the rank's process group (``runtime.rank_watch``)."""
-    family = _families()
-    found = []
-    for pid in pids:
-        if pid not in family:
-            continue
-        group = family[pid][1]
-        for child, (parent, child_group) in family.items():
-            if child_group != group or child == pid or parent not in family:
-                continue
-            grandparent, parent_group = family[parent]
-            if grandparent == pid and parent_group != group:
-                found.append(child)
-    return found
-
-
-def end_ranks(pids):
-    """SIGKILL the ranks ``pids`` of this node, each after its canary is gone: the ranks'
-    own watchers then read the order the kernel kept (the canary first: the rank was ended
-    with its group, as the launcher ends a job) and say nothing of their own.
-
-    A stopped rank goes first: a canary's death can leave the rank's group without a member
-    whose parent is outside it (an orphaned group), and the kernel then continues the
-    group's stopped processes (SIGHUP, SIGCONT), so a rank stopped halfway through writing a
-    checkpoint would finish and rename it while the others are being ended."""
-    for pid in pids:
-        if (_stat(pid) or 'Z')[0] in 'Tt':
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-    found = canaries(pids)
-    for pid in found:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline and any(
-            (_stat(pid) or 'Z')[0] not in 'ZX' for pid in found):
-        time.sleep(0.002)
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+    return bool(node_ranks.holders(_arrival_name(key, rank) + '_', [pid]))
 
 
 # --- in the rank ----------------------------------------------------------------------------
@@ -267,7 +95,7 @@ def arrived():
     """The job's watchdog started on this rank: hold the arrival name (the node's other
     watchers see it) and let this rank's watcher go."""
     if 'arrived' not in _STATE:
-        sock = _hold(_arrival_name(key_of(os.getpid()), _own_rank()))
+        sock = node_ranks.hold(_arrival_name(node_ranks.key_of(os.getpid()), _own_rank()))
         if sock is not None:
             _STATE['arrived'] = sock  # held until the process ends
     write = _STATE.pop('write', None)
@@ -284,7 +112,7 @@ def arrived():
 
 
 def _own_rank():
-    for name in RANK_VARIABLES:
+    for name in processes.RANK_VARIABLES:
         value = os.environ.get(name, '')
         if value.isdigit():
             return int(value)
@@ -307,13 +135,13 @@ def _node_ranks(key, me):
         if not name.isdigit():
             continue
         pid = int(name)
-        st = _stat(pid)
-        if st is None or st[1] != parent:
+        st = processes.stat(pid)
+        if st is None or st.ppid != parent:
             continue
-        rank = rank_of(pid)
+        rank = processes.rank_of(pid)
         if rank is None and pid != me:
             continue  # not a rank (another child of the launcher's process)
-        out.append((pid, rank, st[0], rank is not None and _has_arrived(key, rank, pid)))
+        out.append((pid, rank, st.state, rank is not None and _has_arrived(key, rank, pid)))
     return sorted(out, key=lambda r: (r[1] is None, r[1] or 0))
 
 
@@ -348,10 +176,10 @@ def _claim(key):
     one can hold, or None where a watcher of this user holds it. A name another user took
     first claims nothing: the watcher goes on (the line may then be said twice)."""
     name = 'cmtorus_startup_said_{}'.format(key)
-    sock = _hold(name, token=False)
-    if sock is not None or holders(name):
+    sock = node_ranks.hold(name, token=False)
+    if sock is not None or node_ranks.holders(name):
         return sock
-    return _hold(name, token=True)
+    return node_ranks.hold(name, token=True)
 
 
 def _verdict(ranks, me, waited, host, reason):
@@ -383,13 +211,13 @@ def _verdict(ranks, me, waited, host, reason):
 def _end(ranks, me):
     """Remove MPICH's segment names, then end the node's ranks."""
     pids = [r[0] for r in ranks] or [me]
-    _STATE['ending'] = ending(*pids)  # held until this watcher exits, after the kills
+    _STATE['ending'] = node_ranks.ending(*pids)  # held until this watcher exits
     for path in _mpich_segments(pids):
         try:
             os.unlink(path)
         except OSError:
             pass
-    end_ranks(pids)
+    node_ranks.end_ranks(pids)
 
 
 def watch(me, step_s, startup_s, fd):
@@ -397,13 +225,13 @@ def watch(me, step_s, startup_s, fd):
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(s, signal.SIG_IGN)  # the job's process group is signalled too: stay
     start = time.monotonic()
-    key = key_of(me)
+    key = node_ranks.key_of(me)
     host = socket.gethostname()
     stopped = {}  # pid -> when first seen stopped
     while True:
         if select.select([fd], [], [], POLL_S)[0]:
             return  # 'a': the watchdog took over; or end of file: the rank is gone
-        if key is None or _stat(me) is None:
+        if key is None or processes.stat(me) is None:
             return
         now = time.monotonic()
         ranks = _node_ranks(key, me)

@@ -1,5 +1,5 @@
 """The watcher of one rank: a small process beside each rank of a job of several ranks,
-started by ``runtime.abort`` with its hook. ``python -I -S`` on this file, importing nothing
+started by ``runtime.watch.abort`` with its hook. ``python -I -S`` on this file, importing nothing
 of the package (its two siblings are loaded by path): it starts in milliseconds, needs no
 MPI and is no process of the job. It
 
@@ -21,7 +21,7 @@ on the rank and the canary through pidfds in one epoll, whose ready list keeps t
 which they ended (and on the end of file of the rank's pipe: the kernel closes a dying
 process's files before it tells anyone it ended, its pidfd and its launcher included). The
 rank first: it died alone, the death to say. The canary first: the group was ended, by the
-launcher or by a watcher of the package ending ranks on purpose (``startup_watch.end_ranks``
+launcher or by a watcher of the package ending ranks on purpose (``ranks.end_ranks``
 kills the canaries first), nothing to say. A group killed whole ends the canary (a small
 process) before the rank's files close (after its memory is freed): 10-15 ms apart here;
 the launcher kills the group of a rank that died alone 3-4 ms after its files closed.
@@ -31,10 +31,10 @@ reaped the rank (Linux 6.15+), else from /proc while the rank is a zombie. Witho
 (Linux before 5.3, Python before 3.9) the watcher stays in the group: it says a death if it
 reads it before the launcher's kill reaches it.
 
-    python -I -S rank_watch.py FD PID GRACE WHO BOARD_LAYOUT_PY OOM_KILLS STARTUP_WATCH_PY
+    python -I -S rank_watch.py FD PID GRACE WHO BOARD_LAYOUT_PY OOM_KILLS RANKS_PY
 
 FD: the read end of the rank's pipe (``signal.set_wakeup_fd``'s signal numbers, and the
-messages of ``runtime.abort``: ``BYE``, ``ABORTING``, ``NEWS``).
+messages of ``runtime.watch.abort``: ``BYE``, ``ABORTING``, ``NEWS``).
 """
 import errno
 import fcntl
@@ -67,6 +67,10 @@ def _load(name, path):
     return module
 
 
+_RUNTIME = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+processes = _load('processes', os.path.join(_RUNTIME, 'processes.py'))
+
+
 def oom_kills():
     """The kernel's count of processes its out-of-memory killer ended (-1: not known)."""
     try:
@@ -77,17 +81,6 @@ def oom_kills():
     except (OSError, ValueError):
         pass
     return -1
-
-
-def status_of(pid):
-    """(state letter, exit status) of process ``pid`` from /proc, or None where it is gone."""
-    try:
-        with open('/proc/{}/stat'.format(pid)) as f:
-            text = f.read()
-        fields = text[text.rindex(')') + 2:].split()
-        return fields[0], int(fields[49])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def _pidfd_exit(pidfd):
@@ -108,9 +101,9 @@ def exit_status(pid, pidfd):
         status = _pidfd_exit(pidfd)
         if status is not None:
             return status
-    seen = status_of(pid)
+    seen = processes.stat(pid)
     if seen is not None:
-        return seen[1]
+        return seen.exit_status
     return None if pidfd is None else _pidfd_exit(pidfd)  # reaped meanwhile
 
 
@@ -158,15 +151,14 @@ def remove_temporaries(pids, read_writers, wait_s=3.0):
         return
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline and any(
-            (status_of(pid) or 'X')[0] not in 'ZX' for pid in pids):
+            processes.alive(pid) for pid in pids):
         time.sleep(0.005)
     writers = read_writers()
     if not writers:
         return
-    temporaries = _load('temporaries', os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), 'temporaries.py'))
+    temporaries = _load('temporaries', os.path.join(_RUNTIME, 'temporaries.py'))
     for pid, directory in writers:
-        if (status_of(pid) or 'X')[0] in 'ZX':  # a live writer's file is its own
+        if not processes.alive(pid):  # a live writer's file is its own
             temporaries.remove_temporary(directory, pid)
 
 
@@ -176,7 +168,7 @@ class Watch(object):
         self.fd, self.pid = int(argv[0]), int(argv[1])
         self.grace, self.who = float(argv[2]), argv[3]
         self.layout_path, self.oom_at_start = argv[4], int(argv[5])
-        self.ends = _load('startup_watch', argv[6])  # who ends the node's ranks on purpose
+        self.ends = _load('ranks', argv[6])  # who ends the node's ranks on purpose
         self.key = self.ends.key_of(self.pid)  # read now: the rank's parent, while it is there
         self.aborting = self.bye = False
         self.board = self.layout = None  # the board's path, and an fd that outlives it
@@ -337,10 +329,10 @@ class Watch(object):
         """The node's watchdog process is gone while the rank runs: nothing watches the
         node's ranks any more (a rank stopped now would hold the job until its time limit).
         A stall of its own: said, and the node's ranks ended, as the watchdog would have."""
-        seen = status_of(self.node_watcher)
-        if seen is not None and seen[0] not in 'ZX':
+        seen = processes.stat(self.node_watcher)
+        if seen is not None and processes.alive(self.node_watcher):
             return False
-        how = 'is gone' if seen is None else self.how_it_ended(seen[1])
+        how = 'is gone' if seen is None else self.how_it_ended(seen.exit_status)
         how = 'was ' + how if how.startswith('killed') else how
         pids = [self.pid]
         if self.layout is not None:

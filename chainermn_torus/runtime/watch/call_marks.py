@@ -3,8 +3,8 @@
 A stalled job is ranks waiting in a call for a rank that has not entered it. Steps and
 evaluation batches alone cannot tell the two apart (every rank is "in step 14"), so a
 communicator of the job gets its calls marked: entering and leaving each is a few plain
-stores into the rank's row of the node's progress board (``runtime.progress_board``), made
-by ``marker.enter(name)`` and ``marker.leave()`` (``runtime.watchdog``).
+stores into the rank's row of the node's progress board (``runtime.watch.progress_board``), made
+by ``marker.enter(name)`` and ``marker.leave()`` (``runtime.watch.watchdog``).
 
 Two places carry the marks, so that every path is seen whatever the script calls:
 
@@ -16,31 +16,17 @@ Two places carry the marks, so that every path is seen whatever the script calls
   ``comm.mpi_comm.bcast`` directly is seen too. Calls inside a marked call are not counted
   again (the marker keeps a depth per thread).
 """
-from chainermn_torus.runtime import patches, progress_board as pb
+from chainermn_torus.runtime import patches
+from chainermn_torus.runtime.watch import board_layout, progress_board as pb
 
 __all__ = ['mark_communicator', 'unmark', 'API', 'MPI_METHODS']
 
 _WHY = 'the watchdog names the communication call a rank waits in'
 
-# ChainerMN's communicator API and our communicators' own gradient calls.
-API = ('multi_node_mean_grad', 'bcast_data', 'allreduce_grad', 'allreduce_obj', 'bcast_obj',
-       'gather_obj', 'scatter', 'send_obj', 'recv_obj', 'send', 'recv', 'bcast', 'gather',
-       'allgather', 'allreduce', 'alltoall', 'split', 'finalize', 'mean_grad_in_slot',
-       'mean_grads_by_bucket')
-# mpi4py's methods that wait for other ranks, by the call the watcher names.
-MPI_METHODS = {
-    'barrier': 'MPI barrier', 'Barrier': 'MPI barrier', 'bcast': 'MPI bcast',
-    'Bcast': 'MPI bcast', 'allreduce': 'MPI allreduce', 'Allreduce': 'MPI allreduce',
-    'allgather': 'MPI allgather', 'Allgather': 'MPI allgather',
-    'Allgatherv': 'MPI allgather', 'gather': 'MPI gather', 'Gather': 'MPI gather',
-    'Gatherv': 'MPI gather', 'scatter': 'MPI scatter', 'Scatter': 'MPI scatter',
-    'Scatterv': 'MPI scatter', 'send': 'MPI send', 'ssend': 'MPI send', 'Send': 'MPI send',
-    'Ssend': 'MPI send', 'recv': 'MPI recv', 'Recv': 'MPI recv',
-    'sendrecv': 'MPI sendrecv', 'Sendrecv': 'MPI sendrecv', 'alltoall': 'MPI alltoall',
-    'Alltoall': 'MPI alltoall', 'Alltoallv': 'MPI alltoall', 'reduce': 'MPI reduce',
-    'Reduce': 'MPI reduce', 'Reduce_scatter': 'MPI reduce_scatter',
-    'Reduce_scatter_block': 'MPI reduce_scatter', 'scan': 'MPI scan', 'Scan': 'MPI scan',
-    'exscan': 'MPI scan', 'Exscan': 'MPI scan'}
+# The calls marked: the one list (board_layout.CALLS), ChainerMN's API on the communicator,
+# mpi4py's waiting methods on its mpi_comm by the call the watcher names.
+API = board_layout.API_CALLS
+MPI_METHODS = board_layout.MPI_CALLS
 for _name in API + tuple(MPI_METHODS.values()):
     assert pb.call_code(_name), _name  # every name has its code on the board
 

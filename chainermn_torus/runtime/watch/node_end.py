@@ -14,7 +14,8 @@ import time
 
 import psutil
 
-from chainermn_torus.runtime import devshm, startup_watch, sweep
+from chainermn_torus.runtime import devshm, processes
+from chainermn_torus.runtime.watch import ranks
 from chainermn_torus.runtime.atomic import remove_temporary
 
 __all__ = ['end_ranks', 'remove_writers_temporaries', 'launcher_of', 'end_launcher',
@@ -27,13 +28,13 @@ LAUNCHER_GRACE_S = 3.0
 
 def end_ranks(pids, held):
     """SIGKILL this node's ranks, wait for them, remove what they left in /dev/shm. Their
-    own watchers stay silent (``startup_watch.end_ranks``: their canaries first; and
-    ``startup_watch.ending``, appended to ``held``, which the caller keeps until it
+    own watchers stay silent (``ranks.end_ranks``: their canaries first; and
+    ``ranks.ending``, appended to ``held``, which the caller keeps until it
     exits)."""
-    held.append(startup_watch.ending(*pids))
-    startup_watch.end_ranks(pids)
+    held.append(ranks.ending(*pids))
+    ranks.end_ranks(pids)
     deadline = time.monotonic() + 3.0
-    while time.monotonic() < deadline and any(sweep.pid_alive(p) for p in pids):
+    while time.monotonic() < deadline and any(processes.alive(p) for p in pids):
         time.sleep(0.05)
     try:
         devshm.sweep()
@@ -46,7 +47,7 @@ def remove_writers_temporaries(writing):
     gone (a rank that began a checkpoint while they were being ended is on the board by
     then): a writer killed halfway leaves nothing behind."""
     for pid, directory in writing:
-        if directory and not sweep.pid_alive(pid):
+        if directory and not processes.alive(pid):
             remove_temporary(directory, pid)
 
 

@@ -23,7 +23,7 @@ Every rank stopped is a suspension of the whole job (``scontrol suspend``): no v
 import collections
 
 from chainermn_torus import config
-from chainermn_torus.runtime import board_layout, progress_board as pb
+from chainermn_torus.runtime.watch import board_layout, progress_board as pb
 
 __all__ = ['Seen', 'BROKEN', 'SAID', 'summary', 'judge']
 
@@ -92,7 +92,7 @@ def _trigger(limits, seen):
     limit = limits.limit(seen.phase, first_step=_first_step(seen))
     if limit is None:
         return None
-    if seen.phase == pb.AFTER:  # after training only a wait in a call is a stall
+    if pb.PHASE_OF[seen.phase].in_call_only:  # e.g. after training: only a wait in a call
         if seen.inside and seen.call_age is not None and seen.call_age > limit:
             return seen.call_age, limit, 'after'
         return None
@@ -105,10 +105,11 @@ def _limit_text(limits, phase, seen, why):
     if why == 'stopped':
         return 'a stopped or vanished process is a stall after the step limit, {:g} s, ' \
             'set by {}'.format(limits.limit_s, ENV)
-    if phase == pb.STARTUP or (phase == pb.STEP and _first_step(seen)):
+    kind = pb.PHASE_OF[phase].limit_kind(_first_step(seen))
+    if kind == 'startup':
         return 'start-up limit {:g} s, set by {} (default: the larger of 900 s and the ' \
             'step limit)'.format(limits.startup_s, STARTUP_ENV)
-    if phase in (pb.STEP, pb.EVALUATION, pb.FINAL_EVALUATION):
+    if kind == 'step':
         return 'limit {:g} s per step or evaluation batch, set by {}'.format(
             limits.limit_s, ENV)
     return 'limit {:g} s between steps, in checkpoints and after training ({} x {})'.format(

@@ -12,8 +12,8 @@ given to the watchers over MPI and their stdin, never on a command line) and a n
 only grows, per sender. A datagram without a valid MAC, from a
 node outside the job's table or from an address that node does not have is dropped and
 counted (``Heartbeat.dropped``); a number already seen (a copy sent to another of the
-node's addresses, or a replay) is ignored. The watcher opens one socket per IPv4 address of its node
-(``open_sockets``); once the table is known it keeps only those on the job's networks
+node's addresses, or a replay) is ignored. The watcher opens one socket per IPv4 address
+of its node; once the table is known it keeps only those on the job's networks
 (``job_addresses``: the addresses in a subnet another node of the job has one in; a one-node
 job, loopback) and closes the others, so nothing listens on an interface the job does not
 use.

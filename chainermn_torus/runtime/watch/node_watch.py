@@ -1,12 +1,13 @@
 """The watchdog's process on each node: names the rank or node a job waits for, and ends it.
 
-    python -m chainermn_torus.runtime.node_watch BOARD LEADER_PID   (started by runtime.watchdog)
+    python -m chainermn_torus.runtime.watch.node_watch BOARD LEADER_PID
+                                                        (started by the watchdog)
 
 Why a process and not a thread of a rank: a thread needs the GIL, which a rank waiting in an
 mpi4py object collective (``allreduce_obj``, ChainerMN's evaluator) does not give up, and MPI,
 whose progress may be what stopped. This process uses neither. Once per heartbeat period it
-reads the node's progress board (``runtime.progress_board``: each rank's steps, phase and
-time of its last progress) and its ranks' process states (``process_state``), exchanges
+reads the node's progress board (``runtime.watch.progress_board``: each rank's steps, phase and
+time of its last progress) and its ranks' process states (``runtime.processes``), exchanges
 heartbeats with the watchers of the other nodes (``heartbeat``: UDP), and asks the verdict
 (``verdict.judge``, a pure function of those rows) whether the job is stalled and on whom.
 With a verdict it prints that on one line, tells the other watchers (they end their nodes'
@@ -23,8 +24,9 @@ import socket
 import sys
 import time
 
-from chainermn_torus.runtime import heartbeat as hb, node_end, process_state as ps
-from chainermn_torus.runtime import progress_board as pb, verdict
+from chainermn_torus.runtime import processes
+from chainermn_torus.runtime.watch import heartbeat as hb, node_end
+from chainermn_torus.runtime.watch import progress_board as pb, verdict
 
 __all__ = ['Watcher', 'main']
 
@@ -47,7 +49,7 @@ class Watcher(object):
         self._deferred = None     # when a verdict was first left to a lower node
         self._stopped_since = {}  # pid -> when it was first seen stopped (or gone), ns
         self._warned = False
-        self._drops_said = 0      # refused datagrams said so far (runtime.heartbeat)
+        self._drops_said = 0      # refused datagrams said so far (runtime.watch.heartbeat)
 
     def run(self):
         stdin = sys.stdin.fileno()
@@ -101,7 +103,7 @@ class Watcher(object):
             pid = int(r[pb.PID])
             if not pid or r[pb.PHASE] == pb.FINISHED:
                 continue
-            states[pid] = state = ps.process_state(pid)
+            states[pid] = state = processes.state(pid)
             if state in verdict.BROKEN:
                 since = self._stopped_since.setdefault(pid, now)
                 held[pid] = (now - since) / 1e9
@@ -161,7 +163,7 @@ class Watcher(object):
         pids = [int(rows[i][pb.PID]) for i in live]
         node_end.end_ranks(pids, _HELD)
         # Who was writing a checkpoint, read once the ranks are gone: a rank that began one
-        # while they were being ended is on the board now (runtime.rank_watch likewise).
+        # while they were being ended is on the board now (runtime.watch.rank_watch likewise).
         writing = [(pid, self.board.writing_to(i)) for i, pid in zip(live, pids)]
         self.board.close(remove=True)
         node_end.remove_writers_temporaries(writing)
