@@ -40,7 +40,8 @@ FAULTS = ('raise', 'kill', 'loader-death', 'sigint', 'sigterm', 'hang', 'enospc'
 # (a tmpfs) with room for 2.6 checkpoints (keep=2), where a requeue used to fail at every
 # third checkpoint. The last one must complete.
 SINGLE = ('mean-overflow', 'diverge', 'shm-short', 'ckpt-room', 'eval-stall', 'eval-long')
-COMPLETES = ('ckpt-room', 'eval-long', 'loader-eval', 'empty-flag', 'latest-flip')
+COMPLETES = ('ckpt-room', 'eval-long', 'loader-eval', 'empty-flag', 'latest-flip',
+             'forged-verdict', 'planted-links', 'sigterm-ckpt', 'ckpt-pickle')
 # On the emulated cluster (scripts/emulate_cluster.sh, 3 nodes x 2 ranks), every process of
 # node1 stopped (SIGSTOP): during training steps, and during an evaluation. The watchdog
 # must name node1 within its limit + 2 s. One at a time (one cluster).
@@ -110,6 +111,29 @@ OTHER = ('enospc-manifest',)
 #   an --auto-resume job: must say latest.json is damaged, fall back and complete.
 ISSUE48 = ('stop-before-comm', 'watcher-killed', 'batch-too-large', 'loader-eval',
            'empty-flag', 'latest-flip')
+# Issue 54's rows, one per finding of its probe of a shared node (items 1-8); the attacks
+# run as another user (OTHER_UID) from the standard library's Python:
+# - forged-verdict: forged verdicts to the node watcher's UDP ports (they SIGKILLed the
+#   ranks): the job must complete, the first refusal said;
+# - squat-names: the watchers' abstract names bound first by the other user, then a rank
+#   stopped before its communicator (it went unnoticed): named within the limits;
+# - planted-links: links to the other user's file planted under the timeline's names (the
+#   trace overwrote it): the job completes, the file untouched, the refusal said;
+# - ckpt-foreign: a checkpoint directory the other user owns: resuming refused in one line;
+# - ckpt-pickle: the same, trusted, with a rank file of the newest checkpoint the other user
+#   crafted to run code when unpickled (it ran on every rank): refused, nothing run, the
+#   job resumed from the checkpoint before (--auto-resume falls back) and completed;
+# - sigterm-ckpt: SIGTERM between checkpoint 4's manifest and latest.json (the next job
+#   started from 0 and later deleted 4): the next job resumes from 4;
+# - sys-exit: rank 1's sys.exit(3) (a hang, or a wrong verdict): the rank and code named;
+# - loader-stop: a loader process of rank 1 stopped (named after 10 x the limit, as "the job
+#   waits for none"): named with rank, host and pid within the limit + 2 s.
+# (auto ending at each stage of its tuning under the three MPIs: tests/communicators/
+# test_tune.py, in every MPI's fast set.)
+ISSUE54 = ('forged-verdict', 'squat-names', 'planted-links', 'ckpt-foreign', 'ckpt-pickle',
+           'sigterm-ckpt', 'sys-exit', 'loader-stop')
+OTHER_UID = 65534  # nobody
+ATTACKER = shutil.which('python3', path='/usr/bin:/bin') or sys.executable
 STOP_AT_START = '''#!/bin/bash
 if [ "${PMI_RANK:-}" = 1 ]; then kill -STOP $$; fi
 exec "$@"
@@ -158,6 +182,15 @@ MESSAGES = {
     'loader-eval': [r'test accuracy: .*'],
     'empty-flag': [r'test accuracy: .*'],
     'latest-flip': [r'latest checkpoint in .* is damaged.*'],
+    'forged-verdict': [r'chainermn_torus watchdog: refused a datagram at .*'],
+    'squat-names': [r'chainermn_torus watchdog: .*before its communicator.*'],
+    'planted-links': [r'chainermn_torus: .*refusing to write .*'],
+    'ckpt-foreign': [r'chainermn_torus: cannot resume from .*'],
+    'ckpt-pickle': [r'the latest checkpoint in .* is damaged .*'],
+    'sigterm-ckpt': [r'latest\.json names iteration \d+, but a newer checkpoint is complete.*'],
+    'sys-exit': [r'chainermn_torus: rank \d+ \(.*\) called sys\.exit\(3\).*'],
+    'loader-stop': [r'chainermn_torus: .*loader process .* has been stopped .*',
+                    r'chainermn_torus watchdog: .*a process it started, pid .*'],
 }
 for _fault in STALLS + STEP_STOPS:
     MESSAGES[_fault] = [r'chainermn_torus watchdog: .*']
@@ -189,6 +222,8 @@ def scenarios(quick=False):
     rows += [(fault, 'shm', 'serial') for fault in OTHER]
     rows += [('node-rank-stop', 'shm', 'serial')]
     rows += [(fault, 'rsap', 'serial') for fault in ISSUE48]
+    rows += [(fault, 'rsap', 'ours' if fault == 'loader-stop' else 'serial')
+             for fault in ISSUE54]
     return rows
 
 
@@ -237,11 +272,11 @@ def run_inside(fault, comm, loader, workdir):
                         checkpoint_room=None)
         finally:
             subprocess.run(['umount', '/dev/shm'], check=False)
-    if fault == 'latest-flip':
+    if fault == 'latest-flip' or fault in ISSUE54:
         _mount(size, '/dev/shm')
+        row = _flip_row if fault == 'latest-flip' else _issue54_row
         try:
-            return dict(_flip_row(fault, comm, loader, workdir), shm_size=size,
-                        checkpoint_room=None)
+            return dict(row(fault, comm, loader, workdir), shm_size=size, checkpoint_room=None)
         finally:
             subprocess.run(['umount', '/dev/shm'], check=False)
     room = None
@@ -322,10 +357,12 @@ def _run_job(fault, comm, loader, workdir, extra_env=None, args=()):
     env.update(_ours('tools.oversubscribe').environment(mpi, ranks_of(fault), cores=1))
     env.update(extra_env or {})
     job_fault = {'sigint': 'signal', 'sigterm': 'signal', 'shm-full': 'none',
-                 'ckpt-room': 'none'}.get(fault, fault)
+                 'ckpt-room': 'none', 'ckpt-foreign': 'none',
+                 'ckpt-pickle': 'none'}.get(fault, fault)
     if fault == 'ckpt-room':
         env['CHAINERMN_TORUS_QUIET'] = '0'  # the line that says what was removed first
-    if fault in ('hang', 'eval-stall') + CLUSTER + STALLS + STEP_STOPS:
+    if fault in ('hang', 'eval-stall', 'forged-verdict', 'squat-names', 'loader-stop',
+                 'sys-exit') + CLUSTER + STALLS + STEP_STOPS:
         env['CHAINERMN_TORUS_WATCHDOG'] = str(WATCHDOG_S)
     if fault in STALLS + STEP_STOPS:  # one node, the serial loader: started in seconds
         env['CHAINERMN_TORUS_WATCHDOG_STARTUP'] = str(STARTUP_S)
@@ -336,8 +373,8 @@ def _run_job(fault, comm, loader, workdir, extra_env=None, args=()):
         # of 6 on a slow day at issue 36, and once for 2 s in a slow hour with four rows
         # side by side.)
         env['CHAINERMN_TORUS_WATCHDOG'] = str(WATCHDOG_S)
-    if fault in CLUSTER:
-        env['FAULT_STEP_SLEEP'] = '0.2'
+    if fault in CLUSTER or fault in ('forged-verdict', 'planted-links'):
+        env['FAULT_STEP_SLEEP'] = '0.2'  # a job still running while it is attacked
     if fault == 'shm-full':
         env['FAULT_UNITS'] = '1000'  # 3.2 MB of gradients per rank: more than is left
         env['FAULT_BATCH'] = '400'   # and 7.5 MB of loader slots
@@ -378,6 +415,17 @@ def _run_job(fault, comm, loader, workdir, extra_env=None, args=()):
         else:  # latest-flip: _flip_row's jobs
             env['CHAINERMN_TORUS_QUIET'] = '0'  # the fall-back and the resume are said lines
             argv = [MPIEXEC, '-n', '2'] + mnist + list(args) + out
+    if fault in ('forged-verdict', 'planted-links'):
+        job_fault = 'attack'
+    if fault == 'squat-names':
+        wrapper = os.path.join(workdir, 'stop_first.sh')
+        with open(wrapper, 'w') as f:
+            f.write(STOP_AT_START)
+        os.chmod(wrapper, 0o755)
+        env['CHAINERMN_TORUS_WATCHDOG_STARTUP'] = str(STARTUP_S)
+        argv = [MPIEXEC, '-n', '2', wrapper, PYTHON, WORKER, 'none', comm, loader, ckpt]
+    elif fault in ISSUE54:
+        argv = [MPIEXEC, '-n', '2', PYTHON, WORKER, job_fault, comm, loader, ckpt]
     if fault in CLUSTER:
         job_fault = {'node-frozen': 'frozen', 'node-frozen-eval': 'frozen-eval',
                      'node-rank-stop': 'stop-step'}[fault]
@@ -390,11 +438,13 @@ def _run_job(fault, comm, loader, workdir, extra_env=None, args=()):
     cue = r'EVALUATION (\d+\.\d+)' if fault == 'node-frozen-eval' else r'FAULT (\d+\.\d+)'
 
     named = [None]  # when the watchdog's line arrived
+    forged = [None]  # forged-verdict: what the attacker said it sent
 
     def pump(stream, sink, watch):
         for line in stream:
             sink.append(line)
-            if named[0] is None and line.startswith('chainermn_torus watchdog: '):
+            if named[0] is None and (line.startswith('chainermn_torus watchdog: ') or (
+                    fault == 'loader-stop' and 'has been stopped' in line)):
                 named[0] = time.time()
             m = re.match(cue, line)
             if watch and m and fault_at[0] is None:
@@ -410,6 +460,9 @@ def _run_job(fault, comm, loader, workdir, extra_env=None, args=()):
                 elif fault == 'watcher-killed':
                     _kill_node_watcher(workdir)
                     fault_at[0] = time.time()
+                elif fault == 'forged-verdict':
+                    fault_at[0] = time.time()
+                    forged[0] = _forge_verdicts(workdir)
                 else:
                     fault_at[0] = float(m.group(1))
 
@@ -417,7 +470,7 @@ def _run_job(fault, comm, loader, workdir, extra_env=None, args=()):
                threading.Thread(target=pump, args=(proc.stderr, err, False))]
     for t in threads:
         t.start()
-    if fault in ('sigint', 'sigterm'):
+    if fault in ('sigint', 'sigterm') or job_fault == 'sigterm-ckpt':
         while fault_at[0] is None and proc.poll() is None and time.time() - start < 120:
             time.sleep(0.05)
         proc.send_signal(signal.SIGINT if fault == 'sigint' else signal.SIGTERM)
@@ -446,7 +499,7 @@ def _run_job(fault, comm, loader, workdir, extra_env=None, args=()):
         t.join()
     stdout, stderr = ''.join(out), ''.join(err)
     if fault_at[0] is None and (fault in ('shm-full', 'ckpt-room') or fault in REFUSALS
-                                or fault in ISSUE48):
+                                or fault in ISSUE48 or fault in ISSUE54):
         fault_at[0] = start  # the fault is there from the start
     # Loader processes notice a dead parent within a second: up to 1.5 s for the job's
     # processes to be gone (at once where none is left), then what remains is counted.
@@ -473,7 +526,10 @@ def _run_job(fault, comm, loader, workdir, extra_env=None, args=()):
         'frozen_node_files': frozen_files,
         'seconds_to_message': None if named[0] is None or fault_at[0] is None
         else named[0] - fault_at[0],
+        'forged': forged[0],
         'tail': (stdout + stderr)[-1500:],
+        'ours': [ln for ln in (stdout + stderr).splitlines()
+                 if ln.startswith('chainermn_torus')][:20],
     }
 
 
@@ -537,6 +593,180 @@ def _flip_row(fault, comm, loader, workdir):
                                                                         flipped + 8]}
     result['resumed_at'] = flipped if 'at iteration {}'.format(flipped) in result['tail'] \
         else None
+    return result
+
+
+def _as_other(code, *args, wait=True):
+    """``code`` run by the other user (OTHER_UID), the standard library's Python alone."""
+    proc = subprocess.Popen([ATTACKER, '-I', '-S', '-c', code] + [str(a) for a in args],
+                            user=OTHER_UID, group=OTHER_UID, extra_groups=[], cwd='/',
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env={'PATH': '/usr/bin:/bin'})
+    if not wait:
+        return proc
+    out, err = proc.communicate(timeout=60)
+    return out + err
+
+
+_FORGE = r"""
+import json, os, socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+sent = 0
+for port in sys.argv[1:]:
+    for node in (0, 1, 2):
+        for data in (json.dumps({'kind': 'verdict', 'node': node, 'rows': []}).encode(),
+                     os.urandom(32) + json.dumps({'kind': 'verdict', 'node': node,
+                                                  'seq': 1 << 62}).encode()):
+            s.sendto(data, ('127.0.0.1', int(port)))
+            sent += 1
+print('sent', sent)
+"""
+
+
+def _forge_verdicts(workdir):
+    """Forged verdicts, as the other user, to every UDP port of this row's node watcher
+    (what /proc/net/udp shows anyone): what the attacker said."""
+    import psutil
+    for pid in _job_processes(workdir):
+        try:
+            proc = psutil.Process(pid)
+            if 'chainermn_torus.runtime.watch.node_watch' not in ' '.join(proc.cmdline()):
+                continue
+            conns = proc.net_connections(kind='udp') if hasattr(proc, 'net_connections') \
+                else proc.connections(kind='udp')
+        except psutil.Error:
+            continue
+        ports = sorted({c.laddr.port for c in conns})
+        return _as_other(_FORGE, *ports).strip()
+    return 'no node watcher found'
+
+
+_SQUAT = r"""
+import os, socket, sys, time
+held, seen = [], set()
+end = time.time() + float(sys.argv[1])
+while time.time() < end:
+    for pid in os.listdir('/proc'):
+        if not pid.isdigit() or pid in seen:
+            continue
+        try:
+            comm = open('/proc/%s/comm' % pid).read().strip()
+            text = open('/proc/%s/stat' % pid).read()
+        except OSError:
+            continue
+        if comm != 'hydra_pmi_proxy':
+            continue
+        seen.add(pid)
+        key = '%s_%s' % (pid, text[text.rindex(')') + 2:].split()[19])
+        names = ['cmtorus_startup_said_' + key, 'cmtorus_ending_' + key]
+        names += ['cmtorus_arrived_%s_%d' % (key, r) for r in range(4)]
+        for name in names:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            try:
+                s.bind('\0' + name)
+                held.append(s)
+            except OSError:
+                s.close()
+        print('squatted', key, len(held), flush=True)
+    time.sleep(0.005)
+"""
+
+_PLANT = r"""
+import os, sys
+victim, prefix = sys.argv[1], sys.argv[2]
+with open(victim, 'w') as f:
+    f.write('precious')
+os.chmod(victim, 0o600)
+for rank in (0, 1):
+    for suffix in ('events', 'json.tmp'):
+        os.symlink(victim, '%s.rank%d.%s' % (prefix, rank, suffix))
+print('planted')
+"""
+
+# A member to add to a rank file: an object array whose unpickling opens (creates) the file
+# named, as the probe's crafted rank file ran `id`.
+_CRAFT = r"""
+import json, pickle, struct, sys, zipfile, zlib
+ckpt, name, marker = sys.argv[1:4]
+payload = pickle.dumps(type('P', (), {'__reduce__': lambda self: (open, (marker, 'w'))})(),
+                       protocol=3)
+header = "{'descr': '|O', 'fortran_order': False, 'shape': (), }"
+header += ' ' * (63 - (10 + len(header)) % 64) + '\n'
+npy = b'\x93NUMPY\x01\x00' + struct.pack('<H', len(header)) + header.encode() + payload
+path = ckpt + '/' + name
+with zipfile.ZipFile(path, 'a') as z:
+    z.writestr('updater/evil.npy', npy)
+data = open(path, 'rb').read()
+for manifest in ('latest.json', 'manifest_iter_6.json'):
+    m = json.load(open(ckpt + '/' + manifest))
+    m['checks'][name] = {'bytes': len(data), 'crc32': zlib.crc32(data)}
+    json.dump(m, open(ckpt + '/' + manifest, 'w'))
+print('crafted')
+"""
+
+
+def _issue54_row(fault, comm, loader, workdir):
+    """One of ISSUE54's rows: the attack or the fault around a job, or two (the first writes
+    the checkpoints the second resumes from)."""
+    ckpt = os.path.join(workdir, 'ckpt')
+    if fault == 'squat-names':
+        squatter = _as_other(_SQUAT, 60, wait=False)
+        time.sleep(0.3)
+        try:
+            result = _run_job(fault, comm, loader, workdir)
+        finally:
+            squatter.kill()
+        result['attack'] = squatter.communicate()[0].strip()[-200:]
+        return result
+    if fault == 'planted-links':
+        shared = tempfile.mkdtemp(prefix='cmtorus-shared-')  # /tmp: the other user reaches it
+        try:
+            os.chmod(shared, 0o1777)
+            victim = os.path.join(shared, 'victim')
+            attack = _as_other(_PLANT, victim, os.path.join(shared, 'tl')).strip()
+            result = _run_job(fault, comm, loader, workdir, {
+                'CHAINERMN_TORUS_TIMELINE': os.path.join(shared, 'tl')})
+            with open(victim) as f:
+                result['victim_intact'] = f.read() == 'precious'
+        finally:
+            shutil.rmtree(shared, ignore_errors=True)
+        result['attack'] = attack
+        return result
+    if fault in ('ckpt-foreign', 'ckpt-pickle', 'sigterm-ckpt'):
+        # In /tmp: the other user reaches the checkpoint directory there.
+        shared = tempfile.mkdtemp(prefix='cmtorus-ckpt-row-')
+        try:
+            os.chmod(shared, 0o755)
+            return _resume_row(fault, comm, loader, shared)
+        finally:
+            shutil.rmtree(shared, ignore_errors=True)
+    return _run_job(fault, comm, loader, workdir)
+
+
+def _resume_row(fault, comm, loader, workdir):
+    """A job that writes checkpoints (sigterm-ckpt: SIGTERM ends it between checkpoint 4's
+    manifest and latest.json), what the attack does to them, then a job that resumes."""
+    ckpt = os.path.join(workdir, 'ckpt')
+    first = _run_job(fault, comm, loader, workdir, {'FAULT_STEPS': '6'})
+    extra, attack = {'FAULT_RESUME': '1', 'CHAINERMN_TORUS_QUIET': '0'}, None
+    marker = os.path.join(workdir, 'payload-ran')  # what the crafted file's unpickling makes
+    if fault != 'sigterm-ckpt':  # a shared project directory: the other user owns it
+        for path in [ckpt] + [os.path.join(ckpt, n) for n in os.listdir(ckpt)]:
+            os.chown(path, OTHER_UID, OTHER_UID)
+    if fault == 'ckpt-pickle':  # and the user said it is trusted
+        attack = _as_other(_CRAFT, ckpt, 'snapshot_iter_6.rank1.npz', marker).strip()
+        extra['CHAINERMN_TORUS_TRUST_CHECKPOINTS'] = '1'
+    result = _run_job('none' if fault == 'sigterm-ckpt' else fault, comm, loader, workdir,
+                      extra)
+    result['fault'] = fault
+    result['message'] = _message(fault, '\n'.join(result['ours']))
+    resumed = re.search(r'RESUMED (\w+)', result['tail'])
+    result['resumed_at'] = resumed and resumed.group(1)
+    result['first_job'] = {'exit_code': first['exit_code'], 'message': first['message'],
+                           'said_on_disk': 'the newest complete checkpoint on disk is '
+                                           'iteration 4' in first['tail']}
+    result['attack'] = attack
+    result['payload_ran'] = os.path.exists(marker)
     return result
 
 

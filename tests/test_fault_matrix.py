@@ -7,6 +7,7 @@ Each row runs a real 2-rank training job in its own mount namespace with a priva
 sees only its own processes, marked through the environment). Root only (the namespace).
 """
 import os
+import re
 import sys
 
 import pytest
@@ -45,7 +46,9 @@ ROWS = ([(fault, 'shm', 'ours') for fault in fault_matrix.FAULTS if fault != 'en
         # Issue 48's fault probe: each finding's row, and the refusal that left MPICH's
         # segment behind.
         + [(fault, 'rsap', 'serial') for fault in fault_matrix.ISSUE48]
-        + [('refuse-keep-mpi-shm', 'rsap', 'serial')])
+        + [('refuse-keep-mpi-shm', 'rsap', 'serial')]
+        # Issue 54's probe of a shared node: each finding's row, the attacks as another user.
+        + [row for row in fault_matrix.scenarios() if row[0] in fault_matrix.ISSUE54])
 # Faults after a few recorded steps: every rank's timeline is there, whole or cut short.
 TIMELINED = ('raise', 'kill', 'loader-death', 'hang', 'mean-overflow', 'diverge', 'eval-stall')
 # Every other row of the matrix, and why it is left to `make fault-matrix` (all 53 rows,
@@ -103,7 +106,7 @@ def test_every_row_is_run_or_left_out_with_its_reason():
     matrix = fault_matrix.scenarios()
     assert set(ROWS) <= set(matrix) and len(set(ROWS)) == len(ROWS)
     left = {row: why_left_out(row) for row in matrix if row not in ROWS}
-    assert len(ROWS) + len(left) == len(matrix) == 90
+    assert len(ROWS) + len(left) == len(matrix) == 98
     run_here = set(f for f, _, _ in ROWS)
     assert run_here >= set(fault_matrix.FAULTS + fault_matrix.SINGLE + fault_matrix.STALLS
                            + fault_matrix.OTHER + ('node-frozen', 'stop-step-p3')) - {'enospc'}
@@ -134,6 +137,23 @@ def test_fault_ends_the_job_with_its_message_and_leaves_nothing(results, fault, 
             assert line_with(r['message'], 'latest.json is damaged: it says iteration 12 but '
                              'names snapshot_iter_4'), r['message']
             assert r['resumed_at'] == 4, r['tail']
+        elif fault == 'forged-verdict':  # refused, said once with the total, the job on
+            assert r['forged'] and r['forged'].startswith('sent '), r['forged']
+            assert line_with(r['message'], 'refused a datagram at', 'no valid MAC'), r['tail']
+            assert 'datagram(s) in all were refused' in r['tail'], r['tail']
+        elif fault == 'planted-links':  # nothing written through the links
+            assert r['attack'] == 'planted' and r['victim_intact'], r
+            assert line_with(r['message'], 'refusing to write', 'a symbolic link owned by',
+                             '(uid 65534)'), r['message']
+        elif fault == 'sigterm-ckpt':  # resumed from the newest complete checkpoint
+            assert r['first_job']['exit_code'] != 0 and r['first_job']['said_on_disk'], r
+            assert r['resumed_at'] == '4', r['tail']
+            assert line_with(r['message'], 'names iteration 2'), r['message']
+        elif fault == 'ckpt-pickle':  # trusted, yet nothing unpickled: the one before
+            assert r['attack'] == 'crafted' and not r['payload_ran'], r
+            assert line_with('\n'.join(r['ours']), 'is damaged',
+                             "holds an object array ('updater/evil')", 'pickle runs code'), r
+            assert r['resumed_at'] == '4', r['tail']
         elif fault in ('loader-eval', 'empty-flag'):  # the final evaluation's accuracy
             assert r['message'].startswith('test accuracy:'), r['tail']
             if fault == 'empty-flag':  # DOUBLE_BUFFERING= is unset: nothing applied
@@ -144,6 +164,26 @@ def test_fault_ends_the_job_with_its_message_and_leaves_nothing(results, fault, 
     if fault == 'stop-before-comm':  # named before MPI, within the step limit + 2 s
         assert line_with(r['message'], 'rank 1 (', 'is stopped (process state T',
                          'before its communicator was made', 'rank 0 of'), r['message']
+        assert r['seconds_to_message'] < fault_matrix.WATCHDOG_S + 2, r['seconds_to_message']
+    if fault == 'squat-names':  # the other user's names count for nothing
+        assert re.search(r'squatted \d+_\d+ 6', r['attack']), r['attack']
+        assert line_with(r['message'], 'rank 1 (', 'is stopped (process state T',
+                         'before its communicator was made'), r['message']
+        assert r['seconds_to_message'] < fault_matrix.WATCHDOG_S + 2, r['seconds_to_message']
+    if fault == 'ckpt-foreign':  # another user's directory: refused, in one line
+        assert line_with(r['message'], 'the checkpoint directory', 'is owned by',
+                         '(uid 65534)', '--trust-checkpoint-dir'), r['message']
+        assert r['resumed_at'] is None, r['tail']
+    if fault == 'sys-exit':  # the rank and its code, not a deadlock
+        assert line_with(r['message'], 'rank 1 (', 'called sys.exit(3)',
+                         'the job ends with exit code 3'), r['message']
+        assert 'deadlock' not in r['tail'], r['tail']
+    if fault == 'loader-stop':  # with rank, host and pid, within the limit + 2 s: by the
+        # rank's loader, or by the watchdog, whichever first
+        assert line_with(r['message'], 'loader process', 'of rank 1 (', 'has been stopped',
+                         "the watchdog's step limit") or line_with(
+            r['message'], 'rank 1 on', 'waiting for a process it started, pid ',
+            'which is stopped (process state T'), r['message']
         assert r['seconds_to_message'] < fault_matrix.WATCHDOG_S + 2, r['seconds_to_message']
     if fault == 'watcher-killed':  # a stall of its own, named at once
         assert line_with(r['message'], "the watchdog's process on", 'was killed by signal 9'), \

@@ -389,3 +389,15 @@ def test_the_phase_table_is_whole_and_every_reader_takes_it_from_there():
     from chainermn_torus.runtime.watch import call_marks
     assert set(call_marks.API) | set(call_marks.MPI_METHODS.values()) <= set(pb.CALLS)
     assert all(pb.call_name(pb.call_code(c)) == c for c in pb.CALLS)
+
+
+def test_a_rank_waiting_for_a_stopped_process_it_started_is_a_stall_after_the_limit():
+    # A stopped loader process: the rank sleeps, waiting for its batch, and was named only
+    # after 10 x the limit as "the job waits for none" (state L: the node watcher sees the
+    # stopped child).
+    local = [row(0, 7, pb.STEP, 2.0, call=MEAN), row(1, 7, pb.BETWEEN, 2.5, state='L',
+                                                     held=3.5)]
+    text = judge(local)
+    assert text is not None and 'rank 1 on node0, waiting for a process it started (a loader ' \
+        'process?), which is stopped (process state T' in text and 'for 4 s' in text, text
+    assert judge([row(1, 7, pb.BETWEEN, 2.5, state='L', held=2.0)]) is None  # within the limit

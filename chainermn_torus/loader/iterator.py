@@ -452,11 +452,12 @@ class LoaderIterator(chainer.dataset.Iterator):
                     'the job ends'.format(p.name, p.pid, _where(), now - since, limit[1]))
 
     def _stop_limit(self):
-        """(seconds, what sets them) a loader process may stay stopped: the watchdog's
-        step limit where one is set, else this iterator's timeout, else None (no limit)."""
-        dog = watchdog.active()
-        if dog is not None:
-            return _Limit(dog.timeout, "the watchdog's step limit")
+        """(seconds, what sets them) a loader process may stay stopped: this iterator's
+        timeout, else None (no limit). With a watchdog, None: its node watcher names a rank
+        waiting for a stopped process it started (with the pid) within its step limit, and
+        ends the job; a second clock here raced it, and the line of the loser was lost."""
+        if watchdog.active() is not None:
+            return None
         if self.timeout is not None:
             return _Limit(self.timeout, "the loader's timeout")
         return None
@@ -474,6 +475,8 @@ class LoaderIterator(chainer.dataset.Iterator):
 
     def __next__(self):
         self._alive()
+        if not self.finalized:
+            self._check_processes()  # a loader stopped while its batches were ahead counts
         if self._held is not None:
             self._free.append(self._held)  # the caller has converted the last batch by now
             self._held = None

@@ -39,7 +39,16 @@ processes) or a SerialIterator ('serial'). COMMUNICATOR is a variant of the tabl
   spin           rank 1 spins in its forward of step 5 (computing, never reaching the
                  all-reduce)
   enospc-manifest  rank 0's write of checkpoint 4's manifest fails with ENOSPC halfway
+  sys-exit       rank 1 calls sys.exit(3)
+  loader-stop    rank 1 stops one of its loader processes (SIGSTOP)
+  sigterm-ckpt   rank 0 waits between checkpoint 4's manifest and latest.json (FAULT: the
+                 harness sends SIGTERM to mpiexec then)
+  attack         rank 0 prints FAULT at step 5 (the harness attacks the job as another user
+                 then) and training goes on to FAULT_STEPS (20) and reports OK
   none           nothing: trains FAULT_STEPS (20) steps and reports OK
+
+FAULT_RESUME=1: the checkpointer resumes first (``maybe_resume``, as --auto-resume), and
+rank 0 prints ``RESUMED <iteration or None>``.
 
 Rank 0 prints ``FAULT <time.time()>`` just before the fault (for the time to the end), or
 the rank that faults where only it can.  The harness stops ranks from outside for the
@@ -103,6 +112,11 @@ def inject_checkpoint_faults(rank):
                 fault_now()
                 raise OSError(28, 'No space left on device')
             return write(path, full, *args, **kwargs)
+        if FAULT == 'sigterm-ckpt' and rank == 0 and name == 'latest.json' and \
+                os.path.exists(os.path.join(CKPT, 'manifest_iter_4.json')) and \
+                not os.path.exists(os.path.join(CKPT, 'manifest_iter_6.json')):
+            fault_now()  # checkpoint 4 is complete; latest.json still names 2
+            time.sleep(60)
         if FAULT == 'stop-checkpoint' and rank == 1 and name.startswith('snapshot_iter_6.'):
             def stopped(f):
                 f.write(b'\0' * 4096)
@@ -181,10 +195,11 @@ class Fault(chainer.training.Extension):
                 print('FAULT {!r}'.format(time.time()), flush=True)
         if step != FAULT_STEP:
             return
-        if FAULT in ('signal', 'frozen', 'stop-step') and rank == 0:
+        if FAULT in ('signal', 'frozen', 'stop-step', 'attack') and rank == 0:
             print('FAULT {!r}'.format(time.time()), flush=True)
             return
-        if rank != 1 or FAULT not in ('raise', 'kill', 'loader-death', 'hang'):
+        if rank != 1 or FAULT not in ('raise', 'kill', 'loader-death', 'hang', 'sys-exit',
+                                      'loader-stop'):
             return
         print('FAULT {!r}'.format(time.time()), flush=True)
         if FAULT == 'raise':
@@ -195,6 +210,10 @@ class Fault(chainer.training.Extension):
             os.kill(self.iter.processes[0].pid, signal.SIGKILL)
         if FAULT == 'hang':
             time.sleep(3600)
+        if FAULT == 'sys-exit':
+            sys.exit(3)
+        if FAULT == 'loader-stop':
+            os.kill(self.iter.processes[0].pid, signal.SIGSTOP)
 
 
 def slow_converter(comm):
@@ -241,7 +260,8 @@ def main():
     else:
         it = chainer.iterators.SerialIterator(train, BATCH)
     updater = training.StandardUpdater(it, opt, device=-1)
-    steps = {'none': STEPS, 'eval-long': 6, 'stop-final-eval': 6}.get(FAULT, 10 ** 6)
+    steps = {'none': STEPS, 'attack': STEPS, 'eval-long': 6,
+             'stop-final-eval': 6}.get(FAULT, 10 ** 6)
     trainer = training.Trainer(updater, (steps, 'iteration'), out=CKPT)
     evaluator = None
     if FAULT in ('eval-stall', 'eval-long', 'frozen-eval', 'stop-final-eval'):
@@ -253,7 +273,12 @@ def main():
                 model, converter=slow_converter(comm)), comm)
         if FAULT != 'stop-final-eval':
             trainer.extend(evaluator, trigger=(4, 'iteration'), name='evaluation')
-    trainer.extend(MultiNodeCheckpointer(comm, CKPT), trigger=(2, 'iteration'))
+    checkpointer = MultiNodeCheckpointer(comm, CKPT)
+    trainer.extend(checkpointer, trigger=(2, 'iteration'))
+    if os.environ.get('FAULT_RESUME') == '1':
+        resumed = checkpointer.maybe_resume(trainer)
+        if comm.rank == 0:
+            print('RESUMED {}'.format(resumed), flush=True)
     trainer.extend(Fault(comm, it))
     trainer.run()
     if FAULT == 'stop-final-eval':  # as the examples end: training over, a last evaluation

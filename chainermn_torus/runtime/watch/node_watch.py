@@ -49,6 +49,7 @@ class Watcher(object):
         self._deferred = None     # when a verdict was first left to a lower node
         self._stopped_since = {}  # pid -> when it was first seen stopped (or gone), ns
         self._warned = False
+        self.stopped_children = {}  # rank -> pids of stopped processes it started
         self._drops_said = 0      # refused datagrams said so far (runtime.watch.heartbeat)
 
     def run(self):
@@ -89,6 +90,9 @@ class Watcher(object):
                              self.silent_s)
         if text is None or self._defer(now):
             return None  # a lower node that hears the same says it (one line, not N)
+        for rank, pids in sorted(self.stopped_children.items()):
+            said = 'rank {} on {}, {}'.format(rank, self.host, verdict.SAID['L'].split(' (')[0])
+            text = text.replace(said, '{}, pid {}'.format(said, ', '.join(map(str, pids))))
         sys.stderr.write(text + '\n')  # one write: it stays one line
         sys.stderr.flush()
         self.heartbeat.send('verdict', times=3)
@@ -97,13 +101,23 @@ class Watcher(object):
 
     def states(self, rows, now):
         """(pid -> process state, pid -> seconds seen stopped or gone) of this node's
-        ranks still running."""
+        ranks still running. A rank whose own state is fine but that started a process now
+        stopped (a loader process) is 'L': it waits for that one."""
         states, held = {}, {}
+        families = None
+        self.stopped_children = {}
         for r in rows:
             pid = int(r[pb.PID])
             if not pid or r[pb.PHASE] == pb.FINISHED:
                 continue
-            states[pid] = state = processes.state(pid)
+            state = processes.state(pid)
+            if state not in verdict.BROKEN:
+                families = processes.families() if families is None else families
+                stopped = sorted(c for c, (parent, _) in families.items()
+                                 if parent == pid and processes.state(c) == 'T')
+                if stopped:
+                    state, self.stopped_children[int(r[pb.RANK])] = 'L', stopped
+            states[pid] = state
             if state in verdict.BROKEN:
                 since = self._stopped_since.setdefault(pid, now)
                 held[pid] = (now - since) / 1e9

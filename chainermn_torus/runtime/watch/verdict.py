@@ -29,9 +29,13 @@ __all__ = ['Seen', 'BROKEN', 'SAID', 'summary', 'judge']
 
 ENV = config.SETTINGS['watchdog'].env
 STARTUP_ENV = config.SETTINGS['watchdog_startup'].env
-BROKEN = 'TZX'  # stopped, a zombie, gone: never progress, whatever the phase
+# Stopped, a zombie, gone, or waiting for a stopped process it started (L: a loader
+# process): never progress, whatever the phase.
+BROKEN = 'TZXL'
 SAID = {
     'T': 'stopped (process state T: SIGSTOP, a debugger, or a suspension of part of the job)',
+    'L': 'waiting for a process it started (a loader process?), which is stopped (process '
+         'state T: SIGSTOP, a debugger, or a suspension)',
     'Z': 'a zombie (its process exited without ending the job; not yet reaped)',
     'X': 'gone (its process no longer exists, and the job did not end)',
     'D': 'outside communication, in uninterruptible I/O (process state D: a file system or '
@@ -120,7 +124,7 @@ def _doing(seen):
     """What a rank is doing, in words: its state, and the call it is in or was last in."""
     if seen.state in BROKEN:
         text = SAID[seen.state]
-        if seen.state == 'T' and seen.held:
+        if seen.state in 'TL' and seen.held:
             text += ' for {:.0f} s'.format(seen.held)
     elif seen.inside:
         text = 'waiting in {}'.format(pb.call_name(seen.call))
