@@ -596,8 +596,10 @@ def _flip_row(fault, comm, loader, workdir):
     return result
 
 
-def _as_other(code, *args, wait=True):
-    """``code`` run by the other user (OTHER_UID), the standard library's Python alone."""
+def as_other(code, *args, wait=True):
+    """``code`` run by the other user (OTHER_UID), the standard library's Python alone
+    (tests/test_other_users.py runs the same attacks): its output, or with ``wait`` False
+    the process."""
     proc = subprocess.Popen([ATTACKER, '-I', '-S', '-c', code] + [str(a) for a in args],
                             user=OTHER_UID, group=OTHER_UID, extra_groups=[], cwd='/',
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -608,7 +610,7 @@ def _as_other(code, *args, wait=True):
     return out + err
 
 
-_FORGE = r"""
+FORGE = r"""
 import json, os, socket, sys
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 sent = 0
@@ -637,11 +639,11 @@ def _forge_verdicts(workdir):
         except psutil.Error:
             continue
         ports = sorted({c.laddr.port for c in conns})
-        return _as_other(_FORGE, *ports).strip()
+        return as_other(FORGE, *ports).strip()
     return 'no node watcher found'
 
 
-_SQUAT = r"""
+SQUAT = r"""
 import os, socket, sys, time
 held, seen = [], set()
 end = time.time() + float(sys.argv[1])
@@ -671,7 +673,7 @@ while time.time() < end:
     time.sleep(0.005)
 """
 
-_PLANT = r"""
+PLANT = r"""
 import os, sys
 victim, prefix = sys.argv[1], sys.argv[2]
 with open(victim, 'w') as f:
@@ -710,7 +712,7 @@ def _issue54_row(fault, comm, loader, workdir):
     the checkpoints the second resumes from)."""
     ckpt = os.path.join(workdir, 'ckpt')
     if fault == 'squat-names':
-        squatter = _as_other(_SQUAT, 60, wait=False)
+        squatter = as_other(SQUAT, 60, wait=False)
         time.sleep(0.3)
         try:
             result = _run_job(fault, comm, loader, workdir)
@@ -723,7 +725,7 @@ def _issue54_row(fault, comm, loader, workdir):
         try:
             os.chmod(shared, 0o1777)
             victim = os.path.join(shared, 'victim')
-            attack = _as_other(_PLANT, victim, os.path.join(shared, 'tl')).strip()
+            attack = as_other(PLANT, victim, os.path.join(shared, 'tl')).strip()
             result = _run_job(fault, comm, loader, workdir, {
                 'CHAINERMN_TORUS_TIMELINE': os.path.join(shared, 'tl')})
             with open(victim) as f:
@@ -754,7 +756,7 @@ def _resume_row(fault, comm, loader, workdir):
         for path in [ckpt] + [os.path.join(ckpt, n) for n in os.listdir(ckpt)]:
             os.chown(path, OTHER_UID, OTHER_UID)
     if fault == 'ckpt-pickle':  # and the user said it is trusted
-        attack = _as_other(_CRAFT, ckpt, 'snapshot_iter_6.rank1.npz', marker).strip()
+        attack = as_other(_CRAFT, ckpt, 'snapshot_iter_6.rank1.npz', marker).strip()
         extra['CHAINERMN_TORUS_TRUST_CHECKPOINTS'] = '1'
     result = _run_job('none' if fault == 'sigterm-ckpt' else fault, comm, loader, workdir,
                       extra)
@@ -971,6 +973,29 @@ Issue 48's rows (its fault probe's findings; watchdog 3 s, start-up limit 10 s):
 - `refuse-keep-mpi-shm` (left MPICH's segment), `refuse-threads-huge` (said 999999999999999
   threads); the `kill` rows name the rank that died (the project's line, item 10), the
   `sigint`/`sigterm` rows end in one line per node (item 12).
+
+Issue 54's rows (a shared node: the attacks run as another user, `nobody`, with the system's
+Python alone; watchdog 3 s):
+- `forged-verdict`: unauthenticated and wrongly keyed verdicts sent to the node watcher's
+  UDP ports mid-training (they ended the job silently): refused and counted, the job
+  completes;
+- `squat-names`: the watchers' abstract names bound first by the other user, and rank 1
+  stopped before its communicator (it went unnoticed): named within the limit + 2 s;
+- `planted-links`: links to the other user's 0600 file planted as `tl.rank<R>.events` and
+  `.json.tmp` in a shared directory (the trace overwrote it): refused, the file untouched,
+  the job completes;
+- `ckpt-foreign`: a checkpoint directory the other user owns: `--auto-resume` refused in one
+  line;
+- `ckpt-pickle`: the same directory trusted (`CHAINERMN_TORUS_TRUST_CHECKPOINTS=1`), the
+  newest checkpoint's rank file given an object array whose unpickling creates a file (the
+  probe's ran `id`): refused, nothing run, the checkpoint before resumed;
+- `sigterm-ckpt`: SIGTERM to mpiexec between checkpoint 4's manifest and latest.json (the
+  next job started from 0 and later deleted 4): the signal's line says 4 is on disk, the
+  next job resumes from it;
+- `sys-exit`: rank 1's `sys.exit(3)` (a hang without a watchdog, a wrong verdict with one):
+  the rank and code named;
+- `loader-stop`: one of rank 1's loader processes stopped (named after 10 x the limit as
+  "the job waits for none"): named with its pid within the limit + 2 s.
 """
 
 

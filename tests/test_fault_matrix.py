@@ -171,8 +171,8 @@ def test_fault_ends_the_job_with_its_message_and_leaves_nothing(results, fault, 
                          'before its communicator was made'), r['message']
         assert r['seconds_to_message'] < fault_matrix.WATCHDOG_S + 2, r['seconds_to_message']
     if fault == 'ckpt-foreign':  # another user's directory: refused, in one line
-        assert line_with(r['message'], 'the checkpoint directory', 'is owned by',
-                         '(uid 65534)', '--trust-checkpoint-dir'), r['message']
+        assert line_with('\n'.join(r['ours']), 'cannot resume from', 'the checkpoint directory',
+                         'is owned by', '(uid 65534)', '--trust-checkpoint-dir'), r['ours']
         assert r['resumed_at'] is None, r['tail']
     if fault == 'sys-exit':  # the rank and its code, not a deadlock
         assert line_with(r['message'], 'rank 1 (', 'called sys.exit(3)',

@@ -14,46 +14,17 @@ import psutil
 import pytest
 
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
-from conftest import job_env, mpiexec_path, worker
+from conftest import ROOT, job_env, mpiexec_path, worker
 from test_faults import _Bounded, _started_job, WATCHDOG_S, _STOP_AT_START
 
-OTHER = 65534
-ATTACKER = shutil.which('python3', path='/usr/bin:/bin') or sys.executable
+sys.path.insert(0, os.path.join(ROOT, 'scripts'))
+from fault_matrix import FORGE, OTHER_UID as OTHER, PLANT, SQUAT, as_other  # noqa: E402
 
 pytestmark = [
     pytest.mark.root, pytest.mark.mpi,
     pytest.mark.skipif(os.getuid() != 0, reason='running code as another user needs root'),
     pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
                        reason='Debian package dataset-fashion-mnist is not installed')]
-
-
-def as_other(code, *args, wait=True):
-    """``code`` run by the other user (a process of its own, in its own session)."""
-    proc = subprocess.Popen([ATTACKER, '-I', '-S', '-c', code] + [str(a) for a in args],
-                            user=OTHER, group=OTHER, extra_groups=[], cwd='/',
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, env={'PATH': '/usr/bin:/bin'})
-    if wait:
-        out, err = proc.communicate(timeout=60)
-        assert proc.returncode == 0, err
-        return out
-    return proc
-
-
-FORGE = r'''
-import json, os, socket, sys
-ports = [int(p) for p in sys.argv[1:]]
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-sent = 0
-for port in ports:
-    for node in (0, 1, 2):
-        for data in (json.dumps({'kind': 'verdict', 'node': node, 'rows': []}).encode(),
-                     os.urandom(32) + json.dumps({'kind': 'verdict', 'node': node, 'seq': 1 << 62,
-                                                  'rows': []}).encode()):
-            s.sendto(data, ('127.0.0.1', port))
-            sent += 1
-print('SENT', sent)
-'''
 
 
 def _udp_ports(pid):
@@ -84,7 +55,7 @@ def test_forged_verdicts_from_another_user_are_refused_counted_and_the_job_goes_
         assert ports, 'the watcher has no UDP socket'
         sent = as_other(FORGE, *ports)
         out, err = proc.communicate(timeout=90)
-    assert 'SENT {}'.format(6 * len(ports)) in sent
+    assert 'sent {}'.format(6 * len(ports)) in sent, sent
     assert proc.returncode == 0 and out.count('OK rank') == 2, err[-3000:]
     first = [l for l in err.splitlines() if 'refused a datagram at' in l]
     assert len(first) == 1 and re.search(r'from 127\.0\.0\.1:\d+ \(no valid MAC of this job\)',
@@ -107,41 +78,6 @@ def _watcher_of(pid):
     pytest.fail('no node watcher')
 
 
-SQUAT = r'''
-import os, socket, sys, time
-held, seen = [], set()
-end = time.time() + float(sys.argv[1])
-while time.time() < end:
-    for pid in os.listdir('/proc'):
-        if not pid.isdigit() or pid in seen:
-            continue
-        try:
-            with open('/proc/%s/comm' % pid) as f:
-                comm = f.read().strip()
-            with open('/proc/%s/stat' % pid) as f:
-                text = f.read()
-        except OSError:
-            continue
-        if comm != 'hydra_pmi_proxy':
-            continue
-        seen.add(pid)
-        key = '%s_%s' % (pid, text[text.rindex(')') + 2:].split()[19])
-        names = ['cmtorus_startup_said_' + key, 'cmtorus_ending_' + key,
-                 'cmtorus_ending_%s_0' % key]
-        for r in range(8):
-            names += ['cmtorus_arrived_%s_%d' % (key, r), 'cmtorus_arrived_%s_%d_0' % (key, r)]
-        for name in names:
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            try:
-                s.bind('\0' + name)
-                held.append(s)
-            except OSError:
-                s.close()
-        print('SQUATTED', key, len(held), flush=True)
-    time.sleep(0.005)
-'''
-
-
 def _squatter(seconds):
     proc = as_other(SQUAT, seconds, wait=False)
     time.sleep(0.3)  # its interpreter up before the job's launcher
@@ -151,7 +87,7 @@ def _squatter(seconds):
 def _squatted(squatter):
     squatter.kill()
     out = squatter.communicate()[0]
-    assert re.search(r'SQUATTED \d+_\d+ 19', out), out  # every name taken first
+    assert re.search(r'squatted \d+_\d+ 6', out), out  # every name taken first
     return out
 
 
@@ -196,19 +132,6 @@ def test_a_squatted_ending_name_does_not_hide_a_killed_ranks_line():
     assert died[0].startswith('chainermn_torus: rank 1 (') and 'SIGKILL' in died[0], died
 
 
-PLANT = r'''
-import os, sys
-victim, shared = sys.argv[1], sys.argv[2]
-with open(victim, 'w') as f:
-    f.write('precious')
-os.chmod(victim, 0o600)
-for rank in (0, 1):
-    for suffix in ('events', 'json.tmp'):
-        os.symlink(victim, os.path.join(shared, 'tl.rank%d.%s' % (rank, suffix)))
-print('PLANTED')
-'''
-
-
 def test_links_planted_under_the_timelines_names_write_nothing_through_them():
     # Before: --timeline SHARED/tl followed a link planted as tl.rank0.events and overwrote
     # the other user's 0600 file with the trace.
@@ -216,7 +139,7 @@ def test_links_planted_under_the_timelines_names_write_nothing_through_them():
     try:
         os.chmod(shared, 0o1777)  # as /tmp: everyone may create, only owners remove
         victim = os.path.join(shared, 'victim')
-        assert 'PLANTED' in as_other(PLANT, victim, shared)
+        assert 'planted' in as_other(PLANT, victim, os.path.join(shared, 'tl'))
         env = job_env(2)
         env['CHAINERMN_TORUS_TIMELINE'] = os.path.join(shared, 'tl')
         proc = subprocess.run([mpiexec_path(), '-n', '2', sys.executable,

@@ -196,16 +196,20 @@ def test_a_job_shorter_than_the_tuning_says_so_records_it_and_frees_its_candidat
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize('limit, stage', [(1000, 'before'), (3000, 'during'),
-                                          (12000, 'after')])
-def test_an_auto_job_ending_at_any_stage_of_its_tuning_exits_cleanly(tmp_path, limit, stage):
+@pytest.mark.parametrize('tune, limit, stage', [
+    ('again', 3000, 'during'), ('again', 12000, 'after'),
+    pytest.param('again', 1000, 'before', marks=pytest.mark.slow),
+    pytest.param('on', 12000, 'after', marks=pytest.mark.slow),
+    pytest.param('off', 1000, 'none', marks=pytest.mark.slow)])
+def test_an_auto_job_ending_at_any_stage_of_its_tuning_exits_cleanly(tmp_path, tune, limit,
+                                                                    stage):
     # The MNIST example, unchanged, with auto measuring afresh: ended before the tuning's
     # first stage was over, in it, and after the decision. Each exited with SIGSEGV on both
     # ranks (5 of 8 runs): a window left at exit was freed before the communicator that
     # owned it, and the gradients viewing it were copied from unmapped memory.
     import os
     from conftest import ROOT
-    env = {'CHAINERMN_TORUS_TUNE': 'again', 'CHAINERMN_TORUS_TUNE_DIR': str(tmp_path)}
+    env = {'CHAINERMN_TORUS_TUNE': tune, 'CHAINERMN_TORUS_TUNE_DIR': str(tmp_path)}
     proc = run_mpi(2, [os.path.join(ROOT, 'examples', 'mnist', 'train_mnist.py'),
                        '--communicator', 'auto', '--limit', str(limit), '--epoch', '1',
                        '--out', str(tmp_path / 'out')], timeout=240, env=env)
@@ -214,5 +218,5 @@ def test_an_auto_job_ending_at_any_stage_of_its_tuning_exits_cleanly(tmp_path, l
     assert 'Fatal Python error' not in out and 'Segmentation' not in out, out[-3000:]
     decided = re.search(r'tuned 7\.2 MB on 1 nodes x 2 ranks in \d+ calls', out)
     assert bool(decided) == (stage == 'after'), out[-3000:]
-    if stage != 'after':
+    if stage in ('before', 'during'):
         assert 'before the tuning decided' in out, out[-3000:]

@@ -44,20 +44,15 @@ POLL_S = 0.25
 _STATE = {}  # in the rank: 'write' (the pipe to its watcher), 'arrived' (the socket held)
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 if __package__:
     from chainermn_torus.runtime import processes
     from chainermn_torus.runtime.watch import ranks as node_ranks
-else:  # this watcher's own process, which imports nothing of the package
-    _HERE = os.path.dirname(os.path.abspath(__file__))
-    processes = _load('processes', os.path.join(os.path.dirname(_HERE), 'processes.py'))
-    node_ranks = _load('ranks', os.path.join(_HERE, 'ranks.py'))
+else:  # this watcher's own process, which imports nothing of the package: the file beside
+    _SPEC = importlib.util.spec_from_file_location(
+        'ranks', os.path.join(os.path.dirname(os.path.abspath(__file__)), 'ranks.py'))
+    node_ranks = importlib.util.module_from_spec(_SPEC)
+    _SPEC.loader.exec_module(node_ranks)
+    processes = node_ranks.processes  # which it loaded beside it
 
 
 def _arrival_name(key, rank):
