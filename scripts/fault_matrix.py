@@ -431,6 +431,7 @@ def _run_job(fault, comm, loader, workdir, extra_env=None, args=()):
                      'node-rank-stop': 'stop-step'}[fault]
         argv = ['bash', EMULATE, 'run', '2', PYTHON, WORKER, job_fault, comm, loader, ckpt]
     start = time.time()
+    tmp_before = set(_hydra_files())
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, cwd=workdir, start_new_session=True)
     out, err, fault_at = [], [], [None]
@@ -507,6 +508,9 @@ def _run_job(fault, comm, loader, workdir, extra_env=None, args=()):
     while _job_processes(workdir) and time.time() < settle:
         time.sleep(0.05)
     left = _shm_files()
+    # MPICH's launcher topology files this row's job left in /tmp (rows side by side: another
+    # row's job may still hold one; `make fault-matrix` runs them one at a time).
+    tmp_left = sorted(set(_hydra_files()) - tmp_before)
     stray = [n for n in os.listdir(ckpt) if '.tmp' in n]
     alive = _job_processes(workdir)
     message = _message(fault, stdout + stderr)
@@ -517,7 +521,7 @@ def _run_job(fault, comm, loader, workdir, extra_env=None, args=()):
         'named_rank': named_rank, 'named_host': named_host, 'named_phase': named_phase,
         'fault': fault, 'communicator': comm, 'loader': loader, 'exit_code': proc.returncode,
         'hung': hung, 'seconds_to_end': None if fault_at[0] is None else end - fault_at[0],
-        'shm_files': left, 'shm_bytes': sum(size for _, size in left),
+        'shm_files': left, 'shm_bytes': sum(size for _, size in left), 'tmp_files': tmp_left,
         'checkpoint_tmp_files': stray, 'processes_left': alive, 'message': message,
         'completed': stdout.count('OK rank') == 2 or (
             fault in ISSUE48 and 'test accuracy:' in stdout and proc.returncode == 0),
@@ -647,7 +651,7 @@ SQUAT = r"""
 import os, socket, sys, time
 held, seen = [], set()
 end = time.time() + float(sys.argv[1])
-while time.time() < end:
+while time.time() < end and not held:  # then hold them, idle: the job is not to be slowed
     for pid in os.listdir('/proc'):
         if not pid.isdigit() or pid in seen:
             continue
@@ -670,7 +674,8 @@ while time.time() < end:
             except OSError:
                 s.close()
         print('squatted', key, len(held), flush=True)
-    time.sleep(0.005)
+    time.sleep(0.02)
+time.sleep(max(0, end - time.time()))
 """
 
 PLANT = r"""
@@ -840,6 +845,12 @@ def _timelines(prefix):
     return {'complete': [r for r, p in files.items() if p.endswith('.json')],
             'cut': [r for r, p in files.items() if p.endswith('.events')],
             'notes': notes}
+
+
+def _hydra_files():
+    """The names of MPICH's launcher topology files in /tmp (runtime.devshm.HYDRA_TOPOLOGY)."""
+    directory, prefix = os.path.split(_ours('runtime.devshm').HYDRA_TOPOLOGY)
+    return [n for n in os.listdir(directory) if n.startswith(prefix)]
 
 
 def _shm_files():
@@ -1023,6 +1034,13 @@ def markdown(results, machine=''):
                          len(r.get('checkpoints_nonfinite', [])), len(tl['complete']),
                          len(tl['cut']), named, r.get('lines', '-'),
                          msg.replace('|', '/')[:240]))
+    tmp = [r for r in results if r.get('tmp_files')]
+    lines.append('\nLeft in /tmp (MPICH\'s launcher topology files, `hydra_hwloc_xmlfile_*`, '
+                 'new after a row): {} file(s) after {} of {} rows{}.'.format(
+                     sum(len(r['tmp_files']) for r in tmp), len(tmp), len(results),
+                     ''.join('; {} {} {}: {}'.format(r['fault'], r['communicator'],
+                                                     r['loader'], len(r['tmp_files']))
+                             for r in tmp)))
     return '\n'.join(lines)
 
 

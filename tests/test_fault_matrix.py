@@ -49,6 +49,11 @@ ROWS = ([(fault, 'shm', 'ours') for fault in fault_matrix.FAULTS if fault != 'en
         + [('refuse-keep-mpi-shm', 'rsap', 'serial')]
         # Issue 54's probe of a shared node: each finding's row, the attacks as another user.
         + [row for row in fault_matrix.scenarios() if row[0] in fault_matrix.ISSUE54])
+# A rank stopped as its process starts: named within the step limit + 2 s of the moment its
+# watcher can see it. The row's clock starts with mpiexec, before the interpreters (whose
+# start the watcher's clock waits for): 3.6-3.8 s alone (docs/measurements/fault-matrix.md),
+# 5.2-5.5 s once with three rows beside the full tier's other lane on 2 cores.
+STARTUP_BOUND = fault_matrix.WATCHDOG_S + 3
 # Faults after a few recorded steps: every rank's timeline is there, whole or cut short.
 TIMELINED = ('raise', 'kill', 'loader-death', 'hang', 'mean-overflow', 'diverge', 'eval-stall')
 # Every other row of the matrix, and why it is left to `make fault-matrix` (all 53 rows,
@@ -164,12 +169,12 @@ def test_fault_ends_the_job_with_its_message_and_leaves_nothing(results, fault, 
     if fault == 'stop-before-comm':  # named before MPI, within the step limit + 2 s
         assert line_with(r['message'], 'rank 1 (', 'is stopped (process state T',
                          'before its communicator was made', 'rank 0 of'), r['message']
-        assert r['seconds_to_message'] < fault_matrix.WATCHDOG_S + 2, r['seconds_to_message']
+        assert r['seconds_to_message'] < STARTUP_BOUND, r['seconds_to_message']
     if fault == 'squat-names':  # the other user's names count for nothing
         assert re.search(r'squatted \d+_\d+ 6', r['attack']), r['attack']
         assert line_with(r['message'], 'rank 1 (', 'is stopped (process state T',
                          'before its communicator was made'), r['message']
-        assert r['seconds_to_message'] < fault_matrix.WATCHDOG_S + 2, r['seconds_to_message']
+        assert r['seconds_to_message'] < STARTUP_BOUND, r['seconds_to_message']
     if fault == 'ckpt-foreign':  # another user's directory: refused, in one line
         assert line_with('\n'.join(r['ours']), 'cannot resume from', 'the checkpoint directory',
                          'is owned by', '(uid 65534)', '--trust-checkpoint-dir'), r['ours']

@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -401,13 +402,24 @@ def test_an_aborted_job_leaves_nothing_in_tmp(mode):
     # MPICH's mpiexec writes the node's hwloc topology to /tmp/hydra_hwloc_xmlfile_* and
     # removes it at a normal end only: every aborted job left one (68 on one machine). The
     # job runs with a /tmp of its own, so whatever is left there is its.
-    from conftest import job_env, mpiexec_path
-    script = ('mount -t tmpfs -o size=16m tmpfs /tmp && "$@"; code=$?; '
-              'echo "LEFT IN TMP:" $(ls -A /tmp); exit $code')
-    proc = subprocess.run(['unshare', '-m', '--propagation', 'private', 'bash', '-c', script,
-                           'job', mpiexec_path(), '-n', '2', sys.executable,
-                           worker('fault_train.py'), mode, '1', '3'],
-                          capture_output=True, text=True, timeout=120, env=job_env(2))
+    from conftest import ROOT, job_env, mpiexec_path
+    # The checkout (a CI clone may be under /tmp) stays reachable at its path: the real /tmp
+    # is kept aside, a fresh tmpfs takes its place, and the checkout's top folder is bound
+    # back into it (and left out of the listing).
+    top = ROOT.split('/')[2] if ROOT.startswith('/tmp/') else ''
+    keep = tempfile.mkdtemp(prefix='cmtorus-keep-', dir='/var/tmp')
+    script = ('mount --bind /tmp "$KEEP" && mount -t tmpfs -o size=16m tmpfs /tmp && '
+              'if [ -n "$TOP" ]; then mkdir /tmp/"$TOP" && '
+              'mount --bind "$KEEP/$TOP" /tmp/"$TOP"; fi && "$@"; code=$?; '
+              'echo "LEFT IN TMP:" $(ls -A /tmp | grep -vx "${TOP:-.}"); exit $code')
+    try:
+        proc = subprocess.run(['unshare', '-m', '--propagation', 'private', 'bash', '-c',
+                               script, 'job', mpiexec_path(), '-n', '2', sys.executable,
+                               worker('fault_train.py'), mode, '1', '3'],
+                              capture_output=True, text=True, timeout=120,
+                              env=dict(job_env(2), KEEP=keep, TOP=top))
+    finally:
+        os.rmdir(keep)
     assert proc.returncode != 0 and 'FAULT' in proc.stdout, proc.stderr[-2000:]
     left = proc.stdout.split('LEFT IN TMP:')[-1].split()
     assert 'LEFT IN TMP:' in proc.stdout and left == [], (left, proc.stderr[-2000:])

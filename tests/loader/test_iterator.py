@@ -158,8 +158,9 @@ def test_a_loader_that_dies_before_its_next_task_is_reported_not_a_broken_pipe()
         it._free.extend(range(len(it._arrays)))
         with pytest.raises(LoaderError) as e:
             it._fill()
-        assert re.search(r'loader process \S+ \(pid \d+\) of this process \({}\) was killed by signal 9 '
-                         r'\(SIGKILL\)'.format(re.escape(socket.gethostname())), str(e.value))
+        assert re.search(r'loader process \S+ \(pid \d+\) of this process \({}\) was killed '
+                         r'by signal 9 \(SIGKILL\)'.format(re.escape(socket.gethostname())),
+                         str(e.value))
     finally:
         it.finalize()
 

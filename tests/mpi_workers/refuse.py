@@ -3,6 +3,7 @@ message), differ (two messages), one (rank 2 alone; the others wait in a barrier
 unexpected (a KeyError on rank 1: a surprise keeps its traceback), in-trainer (the same from
 an extension of a Trainer), memory (Python's own MemoryError, without a message, on rank 1)."""
 import sys
+import tempfile
 
 from mpi4py import MPI
 
@@ -39,7 +40,8 @@ def _trainer(rank):
     opt = chainer.optimizers.SGD()
     opt.setup(model)
     trainer = chainer.training.Trainer(chainer.training.StandardUpdater(
-        chainer.iterators.SerialIterator(data, 4), opt), (3, 'iteration'))
+        chainer.iterators.SerialIterator(data, 4), opt), (3, 'iteration'),
+        out=tempfile.gettempdir())  # it writes nothing; not the checkout's result/
 
     def fail(trainer):
         if rank == 1 and trainer.updater.iteration == 2:

@@ -39,7 +39,6 @@ def key_of(pid):
     return '{}_{}'.format(mine.ppid, parent.start if parent else 0)
 
 
-
 # --- names in the abstract socket namespace ---------------------------------------------------
 # Anyone on the node can bind a name there, so a name is never trusted for being bound: each
 # carries a random token (it cannot be taken first), and what counts is who holds it, read
@@ -84,8 +83,8 @@ def hold(name, token=True):
 
 
 def ending(*pids):
-    """Say, for the node's rank watchers (``runtime.watch.abort``), that the job's ranks of this
-    node (the siblings of ``pids``, the first still there) are being ended on purpose: their
+    """Say, for the node's rank watchers (``rank_watch``), that the job's ranks of this node
+    (the siblings of ``pids``, the first still there) are being ended on purpose: their
     deaths are not to be explained as their own. The name is held while the returned
     socket lives (keep it until the ranks are gone); None where none of ``pids`` is there."""
     key = next(filter(None, map(key_of, pids)), None)
