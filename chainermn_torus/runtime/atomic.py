@@ -12,6 +12,7 @@ it does not follow it.
 """
 import os
 
+from chainermn_torus.errors import UnsafePath
 from chainermn_torus.runtime import own_files
 from chainermn_torus.runtime.temporaries import TMP_PATTERN, remove_temporary, tmp_name
 
@@ -23,18 +24,18 @@ def atomic_write(path, write, before_rename=None, *, mode='wb', tmp=None):
     disk (a fault-injection point); ``tmp``: the temporary file's name (default
     ``tmp_name(path)``)."""
     tmp = tmp or tmp_name(path)
-    f = own_files.open_new(tmp, mode)  # refused (nothing to remove) where it is not ours
     try:
-        with f:
+        # Opened inside the try: a signal (SIGINT, SIGTERM) right after the file is made
+        # left it behind (the fault matrix's sigint row, once).
+        with own_files.open_new(tmp, mode) as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         if before_rename is not None:
             before_rename()
         os.replace(tmp, path)
+    except UnsafePath:
+        raise  # not ours: nothing to remove
     except BaseException:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
+        own_files.remove_own(tmp)
         raise

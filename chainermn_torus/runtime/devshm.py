@@ -344,12 +344,14 @@ def mpi_started():
     _MPI_STARTED[:] = [time.time()]
 
 
-def remove_launcher_topology():
-    """The job is being aborted: remove the hwloc topology file MPICH's proxy on this node
-    (this rank's parent, ``hydra_pmi_proxy``) wrote for the node's ranks: the file of this
-    user written between the proxy's start and the end of this rank's MPI_Init. Returns the
+def remove_launcher_topology(rank=None, until=None):
+    """The job is being aborted, or its ranks here ended: remove the hwloc topology file
+    MPICH's proxy on this node (the parent of ``rank``, default this process, a
+    ``hydra_pmi_proxy``) wrote for the node's ranks: the file of this user written between
+    the proxy's start and ``until`` (default the end of this process's MPI_Init). Returns the
     paths removed."""
-    proxy = os.getppid()
+    proxy = processes.stat(rank).ppid if rank is not None and processes.stat(rank) else \
+        os.getppid()
     for _ in range(3):  # a wrapper script or two between
         if processes.name(proxy) == 'hydra_pmi_proxy':
             break
@@ -357,9 +359,10 @@ def remove_launcher_topology():
         proxy = seen.ppid if seen is not None else 1
     else:
         return []
-    if not _MPI_STARTED:
+    until = until if until is not None else (_MPI_STARTED[0] if _MPI_STARTED else None)
+    if until is None:
         return []
-    begin, end = processes.started_at(proxy), _MPI_STARTED[0]
+    begin, end = processes.started_at(proxy), until
     if begin is None:
         return []
     removed = []

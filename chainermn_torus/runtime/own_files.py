@@ -15,7 +15,7 @@ import stat
 
 from chainermn_torus.errors import UnsafePath
 
-__all__ = ['create', 'open_new', 'append', 'owner_name', 'refusal']
+__all__ = ['create', 'open_new', 'append', 'remove_own', 'owner_name', 'refusal']
 
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0)
 
@@ -61,6 +61,17 @@ def create(path, mode=0o644):
 def open_new(path, mode='wb', perm=0o644):
     """``create`` as a Python file object (``mode``: 'w' or 'wb')."""
     return os.fdopen(create(path, perm), mode)
+
+
+def remove_own(path):
+    """Remove ``path`` where it is this user's plain file (a temporary this process made);
+    a link or another user's file is left alone."""
+    try:
+        st = os.lstat(path)
+        if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid():
+            os.unlink(path)
+    except OSError:
+        pass
 
 
 def append(path, perm=0o644):

@@ -24,7 +24,7 @@ import socket
 import sys
 import time
 
-from chainermn_torus.runtime import processes
+from chainermn_torus.runtime import devshm, processes
 from chainermn_torus.runtime.watch import heartbeat as hb, node_end
 from chainermn_torus.runtime.watch import progress_board as pb, verdict
 
@@ -45,6 +45,7 @@ class Watcher(object):
         # Silent: three heartbeats missed, and at least 2 s (a loaded node's scheduler).
         self.silent_s = max(3 * self.period, 2.0)
         self.started = pb.now_ns()
+        self.wall_started = time.time()
         self.leader_done = False  # the leader rank finished: end once every rank has
         self._deferred = None     # when a verdict was first left to a lower node
         self._stopped_since = {}  # pid -> when it was first seen stopped (or gone), ns
@@ -175,6 +176,9 @@ class Watcher(object):
         rows = self.board.rows()
         live = [i for i, r in enumerate(rows) if r[pb.PID] and r[pb.PHASE] != pb.FINISHED]
         pids = [int(rows[i][pb.PID]) for i in live]
+        # The launcher's proxy, killed with the job, leaves MPICH's topology file in /tmp;
+        # the node's ranks had read it before this watcher started.
+        devshm.remove_launcher_topology(pids[0] if pids else None, self.wall_started)
         node_end.end_ranks(pids, _HELD)
         # Who was writing a checkpoint, read once the ranks are gone: a rank that began one
         # while they were being ended is on the board now (runtime.watch.rank_watch likewise).

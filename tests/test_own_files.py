@@ -1,0 +1,49 @@
+"""Files at predictable names (runtime.own_files, runtime.atomic): made new, never through a
+link planted under the name, refused in one line that names the owner; an atomic write
+interrupted anywhere leaves no temporary file, and never removes one that is not its own."""
+import os
+
+import pytest
+
+from chainermn_torus.errors import UnsafePath
+from chainermn_torus.runtime import atomic, own_files
+
+
+def test_a_link_planted_under_the_name_is_refused_and_its_target_untouched(tmp_path):
+    victim = tmp_path / 'victim'
+    victim.write_text('precious')
+    link = tmp_path / 'out.rank0.events'
+    os.symlink(str(victim), str(link))
+    with pytest.raises(UnsafePath) as e:
+        own_files.open_new(str(link), 'w')
+    assert str(e.value).startswith('chainermn_torus: refusing to write {}: a symbolic link '
+                                   'owned by '.format(link)) and '\n' not in str(e.value)
+    with pytest.raises(UnsafePath):
+        own_files.append(str(link))
+    with pytest.raises(UnsafePath):
+        atomic.atomic_write(str(tmp_path / 'x.json'), lambda f: f.write(b'{}'),
+                            tmp=str(link))
+    assert victim.read_text() == 'precious' and os.path.islink(str(link))
+
+
+def test_our_own_leftover_is_replaced_and_appending_keeps_what_is_there(tmp_path):
+    path = tmp_path / 'log'
+    path.write_text('left by an earlier process with this pid\n')
+    with own_files.open_new(str(path), 'w') as f:
+        f.write('new\n')
+    with own_files.append(str(path)) as f:
+        f.write('more\n')
+    assert path.read_text() == 'new\nmore\n'
+
+
+@pytest.mark.parametrize('fault', [KeyboardInterrupt, OSError])
+def test_an_interrupted_atomic_write_leaves_no_temporary_and_the_old_file(tmp_path, fault):
+    path = tmp_path / 'latest.json'
+    path.write_text('old')
+
+    def write(f):
+        f.write(b'half')
+        raise fault('interrupted')
+    with pytest.raises(fault):
+        atomic.atomic_write(str(path), write)
+    assert sorted(os.listdir(str(tmp_path))) == ['latest.json'] and path.read_text() == 'old'
