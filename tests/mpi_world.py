@@ -172,6 +172,11 @@ class World(object):
 
     def kill(self):
         if self.proc.poll() is None:
+            # Killed, MPICH's proxy leaves its topology file in /tmp (it removes it at a
+            # normal end only): removed first, while the proxy is there to say which.
+            from chainermn_torus.runtime import devshm
+            for pid in list(self.pids.values())[:1]:
+                devshm.remove_launcher_topology(pid, time.time())
             # mpiexec's process group, and the ranks by pid: Hydra may start them in
             # groups of their own.
             for kill, pid in [(os.killpg, self.proc.pid)] + [

@@ -5,14 +5,15 @@ every rank, an ``Evaluator`` becomes a multi-node evaluator over each rank's sha
 import os
 
 import chainermn
-from chainer.serializers import npz
 from chainer.training import extensions
 from chainer.training.extensions._snapshot import _find_latest_snapshot
 
 from chainermn_torus.launch import loaders
 from chainermn_torus.launch.report import PREFIX, say
 from chainermn_torus.launch.sharding import rebuild, shard
-from chainermn_torus.runtime import chainer_private, report
+from chainermn_torus.extensions.checkpoint import arrays
+from chainermn_torus.extensions.checkpoint.arrays import CheckpointError
+from chainermn_torus.runtime import chainer_private, patches, report
 
 __all__ = ['Extend', 'RANK0_ONLY']
 
@@ -36,7 +37,11 @@ class Extend(object):
             comm = launch.comm()
             if kind == '_Snapshot' and getattr(extension, 'autoload', False):
                 # Rank 0 alone would resume and run fewer steps than the others: a
-                # deadlock. Every rank loads the same snapshot (rank 0 still writes).
+                # deadlock. Every rank loads the same snapshot (rank 0 still writes), and
+                # without pickle: the snapshot's own load is turned off.
+                patches.apply(extension, 'autoload', False, 'launcher',
+                              'every rank loads the snapshot, without pickle '
+                              '(AutoloadEverywhere)')
                 self.original(trainer, AutoloadEverywhere(extension, comm),
                               name='chainermn_torus_autoload')
             if kind in RANK0_ONLY:
@@ -86,9 +91,12 @@ class AutoloadEverywhere(object):
                     PREFIX, trainer.out, ', '.join(
                         'rank {}: {}'.format(r, f or 'none') for r, f in enumerate(everyone))),
                 self.comm.rank)
-        if found is not None and self.comm.rank != 0:  # rank 0's own extension loads it
+        if found is not None:  # the snapshot's own autoload is off (Extend)
             target = self.snapshot._target or trainer
-            npz.load_npz(os.path.join(trainer.out, found), target)
+            try:
+                arrays.load_npz(os.path.join(trainer.out, found), target)
+            except CheckpointError as e:  # an object array: never unpickled
+                report.stop(str(e), self.comm.rank)
         if found is not None:
             say('--data-parallel: every rank resumes from {} (snapshot autoload)'.format(found),
                 self.comm.rank)

@@ -432,19 +432,18 @@ class LoaderIterator(chainer.dataset.Iterator):
     def _check_processes(self):
         """Raise the one line of a loader process that died, or that has been stopped
         (process state T) for the limit (the job ends with it)."""
-        now = time.monotonic()
+        now, limit = time.monotonic(), self._stop_limit()
         for p in self._res.procs:
             if not p.is_alive():
                 self.finalize()
                 raise LoaderError('chainermn_torus: loader process {} (pid {}) of {} {}; '
                                   'the job ends'.format(p.name, p.pid, _where(),
                                                         _how_it_ended(p.exitcode)))
-            if process_state(p.pid) != 'T':
-                self._stopped.pop(p.pid, None)
+            if limit is None or process_state(p.pid) != 'T':  # no /proc read per batch
+                self._stopped.pop(p.pid, None)                # where nothing would use it
                 continue
             since = self._stopped.setdefault(p.pid, now)
-            limit = self._stop_limit()
-            if limit is not None and now - since >= limit[0]:
+            if now - since >= limit[0]:
                 self.finalize()
                 raise LoaderError(
                     'chainermn_torus: loader process {} (pid {}) of {} has been stopped '

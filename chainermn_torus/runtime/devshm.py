@@ -350,8 +350,8 @@ def remove_launcher_topology(rank=None, until=None):
     ``hydra_pmi_proxy``) wrote for the node's ranks: the file of this user written between
     the proxy's start and ``until`` (default the end of this process's MPI_Init). Returns the
     paths removed."""
-    proxy = processes.stat(rank).ppid if rank is not None and processes.stat(rank) else \
-        os.getppid()
+    seen = processes.stat(rank) if rank is not None else None
+    proxy = seen.ppid if seen is not None else os.getppid()
     for _ in range(3):  # a wrapper script or two between
         if processes.name(proxy) == 'hydra_pmi_proxy':
             break

@@ -11,11 +11,12 @@ unpickled). Any other object array is refused in one line, on writing and on rea
 """
 import io
 
+import chainer
 import numpy
 
 from chainermn_torus.errors import Refusal
 
-__all__ = ['CheckpointError', 'NONE_KEYS', 'for_saving', 'RankFile']
+__all__ = ['CheckpointError', 'NONE_KEYS', 'for_saving', 'RankFile', 'load_npz']
 
 
 class CheckpointError(Refusal, RuntimeError):
@@ -72,8 +73,9 @@ class RankFile(object):
     def _refusal(self, key):
         return CheckpointError(
             'chainermn_torus: {} holds an object array ({!r}): reading it would unpickle it, '
-            'and pickle runs code; chainermn_torus never does. It was not written by '
-            'chainermn_torus, or was altered: do not resume from it.'.format(self.path, key))
+            'and pickle runs code; chainermn_torus never does. Neither chainermn_torus nor '
+            "Chainer's snapshots write one: the file was altered or made elsewhere; do not "
+            'resume from it.'.format(self.path, key))
 
     def __contains__(self, key):
         return key in self._nones or key in self._z.files
@@ -98,3 +100,10 @@ class RankFile(object):
 
     def __exit__(self, *exc):
         self.close()
+
+
+def load_npz(path, target, ignore_names=None):
+    """Chainer's ``serializers.load_npz(path, target)``, reading without pickle
+    (``RankFile``): for our rank files and Chainer's snapshots alike."""
+    with RankFile(path) as z:
+        chainer.serializers.NpzDeserializer(z, ignore_names=ignore_names).load(target)

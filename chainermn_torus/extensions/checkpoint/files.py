@@ -213,8 +213,8 @@ def verify_file(directory, manifest, name, rank, trusted=False):
     # again one step later.
     try:
         with RankFile(path) as z:
-            count, first = finite.count_in({k: z[k] for k in z.files
-                                            if z[k].dtype != object})
+            stored = {k: z[k] for k in z.files}  # each read (decompressed) once
+        count, first = finite.count_in({k: a for k, a in stored.items() if a.dtype != object})
     except CheckpointError as e:  # an object array: never unpickled
         return str(e).replace('chainermn_torus: ', '', 1)
     except Exception as e:  # CRC matched, so unreadable means not an npz at all

@@ -25,15 +25,9 @@ def rng_arrays(state):
             RNG_KEYS + 'gauss': numpy.asarray(state[4])}
 
 
-def _deserialize(path, trainer, ignore_names=None):
-    """Chainer's ``load_npz``, reading without pickle (``arrays.RankFile``)."""
-    with arrays.RankFile(path) as z:
-        chainer.serializers.NpzDeserializer(z, ignore_names=ignore_names).load(trainer)
-
-
 def load_same(path, trainer):
     """A rank file written at this rank count: everything as stored."""
-    _deserialize(path, trainer)
+    arrays.load_npz(path, trainer)
     with arrays.RankFile(path) as z:
         numpy.random.set_state(('MT19937', z[RNG_KEYS + 'keys'], int(z[RNG_KEYS + 'pos']),
                                 int(z[RNG_KEYS + 'has_gauss']), float(z[RNG_KEYS + 'gauss'])))
@@ -71,7 +65,7 @@ def load_resharded(path, trainer, old_size, new_size, rank):
     """A rank file written at another rank count: everything but the iterators as stored;
     each iterator keeps its new shard and order and takes ``place_in_epoch``; the numpy
     random state is the source rank's, mixed with this rank."""
-    _deserialize(path, trainer, ignore_names=lambda k: k.startswith(_ITERATORS))
+    arrays.load_npz(path, trainer, ignore_names=lambda k: k.startswith(_ITERATORS))
     with arrays.RankFile(path) as z:
         stored = {k[len(_ITERATORS):]: z[k] for k in z.files if k.startswith(_ITERATORS)}
         keys = z[RNG_KEYS + 'keys']
