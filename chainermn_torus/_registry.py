@@ -24,8 +24,8 @@ from chainermn_torus.runtime.watch import watchdog
 from chainermn_torus.errors import ConfigError
 
 __all__ = ['create_communicator', 'create_multi_node_optimizer', 'register',
-           'force_communicator', 'set_defaults', 'valid_names', 'names', 'communicator_class',
-           'CHAINERMN_NAMES', 'OptionError', 'takes_option']
+           'force_communicator', 'set_defaults', 'set_rename', 'valid_names', 'names',
+           'communicator_class', 'CHAINERMN_NAMES', 'OptionError', 'takes_option']
 
 # auto chooses among the communicators with the planner and the simulator, so it sits above
 # them; it joins their table through the seam a plugin uses (``communicators.add_class``).
@@ -52,12 +52,15 @@ class Overrides(object):
         self.defaults = {}         # options for ours where the caller gives none
         self.forced_options = {}   # options every communicator of ours gets
         self.callbacks = []        # (comm, name asked, name made), the launcher's report
+        self.rename = None         # name -> the name to make, where none is forced
 
     def choose(self, name, kwargs):
         """(the name to make, its options) for a call asking for ``name``."""
         if self.forced is not None:
             name, forced_kwargs = self.forced
             kwargs = dict(kwargs, **forced_kwargs)
+        elif self.rename is not None:
+            name = self.rename(name)
         if self.forced_options and name in names():
             kwargs = dict(kwargs, **self.forced_options)
         return name, kwargs
@@ -130,6 +133,12 @@ def add_forced_option(key, value):
     """Every communicator of ours the factory makes from now on gets ``key=value`` (the
     launcher's --fp16-allreduce); ChainerMN's are refused with the reason."""
     OVERRIDES.forced_options[key] = value
+
+
+def set_rename(rename):
+    """``rename(name)`` (the name to make, or a refusal) for every create_communicator call
+    from now on where no name is forced: the launcher's --gpu-to-cpu. None undoes it."""
+    OVERRIDES.rename = rename
 
 
 def on_create(callback):

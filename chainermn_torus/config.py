@@ -159,6 +159,10 @@ SETTINGS = collections.OrderedDict([
                               'launcher: make a plain Chainer script data-parallel (shards, '
                               'multi-node optimizer and evaluator, rank-0-only reports)',
                               launcher='script')),
+    ('gpu_to_cpu', Setting('CHAINERMN_TORUS_GPU_TO_CPU', 'flag', False,
+                           "launcher: run a script written for GPUs on each rank's CPU: the "
+                           'GPU devices, arrays and communicator names it asks for become the '
+                           "CPU's (raw CUDA kernels and NCCL refused)", launcher='script')),
     ('global_batch', Setting('CHAINERMN_TORUS_GLOBAL_BATCH', 'flag', False,
                              "launcher, --data-parallel: the script's batch size is the global "
                              'one, divided among the ranks (default: per rank, as ChainerMN)',

@@ -19,7 +19,8 @@ import chainermn_torus
 from chainermn_torus import config, launch
 from chainermn_torus._registry import set_defaults
 from chainermn_torus.algorithms.variants import check_grid_option
-from chainermn_torus.errors import ConfigError, Refusal
+from chainermn_torus.errors import ConfigError, Refusal, Unsupported
+from chainermn_torus.launch import gpu_to_cpu
 from chainermn_torus.runtime import report, startup as _startup
 from chainermn_torus.runtime import world
 from chainermn_torus.runtime.watch.abort import ABORT_DELAY_S
@@ -28,10 +29,17 @@ from chainermn_torus.runtime.watch.abort import ABORT_DELAY_S
 def build_parser():
     parser = world.ArgumentParser(  # its errors said by rank 0 only (they were by each)
         prog='python -m chainermn_torus.run',
+        # Everything after the script is the script's: an abbreviation would take the
+        # script's own --gpu as the launcher's --gpu-to-cpu ("ambiguous option").
+        allow_abbrev=False,
         description='Run a Chainer/ChainerMN script with the chainermn-torus communicators '
                     'registered (and optionally forced).')
     config.add_arguments(parser, communicator=None, threads=True, segment_size=True)
     launch.add_arguments(parser)
+    parser.add_argument('--gpu-calls', action='store_true',
+                        help='list the GPU calls the script makes (its source, and the modules '
+                             'it imports from its directory), what each becomes under '
+                             '--gpu-to-cpu or why it is refused; then exit without running it')
     parser.add_argument('script', help='the Python script to run')
     parser.add_argument('args', nargs=argparse.REMAINDER, help="the script's own arguments")
     return parser
@@ -39,8 +47,13 @@ def build_parser():
 
 def main(argv=None):
     opts = build_parser().parse_args(argv)
+    if opts.gpu_calls:
+        if not os.path.isfile(opts.script):
+            sys.exit(PREFIX + 'script not found: {}'.format(opts.script))
+        print('\n'.join(gpu_to_cpu.listing(opts.script)))
+        return
     try:
-        prepare(opts)
+        job = prepare(opts)
     except Refusal as e:  # a bad option or variable: one line, from the job's first rank
         if world.launcher_rank() in (None, 0):
             report.line(PREFIX + str(e).replace(report.PREFIX, '', 1))
@@ -53,14 +66,22 @@ def main(argv=None):
     sys.argv = [opts.script] + list(opts.args)
     # As `python script.py` would: the script's directory first on the path.
     sys.path.insert(0, os.path.dirname(os.path.abspath(opts.script)))
-    runpy.run_path(opts.script, run_name='__main__')  # its refusals: runtime.watch.abort's hook
+    try:
+        runpy.run_path(opts.script, run_name='__main__')  # refusals: runtime.watch.abort's hook
+    except (Exception, SystemExit) as e:
+        # A script written for GPUs, run without --gpu-to-cpu, that stopped itself (its own
+        # CUDA check, import cupy): one line that names the option, not its traceback.
+        line = gpu_to_cpu.explain(job.gpu, e)
+        if line is None:
+            raise
+        raise Unsupported(line) from None
 
 
 PREFIX = 'chainermn_torus.run: '
 
 
 def prepare(opts):
-    """Everything before the script runs; a Refusal for what cannot start."""
+    """Everything before the script runs (the Launch); a Refusal for what cannot start."""
     if not os.path.isfile(opts.script):
         raise ConfigError('script not found: {}'.format(opts.script))
     kwargs = {}
@@ -87,8 +108,10 @@ def prepare(opts):
             if MPI.COMM_WORLD.rank == 0:
                 report.line(PREFIX + problem)
             sys.exit(1)
-    launch.Launch(opts).install()
+    job = launch.Launch(opts)
+    job.install()
     _startup.start()  # the abort hook, as for a script that creates a communicator of ours
+    return job
 
 
 if __name__ == '__main__':

@@ -7,8 +7,9 @@
 #             and apt), the root tests (the fault matrix: 2-rank jobs that mostly wait, by
 #             design; the emulated cluster; Slurm), then the files of lane_a_files: the
 #             aarch64 jobs under QEMU, the benchmarks, the unchanged scripts, the kernel
-#             cache's compile and job, a checkpoint's write cut by SIGTERM at every step and
-#             auto's tuning ended at each stage: jobs whose checks do not depend on speed,
+#             cache's compile and job, a checkpoint's write cut by SIGTERM at every step,
+#             auto's tuning ended at each stage and the GPU-written scripts against their
+#             CPU twins: jobs whose checks do not depend on speed,
 #             so that the two lanes end about together
 #      lane B (as it comes): every other test but the worlds'; tests/conftest.py runs those
 #             that start no MPI rank first, so beside the fault matrix run processes that
@@ -31,7 +32,7 @@ py=${PY:-.venv/bin/python}
 only=${ONLY:-}   # 'mpi and ' under another MPI: the tests that start MPI jobs (Makefile)
 lane_a_files='tests/test_aarch64.py tests/test_benchmarks.py tests/test_unchanged_scripts.py
               tests/test_kernel_cache.py tests/checkpoint/test_sigterm_steps.py
-              tests/communicators/test_tune.py'
+              tests/communicators/test_tune.py tests/launch/test_gpu_to_cpu.py'
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 failed=()

@@ -140,6 +140,28 @@ def netns_refused():
     return None
 
 
+@pytest.fixture(scope='session')
+def dataset_root(tmp_path_factory):
+    """CHAINER_DATASET_ROOT for scripts that call chainer.datasets.get_mnist(): its cache,
+    filled from Debian's Fashion-MNIST (no download on a compute node)."""
+    from chainermn_torus.datasets.mnist import write_chainer_cache
+    root = tmp_path_factory.mktemp('chainer-datasets')
+    write_chainer_cache(str(root))
+    return str(root)
+
+
+@pytest.fixture(scope='session')
+def imagenet_lists(tmp_path_factory):
+    """A small ImageNet-format subset (JPEG files, lists, mean image) of 40 px images."""
+    out = str(tmp_path_factory.mktemp('imagenet') / 'fmnist')
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, 'scripts',
+                                                        'make_imagenet_subset.py'),
+                           '--out', out, '--per-class', '6', '--val-per-class', '2',
+                           '--size', '40'], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out
+
+
 def line_with(text, *facts):
     """The first line of ``text`` holding every one of ``facts`` (values, names: what a
     message must say, not its wording), or None."""

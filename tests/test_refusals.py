@@ -61,6 +61,7 @@ BAD = {
     'keep_freed_memory': ('maybe', {}, []),
     'data_parallel': ('maybe', {}, []),
     'global_batch': ('maybe', {}, []),
+    'gpu_to_cpu': ('maybe', {}, []),
     'mpi': ('lam', {}, []),
     'compute': ('fast', {}, []),
     'onednn_cache': ('0', {}, []),

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR, write_chainer_cache
+from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
 from conftest import ROOT, line_with, ranks, run_mpi
 
 SCRIPTS = os.path.join(ROOT, 'tests', 'unchanged')
@@ -17,13 +17,6 @@ MNIST = os.path.join(SCRIPTS, 'chainermn_mnist.py')
 pytestmark = pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
                                 reason='Debian package dataset-fashion-mnist is not installed '
                                        '(make setup installs it)')
-
-
-@pytest.fixture(scope='module')
-def dataset_root(tmp_path_factory):
-    root = tmp_path_factory.mktemp('chainer-datasets')
-    write_chainer_cache(str(root))
-    return str(root)
 
 
 def launch(nprocs, options, script_args, dataset_root, env=None):
@@ -275,19 +268,6 @@ def test_data_parallel_refuses_what_it_cannot_parallelise(tmp_path, dataset_root
                   dataset_root)
     assert even.returncode == 0, even.stderr[-2000:]
     assert line_with(even.stdout, '50 per rank', '100 in all', '2 ranks'), even.stdout
-
-
-@pytest.fixture(scope='module')
-def imagenet_lists(tmp_path_factory):
-    import subprocess
-    import sys
-    out = str(tmp_path_factory.mktemp('imagenet') / 'fmnist')
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, 'scripts',
-                                                        'make_imagenet_subset.py'),
-                           '--out', out, '--per-class', '6', '--val-per-class', '2',
-                           '--size', '40'], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return out
 
 
 @pytest.mark.slow

@@ -19,6 +19,7 @@ thread budget changes (``runtime.threads.generation``: the launcher's placement,
 that measures several counts in one process) every geometry is made again, at the new
 count.
 """
+import atexit
 import collections
 
 from chainermn_torus import config
@@ -73,6 +74,11 @@ def cached(kind, key, make):
 def clear():
     """Drop every kept geometry (their primitives are freed with them)."""
     _KEPT.clear()
+
+
+# Freed while oneDNN's binding is whole: left to the interpreter's end, a primitive's
+# __del__ may run after the modules' names are cleared, and each says an ignored exception.
+atexit.register(clear)
 
 
 def stats():

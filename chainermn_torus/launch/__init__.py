@@ -18,7 +18,9 @@ iterators itself. The launcher changes what those calls return, never the script
   loader processes on the same loader CPUs (evaluation and training take turns);
 * ``--tune on`` makes ``auto`` measure its best few candidates on the first gradient calls
   (``--tune-dir``: where the choice is remembered);
-* ``--timeline PREFIX`` records the phases.
+* ``--timeline PREFIX`` records the phases;
+* ``--gpu-to-cpu`` runs a script written for GPUs on each rank's CPU (``gpu_to_cpu``); without
+  it, such a script's first GPU call stops the job in one line naming the option.
 
 Every substitution, and everything that could not be applied and why, is said once on rank
 0, on lines starting ``chainermn_torus.run:``. A ``--loader`` that finds no updater to act on
@@ -29,16 +31,17 @@ environment variable (``chainermn-torus config``) for job scripts.
 The parts: ``options`` (the table as command-line options), ``patches`` (the hooks into
 Chainer), ``sharding`` (--data-parallel), ``loaders`` (--loader), ``extensions`` (what
 Trainer.extend does), ``optimizer`` (the multi-node optimizers' options), ``report`` (the
-lines on rank 0). ``Launch`` below is the one entry: the resolved options and the state the
-parts share.
+lines on rank 0), ``gpu_to_cpu`` (a GPU-written script's device calls). ``Launch`` below
+is the one entry: the resolved options and the state the parts share.
 """
 import numpy
 import chainermn.optimizers
+from chainer import iterators
 
 from chainermn_torus import _registry, communicators, compute
 from chainermn_torus.communicators import capabilities
 from chainermn_torus.launch import options as _options
-from chainermn_torus.launch import patches
+from chainermn_torus.launch import gpu_to_cpu, patches
 from chainermn_torus.launch.optimizer import LauncherOverrides
 from chainermn_torus.launch.report import PREFIX, say
 from chainermn_torus.runtime import patches as runtime_patches
@@ -62,6 +65,8 @@ class Launch(object):
         self.placement = None      # the loader placement, made once for every loader
         self.updaters = 0          # StandardUpdaters the script made
         self.communicator = None   # the last communicator the factory made
+        self.script = getattr(opts, 'script', None)
+        self.gpu = None            # gpu_to_cpu.Said: what the script's GPU calls became
 
     def get(self, key):
         return self.values[key]
@@ -88,6 +93,9 @@ class Launch(object):
             if key in self.given:
                 _registry.add_default(key, self.get(key))
         _registry.on_create(self._communicator_made)
+        if self.script is not None:  # mapped with --gpu-to-cpu, else refused in one line
+            self.gpu = gpu_to_cpu.install(self.script, self.get('gpu_to_cpu'),
+                                          world.launcher_rank() or 0)
         if self.get('timeline'):
             timeline.enable(self.get('timeline'), '--timeline (or CHAINERMN_TORUS_TIMELINE)')
         allocation.keep(self.get('keep_freed_memory'), rank=world.launcher_rank() or 0)
@@ -103,7 +111,8 @@ class Launch(object):
         runtime_patches.apply(chainermn.optimizers, 'create_multi_node_optimizer',
                               _registry.create_multi_node_optimizer, 'launcher',
                               'either import path of ChainerMN\'s factory makes ours')
-        if self.get('loader') is not None or self.get('data_parallel'):
+        if self.get('loader') is not None or self.get('data_parallel') or \
+                self.get('gpu_to_cpu'):
             patches.patch_updater(self)
         if self.get('data_parallel') or self.get('loader_eval'):
             patches.patch_trainer(self)
@@ -117,9 +126,10 @@ class Launch(object):
         ours = capabilities.of(comm).ours
         if asked != made or (self.get('fp16_allreduce') and ours):
             describe = comm.describe() if ours else type(comm).__name__
-            say("create_communicator({!r}) -> {}{}".format(
-                asked, describe, ' (forced by --communicator)' if asked != made else ''),
-                comm.rank)
+            say("create_communicator({!r}) -> {}{}".format(asked, describe, (
+                '' if asked == made else ' (forced by --communicator)'
+                if _registry.OVERRIDES.forced is not None else
+                " (--gpu-to-cpu: ChainerMN's GPU communicator)")), comm.rank)
         if 'tune' in self.given and not _registry.takes_option(made, 'tune'):
             tuned = [n for n in _registry.names() if _registry.takes_option(n, 'tune')]
             say('--tune {} not applied: it is an option of {}, and create_communicator({!r}) '
@@ -130,6 +140,16 @@ class Launch(object):
                 'which sends float32 on CPU; add --communicator with one of {}'.format(
                     asked, type(comm).__name__, ', '.join(communicators.names('half'))),
                 comm.rank)
+
+    def loader_kind(self, iterator):
+        """What ``iterator`` becomes: --loader's kind; under --gpu-to-cpu without --loader,
+        a MultiprocessIterator (a GPU script's way to feed its GPU) becomes ``ours``; None:
+        it stays."""
+        if self.get('loader') is not None:
+            return self.get('loader')
+        if self.get('gpu_to_cpu') and isinstance(iterator, iterators.MultiprocessIterator):
+            return 'ours'
+        return None
 
     def comm(self):
         """The job's communicator: the script's, else one made now (collective: every rank

@@ -59,9 +59,9 @@ class Extend(object):
 
 
 def _evaluate_in_parallel(evaluator, comm):
-    for name, it in list(chainer_private.iterators(evaluator).items()):
-        chainer_private.iterators(evaluator)[name] = rebuild(it, shard(it.dataset, comm, shuffle=False),
-                                             it.batch_size)
+    its = chainer_private.iterators(evaluator)
+    for name, it in list(its.items()):
+        its[name] = rebuild(it, shard(it.dataset, comm, shuffle=False), it.batch_size)
     say('--data-parallel: {} -> each rank evaluates its shard, the results averaged '
         '(chainermn.create_multi_node_evaluator)'.format(type(evaluator).__name__), comm.rank)
     return chainermn.create_multi_node_evaluator(evaluator, comm)

@@ -27,34 +27,38 @@ def replace_training_iterator(launch, updater):
                     "not know how to rebuild (it rebuilds {}); remove --loader or build one "
                     "of those".format(launch.get('loader'), type(old).__name__,
                                       ', '.join(k.__name__ for k in _KNOWN)))
-    say(swap(launch, chainer_private.iterators(updater), 'main'), launch.rank())
+    said = swap(launch, chainer_private.iterators(updater), 'main')
+    if launch.get('loader') is None:  # chosen by --gpu-to-cpu (Launch.loader_kind)
+        said = '--gpu-to-cpu: {} (--loader chooses another)'.format(said)
+    say(said, launch.rank())
 
 
 def replace_eval_iterators(launch, evaluator):
-    for name, old in list(chainer_private.iterators(evaluator).items()):
+    its = chainer_private.iterators(evaluator)
+    for name, old in list(its.items()):
         if not hasattr(old, 'batch_size') or not hasattr(old, 'dataset'):
             say('--loader-eval: {} iterator {!r} is a {}, which the launcher does not know '
                 'how to rebuild; left as it is'.format(type(evaluator).__name__, name,
                                                        type(old).__name__), launch.rank())
             continue
         say('--loader-eval: {} {!r}: {}'.format(
-            type(evaluator).__name__, name, swap(launch, chainer_private.iterators(evaluator), name)),
-            launch.rank())
+            type(evaluator).__name__, name, swap(launch, its, name)), launch.rank())
 
 
 def swap(launch, its, name):
     """Rebuild ``its[name]`` as ``--loader`` asks (same dataset, batch, repeat and
     shuffle), finalize the old one; the report text."""
     old = its[name]
-    new, how = _build(launch, old.dataset, old.batch_size, *order(old))
+    new, how = _build(launch, launch.loader_kind(old), old.dataset, old.batch_size,
+                      *order(old))
     if hasattr(old, 'finalize'):
         old.finalize()
     its[name] = new
     return '{} -> {}'.format(describe_iterator(old), how)
 
 
-def _build(launch, dataset, batch, repeat, shuffle):
-    kind, k = launch.get('loader'), launch.get('loader_processes')
+def _build(launch, kind, dataset, batch, repeat, shuffle):
+    k = launch.get('loader_processes')
     if kind == 'serial':
         return (iterators.SerialIterator(dataset, batch, repeat=repeat, shuffle=shuffle),
                 'SerialIterator')

@@ -13,7 +13,7 @@ from chainer.training.updaters import standard_updater
 
 from chainermn_torus.launch import loaders, sharding
 from chainermn_torus.launch.extensions import Extend
-from chainermn_torus.runtime import patches
+from chainermn_torus.runtime import chainer_private, patches
 
 __all__ = ['patch_updater', 'patch_trainer', 'patch_plain_update']
 
@@ -27,7 +27,7 @@ def patch_updater(launch):
         launch.updaters += 1
         if launch.get('data_parallel'):
             sharding.parallelise(launch, updater)
-        if launch.get('loader') is not None:
+        if launch.loader_kind(chainer_private.iterators(updater).get('main')) is not None:
             loaders.replace_training_iterator(launch, updater)
 
     __init__.__wrapped__ = original

@@ -11,6 +11,9 @@ The groups (who applies them, and when):
 * ``launcher``: ``python -m chainermn_torus.run`` makes ``chainermn.optimizers.
   create_multi_node_optimizer`` ours too, and hooks ``StandardUpdater.__init__``,
   ``Trainer.extend`` and ``GradientMethod.update`` as its options ask (launch.patches).
+* ``gpu to cpu``: the launcher's ``--gpu-to-cpu`` (and, without it, its check for a script
+  written for GPUs): Chainer's device functions, ``Link.to_gpu`` and the class of the
+  ``chainer.backends.cuda`` module (launch.gpu_to_cpu).
 * ``watchdog``: ``Evaluator.__call__`` marks each evaluation batch (runtime.watch.watchdog); on
   each communicator the job's watchdog marks, its ChainerMN API methods and its
   ``mpi_comm`` (instance patches, runtime.watch.call_marks: ``unmark`` undoes one's).
@@ -26,7 +29,8 @@ The groups (who applies them, and when):
   check has nothing to find (runtime.chainer_import); undone when the import ends.
 
 An owner is a class or module, an instance (its own attribute is set; undone, the class's
-shows again), or a dict such as ``sys.modules`` (its entry is).
+shows again), or a dict such as ``sys.modules`` (its entry is). ``__class__`` is an
+attribute of its own of every object: undone, the original class is set back.
 
 The list of patches in force is the one piece of process-wide state here: a patch is
 process-wide by nature (it changes a class or a module every thread sees).
@@ -35,7 +39,8 @@ import collections
 
 __all__ = ['apply', 'undo', 'uninstall', 'applied', 'original_of', 'Patch', 'GROUPS']
 
-GROUPS = ('registry', 'launcher', 'watchdog', 'timing', 'abort', 'compute', 'chainer import')
+GROUPS = ('registry', 'launcher', 'gpu to cpu', 'watchdog', 'timing', 'abort', 'compute',
+          'chainer import')
 _MISSING = object()
 
 Patch = collections.namedtuple('Patch', 'owner name original own replacement group why')
@@ -68,9 +73,12 @@ def apply(owner, name, replacement, group, why):
     if group not in GROUPS:
         raise ValueError('patch group {!r} is not one of {}'.format(group, ', '.join(GROUPS)))
     entries = _entries(owner)
-    own = name in entries
-    original = entries[name] if own else (
-        _MISSING if isinstance(owner, dict) else getattr(owner, name, _MISSING))
+    own = name in entries or name == '__class__'
+    if name == '__class__':
+        original = type(owner)
+    else:
+        original = entries[name] if own else (
+            _MISSING if isinstance(owner, dict) else getattr(owner, name, _MISSING))
     patch = Patch(owner, name, original, own, replacement, group, why)
     _set(owner, name, replacement)
     _APPLIED.append(patch)

@@ -1,0 +1,92 @@
+"""The GPU calls of Chainer's and ChainerMN's API a script may make: what each becomes under
+``--gpu-to-cpu``, or why it is refused. The one table the mapping's lines, the refusals and
+the listing of a script's GPU calls (``--gpu-calls``) read; and ``Said``, which says each
+mapping once on rank 0.
+"""
+import collections
+
+from chainermn_torus.errors import Unsupported
+from chainermn_torus.launch.gpu_to_cpu.scope import SCRIPT
+from chainermn_torus.launch.report import say
+
+__all__ = ['MAPPED', 'REFUSED', 'GPU_COMMUNICATORS', 'Said', 'OPTION']
+
+OPTION = '--gpu-to-cpu (CHAINERMN_TORUS_GPU_TO_CPU=1)'
+
+_CUDA_DEVICE = "cuda.DummyDevice, Chainer's CPU device of its cuda API: use() does nothing"
+_CPU = "'@numpy', the rank's CPU: arrays stay numpy"
+_NUMPY = 'numpy (asnumpy: numpy.asarray; a name numpy lacks is refused)'
+
+# name as a script writes it -> what it becomes
+MAPPED = collections.OrderedDict([
+    ('chainer.cuda.available', "True where the script reads it (Chainer's own code, and "
+                               'every library, still read False)'),
+    ('chainer.cuda.check_cuda_available', 'nothing to check'),
+    ('chainer.cuda.get_device_from_id', _CUDA_DEVICE),
+    ('chainer.cuda.get_device', _CUDA_DEVICE),
+    ('chainer.cuda.Device', _CUDA_DEVICE),
+    ('chainer.cuda.to_gpu', 'the array as it is (numpy)'),
+    ('chainer.cuda.cupy', _NUMPY),
+    ('import cupy', _NUMPY),
+    ('chainer.get_device', _CPU),
+    ('Link.to_gpu', _CPU),
+    ('chainermn.create_communicator', "the launcher's communicator (--communicator), else "
+                                      'auto'),
+])
+
+_KERNEL = ('a raw CUDA kernel: it has no CPU equivalent; compute it with numpy or '
+           'chainer.functions (a FunctionNode\'s forward_cpu) for CPU nodes')
+_NCCL = ('NCCL used directly (GPU-to-GPU communication): on CPU nodes use the '
+         "communicator's methods (allreduce, bcast_data, multi_node_mean_grad)")
+
+# name -> why it cannot run on a CPU; 'cupy.*': any other name numpy does not have
+REFUSED = collections.OrderedDict([
+    ('chainer.cuda.elementwise', _KERNEL),
+    ('chainer.cuda.reduce', _KERNEL),
+    ('chainer.cuda.raw', _KERNEL),
+    ('cupy.ElementwiseKernel', _KERNEL),
+    ('cupy.ReductionKernel', _KERNEL),
+    ('cupy.RawKernel', _KERNEL),
+    ('cupy.RawModule', _KERNEL),
+    ('cupy.cuda.nccl', _NCCL),
+    ('chainermn.nccl', _NCCL),
+    ('cupy.*', 'a CuPy-only name, which numpy does not have: write that step with numpy'),
+])
+
+# ChainerMN's communicators that need GPUs: Chainer 7.8.1's, and the older three it removed
+GPU_COMMUNICATORS = ('pure_nccl', 'flat', 'non_cuda_aware', 'hierarchical', 'two_dimensional',
+                     'single_node')
+
+
+class Said(object):
+    """What a launch mapped (said once per name on rank 0), and the refusals."""
+
+    def __init__(self, scope, mapping, rank):
+        self.scope, self.mapping, self.rank = scope, mapping, rank
+        self.names = []       # the mapped names, first use first
+
+    def mapped(self, name, frame, shown=None):
+        if name in self.names:
+            return
+        self.names.append(name)
+        say('--gpu-to-cpu: {} ({}) -> {}'.format(shown or name, self.scope.where(frame),
+                                                MAPPED[name]), self.rank)
+
+    def request(self, name, shown, depth=1):
+        """For a GPU request: True where the script asked (mapped and said), False where
+        another did; without the option the script's request is refused."""
+        kind, frame = self.scope.asker(depth + 1)
+        if kind != SCRIPT:
+            return False
+        if not self.mapping:
+            raise Unsupported(
+                '{}: {} asks for a GPU: the script is written for GPUs and this node has '
+                "none; run it with {} and its GPU calls run on each rank's CPU (--gpu-calls "
+                'lists them)'.format(self.scope.where(frame), shown, OPTION))
+        self.mapped(name, frame, shown)
+        return True
+
+    def refuse(self, name, shown, frame):
+        why = REFUSED[name if name in REFUSED else 'cupy.*']
+        raise Unsupported('{}{} uses {}, {}'.format(
+            '--gpu-to-cpu: ' if self.mapping else '', self.scope.where(frame), shown, why))

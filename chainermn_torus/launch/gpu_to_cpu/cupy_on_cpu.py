@@ -1,0 +1,116 @@
+"""CuPy's name for the script under ``--gpu-to-cpu``: numpy, as ``chainer.cuda.cupy`` and as
+``import cupy`` (only where the importing code is the script's: every other importer still
+finds no CuPy). ``asnumpy`` is ``numpy.asarray``, ``get_array_module`` numpy, ``fuse`` the
+function itself, ``cupy.cuda.Device(N)`` the CPU device of Chainer's cuda API. Raw kernels,
+NCCL and every name numpy does not have are refused where the script uses them."""
+import importlib.abc
+import importlib.util
+import sys
+import types
+
+import numpy
+from chainer.backends import cuda
+
+from chainermn_torus.launch.gpu_to_cpu.scope import SCRIPT
+from chainermn_torus.runtime import patches
+
+__all__ = ['CupyOnCpu', 'Device', 'Namespace', 'install_import']
+
+_KERNELS = ('ElementwiseKernel', 'ReductionKernel', 'RawKernel', 'RawModule')
+
+
+class Device(cuda.DummyDeviceType):
+    """``cuda.Device(N)`` / ``cupy.cuda.Device(N)`` as the script sees it: Chainer's CPU
+    device of the cuda API (``use()`` and ``with`` do nothing)."""
+
+    def __init__(self, device=None):
+        super(Device, self).__init__()
+
+
+def _asnumpy(a, stream=None, order='C', out=None):
+    return numpy.asarray(a, order=order)
+
+
+def _get_array_module(*args):
+    return numpy
+
+
+def _fuse(*args, **kwargs):
+    if len(args) == 1 and callable(args[0]) and not kwargs:
+        return args[0]
+    return lambda function: function
+
+
+class Namespace(types.ModuleType):
+    """A module whose names the script reads: given ones, else numpy's (``numpy_too``),
+    else refused where the script reads them."""
+
+    def __init__(self, name, said, given, numpy_too):
+        super(Namespace, self).__init__(name)
+        vars(self).update(given)
+        vars(self)['_gpu_said'] = said
+        vars(self)['_gpu_numpy_too'] = numpy_too
+
+    def __getattr__(self, name):  # a name not set: numpy's, else refused
+        if name.startswith('__'):
+            raise AttributeError(name)
+        if self._gpu_numpy_too and hasattr(numpy, name):
+            return getattr(numpy, name)
+        full = '{}.{}'.format(self.__name__, name)
+        said = self._gpu_said
+        said.refuse(full, full, said.scope.asker(1)[1])  # through an import: its line
+
+
+class _Kernel(object):
+    def __init__(self, said, name):
+        self.said, self.name = said, name
+
+    def __call__(self, *args, **kwargs):
+        self.said.refuse(self.name, self.name, self.said.scope.asker(1)[1])
+
+
+def CupyOnCpu(said):
+    """The module the script gets for ``cupy``."""
+    cuda_names = {'Device': Device}
+    cuda_names['__path__'] = []  # a package: ``from cupy.cuda import nccl`` asks it
+    given = {'asnumpy': _asnumpy, 'get_array_module': _get_array_module, 'fuse': _fuse,
+             'ndarray': numpy.ndarray, '__path__': [],
+             'cuda': Namespace('cupy.cuda', said, cuda_names, numpy_too=False)}
+    given.update((k, _Kernel(said, 'cupy.' + k)) for k in _KERNELS)
+    return Namespace('cupy', said, given, numpy_too=True)
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, module):
+        self.module = module
+
+    def create_module(self, spec):
+        return self.module
+
+    def exec_module(self, module):
+        pass
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Finds ``cupy`` and ``cupy.cuda`` for the script's imports only."""
+
+    def __init__(self, said, module):
+        self.said, self.module = said, module
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in ('cupy', 'cupy.cuda', 'cupy.cuda.nccl'):
+            return None
+        kind, frame = self.said.scope.asker(1)
+        if kind != SCRIPT:
+            return None
+        if name == 'cupy.cuda.nccl':
+            self.said.refuse('cupy.cuda.nccl', 'cupy.cuda.nccl', frame)
+        self.said.mapped('import cupy', frame)
+        module = self.module if name == 'cupy' else self.module.cuda
+        return importlib.util.spec_from_loader(name, _Loader(module))
+
+
+def install_import(said, module):
+    """``import cupy`` in the script's code gets ``module`` (a CupyOnCpu)."""
+    patches.apply(sys, 'meta_path', [_Finder(said, module)] + sys.meta_path, 'gpu to cpu',
+                  'the script imports cupy: numpy under its name')

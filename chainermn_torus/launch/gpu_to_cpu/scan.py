@@ -1,0 +1,178 @@
+"""The GPU calls a script makes, read from its source without running it: the script and the
+modules it imports from its own directory. ``python -m chainermn_torus.run --gpu-calls
+SCRIPT`` prints them with what each becomes under ``--gpu-to-cpu`` (calls.MAPPED) or why it
+is refused (calls.REFUSED); the launcher names the first one when a script written for GPUs
+stops without the option. A reading of the text: a device held in a variable is listed
+where it is passed (``device=``), whatever its value turns out to be."""
+import ast
+import collections
+import os
+
+import numpy
+
+from chainermn_torus.launch.gpu_to_cpu.calls import GPU_COMMUNICATORS, MAPPED, REFUSED
+
+__all__ = ['gpu_calls', 'listing', 'Found']
+
+# certain: a GPU call by itself; else a device held in a variable, a GPU if its value is one
+Found = collections.namedtuple('Found', 'file line name shown refused certain')
+
+_CUDA = ('available', 'check_cuda_available', 'get_device_from_id', 'get_device', 'Device',
+         'to_gpu', 'cupy', 'elementwise', 'reduce', 'raw')
+_CUPY_GIVEN = ('asnumpy', 'get_array_module', 'fuse', 'ndarray', 'cuda')
+_CPU_DEVICES = (None, -1, '-1', '@numpy', '@intel64')
+
+
+def _dotted(node):
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return '.'.join(reversed(parts))
+    return None
+
+
+def _classify_attribute(dotted):
+    """(name in calls' tables, refused) for a dotted name, or None."""
+    parts = dotted.split('.')
+    if 'cupy' in parts:
+        rest = parts[parts.index('cupy') + 1:]
+        if not rest:
+            return 'chainer.cuda.cupy', False
+        if rest[0] == 'cuda':
+            if rest[1:2] == ['nccl']:
+                return 'cupy.cuda.nccl', True
+            return (None, False) if rest[1:] in ([], ['Device']) else ('cupy.*', True)
+        if 'cupy.' + rest[0] in REFUSED:
+            return 'cupy.' + rest[0], True
+        if rest[0] in _CUPY_GIVEN or hasattr(numpy, rest[0]):
+            return 'chainer.cuda.cupy', False
+        return 'cupy.*', True
+    if len(parts) >= 2 and parts[-2] == 'cuda' and parts[-1] in _CUDA:
+        name = 'chainer.cuda.' + parts[-1]
+        return name, name in REFUSED
+    if len(parts) >= 2 and parts[-2] == 'nccl':
+        return 'chainermn.nccl', True
+    if parts[-1] == 'to_gpu':
+        return 'Link.to_gpu', False
+    return None
+
+
+def _constant(node):
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and \
+            isinstance(node.operand, ast.Constant):
+        return -node.operand.value
+    return ast  # not a constant
+
+
+class _Reader(ast.NodeVisitor):
+    def __init__(self, path, label):
+        self.path, self.label, self.found, self.imports = path, label, [], []
+
+    def add(self, node, name, shown, refused=False, certain=True):
+        self.found.append(Found(self.label, node.lineno, name, shown, refused, certain))
+
+    def visit_Import(self, node):
+        for alias in node.names:
+            self._module(node, alias.name)
+
+    def visit_ImportFrom(self, node):
+        if node.level == 0 and node.module:
+            self._module(node, '.'.join([node.module] + [
+                a.name for a in node.names if node.module == 'cupy.cuda' and a.name == 'nccl']))
+            if node.module == 'chainermn' and any(a.name == 'nccl' for a in node.names):
+                self.add(node, 'chainermn.nccl', 'from chainermn import nccl', True)
+        elif node.level == 1:
+            self.imports.extend(a.name for a in node.names)
+
+    def _module(self, node, module):
+        top = module.split('.')[0]
+        if top in ('cupy', 'cupyx'):
+            nccl = module.startswith('cupy.cuda.nccl')
+            self.add(node, 'cupy.cuda.nccl' if nccl else 'import cupy',
+                     'import ' + module, nccl)
+        else:
+            self.imports.append(top)
+
+    def visit_Attribute(self, node):
+        dotted = _dotted(node)
+        if dotted is not None:
+            kind = _classify_attribute(dotted)
+            if kind is not None and kind[0] is not None:
+                self.add(node, kind[0], dotted, kind[1])
+                return  # its inner attributes are the same use
+        self.generic_visit(node)
+
+    def visit_Call(self, node):
+        func = _dotted(node.func) or ''
+        last = func.rsplit('.', 1)[-1]
+        if last in ('get_device', 'using_device', 'to_device') and node.args and \
+                not func.endswith('cuda.get_device'):
+            self._device(node, '{}({})'.format(func, ast.unparse(node.args[0])), node.args[0])
+        for keyword in node.keywords:
+            if keyword.arg == 'device':
+                self._device(node, '{}(device={})'.format(
+                    func or 'a call', ast.unparse(keyword.value)), keyword.value)
+        self.generic_visit(node)
+
+    def _device(self, node, shown, value):
+        constant = _constant(value)
+        if constant is ast:  # a variable: a GPU only if its value is one
+            self.add(node, 'chainer.get_device', shown, certain=False)
+        elif constant not in _CPU_DEVICES and not isinstance(constant, str):
+            self.add(node, 'chainer.get_device', shown)  # a number; strings: visit_Constant
+
+    def visit_Constant(self, node):
+        if isinstance(node.value, str) and node.value in GPU_COMMUNICATORS:
+            self.add(node, 'chainermn.create_communicator',
+                     '{!r} (a GPU communicator name)'.format(node.value))
+        elif isinstance(node.value, str) and node.value.startswith(('@cupy:', 'cuda:')):
+            self.add(node, 'chainer.get_device', repr(node.value))
+
+
+def gpu_calls(script):
+    """Every GPU call found in ``script`` and the modules it imports from its directory, in
+    file and line order (the script first)."""
+    root = os.path.dirname(os.path.abspath(script))
+    todo, seen, found = [os.path.abspath(script)], set(), []
+    while todo:
+        path = todo.pop(0)
+        if path in seen:
+            continue
+        seen.add(path)
+        with open(path, 'rb') as f:
+            tree = ast.parse(f.read(), path)
+        reader = _Reader(path, os.path.relpath(path, root))
+        reader.visit(tree)
+        found.extend(sorted(set(reader.found), key=lambda f: f.line))
+        for module in reader.imports:
+            for candidate in (os.path.join(root, module + '.py'),
+                              os.path.join(root, module, '__init__.py')):
+                if os.path.isfile(candidate):
+                    todo.append(candidate)
+    return found
+
+
+def listing(script):
+    """The lines ``--gpu-calls`` prints."""
+    found = gpu_calls(script)
+    certain = sum(f.certain for f in found)
+    if not found:
+        return ['{}: no GPU call found: it runs on CPU without --gpu-to-cpu'.format(script)]
+    lines = ['{}: {} GPU call(s){}; under --gpu-to-cpu:'.format(
+        script, certain, '' if certain == len(found) else
+        ', and {} device(s) in variables'.format(len(found) - certain))]
+    for f in found:
+        becomes = ('REFUSED: ' + REFUSED[f.name]) if f.refused else '-> ' + MAPPED[f.name]
+        if not f.certain:
+            becomes = '(where its value names a GPU) ' + becomes
+        lines.append('  {}:{}  {}  {}'.format(f.file, f.line, f.shown, becomes))
+    refused = sum(f.refused for f in found)
+    if refused:
+        lines.append('{} of them cannot run on CPU: the job would stop at the first'.format(
+            refused))
+    return lines
