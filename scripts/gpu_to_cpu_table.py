@@ -1,11 +1,13 @@
 #!/usr/bin/env python
 """The table of issue "Scripts written for GPUs train on CPU nodes unchanged": each GPU-written
-script shape of tests/unchanged/gpu/ on 1-4 ranks, run with ``--gpu-to-cpu`` and its
-CPU-written twin (twins.py) without it, the two runs one after the other (their order turned
-at each rank count); its final loss and accuracy, whether the twin's results are the same bit
-for bit, and the time per iteration of each (LogReport's elapsed time between its first and
-last entries). The ImageNet script also with each of its networks (ResNet-50, NIN, AlexNet,
-GoogLeNet-BN) at 1 and 2 ranks, on 232 px images.
+script shape of tests/unchanged/gpu/ on 1-4 ranks, run with ``--gpu-to-cpu``, and its
+CPU-written twin (twins.py) without it, in pairs of runs one after the other (the order
+turned at each rank count and each round): its final loss and accuracy, whether the twin's
+results are the same bit for bit in every pair, and the time per iteration of each
+(LogReport's elapsed time between its first and last entries; the median of --rounds pairs).
+The ImageNet script also with each of its networks (ResNet-50, NIN, AlexNet, GoogLeNet-BN)
+at 1 and 2 ranks, on 232 px images. From 3 ranks on both runs say ``--communicator rsap``
+(see measure()).
 
     python scripts/gpu_to_cpu_table.py --md docs/measurements/gpu-to-cpu.md \\
         --json docs/measurements/gpu-to-cpu.json
@@ -14,6 +16,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -80,7 +83,7 @@ def _final(out):
     return '{:.4f}'.format(last['main/loss']), accuracy
 
 
-def measure(work, mpiexec, only=None):
+def measure(work, mpiexec, only=None, rounds=1):
     data = {'root': os.path.join(work, 'datasets')}
     write_chainer_cache(data['root'])
     for name, size, per_class in (('small', 40, '6'), ('large', 232, '2')):
@@ -95,19 +98,30 @@ def measure(work, mpiexec, only=None):
             continue
         twin = twins.make(script, os.path.join(work, 'twins'))
         for i, p in enumerate(ranks):
-            tag = '{}-{}-{}'.format(script, label.split()[-1], p)
-            gpu, cpu = os.path.join(work, tag, 'gpu'), os.path.join(work, tag, 'cpu')
-            runs = [(options + ['--gpu-to-cpu'], os.path.join(GPU, script), gpu),
-                    (options + twins.LOADER.get(script, []), twin, cpu)]
-            for opts, path, out in (runs if i % 2 == 0 else runs[::-1]):
-                _run(p, opts, path, args(out, data), data, mpiexec)
-            loss, accuracy = _final(gpu)
-            t_gpu, t_cpu = twins.seconds_per_iteration(gpu), twins.seconds_per_iteration(cpu)
+            # From 3 ranks on, both runs name the communicator: auto measures the network
+            # at start-up and may choose another algorithm each run, whose sums differ in
+            # the last bit (a first table: DCGAN at 3 ranks, 1e-7 apart); at 1 and 2 ranks
+            # every order of a sum gives the same bits, and pure_nccl becomes auto.
+            named = ['--communicator', 'rsap'] if p >= 3 else []
+            times, differ = {'gpu': [], 'cpu': []}, []
+            for r in range(rounds):
+                tag = '{}-{}-{}-{}'.format(script, label.split()[-1], p, r)
+                gpu, cpu = os.path.join(work, tag, 'gpu'), os.path.join(work, tag, 'cpu')
+                runs = [(options + named + ['--gpu-to-cpu'], os.path.join(GPU, script), gpu),
+                        (options + named + twins.LOADER.get(script, []), twin, cpu)]
+                for opts, path, out in (runs if (i + r) % 2 == 0 else runs[::-1]):
+                    _run(p, opts, path, args(out, data), data, mpiexec)
+                differ += twins.differences(gpu, cpu)
+                times['gpu'].append(twins.seconds_per_iteration(gpu))
+                times['cpu'].append(twins.seconds_per_iteration(cpu))
+                if r == 0:
+                    loss, accuracy = _final(gpu)
+            t_gpu, t_cpu = (statistics.median(times[k]) for k in ('gpu', 'cpu'))
             rows.append({'shape': label, 'ranks': p, 'loss': loss, 'accuracy': accuracy,
-                         'same_bits': not twins.differences(gpu, cpu),
-                         'differences': twins.differences(gpu, cpu),
-                         'iteration_ms': t_gpu * 1e3, 'twin_iteration_ms': t_cpu * 1e3,
-                         'ratio': t_gpu / t_cpu})
+                         'same_bits': not differ, 'differences': differ,
+                         'rounds': rounds, 'iteration_ms': t_gpu * 1e3,
+                         'twin_iteration_ms': t_cpu * 1e3, 'ratio': t_gpu / t_cpu,
+                         'all_ms': {k: [t * 1e3 for t in v] for k, v in times.items()}})
             print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -122,8 +136,10 @@ def markdown(rows, machine):
             '-' if r['accuracy'] is None else '{:.3f}'.format(r['accuracy']),
             'yes' if r['same_bits'] else 'NO', r['iteration_ms'], r['twin_iteration_ms'],
             r['ratio']))
-    return '\n'.join(['Measured {} on {}.'.format(time.strftime('%Y-%m-%d'), machine), ''] +
-                     lines) + '\n'
+    rounds = rows[0]['rounds'] if rows else 0
+    return '\n'.join(['Measured {} on {}: times per iteration are medians of {} pairs of runs, '
+                      'the order of each pair turned; every pair compared bit for bit.'.format(
+                          time.strftime('%Y-%m-%d'), machine, rounds), ''] + lines) + '\n'
 
 
 def main():
@@ -131,6 +147,9 @@ def main():
     parser.add_argument('--md', default=None)
     parser.add_argument('--json', default=None)
     parser.add_argument('--only', nargs='*', help='the rows whose shape names one of these')
+    parser.add_argument('--rounds', type=int, default=3,
+                        help='pairs of runs per cell, their order turned each time; the times '
+                             'are the medians, every pair compared bit for bit')
     opts = parser.parse_args()
     mpiexec = os.path.join(os.path.dirname(sys.executable), 'mpiexec')
     machine = '{} ({} cores), Python {}'.format(platform.processor() or platform.machine(),
@@ -141,7 +160,7 @@ def main():
         machine = '{}, {} cores, Python {}'.format(names[0], os.cpu_count(),
                                                    platform.python_version())
     with tempfile.TemporaryDirectory() as work:
-        rows = measure(work, mpiexec, opts.only)
+        rows = measure(work, mpiexec, opts.only, opts.rounds)
     text = markdown(rows, machine)
     print(text)
     if opts.md:

@@ -118,6 +118,7 @@ class Launch(object):
             patches.patch_trainer(self)
         if self.get('data_parallel'):
             patches.patch_plain_update(self)
+            patches.patch_save(self)
 
     def _communicator_made(self, comm, asked, made):
         self.communicator = comm

@@ -5,17 +5,22 @@
 * ``Trainer.extend``: ``extensions.Extend``;
 * ``GradientMethod.update``, until a StandardUpdater is built: a plain optimizer's update()
   means a custom loop the launcher cannot parallelise; stop instead of training P copies
-  apart.
+  apart;
+* ``chainer.serializers.save_npz`` under --data-parallel: rank 0 writes, the others skip (the
+  script's own ``save_npz(path, model)`` at its end ran on every rank, all writing one file
+  at once: a corrupt archive, seen in a 2-rank run).
 """
+import chainer.serializers
 from chainer import optimizer as optimizer_module
 from chainer import training
 from chainer.training.updaters import standard_updater
 
 from chainermn_torus.launch import loaders, sharding
 from chainermn_torus.launch.extensions import Extend
+from chainermn_torus.launch.report import say
 from chainermn_torus.runtime import chainer_private, patches
 
-__all__ = ['patch_updater', 'patch_trainer', 'patch_plain_update']
+__all__ = ['patch_updater', 'patch_trainer', 'patch_plain_update', 'patch_save']
 
 
 def patch_updater(launch):
@@ -62,3 +67,21 @@ def patch_plain_update(launch):
 
     patch = patches.apply(cls, 'update', update, 'launcher',
                           '--data-parallel stops a custom loop it cannot parallelise')
+
+
+def patch_save(launch):
+    original = chainer.serializers.save_npz
+    said = []
+
+    def save_npz(file, obj, compression=True):
+        rank = launch.comm().rank  # every rank saves at the same point of the script
+        if not said:
+            said.append(file)
+            say('--data-parallel: chainer.serializers.save_npz({!r}) writes on rank 0 only '
+                '(the replicas hold the same parameters)'.format(file), rank)
+        if rank == 0:
+            original(file, obj, compression)
+
+    save_npz.__wrapped__ = original
+    patches.apply(chainer.serializers, 'save_npz', save_npz, 'launcher',
+                  "--data-parallel: one writer for the script's own save_npz")

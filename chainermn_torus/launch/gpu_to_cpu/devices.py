@@ -41,7 +41,7 @@ _INTEGERS = (numbers.Integral, numpy.integer)  # what Chainer takes as a device 
 def is_gpu_spec(spec):
     """Whether ``spec`` names a GPU: a device number >= 0, '@cupy:N', ChainerX's 'cuda:N',
     or a cuda-API device object."""
-    if isinstance(spec, bool):
+    if isinstance(spec, (backend.Device, bool)):  # first: what Chainer passes on every batch
         return False
     if isinstance(spec, _INTEGERS):
         return spec >= 0
