@@ -15,13 +15,17 @@ ranks.
 import argparse
 import os
 import sys
+import time
 
 from chainermn_torus import config
 # Where each launcher tells a process its rank before MPI starts: MPICH's and Intel MPI's
 # hydra, Open MPI's prterun, PMIx, srun.
 from chainermn_torus.runtime.processes import RANK_VARIABLES
 
-__all__ = ['expected_ranks', 'mismatch', 'launcher_rank', 'ArgumentParser']
+__all__ = ['expected_ranks', 'mismatch', 'launcher_rank', 'ArgumentParser',
+           'USAGE_ERROR_WAIT_S']
+
+USAGE_ERROR_WAIT_S = 1.0  # a rank other than 0 waits this long before its usage-error exit
 
 
 def expected_ranks(environ=None):
@@ -90,4 +94,9 @@ class ArgumentParser(argparse.ArgumentParser):
     def exit(self, status=0, message=None):
         if message and not self._quiet():
             self._print_message(message, sys.stderr)
+        if status and self._quiet():
+            # Rank 0's exit ends the job with its line; a launcher that ends the job at the
+            # first non-zero exit dropped that line when another rank got there first (seen
+            # under Open MPI's prterun), as for a refusal (run.py).
+            time.sleep(USAGE_ERROR_WAIT_S)
         sys.exit(status)
