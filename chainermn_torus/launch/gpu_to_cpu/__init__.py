@@ -52,8 +52,7 @@ def uninstall():
 def _communicator(said, name):
     if name not in GPU_COMMUNICATORS:
         return name
-    kind, frame = said.scope.asker(2)
-    where = said.scope.where(frame) if frame is not None else 'the script'
+    where = said.scope.where(said.scope.asker(2)[1])  # the script's line that asked
     if not said.mapping:
         raise Unsupported(
             "{}: create_communicator({!r}) asks for ChainerMN's GPU communicator, and this "
