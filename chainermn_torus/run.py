@@ -47,12 +47,12 @@ def build_parser():
 
 def main(argv=None):
     opts = build_parser().parse_args(argv)
-    if opts.gpu_calls:
-        if not os.path.isfile(opts.script):
-            sys.exit(PREFIX + 'script not found: {}'.format(opts.script))
-        print('\n'.join(gpu_to_cpu.listing(opts.script)))
-        return
     try:
+        if not os.path.isfile(opts.script):
+            raise ConfigError('script not found: {}'.format(opts.script))
+        if opts.gpu_calls:  # a reading of its source: nothing starts
+            print('\n'.join(gpu_to_cpu.listing(opts.script)))
+            return
         job = prepare(opts)
     except Refusal as e:  # a bad option or variable: one line, from the job's first rank
         if world.launcher_rank() in (None, 0):
@@ -82,8 +82,6 @@ PREFIX = 'chainermn_torus.run: '
 
 def prepare(opts):
     """Everything before the script runs (the Launch); a Refusal for what cannot start."""
-    if not os.path.isfile(opts.script):
-        raise ConfigError('script not found: {}'.format(opts.script))
     kwargs = {}
     check_grid_option(opts.communicator, opts.grid)
     if opts.grid is not None:

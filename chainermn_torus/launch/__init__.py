@@ -65,7 +65,7 @@ class Launch(object):
         self.placement = None      # the loader placement, made once for every loader
         self.updaters = 0          # StandardUpdaters the script made
         self.communicator = None   # the last communicator the factory made
-        self.script = getattr(opts, 'script', None)
+        self.script = opts.script
         self.gpu = None            # gpu_to_cpu.Said: what the script's GPU calls became
 
     def get(self, key):
@@ -93,9 +93,9 @@ class Launch(object):
             if key in self.given:
                 _registry.add_default(key, self.get(key))
         _registry.on_create(self._communicator_made)
-        if self.script is not None:  # mapped with --gpu-to-cpu, else refused in one line
-            self.gpu = gpu_to_cpu.install(self.script, self.get('gpu_to_cpu'),
-                                          world.launcher_rank() or 0)
+        # The script's GPU calls: mapped with --gpu-to-cpu, else refused in one line.
+        self.gpu = gpu_to_cpu.install(self.script, self.get('gpu_to_cpu'),
+                                      world.launcher_rank() or 0)
         if self.get('timeline'):
             timeline.enable(self.get('timeline'), '--timeline (or CHAINERMN_TORUS_TIMELINE)')
         allocation.keep(self.get('keep_freed_memory'), rank=world.launcher_rank() or 0)

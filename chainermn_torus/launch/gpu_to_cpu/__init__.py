@@ -91,6 +91,6 @@ def _script_line(scope, tb):
     where = None
     while tb is not None:
         if scope.kind(tb.tb_frame.f_code.co_filename) == SCRIPT:
-            where = '{}:{}'.format(scope.where(tb.tb_frame).rsplit(':', 1)[0], tb.tb_lineno)
+            where = scope.where(tb.tb_frame, tb.tb_lineno)
         tb = tb.tb_next
     return where

@@ -9,7 +9,8 @@ from chainermn_torus.errors import Unsupported
 from chainermn_torus.launch.gpu_to_cpu.scope import SCRIPT
 from chainermn_torus.launch.report import say
 
-__all__ = ['MAPPED', 'REFUSED', 'GPU_COMMUNICATORS', 'Said', 'OPTION']
+__all__ = ['MAPPED', 'REFUSED', 'GPU_COMMUNICATORS', 'CUDA_KERNELS', 'CUPY_KERNELS', 'Said',
+           'OPTION']
 
 OPTION = '--gpu-to-cpu (CHAINERMN_TORUS_GPU_TO_CPU=1)'
 
@@ -39,19 +40,16 @@ _KERNEL = ('a raw CUDA kernel: it has no CPU equivalent; compute it with numpy o
 _NCCL = ('NCCL used directly (GPU-to-GPU communication): on CPU nodes use the '
          "communicator's methods (allreduce, bcast_data, multi_node_mean_grad)")
 
+# The raw-kernel makers of Chainer's cuda module and of CuPy
+CUDA_KERNELS = ('elementwise', 'reduce', 'raw')
+CUPY_KERNELS = ('ElementwiseKernel', 'ReductionKernel', 'RawKernel', 'RawModule')
+
 # name -> why it cannot run on a CPU; 'cupy.*': any other name numpy does not have
-REFUSED = collections.OrderedDict([
-    ('chainer.cuda.elementwise', _KERNEL),
-    ('chainer.cuda.reduce', _KERNEL),
-    ('chainer.cuda.raw', _KERNEL),
-    ('cupy.ElementwiseKernel', _KERNEL),
-    ('cupy.ReductionKernel', _KERNEL),
-    ('cupy.RawKernel', _KERNEL),
-    ('cupy.RawModule', _KERNEL),
-    ('cupy.cuda.nccl', _NCCL),
-    ('chainermn.nccl', _NCCL),
-    ('cupy.*', 'a CuPy-only name, which numpy does not have: write that step with numpy'),
-])
+REFUSED = collections.OrderedDict(
+    [('chainer.cuda.' + k, _KERNEL) for k in CUDA_KERNELS]
+    + [('cupy.' + k, _KERNEL) for k in CUPY_KERNELS]
+    + [('cupy.cuda.nccl', _NCCL), ('chainermn.nccl', _NCCL),
+       ('cupy.*', 'a CuPy-only name, which numpy does not have: write that step with numpy')])
 
 # ChainerMN's communicators that need GPUs: Chainer 7.8.1's, and the older three it removed
 GPU_COMMUNICATORS = ('pure_nccl', 'flat', 'non_cuda_aware', 'hierarchical', 'two_dimensional',

@@ -11,12 +11,14 @@ import types
 import numpy
 from chainer.backends import cuda
 
+from chainermn_torus.launch.gpu_to_cpu.calls import CUPY_KERNELS
 from chainermn_torus.launch.gpu_to_cpu.scope import SCRIPT
 from chainermn_torus.runtime import patches
 
-__all__ = ['CupyOnCpu', 'Device', 'Namespace', 'install_import']
+__all__ = ['CupyOnCpu', 'Device', 'Namespace', 'install_import', 'GIVEN']
 
-_KERNELS = ('ElementwiseKernel', 'ReductionKernel', 'RawKernel', 'RawModule')
+# What the stand-in has beyond numpy's names (the raw kernels: refused where called)
+GIVEN = ('asnumpy', 'get_array_module', 'fuse', 'ndarray', 'cuda') + CUPY_KERNELS
 
 
 class Device(cuda.DummyDeviceType):
@@ -76,7 +78,7 @@ def CupyOnCpu(said):
     given = {'asnumpy': _asnumpy, 'get_array_module': _get_array_module, 'fuse': _fuse,
              'ndarray': numpy.ndarray, '__path__': [],
              'cuda': Namespace('cupy.cuda', said, cuda_names, numpy_too=False)}
-    given.update((k, _Kernel(said, 'cupy.' + k)) for k in _KERNELS)
+    given.update((k, _Kernel(said, 'cupy.' + k)) for k in CUPY_KERNELS)
     return Namespace('cupy', said, given, numpy_too=True)
 
 

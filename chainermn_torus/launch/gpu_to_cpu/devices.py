@@ -29,6 +29,7 @@ from chainer import backend, device_resident
 from chainer.backends import cuda
 
 from chainermn_torus.launch.gpu_to_cpu import cupy_on_cpu
+from chainermn_torus.launch.gpu_to_cpu.calls import CUDA_KERNELS
 from chainermn_torus.launch.gpu_to_cpu.scope import SCRIPT
 from chainermn_torus.runtime import patches
 
@@ -124,7 +125,7 @@ def _device_functions(said):
 
 
 def _kernels(said):
-    for name in ('elementwise', 'reduce', 'raw'):
+    for name in CUDA_KERNELS:
         original = getattr(cuda, name)
 
         def refused(*args, _name=name, _original=original, **kwargs):

@@ -11,16 +11,17 @@ import os
 import numpy
 
 from chainermn_torus.launch.gpu_to_cpu.calls import GPU_COMMUNICATORS, MAPPED, REFUSED
+from chainermn_torus.launch.gpu_to_cpu.cupy_on_cpu import GIVEN
+from chainermn_torus.launch.gpu_to_cpu.devices import is_gpu_spec
 
 __all__ = ['gpu_calls', 'listing', 'Found']
 
 # certain: a GPU call by itself; else a device held in a variable, a GPU if its value is one
 Found = collections.namedtuple('Found', 'file line name shown refused certain')
 
-_CUDA = ('available', 'check_cuda_available', 'get_device_from_id', 'get_device', 'Device',
-         'to_gpu', 'cupy', 'elementwise', 'reduce', 'raw')
-_CUPY_GIVEN = ('asnumpy', 'get_array_module', 'fuse', 'ndarray', 'cuda')
-_CPU_DEVICES = (None, -1, '-1', '@numpy', '@intel64')
+# The names of Chainer's cuda module the tables speak of (available, to_gpu, raw, ...)
+_CUDA = tuple(n[len('chainer.cuda.'):] for n in list(MAPPED) + list(REFUSED)
+              if n.startswith('chainer.cuda.'))
 
 
 def _dotted(node):
@@ -47,7 +48,7 @@ def _classify_attribute(dotted):
             return (None, False) if rest[1:] in ([], ['Device']) else ('cupy.*', True)
         if 'cupy.' + rest[0] in REFUSED:
             return 'cupy.' + rest[0], True
-        if rest[0] in _CUPY_GIVEN or hasattr(numpy, rest[0]):
+        if rest[0] in GIVEN or hasattr(numpy, rest[0]):
             return 'chainer.cuda.cupy', False
         return 'cupy.*', True
     if len(parts) >= 2 and parts[-2] == 'cuda' and parts[-1] in _CUDA:
@@ -123,7 +124,7 @@ class _Reader(ast.NodeVisitor):
         constant = _constant(value)
         if constant is ast:  # a variable: a GPU only if its value is one
             self.add(node, 'chainer.get_device', shown, certain=False)
-        elif constant not in _CPU_DEVICES and not isinstance(constant, str):
+        elif not isinstance(constant, str) and is_gpu_spec(constant):
             self.add(node, 'chainer.get_device', shown)  # a number; strings: visit_Constant
 
     def visit_Constant(self, node):

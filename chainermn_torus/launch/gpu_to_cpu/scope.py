@@ -55,7 +55,7 @@ class Scope(object):
         path = os.path.realpath(filename)
         if path.startswith(self.libraries):
             return LIBRARY
-        return SCRIPT if path == self.script or path.startswith(self.root) else OTHER
+        return SCRIPT if path.startswith(self.root) else OTHER
 
     def asker(self, depth=1):
         """(kind, frame) of the innermost frame, from ``depth`` callers up, that is not a
@@ -73,10 +73,11 @@ class Scope(object):
         frame = sys._getframe(depth + 1)
         return frame if self.kind(frame.f_code.co_filename) == SCRIPT else None
 
-    def where(self, frame):
-        """``file:line`` of a frame, the file relative to the script's directory."""
+    def where(self, frame, line=None):
+        """``file:line`` of a frame (``line``: another than its current one, a traceback's),
+        the file relative to the script's directory."""
         if frame is None:  # every frame a library's: the script's line is not on the stack
             return 'the script'
         path = os.path.realpath(frame.f_code.co_filename)
         name = path[len(self.root):] if path.startswith(self.root) else path
-        return '{}:{}'.format(name, frame.f_lineno)
+        return '{}:{}'.format(name, frame.f_lineno if line is None else line)
