@@ -23,6 +23,8 @@ setup(
         'imagenet': ['pillow'],            # JPEG decoding in the ImageNet example
         'plot': ['matplotlib'],            # timelines and benchmark plots
         'test': ['pytest', 'import-linter'],  # import-linter: the layers (.importlinter)
+        # numpy's bfloat16 dtype: bfloat16 gradient communication (0.6 needs numpy 2)
+        'bf16': ['ml_dtypes>=0.5,<0.6'],
     },
     entry_points={'console_scripts': ['chainermn-torus=chainermn_torus.tools.cli:main']},
 )

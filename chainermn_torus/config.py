@@ -65,6 +65,10 @@ SETTINGS = collections.OrderedDict([
     ('compute', Setting('CHAINERMN_TORUS_COMPUTE', 'compute', 'auto',
                         "Chainer's heavy layers (convolutions): onednn, numpy, or auto "
                         '(oneDNN where it loads)', launcher='process')),
+    ('precision', Setting('CHAINERMN_TORUS_PRECISION', 'precision', 'fp32',
+                          "what the convolutions and linear layers compute in: fp32, or bf16 "
+                          '(bfloat16 data, float32 sums and master weights; oneDNN on a CPU '
+                          'with bfloat16 instructions)', launcher='process')),
     # 256 by measurement (docs/compute.md, "Memory"; bench compute-memory): ResNet-50 makes
     # 23 geometries per batch size in training and none more in evaluation, so 256 holds
     # eleven batch sizes (the last batch of an epoch, evaluation at another size) without
@@ -122,6 +126,10 @@ SETTINGS = collections.OrderedDict([
                         launcher='optimizer')),
     ('fp16_allreduce', Setting('CHAINERMN_TORUS_FP16_ALLREDUCE', 'flag', False,
                                'launcher: send gradients as float16', launcher='communicator')),
+    ('allreduce_dtype', Setting('CHAINERMN_TORUS_ALLREDUCE_DTYPE', 'allreduce_dtype', None,
+                                'launcher: the dtype gradients travel in: float16 or bfloat16 '
+                                "(half the bytes; bfloat16 keeps float32's range), float32; "
+                                "default: the model's", launcher='communicator')),
     ('loader', Setting('CHAINERMN_TORUS_LOADER', 'loader', None,
                        "launcher: replace the training iterator: serial, multiprocess, ours "
                        "(the loader processes); default: the script's own", launcher='iterator')),
@@ -195,6 +203,8 @@ _WHAT = {
     'mpi': 'mpich, impi or openmpi',
     'tune': 'off, on or again',
     'compute': 'onednn, numpy or auto',
+    'precision': 'fp32 or bf16',
+    'allreduce_dtype': 'float16, bfloat16 or float32',
     'seed': 'an integer from 0 to 2**32 - 1 (numpy\'s seeds)',
     'type_check': 'on, off or a step count >= 1 (checked on the first N steps)',
 }
@@ -301,6 +311,8 @@ _PARSERS = {'seconds': _seconds, 'bytes': _at_least(0), 'segment': _segment,
             'affinity': _choice('auto', 'same-core', 'sibling', 'dedicated', 'none'),
             'mpi': _choice('mpich', 'impi', 'openmpi'), 'tune': _tune,
             'compute': _choice('onednn', 'numpy', 'auto'), 'seed': _seed,
+            'precision': _choice('fp32', 'bf16'),
+            'allreduce_dtype': _choice('float16', 'bfloat16', 'float32'),
             'type_check': _type_check}
 
 

@@ -49,6 +49,13 @@ if [ "$(uname -m)" = x86_64 ] && [ ! -f "$venv/lib/libdnnl.so.3" ]; then
     echo "[setup] installing onednn-cpu-gomp (oneDNN 3.2, Chainer's convolutions)"
     pip_install "onednn-cpu-gomp==2023.2.0" || echo "[setup] onednn-cpu-gomp not available: Chainer's numpy convolutions"
 fi
+# numpy's bfloat16 dtype, for bfloat16 gradient communication (--allreduce-dtype bfloat16):
+# 0.5.x, the last series built for numpy 1 (0.6 needs numpy 2); --no-deps, so that pip never
+# trades the pinned numpy for a newer one.
+if ! "$venv/bin/python" -c 'import ml_dtypes' 2>/dev/null; then
+    echo "[setup] installing ml_dtypes (numpy's bfloat16)"
+    pip_install --no-deps "ml_dtypes>=0.5,<0.6" || echo "[setup] ml_dtypes not available: bfloat16 communication will be refused, said in one line"
+fi
 # shellcheck (a static binary in a wheel) lints the generated job scripts in the tests; where
 # the package index lacks it, that one test skips and says so.
 if [ ! -x "$venv/bin/shellcheck" ]; then

@@ -51,10 +51,11 @@ def test_a_module_importing_upward_breaks_the_contract(tmp_path):
 
 # The only reasons for an import inside a function (docs/development.md, "Layers"): the
 # module starts MPI when imported (mpi4py.MPI, and the optimizers, which import it), or it
-# is an optional package (numba and the kernels built on it, matplotlib, Pillow, SimGrid),
+# is an optional package (numba and the kernels built on it, matplotlib, Pillow, SimGrid,
+# ml_dtypes),
 # or it is Chainer, in the two modules read before Chainer is imported (the one that
 # imports it, and the list of Chainer's private names it reads).
-LAZY_ALLOWED = ('mpi4py', 'numba', 'matplotlib', 'PIL', 'simgrid',
+LAZY_ALLOWED = ('mpi4py', 'numba', 'matplotlib', 'PIL', 'simgrid', 'ml_dtypes',
                 'chainermn_torus.optimizers', 'chainermn_torus.communicators._half_kernels',
                 'chainermn_torus.compute.bn_kernels', 'chainermn_torus.compute.relu_kernels',
                 'chainermn_torus.compute.add_kernels',

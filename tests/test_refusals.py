@@ -64,6 +64,8 @@ BAD = {
     'gpu_to_cpu': ('maybe', {}, []),
     'mpi': ('lam', {}, []),
     'compute': ('fast', {}, []),
+    'precision': ('fp8', {}, []),
+    'allreduce_dtype': ('int8', {}, []),
     'onednn_cache': ('0', {}, []),
     'tune_dir': ('/proc/nope', {'CHAINERMN_TORUS_TUNE': 'on'}, ['auto']),
 }

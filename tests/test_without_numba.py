@@ -6,7 +6,7 @@ import chainer
 import numpy
 import pytest
 
-from chainermn_torus.communicators import _half, _packing, _shm
+from chainermn_torus.communicators import _dtypes, _half, _packing, _shm
 from chainermn_torus.optimizers import fpenv, fuse
 from chainermn_torus.runtime import jit
 from conftest import ROOT, assert_ok, pythonpath, run_mpi, worker
@@ -25,21 +25,32 @@ def _halves(rng, n):
     return h
 
 
+def _bfloat16s(rng, n):
+    # Finite bfloat16 values over float32's whole range (sums past it overflow to infinity),
+    # signed zeros, subnormals; and infinities.
+    bits = rng.randint(0, 0x7f80, size=n).astype(numpy.uint16)
+    bits[rng.rand(n) < 0.5] |= 0x8000
+    bits[::97] = 0x7f80
+    return bits.view(_dtypes.bfloat16())
+
+
+@pytest.mark.parametrize('kind', ['float16', 'bfloat16'])
 @pytest.mark.parametrize('n, nblocks', [(1, 1), (7, 2), (1001, 3), (4099, 5)])
-def test_float16_block_sums_in_numpy_have_the_kernels_bits(n, nblocks):
+def test_half_block_sums_in_numpy_have_the_kernels_bits(n, nblocks, kind):
     from chainermn_torus.communicators import _half_kernels
     rng = numpy.random.RandomState(n + nblocks)
-    blocks = _halves(rng, n * nblocks)
-    out_jit, out_np = numpy.empty(n, numpy.float16), numpy.empty(n, numpy.float16)
+    blocks = (_halves if kind == 'float16' else _bfloat16s)(rng, n * nblocks)
+    out_jit, out_np = numpy.empty(n, blocks.dtype), numpy.empty(n, blocks.dtype)
     _half_kernels.sum_blocks(out_jit.view(numpy.uint16), blocks.view(numpy.uint16), nblocks,
-                             numpy.empty(n, numpy.float32))
+                             numpy.empty(n, numpy.float32), kind)
     _half.sum_blocks_numpy(out_np.view(numpy.uint16), blocks.view(numpy.uint16), nblocks,
-                           numpy.empty(n + 3, numpy.float32))
+                           numpy.empty(n + 3, numpy.float32), blocks.dtype)
     assert numpy.array_equal(out_jit.view(numpy.uint16), out_np.view(numpy.uint16))
-    assert numpy.isinf(out_np).any() and (out_np != 0).any()  # the edges were exercised
+    wide = out_np.astype(numpy.float32)
+    assert numpy.isinf(wide).any() and (wide != 0).any()  # the edges were exercised
 
 
-def _packed(scale, monkeypatch, with_numba):
+def _packed(scale, monkeypatch, with_numba, dtype=numpy.float16):
     if not with_numba:
         monkeypatch.setattr(jit, 'numba', lambda: None)
     rng = numpy.random.RandomState(3)
@@ -51,7 +62,7 @@ def _packed(scale, monkeypatch, with_numba):
         p.grad = (rng.standard_normal(n) * 10.0 ** rng.randint(-9, 6, n)).astype(numpy.float32)
         params.append(('p{}'.format(i), p))
     lay = _packing.Layout([(name, p.data.shape, p.data.dtype) for name, p in params],
-                          dtype=numpy.float16)
+                          dtype=dtype)
     buf = _packing.PackedBuffer(lay)
     for segment in buf.plan:
         assert buf.send_source(params, segment, scale) is None
@@ -61,11 +72,13 @@ def _packed(scale, monkeypatch, with_numba):
     return packed, [p.grad.copy() for _, p in params]
 
 
+@pytest.mark.parametrize('kind', ['float16', 'bfloat16'])
 @pytest.mark.parametrize('scale', [None, 0.25, 1.0 / 3])
-def test_float16_packing_in_numpy_has_the_kernels_bits(scale, monkeypatch):
-    packed_jit, grads_jit = _packed(scale, monkeypatch, with_numba=True)
-    packed_np, grads_np = _packed(scale, monkeypatch, with_numba=False)
-    assert packed_np.dtype == numpy.float16
+def test_half_packing_in_numpy_has_the_kernels_bits(scale, kind, monkeypatch):
+    dtype = numpy.float16 if kind == 'float16' else _dtypes.bfloat16()
+    packed_jit, grads_jit = _packed(scale, monkeypatch, True, dtype)
+    packed_np, grads_np = _packed(scale, monkeypatch, False, dtype)
+    assert packed_np.dtype == dtype
     assert numpy.array_equal(packed_jit.view(numpy.uint16), packed_np.view(numpy.uint16))
     for a, b in zip(grads_jit, grads_np):
         assert a.dtype == numpy.float32 and numpy.array_equal(a.view('u4'), b.view('u4'))

@@ -115,14 +115,18 @@ def run(args):
                 comms['{}({}){}'.format(variant, g, label)] = comm
     if args.auto:
         comms['auto'] = chainermn_torus.create_communicator('auto')
-    if args.fp16:
-        # float16 on the wire: half the bytes, plus the conversions (see communicators._half).
-        comms['pure_allreduce/fp16'] = chainermn_torus.create_communicator(
-            'pure_allreduce', allreduce_grad_dtype=numpy.float16)
+    # float16 / bfloat16 on the wire: half the bytes, plus the conversions (communicators._half)
+    for asked, label, wire in ((args.fp16, 'fp16', numpy.float16),
+                               (args.bf16, 'bf16', 'bfloat16')):
+        if not asked:
+            continue
+        comms['pure_allreduce/' + label] = chainermn_torus.create_communicator(
+            'pure_allreduce', allreduce_grad_dtype=wire)
         for g in _grids(P, args.grids):
             for algo in ('rsaa', 'rsap'):
-                comms['{}({})/fp16'.format(algo, g)] = chainermn_torus.create_communicator(
-                    algo, grid=g, allreduce_grad_dtype=numpy.float16)
+                comms['{}({})/{}'.format(algo, g, label)] = \
+                    chainermn_torus.create_communicator(algo, grid=g,
+                                                        allreduce_grad_dtype=wire)
     for name, c in comms.items():
         rows[name] = (lambda c: lambda: c.multi_node_mean_grad(model))(c)
     if args.debug:
@@ -218,6 +222,8 @@ def build_parser():
                         help='leave out the auto communicator\'s row')
     parser.add_argument('--fp16', action='store_true',
                         help='also rows with allreduce_grad_dtype=float16')
+    parser.add_argument('--bf16', action='store_true',
+                        help="also rows with allreduce_grad_dtype='bfloat16'")
     parser.add_argument('--debug', action='store_true',
                         help='also every communicator row in Chainer\'s debug mode')
     parser.add_argument('--json', default=None, help='write the report here (rank 0)')

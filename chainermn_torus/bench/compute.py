@@ -38,12 +38,14 @@ import numpy
 from chainer.function_hooks import TimerHook
 
 from chainermn_torus import compute
-from chainermn_torus.compute import conv, dnnl, onednn
+from chainermn_torus.compute import conv, copies, dnnl, linear, onednn, precision
 from chainermn_torus.optimizers import type_checks
 from chainermn_torus.runtime import threads
 from chainermn_torus.models import MLP, NIN, ResNet50, TinyNet
 
-__all__ = ['main', 'problem', 'MODELS']
+__all__ = ['main', 'problem', 'MODELS', 'MODES']
+
+MODES = ('numpy', 'onednn')  # the rows every run has; --precision bf16 adds onednn-bf16
 
 # name -> (the network, its image size, its classes); the MNIST MLP's input is the 28 x 28
 # image flattened
@@ -126,6 +128,18 @@ def gemm_flops(n=2048, repeat=3, by='openblas'):
     return 2.0 * n ** 3 / best
 
 
+def bf16_gemm_flops(n=2048, repeat=3):
+    """FLOP/s of an n x n matrix product in bfloat16 with float32 sums, by oneDNN (its
+    inner product: ``compute.linear``), the operands converted once before the timed calls:
+    the bound of bfloat16 arithmetic on these cores."""
+    a = numpy.random.RandomState(0).rand(n, n).astype(numpy.float32)
+    kept = copies.Copies(keep=('src', 'weights'))
+    product = lambda: linear.forward(a, a, copies=kept)  # noqa: E731
+    product()
+    best = min(_timed(product) for _ in range(repeat))
+    return 2.0 * n ** 3 / best
+
+
 # A large convolution: ResNet-50's 3x3 of its second stage at batch 32 (7.4 GFLOP).
 _LARGE_CONV = ((32, 128, 28, 28), (128, 128, 3, 3))
 
@@ -149,6 +163,12 @@ def bound_flops():
             'conv': conv_flops()}
 
 
+def _set(mode):
+    """A row's compute: 'numpy', 'onednn' (float32) or 'onednn-bf16'."""
+    (onednn.disable if mode == 'numpy' else onednn.enable)()
+    compute.set_precision('bf16' if mode == 'onednn-bf16' else 'fp32')
+
+
 def _timed(fn):
     t0 = time.perf_counter()
     fn()
@@ -167,8 +187,8 @@ class _Torch(object):
             raise SystemExit('bench compute: {} could not run PyTorch: {}'.format(
                 python, self.version))
 
-    def run(self):
-        self.proc.stdin.write('run\n')
+    def run(self, side='torch'):
+        self.proc.stdin.write('run bf16\n' if side == 'torch-bf16' else 'run\n')
         self.proc.stdin.flush()
         return float(self.proc.stdout.readline())
 
@@ -188,8 +208,14 @@ def main(argv=None):
     p.add_argument('--rounds', type=int, default=3)
     p.add_argument('--torch', default=None, metavar='PYTHON',
                    help='a Python that has PyTorch: its ResNet-50 in the same rounds')
+    p.add_argument('--precision', choices=('fp32', 'bf16'), default='fp32',
+                   help='bf16: oneDNN in bfloat16 too, a row of its own in the same rounds')
+    p.add_argument('--torch-amp', choices=('bf16',), default=None,
+                   help="bf16: PyTorch under autocast bfloat16 too, beside its float32")
     p.add_argument('--json', default=None)
     args = p.parse_args(argv)
+    if args.torch_amp and not args.torch:
+        p.error('--torch-amp goes with --torch PYTHON')
     if args.torch and args.model != 'resnet50':
         p.error('--torch: PyTorch\'s side is ResNet-50 only, not {}'.format(args.model))
     args.size = args.size or MODELS[args.model][1]
@@ -197,12 +223,17 @@ def main(argv=None):
         raise SystemExit('bench compute: oneDNN is not available here: ' +
                          (compute.dnnl.why_unavailable() or '?'))
     model, x, t = problem(args.model, args.batch, args.size)
-    times = {'numpy': [], 'onednn': []}
+    modes = MODES + (('onednn-bf16',) if args.precision == 'bf16' else ())
+    if args.precision == 'bf16':
+        compute.set_precision('bf16', '--precision')  # refused here where the CPU lacks it
+    times = {m: [] for m in modes}
     torch = None
+    sides = ('torch',) + (('torch-bf16',) if args.torch_amp else ())
     if args.torch:
         torch = _Torch(args.torch, args.batch, args.size, args.threads)
-        times['torch'] = []
-        torch.run()  # warm-up
+        for side in sides:
+            times[side] = []
+            torch.run(side)  # warm-up
     breakdown = {}
     # The whole budget, numba's pool included: numba's OpenMP layer sets OpenMP's thread
     # count to its own before each parallel loop, so a limit on the OpenMP pool alone
@@ -210,22 +241,25 @@ def main(argv=None):
     threads.ensure(None, args.threads)
     measured = bound_flops()
     flops = max(measured.values())
+    if args.precision == 'bf16':
+        measured['bf16_gemm'] = bf16_gemm_flops()
     macs = forward_macs(model, x)
-    for mode in ('numpy', 'onednn'):
-        (onednn.enable if mode == 'onednn' else onednn.disable)()
+    for mode in modes:
+        _set(mode)
         _iteration(model, x, t)  # warm-up: oneDNN makes its primitives here
     # Chainer's type checks as training has them (the multi-node optimizer's setting,
     # CHAINERMN_TORUS_TYPE_CHECK: by default the warm-up checked, the rounds not).
     checks = type_checks.TypeChecks(rank=1)  # rank 1: nothing said
     for i in range(args.rounds):
-        for mode in ('numpy', 'onednn'):
-            (onednn.enable if mode == 'onednn' else onednn.disable)()
+        for mode in modes:
+            _set(mode)
             with checks.forward(i + 1):
                 times[mode].append(_timed(lambda: _iteration(model, x, t)))
         if torch is not None:
-            times['torch'].append(torch.run())
-    for mode in ('numpy', 'onednn'):
-        (onednn.enable if mode == 'onednn' else onednn.disable)()
+            for side in sides:
+                times[side].append(torch.run(side))
+    for mode in modes:
+        _set(mode)
         hook = TimerHook()
         with hook:
             _iteration(model, x, t)
@@ -239,9 +273,18 @@ def main(argv=None):
                                       args.rounds))
     if torch is not None:
         torch.close()
-    print('{:<8} {:>10} {:>10}'.format('', 'seconds', 'x bound'))
+    print('{:<12} {:>10} {:>10}'.format('', 'seconds', 'x bound'))
     for mode in times:
-        print('{:<8} {:>10.3f} {:>10.2f}'.format(mode, med[mode], med[mode] / bound))
+        print('{:<12} {:>10.3f} {:>10.2f}'.format(mode, med[mode], med[mode] / bound))
+    if 'onednn-bf16' in med:
+        print('bfloat16 on oneDNN is {:.2f}x faster than its float32{}; the bfloat16 bound '
+              '(the same work at {:.1f} GFLOP/s, oneDNN\'s 2048x2048 bfloat16 product) is '
+              '{:.3f} s, {:.2f}x of it'.format(
+                  med['onednn'] / med['onednn-bf16'], '' if 'torch-bf16' not in med else
+                  ", {:.2f}x PyTorch's time under autocast bfloat16".format(
+                      med['onednn-bf16'] / med['torch-bf16']),
+                  measured['bf16_gemm'] / 1e9, work / measured['bf16_gemm'],
+                  med['onednn-bf16'] / (work / measured['bf16_gemm'])))
     print('oneDNN is {:.2f}x faster than numpy{}; the bound ({:.1f} GFLOP of work at '
           '{:.1f} GFLOP/s, the best measured now of: a 2048x2048 SGEMM by OpenBLAS {:.1f}, '
           "by oneDNN {:.1f}, oneDNN's 3x3 convolution {} x {} {:.1f}) is {:.3f} s".format(
@@ -250,12 +293,12 @@ def main(argv=None):
                                                      torch.version[6:]),
               work / 1e9, flops / 1e9, measured['openblas'] / 1e9, measured['onednn'] / 1e9,
               _LARGE_CONV[0], _LARGE_CONV[1], measured['conv'] / 1e9, bound))
-    print('by Chainer function, its own time (seconds, numpy / oneDNN):')
-    names = sorted(set(breakdown['numpy']) | set(breakdown['onednn']),
+    print('by Chainer function, its own time (seconds, {}):'.format(' / '.join(modes)))
+    names = sorted(set().union(*breakdown.values()),
                    key=lambda n: -breakdown['numpy'].get(n, 0.0))
     for name in names[:12]:
-        print('  {:<32} {:>8.3f} {:>8.3f}'.format(name, breakdown['numpy'].get(name, 0.0),
-                                                 breakdown['onednn'].get(name, 0.0)))
+        print('  {:<32}'.format(name) + ''.join(' {:>8.3f}'.format(
+            breakdown[m].get(name, 0.0)) for m in modes))
     if args.json:
         with open(args.json, 'w') as f:
             json.dump({'model': args.model, 'forward_macs': macs, 'batch': args.batch,
@@ -264,11 +307,19 @@ def main(argv=None):
                        'median': med, 'ratio_numpy_over_onednn': med['numpy'] / med['onednn'],
                        'ratio_onednn_over_torch': med['onednn'] / med['torch']
                        if 'torch' in med else None,
+                       'ratio_fp32_over_bf16': med['onednn'] / med['onednn-bf16']
+                       if 'onednn-bf16' in med else None,
+                       'ratio_bf16_over_torch_bf16': med['onednn-bf16'] / med['torch-bf16']
+                       if 'torch-bf16' in med else None,
+                       'bf16_instructions': precision.cpu_bf16()[1]
+                       if 'onednn-bf16' in med else None,
                        'torch': None if torch is None else torch.version[6:],
                        'type_check': checks.setting,
                        'pools': pools, 'gemm_flops': measured['openblas'],
                        'bound_flops_measured': measured, 'bound_flops': flops,
                        'bound_seconds': bound,
+                       'bf16_bound_seconds': work / measured['bf16_gemm']
+                       if 'bf16_gemm' in measured else None,
                        'breakdown': breakdown,
                        'onednn_version': list(compute.dnnl.version()[:3])}, f, indent=1)
     return 0

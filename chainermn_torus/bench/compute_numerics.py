@@ -2,12 +2,15 @@
 Chainer's numpy on the same inputs, through Chainer's own functions: the largest difference
 of every output and gradient, beside the largest value, per parameter set.
 
-    python -m chainermn_torus.bench.compute_numerics [--json OUT]
+    python -m chainermn_torus.bench.compute_numerics [--precision bf16] [--json OUT]
 
 The parameter sets are those of Chainer's own tests of each function (its shapes, strides,
 paddings, ``cover_all``, groups, dilation, window sizes), plus ResNet-50's shapes at batch
 2. Each case runs the function forward and backward (gy drawn with a fixed seed) once on
-Chainer's numpy and once with ``chainermn_torus.compute`` enabled.
+Chainer's numpy and once with ``chainermn_torus.compute`` enabled. With ``--precision bf16``
+the functions bfloat16 changes (convolution, deconvolution, linear: the MNIST MLP's and
+ResNet-50's last layer too) run on oneDNN in float32, then in bfloat16: the table is what
+bfloat16 costs in accuracy, function by function.
 """
 import argparse
 import json
@@ -50,6 +53,16 @@ def _deconv(x_shape, w_shape, stride=1, pad=0, outsize=None):
             x, W, b, stride, pad, outsize)
     return 'deconvolution_2d', 'x {} W {} stride {} pad {} outsize {}'.format(
         x_shape, w_shape, stride, pad, outsize), make
+
+
+def _linear(x_shape, w_shape, bias=True):
+    def make(rng):
+        x = rng.uniform(-1, 1, x_shape).astype(numpy.float32)
+        W = rng.normal(0, 1 / numpy.sqrt(w_shape[1]), w_shape).astype(numpy.float32)
+        b = rng.uniform(-1, 1, w_shape[0]).astype(numpy.float32)
+        inputs, names = ([x, W, b], ['x', 'W', 'b']) if bias else ([x, W], ['x', 'W'])
+        return inputs, names, lambda *v: F.linear(*v)
+    return 'linear', 'x {} W {}{}'.format(x_shape, w_shape, '' if bias else ' nobias'), make
 
 
 def _bn(shape, eps=2e-5, fixed=False):
@@ -120,13 +133,25 @@ CASES = [
     # Chainer's test_local_response_normalization, and AlexNet's
     _lrn((2, 7, 3, 2)), _lrn((2, 96, 27, 27)),
 ]
+# What bfloat16 changes (compute.onednn's bf16 rows): their cases above, and the linear
+# layers: Chainer's test shapes, the MNIST MLP (batch 100 over 2 ranks), ResNet-50's last.
+BF16_FUNCTIONS = ('convolution_2d', 'deconvolution_2d', 'linear')
+BF16_CASES = [c for c in CASES if c[0] in BF16_FUNCTIONS] + [
+    _linear((4, 3), (2, 3)), _linear((4, 3), (2, 3), bias=False),
+    _linear((50, 784), (1000, 784)), _linear((50, 1000), (10, 1000)),
+    _linear((8, 2048), (1000, 2048))]
+# the two sides compared: (reference, measured) -> how each runs
+SIDES = {'fp32': (('numpy', 'fp32'), ('onednn', 'fp32')),
+         'bf16': (('onednn', 'fp32'), ('onednn', 'bf16'))}
 
 
-def run_case(make, seed=0):
-    """{name: (largest |difference|, largest |value|)} for the outputs and gradients."""
+def run_case(make, seed=0, precision='fp32'):
+    """{name: (largest |difference|, largest |value|)} for the outputs and gradients: of
+    oneDNN against numpy (precision fp32), of bfloat16 against float32 (bf16)."""
     results = []
-    for enabled in (False, True):
-        (onednn.enable if enabled else onednn.disable)()
+    for mode, side in SIDES[precision]:
+        (onednn.enable if mode == 'onednn' else onednn.disable)()
+        compute.set_precision(side)
         rng = numpy.random.RandomState(seed)
         inputs, names, fn = make(rng)
         variables = [chainer.Variable(a.copy()) for a in inputs]
@@ -144,6 +169,8 @@ def run_case(make, seed=0):
 def main(argv=None):
     p = argparse.ArgumentParser(prog='chainermn-torus bench compute_numerics',
                                 description=__doc__.split('\n')[0])
+    p.add_argument('--precision', choices=sorted(SIDES), default='fp32',
+                   help='bf16: bfloat16 against float32, both on oneDNN')
     p.add_argument('--json', default=None)
     args = p.parse_args(argv)
     if compute.use('auto', rank=0) != 'onednn':
@@ -152,8 +179,11 @@ def main(argv=None):
     rows = []
     print('{:<30} {:<58} {}'.format('function', 'parameters', 'largest |difference| / '
                                     'largest |value|, per output'))
-    for function, text, make in CASES:
-        diffs = run_case(make)
+    cases = BF16_CASES if args.precision == 'bf16' else CASES
+    if args.precision == 'bf16':
+        compute.set_precision('bf16', '--precision')  # refused where the CPU lacks it
+    for function, text, make in cases:
+        diffs = run_case(make, precision=args.precision)
         rows.append({'function': function, 'parameters': text, 'outputs': diffs})
         print('{:<30} {:<58} {}'.format(function, text, '  '.join(
             '{} {:.1e}/{:.2g}'.format(n, d, v) for n, (d, v) in diffs.items())), flush=True)
@@ -168,8 +198,10 @@ def main(argv=None):
         print('  {:<30} {:.2e}  {:.2e}'.format(f, d, rel))
     if args.json:
         with open(args.json, 'w') as f:
-            json.dump({'cases': rows, 'worst': worst}, f, indent=1)
+            json.dump({'precision': args.precision, 'compared': SIDES[args.precision],
+                       'cases': rows, 'worst': worst}, f, indent=1)
     onednn.disable()
+    compute.set_precision('fp32')
     return 0
 
 

@@ -2,7 +2,8 @@
 at each thread count given, in one run.
 
     python -m chainermn_torus.bench.compute_profile [--model resnet50] [--batch 1]
-        [--size 64] [--threads 1 2] [--rounds 5] [--json OUT]
+        [--size 64] [--threads 1 2] [--rounds 5] [--grain N] [--precision bf16]
+        [--json OUT]
 
 The same iteration as ``bench compute`` (the network on the oneDNN path, softmax
 cross-entropy, backward), timed whole and, in the same rounds, its parts:
@@ -162,14 +163,23 @@ def main(argv=None):
     p.add_argument('--size', type=int, default=64)
     p.add_argument('--threads', type=int, nargs='+', default=[1, 2])
     p.add_argument('--rounds', type=int, default=5)
+    p.add_argument('--grain', type=int, default=None,
+                   help='elements of work per numba thread (runtime.jit.GRAIN, default {}); '
+                        '0: every kernel on every thread'.format(jit.GRAIN))
+    p.add_argument('--precision', choices=('fp32', 'bf16'), default='fp32')
     p.add_argument('--json', default=None)
     args = p.parse_args(argv)
+    if args.grain is not None:
+        if args.grain < 0:
+            p.error('--grain: 0 or more elements, got {}'.format(args.grain))
+        jit.GRAIN = args.grain
     for n in args.threads:
         if n < 1:
             p.error('--threads: counts of 1 or more, got {}'.format(n))
     if args.rounds < 1 or args.batch < 1 or args.size < 1:
         p.error('--rounds, --batch and --size must be 1 or more')
-    compute.use('onednn', rank=0)  # raises where oneDNN does not load, naming the fix
+    # raises where oneDNN does not load (or bf16 where the CPU lacks it), naming the fix
+    compute.use('onednn', rank=0, precision=args.precision, precision_source='--precision')
     model, x, t = problem(args.model, args.batch, args.size)
     by_threads = {}
     for n in args.threads:
@@ -192,7 +202,8 @@ def main(argv=None):
     if args.json:
         with open(args.json, 'w') as f:
             json.dump({'model': args.model, 'batch': args.batch, 'size': args.size,
-                       'rounds': args.rounds, 'threads': counts,
+                       'rounds': args.rounds, 'threads': counts, 'grain': jit.GRAIN,
+                       'precision': args.precision,
                        'onednn_version': list(dnnl.version()[:3]),
                        'seconds': {str(n): v for n, v in by_threads.items()}}, f, indent=1)
     return 0

@@ -4,7 +4,7 @@ gradient averaging, update) on Chainer's numpy, on oneDNN and in PyTorch DDP, in
     python -m chainermn_torus.bench.data_parallel [--ranks 2] [--batch 8] [--size 224]
         [--threads 1] [--layouts RxT:B,...] [--iterations 4] [--warmup 1] [--rounds 3]
         [--communicator rsap] [--overlap] [--variant LABEL:VAR=VALUE ...]
-        [--torch PYTHON] [--json OUT]
+        [--modes numpy,onednn[,onednn-bf16]] [--torch PYTHON [--torch-amp bf16]] [--json OUT]
 
 Each round runs, one after the other on the same cores, an MPI job of ``--ranks`` ranks per
 compute mode (``CHAINERMN_TORUS_COMPUTE`` numpy, then onednn): Chainer's ResNet50Layers,
@@ -22,6 +22,9 @@ per rank) in the same rounds, one after the other, each as above (the seeds' lay
 rank per node with every core a thread). ``--variant LABEL:VAR=VALUE[,VAR=VALUE]``
 (repeatable) adds a oneDNN job per layout and round with those environment variables, for
 a before/after in one run: ``--variant checked:CHAINERMN_TORUS_TYPE_CHECK=on``.
+``--modes ...,onednn-bf16`` adds oneDNN in bfloat16 (``CHAINERMN_TORUS_PRECISION=bf16``)
+and ``--torch-amp bf16`` PyTorch under autocast bfloat16, each a row of its own in the same
+rounds.
 """
 import argparse
 import json
@@ -42,7 +45,10 @@ from chainermn_torus.models import ResNet50
 
 __all__ = ['main']
 
-MODES = ('numpy', 'onednn')
+MODES = ('numpy', 'onednn', 'onednn-bf16')  # the last: oneDNN with precision bf16
+# a mode -> (CHAINERMN_TORUS_COMPUTE, its extra environment)
+_MODE_ENV = {'numpy': ('numpy', {}), 'onednn': ('onednn', {}),
+             'onednn-bf16': ('onednn', {'CHAINERMN_TORUS_PRECISION': 'bf16'})}
 
 
 def rank_side(args):
@@ -73,7 +79,8 @@ def rank_side(args):
         print('RESULT ' + json.dumps({'seconds': [r['iteration'] for r in rows],
                                       'parts': {k: statistics.median(r[k] for r in rows)
                                                 for k in rows[0]},
-                                      'compute': compute.in_force()}), flush=True)
+                                      'compute': compute.in_force(),
+                                      'precision': compute.precision_in_force()}), flush=True)
 
 
 def _result(cmd, env, what):
@@ -108,17 +115,20 @@ def parse_variant(text):
     """'LABEL:VAR=VALUE,...' -> (label, {VAR: VALUE})."""
     label, _, assignments = text.partition(':')
     env = dict(a.split('=', 1) for a in assignments.split(',') if '=' in a)
-    if not label or label in MODES + ('torch',) or not env or \
+    if not label or label in MODES + ('torch', 'torch-bf16') or not env or \
             len(env) != len([a for a in assignments.split(',') if a]):
         raise ValueError('--variant: {!r} is not LABEL:VAR=VALUE[,VAR=VALUE] with a label '
-                         'other than {}'.format(text, ', '.join(MODES + ('torch',))))
+                         'other than {}'.format(text, ', '.join(MODES + ('torch',
+                                                                          'torch-bf16'))))
     return label, env
 
 
 def _measure(args, layouts, modes, variants):
     """{layout: (runs, parts, torch_version)}, the layouts interleaved in each round."""
     got_all = {layout: ({}, {}, [None]) for layout in layouts}
-    jobs = [(m, m, {}) for m in modes] + [(label, 'onednn', env) for label, env in variants]
+    jobs = [(m,) + _MODE_ENV[m] for m in modes] + [(label, 'onednn', env)
+                                                   for label, env in variants]
+    sides = [('torch', [])] + ([('torch-bf16', ['bf16'])] if args.torch_amp else [])
     for r in range(args.rounds):
         for layout in layouts:
             ranks, threads, batch = layout
@@ -132,23 +142,24 @@ def _measure(args, layouts, modes, variants):
                 got = _result([bench.mpiexec(), '-n', str(ranks), sys.executable, '-m',
                                'chainermn_torus.bench.data_parallel'] + side, env,
                               'Chainer ({})'.format(label))
-                if got['compute'] != mode:
+                ran = (got['compute'], got.get('precision', 'fp32'))
+                if ran != (mode, extra.get('CHAINERMN_TORUS_PRECISION', 'fp32')):
                     raise SystemExit('bench data_parallel: asked for {}, the job ran {}'.format(
-                        mode, got['compute']))
+                        label, ' '.join(ran)))
                 runs.setdefault(label, []).append(statistics.median(got['seconds']))
                 parts.setdefault(label, []).append(got['parts'])
-                print('round {} {}x{}:{} {:<8} {:.3f} s per iteration'.format(
+                print('round {} {}x{}:{} {:<11} {:.3f} s per iteration'.format(
                     r + 1, ranks, threads, batch, label, runs[label][-1]), flush=True)
-            if args.torch:
+            for name, extra_args in (sides if args.torch else []):
                 script = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                       'torch_ddp.py')
                 got = _result([args.torch, script, str(ranks), str(batch), str(args.size),
-                               str(threads), str(args.iterations), str(args.warmup)],
-                              dict(os.environ), 'PyTorch DDP')
+                               str(threads), str(args.iterations), str(args.warmup)] +
+                              extra_args, dict(os.environ), 'PyTorch DDP')
                 version[0] = got['torch']
-                runs.setdefault('torch', []).append(statistics.median(got['seconds']))
-                print('round {} {}x{}:{} {:<8} {:.3f} s per iteration'.format(
-                    r + 1, ranks, threads, batch, 'torch', runs['torch'][-1]), flush=True)
+                runs.setdefault(name, []).append(statistics.median(got['seconds']))
+                print('round {} {}x{}:{} {:<11} {:.3f} s per iteration'.format(
+                    r + 1, ranks, threads, batch, name, runs[name][-1]), flush=True)
     return got_all
 
 
@@ -161,11 +172,11 @@ def _summary(args, layout, runs, parts, torch_version, variants):
           'per rank, {}{}; medians of {} interleaved rounds'.format(
               ranks, batch, args.size, threads, args.communicator,
               ' with overlap' if args.overlap else '', args.rounds))
-    print('{:<8} {:>9} {:>16} {:>10} {:>8}'.format('', 'iteration', 'forward+backward',
-                                                    'averaging', 'update'))
+    print('{:<11} {:>9} {:>16} {:>10} {:>8}'.format('', 'iteration', 'forward+backward',
+                                                     'averaging', 'update'))
     for k in runs:
         pm = part_med.get(k)
-        print('{:<8} {:>9.3f} {:>16} {:>10} {:>8}'.format(
+        print('{:<11} {:>9.3f} {:>16} {:>10} {:>8}'.format(
             k, med[k], '{:.3f}'.format(pm['forward_backward']) if pm else '-',
             '{:.3f}'.format(pm['allreduce']) if pm else '-',
             '{:.3f}'.format(pm['update']) if pm else '-'))
@@ -178,6 +189,11 @@ def _summary(args, layout, runs, parts, torch_version, variants):
     if 'torch' in med:
         for m in parts:
             ratios['{}_over_torch'.format(m)] = med[m] / med['torch']
+    if 'onednn' in med and 'onednn-bf16' in med:
+        ratios['onednn_over_onednn-bf16'] = med['onednn'] / med['onednn-bf16']
+    if 'torch-bf16' in med:
+        for m in parts:
+            ratios['{}_over_torch-bf16'.format(m)] = med[m] / med['torch-bf16']
     print('; '.join('{} {:.2f}'.format(k, v) for k, v in ratios.items()))
     return {'ranks': ranks, 'batch': batch, 'size': args.size, 'threads': threads,
             'iterations': args.iterations, 'rounds': args.rounds,
@@ -204,17 +220,21 @@ def main(argv=None):
     p.add_argument('--overlap', action='store_true',
                    help='the optimizer averages each layer\'s gradients while the backward '
                         'goes on (as DDP does with its buckets)')
-    p.add_argument('--modes', default=','.join(MODES),
+    p.add_argument('--modes', default='numpy,onednn',
                    help='Chainer\'s compute modes to run, of ' + ', '.join(MODES))
     p.add_argument('--variant', action='append', default=[], metavar='LABEL:VAR=VALUE',
                    help='also a oneDNN job with these environment variables (repeatable)')
     p.add_argument('--torch', default=None, metavar='PYTHON',
                    help='a Python that has PyTorch: its DDP (gloo) in the same rounds')
+    p.add_argument('--torch-amp', choices=('bf16',), default=None,
+                   help='bf16: PyTorch under autocast bfloat16 too, beside its float32')
     p.add_argument('--json', default=None)
     p.add_argument('--rank-side', action='store_true', help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.rank_side:
         return rank_side(args)
+    if args.torch_amp and not args.torch:
+        p.error('--torch-amp goes with --torch PYTHON')
     modes = [m for m in args.modes.split(',') if m]
     bad = [m for m in modes if m not in MODES]
     if bad:

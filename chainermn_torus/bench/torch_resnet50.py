@@ -8,7 +8,8 @@ nothing of this package. The network is Chainer's ``ResNet50Layers``, layer for 
 stride of each stage's first block on its first 1 x 1 convolution (MSRA's original, as
 Chainer builds it; torchvision's puts it on the 3 x 3), batch normalization after every
 convolution, the same channel counts. One iteration per line on stdin ("run"): forward,
-softmax cross entropy, backward; the seconds it took on stdout. "quit" ends it.
+softmax cross entropy, backward; the seconds it took on stdout; "run bf16" runs the forward
+under ``torch.autocast('cpu', dtype=torch.bfloat16)``. "quit" ends it.
 """
 import sys
 import time
@@ -62,11 +63,14 @@ def main():
     print('ready torch {} {} threads'.format(torch.__version__, torch.get_num_threads()),
           flush=True)
     for line in sys.stdin:
-        if line.strip() != 'run':
+        words = line.split()
+        if not words or words[0] != 'run':
             break
+        amp = words[1:] == ['bf16']  # autocast bfloat16, as a PyTorch user turns it on
         model.zero_grad(set_to_none=True)
         t0 = time.perf_counter()
-        loss = loss_fn(model(x), t)
+        with torch.autocast('cpu', dtype=torch.bfloat16, enabled=amp):
+            loss = loss_fn(model(x), t)
         loss.backward()
         print(time.perf_counter() - t0, flush=True)
 

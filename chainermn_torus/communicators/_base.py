@@ -13,7 +13,7 @@ import numpy
 
 from chainermn_torus.algorithms.segments import split_plan
 from chainermn_torus.runtime import timeline as _timeline
-from chainermn_torus.communicators import _packing, interface
+from chainermn_torus.communicators import _dtypes, _packing, interface
 from chainermn_torus.communicators._averaging import prescale
 from chainermn_torus.communicators._debug import check_means_finite
 from chainermn_torus.communicators._grid import Grid, default_grid, parse_grid
@@ -240,8 +240,8 @@ class TorusCommunicatorBase(interface.Communicator):
                 self._release_buffer(self._buffers.pop(oldest))
             seg = self.segment_bytes // layout.dtype.itemsize if self.segment_bytes else 0
             buf = self._new_buffer(layout, seg)
-            # float16 is always scaled first: a sum of P float16 values could overflow.
-            buf.prescaled = self.prescaled or layout.dtype == numpy.float16
+            # float16 and bfloat16 are always scaled first (_dtypes.scaled_first).
+            buf.prescaled = self.prescaled or _dtypes.scaled_first(layout.dtype)
             # MPI's sum or float16's, decided here once: the phases just call it.
             buf.reducer = reducer_for(layout.dtype, buf.mpi_type, self.progress)
         self._buffers[key] = buf  # most recently used last

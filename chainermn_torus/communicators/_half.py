@@ -1,4 +1,4 @@
-"""Sums of float16 buffers without an MPI float16 sum.
+"""Sums of float16 and bfloat16 buffers without an MPI sum of either.
 
 MPI has no float16 type or sum (MPICH's MPIX_C_FLOAT16 is not in Intel or Fujitsu MPI), and a
 user-defined MPI op runs Python inside MPI's progress engine for every pairwise combine (it
@@ -14,7 +14,8 @@ only *moved* by MPI and summed by numpy:
 Bytes per rank are those of a ring or Rabenseifner all-reduce ((P-1)/P of the buffer in each
 phase), every element is rounded to float16 once per reduce-scatter, and every rank adds the
 blocks in the same order, so all ranks end with the same bits. Elements that do not divide
-evenly into P blocks (fewer than P) are summed in float32 with MPI_Allreduce.
+evenly into P blocks (fewer than P) are summed in float32 with MPI_Allreduce. bfloat16
+(``_dtypes``) takes the same steps with its own conversions.
 """
 import numpy
 from mpi4py import MPI
@@ -25,33 +26,36 @@ from chainermn_torus.runtime import jit
 __all__ = ['HalfReducer', 'sum_blocks_numpy']
 
 
-def sum_blocks_numpy(out, blocks, nblocks, acc):
+def sum_blocks_numpy(out, blocks, nblocks, acc, dtype=numpy.float16):
     """``_half_kernels.sum_blocks`` in numpy: float32 sums in block order, one rounding."""
     n = out.size
     acc = acc[:n]
-    # numpy widens float16 exactly and rounds float32 to float16 to nearest even, as the
-    # kernels' fpext/fptrunc do: the bits are the kernels' (tests/communicators).
-    acc[...] = blocks[:n].view(numpy.float16)
-    for b in range(1, nblocks):
-        acc += blocks[b * n:(b + 1) * n].view(numpy.float16)
-    with numpy.errstate(over='ignore'):  # a sum beyond float16 is infinity, as in the kernel
-        out.view(numpy.float16)[...] = acc
+    # numpy widens float16 (ml_dtypes bfloat16) exactly and rounds float32 to nearest even,
+    # as the kernels do: the bits are the kernels' (tests/communicators).
+    acc[...] = blocks[:n].view(dtype).astype(numpy.float32)
+    # infinity beyond the range, as in the kernel (check_finite is where it is reported)
+    with numpy.errstate(over='ignore', invalid='ignore'):
+        for b in range(1, nblocks):
+            acc += blocks[b * n:(b + 1) * n].view(dtype).astype(numpy.float32)
+        out.view(dtype)[...] = acc.astype(dtype)
 
 
 class HalfReducer(object):
-    """Float16 reduce-scatter and all-reduce, with a reused scratch (see ``_reduction``)."""
+    """float16 (or bfloat16) reduce-scatter and all-reduce, with a reused scratch (see
+    ``_reduction``)."""
 
-    op = None  # no MPI operation sums float16
+    op = None  # no MPI operation sums float16 or bfloat16
 
-    def __init__(self, mpi_type, progress=None):
+    def __init__(self, mpi_type, progress=None, dtype=numpy.dtype(numpy.float16)):
         self.mpi_type = mpi_type
+        self.dtype = numpy.dtype(dtype)
         self.progress = progress or BLOCKING
         self._scratch = None
         self._acc = None  # float32 accumulator of the block sums
 
     def _recv(self, n):
         if self._scratch is None or self._scratch.size < n:
-            self._scratch = numpy.empty(n, dtype=numpy.float16)
+            self._scratch = numpy.empty(n, dtype=self.dtype)
         return self._scratch[:n]
 
     def reduce_scatter(self, comm, src, out):
@@ -66,10 +70,11 @@ class HalfReducer(object):
             self._acc = numpy.empty(c, numpy.float32)
         if jit.available():
             from chainermn_torus.communicators import _half_kernels  # numba: when first used
-            sum_blocks = _half_kernels.sum_blocks
+            _half_kernels.sum_blocks(out.view(numpy.uint16), recv.view(numpy.uint16), size,
+                                     self._acc, self.dtype.name)
         else:
-            sum_blocks = sum_blocks_numpy
-        sum_blocks(out.view(numpy.uint16), recv.view(numpy.uint16), size, self._acc)
+            sum_blocks_numpy(out.view(numpy.uint16), recv.view(numpy.uint16), size, self._acc,
+                             self.dtype)
         return out
 
     def allreduce(self, comm, array, src=None):
@@ -95,5 +100,6 @@ class HalfReducer(object):
         """A few elements: widened to float32 and summed by MPI_Allreduce."""
         wide = (array if src is None else src).astype(numpy.float32)
         self.progress(comm, 'Allreduce', MPI.IN_PLACE, [wide, MPI.FLOAT], op=MPI.SUM)
-        array[...] = wide
+        with numpy.errstate(over='ignore', invalid='ignore'):
+            array[...] = wide.astype(array.dtype)
         return array

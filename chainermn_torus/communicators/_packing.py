@@ -18,6 +18,7 @@ import numpy
 from mpi4py import MPI
 
 from chainermn_torus.algorithms.segments import plan_segments
+from chainermn_torus.communicators import _dtypes
 from chainermn_torus.runtime import jit
 from chainermn_torus.errors import ConfigError
 
@@ -34,11 +35,11 @@ MPI_TYPES = {
 def mpi_type_of(dtype):
     """The MPI datatype a transfer dtype travels as.
 
-    float16 travels as a 2-byte contiguous datatype; it has no MPI sum, so the buffer's
-    reducer sums it with numba (see ``_reduction``).
+    float16 and bfloat16 travel as a 2-byte contiguous datatype; they have no MPI sum, so
+    the buffer's reducer sums them with numba (see ``_reduction``).
     """
     dtype = numpy.dtype(dtype)
-    if dtype != numpy.float16:
+    if not _dtypes.is_half(dtype):
         return MPI_TYPES[dtype]
     return _float16_type()
 
@@ -230,12 +231,17 @@ class PackedBuffer(object):
             else:
                 src = grad.reshape(-1)[a - offs[i]:b - offs[i]]
                 # Without numba, the branches below give the same bits (float32 product,
-                # one rounding to float16), slower.
-                if dst.dtype == numpy.float16 and src.dtype == numpy.float32 \
+                # one rounding to float16 or bfloat16), slower.
+                if _dtypes.is_half(dst.dtype) and src.dtype == numpy.float32 \
                         and src.flags.c_contiguous and jit.available():
                     from chainermn_torus.communicators import _half_kernels
-                    _half_kernels.pack(dst.view(numpy.uint16), src,
-                                       numpy.float32(1.0 if scale is None else scale))
+                    _half_kernels.KERNELS[dst.dtype.name][0](
+                        dst.view(numpy.uint16), src,
+                        numpy.float32(1.0 if scale is None else scale))
+                elif dst.dtype.name == 'bfloat16':
+                    # numpy's float32 product, rounded once by ml_dtypes' cast
+                    dst[...] = (src if scale is None else numpy.multiply(
+                        src, scale, dtype=numpy.float32)).astype(dst.dtype)
                 elif scale is not None:
                     # In the wider of the two precisions, rounded once into the buffer (a
                     # float16 buffer must not round, or underflow, before the scaling; a
@@ -257,13 +263,19 @@ class PackedBuffer(object):
             if p.data.dtype == buf.dtype:
                 p.grad = src  # a view: no copy (valid until the next call)
                 self._viewers.append(weakref.ref(p))
-            elif buf.dtype == numpy.float16 and p.data.dtype == numpy.float32 \
+            elif _dtypes.is_half(buf.dtype) and p.data.dtype == numpy.float32 \
                     and jit.available():
                 from chainermn_torus.communicators import _half_kernels
                 grad = p.grad
                 if grad is None or grad.dtype != numpy.float32 or not grad.flags.c_contiguous:
                     grad = p.grad = numpy.empty(p.data.shape, numpy.float32)
-                _half_kernels.unpack(grad.reshape(-1), src.reshape(-1).view(numpy.uint16))
+                _half_kernels.KERNELS[buf.dtype.name][1](grad.reshape(-1),
+                                                         src.reshape(-1).view(numpy.uint16))
+            elif buf.dtype.name == 'bfloat16':
+                if p.grad is None:
+                    p.grad = src.astype(p.data.dtype)
+                else:
+                    p.grad[...] = src.astype(p.grad.dtype)  # widening: exact
             elif p.grad is None:
                 p.grad = src.astype(p.data.dtype)
             else:

@@ -1,8 +1,9 @@
 """How a packed buffer is summed across ranks, chosen once when the buffer is made.
 
-float32 and float64 are summed by MPI's own reductions (``MpiSum``); float16 has no MPI sum,
-so it is moved by MPI and summed by numba (``_half.HalfReducer``). Both offer the same three
-steps, and the phases of every communicator call them without asking which they have:
+float32 and float64 are summed by MPI's own reductions (``MpiSum``); float16 and bfloat16
+have no MPI sum, so they are moved by MPI and summed by numba (``_half.HalfReducer``). Both
+offer the same three steps, and the phases of every communicator call them without asking
+which they have:
 
   reduce_scatter(comm, src, out)   out = the sum over ranks of block ``comm.rank`` of src;
   allreduce(comm, array, src=None) array = the sum over ranks of src (default: array);
@@ -13,6 +14,7 @@ steps, and the phases of every communicator call them without asking which they 
 import numpy
 from mpi4py import MPI
 
+from chainermn_torus.communicators import _dtypes
 from chainermn_torus.communicators._half import HalfReducer
 from chainermn_torus.communicators._progress import BLOCKING
 
@@ -49,6 +51,6 @@ class MpiSum(object):
 
 def reducer_for(dtype, mpi_type, progress):
     """The reducer for a buffer of ``dtype`` whose collectives wait by ``progress``."""
-    if numpy.dtype(dtype) == numpy.float16:
-        return HalfReducer(mpi_type, progress)
+    if _dtypes.is_half(dtype):
+        return HalfReducer(mpi_type, progress, numpy.dtype(dtype))
     return MpiSum(mpi_type, progress)

@@ -17,7 +17,7 @@ shared-memory window instead (``_shm``); only the column all-reduce sends messag
 import numpy
 
 from chainermn_torus.runtime import timeline as _timeline
-from chainermn_torus.communicators import _packing
+from chainermn_torus.communicators import _dtypes, _packing
 from chainermn_torus.communicators._averaging import divide_by_size
 from chainermn_torus.communicators._shm import NodeBuffers, rows_within_nodes
 from chainermn_torus.errors import ConfigError
@@ -62,8 +62,8 @@ class TorusPhases(object):
 
     def _shm_buffer(self, layout, segment_elems):
         """A PackedBuffer in a node-shared window, or None where shm does not apply."""
-        if not self.shm or layout.size == 0 or layout.dtype == numpy.float16:
-            return None  # float16 has no MPI sum either: it keeps the message phases
+        if not self.shm or layout.size == 0 or _dtypes.is_half(layout.dtype):
+            return None  # float16 and bfloat16 have no MPI sum: they keep the message phases
         node = NodeBuffers(self.grid.row_comm, layout.size, layout.dtype, self.progress,
                            purpose=self.shm_purpose)
         return _packing.PackedBuffer(layout, segment_elems, array=node.array, memory=node)

@@ -19,7 +19,7 @@ import numpy
 from mpi4py import MPI
 
 from chainermn_torus import config
-from chainermn_torus.communicators import _packing, capabilities as _capabilities
+from chainermn_torus.communicators import _dtypes, _packing, capabilities as _capabilities
 from chainermn_torus.communicators._progress import BLOCKING
 from chainermn_torus.runtime import devshm, threads
 from chainermn_torus.runtime import startup as _startup
@@ -27,21 +27,7 @@ from chainermn_torus.errors import ConfigError
 
 __all__ = ['Communicator']
 
-_GRAD_DTYPES = (numpy.float16, numpy.float32, numpy.float64)
-
-
-def _checked_dtype(value):
-    """``allreduce_grad_dtype`` checked: None or a float dtype of 16, 32 or 64 bits."""
-    if value is None:
-        return None
-    try:
-        dtype = numpy.dtype(value)
-    except TypeError:
-        dtype = None
-    if dtype is None or dtype.type not in _GRAD_DTYPES:
-        raise ConfigError('chainermn_torus: allreduce_grad_dtype must be None, numpy.float16, '
-                          'numpy.float32 or numpy.float64, got {!r}'.format(value))
-    return dtype
+_checked_dtype = _dtypes.checked
 
 
 class Communicator(mpi_communicator_base.MpiCommunicatorBase):
@@ -53,7 +39,7 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
             Default from ``CHAINERMN_TORUS_SEGMENT_BYTES`` or 4 MiB.
         allreduce_grad_dtype: the dtype gradients travel and are summed in (as ChainerMN's
             pure_nccl spells it): None (float32, float64 for float64 models), numpy.float16,
-            float32, float64.
+            'bfloat16' (or ml_dtypes.bfloat16), float32, float64.
     """
 
     name = None                              # the factory's name

@@ -9,10 +9,9 @@ the model's layout changes. The options are strategies of ``_rsap_modes``; ``shm
 default where rows lie inside nodes) replaces phases 1 and 4 by shared-memory reads.
 """
 
-import numpy
 
 from chainermn_torus.algorithms.rsap import put_rounds
-from chainermn_torus.communicators import _packing
+from chainermn_torus.communicators import _dtypes, _packing
 from chainermn_torus.communicators._base import TorusCommunicatorBase
 from chainermn_torus.communicators._rsap_modes import REDUCE_SCATTERS, SYNCS
 from chainermn_torus.communicators._torus import TorusPhases
@@ -67,10 +66,10 @@ class RsapCommunicator(TorusPhases, TorusCommunicatorBase):
                 'shm=False'.format(sync, reduce_scatter))
         self._setup_shm(shm, wanted_by_default=not explicit)
         if REDUCE_SCATTERS[self.reduce_scatter_mode].needs_mpi_sum \
-                and self.allreduce_grad_dtype is not None \
-                and self.allreduce_grad_dtype == numpy.float16:
+                and _dtypes.is_half(self.allreduce_grad_dtype):
             raise ConfigError('chainermn_torus: rsap reduce_scatter=\'accumulate\' needs an MPI '
-                              'sum, which float16 has not; use allreduce_grad_dtype float32 or '
+                              'sum, which {} has not; use allreduce_grad_dtype float32 or '
+                              .format(self.allreduce_grad_dtype.name) +
                               'reduce_scatter=\'collective\'')
         self._sync = SYNCS[self.sync](self, put_rounds(self.grid.M))
         self._reduce_scatter = REDUCE_SCATTERS[self.reduce_scatter_mode](self, self._sync)

@@ -10,24 +10,52 @@ oneDNN's OpenMP threads are counted in it. The parts: ``dnnl`` (the binding), ``
 on numpy arrays), ``onednn`` (the seam into Chainer's functions).
 """
 from chainermn_torus import config
-from chainermn_torus.compute import dnnl, geometries, onednn
+from chainermn_torus.compute import dnnl, geometries, modes, onednn, precision as low
+from chainermn_torus.errors import Unsupported
 from chainermn_torus.runtime import allocation, report, threads
 
-__all__ = ['use', 'apply_setting', 'in_force']
+__all__ = ['use', 'apply_setting', 'in_force', 'precision_in_force', 'set_precision']
 
-_IN_FORCE = []  # the mode applied: 'onednn' or 'numpy'
+_IN_FORCE = []  # the mode applied: 'onednn' or 'numpy', and the precision
 
 
 def in_force():
     return _IN_FORCE[0] if _IN_FORCE else None
 
 
-def use(mode='auto', source='compute', rank=None):
-    """Put Chainer's heavy layers on oneDNN or numpy for this process; returns the mode in
-    force ('onednn' or 'numpy'). Rank 0 says which, once per change."""
+def precision_in_force():
+    """'fp32' or 'bf16' (``compute.precision``)."""
+    return modes.precision()
+
+
+def set_precision(precision, source='precision'):
+    """Compute in ``precision`` ('fp32' or 'bf16') from the next forward on, the mode in force
+    kept (a benchmark's rows, a script's own choice); refused as ``use`` refuses it."""
+    precision = config.parse('precision', precision, source)
+    low.check(precision, in_force() or 'auto', source)
+    modes.set_precision(precision)
+    if _IN_FORCE:
+        _IN_FORCE[1] = precision
+
+
+def use(mode='auto', source='compute', rank=None, precision=None,
+        precision_source='precision'):
+    """Put Chainer's heavy layers on oneDNN or numpy for this process, computing in
+    ``precision`` ('fp32' or 'bf16'; None: ``CHAINERMN_TORUS_PRECISION``, else fp32);
+    returns the mode in force ('onednn' or 'numpy'). Rank 0 says which, once per change.
+    bf16 is refused without oneDNN or on a CPU without bfloat16 instructions."""
     mode = config.parse('compute', mode, source)
+    if precision is None:
+        precision, given = config.value('precision')
+        precision_source = given or 'precision (default)'
+    precision = config.parse('precision', precision, precision_source)
+    if precision == 'bf16' and mode == 'auto' and not dnnl.available():
+        raise Unsupported('chainermn_torus: {}=bf16 needs oneDNN, and {}'.format(
+            precision_source, dnnl.why_unavailable()))
+    low.check(precision, mode, precision_source)
     allocation.keep(rank=rank)  # an iteration's arrays, made again, fault no page in
     geometries.bound()  # CHAINERMN_TORUS_ONEDNN_CACHE: a bad value refused now, not later
+    modes.set_precision(precision)
     if mode == 'numpy' or (mode == 'auto' and not dnnl.available()):
         onednn.disable()
         chosen = 'numpy'
@@ -41,8 +69,10 @@ def use(mode='auto', source='compute', rank=None):
         major, minor, patch, path = dnnl.version()
         text = 'compute: oneDNN {}.{}.{} ({}) for {}; the other layers on Chainer\'s ' \
             'numpy'.format(major, minor, patch, path, onednn.REPLACED)
-    if in_force() != chosen:
-        _IN_FORCE[:] = [chosen]
+        if precision == 'bf16':
+            text += '; bfloat16 ({}): {}'.format(low.cpu_bf16()[1], onednn.LOW_PRECISION)
+    if _IN_FORCE != [chosen, precision]:
+        _IN_FORCE[:] = [chosen, precision]
         report.say(text, rank)
     return chosen
 

@@ -111,13 +111,14 @@ def _via(via):
     return None
 
 
-def forward(x, gamma, beta, eps, via=None):
+def forward(x, gamma, beta, eps, via=None, any_order=False):
     """(y, mean, var) of Chainer's batch_normalization in training (axis: all but 1);
-    ``via`` one of IMPLEMENTATIONS (default: ``implementation()``)."""
+    ``via`` one of IMPLEMENTATIONS (default: ``implementation()``); ``any_order``: numba's
+    sums added in any order (precision bf16: ``bn_kernels``)."""
     x4 = _four(x)
     kernels = _via(via)
     if kernels is not None:
-        y, mean, var = kernels.forward(x4, _c(gamma), _c(beta), eps)
+        y, mean, var = kernels.forward(x4, _c(gamma), _c(beta), eps, any_order)
     else:
         y, mean, var = batch_norm(x4.shape, eps).forward(x4, _c(gamma), _c(beta))
     return y.reshape(x.shape), mean, var
@@ -134,11 +135,12 @@ def inference(x, gamma, beta, mean, var, eps, via=None):
     return y.reshape(x.shape)
 
 
-def backward(x, gy, mean, var, gamma, eps, via=None):
+def backward(x, gy, mean, var, gamma, eps, via=None, any_order=False):
     x4, gy4 = _four(x), _four(gy)
     kernels = _via(via)
     if kernels is not None:
-        gx, ggamma, gbeta = kernels.backward(x4, gy4, _c(mean), _c(var), _c(gamma), eps)
+        gx, ggamma, gbeta = kernels.backward(x4, gy4, _c(mean), _c(var), _c(gamma), eps,
+                                             any_order)
     else:
         gx, ggamma, gbeta = batch_norm(x4.shape, eps).backward(x4, gy4, mean, var,
                                                                _c(gamma))

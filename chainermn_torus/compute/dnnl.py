@@ -24,14 +24,17 @@ from chainermn_torus.errors import Unsupported
 
 __all__ = ['available', 'why_unavailable', 'version', 'lib', 'engine', 'stream', 'plain_md',
            'sgemm', 'any_md', 'query_md', 'md_equal', 'md_size', 'dims', 'attr', 'DnnlError',
-           'F32', 'ARG', 'PROP', 'ALG', 'QUERY', 'TAG', 'BN_FLAGS', 'P', 'ExecArg', 'handle_of',
+           'F32', 'BF16', 'DTYPES', 'ARG', 'PROP', 'ALG', 'QUERY', 'TAG', 'BN_FLAGS', 'P',
+           'ExecArg', 'handle_of',
            'loaded']
 
 P = ctypes.c_void_p
 DIMS = ctypes.c_int64 * 12  # dnnl_dims_t (DNNL_MAX_NDIMS)
 
 F32 = 3
-TAG = {'any': 1, 'a': 2, 'ab': 3, 'abcd': 5, 'abcde': 6}
+BF16 = 2  # dnnl_bf16: float32's exponent, 8 bits of mantissa (compute.precision)
+DTYPES = {'fp32': F32, 'bf16': BF16}
+TAG = {'any': 1, 'a': 2, 'ab': 3, 'abcd': 5, 'abcde': 6, 'aBcd16b': 78}
 PROP = {'forward_training': 64, 'forward_inference': 96, 'backward': 128,
         'backward_data': 160, 'backward_weights': 192}
 ALG = {'convolution_direct': 1, 'eltwise_relu': 32, 'pooling_max': 511,
@@ -313,8 +316,9 @@ class _Desc(object):
             _STATE['lib'].dnnl_memory_desc_destroy(self.handle)
 
 
-def plain_md(shape, strides=None):
-    """A float32 memory descriptor of a numpy array: C order, or ``strides`` in elements."""
+def plain_md(shape, strides=None, dtype=F32):
+    """A memory descriptor of a numpy array (float32 unless ``dtype``): C order, or
+    ``strides`` in elements."""
     m = P()
     if strides is None:
         strides, step = [], 1
@@ -322,15 +326,16 @@ def plain_md(shape, strides=None):
             strides.insert(0, step)
             step *= n
     check(lib().dnnl_memory_desc_create_with_strides(
-        ctypes.byref(m), len(shape), dims(shape), F32, dims(strides)), 'memory descriptor')
+        ctypes.byref(m), len(shape), dims(shape), dtype, dims(strides)), 'memory descriptor')
     return _Desc(m)
 
 
-def any_md(shape):
-    """The layout the primitive chooses (``format_tag::any``)."""
+def any_md(shape, dtype=F32, tag='any'):
+    """The layout the primitive chooses (``format_tag::any``), of float32 unless ``dtype``;
+    or the layout ``tag`` names (``'aBcd16b'``: channels in blocks of 16)."""
     m = P()
     check(lib().dnnl_memory_desc_create_with_tag(
-        ctypes.byref(m), len(shape), dims(shape), F32, TAG['any']), 'memory descriptor')
+        ctypes.byref(m), len(shape), dims(shape), dtype, TAG[tag]), 'memory descriptor')
     return _Desc(m)
 
 

@@ -39,14 +39,16 @@ def _flat(a):
 
 def relu(x):
     y = numpy.empty(x.shape, numpy.float32)
-    _kernels().relu(_flat(x), y.reshape(-1))
+    with jit.grain(y.size):
+        _kernels().relu(_flat(x), y.reshape(-1))
     return y
 
 
 def relu_grad(y, gy):
     """The gradient of ReLU at output ``y`` for ``gy``."""
     gx = numpy.empty(gy.shape, numpy.float32)
-    _kernels().relu_grad(_flat(y), _flat(gy), gx.reshape(-1))
+    with jit.grain(gx.size):
+        _kernels().relu_grad(_flat(y), _flat(gy), gx.reshape(-1))
     return gx
 
 
@@ -56,7 +58,8 @@ def add(xs):
     kernels = _adds()
     y = numpy.empty(xs[0].shape, numpy.float32)
     flat = y.reshape(-1)
-    kernels.add(_flat(xs[0]), _flat(xs[1]), flat)
-    for x in xs[2:]:
-        kernels.add_into(flat, _flat(x))
+    with jit.grain(flat.size):
+        kernels.add(_flat(xs[0]), _flat(xs[1]), flat)
+        for x in xs[2:]:
+            kernels.add_into(flat, _flat(x))
     return y

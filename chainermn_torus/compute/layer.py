@@ -69,11 +69,11 @@ class Layer(object):
         md = self.step(name).extra.get('workspace')
         return None if md is None else numpy.empty(dnnl.md_size(md.md), numpy.uint8)
 
-    def run(self, name, workspace=None, **arrays):
+    def run(self, name, workspace=None, copies=None, **arrays):
         """Step ``name`` on ``arrays`` (a None is an argument the step does not take), with
         the forward's ``workspace`` where this step's descriptor asks for one (oneDNN's LRN
         backward may recompute instead: then it is not passed)."""
         step = self.step(name)
         if workspace is not None and 'workspace' in step.extra:
             arrays['workspace'] = workspace
-        step(**{k: v for k, v in arrays.items() if v is not None})
+        step(copies, **{k: v for k, v in arrays.items() if v is not None})

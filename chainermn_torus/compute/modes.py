@@ -9,14 +9,14 @@ import numpy
 
 from chainermn_torus.runtime import finite as _finite_counts, report
 
-__all__ = ['enabled', 'set_on', 'on', 'start', 'in_mode_of_forward', 'standard', 'not_taken',
-           'finite', 'refused']
+__all__ = ['enabled', 'set_on', 'on', 'precision', 'set_precision', 'start',
+           'in_mode_of_forward', 'standard', 'not_taken', 'finite', 'refused']
 
 # Whether a forward started now takes oneDNN (``enable``/``disable``), and, while a node's
 # backward runs, the mode its forward ran in: the functions that backward applies (the
 # gradient's nodes, which read what the forward left: oneDNN's workspaces) run in that
 # mode, whatever was switched since. Per thread: a backward in progress is its thread's.
-_MODE = {'on': False}
+_MODE = {'on': False, 'precision': 'fp32'}
 _BACKWARD = threading.local()
 _STARTED = '_chainermn_torus_onednn'  # on each node: whether its forward ran in oneDNN mode
 
@@ -27,6 +27,15 @@ def enabled():
 
 def set_on(flag):
     _MODE['on'] = bool(flag)
+
+
+def precision():
+    """'fp32' or 'bf16': what the convolutions and linear layers compute in now."""
+    return _MODE['precision']
+
+
+def set_precision(name):
+    _MODE['precision'] = name
 
 
 def on():

@@ -11,19 +11,23 @@ not compute alike, said once. ``disable()`` puts Chainer's back. Adding a functi
 docs/compute.md, "Adding a function"."""
 import collections
 
+import chainer
 import numpy
 from chainer.functions.activation import relu as _relu
 from chainer.functions.connection import convolution_2d as _conv2d
+from chainer.functions.connection import linear as _linear
 from chainer.functions.math import basic_math as _basic_math
 from chainer.functions.connection import deconvolution_2d as _deconv2d
 from chainer.functions.normalization import local_response_normalization as _lrn
 from chainer.functions.pooling import average_pooling_2d as _avg2d
 from chainer.functions.pooling import max_pooling_nd as _maxnd
 
-from chainermn_torus.compute import batchnorm, conv, dnnl, eltwise, lrn, modes, pooling
+from chainermn_torus.compute import batchnorm, conv, copies, dnnl, eltwise, linear, lrn, \
+    modes, pooling
 from chainermn_torus.runtime import chainer_private, patches
 
-__all__ = ['enable', 'disable', 'enabled', 'uninstall', 'REPLACED', 'REPLACEMENTS', 'table']
+__all__ = ['enable', 'disable', 'enabled', 'uninstall', 'REPLACED', 'REPLACEMENTS', 'table',
+           'LOW_PRECISION']
 
 # Chainer's implementation seam for batch normalization (private: runtime.chainer_private).
 _bn = chainer_private.batch_normalization_internals()
@@ -49,15 +53,41 @@ def _conv_forward(original):
             modes.not_taken('convolution_2d with NaN/inf weights and padding')
             return original(self, inputs)
         self._check_input_layouts_all_standard()
+        precision = modes.precision()
+        kept = _keep_copies(self) if precision == 'bf16' else None
         try:
             y = conv.forward(x, W, b, stride, pad, self.cover_all, (self.dy, self.dx),
-                             self.groups)
+                             self.groups, precision, kept)
         except dnnl.DnnlError as e:
             modes.refused('convolution_2d', e)
             return original(self, inputs)
         self.retain_inputs((0, 1))
         return y,
     return forward_cpu
+
+
+_COPIES = '_chainermn_torus_copies'  # a bf16 convolution's or linear's copies of x and W
+
+
+def _keep_copies(node):
+    """The copies a bf16 forward keeps for its backward (none where nothing will be
+    differentiated)."""
+    if not chainer.config.enable_backprop:
+        return None
+    kept = node.__dict__[_COPIES] = copies.Copies(keep=('src', 'weights'))
+    return kept
+
+
+def _with_copies(original):
+    # The two gradients find the forward's bfloat16 copies of x and W, the first keeps
+    # its copy of gy for the second (compute.copies); all dropped when the backward ends.
+    def backward(self, indexes, grad_outputs):
+        kept = self.__dict__.pop(_COPIES, None)
+        if kept is None:
+            return original(self, indexes, grad_outputs)
+        kept.keep = frozenset(('diff_dst',))
+        return copies.during(lambda: original(self, indexes, grad_outputs), kept)
+    return backward
 
 
 def _grad_w_forward(original):
@@ -73,7 +103,8 @@ def _grad_w_forward(original):
             return original(self, inputs)
         try:
             gW, _ = conv.backward_weights(x, gy, self.W_shape, stride, pad, dilate,
-                                          self.groups)
+                                          self.groups, precision=modes.precision(),
+                                          copies=copies.current())
         except dnnl.DnnlError as e:
             modes.refused('convolution_2d gradient', e)
             return original(self, inputs)
@@ -104,7 +135,8 @@ def _deconv_forward(original):
             return original(self, inputs)
         try:
             y = conv.deconvolution(x, W, b, (self.outh, self.outw), (self.sy, self.sx),
-                                   (self.ph, self.pw), (self.dy, self.dx), self.groups)
+                                   (self.ph, self.pw), (self.dy, self.dx), self.groups,
+                                   modes.precision(), copies.current())
         except dnnl.DnnlError as e:
             modes.refused('deconvolution_2d', e)
             return original(self, inputs)
@@ -120,7 +152,8 @@ class _OneDnnBatchNormalizationImpl(_bn._BatchNormalizationImpl):
 
     def forward(self, axis, gamma, x, x_layout, xp, expander, beta, eps, decay, running_mean,
                 running_var):
-        y, mean, var = batchnorm.forward(x, gamma, beta, eps)
+        y, mean, var = batchnorm.forward(x, gamma, beta, eps,
+                                         any_order=modes.precision() == 'bf16')
         inv_std = numpy.reciprocal(numpy.sqrt(var + eps, dtype=numpy.float32))
         if running_mean is not None:  # as Chainer's: the unbiased variance
             m = x.size // gamma.size
@@ -133,7 +166,8 @@ class _OneDnnBatchNormalizationImpl(_bn._BatchNormalizationImpl):
 
     def backward(self, axis, gamma, gy, x, x_layout, xp, expander, mean, inv_std, eps, var,
                  forward_data):
-        gx, ggamma, gbeta = batchnorm.backward(x, gy, mean, forward_data, gamma, eps)
+        gx, ggamma, gbeta = batchnorm.backward(x, gy, mean, forward_data, gamma, eps,
+                                               any_order=modes.precision() == 'bf16')
         return gx, None, ggamma, gbeta
 
 
@@ -357,6 +391,61 @@ def _lrn_grad_forward(original):
     return forward_cpu
 
 
+def _in_bf16(fn, inputs):
+    """Whether a linear layer's node computes here: bf16 in force, float32 2-D arrays."""
+    return (modes.start(fn) and modes.precision() == 'bf16' and modes.standard(fn, inputs)
+            and all(a.ndim == 2 for a in inputs[:2]))
+
+
+def _linear_forward(original):
+    def forward(self, inputs):
+        if not _in_bf16(self, inputs) or inputs[0].shape[1] != inputs[1].shape[1]:
+            return original(self, inputs)  # Chainer's, with its errors
+        self._config_use_ideep = chainer.config.use_ideep  # what Chainer's backward reads
+        kept = _keep_copies(self)
+        try:
+            y = linear.forward(*inputs, copies=kept)
+        except dnnl.DnnlError as e:
+            modes.refused('linear', e)
+            return original(self, inputs)
+        self.retain_inputs((0, 1))
+        return y,
+    return forward
+
+
+def _linear_grad_data_forward(original):
+    def forward(self, inputs):
+        W, gy = inputs
+        if not _in_bf16(self, inputs) or gy.shape[1] != W.shape[0]:
+            return original(self, inputs)
+        self._config_use_ideep = chainer.config.use_ideep
+        try:
+            gx = linear.backward_data(W, gy, copies.current())
+        except dnnl.DnnlError as e:
+            modes.refused('linear gradient', e)
+            return original(self, inputs)
+        self.retain_inputs((0, 1))
+        return gx,
+    return forward
+
+
+def _linear_grad_weight_forward(original):
+    def forward(self, inputs):
+        x, gy = inputs
+        if (not _in_bf16(self, inputs) or numpy.dtype(self._w_dtype) != numpy.float32
+                or x.shape[0] != gy.shape[0]):
+            return original(self, inputs)
+        self._config_use_ideep = chainer.config.use_ideep
+        try:
+            gW = linear.backward_weights(x, gy, copies.current())
+        except dnnl.DnnlError as e:
+            modes.refused('linear gradient', e)
+            return original(self, inputs)
+        self.retain_inputs((0, 1))
+        return gW,
+    return forward
+
+
 def _add_forward(original):
     # Add (``a + b``) and MultiAdd (``F.add``, the gradient sums): same-shape float32 arrays
     # summed on the rank's threads; broadcasting, other types and small arrays Chainer's.
@@ -450,12 +539,25 @@ REPLACEMENTS = [
              "numba's kernels on the rank's threads, the additions in Chainer's order (equal "
              "bit for bit; Chainer's numpy is one thread)", 'float32 arrays of one shape',
              "broadcasting; other dtypes; arrays under 4,096 elements; machines without numba"),
+    Replaced('linear', 'forward, gradients; with precision bf16 only',
+             ((_linear.LinearFunction, 'forward', _linear_forward),
+              (_linear.LinearGradData, 'forward', _linear_grad_data_forward),
+              (_linear.LinearGradWeight, 'forward', _linear_grad_weight_forward)),
+             "oneDNN's inner product in bfloat16 (float32 sums, float32 arrays in and out)",
+             'precision bf16: float32 2-D `x` and `W`, bias',
+             "precision fp32 (Chainer's numpy and its BLAS: results as before); " + _LAYOUT +
+             "; the bias gradient (Chainer's sum)"),
 ]
+# What precision bf16 changes (the start-up line; docs/compute.md, "bfloat16").
+LOW_PRECISION = ('convolution_2d, deconvolution_2d and linear read bfloat16, sum in float32; '
+                 'parameters, gradients and the update stay float32')
 _REPLACEMENTS = [patch for row in REPLACEMENTS for patch in row.patches]
 REPLACED = ', '.join('{} ({})'.format(row.function, row.said) for row in REPLACEMENTS)
 # Every class patched: its backward runs in the mode its forward ran in
 # (``modes.in_mode_of_forward``): the functions it applies read what that forward left.
 _BACKWARDS = sorted({cls for cls, _, _ in _REPLACEMENTS}, key=lambda c: c.__name__)
+# Their backwards find the bfloat16 copies their forwards kept (compute.copies).
+_SHARE_COPIES = (_conv2d.Convolution2DFunction, _linear.LinearFunction)
 
 
 def table():
@@ -479,9 +581,13 @@ def enable():
             patches.apply(cls, name, make(cls.__dict__[name]), 'compute',
                           'Chainer\'s {} on oneDNN'.format(cls.__name__))
         for cls in _BACKWARDS:
-            patches.apply(cls, 'backward', modes.in_mode_of_forward(getattr(cls, 'backward')),
-                          'compute', 'Chainer\'s {} backward in the mode its forward ran '
-                          'in'.format(cls.__name__))
+            backward = modes.in_mode_of_forward(getattr(cls, 'backward'))
+            if cls in _SHARE_COPIES:
+                backward = _with_copies(backward)
+            patches.apply(cls, 'backward', backward, 'compute', 'Chainer\'s {} backward in '
+                          'the mode its forward ran in{}'.format(
+                              cls.__name__, ', with its forward\'s bfloat16 copies'
+                              if cls in _SHARE_COPIES else ''))
     modes.set_on(True)
 
 

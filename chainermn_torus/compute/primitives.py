@@ -167,7 +167,9 @@ class Bound(object):
         self._pads = self.scratch
         self.scratch += max(step.scratchpad for step in self._steps)
 
-    def __call__(self, **arrays):
+    def __call__(self, copies=None, **arrays):
+        """Run on ``arrays``; ``copies`` (``compute.copies.Copies``): the converted inputs
+        to reuse and to keep."""
         args = {}
         for name, array in arrays.items():
             memory = self.plain.get(name) or self.extra[name]
@@ -182,6 +184,15 @@ class Bound(object):
         for name in self.inputs:
             if name in self.inner:
                 inner, reorder, _ = self.inner[name]
+                if copies is not None:
+                    found = copies.find(arrays[name], inner.md)
+                    if found is not None:  # converted by an earlier step: no reorder
+                        inner.set_address(found.ctypes.data)
+                        args[name] = inner
+                        continue
+                    kept = copies.make(name, arrays[name], self, inner.md)
+                    if kept is not None:
+                        inner.set_address(kept.ctypes.data)
                 reorder(args[name], inner)
                 args[name] = inner
         run = dict(args)

@@ -87,8 +87,15 @@ class Launch(object):
         # The optimizers load MPI, which starts with the script's first communicator.
         from chainermn_torus.optimizers import factory
         factory.set_overrides(LauncherOverrides(self))
+        wire = self.get('allreduce_dtype')
         if self.get('fp16_allreduce'):
-            _registry.add_forced_option('allreduce_grad_dtype', numpy.float16)
+            if wire not in (None, 'float16'):
+                raise ConfigError('--fp16-allreduce sends float16, and {} asks for {}: give '
+                                  'one of them'.format(self.sources['allreduce_dtype'], wire))
+            wire = 'float16'
+        if wire is not None:
+            _registry.add_forced_option('allreduce_grad_dtype', {
+                'float16': numpy.float16, 'float32': numpy.float32}.get(wire, wire))
         for key in ('tune', 'tune_dir'):  # auto's options: the others do not take them
             if key in self.given:
                 _registry.add_default(key, self.get(key))
@@ -102,7 +109,8 @@ class Launch(object):
         # Chainer's layers: now, before the communicator's thread budget (oneDNN's OpenMP
         # threads in it), and for a plain script that makes none.
         compute.use(self.get('compute'), self.sources.get('compute', 'compute (default)'),
-                    rank=world.launcher_rank() or 0)
+                    rank=world.launcher_rank() or 0, precision=self.get('precision'),
+                    precision_source=self.sources.get('precision', 'precision (default)'))
         if self.threads is not None:
             # Now, for a script that makes no communicator too (its pools stayed at the
             # cores); the communicator applies it again with its ranks per node, and says it.

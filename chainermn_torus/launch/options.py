@@ -12,7 +12,8 @@ __all__ = ['add_arguments', 'resolve', 'option_of', 'keys']
 # The value a --help line shows per kind; flags take --X / --no-X instead.
 _METAVARS = {'switch': 'auto|on|off', 'loader': 'serial|multiprocess|ours', 'count': 'N',
              'seconds': 'S', 'affinity': 'POLICY', 'text': 'VALUE',
-             'tune': 'off|on|again', 'type_check': 'on|off|N'}
+             'tune': 'off|on|again', 'type_check': 'on|off|N', 'precision': 'fp32|bf16',
+             'allreduce_dtype': 'float16|bfloat16|float32'}
 
 
 def keys(target=None):

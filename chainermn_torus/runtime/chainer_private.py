@@ -46,6 +46,7 @@ NAMES = (
      '_check_input_layouts_all_standard'),
     ('chainer.functions.connection.deconvolution_2d', 'Deconvolution2DFunction',
      '_calc_out_size'),
+    ('chainer.functions.connection.linear', 'LinearGradWeight', '_w_dtype'),
     ('chainer.functions.pooling.average_pooling_2d', 'AveragePooling2D', '_in_shape'),
     ('chainer.functions.pooling.average_pooling_2d', 'AveragePooling2D', '_in_dtype'),
     ('chainer._version', None, '_optional_dependencies'),
@@ -109,6 +110,9 @@ REGISTRY = {
     '_check_input_layouts_all_standard': (
         'Convolution2DFunction', "compute's forward sets what Chainer's forward_cpu sets",
         "none: the replacement must leave the node as Chainer's does"),
+    '_w_dtype': (
+        'LinearGradWeight', "the dtype Chainer's weight gradient is computed in: bfloat16's "
+        'inner product writes float32 only', 'none: set by its constructor, not shown'),
     '_calc_out_size': (
         'Deconvolution2DFunction', "Chainer's output size and its errors, before oneDNN",
         'none (as above)'),

@@ -22,7 +22,8 @@ def count_nonfinite(array, limit=numpy.inf):
     flat = a.reshape(-1) if a.flags.c_contiguous else a.ravel()
     if flat.dtype in (numpy.float32, numpy.float64) and jit.available():
         from chainermn_torus.runtime import _finite_kernels  # numba is optional
-        return int(_finite_kernels.count_nonfinite(flat, float(limit)))  # one compiled type
+        with jit.grain(flat.size):  # a convolution's weights: a few thousand values
+            return int(_finite_kernels.count_nonfinite(flat, float(limit)))  # one type
     bad = ~numpy.isfinite(flat)
     if flat.dtype.kind == 'f' and flat.dtype != numpy.float16 and numpy.isfinite(limit):
         bad |= numpy.abs(flat) > limit

@@ -9,11 +9,14 @@ updates, flush-to-zero, the large-batch RMSprop kernel) stop with a message nami
 
 Nothing is imported here until asked: ``import chainermn_torus`` stays light.
 """
+import contextlib
 import functools
+import types
 
 from chainermn_torus.errors import Unsupported
 
-__all__ = ['numba', 'available', 'require', 'kernel', 'arguments', 'FALLBACK_NOTE']
+__all__ = ['numba', 'available', 'require', 'kernel', 'variant', 'arguments', 'FALLBACK_NOTE',
+           'grain', 'GRAIN']
 
 # Shown once per node at start-up. What the fallbacks cost, measured on ResNet-50's 102 MB at
 # P = 2 on this project's 2-core x86 VM (docs/portability.md): float16 communication 6x
@@ -47,22 +50,60 @@ def require(what):
             'install it (pip install numba) or turn that off.'.format(what))
 
 
-def kernel(*arguments, parallel=True):
+def kernel(*arguments, parallel=True, fastmath=False):
     """``numba.njit(parallel=parallel, cache=True)``, keeping on the dispatcher (``ahead``)
     the argument types the package calls the kernel with, in numba's notation
     (``'(float32[::1], float32)'``). ``chainermn-torus kernels`` (tools/kernel_cache.py)
     compiles those into numba's cache before a job, so that its ranks load every kernel
     instead of each compiling it on first use; a call with other types compiles then, as
-    without. Only where numba exists: the kernel modules are imported only there."""
+    without. Only where numba exists: the kernel modules are imported only there.
+    ``fastmath``: numba's (a set of LLVM flags; ``{'reassoc'}`` lets a sum be added in any
+    order, so that it vectorises)."""
     from numba.core import sigutils
 
     def decorate(function):
-        dispatcher = numba().njit(parallel=parallel, cache=True)(function)
+        dispatcher = numba().njit(parallel=parallel, cache=True, fastmath=fastmath)(function)
         # As tuples of types: numba keys its cache by the signature as given to compile(),
         # and a call looks it up by the types of its arguments (a string would never match).
         dispatcher.ahead = tuple(tuple(sigutils.normalize_signature(a)[0]) for a in arguments)
+        dispatcher.arguments = arguments  # as given: another variant of it is made with them
         return dispatcher
     return decorate
+
+
+# Elements of float32 work each thread of a kernel's parallel loop must have before another
+# thread is woken for it (docs/compute.md, "Threads": waking a sleeping thread and joining
+# it costs microseconds, a pass over 64 KiB about as much).
+GRAIN = 16384
+
+
+@contextlib.contextmanager
+def grain(elements):
+    """Run the kernels called inside on at most ``elements // GRAIN`` of the rank's numba
+    threads (at least one): a few thousand elements on one thread, not on sixteen. A
+    ``GRAIN`` of 0 gives every kernel every thread (a benchmark's before)."""
+    module = numba()
+    budget = module.get_num_threads() if module is not None else 1
+    wanted = max(1, min(budget, int(elements) // GRAIN)) if GRAIN > 0 else budget
+    if wanted == budget:
+        yield
+        return
+    module.set_num_threads(wanted)
+    try:
+        yield
+    finally:
+        module.set_num_threads(budget)
+
+
+def variant(dispatcher, name, **options):
+    """The kernel of ``dispatcher`` compiled again with other ``options`` (``fastmath``) under
+    its own ``name``: numba's cache names its files by the function's name and line, not by
+    these options, so a variant under the same name would load the other's code."""
+    source = dispatcher.py_func
+    function = types.FunctionType(source.__code__, source.__globals__, name,
+                                  source.__defaults__, source.__closure__)
+    function.__qualname__ = name
+    return kernel(*dispatcher.arguments, **options)(function)
 
 
 def arguments(dtype, vectors, scalars=0, *more):

@@ -1,7 +1,8 @@
-"""float16 conversion and block-sum kernels against numpy (one process)."""
+"""float16 and bfloat16 conversion and block-sum kernels against numpy and ml_dtypes (one
+process)."""
 import numpy
 
-from chainermn_torus.communicators import _half_kernels as hk
+from chainermn_torus.communicators import _dtypes, _half_kernels as hk
 
 
 def test_every_float16_bit_pattern_widens_exactly():
@@ -53,3 +54,45 @@ def test_sum_of_blocks_adds_in_float32_and_rounds_once():
     wide = data.astype(numpy.float32).reshape(blocks, n)
     want = ((wide[0] + wide[1]) + wide[2]).astype(numpy.float16)
     assert numpy.array_equal(out.view(numpy.float16), want)
+
+
+def test_every_bfloat16_bit_pattern_widens_exactly():
+    bits = numpy.arange(65536, dtype=numpy.uint32).astype(numpy.uint16)
+    got = numpy.empty(65536, numpy.float32)
+    hk.unpack_bf16(got, bits)
+    want = bits.view(_dtypes.bfloat16()).astype(numpy.float32)
+    assert numpy.array_equal(got.view(numpy.uint32), want.view(numpy.uint32))  # NaNs too
+    assert numpy.array_equal(got.view(numpy.uint32), bits.astype(numpy.uint32) << 16)
+
+
+def test_rounding_to_bfloat16_matches_ml_dtypes_including_ties_and_overflow():
+    rng = numpy.random.RandomState(1)
+    exact = (numpy.arange(65536, dtype=numpy.uint32) << 16).view(numpy.float32)
+    exact = exact[numpy.isfinite(exact)]
+    ties = (exact.view(numpy.uint32) | 0x8000).view(numpy.float32)  # halfway: to even
+    values = numpy.concatenate([
+        exact, ties[numpy.isfinite(ties)],
+        rng.randint(0, 2 ** 32, 300000, dtype=numpy.uint64).astype(numpy.uint32).view(
+            numpy.float32),                                   # every kind of bit pattern
+        numpy.array([3.3895314e38, 3.39e38, 3.4e38, -3.4e38, numpy.inf, -numpy.inf, 0.0,
+                     -0.0, 1e-45, 1e-40], numpy.float32)])
+    nan = numpy.isnan(values)
+    got = numpy.empty(values.size, numpy.uint16)
+    hk.pack_bf16(got, values, numpy.float32(1.0))
+    with numpy.errstate(invalid='ignore', over='ignore'):
+        want = values.astype(_dtypes.bfloat16()).view(numpy.uint16)
+    assert numpy.array_equal(got[~nan], want[~nan])
+    widened = got.view(_dtypes.bfloat16()).astype(numpy.float32)
+    assert numpy.isnan(widened[nan]).all()  # a NaN stays NaN, never an infinity
+    assert numpy.isinf(widened[values == numpy.float32(3.4e38)]).all()  # past the range
+
+
+def test_bfloat16_block_sums_add_in_float32_and_round_once():
+    blocks = numpy.array([1.0, 2.0 ** -8, 2.0 ** -8, 0.0], numpy.float32)
+    bits = numpy.empty(4, numpy.uint16)
+    hk.pack_bf16(bits, blocks, numpy.float32(1.0))
+    out = numpy.empty(1, numpy.uint16)
+    hk.sum_blocks(out, bits, 4, kind='bfloat16')
+    # 1 + 2**-8 + 2**-8 = 1 + 2**-7 (a bfloat16 value) in float32; summed in bfloat16 at
+    # each step, 1 + 2**-8 (a tie) would round back to 1 twice
+    assert out.view(_dtypes.bfloat16()).astype(numpy.float32)[0] == 1.0 + 2 ** -7

@@ -85,6 +85,11 @@ def check_all(comm, names=('pure_allreduce', 'rsaa', 'rsap')):
     expect_error(lambda: create(
         'rsap', reduce_scatter='accumulate', allreduce_grad_dtype=numpy.float16),
         'accumulate', 'float16')
+    expect_error(lambda: create(
+        'rsap', reduce_scatter='accumulate', allreduce_grad_dtype='bfloat16'),
+        'accumulate', 'bfloat16')
+    expect_error(lambda: create('rsap', allreduce_grad_dtype='bfloat8'),
+                 "'bfloat8'", "'bfloat16'")
     return msg  # the first mismatch's message (None at P = 1)
 
 

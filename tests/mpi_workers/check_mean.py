@@ -85,12 +85,12 @@ def verify(model, specs, ref, skipped, label, half=False):
         tol = 2 * eps_t * abs_total + 2 * numpy.finfo(p.grad.dtype).eps * numpy.abs(mean) \
             + 1e-300
         if half:
-            # float16 on the wire: each contribution g/P is rounded once when packed, the
-            # row sum and the column sum once each (summed in float32, see _half); every
-            # rounding is at most half a float16 spacing of a value bounded by
-            # abs_total / P (or the subnormal spacing 2**-24 for tiny values).
-            eps16 = float(numpy.finfo(numpy.float16).eps)
-            tol = tol + 3 * (eps16 * abs_total / P + 2.0 ** -24)
+            # float16 or bfloat16 on the wire: each contribution g/P is rounded once when
+            # packed, the row sum and the column sum once each (summed in float32, see
+            # _half); every rounding is at most half a spacing of a value bounded by
+            # abs_total / P (or the subnormal spacing for tiny values).
+            eps16, tiny = HALF_EPS['float16' if half is True else half]
+            tol = tol + 3 * (eps16 * abs_total / P + tiny)
         err = numpy.abs(got - mean)
         assert (err <= tol).all(), '{}: param {} off the float64 mean by {} (tolerance {})'.format(
             label, i, err.max(), tol[err > tol].min())
@@ -168,26 +168,34 @@ def run_cases(comm, label):
     verify(model, HALF, ref, set(), label + ' allreduce_grad')
 
 
-def check_fp16(name, grid, segment, options=None):
-    kwargs = dict(options or {}, segment_size=segment, allreduce_grad_dtype=numpy.float16)
+# dtype on the wire -> (its spacing at 1, half its smallest subnormal step: the rounding of
+# tiny values)
+HALF_EPS = {'float16': (2.0 ** -10, 2.0 ** -24), 'bfloat16': (2.0 ** -7, 2.0 ** -133)}
+
+
+def check_fp16(name, grid, segment, options=None, dtype='float16'):
+    wire = numpy.float16 if dtype == 'float16' else 'bfloat16'
+    kwargs = dict(options or {}, segment_size=segment, allreduce_grad_dtype=wire)
     if grid is not None:
         kwargs['grid'] = grid
     comm = create(name, **kwargs)
-    label = '{} fp16 grid={} segment={} P={}'.format(name, grid, segment, P)
+    label = '{} {} grid={} segment={} P={}'.format(name, dtype, grid, segment, P)
     layouts = (UNEVEN, BIG, MIXED, UNEVEN) if P <= BUFFER_CASES_UP_TO else (UNEVEN, BIG)
     for seed, specs in enumerate(layouts, 500):
         model = Model(specs)
         ref, _ = check_mean(model, specs, seed)
         comm.multi_node_mean_grad(model)
-        verify(model, specs, ref, set(), '{} seed {}'.format(label, seed), half=True)
-    dtypes = {buf.array.dtype for buf in comm._buffers.values()}
-    assert dtypes == {numpy.dtype(numpy.float16)}, '{}: buffers carry {}'.format(label, dtypes)
-    # Large values: scaled by 1/P before the sum, so P * 60000 does not overflow float16.
+        verify(model, specs, ref, set(), '{} seed {}'.format(label, seed), half=dtype)
+    dtypes = {buf.array.dtype.name for buf in comm._buffers.values()}
+    assert dtypes == {dtype}, '{}: buffers carry {}'.format(label, dtypes)
+    # Large values: scaled by 1/P before the sum, so P * 60000 does not overflow float16;
+    # bfloat16 carries float32's range: 1e38 travels (and 3e38 * P would too).
+    big = 60000.0 if dtype == 'float16' else 1e38
     model = Model([((1001,), 'f')])
     p = next(model.params())
-    p.grad = numpy.full(1001, 60000.0, numpy.float32)
+    p.grad = numpy.full(1001, big, numpy.float32)
     comm.multi_node_mean_grad(model)
-    assert numpy.isfinite(p.grad).all() and abs(p.grad - 60000.0).max() <= 60000.0 * 2 ** -9, (
+    assert numpy.isfinite(p.grad).all() and abs(p.grad - big).max() <= big * 2 ** -7, (
         label, p.grad[:3])
     comm.finalize()
 
@@ -289,6 +297,7 @@ def check_spec(comm, spec):
             continue  # float16 has no MPI sum to accumulate with (refused, check_errors)
         for segment in segments:
             check_fp16(name, grid, segment, options)
+        check_fp16(name, grid, segments[-1], options, 'bfloat16')
     # The double-buffering thread's mode: every collective polled (MPI_Test + sleep).
     base = create(name, segment_size=64 * 1024, **options)
     polling = base.clone(poll_interval=1e-5)
