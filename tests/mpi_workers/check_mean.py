@@ -14,6 +14,8 @@ import numpy
 from mpi4py import MPI
 
 from chainermn_torus.algorithms.variants import VARIANTS, takes_grid, tested
+from chainermn_torus.communicators import _dtypes
+from chainermn_torus.errors import Unsupported
 
 import bound  # tests/mpi_workers
 
@@ -178,6 +180,14 @@ def check_fp16(name, grid, segment, options=None, dtype='float16'):
     kwargs = dict(options or {}, segment_size=segment, allreduce_grad_dtype=wire)
     if grid is not None:
         kwargs['grid'] = grid
+    if dtype == 'bfloat16' and _dtypes._ml_dtypes() is None:
+        # a Python without ml_dtypes (the aarch64 one): refused in one line, on every rank
+        try:
+            create(name, **kwargs)
+        except Unsupported as e:
+            assert 'pip install "ml_dtypes<0.6"' in str(e) and '\n' not in str(e), str(e)
+            return
+        raise AssertionError('bfloat16 without ml_dtypes was not refused')
     comm = create(name, **kwargs)
     label = '{} {} grid={} segment={} P={}'.format(name, dtype, grid, segment, P)
     layouts = (UNEVEN, BIG, MIXED, UNEVEN) if P <= BUFFER_CASES_UP_TO else (UNEVEN, BIG)

@@ -1,8 +1,8 @@
 """Run by tests/test_kernel_cache.py under mpiexec -n 2: every kernel declared for compiling
 ahead (runtime.jit.kernel), reached through the package's own calls: a communicator's
 shared-memory rows on float32 and float64 gradients and its float16 messages, the finite
-check, the fused optimizers and the large-batch RMSprop, flush-to-zero, batch normalization,
-ReLU and the sums on numba's kernels, the benchmark's copy. Writes, per rank, each kernel's
+check, the fused optimizers and the large-batch RMSprop, flush-to-zero, batch normalization
+(float32's and bfloat16's), ReLU and the sums on numba's kernels, the benchmark's copy. Writes, per rank, each kernel's
 argument types loaded from numba's cache and those compiled here to ``PREFIX.RANK.json``
 (argv[1])."""
 import json
@@ -37,9 +37,11 @@ def backward(m, dtype):
 
 
 # The communicators: rsap's rows in shared memory (one node) with float32 and float64
-# gradients; rsaa's messages with float16 (the reduce-scatter sums float16 blocks).
+# gradients; rsaa's messages with float16 and bfloat16 (the reduce-scatter sums their blocks).
 for name, options, dtype in (('rsap', {}, numpy.float32), ('rsap', {}, numpy.float64),
                              ('rsaa', {'allreduce_grad_dtype': numpy.float16, 'shm': False},
+                              numpy.float32),
+                             ('rsaa', {'allreduce_grad_dtype': 'bfloat16', 'shm': False},
                               numpy.float32)):
     comm = chainermn.create_communicator(name, **options)
     m = model(dtype)
@@ -69,8 +71,10 @@ fpenv.set_flush_denormals(False)
 
 x = numpy.random.RandomState(0).standard_normal((2, 3, 4, 4)).astype(numpy.float32)
 gamma, beta = numpy.ones(3, numpy.float32), numpy.zeros(3, numpy.float32)
-y, mean, var = batchnorm.forward(x, gamma, beta, 2e-5, via='numba')
-batchnorm.backward(x, numpy.ones_like(y), mean, var, gamma, 2e-5, via='numba')
+for any_order in (False, True):  # float32's kernels, and bfloat16's sums in any order
+    y, mean, var = batchnorm.forward(x, gamma, beta, 2e-5, via='numba', any_order=any_order)
+    batchnorm.backward(x, numpy.ones_like(y), mean, var, gamma, 2e-5, via='numba',
+                       any_order=any_order)
 relu = eltwise.relu(x)
 eltwise.relu_grad(relu, x)
 eltwise.add([x, relu, x])  # the sums: add, then add_into
