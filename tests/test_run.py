@@ -29,7 +29,20 @@ def test_launcher_options_without_communicator_reach_our_communicators():
     proc = run_mpi(2, ['-m', 'chainermn_torus.run', '--grid', '1x2', '--segment-size', '4096',
                        worker('report_options.py')])
     lines = assert_ok(proc, 2)
-    assert all('grid (1, 2) segment 4096 4096' in line for line in lines), lines
+    assert all('grid (1, 2) segment 4096 4096 wire None' in line for line in lines), lines
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('options, env, wire', [
+    (['--allreduce-dtype', 'bfloat16'], None, 'bfloat16'),
+    ([], {'CHAINERMN_TORUS_ALLREDUCE_DTYPE': 'float16'}, 'float16'),
+    (['--fp16-allreduce'], None, 'float16')])
+def test_the_wire_dtype_reaches_every_communicator_the_script_makes(options, env, wire):
+    pytest.importorskip('ml_dtypes', reason='bfloat16 needs ml_dtypes (make setup installs it)')
+    proc = run_mpi(2, ['-m', 'chainermn_torus.run'] + options + [worker('report_options.py')],
+                   env=env)
+    lines = assert_ok(proc, 2)
+    assert all(line.endswith('wire ' + wire) for line in lines), lines
 
 
 def _run_single(*args):

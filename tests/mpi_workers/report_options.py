@@ -4,5 +4,7 @@ import chainermn_torus  # NOQA
 
 rsap = chainermn.create_communicator('rsap')
 pure = chainermn.create_communicator('pure_allreduce')
-print('OK rank {} grid {} segment {} {}'.format(rsap.rank, rsap.grid.shape, rsap.segment_bytes,
-                                                pure.segment_bytes), flush=True)
+wire = rsap.allreduce_grad_dtype
+print('OK rank {} grid {} segment {} {} wire {}'.format(
+    rsap.rank, rsap.grid.shape, rsap.segment_bytes, pure.segment_bytes,
+    None if wire is None else wire.name), flush=True)
