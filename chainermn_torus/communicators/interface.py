@@ -27,8 +27,6 @@ from chainermn_torus.errors import ConfigError
 
 __all__ = ['Communicator']
 
-_checked_dtype = _dtypes.checked
-
 
 class Communicator(mpi_communicator_base.MpiCommunicatorBase):
     """One of this package's communicators.
@@ -58,7 +56,7 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
         # segment_size, else CHAINERMN_TORUS_SEGMENT_BYTES, else 4 MiB (see config)
         self.segment_bytes = config.value('segment_bytes', segment_size, 'segment_size')[0]
         with self.config_scope():  # get_config() lists it, as for ChainerMN's pure_nccl
-            self.allreduce_grad_dtype = _checked_dtype(allreduce_grad_dtype)
+            self.allreduce_grad_dtype = _dtypes.checked(allreduce_grad_dtype)
         self.thread_budget = threads.ensure(self)  # once per process (see runtime.threads)
         self.progress = BLOCKING  # how collectives are waited for (see _progress)
         self.calls = 0
@@ -101,7 +99,7 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
         ChainerMN's ValueError."""
         if name != 'allreduce_grad_dtype':
             return super(Communicator, self).set_config(name, value, **kwargs)
-        dtype = _checked_dtype(value)
+        dtype = _dtypes.checked(value)
         with self.config_scope():
             self.allreduce_grad_dtype = dtype
         self._options['allreduce_grad_dtype'] = value  # split() and clone() carry it

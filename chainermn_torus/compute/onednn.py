@@ -397,53 +397,39 @@ def _in_bf16(fn, inputs):
             and all(a.ndim == 2 for a in inputs[:2]))
 
 
-def _linear_forward(original):
-    def forward(self, inputs):
-        if not _in_bf16(self, inputs) or inputs[0].shape[1] != inputs[1].shape[1]:
-            return original(self, inputs)  # Chainer's, with its errors
-        self._config_use_ideep = chainer.config.use_ideep  # what Chainer's backward reads
-        kept = _keep_copies(self)
-        try:
-            y = linear.forward(*inputs, copies=kept)
-        except dnnl.DnnlError as e:
-            modes.refused('linear', e)
-            return original(self, inputs)
-        self.retain_inputs((0, 1))
-        return y,
-    return forward
+def _on_inner_product(fits, compute, what, keeps=False):
+    """The maker of a linear node's forward on oneDNN's inner product in bf16: ``fits(node,
+    inputs)`` the shapes Chainer's own code would take (else Chainer's runs, with its
+    errors), ``compute(inputs, copies)`` the result; ``keeps``: the forward, which keeps its
+    bfloat16 copies for the backward (the gradients find them: ``copies.current()``)."""
+    def make(original):
+        def forward(self, inputs):
+            if not _in_bf16(self, inputs) or not fits(self, inputs):
+                return original(self, inputs)
+            self._config_use_ideep = chainer.config.use_ideep  # what Chainer's backward reads
+            kept = _keep_copies(self) if keeps else copies.current()
+            try:
+                out = compute(inputs, kept)
+            except dnnl.DnnlError as e:
+                modes.refused(what, e)
+                return original(self, inputs)
+            self.retain_inputs((0, 1))
+            return out,
+        return forward
+    return make
 
 
-def _linear_grad_data_forward(original):
-    def forward(self, inputs):
-        W, gy = inputs
-        if not _in_bf16(self, inputs) or gy.shape[1] != W.shape[0]:
-            return original(self, inputs)
-        self._config_use_ideep = chainer.config.use_ideep
-        try:
-            gx = linear.backward_data(W, gy, copies.current())
-        except dnnl.DnnlError as e:
-            modes.refused('linear gradient', e)
-            return original(self, inputs)
-        self.retain_inputs((0, 1))
-        return gx,
-    return forward
-
-
-def _linear_grad_weight_forward(original):
-    def forward(self, inputs):
-        x, gy = inputs
-        if (not _in_bf16(self, inputs) or numpy.dtype(self._w_dtype) != numpy.float32
-                or x.shape[0] != gy.shape[0]):
-            return original(self, inputs)
-        self._config_use_ideep = chainer.config.use_ideep
-        try:
-            gW = linear.backward_weights(x, gy, copies.current())
-        except dnnl.DnnlError as e:
-            modes.refused('linear gradient', e)
-            return original(self, inputs)
-        self.retain_inputs((0, 1))
-        return gW,
-    return forward
+# LinearFunction (x, W[, b]), LinearGradData (W, gy), LinearGradWeight (x, gy)
+_linear_forward = _on_inner_product(
+    lambda node, inputs: inputs[0].shape[1] == inputs[1].shape[1],
+    lambda inputs, kept: linear.forward(*inputs, copies=kept), 'linear', keeps=True)
+_linear_grad_data_forward = _on_inner_product(
+    lambda node, inputs: inputs[1].shape[1] == inputs[0].shape[0],
+    lambda inputs, kept: linear.backward_data(*inputs, kept), 'linear gradient')
+_linear_grad_weight_forward = _on_inner_product(
+    lambda node, inputs: (numpy.dtype(node._w_dtype) == numpy.float32
+                          and inputs[0].shape[0] == inputs[1].shape[0]),
+    lambda inputs, kept: linear.backward_weights(*inputs, kept), 'linear gradient')
 
 
 def _add_forward(original):
