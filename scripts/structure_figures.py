@@ -11,7 +11,12 @@
   imported ``chainer`` or ``chainermn`` name, directly or through a local name or loop
   variable bound from one (read the list: the rule is of the text, not of the objects);
 * pairs of repeated blocks of six lines or more in the package (the ``duplicates`` tool,
-  where it is installed).
+  where it is installed);
+* modules (``.py`` files) per folder of the package;
+* references to the project's history in the package: an issue number (``issue 35``,
+  ``issues 16``, ``(#12)``) or a source document by its file number (``seed 003``);
+* module docstrings over 30 lines;
+* test files at the top level of ``tests/``.
 
 The figures are counted from the source text (ast), so two trees compare by the same rule.
 """
@@ -29,6 +34,8 @@ NAMED = ['extensions/checkpoint.py', 'extensions/checkpoint', 'auto.py', 'tuning
 MUTABLE_CALLS = {'list', 'dict', 'set', 'defaultdict', 'OrderedDict', 'deque', 'Counter',
                  'WeakKeyDictionary', 'WeakValueDictionary', 'WeakSet'}
 LONG = 60
+LONG_DOCSTRING = 30
+HISTORY = re.compile(r'\bissues? #?\d+|\(#\d+\)|\bseeds? 0\d\d', re.IGNORECASE)
 
 
 def _py_files(package):
@@ -213,6 +220,31 @@ def _patches(tree, rel):
     return found
 
 
+def _history(text, rel):
+    return ['{}:{} {}'.format(rel, text.count('\n', 0, m.start()) + 1, m.group(0))
+            for m in HISTORY.finditer(text)]
+
+
+def _long_docstring(tree, rel):
+    doc = ast.get_docstring(tree, clean=False)
+    n = len(doc.splitlines()) if doc else 0
+    return ['{} ({} lines)'.format(rel, n)] if n > LONG_DOCSTRING else []
+
+
+def _modules_per_folder(package):
+    out = {}
+    for path in _py_files(package):
+        folder = os.path.relpath(os.path.dirname(path), os.path.dirname(package))
+        out[folder] = out.get(folder, 0) + 1
+    return out
+
+
+def _top_level_tests(tree):
+    tests = os.path.join(tree, 'tests')
+    return sorted(n for n in os.listdir(tests) if n.startswith('test_') and n.endswith('.py')) \
+        if os.path.isdir(tests) else []
+
+
 def _duplicates(package):
     exe = shutil.which('duplicates')
     if exe is None:
@@ -227,7 +259,7 @@ def _duplicates(package):
 
 def figures(tree):
     package = os.path.join(tree, 'chainermn_torus')
-    long_functions, mutable, patches, total = [], [], [], 0
+    long_functions, mutable, patches, history, docstrings, total = [], [], [], [], [], 0
     for path in _py_files(package):
         rel = os.path.relpath(path, package)
         with open(path) as f:
@@ -237,9 +269,15 @@ def figures(tree):
         long_functions += _long_functions(parsed, rel)
         mutable += _mutable_names(parsed, rel)
         patches += _patches(parsed, rel)
+        history += _history(text, rel)
+        docstrings += _long_docstring(parsed, rel)
     return {'package_lines': total, 'named_files': _named_lines(package),
             'functions_over_60_lines': long_functions, 'module_level_mutable': mutable,
-            'patches': patches, 'duplicates': _duplicates(package)}
+            'patches': patches, 'history_references': history,
+            'docstrings_over_30_lines': docstrings,
+            'top_level_test_files': _top_level_tests(tree),
+            'modules_per_folder': _modules_per_folder(package),
+            'duplicates': _duplicates(package)}
 
 
 def main():
@@ -249,10 +287,13 @@ def main():
     parser.add_argument('--json', default=None)
     args = parser.parse_args()
     out = figures(args.tree)
-    for key in ('functions_over_60_lines', 'module_level_mutable', 'patches'):
+    for key in ('functions_over_60_lines', 'module_level_mutable', 'patches',
+                'history_references', 'docstrings_over_30_lines', 'top_level_test_files'):
         print('{}: {}'.format(key, len(out[key])))
         for line in out[key]:
             print('  ' + line)
+    print('modules per folder: {}'.format(', '.join(
+        '{} {}'.format(k, v) for k, v in sorted(out['modules_per_folder'].items()))))
     print('package lines: {}'.format(out['package_lines']))
     print('named files: {}'.format(json.dumps(out['named_files'], indent=1)))
     print('duplicates: {}'.format(out['duplicates']))

@@ -82,7 +82,10 @@ def test_bad_requests_are_refused_and_down_is_idempotent():
 @pytest.mark.skipif(not shutil.which('setpriv') or os.geteuid() != 0,
                     reason='needs setpriv and root to drop to another user')
 def test_without_root_it_says_so():
-    proc = subprocess.run(['setpriv', '--reuid=65534', '--regid=65534', '--clear-groups',
-                           'bash', SCRIPT, 'up', '2'], capture_output=True, text=True,
-                          timeout=60)
+    # The script comes on stdin, read by this (root) process: the checkout may sit in a
+    # directory the unprivileged user cannot enter (a `mktemp -d`, mode 0700).
+    with open(SCRIPT) as script:
+        proc = subprocess.run(['setpriv', '--reuid=65534', '--regid=65534', '--clear-groups',
+                               'bash', '-s', 'up', '2'], stdin=script, capture_output=True,
+                              text=True, timeout=60, cwd='/')
     assert proc.returncode == 2 and 'needs root' in proc.stderr and 'uid 65534' in proc.stderr

@@ -13,12 +13,12 @@ differ between loader worker processes.
 """
 import os
 import struct
-import warnings
+import sys
 
 import chainer
 import numpy
 
-from chainermn_torus.runtime import draws
+from chainermn_torus.runtime import draws, report
 from chainermn_torus.errors import ConfigError, DataError
 
 __all__ = ['read_list', 'PreprocessedDataset', 'compute_mean', 'load_rgb']
@@ -188,7 +188,9 @@ class PreprocessedDataset(chainer.dataset.DatasetMixin):
                 if not self.skip_corrupt:
                     raise
                 self.skipped += 1
-                warnings.warn('{}; skipped (skip_corrupt=True), using the next image'.format(e))
+                # A message, not a warning: a user who silences warnings still hears of it.
+                report.say('{}; skipped (skip_corrupt=True), using the next image'.format(e),
+                           rank=0, stream=sys.stderr)
                 continue
             return self._crop(image, path, j), numpy.int32(label)
         raise DataError('none of the {} images of the dataset can be decoded'.format(n))
