@@ -11,12 +11,12 @@ setup(
     python_requires='>=3.8',
     # What every rank imports. chainer 7.8.1 is installed by scripts/setup.sh (it needs
     # setuptools<70 and no build isolation), so it is declared here without forcing pip to
-    # build it again. psutil and threadpoolctl set each rank's thread budget (runtime.threads).
+    # build it again. psutil and threadpoolctl set each rank's thread budget (runtime.cpu.threads).
     # mpi4py binds to the site's MPI; no MPI library is required from the package index.
     install_requires=['chainer==7.8.1', 'numpy<2', 'mpi4py>=3.1', 'psutil', 'threadpoolctl'],
     extras_require={
         # The kernels: fused updates and flush-to-zero need it; the communicators' float16
-        # and shared-memory paths fall back to numpy without it (runtime.jit), slower.
+        # and shared-memory paths fall back to numpy without it (runtime.cpu.jit), slower.
         'numba': ['numba'],
         # A local MPI where the site gives none (a laptop, CI): the mpich wheel's mpiexec.
         'mpich': ['mpich'],

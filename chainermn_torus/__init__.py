@@ -9,10 +9,10 @@ and the abort hook and the timeline start with the first communicator or optimiz
 (``runtime.startup``).
 
 Imported before Chainer, it imports Chainer without the package scans of Chainer's
-environment check where that check has nothing to find (``runtime.chainer_import``: half of
+environment check where that check has nothing to find (``runtime.chainer_glue.chainer_import``: half of
 a rank's start-up).
 """
-from chainermn_torus.runtime import chainer_import as _chainer_import
+from chainermn_torus.runtime.chainer_glue import chainer_import as _chainer_import
 
 _chainer_import.import_chainer()
 

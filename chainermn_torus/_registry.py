@@ -19,9 +19,10 @@ import chainermn
 import chainermn.communicators
 
 from chainermn_torus import communicators, compute, config
-from chainermn_torus.runtime import patches, report, startup
-from chainermn_torus.runtime.watch import watchdog
 from chainermn_torus.errors import ConfigError
+from chainermn_torus.runtime import report, startup
+from chainermn_torus.runtime.chainer_glue import patches
+from chainermn_torus.runtime.watch import watchdog
 
 __all__ = ['create_communicator', 'create_multi_node_optimizer', 'register',
            'force_communicator', 'set_defaults', 'set_rename', 'valid_names', 'names',

@@ -79,7 +79,7 @@ SETTINGS = collections.OrderedDict([
                              'oneDNN: layer geometries (input shapes) whose primitives are '
                              'kept; the least recently used beyond this are made again when '
                              'they recur')),
-    # On by measurement (runtime/allocation.py): page faults of arrays made again were 1.2 s
+    # On by measurement (runtime/cpu/allocation.py): page faults of arrays made again were 1.2 s
     # of a 3.7 s ResNet-50 iteration at batch 32 on 2 threads; kept, 2.65 s, for a resident
     # size 1.3 GB larger.
     ('keep_freed_memory', Setting('CHAINERMN_TORUS_KEEP_FREED_MEMORY', 'flag', True,

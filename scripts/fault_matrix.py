@@ -486,7 +486,7 @@ def _run_job(fault, comm, loader, workdir, extra_env=None, args=()):
     frozen_files = []
     if fault in CLUSTER:
         # The stopped node's processes cannot clean up; on a cluster the node is rebooted or
-        # the next job's start sweeps them (runtime.devshm). Here: killed, then swept, and
+        # the next job's start sweeps them (runtime.files.devshm). Here: killed, then swept, and
         # what was theirs is reported apart. With one rank stopped (node-rank-stop) the node
         # is not frozen: its watcher removes its board itself once its leader rank is gone,
         # given the time (killed at once, that clean-up lost the race on a loaded machine).
@@ -495,7 +495,7 @@ def _run_job(fault, comm, loader, workdir, extra_env=None, args=()):
         _signal_node(FROZEN_NODE, signal.SIGKILL)
         _wait_node_gone(FROZEN_NODE, 5)
         frozen_files = [n for n, _ in _shm_files() if n.endswith('_node{}'.format(FROZEN_NODE))]
-        _ours('runtime.devshm').sweep()
+        _ours('runtime.files.devshm').sweep()
     for t in threads:
         t.join()
     stdout, stderr = ''.join(out), ''.join(err)
@@ -848,8 +848,8 @@ def _timelines(prefix):
 
 
 def _hydra_files():
-    """The names of MPICH's launcher topology files in /tmp (runtime.devshm.HYDRA_TOPOLOGY)."""
-    directory, prefix = os.path.split(_ours('runtime.devshm').HYDRA_TOPOLOGY)
+    """The names of MPICH's launcher topology files in /tmp (runtime.files.devshm.HYDRA_TOPOLOGY)."""
+    directory, prefix = os.path.split(_ours('runtime.files.devshm').HYDRA_TOPOLOGY)
     return [n for n in os.listdir(directory) if n.startswith(prefix)]
 
 

@@ -12,7 +12,7 @@ A use of one of theirs in the package is:
 * ``from chainer... import _name``, or an import of a private module of theirs.
 
 ``tests/test_chainer_private.py`` checks every name found against
-``runtime.chainer_private.REGISTRY`` (why, and the public alternative checked) and
+``runtime.chainer_glue.chainer_private.REGISTRY`` (why, and the public alternative checked) and
 ``OURS_TOO`` (names the package defines as well, read on its own objects).
 
     python scripts/private_names.py     # name: the places, one line each
@@ -112,7 +112,7 @@ def theirs():
 
 
 # The registry's own tables name every name: not uses.
-REGISTRY_FILE, TABLES = os.path.join('runtime', 'chainer_private.py'), ('NAMES', 'REGISTRY',
+REGISTRY_FILE, TABLES = os.path.join('runtime', 'chainer_glue', 'chainer_private.py'), ('NAMES', 'REGISTRY',
                                                                         'OURS_TOO')
 
 

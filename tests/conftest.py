@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from chainermn_torus import config
-from chainermn_torus.runtime import devshm
+from chainermn_torus.runtime.files import devshm
 from chainermn_torus.tools import oversubscribe
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -341,7 +341,7 @@ def pytest_terminal_summary(terminalreporter):
 
 def pytest_sessionfinish(session, exitstatus):
     # This process, where a test started MPI in it, is a job of its own: under Open MPI its
-    # segment stayed in /dev/shm at every run's exit (runtime/devshm.py, "singleton").
+    # segment stayed in /dev/shm at every run's exit (runtime/files/devshm.py, "singleton").
     devshm.unlink_singleton()
     if os.environ.get('CHAINERMN_TORUS_CI') and any(installable(r) for r in _SKIPS):
         sys.stderr.write('\nCI: tests skipped for parts this machine can install: {}\n'.format(

@@ -174,7 +174,7 @@ class World(object):
         if self.proc.poll() is None:
             # Killed, MPICH's proxy leaves its topology file in /tmp (it removes it at a
             # normal end only): removed first, while the proxy is there to say which.
-            from chainermn_torus.runtime import devshm
+            from chainermn_torus.runtime.files import devshm
             for pid in list(self.pids.values())[:1]:
                 devshm.remove_launcher_topology(pid, time.time())
             # mpiexec's process group, and the ranks by pid: Hydra may start them in
@@ -193,7 +193,7 @@ class World(object):
                 time.sleep(0.05)
             # Ranks killed leave MPICH's shared segments in /dev/shm: removed, as
             # `chainermn-torus clean --others` would (never a file a live process maps).
-            from chainermn_torus.runtime import devshm
+            from chainermn_torus.runtime.files import devshm
             devshm.sweep(others=True, min_age=0)
         for conn in self.conns.values():
             conn.close()

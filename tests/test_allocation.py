@@ -1,4 +1,4 @@
-"""Freed memory kept (runtime.allocation): an array made again faults no page in; off with
+"""Freed memory kept (runtime.cpu.allocation): an array made again faults no page in; off with
 CHAINERMN_TORUS_KEEP_FREED_MEMORY=0; applied by the compute setting and the launcher; a bad
 value refused. In child processes: malloc's options are process-wide."""
 import os
@@ -13,7 +13,7 @@ from conftest import ROOT, pythonpath
 CHILD = textwrap.dedent('''
     import resource, numpy
     from chainermn_torus import compute
-    from chainermn_torus.runtime import allocation
+    from chainermn_torus.runtime.cpu import allocation
     compute.use('numpy', rank=1)  # where a process applies it
     def faults():
         return resource.getrusage(resource.RUSAGE_SELF).ru_minflt

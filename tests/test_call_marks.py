@@ -104,7 +104,7 @@ def test_the_board_keeps_the_directory_a_rank_writes_a_checkpoint_to(dog, tmp_pa
 
 
 def test_the_marks_are_instance_patches_listed_and_undone(dog):
-    from chainermn_torus.runtime import patches
+    from chainermn_torus.runtime.chainer_glue import patches
     comm = chainermn.communicators.create_communicator('naive', mpi_comm=MPI.COMM_SELF)
     call_marks.unmark(comm)  # made by the factory: the active watchdog marked it already
     original = comm.mpi_comm
@@ -125,7 +125,7 @@ def test_the_marks_are_instance_patches_listed_and_undone(dog):
 
 def test_a_timed_method_is_an_instance_patch_undone_by_untime():
     from chainermn_torus.extensions import timing
-    from chainermn_torus.runtime import patches
+    from chainermn_torus.runtime.chainer_glue import patches
 
     class Work(object):
         def update(self):

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from chainermn_torus.extensions.checkpoint import sweep_temporary
-from chainermn_torus.runtime import devshm
+from chainermn_torus.runtime.files import devshm
 from conftest import ROOT, run_cli
 
 
@@ -78,7 +78,7 @@ def test_checkpoint_temporary_files_of_dead_writers_are_swept_by_clean(tmp_path)
 
 POPULATE = r'''
 import mmap, os, sys, numpy
-from chainermn_torus.runtime import devshm
+from chainermn_torus.runtime.files import devshm
 fd = os.open('/dev/shm/probe', os.O_CREAT | os.O_RDWR)
 os.ftruncate(fd, 4 << 20)
 array = numpy.frombuffer(mmap.mmap(fd, 4 << 20), dtype=numpy.uint8)

@@ -351,8 +351,8 @@ def test_a_lost_watchdogs_ranks_leave_no_checkpoint_temporaries(tmp_path):
     # removes them otherwise, is the one gone). A dead writer's file goes, a live one's stays;
     # and who was writing is read once the ended ranks are gone, not before: a rank that began
     # its checkpoint while the node's ranks were being ended once left its file in CI.
-    from chainermn_torus.runtime import atomic
     from chainermn_torus.runtime import processes
+    from chainermn_torus.runtime.files import atomic
     from chainermn_torus.runtime.watch import rank_watch
     dead = subprocess.Popen([sys.executable, '-c', 'pass'])
     dead.wait()

@@ -1,9 +1,9 @@
-"""runtime.finite: the one NaN/Inf counter, with numba's kernel and with numpy alone: the
+"""runtime.cpu.finite: the one NaN/Inf counter, with numba's kernel and with numpy alone: the
 same counts for every dtype and limit."""
 import numpy
 import pytest
 
-from chainermn_torus.runtime import finite, jit
+from chainermn_torus.runtime.cpu import finite, jit
 
 
 def _arrays():

@@ -1,10 +1,10 @@
-"""A grain of work per thread (runtime.jit.grain): a numba kernel on a few thousand
+"""A grain of work per thread (runtime.cpu.jit.grain): a numba kernel on a few thousand
 elements runs on one thread, a large one on the rank's whole budget, and the budget is the
 same after as before, whatever the kernel raised."""
 import numpy
 import pytest
 
-from chainermn_torus.runtime import jit
+from chainermn_torus.runtime.cpu import jit
 
 numba = pytest.importorskip('numba', reason='numba is not installed (make setup installs it)')
 

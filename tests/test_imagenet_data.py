@@ -16,8 +16,8 @@ import pytest
 from PIL import Image
 
 from conftest import ROOT
-from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
 from chainermn_torus.datasets.imagenet import PreprocessedDataset, compute_mean, read_list
+from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
 
 BUILDER = os.path.join(ROOT, 'scripts', 'make_imagenet_subset.py')
 COMPUTE_MEAN = os.path.join(ROOT, 'examples', 'imagenet', 'compute_mean.py')
@@ -227,7 +227,7 @@ def test_random_crop_is_a_window_of_the_image_possibly_flipped(data):
 def test_crops_depend_on_seed_epoch_and_image_not_on_the_process(data):
     # A pickled copy is what another rank (scatter_dataset) or a loader worker holds: with
     # the epoch told, it draws the crops the original draws, in any order of requests.
-    from chainermn_torus.runtime import draws
+    from chainermn_torus.datasets import draws
     ds = dataset(data, seed=5)
     twin = pickle.loads(pickle.dumps(ds))
     try:

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import ROOT, assert_ok, pythonpath, run_mpi, worker
-from chainermn_torus.runtime import jit
+from chainermn_torus.runtime.cpu import jit
 from chainermn_torus.tools import kernel_cache
 
 PACKAGE = os.path.join(ROOT, 'chainermn_torus')
@@ -35,7 +35,7 @@ def test_every_cached_kernel_of_the_package_is_declared_and_its_module_listed():
             path = os.path.join(folder, name)
             text = open(path).read()
             module = os.path.relpath(path[:-3], ROOT).replace(os.sep, '.')
-            if module == 'chainermn_torus.runtime.jit':  # the decorator itself
+            if module == 'chainermn_torus.runtime.cpu.jit':  # the decorator itself
                 continue
             if 'jit.kernel(' in text:
                 declared.add(module)

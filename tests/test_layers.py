@@ -59,9 +59,9 @@ LAZY_ALLOWED = ('mpi4py', 'numba', 'matplotlib', 'PIL', 'simgrid', 'ml_dtypes',
                 'chainermn_torus.optimizers', 'chainermn_torus.communicators._half_kernels',
                 'chainermn_torus.compute.bn_kernels', 'chainermn_torus.compute.relu_kernels',
                 'chainermn_torus.compute.add_kernels',
-                'chainermn_torus.runtime._finite_kernels')
-BEFORE_CHAINER = ('chainermn_torus/runtime/chainer_import.py',
-                  'chainermn_torus/runtime/chainer_private.py')
+                'chainermn_torus.runtime.cpu._finite_kernels')
+BEFORE_CHAINER = ('chainermn_torus/runtime/chainer_glue/chainer_import.py',
+                  'chainermn_torus/runtime/chainer_glue/chainer_private.py')
 
 
 def _function_level_imports():
@@ -98,7 +98,7 @@ def test_the_files_the_watchers_load_alone_import_nothing_of_the_package():
     # watchdog's board was left in /dev/shm.
     runtime = os.path.join(ROOT, 'chainermn_torus', 'runtime')
     for name in ('watch/rank_watch', 'watch/startup_watch', 'watch/board_layout',
-                 'watch/ranks', 'temporaries', 'processes'):
+                 'watch/ranks', 'files/temporaries', 'processes'):
         code = ('import importlib.util as u, sys; '
                 's = u.spec_from_file_location("m", sys.argv[1]); '
                 's.loader.exec_module(u.module_from_spec(s))')

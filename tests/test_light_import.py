@@ -1,7 +1,7 @@
 """`import chainermn_torus` registers names and nothing else; MPI, numba, the abort hook and
 the timeline start with the first communicator or optimizer; login-node commands never
 start MPI; imported before Chainer, Chainer's environment check scans nothing where it has
-nothing to find (runtime.chainer_import). Each check runs in a fresh interpreter, since this
+nothing to find (runtime.chainer_glue.chainer_import). Each check runs in a fresh interpreter, since this
 one has imported everything."""
 import os
 import subprocess
@@ -40,7 +40,7 @@ SCANS = '''
 import sys
 import chainermn_torus
 import chainer
-from chainermn_torus.runtime import patches
+from chainermn_torus.runtime.chainer_glue import patches
 print(sorted(m for m in ('pkg_resources', 'numpy.distutils', 'chainer._environment_check')
              if m in sys.modules), hasattr(chainer, '_environment_check'),
       len(patches.applied('chainer import')))
@@ -65,7 +65,7 @@ def test_chainers_check_runs_where_an_optional_package_is_there(tmp_path):
 
 
 def test_what_the_check_could_find(monkeypatch):
-    from chainermn_torus.runtime import chainer_import, chainer_private
+    from chainermn_torus.runtime.chainer_glue import chainer_import, chainer_private
     monkeypatch.setattr(chainer_private, 'optional_dependencies',
                         lambda: [{'packages': ['numpy-cuda120']}, {'packages': ['nowhere4py']}])
     assert chainer_import._something_to_find()  # numpy-cuda120 provides ``numpy``

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from chainermn_torus.runtime import devshm
+from chainermn_torus.runtime.files import devshm
 from chainermn_torus.runtime.watch import board_layout, heartbeat as hb
 from chainermn_torus.runtime.watch import node_watch as nw, progress_board as pb, verdict
 from conftest import line_with

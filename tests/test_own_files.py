@@ -1,4 +1,4 @@
-"""Files at predictable names (runtime.own_files, runtime.atomic): made new, never through a
+"""Files at predictable names (runtime.files.own_files, runtime.files.atomic): made new, never through a
 link planted under the name, refused in one line that names the owner; an atomic write
 interrupted anywhere leaves no temporary file, and never removes one that is not its own."""
 import os
@@ -6,7 +6,7 @@ import os
 import pytest
 
 from chainermn_torus.errors import UnsafePath
-from chainermn_torus.runtime import atomic, own_files
+from chainermn_torus.runtime.files import atomic, own_files
 
 
 def test_a_link_planted_under_the_name_is_refused_and_its_target_untouched(tmp_path):

@@ -1,4 +1,4 @@
-"""Every change to Chainer's and ChainerMN's objects goes through runtime.patches and can be
+"""Every change to Chainer's and ChainerMN's objects goes through runtime.chainer_glue.patches and can be
 undone: after ``uninstall()`` each one is the very original object again. In a fresh
 interpreter, where nothing was patched before."""
 import os
@@ -31,7 +31,7 @@ compute_places = [(cls, name) for cls, name, _ in onednn._REPLACEMENTS] + [
     (cls, 'backward') for cls in onednn._BACKWARDS]
 before.update(snapshot(compute_places))  # nothing of Chainer's layers is patched on import
 from chainermn_torus.launch import patches as launch_patches
-from chainermn_torus.runtime import patches
+from chainermn_torus.runtime.chainer_glue import patches
 from chainermn_torus.runtime.watch import abort, watchdog
 
 class Launch(object):  # what the hooks keep; nothing of it runs here
@@ -82,7 +82,7 @@ def test_every_patch_is_recorded_and_undone():
 
 
 def test_apply_and_undo_keep_inheritance():
-    from chainermn_torus.runtime import patches
+    from chainermn_torus.runtime.chainer_glue import patches
 
     class Base(object):
         def f(self):

@@ -1,4 +1,4 @@
-"""numba is optional (runtime.jit): the numpy fallbacks give the numba kernels' bits, a job
+"""numba is optional (runtime.cpu.jit): the numpy fallbacks give the numba kernels' bits, a job
 runs and says so at start-up, and what has no fallback stops with a message naming numba."""
 import os
 
@@ -8,7 +8,7 @@ import pytest
 
 from chainermn_torus.communicators import _dtypes, _half, _packing, _shm
 from chainermn_torus.optimizers import fpenv, fuse
-from chainermn_torus.runtime import jit
+from chainermn_torus.runtime.cpu import jit
 from conftest import ROOT, assert_ok, pythonpath, run_mpi, worker
 
 pytestmark = pytest.mark.skipif(not jit.available(),

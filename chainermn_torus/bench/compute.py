@@ -39,9 +39,9 @@ from chainer.function_hooks import TimerHook
 
 from chainermn_torus import compute
 from chainermn_torus.compute import conv, copies, dnnl, linear, onednn, precision
-from chainermn_torus.optimizers import type_checks
-from chainermn_torus.runtime import threads
 from chainermn_torus.models import MLP, NIN, ResNet50, TinyNet
+from chainermn_torus.optimizers import type_checks
+from chainermn_torus.runtime.cpu import threads
 
 __all__ = ['main', 'problem', 'MODELS', 'MODES']
 

@@ -30,7 +30,7 @@ import psutil
 from chainermn_torus import compute
 from chainermn_torus.compute import dnnl, geometries, primitives
 from chainermn_torus.models import ResNet50
-from chainermn_torus.runtime import threads
+from chainermn_torus.runtime.cpu import threads
 
 __all__ = ['main', 'sweep', 'count']
 

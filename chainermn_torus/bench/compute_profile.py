@@ -37,14 +37,15 @@ import chainer
 from chainermn_torus import compute
 from chainermn_torus.bench.compute import MODELS, _iteration, problem
 from chainermn_torus.compute import dnnl, primitives
-from chainermn_torus.runtime import jit, patches, threads
+from chainermn_torus.runtime.chainer_glue import patches
+from chainermn_torus.runtime.cpu import jit, threads
 
 __all__ = ['main', 'profile']
 
 # The numba kernels of the compute path, by module: each call timed while profiling.
 KERNEL_MODULES = ('chainermn_torus.compute.add_kernels', 'chainermn_torus.compute.bn_kernels',
                   'chainermn_torus.compute.relu_kernels',
-                  'chainermn_torus.runtime._finite_kernels')
+                  'chainermn_torus.runtime.cpu._finite_kernels')
 class _Clock(object):
     """Seconds and calls per part, while ``installed``."""
 
@@ -77,7 +78,7 @@ class _Clock(object):
         if jit.available():
             for module_name in KERNEL_MODULES:
                 module = importlib.import_module(module_name)
-                # The kernels themselves (runtime.jit.kernel), looked up in their module's
+                # The kernels themselves (runtime.cpu.jit.kernel), looked up in their module's
                 # globals at each call, wrappers and callers alike.
                 for name, value in sorted(vars(module).items()):
                     if hasattr(value, 'ahead'):
@@ -164,7 +165,7 @@ def main(argv=None):
     p.add_argument('--threads', type=int, nargs='+', default=[1, 2])
     p.add_argument('--rounds', type=int, default=5)
     p.add_argument('--grain', type=int, default=None,
-                   help='elements of work per numba thread (runtime.jit.GRAIN, default {}); '
+                   help='elements of work per numba thread (runtime.cpu.jit.GRAIN, default {}); '
                         '0: every kernel on every thread'.format(jit.GRAIN))
     p.add_argument('--precision', choices=('fp32', 'bf16'), default='fp32')
     p.add_argument('--json', default=None)

@@ -29,11 +29,12 @@ import numpy
 
 import chainermn_torus
 from chainermn_torus import config
-from chainermn_torus.algorithms.gradient_sets import model_params
-from chainermn_torus.models import MLP
 from chainermn_torus import create_multi_node_optimizer
+from chainermn_torus.algorithms.gradient_sets import model_params
 from chainermn_torus.communicators import capabilities
-from chainermn_torus.runtime import patches, world
+from chainermn_torus.models import MLP
+from chainermn_torus.runtime import world
+from chainermn_torus.runtime.chainer_glue import patches
 
 
 class Net(MLP):

@@ -29,13 +29,14 @@ import chainermn.optimizers
 import numpy
 
 import chainermn_torus
-from chainermn_torus.extensions.timing import time_calls
-from chainermn_torus.models import MLP
+from chainermn_torus import config, create_multi_node_optimizer
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR, load_mnist_idx
 from chainermn_torus.datasets.shards import batch_too_large
+from chainermn_torus.extensions.timing import time_calls
+from chainermn_torus.models import MLP
 from chainermn_torus.optimizers import fpenv
-from chainermn_torus.runtime import report, threads, world
-from chainermn_torus import config, create_multi_node_optimizer
+from chainermn_torus.runtime import report, world
+from chainermn_torus.runtime.cpu import threads
 
 CONFIGS = {
     'chainermn': dict(comm='naive', ours=False, fused=False, ftz=False, db=False, fp16=False),

@@ -31,7 +31,7 @@ from numba import prange
 
 from chainermn_torus.algorithms.gradient_sets import model_params
 from chainermn_torus.optimizers import fuse, kernels
-from chainermn_torus.runtime import threads
+from chainermn_torus.runtime.cpu import threads
 
 # arrays read + arrays written per element, by optimizer
 _TRAFFIC = {'adam': 7, 'momentum_sgd': 5, 'rmsprop': 5}

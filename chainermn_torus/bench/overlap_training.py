@@ -32,12 +32,13 @@ import chainermn
 import chainermn_torus
 from chainermn_torus.bench.double_buffering import wait_for_wire
 from chainermn_torus.communicators._base import TorusCommunicatorBase
-from chainermn_torus.extensions.timing import time_calls
 from chainermn_torus.datasets.imagenet import PreprocessedDataset, read_list
 from chainermn_torus.datasets.mnist import load_mnist_idx
+from chainermn_torus.extensions.timing import time_calls
 from chainermn_torus.models import MLP
 from chainermn_torus.optimizers import MultiNodeOptimizer
-from chainermn_torus.runtime import patches, world
+from chainermn_torus.runtime import world
+from chainermn_torus.runtime.chainer_glue import patches
 
 CONFIGS = ('naive+stock', 'rsap', 'rsap+fp16', 'rsap+db', 'rsap+overlap',
            'rsap+fp16+overlap')

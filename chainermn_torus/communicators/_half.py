@@ -21,7 +21,7 @@ import numpy
 from mpi4py import MPI
 
 from chainermn_torus.communicators._progress import BLOCKING
-from chainermn_torus.runtime import jit
+from chainermn_torus.runtime.cpu import jit
 
 __all__ = ['HalfReducer', 'sum_blocks_numpy']
 

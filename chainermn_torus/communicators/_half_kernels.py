@@ -23,7 +23,7 @@ from llvmlite import ir
 from numba import prange, types
 from numba.extending import intrinsic
 
-from chainermn_torus.runtime import jit
+from chainermn_torus.runtime.cpu import jit
 
 __all__ = ['pack', 'unpack', 'sum_blocks', 'to_half_bits', 'from_half_bits', 'to_bf16_bits',
            'from_bf16_bits', 'pack_bf16', 'unpack_bf16', 'KERNELS']

@@ -19,8 +19,8 @@ from mpi4py import MPI
 
 from chainermn_torus.algorithms.segments import plan_segments
 from chainermn_torus.communicators import _dtypes
-from chainermn_torus.runtime import jit
 from chainermn_torus.errors import ConfigError
+from chainermn_torus.runtime.cpu import jit
 
 __all__ = ['Layout', 'grad_params', 'data_params', 'param_signature', 'PackedBuffer', 'check_same_layout',
            'transfer_dtype', 'MPI_TYPES', 'mpi_type_of']

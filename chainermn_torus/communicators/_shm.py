@@ -20,7 +20,7 @@ import numpy
 from mpi4py import MPI
 
 from chainermn_torus.communicators._window import check_node_room, populate_or_free
-from chainermn_torus.runtime import jit
+from chainermn_torus.runtime.cpu import jit
 
 __all__ = ['NodeBuffers', 'rows_within_nodes']
 

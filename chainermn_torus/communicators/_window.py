@@ -14,7 +14,8 @@ import atexit
 import numpy
 from mpi4py import MPI
 
-from chainermn_torus.runtime import devshm, report
+from chainermn_torus.runtime import report
+from chainermn_torus.runtime.files import devshm
 
 __all__ = ['PutWindow', 'check_node_room', 'populate_or_free']
 
@@ -22,7 +23,7 @@ __all__ = ['PutWindow', 'check_node_room', 'populate_or_free']
 def check_node_room(comm, nbytes, what):
     """Collective over ``comm``: /dev/shm of each node holds ``nbytes`` per rank of ``comm``
     on it (whole pages, plus MPI's bookkeeping), or every rank raises
-    runtime.devshm.SharedMemoryFull. Returns (what, bytes needed on the node) for
+    runtime.files.devshm.SharedMemoryFull. Returns (what, bytes needed on the node) for
     ``populate``."""
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:

@@ -21,9 +21,10 @@ from mpi4py import MPI
 from chainermn_torus import config
 from chainermn_torus.communicators import _dtypes, _packing, capabilities as _capabilities
 from chainermn_torus.communicators._progress import BLOCKING
-from chainermn_torus.runtime import devshm, threads
-from chainermn_torus.runtime import startup as _startup
 from chainermn_torus.errors import ConfigError
+from chainermn_torus.runtime import startup as _startup
+from chainermn_torus.runtime.cpu import threads
+from chainermn_torus.runtime.files import devshm
 
 __all__ = ['Communicator']
 
@@ -57,7 +58,7 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
         self.segment_bytes = config.value('segment_bytes', segment_size, 'segment_size')[0]
         with self.config_scope():  # get_config() lists it, as for ChainerMN's pure_nccl
             self.allreduce_grad_dtype = _dtypes.checked(allreduce_grad_dtype)
-        self.thread_budget = threads.ensure(self)  # once per process (see runtime.threads)
+        self.thread_budget = threads.ensure(self)  # once per process (see runtime.cpu.threads)
         self.progress = BLOCKING  # how collectives are waited for (see _progress)
         self.calls = 0
 

@@ -12,7 +12,8 @@ on numpy arrays), ``onednn`` (the seam into Chainer's functions).
 from chainermn_torus import config
 from chainermn_torus.compute import dnnl, geometries, modes, onednn, precision as low
 from chainermn_torus.errors import Unsupported
-from chainermn_torus.runtime import allocation, report, threads
+from chainermn_torus.runtime import report
+from chainermn_torus.runtime.cpu import allocation, threads
 
 __all__ = ['use', 'apply_setting', 'in_force', 'precision_in_force', 'set_precision']
 

@@ -9,7 +9,7 @@ the results are equal bit for bit.
 """
 from numba import prange
 
-from chainermn_torus.runtime import jit
+from chainermn_torus.runtime.cpu import jit
 
 __all__ = ['add', 'add_into']
 

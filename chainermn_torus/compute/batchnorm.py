@@ -15,7 +15,7 @@ does, from the mean and variance returned here). NCHW in and out, no reorder.
 import numpy
 
 from chainermn_torus.compute import dnnl, geometries, layer
-from chainermn_torus.runtime import jit
+from chainermn_torus.runtime.cpu import jit
 
 __all__ = ['BatchNorm', 'batch_norm', 'forward', 'backward', 'inference', 'implementation',
            'IMPLEMENTATIONS']

@@ -16,12 +16,12 @@ inv_std) + beta``, in float32.
 import numpy
 from numba import prange
 
-from chainermn_torus.runtime import jit
+from chainermn_torus.runtime.cpu import jit
 
 __all__ = ['forward', 'inference', 'backward']
 
 
-# The types compiled ahead (runtime.jit.kernel): float32 (n, c, h*w) arrays and per-channel
+# The types compiled ahead (runtime.cpu.jit.kernel): float32 (n, c, h*w) arrays and per-channel
 # vectors, the only ones batchnorm.py passes (other dtypes stay on Chainer's code).
 _X, _C = 'float32[:, :, ::1]', 'float32[::1]'
 

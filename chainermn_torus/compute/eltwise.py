@@ -9,7 +9,7 @@ stay Chainer's: waking the thread pool costs more than the pass (``SMALL``).
 """
 import numpy
 
-from chainermn_torus.runtime import jit
+from chainermn_torus.runtime.cpu import jit
 
 __all__ = ['available', 'SMALL', 'relu', 'relu_grad', 'add']
 

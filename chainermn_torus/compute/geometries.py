@@ -15,7 +15,7 @@ One cache for every layer module (``conv``, ``pooling``, ``lrn``, ``batchnorm``)
 bound is on what the process holds, whichever layers it runs.
 
 oneDNN fixes the OpenMP thread count a primitive runs with when it makes it, so when the
-thread budget changes (``runtime.threads.generation``: the launcher's placement, a bench
+thread budget changes (``runtime.cpu.threads.generation``: the launcher's placement, a bench
 that measures several counts in one process) every geometry is made again, at the new
 count.
 """
@@ -23,7 +23,7 @@ import atexit
 import collections
 
 from chainermn_torus import config
-from chainermn_torus.runtime import threads
+from chainermn_torus.runtime.cpu import threads
 
 __all__ = ['cached', 'bound', 'set_bound', 'clear', 'stats']
 

@@ -7,7 +7,8 @@ import threading
 
 import numpy
 
-from chainermn_torus.runtime import finite as _finite_counts, report
+from chainermn_torus.runtime import report
+from chainermn_torus.runtime.cpu import finite as _finite_counts
 
 __all__ = ['enabled', 'set_on', 'on', 'precision', 'set_precision', 'start',
            'in_mode_of_forward', 'standard', 'not_taken', 'finite', 'refused']

@@ -24,12 +24,12 @@ from chainer.functions.pooling import max_pooling_nd as _maxnd
 
 from chainermn_torus.compute import batchnorm, conv, copies, dnnl, eltwise, linear, lrn, \
     modes, pooling
-from chainermn_torus.runtime import chainer_private, patches
+from chainermn_torus.runtime.chainer_glue import chainer_private, patches
 
 __all__ = ['enable', 'disable', 'enabled', 'uninstall', 'REPLACED', 'REPLACEMENTS', 'table',
            'LOW_PRECISION']
 
-# Chainer's implementation seam for batch normalization (private: runtime.chainer_private).
+# Chainer's implementation seam for batch normalization (private: runtime.chainer_glue.chainer_private).
 _bn = chainer_private.batch_normalization_internals()
 
 def enabled():

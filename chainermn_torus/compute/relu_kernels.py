@@ -10,7 +10,7 @@ finite loss where Chainer's is NaN. The same passes over memory, on the rank's t
 import numpy
 from numba import prange
 
-from chainermn_torus.runtime import jit
+from chainermn_torus.runtime.cpu import jit
 
 __all__ = ['relu', 'relu_grad']
 

@@ -18,8 +18,9 @@ import sys
 import chainer
 import numpy
 
-from chainermn_torus.runtime import draws, report
+from chainermn_torus.datasets import draws
 from chainermn_torus.errors import ConfigError, DataError
+from chainermn_torus.runtime import report
 
 __all__ = ['read_list', 'PreprocessedDataset', 'compute_mean', 'load_rgb']
 
@@ -131,7 +132,7 @@ class PreprocessedDataset(chainer.dataset.DatasetMixin):
             one, or ``seed``, for reproducible crops); neither: a seed from the operating
             system's entropy.
         seed: the crops' and flips' seed. Each draw's random state is a function of the
-            seed, the example's index and the epoch (``runtime.draws``): the same crops on
+            seed, the example's index and the epoch (``datasets.draws``): the same crops on
             every rank count, in loader workers and after a resume, so runs with the same
             seed are bit-identical at any P (our loader and the example tell workers the
             epoch; Chainer's iterators leave the count of draws per example instead).

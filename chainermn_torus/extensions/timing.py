@@ -8,7 +8,8 @@ the examples report the same figure for ``naive`` and for ``rsap``.
 """
 import functools
 
-from chainermn_torus.runtime import patches, timeline
+from chainermn_torus.runtime import timeline
+from chainermn_torus.runtime.chainer_glue import patches
 
 __all__ = ['timed', 'time_calls', 'untime', 'time_gradient_communication']
 
@@ -26,7 +27,7 @@ def timed(fn, stats, key, count_key=None):
 
 def time_calls(owner, name, stats, key, count_key=None):
     """Time every call of ``owner.name`` into ``stats``; returns ``stats``. An instance
-    patch of the group ``timing`` (``runtime.patches``): ``untime(owner)`` undoes it."""
+    patch of the group ``timing`` (``runtime.chainer_glue.patches``): ``untime(owner)`` undoes it."""
     patches.apply(owner, name, timed(getattr(owner, name), stats, key, count_key), 'timing',
                   'the time spent in {} is reported'.format(name))
     return stats

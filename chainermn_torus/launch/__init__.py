@@ -40,14 +40,15 @@ from chainer import iterators
 
 from chainermn_torus import _registry, communicators, compute
 from chainermn_torus.communicators import capabilities
+from chainermn_torus.errors import ConfigError
 from chainermn_torus.launch import options as _options
 from chainermn_torus.launch import gpu_to_cpu, patches
 from chainermn_torus.launch.optimizer import LauncherOverrides
 from chainermn_torus.launch.report import PREFIX, say
-from chainermn_torus.runtime import patches as runtime_patches
-from chainermn_torus.runtime import allocation, report, threads, timeline, world
+from chainermn_torus.runtime import report, timeline, world
+from chainermn_torus.runtime.chainer_glue import patches as runtime_patches
+from chainermn_torus.runtime.cpu import allocation, threads
 from chainermn_torus.runtime.watch import watchdog
-from chainermn_torus.errors import ConfigError
 
 __all__ = ['add_arguments', 'Launch']
 

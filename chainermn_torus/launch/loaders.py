@@ -10,7 +10,8 @@ from chainermn_torus.launch.report import describe_iterator, say
 from chainermn_torus.launch.sharding import order
 from chainermn_torus.loader import LoaderIterator, apply_placement, plan_placement
 from chainermn_torus.loader.topology import format_cpulist
-from chainermn_torus.runtime import agree, chainer_private
+from chainermn_torus.runtime import agree
+from chainermn_torus.runtime.chainer_glue import chainer_private
 
 __all__ = ['replace_training_iterator', 'replace_eval_iterators', 'swap']
 

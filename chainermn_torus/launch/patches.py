@@ -18,7 +18,7 @@ from chainer.training.updaters import standard_updater
 from chainermn_torus.launch import loaders, sharding
 from chainermn_torus.launch.extensions import Extend
 from chainermn_torus.launch.report import say
-from chainermn_torus.runtime import chainer_private, patches
+from chainermn_torus.runtime.chainer_glue import chainer_private, patches
 
 __all__ = ['patch_updater', 'patch_trainer', 'patch_plain_update', 'patch_save']
 

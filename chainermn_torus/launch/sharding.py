@@ -8,7 +8,8 @@ from chainermn.datasets.scatter import scatter_index
 
 from chainermn_torus import _registry
 from chainermn_torus.launch.report import PREFIX, say
-from chainermn_torus.runtime import chainer_private, report
+from chainermn_torus.runtime import report
+from chainermn_torus.runtime.chainer_glue import chainer_private
 
 __all__ = ['parallelise', 'shard', 'rebuild', 'order']
 

@@ -21,7 +21,7 @@ Nothing left behind: the segments are unlinked from /dev/shm as soon as every lo
 process has mapped them (a mapping outlives its name), so a job that dies any way later
 (an exception and MPI_Abort, kill -9, SIGTERM at the time limit, a watchdog abort) leaves no
 file; their memory is returned when the last process mapping it exits. The names, while
-they exist, say whose they are (``cmtorus_<job>_<pid>_...``, see runtime.devshm), and a
+they exist, say whose they are (``cmtorus_<job>_<pid>_...``, see runtime.files.devshm), and a
 start sweeps those of dead processes. Tasks and results go through one pipe pair per
 loader process, not multiprocessing queues: a queue's locks are named semaphores
 (``/dev/shm/sem.mp-*``) under ``spawn``, which a killed job would leave behind.
@@ -49,10 +49,12 @@ import chainer
 import numpy
 from threadpoolctl import threadpool_limits
 
-from chainermn_torus.runtime import devshm, draws, world
-from chainermn_torus.runtime.watch import watchdog
-from chainermn_torus.runtime.processes import state as process_state
+from chainermn_torus.datasets import draws
 from chainermn_torus.errors import ConfigError, DataError, Refusal
+from chainermn_torus.runtime import world
+from chainermn_torus.runtime.files import devshm
+from chainermn_torus.runtime.processes import state as process_state
+from chainermn_torus.runtime.watch import watchdog
 
 __all__ = ['LoaderIterator', 'LoaderError', 'SHM_PREFIX']
 
@@ -388,7 +390,7 @@ class LoaderIterator(chainer.dataset.Iterator):
 
     def _fill(self):
         while self._free and len(self._pending) < self.n_prefetch:
-            epoch = self._planner.epoch  # the pass this batch starts in (runtime.draws)
+            epoch = self._planner.epoch  # the pass this batch starts in (datasets.draws)
             try:
                 indices = self._planner.next()
             except StopIteration:

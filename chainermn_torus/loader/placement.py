@@ -19,9 +19,9 @@ order, rank ``intra_rank`` taking its contiguous part.
 """
 import os
 
-from chainermn_torus.loader.topology import Topology, format_cpulist
-from chainermn_torus.runtime import threads as thread_budget
 from chainermn_torus.errors import ConfigError
+from chainermn_torus.loader.topology import Topology, format_cpulist
+from chainermn_torus.runtime.cpu import threads as thread_budget
 
 __all__ = ['POLICIES', 'Plan', 'plan_placement', 'apply_placement', 'describe_plan']
 
@@ -129,7 +129,7 @@ def _split(policy, share, topology, dedicated_cores):
 
 def apply_placement(plan, threads=None, comm=None):
     """Pin this (compute) process to the plan's compute CPUs and size its BLAS threads to
-    them (or to ``threads``); ``comm`` says who prints the budget (see runtime.threads)."""
+    them (or to ``threads``); ``comm`` says who prints the budget (see runtime.cpu.threads)."""
     if plan.compute_cpus is None:
         return None
     os.sched_setaffinity(0, plan.compute_cpus)

@@ -11,7 +11,8 @@ nothing here knows the launcher.
 from chainermn.communicators import mpi_communicator_base
 
 from chainermn_torus.optimizers import fused as fused_mod, multi_node
-from chainermn_torus.runtime import devshm, startup
+from chainermn_torus.runtime import startup
+from chainermn_torus.runtime.files import devshm
 
 __all__ = ['make', 'Overrides', 'set_overrides']
 

@@ -2,14 +2,15 @@
 rank: before averaging (each rank's gradients, and with float16 communication the values
 that would overflow on the way), after averaging (the means: float16's range can be passed
 by the mean alone), and overlap's bucketed means, which are checked without knowing the
-rank they came from. The counting is ``runtime.finite``'s.
+rank they came from. The counting is ``runtime.cpu.finite``'s.
 """
 import numpy
 from mpi4py import MPI
 
 from chainermn_torus.communicators import capabilities
 from chainermn_torus.errors import Refusal
-from chainermn_torus.runtime import agree, finite
+from chainermn_torus.runtime import agree
+from chainermn_torus.runtime.cpu import finite
 
 __all__ = ['NonFiniteGradientError', 'check_finite_grads', 'check_finite_means',
            'check_bucket_means', 'FLOAT16_MAX']

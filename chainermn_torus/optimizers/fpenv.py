@@ -25,8 +25,8 @@ import platform
 
 import numpy
 
-from chainermn_torus.runtime import jit
 from chainermn_torus.errors import Unsupported
+from chainermn_torus.runtime.cpu import jit
 
 __all__ = ['supported', 'set_flush_denormals', 'flush_denormals_enabled', 'kernel_set_mode',
            'FTZ_DAZ_BITS', 'FPCR_FZ']

@@ -27,8 +27,8 @@ import chainer
 import numpy
 from chainer import optimizers
 
-from chainermn_torus.runtime import jit
 from chainermn_torus.errors import ConfigError
+from chainermn_torus.runtime.cpu import jit
 
 __all__ = ['fuse', 'FusedAdam', 'FusedMomentumSGD', 'FusedRMSprop', 'fusable_names',
            'is_fused']
@@ -56,7 +56,7 @@ def _kernel_arrays(param, state_keys, states):
 
 def _kernels():
     # The numba kernels, imported when the first fused update runs (numba is optional:
-    # runtime.jit); ``fuse`` has already said so where numba is missing.
+    # runtime.cpu.jit); ``fuse`` has already said so where numba is missing.
     jit.require('the fused update kernels (fused=True, --fused on)')
     from chainermn_torus.optimizers import kernels
     return kernels

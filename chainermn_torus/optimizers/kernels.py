@@ -19,7 +19,7 @@ import numpy
 from numba import prange
 
 from chainermn_torus.optimizers import fpenv
-from chainermn_torus.runtime import jit
+from chainermn_torus.runtime.cpu import jit
 
 __all__ = ['adam', 'momentum_sgd', 'rmsprop', 'copy', 'set_worker_mode']
 
@@ -83,7 +83,7 @@ def _moments(gi, mi, vi, one_minus_beta1, one_minus_beta2):
     return mi + one_minus_beta1 * (gi - mi), vi + one_minus_beta2 * (gi * gi - vi)
 
 
-# The argument types compiled ahead (runtime.jit.kernel): float32 parameters, the scalars
+# The argument types compiled ahead (runtime.cpu.jit.kernel): float32 parameters, the scalars
 # cast to them; float64 parameters compile on first use.
 @jit.kernel(jit.arguments('float32', 4, 6))
 def _adam(p, g, m, v, alpha_t, one_minus_beta1, one_minus_beta2, eps, a, b):

@@ -21,8 +21,8 @@ import numpy
 from chainer import optimizer as optimizer_module
 from chainer import training
 
-from chainermn_torus.runtime import jit
 from chainermn_torus.errors import ConfigError
+from chainermn_torus.runtime.cpu import jit
 
 
 __all__ = ['linear_scaling', 'Ramp', 'GradualWarmup', 'RMSpropWarmup', 'RMSpropToSGD']
@@ -123,7 +123,7 @@ if numba is not None:
 else:
     def _rmsprop_warmup_kernel(p, g, ms, v, lr, momentum, rho, one_minus_rho, eps, w,
                                one_minus_w):
-        # The kernel's operations in its order, with temporaries (no numba: runtime.jit).
+        # The kernel's operations in its order, with temporaries (no numba: runtime.cpu.jit).
         ms[...] = rho * ms + one_minus_rho * g * g
         v[...] = momentum * v - lr * (w + one_minus_w / (numpy.sqrt(ms) + eps)) * g
         p += v

@@ -50,7 +50,9 @@ from chainermn_torus.errors import ConfigError
 from chainermn_torus.extensions.replicas import check_replicas as _check_replicas
 from chainermn_torus.optimizers import fpenv, fused as fused_mod, update_modes
 from chainermn_torus.optimizers import type_checks as type_checks_mod
-from chainermn_torus.runtime import chainer_private, jit, report, timeline as _timeline
+from chainermn_torus.runtime import report, timeline as _timeline
+from chainermn_torus.runtime.chainer_glue import chainer_private
+from chainermn_torus.runtime.cpu import jit
 from chainermn_torus.runtime.watch import watchdog as watchdog_mod
 
 __all__ = ['make', 'MultiNodeOptimizer', 'is_multi_node']

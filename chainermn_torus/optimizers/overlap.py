@@ -46,9 +46,10 @@ import chainer
 import numpy
 
 from chainermn_torus.communicators import _packing
-from chainermn_torus.runtime import jit, report, timeline as _timeline
-from chainermn_torus.runtime.watch import board_layout, watchdog
 from chainermn_torus.optimizers import fpenv
+from chainermn_torus.runtime import report, timeline as _timeline
+from chainermn_torus.runtime.cpu import jit
+from chainermn_torus.runtime.watch import board_layout, watchdog
 
 WAIT_CALL = board_layout.THREAD_WAIT  # its name on the watchdog's board
 

@@ -26,7 +26,9 @@ from chainermn_torus.errors import ConfigError, Unsupported
 from chainermn_torus.optimizers import fpenv, overlap as _overlap
 from chainermn_torus.optimizers.finite_checks import (check_bucket_means, check_finite_grads,
                                                       check_finite_means)
-from chainermn_torus.runtime import chainer_private, jit, timeline as _timeline
+from chainermn_torus.runtime import timeline as _timeline
+from chainermn_torus.runtime.chainer_glue import chainer_private
+from chainermn_torus.runtime.cpu import jit
 from chainermn_torus.runtime.watch import watchdog as watchdog_mod
 
 __all__ = ['Synchronous', 'DoubleBuffering', 'Overlap', 'BACKGROUND_POLL_S']

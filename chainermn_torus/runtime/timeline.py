@@ -35,9 +35,9 @@ import threading
 import time
 
 from chainermn_torus import config
-from chainermn_torus.runtime import own_files
-from chainermn_torus.runtime.atomic import atomic_write
 from chainermn_torus.errors import ConfigError
+from chainermn_torus.runtime.files import own_files
+from chainermn_torus.runtime.files.atomic import atomic_write
 
 __all__ = ['enable', 'disable', 'phase', 'timed', 'flush', 'emergency_flush', 'trace_events', 'ACTIVE',
            'TIMELINE_ENV']
@@ -108,7 +108,7 @@ class Timeline(object):
             for name, t0, t1, tid, it in self.events[self._streamed:end]:
                 lines.append(json.dumps([name, round((t0 + self.offset) * 1e6, 1),
                                          round((t1 - t0) * 1e6, 1), tid, it]))
-            # Never through a link planted under the predictable name (runtime.own_files).
+            # Never through a link planted under the predictable name (runtime.files.own_files).
             with own_files.open_new(log, 'w') if self._log is None else \
                     own_files.append(log) as f:
                 f.write('\n'.join(lines) + '\n')

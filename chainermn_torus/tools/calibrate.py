@@ -7,7 +7,7 @@ import sys
 
 from chainermn_torus.planning.calibrate import calibrate
 from chainermn_torus.planning.planner import DEFAULT_NETWORK_FILE, Network
-from chainermn_torus.runtime import devshm
+from chainermn_torus.runtime.files import devshm
 
 __all__ = ['main']
 

@@ -4,7 +4,8 @@ import argparse
 import os
 
 from chainermn_torus.extensions import checkpoint
-from chainermn_torus.runtime import devshm, report
+from chainermn_torus.runtime import report
+from chainermn_torus.runtime.files import devshm
 
 __all__ = ['main']
 

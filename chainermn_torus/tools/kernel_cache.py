@@ -1,7 +1,7 @@
 """``chainermn-torus kernels``: compile the package's numba kernels into numba's cache before
 a job.
 
-A kernel (``runtime.jit.kernel``) compiles on its first call in a process, then numba keeps
+A kernel (``runtime.cpu.jit.kernel``) compiles on its first call in a process, then numba keeps
 it in its cache (``__pycache__`` beside the source, or ``NUMBA_CACHE_DIR``). On a cold cache
 every rank of a job compiles every kernel it calls, all at the same time: about 9 CPU-s for
 the whole set on this project's x86 VM, on each rank, and on a cluster as many writers of the
@@ -17,11 +17,11 @@ import multiprocessing
 import os
 import time
 
-from chainermn_torus.runtime import jit
+from chainermn_torus.runtime.cpu import jit
 
 __all__ = ['MODULES', 'kernels', 'compile_ahead', 'main']
 
-# Every module with kernels declared through runtime.jit.kernel (tests/test_kernel_cache.py
+# Every module with kernels declared through runtime.cpu.jit.kernel (tests/test_kernel_cache.py
 # checks that none is missing).
 MODULES = ('chainermn_torus.communicators._half_kernels',
            'chainermn_torus.communicators._shm',
@@ -31,7 +31,7 @@ MODULES = ('chainermn_torus.communicators._half_kernels',
            'chainermn_torus.optimizers.fpenv',
            'chainermn_torus.optimizers.kernels',
            'chainermn_torus.optimizers.large_batch',
-           'chainermn_torus.runtime._finite_kernels')
+           'chainermn_torus.runtime.cpu._finite_kernels')
 
 
 def kernels(modules=MODULES):

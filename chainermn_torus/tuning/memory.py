@@ -27,9 +27,9 @@ import os
 import tempfile
 
 from chainermn_torus import config
-from chainermn_torus.errors import ConfigError
 from chainermn_torus.algorithms import variants
-from chainermn_torus.runtime.atomic import atomic_write
+from chainermn_torus.errors import ConfigError
+from chainermn_torus.runtime.files.atomic import atomic_write
 
 __all__ = ['FORMAT', 'signature', 'Key', 'folder', 'path', 'load', 'save', 'save_partial']
 

@@ -32,7 +32,7 @@ import statistics
 import time
 
 # chainermn_torus first: Chainer's import after it skips its environment check's package
-# scans where they have nothing to find (half of a rank's start-up; runtime.chainer_import).
+# scans where they have nothing to find (half of a rank's start-up; runtime.chainer_glue.chainer_import).
 import chainermn_torus  # NOQA
 
 import chainer
@@ -43,12 +43,13 @@ from chainer.training import extensions
 import numpy
 
 from chainermn_torus import config
-from chainermn_torus.extensions import checkpoint
+from chainermn_torus.datasets import draws
 from chainermn_torus.datasets.shards import batch_too_large
+from chainermn_torus.extensions import checkpoint
 from chainermn_torus.extensions.timing import time_calls
 from chainermn_torus.models import ResNet50, TinyNet
 from chainermn_torus.optimizers.large_batch import linear_scaling
-from chainermn_torus.runtime import draws, report, world
+from chainermn_torus.runtime import report, world
 
 # Importing chainermn_torus starts no MPI; the first communicator does, in main(), after
 # MultiprocessIterator's forkserver has been started (see start_forkserver_without_mpi).
@@ -365,7 +366,7 @@ def main():
         args.loader_processes = DEFAULT_LOADERS
 
     import chainermn
-    from chainermn_torus.runtime import threads
+    from chainermn_torus.runtime.cpu import threads
 
     comm = chainermn.create_communicator(args.communicator)
     checkpoint.check_output(comm, args.out)  # now, on every rank: not after training

@@ -17,7 +17,7 @@ import time
 
 # chainermn_torus first: it registers pure_allreduce, rsaa and rsap with ChainerMN, and
 # Chainer's import after it skips its environment check's package scans where they have
-# nothing to find (half of a rank's start-up; runtime.chainer_import).
+# nothing to find (half of a rank's start-up; runtime.chainer_glue.chainer_import).
 import chainermn_torus  # NOQA: the import alone registers
 
 import chainer
@@ -29,13 +29,14 @@ import chainermn.optimizers
 import numpy
 
 from chainermn_torus import config
-from chainermn_torus.extensions import checkpoint
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR, load_mnist_idx
 from chainermn_torus.datasets.shards import batch_too_large
-from chainermn_torus.models import MLP  # ChainerMN's example's MLP, 784-unit-unit-10
-from chainermn_torus.runtime import report, threads, timeline, world
-from chainermn_torus.optimizers.large_batch import GradualWarmup, linear_scaling
+from chainermn_torus.extensions import checkpoint
 from chainermn_torus.extensions.timing import time_gradient_communication
+from chainermn_torus.models import MLP  # ChainerMN's example's MLP, 784-unit-unit-10
+from chainermn_torus.optimizers.large_batch import GradualWarmup, linear_scaling
+from chainermn_torus.runtime import report, timeline, world
+from chainermn_torus.runtime.cpu import threads
 
 OPTIMIZERS = {
     'adam': (lambda lr: chainer.optimizers.Adam(alpha=lr), 'alpha', 0.001),

@@ -11,7 +11,7 @@ import chainer.links as L
 from chainer import gradient_check
 
 from chainermn_torus.compute import batchnorm, dnnl, eltwise, geometries, onednn
-from chainermn_torus.runtime import jit
+from chainermn_torus.runtime.cpu import jit
 from compute_support import as_it_was, both  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.skipif(

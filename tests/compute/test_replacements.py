@@ -80,7 +80,7 @@ def test_a_backward_after_its_geometry_left_the_cache_takes_the_forwards_workspa
 def test_a_new_thread_count_makes_the_primitives_again():
     # oneDNN fixes the thread count a primitive runs with when it makes it: one made at 1
     # thread ran at 1 after the budget became 2 (8.3 ms against 4.4 ms made anew).
-    from chainermn_torus.runtime import threads
+    from chainermn_torus.runtime.cpu import threads
     x = numpy.ones((2, 4, 6, 6), numpy.float32)
     W = numpy.ones((4, 4, 3, 3), numpy.float32)
     key = (x.shape, W.shape, (2, 4, 6, 6), (1, 1), (1, 1), (1, 1), 1, False)

@@ -111,7 +111,7 @@ def test_onednn_openmp_threads_follow_the_budget_and_the_loader_placement():
         from threadpoolctl import threadpool_info
         from chainermn_torus import compute
         from chainermn_torus.loader import apply_placement, plan_placement
-        from chainermn_torus.runtime import threads
+        from chainermn_torus.runtime.cpu import threads
         def gomp():
             return sorted({i['num_threads'] for i in threadpool_info()
                            if 'gomp' in i['filepath']})

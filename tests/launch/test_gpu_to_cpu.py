@@ -23,7 +23,7 @@ from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
 from chainermn_torus.errors import Unsupported
 from chainermn_torus.launch import gpu_to_cpu
 from chainermn_torus.launch.gpu_to_cpu import scan
-from chainermn_torus.runtime import patches
+from chainermn_torus.runtime.chainer_glue import patches
 from conftest import ROOT
 
 GPU = os.path.join(ROOT, 'tests', 'unchanged', 'gpu')

@@ -15,7 +15,7 @@ import pytest
 
 from chainermn_torus.loader import LoaderError, LoaderIterator
 from chainermn_torus.loader.iterator import SHM_PREFIX
-from chainermn_torus.runtime.devshm import job_tag
+from chainermn_torus.runtime.files.devshm import job_tag
 from conftest import pythonpath
 from loader_support import Big, Failing, Ragged, Slow, Squares
 
@@ -284,7 +284,7 @@ def test_a_start_sweeps_what_dead_processes_left_and_nothing_else(tmp_path):
 
 
 def test_a_full_dev_shm_is_named_before_anything_is_allocated():
-    from chainermn_torus.runtime import devshm
+    from chainermn_torus.runtime.files import devshm
     free = devshm.free_bytes()
     size = 1 << 20
     batch = free // (4 * size) + 1  # 4 slots (n_prefetch 2 + 2) of batch x 1 MB > free

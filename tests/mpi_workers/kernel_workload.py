@@ -1,5 +1,5 @@
 """Run by tests/test_kernel_cache.py under mpiexec -n 2: every kernel declared for compiling
-ahead (runtime.jit.kernel), reached through the package's own calls: a communicator's
+ahead (runtime.cpu.jit.kernel), reached through the package's own calls: a communicator's
 shared-memory rows on float32 and float64 gradients and its float16 messages, the finite
 check, the fused optimizers and the large-batch RMSprop, flush-to-zero, batch normalization
 (float32's and bfloat16's), ReLU and the sums on numba's kernels, the benchmark's copy. Writes, per rank, each kernel's
@@ -19,7 +19,7 @@ from mpi4py import MPI
 
 from chainermn_torus.compute import batchnorm, eltwise
 from chainermn_torus.optimizers import fpenv, fuse, kernels, large_batch
-from chainermn_torus.runtime import finite
+from chainermn_torus.runtime.cpu import finite
 from chainermn_torus.tools import kernel_cache
 
 

@@ -6,7 +6,7 @@ import chainer
 import chainer.functions as F
 import chainer.links as L
 import numpy
-from chainermn_torus.runtime import threads
+from chainermn_torus.runtime.cpu import threads
 x = numpy.ones((2, 3, 16, 16), 'f')
 h = L.Convolution2D(3, 8, 3)(x)
 h = L.BatchNormalization(8)(h)

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from chainermn_torus.optimizers import fpenv
-from chainermn_torus.runtime import threads
+from chainermn_torus.runtime.cpu import threads
 from conftest import pythonpath
 
 
@@ -72,7 +72,7 @@ def test_budget_is_applied_to_blas_and_numba_and_can_be_overridden():
     out = _python('''
         from threadpoolctl import threadpool_info
         import numba
-        from chainermn_torus.runtime import threads
+        from chainermn_torus.runtime.cpu import threads
         b = threads.apply_thread_budget(1)
         blas = {i['num_threads'] for i in threadpool_info()}
         print(b['threads'], sorted(blas), numba.get_num_threads(), b['reason'])
@@ -97,7 +97,7 @@ def test_ensure_applies_once_per_process_and_again_only_when_asked():
     # sets the default, a later call without a count keeps it, an explicit count replaces it.
     out = _python('''
         import numba
-        from chainermn_torus.runtime import threads
+        from chainermn_torus.runtime.cpu import threads
         a = threads.ensure()
         b = threads.ensure()
         c = threads.ensure(threads=1)
@@ -112,7 +112,7 @@ def test_a_budget_beyond_the_cpus_is_capped_and_says_so(monkeypatch):
     # CHAINERMN_TORUS_THREADS=64 on a rank that may use fewer CPUs: the pools get those
     # CPUs, and the line says what was asked and what was applied (it said 64 beside pools
     # of 2).
-    from chainermn_torus.runtime import threads
+    from chainermn_torus.runtime.cpu import threads
     cpus = len(threads._affinity())
     monkeypatch.setenv('CHAINERMN_TORUS_THREADS', str(cpus + 62))
     budget = threads.apply_thread_budget()

@@ -11,7 +11,8 @@ import zlib
 import numpy
 
 from chainermn_torus.extensions.checkpoint.arrays import CheckpointError, RankFile
-from chainermn_torus.runtime import finite, own_files
+from chainermn_torus.runtime.cpu import finite
+from chainermn_torus.runtime.files import own_files
 
 __all__ = ['CheckpointError', 'MANIFEST', 'rank_file', 'manifest_file', 'marker_file',
            'MARKER', 'RANK_FILE', 'MANIFEST_FILE', 'crc32', 'layout', 'manifests',

@@ -6,7 +6,7 @@ import chainer
 import numpy
 
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
-from chainermn_torus.runtime import chainer_private
+from chainermn_torus.runtime.chainer_glue import chainer_private
 
 __all__ = ['data_identity', 'describe_data', 'check_data', 'actual_optimizer',
            'optimizer_kind', 'lr_attr', 'check_optimizer']

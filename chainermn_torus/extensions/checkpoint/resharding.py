@@ -8,7 +8,7 @@ import numpy
 
 from chainermn_torus.extensions.checkpoint import arrays, files
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
-from chainermn_torus.runtime import chainer_private
+from chainermn_torus.runtime.chainer_glue import chainer_private
 
 __all__ = ['RNG_KEYS', 'rng_arrays', 'load_same', 'load_resharded', 'place_in_epoch',
            'replica_groups', 'check_replicas']

@@ -1,6 +1,6 @@
 """Writing a checkpoint's files so that a name always means a complete file.
 
-Every file goes through ``runtime.atomic.atomic_write`` (temporary file, fsync, rename), read
+Every file goes through ``runtime.files.atomic.atomic_write`` (temporary file, fsync, rename), read
 from this module at each call, so a test can put a failing or stopping write in its place.
 """
 import json
@@ -12,8 +12,10 @@ import numpy
 
 from chainermn_torus.extensions.checkpoint import files
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
-from chainermn_torus.runtime import agree, finite, own_files, report
-from chainermn_torus.runtime.atomic import atomic_write
+from chainermn_torus.runtime import agree, report
+from chainermn_torus.runtime.cpu import finite
+from chainermn_torus.runtime.files import own_files
+from chainermn_torus.runtime.files.atomic import atomic_write
 
 __all__ = ['check_writable', 'write_rank_file', 'write_manifest', 'refuse_nonfinite',
            'STALE_GRADS']

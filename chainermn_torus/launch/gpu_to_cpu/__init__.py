@@ -24,7 +24,7 @@ from chainermn_torus.errors import Refusal, Unsupported
 from chainermn_torus.launch.gpu_to_cpu import cupy_on_cpu, devices, scan
 from chainermn_torus.launch.gpu_to_cpu.calls import GPU_COMMUNICATORS, OPTION, Said
 from chainermn_torus.launch.gpu_to_cpu.scope import SCRIPT, Scope
-from chainermn_torus.runtime import patches
+from chainermn_torus.runtime.chainer_glue import patches
 
 __all__ = ['install', 'uninstall', 'explain', 'listing', 'GPU_COMMUNICATORS']
 

@@ -13,7 +13,7 @@ from chainer.backends import cuda
 
 from chainermn_torus.launch.gpu_to_cpu.calls import CUPY_KERNELS
 from chainermn_torus.launch.gpu_to_cpu.scope import SCRIPT
-from chainermn_torus.runtime import patches
+from chainermn_torus.runtime.chainer_glue import patches
 
 __all__ = ['CupyOnCpu', 'Device', 'Namespace', 'install_import', 'GIVEN']
 

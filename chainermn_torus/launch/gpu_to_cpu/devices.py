@@ -31,7 +31,7 @@ from chainer.backends import cuda
 from chainermn_torus.launch.gpu_to_cpu import cupy_on_cpu
 from chainermn_torus.launch.gpu_to_cpu.calls import CUDA_KERNELS
 from chainermn_torus.launch.gpu_to_cpu.scope import SCRIPT
-from chainermn_torus.runtime import patches
+from chainermn_torus.runtime.chainer_glue import patches
 
 __all__ = ['install', 'is_gpu_spec']
 

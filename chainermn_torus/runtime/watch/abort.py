@@ -42,10 +42,12 @@ import psutil
 
 from chainermn_torus import config
 from chainermn_torus.errors import ConfigError, Refusal
-from chainermn_torus.runtime import devshm, patches, report
+from chainermn_torus.runtime import report
+from chainermn_torus.runtime import timeline
+from chainermn_torus.runtime.chainer_glue import patches
+from chainermn_torus.runtime.files import devshm
 from chainermn_torus.runtime.watch import board_layout, rank_watch
 from chainermn_torus.runtime.watch import ranks
-from chainermn_torus.runtime import timeline
 
 __all__ = ['install', 'ABORT_DELAY_S', 'Terminated', 'TERM_GRACE_S', 'say_on_signal']
 

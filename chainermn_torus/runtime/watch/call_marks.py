@@ -16,7 +16,7 @@ Two places carry the marks, so that every path is seen whatever the script calls
   ``comm.mpi_comm.bcast`` directly is seen too. Calls inside a marked call are not counted
   again (the marker keeps a depth per thread).
 """
-from chainermn_torus.runtime import patches
+from chainermn_torus.runtime.chainer_glue import patches
 from chainermn_torus.runtime.watch import board_layout, progress_board as pb
 
 __all__ = ['mark_communicator', 'unmark', 'API', 'MPI_METHODS']
@@ -77,7 +77,7 @@ def _marked_class(base):
 
 def mark_communicator(communicator, marker):
     """Mark ``communicator``'s calls with ``marker`` (once; idempotent). Each change is an
-    instance patch of the group ``watchdog`` (``runtime.patches``): listed, and undone by
+    instance patch of the group ``watchdog`` (``runtime.chainer_glue.patches``): listed, and undone by
     ``unmark``."""
     if getattr(communicator, '_call_marker', None) is marker:
         return communicator

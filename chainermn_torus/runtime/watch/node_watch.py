@@ -24,7 +24,8 @@ import socket
 import sys
 import time
 
-from chainermn_torus.runtime import devshm, processes
+from chainermn_torus.runtime import processes
+from chainermn_torus.runtime.files import devshm
 from chainermn_torus.runtime.watch import heartbeat as hb, node_end
 from chainermn_torus.runtime.watch import progress_board as pb, verdict
 

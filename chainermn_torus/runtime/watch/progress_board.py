@@ -24,7 +24,7 @@ import time
 
 import numpy
 
-from chainermn_torus.runtime import devshm
+from chainermn_torus.runtime.files import devshm
 from chainermn_torus.runtime.watch import board_layout
 # The layout, the phases and the calls, described once (board_layout: no dependency, read
 # by the rank's death watcher too).

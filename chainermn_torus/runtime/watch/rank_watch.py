@@ -156,7 +156,7 @@ def remove_temporaries(pids, read_writers, wait_s=3.0):
     writers = read_writers()
     if not writers:
         return
-    temporaries = _load('temporaries', os.path.join(_RUNTIME, 'temporaries.py'))
+    temporaries = _load('temporaries', os.path.join(_RUNTIME, 'files', 'temporaries.py'))
     for pid, directory in writers:
         if not processes.alive(pid):  # a live writer's file is its own
             temporaries.remove_temporary(directory, pid)

@@ -50,11 +50,12 @@ import threading
 from chainer.training.extensions import Evaluator
 
 from chainermn_torus import config
-from chainermn_torus.runtime import agree, patches
-from chainermn_torus.runtime.watch import abort, call_marks, progress_board as pb
-from chainermn_torus.runtime import world
-from chainermn_torus.runtime.watch import startup_watch
 from chainermn_torus.errors import ConfigError, Unsupported
+from chainermn_torus.runtime import agree
+from chainermn_torus.runtime import world
+from chainermn_torus.runtime.chainer_glue import patches
+from chainermn_torus.runtime.watch import abort, call_marks, progress_board as pb
+from chainermn_torus.runtime.watch import startup_watch
 
 __all__ = ['Watchdog', 'attach', 'set_default', 'watch_from_start', 'WATCHDOG_ENV',
            'STARTUP_ENV', 'OUTSIDE_FACTOR', 'STARTUP_S', 'active', 'startup_limit', 'in_call']

@@ -12,7 +12,7 @@ the Chainer installed, so an upgrade that moves one fails in the tests, not in a
 The reads that several modules need go through the functions below (``iterators``,
 ``optimizers``, ``sub_dataset_parts``, ``loss_scale``, ``uses_cleargrads``,
 ``batch_normalization_internals``, ``optional_dependencies``); the others are read where
-the registry says. Read before Chainer's import ends (``runtime.chainer_import``, which
+the registry says. Read before Chainer's import ends (``runtime.chainer_glue.chainer_import``, which
 imports Chainer, so this module imports no Chainer module at its top): the environment
 check and the optional dependencies.
 """
@@ -176,7 +176,7 @@ REGISTRY = {
     '_optional_dependencies': ('chainer._version', 'as _version', 'as _version'),
     '_environment_check': (
         'chainer._environment_check', "the check Chainer's __init__ runs, read before it "
-        'ends (runtime.chainer_import)', 'none: no public switch'),
+        'ends (runtime.chainer_glue.chainer_import)', 'none: no public switch'),
 }
 
 # Private names this package defines as well as Chainer, read on this package's objects

@@ -27,7 +27,7 @@ import os
 import sys
 import types
 
-from chainermn_torus.runtime import chainer_private, patches
+from chainermn_torus.runtime.chainer_glue import chainer_private, patches
 
 __all__ = ['import_chainer']
 
@@ -62,12 +62,12 @@ def import_chainer():
     if 'chainer' in sys.modules:
         return
     stand_in = types.ModuleType(chainer_private.ENVIRONMENT_CHECK,
-                                'chainermn_torus.runtime.chainer_import: looks before it '
+                                'chainermn_torus.runtime.chainer_glue.chainer_import: looks before it '
                                 "runs Chainer's environment check")
     stand_in.check = _check
     patch = patches.apply(sys.modules, chainer_private.ENVIRONMENT_CHECK, stand_in,
                           'chainer import', "Chainer's import-time package scans only where "
-                          'they can find something (runtime.chainer_import)')
+                          'they can find something (runtime.chainer_glue.chainer_import)')
     try:
         import chainer
     finally:

@@ -1,13 +1,13 @@
-"""numba's side of ``runtime.finite`` (numba is optional: imported only where it exists)."""
+"""numba's side of ``runtime.cpu.finite`` (numba is optional: imported only where it exists)."""
 import numpy
 from numba import prange
 
-from chainermn_torus.runtime import jit
+from chainermn_torus.runtime.cpu import jit
 
 __all__ = ['count_nonfinite']
 
 
-# The limit is always passed (runtime.finite): a float64 scalar.
+# The limit is always passed (runtime.cpu.finite): a float64 scalar.
 @jit.kernel('(float32[::1], float64)', '(float64[::1], float64)')
 def count_nonfinite(a, limit=numpy.inf):
     """How many elements of a 1-D float array are NaN, infinite, or beyond +-limit (no

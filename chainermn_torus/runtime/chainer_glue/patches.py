@@ -26,7 +26,7 @@ The groups (who applies them, and when):
   undoes them).
 * ``chainer import``: ``import chainermn_torus`` before Chainer's import puts a module of
   nothing to check in ``sys.modules`` for the length of that import, where Chainer's own
-  check has nothing to find (runtime.chainer_import); undone when the import ends.
+  check has nothing to find (runtime.chainer_glue.chainer_import); undone when the import ends.
 
 An owner is a class or module, an instance (its own attribute is set; undone, the class's
 shows again), or a dict such as ``sys.modules`` (its entry is). ``__class__`` is an

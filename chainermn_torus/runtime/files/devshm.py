@@ -58,7 +58,7 @@ import time
 from chainermn_torus import config
 from chainermn_torus.errors import ConfigError, Refusal
 from chainermn_torus.runtime import agree, processes
-from chainermn_torus.runtime import sweep as sweep_files
+from chainermn_torus.runtime.files import sweep as sweep_files
 from chainermn_torus.runtime.report import format_bytes
 
 __all__ = ['SHM_DIR', 'PREFIX', 'job_tag', 'segment_prefix', 'free_bytes', 'check_room',

@@ -23,7 +23,8 @@ import psutil
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from chainermn_torus import config
-from chainermn_torus.runtime import jit, report
+from chainermn_torus.runtime import report
+from chainermn_torus.runtime.cpu import jit
 
 __all__ = ['THREADS_ENV', 'default_threads', 'apply_thread_budget', 'describe_budget', 'ensure',
            'reapply', 'pools_in_force', 'generation']

@@ -8,7 +8,7 @@ limit) and complex arrays, numpy: the same counts.
 """
 import numpy
 
-from chainermn_torus.runtime import jit
+from chainermn_torus.runtime.cpu import jit
 
 __all__ = ['count_nonfinite', 'count_in']
 
@@ -21,7 +21,7 @@ def count_nonfinite(array, limit=numpy.inf):
         return 0
     flat = a.reshape(-1) if a.flags.c_contiguous else a.ravel()
     if flat.dtype in (numpy.float32, numpy.float64) and jit.available():
-        from chainermn_torus.runtime import _finite_kernels  # numba is optional
+        from chainermn_torus.runtime.cpu import _finite_kernels  # numba is optional
         with jit.grain(flat.size):  # a convolution's weights: a few thousand values
             return int(_finite_kernels.count_nonfinite(flat, float(limit)))  # one type
     bad = ~numpy.isfinite(flat)
