@@ -2,20 +2,20 @@
 call; the oneDNN seam left as each test found it."""
 import pytest
 
-from chainermn_torus.compute import onednn
+from chainermn_torus.compute import replacements
 
 
 @pytest.fixture(autouse=True)
 def as_it_was():
-    was = onednn.enabled()
+    was = replacements.enabled()
     yield
-    (onednn.enable if was else onednn.disable)()
+    (replacements.enable if was else replacements.disable)()
 
 
 def both(run):
     """``run()`` on Chainer's numpy, then with Chainer's functions on oneDNN."""
-    onednn.disable()
+    replacements.disable()
     theirs = run()
-    onednn.enable()
+    replacements.enable()
     mine = run()
     return theirs, mine

@@ -41,11 +41,11 @@ RANK0_CHECKS = textwrap.dedent('''
           numba.get_num_threads())
 ''') + textwrap.dedent(FTZ_CHECK).replace('print(', "print('ftz', ") + textwrap.dedent('''
     from chainermn_torus import compute
-    from chainermn_torus.compute import dnnl
+    from chainermn_torus.compute.onednn import binding
     print('mode', compute.use('auto', rank=0))
     try:
         compute.use('onednn')
-    except dnnl.DnnlError as e:
+    except binding.DnnlError as e:
         print('refused', e)
 ''')
 

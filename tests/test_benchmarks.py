@@ -167,10 +167,10 @@ def test_tuning_benchmark_and_table(tmp_path):
 
 
 def _needs_onednn():
-    from chainermn_torus.compute import dnnl
-    if not dnnl.available():
+    from chainermn_torus.compute.onednn import binding
+    if not binding.available():
         pytest.skip('oneDNN is not installed (make setup installs onednn-cpu-gomp on '
-                    'x86-64): ' + str(dnnl.why_unavailable()))
+                    'x86-64): ' + str(binding.why_unavailable()))
 
 
 @pytest.mark.parametrize('model, size, kinds', [

@@ -43,7 +43,7 @@ def test_a_grain_of_zero_gives_every_kernel_every_thread(four_threads, monkeypat
 
 def test_the_kernels_give_the_same_bits_on_one_thread_as_on_all(four_threads):
     # what the grain changes is how many threads, never the result
-    from chainermn_torus.compute import bn_kernels, eltwise
+    from chainermn_torus.compute.kernels import batchnorm as bn_kernels, eltwise
     rng = numpy.random.RandomState(0)
     x = rng.randn(2, 8, 300).astype(numpy.float32)
     gamma, beta = numpy.ones(8, numpy.float32), numpy.zeros(8, numpy.float32)

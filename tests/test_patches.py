@@ -1,6 +1,6 @@
-"""Every change to Chainer's and ChainerMN's objects goes through runtime.chainer_glue.patches and can be
-undone: after ``uninstall()`` each one is the very original object again. In a fresh
-interpreter, where nothing was patched before."""
+"""Every change to Chainer's and ChainerMN's objects goes through runtime.chainer_glue.patches
+and can be undone: after ``uninstall()`` each one is the very original object again. In a
+fresh interpreter, where nothing was patched before."""
 import os
 import subprocess
 import sys
@@ -26,9 +26,10 @@ def snapshot(places=None):
 before = snapshot()
 import chainermn_torus  # the registry's patches: ChainerMN's factories
 from chainermn_torus import compute
-from chainermn_torus.compute import dnnl, onednn
-compute_places = [(cls, name) for cls, name, _ in onednn._REPLACEMENTS] + [
-    (cls, 'backward') for cls in onednn._BACKWARDS]
+from chainermn_torus.compute import replacements
+from chainermn_torus.compute.onednn import binding
+compute_places = [(cls, name) for cls, name, _ in replacements._REPLACEMENTS] + [
+    (cls, 'backward') for cls in replacements._BACKWARDS]
 before.update(snapshot(compute_places))  # nothing of Chainer's layers is patched on import
 from chainermn_torus.launch import patches as launch_patches
 from chainermn_torus.runtime.chainer_glue import patches
@@ -47,8 +48,8 @@ patches.apply(chainermn.optimizers, 'create_multi_node_optimizer',
               chainermn_torus.create_multi_node_optimizer, 'launcher', 'the test')
 abort._trainer_says_no_refusal()
 watchdog._mark_evaluations()
-if dnnl.available():
-    compute.onednn.enable()
+if binding.available():
+    compute.replacements.enable()
 groups = sorted(set(p.group for p in patches.applied()))
 print('groups', ' '.join(groups))
 print('patched', len(patches.applied()))

@@ -38,7 +38,8 @@ import numpy
 from chainer.function_hooks import TimerHook
 
 from chainermn_torus import compute
-from chainermn_torus.compute import conv, copies, dnnl, linear, onednn, precision
+from chainermn_torus.compute import precision, replacements
+from chainermn_torus.compute.onednn import binding, conv, copies, linear
 from chainermn_torus.models import MLP, NIN, ResNet50, TinyNet
 from chainermn_torus.optimizers import type_checks
 from chainermn_torus.runtime.cpu import threads
@@ -122,7 +123,7 @@ def gemm_flops(n=2048, repeat=3, by='openblas'):
     a = numpy.random.RandomState(0).rand(n, n).astype(numpy.float32)
     c = numpy.empty_like(a)
     product = (lambda: a.dot(a, out=c)) if by == 'openblas' else (
-        lambda: dnnl.sgemm(a, a, c))
+        lambda: binding.sgemm(a, a, c))
     product()
     best = min(_timed(product) for _ in range(repeat))
     return 2.0 * n ** 3 / best
@@ -130,7 +131,7 @@ def gemm_flops(n=2048, repeat=3, by='openblas'):
 
 def bf16_gemm_flops(n=2048, repeat=3):
     """FLOP/s of an n x n matrix product in bfloat16 with float32 sums, by oneDNN (its
-    inner product: ``compute.linear``), the operands converted once before the timed calls:
+    inner product: ``compute.onednn.linear``), the operands converted once before the timed calls:
     the bound of bfloat16 arithmetic on these cores."""
     a = numpy.random.RandomState(0).rand(n, n).astype(numpy.float32)
     kept = copies.Copies(keep=('src', 'weights'))
@@ -165,7 +166,7 @@ def bound_flops():
 
 def _set(mode):
     """A row's compute: 'numpy', 'onednn' (float32) or 'onednn-bf16'."""
-    (onednn.disable if mode == 'numpy' else onednn.enable)()
+    (replacements.disable if mode == 'numpy' else replacements.enable)()
     compute.set_precision('bf16' if mode == 'onednn-bf16' else 'fp32')
 
 
@@ -221,7 +222,7 @@ def main(argv=None):
     args.size = args.size or MODELS[args.model][1]
     if compute.use('auto', rank=0) != 'onednn':
         raise SystemExit('bench compute: oneDNN is not available here: ' +
-                         (compute.dnnl.why_unavailable() or '?'))
+                         (compute.onednn.binding.why_unavailable() or '?'))
     model, x, t = problem(args.model, args.batch, args.size)
     modes = MODES + (('onednn-bf16',) if args.precision == 'bf16' else ())
     if args.precision == 'bf16':
@@ -321,7 +322,7 @@ def main(argv=None):
                        'bf16_bound_seconds': work / measured['bf16_gemm']
                        if 'bf16_gemm' in measured else None,
                        'breakdown': breakdown,
-                       'onednn_version': list(compute.dnnl.version()[:3])}, f, indent=1)
+                       'onednn_version': list(compute.onednn.binding.version()[:3])}, f, indent=1)
     return 0
 
 

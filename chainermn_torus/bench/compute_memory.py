@@ -8,7 +8,7 @@ The sweep: one convolution (3 -> ``channels``, 3 x 3, padding 1) + ReLU + 2 x 2 
 forward and backward, over ``sizes`` square images of 40, 48, ... pixels after a warm-up at
 32; each mode in a fresh process (its own baseline), the resident set (RSS) after the last
 size and a garbage collection, minus the one after the warm-up. For the oneDNN side also the
-geometries kept (``compute.geometries``) and the scratch buffer (``primitives.scratch``).
+geometries kept (``compute.onednn.geometries``) and the scratch buffer (``primitives.scratch``).
 
 The count: ResNet-50 (224 px) trained one step at each of ``resnet-batches`` and evaluated
 at each, the geometries made after each (training and evaluation at a new batch size add
@@ -28,7 +28,7 @@ import numpy
 import psutil
 
 from chainermn_torus import compute
-from chainermn_torus.compute import dnnl, geometries, primitives
+from chainermn_torus.compute.onednn import binding, geometries, primitives
 from chainermn_torus.models import ResNet50
 from chainermn_torus.runtime.cpu import threads
 
@@ -120,7 +120,7 @@ def main(argv=None):
     for name in ('sizes', 'batch', 'channels'):
         if getattr(args, name) < 1:
             p.error('--{} must be 1 or more, got {}'.format(name, getattr(args, name)))
-    modes = ['numpy'] + (['onednn'] if dnnl.available() else [])
+    modes = ['numpy'] + (['onednn'] if binding.available() else [])
     rows = [_run_child('sweep', mode, args.sizes, args.batch, args.channels) for mode in modes]
     for row in rows:
         extra = '' if row['mode'] == 'numpy' else ', {} geometries kept ({} made), scratch ' \

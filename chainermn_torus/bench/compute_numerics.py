@@ -20,7 +20,7 @@ import chainer.functions as F
 import numpy
 
 from chainermn_torus import compute
-from chainermn_torus.compute import onednn
+from chainermn_torus.compute import replacements
 
 __all__ = ['CASES', 'run_case', 'main']
 
@@ -133,7 +133,7 @@ CASES = [
     # Chainer's test_local_response_normalization, and AlexNet's
     _lrn((2, 7, 3, 2)), _lrn((2, 96, 27, 27)),
 ]
-# What bfloat16 changes (compute.onednn's bf16 rows): their cases above, and the linear
+# What bfloat16 changes (compute.replacements's bf16 rows): their cases above, and the linear
 # layers: Chainer's test shapes, the MNIST MLP (batch 100 over 2 ranks), ResNet-50's last.
 BF16_FUNCTIONS = ('convolution_2d', 'deconvolution_2d', 'linear')
 BF16_CASES = [c for c in CASES if c[0] in BF16_FUNCTIONS] + [
@@ -150,7 +150,7 @@ def run_case(make, seed=0, precision='fp32'):
     oneDNN against numpy (precision fp32), of bfloat16 against float32 (bf16)."""
     results = []
     for mode, side in SIDES[precision]:
-        (onednn.enable if mode == 'onednn' else onednn.disable)()
+        (replacements.enable if mode == 'onednn' else replacements.disable)()
         compute.set_precision(side)
         rng = numpy.random.RandomState(seed)
         inputs, names, fn = make(rng)
@@ -175,7 +175,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     if compute.use('auto', rank=0) != 'onednn':
         raise SystemExit('bench compute_numerics: oneDNN is not available here: ' +
-                         (compute.dnnl.why_unavailable() or '?'))
+                         (compute.onednn.binding.why_unavailable() or '?'))
     rows = []
     print('{:<30} {:<58} {}'.format('function', 'parameters', 'largest |difference| / '
                                     'largest |value|, per output'))
@@ -200,7 +200,7 @@ def main(argv=None):
         with open(args.json, 'w') as f:
             json.dump({'precision': args.precision, 'compared': SIDES[args.precision],
                        'cases': rows, 'worst': worst}, f, indent=1)
-    onednn.disable()
+    replacements.disable()
     compute.set_precision('fp32')
     return 0
 

@@ -35,16 +35,17 @@ import time
 import chainer
 
 from chainermn_torus import compute
-from chainermn_torus.bench.compute import MODELS, _iteration, problem
-from chainermn_torus.compute import dnnl, primitives
+from chainermn_torus.bench.compute import _iteration, MODELS, problem
+from chainermn_torus.compute.onednn import binding, primitives
 from chainermn_torus.runtime.chainer_glue import patches
 from chainermn_torus.runtime.cpu import jit, threads
 
 __all__ = ['main', 'profile']
 
 # The numba kernels of the compute path, by module: each call timed while profiling.
-KERNEL_MODULES = ('chainermn_torus.compute.add_kernels', 'chainermn_torus.compute.bn_kernels',
-                  'chainermn_torus.compute.relu_kernels',
+KERNEL_MODULES = ('chainermn_torus.compute.kernels.add',
+                  'chainermn_torus.compute.kernels.batchnorm',
+                  'chainermn_torus.compute.kernels.relu',
                   'chainermn_torus.runtime.cpu._finite_kernels')
 class _Clock(object):
     """Seconds and calls per part, while ``installed``."""
@@ -205,7 +206,7 @@ def main(argv=None):
             json.dump({'model': args.model, 'batch': args.batch, 'size': args.size,
                        'rounds': args.rounds, 'threads': counts, 'grain': jit.GRAIN,
                        'precision': args.precision,
-                       'onednn_version': list(dnnl.version()[:3]),
+                       'onednn_version': list(binding.version()[:3]),
                        'seconds': {str(n): v for n, v in by_threads.items()}}, f, indent=1)
     return 0
 

@@ -20,7 +20,7 @@ import chainer.links as L
 import numpy
 
 from chainermn_torus import compute
-from chainermn_torus.compute import dnnl
+from chainermn_torus.compute.onednn import binding
 
 __all__ = ['CASES', 'outcome', 'main']
 
@@ -165,9 +165,9 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog='bench compute-semantics', description=main.__doc__)
     p.add_argument('--json', metavar='OUT')
     args = p.parse_args(argv)
-    if not dnnl.available():
+    if not binding.available():
         p.exit(2, 'bench compute-semantics: oneDNN is not installed here: {}\n'.format(
-            dnnl.why_unavailable()))
+            binding.why_unavailable()))
     rows = []
     for item, name, case in CASES:
         numpy_side, onednn_side = outcome('numpy', case), outcome('onednn', case)

@@ -10,7 +10,8 @@ oneDNN's OpenMP threads are counted in it. The parts: ``dnnl`` (the binding), ``
 on numpy arrays), ``onednn`` (the seam into Chainer's functions).
 """
 from chainermn_torus import config
-from chainermn_torus.compute import dnnl, geometries, modes, onednn, precision as low
+from chainermn_torus.compute import modes, replacements, precision as low
+from chainermn_torus.compute.onednn import binding, geometries
 from chainermn_torus.errors import Unsupported
 from chainermn_torus.runtime import report
 from chainermn_torus.runtime.cpu import allocation, threads
@@ -50,28 +51,28 @@ def use(mode='auto', source='compute', rank=None, precision=None,
         precision, given = config.value('precision')
         precision_source = given or 'precision (default)'
     precision = config.parse('precision', precision, precision_source)
-    if precision == 'bf16' and mode == 'auto' and not dnnl.available():
+    if precision == 'bf16' and mode == 'auto' and not binding.available():
         raise Unsupported('chainermn_torus: {}=bf16 needs oneDNN, and {}'.format(
-            precision_source, dnnl.why_unavailable()))
+            precision_source, binding.why_unavailable()))
     low.check(precision, mode, precision_source)
     allocation.keep(rank=rank)  # an iteration's arrays, made again, fault no page in
     geometries.bound()  # CHAINERMN_TORUS_ONEDNN_CACHE: a bad value refused now, not later
     modes.set_precision(precision)
-    if mode == 'numpy' or (mode == 'auto' and not dnnl.available()):
-        onednn.disable()
+    if mode == 'numpy' or (mode == 'auto' and not binding.available()):
+        replacements.disable()
         chosen = 'numpy'
         why = ('{}={}'.format(source, mode) if mode == 'numpy' else
-               'auto, and ' + dnnl.why_unavailable())
+               'auto, and ' + binding.why_unavailable())
         text = 'compute: Chainer\'s numpy ({})'.format(why)
     else:
-        onednn.enable()  # raises, naming the fix, where oneDNN does not load
+        replacements.enable()  # raises, naming the fix, where oneDNN does not load
         threads.reapply()  # oneDNN brought its OpenMP runtime: in the budget too
         chosen = 'onednn'
-        major, minor, patch, path = dnnl.version()
+        major, minor, patch, path = binding.version()
         text = 'compute: oneDNN {}.{}.{} ({}) for {}; the other layers on Chainer\'s ' \
-            'numpy'.format(major, minor, patch, path, onednn.REPLACED)
+            'numpy'.format(major, minor, patch, path, replacements.REPLACED)
         if precision == 'bf16':
-            text += '; bfloat16 ({}): {}'.format(low.cpu_bf16()[1], onednn.LOW_PRECISION)
+            text += '; bfloat16 ({}): {}'.format(low.cpu_bf16()[1], replacements.LOW_PRECISION)
     if _IN_FORCE != [chosen, precision]:
         _IN_FORCE[:] = [chosen, precision]
         report.say(text, rank)

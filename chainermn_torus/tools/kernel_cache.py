@@ -25,9 +25,9 @@ __all__ = ['MODULES', 'kernels', 'compile_ahead', 'main']
 # checks that none is missing).
 MODULES = ('chainermn_torus.communicators._half_kernels',
            'chainermn_torus.communicators._shm',
-           'chainermn_torus.compute.add_kernels',
-           'chainermn_torus.compute.bn_kernels',
-           'chainermn_torus.compute.relu_kernels',
+           'chainermn_torus.compute.kernels.add',
+           'chainermn_torus.compute.kernels.batchnorm',
+           'chainermn_torus.compute.kernels.relu',
            'chainermn_torus.optimizers.fpenv',
            'chainermn_torus.optimizers.kernels',
            'chainermn_torus.optimizers.large_batch',

@@ -13,12 +13,13 @@ import chainer.functions as F
 from chainer import gradient_check
 from chainer.functions.connection import convolution_2d as chainer_conv
 
-from chainermn_torus.compute import conv, dnnl, onednn
+from chainermn_torus.compute import replacements
+from chainermn_torus.compute.onednn import binding, conv
 from compute_support import as_it_was  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.skipif(
-    not dnnl.available(), reason='oneDNN is not installed for this Python (make setup '
-    'installs onednn-cpu-gomp on x86-64): {}'.format(dnnl.why_unavailable()))
+    not binding.available(), reason='oneDNN is not installed for this Python (make setup '
+    'installs onednn-cpu-gomp on x86-64): {}'.format(binding.why_unavailable()))
 
 CASES = list(itertools.product(
     [False, True],                      # cover_all
@@ -31,11 +32,11 @@ CASES = list(itertools.product(
 @pytest.fixture
 def numpy_path():
     """Chainer's own functions for the reference, oneDNN's back afterwards as it was."""
-    was = onednn.enabled()
-    onednn.disable()
+    was = replacements.enabled()
+    replacements.disable()
     yield
     if was:
-        onednn.enable()
+        replacements.enable()
 
 
 def _chainer(x, W, b, stride, pad, cover_all, dilate, groups, gy=None):
@@ -73,7 +74,7 @@ def test_every_direction_equals_chainers_numpy(cover_all, groups, nobias, dilate
 
 
 def test_the_patched_functions_pass_chainers_gradient_check():
-    onednn.enable()
+    replacements.enable()
     rng = numpy.random.RandomState(1)
     x = rng.uniform(-1, 1, (2, 4, 6, 5)).astype(numpy.float32)
     W = rng.normal(0, 0.5, (4, 2, 3, 3)).astype(numpy.float32)
@@ -96,33 +97,33 @@ def test_deconvolution_equals_chainers_numpy(numpy_path):
         WW = W if groups == 2 else rng.normal(0, 0.3, (4, 6, 3, 3)).astype(numpy.float32)
         theirs = F.deconvolution_2d(x, WW, bias, stride=2, pad=1, outsize=outsize,
                                     groups=groups).array
-        onednn.enable()
+        replacements.enable()
         try:
             mine = F.deconvolution_2d(x, WW, bias, stride=2, pad=1, outsize=outsize,
                                       groups=groups).array
         finally:
-            onednn.disable()
+            replacements.disable()
         numpy.testing.assert_allclose(mine, theirs, atol=2e-5, rtol=1e-5)
 
 
 def test_other_dtypes_stay_on_chainers_numpy_and_uninstall_restores_chainers():
-    onednn.uninstall()
+    replacements.uninstall()
     original = chainer_conv.Convolution2DFunction.__dict__['forward_cpu']
-    onednn.enable()
-    onednn.enable()  # idempotent
+    replacements.enable()
+    replacements.enable()  # idempotent
     assert chainer_conv.Convolution2DFunction.__dict__['forward_cpu'] is not original
     x = numpy.random.RandomState(3).uniform(-1, 1, (1, 2, 5, 5))
     W = numpy.ones((3, 2, 3, 3))
     y = F.convolution_2d(x, W).array  # float64: Chainer's own, the same result
-    onednn.disable()  # Chainer's forwards from now on; the wrappers stay for the backwards
-    assert not onednn.enabled()
-    onednn.uninstall()
+    replacements.disable()  # Chainer's forwards from now on; the wrappers stay for the backwards
+    assert not replacements.enabled()
+    replacements.uninstall()
     assert chainer_conv.Convolution2DFunction.__dict__['forward_cpu'] is original
     assert numpy.array_equal(y, F.convolution_2d(x, W).array)
 
 
 def test_runs_are_bit_identical_with_the_same_inputs():
-    onednn.enable()
+    replacements.enable()
     rng = numpy.random.RandomState(4)
     x = rng.uniform(-1, 1, (4, 16, 14, 14)).astype(numpy.float32)
     W = rng.normal(0, 0.2, (32, 16, 3, 3)).astype(numpy.float32)
@@ -158,7 +159,7 @@ def test_plain_weights_geometries_reorder_no_weights_and_give_chainers_numbers(
         bound = geometry.step(step)
         assert 'weights' not in bound.inner and 'diff_weights' not in bound.inner, step
     xv, Wv = chainer.Variable(x), chainer.Variable(W)
-    onednn.disable()
+    replacements.disable()
     yc = F.convolution_2d(xv, Wv, pad=pad)
     yc.grad = gy
     yc.backward()

@@ -10,13 +10,15 @@ import chainer.functions as F
 import chainer.links as L
 from chainer import gradient_check
 
-from chainermn_torus.compute import batchnorm, dnnl, eltwise, geometries, onednn
+from chainermn_torus.compute import replacements
+from chainermn_torus.compute.kernels import eltwise
+from chainermn_torus.compute.onednn import batchnorm, binding, geometries
 from chainermn_torus.runtime.cpu import jit
 from compute_support import as_it_was, both  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.skipif(
-    not dnnl.available(), reason='oneDNN is not installed for this Python (make setup '
-    'installs onednn-cpu-gomp on x86-64): {}'.format(dnnl.why_unavailable()))
+    not binding.available(), reason='oneDNN is not installed for this Python (make setup '
+    'installs onednn-cpu-gomp on x86-64): {}'.format(binding.why_unavailable()))
 
 
 @pytest.mark.parametrize('shape', [(5, 3, 4, 2), (8, 16, 7, 5), (10, 6), (2, 64, 28, 28)])
@@ -40,10 +42,10 @@ def test_batch_normalization_link_in_training_equals_chainers(shape, eps, decay)
         return [y.array, xv.grad, link.gamma.grad, link.beta.grad, link.avg_mean,
                 link.avg_var]
     rng_state = rng.get_state()
-    onednn.disable()
+    replacements.disable()
     theirs = run()
     rng.set_state(rng_state)
-    onednn.enable()
+    replacements.enable()
     mine = run()
     assert run.impl == '_OneDnnBatchNormalizationImpl'  # the link's call took oneDNN's
     scale = max(1.0, float(numpy.prod(shape)) / shape[1] / 100)  # sums over n x h x w
@@ -74,7 +76,7 @@ def test_fixed_batch_normalization_equals_chainers_and_differentiates(shape):
 
 
 def test_batch_normalization_passes_chainers_gradient_check():
-    onednn.enable()
+    replacements.enable()
     rng = numpy.random.RandomState(1)
     x = rng.normal(0, 1, (6, 3, 4, 3)).astype(numpy.float32)
     gamma = rng.uniform(0.5, 1.5, 3).astype(numpy.float32)
@@ -102,17 +104,17 @@ def test_relu_and_its_gradient_are_chainers_exactly():
 
 
 def test_other_cases_stay_on_chainers_numpy():
-    onednn.enable()
+    replacements.enable()
     x = numpy.random.RandomState(3).normal(0, 1, (4, 3, 5)).astype(numpy.float32)
     # three dimensions: Chainer's own implementation, and its own result
     ours = F.batch_normalization(x, numpy.ones(3, numpy.float32),
                                  numpy.zeros(3, numpy.float32)).array
-    onednn.disable()
+    replacements.disable()
     theirs = F.batch_normalization(x, numpy.ones(3, numpy.float32),
                                    numpy.zeros(3, numpy.float32)).array
     assert numpy.array_equal(ours, theirs)
     x64 = x.astype(numpy.float64)
-    onednn.enable()
+    replacements.enable()
     assert F.relu(x64).array.dtype == numpy.float64
 
 
@@ -138,7 +140,7 @@ def test_local_response_normalization_equals_chainers(shape, n, k, alpha, beta):
 
 
 def test_local_response_normalization_passes_chainers_gradient_check():
-    onednn.enable()
+    replacements.enable()
     rng = numpy.random.RandomState(12)
     x = rng.normal(0, 1, (2, 7, 3, 2)).astype(numpy.float32)
     gy = rng.normal(0, 1, x.shape).astype(numpy.float32)
@@ -158,7 +160,7 @@ def test_both_batch_normalizations_equal_chainers(via, shape):
     c = shape[1]
     gamma = rng.uniform(0.5, 1.5, c).astype(numpy.float32)
     beta = rng.uniform(-1, 1, c).astype(numpy.float32)
-    onednn.disable()
+    replacements.disable()
     xv, gv, bv = (chainer.Variable(a) for a in (x, gamma, beta))
     y = F.batch_normalization(xv, gv, bv, eps=2e-5)
     y.grad = gy
@@ -179,7 +181,7 @@ def test_without_numba_batch_normalization_is_onednns(monkeypatch):
     monkeypatch.setattr(jit, 'numba', lambda: None)  # as where numba cannot be imported
     geometries.clear()
     assert batchnorm.implementation() == 'onednn'
-    onednn.enable()
+    replacements.enable()
     rng = numpy.random.RandomState(14)
     x = rng.normal(2, 3, (4, 8, 5, 5)).astype(numpy.float32)
     link = L.BatchNormalization(8)

@@ -9,12 +9,14 @@ import chainer
 import chainer.functions as F
 from chainer import gradient_check
 
-from chainermn_torus.compute import dnnl, onednn, pooling
+from chainermn_torus.compute import replacements
+from chainermn_torus.compute.functions import pooling as pooling_functions
+from chainermn_torus.compute.onednn import binding, pooling
 from compute_support import as_it_was, both  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.skipif(
-    not dnnl.available(), reason='oneDNN is not installed for this Python (make setup '
-    'installs onednn-cpu-gomp on x86-64): {}'.format(dnnl.why_unavailable()))
+    not binding.available(), reason='oneDNN is not installed for this Python (make setup '
+    'installs onednn-cpu-gomp on x86-64): {}'.format(binding.why_unavailable()))
 
 # (shape, ksize, stride, pad): Chainer's own tests' geometry, ResNet's stem, strides that
 # leave the last rows in no window (oneDNN gets a view), non-square windows
@@ -42,7 +44,7 @@ def test_max_pooling_equals_chainers(shape, ksize, stride, pad, cover_all, ties)
         y = F.max_pooling_2d(xv, ksize, stride, pad, cover_all)
         y.grad = numpy.random.RandomState(1).normal(0, 1, y.shape).astype(numpy.float32)
         y.backward()
-        run.kept = getattr(y.creator, onednn._WORKSPACE, None)
+        run.kept = getattr(y.creator, pooling_functions.WORKSPACE, None)
         return y.array, xv.grad
     (y0, g0), (y1, g1) = both(run)
     assert run.kept is not None  # the call took oneDNN's path
@@ -81,7 +83,7 @@ def test_rows_in_no_window_are_left_to_a_view_and_get_no_gradient():
 
 @pytest.mark.parametrize('function', ['max', 'average'])
 def test_pooling_passes_chainers_gradient_checks(function):
-    onednn.enable()
+    replacements.enable()
     x = _data((2, 3, 6, 5), 5, False)
     if function == 'max':  # distinct values in [-1, 1), 0.011 apart (as Chainer's tests):
         # differentiable at eps 1e-3, and small enough for float32's numerical gradient
@@ -121,11 +123,11 @@ def test_double_backward_of_max_pooling_equals_chainers():
 
 
 def test_return_indices_and_other_dtypes_stay_on_chainers_numpy():
-    onednn.enable()
+    replacements.enable()
     x = _data((2, 3, 6, 6), 10, False)
     y, indexes = F.max_pooling_2d(x, 2, return_indices=True)
     assert indexes is not None and indexes.dtype.kind == 'i'
-    assert getattr(y.creator, onednn._WORKSPACE, None) is None
+    assert getattr(y.creator, pooling_functions.WORKSPACE, None) is None
     y64 = F.max_pooling_2d(x.astype(numpy.float64), 2)
     assert y64.dtype == numpy.float64
-    assert getattr(y64.creator, onednn._WORKSPACE, None) is None
+    assert getattr(y64.creator, pooling_functions.WORKSPACE, None) is None

@@ -6,15 +6,17 @@ import numpy
 import pytest
 
 from chainermn_torus import compute
-from chainermn_torus.compute import conv, copies, dnnl, linear, modes, onednn, precision
+from chainermn_torus.compute import modes, precision, replacements
+from chainermn_torus.compute.functions import common
+from chainermn_torus.compute.onednn import binding, conv, copies, linear
 from chainermn_torus.errors import ConfigError, Unsupported
 from compute_support import as_it_was  # noqa: F401 (autouse)
 
 HAS_BF16, WHAT = precision.cpu_bf16()
 needs_bf16 = pytest.mark.skipif(
-    not (dnnl.available() and HAS_BF16),
+    not (binding.available() and HAS_BF16),
     reason='bfloat16 needs oneDNN and a CPU with bfloat16 instructions: {}'.format(
-        WHAT if dnnl.available() else dnnl.why_unavailable()))
+        WHAT if binding.available() else binding.why_unavailable()))
 
 # bfloat16 keeps 8 bits of the mantissa: each product's operands are rounded by up to 2**-9
 # relative, the sums are float32. Largest relative difference from float32, over the output
@@ -128,7 +130,7 @@ def test_a_network_in_bf16_is_float32_to_chainer_and_close_to_float32(in_precisi
     W1 = rng.randn(6, 4, 3, 3).astype(numpy.float32) * 0.3
     W2 = rng.randn(6, 6, 1, 1).astype(numpy.float32) * 0.3
     b3 = rng.randn(5, 6 * 8 * 8).astype(numpy.float32) * 0.1
-    onednn.enable()
+    replacements.enable()
     in_precision('fp32')
     want = _net_grads('fp32', x, W1, W2, b3)
     in_precision('bf16')
@@ -145,9 +147,9 @@ def test_float32_is_unchanged_bit_for_bit_by_the_bf16_code(in_precision):
     rng = numpy.random.RandomState(3)
     x = rng.randn(4, 50).astype(numpy.float32)
     W = rng.randn(7, 50).astype(numpy.float32)
-    onednn.disable()
+    replacements.disable()
     theirs = F.linear(x, W).array
-    onednn.enable()
+    replacements.enable()
     in_precision('fp32')
     assert numpy.array_equal(F.linear(x, W).array, theirs)
     in_precision('bf16')
@@ -160,19 +162,19 @@ def test_a_convolutions_backward_reuses_its_forwards_bfloat16_copies(in_precisio
     # gradient; W's copy serves the input's gradient where oneDNN asks for the forward's
     # layout (for this geometry it wants another): the gradients are the bits of
     # converting again.
-    onednn.enable()
+    replacements.enable()
     in_precision('bf16')
     rng = numpy.random.RandomState(4)
     x = chainer.Variable(rng.randn(2, 16, 12, 12).astype(numpy.float32))
     W = chainer.Parameter(rng.randn(32, 16, 3, 3).astype(numpy.float32))
     y = F.convolution_2d(x, W, pad=1)
     node = y.creator
-    kept = node.__dict__[onednn._COPIES]
+    kept = node.__dict__[common.COPIES]
     assert kept.bytes() > 0
     gy = rng.randn(*y.shape).astype(numpy.float32)
     y.grad = gy
     y.backward()
-    assert kept.reused in (2, 3) and onednn._COPIES not in node.__dict__
+    assert kept.reused in (2, 3) and common.COPIES not in node.__dict__
     args = ((1, 1), (1, 1), (1, 1), 1, 'bf16')
     assert numpy.array_equal(x.grad, conv.backward_data(gy, W.array, x.shape, *args))
     assert numpy.array_equal(W.grad, conv.backward_weights(x.array, gy, W.shape, *args[:4],
@@ -181,7 +183,7 @@ def test_a_convolutions_backward_reuses_its_forwards_bfloat16_copies(in_precisio
 
 @needs_bf16
 def test_evaluation_keeps_no_copies(in_precision):
-    onednn.enable()
+    replacements.enable()
     in_precision('bf16')
     x = numpy.ones((1, 3, 8, 8), numpy.float32)
     W = numpy.ones((4, 3, 3, 3), numpy.float32)
@@ -202,7 +204,7 @@ def test_the_launcher_and_the_variable_turn_bf16_on_said_once(options, env):
     lines = assert_ok(proc, 2)
     said = [l for l in proc.stdout.splitlines() if '; bfloat16 (' in l]
     assert len(said) == 1 and 'parameters, gradients and the update stay float32' in said[0]
-    assert all('conv chainermn_torus.compute.onednn' in l for l in lines), lines
+    assert all('conv chainermn_torus.compute.replacements' in l for l in lines), lines
 
 
 def test_float32s_batch_normalization_keeps_its_order_beside_the_any_order_kernels():
@@ -211,7 +213,7 @@ def test_float32s_batch_normalization_keeps_its_order_beside_the_any_order_kerne
     # that never see 2**60 keep their 1s. The two kernels share numba's cache folder, and a
     # variant cached under the float32 kernel's name once replaced its code (a ResNet's
     # float32 loss changed in its 8th digit): they must stay apart.
-    bn_kernels = pytest.importorskip('chainermn_torus.compute.bn_kernels',
+    bn_kernels = pytest.importorskip('chainermn_torus.compute.kernels.batchnorm',
                                      reason='numba is not installed (make setup installs it)')
     x = numpy.ones((1, 1, 4096), numpy.float32)  # long enough for the vectorised loop
     x[0, 0, 0], x[0, 0, -1] = 2.0 ** 60, -2.0 ** 60

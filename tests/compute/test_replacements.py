@@ -1,34 +1,35 @@
-"""One description per replaced function (``onednn.REPLACEMENTS``): the docs' table is the
+"""One description per replaced function (``replacements.REPLACEMENTS``): the docs' table is the
 code's, every patch is in one row, the start-up line names every row; and the one
-lifecycle of a layer's primitives (``compute.layer``): steps made once, the backward's
+lifecycle of a layer's primitives (``compute.onednn.layer``): steps made once, the backward's
 workspace bound from its own descriptor."""
 import os
 
 import numpy
 import pytest
 
-from chainermn_torus.compute import dnnl, geometries, layer, lrn, onednn, pooling
+from chainermn_torus.compute import replacements
+from chainermn_torus.compute.onednn import binding, geometries, layer, lrn, pooling
 from conftest import ROOT
 
 needs_onednn = pytest.mark.skipif(
-    not dnnl.available(), reason='oneDNN is not installed for this Python (make setup '
-    'installs onednn-cpu-gomp on x86-64): {}'.format(dnnl.why_unavailable()))
+    not binding.available(), reason='oneDNN is not installed for this Python (make setup '
+    'installs onednn-cpu-gomp on x86-64): {}'.format(binding.why_unavailable()))
 
 
 def test_the_docs_table_is_the_codes():
     text = open(os.path.join(ROOT, 'docs', 'compute.md')).read()
-    assert onednn.table() in text
+    assert replacements.table() in text
 
 
 def test_each_patch_is_in_one_row_and_each_row_says_everything():
-    places = [(cls, method) for cls, method, _ in onednn._REPLACEMENTS]
+    places = [(cls, method) for cls, method, _ in replacements._REPLACEMENTS]
     assert len(places) == len(set(places))
-    for row in onednn.REPLACEMENTS:
+    for row in replacements.REPLACEMENTS:
         assert row.patches and all(row[i] for i in range(len(row))), row.function
-        assert '{} ({})'.format(row.function, row.said) in onednn.REPLACED
+        assert '{} ({})'.format(row.function, row.said) in replacements.REPLACED
         for cls, method, make in row.patches:
             assert method in cls.__dict__ and callable(make), (cls, method)
-    assert set(onednn._BACKWARDS) == {cls for cls, _ in places}
+    assert set(replacements._BACKWARDS) == {cls for cls, _ in places}
 
 
 @needs_onednn
@@ -87,7 +88,7 @@ def test_a_new_thread_count_makes_the_primitives_again():
     before = threads.pools_in_force().get('openmp')
     try:
         threads.ensure(None, 1)
-        from chainermn_torus.compute import conv
+        from chainermn_torus.compute.onednn import conv
         y1 = conv.forward(x, W, None, (1, 1), (1, 1))
         first = conv.convolution(*key)
         threads.ensure(None, 1)  # the same count: kept

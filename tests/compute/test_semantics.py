@@ -27,12 +27,15 @@ import chainer.links as L
 from chainer.functions.pooling import max_pooling_nd
 from chainer.utils import type_check
 
-from chainermn_torus.compute import dnnl, eltwise, geometries, modes, onednn
+from chainermn_torus.compute import modes, replacements
+from chainermn_torus.compute.functions import pooling as pooling_functions
+from chainermn_torus.compute.kernels import eltwise
+from chainermn_torus.compute.onednn import binding, geometries
 from compute_support import as_it_was, both  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.skipif(
-    not dnnl.available(), reason='oneDNN is not installed for this Python (make setup '
-    'installs onednn-cpu-gomp on x86-64): {}'.format(dnnl.why_unavailable()))
+    not binding.available(), reason='oneDNN is not installed for this Python (make setup '
+    'installs onednn-cpu-gomp on x86-64): {}'.format(binding.why_unavailable()))
 
 NAN, INF = numpy.float32('nan'), numpy.float32('inf')
 
@@ -86,7 +89,7 @@ def check(fn, inputs, gys=None, double=None, rtol=2e-5):
     try:
         theirs, mine = run_both(fn, inputs, gys, double)
     except Exception as e:  # Chainer's, on numpy: ours must fail alike
-        onednn.enable()
+        replacements.enable()
         with pytest.raises(type(e)) as raised:
             run_both(fn, inputs, gys, double)
         assert str(raised.value).splitlines()[0] == str(e).splitlines()[0]
@@ -154,7 +157,7 @@ def test_sums_are_chainers_bit_for_bit_with_nan_and_infinities():
         for t, m in zip(theirs, mine):
             assert t.dtype == m.dtype and numpy.array_equal(t.view(numpy.int32),
                                                             m.view(numpy.int32))
-        onednn.enable()
+        replacements.enable()
         assert _taken(lambda: fn(*[chainer.Variable(x) for x in inputs])) == [len(inputs)]
 
 
@@ -187,7 +190,7 @@ def test_sums_the_kernels_do_not_take_are_chainers(case):
                                                         .astype(a.dtype)])
     for t, m in zip(theirs, mine):
         assert t.shape == m.shape and t.dtype == m.dtype and numpy.array_equal(t, m)
-    (onednn.disable if case == 'numpy mode' else onednn.enable)()
+    (replacements.disable if case == 'numpy mode' else replacements.enable)()
     assert _taken(lambda: chainer.Variable(a) + chainer.Variable(b)) == []
 
 
@@ -351,9 +354,9 @@ REFUSED = {
 
 @pytest.mark.parametrize('case', sorted(REFUSED))
 def test_a_geometry_chainer_refuses_is_refused_with_chainers_error(case):
-    onednn.disable()
+    replacements.disable()
     theirs = _raised(REFUSED[case])
-    onednn.enable()
+    replacements.enable()
     mine = _raised(REFUSED[case])
     assert theirs is not None, 'Chainer accepts it'
     assert mine == theirs
@@ -375,7 +378,7 @@ def test_lrn_with_a_window_chainer_takes_and_onednn_refuses_is_chainers(n):
 def test_a_window_of_padding_alone_is_minus_infinity(shape, ksize, stride, pad, cover_all):
     x = _u(shape, 32)
     y = F.max_pooling_2d(x, ksize, stride, pad, cover_all)
-    onednn.enable()
+    replacements.enable()
     assert numpy.isneginf(F.max_pooling_2d(x, ksize, stride, pad, cover_all).array).any()
     check(lambda v: F.max_pooling_2d(v, ksize, stride, pad, cover_all), [x],
           [_u(y.shape, 33)])
@@ -400,12 +403,12 @@ def test_switching_between_a_forward_and_its_backward_changes_nothing(name, forw
     x = _u(shape, 35)
 
     def run(switch):
-        (onednn.enable if forward_on else onednn.disable)()
+        (replacements.enable if forward_on else replacements.disable)()
         xv = chainer.Variable(x)
         y = fn(xv)
         y.grad = _u(y.shape, 36)
         if switch:
-            (onednn.disable if forward_on else onednn.enable)()
+            (replacements.disable if forward_on else replacements.enable)()
         y.backward(enable_double_backprop=True)
         # the gradient's own node ran in the forward's mode
         assert xv.grad_var.creator.__dict__.get(modes._STARTED) == forward_on
@@ -416,21 +419,21 @@ def test_switching_between_a_forward_and_its_backward_changes_nothing(name, forw
 
 def test_max_pooling_backward_twice_on_one_node():
     # Chainer's own test calls the node's backward twice (its workspace is kept)
-    onednn.enable()
+    replacements.enable()
     x = _u((2, 3, 4, 3), 37)
     func = max_pooling_nd.MaxPoolingND(2, 3, stride=2, pad=1)
     y, = func.apply((x,))
     gy = _u(y.shape, 38)
     first = func.backward((0,), (chainer.Variable(gy),))[0].array
     second = func.backward((0,), (chainer.Variable(gy),))[0].array
-    assert getattr(func, onednn._WORKSPACE) is not None
+    assert getattr(func, pooling_functions.WORKSPACE) is not None
     assert numpy.array_equal(first, second)
 
 
 # --- 6. the primitives kept stay within their bound -----------------------------------------
 
 def test_geometries_beyond_the_bound_are_dropped_and_made_again():
-    onednn.enable()
+    replacements.enable()
     was = geometries.bound()
     geometries.set_bound(3)
     try:
@@ -614,7 +617,7 @@ def test_batch_normalization_link_without_gamma_and_beta_and_its_warnings():
 
 def test_batch_normalization_link_refuses_a_wrong_shape_with_chainers_error():
     for on in (False, True):
-        (onednn.enable if on else onednn.disable)()
+        (replacements.enable if on else replacements.disable)()
         with pytest.raises(type_check.InvalidType):
             L.BatchNormalization(3)(numpy.zeros((2, 5, 3, 4), numpy.float32))
 
@@ -640,7 +643,7 @@ def test_convolution_link_classes_of_chainers_tests():
 def test_a_channels_last_layout_is_refused_as_chainer_refuses_it():
     from chainer import memory_layouts
     for on in (False, True):
-        (onednn.enable if on else onednn.disable)()
+        (replacements.enable if on else replacements.disable)()
         with chainer.using_config('compute_mode', 'cudnn_fast'):
             link = L.Convolution2D(5, 7, (5, 4), (3, 2))
         x = chainer.Variable(numpy.ones((2, 13, 11, 5), numpy.float32),

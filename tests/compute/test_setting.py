@@ -9,25 +9,26 @@ import textwrap
 import pytest
 
 from chainermn_torus import compute
-from chainermn_torus.compute import dnnl, onednn
+from chainermn_torus.compute import replacements
+from chainermn_torus.compute.onednn import binding
 from chainermn_torus.errors import ConfigError
 from conftest import ROOT, assert_ok, run_mpi, worker
 
 needs_onednn = pytest.mark.skipif(
-    not dnnl.available(), reason='oneDNN is not installed for this Python (make setup '
-    'installs onednn-cpu-gomp on x86-64): {}'.format(dnnl.why_unavailable()))
+    not binding.available(), reason='oneDNN is not installed for this Python (make setup '
+    'installs onednn-cpu-gomp on x86-64): {}'.format(binding.why_unavailable()))
 
 
 @pytest.fixture
 def restored():
-    was = onednn.enabled()
-    state = dict(dnnl._STATE)
+    was = replacements.enabled()
+    state = dict(binding._STATE)
     in_force = list(compute._IN_FORCE)
     yield
-    dnnl._STATE.clear()
-    dnnl._STATE.update(state)
+    binding._STATE.clear()
+    binding._STATE.update(state)
     compute._IN_FORCE[:] = in_force
-    (onednn.enable if was else onednn.disable)()
+    (replacements.enable if was else replacements.disable)()
 
 
 def _lines(proc, text):
@@ -36,10 +37,10 @@ def _lines(proc, text):
 
 @needs_onednn
 @pytest.mark.parametrize('options, env, where, said', [
-    pytest.param(['--compute', 'onednn'], None, 'chainermn_torus.compute.onednn',
+    pytest.param(['--compute', 'onednn'], None, 'chainermn_torus.compute.replacements',
                  'compute: oneDNN 3.', marks=pytest.mark.slow),
     # auto (full tier: the fast tier's launcher test is test_run's)
-    pytest.param([], None, 'chainermn_torus.compute.onednn', 'compute: oneDNN 3.',
+    pytest.param([], None, 'chainermn_torus.compute.replacements', 'compute: oneDNN 3.',
                  marks=pytest.mark.slow),
     pytest.param(['--compute', 'numpy'], None, 'chainer.functions.connection.convolution_2d',
                  "compute: Chainer's numpy (--compute=numpy)", marks=pytest.mark.slow),
@@ -83,8 +84,8 @@ def test_a_bad_value_is_refused_in_one_line():
 
 def test_where_onednn_does_not_load_auto_is_numpy_said_and_onednn_is_refused(restored):
     # The library's search as it ends where nothing loads (the state _load leaves).
-    dnnl._STATE.clear()
-    dnnl._STATE['why'] = ('oneDNN (libdnnl.so.3) is not installed for this Python (/x): pip '
+    binding._STATE.clear()
+    binding._STATE['why'] = ('oneDNN (libdnnl.so.3) is not installed for this Python (/x): pip '
                           'install onednn-cpu-gomp (x86-64)')
     compute._IN_FORCE[:] = []
     said = []
@@ -93,11 +94,11 @@ def test_where_onednn_does_not_load_auto_is_numpy_said_and_onednn_is_refused(res
     report.say = lambda text, *a, **k: said.append(text)
     try:
         assert compute.use('auto') == 'numpy'
-        assert not onednn.enabled()
+        assert not replacements.enabled()
         assert said == ["compute: Chainer's numpy (auto, and oneDNN (libdnnl.so.3) is not "
                         "installed for this Python (/x): pip install onednn-cpu-gomp "
                         "(x86-64))"]
-        with pytest.raises(dnnl.DnnlError, match='pip install onednn-cpu-gomp'):
+        with pytest.raises(binding.DnnlError, match='pip install onednn-cpu-gomp'):
             compute.use('onednn')
     finally:
         report.say = original
@@ -136,7 +137,7 @@ def test_onednn_openmp_threads_follow_the_budget_and_the_loader_placement():
 
 @needs_onednn
 @pytest.mark.parametrize('user, expected', [
-    ({}, dnnl.SPIN[1]),
+    ({}, binding.SPIN[1]),
     pytest.param({'GOMP_SPINCOUNT': '5000'}, '5000', marks=pytest.mark.slow),
     pytest.param({'OMP_WAIT_POLICY': 'active'}, None, marks=pytest.mark.slow)])
 def test_openmp_threads_do_not_spin_on_the_other_pools_cores(user, expected):

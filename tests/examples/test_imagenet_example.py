@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT, run_mpi
 
 pytestmark = pytest.mark.example  # runs an example end to end: full tier
-from chainermn_torus.compute import dnnl
+from chainermn_torus.compute.onednn import binding
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
 
 EXAMPLE = os.path.join(ROOT, 'examples', 'imagenet', 'train_imagenet.py')
@@ -242,7 +242,7 @@ def _differences(a, b):
 
 
 # oneDNN where it is installed (the default, auto), said: the runs below are on it.
-COMPUTE = 'onednn' if dnnl.available() else 'numpy'
+COMPUTE = 'onednn' if binding.available() else 'numpy'
 
 
 @needs_data
@@ -276,7 +276,7 @@ def test_imagenet_runs_are_bit_identical_at_two_ranks_and_after_kill_and_resume(
 
 
 @needs_data
-@pytest.mark.skipif(not dnnl.available(), reason='oneDNN is not installed for this Python '
+@pytest.mark.skipif(not binding.available(), reason='oneDNN is not installed for this Python '
                     '(make setup installs onednn-cpu-gomp on x86-64)')
 def test_imagenet_runs_on_onednn_are_bit_identical_at_one_rank(lists, tmp_path):
     # One rank, two OpenMP threads on oneDNN's primitives (the two-rank test has one each).

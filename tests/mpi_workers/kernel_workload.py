@@ -2,8 +2,8 @@
 ahead (runtime.cpu.jit.kernel), reached through the package's own calls: a communicator's
 shared-memory rows on float32 and float64 gradients and its float16 messages, the finite
 check, the fused optimizers and the large-batch RMSprop, flush-to-zero, batch normalization
-(float32's and bfloat16's), ReLU and the sums on numba's kernels, the benchmark's copy. Writes, per rank, each kernel's
-argument types loaded from numba's cache and those compiled here to ``PREFIX.RANK.json``
+(float32's and bfloat16's), ReLU and the sums on numba's kernels, the benchmark's copy.
+Writes, per rank, each kernel's argument types loaded from numba's cache and those compiled here to ``PREFIX.RANK.json``
 (argv[1])."""
 import json
 import sys
@@ -17,7 +17,8 @@ import chainermn
 import numpy
 from mpi4py import MPI
 
-from chainermn_torus.compute import batchnorm, eltwise
+from chainermn_torus.compute.kernels import eltwise
+from chainermn_torus.compute.onednn import batchnorm
 from chainermn_torus.optimizers import fpenv, fuse, kernels, large_batch
 from chainermn_torus.runtime.cpu import finite
 from chainermn_torus.tools import kernel_cache

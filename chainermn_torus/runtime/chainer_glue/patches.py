@@ -22,7 +22,7 @@ The groups (who applies them, and when):
   slow link), or of a class or module while a benchmark runs (bench compute-profile's parts,
   bench overlap's wire time).
 * ``abort``: ``Trainer.run`` leaves the printing of a refusal to the abort hook.
-* ``compute``: Chainer's heavy functions on oneDNN (compute.onednn; ``compute.use('numpy')``
+* ``compute``: Chainer's heavy functions on oneDNN (compute.replacements; ``compute.use('numpy')``
   undoes them).
 * ``chainer import``: ``import chainermn_torus`` before Chainer's import puts a module of
   nothing to check in ``sys.modules`` for the length of that import, where Chainer's own

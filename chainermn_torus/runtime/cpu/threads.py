@@ -42,7 +42,7 @@ def _affinity():
 # How many times the OpenMP thread count was changed in this process. oneDNN fixes the
 # count a primitive runs with when it makes it: one made at 1 thread ran at 1 after the
 # budget became 2 (8.3 ms, against 4.4 ms made anew), one made at 2 went on with 2 threads
-# after the budget became 1. compute.geometries makes its primitives again when this moves.
+# after the budget became 1. compute.onednn.geometries makes its primitives again when this moves.
 _GENERATION = {'count': 0, 'threads': None}
 
 

@@ -21,7 +21,7 @@ import functools
 
 import numpy
 
-from chainermn_torus.compute import conv, dnnl, geometries, layer
+from chainermn_torus.compute.onednn import binding, conv, geometries, layer
 
 __all__ = ['plan', 'Pooling', 'pooling', 'max_forward', 'max_backward', 'average_forward',
            'average_backward', 'out_shape']
@@ -66,24 +66,24 @@ class Pooling(layer.Layer):
                  zip((h, w), self.y_shape[2:], ksize, stride, pad)]
         # the rows no window reaches are left out of what oneDNN sees (a view, same memory)
         self.used = (n, c, h + min(after[0], 0), w + min(after[1], 0))
-        self.x_md = dnnl.plain_md(self.used, [c * h * w, h * w, w, 1])
-        self.y_md = dnnl.plain_md(self.y_shape)
-        self.geometry = (dnnl.dims(stride), dnnl.dims(ksize), dnnl.dims((0, 0)),
-                         dnnl.dims(pad), dnnl.dims([max(a, 0) for a in after]))
-        self.alg = dnnl.ALG['pooling_max' if kind == 'max' else
+        self.x_md = binding.plain_md(self.used, [c * h * w, h * w, w, 1])
+        self.y_md = binding.plain_md(self.y_shape)
+        self.geometry = (binding.dims(stride), binding.dims(ksize), binding.dims((0, 0)),
+                         binding.dims(pad), binding.dims([max(a, 0) for a in after]))
+        self.alg = binding.ALG['pooling_max' if kind == 'max' else
                             'pooling_avg_include_padding']
 
     def describe(self, step, hint):
-        pd, lib = dnnl.P(), dnnl.lib()
+        pd, lib = binding.P(), binding.lib()
         if step == 'forward':
             status = lib.dnnl_pooling_forward_primitive_desc_create(
-                dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.PROP['forward_training'], self.alg,
-                self.x_md.handle, self.y_md.handle, *self.geometry, dnnl.attr())
+                binding.ctypes.byref(pd), binding.engine(), binding.PROP['forward_training'],
+                self.alg, self.x_md.handle, self.y_md.handle, *self.geometry, binding.attr())
         else:
             status = lib.dnnl_pooling_backward_primitive_desc_create(
-                dnnl.ctypes.byref(pd), dnnl.engine(), self.alg, self.x_md.handle,
-                self.y_md.handle, *self.geometry, hint, dnnl.attr())
-        dnnl.check(status, '{} {}'.format(self.what, step))
+                binding.ctypes.byref(pd), binding.engine(), self.alg, self.x_md.handle,
+                self.y_md.handle, *self.geometry, hint, binding.attr())
+        binding.check(status, '{} {}'.format(self.what, step))
         return pd
 
     def plain(self, step):

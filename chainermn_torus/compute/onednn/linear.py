@@ -8,7 +8,7 @@ Chainer's sum in either case.
 """
 import numpy
 
-from chainermn_torus.compute import dnnl, geometries, layer
+from chainermn_torus.compute.onednn import binding, geometries, layer
 
 __all__ = ['InnerProduct', 'inner_product', 'forward', 'backward_data', 'backward_weights']
 
@@ -29,31 +29,32 @@ class InnerProduct(layer.Layer):
         self.x_shape, self.w_shape = tuple(x_shape), tuple(w_shape)
         self.y_shape = (x_shape[0], w_shape[0])
         self.bias = bias
-        plain = {'x': dnnl.plain_md(self.x_shape), 'w': dnnl.plain_md(self.w_shape),
-                 'y': dnnl.plain_md(self.y_shape)}
+        plain = {'x': binding.plain_md(self.x_shape), 'w': binding.plain_md(self.w_shape),
+                 'y': binding.plain_md(self.y_shape)}
         self._plain = {'src': plain['x'], 'diff_src': plain['x'], 'weights': plain['w'],
                        'diff_weights': plain['w'], 'dst': plain['y'], 'diff_dst': plain['y']}
-        self.bias_md = dnnl.plain_md((w_shape[0],)) if bias else None
+        self.bias_md = binding.plain_md((w_shape[0],)) if bias else None
         shapes = {'x': self.x_shape, 'w': self.w_shape, 'y': self.y_shape}
-        self._mds = {step: {k: dnnl.any_md(shapes[k], dnnl.BF16 if k in read else dnnl.F32)
+        self._mds = {step: {k: binding.any_md(shapes[k],
+                                              binding.BF16 if k in read else binding.F32)
                             for k in 'xwy'} for step, read in self.LOW.items()}
 
     def describe(self, step, hint):
-        lib, pd, md = dnnl.lib(), dnnl.P(), self._mds[step]
+        lib, pd, md = binding.lib(), binding.P(), self._mds[step]
         if step == 'forward':
             status = lib.dnnl_inner_product_forward_primitive_desc_create(
-                dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.PROP['forward_training'],
+                binding.ctypes.byref(pd), binding.engine(), binding.PROP['forward_training'],
                 md['x'].handle, md['w'].handle, self.bias_md.handle if self.bias else None,
-                md['y'].handle, dnnl.attr())
+                md['y'].handle, binding.attr())
         elif step == 'backward_data':
             status = lib.dnnl_inner_product_backward_data_primitive_desc_create(
-                dnnl.ctypes.byref(pd), dnnl.engine(), md['x'].handle, md['w'].handle,
-                md['y'].handle, hint, dnnl.attr())
+                binding.ctypes.byref(pd), binding.engine(), md['x'].handle, md['w'].handle,
+                md['y'].handle, hint, binding.attr())
         else:
             status = lib.dnnl_inner_product_backward_weights_primitive_desc_create(
-                dnnl.ctypes.byref(pd), dnnl.engine(), md['x'].handle, md['w'].handle, None,
-                md['y'].handle, hint, dnnl.attr())
-        dnnl.check(status, 'inner product ' + step.replace('_', ' '))
+                binding.ctypes.byref(pd), binding.engine(), md['x'].handle, md['w'].handle, None,
+                md['y'].handle, hint, binding.attr())
+        binding.check(status, 'inner product ' + step.replace('_', ' '))
         return pd
 
     def plain(self, step):
@@ -73,7 +74,8 @@ def _c(a):
 
 
 def forward(x, W, b=None, copies=None):
-    """y = x W^T + b; ``copies``: the bfloat16 copies to make or reuse (``compute.copies``)."""
+    """y = x W^T + b; ``copies``: the bfloat16 copies to make or reuse
+    (``compute.onednn.copies``)."""
     layer_ = inner_product(x.shape, W.shape, b is not None)
     y = numpy.empty(layer_.y_shape, numpy.float32)
     layer_.run('forward', src=_c(x), weights=_c(W), dst=y, bias=None if b is None else _c(b),

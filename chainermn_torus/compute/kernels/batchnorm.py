@@ -6,7 +6,7 @@ channels-last layouts; on NCHW it has only its generic implementation (``ncsp_bn
 measured at 29 ms for (8, 256, 56, 56) on one core against 16 ms for these kernels
 (``docs/compute.md``). Chainer's arrays are NCHW, and a reorder there and back costs more
 than the difference. oneDNN's primitives remain the path where numba is missing
-(``compute.batchnorm``).
+(``compute.onednn.batchnorm``).
 
 Arithmetic: the sums of the statistics and of the gradients are float64 (Chainer sums
 float32 pairwise: both within float32 rounding of the exact value); the variance is the

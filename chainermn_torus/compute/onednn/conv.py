@@ -37,7 +37,7 @@ import functools
 
 import numpy
 
-from chainermn_torus.compute import dnnl, geometries, layer
+from chainermn_torus.compute.onednn import binding, geometries, layer
 
 __all__ = ['Convolution', 'convolution', 'out_size', 'pad_after', 'empty_window', 'plan',
            'forward', 'backward_data', 'backward_weights', 'deconvolution', 'plain_weights',
@@ -135,27 +135,27 @@ class Convolution(layer.Layer):
         ph, pw = pad
         dy, dx = dilate
         oh, ow = y_shape[2:]
-        self.strides = dnnl.dims((sy, sx))
-        self.dilates = dnnl.dims((dy - 1, dx - 1))
-        self.pad_l = dnnl.dims((ph, pw))
-        self.pad_r = dnnl.dims((pad_after(h, oh, kh, sy, ph, dy),
+        self.strides = binding.dims((sy, sx))
+        self.dilates = binding.dims((dy - 1, dx - 1))
+        self.pad_l = binding.dims((ph, pw))
+        self.pad_r = binding.dims((pad_after(h, oh, kh, sy, ph, dy),
                                 pad_after(w, ow, kw, sx, pw, dx)))
         # oneDNN's grouped weights: the same memory as Chainer's W
         self.w_view = (groups, o // groups, cg, kh, kw) if groups > 1 else self.w_shape
-        self._plain = {'src': dnnl.plain_md(self.x_shape),
-                       'weights': dnnl.plain_md(self.w_view),
-                       'dst': dnnl.plain_md(self.y_shape)}
+        self._plain = {'src': binding.plain_md(self.x_shape),
+                       'weights': binding.plain_md(self.w_view),
+                       'dst': binding.plain_md(self.y_shape)}
         self._plain['diff_src'] = self._plain['src']
         self._plain['diff_weights'] = self._plain['weights']
         self._plain['diff_dst'] = self._plain['dst']
-        self.bias_md = dnnl.plain_md((o,)) if bias else None
+        self.bias_md = binding.plain_md((o,)) if bias else None
         if precision == 'bf16':
             # each step reads bfloat16 (its reorders convert) and writes float32, in the
             # layouts oneDNN chooses: its bfloat16 kernels take no plain layout
             shapes = {'x': self.x_shape, 'w': self.w_view, 'y': self.y_shape}
             self.plain_weights = False
-            self._any_mds = {step: tuple(dnnl.any_md(shapes[k], dnnl.BF16 if k in read else
-                                                     dnnl.F32) for k in 'xwy')
+            self._any_mds = {step: tuple(binding.any_md(shapes[k], binding.BF16 if k in read else
+                                                     binding.F32) for k in 'xwy')
                              for step, read in self.LOW.items()}
             if stride != (1, 1) and (kh, kw) == (1, 1):
                 # Left to choose, a strided 1 x 1 gradient of the input takes brgemm's
@@ -165,33 +165,33 @@ class Convolution(layer.Layer):
                 # batch 8, docs/compute.md "bfloat16").
                 _, w, y = self._any_mds['backward_data']
                 self._any_mds['backward_data'] = (
-                    dnnl.any_md(self.x_shape, dnnl.F32, 'aBcd16b'), w, y)
+                    binding.any_md(self.x_shape, binding.F32, 'aBcd16b'), w, y)
         else:
             self.plain_weights = plain_weights(self.w_shape, self.y_shape)
-            mds = (dnnl.any_md(self.x_shape), self._plain['weights']
-                   if self.plain_weights else dnnl.any_md(self.w_view),
-                   dnnl.any_md(self.y_shape))
+            mds = (binding.any_md(self.x_shape), self._plain['weights']
+                   if self.plain_weights else binding.any_md(self.w_view),
+                   binding.any_md(self.y_shape))
             self._any_mds = dict.fromkeys(self.STEPS, mds)
 
     def describe(self, step, hint):
-        lib = dnnl.lib()
+        lib = binding.lib()
         x, w, y = self._any_mds[step]
         bias = self.bias_md.handle if self.bias else None
         geometry = (self.strides, self.dilates, self.pad_l, self.pad_r)
-        pd, alg = dnnl.P(), dnnl.ALG['convolution_direct']
+        pd, alg = binding.P(), binding.ALG['convolution_direct']
         if step == 'forward':
             status = lib.dnnl_convolution_forward_primitive_desc_create(
-                dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.PROP['forward_training'], alg,
-                x.handle, w.handle, bias, y.handle, *geometry, dnnl.attr())
+                binding.ctypes.byref(pd), binding.engine(), binding.PROP['forward_training'], alg,
+                x.handle, w.handle, bias, y.handle, *geometry, binding.attr())
         elif step == 'backward_data':
             status = lib.dnnl_convolution_backward_data_primitive_desc_create(
-                dnnl.ctypes.byref(pd), dnnl.engine(), alg, x.handle, w.handle, y.handle,
-                *geometry, hint, dnnl.attr())
+                binding.ctypes.byref(pd), binding.engine(), alg, x.handle, w.handle, y.handle,
+                *geometry, hint, binding.attr())
         else:
             status = lib.dnnl_convolution_backward_weights_primitive_desc_create(
-                dnnl.ctypes.byref(pd), dnnl.engine(), alg, x.handle, w.handle, bias, y.handle,
-                *geometry, hint, dnnl.attr())
-        dnnl.check(status, 'convolution ' + step.replace('_', ' '))
+                binding.ctypes.byref(pd), binding.engine(), alg, x.handle, w.handle, bias,
+                y.handle, *geometry, hint, binding.attr())
+        binding.check(status, 'convolution ' + step.replace('_', ' '))
         return pd
 
     def plain(self, step):
@@ -243,7 +243,7 @@ def _geometry(x_shape, w_shape, stride, pad, cover_all, dilate):
 def forward(x, W, b=None, stride=(1, 1), pad=(0, 0), cover_all=False, dilate=(1, 1),
             groups=1, precision='fp32', copies=None):
     """Chainer's convolution_2d forward (``precision``: 'fp32' or 'bf16'; ``copies``: the
-    bfloat16 copies of the inputs to make or reuse, ``compute.copies``)."""
+    bfloat16 copies of the inputs to make or reuse, ``compute.onednn.copies``)."""
     y_shape = _geometry(x.shape, W.shape, stride, pad, cover_all, dilate)
     conv = convolution(x.shape, W.shape, y_shape, stride, pad, dilate, groups, b is not None,
                        precision)

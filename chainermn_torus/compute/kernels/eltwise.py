@@ -24,12 +24,12 @@ def available():
 
 
 def _kernels():
-    from chainermn_torus.compute import relu_kernels  # numba is optional
+    from chainermn_torus.compute.kernels import relu as relu_kernels  # numba is optional
     return relu_kernels
 
 
 def _adds():
-    from chainermn_torus.compute import add_kernels  # numba is optional
+    from chainermn_torus.compute.kernels import add as add_kernels  # numba is optional
     return add_kernels
 
 

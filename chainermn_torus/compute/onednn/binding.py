@@ -1,14 +1,14 @@
 """oneDNN's C API (v3) through ctypes: the library, its engine and stream, memory
 descriptors, oneDNN's own GEMM (a benchmark's bound); the objects that run primitives on
-numpy arrays are ``compute.primitives``'.
+numpy arrays are ``compute.onednn.primitives``'.
 
 Why ctypes over the C API and not a compiled extension: the wheels ``onednn-cpu-gomp`` (the
 library, GNU OpenMP) install with pip alone, and a binding that needs no compiler at
 install time builds nowhere and so fails nowhere; a call costs a few microseconds of
-ctypes, against the milliseconds a convolution takes. The layer code (``compute.conv``, ...)
+ctypes, against the milliseconds a convolution takes. The layer code (``compute.onednn.conv``, ...)
 sees only a small vocabulary: memory descriptors made from numpy shapes here, primitives
 and reorders between a plain (numpy) layout and the blocked one a primitive prefers in
-``compute.primitives``.
+``compute.onednn.primitives``.
 
 The library is found beside the Python that runs (``sys.prefix/lib``, where the wheel puts
 it), else by the loader's search (``ctypes.util.find_library('dnnl')``); ``available()``

@@ -19,7 +19,7 @@ import threading
 
 import numpy
 
-from chainermn_torus.compute import dnnl
+from chainermn_torus.compute.onednn import binding
 
 __all__ = ['Copies', 'current', 'during']
 
@@ -37,7 +37,7 @@ class Copies(object):
     def find(self, array, md):
         """The buffer of ``array``'s copy in layout ``md``, or None."""
         entry = self._made.get(id(array))
-        if entry is None or entry[0] is not array or not dnnl.md_equal(entry[2], md):
+        if entry is None or entry[0] is not array or not binding.md_equal(entry[2], md):
             return None
         self.reused += 1
         return entry[3]
@@ -48,7 +48,7 @@ class Copies(object):
         None (the step converts into its scratch buffer)."""
         if name not in self.keep:
             return None
-        buffer = numpy.empty(dnnl.md_size(md), numpy.uint8)
+        buffer = numpy.empty(binding.md_size(md), numpy.uint8)
         self._made[id(array)] = (array, owner, md, buffer)
         return buffer
 

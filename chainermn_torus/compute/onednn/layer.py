@@ -17,7 +17,7 @@ descriptor: a backward made after its geometry left the cache and came back (a n
 """
 import numpy
 
-from chainermn_torus.compute import dnnl, primitives
+from chainermn_torus.compute.onednn import binding, primitives
 
 __all__ = ['Layer']
 
@@ -56,8 +56,8 @@ class Layer(object):
             inputs, outputs = self.STEPS[name]
             pd = self.describe(name, self.hint() if name in self.BACKWARD else None)
             extra = dict(self.extra(name))
-            workspace = dnnl.query_md(pd, 'workspace')
-            if workspace and dnnl.md_size(workspace):
+            workspace = binding.query_md(pd, 'workspace')
+            if workspace and binding.md_size(workspace):
                 extra['workspace'] = workspace
             made = self._made[name] = primitives.Bound(
                 pd, '{} {}'.format(self.what, name.replace('_', ' ')), list(inputs),
@@ -67,7 +67,7 @@ class Layer(object):
     def workspace(self, name):
         """A new workspace for step ``name`` (uint8), or None where it has none."""
         md = self.step(name).extra.get('workspace')
-        return None if md is None else numpy.empty(dnnl.md_size(md.md), numpy.uint8)
+        return None if md is None else numpy.empty(binding.md_size(md.md), numpy.uint8)
 
     def run(self, name, workspace=None, copies=None, **arrays):
         """Step ``name`` on ``arrays`` (a None is an argument the step does not take), with

@@ -9,7 +9,7 @@ scale it computed) for the gradient, where one is made. Plain layout, no reorder
 """
 import numpy
 
-from chainermn_torus.compute import dnnl, geometries, layer
+from chainermn_torus.compute.onednn import binding, geometries, layer
 
 __all__ = ['Lrn', 'lrn', 'forward', 'backward', 'window']
 
@@ -26,21 +26,21 @@ class Lrn(layer.Layer):
     def __init__(self, shape, n, k, alpha, beta):
         super().__init__()
         self.shape = tuple(shape)
-        self.md = dnnl.plain_md(self.shape)
+        self.md = binding.plain_md(self.shape)
         size = window(n)
         self.params = (size, float(alpha) * size, float(beta), float(k))
 
     def describe(self, step, hint):
-        pd, lib, alg = dnnl.P(), dnnl.lib(), dnnl.ALG['lrn_across_channels']
+        pd, lib, alg = binding.P(), binding.lib(), binding.ALG['lrn_across_channels']
         if step == 'forward':
             status = lib.dnnl_lrn_forward_primitive_desc_create(
-                dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.PROP['forward_training'], alg,
-                self.md.handle, self.md.handle, *self.params, dnnl.attr())
+                binding.ctypes.byref(pd), binding.engine(), binding.PROP['forward_training'], alg,
+                self.md.handle, self.md.handle, *self.params, binding.attr())
         else:
             status = lib.dnnl_lrn_backward_primitive_desc_create(
-                dnnl.ctypes.byref(pd), dnnl.engine(), alg, self.md.handle, self.md.handle,
-                self.md.handle, *self.params, hint, dnnl.attr())
-        dnnl.check(status, '{} {}'.format(self.what, step))
+                binding.ctypes.byref(pd), binding.engine(), alg, self.md.handle, self.md.handle,
+                self.md.handle, *self.params, hint, binding.attr())
+        binding.check(status, '{} {}'.format(self.what, step))
         return pd
 
     def plain(self, step):

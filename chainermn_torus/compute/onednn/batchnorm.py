@@ -14,13 +14,13 @@ does, from the mean and variance returned here). NCHW in and out, no reorder.
 """
 import numpy
 
-from chainermn_torus.compute import dnnl, geometries, layer
+from chainermn_torus.compute.onednn import binding, geometries, layer
 from chainermn_torus.runtime.cpu import jit
 
 __all__ = ['BatchNorm', 'batch_norm', 'forward', 'backward', 'inference', 'implementation',
            'IMPLEMENTATIONS']
 
-_FLAGS = dnnl.BN_FLAGS['use_scale'] | dnnl.BN_FLAGS['use_shift']
+_FLAGS = binding.BN_FLAGS['use_scale'] | binding.BN_FLAGS['use_shift']
 
 
 class BatchNorm(layer.Layer):
@@ -34,23 +34,23 @@ class BatchNorm(layer.Layer):
         super().__init__()
         self.shape, self.eps = tuple(shape), float(eps)
         c = self.shape[1]
-        self.data = dnnl.plain_md(self.shape)
-        self.channel = dnnl.plain_md((c,))
+        self.data = binding.plain_md(self.shape)
+        self.channel = binding.plain_md((c,))
 
     def describe(self, step, hint):
-        pd, lib, data = dnnl.P(), dnnl.lib(), self.data.handle
+        pd, lib, data = binding.P(), binding.lib(), self.data.handle
         if step == 'backward':
             status = lib.dnnl_batch_normalization_backward_primitive_desc_create(
-                dnnl.ctypes.byref(pd), dnnl.engine(), dnnl.PROP['backward'], data, data, data,
-                self.eps, _FLAGS, hint, dnnl.attr())
+                binding.ctypes.byref(pd), binding.engine(), binding.PROP['backward'], data, data,
+                data, self.eps, _FLAGS, hint, binding.attr())
         else:
             training = step == 'forward'
             status = lib.dnnl_batch_normalization_forward_primitive_desc_create(
-                dnnl.ctypes.byref(pd), dnnl.engine(),
-                dnnl.PROP['forward_training' if training else 'forward_inference'], data, data,
-                self.eps, _FLAGS | (0 if training else dnnl.BN_FLAGS['use_global_stats']),
-                dnnl.attr())
-        dnnl.check(status, '{} {}'.format(self.what, step))
+                binding.ctypes.byref(pd), binding.engine(),
+                binding.PROP['forward_training' if training else 'forward_inference'], data, data,
+                self.eps, _FLAGS | (0 if training else binding.BN_FLAGS['use_global_stats']),
+                binding.attr())
+        binding.check(status, '{} {}'.format(self.what, step))
         return pd
 
     def plain(self, step):
@@ -106,7 +106,7 @@ def implementation():
 
 def _via(via):
     if (via or implementation()) == 'numba':
-        from chainermn_torus.compute import bn_kernels  # numba is optional
+        from chainermn_torus.compute.kernels import batchnorm as bn_kernels  # numba is optional
         return bn_kernels
     return None
 

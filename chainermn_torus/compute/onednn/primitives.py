@@ -1,7 +1,7 @@
 """Running oneDNN's primitives on numpy arrays: memory objects over the arrays' buffers,
 the primitives and the reorders between numpy's layout and the ones a primitive chose, the
 scratch buffer the blocked copies live in (one per thread), and ``Bound``: a primitive with
-its arguments, made once per geometry (``compute.layer``). The library itself, its
+its arguments, made once per geometry (``compute.onednn.layer``). The library itself, its
 descriptors and its errors are ``dnnl``'s.
 """
 import ctypes
@@ -9,7 +9,7 @@ import threading
 
 import numpy
 
-from chainermn_torus.compute import dnnl
+from chainermn_torus.compute.onednn import binding
 
 __all__ = ['Memory', 'scratch', 'scratch_bytes', 'Primitive', 'Hint', 'Reorder', 'wait',
            'Bound']
@@ -22,21 +22,21 @@ class Memory(object):
 
     def __init__(self, md):
         self.md = md  # kept alive with the memory
-        self.handle = dnnl.P()
-        dnnl.check(dnnl.lib().dnnl_memory_create(ctypes.byref(self.handle), dnnl.handle_of(md),
-                                                 dnnl.engine(), dnnl.P(None)),
-                   'memory creation')
+        self.handle = binding.P()
+        binding.check(binding.lib().dnnl_memory_create(
+            ctypes.byref(self.handle), binding.handle_of(md), binding.engine(), binding.P(None)),
+            'memory creation')
 
     def set(self, array):
         self.set_address(array.ctypes.data)
 
     def set_address(self, address):
-        dnnl.check(dnnl.lib().dnnl_memory_set_data_handle(self.handle, dnnl.P(address)),
+        binding.check(binding.lib().dnnl_memory_set_data_handle(self.handle, binding.P(address)),
               'setting a memory buffer')
 
     def __del__(self):
-        if dnnl.loaded() and self.handle:
-            dnnl.lib().dnnl_memory_destroy(self.handle)
+        if binding.loaded() and self.handle:
+            binding.lib().dnnl_memory_destroy(self.handle)
 
 
 # The blocked copies a primitive reads and writes live only inside one call (reorder in, run,
@@ -71,10 +71,10 @@ class Primitive(object):
 
     def __init__(self, pd, what):
         self.pd, self.what = pd, what
-        self.handle = dnnl.P()
-        dnnl.check(dnnl.lib().dnnl_primitive_create(ctypes.byref(self.handle), pd), what)
-        md = dnnl.query_md(pd, 'scratchpad')
-        self.scratchpad = dnnl.md_size(md) if md else 0
+        self.handle = binding.P()
+        binding.check(binding.lib().dnnl_primitive_create(ctypes.byref(self.handle), pd), what)
+        md = binding.query_md(pd, 'scratchpad')
+        self.scratchpad = binding.md_size(md) if md else 0
         self._scratch = Memory(md) if self.scratchpad else None
 
     def place(self, address):
@@ -82,27 +82,27 @@ class Primitive(object):
             self._scratch.set_address(address)
 
     def run(self, args):
-        items = [(dnnl.ARG[k], m.handle) for k, m in args.items()]
+        items = [(binding.ARG[k], m.handle) for k, m in args.items()]
         if self._scratch is not None:
-            items.append((dnnl.ARG['scratchpad'], self._scratch.handle))
-        array = (dnnl.ExecArg * len(items))(*[dnnl.ExecArg(k, h) for k, h in items])
-        status = dnnl.lib().dnnl_primitive_execute(self.handle, dnnl.stream(), len(items),
+            items.append((binding.ARG['scratchpad'], self._scratch.handle))
+        array = (binding.ExecArg * len(items))(*[binding.ExecArg(k, h) for k, h in items])
+        status = binding.lib().dnnl_primitive_execute(self.handle, binding.stream(), len(items),
                                                    array)
-        dnnl.check(status, self.what)
+        binding.check(status, self.what)
 
     def impl(self):
         """The implementation oneDNN chose (for the docs and the benchmark)."""
         out = ctypes.c_char_p()
-        dnnl.lib().dnnl_primitive_desc_query(self.pd, dnnl.QUERY['impl_info_str'], 0,
+        binding.lib().dnnl_primitive_desc_query(self.pd, binding.QUERY['impl_info_str'], 0,
                                         ctypes.byref(out))
         return (out.value or b'').decode()
 
     def __del__(self):
-        if dnnl.loaded():
+        if binding.loaded():
             if self.handle:
-                dnnl.lib().dnnl_primitive_destroy(self.handle)
+                binding.lib().dnnl_primitive_destroy(self.handle)
             if self.pd:
-                dnnl.lib().dnnl_primitive_desc_destroy(self.pd)
+                binding.lib().dnnl_primitive_desc_destroy(self.pd)
 
 
 class Hint(object):
@@ -113,18 +113,18 @@ class Hint(object):
         self.pd = pd
 
     def __del__(self):
-        if dnnl.loaded() and self.pd:
-            dnnl.lib().dnnl_primitive_desc_destroy(self.pd)
+        if binding.loaded() and self.pd:
+            binding.lib().dnnl_primitive_desc_destroy(self.pd)
 
 
 class Reorder(Primitive):
     """From one layout to another (a numpy array's and a primitive's)."""
 
     def __init__(self, src_md, dst_md):
-        pd = dnnl.P()
-        dnnl.check(dnnl.lib().dnnl_reorder_primitive_desc_create(
-            ctypes.byref(pd), dnnl.handle_of(src_md), dnnl.engine(), dnnl.handle_of(dst_md),
-            dnnl.engine(), dnnl.attr()),
+        pd = binding.P()
+        binding.check(binding.lib().dnnl_reorder_primitive_desc_create(
+            ctypes.byref(pd), binding.handle_of(src_md), binding.engine(),
+            binding.handle_of(dst_md), binding.engine(), binding.attr()),
             'reorder')
         super(Reorder, self).__init__(pd, 'reorder')
 
@@ -133,7 +133,7 @@ class Reorder(Primitive):
 
 
 def wait():
-    dnnl.check(dnnl.lib().dnnl_stream_wait(dnnl.stream()), 'stream wait')
+    binding.check(binding.lib().dnnl_stream_wait(binding.stream()), 'stream wait')
 
 
 class Bound(object):
@@ -141,7 +141,7 @@ class Bound(object):
     primitive chose another, a region of the scratch buffer in that layout and the reorder
     to it (an input) or from it (an output); the scratchpads in the scratch buffer too.
     ``__call__(**arrays)`` runs the reorders in, the primitive, the reorders out, and
-    waits. Built once per shape and reused (``compute.conv``)."""
+    waits. Built once per shape and reused (``compute.onednn.conv``)."""
 
     def __init__(self, pd, what, inputs, outputs, plain, extra=None):
         self.primitive = Primitive(pd, what)
@@ -150,14 +150,14 @@ class Bound(object):
         self.inner = {}      # name -> (Memory in the primitive's layout, Reorder, offset)
         self.scratch = 0     # bytes of scratch the blocked layouts take, aligned each
         for name in inputs + outputs:
-            chosen = dnnl.query_md(pd, name)
+            chosen = binding.query_md(pd, name)
             outer = Memory(plain[name])
             self.plain[name] = outer
-            if not dnnl.md_equal(plain[name], chosen):
+            if not binding.md_equal(plain[name], chosen):
                 reorder = Reorder(plain[name], chosen) if name in inputs else \
                     Reorder(chosen, plain[name])
                 self.inner[name] = (Memory(chosen), reorder, self.scratch)
-                self.scratch += -(-dnnl.md_size(chosen) // _ALIGN) * _ALIGN
+                self.scratch += -(-binding.md_size(chosen) // _ALIGN) * _ALIGN
         self.extra = {}      # name -> Memory in the plain layout given (bias, diff_bias)
         for name, md in (extra or {}).items():
             self.extra[name] = Memory(md)
@@ -168,7 +168,7 @@ class Bound(object):
         self.scratch += max(step.scratchpad for step in self._steps)
 
     def __call__(self, copies=None, **arrays):
-        """Run on ``arrays``; ``copies`` (``compute.copies.Copies``): the converted inputs
+        """Run on ``arrays``; ``copies`` (``compute.onednn.copies.Copies``): the converted inputs
         to reuse and to keep."""
         args = {}
         for name, array in arrays.items():
