@@ -73,7 +73,7 @@ aarch64: setup
 	bash scripts/aarch64_root.sh
 
 test-aarch64: aarch64
-	$(PY) -m pytest -q tests/test_aarch64.py tests/test_without_numba.py
+	$(PY) -m pytest -q tests/scripts/test_aarch64.py tests/runtime/cpu/test_without_numba.py
 
 # bench allreduce (ResNet-50, P = 2 and 4) under MPICH, Intel MPI and Open MPI, one run each
 # (docs/portability.md).

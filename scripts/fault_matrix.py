@@ -145,7 +145,7 @@ EMULATE = os.path.join(ROOT, 'scripts', 'emulate_cluster.sh')
 COMMUNICATORS = ('shm', 'rsap', 'pure_allreduce')
 LOADERS = ('ours', 'serial')
 # The test tier's rows: every path of the loader and the windows; Ctrl-C is SIGTERM's path
-# (an exception in the main thread) and a full disk is tests/test_checkpoint.py's.
+# (an exception in the main thread) and a full disk is tests/extensions/checkpoint/test_checkpoint.py's.
 QUICK = ('raise', 'kill', 'loader-death', 'sigterm', 'hang', 'shm-full')
 SHM_SIZE = '64m'
 SHM_FULL_SIZE = '3m'   # MPICH's own segment (2.1 MB) fits, the job's windows and slots do not
@@ -602,7 +602,7 @@ def _flip_row(fault, comm, loader, workdir):
 
 def as_other(code, *args, wait=True):
     """``code`` run by the other user (OTHER_UID), the standard library's Python alone
-    (tests/test_other_users.py runs the same attacks): its output, or with ``wait`` False
+    (tests/runtime/test_other_users.py runs the same attacks): its output, or with ``wait`` False
     the process."""
     proc = subprocess.Popen([ATTACKER, '-I', '-S', '-c', code] + [str(a) for a in args],
                             user=OTHER_UID, group=OTHER_UID, extra_groups=[], cwd='/',

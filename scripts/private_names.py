@@ -11,7 +11,7 @@ A use of one of theirs in the package is:
   dotted module path, a frame's function name);
 * ``from chainer... import _name``, or an import of a private module of theirs.
 
-``tests/test_chainer_private.py`` checks every name found against
+``tests/runtime/chainer_glue/test_chainer_private.py`` checks every name found against
 ``runtime.chainer_glue.chainer_private.REGISTRY`` (why, and the public alternative checked) and
 ``OURS_TOO`` (names the package defines as well, read on its own objects).
 

@@ -30,9 +30,9 @@ cd "$(dirname "$0")/.."
 mpi=${MPI:-mpich}
 py=${PY:-.venv/bin/python}
 only=${ONLY:-}   # 'mpi and ' under another MPI: the tests that start MPI jobs (Makefile)
-lane_a_files='tests/test_aarch64.py tests/test_benchmarks.py tests/test_unchanged_scripts.py
-              tests/test_kernel_cache.py tests/checkpoint/test_sigterm_steps.py
-              tests/communicators/test_tune.py tests/launch/test_gpu_to_cpu.py'
+lane_a_files='tests/scripts/test_aarch64.py tests/bench/test_benchmarks.py tests/launch/test_unchanged_scripts.py
+              tests/tools/test_kernel_cache.py tests/extensions/checkpoint/test_sigterm_steps.py
+              tests/tuning/test_tune.py tests/launch/test_gpu_to_cpu.py'
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 failed=()

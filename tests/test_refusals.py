@@ -9,7 +9,7 @@ own, one rank, the abort hook installed as in any job) running an unchanged Chai
 (tests/mpi_workers/refusal_script.py) that reads every setting somewhere. The multi-rank
 paths (the same refusal on every rank said once, differing ones each once, a refusal of one
 rank alone) run under mpiexec; the MNIST example's refusals at P = 2 are rows of the fault
-matrix (tests/test_fault_matrix.py).
+matrix (tests/scripts/test_fault_matrix.py).
 """
 import concurrent.futures
 import os

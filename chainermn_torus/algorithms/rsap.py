@@ -1,4 +1,4 @@
-"""rsap: the torus of ``torus`` with the gather phase as MPI-3 one-sided Put (seed 003).
+"""rsap: the torus of ``torus`` with the gather phase as MPI-3 one-sided Put (Tamura & Hanawa).
 
 Put rounds by recursive doubling in the row: in round i, position q puts every chunk it
 holds into position q XOR 2^i's window at the same offset, so nothing is copied on the
@@ -8,7 +8,7 @@ run the doubling rounds carrying two chunk ranges each (their own group, and the
 shifted by M'); a last round puts the full result to each extra (two rounds more).
 
 Synchronisation (``sync``): 'fence' opens the epoch with MPI_Win_fence and closes each
-round with one (seed 003); 'notify' flushes each target of a round and sends it a
+round with one (Tamura & Hanawa); 'notify' flushes each target of a round and sends it a
 zero-byte message (partners only). Cost: the rounds of ``put_rounds`` (the schedule rsap
 runs, not a formula for it), each closed by a fence modelled as a barrier over the row
 (2 log2 p latencies), and (p-1)/p n bytes at the Put rate; the model does not tell the

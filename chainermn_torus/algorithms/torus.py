@@ -1,4 +1,4 @@
-"""rsaa, and the shape rsaa and rsap share (2D torus, Mikami et al.; seed 003).
+"""rsaa, and the shape rsaa and rsap share (2D torus, Mikami et al.; Tamura & Hanawa).
 
 P = M x N ranks in rows of M (``_grid``). Each segment of n elements is split into a main
 part of M equal chunks of c = n // M elements and a tail of fewer than M elements:

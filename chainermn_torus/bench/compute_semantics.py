@@ -1,6 +1,6 @@
 """``bench compute-semantics``: the cases where the oneDNN path once behaved otherwise than
-Chainer's numpy (issue 48), each run in both modes, one line per case: the table in
-docs/compute.md ("Chainer's semantics").
+Chainer's numpy, each run in both modes, one line per case: the table in docs/compute.md
+("Chainer's semantics").
 
     python -m chainermn_torus.bench.compute_semantics [--json OUT]
 
@@ -126,7 +126,7 @@ def _bn_axis_list():
                                                    axis=[0, 2, 3]).shape)
 
 
-# (issue item, case, function): each run in a mode; its outcome or the exception it raised
+# (kind of difference, case, function): each run in a mode; its outcome or the exception it raised
 CASES = [
     (1, 'relu of [NaN, -1, 2]', _relu_nan),
     (1, 'relu gradient, gy = inf at x = -1', _relu_inf_gradient),
@@ -161,7 +161,7 @@ def outcome(mode, case):
 
 
 def main(argv=None):
-    """Each case of issue 48 on Chainer's numpy and on the oneDNN path."""
+    """Each case of semantics on Chainer's numpy and on the oneDNN path."""
     p = argparse.ArgumentParser(prog='bench compute-semantics', description=main.__doc__)
     p.add_argument('--json', metavar='OUT')
     args = p.parse_args(argv)

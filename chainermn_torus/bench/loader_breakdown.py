@@ -5,7 +5,7 @@
 Each argument is an ``--out`` directory of ``examples/imagenet/train_imagenet.py`` (holding
 ``breakdown.json`` and ``summary.json``). Prints a Markdown table (ranks, loader, placement,
 iterations/s, and per iteration: data wait, forward+backward, all-reduce, update, the data
-wait's share) and draws the phases as stacked bars, one per run, like seed 000's Figure 4.
+wait's share) and draws the phases as stacked bars, one per run, like Hanawa & Tamura's Figure 4.
 """
 import argparse
 import json

@@ -2,7 +2,7 @@
 
     mpiexec -n 2 python -m chainermn_torus.bench.mnist_iteration --epochs 20
 
-Seed 002's configuration: MLP 784-1000-1000-10, batch 100 per rank, Adam. Every
+Kuroda et al.'s configuration: MLP 784-1000-1000-10, batch 100 per rank, Adam. Every
 configuration trains its own model from the same initial weights on the same data shards;
 they take turns epoch by epoch, so machine noise and the denormals that appear as training
 goes on reach all of them alike. Configurations (``--configs``):

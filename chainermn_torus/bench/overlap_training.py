@@ -8,7 +8,7 @@ data order): ``naive+stock`` (ChainerMN's naive communicator, ChainerMN's wrappe
 update), ``rsap``, ``rsap+fp16``, ``rsap+db`` (double buffering), ``rsap+overlap``,
 ``rsap+fp16+overlap`` (ours with the fused update and flush-to-zero, as the examples).
 
-Models: ``mlp`` (seed 002: MNIST MLP 784-1000-1000-10, Adam, batch 100 per rank, on
+Models: ``mlp`` (Kuroda et al.: MNIST MLP 784-1000-1000-10, Adam, batch 100 per rank, on
 Fashion-MNIST), ``resnet50`` and ``tiny`` (the ImageNet example's models and JPEG pipeline on
 its Fashion-MNIST subset, MomentumSGD 0.9, ``--crop`` pixels).
 

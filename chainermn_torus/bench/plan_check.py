@@ -7,7 +7,7 @@ predicted with the network calibrated for that cluster (``network-<K>x<R>.json``
 relative error |predicted - measured| / measured is reported. ChainerMN's ``naive`` (one
 all-reduce per array) and ``allreduce_1msg`` are not modelled. MPICH's pure all-reduce is
 node-aware by default, so ``pure_allreduce`` is compared with that composition's model.
-Then the planner's predictions for Oakforest-PACS at 256 ranks, seed 003's shapes.
+Then the planner's predictions for Oakforest-PACS at 256 ranks, Tamura & Hanawa's shapes.
 """
 import argparse
 import json
@@ -28,7 +28,7 @@ def compare(folder):
     return rows
 
 
-def ofp_seed003():
+def ofp_tamura_hanawa():
     net = planner.PRESETS['ofp']
     shapes = [(64, 4), (16, 16), (2, 128)]
     out = []
@@ -60,9 +60,9 @@ def main(argv=None):
     within = sum(e <= 0.3 for e in errs)
     print('relative error: median {:.0f}%, max {:.0f}%; {} of {} rows within 30%'.format(
         100 * statistics.median(errs), 100 * max(errs), within, len(errs)))
-    ofp = ofp_seed003()
-    print('\nOakforest-PACS preset, 256 nodes x 1 rank, ResNet-50 (seed 003 found RSAP (2, 128) '
-          'fastest, larger M slower):')
+    ofp = ofp_tamura_hanawa()
+    print('\nOakforest-PACS preset, 256 nodes x 1 rank, ResNet-50 (Tamura & Hanawa found RSAP '
+          '(2, 128) fastest, larger M slower):')
     for r in ofp:
         print('  {:<15} {:>9} {:>9.2f} ms'.format(
             r['algorithm'], '' if r['grid'] is None else '({}, {})'.format(*r['grid']),

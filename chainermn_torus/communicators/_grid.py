@@ -9,7 +9,7 @@ Choosing the shape (first that applies):
   2. the environment variable ``CHAINERMN_TORUS_GRID`` ("MxN", e.g. "2x128");
   3. several ranks per node, same count on every node: M = ranks per node, N = nodes;
   4. otherwise (one rank per node, or uneven nodes): M = the smallest prime factor of P,
-     N = P / M. For even P this is M = 2, the shape seed 003 found fastest at 256 KNL nodes
+     N = P / M. For even P this is M = 2, the shape Tamura & Hanawa found fastest at 256 KNL nodes
      ((M, N) = (2, 128)); for a prime P it is (P, 1).
 """
 import re

@@ -2,7 +2,7 @@
 the communicator is made (``SYNCS``, ``REDUCE_SCATTERS``).
 
 How the put rounds are synchronised (phase 4):
-  fence   MPI_Win_fence over the row opens the epoch and closes every round (seed 003);
+  fence   MPI_Win_fence over the row opens the epoch and closes every round (Tamura & Hanawa);
   notify  partners only, the paper's future work: a passive-target epoch held for the
           window's life; per round Put, MPI_Win_flush, then a zero-byte message telling the
           target its data has landed (on a duplicate of the row communicator, so it can

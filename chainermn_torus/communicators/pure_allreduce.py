@@ -1,6 +1,6 @@
 """pure_allreduce: the packed gradient buffer through MPI_Allreduce, divided by P.
 
-"All-Reduce only" of seed 003, but with one persistent contiguous buffer, sent in segments
+"All-Reduce only" of Tamura & Hanawa, but with one persistent contiguous buffer, sent in segments
 (one 100 MB MPI_Allreduce was 3x slower than the same bytes in 1-4 MiB pieces on shared
 memory), instead of ChainerMN ``naive``'s one message per parameter array. The division by P
 is folded into the packing copy (see ``_averaging``), so the all-reduce is in place and no

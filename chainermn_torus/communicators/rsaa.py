@@ -1,4 +1,5 @@
-"""rsaa: 2D-torus all-reduce = Reduce-Scatter, All-reduce, All-gather (seed 003, Mikami et al.).
+"""rsaa: 2D-torus all-reduce = Reduce-Scatter, All-reduce, All-gather (Tamura & Hanawa;
+Mikami et al.).
 
 On a grid of P = M x N ranks, for each segment of the packed buffer:
   1. reduce-scatter in the row: rank at position j gets the row sum of chunk j (1/M of it);

@@ -1,13 +1,13 @@
-"""Chainer's heavy layers on oneDNN (issue 35): where the seeds' systems ran Chainer on
-iDeep (MKL-DNN), which no longer installs.
+"""Chainer's heavy layers on oneDNN: where the systems of Hanawa & Tamura and Kuroda et al.
+ran Chainer on iDeep (MKL-DNN), which no longer installs.
 
 ``use(mode)``: 'onednn' (refused, with the reason, where oneDNN does not load), 'numpy'
 (Chainer's own), 'auto' (oneDNN where it loads, else numpy, said once). The setting is
 ``CHAINERMN_TORUS_COMPUTE`` (default auto) and the launcher's ``--compute``; the package
 applies it when the job makes its first communicator, before the thread budget, so that
-oneDNN's OpenMP threads are counted in it. The parts: ``dnnl`` (the binding), ``conv``,
-``pooling``, ``lrn``, ``eltwise`` and ``batchnorm`` (with numba's ``bn_kernels``) (the layers
-on numpy arrays), ``onednn`` (the seam into Chainer's functions).
+oneDNN's OpenMP threads are counted in it. The rooms: ``onednn/`` (the C binding and the
+layers computed on it, on numpy arrays), ``kernels/`` (numba's), ``functions/`` (each
+replaced Chainer function's forwards and rows) and ``replacements`` (the seam into Chainer).
 """
 from chainermn_torus import config
 from chainermn_torus.compute import modes, replacements, precision as low

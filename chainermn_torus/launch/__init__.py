@@ -16,23 +16,18 @@ iterators itself. The launcher changes what those calls return, never the script
   is pinned and its BLAS threads sized). The evaluation iterators are left alone unless
   ``--loader-eval`` asks: then every ``Evaluator``'s iterators are rebuilt the same way, their
   loader processes on the same loader CPUs (evaluation and training take turns);
-* ``--tune on`` makes ``auto`` measure its best few candidates on the first gradient calls
-  (``--tune-dir``: where the choice is remembered);
-* ``--timeline PREFIX`` records the phases;
+* ``--tune on`` makes ``auto`` measure its best candidates on the first gradient calls
+  (``--tune-dir``: where the choice is kept); ``--timeline PREFIX`` records the phases;
 * ``--gpu-to-cpu`` runs a script written for GPUs on each rank's CPU (``gpu_to_cpu``); without
   it, such a script's first GPU call stops the job in one line naming the option.
-
-Every substitution, and everything that could not be applied and why, is said once on rank
-0, on lines starting ``chainermn_torus.run:``. A ``--loader`` that finds no updater to act on
-(a custom training loop) stops the job at the first update, on every rank, with the reason.
-Each option is a row of ``config.SETTINGS`` (with what it applies to) and so has an
-environment variable (``chainermn-torus config``) for job scripts.
 
 The parts: ``options`` (the table as command-line options), ``patches`` (the hooks into
 Chainer), ``sharding`` (--data-parallel), ``loaders`` (--loader), ``extensions`` (what
 Trainer.extend does), ``optimizer`` (the multi-node optimizers' options), ``report`` (the
 lines on rank 0), ``gpu_to_cpu`` (a GPU-written script's device calls). ``Launch`` below
 is the one entry: the resolved options and the state the parts share.
+
+Why it is built so: docs/development.md, "Module notes" (launch/__init__.py).
 """
 import numpy
 import chainermn.optimizers

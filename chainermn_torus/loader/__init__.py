@@ -1,4 +1,4 @@
-"""Loader processes with core affinity, and the CPU topology they are placed by (issue 4)."""
+"""Loader processes with core affinity, and the CPU topology they are placed by."""
 from chainermn_torus.loader.iterator import LoaderError, LoaderIterator  # NOQA
 from chainermn_torus.loader.placement import (  # NOQA
     POLICIES, Plan, apply_placement, describe_plan, plan_placement)

@@ -12,26 +12,14 @@ label, ...), sized from the first example; examples must all have the shapes and
 first. A returned batch is a list of tuples of *views* into its slot, valid until the next call
 of ``next()`` (Chainer's converters copy them into one array at once); nothing big is pickled.
 
-Processes: started with ``spawn`` (a fresh interpreter: never ``fork`` after MPI has started,
-see ChainerMN's FAQ), with ``MPI4PY_RC_INITIALIZE=0`` in their environment so that importing
-the training script's modules (chainermn, mpi4py) does not initialise MPI in them. Each pins
-itself to the loader CPUs of the placement plan and uses one BLAS thread.
-
-Nothing left behind: the segments are unlinked from /dev/shm as soon as every loader
-process has mapped them (a mapping outlives its name), so a job that dies any way later
-(an exception and MPI_Abort, kill -9, SIGTERM at the time limit, a watchdog abort) leaves no
-file; their memory is returned when the last process mapping it exits. The names, while
-they exist, say whose they are (``cmtorus_<job>_<pid>_...``, see runtime.files.devshm), and a
-start sweeps those of dead processes. Tasks and results go through one pipe pair per
-loader process, not multiprocessing queues: a queue's locks are named semaphores
-(``/dev/shm/sem.mp-*``) under ``spawn``, which a killed job would leave behind.
-
 Shutdown: ``finalize()`` (also at interpreter exit and when the iterator is collected) stops
 the processes; used again, the iterator starts them anew (Chainer's Trainer finalizes the
 evaluator's iterators when training ends, and the examples evaluate once more after it).
 If the training process is killed, its loaders notice within a second and exit. An
 exception in a loader is raised in the training process as ``LoaderError`` with the
 loader's traceback; a loader that dies is reported with its exit code.
+
+Why it is built so: docs/development.md, "Module notes" (loader/iterator.py).
 """
 import collections
 import itertools

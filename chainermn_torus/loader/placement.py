@@ -1,6 +1,6 @@
-"""Where the compute process and its loader processes run (seed 000's 1HT / 2HT placements).
+"""Where the compute process and its loader processes run (Hanawa & Tamura's 1HT / 2HT placements).
 
-On a CPU-only node the same cores decode images and compute. Seed 000 placed a separate
+On a CPU-only node the same cores decode images and compute. Hanawa & Tamura placed a separate
 loader process either on the same core as the compute (1HT) or on the other hardware thread
 of the same physical core (2HT), and kept 64 of a KNL's 68 cores for compute. Policies:
 

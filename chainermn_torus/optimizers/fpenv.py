@@ -3,7 +3,7 @@
 Denormal (subnormal) floats take a slow path on most CPUs: an operation on them can cost
 tens to hundreds of cycles instead of one. Training produces them: Adam's and momentum's state
 for a weight whose gradient is always zero (an image border pixel, a dead ReLU unit) decays
-geometrically through the denormal range, and squared small gradients land there. Seed 002
+geometrically through the denormal range, and squared small gradients land there. Kuroda et al.
 found that trapping on these underflows made the K computer's Adam 3.38x slower and fixed it
 by truncating them to zero; on x86 the same switch is two bits of the SSE control register
 MXCSR: FTZ (results that would be denormal become 0) and DAZ (denormal inputs read as 0).

@@ -1,7 +1,7 @@
 """Fused CPU update kernels (numba): one pass over parameter, gradient and state.
 
 Chainer's CPU rules are written as numpy expressions; Adam's ``update_core_cpu`` makes about
-ten passes over the parameter with a temporary array for each (seed 002 measured Adam at 84%
+ten passes over the parameter with a temporary array for each (Kuroda et al. measured Adam at 84%
 of a K computer step). Each kernel here reads every element of the parameter, gradient and
 state once and writes parameter and state once, in parallel chunks.
 

@@ -1,4 +1,4 @@
-"""Large-batch recipes of seed 004 (ImageNet in 15 minutes) as Chainer pieces.
+"""Large-batch recipes of Akiba et al. (ImageNet in 15 minutes) as Chainer pieces.
 
 * **Linear scaling and gradual warm-up** (Goyal et al., arXiv:1706.02677): with k times the
   batch, use k times the learning rate (``linear_scaling``), but reach it gradually: start

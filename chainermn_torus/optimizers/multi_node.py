@@ -21,24 +21,7 @@ duplicate MPI communicator, same algorithm, grid and options), so its collective
 interleave with collectives the main thread makes (evaluators, reporters); MPI must provide
 MPI_THREAD_MULTIPLE, which mpi4py requests by default.
 
-Why a thread and not MPI-3 non-blocking collectives on the main thread: a non-blocking
-collective only advances when some thread calls into MPI (MPICH, Intel MPI and Open MPI have no
-progress thread unless asked to, and then it needs THREAD_MULTIPLE as well), and the main thread
-spends the overlap window inside numpy/BLAS. Measured with the mpich wheel, 2 ranks, 25 MB:
-MPI_Allreduce alone 5.7 ms; MPI_Iallreduce, then 34.5 ms of matrix products, then MPI_Wait:
-the wait still took 3.7 ms, two thirds of the all-reduce was left for it. Packing, rsap's Put
-rounds and the float16 sums are also steps no request could carry. A thread running the same
-blocking algorithms overlaps as long as it has a core to run on (mpi4py and numpy release the
-GIL in MPI calls and large copies); figures in docs/optimizer.md, "Double buffering".
-
-No deadlock when ranks differ in speed: every rank starts the all-reduce of step t before it
-waits for it at step t + 1, and a thread only waits for collectives that every rank's thread
-enters in the same order. An exception in the thread is re-raised in the main thread at the
-next wait, with its traceback.
-
-Parameters that change (a link added, a parameter initialised lazily) are detected at every
-update, as ChainerMN does: the wrapper waits for the all-reduce in flight, drops it, broadcasts
-the parameters again and starts over.
+Why it is built so: docs/development.md, "Module notes" (optimizers/multi_node.py).
 """
 import sys
 

@@ -8,21 +8,6 @@ main thread goes on with the rest of backward. The update waits for the last buc
 uses this step's averaged gradients, as the synchronous wrapper does: unlike double
 buffering, nothing is one step stale.
 
-How the gradients are seen while backward runs
-----------------------------------------------
-Chainer 7 has one thing that fires per function during backward: ``FunctionHook``'s
-``backward_postprocess``. But it assigns parameter gradients (``Parameter.grad``) only after
-the whole backward pass: until then every gradient sits in the pass's ``GradTable``, a dict
-from variable node to the list of its contributions (``chainer/_backprop.py``,
-``_backprop_to_all``, in the pinned chainer 7.8.1). The hook takes that table from its
-caller's frame, once per backward. A parameter's gradient is final once every function that
-takes it as an input has run backward; those functions are counted before backward, by
-walking the graph from the loss. The hook then adds the contributions up the way Chainer does
-at the end (``_backprop_utils._reduce``, which leaves the sum in the list, so Chainer later
-assigns that very array) and hands it to the thread. If the frame is not what this expects (a
-different Chainer), every bucket starts after backward instead: correct, not overlapped, and
-said once.
-
 Order and matching collectives
 ------------------------------
 The layout (which array goes where in the packed buffer) is the order in which gradients
@@ -37,6 +22,8 @@ known before backward, so an unused parameter travels as zeros; ChainerMN withou
 would instead skip it, which needs every rank's choice first); ``double_buffering=True`` (an
 alternative to this, with stale gradients). An ``update()`` called without a loss function
 (the script ran backward itself) averages synchronously, said once.
+
+Why it is built so: docs/development.md, "Module notes" (optimizers/overlap.py).
 """
 import concurrent.futures
 import sys

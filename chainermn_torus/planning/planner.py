@@ -85,13 +85,13 @@ def _gbps(beta):
 
 PRESETS = {
     # Oakforest-PACS: Intel Omni-Path 100 Gbit/s, full-bisection fat tree, 12.5 GB/s per
-    # link (seed 003, section 4.1). Latency: Intel quotes about 1 us MPI latency for OPA on
+    # link (Tamura & Hanawa, section 4.1). Latency: Intel quotes about 1 us MPI latency for OPA on
     # Xeon; KNL's slower cores roughly double MPI software overheads, so 2 us is assumed
     # (an estimate: replace it with `chainermn-torus calibrate` on the machine). Node memory:
-    # MCDRAM 490 GB/s (seed 003); one rank per node with 64 threads copies at about 100 GB/s
+    # MCDRAM 490 GB/s (Tamura & Hanawa); one rank per node with 64 threads copies at about 100 GB/s
     # and MPI's single-threaded sum runs at about 4 GB/s on one KNL core (estimates).
     'ofp': Network('ofp', 2.0e-6, 1 / 12.5e9, 1.0e-6, 1 / 20e9, 1 / 4e9, 1 / 100e9,
-                   source='seed 003 (12.5 GB/s, MCDRAM 490 GB/s); latencies and per-core '
+                   source='Tamura & Hanawa (12.5 GB/s, MCDRAM 490 GB/s); latencies and per-core '
                           'rates estimated'),
     # K computer: Tofu 6D mesh/torus, 5 GB/s per link and direction (Ajima et al., "Tofu: a
     # 6D mesh/torus interconnect for exascale computers", IEEE Computer 42(11), 2009); MPI

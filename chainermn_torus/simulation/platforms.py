@@ -8,7 +8,7 @@ to a backbone, ``FAT_TREE`` or ``TORUS``), with one host per node:
             emulated nodes are namespaces of one machine, so they compute on the same cores:
             ``shared_cores`` puts every rank's local work on one host of that many cores.
   fattree   Oakforest-PACS-like: Omni-Path 12.5 GB/s, 2-level full-bisection fat tree
-            (leaf switches of 16 nodes with 16 up-links; seed 003, section 4.1).
+            (leaf switches of 16 nodes with 16 up-links; Tamura & Hanawa, section 4.1).
   torus     Tofu-like: a 3D torus of 5 GB/s links (K computer, Ajima et al. 2009), with
             the rank-to-node mapping as a choice (``MAPPINGS``).
 

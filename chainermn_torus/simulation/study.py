@@ -10,7 +10,7 @@ resumes where it stopped):
             003's set-up): pure_allreduce, rsaa and rsap on every power-of-two grid at 256
             and 1,024 nodes, and on M = 2, 16, 64 at 4,096 and 8,192, with Rabenseifner's
             all-reduce (``halving``) as the library's.
-  library   256 fat-tree nodes, seed 003's three shapes and all-reduce alone, with each
+  library   256 fat-tree nodes, Tamura & Hanawa's three shapes and all-reduce alone, with each
             library stand-in (halving, ring, doubling): which library behaviour makes
             "all-reduce alone" 2.1x slower than RSAP (2, 128)?
   torus     Tofu-like 3D torus (the ``k`` figures), 256 and 1,024 nodes, one rank per node,
@@ -156,9 +156,9 @@ def _fat_tree_section(rows):
 
 
 def _library_section(rows):
-    """The library all-reduces at 256 fat-tree nodes, seed 003's shapes."""
+    """The library all-reduces at 256 fat-tree nodes, Tamura & Hanawa's shapes."""
     lines = []
-    lines += ['## Library all-reduce at 256 fat-tree nodes: seed 003\'s shapes', '',
+    lines += ['## Library all-reduce at 256 fat-tree nodes: Tamura & Hanawa\'s shapes', '',
               '| library | naive (one all-reduce per array) ms | all-reduce alone ms | '
               'RSAP (2,128) ms | (16,16) | (64,4) | alone / RSAP (2,128) | naive / RSAP (2,128) '
               '| RSAP order |', '|---|---|---|---|---|---|---|---|---|']

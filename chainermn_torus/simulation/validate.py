@@ -44,7 +44,7 @@ RATES = {'250mbit': 0.25, '500mbit': 0.5, '1gbit': 1.0, '2gbit': 2.0}
 
 
 def compare_training(folder, network_file, library='halving'):
-    """float32 and float16 all-reduce times measured inside real training (issue 16's
+    """float32 and float16 all-reduce times measured inside real training (the overlap
     sweep on 2 x 2 emulated nodes, ``overlap/sweep-<model>-2x2-<rate>.json``: the median
     per-iteration all-reduce of rsap, which is shm in float32 with rows inside nodes, and of
     rsap+fp16, the message phases in float16), against the simulator. Only 1 Gbit/s was

@@ -21,7 +21,7 @@ from chainermn_torus.runtime.cpu import jit
 
 __all__ = ['MODULES', 'kernels', 'compile_ahead', 'main']
 
-# Every module with kernels declared through runtime.cpu.jit.kernel (tests/test_kernel_cache.py
+# Every module with kernels declared through runtime.cpu.jit.kernel (tests/tools/test_kernel_cache.py
 # checks that none is missing).
 MODULES = ('chainermn_torus.communicators._half_kernels',
            'chainermn_torus.communicators._shm',

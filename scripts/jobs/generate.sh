@@ -1,6 +1,6 @@
 #!/bin/bash
 # Regenerates the example job scripts in this folder with `chainermn-torus jobscript`
-# (tests/test_jobscript.py checks that they are up to date). Edit the arguments, not the
+# (tests/tools/test_jobscript.py checks that they are up to date). Edit the arguments, not the
 # scripts. The virtualenv is ~/venvs/chainermn-torus on the cluster's shared home (make
 # setup's .venv, or `python -m venv` + `pip install -e .` there).
 set -euo pipefail

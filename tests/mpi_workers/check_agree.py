@@ -1,4 +1,4 @@
-"""Run by tests/test_agree.py: with a problem on some ranks, every rank raises the same
+"""Run by tests/runtime/test_agree.py: with a problem on some ranks, every rank raises the same
 error naming all of them; with none, no rank raises."""
 from chainermn_torus.runtime import agree
 

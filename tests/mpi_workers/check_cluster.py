@@ -1,4 +1,4 @@
-"""Run by tests/test_emulated_cluster.py inside the emulated cluster: K nodes x R ranks."""
+"""Run by tests/scripts/test_emulated_cluster.py inside the emulated cluster: K nodes x R ranks."""
 import hashlib
 import socket
 import sys

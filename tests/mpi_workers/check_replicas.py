@@ -1,4 +1,4 @@
-"""Run by tests/optimizers/test_replicas.py: replicas compared every K steps.
+"""Run by tests/extensions/test_replicas.py: replicas compared every K steps.
 
     check_replicas.py MODE     MODE: healthy | healthy-db | diverge
 """

@@ -1,4 +1,4 @@
-"""Run by tests/communicators/test_tune.py: auto with tune=on trains while it measures, takes
+"""Run by tests/tuning/test_tune.py: auto with tune=on trains while it measures, takes
 the same choice on every rank, equals a run fixed to that choice, and the next job reads it."""
 import contextlib
 import hashlib

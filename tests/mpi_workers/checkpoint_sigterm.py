@@ -1,5 +1,5 @@
 """One process (MPI_COMM_SELF) that checkpoints iteration 3, then is sent SIGTERM at step K
-of writing checkpoint 6 (tests/checkpoint/test_sigterm_steps.py). The steps: for each of the
+of writing checkpoint 6 (tests/extensions/checkpoint/test_sigterm_steps.py). The steps: for each of the
 rank file, the checkpoint's manifest and latest.json, before its temporary file is written,
 before its rename and after it (0-8); 9 after the in-progress marker is removed.
 
@@ -21,7 +21,7 @@ from chainer.training import triggers  # noqa: E402
 
 from chainermn_torus.extensions.checkpoint import files, writing  # noqa: E402
 from chainermn_torus.runtime.watch import abort  # noqa: E402
-from tests.checkpoint.support import checkpointed  # noqa: E402
+from tests.extensions.checkpoint.support import checkpointed  # noqa: E402
 
 directory, step = sys.argv[1], int(sys.argv[2])
 if sys.argv[3:] == ['handled']:

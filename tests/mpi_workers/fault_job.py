@@ -1,4 +1,4 @@
-"""A real training job for the fault matrix (scripts/fault_matrix.py, tests/test_fault_matrix.py).
+"""A real training job for the fault matrix (scripts/fault_matrix.py, tests/scripts/test_fault_matrix.py).
 
     fault_job.py FAULT COMMUNICATOR LOADER CHECKPOINT_DIR
 

@@ -1,4 +1,4 @@
-"""Run by tests/test_faults.py: real training on Fashion-MNIST, one rank faults at a step.
+"""Run by tests/runtime/watch/test_faults.py: real training on Fashion-MNIST, one rank faults at a step.
 
     fault_train.py MODE RANK STEP      MODE: raise | kill | kill-forked | hang | term | none |
                                              pause | loop | exit

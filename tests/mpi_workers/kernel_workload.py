@@ -1,4 +1,4 @@
-"""Run by tests/test_kernel_cache.py under mpiexec -n 2: every kernel declared for compiling
+"""Run by tests/tools/test_kernel_cache.py under mpiexec -n 2: every kernel declared for compiling
 ahead (runtime.cpu.jit.kernel), reached through the package's own calls: a communicator's
 shared-memory rows on float32 and float64 gradients and its float16 messages, the finite
 check, the fused optimizers and the large-batch RMSprop, flush-to-zero, batch normalization

@@ -1,4 +1,4 @@
-"""Run by tests/test_run.py: which options our communicators got (no --communicator)."""
+"""Run by tests/launch/test_run.py: which options our communicators got (no --communicator)."""
 import chainermn
 import chainermn_torus  # NOQA
 

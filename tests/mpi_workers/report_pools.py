@@ -1,6 +1,6 @@
 """A plain Chainer script (no communicator): a convolution, batch normalization and ReLU
 forward and backward (oneDNN, numba, OpenBLAS), then the thread pools in force as
-``POOLS {json}`` (tests/test_run.py)."""
+``POOLS {json}`` (tests/launch/test_run.py)."""
 import json
 import chainer
 import chainer.functions as F

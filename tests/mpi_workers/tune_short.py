@@ -1,4 +1,4 @@
-"""A job shorter than auto's tuning (tests/communicators/test_tune.py): six updates where
+"""A job shorter than auto's tuning (tests/tuning/test_tune.py): six updates where
 the tuning of its 0.6 MB needs more calls. Prints how many candidate communicators the job
 made, and, from an exit handler that runs after auto's, how many were left unfreed."""
 import atexit

@@ -1,5 +1,5 @@
 """A plain, single-process Chainer ImageNet script: no ChainerMN, no chainermn_torus.
-tests/test_unchanged_scripts.py runs it with `python -m chainermn_torus.run --data-parallel`.
+tests/launch/test_unchanged_scripts.py runs it with `python -m chainermn_torus.run --data-parallel`.
 
 Written for these tests in the shape of Chainer v7.8.1's examples/imagenet/train_imagenet.py:
 "path label" list files, a mean image, random crops and flips for training and centre

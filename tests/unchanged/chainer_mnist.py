@@ -1,5 +1,5 @@
 """A plain, single-process Chainer MNIST script: no ChainerMN, no chainermn_torus.
-tests/test_unchanged_scripts.py runs it with `python -m chainermn_torus.run --data-parallel`.
+tests/launch/test_unchanged_scripts.py runs it with `python -m chainermn_torus.run --data-parallel`.
 
 Written for these tests in the shape of Chainer v7.8.1's examples/mnist/train_mnist.py: an
 MLP classifier, Adam, SerialIterators, a Trainer with an Evaluator, a computational graph

@@ -1,5 +1,5 @@
 """A ChainerMN-style ImageNet training script for CPU, as users write them: it knows nothing of
-chainermn_torus (tests/test_unchanged_scripts.py runs it through the launcher).
+chainermn_torus (tests/launch/test_unchanged_scripts.py runs it through the launcher).
 
 In the shape of ChainerMN v7.8.1's examples/imagenet/train_imagenet.py (which itself needs a
 GPU): list files read by chainer.datasets.LabeledImageDataset, random crops and flips with

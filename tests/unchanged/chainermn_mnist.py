@@ -1,5 +1,5 @@
 """A ChainerMN-style MNIST training script, as users have them: it knows nothing of
-chainermn_torus (tests/test_unchanged_scripts.py runs it through the launcher).
+chainermn_torus (tests/launch/test_unchanged_scripts.py runs it through the launcher).
 
 Written for these tests in the shape of ChainerMN v7.8.1's examples/mnist/train_mnist.py:
 rank 0 loads MNIST with chainer.datasets.get_mnist() and scatters it, a multi-node optimizer

@@ -19,19 +19,7 @@ themselves in the thread's scratch buffer, ``primitives.scratch``). The arrays c
 in NCHW; what a layer's output would be in oneDNN's layout is reordered back at once, so
 the numbers are those of one convolution on the plain arrays.
 
-Which layout a geometry's weights take (``plain_weights``): a blocked layout makes the
-direct kernels fast, but costs a reorder of the weights at each of the three calls (the
-forward, the gradient of the input from the weights, the weights' gradient back), a pass
-over all of ResNet-50's 25.6 M weights three times per iteration whatever the batch. Given
-the weights in Chainer's own layout, oneDNN runs its matrix-product kernels on the plain
-arrays, with no reorder at all. Measured per geometry (each of ResNet-50's, forward and both
-gradients, batch 1 at 64 and 224 px and batch 8 at 224 px, 2 threads): plain is faster for
-every 1 x 1 convolution but a few at 7 x 7 and 14 x 14 (by 0.15-0.99x; those few up to
-1.4x slower) and for any kernel where the output has at most 64 pixels in all (batch x
-height x width: 0.49-0.95x), and slower for larger k x k ones (1.1-2.1x). The rule below
-took the convolutions of an iteration from 13.7 to 7.1 ms (batch 1, 64 px), 32.2 to 24.6
-ms (batch 1, 224 px) and 224.9 to 193.5 ms (batch 8, 224 px), summed over the distinct
-geometries; choosing each geometry's faster one would give 7.0, 24.5 and 188.1 ms.
+Why it is built so: docs/development.md, "Module notes" (compute/onednn/conv.py).
 """
 import functools
 

@@ -18,35 +18,6 @@ Resuming checks, on every rank and with the same message everywhere: the directo
 manifest exist, every file is there with the size and CRC-32 the manifest recorded and holds
 no NaN/Inf, and the model has the same arrays (the first difference is named).
 
-**On another rank count** (a job that lost a node, requeued on fewer; or on more): the
-stored ranks' parameters and optimizer state must be identical (data-parallel replicas;
-checked, the first difference named); new rank r loads stored rank r mod P (rank 0 keeps
-rank 0's reports). The iteration, the epoch and each rank's place in it (as a fraction of
-its shard) are kept; the data is re-sharded by the new job's ``scatter_dataset`` and each
-iterator keeps its new shard and order. By default (``batch='keep'``) the global batch is
-kept: the per-rank batch becomes global / P' (a SerialIterator is resized, said; other
-iterators must be started with that batch), so the learning rate and its schedule stay
-right; a global batch that does not split evenly is refused with the rank counts that
-work. With ``batch='scale'`` (``--resume-batch scale``) each rank keeps the batch it was
-started with, the global batch changes with P', and the stored learning rate is scaled by
-the large-batch rule the caller gives (``lr_rule``: the examples give Goyal et al.'s
-``linear_scaling``), said with both figures. A checkpoint of another model or another
-optimizer is refused, naming both. The
-decision is collective: no rank loads anything, and nothing says "resumed", until every
-rank's file has passed. Each checkpoint keeps its own manifest
-(``manifest_iter_<I>.json``, ``latest.json`` is the newest), so when the latest is damaged
-(a truncated file after a disk filled up, a lost rank file) ``maybe_resume`` - what
-``--auto-resume`` calls - falls back to the newest older checkpoint that passes, and says
-so; ``resume`` (``--resume``) stops and names the damage.
-
-Temporary files (``*.tmp.<host>.<pid>``) are removed when a write fails, and those a killed
-job left are swept when the next checkpointer starts on the directory (this host's whose
-process is gone; other hosts' untouched for ten minutes); ``chainermn-torus clean
---checkpoint-dir DIR`` does the same by hand.
-
-With the same seed and deterministic communicators a killed-and-resumed run ends with the
-same parameters, bit for bit, as an uninterrupted one (tested).
-
 The parts, one job each: ``files`` (names, the manifest, integrity checks), ``writing``
 (atomic rank files and manifests, the write probe, the refusal of a diverged state),
 ``room`` (free space before writing), ``sweep`` (what killed writers left), ``identity``
@@ -54,6 +25,8 @@ The parts, one job each: ``files`` (names, the manifest, integrity checks), ``wr
 rate on another rank count: one class per ``--resume-batch`` choice), ``resharding``
 (loading at the same or another rank count), ``extension`` (the trainer extension) and
 ``cli`` (the examples' options).
+
+Why it is built so: docs/development.md, "Module notes" (extensions/checkpoint/__init__.py).
 """
 from chainermn_torus.extensions.checkpoint.cli import (add_arguments, attach,  # NOQA
                                                        check_arguments, check_output)

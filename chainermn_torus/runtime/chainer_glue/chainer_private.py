@@ -4,7 +4,7 @@ checked. Checked against Chainer 7.8.1 (``CHECKED_WITH``; setup.py pins it).
 
 ``scripts/private_names.py`` finds every use of one of their private names by parsing the
 package (``ast``: attributes, ``getattr`` strings, imports, module paths), and
-tests/test_chainer_private.py fails on a use that is not in ``REGISTRY`` (or in
+tests/runtime/chainer_glue/test_chainer_private.py fails on a use that is not in ``REGISTRY`` (or in
 ``OURS_TOO``: names the package defines too, read on its own objects) and on an entry no
 code uses any more; ``NAMES`` says where each is in Chainer, and the test finds it there in
 the Chainer installed, so an upgrade that moves one fails in the tests, not in a job.

@@ -24,16 +24,10 @@ The groups (who applies them, and when):
 * ``abort``: ``Trainer.run`` leaves the printing of a refusal to the abort hook.
 * ``compute``: Chainer's heavy functions on oneDNN (compute.replacements; ``compute.use('numpy')``
   undoes them).
-* ``chainer import``: ``import chainermn_torus`` before Chainer's import puts a module of
-  nothing to check in ``sys.modules`` for the length of that import, where Chainer's own
-  check has nothing to find (runtime.chainer_glue.chainer_import); undone when the import ends.
+* ``chainer import``: while ``import chainermn_torus`` imports Chainer, an empty module in
+  ``sys.modules`` where Chainer's own check has nothing to find (``chainer_import``).
 
-An owner is a class or module, an instance (its own attribute is set; undone, the class's
-shows again), or a dict such as ``sys.modules`` (its entry is). ``__class__`` is an
-attribute of its own of every object: undone, the original class is set back.
-
-The list of patches in force is the one piece of process-wide state here: a patch is
-process-wide by nature (it changes a class or a module every thread sees).
+Why it is built so: docs/development.md, "Module notes" (runtime/chainer_glue/patches.py).
 """
 import collections
 

@@ -1,7 +1,7 @@
 """BLAS / OpenMP / numba thread budget per rank.
 
 With R ranks on a node of C cores, every rank running C BLAS threads puts R*C threads on C
-cores, and they slow each other down (seed 002 ran FlatMPI, several single-threaded ranks per
+cores, and they slow each other down (Kuroda et al. ran FlatMPI, several single-threaded ranks per
 node, for this reason). The default budget gives each rank C/R threads:
 
 * if the launcher bound this rank to a set of CPUs (its affinity mask is smaller than the

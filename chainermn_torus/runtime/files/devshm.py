@@ -1,49 +1,20 @@
 """/dev/shm: room before every allocation, names a user can attribute, and the sweep.
 
-On cluster nodes /dev/shm is RAM. Two things go wrong there, and this module answers both:
+On cluster nodes /dev/shm is RAM; this module keeps what a job puts there from killing it,
+or the next job on the node:
 
-* **Full.** A shared mapping that cannot be backed is not an error at allocation time: the
-  first write to a missing page kills the process with SIGBUS ("Bus error", no message).
-  ``check_room`` compares what an allocation needs with what the file system has free,
-  on every rank of the communicator at once, and raises the same error on all of them,
-  naming the node, /dev/shm, the bytes needed and free, and the fixes.
-  The check counts whole pages per rank plus MPI's own bookkeeping (``MPI_MARGIN``), and
-  is only a first answer: the allocation is then **populated** (``populate``:
-  ``madvise(MADV_POPULATE_WRITE)``, Linux 5.14+), which backs every page at once and
-  returns an error where the first write would have been a SIGBUS. That is exact by
-  construction, whatever MPI adds (measured: MPICH's window on a 24 MiB /dev/shm died with
-  SIGBUS at free = need + 8 KB and trained at need + 16 KB before this). On older kernels
-  the check with its margin stands alone.
-* **Left behind.** Files of a job that died stay until someone removes them, and the next
-  job on the node gets SIGBUS. Our loader unlinks its segments as soon as its processes
-  have mapped them (the mappings live on; see loader.iterator), so only a job killed in
-  the first second of a loader's start can leave one. Its name says whose it was:
-  ``cmtorus_<job>_<pid>_...`` (job: the batch system's job id, or "nojob"). ``sweep``
-  removes files of ours whose process is gone and, with ``others=True``, MPICH's and
-  multiprocessing's and Open MPI's files (``mpich_shm_*``, ``sem.mp-*``, ``sm_segment.*``,
-  ``vader_segment.*``) that no process on the node has
-  mapped or open and that are older than a minute: a live job always maps what it created.
-  Only the caller's own files are touched (root: everyone's). ``chainermn-torus clean``
-  runs it; the loader runs the safe part (ours, dead pid) at start.
-* **MPICH's own segment.** MPICH maps one ``/dev/shm/mpich_shm_*`` file per node at
-  MPI_Init and removes its name only in MPI_Finalize, so every rank killed on a node
-  (MPI_Abort, kill -9, a time limit) left it behind: 2.1 MB per node per job here.
-  ``unlink_mpi_segments`` removes the name once every rank has passed MPI_Init (our
-  communicators call it after ChainerMN's first collective, and the abort hook and the
-  watchdog before MPI_Abort, for jobs that never made one); the mapping lives on, and
-  MPICH's own unlink at MPI_Finalize finds nothing to do (tested: no error, exit code 0).
-  Only files this process maps and named ``mpich_shm_*`` are touched (other MPIs' peers
-  may attach to theirs later); ``CHAINERMN_TORUS_KEEP_MPI_SHM=1`` turns it off. When the
-  job ends early (an abort, a refusal, a signal: the paths that skip MPI_Finalize),
-  ``unlink_at_end`` removes the names of every MPI's segments the process maps, Open MPI's
-  (``sm_segment.*``, 16 MiB per rank) too: nothing attaches to them any more.
-  ``startup_watch`` removes MPICH's when it ends ranks stopped before their communicator.
-* **Open MPI's singleton.** A process that starts MPI without a launcher (one rank: a
-  script run with ``python``, a test process) under Open MPI 5.0.11 maps its own
-  ``sm_segment.*`` (16 MiB) and leaves it at every exit, MPI_Finalize included (measured:
-  ``python -c "from mpi4py import MPI"`` leaves one). No other process can attach to a
-  singleton's, so ``unlink_mpi_segments`` removes its name too, and ``unlink_singleton``
-  does for a process that made no communicator (the tests' own process).
+* ``check_room``: what an allocation needs (whole pages per rank, plus ``MPI_MARGIN``)
+  against what is free, on every rank of the communicator at once, one error on all naming
+  the node, the bytes and the fixes; ``populate`` then backs every page at once
+  (``MADV_POPULATE_WRITE``), so a shortfall is an error, not a SIGBUS at the first write.
+* ``sweep``: files of ours (``cmtorus_<job>_<pid>_...``) whose process is gone and, with
+  ``others=True``, MPICH's, Open MPI's and multiprocessing's that no process maps or holds
+  open and that are older than a minute; only the caller's own files (root: everyone's).
+* ``unlink_mpi_segments``: MPICH's ``mpich_shm_*`` name removed once every rank has passed
+  MPI_Init (``CHAINERMN_TORUS_KEEP_MPI_SHM=1``: kept); ``unlink_at_end``: every MPI's
+  segment names on an early end; ``unlink_singleton``: Open MPI's singleton's segment.
+
+Why, and what was measured: docs/development.md, "Module notes" (runtime/files/devshm.py).
 """
 import ctypes
 import errno

@@ -12,29 +12,12 @@ MPI and is no process of the job. It
 * while its rank leads the node's watchdog, watches the watchdog's process: one that dies
   is a stall of its own, said, and the node's ranks ended.
 
-Only the death that ends the job is said, not those of the ranks the launcher ends after
-it. The launchers end a job by killing each rank's process group (MPICH's and Intel MPI's
-Hydra, Open MPI's PRRTE), a few milliseconds after the first death: a watcher inside the
-group lost that race under load (two of six runs beside other jobs said nothing). So the
-watcher leaves the group and forks a *canary* into it, a process that only waits, and waits
-on the rank and the canary through pidfds in one epoll, whose ready list keeps the order in
-which they ended (and on the end of file of the rank's pipe: the kernel closes a dying
-process's files before it tells anyone it ended, its pidfd and its launcher included). The
-rank first: it died alone, the death to say. The canary first: the group was ended, by the
-launcher or by a watcher of the package ending ranks on purpose (``ranks.end_ranks``
-kills the canaries first), nothing to say. A group killed whole ends the canary (a small
-process) before the rank's files close (after its memory is freed): 10-15 ms apart here;
-the launcher kills the group of a rank that died alone 3-4 ms after its files closed.
-
-The exit status is read from the pidfd, where the kernel keeps it after the launcher has
-reaped the rank (Linux 6.15+), else from /proc while the rank is a zombie. Without pidfds
-(Linux before 5.3, Python before 3.9) the watcher stays in the group: it says a death if it
-reads it before the launcher's kill reaches it.
-
     python -I -S rank_watch.py FD PID GRACE WHO BOARD_LAYOUT_PY OOM_KILLS RANKS_PY
 
 FD: the read end of the rank's pipe (``signal.set_wakeup_fd``'s signal numbers, and the
 messages of ``runtime.watch.abort``: ``BYE``, ``ABORTING``, ``NEWS``).
+
+Why it is built so: docs/development.md, "Module notes" (runtime/watch/rank_watch.py).
 """
 import errno
 import fcntl

@@ -1,7 +1,7 @@
 """The watchdog's verdict: from every rank's row and process state, who the job waits for,
 in one line; or nothing while no rank is past its limit. A pure function (no I/O, no clock):
 the node watcher (``node_watch``) gives it this node's rows read from the board, the other
-nodes' rows heard in their heartbeats, the limits and the time; ``tests/test_node_watch.py``
+nodes' rows heard in their heartbeats, the limits and the time; ``tests/runtime/watch/test_node_watch.py``
 checks it as a table of cases.
 
 Who is named, once a rank of this node is past its phase's limit (start-up, to the end of

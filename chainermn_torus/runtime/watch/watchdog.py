@@ -1,33 +1,14 @@
 """A watchdog for jobs where a rank, or a whole node, stops while the others wait for it.
 
-MPI launchers end the job when a rank exits abnormally (MPICH's hydra, srun with
---kill-on-bad-exit), and an uncaught exception calls MPI_Abort through our abort hook
-(``runtime.watch.abort``). What neither catches is a rank that stays alive but stops:
-stuck in I/O, in a deadlock, stopped by a signal, or a node that froze whole. Every rank then
-waits until the batch job's time limit.
-
 With a watchdog (``CHAINERMN_TORUS_WATCHDOG=SECONDS``, the launcher's ``--watchdog``, or
 ``watchdog=SECONDS`` in ``create_multi_node_optimizer``), every rank marks its progress on
 its node's progress board (``runtime.watch.progress_board``: plain stores to a /dev/shm file, no
 MPI, no thread) and one small process per node (``runtime.watch.node_watch``, started by the
 node's first rank) watches the board and the other nodes. It starts with the job's first
 communicator (``create_communicator``; from the environment or the launcher) or, given only
-to the optimizer, with the multi-node optimizer, and watches until the rank exits:
-
-* start-up: from the communicator to the end of the first training step (data loading,
-  ``scatter_dataset``, the optimizer's set-up, compiling, the first broadcast): its own
-  limit, ``CHAINERMN_TORUS_WATCHDOG_STARTUP`` (default the larger of ``STARTUP_S`` and
-  the step limit);
-* a training step: from ``update()`` to its end (forward, backward, the all-reduce, the
-  update); limit SECONDS;
-* between steps (loading data, other extensions): ``OUTSIDE_FACTOR`` x SECONDS;
-* an evaluation: each batch is progress (Chainer's ``Evaluator``, also ChainerMN's
-  multi-node one), so a long evaluation is fine as long as its batches move; a batch may
-  take SECONDS;
-* a checkpoint (``extensions.checkpoint``): ``OUTSIDE_FACTOR`` x SECONDS from its start;
-* after training (``training_over()``: the final evaluation, the last reductions):
-  evaluation batches as above; otherwise only a rank waiting in a communication call for
-  ``OUTSIDE_FACTOR`` x SECONDS is a stall (one rank writing its results alone is not).
+to the optimizer, with the multi-node optimizer, and watches until the rank exits, each
+phase with its limit (``board_layout``'s phase table; the list: docs/development.md,
+"Module notes").
 
 Every communication call of the job's communicators is marked too (``runtime.watch.call_marks``:
 which call a rank entered and whether it left it), so the watcher tells the rank the others
@@ -36,6 +17,8 @@ call; and it reads each rank's process state, so a rank stopped by a signal or g
 named as such, within SECONDS whatever the phase. When a rank of a node passes its limit,
 that node's watcher names who the job waits for, with host and phase, and ends the job:
 see ``runtime.watch.node_watch``.
+
+Why it is built so: docs/development.md, "Module notes" (runtime/watch/watchdog.py).
 """
 import atexit
 import contextlib

@@ -72,7 +72,7 @@ class System(object):
         if self.node:
             per_rank = (self.node.cores - self.node.os_cores) // job.ranks_per_node
             loader = job.loader_cores
-            if loader is None:  # OFP with one rank: 64 compute + 2 loader cores (seed 000)
+            if loader is None:  # OFP with one rank: 64 compute + 2 loader cores (Hanawa & Tamura)
                 loader = 0 if per_rank == 1 else (2 if per_rank >= 32 else 1)
             threads = job.threads or per_rank - loader
         else:
@@ -243,7 +243,7 @@ ${pmi_settings}'''
     # rank as a singleton: the launcher's rank-count check names it (runtime.world).
     SRUN_PMI = {'mpich': 'pmi2', 'impi': 'pmi2', 'openmpi': 'pmix'}
     # srun, or the MPI's own mpiexec inside the allocation. MPICH's default is mpiexec:
-    # under a real Slurm 22.05 (tests/test_slurm.py), srun --mpi=pmi2 with the MPICH wheel
+    # under a real Slurm 22.05 (tests/tools/test_slurm.py), srun --mpi=pmi2 with the MPICH wheel
     # failed now and then in MPI_Init (slurmstepd: "mpi/pmi2: value not properly
     # terminated" on the network-address exchange) and the ranks then hung there; Hydra's
     # own PMI never did.

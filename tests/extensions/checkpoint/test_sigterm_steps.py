@@ -9,7 +9,7 @@ import pytest
 
 from chainermn_torus.extensions.checkpoint import MultiNodeCheckpointer
 from conftest import worker
-from tests.checkpoint.support import comm, trainer
+from tests.extensions.checkpoint.support import comm, trainer
 
 STEPS = 10   # tests/mpi_workers/checkpoint_sigterm.py
 COMPLETE_FROM = 5  # after the rename of manifest_iter_6.json: checkpoint 6 is complete

@@ -122,7 +122,7 @@ def test_watchdog_bad_value():
 @pytest.mark.parametrize('mode', ['term'])
 def test_timeline_is_written_whole_when_the_job_ends_abnormally(mode, tmp_path):
     # SIGTERM writes the timeline before the process goes (atexit never runs after a
-    # signal). The abort hook's whole file after an exception: tests/test_timeline.py's
+    # signal). The abort hook's whole file after an exception: tests/runtime/test_timeline.py's
     # test_timelines_survive_an_abort_and_kill_9[raise].
     import json
     prefix = tmp_path / 'tl'
@@ -134,7 +134,7 @@ def test_timeline_is_written_whole_when_the_job_ends_abnormally(mode, tmp_path):
     assert any(e.get('name') == 'forward_backward' for e in events)
     # A process torn down mid-write (the launcher's kill after the abort) can leave an
     # unfinished PREFIX.rankR.json.tmp next to the whole file: `timeline merge` reads only
-    # the whole files and names a lone .tmp as such (tests/test_timeline.py).
+    # the whole files and names a lone .tmp as such (tests/runtime/test_timeline.py).
 
 
 def _started_job(argv, env, cwd=None):

@@ -34,7 +34,7 @@ def report(proc):
     return [l for l in proc.stdout.splitlines() if l.startswith('chainermn_torus.run: ')]
 
 
-# The fast tier's launcher tests are tests/test_run.py's.
+# The fast tier's launcher tests are tests/launch/test_run.py's.
 # 1-3 ranks: test_plain_chainer_script_runs_data_parallel. Here one job of 3 ranks and one
 # of 2 (the next test): what an option does to the script does not depend on P, and each
 # job starts P interpreters and their loader processes.

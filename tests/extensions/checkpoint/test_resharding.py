@@ -10,7 +10,7 @@ from chainer.training import triggers
 
 from chainermn_torus.extensions.checkpoint import MultiNodeCheckpointer, files, resharding
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
-from tests.checkpoint.support import checkpointed, comm, params, trainer
+from tests.extensions.checkpoint.support import checkpointed, comm, params, trainer
 
 
 @pytest.mark.parametrize('stored, new_len, sizes, batch, expected', [

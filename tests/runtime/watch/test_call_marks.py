@@ -2,7 +2,7 @@
 call a rank is in and how many it made, on its row of the progress board, for the calls of
 the ChainerMN API and of the communicator's mpi4py handle alike; nested calls count once; a
 thread's calls go to the thread's columns. One process on MPI_COMM_SELF; the whole path on
-real ranks is the fault matrix's (tests/test_fault_matrix.py)."""
+real ranks is the fault matrix's (tests/scripts/test_fault_matrix.py)."""
 import os
 import threading
 

@@ -73,13 +73,13 @@ WHY_LEFT_OUT = {
                    'eval-stall and eval-long (20 s of an emulated cluster in the full tier)',
     'stop-step': 'a rank stopped mid-step with another communicator kind or rank count: the '
                  'process state names it whatever the collective (rsap at P = 3 runs here, '
-                 'the verdicts are unit-tested in tests/test_node_watch.py)',
+                 'the verdicts are unit-tested in tests/runtime/watch/test_node_watch.py)',
     'refuse': 'a bad value given to the example: tests/test_refusals.py gives every setting '
               'of the table its bad value, through its variable and its option, in a job of '
               'its own, and the multi-rank paths (said once) under mpiexec',
     'tune': 'a wrong-typed tune file: every field check is unit-tested '
-            '(tests/communicators/test_tune.py)',
-    'enospc': 'a full disk at a checkpoint: tests/test_checkpoint.py fills it under a 2-rank '
+            '(tests/tuning/test_tune.py)',
+    'enospc': 'a full disk at a checkpoint: tests/extensions/checkpoint/test_checkpoint.py fills it under a 2-rank '
               'job (the message, no temporary file, the previous checkpoint kept) and the '
               'enospc-manifest row here ends a job by it; what a job ending by an exception '
               'leaves in /dev/shm is the raise row\'s',

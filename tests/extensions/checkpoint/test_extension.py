@@ -1,6 +1,6 @@
 """The checkpointer as an extension, one rank in this process (MPI_COMM_SELF): what it
 keeps, what it refuses to write, how it falls back, and a failed write's leftovers. The
-same across real ranks: tests/test_checkpoint.py."""
+same across real ranks: tests/extensions/checkpoint/test_checkpoint.py."""
 import errno
 import json
 import os
@@ -14,7 +14,7 @@ from chainer.training import triggers
 from chainermn_torus.errors import ConfigError
 from chainermn_torus.extensions.checkpoint import MultiNodeCheckpointer, writing
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
-from tests.checkpoint.support import checkpointed, comm, trainer
+from tests.extensions.checkpoint.support import checkpointed, comm, trainer
 
 
 def _run_to(tr, iteration):

@@ -36,7 +36,7 @@ def params(out):
 
 
 # Killed once a checkpoint is complete, at P = 2: the ImageNet example's kill-and-resume test
-# (after:4); the same resume in one process: tests/checkpoint/test_resharding.py.
+# (after:4); the same resume in one process: tests/extensions/checkpoint/test_resharding.py.
 @pytest.mark.parametrize('nprocs, flags, fault', [
     (2, [], 'during:12'),   # killed between writing and renaming: resumes from iteration 8
     (3, ['--double-buffering'], 'after:8'),
@@ -115,7 +115,7 @@ def test_damaged_latest_checkpoint_is_named_and_auto_resume_falls_back(tmp_path)
     with open(str(damaged), 'r+b') as f:
         f.truncate(size // 2)  # what a disk that filled up, or a lost write, leaves
     # Rank 1's file, checked by rank 1: every rank falls back together, said by rank 0.
-    # (--resume's refusal, the CRC and the NaN checks: tests/checkpoint/test_files.py.)
+    # (--resume's refusal, the CRC and the NaN checks: tests/extensions/checkpoint/test_files.py.)
     again = train(2, tmp_path / 'o3', ck, '--auto-resume')
     assert again.returncode == 0, again.stderr[-3000:]
     assert 'snapshot_iter_20.rank1.npz has {} bytes, the manifest says {}'.format(
@@ -193,7 +193,7 @@ def test_resume_on_another_rank_count_4_2_3(tmp_path):
     # One checkpoint directory through 4, 2 and 3 ranks, global batch 120 throughout (30,
     # 60, 40 per rank), 20 iterations an epoch: fewer ranks, then more that do not divide
     # the old count (what the rules do at every pair of counts, with no job:
-    # tests/checkpoint/test_resharding.py and test_rules.py). Resumed at the epoch it was written
+    # tests/extensions/checkpoint/test_resharding.py and test_rules.py). Resumed at the epoch it was written
     # in, a job ends at once: its parameters are the stored ones, bit for bit. Resumed with
     # one more epoch, it trains on every rank.
     ck = tmp_path / 'ck'
@@ -230,7 +230,7 @@ def test_resume_on_another_rank_count_4_2_3(tmp_path):
     assert scaled.returncode == 0, scaled.stderr[-3000:]
     assert line_with(scaled.stdout, 'global batch', '120 (3 x 40)', '60 (2 x 30',
                      'alpha 0.001 -> 0.0005', 'linear_scaling'), scaled.stdout[-2000:]
-    # (Another optimizer's state refused: tests/checkpoint/test_extension.py.)
+    # (Another optimizer's state refused: tests/extensions/checkpoint/test_extension.py.)
     # A stored replica that differs (rank 2 of the last 3-rank checkpoint, one weight): no
     # replica can stand for the others, and the refusal names the ranks and the array.
     last = json.loads((ck / 'latest.json').read_text())['iteration']

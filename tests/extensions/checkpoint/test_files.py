@@ -8,7 +8,7 @@ import pytest
 from chainer.training import triggers
 
 from chainermn_torus.extensions.checkpoint import files
-from tests.checkpoint.support import Net, checkpointed
+from tests.extensions.checkpoint.support import Net, checkpointed
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from chainer.training import triggers
 
 from chainermn_torus.extensions.checkpoint import MultiNodeCheckpointer, arrays, files
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
-from tests.checkpoint.support import checkpointed, comm, trainer
+from tests.extensions.checkpoint.support import checkpointed, comm, trainer
 
 
 def _run_to(tr, iteration):

@@ -10,8 +10,8 @@ from chainer.training import triggers
 from chainermn_torus.errors import ConfigError
 from chainermn_torus.extensions.checkpoint import MultiNodeCheckpointer, add_arguments, rules
 from conftest import line_with
-from tests.checkpoint.support import checkpointed, comm, trainer
-from tests.checkpoint.test_resharding import _as_two_ranks
+from tests.extensions.checkpoint.support import checkpointed, comm, trainer
+from tests.extensions.checkpoint.test_resharding import _as_two_ranks
 
 
 class SquareRootScaling(rules.BatchRule):

@@ -1,7 +1,7 @@
 """Job scripts from one template set: every system's passes bash -n and shellcheck and follows
 the rules a first job on that system needs (the venv's python, srun's --cpus-per-task and
 PMI, OFP's pinning as the placement then uses it, Fugaku's resource groups, PBS placement);
-the local one runs a real 2-rank training job, and tests/test_slurm.py runs one under a
+the local one runs a real 2-rank training job, and tests/tools/test_slurm.py runs one under a
 real Slurm."""
 import json
 import os
@@ -212,7 +212,7 @@ def test_ofp_pins_what_the_placement_then_uses(tmp_path, rpn, queue):
     assert launch.startswith('mpiexec.hydra -n {} -ppn {}'.format(8 * rpn, rpn))
     assert (' numactl --preferred=1 ' in launch) == (queue == 'regular-flat')  # MCDRAM
     # The placement, given the CPUs Intel MPI's domain leaves this rank, computes on exactly
-    # the threads the script announces (seed 000: 64 compute cores with one rank per node).
+    # the threads the script announces (Hanawa & Tamura: 64 compute cores with one rank per node).
     threads = int(env['CHAINERMN_TORUS_THREADS'])
     loader = int(env.get('CHAINERMN_TORUS_DEDICATED_CORES', 0))
     usable = [c for c in range(68) if c not in excluded]

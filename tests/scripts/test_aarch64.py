@@ -87,7 +87,7 @@ def test_exact_means_with_numba_flush_to_zero_and_chainers_layers_on_aarch64():
     # P = 2 (3 ranks took half as long again); on a cold numba cache (every CI run) rank 0
     # compiles the kernels once, the other rank loads them (WARM). What grows with
     # P is the same Python on every architecture (every P to 8 on x86, and the numpy
-    # fallbacks' odd rows at P = 3 in tests/test_without_numba.py). Then rank 0's
+    # fallbacks' odd rows at P = 3 in tests/runtime/cpu/test_without_numba.py). Then rank 0's
     # single-process checks.
     proc = _job(2, ['rsap', 'rsaa:shm=1'], RANK0_CHECKS, warm=WARM)
     assert_ok(proc, 2)
@@ -102,7 +102,7 @@ def test_exact_means_with_numba_flush_to_zero_and_chainers_layers_on_aarch64():
 
 
 def test_exact_means_without_numba_on_aarch64(no_numba):
-    # The numpy fallbacks on aarch64 (odd row lengths: on x86, tests/test_without_numba.py).
+    # The numpy fallbacks on aarch64 (odd row lengths: on x86, tests/runtime/cpu/test_without_numba.py).
     proc = _job(2, ['rsaa:shm=1'], first=[no_numba])
     assert_ok(proc, 2)
     assert 'numba is not installed' in proc.stdout

@@ -7,7 +7,7 @@ from chainermn_torus.errors import ConfigError
 from chainermn_torus.extensions.checkpoint import rules
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
 from chainermn_torus.optimizers.large_batch import linear_scaling
-from tests.checkpoint.support import trainer
+from tests.extensions.checkpoint.support import trainer
 
 
 def stored(ranks, batch, lr=('lr', 0.1)):
