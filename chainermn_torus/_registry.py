@@ -20,7 +20,7 @@ import chainermn.communicators
 
 from chainermn_torus import communicators, compute, config
 from chainermn_torus.errors import ConfigError
-from chainermn_torus.runtime import report, startup
+from chainermn_torus.runtime import overrides, report, startup
 from chainermn_torus.runtime.chainer_glue import patches
 from chainermn_torus.runtime.watch import watchdog
 
@@ -41,43 +41,6 @@ if 'auto' not in communicators.CLASSES:  # once, also where this module is loade
 CHAINERMN_NAMES = ('naive', 'flat', 'non_cuda_aware', 'pure_nccl', 'dummy')
 
 _chainermn_factory = chainermn.communicators.create_communicator
-
-
-class Overrides(object):
-    """What a launcher wants of every communicator the factory makes (the optimizers' seam
-    is ``optimizers.factory.Overrides``): one per process, ``OVERRIDES``, changed through
-    the functions below."""
-
-    def __init__(self):
-        self.forced = None         # (name, kwargs) or None
-        self.defaults = {}         # options for ours where the caller gives none
-        self.forced_options = {}   # options every communicator of ours gets
-        self.callbacks = []        # (comm, name asked, name made), the launcher's report
-        self.rename = None         # name -> the name to make, where none is forced
-
-    def choose(self, name, kwargs):
-        """(the name to make, its options) for a call asking for ``name``."""
-        if self.forced is not None:
-            name, forced_kwargs = self.forced
-            kwargs = dict(kwargs, **forced_kwargs)
-        elif self.rename is not None:
-            name = self.rename(name)
-        if self.forced_options and name in names():
-            kwargs = dict(kwargs, **self.forced_options)
-        return name, kwargs
-
-    def with_defaults(self, cls, kwargs):
-        if not self.defaults:
-            return kwargs
-        takes = _option_names(cls)
-        return dict({k: v for k, v in self.defaults.items() if k in takes}, **kwargs)
-
-    def made(self, comm, asked, made):
-        for callback in self.callbacks:
-            callback(comm, asked, made)
-
-
-OVERRIDES = Overrides()  # the launcher's, for this process
 
 
 class OptionError(ConfigError, TypeError):
@@ -111,40 +74,40 @@ def force_communicator(name, **kwargs):
     ``force_communicator(None)`` undoes it.
     """
     if name is None:
-        OVERRIDES.forced = None
+        overrides.current().forced = None
         return
     _check_name(name)
-    OVERRIDES.forced = (name, kwargs)
+    overrides.current().forced = (name, kwargs)
 
 
 def set_defaults(**options):
     """Options every communicator of ours made by the factory gets unless the call gives
     them (those its class takes): ``python -m chainermn_torus.run --grid 2x4`` without
     ``--communicator``. ``set_defaults()`` clears them."""
-    OVERRIDES.defaults = {k: v for k, v in options.items() if v is not None}
+    overrides.current().defaults = {k: v for k, v in options.items() if v is not None}
 
 
 def add_default(key, value):
     """One more default option (the launcher's --tune), leaving the others in place."""
     if value is not None:
-        OVERRIDES.defaults[key] = value
+        overrides.current().defaults[key] = value
 
 
 def add_forced_option(key, value):
     """Every communicator of ours the factory makes from now on gets ``key=value`` (the
     launcher's --fp16-allreduce); ChainerMN's are refused with the reason."""
-    OVERRIDES.forced_options[key] = value
+    overrides.current().forced_options[key] = value
 
 
 def set_rename(rename):
     """``rename(name)`` (the name to make, or a refusal) for every create_communicator call
     from now on where no name is forced: the launcher's --gpu-to-cpu. None undoes it."""
-    OVERRIDES.rename = rename
+    overrides.current().rename = rename
 
 
 def on_create(callback):
     """``callback(comm, asked, made)`` after every communicator the factory makes."""
-    OVERRIDES.callbacks.append(callback)
+    overrides.current().callbacks.append(callback)
 
 
 def _check_name(name):
@@ -169,8 +132,8 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
     the configuration, no effect on CPU). Other keywords go to ChainerMN's factory.
     """
     asked = communicator_name
-    communicator_name, kwargs = OVERRIDES.choose(communicator_name, kwargs)
     ours = names()
+    communicator_name, kwargs = overrides.current().choose(communicator_name, kwargs, ours)
     _check_name(communicator_name)
     cls = communicator_class(communicator_name) if communicator_name in ours else None
     if cls is None and kwargs.get('allreduce_grad_dtype') is not None \
@@ -182,7 +145,7 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
     if cls is None:
         return _made(_chainermn_factory(communicator_name, mpi_comm=mpi_comm, **kwargs),
                      asked, communicator_name)
-    kwargs = OVERRIDES.with_defaults(cls, kwargs)
+    kwargs = overrides.current().with_defaults(_option_names(cls), kwargs)
     explicit = 'batched_copy' in kwargs
     batched_copy = kwargs.pop('batched_copy', True)
     try:
@@ -208,7 +171,7 @@ def _made(comm, asked, made):
     # The job's watchdog starts with its first communicator, where one is set (the
     # environment, the launcher), and marks every communicator's calls.
     watchdog.attach(comm)
-    OVERRIDES.made(comm, asked, made)
+    overrides.current().made(comm, asked, made)
     return comm
 
 

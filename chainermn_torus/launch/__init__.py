@@ -40,7 +40,7 @@ from chainermn_torus.launch import options as _options
 from chainermn_torus.launch import gpu_to_cpu, patches
 from chainermn_torus.launch.optimizer import LauncherOverrides
 from chainermn_torus.launch.report import PREFIX, say
-from chainermn_torus.runtime import report, timeline, world
+from chainermn_torus.runtime import overrides, report, timeline, world
 from chainermn_torus.runtime.chainer_glue import patches as runtime_patches
 from chainermn_torus.runtime.cpu import allocation, threads
 from chainermn_torus.runtime.watch import watchdog
@@ -80,9 +80,9 @@ class Launch(object):
         if self.get('loader_eval') and self.get('loader') is None:
             raise ConfigError('--loader-eval rebuilds the evaluation iterators as --loader '
                               'does; give --loader serial|multiprocess|ours with it')
-        # The optimizers load MPI, which starts with the script's first communicator.
-        from chainermn_torus.optimizers import factory
-        factory.set_overrides(LauncherOverrides(self))
+        # The one seam both factories read: the communicator's fields set so far
+        # (--communicator) are kept, the options below go to it.
+        overrides.install(LauncherOverrides(self))
         wire = self.get('allreduce_dtype')
         if self.get('fp16_allreduce'):
             if wire not in (None, 'float16'):
@@ -133,7 +133,7 @@ class Launch(object):
             describe = comm.describe() if ours else type(comm).__name__
             say("create_communicator({!r}) -> {}{}".format(asked, describe, (
                 '' if asked == made else ' (forced by --communicator)'
-                if _registry.OVERRIDES.forced is not None else
+                if overrides.current().forced is not None else
                 " (--gpu-to-cpu: ChainerMN's GPU communicator)")), comm.rank)
         if 'tune' in self.given and not _registry.takes_option(made, 'tune'):
             tuned = [n for n in _registry.names() if _registry.takes_option(n, 'tune')]

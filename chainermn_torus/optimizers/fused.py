@@ -28,10 +28,11 @@ import numpy
 from chainer import optimizers
 
 from chainermn_torus.errors import ConfigError
+from chainermn_torus.runtime.chainer_glue import patches
 from chainermn_torus.runtime.cpu import jit
 
-__all__ = ['fuse', 'FusedAdam', 'FusedMomentumSGD', 'FusedRMSprop', 'fusable_names',
-           'is_fused']
+__all__ = ['fuse', 'unfuse', 'FusedAdam', 'FusedMomentumSGD', 'FusedRMSprop',
+           'fusable_names', 'is_fused']
 
 
 class _FusedOptions(object):
@@ -321,7 +322,8 @@ _RULES = {
 def _to_fused_rule(rule, options):
     fused = _RULES.get(type(rule))
     if fused is not None:
-        rule.__class__ = fused
+        patches.apply(rule, '__class__', fused, 'fused',
+                      "Chainer's {} as {}".format(type(rule).__name__, fused.__name__))
     if isinstance(rule, _FusedRule):
         rule._options = options
     return rule
@@ -363,10 +365,21 @@ def fuse(optimizer, flush_denormals=False):
             'chainermn_torus: no fused update for {}: fused versions exist for {} (exactly '
             'these classes, not subclasses). Leave fusing off for this optimizer.'.format(
                 type(optimizer).__name__, ', '.join(fusable_names())))
-    optimizer.__class__ = fused
+    patches.apply(optimizer, '__class__', fused, 'fused',
+                  "Chainer's {} as {}".format(type(optimizer).__name__, fused.__name__))
     optimizer.flush_denormals = flush_denormals
     target = getattr(optimizer, 'target', None)
     if isinstance(target, chainer.Link):
         for param in target.params():
             _to_fused_rule(param.update_rule, optimizer._options())
+    return optimizer
+
+
+def unfuse(optimizer):
+    """``optimizer`` and its update rules back to Chainer's classes (the patches ``fuse``
+    recorded); the state, ``t`` and hyper-parameters stay. Returns it."""
+    target = getattr(optimizer, 'target', None)
+    rules = [p.update_rule for p in target.params()] if isinstance(target, chainer.Link) else []
+    for owner in rules + [optimizer]:
+        patches.uninstall('fused', owner=owner)
     return optimizer

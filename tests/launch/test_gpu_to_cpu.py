@@ -24,6 +24,7 @@ from chainermn_torus.errors import Unsupported
 from chainermn_torus.launch import gpu_to_cpu
 from chainermn_torus.launch.gpu_to_cpu import scan
 from chainermn_torus.runtime.chainer_glue import patches
+from chainermn_torus.runtime import overrides
 from conftest import ROOT
 
 GPU = os.path.join(ROOT, 'tests', 'unchanged', 'gpu')
@@ -96,7 +97,7 @@ def test_uninstall_leaves_chainer_as_it_was(installed):
     assert (chainer.get_device, backend.get_device, cuda.get_device_from_id, cuda.to_gpu,
             chainer.link.Link.to_gpu) == before
     assert not patches.applied(group='gpu to cpu')
-    assert 'cupy' not in sys.modules and _registry.OVERRIDES.rename is None
+    assert 'cupy' not in sys.modules and overrides.current().rename is None
 
 
 def _line_of(use):
@@ -148,8 +149,8 @@ def test_without_the_option_a_gpu_communicator_name_is_one_line_naming_it(instal
 def test_with_the_option_gpu_communicator_names_become_auto(installed):
     installed(os.path.join(GPU, 'dcgan.py'))
     for name in gpu_to_cpu.GPU_COMMUNICATORS:
-        assert _registry.OVERRIDES.choose(name, {}) == ('auto', {})
-    assert _registry.OVERRIDES.choose('naive', {}) == ('naive', {})
+        assert overrides.current().choose(name, {}, _registry.names()) == ('auto', {})
+    assert overrides.current().choose('naive', {}, _registry.names()) == ('naive', {})
 
 
 def test_a_gpu_script_stopping_itself_is_one_line_naming_the_option(installed, tmp_path):

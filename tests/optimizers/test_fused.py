@@ -161,3 +161,41 @@ def test_unfusable_optimizer_is_refused_with_the_alternatives():
         fuse(chainer.optimizers.AdaGrad())
     assert 'AdaGrad' in str(e.value) and 'Adam, MomentumSGD, RMSprop' in str(e.value)
 
+
+
+def test_the_class_swap_is_a_recorded_patch_undone_by_unfuse():
+    import gc
+    from chainermn_torus.optimizers import fused
+    from chainermn_torus.runtime.chainer_glue import patches
+    model = _model()
+    opt = chainer.optimizers.Adam()
+    opt.setup(model)
+    fuse(opt)
+    rules = [p.update_rule for p in model.params()]
+    mine = [p for p in patches.applied('fused') if p.owner is opt or p.owner in rules]
+    assert len(mine) == 1 + len(rules) and all(p.original in (chainer.optimizers.Adam,
+                                               chainer.optimizers.adam.AdamRule) for p in mine)
+    _steps(opt, model, 2, contiguous=False)
+    fused.unfuse(opt)
+    assert type(opt) is chainer.optimizers.Adam and not is_fused(opt)
+    assert all(type(r) is chainer.optimizers.adam.AdamRule for r in rules)
+    assert not [p for p in patches.applied('fused') if p.owner is opt or p.owner in rules]
+    # Chainer's own update goes on from the fused one's state: the same bits as Chainer's
+    # update all along (the fused kernel equals it bit for bit)
+    _steps(opt, model, 1, contiguous=False, seed=2)
+    reference_model = _model()
+    reference = chainer.optimizers.Adam()
+    reference.setup(reference_model)
+    _steps(reference, reference_model, 2, contiguous=False)
+    _steps(reference, reference_model, 1, contiguous=False, seed=2)
+    assert opt.t == reference.t == 3
+    _assert_same(_params(model), _params(reference_model))
+    # the patch list holds the user's optimizer weakly: a fused optimizer dropped leaves it
+    other = chainer.optimizers.MomentumSGD()
+    other.setup(_model())
+    fuse(other)
+    count = len(patches.applied('fused'))
+    assert count > 0
+    del other
+    gc.collect()
+    assert len(patches.applied('fused')) == 0

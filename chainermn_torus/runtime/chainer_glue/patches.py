@@ -17,29 +17,58 @@ The groups (who applies them, and when):
 * ``watchdog``: ``Evaluator.__call__`` marks each evaluation batch (runtime.watch.watchdog); on
   each communicator the job's watchdog marks, its ChainerMN API methods and its
   ``mpi_comm`` (instance patches, runtime.watch.call_marks: ``unmark`` undoes one's).
-* ``timing``: a method timed or slowed for a measurement: of one object (extensions.timing:
-  the examples' and the benchmarks' communication and update times; bench double-buffering's
-  slow link), or of a class or module while a benchmark runs (bench compute-profile's parts,
-  bench overlap's wire time).
+* ``timing``: a method timed or slowed for a measurement, of one object (extensions.timing,
+  bench double-buffering's slow link) or of a class or module while a benchmark runs.
 * ``abort``: ``Trainer.run`` leaves the printing of a refusal to the abort hook.
-* ``compute``: Chainer's heavy functions on oneDNN (compute.replacements; ``compute.use('numpy')``
-  undoes them).
+* ``compute``: Chainer's heavy functions on oneDNN (compute.replacements).
+* ``fused``: the class of an optimizer made fused and of its update rules (instance
+  patches, optimizers.fused: ``unfuse`` undoes one optimizer's).
 * ``chainer import``: while ``import chainermn_torus`` imports Chainer, an empty module in
   ``sys.modules`` where Chainer's own check has nothing to find (``chainer_import``).
 
 Why it is built so: docs/development.md, "Module notes" (runtime/chainer_glue/patches.py).
 """
-import collections
+import types
+import weakref
 
 __all__ = ['apply', 'undo', 'uninstall', 'applied', 'original_of', 'Patch', 'GROUPS']
 
 GROUPS = ('registry', 'launcher', 'gpu to cpu', 'watchdog', 'timing', 'abort', 'compute',
-          'chainer import')
+          'chainer import', 'fused')
 _MISSING = object()
 
-Patch = collections.namedtuple('Patch', 'owner name original own replacement group why')
-
 _APPLIED = []  # the patches in force, oldest first
+
+
+class Patch(object):
+    """One change: ``owner.name`` was ``original`` (``own``: the owner's own entry, not an
+    inherited one), is ``replacement``, made by ``group`` for ``why``. An instance owner is
+    held weakly: a patch of a user's object (a fused optimizer's class) keeps nothing alive,
+    and leaves the list when the object goes."""
+    __slots__ = ('_owner', 'name', 'original', 'own', 'replacement', 'group', 'why')
+
+    def __init__(self, owner, name, original, own, replacement, group, why):
+        self._owner = _held(owner)
+        self.name, self.original, self.own = name, original, own
+        self.replacement, self.group, self.why = replacement, group, why
+
+    @property
+    def owner(self):
+        held = self._owner
+        return held() if isinstance(held, weakref.ref) else held
+
+
+def _held(owner):
+    if isinstance(owner, (type, types.ModuleType, dict)):
+        return owner
+    try:
+        return weakref.ref(owner, _forget)
+    except TypeError:  # no weak references to it: held as classes and modules are
+        return owner
+
+
+def _forget(ref):
+    _APPLIED[:] = [p for p in _APPLIED if p._owner is not ref]
 
 
 def _entries(owner):
@@ -82,11 +111,16 @@ def apply(owner, name, replacement, group, why):
 def undo(patch):
     """Put back what ``patch`` replaced (the original, or nothing of the owner's own where
     the attribute was inherited or the entry absent)."""
+    if patch not in _APPLIED:
+        return  # undone already, or its owner is gone
     _APPLIED.remove(patch)
+    owner = patch.owner
+    if owner is None:
+        return
     if patch.own:
-        _set(patch.owner, patch.name, patch.original)
-    elif patch.name in _entries(patch.owner):
-        _delete(patch.owner, patch.name)
+        _set(owner, patch.name, patch.original)
+    elif patch.name in _entries(owner):
+        _delete(owner, patch.name)
 
 
 def uninstall(group=None, owner=None):
