@@ -15,8 +15,9 @@ checked in the warm-up only) on numpy, then on oneDNN
 (``chainermn_torus.compute``), then, with ``--torch`` naming a Python that has PyTorch
 (a venv of its own), the same network in PyTorch (``bench/torch_resnet50.py``, a process
 that waits for each round), after a warm-up each, so all see the same machine; the table
-gives the medians and the ratios. A breakdown by Chainer function (its
-``TimerHook``, one more iteration per mode) shows where each spends its time, and the
+gives the medians and the ratios. A breakdown by Chainer function (its ``TimerHook``,
+an iteration beside each timed one, in the same rounds and type-check state; the functions
+and the rest add up to that iteration) shows where each spends its time, and the
 machine's bound puts both beside what the cores can do: the network's floating-point work
 (forward + backward about 3x the forward's multiply-adds x 2, the multiply-adds counted
 from the convolutions' and linear layers' shapes in one forward) over the best FLOP/s
@@ -176,6 +177,34 @@ def _timed(fn):
     return time.perf_counter() - t0
 
 
+def _hooked(model, x, t):
+    """({function: its own seconds}, the iteration's seconds) of one iteration under
+    Chainer's TimerHook: the breakdown, taken as the timed iterations are (same mode, same
+    type-check state, in the same rounds)."""
+    hook = TimerHook()
+    t0 = time.perf_counter()
+    with hook:
+        _iteration(model, x, t)
+    return exclusive(hook.summary()), time.perf_counter() - t0
+
+
+def breakdown_of(runs, slack=0.02):
+    """The medians over rounds of ``runs`` (``_hooked``'s pairs): {function: seconds},
+    the hooked iteration and the rest (Python, Chainer's graph, the hook: the iteration less
+    the functions). Raises where the functions add up to more than their iteration (a
+    function counted twice), beyond ``slack`` of it."""
+    names = set().union(*(own for own, _ in runs))
+    funcs = {n: statistics.median([own.get(n, 0.0) for own, _ in runs]) for n in names}
+    for own, wall in runs:
+        if sum(own.values()) > wall * (1 + slack):
+            raise SystemExit('bench compute: the breakdown adds up to {:.4f} s in an iteration '
+                             'of {:.4f} s: a function is counted twice (NESTED)'.format(
+                                 sum(own.values()), wall))
+    wall = statistics.median([w for _, w in runs])
+    rest = statistics.median([w - sum(own.values()) for own, w in runs])
+    return funcs, wall, rest
+
+
 class _Torch(object):
     """The PyTorch process: one iteration per ``run()``, its seconds."""
 
@@ -251,20 +280,20 @@ def main(argv=None):
     # Chainer's type checks as training has them (the multi-node optimizer's setting,
     # CHAINERMN_TORUS_TYPE_CHECK: by default the warm-up checked, the rounds not).
     checks = type_checks.TypeChecks(rank=1)  # rank 1: nothing said
+    hooked = {m: [] for m in modes}
     for i in range(args.rounds):
         for mode in modes:
             _set(mode)
             with checks.forward(i + 1):
                 times[mode].append(_timed(lambda: _iteration(model, x, t)))
+            with checks.forward(i + 1):  # the breakdown: an iteration like the timed one
+                hooked[mode].append(_hooked(model, x, t))
         if torch is not None:
             for side in sides:
                 times[side].append(torch.run(side))
+    hooked_seconds, rest = {}, {}
     for mode in modes:
-        _set(mode)
-        hook = TimerHook()
-        with hook:
-            _iteration(model, x, t)
-        breakdown[mode] = exclusive(hook.summary())
+        breakdown[mode], hooked_seconds[mode], rest[mode] = breakdown_of(hooked[mode])
     pools = threads.pools_in_force()  # after the rounds: what they ran with
     work = 3 * 2 * macs
     bound = work / flops
@@ -294,12 +323,23 @@ def main(argv=None):
                                                      torch.version[6:]),
               work / 1e9, flops / 1e9, measured['openblas'] / 1e9, measured['onednn'] / 1e9,
               _LARGE_CONV[0], _LARGE_CONV[1], measured['conv'] / 1e9, bound))
-    print('by Chainer function, its own time (seconds, {}):'.format(' / '.join(modes)))
+    print('by Chainer function, its own time (seconds, {}; medians of the rounds, an '
+          'iteration under TimerHook beside each timed one):'.format(' / '.join(modes)))
     names = sorted(set().union(*breakdown.values()),
                    key=lambda n: -breakdown['numpy'].get(n, 0.0))
     for name in names[:12]:
         print('  {:<32}'.format(name) + ''.join(' {:>8.3f}'.format(
             breakdown[m].get(name, 0.0)) for m in modes))
+    if len(names) > 12:
+        print('  {:<32}'.format('the other {} functions'.format(len(names) - 12)) + ''.join(
+            ' {:>8.3f}'.format(sum(breakdown[m].get(n, 0.0) for n in names[12:]))
+            for m in modes))
+    print('  {:<32}'.format('rest: Python, graph, the hook') + ''.join(
+        ' {:>8.3f}'.format(rest[m]) for m in modes))
+    print('  {:<32}'.format('iteration under the hook') + ''.join(
+        ' {:>8.3f}'.format(hooked_seconds[m]) for m in modes))
+    print('  {:<32}'.format('iteration, timed') + ''.join(
+        ' {:>8.3f}'.format(med[m]) for m in modes))
     if args.json:
         with open(args.json, 'w') as f:
             json.dump({'model': args.model, 'forward_macs': macs, 'batch': args.batch,
@@ -321,7 +361,8 @@ def main(argv=None):
                        'bound_seconds': bound,
                        'bf16_bound_seconds': work / measured['bf16_gemm']
                        if 'bf16_gemm' in measured else None,
-                       'breakdown': breakdown,
+                       'breakdown': breakdown, 'breakdown_iteration': hooked_seconds,
+                       'breakdown_rest': rest, 'breakdown_rounds': args.rounds,
                        'onednn_version': list(compute.onednn.binding.version()[:3])}, f, indent=1)
     return 0
 

@@ -200,12 +200,50 @@ def test_compute_benchmark(tmp_path, model, size, kinds):
         assert res['breakdown'][mode]['Convolution2DFunction'] > 0
         assert all(res['breakdown'][mode][k] > 0 for k in kinds), res['breakdown'][mode]
         assert all(v >= -1e-3 for v in res['breakdown'][mode].values()), res['breakdown']
+    _breakdown_adds_up(res)
     assert 'oneDNN is' in proc.stdout and 'faster than numpy' in proc.stdout
     # the work counted from the layers' shapes: ResNet-50's 3.8 GMAC at 224 px scale with
     # the pixels (4.1e9 x (64/224)^2 with its stem's bias and classifier)
     expected = {'resnet50': (0.30e9, 0.36e9), 'nin': (1.0e9, 1.3e9), 'tiny': (1e6, 5e6)}
     lo, hi = expected[model]
     assert lo < res['forward_macs'] < hi, res['forward_macs']
+
+
+def _breakdown_adds_up(res):
+    # The breakdown comes from iterations like the timed ones (in the same rounds, the same
+    # type-check state): its functions and its rest make its own iteration, and that
+    # iteration is the timed one plus the hook's cost, not another kind of iteration (once
+    # 4x the timed one: type checks on and a mode's first call).
+    assert res['breakdown_rounds'] == res['rounds']
+    for mode, funcs in res['breakdown'].items():
+        hooked = res['breakdown_iteration'][mode]
+        assert sum(funcs.values()) <= hooked * 1.02, (mode, funcs, hooked)
+        # medians of the rounds: the parts' and the whole's need not be one round's
+        assert abs(sum(funcs.values()) + res['breakdown_rest'][mode] - hooked) < 0.25 * hooked
+        assert res['breakdown_rest'][mode] >= -0.02 * hooked, res['breakdown_rest']
+
+
+def test_compute_breakdown_is_taken_beside_the_timed_iterations_and_adds_up(tmp_path):
+    _needs_onednn()
+    out = tmp_path / 'b.json'
+    proc = subprocess.run(
+        [sys.executable, '-m', 'chainermn_torus.bench.compute', '--model', 'tiny', '--batch',
+         '2', '--size', '32', '--rounds', '2', '--threads', '1', '--json', str(out)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, env=unlimited_env())
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(out.read_text())
+    _breakdown_adds_up(res)
+    assert res['breakdown']['onednn']['Convolution2DFunction'] > 0
+    assert 'iteration under the hook' in proc.stdout and 'rest: Python' in proc.stdout
+
+
+def test_a_breakdown_counting_a_function_twice_is_refused():
+    from chainermn_torus.bench import compute
+    with pytest.raises(SystemExit, match='counted twice'):
+        compute.breakdown_of([({'A': 0.6, 'B': 0.6}, 1.0)])
+    funcs, wall, rest = compute.breakdown_of([({'A': 0.2}, 1.0), ({'A': 0.4}, 2.0)])
+    assert set(funcs) == {'A'} and abs(funcs['A'] - 0.3) < 1e-12
+    assert wall == 1.5 and abs(rest - 1.2) < 1e-12
 
 
 def test_compute_profile_parts_add_up_to_the_iteration(tmp_path):
