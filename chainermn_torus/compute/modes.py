@@ -91,3 +91,14 @@ def refused(what, error):
     raises Chainer's error where Chainer refuses it too)."""
     not_taken('a {} oneDNN refused ({})'.format(what, str(error).replace(
         'chainermn_torus: ', '')))
+
+
+def numpy_reports():
+    """Whether numpy says a floating-point error here (``numpy.errstate`` / ``seterr`` other
+    than 'ignore' for invalid operations, overflow or division by zero: by default it warns).
+    numba's kernels and oneDNN set no numpy flag, so where one of them gives a result that is
+    not finite, the replacement has Chainer's numpy compute it again: numpy then warns or
+    raises as the user asked (a warning filter that makes it an error included), with the
+    same values."""
+    err = numpy.geterr()
+    return err['invalid'] != 'ignore' or err['over'] != 'ignore' or err['divide'] != 'ignore'

@@ -101,7 +101,7 @@ def test_pooling_passes_chainers_gradient_checks(function):
     ggx = rng.normal(0, 1, x.shape).astype(numpy.float32)
     assert y.dtype == numpy.float32  # float32 throughout: oneDNN's path is checked
     gradient_check.check_backward(f, x, gy, atol=1e-3, rtol=1e-2)
-    # the gradient's gradient: Chainer's indexes made from the kept input (max)
+    # the gradient's gradient: Chainer's indexes made from the workspace (max)
     gradient_check.check_double_backward(f, x, gy, ggx, atol=1e-3, rtol=1e-2)
 
 
@@ -131,3 +131,44 @@ def test_return_indices_and_other_dtypes_stay_on_chainers_numpy():
     y64 = F.max_pooling_2d(x.astype(numpy.float64), 2)
     assert y64.dtype == numpy.float64
     assert getattr(y64.creator, pooling_functions.WORKSPACE, None) is None
+
+
+@pytest.mark.parametrize('ksize, stride, pad, cover_all', [
+    (2, 2, 0, False), (3, 2, 1, True), (3, 1, 1, False), (2, 3, 0, True), (5, 2, 2, True),
+    (17, 1, 0, False)])  # 289 cells: the workspace's int32 indexes
+@pytest.mark.parametrize('values', ['distinct', 'ties'])
+def test_indexes_read_from_the_workspace_are_chainers(ksize, stride, pad, cover_all, values,
+                                                      as_it_was):
+    rng = numpy.random.RandomState(ksize + stride)
+    shape = (2, 3, 19, 18)
+    x = rng.permutation(numpy.prod(shape)) if values == 'distinct' else rng.randint(0, 3, shape)
+    x = x.reshape(shape).astype(numpy.float32)
+    y, workspace = pooling.max_forward(x, (ksize, ksize), (stride, stride), (pad, pad),
+                                       cover_all=cover_all)
+    ours = pooling.window_indexes(workspace, y.shape)
+    replacements.disable()
+    _, chainers = F.max_pooling_2d(x, ksize, stride, pad, cover_all=cover_all,
+                                   return_indices=True)
+    numpy.testing.assert_array_equal(ours, chainers)
+
+
+def test_double_backward_after_the_input_changed_in_place_equals_chainers(as_it_was):
+    # Chainer's indexes are its forward's choices; rebuilt later from the kept input they
+    # were the changed input's (92 elements differed in an outside run of Chainer's tests)
+    rng = numpy.random.RandomState(3)
+    x0 = rng.permutation(2 * 3 * 8 * 8).reshape(2, 3, 8, 8).astype(numpy.float32)
+    gy = rng.normal(0, 1, (2, 3, 5, 5)).astype(numpy.float32)  # cover_all: 5 x 5
+    ggx = rng.normal(0, 1, x0.shape).astype(numpy.float32)
+
+    def run():
+        x = chainer.Variable(x0.copy())
+        g = chainer.Variable(gy)
+        y = F.max_pooling_2d(x, 3, 2, 1)
+        gx, = chainer.grad([y], [x], grad_outputs=[g], enable_double_backprop=True)
+        x.array[...] = x.array[:, :, ::-1, ::-1]  # the input changed in place
+        ggy, = chainer.grad([gx], [g], grad_outputs=[chainer.Variable(ggx)])
+        return ggy.array, y.creator
+
+    (chainers, _), (ours, node) = both(run)
+    assert getattr(node, pooling_functions.WORKSPACE) is not None  # oneDNN's forward ran
+    numpy.testing.assert_array_equal(ours, chainers)

@@ -204,7 +204,7 @@ def test_the_launcher_and_the_variable_turn_bf16_on_said_once(options, env):
     lines = assert_ok(proc, 2)
     said = [l for l in proc.stdout.splitlines() if '; bfloat16 (' in l]
     assert len(said) == 1 and 'parameters, gradients and the update stay float32' in said[0]
-    assert all('conv chainermn_torus.compute.replacements' in l for l in lines), lines
+    assert all('conv chainermn_torus.compute.functions.convolution' in l for l in lines), lines
 
 
 def test_float32s_batch_normalization_keeps_its_order_beside_the_any_order_kernels():

@@ -307,6 +307,73 @@ def test_one_nan_weight_makes_the_loss_nan_as_in_chainer():
     same(g0, g1, 'the weights\' gradient')
 
 
+# --- 1b. numpy's floating-point errors: raised or warned as numpy would ---------------------
+
+def _bn_gradient(x, gamma, beta, gy):
+    xv, gv = chainer.Variable(x), chainer.Variable(gamma.copy())
+    return chainer.grad([F.batch_normalization(xv, gv, beta)], [xv, gv],
+                        [chainer.Variable(gy)])
+
+
+def _fp_cases():
+    big = (2, 3, 40, 40)  # past eltwise.SMALL: the kernels' size
+    gy = _u(big, 2)
+    gy.reshape(-1)[0] = INF
+    y = numpy.abs(_u(big, 3))
+    y.reshape(-1)[0] = 0.0  # inf * (y > 0) = inf * 0: invalid
+    a, b = _u(big, 4), _u(big, 5)
+    a.reshape(-1)[1], b.reshape(-1)[1] = INF, -INF  # inf + -inf: invalid
+    c, d = _u(big, 6), _u(big, 7)
+    c.reshape(-1)[2] = d.reshape(-1)[2] = 3e38  # overflow
+    x = _u(big, 8)
+    x.reshape(-1)[3] = INF  # batch normalization's x - mean: inf - inf
+    gamma, beta = _u((3,), 9), _u((3,), 10)
+    return [
+        ('relu gradient', lambda: F.relu(chainer.Variable(y)).creator.backward(
+            (0,), (chainer.Variable(gy),))),
+        ('add', lambda: F.add(a, b)), ('a + b', lambda: chainer.Variable(a) + b),
+        ('multi-add', lambda: F.add(a, b, a)), ('add overflow', lambda: F.add(c, d)),
+        ('batch normalization', lambda: F.batch_normalization(x, gamma, beta)),
+        ('batch normalization gradient', lambda: _bn_gradient(_u(big, 11), gamma, beta, gy)),
+    ]
+
+
+@pytest.mark.parametrize('case', range(7))
+def test_numpy_errstate_raise_fires_where_chainers_numpy_does(case, as_it_was):
+    what, run = _fp_cases()[case]
+    for enable in (replacements.disable, replacements.enable):
+        enable()
+        with numpy.errstate(all='raise'), pytest.raises(FloatingPointError):
+            run()
+
+
+@pytest.mark.parametrize('case', range(7))
+def test_warnings_as_errors_fire_and_plain_warnings_are_said_where_chainers_numpy_does(
+        case, as_it_was):
+    what, run = _fp_cases()[case]
+    for enable in (replacements.disable, replacements.enable):
+        enable()
+        with warnings.catch_warnings():
+            warnings.simplefilter('error')
+            with pytest.raises(RuntimeWarning):
+                run()
+        with pytest.warns(RuntimeWarning):
+            run()
+
+
+def test_ignored_floating_point_errors_stay_on_the_kernels(as_it_was):
+    from chainermn_torus.compute.kernels import eltwise
+    if not eltwise.available():
+        pytest.skip('numba is not installed: the sums are Chainer\'s anyway')
+    a = _u((2, 3, 40, 40), 4)
+    a.reshape(-1)[1] = INF
+    b = -a
+    replacements.enable()
+    with numpy.errstate(all='ignore'):
+        y = F.add(a, b)
+    assert numpy.isnan(y.array.reshape(-1)[1]) and eltwise.add([a, b])[1] is False
+
+
 # --- 2. every rank keeps its shape -----------------------------------------------------
 
 @pytest.mark.parametrize('shape', [(), (1,), (7,), (3, 2), (70, 80), (2, 3, 4, 5, 6),

@@ -37,10 +37,10 @@ def _lines(proc, text):
 
 @needs_onednn
 @pytest.mark.parametrize('options, env, where, said', [
-    pytest.param(['--compute', 'onednn'], None, 'chainermn_torus.compute.replacements',
+    pytest.param(['--compute', 'onednn'], None, 'chainermn_torus.compute.functions.convolution',
                  'compute: oneDNN 3.', marks=pytest.mark.slow),
     # auto (full tier: the fast tier's launcher test is test_run's)
-    pytest.param([], None, 'chainermn_torus.compute.replacements', 'compute: oneDNN 3.',
+    pytest.param([], None, 'chainermn_torus.compute.functions.convolution', 'compute: oneDNN 3.',
                  marks=pytest.mark.slow),
     pytest.param(['--compute', 'numpy'], None, 'chainer.functions.connection.convolution_2d',
                  "compute: Chainer's numpy (--compute=numpy)", marks=pytest.mark.slow),

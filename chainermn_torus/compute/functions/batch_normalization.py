@@ -20,10 +20,18 @@ class _OneDnnBatchNormalizationImpl(_bn._BatchNormalizationImpl):
     The variance reaches the backward through ``forward_data``: Chainer passes its own
     ``var`` only to iDeep's class."""
 
+    chainers = None  # Chainer's own, where a statistic came out not finite
+
     def forward(self, axis, gamma, x, x_layout, xp, expander, beta, eps, decay, running_mean,
                 running_var):
         y, mean, var = batchnorm.forward(x, gamma, beta, eps,
                                          any_order=modes.precision() == 'bf16')
+        if not (modes.finite(mean) and modes.finite(var)) and modes.numpy_reports():
+            # an infinity or NaN in x (or squares past float32): numpy says it in Chainer's
+            # (modes.numpy_reports); checked on the per-channel statistics, not on y
+            self.chainers = _bn.GeneralBatchNormalizationImpl()
+            return self.chainers.forward(axis, gamma, x, x_layout, xp, expander, beta, eps,
+                                         decay, running_mean, running_var)
         inv_std = numpy.reciprocal(numpy.sqrt(var + eps, dtype=numpy.float32))
         if running_mean is not None:  # as Chainer's: the unbiased variance
             m = x.size // gamma.size
@@ -36,9 +44,15 @@ class _OneDnnBatchNormalizationImpl(_bn._BatchNormalizationImpl):
 
     def backward(self, axis, gamma, gy, x, x_layout, xp, expander, mean, inv_std, eps, var,
                  forward_data):
-        gx, ggamma, gbeta = batchnorm.backward(x, gy, mean, forward_data, gamma, eps,
-                                               any_order=modes.precision() == 'bf16')
-        return gx, None, ggamma, gbeta
+        chainers = self.chainers
+        if chainers is None:
+            gx, ggamma, gbeta = batchnorm.backward(x, gy, mean, forward_data, gamma, eps,
+                                                   any_order=modes.precision() == 'bf16')
+            if (modes.finite(ggamma) and modes.finite(gbeta)) or not modes.numpy_reports():
+                return gx, None, ggamma, gbeta
+            chainers, forward_data = _bn.GeneralBatchNormalizationImpl(), None
+        return chainers.backward(axis, gamma, gy, x, x_layout, xp, expander, mean, inv_std, eps,
+                                 var, forward_data)
 
 
 def _select_bn(batch_norm_func, inputs):

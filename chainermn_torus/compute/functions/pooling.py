@@ -6,7 +6,6 @@ from chainer.functions.pooling import max_pooling_nd as _maxnd
 from chainermn_torus.compute import modes
 from chainermn_torus.compute.functions.common import LAYOUT, Replaced
 from chainermn_torus.compute.onednn import binding, pooling
-from chainermn_torus.runtime.chainer_glue import patches
 
 __all__ = ['ROWS', 'WORKSPACE']
 
@@ -45,8 +44,9 @@ def _max_pool_forward(original):
         except binding.DnnlError as e:
             modes.refused('max_pooling_2d', e)
             return original(self, inputs)
-        self._in_shape, self._in_dtype = x.shape, x.dtype
-        self.retain_inputs((0,))
+        # Chainer's CPU forward keeps no input: its indexes are all its gradients read, and
+        # here the workspace is (window_indexes makes Chainer's from it where asked)
+        self._in_shape, self._in_dtype, self._out_shape = x.shape, x.dtype, y.shape
         setattr(self, WORKSPACE, workspace)
         self.indexes = None  # Chainer's, made when asked (_chainer_indexes)
         return y,
@@ -54,11 +54,11 @@ def _max_pool_forward(original):
 
 
 def _chainer_indexes(func):
-    """Chainer's ``indexes`` of a max pooling computed here, from its kept input."""
+    """Chainer's ``indexes`` of a max pooling computed here, from oneDNN's workspace: the
+    choices the forward made, whatever happened to its input since (an array changed in
+    place between the forward and the gradient's gradient)."""
     if func.indexes is None:
-        x = func.get_retained_inputs()[0].array
-        chainers = patches.original_of(_maxnd.MaxPoolingND, 'forward_cpu')
-        chainers(func, (x,))  # sets them, y unused
+        func.indexes = pooling.window_indexes(getattr(func, WORKSPACE), func._out_shape)
     return func.indexes
 
 
@@ -136,7 +136,7 @@ ROWS = [
               (_maxnd.MaxPoolingNDWithIndexes, 'forward_cpu', _max_pool_with_indexes_forward)),
              "oneDNN's max pooling forward (training: its workspace records each window's "
              "choice, where Chainer keeps `indexes`) and backward; Chainer's `indexes` made "
-             "from the kept input where asked (the gradient's own gradient)",
+             "from that workspace where asked (the gradient's own gradient)",
              'float32 (n, c, h, w): window, stride, pad, `cover_all`',
              LAYOUT + '; `return_indices=True`; 3-D pooling; NaN/inf inputs (oneDNN\'s '
              'maximum skips NaN); windows that read only padding (-inf in Chainer\'s, '

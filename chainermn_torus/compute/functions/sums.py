@@ -23,7 +23,10 @@ def _add_forward(original):
             return original(self, inputs)
         if type(self) is _basic_math.MultiAdd:
             self.len = len(inputs)  # what Chainer's forward records
-        return eltwise.add(inputs),
+        y, finite = eltwise.add(inputs)
+        if not finite and modes.numpy_reports():
+            return original(self, inputs)  # numpy says what it says (modes.numpy_reports)
+        return y,
     return forward
 
 

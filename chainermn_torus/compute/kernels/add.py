@@ -7,6 +7,7 @@ forward + backward (batch 8) in ``Add`` alone. Each element is the same float32 
 numpy does, in the same order for three or more terms (``x0 + x1``, then ``+ x2``, ...), so
 the results are equal bit for bit.
 """
+import numpy
 from numba import prange
 
 from chainermn_torus.runtime.cpu import jit
@@ -14,14 +15,28 @@ from chainermn_torus.runtime.cpu import jit
 __all__ = ['add', 'add_into']
 
 
+_ZERO = numpy.float32(0.0)
+
+
+# Each returns how many of its results are not finite (numpy would have said so: eltwise).
 @jit.kernel(jit.arguments('float32', 3))
 def add(a, b, out):
+    bad = 0
     for i in prange(out.size):
-        out[i] = a[i] + b[i]
+        v = a[i] + b[i]
+        out[i] = v
+        if not v - v == _ZERO:  # NaN or an infinity
+            bad += 1
+    return bad
 
 
 @jit.kernel(jit.arguments('float32', 2))
 def add_into(y, x):
     # y += x: MultiAdd's third and later terms, into the sum of the first two.
+    bad = 0
     for i in prange(y.size):
-        y[i] = y[i] + x[i]
+        v = y[i] + x[i]
+        y[i] = v
+        if not v - v == _ZERO:
+            bad += 1
+    return bad

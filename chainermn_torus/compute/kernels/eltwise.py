@@ -5,7 +5,9 @@ shape, on numba's kernels (``relu_kernels``, ``add_kernels``) where numba is ins
 Chainer's numpy is one thread and, for the gradient, two passes and a temporary (the mask,
 then the product); the kernels are one pass on the rank's threads, with numpy's arithmetic
 (NaN and infinities as Chainer's: ``relu_kernels`` says why not oneDNN's). Small arrays
-stay Chainer's: waking the thread pool costs more than the pass (``SMALL``).
+stay Chainer's: waking the thread pool costs more than the pass (``SMALL``). The gradient
+and the sums also say whether a result is not finite: numpy would have warned or raised
+there (``numpy.errstate``), and the caller has Chainer's numpy compute it again to do so.
 """
 import numpy
 
@@ -45,21 +47,21 @@ def relu(x):
 
 
 def relu_grad(y, gy):
-    """The gradient of ReLU at output ``y`` for ``gy``."""
+    """(the gradient of ReLU at output ``y`` for ``gy``, whether every element is finite)."""
     gx = numpy.empty(gy.shape, numpy.float32)
     with jit.grain(gx.size):
-        _kernels().relu_grad(_flat(y), _flat(gy), gx.reshape(-1))
-    return gx
+        bad = _kernels().relu_grad(_flat(y), _flat(gy), gx.reshape(-1))
+    return gx, bad == 0
 
 
 def add(xs):
-    """``xs[0] + xs[1] + ...`` (float32 arrays of one shape), a new array: Chainer's order,
-    so the same bits."""
+    """(``xs[0] + xs[1] + ...`` (float32 arrays of one shape), a new array: Chainer's order,
+    so the same bits; whether every element of it is finite)."""
     kernels = _adds()
     y = numpy.empty(xs[0].shape, numpy.float32)
     flat = y.reshape(-1)
     with jit.grain(flat.size):
-        kernels.add(_flat(xs[0]), _flat(xs[1]), flat)
+        bad = kernels.add(_flat(xs[0]), _flat(xs[1]), flat)
         for x in xs[2:]:
-            kernels.add_into(flat, _flat(x))
-    return y
+            bad = kernels.add_into(flat, _flat(x))  # the last pass holds the sum
+    return y, bad == 0

@@ -29,5 +29,11 @@ def relu(x, y):
 @jit.kernel(jit.arguments('float32', 3))
 def relu_grad(y, gy, gx):
     # gy * (y > 0) in float32, as Chainer's ReLUGrad2: a multiplication by 0, not a 0.
+    # Returns how many results are not finite (numpy would have said so: eltwise).
+    bad = 0
     for i in prange(gy.size):
-        gx[i] = gy[i] * (_ONE if y[i] > _ZERO else _ZERO)
+        v = gy[i] * (_ONE if y[i] > _ZERO else _ZERO)
+        gx[i] = v
+        if not v - v == _ZERO:  # NaN or an infinity
+            bad += 1
+    return bad

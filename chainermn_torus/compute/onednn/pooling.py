@@ -125,6 +125,22 @@ def max_backward(gy, workspace, x_shape, ksize, stride, pad):
     return pooling('max', x_shape, gy.shape, ksize, stride, pad).backward(_c(gy), workspace)
 
 
+def window_indexes(workspace, y_shape):
+    """Chainer's ``indexes`` of a max pooling (each output's place in its window, ``ky * kw +
+    kx``, padding counted), read from the forward's oneDNN workspace: one uint8 per output
+    for windows under 256 cells, one int32 for larger ones, in the output's plain layout.
+    oneDNN keeps the first of equal maxima in that order, as numpy's ``argmax`` does."""
+    n = int(numpy.prod(y_shape))
+    if workspace.size == n:
+        dtype = numpy.uint8
+    elif workspace.size == 4 * n:
+        dtype = numpy.int32
+    else:
+        raise ValueError('a max pooling workspace of {} bytes for {} outputs'.format(
+            workspace.size, n))
+    return workspace.view(dtype).reshape(y_shape).astype(numpy.intp)
+
+
 def average_forward(x, ksize, stride, pad):
     """Chainer's average_pooling_2d (no cover_all)."""
     y_shape = out_shape(x.shape, ksize, stride, pad, False)
