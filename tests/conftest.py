@@ -12,6 +12,9 @@ from chainermn_torus.runtime.files import devshm
 from chainermn_torus.tools import oversubscribe
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# A stand-in Chainer checkout: its tests are run by scripts/chainer_function_tests.sh in
+# its own sessions (tests/scripts/test_chainer_function_tests.py), never in this one.
+collect_ignore = [os.path.join("scripts", "chainer_checkout")]
 WORKERS = os.path.join(ROOT, 'tests', 'mpi_workers')
 # The tests' sitecustomize (its docstring says why): last on every child's PYTHONPATH, so
 # that a measuring one put first (scripts/interpreter_census.py) still wins.

@@ -40,15 +40,16 @@ from chainermn_torus.compute.onednn import binding, primitives
 from chainermn_torus.runtime.chainer_glue import patches
 from chainermn_torus.runtime.cpu import jit, threads
 
-__all__ = ['main', 'profile']
+__all__ = ['main', 'profile', 'Clock']
 
 # The numba kernels of the compute path, by module: each call timed while profiling.
 KERNEL_MODULES = ('chainermn_torus.compute.kernels.add',
                   'chainermn_torus.compute.kernels.batchnorm',
                   'chainermn_torus.compute.kernels.relu',
                   'chainermn_torus.runtime.cpu._finite_kernels')
-class _Clock(object):
-    """Seconds and calls per part, while ``installed``."""
+class Clock(object):
+    """Seconds and calls per part (a oneDNN primitive's kind, a numba kernel), while
+    ``installed``: this benchmark's parts, and scripts/chainer_tests_mode.py's counts."""
 
     def __init__(self):
         self.parts = collections.defaultdict(float)
@@ -128,7 +129,7 @@ def profile(model, x, t, rounds):
             t0 = time.perf_counter()
             _iteration(model, x, t)
             unchecked.append(time.perf_counter() - t0)
-        clock = _Clock()
+        clock = Clock()
         clock.install()
         hook = _NumpyFunctions(clock)
         try:

@@ -23,6 +23,7 @@ The groups (who applies them, and when):
 * ``compute``: Chainer's heavy functions on oneDNN (compute.replacements).
 * ``fused``: the class of an optimizer made fused and of its update rules (instance
   patches, optimizers.fused: ``unfuse`` undoes one optimizer's).
+* ``chainer tests``: scripts/chainer_tests_mode.py, in a session of Chainer's own tests.
 * ``chainer import``: while ``import chainermn_torus`` imports Chainer, an empty module in
   ``sys.modules`` where Chainer's own check has nothing to find (``chainer_import``).
 
@@ -34,7 +35,7 @@ import weakref
 __all__ = ['apply', 'undo', 'uninstall', 'applied', 'original_of', 'Patch', 'GROUPS']
 
 GROUPS = ('registry', 'launcher', 'gpu to cpu', 'watchdog', 'timing', 'abort', 'compute',
-          'chainer import', 'fused')
+          'chainer import', 'fused', 'chainer tests')
 _MISSING = object()
 
 _APPLIED = []  # the patches in force, oldest first
