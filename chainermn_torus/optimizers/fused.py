@@ -379,7 +379,9 @@ def unfuse(optimizer):
     """``optimizer`` and its update rules back to Chainer's classes (the patches ``fuse``
     recorded); the state, ``t`` and hyper-parameters stay. Returns it."""
     target = getattr(optimizer, 'target', None)
-    rules = [p.update_rule for p in target.params()] if isinstance(target, chainer.Link) else []
-    for owner in rules + [optimizer]:
+    owners = [optimizer]
+    if isinstance(target, chainer.Link):
+        owners += [param.update_rule for param in target.params()]
+    for owner in owners:
         patches.uninstall('fused', owner=owner)
     return optimizer
