@@ -80,7 +80,7 @@ done
 # sm_segment.* of ranks ended by a test: 16 MiB each, seen in two runs of four): never a file
 # a live process maps; files of the last 5 s stay (one may be between its creation and its
 # mapping).
-"$py" -c 'from chainermn_torus.runtime import devshm
+"$py" -c 'from chainermn_torus.runtime.files import devshm
 for name, size, why in devshm.sweep(others=True, min_age=5):
     print("[test] removed /dev/shm/{} ({} bytes): {}".format(name, size, why))'
 
