@@ -24,6 +24,7 @@ src=${1:?usage: chainer_function_tests.sh CHAINER_CHECKOUT [OUT_DIR]}
 out=${2:-$(mktemp -d)}
 mkdir -p "$out"; out=$(cd "$out" && pwd)
 py=${PY:-$here/.venv/bin/python}
+case $py in /*) ;; */*) py=$PWD/$py ;; esac  # make's PY is relative; the runs cd into the checkout
 t=$src/tests/chainer_tests
 files=(functions_tests/activation_tests/test_relu.py
        functions_tests/math_tests/test_basic_math.py

@@ -5,6 +5,7 @@ baseline is plain Chainer, and a test failing only with the replacements is name
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -26,7 +27,7 @@ def _needs_onednn():
 
 
 def _run(checkout, out, files=FILES):
-    env = dict(os.environ, CHAINER_TESTS_FILES=files)
+    env = dict(os.environ, CHAINER_TESTS_FILES=files, PY=os.path.relpath(sys.executable))
     env.pop('PYTHONWARNINGS', None)  # the checkout's own settings decide, as in Chainer's
     return subprocess.run(['bash', SCRIPT, str(checkout), str(out)], capture_output=True,
                           text=True, timeout=300, env=env)
