@@ -260,6 +260,17 @@ def _world_ranks(item):
     return callspec.params['nprocs']
 
 
+def refuse_root_in_world(items):
+    """`make test` runs the root tests in lane A and the world tests after the lanes
+    (scripts/test_lanes.sh): a test that were both would run twice. Checked at every
+    collection, before ``-m`` deselects anything: every lane sees the whole suite."""
+    both = [item.nodeid for item in items
+            if item.get_closest_marker('root') and item.get_closest_marker('world')]
+    if both:
+        raise pytest.UsageError('marked both root and world (scripts/test_lanes.sh would run '
+                                'them twice): {}'.format(', '.join(both)))
+
+
 def pytest_collection_modifyitems(config, items):
     # The `mpi` marker is given by what a test does, not by hand: every test whose function
     # (or a helper of its module that it calls) starts mpiexec through run_mpi, and every
@@ -276,6 +287,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.mpi)
         if in_world:
             item.add_marker(pytest.mark.world)
+    refuse_root_in_world(items)
     # The tests that start no MPI rank first, then the jobs of their own, then the world
     # tests, by rank count (stable): each world starts once and only one is alive at a time;
     # and beside the start of `make test`'s lane A (scripts/test_lanes.sh: the fault matrix)

@@ -1,12 +1,15 @@
 """`make test`'s lanes (scripts/test_lanes.sh) run every test once: lane A takes the root
 tests and the files it names, lane B every other test but the worlds', then the `world`
-tests. A test marked both root and world would run twice, a file of lane A that is gone
-would fail the run late: both found here, at once."""
+tests. A test marked both root and world would run twice (every collection refuses it:
+tests/conftest.py), a file of lane A that is gone would fail the run late: found here."""
 import os
 import re
 import subprocess
 import sys
 
+import pytest
+
+import conftest
 from conftest import ROOT
 
 SCRIPT = os.path.join(ROOT, 'scripts', 'test_lanes.sh')
@@ -33,6 +36,15 @@ def test_lane_a_files_exist_and_hold_tests_of_lane_b_kind():
     assert code == 0 and len(tests) >= len(files), (code, tests[:5])
 
 
-def test_no_test_is_both_root_and_world():
-    code, tests = collected('-m', 'root and world', 'tests')
-    assert code == 5 and tests == [], tests  # 5: pytest's "no tests collected"
+def test_a_test_both_root_and_world_is_refused_at_collection():
+    # The guard runs in every collection (tests/conftest.py); here on a pair of items.
+    class Item:
+        def __init__(self, nodeid, *marks):
+            self.nodeid, self.marks = nodeid, marks
+
+        def get_closest_marker(self, name):
+            return name if name in self.marks else None
+
+    conftest.refuse_root_in_world([Item('a', 'root'), Item('b', 'world', 'mpi')])
+    with pytest.raises(pytest.UsageError, match=r'root and world .*: c$'):
+        conftest.refuse_root_in_world([Item('a', 'root'), Item('c', 'root', 'world')])
