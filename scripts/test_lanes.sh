@@ -6,7 +6,7 @@
 #      lane A (into a log, shown when lane B ends): the aarch64 Python's build (PARTS: root
 #             and apt), the root tests (the fault matrix: 2-rank jobs that mostly wait, by
 #             design; the emulated cluster; Slurm), then the files of lane_a_files: the
-#             aarch64 jobs under QEMU, the benchmarks, the unchanged scripts, the kernel
+#             aarch64 job under QEMU, the benchmarks, the unchanged scripts, the kernel
 #             cache's compile and job, a checkpoint's write cut by SIGTERM at every step,
 #             auto's tuning ended at each stage and the GPU-written scripts against their
 #             CPU twins: jobs whose checks do not depend on speed,

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from conftest import ROOT, assert_ok, pythonpath, run_mpi, worker, MPI
+from conftest import ROOT, assert_ok, run_mpi, worker, MPI
 from optimizers.test_fpenv_threads import FTZ_CHECK, FTZ_EXPECTED
 
 PYTHON = os.path.join(ROOT, '.venv', 'aarch64', 'bin', 'python')
@@ -55,54 +55,57 @@ RANK0_CHECKS = textwrap.dedent('''
 WARM = ('chainermn_torus.communicators._half_kernels', 'chainermn_torus.communicators._shm')
 
 
-def _job(nprocs, variants, rank0=None, first=(), warm=()):
+def _job(nprocs, variants, rank0, no_numba, warm=()):
     """check_mean.py's exact means for ``variants`` on nprocs aarch64 ranks, then, on rank
-    0, the code ``rank0``: one job, so one QEMU start per rank for all of it. ``first``:
-    PYTHONPATH entries before this checkout's. ``warm``: modules whose kernels rank 0
-    compiles into numba's cache before the checks, while the other ranks wait asleep: on a
-    cold cache (every CI run) each rank would compile the same kernels at the same time,
-    about 16 CPU-s a rank under QEMU, where the others now load them."""
+    0, the code ``rank0``: one job, so one QEMU start per rank for all of it. The last rank
+    runs without numba (``no_numba`` first on its path), the others with it: each path's
+    means are checked against the float64 reference, and the ranks' results against each
+    other. ``warm``: modules whose kernels rank 0 compiles into numba's cache before the
+    checks, while the other ranks wait asleep: on a cold cache (every CI run) each rank would
+    compile the same kernels at the same time, about 16 CPU-s a rank under QEMU, where the
+    others now load them."""
     code = textwrap.dedent('''
         import runpy, sys, time
         from mpi4py import MPI
-        if MPI.COMM_WORLD.rank == 0 and {warm!r}:
+        world = MPI.COMM_WORLD
+        if world.rank == world.size - 1:  # before anything imports numba
+            sys.path.insert(0, {no_numba!r})
+        elif world.rank == 0 and {warm!r}:
             from chainermn_torus.tools import kernel_cache
             kernel_cache.compile_ahead(1, modules={warm!r})
-        ready = MPI.COMM_WORLD.Ibarrier()
+        ready = world.Ibarrier()
         while not ready.Test():  # asleep, not in MPI's wait: it would take a core
             time.sleep(0.05)
         sys.path.insert(0, {workers!r})
         sys.argv = [{check!r}] + {variants!r}
         runpy.run_path({check!r}, run_name='__main__')
-        if MPI.COMM_WORLD.rank == 0:
+        if world.rank == 0:
             exec({rank0!r})
+        else:
+            from chainermn_torus.runtime.cpu import jit
+            print('rank', world.rank, 'numba', jit.available(), jit.FALLBACK_NOTE[:23])
     ''').format(workers=os.path.dirname(CHECK_MEAN), check=CHECK_MEAN, variants=variants,
-                 rank0=rank0 or '', warm=tuple(warm))
+                 rank0=rank0, warm=tuple(warm), no_numba=no_numba)
     return run_mpi(nprocs, ['-c', code], python=PYTHON, timeout=900,
-                   env={'PYTHONPATH': pythonpath(*first), 'NUMBA_NUM_THREADS': '2'})
+                   env={'NUMBA_NUM_THREADS': '2'})
 
 
-def test_exact_means_with_numba_flush_to_zero_and_chainers_layers_on_aarch64():
-    # One-sided puts and float16 through numba's aarch64 kernels, the shared-memory rows, at
-    # P = 2 (3 ranks took half as long again); on a cold numba cache (every CI run) rank 0
-    # compiles the kernels once, the other rank loads them (WARM). What grows with
-    # P is the same Python on every architecture (every P to 8 on x86, and the numpy
-    # fallbacks' odd rows at P = 3 in tests/runtime/cpu/test_without_numba.py). Then rank 0's
-    # single-process checks.
-    proc = _job(2, ['rsap', 'rsaa:shm=1'], RANK0_CHECKS, warm=WARM)
+def test_exact_means_with_and_without_numba_flush_to_zero_and_chainers_layers_on_aarch64(
+        no_numba):
+    # One-sided puts and float16, the shared-memory rows, at P = 2 (3 ranks took half as
+    # long again): rank 0 through numba's aarch64 kernels, rank 1 through the numpy
+    # fallbacks (odd row lengths: on x86, tests/runtime/cpu/test_without_numba.py), in one
+    # job (a second job under QEMU cost 15 s of the full tier). On a cold numba cache (every
+    # CI run) rank 0 compiles the kernels first (WARM). What grows with P is the same Python
+    # on every architecture (every P to 8 on x86, and the fallbacks' odd rows at P = 3 in
+    # tests/runtime/cpu/test_without_numba.py). Then rank 0's single-process checks.
+    proc = _job(2, ['rsap', 'rsaa:shm=1'], RANK0_CHECKS, no_numba, warm=WARM)
     assert_ok(proc, 2)
     out = proc.stdout
-    assert 'numba is not installed' not in out, out[-3000:]
+    assert 'rank 1 numba False numba is not installed' in out, out[-3000:]
     assert 'machine aarch64 True numba threads 2' in out, out[-3000:]
     assert 'ftz ' + ' '.join(FTZ_EXPECTED) in out, out[-3000:]
     assert 'mode numpy' in out, out[-3000:]
     said = [l for l in out.splitlines() if "compute: Chainer's numpy (auto, and" in l]
     assert len(said) == 1 and 'no oneDNN 3 package exists for aarch64' in said[0], out[-3000:]
     assert 'refused chainermn_torus: oneDNN (libdnnl.so.3) is not installed' in out
-
-
-def test_exact_means_without_numba_on_aarch64(no_numba):
-    # The numpy fallbacks on aarch64 (odd row lengths: on x86, tests/runtime/cpu/test_without_numba.py).
-    proc = _job(2, ['rsaa:shm=1'], first=[no_numba])
-    assert_ok(proc, 2)
-    assert 'numba is not installed' in proc.stdout

@@ -157,12 +157,14 @@ _FIX = {'x86_64': 'pip install onednn-cpu-gomp',
 
 
 def _candidates():
+    # The loader's search last, and only where the venv's own copies did not load: it
+    # starts ldconfig and the C compiler (about 20 ms a call), in every rank.
     here = os.path.join(sys.prefix, 'lib')
-    out = [os.path.join(here, name) for name in ('libdnnl.so.3', 'libdnnl.so')]
+    for name in ('libdnnl.so.3', 'libdnnl.so'):
+        yield os.path.join(here, name)
     found = ctypes.util.find_library('dnnl')
     if found:
-        out.append(found)
-    return out
+        yield found
 
 
 # GNU OpenMP's idle threads spin after each parallel region (GOMP_SPINCOUNT, 300000 turns

@@ -19,7 +19,6 @@ malloc as it is (a node short of memory). Where the C library is not glibc, noth
 changed, said once.
 """
 import ctypes
-import ctypes.util
 
 from chainermn_torus import config
 from chainermn_torus.runtime import report
@@ -48,7 +47,7 @@ def keep(given=None, rank=None):
     if not on:
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6')
+        libc = ctypes.CDLL(None)  # this process's C library, loaded already: no search
         mallopt = libc.mallopt
         libc.gnu_get_libc_version  # glibc's, whose options these are
     except (OSError, AttributeError):
