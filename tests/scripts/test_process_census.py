@@ -1,0 +1,41 @@
+"""scripts/process_census.py counts every process a command starts by kind and phase, from
+the kernel's process accounting (root only)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+SCRIPT = os.path.join(ROOT, 'scripts', 'process_census.py')
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason='process accounting (acct(2)) '
+                                                          'needs root: run as root')
+
+# Half a second of CPU in a Python child, a phase line, then a shell tool in the next phase,
+# 2 s apart: a record's end is known to the second.
+COMMAND = ('{py} -c "import time\nt = time.process_time()\nwhile time.process_time() - t < '
+           '0.5: pass"; sleep 2; echo "[test] second"; sleep 2; /bin/true; echo done'
+           ).format(py=sys.executable)
+
+
+def test_the_census_counts_each_process_in_the_phase_it_ended(tmp_path):
+    out = tmp_path / 'census.json'
+    proc = subprocess.run([sys.executable, SCRIPT, '--json', str(out), '--', 'bash', '-c',
+                           COMMAND], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert '[test] second' in proc.stdout  # the command's output passes through
+    phases = json.loads(out.read_text())
+    assert [p['phase'] for p in phases] == ['start', '[test] second'], phases
+    first, second = (p['kinds'] for p in phases)
+    busy = first.get('python -c and others', {'processes': 0, 'user_s': 0, 'system_s': 0})
+    assert busy['processes'] >= 1 and busy['user_s'] + busy['system_s'] >= 0.4, sorted(first)
+    assert second.get('true', {}).get('processes', 0) >= 1, second
+    assert 'true' not in first and phases[0]['busy_cpu_s'] >= 0.4, phases
+
+
+def test_a_command_exit_code_is_returned():
+    proc = subprocess.run([sys.executable, SCRIPT, '--', 'bash', '-c', 'exit 3'],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
