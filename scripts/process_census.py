@@ -92,7 +92,8 @@ def census(command, phases):
     open(log, 'w').close()
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.acct(log.encode()) != 0:
-        sys.exit('process_census: acct(2) failed: {} (root only)'.format(
+        sys.exit('process_census: process accounting (acct(2)) refused: {}; it needs root '
+                 '(run this script as root)'.format(
             os.strerror(ctypes.get_errno())))
     sampler = Sampler()
     sampler.start()

@@ -36,8 +36,8 @@ def read_matrix(table):
 # MPI communicator at any P, and the means at P = 4 are tests/communicators/test_mean_mpi.py's.
 RANKS = (2, 3, 6)
 # P = 6 is there for its grids: the columns of a communicator without one (pure_allreduce,
-# MPI's own MPI_Allreduce, and its float16 twin) are left to P = 2 and 3 (`make conformance`
-# renders every column at any P).
+# MPI's own MPI_Allreduce, and its float16 twin) are left to P = 2 and 3; auto stays, since
+# what it picks may run on a grid (`make conformance` renders every column at any P).
 GRID_ONLY_FROM = 6
 
 
