@@ -16,8 +16,9 @@ checked in the warm-up only) on numpy, then on oneDNN
 (a venv of its own), the same network in PyTorch (``bench/torch_resnet50.py``, a process
 that waits for each round), after a warm-up each, so all see the same machine; the table
 gives the medians and the ratios. A breakdown by Chainer function (its ``TimerHook``,
-an iteration beside each timed one, in the same rounds and type-check state; the functions
-and the rest add up to that iteration) shows where each spends its time, and the
+each call less the calls inside it, an iteration beside each timed one, in the same rounds
+and type-check state; the functions and the rest add up to that iteration) shows where
+each spends its time, and the
 machine's bound puts both beside what the cores can do: the network's floating-point work
 (forward + backward about 3x the forward's multiply-adds x 2, the multiply-adds counted
 from the convolutions' and linear layers' shapes in one forward) over the best FLOP/s
@@ -54,22 +55,30 @@ MODES = ('numpy', 'onednn')  # the rows every run has; --precision bf16 adds one
 MODELS = {'resnet50': (lambda: ResNet50(1000), 224, 1000),
           'nin': (lambda: NIN(1000), NIN.insize, 1000), 'tiny': (lambda: TinyNet(1000), 64, 1000),
           'mlp': (lambda: MLP(1000, 10), 28, 10)}
-# A function's backward applies these (TimerHook counts them inside it too): subtracted, so
-# that each row is the function's own time.
-NESTED = {'Convolution2DFunction': ('Convolution2DGradW', 'Deconvolution2DFunction'),
-          'BatchNormalization': ('BatchNormalizationGrad',), 'ReLU': ('ReLUGrad2',),
-          'MaxPoolingND': ('MaxPoolingNDGrad',), 'AveragePooling2D': ('AveragePooling2DGrad',),
-          'LocalResponseNormalization': ('LocalResponseNormalizationGrad',),
-          'LinearFunction': ('LinearGradData', 'LinearGradWeight')}
+class OwnTimes(TimerHook):
+    """Chainer's TimerHook that also keeps each function's own seconds (``own``): a call's
+    time less that of the calls made inside it, as a backward that applies other functions
+    makes them (convolution's, Mean's). The nesting is read from the hook's own stack, not
+    from a list of names: a name missing from such a list counted its inner calls twice, and
+    a preemption inside one of them twice over (a tiny network's rows once added up to 1.45x
+    their iteration on a loaded machine)."""
 
+    def __init__(self):
+        super().__init__()
+        self.own = {}
+        self._inner = []  # per open call: the seconds of the calls made inside it
 
-def exclusive(summary):
-    """{function: seconds of its own} from a TimerHook summary."""
-    own = {name: s['elapsed_time'] for name, s in summary.items()}
-    for name, inner in NESTED.items():
-        if name in own:
-            own[name] -= sum(own.get(i, 0.0) for i in inner)
-    return own
+    def _preprocess(self):
+        super()._preprocess()
+        self._inner.append(0.0)
+
+    def _postprocess(self, function):
+        super()._postprocess(function)
+        name, elapsed = self.call_history[-1]
+        inner = self._inner.pop()
+        if self._inner:
+            self._inner[-1] += elapsed
+        self.own[name] = self.own.get(name, 0.0) + elapsed - inner
 
 
 class _Macs(chainer.FunctionHook):
@@ -179,26 +188,26 @@ def _timed(fn):
 
 def _hooked(model, x, t):
     """({function: its own seconds}, the iteration's seconds) of one iteration under
-    Chainer's TimerHook: the breakdown, taken as the timed iterations are (same mode, same
+    ``OwnTimes``: the breakdown, taken as the timed iterations are (same mode, same
     type-check state, in the same rounds)."""
-    hook = TimerHook()
+    hook = OwnTimes()
     t0 = time.perf_counter()
     with hook:
         _iteration(model, x, t)
-    return exclusive(hook.summary()), time.perf_counter() - t0
+    return hook.own, time.perf_counter() - t0
 
 
 def breakdown_of(runs, slack=0.02):
     """The medians over rounds of ``runs`` (``_hooked``'s pairs): {function: seconds},
     the hooked iteration and the rest (Python, Chainer's graph, the hook: the iteration less
     the functions). Raises where the functions add up to more than their iteration (a
-    function counted twice), beyond ``slack`` of it."""
+    call counted twice), beyond ``slack`` of it."""
     names = set().union(*(own for own, _ in runs))
     funcs = {n: statistics.median([own.get(n, 0.0) for own, _ in runs]) for n in names}
     for own, wall in runs:
         if sum(own.values()) > wall * (1 + slack):
             raise SystemExit('bench compute: the breakdown adds up to {:.4f} s in an iteration '
-                             'of {:.4f} s: a function is counted twice (NESTED)'.format(
+                             'of {:.4f} s: a call is counted twice (OwnTimes)'.format(
                                  sum(own.values()), wall))
     wall = statistics.median([w for _, w in runs])
     rest = statistics.median([w - sum(own.values()) for own, w in runs])

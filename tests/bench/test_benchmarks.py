@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -244,6 +245,43 @@ def test_a_breakdown_counting_a_function_twice_is_refused():
     funcs, wall, rest = compute.breakdown_of([({'A': 0.2}, 1.0), ({'A': 0.4}, 2.0)])
     assert set(funcs) == {'A'} and abs(funcs['A'] - 0.3) < 1e-12
     assert wall == 1.5 and abs(rest - 1.2) < 1e-12
+
+
+def test_own_times_take_the_calls_made_inside_a_backward_out_whatever_their_name():
+    from chainermn_torus.bench import compute
+    import chainer
+    import chainer.functions as F
+    import numpy
+
+    class _Inner(chainer.FunctionNode):
+        def forward(self, inputs):
+            time.sleep(0.05)
+            return inputs[0] * 2,
+
+        def backward(self, indexes, grads):
+            return grads[0] * 2,
+
+    class _Outer(chainer.FunctionNode):
+        def forward(self, inputs):
+            return inputs[0] * 3,
+
+        def backward(self, indexes, grads):
+            time.sleep(0.01)
+            return _Inner().apply(grads)[0] * 1.5,  # a backward that applies a function
+
+    x = chainer.Variable(numpy.ones(3, numpy.float32))
+    hook = compute.OwnTimes()
+    t0 = time.perf_counter()
+    with hook:
+        y = F.sum(_Outer().apply((x,))[0])
+        y.backward()
+    wall = time.perf_counter() - t0
+    whole = sum(t for name, t in hook.call_history if name == '_Outer')
+    assert whole >= 0.06  # Chainer's count: the inner call's 0.05 s inside the outer's
+    assert hook.own['_Inner'] >= 0.05
+    assert 0.01 <= hook.own['_Outer'] <= whole - 0.05 + 1e-6, (hook.own, whole)
+    assert sum(hook.own.values()) <= wall
+    assert numpy.all(x.grad == 3)  # 2 x 1.5: the inner call is part of the gradient
 
 
 def test_compute_profile_parts_add_up_to_the_iteration(tmp_path):
