@@ -8,7 +8,7 @@ EPOCH   ?= 2
 # BLAS/OpenMP/numba threads per rank: cores / ranks per node, set by chainermn_torus when the
 # communicator is created (CHAINERMN_TORUS_THREADS=N to choose).
 
-.PHONY: setup demo demo-naive test test-parts test-fast bench conformance fault-matrix clean aarch64 \
+.PHONY: setup demo demo-naive test test-parts test-fast test-wide bench conformance fault-matrix clean aarch64 \
         test-aarch64 bench-mpis bench-overlap simgrid test-simulation simulate-validate \
         simulate-study
 
@@ -58,6 +58,11 @@ test-parts: setup
 # 2 cores, with MPI worlds of 2 and 3 ranks.
 test-fast: setup
 	$(WITH_MPI) $(PY) -m pytest -q -m "$(ONLY)not slow and not example and not root" tests
+
+# The MPI worlds of 5, 7 and 8 ranks (marker `wide`), which `make test` leaves out: the same
+# checks as its worlds of 1-4 and 6 ranks at the larger sizes (about 40 s on 2 cores).
+test-wide: setup
+	$(WITH_MPI) $(PY) -m pytest -q -m "$(ONLY)world and wide" tests
 
 bench: setup
 	mkdir -p results

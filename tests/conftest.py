@@ -260,6 +260,12 @@ def _world_ranks(item):
     return callspec.params['nprocs']
 
 
+# World sizes left to `make test-wide` (marker `wide`): `make test` keeps P = 1, 2, 3, 4 and 6,
+# whose grids (1 x P, 2 x 2, 2 x 3, 3 x 2) and counts that are not powers of two (3, 6) are
+# what the larger sizes repeat at 38 s of the worlds' 115 s on 2 cores (docs/development.md).
+WIDE_RANKS = (5, 7, 8)
+
+
 def refuse_root_in_world(items):
     """`make test` runs the root tests in lane A and the world tests after the lanes
     (scripts/test_lanes.sh): a test that were both would run twice. Checked at every
@@ -287,6 +293,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.mpi)
         if in_world:
             item.add_marker(pytest.mark.world)
+            if _world_ranks(item) in WIDE_RANKS:
+                item.add_marker(pytest.mark.wide)
     refuse_root_in_world(items)
     # The tests that start no MPI rank first, then the jobs of their own, then the world
     # tests, by rank count (stable): each world starts once and only one is alive at a time;

@@ -1,6 +1,6 @@
 """Every failure path under mpiexec leaves nothing behind: rows of scripts/fault_matrix.py
 (fault x communicator x loader), one test per row; each row of the matrix not run here is
-named with its reason (`make fault-matrix` runs all 53).
+named with its reason (`make fault-matrix` runs all 98).
 
 Each row runs a real 2-rank training job in its own mount namespace with a private tmpfs on
 /dev/shm, so every file there afterwards is the job's; PARALLEL rows run side by side (each
@@ -27,6 +27,17 @@ pytestmark = [pytest.mark.root, pytest.mark.mpi,
 
 
 PARALLEL = 3
+# Rows whose job, message and bound a test of their own checks in `make test` with the same
+# real 2-rank job (the row's own checks of what is left in /dev/shm are the raise and kill
+# rows'): left to `make fault-matrix`, 4-5 CPU-seconds each on 2 cores.
+DEDICATED = {
+    'stop-before-comm': 'tests/runtime/watch/test_faults.py::'
+                        'test_a_rank_stopped_before_its_communicator_is_named_and_the_job_ends',
+    'watcher-killed': 'tests/runtime/watch/test_faults.py::'
+                      'test_a_watchdog_process_that_dies_is_a_stall_named_and_the_job_ends',
+    'sys-exit': 'tests/runtime/watch/test_faults.py::'
+                'test_sys_exit_on_one_rank_ends_the_job_naming_the_rank_and_its_code',
+}
 # The rows `make test` runs, three at a time: every fault (a full disk: WHY_LEFT_OUT) with
 # rsap's node-shared rows (its default on one node) and our loader; kill -9, whose leftovers
 # depend on the memory the communicator maps, with each communicator (RMA window, shared
@@ -45,10 +56,12 @@ ROWS = ([(fault, 'shm', 'ours') for fault in fault_matrix.FAULTS if fault != 'en
            ('node-rank-stop', 'shm', 'serial')]
         # Issue 48's fault probe: each finding's row, and the refusal that left MPICH's
         # segment behind.
-        + [(fault, 'rsap', 'serial') for fault in fault_matrix.ISSUE48]
+        + [(fault, 'rsap', 'serial') for fault in fault_matrix.ISSUE48
+           if fault not in DEDICATED]
         + [('refuse-keep-mpi-shm', 'rsap', 'serial')]
         # Issue 54's probe of a shared node: each finding's row, the attacks as another user.
-        + [row for row in fault_matrix.scenarios() if row[0] in fault_matrix.ISSUE54])
+        + [row for row in fault_matrix.scenarios()
+           if row[0] in fault_matrix.ISSUE54 and row[0] not in DEDICATED])
 # A rank stopped as its process starts: named within the step limit + 2 s of the moment its
 # watcher can see it. The row's clock starts with mpiexec, before the interpreters (whose
 # start the watcher's clock waits for): 3.6-3.8 s alone (docs/measurements/fault-matrix.md),
@@ -88,6 +101,8 @@ WHY_LEFT_OUT = {
 
 def why_left_out(row):
     fault, comm, loader = row
+    if fault in DEDICATED:
+        return 'its own test in make test: ' + DEDICATED[fault]
     if fault in fault_matrix.STEP_STOPS:
         return WHY_LEFT_OUT['stop-step']
     if fault in fault_matrix.REFUSALS:
@@ -115,6 +130,10 @@ def test_every_row_is_run_or_left_out_with_its_reason():
     run_here = set(f for f, _, _ in ROWS)
     assert run_here >= set(fault_matrix.FAULTS + fault_matrix.SINGLE + fault_matrix.STALLS
                            + fault_matrix.OTHER + ('node-frozen', 'stop-step-p3')) - {'enospc'}
+    assert not run_here & set(DEDICATED)
+    for test in DEDICATED.values():  # each still exists where it is named
+        path, name = test.split('::')
+        assert re.search(r'^def {}\('.format(name), open(os.path.join(ROOT, path)).read(), re.M)
 
 
 @pytest.fixture(scope='module')

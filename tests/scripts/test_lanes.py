@@ -48,3 +48,19 @@ def test_a_test_both_root_and_world_is_refused_at_collection():
     conftest.refuse_root_in_world([Item('a', 'root'), Item('b', 'world', 'mpi')])
     with pytest.raises(pytest.UsageError, match=r'root and world .*: c$'):
         conftest.refuse_root_in_world([Item('a', 'root'), Item('c', 'root', 'world')])
+
+
+def test_the_wide_worlds_are_left_to_make_test_wide_and_run_there():
+    # `make test` runs the worlds but those of WIDE_RANKS ranks; `make test-wide` runs those:
+    # together every world test once.
+    text = open(SCRIPT).read()
+    assert re.search(r'-m "\$\{only\}world and not wide" tests', text), 'worlds phase'
+    make = open(os.path.join(ROOT, 'Makefile')).read()
+    assert re.search(r'^test-wide:.*\n\t.*-m "\$\(ONLY\)world and wide" tests$', make, re.M)
+    code, wide = collected('-m', 'wide')
+    assert code == 0 and wide, wide
+    code, outside = collected('-m', 'wide and not world')
+    assert code == 5 and outside == [], outside  # 5: nothing collected
+    assert conftest.WIDE_RANKS == (5, 7, 8)
+    for test in wide:  # the rank count is the id's last number: P5, -7], [8]
+        assert int(re.findall(r'\d+', test.split('[')[-1])[-1]) in conftest.WIDE_RANKS, test
