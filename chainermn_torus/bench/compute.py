@@ -11,21 +11,20 @@ running beside oneDNN's OpenMP threads costs them) (``chainermn_torus.models``).
 
 Each round times one iteration (forward, loss, backward; Chainer's type checks as the
 multi-node optimizer has them in training, ``CHAINERMN_TORUS_TYPE_CHECK``: by default
-checked in the warm-up only) on numpy, then on oneDNN
-(``chainermn_torus.compute``), then, with ``--torch`` naming a Python that has PyTorch
-(a venv of its own), the same network in PyTorch (``bench/torch_resnet50.py``, a process
-that waits for each round), after a warm-up each, so all see the same machine; the table
-gives the medians and the ratios. A breakdown by Chainer function (its ``TimerHook``,
-each call less the calls inside it, an iteration beside each timed one, in the same rounds
-and type-check state; the functions and the rest add up to that iteration) shows where
-each spends its time, and the
+checked in the warm-up only) on numpy, then on oneDNN (``chainermn_torus.compute``), then,
+with ``--torch`` naming a Python that has PyTorch (a venv of its own), the same network in
+PyTorch (``bench/torch_resnet50.py``, a process that waits for each round), after a warm-up
+each, so all see the same machine; the table gives the medians and the ratios. A breakdown
+by Chainer function (timed as its ``TimerHook`` does, each call less the calls inside it,
+in an iteration beside each timed one, in the same rounds and type-check state; the
+functions and the rest add up to that iteration) shows where each spends its time, and the
 machine's bound puts both beside what the cores can do: the network's floating-point work
 (forward + backward about 3x the forward's multiply-adds x 2, the multiply-adds counted
 from the convolutions' and linear layers' shapes in one forward) over the best FLOP/s
 measured in the same run at the same threads: a 2048 x 2048 float32 matrix product by
 OpenBLAS and by oneDNN's own GEMM, and a large 3 x 3 convolution on oneDNN (an OpenBLAS
-product alone was no bound: PyTorch ran at 0.44x of it on a 16-core machine). PyTorch's side
-exists for ResNet-50.
+product alone was no bound: PyTorch ran at 0.44x of it on a 16-core machine). PyTorch's
+side exists for ResNet-50.
 """
 import argparse
 import json
@@ -37,7 +36,6 @@ import time
 import chainer
 import chainer.functions as F
 import numpy
-from chainer.function_hooks import TimerHook
 
 from chainermn_torus import compute
 from chainermn_torus.compute import precision, replacements
@@ -55,30 +53,45 @@ MODES = ('numpy', 'onednn')  # the rows every run has; --precision bf16 adds one
 MODELS = {'resnet50': (lambda: ResNet50(1000), 224, 1000),
           'nin': (lambda: NIN(1000), NIN.insize, 1000), 'tiny': (lambda: TinyNet(1000), 64, 1000),
           'mlp': (lambda: MLP(1000, 10), 28, 10)}
-class OwnTimes(TimerHook):
-    """Chainer's TimerHook that also keeps each function's own seconds (``own``): a call's
-    time less that of the calls made inside it, as a backward that applies other functions
-    makes them (convolution's, Mean's). The nesting is read from the hook's own stack, not
-    from a list of names: a name missing from such a list counted its inner calls twice, and
-    a preemption inside one of them twice over (a tiny network's rows once added up to 1.45x
-    their iteration on a loaded machine)."""
+class OwnTimes(chainer.FunctionHook):
+    """Each Chainer function's own seconds (``own``), timed around every forward and backward
+    call as Chainer's TimerHook times them, less the calls made inside it, as a backward that
+    applies other functions makes them (convolution's, Mean's). The nesting is read from the
+    hook's own stack, not from a list of names: a name missing from such a list counted its
+    inner calls twice, and a preemption inside one of them twice over (a tiny network's rows
+    once added up to 1.45x their iteration on a loaded machine)."""
+
+    name = 'OwnTimes'
 
     def __init__(self):
-        super().__init__()
         self.own = {}
-        self._inner = []  # per open call: the seconds of the calls made inside it
+        self.calls = []  # (function, its whole seconds), as TimerHook's call_history
+        self._open = []  # per open call: [start, the seconds of the calls made inside it]
 
-    def _preprocess(self):
-        super()._preprocess()
-        self._inner.append(0.0)
+    def _pre(self):
+        self._open.append([time.perf_counter(), 0.0])
 
-    def _postprocess(self, function):
-        super()._postprocess(function)
-        name, elapsed = self.call_history[-1]
-        inner = self._inner.pop()
-        if self._inner:
-            self._inner[-1] += elapsed
+    def _post(self, function):
+        start, inner = self._open.pop()
+        elapsed = time.perf_counter() - start
+        if self._open:
+            self._open[-1][1] += elapsed
+        # the class's name, as TimerHook's table has it (an old-style Function's own class)
+        name = type(getattr(function, 'function', function)).__name__
+        self.calls.append((name, elapsed))
         self.own[name] = self.own.get(name, 0.0) + elapsed - inner
+
+    def forward_preprocess(self, function, in_data):
+        self._pre()
+
+    def backward_preprocess(self, function, in_data, out_grad):
+        self._pre()
+
+    def forward_postprocess(self, function, in_data):
+        self._post(function)
+
+    def backward_postprocess(self, function, in_data, out_grad):
+        self._post(function)
 
 
 class _Macs(chainer.FunctionHook):
@@ -333,7 +346,7 @@ def main(argv=None):
               work / 1e9, flops / 1e9, measured['openblas'] / 1e9, measured['onednn'] / 1e9,
               _LARGE_CONV[0], _LARGE_CONV[1], measured['conv'] / 1e9, bound))
     print('by Chainer function, its own time (seconds, {}; medians of the rounds, an '
-          'iteration under TimerHook beside each timed one):'.format(' / '.join(modes)))
+          'iteration under the hook beside each timed one):'.format(' / '.join(modes)))
     names = sorted(set().union(*breakdown.values()),
                    key=lambda n: -breakdown['numpy'].get(n, 0.0))
     for name in names[:12]:

@@ -276,7 +276,7 @@ def test_own_times_take_the_calls_made_inside_a_backward_out_whatever_their_name
         y = F.sum(_Outer().apply((x,))[0])
         y.backward()
     wall = time.perf_counter() - t0
-    whole = sum(t for name, t in hook.call_history if name == '_Outer')
+    whole = sum(t for name, t in hook.calls if name == '_Outer')
     assert whole >= 0.06  # Chainer's count: the inner call's 0.05 s inside the outer's
     assert hook.own['_Inner'] >= 0.05
     assert 0.01 <= hook.own['_Outer'] <= whole - 0.05 + 1e-6, (hook.own, whole)
