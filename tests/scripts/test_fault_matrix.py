@@ -37,6 +37,10 @@ DEDICATED = {
                       'test_a_watchdog_process_that_dies_is_a_stall_named_and_the_job_ends',
     'sys-exit': 'tests/runtime/watch/test_faults.py::'
                 'test_sys_exit_on_one_rank_ends_the_job_naming_the_rank_and_its_code',
+    'batch-too-large': 'tests/examples/test_mnist_example.py::'
+                       'test_mnist_example_refuses_a_batch_larger_than_a_ranks_data',
+    'loader-eval': 'tests/launch/test_unchanged_scripts.py::'
+                   'test_loader_eval_replaces_the_evaluation_iterator_and_changes_no_result',
 }
 # The rows `make test` runs, three at a time: every fault (a full disk: WHY_LEFT_OUT) with
 # rsap's node-shared rows (its default on one node) and our loader; kill -9, whose leftovers
