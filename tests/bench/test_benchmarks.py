@@ -51,6 +51,7 @@ def test_mnist_benchmark_refuses_counts_that_hang_or_fail_before_starting(args, 
     assert proc.returncode == 2 and said in proc.stderr, proc.stderr
 
 
+@pytest.mark.one_mpi  # a refusal said once: tests/test_refusals.py under each MPI
 def test_mnist_benchmark_refuses_a_batch_larger_than_a_ranks_data():
     proc = run_mpi(2, ['-m', 'chainermn_torus.bench.mnist_iteration', '--limit', '300',
                        '--batchsize', '1000'], timeout=120)

@@ -34,6 +34,7 @@ def test_without_ml_dtypes_bfloat16_is_refused_naming_the_install(monkeypatch):
     assert _dtypes.checked(numpy.float16) == numpy.float16  # float16 needs nothing more
 
 
+@pytest.mark.one_mpi  # a refusal said once: tests/test_refusals.py under each MPI
 def test_the_launcher_takes_one_wire_dtype_not_two():
     proc = run_mpi(1, ['-m', 'chainermn_torus.run', '--fp16-allreduce', '--allreduce-dtype',
                        'bfloat16', worker('refusal_script.py')])

@@ -70,6 +70,7 @@ def test_the_same_script_gives_the_same_convolution_on_numpy_and_onednn():
     assert sums[0] == sums[1]
 
 
+@pytest.mark.one_mpi  # a refusal said once: tests/test_refusals.py under each MPI
 def test_a_bad_value_is_refused_in_one_line():
     proc = run_mpi(2, ['-m', 'chainermn_torus.run', worker('compute_mode.py')],
                    env={'CHAINERMN_TORUS_COMPUTE': 'mkl'})

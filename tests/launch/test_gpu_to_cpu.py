@@ -305,6 +305,7 @@ def test_a_gpu_script_trains_with_the_option_as_its_cpu_twin_bit_for_bit(
         assert final['gen/loss'] > 0 and final['dis/loss'] > 0, final
 
 
+@pytest.mark.one_mpi  # a refusal said once: tests/test_refusals.py under each MPI
 @pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
                     reason='Debian package dataset-fashion-mnist is not installed (make setup '
                            'installs it)')

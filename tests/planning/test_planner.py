@@ -155,6 +155,7 @@ def test_calibrate_on_real_ranks_writes_a_usable_network(tmp_path):
     assert 'saved to' in proc.stdout
 
 
+@pytest.mark.one_mpi  # a refusal said once: tests/test_refusals.py under each MPI
 def test_calibrate_alone_or_unwritable_fails_clearly(tmp_path):
     proc = run_mpi(1, ['-m', 'chainermn_torus.tools.calibrate', '--output',
                        str(tmp_path / 'n.json')], timeout=60)

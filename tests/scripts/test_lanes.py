@@ -64,3 +64,14 @@ def test_the_wide_worlds_are_left_to_make_test_wide_and_run_there():
     assert conftest.WIDE_RANKS == (5, 7, 8)
     for test in wide:  # the rank count is the id's last number: P5, -7], [8]
         assert int(re.findall(r'\d+', test.split('[')[-1])[-1]) in conftest.WIDE_RANKS, test
+
+
+def test_what_the_other_mpis_leave_out_starts_mpi_jobs_and_is_no_world_check():
+    # one_mpi: refusals said once, whose saying once tests/test_refusals.py checks under each
+    # MPI; a world check (collectives, windows: the MPI's own behaviour) is never left out.
+    make = open(os.path.join(ROOT, 'Makefile')).read()
+    assert 'ONLY := $(if $(filter mpich,$(MPI)),,mpi and not one_mpi and )' in make
+    code, left = collected('-m', 'one_mpi')
+    assert code == 0 and left, left
+    code, odd = collected('-m', 'one_mpi and (world or not mpi)')
+    assert code == 5 and odd == [], odd
