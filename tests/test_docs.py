@@ -46,8 +46,11 @@ def _expand(pattern):
 def test_every_measurement_file_is_listed_with_its_command():
     folder = os.path.join(ROOT, 'docs', 'measurements')
     index = open(os.path.join(folder, 'README.md')).read()
-    patterns = [p for token in re.findall(r'`([^`]+\.(?:jsonl|json|png|md|\{[^}`]*\}))`', index)
-                for p in _expand(token)]
+    # data files (json, logs, compressed traces, the device scripts that made them), named
+    # whole or with braces after a dot or a folder's slash
+    patterns = [p for token in re.findall(
+        r'`([^`]+(?:\.(?:jsonl|json|png|md|log|gz|sh)|[./]\{[^}`]*\}))`', index)
+        for p in _expand(token)]
     unlisted = []
     for path in glob.glob(os.path.join(folder, '**', '*'), recursive=True):
         name = os.path.relpath(path, folder)
