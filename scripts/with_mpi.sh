@@ -66,6 +66,9 @@ openmpi)
     # "OSC UCX component priority set inside component query failed"); sm (one node) and
     # rdma (over the btls, between nodes) serve rsap's windows.
     export OMPI_MCA_osc="${OMPI_MCA_osc:-^ucx}"
+    # btl/ofi probes libfabric's providers as every job starts: 1.0 s of a 2-rank job's
+    # 1.2 s here, where no fabric exists (sm and tcp carry the messages and the windows).
+    export OMPI_MCA_btl="${OMPI_MCA_btl:-^ofi}"
     if [ "$(id -u)" = 0 ]; then  # CI runs as root; Open MPI refuses that unless told
         export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     fi
