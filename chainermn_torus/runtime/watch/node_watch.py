@@ -66,7 +66,10 @@ class Watcher(object):
                 line = sys.stdin.readline()
                 if not line:
                     return self.stop()  # the leader's end of the pipe closed: it is gone
-                self.leader_done = line.strip() == 'stop' or self.leader_done
+                if line.strip() == 'stop':
+                    # the leader waits for this process at its exit: judge now whether
+                    # every rank is done, not a period later
+                    self.leader_done, next_beat = True, 0.0
             socks = [r for r in ready if r is not stdin]
             if socks and self.heartbeat.receive(pb.now_ns(), socks):
                 return self.end()  # another node found the job stalled: end ours
