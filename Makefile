@@ -57,8 +57,10 @@ test-parts: setup
 	else $(NO_PARTS); fi
 
 # The fast tier (docs/development.md): no slow, example or root tests; under a minute on
-# 2 cores, with MPI worlds of 2 and 3 ranks.
-test-fast: setup
+# 2 cores, with MPI worlds of 2 and 3 ranks. SETUP= (empty) skips the set-up's checks where
+# a caller has just made them (make test's other MPIs' sets: 4 s each).
+SETUP ?= setup
+test-fast: $(SETUP)
 	$(WITH_MPI) $(PY) -m pytest -q -m "$(ONLY)not slow and not example and not root" tests
 
 # The MPI worlds of 5, 7 and 8 ranks (marker `wide`), which `make test` leaves out: the same
