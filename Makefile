@@ -8,9 +8,9 @@ EPOCH   ?= 2
 # BLAS/OpenMP/numba threads per rank: cores / ranks per node, set by chainermn_torus when the
 # communicator is created (CHAINERMN_TORUS_THREADS=N to choose).
 
-.PHONY: setup demo demo-naive test test-parts test-fast test-wide bench conformance fault-matrix clean aarch64 \
-        test-aarch64 bench-mpis bench-overlap simgrid test-simulation simulate-validate \
-        simulate-study
+.PHONY: setup demo demo-naive test test-parts test-fast test-wide bench conformance \
+        fault-matrix clean aarch64 test-aarch64 bench-mpis bench-overlap simgrid \
+        test-simulation simulate-validate simulate-study
 
 setup:
 	bash scripts/setup.sh
