@@ -282,6 +282,7 @@ def pytest_collection_modifyitems(config, items):
     # (or a helper of its module that it calls) starts mpiexec through run_mpi, and every
     # test that runs its check in a world.
     cache = {}
+    ranks = {id(item): _world_ranks(item) for item in items}
     for item in items:
         module = getattr(item, 'module', None)
         if module is None:
@@ -293,14 +294,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.mpi)
         if in_world:
             item.add_marker(pytest.mark.world)
-            if _world_ranks(item) in WIDE_RANKS:
+            if ranks[id(item)] in WIDE_RANKS:
                 item.add_marker(pytest.mark.wide)
     refuse_root_in_world(items)
     # The tests that start no MPI rank first, then the jobs of their own, then the world
     # tests, by rank count (stable): each world starts once and only one is alive at a time;
     # and beside the start of `make test`'s lane A (scripts/test_lanes.sh: the fault matrix)
     # run the tests whose processes never spin in MPI.
-    ranks = {id(item): _world_ranks(item) for item in items}
     items[:] = ([i for i in items if ranks[id(i)] is None and not i.get_closest_marker('mpi')]
                 + [i for i in items if ranks[id(i)] is None and i.get_closest_marker('mpi')]
                 + sorted((i for i in items if ranks[id(i)] is not None),

@@ -99,8 +99,7 @@ WHY_LEFT_OUT = {
     'enospc': 'a full disk at a checkpoint: tests/extensions/checkpoint/test_checkpoint.py '
               'fills it under a 2-rank job (the message, no temporary file, the previous '
               'checkpoint kept) and the enospc-manifest row here ends a job by it; what a '
-              'job ending by an exception '
-              'leaves in /dev/shm is the raise row\'s',
+              'job ending by an exception leaves in /dev/shm is the raise row\'s',
 }
 
 
