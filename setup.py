@@ -22,8 +22,7 @@ setup(
         'mpich': ['mpich'],
         'imagenet': ['pillow'],            # JPEG decoding in the ImageNet example
         'plot': ['matplotlib'],            # timelines and benchmark plots
-        # import-linter: the layers (.importlinter); pytest-xdist: `make test`'s lane B in 2 workers
-        'test': ['pytest', 'pytest-xdist', 'import-linter'],
+        'test': ['pytest', 'import-linter'],  # import-linter: the layers (.importlinter)
         # numpy's bfloat16 dtype: bfloat16 gradient communication (0.6 needs numpy 2)
         'bf16': ['ml_dtypes>=0.5,<0.6'],
     },

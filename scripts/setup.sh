@@ -37,11 +37,10 @@ if ! "$venv/bin/python" -c 'import chainer, sys; sys.exit(chainer.__version__ !=
     pip_install "setuptools<70" wheel "numpy<2"
     pip_install --no-build-isolation "chainer==7.8.1"
 fi
-if ! "$venv/bin/python" -c 'import mpi4py, numba, pytest, xdist, threadpoolctl, psutil, matplotlib, PIL, importlinter' 2>/dev/null \
+if ! "$venv/bin/python" -c 'import mpi4py, numba, pytest, threadpoolctl, psutil, matplotlib, PIL, importlinter' 2>/dev/null \
    || [ ! -x "$venv/bin/mpiexec" ]; then
-    echo "[setup] installing mpich, mpi4py, numba, pytest, pytest-xdist, threadpoolctl, psutil, matplotlib, pillow, import-linter"
-    pip_install "numpy<2" mpich mpi4py numba pytest pytest-xdist threadpoolctl psutil matplotlib pillow \
-        import-linter
+    echo "[setup] installing mpich, mpi4py, numba, pytest, threadpoolctl, psutil, matplotlib, pillow, import-linter"
+    pip_install "numpy<2" mpich mpi4py numba pytest threadpoolctl psutil matplotlib pillow import-linter
 fi
 # oneDNN for Chainer's convolutions (chainermn_torus.compute): the CPU build with GNU OpenMP,
 # x86-64 only (no wheel for aarch64: there Chainer's numpy, said at start-up). Not the

@@ -31,8 +31,9 @@ cd "$(dirname "$0")/.."
 mpi=${MPI:-mpich}
 py=${PY:-.venv/bin/python}
 only=${ONLY:-}   # 'mpi and ' under another MPI: the tests that start MPI jobs (Makefile)
-workers=${LANE_B_WORKERS:-2}  # lane B's pytest-xdist workers
-lane_a_files='tests/scripts/test_aarch64.py tests/bench/test_benchmarks.py tests/launch/test_unchanged_scripts.py'
+lane_a_files='tests/scripts/test_aarch64.py tests/bench/test_benchmarks.py tests/launch/test_unchanged_scripts.py
+              tests/tools/test_kernel_cache.py tests/extensions/checkpoint/test_sigterm_steps.py
+              tests/tuning/test_tune.py tests/launch/test_gpu_to_cpu.py'
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 failed=()
@@ -54,7 +55,7 @@ lane_a > "$logs/a" 2>&1 &
 lane=$!
 ignore=()
 for f in $lane_a_files; do ignore+=("--ignore=$f"); done
-run_pytest -n "$workers" --durations=30 -m "${only}not root and not world" "${ignore[@]}" tests \
+run_pytest --durations=30 -m "${only}not root and not world" "${ignore[@]}" tests \
     || failed+=('lane B')
 wait "$lane" || failed+=('lane A')
 echo "[test] lane A: the aarch64 build (root), the root tests, then" $lane_a_files
