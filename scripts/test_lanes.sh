@@ -23,7 +23,7 @@
 #
 # Why: one pytest after another kept 1.35 of the 2 cores busy, the fault matrix about one;
 # two lanes 1.6. A third lane (the fast sets) kept them 96 % busy and ended no sooner, and
-# so did lane B in two pytest-xdist workers: on a fresh clone the lanes are CPU-bound (95-100 %
+# so did lane B in two pytest-xdist workers: on a fresh clone the lanes are CPU-bound (94-100 %
 # busy), and the tier is its CPU-seconds (docs/measurements/test-timings.md).
 # Nothing is shared between lanes: each pytest has its own temporary folders and worlds, each
 # fault-matrix row its own /dev/shm, each MPI its own prefix (scripts/with_mpi.sh).
