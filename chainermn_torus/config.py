@@ -29,6 +29,22 @@ MiB = 1 << 20
 MIN_SEGMENT_BYTES = 1024
 MAX_SECONDS = 365 * 86400  # a limit in seconds: beyond a batch job's life, and still exact
 MAX_THREADS = 65536  # beyond any node's logical CPUs: a larger count is a typo
+MIN_WATCH_S = 1.0  # a watchdog limit below this is refused: its watcher wakes at least once a
+# second (limit / 4, at most 1 s) and judges a node silent after 2 s; at 1e-9 s a healthy
+# job was judged stalled
+
+# What a job reads from a file another user could have written is sized before it is read
+# (runtime.files.shared_paths): more than these is refused from the file's size, not read.
+# A tune file is under 2 KB; a manifest is about 120 B per rank plus 100 B per parameter
+# array (ResNet-50 on 4,096 ranks: 0.5 MB); a calibrate file is under 4 KB.
+BOUNDS = {
+    'tune_file': 64 << 10,
+    'manifest': 16 << 20,
+    'network_file': 1 << 20,
+    # Classes a training list may name: ImageNet-21k has 21,841; beyond this a label is a typo
+    # (a label of 10**9 once built a list of 10**9 class numbers and was OOM-killed).
+    'classes': 1 << 20,
+}
 
 # key -> Setting. ``kind`` names a parser below; the default is the parsed value.
 SETTINGS = collections.OrderedDict([

@@ -164,14 +164,14 @@ class Choices(object):
             return found[0], 'tuned earlier in this job', found[1]
         if self.settings.tune != 'on':
             return None
-        choice, figures, written, message = memory.load(key, self.shape.size,
-                                                        self.settings.tune_dir)
-        if message:
-            report.say(message, 0, prefix=PREFIX)
-        if choice is None:
+        found = memory.load(key, self.shape.size, self.settings.tune_dir,
+                            self.settings.segment_bytes)
+        if found.message:
+            report.say(found.message, 0, prefix=PREFIX)
+        if found.choice is None:
             return None
-        return choice, 'remembered in {} (tuned {})'.format(
-            memory.path(key, self.settings.tune_dir), written), figures
+        return found.choice, 'remembered in {} (tuned {})'.format(
+            found.path, found.written), found.figures
 
     def _start(self, signature, nbytes):
         """Take what a job of this shape remembered (``chosen``), else start the tuning

@@ -19,19 +19,35 @@ again and replaces it:
 
 The buffer signature is a digest of the gradient arrays' names, shapes and dtypes and the
 dtype they travel in: another model, or the same with float16 on the wire, is another file.
+
+A tuning folder may be shared by several users (a project's directory): each user's files
+are theirs. A file's name holds its user's uid, and a file is read only under the rule for
+shared paths (``runtime.files.shared_paths``): a regular file of this user, not a link, at
+most ``config.BOUNDS['tune_file']`` bytes. Anything else under the name (another user's
+file, a link, a FIFO) is ignored in one line that names its owner, and the choice is kept
+under a name of this user's own (``<name>.<token>.json``), which later jobs read.
 """
+import collections
 import datetime
 import hashlib
 import json
 import os
+import re
 import tempfile
 
 from chainermn_torus import config
 from chainermn_torus.algorithms import variants
-from chainermn_torus.errors import ConfigError
+from chainermn_torus.errors import ConfigError, UnsafePath
+from chainermn_torus.runtime.files import shared_paths
 from chainermn_torus.runtime.files.atomic import atomic_write
+from chainermn_torus.tuning import candidates
 
-__all__ = ['FORMAT', 'signature', 'Key', 'folder', 'path', 'load', 'save', 'save_partial']
+__all__ = ['FORMAT', 'signature', 'Key', 'folder', 'path', 'load', 'save', 'save_partial',
+           'Loaded']
+
+Loaded = collections.namedtuple('Loaded', 'choice figures written message path')
+_NOTHING = Loaded(None, None, None, None, None)
+_ELSEWHERE = 'This job measures afresh and keeps its choice under a name of its own.'
 
 FORMAT = 1
 
@@ -50,8 +66,11 @@ class Key(dict):
                                   mpi=mpi.strip().splitlines()[0].strip() if mpi else '',
                                   signature=signature, bytes=int(nbytes))
 
-    def file_name(self):
-        return '{}x{}-{}.json'.format(self['nodes'], self['ranks_per_node'], self['signature'])
+    def file_name(self, uid=None):
+        """``<nodes>x<ranks per node>-<signature>.u<uid>.json``: this user's name."""
+        return '{}x{}-{}.u{}.json'.format(self['nodes'], self['ranks_per_node'],
+                                          self['signature'],
+                                          os.getuid() if uid is None else uid)
 
 
 def folder(given=None):
@@ -68,8 +87,11 @@ def check_folder(where, source='CHAINERMN_TORUS_TUNE_DIR'):
     write a file there. At start: a folder that cannot hold the choices was found only at
     the job's end, after the tuning."""
     try:
-        if os.path.exists(where) and not os.path.isdir(where):
-            raise NotADirectoryError(20, 'it is a file, not a folder')
+        if os.path.lexists(where):
+            # Any owner (a project's shared folder), but not a link: each file is judged.
+            why = shared_paths.directory_problem(where, trusted=True)
+            if why:
+                raise NotADirectoryError(20, why)
         os.makedirs(where, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix='.write-test.', dir=where)
         os.close(fd)
@@ -112,7 +134,7 @@ def _fields(data):
     return None
 
 
-def _problem(data, key, size):
+def _problem(data, key, size, segment_bytes=None):
     """Why a file's content cannot be used here, or None."""
     if not isinstance(data, dict) or data.get('format') != FORMAT:
         return 'stale: file format {!r}, this version reads {}'.format(
@@ -145,42 +167,107 @@ def _problem(data, key, size):
         config.parse('segment', choice.get('segment_bytes'), 'its segment size')
     except ValueError as e:
         return 'stale: {}'.format(str(e).replace('chainermn_torus: ', ''))
+    # Sizes the tuning tries, and the job's own: a file that names another was not written
+    # by a tuning (a forged 1 KiB made each all-reduce 97 times slower).
+    tried = candidates.SEGMENT_CHOICES + (config.SETTINGS['segment_bytes'].default,
+                                          segment_bytes)
+    if choice['segment_bytes'] not in tried:
+        return 'stale: its segment size {} is none the tuning tries ({})'.format(
+            choice['segment_bytes'], ', '.join(str(t) for t in tried if t is not None))
     return None
 
 
-def load(key, size, where=None):
-    """(choice, figures, written, message): the remembered choice, or None with the reason
-    the file was ignored (message None: there is no file)."""
-    p = path(key, where)
-    if not os.path.exists(p):
-        return None, None, None, None
+def _names(key, where):
+    """This user's files for ``key``: its own name first, then those kept under a name of
+    their own (``save``), the newest first."""
+    base = key.file_name()
+    stem = base[:-len('.json')]
+    ours = re.compile(re.escape(stem) + r'\.[0-9a-f]{12}\.json$')
     try:
-        with open(p) as f:
-            data = json.load(f)
+        others = [n for n in os.listdir(where) if ours.match(n)]
+    except OSError:
+        others = []
+
+    def age(name):
+        try:
+            return -os.lstat(os.path.join(where, name)).st_mtime
+        except OSError:
+            return 0
+    return [base] + sorted(others, key=age)
+
+
+def _read(p):
+    """(data, None) or (None, why it is ignored); FileNotFoundError where nothing is."""
+    try:
+        return shared_paths.read_json(p, 'the tune file', config.BOUNDS['tune_file'],
+                                      fix=_ELSEWHERE), None
+    except UnsafePath as e:
+        return None, str(e).replace('chainermn_torus: ', '', 1)
+    except FileNotFoundError:
+        raise
     except (OSError, ValueError) as e:
-        return None, None, None, '{} ignored: unreadable ({})'.format(p, e)
-    problem = _problem(data, key, size)
-    if problem:
-        return None, None, None, '{} ignored, {}'.format(p, problem)
-    choice = data['choice']
-    if choice.get('grid') is not None:
-        choice['grid'] = tuple(choice['grid'])
-    return choice, data.get('figures'), data.get('written'), None
+        return None, '{} ignored: unreadable ({})'.format(p, e)
+
+
+def load(key, size, where=None, segment_bytes=None):
+    """``Loaded``: the remembered choice, its figures, when it was written and the file;
+    or choice None with the reason each file there was ignored (message None: there is no
+    file). ``segment_bytes``: this job's segment size, a choice it may remember too."""
+    where = folder(where)
+    notes = []
+    for name in _names(key, where):
+        p = os.path.join(where, name)
+        try:
+            data, why = _read(p)
+        except FileNotFoundError:
+            continue
+        if why is None:
+            problem = _problem(data, key, size, segment_bytes)
+            why = '{} ignored, {}'.format(p, problem) if problem else None
+        if why:
+            notes.append(why)
+            continue
+        choice = data['choice']
+        if choice.get('grid') is not None:
+            choice['grid'] = tuple(choice['grid'])
+        return Loaded(choice, data.get('figures'), data.get('written'),
+                      '; '.join(notes) or None, p)
+    return _NOTHING._replace(message='; '.join(notes) or None)
+
+
+def _write(key, data, where):
+    """Write ``data`` (atomically) under this user's name for ``key``; where another user
+    holds that name (or a link, or a FIFO sits there) and it cannot be replaced, under a
+    name of this user's own beside it. Returns the path; raises OSError."""
+    where = folder(where)
+    os.makedirs(where, exist_ok=True)
+    text = json.dumps(data, indent=1, sort_keys=True).encode()
+    p = path(key, where)
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        st = None
+    if st is None or not shared_paths.problem(st, config.BOUNDS['tune_file']):
+        try:
+            atomic_write(p, lambda f: f.write(text))
+            return p
+        except (PermissionError, IsADirectoryError, UnsafePath):
+            pass  # a name taken meanwhile: as below
+    p = os.path.join(where, '{}.{}.json'.format(key.file_name()[:-len('.json')],
+                                                shared_paths.token()))
+    atomic_write(p, lambda f: f.write(text))
+    return p
 
 
 def save(key, choice, figures, where=None):
-    """Write the choice (atomically); returns the path, or raises OSError."""
-    p = path(key, where)
-    os.makedirs(os.path.dirname(p), exist_ok=True)
+    """Write the choice; returns the path, or raises OSError."""
     data = {'format': FORMAT, 'key': dict(key),
             'choice': dict(choice, grid=None if choice.get('grid') is None
                            else list(choice['grid'])),
             'figures': figures,
             'written': datetime.datetime.now(datetime.timezone.utc).isoformat(
                 timespec='seconds')}
-    text = json.dumps(data, indent=1, sort_keys=True).encode()
-    atomic_write(p, lambda f: f.write(text))
-    return p
+    return _write(key, data, where)
 
 
 def save_partial(key, size, calls, needed, where=None):
@@ -188,14 +275,10 @@ def save_partial(key, size, calls, needed, where=None):
     about ``needed``): the next job says so and measures afresh. Never over a choice this
     job could have used (tune='again' measures beside one). Returns the path, or None
     where a usable choice stays; raises OSError."""
-    p = path(key, where)
-    if load(key, size, where)[0] is not None:
+    if load(key, size, where).choice is not None:
         return None
-    os.makedirs(os.path.dirname(p), exist_ok=True)
     data = {'format': FORMAT, 'key': dict(key),
             'partial': {'calls': int(calls), 'needed': needed,
                         'ended': datetime.datetime.now(datetime.timezone.utc).isoformat(
                             timespec='seconds')}}
-    text = json.dumps(data, indent=1, sort_keys=True).encode()
-    atomic_write(p, lambda f: f.write(text))
-    return p
+    return _write(key, data, where)

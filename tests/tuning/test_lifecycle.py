@@ -126,7 +126,7 @@ def test_a_job_ended_while_measuring_records_it_and_frees_every_candidate(
     assert 'the job ended after 2 gradient call(s) of 4.2 MB, before the tuning decided' in err
     assert all(m.finalized for m in made) and not c.made and not c.measuring
     key = memory.Key(2, 2, 'MPICH Version: test', 'abc', NBYTES)
-    choice, _, _, message = memory.load(key, SHAPE.size, str(tmp_path))
+    choice, _, _, message, _ = memory.load(key, SHAPE.size, str(tmp_path))
     assert choice is None and 'before the tuning decided: measuring afresh' in message
 
 

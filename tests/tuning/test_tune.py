@@ -98,14 +98,14 @@ def _key(**changes):
 def test_memory_round_trip_and_what_is_ignored(tmp_path):
     key = _key()
     assert key['mpi'] == 'MPICH Version: 5.0.2'
-    assert memory.load(key, 4, str(tmp_path)) == (None, None, None, None)
+    assert memory.load(key, 4, str(tmp_path)) == (None, None, None, None, None)
     choice = {'algorithm': 'rsaa', 'grid': (2, 2), 'segment_bytes': 1 << 20}
     path = memory.save(key, choice, {'chosen_ms': 1.0}, str(tmp_path))
-    got, figures, written, message = memory.load(key, 4, str(tmp_path))
+    got, figures, written, message, _ = memory.load(key, 4, str(tmp_path))
     assert got == choice and figures == {'chosen_ms': 1.0} and written and message is None
     # Same file name (nodes x ranks, signature), another MPI: foreign.
     other = _key(mpi='Intel(R) MPI Library 2021.10')
-    got, _, _, message = memory.load(other, 4, str(tmp_path))
+    got, _, _, message, _ = memory.load(other, 4, str(tmp_path))
     assert got is None and 'foreign' in message and 'Intel(R) MPI' in message and path in message
     with open(path) as f:
         data = json.load(f)
@@ -115,7 +115,7 @@ def test_memory_round_trip_and_what_is_ignored(tmp_path):
                           ({'choice': dict(choice, segment_bytes=10)}, 'stale: its segment size')]:
         with open(path, 'w') as f:
             json.dump(dict(data, **change), f)
-        got, _, _, message = memory.load(key, 4, str(tmp_path))
+        got, _, _, message, _ = memory.load(key, 4, str(tmp_path))
         assert got is None and words in message, (change, message)
     with open(path, 'w') as f:
         f.write('{not json')
@@ -144,7 +144,7 @@ def test_memory_checks_each_field_type_and_names_the_wrong_one(tmp_path):
             ({'written': 12}, "field 'written' is 12")]:
         with open(path, 'w') as f:
             json.dump(dict(data, **change), f)
-        got, _, _, message = memory.load(key, 4, str(tmp_path))
+        got, _, _, message, _ = memory.load(key, 4, str(tmp_path))
         assert got is None and message.startswith(path + ' ignored, stale: ') and \
             words in message, (change, message)
     with open(path, 'w') as f:
@@ -155,7 +155,7 @@ def test_memory_checks_each_field_type_and_names_the_wrong_one(tmp_path):
 def test_a_job_that_ends_before_deciding_is_recorded_and_the_next_measures_afresh(tmp_path):
     key = _key()
     path = memory.save_partial(key, 4, 7, 12, str(tmp_path))
-    got, _, _, message = memory.load(key, 4, str(tmp_path))
+    got, _, _, message, _ = memory.load(key, 4, str(tmp_path))
     assert got is None and 'a job of this shape ended on ' in message and \
         'after 7 gradient call(s), before the tuning decided: measuring afresh' in message
     # A decided choice is never replaced by a record of a shorter job (tune='again').

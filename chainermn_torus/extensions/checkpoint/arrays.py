@@ -10,11 +10,13 @@ of None that earlier checkpoints hold, by comparing their bytes with numpy's own
 unpickled). Any other object array is refused in one line, on writing and on reading.
 """
 import io
+import os
 
 import chainer
 import numpy
 
 from chainermn_torus.errors import Refusal
+from chainermn_torus.runtime.files import shared_paths
 
 __all__ = ['CheckpointError', 'NONE_KEYS', 'for_saving', 'RankFile', 'load_npz']
 
@@ -59,9 +61,19 @@ class RankFile(object):
     """A rank file's arrays, read-only, as Chainer's ``NpzDeserializer`` reads an npz (by
     name, ``in``), with every read ``allow_pickle=False``. A context manager."""
 
-    def __init__(self, path):
-        self.path = path
-        self._z = numpy.load(path, allow_pickle=False)
+    def __init__(self, path, name=None):
+        """``path``: a file's path (opened without following a link: the rule for shared
+        paths), or an open binary file (``name``: its path, for messages)."""
+        self._own = None
+        if isinstance(path, str):
+            self._own = os.fdopen(shared_paths.open_file(path, 'the checkpoint file',
+                                                         trusted=True), 'rb')
+        self.path = path if isinstance(path, str) else (name or getattr(path, 'name', '?'))
+        try:
+            self._z = numpy.load(self._own or path, allow_pickle=False)
+        except BaseException:
+            self._close_own()
+            raise
         try:
             self._nones = set(self._z[NONE_KEYS].tolist()) if NONE_KEYS in self._z.files \
                 else set()
@@ -94,6 +106,12 @@ class RankFile(object):
 
     def close(self):
         self._z.close()
+        self._close_own()
+
+    def _close_own(self):
+        if self._own is not None:
+            self._own.close()
+            self._own = None
 
     def __enter__(self):
         return self

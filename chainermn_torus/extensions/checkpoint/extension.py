@@ -38,8 +38,13 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         self.comm, self.directory, self.keep = comm, directory, int(keep)
         self.lr_rule = lr_rule  # the rule's (self.rule) large-batch learning-rate rule
         self.rank, self.size = comm.rank, comm.size
-        # Fail now, not after an hour of training.
+        # Fail now, not after an hour of training: a link (planted by another user, it
+        # pointed the job at the user's other experiment, whose checkpoints the rotation
+        # then removed) or another user's directory is refused before anything is written
+        # in it, and again once it is made.
+        self._check_directory()
         writing.check_writable(comm, directory, 'checkpoints', CheckpointError, private=True)
+        self._check_directory()
         # Each rank its host's leftovers (a shared file system shows every host's files);
         # rank files are judged against the manifests rank 0 sees.
         complete = comm.mpi_comm.bcast(
@@ -49,6 +54,17 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                 self.rank, os.path.join(directory, name), size, why), rank=0)
         # A signal's last line says what is on disk (runtime.watch.abort).
         abort.say_on_signal(lambda: files.newest_complete(directory))
+
+    def _check_directory(self):
+        """Collective: the directory, where it exists, is one this job may write and resume
+        from (``files.foreign``), on every rank, or every rank raises."""
+        problem = files.foreign(self.directory, self.trusted, directory=True) \
+            if os.path.lexists(self.directory) else None
+        agree.raise_everywhere(self.comm.mpi_comm, problem, lambda bad: CheckpointError(
+            'chainermn_torus: refusing checkpoints in {!r} (rank(s) {}): {}{}; nothing was '
+            'written there'.format(self.directory, agree.ranks_text(bad), bad[0][1],
+                                   files.UNTRUSTED if 'link' not in bad[0][1] else
+                                   '; give the directory it points to, if it is yours')))
 
     # --- saving -----------------------------------------------------------------------------
     def __call__(self, trainer):
@@ -166,6 +182,9 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         (a damaged one is said); one missing, or naming an older checkpoint (the job ended
         between the two writes), is passed over, said."""
         layout = files.layout(trainer.updater.get_optimizer('main').target)
+        ser = chainer.serializers.DictionarySerializer()
+        trainer.updater.serialize(ser['updater'])  # the trainer's own: not before it ran
+        self._expected = files.expected_arrays(ser.target)  # what a rank file may hold
         hint, complete = self.comm.mpi_comm.bcast(
             (os.path.isfile(os.path.join(self.directory, files.MANIFEST)),
              files.manifests(self.directory)) if self.rank == 0 else None)
@@ -237,7 +256,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
             return problem, manifest, fatal
         problem = next(filter(None, (
             files.verify_file(self.directory, manifest, manifest['files'][r], self.rank,
-                              self.trusted)
+                              self.trusted, self._expected, max(self.size, manifest['ranks']))
             for r in range(self.rank, manifest['ranks'], self.size))), None)
         bad = agree.problems(self.comm.mpi_comm, problem)
         if bad:

@@ -1,23 +1,33 @@
 """A checkpoint directory's files: their names, the manifest, and their integrity checks.
 
-No MPI here: what one process can say about the files it sees.
+No MPI here: what one process can say about the files it sees. Every file is read under
+the rule for shared paths (``runtime.files.shared_paths``: no link followed, a regular file
+of this user, sized first) and nothing is decompressed before it is bounded: a manifest by
+``config.BOUNDS['manifest']`` and a schema (``manifest_problem``), a rank file's arrays by
+their headers, checked against this job's own state (``expected_arrays``) before any data
+is read (a 14 MB file holding a 6 GiB array, with a size and CRC to match in its manifest,
+was once decompressed whole and OOM-killed the job).
 """
 import json
+import math
 import os
 import re
-import stat
+import zipfile
 import zlib
 
 import numpy
 
+from chainermn_torus import config
+from chainermn_torus.errors import UnsafePath
 from chainermn_torus.extensions.checkpoint.arrays import CheckpointError, RankFile
 from chainermn_torus.runtime.cpu import finite
-from chainermn_torus.runtime.files import own_files
+from chainermn_torus.runtime.files import shared_paths
 
 __all__ = ['CheckpointError', 'MANIFEST', 'rank_file', 'manifest_file', 'marker_file',
            'MARKER', 'RANK_FILE', 'MANIFEST_FILE', 'crc32', 'layout', 'manifests',
            'read_manifest', 'verify_file', 'what_is_kept', 'replica_digest', 'remove',
-           'foreign', 'UNTRUSTED', 'newest_complete']
+           'foreign', 'UNTRUSTED', 'newest_complete', 'manifest_problem', 'expected_arrays',
+           'array_headers', 'OTHER_SLACK']
 
 MANIFEST = 'latest.json'  # the newest complete checkpoint's manifest
 _MANIFEST_OF = 'manifest_iter_{}.json'
@@ -32,6 +42,10 @@ UNTRUSTED = ('; a checkpoint there could have been written by someone else: keep
              '(CHAINERMN_TORUS_TRUST_CHECKPOINTS=1)')
 # Arrays every data-parallel replica holds alike (compared before loading at another P).
 _REPLICA = ('updater/model:', 'updater/optimizer:')
+# Beyond this job's own state, what a rank file's other arrays (an iterator's order, the
+# random state) may add: their sizes depend on the shard, so on the rank count.
+OTHER_SLACK = 64 << 20
+_NPY_HEADER = 1 << 16  # the most bytes an .npy header may take (numpy reads up to 10,000)
 
 
 def rank_file(directory, iteration, rank):
@@ -57,13 +71,22 @@ def remove(path):
 
 
 def crc32(path, chunk=1 << 22):
-    crc = 0
+    """The CRC-32 of the file ``path``, or of the open binary file ``path`` from its
+    start."""
+    if not isinstance(path, str):
+        return _crc32_of(path, chunk)
     with open(path, 'rb') as f:
-        while True:
-            block = f.read(chunk)
-            if not block:
-                return crc
-            crc = zlib.crc32(block, crc)
+        return _crc32_of(f, chunk)
+
+
+def _crc32_of(f, chunk):
+    f.seek(0)
+    crc = 0
+    while True:
+        block = f.read(chunk)
+        if not block:
+            return crc
+        crc = zlib.crc32(block, crc)
 
 
 def layout(model):
@@ -103,33 +126,38 @@ def what_is_kept(directory):
         complete[0][0], directory)
 
 
+def _load_json(path, trusted):
+    """A manifest's JSON, read under the rule; (data, None) or (None, what is wrong)."""
+    try:
+        return shared_paths.read_json(path, 'the manifest', config.BOUNDS['manifest'],
+                                      trusted), None
+    except UnsafePath as e:
+        return None, str(e).replace('chainermn_torus: ', '', 1)
+    except (OSError, ValueError) as e:
+        return None, '{} is not a chainermn-torus manifest ({})'.format(path, e)
+
+
 def read_manifest(directory, name, layout_here, trusted=False):
     """(problem, manifest, fatal) for manifest ``name``: ``fatal`` when no other checkpoint
     in the directory can help (none there, another model, another user's directory)."""
     path = os.path.join(directory, name)
-    if not os.path.isdir(directory):
+    if not os.path.lexists(directory):
         return 'the directory does not exist', None, True
     unsafe = foreign(directory, trusted, directory=True)
     if unsafe:
         return unsafe + UNTRUSTED, None, True
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         return 'no {} in it (no checkpoint was completed there)'.format(name), None, True
-    unsafe = foreign(path, trusted)
-    if unsafe:
-        return unsafe + UNTRUSTED, None, False
-    try:
-        with open(path) as f:
-            data = json.load(f)
-        data['iteration'], data['ranks'], data['files'], data['model']
-    except (ValueError, KeyError, TypeError) as e:
-        return '{} is not a chainermn-torus manifest ({})'.format(path, e), None, False
-    wrong = _inconsistent(directory, name, data)
+    data, wrong = _load_json(path, trusted)
+    if wrong:
+        return wrong + (UNTRUSTED if 'owned by' in wrong or 'written by' in wrong else ''), \
+            None, False
+    wrong = manifest_problem(data)
+    if wrong:
+        return '{} is not a chainermn-torus manifest ({})'.format(path, wrong), None, False
+    wrong = _inconsistent(directory, name, data, trusted)
     if wrong:  # a flipped bit in the iteration once named a resume point it was not
         return '{} is damaged: {}'.format(path, wrong), None, False
-    if not isinstance(data.get('checks'), dict) or \
-            set(data['checks']) != set(map(str, data['files'])):
-        return ('{} does not record every rank file\'s size and CRC-32 ("checks"), so its '
-                'files cannot be checked before they are loaded'.format(path)), None, False
     there = data['model']
     if layout_here != there:
         for a, b in zip(there, layout_here):
@@ -142,27 +170,77 @@ def read_manifest(directory, name, layout_here, trusted=False):
     return None, data, False
 
 
-def _inconsistent(directory, name, data):
-    """What does not agree within a manifest, or None: its iteration is the one its rank
-    files are named for, and ``latest.json`` is the same as its checkpoint's own manifest
-    (written beside it, atomically, just before)."""
-    iteration = data['iteration']
-    if not isinstance(iteration, int) or not isinstance(data['files'], list):
-        return 'its iteration {!r} or its file list is not what a manifest holds'.format(
-            iteration)
-    for f in data['files']:
-        m = RANK_FILE.match(str(f))
-        if m is None or int(m.group('iteration')) != iteration:
-            return 'it says iteration {} but names {}'.format(iteration, f)
+def _count(v, low=0):
+    return type(v) is int and v >= low
+
+
+def manifest_problem(data):
+    """What in ``data`` is not what a manifest holds, or None: each field's type and range
+    (a ``ranks`` of 0, 3 or "2" once ended every rank with a traceback, and 1, beside two
+    rank files, resharded as if the job had run on one rank)."""
+    if not isinstance(data, dict):
+        return 'it holds a {}, not an object'.format(type(data).__name__)
+    for field in ('iteration', 'ranks', 'files', 'model'):
+        if field not in data:
+            return 'no {!r}'.format(field)
+    if not _count(data['iteration']):
+        return "'iteration' is {!r}, not a count >= 0".format(data['iteration'])
+    if not _count(data['ranks'], 1):
+        return "'ranks' is {!r}, not a rank count >= 1".format(data['ranks'])
+    names = data['files']
+    want = [os.path.basename(rank_file('', data['iteration'], r))
+            for r in range(data['ranks'])]
+    if names != want:
+        return "'files' is not the {} rank files of iteration {} in rank order ({}{})".format(
+            data['ranks'], data['iteration'], repr(names)[:120],
+            '...' if len(repr(names)) > 120 else '')
+    checks = data.get('checks')
+    if not isinstance(checks, dict) or set(checks) != set(names):
+        return ('it does not record every rank file\'s size and CRC-32 ("checks"), so its '
+                'files cannot be checked before they are loaded')
+    for name, check in checks.items():
+        if not (isinstance(check, dict) and _count(check.get('bytes')) and
+                _count(check.get('crc32')) and check['crc32'] < 1 << 32):
+            return 'the check of {} is {!r}, not a byte count and a CRC-32'.format(
+                name, check)
+    model = data['model']
+    if not isinstance(model, list) or not all(
+            isinstance(m, list) and len(m) == 3 and isinstance(m[0], str) and
+            isinstance(m[1], list) and all(_count(d) for d in m[1]) and isinstance(m[2], str)
+            for m in model):
+        return "'model' is not a list of [name, shape, dtype]"
+    batch = data.get('batch_per_rank')
+    if batch is not None and not _count(batch, 1):
+        return "'batch_per_rank' is {!r}, not a count >= 1".format(batch)
+    rate = data.get('learning_rate')
+    if rate is not None and not (
+            isinstance(rate, list) and len(rate) == 2 and isinstance(rate[0], str) and
+            type(rate[1]) in (int, float) and math.isfinite(rate[1])):
+        return "'learning_rate' is {!r}, not [attribute, number]".format(rate)
+    return None
+
+
+def _inconsistent(directory, name, data, trusted=False):
+    """What does not agree between a manifest and its directory, or None: no rank file of
+    its iteration beyond its ranks, and ``latest.json`` the same as its checkpoint's own
+    manifest (written beside it, atomically, just before)."""
+    iteration, ranks = data['iteration'], data['ranks']
+    try:
+        extra = sorted(int(m.group('rank')) for m in map(RANK_FILE.match, os.listdir(directory))
+                       if m and int(m.group('iteration')) == iteration and
+                       int(m.group('rank')) >= ranks)
+    except OSError:
+        extra = []
+    if extra:
+        return 'it says {} rank(s) but {} is there too'.format(
+            ranks, os.path.basename(rank_file(directory, iteration, extra[0])))
     if name == MANIFEST:
         own = manifest_file(directory, iteration)
-        try:
-            with open(own) as f:
-                same = json.load(f) == data
-        except (OSError, ValueError):
+        theirs, wrong = _load_json(own, trusted)
+        if wrong:
             return 'it says iteration {} but {} is missing or unreadable'.format(
                 iteration, os.path.basename(own))
-        if not same:
+        if theirs != data:
             return 'it differs from {}, the manifest of iteration {}'.format(
                 os.path.basename(own), iteration)
     return None
@@ -170,56 +248,123 @@ def _inconsistent(directory, name, data):
 
 def foreign(path, trusted=False, directory=False):
     """Why ``path`` (a checkpoint's file, or with ``directory`` its directory) may hold what
-    another user put there, or None: a link (a file only), owned by another user than this
-    one or root, or writable by its group or everyone. ``trusted``: the user said the
-    directory is theirs to trust (``--trust-checkpoint-dir``): nothing is said."""
-    if trusted:
-        return None
+    another user put there, or None (the rule of ``runtime.files.shared_paths``): a link,
+    not a regular file (a directory), owned by another user than this one or root, or
+    writable by its group or everyone. ``trusted``: the user said the directory is theirs
+    to trust (``--trust-checkpoint-dir``): owner and mode are not judged; a link still is."""
     try:
-        st = os.stat(path) if directory else os.lstat(path)
+        why = shared_paths.directory_problem(path, trusted) if directory else \
+            shared_paths.problem(os.lstat(path), trusted=trusted)
     except OSError:
         return None  # what is missing is said where it is read
-    what = 'the checkpoint directory {}'.format(path) if directory else path
-    if stat.S_ISLNK(st.st_mode):
-        return '{} is a symbolic link (to {})'.format(what, os.readlink(path))
-    if st.st_uid not in (os.getuid(), 0):
-        return '{} is owned by {}'.format(what, own_files.owner_name(st.st_uid))
-    if st.st_mode & 0o022:
-        return '{} can be written by {} (mode {:o})'.format(
-            what, 'everyone' if st.st_mode & 0o002 else 'its group', st.st_mode & 0o777)
+    if why is None:
+        return None
+    return '{}: {}'.format('the checkpoint directory {}'.format(path) if directory else path,
+                           why)
+
+
+def expected_arrays(state):
+    """{name: (shape, dtype)} of a trainer's serialized state (``state``: the target of a
+    ``DictionarySerializer`` that saved it): what a rank file's arrays are held against."""
+    out = {}
+    for key, value in state.items():
+        a = numpy.asarray(value)
+        if a.dtype != object:
+            out[key] = (tuple(a.shape), a.dtype.str)
+    return out
+
+
+def array_headers(f, expected=None, size=1):
+    """What is wrong with the arrays of the open rank file ``f``, read from their .npy
+    headers alone (no array's data is decompressed), or None. Each member must be an array
+    whose stored size its header accounts for; against ``expected`` (``expected_arrays`` of
+    this job's trainer), the parameters' and optimizer state's shapes and dtypes must be
+    this job's, and the other arrays together at most this job's other arrays times
+    ``size`` (the ranks: a shard grows when fewer ranks wrote it) plus ``OTHER_SLACK``."""
+    try:
+        z = zipfile.ZipFile(f)
+    except (zipfile.BadZipFile, OSError, ValueError) as e:
+        return 'it is not an npz archive ({})'.format(e)
+    other, mine = 0, 0
+    if expected:
+        mine = sum(math.prod(s) * numpy.dtype(d).itemsize for k, (s, d) in expected.items()
+                   if not k.startswith(_REPLICA))
+    with z:
+        for info in z.infolist():
+            if not info.filename.endswith('.npy'):
+                return 'it holds {!r}, which is not an array'.format(info.filename)
+            key = info.filename[:-4]
+            try:
+                with z.open(info) as m:
+                    version = numpy.lib.format.read_magic(m)
+                    shape, _, dtype = (numpy.lib.format.read_array_header_1_0 if version ==
+                                       (1, 0) else numpy.lib.format.read_array_header_2_0)(m)
+            except (ValueError, OSError, EOFError, zipfile.BadZipFile, RuntimeError) as e:
+                return 'array {} has no readable header ({})'.format(key, e)
+            if dtype.hasobject:
+                continue  # refused by name when read (arrays.RankFile), never unpickled
+            nbytes = math.prod(shape) * dtype.itemsize
+            if not nbytes <= info.file_size <= nbytes + _NPY_HEADER:
+                return 'array {} says {} {} ({:,} bytes) but stores {:,}'.format(
+                    key, shape, dtype, nbytes, info.file_size)
+            want = (expected or {}).get(key)
+            if want is not None and key.startswith(_REPLICA):
+                if (tuple(shape), dtype.str) != want:
+                    return 'array {} is {} {} there, {} {} in this job'.format(
+                        key, tuple(shape), dtype.str, want[0], want[1])
+            else:
+                other += nbytes
+    if expected is not None and other > mine * max(size, 1) + OTHER_SLACK:
+        return ('its arrays beside the parameters and optimizer state hold {:,} bytes, more '
+                'than this job\'s {:,} times {} ranks and {:,} to spare'.format(
+                    other, mine, size, OTHER_SLACK))
     return None
 
 
-def verify_file(directory, manifest, name, rank, trusted=False):
+def verify_file(directory, manifest, name, rank, trusted=False, expected=None, size=1):
     """What is wrong with rank file ``name`` as ``rank`` sees it, or None: present, this
-    user's (``foreign``), of the size and CRC-32 the manifest recorded, readable without
-    pickle and holding no NaN/Inf."""
+    user's regular file (``foreign``; a link is refused even in a trusted directory), of
+    the size and CRC-32 the manifest recorded, its arrays within bounds (``array_headers``:
+    ``expected`` and ``size`` this job's state and rank count), readable without pickle
+    and holding no NaN/Inf."""
     path = os.path.join(directory, name)
-    if not os.path.isfile(path):
-        return 'rank {} cannot see {}'.format(rank, path)
-    unsafe = foreign(path, trusted)
-    if unsafe:
-        return unsafe + UNTRUSTED
     check = manifest.get('checks', {}).get(name)
     if check is None:
         return '{} has no size and CRC-32 in the manifest, so it cannot be checked'.format(
             path)
-    size = os.path.getsize(path)
-    if size != check['bytes']:
-        return '{} has {} bytes, the manifest says {} (truncated or replaced)'.format(
-            path, size, check['bytes'])
-    if crc32(path) != check['crc32']:
-        return '{} does not match its CRC-32 in the manifest (corrupted)'.format(path)
-    # Written before checkpoints refused diverged states: loading NaN/Inf would only fail
-    # again one step later.
     try:
-        with RankFile(path) as z:
-            stored = {k: z[k] for k in z.files}  # each read (decompressed) once
-        count, first = finite.count_in({k: a for k, a in stored.items() if a.dtype != object})
-    except CheckpointError as e:  # an object array: never unpickled
-        return str(e).replace('chainermn_torus: ', '', 1)
-    except Exception as e:  # CRC matched, so unreadable means not an npz at all
-        return '{} cannot be read as a checkpoint ({}: {})'.format(path, type(e).__name__, e)
+        fd = shared_paths.open_file(path, 'the rank file', None, trusted)
+    except FileNotFoundError:
+        return 'rank {} cannot see {}'.format(rank, path)
+    except UnsafePath as e:
+        text = str(e).replace('chainermn_torus: ', '', 1)
+        return text + (UNTRUSTED if 'owned by' in text and 'link' not in text else '')
+    except OSError as e:
+        return 'rank {} cannot read {} ({})'.format(rank, path, e.strerror or e)
+    with os.fdopen(fd, 'rb') as f:
+        size_there = os.fstat(fd).st_size
+        if size_there != check['bytes']:
+            return '{} has {} bytes, the manifest says {} (truncated or replaced)'.format(
+                path, size_there, check['bytes'])
+        if crc32(f) != check['crc32']:
+            return '{} does not match its CRC-32 in the manifest (corrupted)'.format(path)
+        f.seek(0)
+        wrong = array_headers(f, expected, size)
+        if wrong:
+            return '{}: {}'.format(path, wrong)
+        # Written before checkpoints refused diverged states: loading NaN/Inf would only
+        # fail again one step later.
+        f.seek(0)
+        try:
+            with RankFile(f, path) as z:
+                stored = {k: z[k] for k in z.files}  # each read (decompressed) once
+            count, first = finite.count_in({k: a for k, a in stored.items()
+                                            if a.dtype != object})
+        except CheckpointError as e:  # an object array: never unpickled
+            return str(e).replace('chainermn_torus: ', '', 1)
+        except Exception as e:  # CRC matched, so unreadable means not an npz at all
+            return '{} cannot be read as a checkpoint ({}: {})'.format(
+                path, type(e).__name__, e)
     if count:
         return '{} holds {} NaN/Inf value(s), the first in {} (a diverged state)'.format(
             path, count, first)

@@ -1,6 +1,6 @@
 """The progress board of one node: where each rank of the node is, readable without it.
 
-A small file in /dev/shm (``cmtorus_<job>_<pid>_watch_<host>``, swept like our other
+A small file in /dev/shm (``cmtorus_<job>_<pid>_watch_<host>_<token>``, swept like our other
 segments once its creator is gone) that every rank of the node maps and writes its own row
 of, with plain stores, and that the node's watcher process (``runtime.watch.node_watch``) reads.
 Reading needs nothing from the ranks, not even that they run: a rank stopped by a signal,
@@ -24,7 +24,7 @@ import time
 
 import numpy
 
-from chainermn_torus.runtime.files import devshm
+from chainermn_torus.runtime.files import devshm, shared_paths
 from chainermn_torus.runtime.watch import board_layout
 # The layout, the phases and the calls, described once (board_layout: no dependency, read
 # by the rank's death watcher too).
@@ -71,7 +71,7 @@ class Board(object):
 
     def __init__(self, path):
         self.path = path
-        fd = os.open(path, os.O_RDWR)
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
         try:
             size = os.fstat(fd).st_size
             self._map = mmap.mmap(fd, size)
@@ -100,23 +100,18 @@ class Board(object):
 
     @staticmethod
     def name():
-        return '{}watch_{}'.format(devshm.segment_prefix(), socket.gethostname()[:40])
+        """The start of the board's name; a token nobody can guess follows it."""
+        return '{}watch_{}_'.format(devshm.segment_prefix(), socket.gethostname()[:40])
 
     @classmethod
     def create(cls, slots, limit_s, outside, startup_s=None):
-        path = os.path.join(devshm.SHM_DIR, cls.name())
         nbytes = 8 * (HEADER + ROW * slots) + PATH_BYTES * slots
         devshm.check_room(devshm.pages(nbytes), 'the watchdog\'s progress board')
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-        except FileExistsError:
-            # The name holds this process's pid, so the file is a dead process's that had
-            # the same pid (killed before it could remove it; the sweep keeps it while the
-            # pid is alive, and now it is again, ours): pids are reused, on a busy node
-            # within hours (they wrap at 32,768 on the test machine: seen in one run of
-            # the full tier).
-            os.unlink(path)
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        # A name another user could guess they could also make first (/dev/shm is sticky:
+        # the job cannot remove it): a user who pre-created the predictable name of the
+        # node's first rank stopped every job with a watchdog at start. A taken name is
+        # passed over; the other ranks learn the name over MPI.
+        fd, path = shared_paths.create_unique(devshm.SHM_DIR, cls.name())
         try:
             os.posix_fallocate(fd, 0, nbytes)
             head = numpy.zeros(HEADER, numpy.int64)

@@ -139,16 +139,17 @@ def test_a_latest_json_whose_iteration_is_not_its_checkpoints_falls_back(tmp_pat
     if flip == 'iteration':
         data['iteration'] = 14
     else:  # the right iteration, other contents than manifest_iter_6.json
-        data['ranks'] = data['ranks']
-        data['checks'] = {}
+        data['written'] = 'at another time'
     path.write_text(json.dumps(data))
     again = trainer(tmp_path / 'o2')
     ck = MultiNodeCheckpointer(comm(), str(tmp_path / 'ck'))
     with pytest.raises(CheckpointError) as e:
         ck.resume(again)
-    said = ('it says iteration 14 but names snapshot_iter_6.rank0.npz' if flip == 'iteration'
-            else 'it differs from manifest_iter_6.json, the manifest of iteration 6')
-    assert 'latest.json is damaged: ' + said in str(e.value), str(e.value)
+    said = ("latest.json is not a chainermn-torus manifest ('files' is not the 1 rank files "
+            "of iteration 14 in rank order (['snapshot_iter_6.rank0.npz']))"
+            if flip == 'iteration' else 'latest.json is damaged: it differs from '
+            'manifest_iter_6.json, the manifest of iteration 6')
+    assert said in str(e.value), str(e.value)
     assert ck.maybe_resume(again) == 6 and again.updater.iteration == 6
     out = capsys.readouterr().out
     assert 'falling back' in out and 'resumed from {} at iteration 6'.format(

@@ -113,27 +113,37 @@ def test_a_directory_others_may_write_is_refused_unless_trusted(tmp_path, trust,
     ck.chmod(0o775)  # a shared project directory
     if trust:
         monkeypatch.setenv('CHAINERMN_TORUS_TRUST_CHECKPOINTS', '1')
-    again = MultiNodeCheckpointer(comm(), str(ck))
-    if trust:
-        assert again.resume(trainer(tmp_path / 'o2')) == 3
+        assert MultiNodeCheckpointer(comm(), str(ck)).resume(trainer(tmp_path / 'o2')) == 3
         return
+    # Refused when the checkpointer is made: before any training, nothing written there.
+    before = sorted(os.listdir(str(ck)))
     with pytest.raises(CheckpointError) as e:
-        again.maybe_resume(trainer(tmp_path / 'o2'))
+        MultiNodeCheckpointer(comm(), str(ck))
     text = str(e.value)
-    assert 'the checkpoint directory {} can be written by its group (mode 775)'.format(ck) \
+    assert 'the checkpoint directory {}: it can be written by its group (mode 775'.format(ck) \
         in text and '--trust-checkpoint-dir' in text and 'chmod go-w' in text, text
+    assert text.count('\n') == 0 and sorted(os.listdir(str(ck))) == before
 
 
-def test_a_rank_file_replaced_by_a_link_is_refused(tmp_path):
+def test_a_rank_file_replaced_by_a_link_is_refused_even_when_trusted(tmp_path, monkeypatch):
     tr, _ = checkpointed(tmp_path)
     _run_to(tr, 3)
     ck = tmp_path / 'ck'
     real = tmp_path / 'elsewhere.npz'
     os.rename(str(ck / 'snapshot_iter_3.rank0.npz'), str(real))
     os.symlink(str(real), str(ck / 'snapshot_iter_3.rank0.npz'))
+    for trust in ('0', '1'):
+        monkeypatch.setenv('CHAINERMN_TORUS_TRUST_CHECKPOINTS', trust)
+        with pytest.raises(CheckpointError) as e:
+            MultiNodeCheckpointer(comm(), str(ck)).resume(trainer(tmp_path / 'o2'))
+        assert 'snapshot_iter_3.rank0.npz: it is a symbolic link owned by' in str(e.value) and \
+            "to '{}'".format(real) in str(e.value), str(e.value)
+    # A hard link (another name of one of the user's files) is refused too.
+    os.remove(str(ck / 'snapshot_iter_3.rank0.npz'))
+    os.link(str(real), str(ck / 'snapshot_iter_3.rank0.npz'))
     with pytest.raises(CheckpointError) as e:
-        MultiNodeCheckpointer(comm(), str(ck)).resume(trainer(tmp_path / 'o2'))
-    assert 'snapshot_iter_3.rank0.npz is a symbolic link (to {})'.format(real) in str(e.value)
+        MultiNodeCheckpointer(comm(), str(ck)).resume(trainer(tmp_path / 'o3'))
+    assert 'it has 2 hard links' in str(e.value), str(e.value)
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason='giving a file to another user needs root')
@@ -145,4 +155,5 @@ def test_a_file_another_user_owns_is_refused(tmp_path):
     os.chown(str(ck / 'latest.json'), 65534, 65534)
     with pytest.raises(CheckpointError) as e:
         MultiNodeCheckpointer(comm(), str(ck)).resume(trainer(tmp_path / 'o2'))
-    assert 'latest.json is owned by ' in str(e.value) and '(uid 65534)' in str(e.value)
+    assert 'latest.json: it is a file owned by ' in str(e.value) and \
+        '(uid 65534)' in str(e.value), str(e.value)

@@ -1,0 +1,191 @@
+"""The one rule for every path a job reads, or enters, where another user can reach.
+
+A tune file in a shared folder, a checkpoint directory and its files, a network file, the
+names a job makes in /dev/shm and /tmp: each may be something another user of the node put
+there. The probe of 2026-11 found a link to /dev/zero read whole until the OOM killer came,
+a FIFO that blocked a rank at ``open`` forever, another user's well-formed tune file used
+as if measured (each all-reduce 97 times slower), a checkpoint directory that was a link to
+the user's other experiment, and a /dev/shm name created first by someone else that stopped
+every job with a watchdog. So every such path is taken here, and only here, as:
+
+* **not followed**: opened with ``O_NOFOLLOW`` (a directory with ``O_DIRECTORY`` too), so a
+  link is refused, never read through;
+* **of its kind**: a file must be a regular file (a FIFO, a device or a socket is refused
+  before anything waits on it: opened ``O_NONBLOCK``), a directory a directory;
+* **yours**: owned by this user or root, with one link (a hard link to a file of yours
+  elsewhere is refused too), and writable by nobody else, unless the user said the place
+  is trusted (``trusted=True``: the owner and the mode are not judged, a link still is);
+* **sized before it is read**: a file larger than its bound is refused from ``fstat``, and
+  no more than the bound is ever read (it may grow meanwhile).
+
+A refusal is one line (``errors.UnsafePath``) that names the path, what is there and whose
+it is, and what to do. Names a job makes in a shared directory come from ``create_unique``:
+an unpredictable token and ``O_EXCL``, and a name that is taken is passed over for another,
+never a reason to stop. Creating a file under a name that is predictable is
+``runtime.files.own_files``'s; both say what they found with ``what_is_there``.
+"""
+import errno
+import json
+import os
+import secrets
+import stat
+
+from chainermn_torus.errors import UnsafePath
+from chainermn_torus.runtime.files import own_files
+
+__all__ = ['what_is_there', 'problem', 'refusal', 'open_file', 'read_bytes', 'read_json',
+           'check_directory', 'directory_problem', 'create_unique', 'token']
+
+_CLOEXEC = getattr(os, 'O_CLOEXEC', 0)
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
+_DIRECTORY = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | _CLOEXEC
+_NEW = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
+TRIES = 16  # names tried by create_unique: 16 taken 48-bit tokens in a row is an attack
+
+_KINDS = ((stat.S_ISLNK, 'a symbolic link'), (stat.S_ISREG, 'a file'),
+          (stat.S_ISDIR, 'a directory'), (stat.S_ISFIFO, 'a FIFO'),
+          (stat.S_ISSOCK, 'a socket'), (stat.S_ISCHR, 'a character device'),
+          (stat.S_ISBLK, 'a block device'))
+
+
+def kind_of(st):
+    return next((name for test, name in _KINDS if test(st.st_mode)), 'something else')
+
+
+def what_is_there(st):
+    """'a FIFO owned by alice (uid 1001)': what a refusal says was found."""
+    return '{} owned by {}'.format(kind_of(st), own_files.owner_name(st.st_uid))
+
+
+def _yours(uid):
+    return uid in (os.getuid(), 0)
+
+
+def problem(st, limit=None, trusted=False, directory=False, shared=False):
+    """Why what ``st`` (an ``lstat`` or ``fstat``) describes may not be used, or None.
+
+    ``directory``: it must be a directory, else a regular file with one link. ``shared``
+    (directories only): group or world write is allowed where the sticky bit is set (a
+    shared folder such as /tmp, where nobody can remove or replace another's files).
+    ``trusted``: owner and mode are not judged. ``limit``: the most bytes a file may hold.
+    """
+    want = stat.S_ISDIR if directory else stat.S_ISREG
+    if not want(st.st_mode):
+        return 'it is {}, not {}'.format(what_is_there(st),
+                                         'a directory' if directory else 'a regular file')
+    if not trusted:
+        if not _yours(st.st_uid):
+            return 'it is {}'.format(what_is_there(st))
+        sticky = directory and shared and st.st_mode & stat.S_ISVTX
+        if st.st_mode & 0o022 and not sticky:
+            return 'it can be written by {} (mode {:o}, {})'.format(
+                'everyone' if st.st_mode & 0o002 else 'its group', st.st_mode & 0o7777,
+                what_is_there(st))
+    if not directory and st.st_nlink != 1:
+        return 'it has {} hard links (another name of one of your files)'.format(st.st_nlink)
+    if limit is not None and not directory and st.st_size > limit:
+        return 'it holds {:,} bytes, more than the {:,} such a file may'.format(
+            st.st_size, limit)
+    return None
+
+
+def refusal(path, what, why, fix=None):
+    """The one line for ``path`` (``what`` it was to be) and ``why``."""
+    return UnsafePath('chainermn_torus: refusing {} {}: {}; nothing was read from it. {}'.format(
+        what, path, why, fix or 'Remove it, or choose a directory only you can write.'))
+
+
+def _opened(path, flags):
+    """``os.open`` with a link named as such (ELOOP from O_NOFOLLOW)."""
+    try:
+        return os.open(path, flags)
+    except OSError as e:
+        if e.errno == errno.ELOOP or (e.errno == errno.ENOTDIR and os.path.islink(path)):
+            try:
+                st = os.lstat(path)
+                target = os.readlink(path)
+            except OSError:
+                raise e from None
+            raise UnsafePath('{} to {!r}'.format(what_is_there(st), target)) from None
+        raise
+
+
+def open_file(path, what, limit=None, trusted=False, fix=None):
+    """A descriptor open for reading on ``path``, a regular file of yours of at most
+    ``limit`` bytes (None: the caller sizes it from ``os.fstat``) (module doc);
+    ``UnsafePath`` naming ``what`` otherwise; OSError (it is missing, unreadable) as it
+    is."""
+    try:
+        fd = _opened(path, _READ)
+    except UnsafePath as e:
+        raise refusal(path, what, 'it is ' + str(e), fix) from None
+    try:
+        st = os.fstat(fd)
+        why = problem(st, limit, trusted)
+        if why:
+            raise refusal(path, what, why, fix)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_bytes(path, what, limit, trusted=False, fix=None):
+    """The contents of ``path`` under the rule (``open_file``), never more than ``limit``
+    bytes read."""
+    fd = open_file(path, what, limit, trusted, fix)
+    with os.fdopen(fd, 'rb') as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise refusal(path, what, 'it grew past {:,} bytes while it was read'.format(limit),
+                      fix)
+    return data
+
+
+def read_json(path, what, limit, trusted=False, fix=None):
+    """``read_bytes`` parsed as JSON; ValueError (a ``json.JSONDecodeError`` or a
+    UnicodeDecodeError) where it is not."""
+    return json.loads(read_bytes(path, what, limit, trusted, fix).decode('utf-8'))
+
+
+def directory_problem(path, trusted=False, shared=False):
+    """Why the directory ``path`` may not be entered, or None; FileNotFoundError where it
+    does not exist. The directory itself is not followed: a link to one is refused."""
+    try:
+        fd = _opened(path, _DIRECTORY)
+    except UnsafePath as e:
+        return 'it is ' + str(e)
+    except NotADirectoryError:
+        return 'it is {}, not a directory'.format(what_is_there(os.lstat(path)))
+    try:
+        return problem(os.fstat(fd), trusted=trusted, directory=True, shared=shared)
+    finally:
+        os.close(fd)
+
+
+def check_directory(path, what, trusted=False, shared=False, fix=None):
+    """Raise ``UnsafePath`` unless ``path`` is a directory that may be entered (module
+    doc); a missing one is FileNotFoundError."""
+    why = directory_problem(path, trusted, shared)
+    if why:
+        raise refusal(path, what, why, fix)
+
+
+def token():
+    """12 hex digits nobody can guess."""
+    return secrets.token_hex(6)
+
+
+def create_unique(directory, prefix, suffix='', mode=0o600):
+    """(descriptor, path) of a new file ``<prefix><token><suffix>`` in ``directory``,
+    open for reading and writing; a name another process holds is passed over for the next
+    token. OSError when ``TRIES`` names in a row are taken."""
+    for _ in range(TRIES):
+        path = os.path.join(directory, '{}{}{}'.format(prefix, token(), suffix))
+        try:
+            return os.open(path, _NEW, mode), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, '{} names in a row of the form {}<token>{} were '
+                          'taken in {}'.format(TRIES, prefix, suffix, directory))

@@ -1,0 +1,48 @@
+"""Another user of the node, for the tests of what a job shares (runtime.files.shared_paths):
+a forked child of the test process that becomes uid 65534 (nobody) and does one thing, and
+a directory both can write, sticky as /tmp is. Needs root (CI runs as root)."""
+import json
+import os
+import shutil
+import tempfile
+
+import pytest
+
+OTHER_UID = 65534  # nobody
+
+needs_root = pytest.mark.skipif(os.getuid() != 0,
+                                reason='acting as another user needs root (CI runs as root)')
+
+
+def as_other(action, *args):
+    """``action(*args)`` run as the other user, in a forked child; its JSON-able result,
+    or RuntimeError with the child's error."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop to the other user, act, report, leave at once
+        os.close(read)
+        try:
+            os.setgroups([])
+            os.setgid(OTHER_UID)
+            os.setuid(OTHER_UID)
+            out = {'ok': action(*args)}
+        except BaseException as e:
+            out = {'error': '{}: {}'.format(type(e).__name__, e)}
+        os.write(write, json.dumps(out).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, 'rb') as f:
+        out = json.loads(f.read() or b'{"error": "the child said nothing"}')
+    os.waitpid(pid, 0)
+    if 'error' in out:
+        raise RuntimeError(out['error'])
+    return out['ok']
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory every user can write, sticky (as /tmp and /dev/shm are), removed after."""
+    where = tempfile.mkdtemp(prefix='cmtorus-shared-', dir='/tmp')
+    os.chmod(where, 0o1777)
+    yield where
+    shutil.rmtree(where, ignore_errors=True)
