@@ -102,10 +102,10 @@ SETTINGS = collections.OrderedDict([
                                   "glibc's malloc keeps freed memory for the next iteration's "
                                   'arrays instead of returning it and faulting it in again '
                                   '(0: a node short of memory)', launcher='process')),
-    ('watchdog', Setting('CHAINERMN_TORUS_WATCHDOG', 'seconds', None,
+    ('watchdog', Setting('CHAINERMN_TORUS_WATCHDOG', 'limit', None,
                          'abort the job when no training step finishes for this long',
                          launcher='optimizer')),
-    ('watchdog_startup', Setting('CHAINERMN_TORUS_WATCHDOG_STARTUP', 'seconds', None,
+    ('watchdog_startup', Setting('CHAINERMN_TORUS_WATCHDOG_STARTUP', 'limit', None,
                                  'with a watchdog: the limit from the first communicator to '
                                  'the end of the first training step (data loading, '
                                  'scatter_dataset, set-up); default: the larger of 900 s '
@@ -175,6 +175,13 @@ SETTINGS = collections.OrderedDict([
     ('check_finite', Setting('CHAINERMN_TORUS_CHECK_FINITE', 'flag', False,
                              'launcher: stop on NaN/Inf gradients (naming rank and array)',
                              launcher='optimizer')),
+    # 40 Mpx: a 7,300 x 5,500 photograph, far beyond ImageNet's (0.1-0.5 Mpx mostly); decoded
+    # it takes 120 MB as uint8 and 480 MB as the float32 a loader hands on. A 2 MB JPEG of
+    # 13,000 x 13,000 (169 Mpx, under Pillow's bomb limit of 179 Mpx) OOM-killed a loader.
+    ('max_image_pixels', Setting('CHAINERMN_TORUS_MAX_IMAGE_PIXELS', 'count', 40000000,
+                                 'ImageNet data: the most pixels an image may have, read from '
+                                 'its header before it is decoded; a larger one is refused '
+                                 '(--skip-corrupt skips it)')),
     ('trust_checkpoints', Setting('CHAINERMN_TORUS_TRUST_CHECKPOINTS', 'flag', False,
                                   'checkpoints: resume from a directory or files another user '
                                   'owns or may write (their arrays are still read without '
@@ -203,6 +210,8 @@ SETTINGS = collections.OrderedDict([
 
 _WHAT = {
     'seconds': 'a number of seconds > 0 and at most {} (a year)'.format(MAX_SECONDS),
+    'limit': 'a number of seconds >= {:g} (the watcher wakes once a second) and at most {} '
+             '(a year)'.format(MIN_WATCH_S, MAX_SECONDS),
     'bytes': 'a byte count >= 0 (0 = one message for the whole buffer)',
     'segment': '0 (one message for the whole buffer) or a byte count >= {} (each segment '
                'costs several MPI calls: at 4-64 B one MLP all-reduce took 8-60 s)'.format(
@@ -229,6 +238,13 @@ _WHAT = {
 def _seconds(v):
     v = float(v)
     if not 0 < v <= MAX_SECONDS:  # inf and 1e300 overflowed the watchdog's clocks
+        raise ValueError
+    return v
+
+
+def _limit(v):
+    v = _seconds(v)
+    if v < MIN_WATCH_S:
         raise ValueError
     return v
 
@@ -319,7 +335,7 @@ def _non_negative(v):
 
 
 # grid: only the text here; communicators._grid.parse_grid checks it against the rank count.
-_PARSERS = {'seconds': _seconds, 'bytes': _at_least(0), 'segment': _segment,
+_PARSERS = {'seconds': _seconds, 'limit': _limit, 'bytes': _at_least(0), 'segment': _segment,
             'threads': _threads, 'grid': str,
             'text': str, 'flag': _flag, 'count': _at_least(1), 'positive': _positive,
             'non-negative': _non_negative, 'switch': _switch,

@@ -45,3 +45,17 @@ class Big(object):
 
     def __getitem__(self, i):
         return numpy.zeros(self.nbytes, numpy.uint8), numpy.int32(i)
+
+
+class Stuck(Squares):
+    """Example 13 never finishes loading (as a decoder filling memory until the OOM killer
+    comes); ``example_path`` names each example's file, as PreprocessedDataset's does."""
+
+    def __getitem__(self, i):
+        if i == 13:
+            import time
+            time.sleep(120)
+        return super(Stuck, self).__getitem__(i)
+
+    def example_path(self, i):
+        return '/data/train/image{}.JPEG'.format(i)

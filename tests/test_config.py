@@ -6,9 +6,10 @@ import os
 import pytest
 
 from chainermn_torus import config
-from chainermn_torus.errors import ConfigError
+from chainermn_torus.errors import ConfigError, UnsafePath
 from chainermn_torus.tools import cli
 from conftest import ROOT
+from tests.other_user import as_other, shared_dir  # noqa: F401
 
 
 def test_given_value_wins_then_environment_then_default(monkeypatch):
@@ -23,8 +24,8 @@ def test_given_value_wins_then_environment_then_default(monkeypatch):
     ('segment_bytes', '-1', 'byte count >= 1024'),
     ('segment_bytes', '8', 'each segment costs several MPI calls'),
     ('bucket_bytes', '-1', 'byte count >= 0'),
-    ('watchdog', '0', 'number of seconds > 0'),
-    ('watchdog', 'soon', 'number of seconds > 0'),
+    ('watchdog', '0', 'number of seconds >= 1'),
+    ('watchdog', 'soon', 'number of seconds >= 1'),
     ('threads', '0', 'thread count >= 1'),
     ('threads', '999999999999999', 'thread count >= 1 and <= 65536'),
 ])
@@ -99,6 +100,45 @@ def test_seconds_are_finite_and_at_most_a_year(monkeypatch, value):
         monkeypatch.setenv(config.SETTINGS[key].env, value)
         with pytest.raises(ConfigError) as e:
             config.env(key)
-        assert 'a number of seconds > 0 and at most 31536000 (a year), got {!r}'.format(
+        assert 'and at most 31536000 (a year), got {!r}'.format(
             value) in str(e.value)
     assert config.parse('seconds', '31536000', 'x') == 31536000.0
+
+
+def test_a_watchdog_under_its_floor_is_refused_not_a_false_alarm(monkeypatch):
+    # Before: CHAINERMN_TORUS_WATCHDOG=1e-9 was accepted, and a healthy job got a stall
+    # verdict (its watcher woke every 0.25 ns) and a traceback at exit.
+    for key in ('watchdog', 'watchdog_startup'):
+        monkeypatch.setenv(config.SETTINGS[key].env, '1e-9')
+        with pytest.raises(ConfigError) as e:
+            config.env(key)
+        assert 'must be a number of seconds >= 1 (the watcher wakes once a second)' in \
+            str(e.value) and "got '1e-9'" in str(e.value), str(e.value)
+        monkeypatch.setenv(config.SETTINGS[key].env, '1')
+        assert config.env(key)[0] == 1.0
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason='reading as another user needs root')
+def test_a_network_file_that_cannot_be_read_is_one_line(shared_dir):
+    # Before: CHAINERMN_TORUS_NETWORK=/etc/shadow gave a PermissionError traceback on every
+    # rank. As the other user, a file only root may read.
+    import pathlib
+    from chainermn_torus.planning import planner
+    tmp_path = pathlib.Path(shared_dir)
+    secret = tmp_path / 'network.json'
+    secret.write_text('{}')
+    secret.chmod(0o600)
+
+    def load():
+        try:
+            planner.load_network(str(secret))
+        except ConfigError as e:
+            return str(e)
+    said = as_other(load)
+    assert said == ('chainermn_torus: cannot read the network file {} (Permission denied); '
+                    'give a file this user can read, or a preset (k, ofp)'.format(secret)), said
+    link = tmp_path / 'link.json'
+    link.symlink_to(secret)
+    with pytest.raises(UnsafePath) as e:
+        planner.load_network(str(link))
+    assert 'refusing the network file {}: it is a symbolic link'.format(link) in str(e.value)

@@ -18,6 +18,7 @@ import sys
 import chainer
 import numpy
 
+from chainermn_torus import config
 from chainermn_torus.datasets import draws
 from chainermn_torus.errors import ConfigError, DataError
 from chainermn_torus.runtime import report
@@ -91,14 +92,31 @@ def _read_rgb_with_pil(path):
     return rgb.transpose(2, 0, 1)
 
 
-def load_rgb(base, index, path):
+def _pixels(path):
+    """(width, height) from the image's header: nothing is decoded."""
+    from PIL import Image
+    with Image.open(path) as img:
+        return img.size
+
+
+def load_rgb(base, index, path, max_pixels=None):
     """Example ``index`` of a LabeledImageDataset as (float32 RGB CHW image, label, path).
 
     ``path`` is that example's file (for messages and the RGB conversion). Raises
     ValueError if the file is missing and UndecodableImageError (a ValueError) naming the
-    file and the option that skips it if it cannot be read or decoded.
+    file and the option that skips it if it cannot be read or decoded, or if its header
+    says more than ``max_pixels`` pixels (checked before decoding).
     """
     try:
+        if max_pixels is not None:
+            width, height = _pixels(path)
+            if width * height > max_pixels:
+                raise UndecodableImageError(
+                    'image {} is {} x {} = {:,} pixels by its header (example {}; {:,} '
+                    'bytes as float32 RGB), more than the {:,} an image may have; it was not '
+                    'decoded. Resize it, raise {}, or: {}'.format(
+                        path, width, height, width * height, index, width * height * 12,
+                        max_pixels, config.SETTINGS['max_image_pixels'].env, SKIP_HINT))
         image, label = base[index]
         if image.shape[0] != 3:
             image = _read_rgb_with_pil(path)
@@ -174,9 +192,14 @@ class PreprocessedDataset(chainer.dataset.DatasetMixin):
             seed = int((rng or numpy.random.RandomState()).randint(0, 2 ** 31))
         self.seed = int(seed)
         self._draws = draws.Counter()
+        self.max_pixels = config.env('max_image_pixels')[0]
 
     def __len__(self):
         return len(self.base)
+
+    def example_path(self, i):
+        """The file of example ``i`` (what a loader's death names)."""
+        return self._paths[i]
 
 
     def get_example(self, i):
@@ -184,7 +207,7 @@ class PreprocessedDataset(chainer.dataset.DatasetMixin):
         for attempt in range(n):
             j = (i + attempt) % n
             try:
-                image, label, path = load_rgb(self.base, j, self._paths[j])
+                image, label, path = load_rgb(self.base, j, self._paths[j], self.max_pixels)
             except UndecodableImageError as e:
                 if not self.skip_corrupt:
                     raise

@@ -39,7 +39,7 @@ from threadpoolctl import threadpool_limits
 
 from chainermn_torus.datasets import draws
 from chainermn_torus.errors import ConfigError, DataError, Refusal
-from chainermn_torus.runtime import world
+from chainermn_torus.runtime import processes, world
 from chainermn_torus.runtime.files import devshm
 from chainermn_torus.runtime.processes import state as process_state
 from chainermn_torus.runtime.watch import watchdog
@@ -62,14 +62,37 @@ def _where():
                             socket.gethostname())
 
 
-def _how_it_ended(exitcode):
+def _how_it_ended(exitcode, oom_before=None):
+    """What ended a process: its exit code or signal, and, for a SIGKILL while the node's
+    count of OOM kills rose since ``oom_before``, the kernel's OOM killer."""
     if exitcode is not None and exitcode < 0:
         try:
             name = signal.Signals(-exitcode).name
         except ValueError:
             name = 'signal {}'.format(-exitcode)
-        return 'was killed by signal {} ({})'.format(-exitcode, name)
+        said = 'was killed by signal {} ({})'.format(-exitcode, name)
+        now = processes.oom_kills()
+        if -exitcode == signal.SIGKILL and None not in (now, oom_before) and now > oom_before:
+            said += (', by the kernel\'s OOM killer: out of memory (OOM kills on this node '
+                     '{} -> {} meanwhile; use fewer --loader-processes, smaller images or a '
+                     'node with more memory)'.format(oom_before, now))
+        return said
     return 'exited with code {}'.format(exitcode)
+
+
+def _doing(dataset, decoding, w):
+    """', while loading example I (its file)' for loader ``w``, from the shared ``decoding``
+    (index + 1, 0 between examples)."""
+    index = int(decoding[w]) - 1 if decoding is not None else -1
+    if index < 0:
+        return ''
+    where = getattr(dataset, 'example_path', None)
+    try:
+        path = where(index) if where is not None else None
+    except Exception:  # naming is best effort: the death is what is said
+        path = None
+    return ', while loading example {}{}'.format(index, '' if path is None else
+                                                ' ({})'.format(path))
 
 
 class LoaderError(Refusal, RuntimeError):
@@ -93,7 +116,7 @@ def _fields(example):
     return tuple(example) if isinstance(example, tuple) else (example,)
 
 
-def _worker(dataset, layout, tasks, results, cpus, parent_pid, seed):
+def _worker(dataset, layout, tasks, results, cpus, parent_pid, seed, decoding=None, w=0):
     """Loader process: fetch examples for index batches into the shared slots.
 
     ``tasks``/``results``: this process's ends of its two pipes. The first message is
@@ -128,7 +151,8 @@ def _worker(dataset, layout, tasks, results, cpus, parent_pid, seed):
             task_id, slot, indices, epoch = task
             draws.set_epoch(epoch)  # random augmentation keyed by it, not by this process
             try:
-                results.send(_fill_slot(dataset, arrays[slot], task_id, indices))
+                results.send(_fill_slot(dataset, arrays[slot], task_id, indices,
+                                        decoding, w))
             except (BrokenPipeError, OSError):
                 return
     finally:
@@ -153,12 +177,18 @@ def _next_task(tasks, parent_pid):
             return None  # the training process is gone: do not linger
 
 
-def _fill_slot(dataset, arrays, task_id, indices):
+def _fill_slot(dataset, arrays, task_id, indices, decoding=None, w=0):
     """Examples ``indices`` into one slot's ``arrays``; the message for the training
-    process: (task_id, None), or the error, one line for a known cause."""
+    process: (task_id, None), or the error, one line for a known cause. ``decoding[w]``:
+    the example being loaded, + 1, so that a death names it (the OOM killer's SIGKILL
+    leaves no message)."""
     try:
         for j, index in enumerate(indices):
+            if decoding is not None:
+                decoding[w] = index + 1
             example = _fields(dataset[index])
+            if decoding is not None:
+                decoding[w] = 0
             if len(example) != len(arrays):
                 raise DataError('example {} has {} fields, the first had {}'.format(
                     index, len(example), len(arrays)))
@@ -316,6 +346,8 @@ class LoaderIterator(chainer.dataset.Iterator):
         self._free = collections.deque(range(self._n_slots))
         layout = {'names': names, 'fields': fields, 'batch_size': self.batch_size}
         ctx = multiprocessing.get_context('spawn')
+        self._decoding = ctx.RawArray('q', self.n_processes)  # each loader's example + 1
+        self._oom_before = processes.oom_kills()
         saved = {k: os.environ.get(k) for k in ('MPI4PY_RC_INITIALIZE',)}
         os.environ['MPI4PY_RC_INITIALIZE'] = 'false'  # children only: restored below
         try:
@@ -324,7 +356,8 @@ class LoaderIterator(chainer.dataset.Iterator):
                 result_r, result_w = ctx.Pipe(duplex=False)
                 p = ctx.Process(target=_worker, name='chainermn_torus-loader-{}'.format(w),
                                 args=(self.dataset, layout, task_r, result_w,
-                                      list(cpus) if cpus else None, os.getpid(), seed + w),
+                                      list(cpus) if cpus else None, os.getpid(), seed + w,
+                                      self._decoding, w),
                                 daemon=True)
                 p.start()
                 task_r.close()  # the child's ends: closed here, so EOF means the child is gone
@@ -423,12 +456,15 @@ class LoaderIterator(chainer.dataset.Iterator):
         """Raise the one line of a loader process that died, or that has been stopped
         (process state T) for the limit (the job ends with it)."""
         now, limit = time.monotonic(), self._stop_limit()
-        for p in self._res.procs:
+        for w, p in enumerate(self._res.procs):
             if not p.is_alive():
+                doing = _doing(self.dataset, self._decoding, w)
                 self.finalize()
-                raise LoaderError('chainermn_torus: loader process {} (pid {}) of {} {}; '
+                raise LoaderError('chainermn_torus: loader process {} (pid {}) of {} {}{}; '
                                   'the job ends'.format(p.name, p.pid, _where(),
-                                                        _how_it_ended(p.exitcode)))
+                                                        _how_it_ended(p.exitcode,
+                                                                      self._oom_before),
+                                                        doing))
             if limit is None or process_state(p.pid) != 'T':  # no /proc read per batch
                 self._stopped.pop(p.pid, None)                # where nothing would use it
                 continue

@@ -20,7 +20,7 @@ def job_network(mpi_comm, network=None, measure_timeout=10.0):
     choice = config.value('network', network)[0]
     if choice:
         return planner.load_network(choice), 'network {!r}'.format(choice)
-    if os.path.isfile(planner.DEFAULT_NETWORK_FILE):
+    if os.path.lexists(planner.DEFAULT_NETWORK_FILE):
         return planner.load_network(planner.DEFAULT_NETWORK_FILE), planner.DEFAULT_NETWORK_FILE
     if mpi_comm.size == 1:
         return planner.PRESETS['ofp'], 'one rank: nothing to measure'

@@ -22,7 +22,8 @@ import zipfile
 import numpy
 
 from chainermn_torus import config
-from chainermn_torus.errors import ConfigError
+from chainermn_torus.errors import ConfigError, UnsafePath
+from chainermn_torus.runtime.files import shared_paths
 from chainermn_torus.algorithms import variants
 from chainermn_torus.algorithms.gradient_sets import MODEL_BYTES
 
@@ -109,17 +110,26 @@ def load_network(name_or_path=None):
         name_or_path = config.env('network')[0] or DEFAULT_NETWORK_FILE
     if name_or_path in PRESETS:
         return PRESETS[name_or_path]
-    if not os.path.isfile(name_or_path):
+    if not os.path.lexists(name_or_path):
         raise ConfigError('chainermn_torus: network {!r} is neither a preset ({}) nor a '
                           'file; run `chainermn-torus calibrate` under mpiexec to measure one, '
                           'or give --alpha/--beta'.format(name_or_path,
                                                           ', '.join(sorted(PRESETS))))
-    with open(name_or_path) as f:
-        try:
-            data = json.load(f)
-        except ValueError as e:
-            raise ConfigError('chainermn_torus: network file {} is not JSON: {}'.format(
-                name_or_path, e)) from None
+    # Under the rule for shared paths: a file another user wrote would choose for this job.
+    try:
+        data = shared_paths.read_json(
+            name_or_path, 'the network file', config.BOUNDS['network_file'],
+            fix='Use a file of your own (copy it, or run `chainermn-torus calibrate`).')
+    except ValueError as e:
+        raise ConfigError('chainermn_torus: network file {} is not JSON: {}'.format(
+            name_or_path, e)) from None
+    except UnsafePath:
+        raise
+    except OSError as e:
+        raise ConfigError('chainermn_torus: cannot read the network file {} ({}); give a '
+                          'file this user can read, or a preset ({})'.format(
+                              name_or_path, e.strerror or e, ', '.join(sorted(PRESETS)))) \
+            from None
     return Network.from_dict(data, where=name_or_path)
 
 

@@ -9,7 +9,7 @@ import collections
 import os
 
 __all__ = ['Stat', 'stat', 'state', 'alive', 'families', 'rank_of', 'ours', 'socket_inodes',
-           'started_at', 'name', 'RANK_VARIABLES']
+           'started_at', 'name', 'RANK_VARIABLES', 'oom_kills']
 
 # Where each launcher tells a process its rank (runtime.world reads the same).
 RANK_VARIABLES = ('PMI_RANK', 'OMPI_COMM_WORLD_RANK', 'PMIX_RANK', 'SLURM_PROCID')
@@ -119,3 +119,17 @@ def socket_inodes(pid):
         if link.startswith('socket:['):
             inodes.add(int(link[8:-1]))
     return inodes
+
+
+def oom_kills():
+    """How many processes the kernel's OOM killer has ended on this node since boot
+    (``oom_kill`` of /proc/vmstat, Linux 4.13+), or None where it does not say: compared
+    before and after a process died of SIGKILL, it tells the OOM killer from a user's kill."""
+    try:
+        with open('/proc/vmstat') as f:
+            for line in f:
+                if line.startswith('oom_kill '):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None

@@ -269,21 +269,30 @@ def parse_args(argv=None):
 
 def check_labels(args, pairs):
     """The class count: --n-classes, or the training list's labels 0..K-1, all present (a
-    typo such as 75 for 5 would otherwise build a model with 76 classes)."""
+    typo such as 75 for 5 would otherwise build a model with 76 classes). Memory in the
+    number of images, whatever the labels say (a label of 10**9 was once OOM-killed here)."""
     largest = max(pairs, key=lambda pair: pair[1])
+    bound = config.BOUNDS['classes']
     if args.n_classes is not None:
+        if args.n_classes > bound:
+            raise ValueError('--n-classes {} is more than the {:,} classes a model may '
+                             'have'.format(args.n_classes, bound))
         if largest[1] >= args.n_classes:
             raise ValueError('{}: label {} ({}) is not below --n-classes {}'.format(
                 args.train, largest[1], largest[0], args.n_classes))
         return args.n_classes
     present = {label for _, label in pairs}
-    missing = [c for c in range(largest[1] + 1) if c not in present]
-    if missing:
+    if len(present) <= largest[1]:
+        missing, c = [], 0
+        while len(missing) < 5 and c <= largest[1]:  # at most len(present) + 5 steps
+            if c not in present:
+                missing.append(c)
+            c += 1
         raise ValueError(
-            '{}: labels go up to {} ({}) but {} of the classes below have no image (e.g. {}); '
+            '{}: labels go up to {} ({}) but {:,} of the classes below have no image (e.g. {}); '
             'fix the label if it is a typo, or pass --n-classes K for a list that leaves '
-            'classes out'.format(args.train, largest[1], largest[0], len(missing),
-                                 ', '.join(map(str, missing[:5]))))
+            'classes out'.format(args.train, largest[1], largest[0],
+                                 largest[1] + 1 - len(present), ', '.join(map(str, missing))))
     return largest[1] + 1
 
 

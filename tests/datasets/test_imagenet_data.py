@@ -378,3 +378,27 @@ def test_compute_mean_of_a_dataset_and_shape_mismatch():
         compute_mean([images[0], numpy.zeros((3, 4, 4), numpy.float32)])
     with pytest.raises(ValueError, match='empty'):
         compute_mean([])
+
+
+def test_an_image_larger_than_the_pixel_bound_is_refused_from_its_header(tmp_path,
+                                                                         monkeypatch):
+    # Before: a 2 MB JPEG of 13,000 x 13,000 (under Pillow's bomb limit) was decoded whole
+    # and OOM-killed the loader. Here a small stand-in: 300 x 200 against a bound of 50,000.
+    big = tmp_path / 'big.jpg'
+    Image.new('RGB', (300, 200), (10, 20, 30)).save(str(big))
+    (tmp_path / 'list.txt').write_text('big.jpg 0\n')
+    monkeypatch.setenv('CHAINERMN_TORUS_MAX_IMAGE_PIXELS', '50000')
+    ds = PreprocessedDataset(str(tmp_path / 'list.txt'), root=str(tmp_path), crop_size=8)
+    decoded = []
+    monkeypatch.setattr(ds.base, 'get_example', lambda i: decoded.append(i))
+    with pytest.raises(ValueError) as e:
+        ds[0]
+    text = str(e.value)
+    assert 'image {} is 300 x 200 = 60,000 pixels by its header (example 0'.format(big) in \
+        text and 'more than the 50,000 an image may have; it was not decoded' in text and \
+        'CHAINERMN_TORUS_MAX_IMAGE_PIXELS' in text and '--skip-corrupt' in text, text
+    assert decoded == [] and ds.example_path(0) == str(big)
+    monkeypatch.setenv('CHAINERMN_TORUS_MAX_IMAGE_PIXELS', '60000')
+    monkeypatch.undo()
+    assert PreprocessedDataset(str(tmp_path / 'list.txt'), root=str(tmp_path),
+                               crop_size=8)[0][0].shape == (3, 8, 8)

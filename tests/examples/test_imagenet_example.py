@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tracemalloc
 
 import numpy
 import pytest
@@ -169,6 +170,22 @@ def _example():
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     return example
+
+
+def test_a_huge_label_is_named_in_memory_of_the_images_not_the_label():
+    # Before: a label of 10**9 built a list over range(10**9 + 1) and was OOM-killed.
+    example = _example()
+    pairs = [('a.jpg', 0), ('b.jpg', 1), ('c.jpg', 10 ** 9), ('d.jpg', 2)]
+    args = example.parse_args(['t.txt', 'v.txt', '--arch', 'tiny'])
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError) as e:
+            example.check_labels(args, pairs)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert 'labels go up to 1000000000 (c.jpg) but 999,999,997 of the classes below have no ' \
+        'image (e.g. 3, 4, 5, 6, 7)' in str(e.value) and peak < 1 << 20, (str(e.value), peak)
 
 
 def test_label_typo_and_bad_mean_files_are_named(tmp_path):

@@ -87,6 +87,19 @@ def test_every_device_call_of_a_gpu_script_is_the_cpu_and_only_the_script_sees_a
             'chainer.cuda.cupy'} <= set(said.names)
 
 
+def test_chainers_final_marker_stays_on_what_is_replaced(installed):
+    # Before: the replaced DeviceResident.to_gpu lost chainer.utils.final's marker, so a Link
+    # overriding to_gpu no longer got Chainer's warning (Chainer v7.8.1's own
+    # test_link.py::TestLinkOverrideToDeviceMethods::test_to_gpu_override).
+    installed(os.path.join(GPU, 'device_api.py'))
+    assert chainer.link.Link.to_gpu is not patches.original_of(
+        chainer.device_resident.DeviceResident, 'to_gpu')
+    with pytest.warns(DeprecationWarning, match="Overriding method 'to_gpu'"):
+        class Mine(chainer.Link):
+            def to_gpu(self, device=None):
+                return self
+
+
 def test_uninstall_leaves_chainer_as_it_was(installed):
     before = (chainer.get_device, backend.get_device, cuda.get_device_from_id, cuda.to_gpu,
               chainer.link.Link.to_gpu)

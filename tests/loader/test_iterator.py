@@ -16,8 +16,9 @@ import pytest
 from chainermn_torus.loader import LoaderError, LoaderIterator
 from chainermn_torus.loader.iterator import SHM_PREFIX
 from chainermn_torus.runtime.files.devshm import job_tag
+from chainermn_torus.runtime import processes
 from conftest import pythonpath
-from loader_support import Big, Failing, Ragged, Slow, Squares
+from loader_support import Big, Failing, Ragged, Slow, Squares, Stuck
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(TESTS)
@@ -133,14 +134,26 @@ def test_examples_of_another_shape_are_refused_clearly():
 
 
 @pytest.mark.slow  # full tier only: the fast tier keeps one of its kind
-def test_a_killed_loader_is_reported():
-    it = LoaderIterator(Slow(200), 10, shuffle=False, n_prefetch=1)
-    it.next()
+def test_a_killed_loader_is_reported_with_the_example_it_was_loading(monkeypatch):
+    # Before: a loader OOM-killed while decoding a 13,000 x 13,000 JPEG said "was killed by
+    # signal 9 (SIGKILL)", naming neither the image nor the memory. The OOM killer is
+    # stood in for by a SIGKILL and a rise of the node's OOM count (processes.oom_kills).
+    it = LoaderIterator(Stuck(200), 10, shuffle=False, n_prefetch=1, n_processes=1)
+    it.next()  # examples 0-9; the loader then sits in example 13
+    deadline = time.monotonic() + 30
+    while it._decoding[0] != 14 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    before = it._oom_before
+    monkeypatch.setattr(processes, 'oom_kills', lambda: (before or 0) + 1)
+    it._oom_before = before or 0
     os.kill(it.processes[0].pid, signal.SIGKILL)
     with pytest.raises(LoaderError) as e:
         for _ in range(30):
             it.next()
-    assert 'was killed by signal 9 (SIGKILL); the job ends' in str(e.value), str(e.value)
+    text = str(e.value)
+    assert "was killed by signal 9 (SIGKILL), by the kernel's OOM killer: out of memory" in \
+        text and ', while loading example 13 (/data/train/image13.JPEG); the job ends' in \
+        text and text.count('\n') == 0, text
 
 
 def test_a_loader_that_dies_before_its_next_task_is_reported_not_a_broken_pipe():

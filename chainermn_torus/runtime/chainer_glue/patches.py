@@ -90,6 +90,17 @@ def _delete(owner, name):
         delattr(owner, name)
 
 
+def _keep_markers(original, replacement):
+    """What Chainer set on the function it had, set on ours too where ours has none of its
+    own: ``chainer.utils.final``'s marker among them (``DeviceResident.to_gpu`` is final
+    with a DeprecationWarning: without the marker a Link that overrode it lost Chainer's
+    "Overriding method 'to_gpu'" warning under --gpu-to-cpu)."""
+    if isinstance(original, types.FunctionType) and \
+            isinstance(replacement, types.FunctionType):
+        for key, value in vars(original).items():
+            vars(replacement).setdefault(key, value)
+
+
 def apply(owner, name, replacement, group, why):
     """Set ``owner.name`` (``owner[name]`` for a dict) to ``replacement`` (recorded); returns
     the Patch. Patching an attribute that is patched already wraps the current one: undo
@@ -103,6 +114,7 @@ def apply(owner, name, replacement, group, why):
     else:
         original = entries[name] if own else (
             _MISSING if isinstance(owner, dict) else getattr(owner, name, _MISSING))
+    _keep_markers(original, replacement)
     patch = Patch(owner, name, original, own, replacement, group, why)
     _set(owner, name, replacement)
     _APPLIED.append(patch)

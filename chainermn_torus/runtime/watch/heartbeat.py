@@ -32,6 +32,10 @@ __all__ = ['Heartbeat', 'monitored', 'watchers_of', 'job_addresses', 'local_addr
 RING = 4       # beyond MAX_ALL nodes, the nodes that watch each node
 MAX_ALL = 32   # up to this many nodes, every watcher hears every other
 MAC_BYTES = 32  # HMAC-SHA256
+# Datagrams read per socket at one wake-up: a flood from a sender with more cores than the
+# node (1.09 M in 20 s were refused one by one) must not keep the watcher from its own beat;
+# at 256 a wake-up costs about 3 ms of MAC checks, and a job sends a few per second.
+DRAIN_PER_WAKE = 256
 
 
 def monitored(me, n):
@@ -195,7 +199,7 @@ class Heartbeat(object):
         all): the peers' rows updated; True once a verdict came (another node of the job
         found it stalled)."""
         for sock in (self.socks if ready is None else ready):
-            while True:
+            for _ in range(DRAIN_PER_WAKE):  # the rest waits for the next wake-up
                 try:
                     data, sender = sock.recvfrom(65536)
                 except (BlockingIOError, InterruptedError):

@@ -8,10 +8,11 @@ import os
 
 import pytest
 
-from chainermn_torus.runtime.files import devshm
+from chainermn_torus.runtime.files import devshm, shared_paths
 from chainermn_torus.runtime.watch import board_layout, heartbeat as hb
 from chainermn_torus.runtime.watch import node_watch as nw, progress_board as pb, verdict
 from conftest import line_with
+from tests.other_user import as_other
 
 S = 1e9  # ns
 KEY = bytes(range(32))
@@ -265,22 +266,26 @@ def test_the_first_node_says_once_which_watchers_it_never_heard(capsys):
         board.close(remove=True)
 
 
-def test_a_board_left_by_a_dead_process_with_our_pid_is_replaced():
-    # A job killed before removing its board leaves /dev/shm/cmtorus_<job>_<pid>_watch_<host>;
-    # when the pid comes round again, that process's board must still be made. The leftover
-    # here: a file of the same name and another size, holding no board.
-    path = os.path.join(devshm.SHM_DIR, pb.Board.name())
-    with open(path, 'wb') as f:
-        f.write(b'left by a dead process')
+def test_a_board_name_taken_by_another_user_is_passed_over(monkeypatch):
+    # Before: the board's name was cmtorus_<job>_<pid>_watch_<host>, which any user could
+    # make first (the node's first rank's pid shows seconds before): "cannot start the
+    # watchdog" ended the job. Now a token follows, and a taken name is passed over.
+    tokens = iter(['0badc0ffee00', '0badc0ffee00', 'feedfacecafe'])
+    monkeypatch.setattr(shared_paths, 'token', lambda: next(tokens))
+    taken = os.path.join(devshm.SHM_DIR, pb.Board.name() + '0badc0ffee00')
+    if os.getuid() == 0:
+        as_other(lambda: os.close(os.open(taken, os.O_CREAT | os.O_EXCL | os.O_WRONLY,
+                                          0o644)))
+    else:
+        open(taken, 'w').close()
     try:
         board = pb.Board.create(3, 3.0, 10)
-        assert board.path == path and board.slots == 3 and board.limit_s == 3.0
-        assert os.path.getsize(path) > len(b'left by a dead process')
+        assert board.path == os.path.join(devshm.SHM_DIR, pb.Board.name() + 'feedfacecafe')
+        assert board.slots == 3 and board.limit_s == 3.0
         board.close(remove=True)
-        assert not os.path.exists(path)
+        assert not os.path.exists(board.path)
     finally:
-        if os.path.exists(path):
-            os.remove(path)
+        os.remove(taken)
 
 
 # --- the heartbeats' channel: only the job's own messages count --------------------------------
