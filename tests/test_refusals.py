@@ -67,6 +67,7 @@ BAD = {
     'precision': ('fp8', {}, []),
     'allreduce_dtype': ('int8', {}, []),
     'onednn_cache': ('0', {}, []),
+    'max_image_pixels': ('0', {}, []),
     'tune_dir': ('/proc/nope', {'CHAINERMN_TORUS_TUNE': 'on'}, ['auto']),
 }
 WHY_NONE = {
@@ -76,7 +77,9 @@ WHY_NONE = {
 }
 # Settings the package itself never reads (the tests and scripts/with_mpi.sh do): checked in
 # this process only.
-NOT_IN_JOBS = {'mpi': 'read by the tests and benchmark scripts only'}
+NOT_IN_JOBS = {'mpi': 'read by the tests and benchmark scripts only',
+               'max_image_pixels': 'read by the ImageNet datasets (a bad value: '
+                                   'test_a_bad_value_is_a_config_error_naming_its_source)'}
 
 
 def _check_grid(value, source):

@@ -14,7 +14,6 @@ Figures of a network:
   gamma   seconds per byte of reduction arithmetic (read two, write one) in MPI's sum;
   mem     seconds per byte a rank copies in node memory (the shared-memory row phases).
 """
-import json
 import math
 import os
 import zipfile

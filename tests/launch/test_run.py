@@ -137,6 +137,7 @@ def test_launcher_usage_errors_are_printed_by_rank_0_only():
                    timeout=60)
     err = proc.stderr
     assert proc.returncode == 2, err[-2000:]
-    assert err.count('error: argument --watchdog: must be a number of seconds > 0 and at '
-                     "most 31536000 (a year), got 'inf'") == 1, err[-2000:]
+    assert err.count('error: argument --watchdog: must be a number of seconds >= 1 (the '
+                     "watcher wakes once a second) and at most 31536000 (a year), got 'inf'"
+                     ) == 1, err[-2000:]
     assert err.count('usage: python -m chainermn_torus.run') == 1, err[-2000:]

@@ -108,7 +108,7 @@ def test_watchdog_does_not_count_a_pause_between_steps():
 
 def test_watchdog_bad_value():
     from chainermn_torus.runtime.watch import watchdog
-    with pytest.raises(ValueError, match='number of seconds > 0'):
+    with pytest.raises(ValueError, match='number of seconds >= 1'):
         watchdog.Watchdog(0)
     os.environ[watchdog.WATCHDOG_ENV] = 'soon'
     try:

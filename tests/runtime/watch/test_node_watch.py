@@ -304,6 +304,25 @@ def wait_receive(beats):
     return beats.receive(pb.now_ns())
 
 
+def test_a_flood_is_read_a_bounded_number_at_a_time():
+    # Before: the watcher drained its socket in an unbounded loop: a sender faster than the
+    # node kept it from its own heartbeat.
+    import socket
+    a, b = two_nodes()
+    try:
+        port = a.socks[0].getsockname()[1]
+        a.socks[0].setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)  # none lost
+        forger = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for _ in range(hb.DRAIN_PER_WAKE + 40):
+            forger.sendto(b'{"kind": "verdict", "node": 1}', ('127.0.0.1', port))
+        forger.close()
+        assert wait_receive(a) is False and a.dropped == hb.DRAIN_PER_WAKE
+        assert wait_receive(a) is False and a.dropped == hb.DRAIN_PER_WAKE + 40
+    finally:
+        a.close()
+        b.close()
+
+
 def test_a_verdict_of_the_job_ends_it_and_a_forged_one_is_refused_and_counted():
     import socket
     a, b = two_nodes()
