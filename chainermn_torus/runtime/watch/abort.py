@@ -42,7 +42,7 @@ import psutil
 
 from chainermn_torus import config
 from chainermn_torus.errors import ConfigError, Refusal
-from chainermn_torus.runtime import report
+from chainermn_torus.runtime import processes, report
 from chainermn_torus.runtime import timeline
 from chainermn_torus.runtime.chainer_glue import patches
 from chainermn_torus.runtime.files import devshm
@@ -396,7 +396,7 @@ def _catch_sigterm():
         # imports nothing of the job's (no MPI: it must not count as a process of the job).
         subprocess.Popen([sys.executable, '-I', '-S', rank_watch.__file__, str(read_fd),
                           str(os.getpid()), str(TERM_GRACE_S), who, board_layout.__file__,
-                          str(rank_watch.oom_kills()), ranks.__file__],
+                          str(_oom_kills()), ranks.__file__],
                          pass_fds=(read_fd,), stdin=subprocess.DEVNULL,
                          stdout=subprocess.DEVNULL)
     except OSError:
@@ -448,3 +448,9 @@ def tell_watcher(board=None, node_watcher=None):
     news = {k: v for k, v in (('board', board), ('node_watcher', node_watcher))
             if v is not None}
     _tell_watcher(_NEWS + json.dumps(news).encode() + b'\n')
+
+
+def _oom_kills():
+    """The node's OOM kills so far, -1 where not known (the rank's watcher's argument)."""
+    count = processes.oom_kills()
+    return -1 if count is None else count

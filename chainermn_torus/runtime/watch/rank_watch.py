@@ -54,18 +54,6 @@ _RUNTIME = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 processes = _load('processes', os.path.join(_RUNTIME, 'processes.py'))
 
 
-def oom_kills():
-    """The kernel's count of processes its out-of-memory killer ended (-1: not known)."""
-    try:
-        with open('/proc/vmstat') as f:
-            for line in f:
-                if line.startswith('oom_kill '):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return -1
-
-
 def _pidfd_exit(pidfd):
     buf = bytearray(64)
     struct.pack_into('Q', buf, 0, _PIDFD_INFO_EXIT)
@@ -258,8 +246,8 @@ class Watch(object):
             except ValueError:
                 name = 'signal {}'.format(number)
             why = SAID.get(number, 'a signal it does not handle')
-            now = oom_kills()
-            if number == 9 and self.oom_at_start >= 0 and now > self.oom_at_start:
+            now = processes.oom_kills()  # None: not known
+            if number == 9 and now is not None and 0 <= self.oom_at_start < now:
                 why = 'the kernel\'s out-of-memory killer ended {} process(es) on this node ' \
                       'since the job started (dmesg names them)'.format(now - self.oom_at_start)
             return 'killed by signal {} ({}: {})'.format(number, name, why)
