@@ -79,8 +79,12 @@ write_conf() {
 
 start_munge() {
   if [ -S /run/munge/munge.socket.2 ] && pgrep -x munged >/dev/null; then return 0; fi
-  mkdir -p /run/munge /var/log/munge /var/lib/munge
-  chown munge:munge /run/munge /var/log/munge /var/lib/munge
+  # Modes set, not left to the umask: munged refuses a socket directory others cannot enter
+  # ("execute permissions for all required on /run/munge"), and under umask 077 (a CI run,
+  # a cautious user) mkdir made it 0700, which then stopped every later start too.
+  install -d -m 0755 -o munge -g munge /run/munge
+  install -d -m 0700 -o munge -g munge /var/log/munge /var/lib/munge
+  chmod 0755 /run/munge
   [ -s /etc/munge/munge.key ] || die "no /etc/munge/munge.key (the munge package makes one)"
   runuser -u munge -- munged
   touch "$DIR/started-munge"

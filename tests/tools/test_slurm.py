@@ -52,8 +52,8 @@ def sh(*args, timeout=180):
 def slurm():
     if not shutil.which('slurmctld'):
         sh('install', timeout=600)
-    sh('up', '2')
     try:
+        sh('up', '2')  # a failed start takes down what it started: the next tests' cluster
         yield dict(os.environ, SLURM_CONF=CONF)
     finally:
         sh('down')

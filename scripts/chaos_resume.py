@@ -1,0 +1,135 @@
+"""The chaos run: the MNIST example, unchanged, interrupted at random moments and resumed with
+--auto-resume until it finishes; its final model must equal an uninterrupted run's bit for
+bit (issue 65: "nothing lost").
+
+Each interruption is drawn from a seeded generator: a moment within the uninterrupted run's
+wall time, and a way to end the job: SIGKILL to one rank, SIGKILL to every rank (as a node
+lost mid-write), SIGTERM or SIGINT to mpiexec (a batch system's end, a Ctrl-C). The next
+start resumes from whatever the checkpoint directory holds. Prints one line per start and a
+summary, writes JSON with ``--json``; exits 0 when the final model is the same, 1 when not,
+2 when the run could not finish within ``--starts``.
+
+    .venv/bin/python scripts/chaos_resume.py --interruptions 6 --seed 1 --json results/chaos.json
+"""
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy
+import psutil
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PYTHON = os.path.join(ROOT, '.venv', 'bin', 'python')
+MPIEXEC = os.environ.get('CHAINERMN_TORUS_MPIEXEC') or os.path.join(ROOT, '.venv', 'bin',
+                                                                    'mpiexec')
+EXAMPLE = os.path.join(ROOT, 'examples', 'mnist', 'train_mnist.py')
+# 3000 images over 2 ranks, batch 100: 15 iterations an epoch, 60 in all; a checkpoint every 4.
+BASE = ['--epoch', '4', '--limit', '3000', '--unit', '50', '--checkpoint-interval', '4']
+WAYS = ('kill-one-rank', 'kill-every-rank', 'sigterm-mpiexec', 'sigint-mpiexec')
+
+
+def _start(out, ckpt, nprocs, resume):
+    argv = [MPIEXEC, '-n', str(nprocs), PYTHON, EXAMPLE, '--out', out,
+            '--checkpoint-dir', ckpt] + BASE + (['--auto-resume'] if resume else [])
+    env = dict(os.environ, CHAINERMN_TORUS_QUIET='1')
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
+
+
+def _ranks(proc):
+    try:
+        return [p for p in psutil.Process(proc.pid).children(recursive=True)
+                if 'train_mnist.py' in ' '.join(p.cmdline())]
+    except psutil.Error:
+        return []
+
+
+def _interrupt(proc, way, rng):
+    ranks = _ranks(proc)
+    if way == 'kill-one-rank' and ranks:
+        rng.choice(ranks).send_signal(signal.SIGKILL)
+    elif way == 'kill-every-rank' and ranks:
+        for r in ranks:
+            r.send_signal(signal.SIGKILL)
+    elif way == 'sigterm-mpiexec':
+        proc.send_signal(signal.SIGTERM)
+    else:
+        proc.send_signal(signal.SIGINT)
+
+
+def _params(out):
+    with numpy.load(os.path.join(out, 'model_final.npz')) as z:
+        return {k: z[k].copy() for k in z.files}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--interruptions', type=int, default=6)
+    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--np', type=int, default=2)
+    p.add_argument('--starts', type=int, default=20, help='give up after this many starts')
+    p.add_argument('--json', default=None)
+    args = p.parse_args(argv)
+    rng = random.Random(args.seed)
+    work = tempfile.mkdtemp(prefix='chaos-')
+    t0 = time.monotonic()
+    whole = _start(os.path.join(work, 'whole'), os.path.join(work, 'ck-whole'), args.np, False)
+    err = whole.communicate(timeout=600)[1]
+    span = time.monotonic() - t0
+    if whole.returncode != 0:
+        print('the uninterrupted run failed:\n' + err[-2000:], file=sys.stderr)
+        return 2
+    print('uninterrupted: {:.1f} s'.format(span))
+    out, ckpt = os.path.join(work, 'chaos'), os.path.join(work, 'ck')
+    starts = []
+    for n in range(args.starts):
+        proc = _start(out, ckpt, args.np, resume=n > 0)
+        planned = len(starts) < args.interruptions
+        at = rng.uniform(0.15, 1.0) * span if planned else None
+        way = rng.choice(WAYS) if planned else None
+        began = time.monotonic()
+        try:
+            proc.wait(timeout=at)
+            way = None  # it finished (or failed) before the moment came
+        except subprocess.TimeoutExpired:
+            _interrupt(proc, way, rng)
+        stdout, stderr = proc.communicate(timeout=300)
+        resumed = [l for l in stdout.splitlines() if 'resumed from' in l]
+        starts.append({'start': n, 'interrupt': way, 'at_s': None if way is None else
+                       round(at, 2), 'exit': proc.returncode,
+                       'seconds': round(time.monotonic() - began, 2),
+                       'resumed': resumed[0].split('resumed from', 1)[1].strip()
+                       if resumed else None,
+                       'last_error': (stderr.strip().splitlines() or [''])[-1][:300]})
+        print('start {}: {} -> exit {} ({})'.format(
+            n, way or 'left alone', proc.returncode, starts[-1]['resumed'] or 'from scratch'))
+        if proc.returncode == 0 and way is None:
+            break
+    else:
+        print('not finished after {} starts'.format(args.starts), file=sys.stderr)
+        return 2
+    a, b = _params(os.path.join(work, 'whole')), _params(out)
+    same = a.keys() == b.keys() and all(numpy.array_equal(a[k], b[k]) for k in a)
+    diff = max(float(numpy.abs(a[k] - b[k]).max()) for k in a) if a.keys() == b.keys() \
+        else None
+    summary = {'seed': args.seed, 'ranks': args.np, 'uninterrupted_s': round(span, 2),
+               'starts': starts, 'interrupted': sum(s['interrupt'] is not None
+                                                   for s in starts),
+               'bit_for_bit': same, 'max_abs_difference': diff}
+    print('{} interruption(s), {} starts: final model {} (max abs difference {})'.format(
+        summary['interrupted'], len(starts), 'bit for bit equal' if same else 'DIFFERENT',
+        diff))
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump(summary, f, indent=1)
+    return 0 if same else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())
