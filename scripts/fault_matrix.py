@@ -119,7 +119,8 @@ ISSUE48 = ('stop-before-comm', 'watcher-killed', 'batch-too-large', 'loader-eval
 #   stopped before its communicator (it went unnoticed): named within the limits;
 # - planted-links: links to the other user's file planted under the timeline's names (the
 #   trace overwrote it): the job completes, the file untouched, the refusal said;
-# - ckpt-foreign: a checkpoint directory the other user owns: resuming refused in one line;
+# - ckpt-foreign: a checkpoint directory the other user owns: refused in one line when the
+#   checkpointer is made, before training;
 # - ckpt-pickle: the same, trusted, with a rank file of the newest checkpoint the other user
 #   crafted to run code when unpickled (it ran on every rank): refused, nothing run, the
 #   job resumed from the checkpoint before (--auto-resume falls back) and completed;
@@ -185,7 +186,7 @@ MESSAGES = {
     'forged-verdict': [r'chainermn_torus watchdog: refused a datagram at .*'],
     'squat-names': [r'chainermn_torus watchdog: .*before its communicator.*'],
     'planted-links': [r'chainermn_torus: .*refusing to write .*'],
-    'ckpt-foreign': [r'chainermn_torus: cannot resume from .*'],
+    'ckpt-foreign': [r'chainermn_torus: refusing checkpoints in .*'],
     'ckpt-pickle': [r'the latest checkpoint in .* is damaged .*'],
     'sigterm-ckpt': [r'latest\.json names iteration \d+, but a newer checkpoint is complete.*'],
     'sys-exit': [r'chainermn_torus: rank \d+ \(.*\) called sys\.exit\(3\).*'],
@@ -245,9 +246,11 @@ def can_run():
     return None
 
 
-def _mount(size, where):
-    subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=' + str(size), 'tmpfs', where],
-                   check=True)
+def _mount(size, where, mode=None):
+    """A tmpfs of ``size`` bytes at ``where``; ``mode``: its root's (tmpfs's own is 1777,
+    which a checkpoint directory may not have: anyone could write there)."""
+    options = 'size=' + str(size) + ('' if mode is None else ',mode=' + mode)
+    subprocess.run(['mount', '-t', 'tmpfs', '-o', options, 'tmpfs', where], check=True)
 
 
 def _probe(comm, loader, workdir):
@@ -296,7 +299,7 @@ def run_inside(fault, comm, loader, workdir):
     ckpt = os.path.join(workdir, 'ckpt')
     if room is not None:
         os.makedirs(ckpt, exist_ok=True)
-        _mount(room, ckpt)
+        _mount(room, ckpt, mode='0700')
     try:
         result = _run_job(fault, comm, loader, workdir)
         result['shm_size'] = size
@@ -494,7 +497,8 @@ def _run_job(fault, comm, loader, workdir, extra_env=None, args=()):
             _wait_node_gone(FROZEN_NODE, 5)
         _signal_node(FROZEN_NODE, signal.SIGKILL)
         _wait_node_gone(FROZEN_NODE, 5)
-        frozen_files = [n for n, _ in _shm_files() if n.endswith('_node{}'.format(FROZEN_NODE))]
+        frozen_files = [n for n, _ in _shm_files()  # the board: ..._watch_<host>_<token>
+                        if re.search(r'_watch_node{}_[0-9a-f]+$'.format(FROZEN_NODE), n)]
         _ours('runtime.files.devshm').sweep()
     for t in threads:
         t.join()
@@ -1015,8 +1019,8 @@ Python alone; watchdog 3 s):
 - `planted-links`: links to the other user's 0600 file planted as `tl.rank<R>.events` and
   `.json.tmp` in a shared directory (the trace overwrote it): refused, the file untouched,
   the job completes;
-- `ckpt-foreign`: a checkpoint directory the other user owns: `--auto-resume` refused in one
-  line;
+- `ckpt-foreign`: a checkpoint directory the other user owns: refused in one line when the
+  checkpointer is made, before any training;
 - `ckpt-pickle`: the same directory trusted (`CHAINERMN_TORUS_TRUST_CHECKPOINTS=1`), the
   newest checkpoint's rank file given an object array whose unpickling creates a file (the
   probe's ran `id`): refused, nothing run, the checkpoint before resumed;
