@@ -99,7 +99,12 @@ def main(argv=None):
             way = None  # it finished (or failed) before the moment came
         except subprocess.TimeoutExpired:
             _interrupt(proc, way, rng)
-        stdout, stderr = proc.communicate(timeout=300)
+        try:
+            stdout, stderr = proc.communicate(timeout=300)
+        except subprocess.TimeoutExpired:  # a hang is a finding: said, and the group ended
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+            stderr += '\nchaos_resume: the job did not end within 300 s of its interruption'
         resumed = [l for l in stdout.splitlines() if 'resumed from' in l]
         starts.append({'start': n, 'interrupt': way, 'at_s': None if way is None else
                        round(at, 2), 'exit': proc.returncode,

@@ -29,7 +29,6 @@ import signal
 import socket
 import time
 import traceback
-import uuid
 import weakref
 from multiprocessing import connection, shared_memory
 
@@ -40,7 +39,7 @@ from threadpoolctl import threadpool_limits
 from chainermn_torus.datasets import draws
 from chainermn_torus.errors import ConfigError, DataError, Refusal
 from chainermn_torus.runtime import processes, world
-from chainermn_torus.runtime.files import devshm
+from chainermn_torus.runtime.files import devshm, shared_paths
 from chainermn_torus.runtime.processes import state as process_state
 from chainermn_torus.runtime.watch import watchdog
 
@@ -209,6 +208,19 @@ def _fill_slot(dataset, arrays, task_id, indices, decoding=None, w=0):
             traceback.format_exc()))
 
 
+def _new_segment(prefix, size):
+    """A new shared segment ``<prefix><token>``: a name another user made first (in the
+    sticky /dev/shm the job could not remove it) is passed over for the next token."""
+    for _ in range(shared_paths.TRIES):
+        try:
+            return shared_memory.SharedMemory(name=prefix + shared_paths.token(), create=True,
+                                              size=size)
+        except FileExistsError:
+            continue
+    raise FileExistsError('{} names in a row of the form /dev/shm/{}<token> were taken'.format(
+        shared_paths.TRIES, prefix))
+
+
 def _attach(name):
     # Spawned children share the training process's resource tracker, where the segment is
     # already registered (the tracker keeps a set): attaching adds nothing to undo.
@@ -324,13 +336,12 @@ class LoaderIterator(chainer.dataset.Iterator):
         what = 'the loader\'s {} batch slots of {} examples'.format(self._n_slots,
                                                                    self.batch_size)
         devshm.check_room(self._n_slots * sum(sizes), what)
-        tag = '{}{}_{}'.format(devshm.segment_prefix(), next(_COUNTER), uuid.uuid4().hex[:6])
+        tag = '{}{}'.format(devshm.segment_prefix(), next(_COUNTER))
         names, self._arrays = [], []
         for s in range(self._n_slots):
             slot_names, slot_arrays = [], []
             for f, (shape, dtype) in enumerate(fields):
-                seg = shared_memory.SharedMemory(name='{}_{}_{}'.format(tag, s, f), create=True,
-                                                 size=sizes[f])
+                seg = _new_segment('{}_{}_{}_'.format(tag, s, f), sizes[f])
                 self._res.segments.append(seg)
                 self._res.linked.append(seg)
                 array = numpy.ndarray((self.batch_size,) + shape, dtype, buffer=seg.buf)

@@ -339,3 +339,25 @@ def test_a_stopped_loader_is_named_within_the_limit(limit):
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     finally:
         it.finalize()
+
+
+@pytest.mark.slow  # full tier only: one loader process
+def test_a_segment_name_another_user_made_first_is_passed_over(monkeypatch):
+    # Before: a name taken in /dev/shm (sticky: the job cannot remove another user's file)
+    # stopped the loader with FileExistsError; now the next token is taken.
+    import itertools
+    from chainermn_torus.loader import iterator
+    from chainermn_torus.runtime.files import devshm, shared_paths
+    from tests.other_user import as_other
+    monkeypatch.setattr(iterator, '_COUNTER', itertools.count(777))
+    tokens = itertools.chain(['0badc0ffee00'], iter(shared_paths.token, None))
+    monkeypatch.setattr(shared_paths, 'token', lambda: next(tokens))
+    taken = '/dev/shm/{}777_0_0_0badc0ffee00'.format(devshm.segment_prefix())
+    plant = (lambda: os.close(os.open(taken, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)))
+    as_other(plant) if os.getuid() == 0 else plant()
+    try:
+        with LoaderIterator(Squares(20), 10, shuffle=False) as it:
+            x, t = chainer.dataset.concat_examples(it.next())
+        assert t.tolist() == list(range(10)) and os.path.exists(taken)
+    finally:
+        os.remove(taken)
