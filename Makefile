@@ -111,7 +111,7 @@ fault-matrix: setup
 # must equal an uninterrupted run's bit for bit (a few minutes on 2 cores).
 chaos: setup
 	mkdir -p results
-	$(PY) scripts/chaos_resume.py --interruptions 6 --seed 1 --json results/chaos.json
+	$(PY) scripts/chaos_resume.py --interruptions 8 --seed 3 --json results/chaos.json
 
 clean:
 	rm -rf results .pytest_cache

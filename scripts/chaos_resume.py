@@ -2,8 +2,10 @@
 --auto-resume until it finishes; its final model must equal an uninterrupted run's bit for
 bit (issue 65: "nothing lost").
 
-Each interruption is drawn from a seeded generator: a moment within the uninterrupted run's
-wall time, and a way to end the job: SIGKILL to one rank, SIGKILL to every rank (as a node
+Each interruption is drawn from a seeded generator: a moment within what is left of the
+training (its first 60 %: the uninterrupted run's training time, scaled by the iterations
+the newest checkpoint has not reached), and a way to end the job (each of the four in every round of
+four): SIGKILL to one rank, SIGKILL to every rank (as a node
 lost mid-write), SIGTERM or SIGINT to mpiexec (a batch system's end, a Ctrl-C). The next
 start resumes from whatever the checkpoint directory holds. Prints one line per start and a
 summary, writes JSON with ``--json``; exits 0 when the final model is the same, 1 when not,
@@ -29,15 +31,18 @@ PYTHON = os.path.join(ROOT, '.venv', 'bin', 'python')
 MPIEXEC = os.environ.get('CHAINERMN_TORUS_MPIEXEC') or os.path.join(ROOT, '.venv', 'bin',
                                                                     'mpiexec')
 EXAMPLE = os.path.join(ROOT, 'examples', 'mnist', 'train_mnist.py')
-# 3000 images over 2 ranks, batch 100: 15 iterations an epoch, 60 in all; a checkpoint every 4.
-BASE = ['--epoch', '4', '--limit', '3000', '--unit', '50', '--checkpoint-interval', '4']
+# 6000 images over 2 ranks, batch 100: 30 iterations an epoch, 2,400 in all (about 10 s of
+# training on 2 cores after 2 s of start-up); a checkpoint every 16 (150 of them).
+BASE = ['--epoch', '80', '--limit', '6000', '--unit', '50', '--checkpoint-interval', '16']
+START_S = 1.5  # interruptions from here: before it the ranks are starting (import, MPI_Init)
 WAYS = ('kill-one-rank', 'kill-every-rank', 'sigterm-mpiexec', 'sigint-mpiexec')
 
 
 def _start(out, ckpt, nprocs, resume):
     argv = [MPIEXEC, '-n', str(nprocs), PYTHON, EXAMPLE, '--out', out,
             '--checkpoint-dir', ckpt] + BASE + (['--auto-resume'] if resume else [])
-    env = dict(os.environ, CHAINERMN_TORUS_QUIET='1')
+    env = dict(os.environ)
+    env.pop('CHAINERMN_TORUS_QUIET', None)  # "resumed from ..." is what each start is judged by
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, start_new_session=True)
 
@@ -51,7 +56,10 @@ def _ranks(proc):
 
 
 def _interrupt(proc, way, rng):
-    ranks = _ranks(proc)
+    ranks, deadline = _ranks(proc), time.monotonic() + 5
+    while len(ranks) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)  # the launcher has not started them yet: a rank's kill needs them
+        ranks = _ranks(proc)
     if way == 'kill-one-rank' and ranks:
         rng.choice(ranks).send_signal(signal.SIGKILL)
     elif way == 'kill-every-rank' and ranks:
@@ -61,6 +69,15 @@ def _interrupt(proc, way, rng):
         proc.send_signal(signal.SIGTERM)
     else:
         proc.send_signal(signal.SIGINT)
+
+
+def _checkpointed(ckpt):
+    """The newest complete checkpoint's iteration in ``ckpt`` (0: none)."""
+    try:
+        with open(os.path.join(ckpt, 'latest.json')) as f:
+            return int(json.load(f)['iteration'])
+    except (OSError, ValueError, KeyError):
+        return 0
 
 
 def _params(out):
@@ -86,13 +103,21 @@ def main(argv=None):
         print('the uninterrupted run failed:\n' + err[-2000:], file=sys.stderr)
         return 2
     print('uninterrupted: {:.1f} s'.format(span))
+    total = max(_checkpointed(os.path.join(work, 'ck-whole')), 1)
     out, ckpt = os.path.join(work, 'chaos'), os.path.join(work, 'ck')
-    starts = []
+    starts, ways = [], []
     for n in range(args.starts):
-        proc = _start(out, ckpt, args.np, resume=n > 0)
-        planned = len(starts) < args.interruptions
-        at = rng.uniform(0.15, 1.0) * span if planned else None
-        way = rng.choice(WAYS) if planned else None
+        at_start = _checkpointed(ckpt)  # what --auto-resume finds (rank 0's stdout is
+        proc = _start(out, ckpt, args.np, resume=n > 0)  # lost with a killed job)
+        planned = sum(s['interrupt'] is not None for s in starts) < args.interruptions
+        # Within what is left of the training: a resumed start has less to do than a whole
+        # run (the newest checkpoint's iteration of the whole run's last).
+        # Within the first 60 % of it, so that the next start has work left to interrupt.
+        left = 1.0 - _checkpointed(ckpt) / total
+        at = START_S + rng.uniform(0.0, 0.6) * left * (span - START_S) if planned else None
+        if planned and not ways:  # every way in each round of four, in a drawn order
+            ways = rng.sample(WAYS, len(WAYS))
+        way = ways.pop() if planned else None
         began = time.monotonic()
         try:
             proc.wait(timeout=at)
@@ -107,13 +132,15 @@ def main(argv=None):
             stderr += '\nchaos_resume: the job did not end within 300 s of its interruption'
         resumed = [l for l in stdout.splitlines() if 'resumed from' in l]
         starts.append({'start': n, 'interrupt': way, 'at_s': None if way is None else
-                       round(at, 2), 'exit': proc.returncode,
+                       round(at, 2), 'exit': proc.returncode, 'checkpoint_at_start': at_start,
+                       'checkpoint_after': _checkpointed(ckpt),
                        'seconds': round(time.monotonic() - began, 2),
                        'resumed': resumed[0].split('resumed from', 1)[1].strip()
                        if resumed else None,
                        'last_error': (stderr.strip().splitlines() or [''])[-1][:300]})
-        print('start {}: {} -> exit {} ({})'.format(
-            n, way or 'left alone', proc.returncode, starts[-1]['resumed'] or 'from scratch'))
+        print('start {}: from checkpoint {}, {} -> exit {}; newest checkpoint then {}'.format(
+            n, at_start or 'none', way or 'left alone' if way is None else
+            '{} at {:.1f} s'.format(way, at), proc.returncode, _checkpointed(ckpt) or 'none'))
         if proc.returncode == 0 and way is None:
             break
     else:
