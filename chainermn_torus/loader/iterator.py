@@ -209,16 +209,17 @@ def _fill_slot(dataset, arrays, task_id, indices, decoding=None, w=0):
 
 
 def _new_segment(prefix, size):
-    """A new shared segment ``<prefix><token>``: a name another user made first (in the
-    sticky /dev/shm the job could not remove it) is passed over for the next token."""
-    for _ in range(shared_paths.TRIES):
-        try:
-            return shared_memory.SharedMemory(name=prefix + shared_paths.token(), create=True,
-                                              size=size)
-        except FileExistsError:
-            continue
-    raise FileExistsError('{} names in a row of the form /dev/shm/{}<token> were taken'.format(
-        shared_paths.TRIES, prefix))
+    """A new shared segment ``<prefix><token>`` (``shared_paths.create_unique``: a name
+    another user made first in the sticky /dev/shm is passed over), sized, then mapped."""
+    fd, path = shared_paths.create_unique(devshm.SHM_DIR, prefix)
+    try:
+        os.ftruncate(fd, size)
+    except BaseException:
+        os.close(fd)
+        os.unlink(path)
+        raise
+    os.close(fd)
+    return shared_memory.SharedMemory(name=os.path.basename(path))
 
 
 def _attach(name):

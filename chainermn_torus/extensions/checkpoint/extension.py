@@ -30,7 +30,8 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         if int(keep) != keep or keep < 1:
             raise ConfigError('chainermn_torus: keep must be a count >= 1, got {!r}'.format(
                 keep))
-        # Whether files another user could have written may be loaded (files.foreign).
+        # Whether a directory and files another user could have written may be loaded
+        # (files.foreign; its files: shared_paths.open_file).
         self.trusted = config.value('trust_checkpoints', trust, '--trust-checkpoint-dir')[0]
         self.resumed_at = None  # the iteration resumed from: nothing newer is removed
         self._written = set()   # the iterations this job wrote
@@ -58,13 +59,11 @@ class MultiNodeCheckpointer(chainer.training.Extension):
     def _check_directory(self):
         """Collective: the directory, where it exists, is one this job may write and resume
         from (``files.foreign``), on every rank, or every rank raises."""
-        problem = files.foreign(self.directory, self.trusted, directory=True) \
+        problem = files.foreign(self.directory, self.trusted) \
             if os.path.lexists(self.directory) else None
         agree.raise_everywhere(self.comm.mpi_comm, problem, lambda bad: CheckpointError(
-            'chainermn_torus: refusing checkpoints in {!r} (rank(s) {}): {}{}; nothing was '
-            'written there'.format(self.directory, agree.ranks_text(bad), bad[0][1],
-                                   files.UNTRUSTED if 'link' not in bad[0][1] else
-                                   '; give the directory it points to, if it is yours')))
+            'chainermn_torus: refusing checkpoints in {!r} (rank(s) {}): {}; nothing was '
+            'written there'.format(self.directory, agree.ranks_text(bad), bad[0][1])))
 
     # --- saving -----------------------------------------------------------------------------
     def __call__(self, trainer):

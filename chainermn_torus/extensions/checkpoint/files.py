@@ -132,7 +132,7 @@ def _load_json(path, trusted):
         return shared_paths.read_json(path, 'the manifest', config.BOUNDS['manifest'],
                                       trusted), None
     except UnsafePath as e:
-        return None, str(e).replace('chainermn_torus: ', '', 1)
+        return None, _unsafe(e)
     except (OSError, ValueError) as e:
         return None, '{} is not a chainermn-torus manifest ({})'.format(path, e)
 
@@ -143,15 +143,14 @@ def read_manifest(directory, name, layout_here, trusted=False):
     path = os.path.join(directory, name)
     if not os.path.lexists(directory):
         return 'the directory does not exist', None, True
-    unsafe = foreign(directory, trusted, directory=True)
+    unsafe = foreign(directory, trusted)
     if unsafe:
-        return unsafe + UNTRUSTED, None, True
+        return unsafe, None, True
     if not os.path.lexists(path):
         return 'no {} in it (no checkpoint was completed there)'.format(name), None, True
     data, wrong = _load_json(path, trusted)
     if wrong:
-        return wrong + (UNTRUSTED if 'owned by' in wrong or 'written by' in wrong else ''), \
-            None, False
+        return wrong, None, False
     wrong = manifest_problem(data)
     if wrong:
         return '{} is not a chainermn-torus manifest ({})'.format(path, wrong), None, False
@@ -246,21 +245,32 @@ def _inconsistent(directory, name, data, trusted=False):
     return None
 
 
-def foreign(path, trusted=False, directory=False):
-    """Why ``path`` (a checkpoint's file, or with ``directory`` its directory) may hold what
-    another user put there, or None (the rule of ``runtime.files.shared_paths``): a link,
-    not a regular file (a directory), owned by another user than this one or root, or
-    writable by its group or everyone. ``trusted``: the user said the directory is theirs
-    to trust (``--trust-checkpoint-dir``): owner and mode are not judged; a link still is."""
+def _unsafe(error):
+    """An ``UnsafePath`` of the rule as a problem here, with ``UNTRUSTED`` where trusting
+    the directory would allow the file (its owner or mode all that was wrong)."""
+    return str(error).replace('chainermn_torus: ', '', 1) + \
+        (UNTRUSTED if getattr(error, 'trust_helps', False) else '')
+
+
+def foreign(directory, trusted=False):
+    """Why the checkpoint ``directory`` may hold what another user put there, or None (the
+    rule of ``runtime.files.shared_paths``): a link, not a directory, owned by another user
+    than this one or root, or writable by its group or everyone. ``trusted``: the user said
+    it is theirs to trust (``--trust-checkpoint-dir``): owner and mode are not judged; a
+    link still is. The problem ends with what to do: ``UNTRUSTED`` where trusting it would
+    allow it, else, for a link, to give the directory it points to. (Its files are judged
+    where they are opened: ``shared_paths.open_file``.)"""
     try:
-        why = shared_paths.directory_problem(path, trusted) if directory else \
-            shared_paths.problem(os.lstat(path), trusted=trusted)
+        why = shared_paths.directory_problem(directory, trusted)
+        helps = why is not None and not trusted and \
+            shared_paths.directory_problem(directory, True) is None
     except OSError:
         return None  # what is missing is said where it is read
     if why is None:
         return None
-    return '{}: {}'.format('the checkpoint directory {}'.format(path) if directory else path,
-                           why)
+    return 'the checkpoint directory {}: {}{}'.format(
+        directory, why, UNTRUSTED if helps else '; give the directory it points to, if it is '
+        'yours' if os.path.islink(directory) else '')
 
 
 def expected_arrays(state):
@@ -323,7 +333,7 @@ def array_headers(f, expected=None, size=1):
 
 def verify_file(directory, manifest, name, rank, trusted=False, expected=None, size=1):
     """What is wrong with rank file ``name`` as ``rank`` sees it, or None: present, this
-    user's regular file (``foreign``; a link is refused even in a trusted directory), of
+    user's regular file (``shared_paths.open_file``; a link even in a trusted directory), of
     the size and CRC-32 the manifest recorded, its arrays within bounds (``array_headers``:
     ``expected`` and ``size`` this job's state and rank count), readable without pickle
     and holding no NaN/Inf."""
@@ -337,8 +347,7 @@ def verify_file(directory, manifest, name, rank, trusted=False, expected=None, s
     except FileNotFoundError:
         return 'rank {} cannot see {}'.format(rank, path)
     except UnsafePath as e:
-        text = str(e).replace('chainermn_torus: ', '', 1)
-        return text + (UNTRUSTED if 'owned by' in text and 'link' not in text else '')
+        return _unsafe(e)
     except OSError as e:
         return 'rank {} cannot read {} ({})'.format(rank, path, e.strerror or e)
     with os.fdopen(fd, 'rb') as f:

@@ -10,22 +10,14 @@ this user (a leftover of an earlier process with the same pid); anything else (a
 file of another user) is refused in one line (``errors.UnsafePath``), and nothing is written.
 """
 import os
-import pwd
 import stat
 
 from chainermn_torus.errors import UnsafePath
+from chainermn_torus.runtime.files.shared_paths import what_is_there
 
-__all__ = ['create', 'open_new', 'append', 'remove_own', 'owner_name', 'refusal']
+__all__ = ['create', 'open_new', 'append', 'remove_own', 'refusal']
 
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0)
-
-
-def owner_name(uid):
-    """``uid`` as a user name where the system knows it."""
-    try:
-        return '{} (uid {})'.format(pwd.getpwuid(uid).pw_name, uid)
-    except KeyError:
-        return 'uid {}'.format(uid)
 
 
 def refusal(path, what):
@@ -36,9 +28,7 @@ def refusal(path, what):
 
 
 def _what_is_there(st):
-    kind = 'a symbolic link' if stat.S_ISLNK(st.st_mode) else \
-        'a file' if stat.S_ISREG(st.st_mode) else 'something other than a file'
-    return '{} owned by {} is already there'.format(kind, owner_name(st.st_uid))
+    return '{} is already there'.format(what_is_there(st))
 
 
 def create(path, mode=0o644):

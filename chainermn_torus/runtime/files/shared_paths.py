@@ -22,19 +22,19 @@ A refusal is one line (``errors.UnsafePath``) that names the path, what is there
 it is, and what to do. Names a job makes in a shared directory come from ``create_unique``:
 an unpredictable token and ``O_EXCL``, and a name that is taken is passed over for another,
 never a reason to stop. Creating a file under a name that is predictable is
-``runtime.files.own_files``'s; both say what they found with ``what_is_there``.
+``runtime.files.own_files``'s; it says what it found with ``what_is_there`` too.
 """
 import errno
 import json
 import os
+import pwd
 import secrets
 import stat
 
 from chainermn_torus.errors import UnsafePath
-from chainermn_torus.runtime.files import own_files
 
-__all__ = ['what_is_there', 'problem', 'refusal', 'open_file', 'read_bytes', 'read_json',
-           'check_directory', 'directory_problem', 'create_unique', 'token']
+__all__ = ['owner_name', 'what_is_there', 'problem', 'refusal', 'open_file', 'read_bytes',
+           'read_json', 'directory_problem', 'create_unique', 'token']
 
 _CLOEXEC = getattr(os, 'O_CLOEXEC', 0)
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
@@ -48,13 +48,21 @@ _KINDS = ((stat.S_ISLNK, 'a symbolic link'), (stat.S_ISREG, 'a file'),
           (stat.S_ISBLK, 'a block device'))
 
 
+def owner_name(uid):
+    """``uid`` as a user name where the system knows it."""
+    try:
+        return '{} (uid {})'.format(pwd.getpwuid(uid).pw_name, uid)
+    except KeyError:
+        return 'uid {}'.format(uid)
+
+
 def kind_of(st):
     return next((name for test, name in _KINDS if test(st.st_mode)), 'something else')
 
 
 def what_is_there(st):
     """'a FIFO owned by alice (uid 1001)': what a refusal says was found."""
-    return '{} owned by {}'.format(kind_of(st), own_files.owner_name(st.st_uid))
+    return '{} owned by {}'.format(kind_of(st), owner_name(st.st_uid))
 
 
 def _yours(uid):
@@ -89,10 +97,15 @@ def problem(st, limit=None, trusted=False, directory=False, shared=False):
     return None
 
 
-def refusal(path, what, why, fix=None):
-    """The one line for ``path`` (``what`` it was to be) and ``why``."""
-    return UnsafePath('chainermn_torus: refusing {} {}: {}; nothing was read from it. {}'.format(
-        what, path, why, fix or 'Remove it, or choose a directory only you can write.'))
+def refusal(path, what, why, fix=None, trust_helps=False):
+    """The one line for ``path`` (``what`` it was to be) and ``why``; ``trust_helps`` (an
+    attribute of the error too): only its owner or mode was refused, which a place the user
+    trusts allows."""
+    error = UnsafePath('chainermn_torus: refusing {} {}: {}; nothing was read from it. '
+                       '{}'.format(what, path, why,
+                                   fix or 'Remove it, or choose a directory only you can write.'))
+    error.trust_helps = trust_helps
+    return error
 
 
 def _opened(path, flags):
@@ -123,7 +136,9 @@ def open_file(path, what, limit=None, trusted=False, fix=None):
         st = os.fstat(fd)
         why = problem(st, limit, trusted)
         if why:
-            raise refusal(path, what, why, fix)
+            # Its owner or mode all that was wrong: a trusted place would allow it.
+            raise refusal(path, what, why, fix,
+                          not trusted and problem(st, limit, trusted=True) is None)
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
@@ -162,14 +177,6 @@ def directory_problem(path, trusted=False, shared=False):
         return problem(os.fstat(fd), trusted=trusted, directory=True, shared=shared)
     finally:
         os.close(fd)
-
-
-def check_directory(path, what, trusted=False, shared=False, fix=None):
-    """Raise ``UnsafePath`` unless ``path`` is a directory that may be entered (module
-    doc); a missing one is FileNotFoundError."""
-    why = directory_problem(path, trusted, shared)
-    if why:
-        raise refusal(path, what, why, fix)
 
 
 def token():

@@ -52,7 +52,7 @@ def test_a_directory_link_is_refused_and_a_sticky_shared_one_allowed_where_asked
     assert 'can be written by everyone (mode 1777' in shared_paths.directory_problem(str(real))
     assert shared_paths.directory_problem(str(real), shared=True) is None
     with pytest.raises(FileNotFoundError):
-        shared_paths.check_directory(str(tmp_path / 'none'), 'the test directory')
+        shared_paths.directory_problem(str(tmp_path / 'none'))
 
 
 @needs_root
