@@ -15,7 +15,7 @@ import os
 
 from chainermn_torus.errors import ConfigError
 
-__all__ = ['SETTINGS', 'value', 'env', 'quiet', 'table', 'add_arguments']
+__all__ = ['SETTINGS', 'KINDS', 'value', 'env', 'quiet', 'table', 'add_arguments']
 
 # ``launcher``: what ``python -m chainermn_torus.run`` applies the setting to as its option
 # --KEY-WITH-DASHES (LAUNCHER_TARGETS: the script's multi-node optimizers, as the keyword of
@@ -46,7 +46,7 @@ BOUNDS = {
     'classes': 1 << 20,
 }
 
-# key -> Setting. ``kind`` names a parser below; the default is the parsed value.
+# key -> Setting. ``kind`` names a row of ``KINDS`` below; the default is the parsed value.
 SETTINGS = collections.OrderedDict([
     ('grid', Setting('CHAINERMN_TORUS_GRID', 'grid', None,
                      'rsaa/rsap grid "MxN" when the code gives none (checked against P)')),
@@ -208,33 +208,6 @@ SETTINGS = collections.OrderedDict([
                         "venv's, from the mpich wheel)")),
 ])
 
-_WHAT = {
-    'seconds': 'a number of seconds > 0 and at most {} (a year)'.format(MAX_SECONDS),
-    'limit': 'a number of seconds >= {:g} (the watcher wakes once a second) and at most {} '
-             '(a year)'.format(MIN_WATCH_S, MAX_SECONDS),
-    'bytes': 'a byte count >= 0 (0 = one message for the whole buffer)',
-    'segment': '0 (one message for the whole buffer) or a byte count >= {} (each segment '
-               'costs several MPI calls: at 4-64 B one MLP all-reduce took 8-60 s)'.format(
-                   MIN_SEGMENT_BYTES),
-    'threads': 'a thread count >= 1 and <= {} (or off)'.format(MAX_THREADS),
-    'grid': 'a grid shape "MxN"',
-    'count': 'an integer >= 1',
-    'positive': 'a finite number > 0',
-    'non-negative': 'a number >= 0',
-    'flag': 'on or off (1/0, true/false, yes/no)',
-    'switch': 'auto, on or off',
-    'loader': 'serial, multiprocess or ours',
-    'affinity': 'auto, same-core, sibling, dedicated or none',
-    'mpi': 'mpich, impi or openmpi',
-    'tune': 'off, on or again',
-    'compute': 'onednn, numpy or auto',
-    'precision': 'fp32 or bf16',
-    'allreduce_dtype': 'float16, bfloat16 or float32',
-    'seed': 'an integer from 0 to 2**32 - 1 (numpy\'s seeds)',
-    'type_check': 'on, off or a step count >= 1 (checked on the first N steps)',
-}
-
-
 def _seconds(v):
     v = float(v)
     if not 0 < v <= MAX_SECONDS:  # inf and 1e300 overflowed the watchdog's clocks
@@ -312,14 +285,6 @@ def _type_check(v):
     return _at_least(1)(text)
 
 
-def _choice(*names):
-    def pick(v):
-        if v not in names:
-            raise ValueError
-        return v
-    return pick
-
-
 def _seed(v):
     v = int(v)
     if not 0 <= v < 2 ** 32:
@@ -334,28 +299,63 @@ def _non_negative(v):
     return v
 
 
+# A kind of value: its parser, what it must be (the error's words) and the value an option's
+# --help shows. A choice is its names: the three come from them, so a new choice is one row.
+# ``names``: a choice's names, which its owner reads (compute.precision.NAMES,
+# loader.placement.POLICIES).
+Kind = collections.namedtuple('Kind', 'parse what metavar names', defaults=(None,))
+
+
+def _choice(*names):
+    def pick(v):
+        if v not in names:
+            raise ValueError
+        return v
+    return Kind(pick, '{} or {}'.format(', '.join(names[:-1]), names[-1]), '|'.join(names),
+                names)
+
+
 # grid: only the text here; communicators._grid.parse_grid checks it against the rank count.
-_PARSERS = {'seconds': _seconds, 'limit': _limit, 'bytes': _at_least(0), 'segment': _segment,
-            'threads': _threads, 'grid': str,
-            'text': str, 'flag': _flag, 'count': _at_least(1), 'positive': _positive,
-            'non-negative': _non_negative, 'switch': _switch,
-            'loader': _choice('serial', 'multiprocess', 'ours'),
-            'affinity': _choice('auto', 'same-core', 'sibling', 'dedicated', 'none'),
-            'mpi': _choice('mpich', 'impi', 'openmpi'), 'tune': _tune,
-            'compute': _choice('onednn', 'numpy', 'auto'), 'seed': _seed,
-            'precision': _choice('fp32', 'bf16'),
-            'allreduce_dtype': _choice('float16', 'bfloat16', 'float32'),
-            'type_check': _type_check}
+KINDS = {
+    'seconds': Kind(_seconds, 'a number of seconds > 0 and at most {} (a year)'.format(
+        MAX_SECONDS), 'S'),
+    'limit': Kind(_limit, 'a number of seconds >= {:g} (the watcher wakes once a second) and '
+                  'at most {} (a year)'.format(MIN_WATCH_S, MAX_SECONDS), 'S'),
+    'bytes': Kind(_at_least(0), 'a byte count >= 0 (0 = one message for the whole buffer)',
+                  'BYTES'),
+    'segment': Kind(_segment, '0 (one message for the whole buffer) or a byte count >= {} '
+                    '(each segment costs several MPI calls: at 4-64 B one MLP all-reduce took '
+                    '8-60 s)'.format(MIN_SEGMENT_BYTES), 'BYTES'),
+    'threads': Kind(_threads, 'a thread count >= 1 and <= {} (or off)'.format(MAX_THREADS),
+                    'N'),
+    'grid': Kind(str, 'a grid shape "MxN"', 'MxN'),
+    'text': Kind(str, 'text', 'VALUE'),
+    'count': Kind(_at_least(1), 'an integer >= 1', 'N'),
+    'positive': Kind(_positive, 'a finite number > 0', 'X'),
+    'non-negative': Kind(_non_negative, 'a number >= 0', 'X'),
+    'flag': Kind(_flag, 'on or off (1/0, true/false, yes/no)', None),  # --X / --no-X
+    'switch': Kind(_switch, 'auto, on or off', 'auto|on|off'),
+    'tune': Kind(_tune, 'off, on or again', 'off|on|again'),
+    'seed': Kind(_seed, "an integer from 0 to 2**32 - 1 (numpy's seeds)", 'N'),
+    'type_check': Kind(_type_check, 'on, off or a step count >= 1 (checked on the first N '
+                       'steps)', 'on|off|N'),
+    'loader': _choice('serial', 'multiprocess', 'ours'),
+    'affinity': _choice('auto', 'same-core', 'sibling', 'dedicated', 'none'),
+    'mpi': _choice('mpich', 'impi', 'openmpi'),
+    'compute': _choice('onednn', 'numpy', 'auto'),
+    'precision': _choice('fp32', 'bf16'),
+    'allreduce_dtype': _choice('float16', 'bfloat16', 'float32'),
+}
 
 
 def _must_be(kind, raw):
-    return 'must be {}, got {!r}'.format(_WHAT.get(kind, kind), raw)
+    return 'must be {}, got {!r}'.format(KINDS[kind].what, raw)
 
 
 def parse(kind, raw, source):
     """``raw`` as ``kind``; a ValueError naming ``source`` and what is allowed if it is not."""
     try:
-        return _PARSERS[kind](raw)
+        return KINDS[kind].parse(raw)
     except (TypeError, ValueError):
         raise ConfigError('chainermn_torus: {} {}'.format(source, _must_be(kind, raw))) \
             from None
@@ -410,7 +410,7 @@ def _communicator_name(text):
 def _arg(kind):
     def convert(text):
         try:
-            return _PARSERS[kind](text)
+            return KINDS[kind].parse(text)
         except (TypeError, ValueError):  # argparse puts "argument --NAME:" before this
             raise argparse.ArgumentTypeError(_must_be(kind, text))
     convert.__name__ = kind

@@ -260,7 +260,7 @@ def main(argv=None):
     p.add_argument('--rounds', type=int, default=3)
     p.add_argument('--torch', default=None, metavar='PYTHON',
                    help='a Python that has PyTorch: its ResNet-50 in the same rounds')
-    p.add_argument('--precision', choices=('fp32', 'bf16'), default='fp32',
+    p.add_argument('--precision', choices=precision.NAMES, default='fp32',
                    help='bf16: oneDNN in bfloat16 too, a row of its own in the same rounds')
     p.add_argument('--torch-amp', choices=('bf16',), default=None,
                    help="bf16: PyTorch under autocast bfloat16 too, beside its float32")

@@ -35,6 +35,7 @@ import time
 import chainer
 
 from chainermn_torus import compute
+from chainermn_torus.compute import precision
 from chainermn_torus.bench.compute import _iteration, MODELS, problem
 from chainermn_torus.compute.onednn import binding, primitives
 from chainermn_torus.runtime.chainer_glue import patches
@@ -42,11 +43,11 @@ from chainermn_torus.runtime.cpu import jit, threads
 
 __all__ = ['main', 'profile', 'Clock']
 
-# The numba kernels of the compute path, by module: each call timed while profiling.
-KERNEL_MODULES = ('chainermn_torus.compute.kernels.add',
-                  'chainermn_torus.compute.kernels.batchnorm',
-                  'chainermn_torus.compute.kernels.relu',
-                  'chainermn_torus.runtime.cpu._finite_kernels')
+# The kernels of the compute path: the kernel modules of the layers a step computes in
+# (those of the communicators and the optimizers would start MPI when imported).
+COMPUTE_LAYERS = ('chainermn_torus.compute.', 'chainermn_torus.runtime.')
+
+
 class Clock(object):
     """Seconds and calls per part (a oneDNN primitive's kind, a numba kernel), while
     ``installed``: this benchmark's parts, and scripts/chainer_tests_mode.py's counts."""
@@ -78,7 +79,9 @@ class Clock(object):
         self.wrap(primitives.Primitive, 'run', lambda a: 'oneDNN reorders' if isinstance(
             a[0], primitives.Reorder) else 'oneDNN {}'.format(a[0].what))
         if jit.available():
-            for module_name in KERNEL_MODULES:
+            for module_name in jit.kernel_modules():
+                if not module_name.startswith(COMPUTE_LAYERS):
+                    continue
                 module = importlib.import_module(module_name)
                 # The kernels themselves (runtime.cpu.jit.kernel), looked up in their module's
                 # globals at each call, wrappers and callers alike.
@@ -169,7 +172,7 @@ def main(argv=None):
     p.add_argument('--grain', type=int, default=None,
                    help='elements of work per numba thread (runtime.cpu.jit.GRAIN, default {}); '
                         '0: every kernel on every thread'.format(jit.GRAIN))
-    p.add_argument('--precision', choices=('fp32', 'bf16'), default='fp32')
+    p.add_argument('--precision', choices=precision.NAMES, default='fp32')
     p.add_argument('--json', default=None)
     args = p.parse_args(argv)
     if args.grain is not None:

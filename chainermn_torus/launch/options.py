@@ -9,13 +9,6 @@ from chainermn_torus import config
 
 __all__ = ['add_arguments', 'resolve', 'option_of', 'keys']
 
-# The value a --help line shows per kind; flags take --X / --no-X instead.
-_METAVARS = {'switch': 'auto|on|off', 'loader': 'serial|multiprocess|ours', 'count': 'N',
-             'seconds': 'S', 'affinity': 'POLICY', 'text': 'VALUE',
-             'tune': 'off|on|again', 'type_check': 'on|off|N', 'precision': 'fp32|bf16',
-             'allreduce_dtype': 'float16|bfloat16|float32'}
-
-
 def keys(target=None):
     """The settings the launcher takes (those that apply to ``target``), in table order."""
     return [k for k, s in config.SETTINGS.items()
@@ -34,7 +27,7 @@ def add_arguments(parser):
         if s.kind == 'flag':
             kwargs = dict(action=argparse.BooleanOptionalAction)
         else:
-            kwargs = dict(type=config.arg_type(s.kind), metavar=_METAVARS.get(s.kind, 'VALUE'))
+            kwargs = dict(type=config.arg_type(s.kind), metavar=config.KINDS[s.kind].metavar)
         group.add_argument(option_of(key), dest=key, default=None, help='{} (or {})'.format(
             s.meaning.replace('launcher: ', '').replace('launcher, ', ''), s.env), **kwargs)
     group.add_argument('--no-fused', dest='fused', action='store_const', const=False,

@@ -19,26 +19,14 @@ import time
 
 from chainermn_torus.runtime.cpu import jit
 
-__all__ = ['MODULES', 'kernels', 'compile_ahead', 'main']
+__all__ = ['kernels', 'compile_ahead', 'main']
 
-# Every module with kernels declared through runtime.cpu.jit.kernel (tests/tools/test_kernel_cache.py
-# checks that none is missing).
-MODULES = ('chainermn_torus.communicators._half_kernels',
-           'chainermn_torus.communicators._shm',
-           'chainermn_torus.compute.kernels.add',
-           'chainermn_torus.compute.kernels.batchnorm',
-           'chainermn_torus.compute.kernels.relu',
-           'chainermn_torus.optimizers.fpenv',
-           'chainermn_torus.optimizers.kernels',
-           'chainermn_torus.optimizers.large_batch',
-           'chainermn_torus.runtime.cpu._finite_kernels')
-
-
-def kernels(modules=MODULES):
+def kernels(modules=None):
     """[(module, name, dispatcher)] of every kernel of ``modules`` with argument types to
-    compile ahead, each once (a module may hold another's kernel under a second name)."""
+    compile ahead, each once (a module may hold another's kernel under a second name);
+    ``modules`` default: every kernel module of the package (``jit.kernel_modules``)."""
     found, seen = [], set()
-    for module in modules:
+    for module in modules or jit.kernel_modules():
         for name, value in sorted(vars(importlib.import_module(module)).items()):
             if getattr(value, 'ahead', None) is not None and id(value) not in seen:
                 seen.add(id(value))
@@ -58,7 +46,7 @@ def _compile(task):
             sum(stats.cache_hits.values()), os.path.dirname(stats.cache_path))
 
 
-def compile_ahead(processes=None, modules=MODULES):
+def compile_ahead(processes=None, modules=None):
     """Compile every declared kernel type of ``modules`` into numba's cache, ``processes`` at
     a time (default: the CPUs this process may use; 1: in this process). Returns [(kernel,
     compiled, loaded, folder)]."""

@@ -418,3 +418,22 @@ def test_compute_benchmark_beside_pytorch(tmp_path):
     res = json.loads(out.read_text())
     assert res['median']['torch'] > 0 and res['ratio_onednn_over_torch'] > 0
     assert res['torch'].startswith('torch ')
+
+
+def test_every_benchmark_module_is_a_command_without_a_list(tmp_path, monkeypatch, capsys):
+    from chainermn_torus import bench
+    from chainermn_torus.tools import bench as command
+    found = command.benchmarks()
+    programs = sorted(n[:-3] for n in os.listdir(os.path.dirname(bench.__file__))
+                      if n.endswith('.py') and not n.startswith('_')
+                      and 'def main(' in open(os.path.join(os.path.dirname(bench.__file__),
+                                                            n)).read())
+    assert sorted(m.rsplit('.', 1)[1] for m in found.values()) == programs
+    assert found['optimizer-update'] == 'chainermn_torus.bench.optimizer_update'
+    assert 'gradient-sets' not in found  # a helper without main is no benchmark
+    # a new file with a main is one more command, nothing else edited
+    (tmp_path / 'new_probe.py').write_text('def main(argv):\n    return 7\n')
+    (tmp_path / 'helper.py').write_text('def not_main():\n    pass\n')
+    monkeypatch.setattr(bench, '__file__', str(tmp_path / '__init__.py'))
+    assert command.benchmarks() == {'new-probe': 'chainermn_torus.bench.new_probe'}
+    assert command.main(['nope']) == 2 and 'new-probe' in capsys.readouterr().err
