@@ -194,6 +194,11 @@ SETTINGS = collections.OrderedDict([
                            "launcher: run a script written for GPUs on each rank's CPU: the "
                            'GPU devices, arrays and communicator names it asks for become the '
                            "CPU's (raw CUDA kernels and NCCL refused)", launcher='script')),
+    ('gpu_to_cpu_paths', Setting('CHAINERMN_TORUS_GPU_TO_CPU_PATHS', 'text', None,
+                                 "launcher, --gpu-to-cpu: more directories (':' between) whose "
+                                 "modules see CUDA and CuPy as the script's own directory's do "
+                                 '(helpers the script imports from elsewhere)',
+                                 launcher='script')),
     ('global_batch', Setting('CHAINERMN_TORUS_GLOBAL_BATCH', 'flag', False,
                              "launcher, --data-parallel: the script's batch size is the global "
                              'one, divided among the ranks (default: per rank, as ChainerMN)',

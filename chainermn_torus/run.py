@@ -51,7 +51,10 @@ def main(argv=None):
         if not os.path.isfile(opts.script):
             raise ConfigError('script not found: {}'.format(opts.script))
         if opts.gpu_calls:  # a reading of its source: nothing starts
-            print('\n'.join(gpu_to_cpu.listing(opts.script)))
+            extra, source = config.value('gpu_to_cpu_paths', opts.gpu_to_cpu_paths,
+                                         '--gpu-to-cpu-paths')
+            print('\n'.join(gpu_to_cpu.listing(opts.script, gpu_to_cpu.paths(
+                extra, source or 'CHAINERMN_TORUS_GPU_TO_CPU_PATHS'))))
             return
         job = prepare(opts)
     except Refusal as e:  # a bad option or variable: one line, from the job's first rank
@@ -67,7 +70,9 @@ def main(argv=None):
     # As `python script.py` would: the script's directory first on the path.
     sys.path.insert(0, os.path.dirname(os.path.abspath(opts.script)))
     try:
-        runpy.run_path(opts.script, run_name='__main__')  # refusals: runtime.watch.abort's hook
+        # refusals: runtime.watch.abort's hook; under --gpu-to-cpu, the script's builtins
+        runpy.run_path(opts.script, run_name='__main__',
+                       init_globals=gpu_to_cpu.globals_for_script(job.gpu))
     except (Exception, SystemExit) as e:
         # A script written for GPUs, run without --gpu-to-cpu, that stopped itself (its own
         # CUDA check, import cupy): one line that names the option, not its traceback.

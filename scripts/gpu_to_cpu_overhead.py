@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """What ``--gpu-to-cpu``'s patches cost Chainer's own code, in one process: the time of
-``chainer.backend.get_array_module`` (which reads ``cuda.available`` through the mapped
-module's property) before, with and after the patches, and how many such reads and how many
-``get_device`` calls one MNIST training step through a StandardUpdater makes.
+``chainer.backend.get_array_module`` (Chainer's hot path reads ``cuda.available`` there)
+and of one MNIST training step through a StandardUpdater (median of ``--steps``), before,
+with and after the patches; and, with them, how many frame inspections (``sys._getframe``
+calls) and ``get_device`` calls one step makes.
 
     python scripts/gpu_to_cpu_overhead.py --json docs/measurements/gpu-to-cpu-overhead.json
 """
@@ -10,6 +11,8 @@ import argparse
 import json
 import os
 import sys
+import statistics
+import time
 import timeit
 
 import chainermn_torus  # noqa: F401 (before Chainer)
@@ -31,48 +34,62 @@ def _ns_per_call(x):
 
 
 def _counted_step(updater):
-    """Reads of cuda.available and get_device calls in one updater step (patches in force)."""
-    cls, counts = type(chainer.backends.cuda), {'available': 0, 'get_device': 0}
-    read, get_device = cls.available, backend.get_device
+    """Frame inspections and get_device calls in one updater step (patches in force)."""
+    counts = {'frame_inspections': 0, 'get_device': 0}
+    getframe, get_device = sys._getframe, backend.get_device
 
-    def counting_read(module):
-        counts['available'] += 1
-        return read.fget(module)
+    def profile(frame, event, arg):
+        if event == 'c_call' and arg is getframe:
+            counts['frame_inspections'] += 1
 
     def counting_get_device(spec):
         counts['get_device'] += 1
         return get_device(spec)
 
-    cls.available, backend.get_device = property(counting_read, read.fset), counting_get_device
+    backend.get_device = counting_get_device
+    sys.setprofile(profile)
     try:
         updater.update()
     finally:
-        cls.available, backend.get_device = read, get_device
+        sys.setprofile(None)
+        backend.get_device = get_device
     return counts
+
+
+def _step_ms(updater, steps):
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        updater.update()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--json', default=None)
+    parser.add_argument('--steps', type=int, default=200)
     opts = parser.parse_args()
     x = numpy.zeros(3, numpy.float32)
-    before = _ns_per_call(x)
-    gpu_to_cpu.install(os.path.join(os.getcwd(), 'not-a-script', 'train.py'), True, rank=0)
-    mapped = _ns_per_call(x)
     numpy.random.seed(0)
     model = L.Classifier(MLP(100, 10))
     optimizer = chainer.optimizers.Adam()
     optimizer.setup(model)
-    data = chainer.datasets.TupleDataset(numpy.random.rand(200, 784).astype(numpy.float32),
-                                         numpy.random.randint(0, 10, 200).astype(numpy.int32))
+    data = chainer.datasets.TupleDataset(numpy.random.rand(2000, 784).astype(numpy.float32),
+                                         numpy.random.randint(0, 10, 2000).astype(numpy.int32))
     updater = chainer.training.updaters.StandardUpdater(
         chainer.iterators.SerialIterator(data, 100), optimizer,
         device=chainer.get_device('@numpy'))
     updater.update()  # the first step sets up the optimizer's state
+    before = _ns_per_call(x), _step_ms(updater, opts.steps)
+    gpu_to_cpu.install(os.path.join(os.getcwd(), 'not-a-script', 'train.py'), True, rank=0)
+    mapped = _ns_per_call(x), _step_ms(updater, opts.steps)
     counts = _counted_step(updater)
     gpu_to_cpu.uninstall()
-    after = _ns_per_call(x)
-    result = {'get_array_module_ns': {'before': before, 'mapped': mapped, 'after': after},
+    after = _ns_per_call(x), _step_ms(updater, opts.steps)
+    result = {'get_array_module_ns': {'before': before[0], 'mapped': mapped[0],
+                                      'after': after[0]},
+              'step_ms': {'before': before[1], 'mapped': mapped[1], 'after': after[1]},
               'per_step': counts}
     print(json.dumps(result, indent=1))
     if opts.json:

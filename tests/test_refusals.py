@@ -62,6 +62,7 @@ BAD = {
     'data_parallel': ('maybe', {}, []),
     'global_batch': ('maybe', {}, []),
     'gpu_to_cpu': ('maybe', {}, []),
+    'gpu_to_cpu_paths': ('/proc/nope', {}, []),
     'mpi': ('lam', {}, []),
     'compute': ('fast', {}, []),
     'precision': ('fp8', {}, []),
@@ -97,6 +98,11 @@ def _check_tune_dir(value, source):
     return memory.check_folder(value, source)
 
 
+def _check_gpu_paths(value, source):
+    from chainermn_torus.launch import gpu_to_cpu
+    return gpu_to_cpu.paths(value, source)
+
+
 def _check_timeline(value, source):
     from chainermn_torus.runtime import timeline
     return timeline.enable(value, source)
@@ -109,6 +115,8 @@ CHECKED_WHERE_USED = {
     'tune_dir': (_check_tune_dir, 'CHAINERMN_TORUS_TUNE_DIR must be a folder this user can '
                                   "write, where the tuning's choices are remembered, got "
                                   "'/proc/nope'"),
+    'gpu_to_cpu_paths': (_check_gpu_paths, 'CHAINERMN_TORUS_GPU_TO_CPU_PATHS must be '
+                                           "directories separated by \":\", and '/proc/nope'"),
     'timeline': (_check_timeline, "CHAINERMN_TORUS_TIMELINE '/proc/nope/tl' must be a path "
                                   'in a writable directory'),
 }

@@ -98,7 +98,9 @@ class Launch(object):
         _registry.on_create(self._communicator_made)
         # The script's GPU calls: mapped with --gpu-to-cpu, else refused in one line.
         self.gpu = gpu_to_cpu.install(self.script, self.get('gpu_to_cpu'),
-                                      world.launcher_rank() or 0)
+                                      world.launcher_rank() or 0,
+                                      self.get('gpu_to_cpu_paths'),
+                                      self.sources.get('gpu_to_cpu_paths'))
         if self.get('timeline'):
             timeline.enable(self.get('timeline'), '--timeline (or CHAINERMN_TORUS_TIMELINE)')
         allocation.keep(self.get('keep_freed_memory'), rank=world.launcher_rank() or 0)

@@ -1,12 +1,15 @@
 """``--gpu-to-cpu``: scripts written for GPUs run on CPU unchanged.
 
 The scripts are tests/unchanged/gpu/'s, in the shapes GPU-written scripts have. In this
-process (the mapping installed and undone around each test): every call of Chainer's device
-API a script makes becomes the CPU, code that is not the script's still sees a CPU-only
-machine, what cannot be mapped is one line naming the script's file and line, and without
-the option the first GPU request is one line naming it. In real MPI jobs: each shape trains
-with the option and equals its CPU-written twin bit for bit.
+process (the mapping installed and undone around each test): every GPU device request
+becomes the CPU, wherever it is made; what the script reads of CUDA and CuPy is bound into
+its own modules, so code that is not the script's (a library's ``import cupy``, ChainerMN's
+among them) still sees a CPU-only machine; no frame is read on a training step; what cannot
+be mapped is one line naming the file and line, and without the option the first GPU request
+is one line naming it. In real MPI jobs: each shape trains with the option and equals its
+CPU-written twin bit for bit.
 """
+import importlib
 import json
 import os
 import runpy
@@ -35,22 +38,28 @@ import unmappable  # noqa: E402
 OPTION = '--gpu-to-cpu'
 
 
+_SAID = []  # the test's installed launch: run_script gives its script the script's builtins
+
+
 @pytest.fixture
 def installed():
     """install(script, mapping) for one test; everything undone after it."""
     saved = list(sys.argv)
 
-    def install(script, mapping=True):
-        return gpu_to_cpu.install(script, mapping, rank=0)
+    def install(script, mapping=True, extra=None):
+        _SAID[:] = [gpu_to_cpu.install(script, mapping, rank=0, extra=extra)]
+        return _SAID[0]
 
     yield install
     gpu_to_cpu.uninstall()
+    _SAID[:] = []
     sys.argv[:] = saved
 
 
-def run_script(name, *args):
+def run_script(name, *args, folder=GPU):
     sys.argv[:] = [name] + list(args)
-    return runpy.run_path(os.path.join(GPU, name), run_name='__main__')
+    return runpy.run_path(os.path.join(folder, name), run_name='__main__',
+                          init_globals=gpu_to_cpu.globals_for_script(_SAID[0]))
 
 
 def test_every_device_call_of_a_gpu_script_is_the_cpu_and_only_the_script_sees_a_gpu(
@@ -75,11 +84,15 @@ def test_every_device_call_of_a_gpu_script_is_the_cpu_and_only_the_script_sees_a
     assert seen['xp'] == seen['get_array_module'] == seen['cupy.get_array_module'] == 'numpy'
     # a module outside the script's directory reads Chainer's own answer
     assert seen['other'] == {'available': False, 'cupy': 'object'}, seen
-    # and so does this test file, and Chainer itself (its check raises as on any CPU node)
-    assert cuda.available is False
-    with pytest.raises(RuntimeError, match='CUDA environment is not correctly set up'):
-        chainer.get_device(0)
+    # and so does this test file, and Chainer itself; a device request is the CPU wherever
+    # it is made (the node has no GPU)
+    assert cuda.available is False and type(cuda) is types.ModuleType
+    assert str(chainer.get_device(0)) == '@numpy'
     assert backend.get_array_module(cuda.to_cpu([1.0])).__name__ == 'numpy'
+    # a library's import cupy after the script's fails as on any CPU node
+    assert 'cupy' not in sys.modules
+    with pytest.raises(ImportError):
+        importlib.import_module('cupy')
     # each mapped call said once, in the order the script made them
     assert said.names[:4] == ['import cupy', 'chainer.cuda.check_cuda_available',
                               'chainer.cuda.available', 'chainer.cuda.Device'], said.names
@@ -102,15 +115,117 @@ def test_chainers_final_marker_stays_on_what_is_replaced(installed):
 
 def test_uninstall_leaves_chainer_as_it_was(installed):
     before = (chainer.get_device, backend.get_device, cuda.get_device_from_id, cuda.to_gpu,
-              chainer.link.Link.to_gpu)
+              chainer.link.Link.to_gpu, list(sys.meta_path))
     installed(os.path.join(GPU, 'device_api.py'))
-    assert type(cuda) is not types.ModuleType
+    assert len(sys.meta_path) == len(before[-1]) + 1
     gpu_to_cpu.uninstall()
-    assert type(cuda) is types.ModuleType
     assert (chainer.get_device, backend.get_device, cuda.get_device_from_id, cuda.to_gpu,
-            chainer.link.Link.to_gpu) == before
+            chainer.link.Link.to_gpu, list(sys.meta_path)) == before
     assert not patches.applied(group='gpu to cpu')
     assert 'cupy' not in sys.modules and overrides.current().rename is None
+
+
+def test_chainermns_own_import_of_cupy_is_not_the_scripts(installed, tmp_path):
+    # Before: ChainerMN's lazy import inside create_communicator counted as the script's
+    # (the innermost frame not a library's), so it got the stand-in, _cupy_avail became
+    # True and every ChainerMN script logged a false "import cupy" line.
+    script = tmp_path / 'train.py'
+    script.write_text(
+        'import importlib, sys\n'
+        "name = 'chainermn.communicators._memory_utility'\n"
+        'kept = sys.modules.pop(name, None)\n'
+        'try:\n'
+        '    CUPY_AVAIL = importlib.import_module(name)._cupy_avail\n'
+        'finally:\n'
+        '    sys.modules[name] = kept\n')
+    said = installed(str(script))
+    assert run_script('train.py', folder=str(tmp_path))['CUPY_AVAIL'] is False
+    assert 'import cupy' not in said.names and 'cupy' not in sys.modules
+
+
+def test_a_helper_elsewhere_is_the_scripts_where_the_setting_names_its_directory(
+        installed, tmp_path):
+    (tmp_path / 'job').mkdir()
+    (tmp_path / 'helpers').mkdir()
+    (tmp_path / 'helpers' / 'gpu_helper.py').write_text(
+        'import cupy\nfrom chainer import cuda\n\n\ndef read():\n'
+        '    return cupy.asnumpy(cupy.arange(2)).tolist(), cuda.available\n')
+    (tmp_path / 'job' / 'train.py').write_text(
+        'import sys\nsys.path.insert(0, {!r})\nimport gpu_helper\nSEEN = gpu_helper.read()\n'
+        .format(str(tmp_path / 'helpers')))
+    try:
+        installed(str(tmp_path / 'job' / 'train.py'))
+        with pytest.raises(ModuleNotFoundError) as e:
+            run_script('train.py', folder=str(tmp_path / 'job'))
+        line = gpu_to_cpu.explain(_SAID[0], e.value)
+        assert line.startswith(str(tmp_path / 'helpers' / 'gpu_helper.py') + ':1: import '
+                               "cupy in a module outside the script's directory"), line
+        assert 'CHAINERMN_TORUS_GPU_TO_CPU_PATHS' in line and '\n' not in line
+        gpu_to_cpu.uninstall()
+        sys.modules.pop('gpu_helper', None)
+        installed(str(tmp_path / 'job' / 'train.py'), extra=str(tmp_path / 'helpers'))
+        assert run_script('train.py', folder=str(tmp_path / 'job'))['SEEN'] == ([0, 1], True)
+        listed = '\n'.join(gpu_to_cpu.listing(str(tmp_path / 'job' / 'train.py'),
+                                              gpu_to_cpu.paths(str(tmp_path / 'helpers'))))
+        assert 'gpu_helper.py:1  import cupy' in listed, listed
+    finally:
+        sys.modules.pop('gpu_helper', None)
+
+
+@pytest.mark.parametrize('mapping', [True, False])
+def test_updaters_of_several_gpus_are_refused_before_chainers_constructor(installed,
+                                                                         tmp_path, mapping):
+    script = tmp_path / 'multi.py'
+    script.write_text(
+        'import sys\nimport chainer, chainer.links as L, numpy\n'
+        'from chainer import training\n'
+        'opt = chainer.optimizers.SGD().setup(L.Classifier(L.Linear(4, 3)))\n'
+        'data = chainer.datasets.TupleDataset(numpy.ones((8, 4), numpy.float32), '
+        'numpy.zeros(8, numpy.int32))\n'
+        'it = chainer.iterators.SerialIterator(data, 4)\n'
+        'if sys.argv[1] == "cpu":\n'
+        "    training.updaters.ParallelUpdater(it, opt, devices={'main': '@numpy'})\n"
+        'elif sys.argv[1] == "gpus":\n'
+        "    training.updaters.ParallelUpdater(it, opt, devices={'main': 0, 'second': 1})\n"
+        'else:\n'
+        '    training.updaters.MultiprocessParallelUpdater([it, it], opt, devices=[0, 1])\n')
+    installed(str(script), mapping=mapping)
+    run_script('multi.py', 'cpu', folder=str(tmp_path))  # CPU devices: Chainer's own
+    for use, line, name in (('gpus', 10, 'ParallelUpdater'),
+                            ('nccl', 12, 'MultiprocessParallelUpdater')):
+        with pytest.raises(Unsupported) as e:
+            run_script('multi.py', use, folder=str(tmp_path))
+        text = str(e.value)
+        assert 'multi.py:{} uses {}, one process driving several GPUs'.format(line, name) \
+            in text and '--data-parallel' in text and '\n' not in text, text
+    listed = [l for l in gpu_to_cpu.listing(str(script)) if 'REFUSED' in l]
+    assert len(listed) == 3 and all('several GPUs' in l for l in listed), listed
+
+
+def test_a_training_step_reads_no_frame(installed):
+    # The decision is made at install: a step of a GPU script's updater (device=0 mapped)
+    # walks no stack, and reads cuda.available through Chainer's own module.
+    import chainer.links as L
+    import numpy
+    installed(os.path.join(GPU, 'device_api.py'))
+    model = L.Classifier(L.Linear(784, 10))
+    optimizer = chainer.optimizers.Adam().setup(model)
+    data = chainer.datasets.TupleDataset(numpy.ones((20, 784), numpy.float32),
+                                         numpy.zeros(20, numpy.int32))
+    updater = chainer.training.updaters.StandardUpdater(
+        chainer.iterators.SerialIterator(data, 10), optimizer, device=0)
+    updater.update()  # the first: the mapping said, the optimizer's state made
+    frames = []
+
+    def profile(frame, event, arg):
+        if event == 'c_call' and arg is sys._getframe:
+            frames.append(frame.f_code.co_filename)
+    sys.setprofile(profile)
+    try:
+        updater.update()
+    finally:
+        sys.setprofile(None)
+    assert frames == [] and 'chainer.get_device' in _SAID[0].names
 
 
 def _line_of(use):

@@ -8,51 +8,70 @@ names become the launcher's communicator (``--communicator``, else ``auto``). Wh
 becomes, and what is refused, is ``calls.MAPPED`` / ``calls.REFUSED``; rank 0 says each
 mapping once, with the script's file and line.
 
-Only what the script itself asks for is mapped (``scope``): Chainer's, ChainerMN's and every
-library's own code still sees a CPU-only machine, so their ``cuda.available`` checks,
-``get_array_module`` and cuDNN switches behave as without the option.
+A GPU device request is the CPU wherever it is made (``devices``): the node has none, so
+there is nothing to tell apart. What the script reads of CUDA and CuPy (``cuda.available``,
+``import cupy``) is bound into the script's own modules when they are imported
+(``script_view``): Chainer's, ChainerMN's and every library's code still sees a CPU-only
+machine, so their ``cuda.available`` checks, ``get_array_module``, cuDNN switches and
+``import cupy`` behave as without the option. Helpers kept outside the script's directory
+are the script's where ``CHAINERMN_TORUS_GPU_TO_CPU_PATHS`` names their directory.
 
 Without the option the launcher still watches for a script written for GPUs: its first GPU
 request is refused in one line naming the option, and an error that ends such a script (its
 own ``if not chainer.cuda.available: raise``, ``import cupy``) is said in one line that
 names the option and the script's first GPU call (``scan``), instead of a traceback.
 """
-import sys
+import os
 
 from chainermn_torus import _registry
-from chainermn_torus.errors import Refusal, Unsupported
-from chainermn_torus.launch.gpu_to_cpu import cupy_on_cpu, devices, scan
+from chainermn_torus.errors import ConfigError, Refusal, Unsupported
+from chainermn_torus.launch.gpu_to_cpu import devices, scan, script_view
 from chainermn_torus.launch.gpu_to_cpu.calls import GPU_COMMUNICATORS, OPTION, Said
-from chainermn_torus.launch.gpu_to_cpu.scope import SCRIPT, Scope
+from chainermn_torus.launch.gpu_to_cpu.scope import LIBRARY, OTHER, SCRIPT, Scope
 from chainermn_torus.runtime.chainer_glue import patches
 
-__all__ = ['install', 'uninstall', 'explain', 'listing', 'GPU_COMMUNICATORS']
+__all__ = ['install', 'uninstall', 'explain', 'listing', 'globals_for_script',
+           'GPU_COMMUNICATORS', 'paths']
 
 listing = scan.listing
+globals_for_script = script_view.globals_for_script
 
 
-def install(script, mapping, rank):
-    """Map (``mapping``) or watch for the GPU requests of ``script``; returns the Said."""
-    said = Said(Scope(script), mapping, rank)
+def paths(text, source='CHAINERMN_TORUS_GPU_TO_CPU_PATHS'):
+    """The directories of ``CHAINERMN_TORUS_GPU_TO_CPU_PATHS`` (``--gpu-to-cpu-paths``);
+    a ConfigError naming ``source`` for one that is not a directory."""
+    found = tuple(p for p in (text or '').split(':') if p)
+    for path in found:
+        if not os.path.isdir(path):
+            raise ConfigError('chainermn_torus: {} must be directories separated by ":", and '
+                              '{!r} is not one'.format(source, path))
+    return found
+
+
+def install(script, mapping, rank, extra=None, source=None):
+    """Map (``mapping``) or watch for the GPU requests of ``script``; ``extra``: the
+    setting's text of more directories of the script's modules (``source``: the option or
+    variable that gave it). Returns the Said; under the option its ``builtins`` are what the
+    script's modules run with (``globals_for_script``)."""
+    scope = Scope(script, paths(extra, source or 'CHAINERMN_TORUS_GPU_TO_CPU_PATHS'))
+    said = Said(scope, mapping, rank)
     devices.install(said)
+    said.builtins = script_view.install(said) if mapping else None
     _registry.set_rename(lambda name: _communicator(said, name))
     return said
 
 
 def uninstall():
-    """Undo ``install``: Chainer's functions and module class as they were, the communicator
-    names as ChainerMN's, no ``cupy`` module for anyone."""
+    """Undo ``install``: Chainer's functions as they were, the import path and the
+    communicator names as ChainerMN's."""
     patches.uninstall(group=devices.GROUP)
     _registry.set_rename(None)
-    for name in ('cupy.cuda', 'cupy'):
-        if isinstance(sys.modules.get(name), cupy_on_cpu.Namespace):
-            del sys.modules[name]
 
 
 def _communicator(said, name):
     if name not in GPU_COMMUNICATORS:
         return name
-    where = said.scope.where(said.scope.asker(2)[1])  # the script's line that asked
+    where = said.scope.where(said.scope.asker(1)[1])  # the line that asked
     if not said.mapping:
         raise Unsupported(
             "{}: create_communicator({!r}) asks for ChainerMN's GPU communicator, and this "
@@ -64,9 +83,12 @@ def _communicator(said, name):
 
 def explain(said, error):
     """The one line for an error that ended a script written for GPUs run without the
-    option; None for any other error (it keeps its traceback)."""
-    if said is None or said.mapping or isinstance(error, Refusal):  # a Refusal is one line
+    option, or a helper outside the script's directories importing cupy under it; None for
+    any other error (it keeps its traceback)."""
+    if said is None or isinstance(error, Refusal):  # a Refusal is one line
         return None
+    if said.mapping:
+        return _outside(said, error)
     if isinstance(error, SystemExit) and error.code in (0, None):
         return None
     missing = getattr(error, 'name', None) or ''
@@ -85,6 +107,24 @@ def explain(said, error):
                 where + ': ' if where else '', stopped, found[0].shown, found[0].file,
                 found[0].line, ', {} in all'.format(len(found)) if len(found) > 1 else '',
                 OPTION))
+
+
+def _outside(said, error):
+    missing = getattr(error, 'name', None) or ''
+    if not isinstance(error, ModuleNotFoundError) or missing.split('.')[0] != 'cupy':
+        return None
+    tb, frame, kind = error.__traceback__, None, None
+    while tb is not None:  # the innermost frame that is not a library's made the import
+        here = said.scope.kind(tb.tb_frame.f_code.co_filename)
+        if here != LIBRARY:
+            kind, frame = here, (tb.tb_frame, tb.tb_lineno)
+        tb = tb.tb_next
+    if kind != OTHER:  # a library's import: its own error, as on any CPU node
+        return None
+    return ("{}: import cupy in a module outside the script's directory: {} gives CuPy's "
+            "name (numpy) to the script's own modules only; add that module's directory to "
+            'CHAINERMN_TORUS_GPU_TO_CPU_PATHS (--gpu-to-cpu-paths DIR[:DIR])'.format(
+                said.scope.where(*frame), OPTION))
 
 
 def _script_line(scope, tb):

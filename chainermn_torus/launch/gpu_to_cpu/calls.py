@@ -6,11 +6,10 @@ mapping once on rank 0.
 import collections
 
 from chainermn_torus.errors import Unsupported
-from chainermn_torus.launch.gpu_to_cpu.scope import SCRIPT
 from chainermn_torus.launch.report import say
 
-__all__ = ['MAPPED', 'REFUSED', 'GPU_COMMUNICATORS', 'CUDA_KERNELS', 'CUPY_KERNELS', 'Said',
-           'OPTION']
+__all__ = ['MAPPED', 'REFUSED', 'GPU_COMMUNICATORS', 'CUDA_KERNELS', 'CUPY_KERNELS',
+           'MULTI_GPU_UPDATERS', 'Said', 'OPTION']
 
 OPTION = '--gpu-to-cpu (CHAINERMN_TORUS_GPU_TO_CPU=1)'
 
@@ -18,17 +17,21 @@ _CUDA_DEVICE = "cuda.DummyDevice, Chainer's CPU device of its cuda API: use() do
 _CPU = "'@numpy', the rank's CPU: arrays stay numpy"
 _NUMPY = 'numpy (asnumpy: numpy.asarray; a name numpy lacks is refused)'
 
-# name as a script writes it -> what it becomes
+_SCRIPTS = ("in the script's modules (its directory's, and those of "
+            'CHAINERMN_TORUS_GPU_TO_CPU_PATHS); every other module sees a CPU node')
+
+# name as a script writes it -> what it becomes. A device request is the CPU wherever it is
+# made (the node has no GPU); what the script reads of CUDA and CuPy is bound into its own
+# modules at import.
 MAPPED = collections.OrderedDict([
-    ('chainer.cuda.available', "True where the script reads it (Chainer's own code, and "
-                               'every library, still read False)'),
+    ('chainer.cuda.available', 'True ' + _SCRIPTS),
     ('chainer.cuda.check_cuda_available', 'nothing to check'),
     ('chainer.cuda.get_device_from_id', _CUDA_DEVICE),
     ('chainer.cuda.get_device', _CUDA_DEVICE),
     ('chainer.cuda.Device', _CUDA_DEVICE),
     ('chainer.cuda.to_gpu', 'the array as it is (numpy)'),
     ('chainer.cuda.cupy', _NUMPY),
-    ('import cupy', _NUMPY),
+    ('import cupy', _NUMPY + ', ' + _SCRIPTS),
     ('chainer.get_device', _CPU),
     ('Link.to_gpu', _CPU),
     ('chainermn.create_communicator', "the launcher's communicator (--communicator), else "
@@ -40,16 +43,23 @@ _KERNEL = ('a raw CUDA kernel: it has no CPU equivalent; compute it with numpy o
 _NCCL = ('NCCL used directly (GPU-to-GPU communication): on CPU nodes use the '
          "communicator's methods (allreduce, bcast_data, multi_node_mean_grad)")
 
-# The raw-kernel makers of Chainer's cuda module and of CuPy
+_MULTI_GPU = ('one process driving several GPUs (a model copy and a share of each batch per '
+              'GPU), and this node has none: on CPU nodes each MPI rank is one replica; train '
+              "with a StandardUpdater and ChainerMN's multi-node optimizer, or run a plain "
+              'script with --data-parallel')
+
+# The raw-kernel makers of Chainer's cuda module and of CuPy; the updaters of several GPUs
 CUDA_KERNELS = ('elementwise', 'reduce', 'raw')
 CUPY_KERNELS = ('ElementwiseKernel', 'ReductionKernel', 'RawKernel', 'RawModule')
+MULTI_GPU_UPDATERS = ('ParallelUpdater', 'MultiprocessParallelUpdater')
 
 # name -> why it cannot run on a CPU; 'cupy.*': any other name numpy does not have
 REFUSED = collections.OrderedDict(
     [('chainer.cuda.' + k, _KERNEL) for k in CUDA_KERNELS]
     + [('cupy.' + k, _KERNEL) for k in CUPY_KERNELS]
-    + [('cupy.cuda.nccl', _NCCL), ('chainermn.nccl', _NCCL),
-       ('cupy.*', 'a CuPy-only name, which numpy does not have: write that step with numpy')])
+    + [('cupy.cuda.nccl', _NCCL), ('chainermn.nccl', _NCCL)]
+    + [('chainer.training.updaters.' + k, _MULTI_GPU) for k in MULTI_GPU_UPDATERS]
+    + [('cupy.*', 'a CuPy-only name, which numpy does not have: write that step with numpy')])
 
 # ChainerMN's communicators that need GPUs: Chainer 7.8.1's, and the older three it removed
 GPU_COMMUNICATORS = ('pure_nccl', 'flat', 'non_cuda_aware', 'hierarchical', 'two_dimensional',
@@ -57,34 +67,37 @@ GPU_COMMUNICATORS = ('pure_nccl', 'flat', 'non_cuda_aware', 'hierarchical', 'two
 
 
 class Said(object):
-    """What a launch mapped (said once per name on rank 0), and the refusals."""
+    """What a launch mapped (said once per name on rank 0), and the refusals. The line a
+    mapping names is looked for (a walk up the stack) only the first time it is said."""
 
     def __init__(self, scope, mapping, rank):
         self.scope, self.mapping, self.rank = scope, mapping, rank
         self.names = []       # the mapped names, first use first
 
-    def mapped(self, name, frame, shown=None):
+    def mapped(self, name, frame=None, shown=None):
         if name in self.names:
             return
+        if frame is None:
+            frame = self.scope.asker(1)[1]
         self.names.append(name)
         say('--gpu-to-cpu: {} ({}) -> {}'.format(shown or name, self.scope.where(frame),
                                                 MAPPED[name]), self.rank)
 
-    def request(self, name, shown, depth=1):
-        """For a GPU request: True where the script asked (mapped and said), False where
-        another did; without the option the script's request is refused."""
-        kind, frame = self.scope.asker(depth + 1)
-        if kind != SCRIPT:
-            return False
+    def request(self, name, shown):
+        """For a GPU device request, wherever it is made: mapped (said once) with the
+        option; without it, refused in one line naming the option."""
         if not self.mapping:
             raise Unsupported(
                 '{}: {} asks for a GPU: the script is written for GPUs and this node has '
                 "none; run it with {} and its GPU calls run on each rank's CPU (--gpu-calls "
-                'lists them)'.format(self.scope.where(frame), shown, OPTION))
-        self.mapped(name, frame, shown)
+                'lists them)'.format(self.scope.where(self.scope.asker(1)[1]), shown, OPTION))
+        if name not in self.names:
+            self.mapped(name, self.scope.asker(1)[1], shown)
         return True
 
-    def refuse(self, name, shown, frame):
+    def refuse(self, name, shown, frame=None):
+        if frame is None:
+            frame = self.scope.asker(1)[1]
         why = REFUSED[name if name in REFUSED else 'cupy.*']
         raise Unsupported('{}{} uses {}, {}'.format(
             '--gpu-to-cpu: ' if self.mapping else '', self.scope.where(frame), shown, why))

@@ -1,21 +1,17 @@
 """CuPy's name for the script under ``--gpu-to-cpu``: numpy, as ``chainer.cuda.cupy`` and as
-``import cupy`` (only where the importing code is the script's: every other importer still
-finds no CuPy). ``asnumpy`` is ``numpy.asarray``, ``get_array_module`` numpy, ``fuse`` the
-function itself, ``cupy.cuda.Device(N)`` the CPU device of Chainer's cuda API. Raw kernels,
-NCCL and every name numpy does not have are refused where the script uses them."""
-import importlib.abc
-import importlib.util
-import sys
+``import cupy`` in the script's own modules (``script_view`` binds it there; it is never in
+``sys.modules``, so every other importer finds no CuPy, as on any CPU node). ``asnumpy`` is
+``numpy.asarray``, ``get_array_module`` numpy, ``fuse`` the function itself,
+``cupy.cuda.Device(N)`` the CPU device of Chainer's cuda API. Raw kernels, NCCL and every
+name numpy does not have are refused where the script uses them."""
 import types
 
 import numpy
 from chainer.backends import cuda
 
 from chainermn_torus.launch.gpu_to_cpu.calls import CUPY_KERNELS
-from chainermn_torus.launch.gpu_to_cpu.scope import SCRIPT
-from chainermn_torus.runtime.chainer_glue import patches
 
-__all__ = ['CupyOnCpu', 'Device', 'Namespace', 'install_import', 'GIVEN']
+__all__ = ['CupyOnCpu', 'Device', 'Namespace', 'GIVEN']
 
 # What the stand-in has beyond numpy's names (the raw kernels: refused where called)
 GIVEN = ('asnumpy', 'get_array_module', 'fuse', 'ndarray', 'cuda') + CUPY_KERNELS
@@ -60,7 +56,7 @@ class Namespace(types.ModuleType):
             return getattr(numpy, name)
         full = '{}.{}'.format(self.__name__, name)
         said = self._gpu_said
-        said.refuse(full, full, said.scope.asker(1)[1])  # through an import: its line
+        said.refuse(full, full)  # the line that read it
 
 
 class _Kernel(object):
@@ -68,7 +64,7 @@ class _Kernel(object):
         self.said, self.name = said, name
 
     def __call__(self, *args, **kwargs):
-        self.said.refuse(self.name, self.name, self.said.scope.asker(1)[1])
+        self.said.refuse(self.name, self.name)
 
 
 def CupyOnCpu(said):
@@ -80,39 +76,3 @@ def CupyOnCpu(said):
              'cuda': Namespace('cupy.cuda', said, cuda_names, numpy_too=False)}
     given.update((k, _Kernel(said, 'cupy.' + k)) for k in CUPY_KERNELS)
     return Namespace('cupy', said, given, numpy_too=True)
-
-
-class _Loader(importlib.abc.Loader):
-    def __init__(self, module):
-        self.module = module
-
-    def create_module(self, spec):
-        return self.module
-
-    def exec_module(self, module):
-        pass
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    """Finds ``cupy`` and ``cupy.cuda`` for the script's imports only."""
-
-    def __init__(self, said, module):
-        self.said, self.module = said, module
-
-    def find_spec(self, name, path=None, target=None):
-        if name not in ('cupy', 'cupy.cuda', 'cupy.cuda.nccl'):
-            return None
-        kind, frame = self.said.scope.asker(1)
-        if kind != SCRIPT:
-            return None
-        if name == 'cupy.cuda.nccl':
-            self.said.refuse('cupy.cuda.nccl', 'cupy.cuda.nccl', frame)
-        self.said.mapped('import cupy', frame)
-        module = self.module if name == 'cupy' else self.module.cuda
-        return importlib.util.spec_from_loader(name, _Loader(module))
-
-
-def install_import(said, module):
-    """``import cupy`` in the script's code gets ``module`` (a CupyOnCpu)."""
-    patches.apply(sys, 'meta_path', [_Finder(said, module)] + sys.meta_path, 'gpu to cpu',
-                  'the script imports cupy: numpy under its name')

@@ -1,39 +1,36 @@
-"""Chainer's device API as a script written for GPUs uses it, each GPU device it asks for
-made the rank's CPU (calls.MAPPED); without ``--gpu-to-cpu`` the same places refuse the
-script's first GPU request in one line that names the option.
+"""Chainer's device API with every GPU device request made the rank's CPU (calls.MAPPED);
+without ``--gpu-to-cpu`` the same places refuse a GPU request in one line that names the
+option. The node has no GPU, so no request is told apart from another: the decision is
+made once, when the launcher installs these, not per call.
 
-Two kinds of patch (group 'gpu to cpu'):
+The patches (group 'gpu to cpu'):
 
 * the functions that take a GPU device (``chainer.get_device``, which the ``device=`` of an
   updater, an evaluator, a converter, ``to_device`` and ``using_device`` reach too;
   ``cuda.get_device_from_id``, ``cuda.get_device``, ``cuda.to_gpu``, ``Link.to_gpu``) map
-  a request whose asker (scope: the innermost frame not a library's) is the script, and
-  pass every other call to Chainer's function unchanged;
-* the module ``chainer.backends.cuda`` (also ``chainer.cuda``) gets a class whose properties
-  answer ``available``, ``check_cuda_available``, ``Device`` and ``cupy`` with the mapped
-  value only where the reading frame is the script's. Chainer's functions inside that module
-  read its globals, not these properties; its other modules read the properties as
-  Chainer's: on a CPU-only machine every library still sees no GPU.
+  a GPU request and pass every other call to Chainer's function unchanged;
+* the raw-kernel functions (``cuda.elementwise``, ``reduce``, ``raw``), ``chainermn.nccl``'s
+  missing names and the updaters of several GPUs (``ParallelUpdater``,
+  ``MultiprocessParallelUpdater``, before Chainer's constructor runs) refuse in one line
+  naming the file and line that used them.
 
-The raw-kernel functions (``cuda.elementwise``, ``reduce``, ``raw``) and ``chainermn.nccl``'s
-missing names refuse the script's use in one line naming its file and line.
+What the script reads of CUDA's state (``cuda.available``, ``cuda.cupy``, ``import cupy``)
+is not here: it is bound into the script's own modules (``script_view``); Chainer's module
+keeps its class, and its hot path (``get_array_module`` reads ``cuda.available``) its cost.
 """
 import importlib
 import numbers
-import sys
-import types
 
 import chainer
 import numpy
 from chainer import backend, device_resident
 from chainer.backends import cuda
+from chainer.training import updaters
 
-from chainermn_torus.launch.gpu_to_cpu import cupy_on_cpu
-from chainermn_torus.launch.gpu_to_cpu.calls import CUDA_KERNELS
-from chainermn_torus.launch.gpu_to_cpu.scope import SCRIPT
+from chainermn_torus.launch.gpu_to_cpu.calls import CUDA_KERNELS, MULTI_GPU_UPDATERS
 from chainermn_torus.runtime.chainer_glue import patches
 
-__all__ = ['install', 'is_gpu_spec']
+__all__ = ['install', 'is_gpu_spec', 'GROUP']
 
 GROUP = 'gpu to cpu'
 _INTEGERS = (numbers.Integral, numpy.integer)  # what Chainer takes as a device number
@@ -54,18 +51,11 @@ def is_gpu_spec(spec):
     return isinstance(spec, cuda.DummyDeviceType)
 
 
-def _check_nothing():
-    pass
-
-
 def install(said):
-    """Apply the patches for one launch (``said``: calls.Said, which knows the scope and
-    whether requests are mapped or refused)."""
+    """Apply the patches for one launch (``said``: calls.Said, which knows whether requests
+    are mapped or refused)."""
     _device_functions(said)
-    _kernels(said)
-    if said.mapping:  # without the option Chainer's module keeps its class: no cost
-        _cuda_state(said)
-    _nccl(said)
+    _refusals(said)
 
 
 def _patch(owner, name, replacement, why):
@@ -83,7 +73,7 @@ def _device_functions(said):
         return get_device(device_spec)
 
     for owner in (backend, chainer):  # chainer.get_device is bound apart from backend's
-        _patch(owner, 'get_device', mapped_get_device, "a GPU the script asks for is the CPU")
+        _patch(owner, 'get_device', mapped_get_device, 'a GPU asked for is the CPU')
 
     get_device_from_id = cuda.get_device_from_id
 
@@ -105,80 +95,47 @@ def _device_functions(said):
         return deprecated_get_device(*args)
 
     _patch(cuda, 'get_device', mapped_cuda_get_device, 'the CPU device')
-    to_gpu = cuda.to_gpu
 
     def mapped_to_gpu(array, device=None, stream=None):
-        if said.request('chainer.cuda.to_gpu', 'chainer.cuda.to_gpu'):
-            return array
-        return to_gpu(array, device, stream)
+        said.request('chainer.cuda.to_gpu', 'chainer.cuda.to_gpu')
+        return array
 
     _patch(cuda, 'to_gpu', mapped_to_gpu, 'arrays stay numpy')
-    link_to_gpu = device_resident.DeviceResident.to_gpu
 
     def mapped_link_to_gpu(self, device=None):
-        if said.request('Link.to_gpu', '{}.to_gpu({})'.format(
-                type(self).__name__, '' if device is None else repr(device))):
-            return self.to_device(backend.CpuDevice())
-        return link_to_gpu(self, device)
+        said.request('Link.to_gpu', '{}.to_gpu({})'.format(
+            type(self).__name__, '' if device is None else repr(device)))
+        return self.to_device(backend.CpuDevice())
 
     _patch(device_resident.DeviceResident, 'to_gpu', mapped_link_to_gpu, 'arrays stay numpy')
 
 
-def _kernels(said):
+def _refusals(said):
     for name in CUDA_KERNELS:
-        original = getattr(cuda, name)
-
-        def refused(*args, _name=name, _original=original, **kwargs):
-            kind, frame = said.scope.asker(1)
-            if kind == SCRIPT:
-                said.refuse('chainer.cuda.' + _name, 'chainer.cuda.' + _name, frame)
-            return _original(*args, **kwargs)
+        def refused(*args, _name=name, **kwargs):
+            said.refuse('chainer.cuda.' + _name, 'chainer.cuda.' + _name)
 
         _patch(cuda, name, refused, 'a raw CUDA kernel: refused in one line')
 
+    for name in MULTI_GPU_UPDATERS:
+        cls = getattr(updaters, name)
 
-def _cuda_state(said):
-    cupy = cupy_on_cpu.CupyOnCpu(said)
-    cupy_on_cpu.install_import(said, cupy)
-    values = {'available': True, 'check_cuda_available': _check_nothing,
-              'Device': cupy_on_cpu.Device, 'cupy': cupy}
-    attributes = {name: _state(said, name, value) for name, value in values.items()}
-    cls = type('CudaOnCpu', (types.ModuleType,), dict(
-        attributes, __doc__='chainer.backends.cuda, its GPU state mapped for the script'))
-    patches.apply(cuda, '__class__', cls, GROUP,
-                  "the script reads a GPU's state; Chainer's own code reads the CPU's")
+        def refused_updater(self, *args, _name=name, _init=cls.__init__, **kwargs):
+            # MultiprocessParallelUpdater needs NCCL: always GPUs. ParallelUpdater takes any
+            # devices; the refusal is for GPU ones (``devices=``, its fifth argument).
+            devices = kwargs.get('devices', args[4] if len(args) > 4 else None) or {}
+            if _name != 'ParallelUpdater' or any(is_gpu_spec(d) for d in devices.values()):
+                said.refuse('chainer.training.updaters.' + _name, _name)
+            _init(self, *args, **kwargs)
 
+        _patch(cls, '__init__', refused_updater, 'several GPUs in one process: refused '
+               "before Chainer's constructor")
 
-def _state(said, name, mapped):
-    full = 'chainer.cuda.' + name
-
-    kinds, classify = said.scope.kinds, said.scope.kind
-
-    def get(module):
-        # Read on Chainer's hot paths (get_array_module reads cuda.available): inlined.
-        frame = sys._getframe(1)
-        filename = frame.f_code.co_filename
-        if (kinds.get(filename) or classify(filename)) != SCRIPT:
-            return module.__dict__[name]
-        said.mapped(full, frame)
-        return mapped
-
-    def put(module, value):  # a test's monkeypatch of cuda.available still works
-        vars(module)[name] = value
-
-    def remove(module):
-        del vars(module)[name]
-
-    return property(get, put, remove)
-
-
-def _nccl(said):
     module = importlib.import_module('chainermn.nccl')  # cupy's NCCL, absent here
 
     def missing(name):
-        frame = said.scope.reader(1)
-        if frame is not None:
-            said.refuse('chainermn.nccl', 'chainermn.nccl.' + name, frame)
-        raise AttributeError("module 'chainermn.nccl' has no attribute {!r}".format(name))
+        if name.startswith('__'):  # a tool's probe (copy, pickle, inspect): not a use
+            raise AttributeError(name)
+        said.refuse('chainermn.nccl', 'chainermn.nccl.' + name)
 
     patches.apply(module, '__getattr__', missing, GROUP, 'NCCL used directly: refused')

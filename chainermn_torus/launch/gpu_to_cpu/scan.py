@@ -1,5 +1,6 @@
 """The GPU calls a script makes, read from its source without running it: the script and the
-modules it imports from its own directory. ``python -m chainermn_torus.run --gpu-calls
+modules it imports from its own directory and from the directories of
+``CHAINERMN_TORUS_GPU_TO_CPU_PATHS``. ``python -m chainermn_torus.run --gpu-calls
 SCRIPT`` prints them with what each becomes under ``--gpu-to-cpu`` (calls.MAPPED) or why it
 is refused (calls.REFUSED); the launcher names the first one when a script written for GPUs
 stops without the option. A reading of the text: a device held in a variable is listed
@@ -10,7 +11,8 @@ import os
 
 import numpy
 
-from chainermn_torus.launch.gpu_to_cpu.calls import GPU_COMMUNICATORS, MAPPED, REFUSED
+from chainermn_torus.launch.gpu_to_cpu.calls import (GPU_COMMUNICATORS, MAPPED,
+                                                     MULTI_GPU_UPDATERS, REFUSED)
 from chainermn_torus.launch.gpu_to_cpu.cupy_on_cpu import GIVEN
 from chainermn_torus.launch.gpu_to_cpu.devices import is_gpu_spec
 
@@ -111,6 +113,8 @@ class _Reader(ast.NodeVisitor):
     def visit_Call(self, node):
         func = _dotted(node.func) or ''
         last = func.rsplit('.', 1)[-1]
+        if last in MULTI_GPU_UPDATERS:
+            self.add(node, 'chainer.training.updaters.' + last, func + '(...)', True)
         if last in ('get_device', 'using_device', 'to_device') and node.args and \
                 not func.endswith('cuda.get_device'):
             self._device(node, '{}({})'.format(func, ast.unparse(node.args[0])), node.args[0])
@@ -135,10 +139,11 @@ class _Reader(ast.NodeVisitor):
             self.add(node, 'chainer.get_device', repr(node.value))
 
 
-def gpu_calls(script):
-    """Every GPU call found in ``script`` and the modules it imports from its directory, in
-    file and line order (the script first)."""
+def gpu_calls(script, paths=()):
+    """Every GPU call found in ``script`` and the modules it imports from its directory and
+    from ``paths``, in file and line order (the script first)."""
     root = os.path.dirname(os.path.abspath(script))
+    roots = [root] + [os.path.abspath(p) for p in paths]
     todo, seen, found = [os.path.abspath(script)], set(), []
     while todo:
         path = todo.pop(0)
@@ -147,20 +152,23 @@ def gpu_calls(script):
         seen.add(path)
         with open(path, 'rb') as f:
             tree = ast.parse(f.read(), path)
-        reader = _Reader(path, os.path.relpath(path, root))
+        label = os.path.relpath(path, root) if path.startswith(os.path.join(root, '')) \
+            else path
+        reader = _Reader(path, label)
         reader.visit(tree)
         found.extend(sorted(set(reader.found), key=lambda f: f.line))
         for module in reader.imports:
-            for candidate in (os.path.join(root, module + '.py'),
-                              os.path.join(root, module, '__init__.py')):
-                if os.path.isfile(candidate):
-                    todo.append(candidate)
+            for folder in roots:
+                for candidate in (os.path.join(folder, module + '.py'),
+                                  os.path.join(folder, module, '__init__.py')):
+                    if os.path.isfile(candidate):
+                        todo.append(candidate)
     return found
 
 
-def listing(script):
+def listing(script, paths=()):
     """The lines ``--gpu-calls`` prints."""
-    found = gpu_calls(script)
+    found = gpu_calls(script, paths)
     certain = sum(f.certain for f in found)
     if not found:
         return ['{}: no GPU call found: it runs on CPU without --gpu-to-cpu'.format(script)]
@@ -174,6 +182,6 @@ def listing(script):
         lines.append('  {}:{}  {}  {}'.format(f.file, f.line, f.shown, becomes))
     refused = sum(f.refused for f in found)
     if refused:
-        lines.append('{} of them cannot run on CPU: the job would stop at the first'.format(
-            refused))
+        lines.append('{} of them cannot run on CPU: the job stops with that line where it '
+                     'reaches one (a branch it does not take costs nothing)'.format(refused))
     return lines

@@ -1,16 +1,15 @@
-"""Whose code a frame runs: the script's, a library's, or another's.
+"""Whose code a file holds: the script's, a library's, or another's; decided once per file.
 
-The script's code is its file and every file under its directory (the models and helpers
-it imports from beside it). A library's is Python's own, the installed packages' (pytest
-among them), and Chainer's, ChainerMN's, NumPy's and this package's wherever they are
-installed from. Another's is anything else: a test file of a Chainer checkout run under
-pytest, code in some other directory.
+The script's code is its file, every file under its directory (the models and helpers it
+imports from beside it) and every file under the directories of
+``CHAINERMN_TORUS_GPU_TO_CPU_PATHS`` (``--gpu-to-cpu-paths``: helpers kept elsewhere). A
+library's is Python's own, the installed packages' (pytest among them), and Chainer's,
+ChainerMN's, NumPy's and this package's wherever they are installed from, also where they
+sit under the script's directory. Another's is anything else.
 
-A GPU device *request* (a device number, ``'@cupy:0'``, ``to_gpu``) belongs to the innermost
-frame that is not a library's: the script's line that made the updater which then asked
-for the device. A *read* of state (``cuda.available``) belongs to the frame that reads it:
-Chainer reading ``cuda.available`` in its own functions is Chainer's read, even while the
-script's line is further up the stack.
+The kind decides, at import, which modules see CUDA and CuPy as the script does
+(``script_view``); nothing asks it per call. The frames are read only to name a line: the
+first time a mapping is said, and in a refusal.
 """
 import os
 import sys
@@ -35,13 +34,16 @@ def _library_roots():
 
 
 class Scope(object):
-    """The classes of code for one script (``script``: its path)."""
+    """The classes of code for one script (``script``: its path; ``paths``: more directories
+    whose files are the script's)."""
 
-    def __init__(self, script):
+    def __init__(self, script, paths=()):
         self.script = os.path.realpath(script)
         self.root = os.path.join(os.path.dirname(self.script), '')
+        self.roots = (self.root,) + tuple(os.path.join(os.path.realpath(p), '')
+                                          for p in paths)
         self.libraries = _library_roots()
-        self.kinds = {}  # a code object's file name -> its kind: read on every request
+        self.kinds = {}  # a file name -> its kind
 
     def kind(self, filename):
         kind = self.kinds.get(filename)
@@ -55,11 +57,11 @@ class Scope(object):
         path = os.path.realpath(filename)
         if path.startswith(self.libraries):
             return LIBRARY
-        return SCRIPT if path.startswith(self.root) else OTHER
+        return SCRIPT if path.startswith(self.roots) else OTHER
 
     def asker(self, depth=1):
         """(kind, frame) of the innermost frame, from ``depth`` callers up, that is not a
-        library's; (LIBRARY, None) where every frame is."""
+        library's; (LIBRARY, None) where every frame is. For naming a line only."""
         frame = sys._getframe(depth + 1)
         while frame is not None:
             kind = self.kind(frame.f_code.co_filename)
@@ -67,11 +69,6 @@ class Scope(object):
                 return kind, frame
             frame = frame.f_back
         return LIBRARY, None
-
-    def reader(self, depth=1):
-        """The frame ``depth`` callers up, where it is the script's; else None."""
-        frame = sys._getframe(depth + 1)
-        return frame if self.kind(frame.f_code.co_filename) == SCRIPT else None
 
     def where(self, frame, line=None):
         """``file:line`` of a frame (``line``: another than its current one, a traceback's),
