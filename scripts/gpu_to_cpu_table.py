@@ -1,8 +1,8 @@
 #!/usr/bin/env python
-"""The table of issue "Scripts written for GPUs train on CPU nodes unchanged": each GPU-written
-script shape of tests/unchanged/gpu/ on 1-4 ranks, run with ``--gpu-to-cpu``, and its
-CPU-written twin (twins.py) without it, in pairs of runs one after the other (the order
-turned at each rank count and each round): its final loss and accuracy, whether the twin's
+"""The table of docs/measurements/gpu-to-cpu.md: each GPU-written script shape of
+tests/unchanged/gpu/ on 1-4 ranks, run with ``--gpu-to-cpu``, and its CPU-written twin
+(twins.py) without it, in pairs of runs one after the other (the order turned at each rank
+count and each round): its final loss and accuracy, whether the twin's
 results are the same bit for bit in every pair, and the time per iteration of each
 (LogReport's elapsed time between its first and last entries; the median of --rounds pairs).
 The ImageNet script also with each of its networks (ResNet-50, NIN, AlexNet, GoogLeNet-BN)

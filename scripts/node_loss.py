@@ -6,7 +6,7 @@
 On the emulated cluster (scripts/emulate_cluster.sh: 3 nodes x 2 ranks, 1 Gbit/s links):
 
 1. ``--seeds`` uninterrupted runs of MNIST on 3 nodes, seeds 0, 1, ... (their range is the
-   spread of an uninterrupted run; two runs, the issue's figure, can agree by chance to
+   spread of an uninterrupted run; two runs can agree by chance to
    1e-5, so four are the default);
 2. the same command as run 1 (seed 0, --checkpoint-dir, --auto-resume), with node 2 lost
    (``emulate_cluster.sh fail 2``: every process in it killed) once the checkpoint of

@@ -16,7 +16,15 @@
 * references to the project's history in the package: an issue number (``issue 35``,
   ``issues 16``, ``(#12)``) or a source document by its file number (``seed 003``);
 * module docstrings over 30 lines;
-* test files at the top level of ``tests/``.
+* test files at the top level of ``tests/``;
+* patch call sites: calls of ``patches.apply`` (under any name the module imports it as);
+* frame reads in the source: ``sys._getframe``, ``inspect.stack``/``currentframe``, ``f_back``
+  (a step's count is ``scripts/gpu_to_cpu_overhead.py``'s);
+* import aliases (``import x as y``, ``from x import y as z``) and the modules imported under
+  more than one alias;
+* module sizes (the largest, and those over 500 lines) and file names that occur twice;
+* lists kept by hand: the files other than a kernel module or a benchmark that name it in a
+  string (each a list that adding one must edit).
 
 The figures are counted from the source text (ast), so two trees compare by the same rule.
 """
@@ -35,7 +43,9 @@ MUTABLE_CALLS = {'list', 'dict', 'set', 'defaultdict', 'OrderedDict', 'deque', '
                  'WeakKeyDictionary', 'WeakValueDictionary', 'WeakSet'}
 LONG = 60
 LONG_DOCSTRING = 30
-HISTORY = re.compile(r'\bissues? #?\d+|\(#\d+\)|\bseeds? 0\d\d', re.IGNORECASE)
+HISTORY = re.compile(r"\bissues? #?\d+|\(#\d+\)|\bseeds? 0\d\d|\bseed_?0\d\d|\bthe issue's",
+                     re.IGNORECASE)
+BIG_MODULE = 500
 
 
 def _py_files(package):
@@ -257,15 +267,85 @@ def _duplicates(package):
     return {'pairs': int(m.group(1)) if m else 0, 'summary': first}
 
 
+def _patch_calls(tree, rel):
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr == 'apply' and isinstance(node.func.value, ast.Name) and \
+                'patches' in node.func.value.id:
+            out.append('{}:{}'.format(rel, node.lineno))
+    return out
+
+
+FRAME_READS = re.compile(r'sys\._getframe|inspect\.(?:stack|currentframe)|\.f_back\b')
+
+
+def _frame_reads(text, rel):
+    return ['{}:{}'.format(rel, i) for i, line in enumerate(text.splitlines(), 1)
+            if FRAME_READS.search(line.split('#')[0])]
+
+
+def _import_aliases(tree, rel):
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for a in node.names:
+                if a.asname and a.asname != a.name.rsplit('.', 1)[-1]:
+                    base = node.module + '.' if isinstance(node, ast.ImportFrom) and \
+                        node.module else ''
+                    out.append((rel, base + a.name, a.asname))
+    return out
+
+
+def _lists_naming(tree, names):
+    """Whether a display (tuple, list, set, dict) of the module holds 2 or more of ``names``
+    as strings: a list kept by hand."""
+    for node in ast.walk(tree):
+        items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else \
+            node.values + node.keys if isinstance(node, ast.Dict) else []
+        held = {i.value for i in items if isinstance(i, ast.Constant) and i.value in names}
+        if len(held) >= 2:
+            return True
+    return False
+
+
+def _hand_lists(tree_dir, package):
+    """Files (package, tests) holding a list of kernel modules or of benchmarks by name:
+    the lists a new one must be added to."""
+    kernels = set()
+    for path in _py_files(package):
+        if 'jit.kernel(' in open(path).read() and not path.endswith('jit.py'):
+            kernels.add(os.path.relpath(path[:-3], tree_dir).replace(os.sep, '.'))
+    bench = os.path.join(package, 'bench')
+    benchmarks = {n[:-3] for n in os.listdir(bench) if n.endswith('.py') and
+                  not n.startswith('_') and '\ndef main(' in open(os.path.join(bench, n)).read()}
+    benchmarks |= {'chainermn_torus.bench.' + n for n in benchmarks}
+    files = {'kernel': [], 'benchmark': []}
+    for root in (package, os.path.join(tree_dir, 'tests')):
+        for path in _py_files(root):
+            tree = ast.parse(open(path).read())
+            rel = os.path.relpath(path, tree_dir)
+            for kind, names in (('kernel', kernels), ('benchmark', benchmarks)):
+                if _lists_naming(tree, names):
+                    files[kind].append(rel)
+    return files
+
+
 def figures(tree):
     package = os.path.join(tree, 'chainermn_torus')
     long_functions, mutable, patches, history, docstrings, total = [], [], [], [], [], 0
+    patch_calls, frames, aliases, sizes, names = [], [], [], {}, {}
     for path in _py_files(package):
         rel = os.path.relpath(path, package)
         with open(path) as f:
             text = f.read()
         total += text.count('\n')
+        sizes[rel] = text.count('\n')
+        names.setdefault(os.path.basename(path), []).append(rel)
         parsed = ast.parse(text)
+        patch_calls += _patch_calls(parsed, rel)
+        frames += _frame_reads(text, rel)
+        aliases += _import_aliases(parsed, rel)
         long_functions += _long_functions(parsed, rel)
         mutable += _mutable_names(parsed, rel)
         patches += _patches(parsed, rel)
@@ -277,7 +357,28 @@ def figures(tree):
             'docstrings_over_30_lines': docstrings,
             'top_level_test_files': _top_level_tests(tree),
             'modules_per_folder': _modules_per_folder(package),
-            'duplicates': _duplicates(package)}
+            'duplicates': _duplicates(package),
+            'patch_call_sites': patch_calls,
+            'patch_call_modules': sorted({c.rsplit(':', 1)[0] for c in patch_calls}),
+            'frame_reads': frames,
+            'import_aliases': ['{}: {} as {}'.format(*a) for a in aliases],
+            'modules_under_several_aliases': sorted(
+                '{}: {}'.format(m, ', '.join(sorted(v))) for m, v in _by_module(aliases).items()
+                if len(v) > 1),
+            'largest_module': max(sizes.items(), key=lambda kv: kv[1]),
+            'modules_over_500_lines': sorted('{} {}'.format(k, v) for k, v in sizes.items()
+                                             if v > BIG_MODULE),
+            'file_names_twice': sorted('{}: {}'.format(n, ', '.join(v))
+                                       for n, v in names.items()
+                                       if len(v) > 1 and n != '__init__.py'),
+            'hand_lists': _hand_lists(tree, package)}
+
+
+def _by_module(aliases):
+    out = {}
+    for _, module, alias in aliases:
+        out.setdefault(module, set()).add(alias)
+    return out
 
 
 def main():
@@ -288,7 +389,9 @@ def main():
     args = parser.parse_args()
     out = figures(args.tree)
     for key in ('functions_over_60_lines', 'module_level_mutable', 'patches',
-                'history_references', 'docstrings_over_30_lines', 'top_level_test_files'):
+                'history_references', 'docstrings_over_30_lines', 'top_level_test_files',
+                'patch_call_modules', 'frame_reads', 'modules_under_several_aliases',
+                'modules_over_500_lines', 'file_names_twice'):
         print('{}: {}'.format(key, len(out[key])))
         for line in out[key]:
             print('  ' + line)
@@ -297,6 +400,10 @@ def main():
     print('package lines: {}'.format(out['package_lines']))
     print('named files: {}'.format(json.dumps(out['named_files'], indent=1)))
     print('duplicates: {}'.format(out['duplicates']))
+    print('patch call sites: {} in {} modules; import aliases: {}; largest module: {} ({} '
+          'lines)'.format(len(out['patch_call_sites']), len(out['patch_call_modules']),
+                          len(out['import_aliases']), *out['largest_module']))
+    print('lists kept by hand: {}'.format(json.dumps(out['hand_lists'])))
     if args.json:
         with open(args.json, 'w') as f:
             json.dump(out, f, indent=1)

@@ -22,8 +22,8 @@ cross-entropy, backward), timed whole and, in the same rounds, its parts:
 
 Each part's median over the rounds; the rows at each thread count side by side, and each
 part's speed-up from the first count to the last, so that what does not scale with the
-threads shows (the issue's rule: a part that is at least 2% of the iteration should be
-1.7x faster at 2 threads than at 1). The timing wrappers add about a microsecond a call.
+threads shows (the target: a part that is at least 2% of the iteration should be 1.7x
+faster at 2 threads than at 1). The timing wrappers add about a microsecond a call.
 """
 import argparse
 import collections

@@ -3,7 +3,7 @@
     python -m chainermn_torus.bench.overlap_report results/overlap [--plots DIR]
 
 Writes OUTDIR/report.md (and prints it): per run, the per-iteration breakdown of every
-configuration, the total time and the test accuracy; the issue's ratios:
+configuration, the total time and the test accuracy; the target ratios:
 * overlap: iteration / max(compute, wire), where compute = data + forward/backward + update
   of synchronous rsap and wire = its all-reduce (float16: of rsap+fp16), and against the
   same configuration without overlap;
@@ -47,7 +47,7 @@ def load(directory):
 
 
 def ratios(run):
-    """The issue's three ratios for one run (None where a configuration is missing)."""
+    """The three target ratios for one run (None where a configuration is missing)."""
     by = run['by']
     out = {}
     sync = by.get('rsap')

@@ -75,7 +75,7 @@ def main(argv=None):
         else 'differs from the paper'))
     if args.json:
         with open(args.json, 'w') as f:
-            json.dump({'rows': rows, 'ofp_seed003': ofp}, f, indent=2)
+            json.dump({'rows': rows, 'ofp_paper_grids': ofp}, f, indent=2)
 
 
 if __name__ == '__main__':

@@ -29,7 +29,8 @@ from chainermn_torus.simulation import platforms, simulate
 
 __all__ = ['jobs', 'main', 'report']
 
-SEED003 = [(2, 128), (16, 16), (64, 4)]
+# The grids of 256 ranks the 2D-torus paper measured on Oakforest-PACS (rows x columns).
+PAPER_GRIDS = [(2, 128), (16, 16), (64, 4)]
 
 
 def _pow2_grids(P, only=None):
@@ -56,7 +57,7 @@ def jobs(parts=('fattree', 'library', 'torus'), nodes=(256, 1024, 4096, 8192)):
                             library=lib))
             for algo in ('rsap', 'rsaa'):
                 out += [dict(part='library', nodes=256, algorithm=algo, grid=g, library=lib)
-                        for g in SEED003]
+                        for g in PAPER_GRIDS]
     if 'torus' in parts:
         for K in (256, 1024):
             for mapping in ('row-major', 'rows-along-z', 'random'):
@@ -169,10 +170,10 @@ def _library_section(rows):
     for lib in ('halving', 'ring', 'doubling'):
         alone = at256.get((lib, 'pure_allreduce', None))
         naive = at256.get((lib, 'naive', None))
-        rsap = [at256.get((lib, 'rsap', g)) for g in SEED003]
+        rsap = [at256.get((lib, 'rsap', g)) for g in PAPER_GRIDS]
         if alone is None or None in rsap:
             continue
-        order = sorted(SEED003, key=lambda g: at256[(lib, 'rsap', g)])
+        order = sorted(PAPER_GRIDS, key=lambda g: at256[(lib, 'rsap', g)])
         lines.append('| {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.2f} | {} | {} |'.format(
             lib, '-' if naive is None else '{:.1f}'.format(naive * 1e3), alone * 1e3,
             *[t * 1e3 for t in rsap], alone / rsap[0],
