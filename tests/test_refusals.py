@@ -250,7 +250,8 @@ def test_a_refusal_on_several_ranks_is_said_once(mode, expected):
     assert sorted(ours) == sorted(e.replace('HOST', host) for e in expected), ours
 
 
-@pytest.mark.parametrize('mode', ['in-trainer', pytest.param('memory', marks=pytest.mark.slow)])
+@pytest.mark.slow  # full tier: the fast tier's said-once check is the refusal's
+@pytest.mark.parametrize('mode', ['in-trainer', 'memory'])
 def test_an_exception_is_said_once_with_its_traceback_and_a_message(mode):
     # From inside a Trainer: Chainer's loop printed its traceback, then the hook again. A
     # MemoryError of Python's allocator: the banner ended in 'MemoryError: '.

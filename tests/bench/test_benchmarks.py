@@ -225,6 +225,7 @@ def _breakdown_adds_up(res):
         assert res['breakdown_rest'][mode] >= -0.02 * hooked, res['breakdown_rest']
 
 
+@pytest.mark.slow  # full tier (the fast tier keeps test_compute_profile_parts_add_up...)
 def test_compute_breakdown_is_taken_beside_the_timed_iterations_and_adds_up(tmp_path):
     _needs_onednn()
     out = tmp_path / 'b.json'

@@ -434,6 +434,7 @@ def test_a_gpu_script_trains_with_the_option_as_its_cpu_twin_bit_for_bit(
 
 
 @pytest.mark.one_mpi  # a refusal said once: tests/test_refusals.py under each MPI
+@pytest.mark.slow  # full tier: the in-process tests above are the fast tier's
 @pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
                     reason='Debian package dataset-fashion-mnist is not installed (make setup '
                            'installs it)')

@@ -29,6 +29,7 @@ def collected(*args):
     return proc.returncode, [l for l in proc.stdout.splitlines() if '::' in l]
 
 
+@pytest.mark.slow  # full tier: the lanes' own checks
 def test_lane_a_files_exist_and_hold_tests_of_lane_b_kind():
     files = lane_a_files()
     assert files and all(os.path.isfile(os.path.join(ROOT, f)) for f in files), files
@@ -74,6 +75,7 @@ def test_the_wide_worlds_are_left_to_make_test_wide_and_run_there():
         assert int(re.findall(r'\d+', test.split('[')[-1])[-1]) in conftest.WIDE_RANKS, test
 
 
+@pytest.mark.slow  # full tier: the lanes' own checks
 def test_what_the_other_mpis_leave_out_starts_mpi_jobs_and_is_no_world_check():
     # one_mpi: refusals said once, whose saying once tests/test_refusals.py checks under each
     # MPI; a world check (collectives, windows: the MPI's own behaviour) is never left out.

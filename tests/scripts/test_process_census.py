@@ -26,6 +26,7 @@ COMMAND = ('{py} -c "import time\nt = time.process_time()\nwhile time.process_ti
            ).format(py=sys.executable)
 
 
+@pytest.mark.slow  # full tier: a measuring tool's own check
 def test_the_census_counts_each_process_in_the_phase_it_ended(tmp_path):
     out = tmp_path / 'census.json'
     proc = subprocess.run([sys.executable, SCRIPT, '--json', str(out), '--', 'bash', '-c',

@@ -197,7 +197,8 @@ def test_a_job_shorter_than_the_tuning_says_so_records_it_and_frees_its_candidat
 
 @pytest.mark.mpi
 @pytest.mark.parametrize('tune, limit, stage', [
-    ('again', 12000, 'after'), pytest.param('again', 3000, 'during', marks=pytest.mark.slow),
+    pytest.param('again', 12000, 'after', marks=pytest.mark.slow),
+    pytest.param('again', 3000, 'during', marks=pytest.mark.slow),
     pytest.param('again', 1000, 'before', marks=pytest.mark.slow)])
 def test_an_auto_job_ending_at_any_stage_of_its_tuning_exits_cleanly(tmp_path, tune, limit,
                                                                     stage):

@@ -20,7 +20,9 @@ COMPLETE_FROM = 5  # after the rename of manifest_iter_6.json: checkpoint 6 is c
 HANDLED = (4, 5, 7)
 
 
-@pytest.mark.parametrize('how', ['default', pytest.param('handled', marks=pytest.mark.slow)])
+@pytest.mark.slow  # full tier: every step of a checkpoint, one job each (test_checkpoint's
+# resume tests are the fast tier's)
+@pytest.mark.parametrize('how', ['default', 'handled'])
 def test_sigterm_at_every_step_of_a_checkpoint_resumes_from_the_newest_complete(tmp_path,
                                                                                  how, capsys):
     for step in range(STEPS + 1) if how == 'default' else HANDLED:

@@ -4,6 +4,7 @@ with why and the public alternative checked; no entry is stale; each is still wh
 ``NAMES`` says in the Chainer installed (the version it was checked against): an upgrade that
 moves one fails here, not in a job."""
 import ast
+import functools
 import importlib
 import os
 import re
@@ -15,8 +16,14 @@ from chainermn_torus.runtime.chainer_glue import chainer_private
 from conftest import ROOT, script
 
 
+@functools.lru_cache(maxsize=None)
 def _scanner():
     return script('private_names')
+
+
+@functools.lru_cache(maxsize=None)
+def _theirs():
+    return _scanner().theirs()  # a pass over Chainer's installed source: once per session
 
 
 def test_checked_against_the_chainer_installed():
@@ -62,7 +69,5 @@ def test_every_private_name_used_is_registered_with_why_and_none_is_stale():
     ('class A:\n    def f(self):\n        return self._mine\n', []),
 ])
 def test_the_rule_finds_a_planted_read(source, names):
-    scanner = _scanner()
-    theirs = scanner.theirs()
-    found = scanner.uses(ast.parse(source), theirs, {'_mine'})
+    found = _scanner().uses(ast.parse(source), _theirs(), {'_mine'})
     assert [name for name, _, _ in found] == names

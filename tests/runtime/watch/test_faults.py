@@ -192,6 +192,7 @@ def _ours(text):
         ('chainermn_torus', 'Traceback', '  File "', 'KeyboardInterrupt'))]
 
 
+@pytest.mark.slow  # full tier: the fast tier keeps one job per kind of ending
 def test_sigterm_to_one_rank_ends_the_job_in_one_line():
     # 60 lines before: a traceback and a banner.
     proc, elapsed = run_fault('term', 2)
@@ -203,7 +204,8 @@ def test_sigterm_to_one_rank_ends_the_job_in_one_line():
     assert 'Traceback' not in proc.stderr
 
 
-@pytest.mark.parametrize('signame', ['SIGTERM', pytest.param('SIGINT', marks=pytest.mark.slow)])
+@pytest.mark.slow  # full tier: a job ended from outside (the fast tier's are ended from inside)
+@pytest.mark.parametrize('signame', ['SIGTERM', 'SIGINT'])
 def test_a_signal_to_mpiexec_ends_the_job_in_one_line_per_node(signame):
     # A batch system's cancel or time limit (SIGTERM), Ctrl-C (SIGINT): mpiexec passes it to
     # every rank. It was a traceback and a banner per rank: 101-129 lines for 2 ranks.
@@ -311,6 +313,7 @@ def test_a_rank_stopped_before_its_communicator_is_named_and_the_job_ends(tmp_pa
     assert elapsed < WATCHDOG_S + 10, elapsed  # the step limit, not the start-up limit
 
 
+@pytest.mark.slow  # full tier: the fast tier keeps one job per kind of ending
 def test_a_watchdog_process_that_dies_is_a_stall_named_and_the_job_ends():
     # The node's watcher killed: nothing watched the node's ranks any more, and a rank
     # stopped afterwards held the job until the batch limit, with no line.
@@ -380,7 +383,8 @@ def test_a_lost_watchdogs_ranks_leave_no_checkpoint_temporaries(tmp_path):
             p.wait()
 
 
-@pytest.mark.parametrize('watch', [False, pytest.param(True, marks=pytest.mark.slow)])
+@pytest.mark.slow  # full tier: exception_on_one_rank is the fast tier's
+@pytest.mark.parametrize('watch', [False, True])
 def test_sys_exit_on_one_rank_ends_the_job_naming_the_rank_and_its_code(watch):
     # Before: without a watchdog the job hung (rank 1 in MPI_Finalize, the others in their
     # next collective); with one it ended blamed on "a deadlock, or a message MPI lost".
