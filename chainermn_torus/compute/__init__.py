@@ -18,11 +18,9 @@ from chainermn_torus.runtime.cpu import allocation, threads
 
 __all__ = ['use', 'apply_setting', 'in_force', 'precision_in_force', 'set_precision']
 
-_IN_FORCE = []  # the mode applied: 'onednn' or 'numpy', and the precision
-
-
 def in_force():
-    return _IN_FORCE[0] if _IN_FORCE else None
+    """'onednn' or 'numpy': what ``use`` put in force (modes holds it); None before."""
+    return modes.applied()
 
 
 def precision_in_force():
@@ -36,8 +34,6 @@ def set_precision(precision, source='precision'):
     precision = config.parse('precision', precision, source)
     low.check(precision, in_force() or 'auto', source)
     modes.set_precision(precision)
-    if _IN_FORCE:
-        _IN_FORCE[1] = precision
 
 
 def use(mode='auto', source='compute', rank=None, precision=None,
@@ -57,6 +53,7 @@ def use(mode='auto', source='compute', rank=None, precision=None,
     low.check(precision, mode, precision_source)
     allocation.keep(rank=rank)  # an iteration's arrays, made again, fault no page in
     geometries.bound()  # CHAINERMN_TORUS_ONEDNN_CACHE: a bad value refused now, not later
+    before = modes.applied(), modes.precision()
     modes.set_precision(precision)
     if mode == 'numpy' or (mode == 'auto' and not binding.available()):
         replacements.disable()
@@ -73,15 +70,15 @@ def use(mode='auto', source='compute', rank=None, precision=None,
             'numpy'.format(major, minor, patch, path, replacements.REPLACED)
         if precision == 'bf16':
             text += '; bfloat16 ({}): {}'.format(low.cpu_bf16()[1], replacements.LOW_PRECISION)
-    if _IN_FORCE != [chosen, precision]:
-        _IN_FORCE[:] = [chosen, precision]
+    modes.set_applied(chosen)
+    if before != (chosen, precision):  # said once per change
         report.say(text, rank)
     return chosen
 
 
 def apply_setting(rank=None):
     """The configured mode (``CHAINERMN_TORUS_COMPUTE``, the launcher's), once per process."""
-    if _IN_FORCE:
-        return _IN_FORCE[0]
+    if modes.applied() is not None:
+        return modes.applied()
     mode, source = config.value('compute')
     return use(mode, source or 'compute (default)', rank)

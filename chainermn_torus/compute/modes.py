@@ -1,5 +1,5 @@
-"""Whether a Chainer function runs on oneDNN: the mode in force, the mode each node's
-forward ran in (its backward runs in that mode), and the hand-back to Chainer's own code
+"""Whether a Chainer function runs on oneDNN: the mode and precision in force, the mode and
+precision each node's forward ran in (its backward runs in those), and the hand-back to Chainer's own code
 (where the arrays are not float32 in the standard layout, or oneDNN refuses the call),
 said once per case. ``onednn``'s replacements call these first.
 """
@@ -10,16 +10,19 @@ import numpy
 from chainermn_torus.runtime import report
 from chainermn_torus.runtime.cpu import finite as _finite_counts
 
-__all__ = ['enabled', 'set_on', 'on', 'precision', 'set_precision', 'start',
+__all__ = ['enabled', 'set_on', 'on', 'precision', 'set_precision', 'applied', 'set_applied',
+           'start',
            'in_mode_of_forward', 'standard', 'not_taken', 'finite', 'refused']
 
-# Whether a forward started now takes oneDNN (``enable``/``disable``), and, while a node's
-# backward runs, the mode its forward ran in: the functions that backward applies (the
-# gradient's nodes, which read what the forward left: oneDNN's workspaces) run in that
-# mode, whatever was switched since. Per thread: a backward in progress is its thread's.
-_MODE = {'on': False, 'precision': 'fp32'}
+# Whether a forward started now takes oneDNN (``enable``/``disable``) and in which precision,
+# and, while a node's backward runs, the mode and precision its forward ran in: the
+# functions that backward applies (the gradient's nodes, which read what the forward left:
+# oneDNN's workspaces, its bfloat16 copies) run in those, whatever was switched since. Per
+# thread: a backward in progress is its thread's.
+# ``applied``: what ``compute.use`` put in force ('onednn' or 'numpy'; None: not yet).
+_MODE = {'on': False, 'precision': 'fp32', 'applied': None}
 _BACKWARD = threading.local()
-_STARTED = '_chainermn_torus_onednn'  # on each node: whether its forward ran in oneDNN mode
+_STARTED = '_chainermn_torus_onednn'  # on each node: (oneDNN or not, precision) of its forward
 
 
 def enabled():
@@ -31,12 +34,22 @@ def set_on(flag):
 
 
 def precision():
-    """'fp32' or 'bf16': what the convolutions and linear layers compute in now."""
-    return _MODE['precision']
+    """'fp32' or 'bf16': what the convolutions and linear layers compute in now (in a
+    backward: what its forward computed in)."""
+    recorded = getattr(_BACKWARD, 'precision', None)
+    return _MODE['precision'] if recorded is None else recorded
 
 
 def set_precision(name):
     _MODE['precision'] = name
+
+
+def applied():
+    return _MODE['applied']
+
+
+def set_applied(name):
+    _MODE['applied'] = name
 
 
 def on():
@@ -45,23 +58,24 @@ def on():
 
 
 def start(node):
-    """Record the mode ``node``'s forward runs in; True where that is oneDNN's."""
+    """Record the mode and precision ``node``'s forward runs in; True where the mode is
+    oneDNN's."""
     mode = on()
-    node.__dict__[_STARTED] = mode
+    node.__dict__[_STARTED] = (mode, precision())
     return mode
 
 
 def in_mode_of_forward(original):
     def backward(self, *args, **kwargs):
-        mode = self.__dict__.get(_STARTED)
-        if mode is None:
+        recorded = self.__dict__.get(_STARTED)
+        if recorded is None:
             return original(self, *args, **kwargs)
-        outer = getattr(_BACKWARD, 'on', None)
-        _BACKWARD.on = mode
+        outer = getattr(_BACKWARD, 'on', None), getattr(_BACKWARD, 'precision', None)
+        _BACKWARD.on, _BACKWARD.precision = recorded
         try:
             return original(self, *args, **kwargs)
         finally:
-            _BACKWARD.on = outer
+            _BACKWARD.on, _BACKWARD.precision = outer
     return backward
 
 

@@ -478,9 +478,63 @@ def test_switching_between_a_forward_and_its_backward_changes_nothing(name, forw
             (replacements.disable if forward_on else replacements.enable)()
         y.backward(enable_double_backprop=True)
         # the gradient's own node ran in the forward's mode
-        assert xv.grad_var.creator.__dict__.get(modes._STARTED) == forward_on
+        assert xv.grad_var.creator.__dict__.get(modes._STARTED) == (forward_on, 'fp32')
         return y.array, xv.grad
     for a, b in zip(run(False), run(True)):
+        assert numpy.array_equal(a, b)
+
+
+def test_a_backward_runs_in_the_precision_of_its_forward():
+    # Before: the precision was only the global one, so a convolution's backward read
+    # whatever was in force at backward time (bf16 gradients for an fp32 forward).
+    class Node(object):
+        pass
+
+    seen = []
+    backward = modes.in_mode_of_forward(lambda node: seen.append((modes.on(),
+                                                                  modes.precision())))
+    was = modes.enabled(), modes.precision()
+    try:
+        for forward, switched in (('bf16', 'fp32'), ('fp32', 'bf16')):
+            modes.set_on(True)
+            modes.set_precision(forward)
+            node = Node()
+            assert modes.start(node) is True
+            modes.set_on(False)
+            modes.set_precision(switched)
+            backward(node)
+            assert seen[-1] == (True, forward) and modes.precision() == switched
+    finally:
+        modes.set_on(was[0])
+        modes.set_precision(was[1])
+
+
+@pytest.mark.skipif(not __import__('chainermn_torus.compute.precision', fromlist=['x'])
+                    .cpu_bf16()[0], reason='this CPU has no bfloat16 instructions (the '
+                    'in-process test above checks the recording)')
+@pytest.mark.parametrize('name', ['convolution_2d', 'linear'])
+def test_switching_the_precision_between_a_forward_and_its_backward_changes_nothing(name):
+    x = _u((2, 3, 8, 8) if name == 'convolution_2d' else (4, 24), 40)
+    W = _u((5, 3, 3, 3) if name == 'convolution_2d' else (6, 24), 41)
+    fn = (lambda v: F.convolution_2d(v, W, pad=1)) if name == 'convolution_2d' else \
+        (lambda v: F.linear(v, W))
+    was = modes.precision()
+
+    def run(switch):
+        replacements.enable()
+        modes.set_precision('bf16')
+        xv = chainer.Variable(x)
+        y = fn(xv)
+        y.grad = _u(y.shape, 42)
+        if switch:
+            modes.set_precision('fp32')
+        y.backward()
+        return y.array, xv.grad
+    try:
+        kept, switched = run(False), run(True)
+    finally:
+        modes.set_precision(was)
+    for a, b in zip(kept, switched):
         assert numpy.array_equal(a, b)
 
 

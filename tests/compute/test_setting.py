@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from chainermn_torus import compute
-from chainermn_torus.compute import replacements
+from chainermn_torus.compute import modes, replacements
 from chainermn_torus.compute.onednn import binding
 from chainermn_torus.errors import ConfigError
 from conftest import ROOT, assert_ok, run_mpi, worker
@@ -23,11 +23,12 @@ needs_onednn = pytest.mark.skipif(
 def restored():
     was = replacements.enabled()
     state = dict(binding._STATE)
-    in_force = list(compute._IN_FORCE)
+    in_force = modes.applied(), modes.precision()
     yield
     binding._STATE.clear()
     binding._STATE.update(state)
-    compute._IN_FORCE[:] = in_force
+    modes.set_applied(in_force[0])
+    modes.set_precision(in_force[1])
     (replacements.enable if was else replacements.disable)()
 
 
@@ -88,7 +89,7 @@ def test_where_onednn_does_not_load_auto_is_numpy_said_and_onednn_is_refused(res
     binding._STATE.clear()
     binding._STATE['why'] = ('oneDNN (libdnnl.so.3) is not installed for this Python (/x): pip '
                           'install onednn-cpu-gomp (x86-64)')
-    compute._IN_FORCE[:] = []
+    modes.set_applied(None)
     said = []
     from chainermn_torus.runtime import report
     original = report.say
