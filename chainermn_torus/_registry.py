@@ -3,9 +3,11 @@
 ``register()`` replaces ``chainermn.create_communicator`` (and the same name in
 ``chainermn.communicators``) by ``create_communicator`` below, so a script that calls
 ``chainermn.create_communicator('rsap')`` gets ours and every ChainerMN name still works.
-``force_communicator`` makes every call return one communicator whatever name the script
-asked for: that is how ``python -m chainermn_torus.run --communicator rsap`` runs a script
-that hard-codes ``naive``.
+What a launcher wants of every communicator and multi-node optimizer a script makes is one
+``Policy``, made once from the launcher's options and frozen; both factories here read the one
+installed (``install``). ``force_communicator`` makes every call return one communicator
+whatever name the script asked for (a new policy with that name forced): that is how
+``python -m chainermn_torus.run --communicator rsap`` runs a script that hard-codes ``naive``.
 
 For our names the factory ends as ChainerMN's does: the communicator gets
 ``set_config('batched_copy', batched_copy)`` (default True), and the options ChainerMN's
@@ -14,19 +16,22 @@ only selects a GPU packing path in ChainerMN; ours have one CPU path, so an expl
 recorded in the configuration, said once on rank 0, and otherwise ignored.
 """
 import inspect
+import types
 
 import chainermn
 import chainermn.communicators
+from chainermn.communicators import mpi_communicator_base
 
 from chainermn_torus import communicators, compute, config
 from chainermn_torus.errors import ConfigError
-from chainermn_torus.runtime import overrides, report, startup
+from chainermn_torus.runtime import report, startup
 from chainermn_torus.runtime.chainer_glue import patches
+from chainermn_torus.runtime.files import devshm
 from chainermn_torus.runtime.watch import watchdog
 
 __all__ = ['create_communicator', 'create_multi_node_optimizer', 'register',
-           'force_communicator', 'set_defaults', 'set_rename', 'valid_names', 'names',
-           'communicator_class', 'CHAINERMN_NAMES', 'OptionError', 'takes_option']
+           'force_communicator', 'valid_names', 'names', 'communicator_class',
+           'CHAINERMN_NAMES', 'OptionError', 'takes_option', 'Policy', 'install', 'policy']
 
 # auto chooses among the communicators with the planner and the simulator, so it sits above
 # them; it joins their table through the seam a plugin uses (``communicators.add_class``).
@@ -68,46 +73,81 @@ def communicator_class(name):
     return communicators.communicator_class(name)
 
 
-def force_communicator(name, **kwargs):
-    """From now on every create_communicator call returns ``name`` with ``kwargs``.
+class Policy(object):
+    """What a launcher wants of every communicator and multi-node optimizer a script makes,
+    made once and frozen (``replace`` gives another). The default changes nothing.
 
-    ``force_communicator(None)`` undoes it.
+    * ``forced``: (name, options) every ``create_communicator`` call makes, or None;
+    * ``defaults``: options for ours where the call gives none (those its class takes);
+    * ``forced_options``: options every communicator of ours gets;
+    * ``rename(name)``: the name to make where none is forced (``--gpu-to-cpu``), or None;
+    * ``on_made(comm, asked, made)``: told after each communicator;
+    * ``optimizer_options(actual_optimizer, options)``: the options a multi-node optimizer is
+      made with, from the script's (a dict holding ``double_buffering`` and ``fused`` too);
+    * ``optimizer_made(name, communicator, options, fused_applied)``: told after each, with
+      the class name the script passed;
+    * ``first_update()``: called at each one's first update.
     """
-    if name is None:
-        overrides.current().forced = None
-        return
-    _check_name(name)
-    overrides.current().forced = (name, kwargs)
+
+    FIELDS = ('forced', 'defaults', 'forced_options', 'rename', 'on_made', 'optimizer_options',
+              'optimizer_made', 'first_update')
+
+    def __init__(self, forced=None, defaults=None, forced_options=None, rename=None,
+                 on_made=None, optimizer_options=None, optimizer_made=None, first_update=None):
+        values = dict(forced=forced, rename=rename, on_made=on_made,
+                      optimizer_options=optimizer_options, optimizer_made=optimizer_made,
+                      first_update=first_update,
+                      defaults=types.MappingProxyType(
+                          {k: v for k, v in (defaults or {}).items() if v is not None}),
+                      forced_options=types.MappingProxyType(dict(forced_options or {})))
+        for name in self.FIELDS:
+            object.__setattr__(self, name, values[name])
+
+    def __setattr__(self, name, value):
+        raise AttributeError('a Policy is frozen: make another with replace({}=...)'.format(
+            name))
+
+    def replace(self, **changes):
+        return Policy(**dict({name: getattr(self, name) for name in self.FIELDS}, **changes))
+
+    # The communicator factory's questions
+    def choose(self, name, kwargs, ours):
+        """(the name to make, its options) for a call asking for ``name``; ``ours``: the
+        names of this package's communicators (forced options reach those only)."""
+        if self.forced is not None:
+            name, forced_kwargs = self.forced
+            kwargs = dict(kwargs, **forced_kwargs)
+        elif self.rename is not None:
+            name = self.rename(name)
+        if self.forced_options and name in ours:
+            kwargs = dict(kwargs, **self.forced_options)
+        return name, kwargs
+
+    def with_defaults(self, takes, kwargs):
+        """``kwargs`` with the defaults the class takes (``takes``: its option names)."""
+        return dict({k: v for k, v in self.defaults.items() if k in takes}, **kwargs)
 
 
-def set_defaults(**options):
-    """Options every communicator of ours made by the factory gets unless the call gives
-    them (those its class takes): ``python -m chainermn_torus.run --grid 2x4`` without
-    ``--communicator``. ``set_defaults()`` clears them."""
-    overrides.current().defaults = {k: v for k, v in options.items() if v is not None}
+_POLICY = [Policy()]  # the one in force: a launcher runs its script in this process
 
 
-def add_default(key, value):
-    """One more default option (the launcher's --tune), leaving the others in place."""
-    if value is not None:
-        overrides.current().defaults[key] = value
+def policy():
+    return _POLICY[0]
 
 
-def add_forced_option(key, value):
-    """Every communicator of ours the factory makes from now on gets ``key=value`` (the
-    launcher's --fp16-allreduce); ChainerMN's are refused with the reason."""
-    overrides.current().forced_options[key] = value
+def install(new=None):
+    """Put ``new`` in force (None: the default, which changes nothing); returns it."""
+    _POLICY[0] = new if new is not None else Policy()
+    return _POLICY[0]
 
 
-def set_rename(rename):
-    """``rename(name)`` (the name to make, or a refusal) for every create_communicator call
-    from now on where no name is forced: the launcher's --gpu-to-cpu. None undoes it."""
-    overrides.current().rename = rename
-
-
-def on_create(callback):
-    """``callback(comm, asked, made)`` after every communicator the factory makes."""
-    overrides.current().callbacks.append(callback)
+def force_communicator(name, **kwargs):
+    """From now on every create_communicator call returns ``name`` with ``kwargs`` (the
+    policy in force, with that name forced). ``force_communicator(None)`` undoes it.
+    """
+    if name is not None:
+        _check_name(name)
+    install(policy().replace(forced=None if name is None else (name, kwargs)))
 
 
 def _check_name(name):
@@ -133,7 +173,7 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
     """
     asked = communicator_name
     ours = names()
-    communicator_name, kwargs = overrides.current().choose(communicator_name, kwargs, ours)
+    communicator_name, kwargs = policy().choose(communicator_name, kwargs, ours)
     _check_name(communicator_name)
     cls = communicator_class(communicator_name) if communicator_name in ours else None
     if cls is None and kwargs.get('allreduce_grad_dtype') is not None \
@@ -145,7 +185,7 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
     if cls is None:
         return _made(_chainermn_factory(communicator_name, mpi_comm=mpi_comm, **kwargs),
                      asked, communicator_name)
-    kwargs = overrides.current().with_defaults(_option_names(cls), kwargs)
+    kwargs = policy().with_defaults(_option_names(cls), kwargs)
     explicit = 'batched_copy' in kwargs
     batched_copy = kwargs.pop('batched_copy', True)
     try:
@@ -171,7 +211,9 @@ def _made(comm, asked, made):
     # The job's watchdog starts with its first communicator, where one is set (the
     # environment, the launcher), and marks every communicator's calls.
     watchdog.attach(comm)
-    overrides.current().made(comm, asked, made)
+    told = policy().on_made
+    if told is not None:
+        told(comm, asked, made)
     return comm
 
 
@@ -194,14 +236,27 @@ def _options_of(cls):
 def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering=False,
                                 zero_fill=True, **options):
     """ChainerMN's factory, ours, the one public way to make the wrapper: its options are
-    ``chainermn_torus.optimizers.multi_node.make``'s; a launcher's overrides apply
-    (``chainermn_torus.optimizers.factory``).
+    ``chainermn_torus.optimizers.multi_node.make``'s, with the policy's applied.
 
-    The optimizers (numba, MPI) load at the first call, not at ``import chainermn_torus``.
+    The process-wide pieces start here (``runtime.startup``: the abort hook, the timeline),
+    since a script may make its optimizer over ChainerMN's own communicator. The optimizers
+    (numba, MPI) load at the first call, not at ``import chainermn_torus``.
     """
-    from chainermn_torus.optimizers import factory
-    return factory.make(actual_optimizer, communicator, double_buffering, zero_fill,
-                        **options)
+    from chainermn_torus.optimizers import fused, multi_node  # with MPI, at the first call
+    startup.start()
+    if isinstance(communicator, mpi_communicator_base.MpiCommunicatorBase):
+        # made by a collective (init_ranks): every rank is past MPI_Init
+        devshm.unlink_mpi_segments()
+    name = type(actual_optimizer).__name__  # fusing changes the class: name it first
+    rules = policy()
+    options = dict(options, double_buffering=double_buffering)
+    if rules.optimizer_options is not None:
+        options = rules.optimizer_options(actual_optimizer, options)
+    opt = multi_node.make(actual_optimizer, communicator, zero_fill=zero_fill,
+                          on_first_update=rules.first_update, **options)
+    if rules.optimizer_made is not None:
+        rules.optimizer_made(name, communicator, options, fused.is_fused(opt.actual_optimizer))
+    return opt
 
 
 def register():

@@ -15,9 +15,8 @@ import runpy
 import sys
 import time
 
-import chainermn_torus
+import chainermn_torus  # noqa: F401 (registered with ChainerMN before the script runs)
 from chainermn_torus import config, launch
-from chainermn_torus._registry import set_defaults
 from chainermn_torus.algorithms.variants import check_grid_option
 from chainermn_torus.errors import ConfigError, Refusal, Unsupported
 from chainermn_torus.launch import gpu_to_cpu
@@ -93,12 +92,11 @@ def prepare(opts):
         kwargs['grid'] = opts.grid
     if opts.segment_size is not None:
         kwargs['segment_size'] = opts.segment_size
+    # --communicator forces a name; without it the options still reach every communicator
+    # of ours the script makes (the policy's defaults, not the environment).
+    forced = None
     if opts.communicator is not None:
-        chainermn_torus.force_communicator(opts.communicator, **kwargs)
-    else:
-        # No forced name: the options still reach every communicator of ours the script
-        # makes through the factory (passed explicitly, not through the environment).
-        set_defaults(**kwargs)
+        forced, kwargs = (opts.communicator, kwargs), {}
     # Only when the job says how many ranks it expects: otherwise MPI starts with the
     # script's first communicator, as it would without the launcher.
     if world.expected_ranks()[0] is not None:
@@ -111,7 +109,7 @@ def prepare(opts):
             if MPI.COMM_WORLD.rank == 0:
                 report.line(PREFIX + problem)
             sys.exit(1)
-    job = launch.Launch(opts)
+    job = launch.Launch(opts, forced=forced, defaults=kwargs)
     job.install()
     _startup.start()  # the abort hook, as for a script that creates a communicator of ours
     return job

@@ -74,3 +74,33 @@ def test_importing_makes_chainermn_wrapper_ours_with_chainermn_defaults():
     theirs = inspect.signature(chainermn.optimizers.create_multi_node_optimizer).parameters
     for name in theirs:  # every ChainerMN argument, with the same default
         assert ours[name].default == theirs[name].default, name
+
+
+def test_the_launch_policy_is_made_once_frozen_and_read_by_both_factories():
+    from chainermn_torus import _registry
+    policy = _registry.Policy(forced=('rsap', {'grid': '1x2'}), defaults={'tune': 'off'},
+                              optimizer_options=lambda actual, o: dict(o, fused='auto'))
+    with pytest.raises(AttributeError, match='frozen'):
+        policy.forced = None
+    with pytest.raises(TypeError):
+        policy.defaults['tune'] = 'on'  # its tables are read-only views too
+    # the communicator factory's questions
+    assert policy.choose('naive', {}, _registry.names()) == ('rsap', {'grid': '1x2'})
+    assert policy.with_defaults({'tune', 'grid'}, {}) == {'tune': 'off'}
+    assert policy.with_defaults({'grid'}, {}) == {}
+    # replace gives another; the first is unchanged
+    unforced = policy.replace(forced=None)
+    assert unforced.choose('naive', {}, _registry.names()) == ('naive', {})
+    assert policy.forced == ('rsap', {'grid': '1x2'}) and unforced.defaults == {'tune': 'off'}
+    # installed, the factories read it; force_communicator installs a new one
+    try:
+        assert _registry.install(policy) is _registry.policy()
+        _registry.force_communicator('rsaa')
+        assert _registry.policy() is not policy and _registry.policy().forced == ('rsaa', {})
+        assert _registry.policy().optimizer_options is policy.optimizer_options
+    finally:
+        _registry.install(None)
+    assert _registry.policy().forced is None and _registry.policy().defaults == {}
+    for gone in ('set_defaults', 'add_default', 'add_forced_option', 'set_rename',
+                 'on_create'):
+        assert not hasattr(_registry, gone), gone  # no setters on a shared object

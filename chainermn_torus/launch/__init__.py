@@ -37,10 +37,9 @@ from chainermn_torus import _registry, communicators, compute
 from chainermn_torus.communicators import capabilities
 from chainermn_torus.errors import ConfigError
 from chainermn_torus.launch import options as _options
-from chainermn_torus.launch import gpu_to_cpu, patches
-from chainermn_torus.launch.optimizer import LauncherOverrides
+from chainermn_torus.launch import gpu_to_cpu, optimizer, patches
 from chainermn_torus.launch.report import PREFIX, say
-from chainermn_torus.runtime import overrides, report, timeline, world
+from chainermn_torus.runtime import report, timeline, world
 from chainermn_torus.runtime.chainer_glue import patches as runtime_patches
 from chainermn_torus.runtime.cpu import allocation, threads
 from chainermn_torus.runtime.watch import watchdog
@@ -54,7 +53,10 @@ class Launch(object):
     """The resolved options (flag, else environment variable, else default), the state the
     parts share, and ``install()``, which puts them in place."""
 
-    def __init__(self, opts):
+    def __init__(self, opts, forced=None, defaults=None):
+        # forced: (name, options) of --communicator; defaults: --grid and --segment-size
+        # for every communicator of ours where --communicator is not given
+        self.forced, self.defaults = forced, dict(defaults or {})
         self.values, self.sources = _options.resolve(opts)
         self.given = set(self.sources)
         self.threads = getattr(opts, 'threads', None)
@@ -80,27 +82,29 @@ class Launch(object):
         if self.get('loader_eval') and self.get('loader') is None:
             raise ConfigError('--loader-eval rebuilds the evaluation iterators as --loader '
                               'does; give --loader serial|multiprocess|ours with it')
-        # The one seam both factories read: the communicator's fields set so far
-        # (--communicator) are kept, the options below go to it.
-        overrides.install(LauncherOverrides(self))
         wire = self.get('allreduce_dtype')
         if self.get('fp16_allreduce'):
             if wire not in (None, 'float16'):
                 raise ConfigError('--fp16-allreduce sends float16, and {} asks for {}: give '
                                   'one of them'.format(self.sources['allreduce_dtype'], wire))
             wire = 'float16'
-        if wire is not None:
-            _registry.add_forced_option('allreduce_grad_dtype', {
-                'float16': numpy.float16, 'float32': numpy.float32}.get(wire, wire))
+        forced_options = {} if wire is None else {'allreduce_grad_dtype': {
+            'float16': numpy.float16, 'float32': numpy.float32}.get(wire, wire)}
         for key in ('tune', 'tune_dir'):  # auto's options: the others do not take them
             if key in self.given:
-                _registry.add_default(key, self.get(key))
-        _registry.on_create(self._communicator_made)
+                self.defaults[key] = self.get(key)
         # The script's GPU calls: mapped with --gpu-to-cpu, else refused in one line.
         self.gpu = gpu_to_cpu.install(self.script, self.get('gpu_to_cpu'),
                                       world.launcher_rank() or 0,
                                       self.get('gpu_to_cpu_paths'),
                                       self.sources.get('gpu_to_cpu_paths'))
+        # What both factories return, decided here once: the policy they read.
+        _registry.install(_registry.Policy(
+            forced=self.forced, defaults=self.defaults, forced_options=forced_options,
+            rename=self.gpu.rename, on_made=self._communicator_made,
+            optimizer_options=lambda actual, given: optimizer.options_for(self, actual, given),
+            optimizer_made=lambda *made: optimizer.made(self, *made),
+            first_update=self.check_update))
         if self.get('timeline'):
             timeline.enable(self.get('timeline'), '--timeline (or CHAINERMN_TORUS_TIMELINE)')
         allocation.keep(self.get('keep_freed_memory'), rank=world.launcher_rank() or 0)
@@ -135,7 +139,7 @@ class Launch(object):
             describe = comm.describe() if ours else type(comm).__name__
             say("create_communicator({!r}) -> {}{}".format(asked, describe, (
                 '' if asked == made else ' (forced by --communicator)'
-                if overrides.current().forced is not None else
+                if _registry.policy().forced is not None else
                 " (--gpu-to-cpu: ChainerMN's GPU communicator)")), comm.rank)
         if 'tune' in self.given and not _registry.takes_option(made, 'tune'):
             tuned = [n for n in _registry.names() if _registry.takes_option(n, 'tune')]

@@ -83,7 +83,7 @@ def make(actual_optimizer, communicator, double_buffering=False, zero_fill=True,
         bucket_bytes: bucket size for ``overlap`` in bytes of the transfer dtype; default
             ``$CHAINERMN_TORUS_BUCKET_BYTES`` or the configuration table's.
         on_first_update: called at the first update (a launcher's check:
-            ``optimizers.factory``).
+            ``_registry.Policy.first_update``).
         type_check: Chainer's type checks in what ``update(lossfun, ...)`` runs: 'on', 'off'
             or N steps, then off (default ``$CHAINERMN_TORUS_TYPE_CHECK`` or 1; type_checks).
     """
@@ -178,7 +178,7 @@ class MultiNodeOptimizer(object):
     # --- one step ---------------------------------------------------------------------------
     def update(self, lossfun=None, *args, **kwds):
         if self.iterations == 0 and self.on_first_update is not None:
-            self.on_first_update()  # the launcher's check (optimizers.factory)
+            self.on_first_update()  # the launcher's check (the policy's first_update)
         if self.watchdog is not None:
             self.watchdog.step_started()
         self._step(lossfun, args, kwds)

@@ -4,7 +4,7 @@ import chainer
 
 from chainermn_torus import config
 from chainermn_torus.launch import Launch, options
-from chainermn_torus.launch.optimizer import LauncherOverrides
+from chainermn_torus.launch import optimizer
 
 
 def test_every_launcher_row_is_an_option_with_its_variable():
@@ -24,7 +24,7 @@ def test_a_new_optimizer_row_reaches_the_option_the_variable_and_the_optimizer(m
     opts = run.build_parser().parse_args(['--toy-option', '3', 'script.py'])
     launch = Launch(opts)
     assert launch.get('toy_option') == 3 and 'toy_option' in launch.given
-    merged = LauncherOverrides(launch).optimizer_options(chainer.optimizers.SGD(), {'fused': False})
+    merged = optimizer.options_for(launch, chainer.optimizers.SGD(), {'fused': False})
     assert merged['toy_option'] == 3  # handed to create_multi_node_optimizer as a keyword
     # The same from the environment, as job scripts set it.
     monkeypatch.setenv('CHAINERMN_TORUS_TOY_OPTION', '5')

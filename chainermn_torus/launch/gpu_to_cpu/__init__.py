@@ -23,7 +23,6 @@ names the option and the script's first GPU call (``scan``), instead of a traceb
 """
 import os
 
-from chainermn_torus import _registry
 from chainermn_torus.errors import ConfigError, Refusal, Unsupported
 from chainermn_torus.launch.gpu_to_cpu import devices, scan, script_view
 from chainermn_torus.launch.gpu_to_cpu.calls import GPU_COMMUNICATORS, OPTION, Said
@@ -57,15 +56,13 @@ def install(script, mapping, rank, extra=None, source=None):
     said = Said(scope, mapping, rank)
     devices.install(said)
     said.builtins = script_view.install(said) if mapping else None
-    _registry.set_rename(lambda name: _communicator(said, name))
+    said.rename = lambda name: _communicator(said, name)  # the launch policy's rename
     return said
 
 
 def uninstall():
-    """Undo ``install``: Chainer's functions as they were, the import path and the
-    communicator names as ChainerMN's."""
+    """Undo ``install``: Chainer's functions and the import path as they were."""
     patches.uninstall(group=devices.GROUP)
-    _registry.set_rename(None)
 
 
 def _communicator(said, name):

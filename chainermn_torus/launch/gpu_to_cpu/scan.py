@@ -113,7 +113,7 @@ class _Reader(ast.NodeVisitor):
     def visit_Call(self, node):
         func = _dotted(node.func) or ''
         last = func.rsplit('.', 1)[-1]
-        if last in MULTI_GPU_UPDATERS:
+        if last in MULTI_GPU_UPDATERS and self._several_gpus(last, node):
             self.add(node, 'chainer.training.updaters.' + last, func + '(...)', True)
         if last in ('get_device', 'using_device', 'to_device') and node.args and \
                 not func.endswith('cuda.get_device'):
@@ -123,6 +123,17 @@ class _Reader(ast.NodeVisitor):
                 self._device(node, '{}(device={})'.format(
                     func or 'a call', ast.unparse(keyword.value)), keyword.value)
         self.generic_visit(node)
+
+    @staticmethod
+    def _several_gpus(kind, node):
+        """MultiprocessParallelUpdater always (NCCL); ParallelUpdater where its ``devices``
+        names a GPU as a constant (CPU devices are Chainer's own use, refused by nothing)."""
+        if kind != 'ParallelUpdater':
+            return True
+        devices = next((k.value for k in node.keywords if k.arg == 'devices'),
+                       node.args[4] if len(node.args) > 4 else None)
+        values = devices.values if isinstance(devices, ast.Dict) else []
+        return any(_constant(v) is not ast and is_gpu_spec(_constant(v)) for v in values)
 
     def _device(self, node, shown, value):
         constant = _constant(value)
