@@ -16,11 +16,11 @@ only selects a GPU packing path in ChainerMN; ours have one CPU path, so an expl
 recorded in the configuration, said once on rank 0, and otherwise ignored.
 """
 import inspect
+import sys
 import types
 
 import chainermn
 import chainermn.communicators
-from chainermn.communicators import mpi_communicator_base
 
 from chainermn_torus import communicators, compute, config
 from chainermn_torus.errors import ConfigError
@@ -244,7 +244,10 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
     """
     from chainermn_torus.optimizers import fused, multi_node  # with MPI, at the first call
     startup.start()
-    if isinstance(communicator, mpi_communicator_base.MpiCommunicatorBase):
+    # ChainerMN's communicator base, loaded with any communicator (importing it here would
+    # start MPI at ``import chainermn_torus``)
+    base = sys.modules.get('chainermn.communicators.mpi_communicator_base')
+    if base is not None and isinstance(communicator, base.MpiCommunicatorBase):
         # made by a collective (init_ranks): every rank is past MPI_Init
         devshm.unlink_mpi_segments()
     name = type(actual_optimizer).__name__  # fusing changes the class: name it first
