@@ -38,6 +38,7 @@ register()
 
 # With a watchdog set, in a process an MPI launcher started: watched from here, before MPI
 # (runtime.watch.startup_watch; a process of a few milliseconds beside the rank, nothing else).
-from chainermn_torus.runtime.watch import watchdog as _watchdog  # NOQA: E402
+from chainermn_torus.runtime.watch import watchdog as watchdog_mod  # NOQA: E402
 
-_watchdog.watch_from_start()
+watchdog_mod.watch_from_start()
+del watchdog_mod  # not a name of the package's API

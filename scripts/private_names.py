@@ -123,9 +123,11 @@ def _without_tables(tree):
     return tree
 
 
-def scan(package_root):
-    """{name: ['path:line text', ...]} over the package at ``package_root``."""
-    their_names, ours = theirs(), defined(package_root)
+def scan(package_root, their_names=None):
+    """{name: ['path:line text', ...]} over the package at ``package_root``;
+    ``their_names``: ``theirs()``, where the caller has it already."""
+    their_names = their_names if their_names is not None else theirs()
+    ours = defined(package_root)
     out = collections.defaultdict(list)
     for path in _py_files(package_root):
         tree = ast.parse(open(path, encoding='utf-8').read())

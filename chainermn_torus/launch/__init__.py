@@ -27,7 +27,7 @@ Trainer.extend does), ``optimizer`` (the multi-node optimizers' options), ``repo
 lines on rank 0), ``gpu_to_cpu`` (a GPU-written script's device calls). ``Launch`` below
 is the one entry: the resolved options and the state the parts share.
 
-Why it is built so: docs/development.md, "Module notes" (launch/__init__.py).
+Why it is built so: docs/internals.md (launch/__init__.py).
 """
 import numpy
 import chainermn.optimizers

@@ -19,27 +19,25 @@ If the training process is killed, its loaders notice within a second and exit. 
 exception in a loader is raised in the training process as ``LoaderError`` with the
 loader's traceback; a loader that dies is reported with its exit code.
 
-Why it is built so: docs/development.md, "Module notes" (loader/iterator.py).
+Why it is built so: docs/internals.md (loader/iterator.py). A loader process's side is
+``worker``, the shared segments ``segments``.
 """
 import collections
 import itertools
 import multiprocessing
 import os
-import signal
 import socket
 import time
-import traceback
 import weakref
-from multiprocessing import connection, shared_memory
+from multiprocessing import connection
 
 import chainer
 import numpy
-from threadpoolctl import threadpool_limits
 
-from chainermn_torus.datasets import draws
 from chainermn_torus.errors import ConfigError, DataError, Refusal
+from chainermn_torus.loader import segments, worker
 from chainermn_torus.runtime import processes, world
-from chainermn_torus.runtime.files import devshm, shared_paths
+from chainermn_torus.runtime.files import devshm
 from chainermn_torus.runtime.processes import state as process_state
 from chainermn_torus.runtime.watch import watchdog
 
@@ -61,39 +59,6 @@ def _where():
                             socket.gethostname())
 
 
-def _how_it_ended(exitcode, oom_before=None):
-    """What ended a process: its exit code or signal, and, for a SIGKILL while the node's
-    count of OOM kills rose since ``oom_before``, the kernel's OOM killer."""
-    if exitcode is not None and exitcode < 0:
-        try:
-            name = signal.Signals(-exitcode).name
-        except ValueError:
-            name = 'signal {}'.format(-exitcode)
-        said = 'was killed by signal {} ({})'.format(-exitcode, name)
-        now = processes.oom_kills()
-        if -exitcode == signal.SIGKILL and None not in (now, oom_before) and now > oom_before:
-            said += (', by the kernel\'s OOM killer: out of memory (OOM kills on this node '
-                     '{} -> {} meanwhile; use fewer --loader-processes, smaller images or a '
-                     'node with more memory)'.format(oom_before, now))
-        return said
-    return 'exited with code {}'.format(exitcode)
-
-
-def _doing(dataset, decoding, w):
-    """', while loading example I (its file)' for loader ``w``, from the shared ``decoding``
-    (index + 1, 0 between examples)."""
-    index = int(decoding[w]) - 1 if decoding is not None else -1
-    if index < 0:
-        return ''
-    where = getattr(dataset, 'example_path', None)
-    try:
-        path = where(index) if where is not None else None
-    except Exception:  # naming is best effort: the death is what is said
-        path = None
-    return ', while loading example {}{}'.format(index, '' if path is None else
-                                                ' ({})'.format(path))
-
-
 class LoaderError(Refusal, RuntimeError):
     """An exception raised in a loader process, with its traceback."""
 
@@ -109,168 +74,6 @@ class _Indices(object):
 
     def __getitem__(self, i):
         return i
-
-
-def _fields(example):
-    return tuple(example) if isinstance(example, tuple) else (example,)
-
-
-def _worker(dataset, layout, tasks, results, cpus, parent_pid, seed, decoding=None, w=0):
-    """Loader process: fetch examples for index batches into the shared slots.
-
-    ``tasks``/``results``: this process's ends of its two pipes. The first message is
-    ('ready', pid) once every segment is mapped (the training process then unlinks them),
-    or ('failed', text); then (task_id, None or error text) per task.
-    """
-    # Ctrl-C at mpiexec reaches the rank's whole process group, these processes too: the
-    # rank says it and ends them (each printed a KeyboardInterrupt traceback: 90 lines).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if cpus:
-        os.sched_setaffinity(0, cpus)
-    try:
-        threadpool_limits(1)  # the compute process owns the BLAS threads
-    except ImportError:
-        pass
-    numpy.random.seed(seed)
-    segments = []
-    try:
-        for slot in layout['names']:
-            segments.append([_attach(name) for name in slot])
-    except BaseException:
-        results.send(('failed', traceback.format_exc()))
-        return
-    arrays = [[numpy.ndarray((layout['batch_size'],) + shape, dtype, buffer=seg.buf)
-               for seg, (shape, dtype) in zip(slot, layout['fields'])] for slot in segments]
-    results.send(('ready', os.getpid()))
-    try:
-        while True:
-            task = _next_task(tasks, parent_pid)
-            if task is None:
-                return
-            task_id, slot, indices, epoch = task
-            draws.set_epoch(epoch)  # random augmentation keyed by it, not by this process
-            try:
-                results.send(_fill_slot(dataset, arrays[slot], task_id, indices,
-                                        decoding, w))
-            except (BrokenPipeError, OSError):
-                return
-    finally:
-        del arrays
-        for slot in segments:
-            for seg in slot:
-                seg.close()
-
-
-def _next_task(tasks, parent_pid):
-    """The next task, or None when the training process is gone or says stop."""
-    while True:
-        try:
-            if tasks.poll(1.0):
-                return tasks.recv()
-        except (EOFError, OSError):
-            return None  # the training process closed its end (or died)
-        # The training process started us (spawn), so it is our parent until it exits; then
-        # we are re-parented at once, even while it is an unreaped zombie (which a
-        # kill(pid, 0) test would still find).
-        if os.getppid() != parent_pid:
-            return None  # the training process is gone: do not linger
-
-
-def _fill_slot(dataset, arrays, task_id, indices, decoding=None, w=0):
-    """Examples ``indices`` into one slot's ``arrays``; the message for the training
-    process: (task_id, None), or the error, one line for a known cause. ``decoding[w]``:
-    the example being loaded, + 1, so that a death names it (the OOM killer's SIGKILL
-    leaves no message)."""
-    try:
-        for j, index in enumerate(indices):
-            if decoding is not None:
-                decoding[w] = index + 1
-            example = _fields(dataset[index])
-            if decoding is not None:
-                decoding[w] = 0
-            if len(example) != len(arrays):
-                raise DataError('example {} has {} fields, the first had {}'.format(
-                    index, len(example), len(arrays)))
-            for dst, value in zip(arrays, example):
-                value = numpy.asarray(value)
-                if value.shape != dst.shape[1:]:
-                    raise DataError(
-                        'example {} has shape {}, the first example had {}: the loader '
-                        'needs examples of one shape (crop or resize them)'.format(
-                            index, value.shape, dst.shape[1:]))
-                dst[j] = value
-        return task_id, None
-    except Refusal as e:  # a known cause, named (a file that cannot be read): one line
-        return task_id, ('refusal', str(e))
-    except BaseException:
-        return task_id, ('error', 'loader process {} (pid {}), example batch {}:\n{}'.format(
-            multiprocessing.current_process().name, os.getpid(), list(indices)[:8],
-            traceback.format_exc()))
-
-
-def _new_segment(prefix, size):
-    """A new shared segment ``<prefix><token>`` (``shared_paths.create_unique``: a name
-    another user made first in the sticky /dev/shm is passed over), sized, then mapped."""
-    fd, path = shared_paths.create_unique(devshm.SHM_DIR, prefix)
-    try:
-        os.ftruncate(fd, size)
-    except BaseException:
-        os.close(fd)
-        os.unlink(path)
-        raise
-    os.close(fd)
-    return shared_memory.SharedMemory(name=os.path.basename(path))
-
-
-def _attach(name):
-    # Spawned children share the training process's resource tracker, where the segment is
-    # already registered (the tracker keeps a set): attaching adds nothing to undo.
-    return shared_memory.SharedMemory(name=name)
-
-
-class _Resources(object):
-    """Processes, pipes and segments; released once, by finalize() or by the collector."""
-
-    def __init__(self):
-        self.procs, self.segments, self.tasks, self.results = [], [], [], []
-        self.linked = []  # segments whose names are still in /dev/shm
-
-    def unlink(self):
-        """Remove the segments' names; the mappings stay valid in every process."""
-        for seg in self.linked:
-            try:
-                seg.unlink()
-            except FileNotFoundError:
-                pass
-        self.linked = []
-
-    def release(self):
-        for conn in self.tasks:
-            try:
-                conn.send(None)
-            except (ValueError, OSError):
-                pass
-        for p in self.procs:
-            if process_state(p.pid) == 'T':
-                p.kill()  # stopped: nothing but SIGKILL ends it, and it would read nothing
-            p.join(timeout=5)
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=5)
-        self.procs = []
-        self.unlink()
-        for seg in self.segments:
-            try:
-                seg.close()
-            except BufferError:
-                pass  # arrays handed out still view it: the mapping goes with them
-        self.segments = []
-        for conn in self.tasks + self.results:
-            conn.close()
-        self.tasks, self.results = [], []
 
 
 class LoaderIterator(chainer.dataset.Iterator):
@@ -300,7 +103,7 @@ class LoaderIterator(chainer.dataset.Iterator):
         iterator that was finalized is used again (Chainer's Trainer finalizes every
         extension's iterators when training ends; an evaluation after it, as the examples'
         final one, then restarts them, as Chainer's MultiprocessIterator does)."""
-        self._res = _Resources()
+        self._res = segments.Resources()
         self._finalizer = weakref.finalize(self, self._res.release)
         self._start(self._cpus, self._seed)
         self._pending = collections.deque()   # (task_id, slot, n, state after this batch)
@@ -328,7 +131,7 @@ class LoaderIterator(chainer.dataset.Iterator):
 
     # --- processes and memory --------------------------------------------------------------
     def _start(self, cpus, seed):
-        first = [numpy.asarray(v) for v in _fields(self.dataset[0])]
+        first = [numpy.asarray(v) for v in worker.fields(self.dataset[0])]
         fields = [(v.shape, v.dtype) for v in first]
         self._n_slots = self.n_prefetch + 2
         sizes = [max(1, self.batch_size * int(numpy.prod(shape)) * dtype.itemsize)
@@ -342,7 +145,7 @@ class LoaderIterator(chainer.dataset.Iterator):
         for s in range(self._n_slots):
             slot_names, slot_arrays = [], []
             for f, (shape, dtype) in enumerate(fields):
-                seg = _new_segment('{}_{}_{}_'.format(tag, s, f), sizes[f])
+                seg = segments.new('{}_{}_{}_'.format(tag, s, f), sizes[f])
                 self._res.segments.append(seg)
                 self._res.linked.append(seg)
                 array = numpy.ndarray((self.batch_size,) + shape, dtype, buffer=seg.buf)
@@ -366,7 +169,7 @@ class LoaderIterator(chainer.dataset.Iterator):
             for w in range(self.n_processes):
                 task_r, task_w = ctx.Pipe(duplex=False)
                 result_r, result_w = ctx.Pipe(duplex=False)
-                p = ctx.Process(target=_worker, name='chainermn_torus-loader-{}'.format(w),
+                p = ctx.Process(target=worker.run, name='chainermn_torus-loader-{}'.format(w),
                                 args=(self.dataset, layout, task_r, result_w,
                                       list(cpus) if cpus else None, os.getpid(), seed + w,
                                       self._decoding, w),
@@ -470,11 +273,11 @@ class LoaderIterator(chainer.dataset.Iterator):
         now, limit = time.monotonic(), self._stop_limit()
         for w, p in enumerate(self._res.procs):
             if not p.is_alive():
-                doing = _doing(self.dataset, self._decoding, w)
+                doing = worker.doing(self.dataset, self._decoding, w)
                 self.finalize()
                 raise LoaderError('chainermn_torus: loader process {} (pid {}) of {} {}{}; '
                                   'the job ends'.format(p.name, p.pid, _where(),
-                                                        _how_it_ended(p.exitcode,
+                                                        worker.how_it_ended(p.exitcode,
                                                                       self._oom_before),
                                                         doing))
             if limit is None or process_state(p.pid) != 'T':  # no /proc read per batch

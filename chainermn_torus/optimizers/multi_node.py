@@ -21,7 +21,7 @@ duplicate MPI communicator, same algorithm, grid and options), so its collective
 interleave with collectives the main thread makes (evaluators, reporters); MPI must provide
 MPI_THREAD_MULTIPLE, which mpi4py requests by default.
 
-Why it is built so: docs/development.md, "Module notes" (optimizers/multi_node.py).
+Why it is built so: docs/internals.md (optimizers/multi_node.py).
 """
 import sys
 

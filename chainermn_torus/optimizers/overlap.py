@@ -23,7 +23,7 @@ would instead skip it, which needs every rank's choice first); ``double_bufferin
 alternative to this, with stale gradients). An ``update()`` called without a loss function
 (the script ran backward itself) averages synchronously, said once.
 
-Why it is built so: docs/development.md, "Module notes" (optimizers/overlap.py).
+Why it is built so: docs/internals.md (optimizers/overlap.py).
 """
 import concurrent.futures
 import sys

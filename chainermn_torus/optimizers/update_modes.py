@@ -29,7 +29,7 @@ from chainermn_torus.optimizers.finite_checks import (check_bucket_means, check_
 from chainermn_torus.runtime import timeline as _timeline
 from chainermn_torus.runtime.chainer_glue import chainer_private
 from chainermn_torus.runtime.cpu import jit
-from chainermn_torus.runtime.watch import watchdog as watchdog_mod
+from chainermn_torus.runtime.watch import watchdog
 
 __all__ = ['Synchronous', 'DoubleBuffering', 'Overlap', 'BACKGROUND_POLL_S']
 
@@ -168,7 +168,7 @@ class DoubleBuffering(Synchronous):
         future, self.future = self.future, None
         if future is None:
             return
-        with _timeline.timed('wait', opt.timings), watchdog_mod.in_call(_overlap.WAIT_CALL):
+        with _timeline.timed('wait', opt.timings), watchdog.in_call(_overlap.WAIT_CALL):
             future.result()  # raises the thread's exception, with its traceback
 
     def before_serialize(self, opt, serializer):
@@ -312,7 +312,7 @@ def background_communicator(communicator, poll):
         clone = communicator.clone(poll_interval=poll)
     else:  # ChainerMN's: split() builds the same class on MPI_Comm_split's result
         clone = communicator.split(0, communicator.rank)
-    dog = watchdog_mod.active()
+    dog = watchdog.active()
     if dog is not None:  # its calls, made by the thread, are the thread's on the board
         dog.mark_calls(clone)
     return clone

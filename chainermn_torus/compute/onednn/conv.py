@@ -19,7 +19,7 @@ themselves in the thread's scratch buffer, ``primitives.scratch``). The arrays c
 in NCHW; what a layer's output would be in oneDNN's layout is reordered back at once, so
 the numbers are those of one convolution on the plain arrays.
 
-Why it is built so: docs/development.md, "Module notes" (compute/onednn/conv.py).
+Why it is built so: docs/internals.md (compute/onednn/conv.py).
 """
 import functools
 

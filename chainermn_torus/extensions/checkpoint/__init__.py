@@ -26,7 +26,7 @@ rate on another rank count: one class per ``--resume-batch`` choice), ``reshardi
 (loading at the same or another rank count), ``extension`` (the trainer extension) and
 ``cli`` (the examples' options).
 
-Why it is built so: docs/development.md, "Module notes" (extensions/checkpoint/__init__.py).
+Why it is built so: docs/internals.md (extensions/checkpoint/__init__.py).
 """
 from chainermn_torus.extensions.checkpoint.cli import (add_arguments, attach,  # NOQA
                                                        check_arguments, check_output)

@@ -27,7 +27,7 @@ The groups (who applies them, and when):
 * ``chainer import``: while ``import chainermn_torus`` imports Chainer, an empty module in
   ``sys.modules`` where Chainer's own check has nothing to find (``chainer_import``).
 
-Why it is built so: docs/development.md, "Module notes" (runtime/chainer_glue/patches.py).
+Why it is built so: docs/internals.md (runtime/chainer_glue/patches.py).
 """
 import types
 import weakref

@@ -14,7 +14,7 @@ or the next job on the node:
   MPI_Init (``CHAINERMN_TORUS_KEEP_MPI_SHM=1``: kept); ``unlink_at_end``: every MPI's
   segment names on an early end; ``unlink_singleton``: Open MPI's singleton's segment.
 
-Why, and what was measured: docs/development.md, "Module notes" (runtime/files/devshm.py).
+Why, and what was measured: docs/internals.md (runtime/files/devshm.py).
 """
 import ctypes
 import errno

@@ -17,7 +17,7 @@ MPI and is no process of the job. It
 FD: the read end of the rank's pipe (``signal.set_wakeup_fd``'s signal numbers, and the
 messages of ``runtime.watch.abort``: ``BYE``, ``ABORTING``, ``NEWS``).
 
-Why it is built so: docs/development.md, "Module notes" (runtime/watch/rank_watch.py).
+Why it is built so: docs/internals.md (runtime/watch/rank_watch.py).
 """
 import errno
 import fcntl

@@ -7,8 +7,7 @@ MPI, no thread) and one small process per node (``runtime.watch.node_watch``, st
 node's first rank) watches the board and the other nodes. It starts with the job's first
 communicator (``create_communicator``; from the environment or the launcher) or, given only
 to the optimizer, with the multi-node optimizer, and watches until the rank exits, each
-phase with its limit (``board_layout``'s phase table; the list: docs/development.md,
-"Module notes").
+phase with its limit (``board_layout``'s phase table; the list: docs/internals.md).
 
 Every communication call of the job's communicators is marked too (``runtime.watch.call_marks``:
 which call a rank entered and whether it left it), so the watcher tells the rank the others
@@ -18,7 +17,7 @@ named as such, within SECONDS whatever the phase. When a rank of a node passes i
 that node's watcher names who the job waits for, with host and phase, and ends the job:
 see ``runtime.watch.node_watch``.
 
-Why it is built so: docs/development.md, "Module notes" (runtime/watch/watchdog.py).
+Why it is built so: docs/internals.md (runtime/watch/watchdog.py).
 """
 import atexit
 import contextlib
