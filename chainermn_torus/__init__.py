@@ -37,7 +37,7 @@ def __getattr__(name):  # PEP 562: the classes import their modules (and MPI) on
 register()
 
 # With a watchdog set, in a process an MPI launcher started: watched from here, before MPI
-# (runtime.watch.startup_watch; a process of a few milliseconds beside the rank, nothing else).
+# (watchers.startup_watch; a process of a few milliseconds beside the rank, nothing else).
 from chainermn_torus.runtime.watch import watchdog as watchdog_mod  # NOQA: E402
 
 watchdog_mod.watch_from_start()

@@ -24,6 +24,7 @@ import chainermn.communicators
 
 from chainermn_torus import communicators, compute, config
 from chainermn_torus.errors import ConfigError
+from chainermn_torus.process import STATE
 from chainermn_torus.runtime import report, startup
 from chainermn_torus.runtime.chainer_glue import patches
 from chainermn_torus.runtime.files import devshm
@@ -128,17 +129,18 @@ class Policy(object):
         return dict({k: v for k, v in self.defaults.items() if k in takes}, **kwargs)
 
 
-_POLICY = [Policy()]  # the one in force: a launcher runs its script in this process
+_DEFAULT = Policy()
 
 
 def policy():
-    return _POLICY[0]
+    """The policy in force (the process's: a launcher runs its script in this process)."""
+    return STATE.policy if STATE.policy is not None else _DEFAULT
 
 
 def install(new=None):
     """Put ``new`` in force (None: the default, which changes nothing); returns it."""
-    _POLICY[0] = new if new is not None else Policy()
-    return _POLICY[0]
+    STATE.policy = new
+    return policy()
 
 
 def force_communicator(name, **kwargs):

@@ -39,7 +39,7 @@ from chainermn_torus.errors import ConfigError
 from chainermn_torus.planning.network_source import job_network
 from chainermn_torus.runtime import agree
 from chainermn_torus.tuning import memory
-from chainermn_torus.tuning.job import MpiJob, Shape
+from chainermn_torus.tuning.collective_steps import MpiJob, Shape
 from chainermn_torus.tuning.lifecycle import TUNE_MIN_BYTES, Choices, Settings
 
 __all__ = ['AutoCommunicator', 'TUNE_MIN_BYTES']

@@ -26,6 +26,8 @@ import tempfile
 import threading
 import time
 
+from chainermn_torus.watchers import board_layout
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, 'tests', 'mpi_workers', 'fault_job.py')
 PYTHON = os.path.join(ROOT, '.venv', 'bin', 'python')
@@ -197,11 +199,13 @@ for _fault in STALLS + STEP_STOPS:
     MESSAGES[_fault] = [r'chainermn_torus watchdog: .*']
 for _fault in REFUSALS:
     MESSAGES[_fault] = [r'chainermn_torus(\.run)?: .*']
-# Where in the job the watchdog says the rank was, by the words of runtime.watch.verdict
-# (board_layout.where).
-PHASE_WORDS = ('at start-up', 'in its first training step', 'in training step',
-               'in the checkpoint after step', 'in the evaluation after step',
-               'in the evaluation after training', 'between steps', 'after training')
+# Where in the job the watchdog says the rank was: the fixed words of each phase of the
+# board's phase table (board_layout.PHASE_TABLE, the text before its first figure), the
+# longest first, so that a new phase is named here without an edit.
+PHASE_WORDS = tuple(sorted({text.split('{')[0].split(' (')[0].strip()
+                            for p in board_layout.PHASE_TABLE
+                            for text in (p.words, p.first_words) if text and p.limit},
+                           key=len, reverse=True))
 
 
 def scenarios(quick=False):

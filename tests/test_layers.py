@@ -90,17 +90,24 @@ def test_imports_inside_functions_only_for_mpi_start_or_optional_packages():
     assert not other, other
 
 
-def test_the_files_the_watchers_load_alone_import_nothing_of_the_package():
-    # The rank's watcher and the start-up watcher run `python -I -S` on their file and load
-    # these by path: a package import in one (atomic.py's once) failed there, and a killed
-    # watchdog's board was left in /dev/shm.
-    runtime = os.path.join(ROOT, 'chainermn_torus', 'runtime')
-    for name in ('watch/rank_watch', 'watch/startup_watch', 'watch/board_layout',
-                 'watch/ranks', 'files/temporaries', 'processes'):
-        code = ('import importlib.util as u, sys; '
-                's = u.spec_from_file_location("m", sys.argv[1]); '
-                's.loader.exec_module(u.module_from_spec(s))')
-        proc = subprocess.run([sys.executable, '-I', '-S', '-c', code,
-                               os.path.join(runtime, name + '.py')],
-                              capture_output=True, text=True, cwd='/')
-        assert proc.returncode == 0, (name, proc.stderr[-2000:])
+def test_the_watchers_package_starts_alone_and_imports_only_the_standard_library():
+    # The watcher processes run `python -I -S` with the package alone on their path: an
+    # import of the rest of the package (atomic.py's once, when files were loaded by path)
+    # failed there, and a killed watchdog's board was left in /dev/shm. Every module is
+    # imported here as the watcher processes import it.
+    from chainermn_torus.watchers import command
+    folder = os.path.join(ROOT, 'chainermn_torus', 'watchers')
+    modules = sorted(n[:-3] for n in os.listdir(folder) if n.endswith('.py'))
+    assert {'processes', 'ranks', 'board_layout', 'temporaries', 'rank_watch',
+            'startup_watch', '__main__'} <= set(modules), modules
+    argv = command.argv('none')
+    code = argv[4].replace('from watchers.__main__ import main; sys.exit(main(sys.argv[1:]))',
+                           'import importlib; [importlib.import_module("watchers." + m) for m '
+                           'in sys.argv[1:]]; print(sorted(n for n in sys.modules if '
+                           'n.startswith("chainermn")))')
+    proc = subprocess.run(argv[:4] + [code] + [m for m in modules if m != '__init__'],
+                          capture_output=True, text=True, cwd='/')
+    assert proc.returncode == 0 and proc.stdout.strip() == '[]', proc.stderr[-2000:]
+    # the entry refuses what it does not know, in one line
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd='/')
+    assert proc.returncode == 2 and "one of rank, startup, got ['none']" in proc.stderr

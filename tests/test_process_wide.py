@@ -60,3 +60,34 @@ def test_the_rule_finds_a_new_one():
                      'def _keep(where, x):\n    where.append(x)\n'
                      'def h(x):\n    _keep(_KEPT, x)\n    return QUIET.get(x)\n')
     assert figures._mutable_names(tree, 'm.py') == ['m.py:_KEPT', 'm.py:_MODE', 'm.py:_STATE']
+
+
+def test_the_process_state_is_one_object_each_field_changed_by_its_owner():
+    from chainermn_torus import _registry, process
+    from chainermn_torus.compute import modes
+    from chainermn_torus.runtime import report, startup
+    from chainermn_torus.runtime.chainer_glue import patches
+    from chainermn_torus.runtime.watch import watchdog
+    state = process.STATE
+    assert patches.applied() == state.patches  # the one list of what is in force
+    policy = _registry.Policy(defaults={'tune': 'off'})
+    try:
+        assert _registry.install(policy) is policy and state.policy is policy
+    finally:
+        _registry.install(None)
+    assert state.policy is None and _registry.policy().defaults == {}
+    was = modes.precision()
+    try:
+        modes.set_precision('bf16')
+        assert state.compute['precision'] == 'bf16'
+    finally:
+        modes.set_precision(was)
+    report.say('said once', 0, key='a key of this test')
+    assert 'a key of this test' in state.said
+    report.forget()
+    assert not state.said
+    # the owners keep no holder of their own
+    for module, gone in ((patches, '_APPLIED'), (report, '_said'), (startup, '_started'),
+                         (watchdog, '_ACTIVE'), (watchdog, '_DEFAULTS'), (modes, '_MODE'),
+                         (_registry, '_POLICY')):
+        assert not hasattr(module, gone), (module.__name__, gone)

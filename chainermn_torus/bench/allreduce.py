@@ -31,7 +31,7 @@ from mpi4py import MPI
 import chainermn
 import chainermn_torus
 from chainermn_torus.algorithms import variants
-from chainermn_torus.bench.gradient_sets import GRADIENT_SETS, make_model
+from chainermn_torus.bench.filled_gradients import GRADIENT_SETS, make_model
 from chainermn_torus.communicators import create_variant
 from chainermn_torus.communicators._grid import parse_grid
 from chainermn_torus.runtime.report import format_bytes

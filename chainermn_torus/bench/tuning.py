@@ -2,7 +2,7 @@
 
     mpiexec -n 4 python -m chainermn_torus.bench.tuning --model mlp --out tune.json
 
-On the model's own gradient buffer (``bench.gradient_sets``):
+On the model's own gradient buffer (``bench.filled_gradients``):
 
 1. predicted: what ``auto`` chooses without measuring (planner, then SimGrid where
    installed), and how long that took;
@@ -29,7 +29,7 @@ import chainermn_torus  # NOQA  (registers the factory)
 from chainermn_torus import auto as _auto, config
 from chainermn_torus.algorithms.gradient_sets import MODEL_BYTES
 from chainermn_torus.bench.allreduce import timed
-from chainermn_torus.bench.gradient_sets import GRADIENT_SETS, make_model
+from chainermn_torus.bench.filled_gradients import GRADIENT_SETS, make_model
 from chainermn_torus.communicators import create_variant
 from chainermn_torus.planning import planner
 from chainermn_torus.tuning import candidates

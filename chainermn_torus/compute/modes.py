@@ -7,6 +7,7 @@ import threading
 
 import numpy
 
+from chainermn_torus.process import STATE
 from chainermn_torus.runtime import report
 from chainermn_torus.runtime.cpu import finite as _finite_counts
 
@@ -18,43 +19,42 @@ __all__ = ['enabled', 'set_on', 'on', 'precision', 'set_precision', 'applied', '
 # and, while a node's backward runs, the mode and precision its forward ran in: the
 # functions that backward applies (the gradient's nodes, which read what the forward left:
 # oneDNN's workspaces, its bfloat16 copies) run in those, whatever was switched since. Per
-# thread: a backward in progress is its thread's.
-# ``applied``: what ``compute.use`` put in force ('onednn' or 'numpy'; None: not yet).
-_MODE = {'on': False, 'precision': 'fp32', 'applied': None}
+# thread: a backward in progress is its thread's. What is in force is the process's
+# (``STATE.compute``: the mode applied, on/off, the precision).
 _BACKWARD = threading.local()
 _STARTED = '_chainermn_torus_onednn'  # on each node: (oneDNN or not, precision) of its forward
 
 
 def enabled():
-    return _MODE['on']
+    return STATE.compute['on']
 
 
 def set_on(flag):
-    _MODE['on'] = bool(flag)
+    STATE.compute['on'] = bool(flag)
 
 
 def precision():
     """'fp32' or 'bf16': what the convolutions and linear layers compute in now (in a
     backward: what its forward computed in)."""
     recorded = getattr(_BACKWARD, 'precision', None)
-    return _MODE['precision'] if recorded is None else recorded
+    return STATE.compute['precision'] if recorded is None else recorded
 
 
 def set_precision(name):
-    _MODE['precision'] = name
+    STATE.compute['precision'] = name
 
 
 def applied():
-    return _MODE['applied']
+    return STATE.compute['applied']
 
 
 def set_applied(name):
-    _MODE['applied'] = name
+    STATE.compute['applied'] = name
 
 
 def on():
     mode = getattr(_BACKWARD, 'on', None)
-    return _MODE['on'] if mode is None else mode
+    return STATE.compute['on'] if mode is None else mode
 
 
 def start(node):

@@ -21,9 +21,9 @@ iterators itself. The launcher changes what those calls return, never the script
 * ``--gpu-to-cpu`` runs a script written for GPUs on each rank's CPU (``gpu_to_cpu``); without
   it, such a script's first GPU call stops the job in one line naming the option.
 
-The parts: ``options`` (the table as command-line options), ``patches`` (the hooks into
+The parts: ``options`` (the table as command-line options), ``hooks`` (the hooks into
 Chainer), ``sharding`` (--data-parallel), ``loaders`` (--loader), ``extensions`` (what
-Trainer.extend does), ``optimizer`` (the multi-node optimizers' options), ``report`` (the
+Trainer.extend does), ``optimizer`` (the multi-node optimizers' options), ``lines`` (the
 lines on rank 0), ``gpu_to_cpu`` (a GPU-written script's device calls). ``Launch`` below
 is the one entry: the resolved options and the state the parts share.
 
@@ -37,10 +37,10 @@ from chainermn_torus import _registry, communicators, compute
 from chainermn_torus.communicators import capabilities
 from chainermn_torus.errors import ConfigError
 from chainermn_torus.launch import options as _options
-from chainermn_torus.launch import gpu_to_cpu, optimizer, patches
-from chainermn_torus.launch.report import PREFIX, say
+from chainermn_torus.launch import gpu_to_cpu, hooks, optimizer
+from chainermn_torus.launch.lines import PREFIX, say
 from chainermn_torus.runtime import report, timeline, world
-from chainermn_torus.runtime.chainer_glue import patches as runtime_patches
+from chainermn_torus.runtime.chainer_glue import patches
 from chainermn_torus.runtime.cpu import allocation, threads
 from chainermn_torus.runtime.watch import watchdog
 
@@ -72,7 +72,7 @@ class Launch(object):
     def install(self):
         # The watchdog starts with the script's first communicator (start-up is watched
         # too), not with its optimizer, where the launcher's flags would reach it first;
-        # before that, from here (runtime.watch.startup_watch): first, before anything below
+        # before that, from here (watchers.startup_watch): first, before anything below
         # imports MPI (the optimizers do), whose MPI_Init waits for every rank.
         watchdog.set_default(self.get('watchdog'), self.get('watchdog_startup'))
         watchdog.watch_from_start()
@@ -118,17 +118,17 @@ class Launch(object):
             # cores); the communicator applies it again with its ranks per node, and says it.
             threads.ensure(None, self.threads)
         # Either import path of ChainerMN's factory makes ours, with the launcher's options.
-        runtime_patches.apply(chainermn.optimizers, 'create_multi_node_optimizer',
+        patches.apply(chainermn.optimizers, 'create_multi_node_optimizer',
                               _registry.create_multi_node_optimizer, 'launcher',
                               'either import path of ChainerMN\'s factory makes ours')
         if self.get('loader') is not None or self.get('data_parallel') or \
                 self.get('gpu_to_cpu'):
-            patches.patch_updater(self)
+            hooks.patch_updater(self)
         if self.get('data_parallel') or self.get('loader_eval'):
-            patches.patch_trainer(self)
+            hooks.patch_trainer(self)
         if self.get('data_parallel'):
-            patches.patch_plain_update(self)
-            patches.patch_save(self)
+            hooks.patch_plain_update(self)
+            hooks.patch_save(self)
 
     def _communicator_made(self, comm, asked, made):
         self.communicator = comm

@@ -11,7 +11,7 @@ from chainer.training.extensions._snapshot import _find_latest_snapshot
 from chainermn_torus.extensions.checkpoint import arrays
 from chainermn_torus.extensions.checkpoint.arrays import CheckpointError
 from chainermn_torus.launch import loaders
-from chainermn_torus.launch.report import PREFIX, say
+from chainermn_torus.launch.lines import PREFIX, say
 from chainermn_torus.launch.sharding import rebuild, shard
 from chainermn_torus.runtime import report
 from chainermn_torus.runtime.chainer_glue import chainer_private, patches

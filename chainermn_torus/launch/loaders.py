@@ -6,7 +6,7 @@ import pickle
 
 from chainer import iterators
 
-from chainermn_torus.launch.report import describe_iterator, say
+from chainermn_torus.launch.lines import describe_iterator, say
 from chainermn_torus.launch.sharding import order
 from chainermn_torus.loader import LoaderIterator, apply_placement, plan_placement
 from chainermn_torus.loader.topology import format_cpulist

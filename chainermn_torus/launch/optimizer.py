@@ -3,7 +3,7 @@
 the launcher's defaults (fused auto) only fill in what the script left out, and its fused
 choice never fails (an optimizer without a kernel is reported)."""
 from chainermn_torus.launch import options as _options
-from chainermn_torus.launch.report import optimizer_line, say
+from chainermn_torus.launch.lines import optimizer_line, say
 
 __all__ = ['options_for', 'made']
 

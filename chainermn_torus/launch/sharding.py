@@ -7,7 +7,7 @@ from chainer.datasets import SubDataset
 from chainermn.datasets.scatter import scatter_index
 
 from chainermn_torus import _registry
-from chainermn_torus.launch.report import PREFIX, say
+from chainermn_torus.launch.lines import PREFIX, say
 from chainermn_torus.runtime import report
 from chainermn_torus.runtime.chainer_glue import chainer_private
 

@@ -20,7 +20,7 @@ exception in a loader is raised in the training process as ``LoaderError`` with 
 loader's traceback; a loader that dies is reported with its exit code.
 
 Why it is built so: docs/internals.md (loader/iterator.py). A loader process's side is
-``worker``, the shared segments ``segments``.
+``worker``, the shared slots ``slots``.
 """
 import collections
 import itertools
@@ -35,10 +35,11 @@ import chainer
 import numpy
 
 from chainermn_torus.errors import ConfigError, DataError, Refusal
-from chainermn_torus.loader import segments, worker
-from chainermn_torus.runtime import processes, world
+from chainermn_torus.loader import slots, worker
+from chainermn_torus.runtime import world
+from chainermn_torus.watchers import processes
 from chainermn_torus.runtime.files import devshm
-from chainermn_torus.runtime.processes import state as process_state
+from chainermn_torus.watchers.processes import state as process_state
 from chainermn_torus.runtime.watch import watchdog
 
 __all__ = ['LoaderIterator', 'LoaderError', 'SHM_PREFIX']
@@ -103,7 +104,7 @@ class LoaderIterator(chainer.dataset.Iterator):
         iterator that was finalized is used again (Chainer's Trainer finalizes every
         extension's iterators when training ends; an evaluation after it, as the examples'
         final one, then restarts them, as Chainer's MultiprocessIterator does)."""
-        self._res = segments.Resources()
+        self._res = slots.Resources()
         self._finalizer = weakref.finalize(self, self._res.release)
         self._start(self._cpus, self._seed)
         self._pending = collections.deque()   # (task_id, slot, n, state after this batch)
@@ -145,7 +146,7 @@ class LoaderIterator(chainer.dataset.Iterator):
         for s in range(self._n_slots):
             slot_names, slot_arrays = [], []
             for f, (shape, dtype) in enumerate(fields):
-                seg = segments.new('{}_{}_{}_'.format(tag, s, f), sizes[f])
+                seg = slots.new('{}_{}_{}_'.format(tag, s, f), sizes[f])
                 self._res.segments.append(seg)
                 self._res.linked.append(seg)
                 array = numpy.ndarray((self.batch_size,) + shape, dtype, buffer=seg.buf)

@@ -11,8 +11,8 @@ from threadpoolctl import threadpool_limits
 
 from chainermn_torus.datasets import draws
 from chainermn_torus.errors import DataError, Refusal
-from chainermn_torus.loader import segments
-from chainermn_torus.runtime import processes
+from chainermn_torus.loader import slots
+from chainermn_torus.watchers import processes
 
 __all__ = ['run', 'fields', 'how_it_ended', 'doing']
 
@@ -74,7 +74,7 @@ def run(dataset, layout, tasks, results, cpus, parent_pid, seed, decoding=None, 
     mapped = []
     try:
         for slot in layout['names']:
-            mapped.append([segments.attach(name) for name in slot])
+            mapped.append([slots.attach(name) for name in slot])
     except BaseException:
         results.send(('failed', traceback.format_exc()))
         return

@@ -36,7 +36,8 @@ from chainermn_torus.communicators import _packing
 from chainermn_torus.optimizers import fpenv
 from chainermn_torus.runtime import report, timeline as _timeline
 from chainermn_torus.runtime.cpu import jit
-from chainermn_torus.runtime.watch import board_layout, watchdog
+from chainermn_torus.runtime.watch import watchdog
+from chainermn_torus.watchers import board_layout
 
 WAIT_CALL = board_layout.THREAD_WAIT  # its name on the watchdog's board
 

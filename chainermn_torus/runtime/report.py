@@ -16,18 +16,18 @@ import os
 import sys
 
 from chainermn_torus import config
+from chainermn_torus.process import STATE
 
 __all__ = ['say', 'forget', 'stop', 'line', 'RankStop', 'PREFIX', 'format_bytes']
 
 PREFIX = 'chainermn_torus: '
-_said = set()  # keys already said by this process
 
 
 def say(text, rank=None, key=None, stream=None, prefix=PREFIX):
     if key is not None:
-        if key in _said:
+        if key in STATE.said:
             return
-        _said.add(key)
+        STATE.said.add(key)
     if config.quiet():
         return
     if rank is None:
@@ -40,7 +40,7 @@ def say(text, rank=None, key=None, stream=None, prefix=PREFIX):
 def forget():
     """Say every keyed line again: for a process that runs one job after another (the test
     harness's ranks, tests/mpi_workers/world_loop.py)."""
-    _said.clear()
+    STATE.said.clear()
 
 
 class RankStop(SystemExit):

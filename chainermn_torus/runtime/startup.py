@@ -16,19 +16,18 @@ A login-node tool (``chainermn-torus jobscript``, ``plan``) therefore never star
 import faulthandler
 import sys
 
+from chainermn_torus.process import STATE
 from chainermn_torus.runtime import timeline
 from chainermn_torus.runtime.watch import abort
 
 __all__ = ['start']
 
-_started = []
-
 
 def start():
     """Start the process-wide pieces (idempotent; MPI is initialised by then)."""
-    if _started:
+    if STATE.started:
         return
-    _started.append(True)
+    STATE.started = True
     abort.install()  # first: a bad timeline prefix below is a refusal it says in one line
     timeline.enable_from_env()  # CHAINERMN_TORUS_TIMELINE=PREFIX
     if not faulthandler.is_enabled():

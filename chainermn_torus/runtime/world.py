@@ -20,7 +20,7 @@ import time
 from chainermn_torus import config
 # Where each launcher tells a process its rank before MPI starts: MPICH's and Intel MPI's
 # hydra, Open MPI's prterun, PMIx, srun.
-from chainermn_torus.runtime.processes import RANK_VARIABLES
+from chainermn_torus.watchers.processes import RANK_VARIABLES
 
 __all__ = ['expected_ranks', 'mismatch', 'launcher_rank', 'ArgumentParser',
            'USAGE_ERROR_WAIT_S']

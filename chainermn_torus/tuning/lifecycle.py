@@ -19,8 +19,8 @@ that shape (``memory.save_partial``: it measures afresh and says why), and frees
 candidates where every rank comes within ``EXIT_WAIT_S``.
 
 The communicators are made by ``make(key)`` (the caller's: ``auto`` builds a variant on its
-MPI communicator); the collective steps go through ``job`` (``job.MpiJob``, or
-``job.OneRank`` in the tests without MPI). Nothing here knows MPI.
+MPI communicator); the collective steps go through ``collective_steps`` (``MpiJob``, or
+``OneRank`` in the tests without MPI). Nothing here knows MPI.
 """
 import atexit
 import collections

@@ -52,6 +52,7 @@ def test_mnist_benchmark_refuses_counts_that_hang_or_fail_before_starting(args, 
 
 
 @pytest.mark.one_mpi  # a refusal said once: tests/test_refusals.py under each MPI
+@pytest.mark.slow  # full tier: the fast tier's said-once refusal is test_refusals'
 def test_mnist_benchmark_refuses_a_batch_larger_than_a_ranks_data():
     proc = run_mpi(2, ['-m', 'chainermn_torus.bench.mnist_iteration', '--limit', '300',
                        '--batchsize', '1000'], timeout=120)

@@ -124,8 +124,8 @@ def test_factory_sets_batched_copy_as_chainermn_does():
 
 def test_batched_copy_is_accepted_recorded_and_said_once(capsys, monkeypatch):
     monkeypatch.delenv('CHAINERMN_TORUS_QUIET', raising=False)
-    from chainermn_torus.runtime import report
-    monkeypatch.setattr(report, '_said', set())  # what this process has said already
+    from chainermn_torus.process import STATE
+    monkeypatch.setattr(STATE, 'said', set())  # what this process has said already
     first = chainermn.create_communicator('rsap', batched_copy=False)
     second = chainermn.create_communicator('rsaa', batched_copy=True)
     assert first.get_config('batched_copy') is False

@@ -31,6 +31,6 @@ def test_a_new_optimizer_row_reaches_the_option_the_variable_and_the_optimizer(m
     launch = Launch(run.build_parser().parse_args(['script.py']))
     assert launch.get('toy_option') == 5
     # The report names an option it has no phrase for by its key.
-    from chainermn_torus.launch.report import optimizer_line
+    from chainermn_torus.launch.lines import optimizer_line
     line = optimizer_line('SGD', dict(merged), False, False, ['Adam'], options.keys('optimizer'))
     assert line.endswith('toy_option'), line

@@ -16,7 +16,7 @@ import pytest
 from chainermn_torus.loader import LoaderError, LoaderIterator
 from chainermn_torus.loader.iterator import SHM_PREFIX
 from chainermn_torus.runtime.files.devshm import job_tag
-from chainermn_torus.runtime import processes
+from chainermn_torus.watchers import processes
 from conftest import pythonpath
 from loader_support import Big, Failing, Ragged, Slow, Squares, Stuck
 

@@ -82,7 +82,11 @@ def _job(nprocs, variants, rank0, no_numba):
             exec({rank0!r})
         else:
             from chainermn_torus.runtime.cpu import jit
-            print('rank', world.rank, 'numba', jit.available(), jit.FALLBACK_NOTE[:23])
+            # one write: the ranks share the pipe, and print's pieces interleaved with rank
+            # 0's line once ('OK rank 0 checks 302rank' then ' 1 numba False ...')
+            sys.stdout.write('rank {{}} numba {{}} {{}}\\n'.format(
+                world.rank, jit.available(), jit.FALLBACK_NOTE[:23]))
+            sys.stdout.flush()
     ''').format(workers=os.path.dirname(CHECK_MEAN), check=CHECK_MEAN, variants=variants,
                  rank0=rank0, warm=WARM, no_numba=no_numba)
     return run_mpi(nprocs, ['-c', code], python=PYTHON, timeout=900,

@@ -1,5 +1,5 @@
 """auto's choices as one object (tuning.lifecycle.Choices), without MPI: a job of one rank
-(tuning.job.OneRank) standing for rank 0 of 2 nodes x 2 ranks, candidates that record their
+(tuning.collective_steps.OneRank) standing for rank 0 of 2 nodes x 2 ranks, candidates that record their
 calls. The look-up, the trials, the decision, the record, the retirement of the losers and
 the partial record at exit; on real ranks: test_tune.py and test_auto.py."""
 import atexit
@@ -9,7 +9,7 @@ import pytest
 
 from chainermn_torus.planning import planner
 from chainermn_torus.tuning import candidates, memory
-from chainermn_torus.tuning.job import OneRank, Shape
+from chainermn_torus.tuning.collective_steps import OneRank, Shape
 from chainermn_torus.tuning.lifecycle import TUNE_MIN_BYTES, Choices, Settings
 
 SHAPE = Shape(size=4, rank=0, ranks_per_node=2, nodes=2, uniform=True)

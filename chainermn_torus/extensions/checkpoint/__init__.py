@@ -28,7 +28,7 @@ rate on another rank count: one class per ``--resume-batch`` choice), ``reshardi
 
 Why it is built so: docs/internals.md (extensions/checkpoint/__init__.py).
 """
-from chainermn_torus.extensions.checkpoint.cli import (add_arguments, attach,  # NOQA
+from chainermn_torus.extensions.checkpoint.arguments import (add_arguments, attach,  # NOQA
                                                        check_arguments, check_output)
 from chainermn_torus.extensions.checkpoint.extension import MultiNodeCheckpointer  # NOQA
 from chainermn_torus.extensions.checkpoint.files import MANIFEST, CheckpointError  # NOQA

@@ -1,6 +1,6 @@
 """What killed checkpoint writers left in a directory, and which of it can go.
 
-Each name says whose it was: a temporary file (``*.tmp.<host>.<pid>``, runtime.files.atomic), an
+Each name says whose it was: a temporary file (``*.tmp.<host>.<pid>``, watchers.temporaries), an
 in-progress marker (``.writing_iter_<I>.rank<R>.<host>.<pid>``), a rank file of a
 checkpoint no manifest names. The removal itself is runtime.files.sweep's, shared with /dev/shm's.
 """
@@ -10,7 +10,7 @@ import time
 
 from chainermn_torus.extensions.checkpoint import files
 from chainermn_torus.runtime.files import sweep as sweep_files
-from chainermn_torus.runtime.files.atomic import TMP_PATTERN
+from chainermn_torus.watchers.temporaries import TMP_PATTERN
 
 __all__ = ['sweep_temporary', 'leftovers', 'STALE_S']
 

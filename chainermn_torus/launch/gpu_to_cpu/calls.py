@@ -6,7 +6,7 @@ mapping once on rank 0.
 import collections
 
 from chainermn_torus.errors import Unsupported
-from chainermn_torus.launch.report import say
+from chainermn_torus.launch.lines import say
 
 __all__ = ['MAPPED', 'REFUSED', 'GPU_COMMUNICATORS', 'CUDA_KERNELS', 'CUPY_KERNELS',
            'MULTI_GPU_UPDATERS', 'Said', 'OPTION']

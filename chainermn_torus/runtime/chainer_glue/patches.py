@@ -32,13 +32,14 @@ Why it is built so: docs/internals.md (runtime/chainer_glue/patches.py).
 import types
 import weakref
 
+from chainermn_torus.process import STATE
+
 __all__ = ['apply', 'undo', 'uninstall', 'applied', 'original_of', 'Patch', 'GROUPS']
 
 GROUPS = ('registry', 'launcher', 'gpu to cpu', 'watchdog', 'timing', 'abort', 'compute',
           'chainer import', 'fused', 'chainer tests')
 _MISSING = object()
 
-_APPLIED = []  # the patches in force, oldest first
 
 
 class Patch(object):
@@ -69,7 +70,7 @@ def _held(owner):
 
 
 def _forget(ref):
-    _APPLIED[:] = [p for p in _APPLIED if p._owner is not ref]
+    STATE.patches[:] = [p for p in STATE.patches if p._owner is not ref]
 
 
 def _entries(owner):
@@ -117,16 +118,16 @@ def apply(owner, name, replacement, group, why):
     _keep_markers(original, replacement)
     patch = Patch(owner, name, original, own, replacement, group, why)
     _set(owner, name, replacement)
-    _APPLIED.append(patch)
+    STATE.patches.append(patch)
     return patch
 
 
 def undo(patch):
     """Put back what ``patch`` replaced (the original, or nothing of the owner's own where
     the attribute was inherited or the entry absent)."""
-    if patch not in _APPLIED:
+    if patch not in STATE.patches:
         return  # undone already, or its owner is gone
-    _APPLIED.remove(patch)
+    STATE.patches.remove(patch)
     owner = patch.owner
     if owner is None:
         return
@@ -139,7 +140,7 @@ def undo(patch):
 def uninstall(group=None, owner=None):
     """Undo every patch in force (of ``group``, of ``owner``), newest first; returns how
     many."""
-    done = [p for p in reversed(_APPLIED) if (group is None or p.group == group)
+    done = [p for p in reversed(STATE.patches) if (group is None or p.group == group)
             and (owner is None or p.owner is owner)]
     for patch in done:
         undo(patch)
@@ -147,13 +148,13 @@ def uninstall(group=None, owner=None):
 
 
 def applied(group=None, owner=None):
-    return [p for p in _APPLIED if (group is None or p.group == group)
+    return [p for p in STATE.patches if (group is None or p.group == group)
             and (owner is None or p.owner is owner)]
 
 
 def original_of(owner, name):
     """What ``owner.name`` was before this package's first patch of it (itself if none)."""
-    for patch in _APPLIED:
+    for patch in STATE.patches:
         if patch.owner is owner and patch.name == name:
             return patch.original
     return getattr(owner, name)

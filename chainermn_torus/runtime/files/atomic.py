@@ -4,7 +4,7 @@ The data goes to a temporary file beside the target, is flushed to disk, and is 
 over the target (a rename within one directory is atomic on POSIX file systems). On any
 failure (ENOSPC, an exception in ``write``, a signal) the temporary file is removed and the
 error raised. Temporary files a killed process left carry its host and pid
-(``runtime.files.temporaries``), so ``chainermn-torus clean`` can tell dead jobs' leftovers from
+(``watchers.temporaries``), so ``chainermn-torus clean`` can tell dead jobs' leftovers from
 live ones.
 The temporary file is created new, never through a link another user planted under its
 predictable name (``runtime.files.own_files``); the rename replaces a link at the target itself,
@@ -14,9 +14,9 @@ import os
 
 from chainermn_torus.errors import UnsafePath
 from chainermn_torus.runtime.files import own_files
-from chainermn_torus.runtime.files.temporaries import TMP_PATTERN, remove_temporary, tmp_name
+from chainermn_torus.watchers.temporaries import tmp_name
 
-__all__ = ['atomic_write', 'tmp_name', 'TMP_PATTERN', 'remove_temporary']
+__all__ = ['atomic_write']
 
 
 def atomic_write(path, write, before_rename=None, *, mode='wb', tmp=None):

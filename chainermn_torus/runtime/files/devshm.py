@@ -28,7 +28,8 @@ import time
 
 from chainermn_torus import config
 from chainermn_torus.errors import ConfigError, Refusal
-from chainermn_torus.runtime import agree, processes
+from chainermn_torus.runtime import agree
+from chainermn_torus.watchers import processes
 from chainermn_torus.runtime.files import sweep as sweep_files
 from chainermn_torus.runtime.report import format_bytes
 

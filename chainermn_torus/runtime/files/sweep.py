@@ -8,7 +8,7 @@ bytes, never failing on a file another cleaner removed first.
 import os
 import socket
 
-from chainermn_torus.runtime import processes
+from chainermn_torus.watchers import processes
 
 __all__ = ['writer_gone', 'remove']
 

@@ -11,9 +11,7 @@ picture: docs/development.md, "The watch"):
   nodes (``heartbeat``), the verdict (``verdict``), and the end of a stalled node
   (``node_end``).
 
-The first two run ``python -I -S`` on their file and load, by path, the small core they
-share with the rest: ``runtime/processes.py`` (what /proc says of a process), ``ranks.py``
-(the job's ranks of a node, the names they hold, the one way to end them) and
-``board_layout.py`` (the board's rows, the phases, the communication calls). None of these
-imports anything of the package.
+The first two, with the small core they share with the rest (what /proc says of a process,
+the job's ranks of a node, the board's layout), are the package ``chainermn_torus.watchers``:
+standard library only, started with that package alone on the path.
 """

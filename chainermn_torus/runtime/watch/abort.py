@@ -19,7 +19,7 @@ clean-up code runs and the hook above names the signal and ends the job. A main 
 blocked in a long MPI call cannot run Python handlers, and a thread cannot help either:
 mpi4py's object collectives (``comm.allreduce(obj)``, ChainerMN's ``allreduce_obj`` in every
 multi-node evaluator) hold the GIL while they wait, so no other thread of the rank runs. The
-watcher is therefore a small process of its own (``runtime.watch.rank_watch``): the C-level
+watcher is therefore a small process of its own (``watchers.rank_watch``): the C-level
 signal handler writes the signal's number into a pipe (``signal.set_wakeup_fd``) whose
 other end the watcher reads, and if the rank is still alive ``TERM_GRACE_S`` later (longer
 while the hook is already aborting) the watcher says so and kills it, so the job ends
@@ -42,12 +42,12 @@ import psutil
 
 from chainermn_torus import config
 from chainermn_torus.errors import ConfigError, Refusal
-from chainermn_torus.runtime import processes, report
+from chainermn_torus.runtime import report
+from chainermn_torus.watchers import processes
 from chainermn_torus.runtime import timeline
 from chainermn_torus.runtime.chainer_glue import patches
 from chainermn_torus.runtime.files import devshm
-from chainermn_torus.runtime.watch import board_layout, rank_watch
-from chainermn_torus.runtime.watch import ranks
+from chainermn_torus.watchers import command, rank_watch, ranks
 
 __all__ = ['install', 'ABORT_DELAY_S', 'Terminated', 'TERM_GRACE_S', 'say_on_signal']
 
@@ -394,9 +394,8 @@ def _catch_sigterm():
                                            os.getpid())
         # -I -S: no site packages, no environment: the watcher starts in milliseconds and
         # imports nothing of the job's (no MPI: it must not count as a process of the job).
-        subprocess.Popen([sys.executable, '-I', '-S', rank_watch.__file__, str(read_fd),
-                          str(os.getpid()), str(TERM_GRACE_S), who, board_layout.__file__,
-                          str(_oom_kills()), ranks.__file__],
+        subprocess.Popen(command.argv('rank', read_fd, os.getpid(), TERM_GRACE_S, who,
+                                      _oom_kills()),
                          pass_fds=(read_fd,), stdin=subprocess.DEVNULL,
                          stdout=subprocess.DEVNULL)
     except OSError:
@@ -414,7 +413,7 @@ def _catch_sigterm():
 def _forget_watcher():
     """In a child forked by the rank (a fork-based iterator's workers): the watcher's pipe
     is the rank's. Held open there, its end of file would wait for the children, and the
-    watcher would see the rank's death late (``runtime.watch.rank_watch``)."""
+    watcher would see the rank's death late (``watchers.rank_watch``)."""
     if _HOOK.wakeup is None:
         return
     try:

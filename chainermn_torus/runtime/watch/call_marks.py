@@ -17,7 +17,8 @@ Two places carry the marks, so that every path is seen whatever the script calls
   again (the marker keeps a depth per thread).
 """
 from chainermn_torus.runtime.chainer_glue import patches
-from chainermn_torus.runtime.watch import board_layout, progress_board as pb
+from chainermn_torus.runtime.watch import progress_board as pb
+from chainermn_torus.watchers import board_layout
 
 __all__ = ['mark_communicator', 'unmark', 'API', 'MPI_METHODS']
 

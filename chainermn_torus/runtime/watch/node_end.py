@@ -14,10 +14,10 @@ import time
 
 import psutil
 
-from chainermn_torus.runtime import processes
+from chainermn_torus.watchers import processes
 from chainermn_torus.runtime.files import devshm
-from chainermn_torus.runtime.files.atomic import remove_temporary
-from chainermn_torus.runtime.watch import ranks
+from chainermn_torus.watchers.temporaries import remove_temporary
+from chainermn_torus.watchers import ranks
 
 __all__ = ['end_ranks', 'remove_writers_temporaries', 'launcher_of', 'end_launcher',
            'LAUNCHERS', 'LAUNCHER_GRACE_S']

@@ -7,7 +7,7 @@ Why a process and not a thread of a rank: a thread needs the GIL, which a rank w
 mpi4py object collective (``allreduce_obj``, ChainerMN's evaluator) does not give up, and MPI,
 whose progress may be what stopped. This process uses neither. Once per heartbeat period it
 reads the node's progress board (``runtime.watch.progress_board``: each rank's steps, phase and
-time of its last progress) and its ranks' process states (``runtime.processes``), exchanges
+time of its last progress) and its ranks' process states (``watchers.processes``), exchanges
 heartbeats with the watchers of the other nodes (``heartbeat``: UDP), and asks the verdict
 (``verdict.judge``, a pure function of those rows) whether the job is stalled and on whom.
 With a verdict it prints that on one line, tells the other watchers (they end their nodes'
@@ -24,7 +24,7 @@ import socket
 import sys
 import time
 
-from chainermn_torus.runtime import processes
+from chainermn_torus.watchers import board_layout, processes
 from chainermn_torus.runtime.files import devshm
 from chainermn_torus.runtime.watch import heartbeat as hb, node_end
 from chainermn_torus.runtime.watch import progress_board as pb, verdict
@@ -85,7 +85,7 @@ class Watcher(object):
         """One heartbeat: read, send, judge. An exit code once the watch is over."""
         now = pb.now_ns()
         board_rows = self.board.rows()
-        if self.leader_done and all(r[pb.PHASE] == pb.FINISHED or not r[pb.PID]
+        if self.leader_done and all(r[board_layout.PHASE] == board_layout.FINISHED or not r[board_layout.PID]
                                     for r in board_rows):
             return self.stop()
         rows = verdict.summary(board_rows, now, *self.states(board_rows, now))
@@ -112,8 +112,8 @@ class Watcher(object):
         families = None
         self.stopped_children = {}
         for r in rows:
-            pid = int(r[pb.PID])
-            if not pid or r[pb.PHASE] == pb.FINISHED:
+            pid = int(r[board_layout.PID])
+            if not pid or r[board_layout.PHASE] == board_layout.FINISHED:
                 continue
             state = processes.state(pid)
             if state not in verdict.BROKEN:
@@ -121,7 +121,7 @@ class Watcher(object):
                 stopped = sorted(c for c, (parent, _) in families.items()
                                  if parent == pid and processes.state(c) == 'T')
                 if stopped:
-                    state, self.stopped_children[int(r[pb.RANK])] = 'L', stopped
+                    state, self.stopped_children[int(r[board_layout.RANK])] = 'L', stopped
             states[pid] = state
             if state in verdict.BROKEN:
                 since = self._stopped_since.setdefault(pid, now)
@@ -178,14 +178,14 @@ class Watcher(object):
 
     def end(self):
         rows = self.board.rows()
-        live = [i for i, r in enumerate(rows) if r[pb.PID] and r[pb.PHASE] != pb.FINISHED]
-        pids = [int(rows[i][pb.PID]) for i in live]
+        live = [i for i, r in enumerate(rows) if r[board_layout.PID] and r[board_layout.PHASE] != board_layout.FINISHED]
+        pids = [int(rows[i][board_layout.PID]) for i in live]
         # The launcher's proxy, killed with the job, leaves MPICH's topology file in /tmp;
         # the node's ranks had read it before this watcher started.
         devshm.remove_launcher_topology(pids[0] if pids else None, self.wall_started)
         node_end.end_ranks(pids, _HELD)
         # Who was writing a checkpoint, read once the ranks are gone: a rank that began one
-        # while they were being ended is on the board now (runtime.watch.rank_watch likewise).
+        # while they were being ended is on the board now (watchers.rank_watch likewise).
         writing = [(pid, self.board.writing_to(i)) for i, pid in zip(live, pids)]
         self.board.close(remove=True)
         node_end.remove_writers_temporaries(writing)

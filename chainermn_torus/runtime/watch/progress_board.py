@@ -25,19 +25,11 @@ import time
 import numpy
 
 from chainermn_torus.runtime.files import devshm, shared_paths
-from chainermn_torus.runtime.watch import board_layout
-# The layout, the phases and the calls, described once (board_layout: no dependency, read
-# by the rank's death watcher too).
-from chainermn_torus.runtime.watch.board_layout import (  # noqa: F401 (this module's names too)
-    AFTER, BETWEEN, BG_CALL, BG_CALLS, BG_INSIDE, CALL, CALL_NS, CALLS_MADE, CHECKPOINT,
-    COUNT, EVALUATION, FINAL_EVALUATION, FINISHED, FINISHED_STEPS, HEADER, INSIDE, MAGIC,
-    PATH_BYTES, PHASE, PHASE_OF, PHASES, PID, PROGRESS_NS, RANK, ROW, STARTUP, STEP, CALLS)
+from chainermn_torus.watchers import board_layout
 
-__all__ = ['Board', 'PHASES', 'STARTUP', 'STEP', 'BETWEEN', 'EVALUATION', 'CHECKPOINT',
-           'AFTER', 'FINISHED', 'FINAL_EVALUATION', 'now_ns', 'position', 'CALLS', 'call_code',
-           'call_name']
+__all__ = ['Board', 'now_ns', 'position', 'call_code', 'call_name']
 
-_CODES = {name: i + 1 for i, name in enumerate(CALLS)}
+_CODES = {name: i + 1 for i, name in enumerate(board_layout.CALLS)}
 
 
 def call_code(name):
@@ -46,7 +38,7 @@ def call_code(name):
 
 def call_name(code):
     code = int(code)
-    return CALLS[code - 1] if 0 < code <= len(CALLS) else 'a communication call'
+    return board_layout.CALLS[code - 1] if 0 < code <= len(board_layout.CALLS) else 'a communication call'
 
 
 def now_ns():
@@ -56,13 +48,13 @@ def now_ns():
 def position(row):
     """How far a rank has come, comparable across ranks: (steps finished, where in the
     stretch after it, progress count there)."""
-    phase = int(row[PHASE])
-    if phase == FINISHED:
+    phase = int(row[board_layout.PHASE])
+    if phase == board_layout.FINISHED:
         return (float('inf'), 0, 0)
-    if phase == STARTUP:
+    if phase == board_layout.STARTUP:
         return (-1, 0, 0)
-    order = PHASE_OF[phase].order if phase in PHASE_OF else 0
-    return (int(row[FINISHED_STEPS]), order, int(row[COUNT]))
+    order = board_layout.PHASE_OF[phase].order if phase in board_layout.PHASE_OF else 0
+    return (int(row[board_layout.FINISHED_STEPS]), order, int(row[board_layout.COUNT]))
 
 
 class Board(object):
@@ -78,7 +70,7 @@ class Board(object):
         finally:
             os.close(fd)
         self.array = numpy.frombuffer(self._map, dtype=numpy.int64)
-        if int(self.array[0]) != MAGIC:
+        if int(self.array[0]) != board_layout.MAGIC:
             raise ValueError('chainermn_torus: {} is not a progress board'.format(path))
         self.slots = int(self.array[1])
         self.outside = int(self.array[3])
@@ -105,7 +97,7 @@ class Board(object):
 
     @classmethod
     def create(cls, slots, limit_s, outside, startup_s=None):
-        nbytes = 8 * (HEADER + ROW * slots) + PATH_BYTES * slots
+        nbytes = 8 * (board_layout.HEADER + board_layout.ROW * slots) + board_layout.PATH_BYTES * slots
         devshm.check_room(devshm.pages(nbytes), 'the watchdog\'s progress board')
         # A name another user could guess they could also make first (/dev/shm is sticky:
         # the job cannot remove it): a user who pre-created the predictable name of the
@@ -114,9 +106,9 @@ class Board(object):
         fd, path = shared_paths.create_unique(devshm.SHM_DIR, cls.name())
         try:
             os.posix_fallocate(fd, 0, nbytes)
-            head = numpy.zeros(HEADER, numpy.int64)
+            head = numpy.zeros(board_layout.HEADER, numpy.int64)
             startup_s = limit_s if startup_s is None else startup_s
-            head[:5] = (MAGIC, slots, int(round(limit_s * 1e3)), outside,
+            head[:5] = (board_layout.MAGIC, slots, int(round(limit_s * 1e3)), outside,
                         int(round(startup_s * 1e3)))
             os.pwrite(fd, head.tobytes(), 0)
         finally:
@@ -124,7 +116,7 @@ class Board(object):
         return cls(path)
 
     def row(self, i):
-        return self.array[HEADER + ROW * i:HEADER + ROW * (i + 1)]
+        return self.array[board_layout.HEADER + board_layout.ROW * i:board_layout.HEADER + board_layout.ROW * (i + 1)]
 
     def rows(self):
         return [self.row(i).copy() for i in range(self.slots)]
@@ -132,14 +124,14 @@ class Board(object):
     def set_writing_to(self, i, path):
         """Position i's directory being written to ('' once done; too long: not kept)."""
         data = os.fsencode(path or '')
-        if len(data) >= PATH_BYTES:
+        if len(data) >= board_layout.PATH_BYTES:
             data = b''
-        at = self._paths + i * PATH_BYTES
-        self._map[at:at + PATH_BYTES] = data.ljust(PATH_BYTES, b'\0')
+        at = self._paths + i * board_layout.PATH_BYTES
+        self._map[at:at + board_layout.PATH_BYTES] = data.ljust(board_layout.PATH_BYTES, b'\0')
 
     def writing_to(self, i):
-        at = self._paths + i * PATH_BYTES
-        return os.fsdecode(bytes(self._map[at:at + PATH_BYTES]).split(b'\0', 1)[0])
+        at = self._paths + i * board_layout.PATH_BYTES
+        return os.fsdecode(bytes(self._map[at:at + board_layout.PATH_BYTES]).split(b'\0', 1)[0])
 
     def limits(self):
         """The limits in force (``board_layout.Limits``), read now."""

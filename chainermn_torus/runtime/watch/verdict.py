@@ -23,7 +23,8 @@ Every rank stopped is a suspension of the whole job (``scontrol suspend``): no v
 import collections
 
 from chainermn_torus import config
-from chainermn_torus.runtime.watch import board_layout, progress_board as pb
+from chainermn_torus.runtime.watch import progress_board as pb
+from chainermn_torus.watchers import board_layout
 
 __all__ = ['Seen', 'BROKEN', 'SAID', 'summary', 'judge']
 
@@ -59,16 +60,16 @@ def summary(rows, now, states=None, held=None):
     states, held = states or {}, held or {}
     out = []
     for row in rows:
-        pid = int(row[pb.PID])
+        pid = int(row[board_layout.PID])
         if pid == 0:
             continue
-        progress = int(row[pb.PROGRESS_NS])
-        call_ns = int(row[pb.CALL_NS])
+        progress = int(row[board_layout.PROGRESS_NS])
+        call_ns = int(row[board_layout.CALL_NS])
         out.append(list(Seen(
-            int(row[pb.RANK]), list(pb.position(row)), int(row[pb.PHASE]),
+            int(row[board_layout.RANK]), list(pb.position(row)), int(row[board_layout.PHASE]),
             (now - progress) / 1e9 if progress else None, states.get(pid, '?'),
-            int(row[pb.INSIDE]), int(row[pb.CALL]), (now - call_ns) / 1e9 if call_ns else None,
-            int(row[pb.CALLS_MADE]), int(row[pb.BG_INSIDE]), int(row[pb.BG_CALL]),
+            int(row[board_layout.INSIDE]), int(row[board_layout.CALL]), (now - call_ns) / 1e9 if call_ns else None,
+            int(row[board_layout.CALLS_MADE]), int(row[board_layout.BG_INSIDE]), int(row[board_layout.BG_CALL]),
             held.get(pid, 0.0))))
     return out
 
@@ -89,14 +90,14 @@ def _first_step(seen):
 def _trigger(limits, seen):
     """(seconds, limit, why) when ``seen`` (a rank of this node) is past its limit, else
     None."""
-    if seen.phase == pb.FINISHED:
+    if seen.phase == board_layout.FINISHED:
         return None
     if seen.state in BROKEN and seen.held > limits.limit_s:
         return seen.held, limits.limit_s, 'stopped'
     limit = limits.limit(seen.phase, first_step=_first_step(seen))
     if limit is None:
         return None
-    if pb.PHASE_OF[seen.phase].in_call_only:  # e.g. after training: only a wait in a call
+    if board_layout.PHASE_OF[seen.phase].in_call_only:  # e.g. after training: only a wait in a call
         if seen.inside and seen.call_age is not None and seen.call_age > limit:
             return seen.call_age, limit, 'after'
         return None
@@ -109,7 +110,7 @@ def _limit_text(limits, phase, seen, why):
     if why == 'stopped':
         return 'a stopped or vanished process is a stall after the step limit, {:g} s, ' \
             'set by {}'.format(limits.limit_s, ENV)
-    kind = pb.PHASE_OF[phase].limit_kind(_first_step(seen))
+    kind = board_layout.PHASE_OF[phase].limit_kind(_first_step(seen))
     if kind == 'startup':
         return 'start-up limit {:g} s, set by {} (default: the larger of 900 s and the ' \
             'step limit)'.format(limits.startup_s, STARTUP_ENV)
@@ -179,7 +180,7 @@ def judge(limits, host, local, peers, now, silent_s):
                      if not p['gone'] and p.get('seen', True)
                      and (now - p['heard']) / 1e9 > silent_s),
                     key=lambda item: item[0])
-    running = any(s.phase != pb.FINISHED for s in local)
+    running = any(s.phase != board_layout.FINISHED for s in local)
     # A node silent for the limit is a verdict by itself, whatever this node's ranks do:
     # they may be in a checkpoint, with its longer limit, waiting for that node.
     lost = running and any((now - p['heard']) / 1e9 > limits.limit_s for _, p in silent)
@@ -188,7 +189,7 @@ def judge(limits, host, local, peers, now, silent_s):
     everyone = [(s, host) for s in local]
     for p in peers.values():
         everyone += [(s, p['host']) for s in _seen(p['rows'])]
-    active = [(s, h) for s, h in everyone if s.phase != pb.FINISHED]
+    active = [(s, h) for s, h in everyone if s.phase != board_layout.FINISHED]
     if not silent and active and all(s.state == 'T' for s, _ in active):
         return None  # every rank stopped: the job is suspended (scontrol suspend), not stuck
     if stalled:

@@ -31,13 +31,14 @@ import threading
 
 from chainer.training.extensions import Evaluator
 
+from chainermn_torus.process import STATE
 from chainermn_torus import config
 from chainermn_torus.errors import ConfigError, Unsupported
 from chainermn_torus.runtime import agree
 from chainermn_torus.runtime import world
 from chainermn_torus.runtime.chainer_glue import patches
 from chainermn_torus.runtime.watch import abort, call_marks, progress_board as pb
-from chainermn_torus.runtime.watch import startup_watch
+from chainermn_torus.watchers import board_layout, startup_watch
 
 __all__ = ['Watchdog', 'attach', 'set_default', 'watch_from_start', 'WATCHDOG_ENV',
            'STARTUP_ENV', 'OUTSIDE_FACTOR', 'STARTUP_S', 'active', 'startup_limit', 'in_call']
@@ -49,13 +50,11 @@ OUTSIDE_FACTOR = 10  # the limit between steps and in checkpoints, in multiples 
 # scatter_dataset, starting loader processes and compiling the kernels take minutes on a
 # cluster's shared file system, not seconds; the step limit where that is longer.
 STARTUP_S = 900.0
-_ACTIVE = []
-_DEFAULTS = {}  # the launcher's --watchdog / --watchdog-startup (set_default)
 
 
 def active():
     """The process's watchdog, or None: for the marks of evaluations and checkpoints."""
-    return _ACTIVE[-1] if _ACTIVE else None
+    return STATE.watchdogs[-1] if STATE.watchdogs else None
 
 
 @contextlib.contextmanager
@@ -76,20 +75,20 @@ def in_call(name):
 def set_default(timeout=None, startup=None):
     """Limits for a watchdog the next communicator starts where the environment sets none
     (the launcher's flags; the launcher has checked them)."""
-    _DEFAULTS.update({k: v for k, v in (('watchdog', timeout), ('watchdog_startup', startup))
+    STATE.watch_limits.update({k: v for k, v in (('watchdog', timeout), ('watchdog_startup', startup))
                       if v is not None})
 
 
 def _setting(key, given=None, option=None):
     """``given``, else the environment variable, else the launcher's, else the default."""
     value, source = config.value(key, given, option)
-    if source is None and key in _DEFAULTS:
-        return _DEFAULTS[key]
+    if source is None and key in STATE.watch_limits:
+        return STATE.watch_limits[key]
     return value
 
 
 def watch_from_start():
-    """Start the watch before the communicator (``runtime.watch.startup_watch``) where a
+    """Start the watch before the communicator (``watchers.startup_watch``) where a
     watchdog is set and a launcher started this process: at ``import chainermn_torus`` and
     when the launcher reads ``--watchdog``. A bad value is refused later, where the
     watchdog starts, as before."""
@@ -151,7 +150,7 @@ class Watchdog(object):
             self._start(comm, node, outside)
         finally:
             node.Free()
-        _ACTIVE.append(self)
+        STATE.watchdogs.append(self)
         _mark_evaluations()
         atexit.register(self.stop)
         startup_watch.arrived()  # the node's watcher watches this rank from here
@@ -188,9 +187,9 @@ class Watchdog(object):
                                if self._watcher is not None else None)
             self._slot = node.rank
             row = self._board.row(node.rank)
-            row[pb.RANK], row[pb.PID] = comm.rank, os.getpid()
-            row[pb.PROGRESS_NS] = pb.now_ns()
-            row[pb.PHASE] = pb.STARTUP
+            row[board_layout.RANK], row[board_layout.PID] = comm.rank, os.getpid()
+            row[board_layout.PROGRESS_NS] = pb.now_ns()
+            row[board_layout.PHASE] = board_layout.STARTUP
             self._row = row
         agree.raise_everywhere(comm, problem,
                                lambda bad: Unsupported('chainermn_torus: ' + bad[0][1]))
@@ -226,14 +225,14 @@ class Watchdog(object):
         if depth or row is None:
             return
         if threading.get_ident() == self._main:
-            row[pb.CALL] = pb.call_code(name)
-            row[pb.CALL_NS] = pb.now_ns()
-            row[pb.CALLS_MADE] += 1
-            row[pb.INSIDE] = 1
+            row[board_layout.CALL] = pb.call_code(name)
+            row[board_layout.CALL_NS] = pb.now_ns()
+            row[board_layout.CALLS_MADE] += 1
+            row[board_layout.INSIDE] = 1
         else:  # the communication thread of double buffering or overlap
-            row[pb.BG_CALL] = pb.call_code(name)
-            row[pb.BG_CALLS] += 1
-            row[pb.BG_INSIDE] = 1
+            row[board_layout.BG_CALL] = pb.call_code(name)
+            row[board_layout.BG_CALLS] += 1
+            row[board_layout.BG_INSIDE] = 1
 
     def leave(self):
         local = self._local
@@ -242,52 +241,52 @@ class Watchdog(object):
         if depth or row is None:
             return
         if threading.get_ident() == self._main:
-            row[pb.CALL_NS] = pb.now_ns()
-            row[pb.INSIDE] = 0
+            row[board_layout.CALL_NS] = pb.now_ns()
+            row[board_layout.INSIDE] = 0
         else:
-            row[pb.BG_INSIDE] = 0
+            row[board_layout.BG_INSIDE] = 0
 
     def _base(self):
         """The phase a rank is in when it is in no step, evaluation or checkpoint."""
         if self._over:
-            return pb.AFTER
-        return pb.BETWEEN if self._steps else pb.STARTUP
+            return board_layout.AFTER
+        return board_layout.BETWEEN if self._steps else board_layout.STARTUP
 
     def _mark(self, phase, count=0):
         row = self._row
         if row is None:
             return
-        row[pb.COUNT] = count
-        row[pb.PROGRESS_NS] = pb.now_ns()
-        if not row[pb.INSIDE]:
-            row[pb.CALLS_MADE] = 0  # calls are counted from the phase's start
-        row[pb.PHASE] = phase
+        row[board_layout.COUNT] = count
+        row[board_layout.PROGRESS_NS] = pb.now_ns()
+        if not row[board_layout.INSIDE]:
+            row[board_layout.CALLS_MADE] = 0  # calls are counted from the phase's start
+        row[board_layout.PHASE] = phase
 
     def step_started(self):
         """A training step begins (``update()`` was called)."""
-        self._mark(pb.STEP)
+        self._mark(board_layout.STEP)
 
     def beat(self):
         """A training step finished."""
         self._steps += 1
         if self._row is not None:
-            self._row[pb.FINISHED_STEPS] = self._steps
+            self._row[board_layout.FINISHED_STEPS] = self._steps
         self._mark(self._base())
 
     def evaluation(self, batch):
         """Evaluation batch ``batch`` (0: the evaluation starts)."""
-        self._mark(pb.FINAL_EVALUATION if self._over else pb.EVALUATION, batch)
+        self._mark(board_layout.FINAL_EVALUATION if self._over else board_layout.EVALUATION, batch)
 
     def checkpoint(self, directory=None):
         """A checkpoint begins, written to ``directory`` (where the watcher removes this
         rank's temporary files if it has to end the job meanwhile)."""
         if directory and self._row is not None:
             self._board.set_writing_to(self._slot, os.path.abspath(directory))
-        self._mark(pb.CHECKPOINT)
+        self._mark(board_layout.CHECKPOINT)
 
     def between(self):
         """Back to the work between steps (an evaluation or a checkpoint ended)."""
-        if self._row is not None and self._row[pb.PHASE] == pb.CHECKPOINT:
+        if self._row is not None and self._row[board_layout.PHASE] == board_layout.CHECKPOINT:
             self._board.set_writing_to(self._slot, '')
         self._mark(self._base())
 
@@ -295,28 +294,28 @@ class Watchdog(object):
         """Training ended: what follows (a final evaluation, reductions, writing results) is
         watched with the limits of between steps, and a rank working alone is no stall."""
         self._over = True
-        self._mark(pb.AFTER)
+        self._mark(board_layout.AFTER)
 
     def stop(self):
         """This rank is done (at exit; every rank; idempotent): the watcher stops when every
         rank of its node is."""
         if self._row is None:
             return
-        self._mark(pb.FINISHED)
+        self._mark(board_layout.FINISHED)
         self._row = None
         if self._watcher is not None:
             abort.tell_watcher(node_watcher=0)  # stopped on purpose: no longer watched
             try:
                 self._watcher.stdin.write('stop\n')
                 self._watcher.stdin.flush()
-                if all(r[pb.PHASE] == pb.FINISHED or not r[pb.PID]
+                if all(r[board_layout.PHASE] == board_layout.FINISHED or not r[board_layout.PID]
                        for r in self._board.rows()):
                     self._watcher.wait(timeout=5)
             except (OSError, ValueError, subprocess.TimeoutExpired):
                 pass
             self._watcher = None
-        if self in _ACTIVE:
-            _ACTIVE.remove(self)
+        if self in STATE.watchdogs:
+            STATE.watchdogs.remove(self)
 
 
 def _host():

@@ -31,7 +31,7 @@ from chainermn_torus.compute.onednn import binding
 compute_places = [(cls, name) for cls, name, _ in replacements._REPLACEMENTS] + [
     (cls, 'backward') for cls in replacements._BACKWARDS]
 before.update(snapshot(compute_places))  # nothing of Chainer's layers is patched on import
-from chainermn_torus.launch import patches as launch_patches
+from chainermn_torus.launch import hooks
 from chainermn_torus.runtime.chainer_glue import patches
 from chainermn_torus.runtime.watch import abort, watchdog
 
@@ -41,9 +41,9 @@ class Launch(object):  # what the hooks keep; nothing of it runs here
         return None
 
 launch = Launch()
-launch_patches.patch_updater(launch)
-launch_patches.patch_trainer(launch)
-launch_patches.patch_plain_update(launch)
+hooks.patch_updater(launch)
+hooks.patch_trainer(launch)
+hooks.patch_plain_update(launch)
 patches.apply(chainermn.optimizers, 'create_multi_node_optimizer',
               chainermn_torus.create_multi_node_optimizer, 'launcher', 'the test')
 abort._trainer_says_no_refusal()

@@ -10,7 +10,8 @@ import pytest
 from mpi4py import MPI
 
 import chainermn.communicators
-from chainermn_torus.runtime.watch import board_layout, call_marks, progress_board as pb, watchdog
+from chainermn_torus.runtime.watch import call_marks, progress_board as pb, watchdog
+from chainermn_torus.watchers import board_layout
 
 
 @pytest.fixture(scope='module')
@@ -33,13 +34,13 @@ def test_a_call_is_marked_once_however_deep_and_left(dog):
     dog.step_started()
     assert comm.allreduce_obj(3) == 3  # ChainerMN's call, which calls mpi_comm.allreduce
     row = _row(dog)
-    assert (row[pb.CALLS_MADE], row[pb.INSIDE]) == (1, 0)
-    assert pb.call_name(row[pb.CALL]) == 'allreduce_obj'
+    assert (row[board_layout.CALLS_MADE], row[board_layout.INSIDE]) == (1, 0)
+    assert pb.call_name(row[board_layout.CALL]) == 'allreduce_obj'
     assert comm.mpi_comm.bcast('x') == 'x'  # a script's direct call on the handle
     row = _row(dog)
-    assert row[pb.CALLS_MADE] == 2 and pb.call_name(row[pb.CALL]) == 'MPI bcast'
+    assert row[board_layout.CALLS_MADE] == 2 and pb.call_name(row[board_layout.CALL]) == 'MPI bcast'
     dog.beat()  # a phase mark counts the calls afresh
-    assert _row(dog)[pb.CALLS_MADE] == 0 and _row(dog)[pb.PHASE] == pb.BETWEEN
+    assert _row(dog)[board_layout.CALLS_MADE] == 0 and _row(dog)[board_layout.PHASE] == board_layout.BETWEEN
 
 
 def test_inside_a_call_and_a_threads_calls_have_their_own_columns(dog):
@@ -52,10 +53,10 @@ def test_inside_a_call_and_a_threads_calls_have_their_own_columns(dog):
     nested = _row(dog)
     dog.leave()
     dog.leave()
-    assert (inside[pb.INSIDE], inside[pb.CALLS_MADE]) == (1, 1)
-    assert pb.call_name(inside[pb.CALL]) == 'multi_node_mean_grad'
-    assert (nested[pb.CALLS_MADE], nested[pb.CALL]) == (1, inside[pb.CALL])
-    assert _row(dog)[pb.INSIDE] == 0
+    assert (inside[board_layout.INSIDE], inside[board_layout.CALLS_MADE]) == (1, 1)
+    assert pb.call_name(inside[board_layout.CALL]) == 'multi_node_mean_grad'
+    assert (nested[board_layout.CALLS_MADE], nested[board_layout.CALL]) == (1, inside[board_layout.CALL])
+    assert _row(dog)[board_layout.INSIDE] == 0
     seen = {}
 
     def background():
@@ -65,9 +66,9 @@ def test_inside_a_call_and_a_threads_calls_have_their_own_columns(dog):
     t.start()
     t.join()
     row = seen['thread']
-    assert (row[pb.BG_CALLS], row[pb.BG_INSIDE]) == (1, 0)
-    assert pb.call_name(row[pb.BG_CALL]) == 'bcast_obj'
-    assert row[pb.CALLS_MADE] == 1  # the main thread's count is its own
+    assert (row[board_layout.BG_CALLS], row[board_layout.BG_INSIDE]) == (1, 0)
+    assert pb.call_name(row[board_layout.BG_CALL]) == 'bcast_obj'
+    assert row[board_layout.CALLS_MADE] == 1  # the main thread's count is its own
 
 
 def test_a_dup_of_a_marked_handle_works_unmarked_and_marking_twice_is_once(dog):
@@ -78,9 +79,9 @@ def test_a_dup_of_a_marked_handle_works_unmarked_and_marking_twice_is_once(dog):
     assert comm.mpi_comm is handle
     dup = comm.mpi_comm.Dup()
     try:
-        before = _row(dog)[pb.CALLS_MADE]
+        before = _row(dog)[board_layout.CALLS_MADE]
         assert dup.allreduce(2) == 2
-        assert _row(dog)[pb.CALLS_MADE] == before
+        assert _row(dog)[board_layout.CALLS_MADE] == before
     finally:
         dup.Free()
 

@@ -54,9 +54,9 @@ def test_exception_on_one_rank_ends_every_rank_naming_it(nprocs):
 
 # At P = 2 a rank killed is the fault matrix's kill rows too (every communicator, root).
 # kill-forked: the rank had forked a child that lives on (a fork-based iterator's worker).
+@pytest.mark.slow  # full tier: a rank's death; the fast tier's is test_exception_on_one_rank
 @pytest.mark.parametrize('nprocs, watch, mode', [
-    (2, True, 'kill'), pytest.param(4, False, 'kill', marks=pytest.mark.slow),
-    pytest.param(2, False, 'kill-forked', marks=pytest.mark.slow)])
+    (2, True, 'kill'), (4, False, 'kill'), (2, False, 'kill-forked')])
 def test_killed_rank_ends_the_job(nprocs, watch, mode):
     env = {'CHAINERMN_TORUS_WATCHDOG': '60'} if watch else None
     proc, elapsed = run_fault(mode, nprocs, env=env)
@@ -278,9 +278,8 @@ exec "$@"
 '''
 
 
-@pytest.mark.parametrize('nprocs, how', [
-    (2, 'variable'), pytest.param(3, 'variable', marks=pytest.mark.slow),
-    pytest.param(2, 'launcher', marks=pytest.mark.slow)])
+@pytest.mark.slow  # full tier: jobs ended from their start-up (fast: a job's own end)
+@pytest.mark.parametrize('nprocs, how', [(2, 'variable'), (3, 'variable'), (2, 'launcher')])
 def test_a_rank_stopped_before_its_communicator_is_named_and_the_job_ends(tmp_path, nprocs,
                                                                         how):
     # The watchdog starts with the communicator (it needs MPI): a rank stopped before it left
@@ -354,9 +353,7 @@ def test_a_lost_watchdogs_ranks_leave_no_checkpoint_temporaries(tmp_path):
     # removes them otherwise, is the one gone). A dead writer's file goes, a live one's stays;
     # and who was writing is read once the ended ranks are gone, not before: a rank that began
     # its checkpoint while the node's ranks were being ended once left its file in CI.
-    from chainermn_torus.runtime import processes
-    from chainermn_torus.runtime.files import atomic
-    from chainermn_torus.runtime.watch import rank_watch
+    from chainermn_torus.watchers import processes, rank_watch, temporaries
     dead = subprocess.Popen([sys.executable, '-c', 'pass'])
     dead.wait()
     ending = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(0.4)'])
@@ -365,7 +362,7 @@ def test_a_lost_watchdogs_ranks_leave_no_checkpoint_temporaries(tmp_path):
         names = {}
         for pid in (dead.pid, ending.pid, live.pid):
             path = os.path.join(str(tmp_path), 'snapshot_iter_6.rank{}.npz'.format(pid))
-            names[pid] = os.path.basename(atomic.tmp_name(path)).replace(
+            names[pid] = os.path.basename(temporaries.tmp_name(path)).replace(
                 '.{}'.format(os.getpid()), '.{}'.format(pid))
             open(os.path.join(str(tmp_path), names[pid]), 'w').close()
         read_at = []

@@ -17,7 +17,7 @@ from chainer.training.updaters import standard_updater
 
 from chainermn_torus.launch import loaders, sharding
 from chainermn_torus.launch.extensions import Extend
-from chainermn_torus.launch.report import say
+from chainermn_torus.launch.lines import say
 from chainermn_torus.runtime.chainer_glue import chainer_private, patches
 
 __all__ = ['patch_updater', 'patch_trainer', 'patch_plain_update', 'patch_save']

@@ -1,11 +1,9 @@
 """The job's ranks of a node as its watchers see them: the job's key on the node, the names
 the ranks and watchers hold, and the one way to end the node's ranks on purpose.
 
-No dependency beyond the standard library and ``runtime/processes.py`` (loaded by path where
-the package is not imported): the start-up watcher and the rank's watcher load this file in
-processes that import nothing of the package.
+Standard library only (``watchers``): the start-up watcher and the rank's watcher import it
+in processes that import nothing else of the package.
 """
-import importlib.util
 import os
 import secrets
 import signal
@@ -15,18 +13,7 @@ import time
 __all__ = ['key_of', 'holders', 'hold', 'ending', 'being_ended', 'canaries', 'end_ranks']
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-if __package__:
-    from chainermn_torus.runtime import processes
-else:  # a watcher process, which imports nothing of the package: the file beside ours
-    processes = _load('processes', os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'processes.py'))
+from . import processes
 
 
 def key_of(pid):

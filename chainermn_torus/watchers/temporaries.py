@@ -1,9 +1,8 @@
 """The names of the temporary files atomic writes make, and the removal of a dead writer's.
 
 ``path.tmp.<host>.<pid>``: whose a leftover was (``chainermn-torus clean``, the checkpoint
-sweep, the watchers that end a writer). No dependency: the rank's own watcher
-(``runtime.watch.rank_watch``) loads this file alone, in a process that imports nothing of the
-package.
+sweep, the watchers that end a writer). Standard library only (``watchers``): the rank's own
+watcher imports it.
 """
 import os
 import re

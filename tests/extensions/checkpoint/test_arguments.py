@@ -1,4 +1,4 @@
-"""The examples' checkpoint options (extensions.checkpoint.cli), parsed in one process."""
+"""The examples' checkpoint options (extensions.checkpoint.arguments), parsed in one process."""
 import argparse
 
 import pytest

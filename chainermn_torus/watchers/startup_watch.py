@@ -9,8 +9,8 @@ batch limit, MPICH's shared-memory file left in /dev/shm.
 
 With a watchdog set (``CHAINERMN_TORUS_WATCHDOG``, or the launcher's ``--watchdog``),
 ``import chainermn_torus`` in a process an MPI launcher started (and the launcher, when it
-reads ``--watchdog``) starts this small process beside the rank: ``python -I -S`` on this
-file, importing nothing (it starts in milliseconds and needs no MPI). It ends when the rank
+reads ``--watchdog``) starts this small process beside the rank (``command.argv``): it
+imports nothing beyond this package (it starts in milliseconds and needs no MPI). It ends when the rank
 says its watchdog has started (``arrived()``: the node's watcher takes over from there) or
 when the rank ends. Until then it looks at the ranks of its node, the launcher's other
 children on the node, through /proc (their rank from the launcher's variables in their
@@ -27,15 +27,13 @@ for, removes the names of MPICH's shared-memory segments its ranks map (nothing 
 the launcher ends the job. Ranks of other nodes waiting for it are ended by their own
 watchers, each saying that no rank of its node is behind.
 
-    python -I -S startup_watch.py PID STEP_S STARTUP_S READ_FD   (started by ``start``)
+    watchers startup PID STEP_S STARTUP_S READ_FD   (started by ``start``)
 """
-import importlib.util
 import os
 import select
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 __all__ = ['start', 'arrived', 'watch']
@@ -44,15 +42,7 @@ POLL_S = 0.25
 _STATE = {}  # in the rank: 'write' (the pipe to its watcher), 'arrived' (the socket held)
 
 
-if __package__:
-    from chainermn_torus.runtime import processes
-    from chainermn_torus.runtime.watch import ranks as node_ranks
-else:  # this watcher's own process, which imports nothing of the package: the file beside
-    _SPEC = importlib.util.spec_from_file_location(
-        'ranks', os.path.join(os.path.dirname(os.path.abspath(__file__)), 'ranks.py'))
-    node_ranks = importlib.util.module_from_spec(_SPEC)
-    _SPEC.loader.exec_module(node_ranks)
-    processes = node_ranks.processes  # which it loaded beside it
+from . import command, processes, ranks as node_ranks
 
 
 def _arrival_name(key, rank):
@@ -74,8 +64,8 @@ def start(step_s, startup_s):
     read_fd, write_fd = os.pipe()
     try:
         _STATE['process'] = subprocess.Popen(
-            [sys.executable, '-I', '-S', os.path.abspath(__file__), str(os.getpid()),
-             repr(float(step_s)), repr(float(startup_s)), str(read_fd)], pass_fds=(read_fd,),
+            command.argv('startup', os.getpid(), repr(float(step_s)),
+                             repr(float(startup_s)), read_fd), pass_fds=(read_fd,),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     except OSError:
         os.close(write_fd)
@@ -250,5 +240,7 @@ def watch(me, step_s, startup_s, fd):
         return
 
 
-if __name__ == '__main__':
-    watch(int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]))
+
+def main(argv):
+    """The watcher process: ``PID STEP_S STARTUP_S READ_FD``."""
+    watch(int(argv[0]), float(argv[1]), float(argv[2]), int(argv[3]))

@@ -4,7 +4,7 @@ import os
 from multiprocessing import shared_memory
 
 from chainermn_torus.runtime.files import devshm, shared_paths
-from chainermn_torus.runtime.processes import state as process_state
+from chainermn_torus.watchers.processes import state as process_state
 
 __all__ = ['new', 'attach', 'Resources']
 

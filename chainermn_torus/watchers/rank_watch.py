@@ -1,7 +1,7 @@
 """The watcher of one rank: a small process beside each rank of a job of several ranks,
-started by ``runtime.watch.abort`` with its hook. ``python -I -S`` on this file, importing nothing
-of the package (its two siblings are loaded by path): it starts in milliseconds, needs no
-MPI and is no process of the job. It
+started by ``runtime.watch.abort`` with its hook (``command.argv('rank', ...)``): it
+imports nothing beyond this package, starts in milliseconds, needs no MPI and is no process
+of the job. It
 
 * says the rank's death when the rank ends without the package's word (killed by a signal,
   the out-of-memory killer's SIGKILL, ``os._exit``): the rank, its host and pid, the phase
@@ -12,22 +12,20 @@ MPI and is no process of the job. It
 * while its rank leads the node's watchdog, watches the watchdog's process: one that dies
   is a stall of its own, said, and the node's ranks ended.
 
-    python -I -S rank_watch.py FD PID GRACE WHO BOARD_LAYOUT_PY OOM_KILLS RANKS_PY
+    watchers rank FD PID GRACE WHO OOM_KILLS
 
 FD: the read end of the rank's pipe (``signal.set_wakeup_fd``'s signal numbers, and the
 messages of ``runtime.watch.abort``: ``BYE``, ``ABORTING``, ``NEWS``).
 
-Why it is built so: docs/internals.md (runtime/watch/rank_watch.py).
+Why it is built so: docs/internals.md (watchers/rank_watch.py).
 """
 import errno
 import fcntl
-import importlib.util
 import json
 import os
 import select
 import signal
 import struct
-import sys
 import time
 
 BYE = 0xfc       # a normal end follows: not a death to explain
@@ -43,15 +41,7 @@ SAID = {9: 'kill -9, or the kernel\'s out-of-memory killer', 11: 'a crash in nat
         6: 'an abort in native code', 4: 'an illegal instruction (a build for another CPU?)'}
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_RUNTIME = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-processes = _load('processes', os.path.join(_RUNTIME, 'processes.py'))
+from . import board_layout, processes, ranks, temporaries
 
 
 def _pidfd_exit(pidfd):
@@ -127,7 +117,6 @@ def remove_temporaries(pids, read_writers, wait_s=3.0):
     writers = read_writers()
     if not writers:
         return
-    temporaries = _load('temporaries', os.path.join(_RUNTIME, 'files', 'temporaries.py'))
     for pid, directory in writers:
         if not processes.alive(pid):  # a live writer's file is its own
             temporaries.remove_temporary(directory, pid)
@@ -138,8 +127,8 @@ class Watch(object):
     def __init__(self, argv):
         self.fd, self.pid = int(argv[0]), int(argv[1])
         self.grace, self.who = float(argv[2]), argv[3]
-        self.layout_path, self.oom_at_start = argv[4], int(argv[5])
-        self.ends = _load('ranks', argv[6])  # who ends the node's ranks on purpose
+        self.oom_at_start = int(argv[4])
+        self.ends = ranks  # who ends the node's ranks on purpose
         self.key = self.ends.key_of(self.pid)  # read now: the rank's parent, while it is there
         self.aborting = self.bye = False
         self.board = self.layout = None  # the board's path, and an fd that outlives it
@@ -211,7 +200,7 @@ class Watch(object):
             self.node_watcher = int(news.get('node_watcher', self.node_watcher))
             if 'board' in news:
                 self.board = news['board']
-                self.layout = _load('board_layout', self.layout_path)
+                self.layout = board_layout
                 # Held open: the board is read after the rank's death, maybe removed by then.
                 self.board_fd = os.open(self.board, os.O_RDONLY)
         except (ValueError, OSError, ImportError, TypeError, AttributeError):
@@ -388,6 +377,3 @@ def main(argv):
         if e.errno != errno.EPIPE:  # the job's output gone: nothing left to say it to
             raise
 
-
-if __name__ == '__main__':
-    main(sys.argv[1:])
