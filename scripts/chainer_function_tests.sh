@@ -106,11 +106,21 @@ print(c["onednn"], c["kernels"])' "$counts")
     echo "[chainer tests] $mode: $ran tests run ($(sed 's/=//g; s/^ *//; s/ *$//' <<< "$summary"))$reached"
 done
 comm -13 "$out/plain.failed" "$out/onednn.failed" > "$out/onednn-only.failed"
-comm -13 "$out/onednn.failed" "$out/gpu_to_cpu.failed" > "$out/gpu-to-cpu-only.failed"
+# What --gpu-to-cpu changes by design: every GPU request in the process is the CPU (the node
+# has none), so Chainer's check that a CPU node's cuda.to_gpu raises now sees the array
+# returned. Named here, not counted; any other difference fails the run, and one of these
+# that stops differing is said.
+by_design=("FAILED tests/chainer_tests/backends_tests/test_cuda.py::TestCuda::test_to_gpu_unavailable")
+printf '%s\n' "${by_design[@]}" | sort > "$out/gpu-to-cpu-by-design"
+comm -13 "$out/onednn.failed" "$out/gpu_to_cpu.failed" > "$out/gpu-to-cpu-all.failed"
+comm -23 "$out/gpu-to-cpu-all.failed" "$out/gpu-to-cpu-by-design" > "$out/gpu-to-cpu-only.failed"
+comm -12 "$out/gpu-to-cpu-all.failed" "$out/gpu-to-cpu-by-design" > "$out/gpu-to-cpu-changed.failed"
 n=$(wc -l < "$out/onednn-only.failed")
 g=$(wc -l < "$out/gpu-to-cpu-only.failed")
 echo "[chainer tests] failing with oneDNN and not in plain Chainer: $n (logs in $out)"
 cat "$out/onednn-only.failed"
 echo "[chainer tests] failing with --gpu-to-cpu's patches and not without them: $g"
 cat "$out/gpu-to-cpu-only.failed"
+echo "[chainer tests] changed by --gpu-to-cpu by design (a GPU request anywhere is the CPU): $(wc -l < "$out/gpu-to-cpu-changed.failed") of ${#by_design[@]}"
+comm -23 "$out/gpu-to-cpu-by-design" "$out/gpu-to-cpu-changed.failed" | sed 's/^FAILED /  no longer differs: /'
 [ "$n" = 0 ] && [ "$g" = 0 ]
