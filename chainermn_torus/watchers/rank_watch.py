@@ -128,8 +128,7 @@ class Watch(object):
         self.fd, self.pid = int(argv[0]), int(argv[1])
         self.grace, self.who = float(argv[2]), argv[3]
         self.oom_at_start = int(argv[4])
-        self.ends = ranks  # who ends the node's ranks on purpose
-        self.key = self.ends.key_of(self.pid)  # read now: the rank's parent, while it is there
+        self.key = ranks.key_of(self.pid)  # read now: the rank's parent, while it is there
         self.aborting = self.bye = False
         self.board = self.layout = None  # the board's path, and an fd that outlives it
         self.board_fd = None
@@ -247,7 +246,7 @@ class Watch(object):
 
     def say_death(self):
         """The rank ended without a normal end, the hook's word or an end of its group."""
-        if self.ends.being_ended(self.key):
+        if ranks.being_ended(self.key):
             return  # a watcher of the node ended it on purpose, and said why
         status = exit_status(self.pid, self.rank_fd)
         where = ' (the phase is recorded with a watchdog: --watchdog SECONDS)'
@@ -298,7 +297,7 @@ class Watch(object):
         if self.layout is not None:
             pids = [r[self.layout.PID] for r in self.layout.read_rows(self._board_path())
                     if r[self.layout.PID]] or pids
-        held = self.ends.ending(*pids)  # noqa: F841  the deaths that follow are its doing
+        held = ranks.ending(*pids)  # noqa: F841  the deaths that follow are its doing
         os.write(2, 'chainermn_torus watchdog: the watchdog\'s process on {} (pid {}) {}: '
                  'nothing watches this node\'s ranks any more; ending them (pids {}) and with '
                  'them the job\n'.format(self.who.split('(')[1].split(',')[0],
@@ -307,7 +306,7 @@ class Watch(object):
         board = self._board_path()
         if self.canary is not None:
             self._drop_canary()  # its own rank too is ended on purpose
-        self.ends.end_ranks(pids)
+        ranks.end_ranks(pids)
         remove_temporaries(pids, lambda: self.layout.writing(board)
                            if self.layout and board else [])
         if self.board:

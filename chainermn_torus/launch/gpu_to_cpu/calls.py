@@ -75,6 +75,8 @@ class Said(object):
         self.names = []       # the mapped names, first use first
 
     def mapped(self, name, frame=None, shown=None):
+        """Say once that ``name`` was mapped, naming ``frame``'s line (default: the innermost
+        frame that is not a library's)."""
         if name in self.names:
             return
         if frame is None:
@@ -91,8 +93,7 @@ class Said(object):
                 '{}: {} asks for a GPU: the script is written for GPUs and this node has '
                 "none; run it with {} and its GPU calls run on each rank's CPU (--gpu-calls "
                 'lists them)'.format(self.scope.where(self.scope.asker(1)[1]), shown, OPTION))
-        if name not in self.names:
-            self.mapped(name, self.scope.asker(1)[1], shown)
+        self.mapped(name, shown=shown)
         return True
 
     def refuse(self, name, shown, frame=None):

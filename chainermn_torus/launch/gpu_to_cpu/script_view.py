@@ -61,8 +61,7 @@ def _said_once(said, name, value):
     full = 'chainer.cuda.' + name
 
     def get(view):
-        if full not in said.names:
-            said.mapped(full, sys._getframe(1))  # the reading line, found once
+        said.mapped(full)  # said once, naming the reading line
         return value
     return property(get)
 
@@ -90,11 +89,10 @@ def _builtins(said):
     def script_import(name, globals=None, locals=None, fromlist=(), level=0):
         if level == 0 and (name == 'cupy' or name.startswith('cupy.')):
             if name == 'cupy.cuda.nccl' or (name == 'cupy.cuda' and 'nccl' in (fromlist or ())):
-                said.refuse('cupy.cuda.nccl', 'cupy.cuda.nccl', sys._getframe(1))
+                said.refuse('cupy.cuda.nccl', 'cupy.cuda.nccl')
             if name not in ('cupy', 'cupy.cuda'):
-                said.refuse('cupy.*', 'import ' + name, sys._getframe(1))
-            if 'import cupy' not in said.names:
-                said.mapped('import cupy', sys._getframe(1))
+                said.refuse('cupy.*', 'import ' + name)
+            said.mapped('import cupy')
             return stand_in.cuda if fromlist and name == 'cupy.cuda' else stand_in
         module = real_import(name, globals, locals, fromlist, level)
         return views.get(id(module), module)
