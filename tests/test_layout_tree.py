@@ -1,4 +1,4 @@
-"""docs/development.md's layout tree is the package's: every module of chainermn_torus/ is
+"""docs/layout.md's tree is the package's: every module of chainermn_torus/ is
 named under its folder (``NAME.py``; the benchmarks' folder lists them by name), and every
 module it names exists. The check can fail: a module the tree leaves out is found."""
 import os
@@ -11,8 +11,7 @@ CONTINUATION = 25  # a description's wrapped line starts at the description colu
 
 
 def _tree(text):
-    start = text.index('## Layout')
-    block = text[text.index('```', start) + 3:]
+    block = text[text.index('```') + 3:]
     return block[block.index('\n') + 1:block.index('```')].splitlines()
 
 
@@ -62,7 +61,7 @@ def differences(text, actual):
 
 
 def _text():
-    with open(os.path.join(ROOT, 'docs', 'development.md')) as f:
+    with open(os.path.join(ROOT, 'docs', 'layout.md')) as f:
         return f.read()
 
 
