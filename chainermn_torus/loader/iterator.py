@@ -35,7 +35,7 @@ import chainer
 import numpy
 
 from chainermn_torus.errors import ConfigError, DataError, Refusal
-from chainermn_torus.loader import slots, worker
+from chainermn_torus.loader import slots, spawning, worker
 from chainermn_torus.runtime import world
 from chainermn_torus.watchers import processes
 from chainermn_torus.runtime.files import devshm
@@ -167,6 +167,7 @@ class LoaderIterator(chainer.dataset.Iterator):
         saved = {k: os.environ.get(k) for k in ('MPI4PY_RC_INITIALIZE',)}
         os.environ['MPI4PY_RC_INITIALIZE'] = 'false'  # children only: restored below
         try:
+            needed = spawning.needs_script(self.dataset)
             for w in range(self.n_processes):
                 task_r, task_w = ctx.Pipe(duplex=False)
                 result_r, result_w = ctx.Pipe(duplex=False)
@@ -175,7 +176,8 @@ class LoaderIterator(chainer.dataset.Iterator):
                                       list(cpus) if cpus else None, os.getpid(), seed + w,
                                       self._decoding, w),
                                 daemon=True)
-                p.start()
+                with spawning.script_left_out(needed):
+                    p.start()
                 task_r.close()  # the child's ends: closed here, so EOF means the child is gone
                 result_w.close()
                 self._res.procs.append(p)

@@ -361,3 +361,62 @@ def test_a_segment_name_another_user_made_first_is_passed_over(monkeypatch):
         assert t.tolist() == list(range(10)) and os.path.exists(taken)
     finally:
         os.remove(taken)
+
+
+SCRIPT_DATASET = '''
+import os, sys
+sys.path.insert(0, {tests!r})
+# In a loader child this module is __mp_main__: the line says the script ran again there.
+if __name__ == '__mp_main__':
+    sys.stderr.write('script imported in loader {{}}\\n'.format(os.getpid()))
+import numpy
+import chainer
+from chainermn_torus.loader import LoaderIterator
+from loader_support import Squares
+
+
+class InScript(Squares):
+    """Defined in the script: a loader can unpickle it only by importing the script."""
+
+
+if __name__ == '__main__':
+    dataset = InScript(20) if sys.argv[1] == 'in-script' else chainer.datasets.TupleDataset(
+        numpy.arange(20, dtype=numpy.float32).reshape(20, 1), numpy.arange(20, dtype=numpy.int32))
+    it = LoaderIterator(dataset, 4, n_processes=2, shuffle=False)
+    print(sorted(int(e[1]) for e in it.next()), len(it.processes))
+    it.finalize()
+'''
+
+
+@pytest.mark.parametrize('dataset,imported', [('in-script', 2), ('tuple', 0)])
+def test_a_loader_runs_the_script_again_only_where_its_dataset_needs_it(tmp_path, dataset,
+                                                                        imported):
+    # A spawned loader imports the training script before its arguments only where they
+    # hold something the script defines; otherwise it starts without the script's imports
+    # (loader/spawning.py).
+    script = tmp_path / 'train.py'
+    script.write_text(SCRIPT_DATASET.format(tests=TESTS))
+    proc = subprocess.run([sys.executable, str(script), dataset], capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, PYTHONPATH=pythonpath()))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split('\n')[0] == '[0, 1, 2, 3] 2', proc.stdout
+    assert proc.stderr.count('script imported in loader') == imported, proc.stderr[-3000:]
+
+
+def test_what_a_loaders_arguments_need_of_the_script():
+    from chainermn_torus.loader import spawning
+
+    class Here(Squares):
+        pass
+
+    def transform(example):
+        return example
+
+    Here.__module__ = transform.__module__ = '__main__'
+    big = numpy.zeros(10 ** 7, numpy.uint8)  # walked without copying its bytes
+    assert not spawning.needs_script(chainer.datasets.TupleDataset(big, big))
+    assert not spawning.needs_script(Squares(3))
+    assert spawning.needs_script(Here(3))
+    assert spawning.needs_script(chainer.datasets.TransformDataset(Squares(3), transform))
+    assert spawning.needs_script([{'nested': (1, Here(3))}])
+    assert spawning.needs_script(lambda: 0)  # cannot be pickled: multiprocessing says so
