@@ -388,7 +388,9 @@ if __name__ == '__main__':
 '''
 
 
-@pytest.mark.parametrize('dataset,imported', [('in-script', 2), ('tuple', 0)])
+@pytest.mark.parametrize('dataset,imported', [
+    pytest.param('in-script', 2, marks=pytest.mark.slow),  # full tier: spawn's own way
+    ('tuple', 0)])
 def test_a_loader_runs_the_script_again_only_where_its_dataset_needs_it(tmp_path, dataset,
                                                                         imported):
     # A spawned loader imports the training script before its arguments only where they
