@@ -13,20 +13,36 @@ in one place (and a test's or a second job's reset is one assignment per field):
   backward);
 * ``policy``: the launch policy both factories read, frozen (``_registry``);
 * ``watchdogs``, ``watch_limits``: the watchdogs attached, the launcher's limits for the next
-  (``runtime.watch.watchdog``).
+  (``runtime.watch.watchdog``);
+* ``threads``: the thread budget last applied, and how many times the OpenMP thread count
+  changed, with the count it changed to (``runtime.cpu.threads``);
+* ``allocation``: whether freed memory is kept, once decided (``runtime.cpu.allocation``);
+* ``timeline``: the rank's timeline (``runtime.timeline``);
+* ``devshm``: whether MPICH's segment names were removed, and when MPI_Init had returned
+  (``runtime.files.devshm``);
+* ``abort``: the installed abort hook's record (the hook before it, the refusal channel, the
+  SIGTERM watcher's pipe, the sockets held, whether a refusal is on its way), what the
+  process passed to ``sys.exit`` and what a checkpointer says is on disk
+  (``runtime.watch.abort``);
+* ``windows``: the RMA windows not freed yet, oldest first (``communicators._window``);
+* ``draw_epoch``: the epoch the augmentation draws are keyed by (``datasets.draws``);
+* ``kernel_fpenv``: the flush-to-zero mode last set in numba's worker threads and their
+  count (``optimizers.kernels``).
 
-The other process-wide holders keep a library's or a table's state beside the code that
-alone reads it (docs/development.md, "Process-wide state"). Settings are not held: each is
-read from the environment where the option is needed, so a script that sets a variable
-before making its communicator is heard.
+The other process-wide holders are tables that plugins add rows to, caches, per-thread
+scratch, a loaded library's handles and the watcher processes' own (docs/development.md,
+"Process-wide state"). Settings are not held: each is read from the environment where the
+option is needed, so a script that sets a variable before making its communicator is heard.
 """
+import types
 
 __all__ = ['Process', 'STATE']
 
 
 class Process(object):
     __slots__ = ('patches', 'said', 'started', 'compute', 'policy', 'watchdogs',
-                 'watch_limits')
+                 'watch_limits', 'threads', 'allocation', 'timeline', 'devshm', 'abort',
+                 'windows', 'draw_epoch', 'kernel_fpenv')
 
     def __init__(self):
         self.patches = []
@@ -36,6 +52,15 @@ class Process(object):
         self.policy = None  # None: the default policy (which changes nothing)
         self.watchdogs = []
         self.watch_limits = {}
+        self.threads = {'applied': None, 'generation': 0, 'openmp': None}
+        self.allocation = {}  # 'kept': decided once
+        self.timeline = None
+        self.devshm = {'unlinked': False, 'mpi_started': None}
+        self.abort = types.SimpleNamespace(previous=None, channel=None, wakeup=None, said=[],
+                                           refusing=False, exit={}, on_disk=[])
+        self.windows = []
+        self.draw_epoch = None
+        self.kernel_fpenv = {'ftz': None, 'threads': None}
 
 
 STATE = Process()

@@ -29,7 +29,7 @@ import chainermn, chainermn_torus
 assert chainermn.create_communicator is chainermn_torus.create_communicator
 tl = sys.modules.get('chainermn_torus.runtime.timeline')
 print(sorted(m for m in ('mpi4py.MPI', 'numba', 'chainermn_torus.communicators.rsap')
-             if m in sys.modules) + (['a timeline started'] if tl and tl.ACTIVE else []))
+             if m in sys.modules) + (['a timeline started'] if tl and tl.active() else []))
 print(sys.excepthook is hook)
 print(chainermn_torus.RsapCommunicator.__name__, 'mpi4py.MPI' in sys.modules)
 ''')

@@ -103,8 +103,9 @@ class TorusCommunicatorBase(interface.Communicator):
             src = buf.send_source(named, (lo, hi, index), scale)
             tq = time.perf_counter()
             pack += tq - tp
-            if _timeline.ACTIVE is not None and src is None:
-                _timeline.ACTIVE.add('pack', tp, tq)
+            tl = _timeline.active()
+            if tl is not None and src is None:
+                tl.add('pack', tp, tq)
             self._mean_segment(buf, lo, hi, src)
         self._end_call(buf)
         check_means_finite(buf, self.name)  # chainer.set_debug(True), as ChainerMN's

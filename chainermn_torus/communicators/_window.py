@@ -15,6 +15,7 @@ import numpy
 from mpi4py import MPI
 
 from chainermn_torus.runtime import report
+from chainermn_torus.process import STATE
 from chainermn_torus.runtime.files import devshm
 
 __all__ = ['PutWindow', 'check_node_room', 'populate_or_free']
@@ -47,19 +48,18 @@ def populate_or_free(win, array, comm, what, needed):
         raise
 
 
-# The windows not freed yet, oldest first (strong references: a window MPI holds is never
-# given back by the collector). At the process's normal exit they are freed before mpi4py's
-# MPI_Finalize (atexit runs the hooks registered last first, and mpi4py registered its own
-# when MPI was imported): left to MPI_Finalize they made UCX print 6 warnings per job
-# ("was not returned to mpool ucp_rkeys", "destroying inuse region"). Freeing is collective;
-# every rank of a window's row made and freed the same windows at the same points, so the
-# ones left are the same on each, freed in the same order.
-_UNFREED = []
+# The windows not freed yet, oldest first (process.STATE.windows; strong references: a
+# window MPI holds is never given back by the collector). At the process's normal exit they
+# are freed before mpi4py's MPI_Finalize (atexit runs the hooks registered last first, and
+# mpi4py registered its own when MPI was imported): left to MPI_Finalize they made UCX print
+# 6 warnings per job ("was not returned to mpool ucp_rkeys", "destroying inuse region").
+# Freeing is collective; every rank of a window's row made and freed the same windows at the
+# same points, so the ones left are the same on each, freed in the same order.
 
 
 def _free_at_exit():
-    while _UNFREED and not MPI.Is_finalized():
-        _UNFREED[0].free()
+    while STATE.windows and not MPI.Is_finalized():
+        STATE.windows[0].free()
 
 
 atexit.register(_free_at_exit)  # after mpi4py's (imported above): it runs before it
@@ -86,7 +86,7 @@ class PutWindow(object):
         self.before_free = []  # called before the memory goes (the buffers' views detached)
         if passive:
             self._win.Lock_all(MPI.MODE_NOCHECK)
-        _UNFREED.append(self)
+        STATE.windows.append(self)
 
     @property
     def win(self):
@@ -100,8 +100,8 @@ class PutWindow(object):
         for hook in hooks:
             hook()
         win, self._win, self.array = self._win, None, None
-        if self in _UNFREED:
-            _UNFREED.remove(self)
+        if self in STATE.windows:
+            STATE.windows.remove(self)
         if win is None or MPI.Is_finalized() or win == MPI.WIN_NULL:
             return
         if self.passive:

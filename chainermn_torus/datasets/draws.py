@@ -15,18 +15,18 @@ function of (dataset seed, pass over the data, example index) only:
 """
 import numpy
 
-__all__ = ['set_epoch', 'epoch', 'random_state', 'Counter']
+from chainermn_torus.process import STATE
 
-_EPOCH = [None]
+__all__ = ['set_epoch', 'epoch', 'random_state', 'Counter']
 
 
 def set_epoch(value):
     """The pass over the data this process's next draws belong to (None: not known)."""
-    _EPOCH[0] = None if value is None else int(value)
+    STATE.draw_epoch = None if value is None else int(value)
 
 
 def epoch():
-    return _EPOCH[0]
+    return STATE.draw_epoch
 
 
 class Counter(object):
@@ -43,7 +43,7 @@ class Counter(object):
 
 def random_state(seed, index, counter):
     """A RandomState for one draw of example ``index`` (see the module doc)."""
-    e = _EPOCH[0]
+    e = STATE.draw_epoch
     if e is None:
         key = (0, counter.next(index))
     else:

@@ -19,6 +19,7 @@ import numpy
 from numba import prange
 
 from chainermn_torus.optimizers import fpenv
+from chainermn_torus.process import STATE
 from chainermn_torus.runtime.cpu import jit
 
 __all__ = ['adam', 'momentum_sgd', 'rmsprop', 'copy', 'set_worker_mode']
@@ -33,8 +34,8 @@ _set_mode = fpenv.kernel_set_mode  # numba-callable: (ftz: bool) -> None
 # The FP mode (flush-to-zero) of numba's worker threads is set by a separate parallel pass
 # before a kernel whenever the wanted mode differs from the last one set: MXCSR is per thread
 # and keeps its value, and the pass runs several iterations per thread so that every worker
-# runs at least one (the threading layers numba uses keep a fixed pool of workers).
-_MODE = {'ftz': None, 'threads': None}
+# runs at least one (the threading layers numba uses keep a fixed pool of workers). The last
+# mode set, and for how many workers: process.STATE.kernel_fpenv.
 
 
 @jit.kernel('(boolean, int64)')
@@ -47,11 +48,12 @@ def set_worker_mode(ftz):
     """Set flush-to-zero on or off in numba's worker threads (not in the calling thread)."""
     ftz = bool(ftz)
     threads = numba.get_num_threads()
-    if _MODE['ftz'] is not ftz or _MODE['threads'] != threads:
+    held = STATE.kernel_fpenv
+    if held['ftz'] is not ftz or held['threads'] != threads:
         caller = fpenv.flush_denormals_enabled()
         _set_mode_everywhere(ftz, 16 * threads)
         fpenv.kernel_set_mode(caller)  # the caller also ran iterations of the pass
-        _MODE['ftz'], _MODE['threads'] = ftz, threads
+        held['ftz'], held['threads'] = ftz, threads
 
 
 class _kernel_mode(object):

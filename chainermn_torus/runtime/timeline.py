@@ -36,14 +36,19 @@ import time
 
 from chainermn_torus import config
 from chainermn_torus.errors import ConfigError
+from chainermn_torus.process import STATE
 from chainermn_torus.runtime.files import own_files
 from chainermn_torus.runtime.files.atomic import atomic_write
 
-__all__ = ['enable', 'disable', 'phase', 'timed', 'flush', 'emergency_flush', 'trace_events', 'ACTIVE',
-           'TIMELINE_ENV']
+__all__ = ['enable', 'disable', 'phase', 'timed', 'flush', 'emergency_flush', 'trace_events',
+           'active', 'TIMELINE_ENV']
 
 TIMELINE_ENV = config.SETTINGS['timeline'].env
-ACTIVE = None  # the process's Timeline, or None
+
+
+def active():
+    """The process's Timeline (``process.STATE.timeline``), or None."""
+    return STATE.timeline
 
 
 class _Null(object):
@@ -185,7 +190,7 @@ def _size():
 def _streamer(tl):
     """Daemon thread: stream ``tl``'s new events every STREAM_S while it is the active one.
     It holds no lock while sleeping, and waits in the kernel: MPI calls release the GIL."""
-    while ACTIVE is tl and not tl._closed:
+    while STATE.timeline is tl and not tl._closed:
         time.sleep(STREAM_S)
         try:
             tl.stream()
@@ -221,18 +226,17 @@ def _world(keys, attr, default):
 
 def enable(prefix, source='the timeline prefix'):
     """Record from now on; written to PREFIX.rank<R>.json at exit (or on flush())."""
-    global ACTIVE
     directory = os.path.dirname(os.path.abspath(prefix))
     if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
         raise ConfigError('chainermn_torus: {} {!r} must be a path in a writable directory: '
                           '{} does not exist or is not writable'.format(source, prefix,
                                                                         directory))
-    if ACTIVE is None or ACTIVE.prefix != prefix:
-        ACTIVE = Timeline(prefix)
-        atexit.register(_write_at_exit, ACTIVE)
-        threading.Thread(target=_streamer, args=(ACTIVE,), daemon=True,
+    if STATE.timeline is None or STATE.timeline.prefix != prefix:
+        STATE.timeline = Timeline(prefix)
+        atexit.register(_write_at_exit, STATE.timeline)
+        threading.Thread(target=_streamer, args=(STATE.timeline,), daemon=True,
                          name='chainermn_torus-timeline').start()
-    return ACTIVE
+    return STATE.timeline
 
 
 _EMERGENCY = threading.Lock()  # one emergency write per process, whoever asks first
@@ -241,7 +245,7 @@ _EMERGENCY = threading.Lock()  # one emergency write per process, whoever asks f
 def emergency_flush():
     """Write what the timeline holds, if on, before the process is torn down (abort, a
     signal); never raises, and writes once even when several paths ask at the same time."""
-    tl = ACTIVE
+    tl = STATE.timeline
     if tl is None or not tl.events or not _EMERGENCY.acquire(blocking=False):
         return None
     try:
@@ -255,8 +259,7 @@ def emergency_flush():
 
 
 def disable():
-    global ACTIVE
-    ACTIVE = None
+    STATE.timeline = None
 
 
 def _write_at_exit(tl):
@@ -277,7 +280,7 @@ def enable_from_env():
 
 def phase(name):
     """``with phase('allreduce'):`` records the block when the timeline is on."""
-    tl = ACTIVE
+    tl = STATE.timeline
     return _NULL if tl is None else tl.span(name)
 
 
@@ -300,18 +303,18 @@ class timed(object):
         self.stats[self.key] += t1 - self.t0
         if self.count is not None:
             self.stats[self.count] += 1
-        tl = ACTIVE
+        tl = STATE.timeline
         if tl is not None and self.name is not None:
             tl.add(self.name, self.t0, t1)
         return False
 
 
 def next_iteration():
-    tl = ACTIVE
+    tl = STATE.timeline
     if tl is not None:
         tl.next_iteration()
 
 
 def flush():
     """Write this rank's file now (it is written again, complete, at exit)."""
-    return None if ACTIVE is None else ACTIVE.write()
+    return None if STATE.timeline is None else STATE.timeline.write()

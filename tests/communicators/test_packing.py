@@ -78,12 +78,12 @@ _WINDOWS_LEFT = '''
 import numpy
 import chainermn_torus
 import chainermn
-from chainermn_torus.communicators import _window
+from chainermn_torus.process import STATE
 comm = chainermn.create_communicator('rsap', shm=False)  # rows of RMA windows
 a = numpy.ones(1000, numpy.float32) * comm.rank
 comm.mean_array(a)
 if comm.rank == 0:  # one writer: mpiexec interleaves the ranks' lines
-    print('windows', len(_window._UNFREED), flush=True)
+    print('windows', len(STATE.windows), flush=True)
 # no finalize(): the windows are left to the exit
 '''
 

@@ -150,7 +150,7 @@ def test_timed_adds_to_the_stats_and_the_timeline_from_the_same_readings(tmp_pat
     assert stats['update'] >= 0.01 and stats['calls'] == 1
     timeline.enable(str(tmp_path / 'tl'))
     try:
-        tl = timeline.ACTIVE
+        tl = timeline.active()
         before = stats['update']
         with pytest.raises(KeyError):
             with timeline.timed('update', stats):

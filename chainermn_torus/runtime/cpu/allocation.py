@@ -21,6 +21,7 @@ changed, said once.
 import ctypes
 
 from chainermn_torus import config
+from chainermn_torus.process import STATE
 from chainermn_torus.runtime import report
 
 __all__ = ['keep', 'kept']
@@ -28,22 +29,21 @@ __all__ = ['keep', 'kept']
 # glibc's malloc.h
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_MAX = -1, -2, -4
 _TOP_PAD = 64 << 20  # grow the heap 64 MiB beyond each need: fewer brk calls
-_STATE = {}
 
 
 def kept():
     """Whether freed memory is kept in this process (``keep`` applied it)."""
-    return _STATE.get('kept', False)
+    return STATE.allocation.get('kept', False)
 
 
 def keep(given=None, rank=None):
     """Apply ``given`` (the launcher's ``--keep-freed-memory``), else
     ``CHAINERMN_TORUS_KEEP_FREED_MEMORY`` (default on), to this process: the first call
     decides. Returns whether freed memory is kept."""
-    if 'kept' in _STATE:
-        return _STATE['kept']
+    if 'kept' in STATE.allocation:
+        return STATE.allocation['kept']
     on = config.value('keep_freed_memory', given, '--keep-freed-memory')[0]
-    _STATE['kept'] = False
+    STATE.allocation['kept'] = False
     if not on:
         return False
     try:
@@ -57,5 +57,5 @@ def keep(given=None, rank=None):
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     done = all(mallopt(option, value) == 1 for option, value in (
         (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, 2 ** 31 - 1), (_M_TOP_PAD, _TOP_PAD)))
-    _STATE['kept'] = done
+    STATE.allocation['kept'] = done
     return done

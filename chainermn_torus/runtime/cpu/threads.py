@@ -23,6 +23,7 @@ import psutil
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from chainermn_torus import config
+from chainermn_torus.process import STATE
 from chainermn_torus.runtime import report
 from chainermn_torus.runtime.cpu import jit
 
@@ -42,18 +43,17 @@ def _affinity():
 # How many times the OpenMP thread count was changed in this process. oneDNN fixes the
 # count a primitive runs with when it makes it: one made at 1 thread ran at 1 after the
 # budget became 2 (8.3 ms, against 4.4 ms made anew), one made at 2 went on with 2 threads
-# after the budget became 1. compute.onednn.geometries makes its primitives again when this moves.
-_GENERATION = {'count': 0, 'threads': None}
-
-
+# after the budget became 1. compute.onednn.geometries makes its primitives again when this
+# moves (process.STATE.threads: 'generation', 'openmp').
 def generation():
-    return _GENERATION['count']
+    return STATE.threads['generation']
 
 
 def _applied(n):
-    if n != _GENERATION['threads']:
-        _GENERATION['threads'] = n
-        _GENERATION['count'] += 1
+    held = STATE.threads
+    if n != held['openmp']:
+        held['openmp'] = n
+        held['generation'] += 1
 
 
 def default_threads(intra_size=1):
@@ -121,14 +121,12 @@ def describe_budget(budget, rank=None):
         ', '.join(budget['pools']) or 'none found')
 
 
-_APPLIED = []  # the budget last applied through ensure() in this process
-
-
 def reapply():
     """The budget in force, again: for a library loaded after it was applied (oneDNN's
     OpenMP runtime), which threadpoolctl could not see then."""
-    if _APPLIED and _APPLIED[0]['threads'] is not None:
-        threadpool_limits(limits=_APPLIED[0]['threads'])
+    applied = STATE.threads['applied']  # the budget last applied through ensure()
+    if applied is not None and applied['threads'] is not None:
+        threadpool_limits(limits=applied['threads'])
 
 
 def ensure(comm=None, threads=None):
@@ -138,10 +136,10 @@ def ensure(comm=None, threads=None):
 
     ``comm``: a ChainerMN communicator (ranks per node, who prints) or None (one rank, silent).
     """
-    if _APPLIED and threads is None:
-        return _APPLIED[0]
+    if STATE.threads['applied'] is not None and threads is None:
+        return STATE.threads['applied']
     budget = apply_thread_budget(threads, comm.intra_size if comm is not None else 1)
-    _APPLIED[:] = [budget]
+    STATE.threads['applied'] = budget
     if comm is not None:  # a line per node
         report.say(describe_budget(budget, comm.rank), comm.intra_rank)
         if not jit.available():

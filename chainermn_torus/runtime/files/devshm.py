@@ -28,6 +28,7 @@ import time
 
 from chainermn_torus import config
 from chainermn_torus.errors import ConfigError, Refusal
+from chainermn_torus.process import STATE
 from chainermn_torus.runtime import agree
 from chainermn_torus.watchers import processes
 from chainermn_torus.runtime.files import sweep as sweep_files
@@ -264,9 +265,6 @@ def sweep(path=SHM_DIR, others=False, dry_run=False, min_age=MIN_AGE_S, now=None
     return sweep_files.remove(path, doomed, dry_run)
 
 
-_UNLINKED = []
-
-
 def unlink_mpi_segments():
     """Remove the names of MPICH's MPI_Init segments this process maps (module doc).
 
@@ -275,7 +273,7 @@ def unlink_mpi_segments():
     ``CHAINERMN_TORUS_KEEP_MPI_SHM`` is refused after the names are removed (the refusal
     ends the job, and the job's segments stayed behind when it came first).
     """
-    if _UNLINKED:
+    if STATE.devshm['unlinked']:
         return []
     try:
         keep = config.env('keep_mpi_shm')[0]
@@ -285,7 +283,7 @@ def unlink_mpi_segments():
         bad = False
     if keep:
         return []
-    _UNLINKED.append(True)
+    STATE.devshm['unlinked'] = True
     removed = _unlink_mapped() + unlink_singleton()
     if bad:
         config.env('keep_mpi_shm')  # raises the refusal, nothing left to leak
@@ -308,12 +306,11 @@ def unlink_singleton():
 # node asks in MPI_Init, and its proxy removes it when it ends; killed by an MPI_Abort, it
 # left it, one per aborted job (68 on one machine).
 HYDRA_TOPOLOGY = '/tmp/hydra_hwloc_xmlfile_'
-_MPI_STARTED = []  # when this process's MPI_Init had returned (mpi_started), seconds
 
 
 def mpi_started():
-    """Note that MPI_Init has returned (the abort hook, as it is installed)."""
-    _MPI_STARTED[:] = [time.time()]
+    """Note that MPI_Init has returned (the abort hook, as it is installed), in seconds."""
+    STATE.devshm['mpi_started'] = time.time()
 
 
 def remove_launcher_topology(rank=None, until=None):
@@ -331,7 +328,7 @@ def remove_launcher_topology(rank=None, until=None):
         proxy = seen.ppid if seen is not None else 1
     else:
         return []
-    until = until if until is not None else (_MPI_STARTED[0] if _MPI_STARTED else None)
+    until = until if until is not None else STATE.devshm['mpi_started']
     if until is None:
         return []
     begin, end = processes.started_at(proxy), until

@@ -42,6 +42,7 @@ import psutil
 
 from chainermn_torus import config
 from chainermn_torus.errors import ConfigError, Refusal
+from chainermn_torus.process import STATE
 from chainermn_torus.runtime import report
 from chainermn_torus.watchers import processes
 from chainermn_torus.runtime import timeline
@@ -57,21 +58,14 @@ REFUSAL_TAG = 32_001  # other ranks' refusals to rank 0 (MPI guarantees tags up 
 TERM_GRACE_S = 3.0  # > ABORT_DELAY_S: the exception path gets its chance first
 
 
-class _Installed(object):
-    """What the installed hook holds: one per process, as ``sys.excepthook`` is."""
-
-    def __init__(self):
-        self.previous = None  # the hook that was in place before ours, once ours is
-        # A duplicate of the world made at install (collective: the first communicator or
-        # optimizer): a script's receive from any tag on the world cannot take a refusal's
-        # message.
-        self.channel = None
-        self.wakeup = None    # the write end of the SIGTERM watcher's pipe, once it runs
-        self.said = []        # sockets that say "said on this node", held until exit
-        self.refusing = False  # waiting for rank 0's abort after sending it a refusal
-
-
-_HOOK = _Installed()
+# What the installed hook holds (process.STATE.abort; one per process, as sys.excepthook
+# is): ``previous``, the hook in place before ours, once ours is; ``channel``, a duplicate of
+# the world made at install (collective: the first communicator or optimizer), so that a
+# script's receive from any tag on the world cannot take a refusal's message; ``wakeup``, the
+# write end of the SIGTERM watcher's pipe, once it runs; ``said``, the sockets that say
+# "said on this node", held until exit; ``refusing``, waiting for rank 0's abort after
+# sending it a refusal; ``exit``, what the process passed to sys.exit ('code', the runtime
+# patch in ``install``); ``on_disk``, what a checkpointer says is on disk (say_on_signal).
 
 
 class Terminated(BaseException):
@@ -82,9 +76,9 @@ _ABORTING = bytes([rank_watch.ABORTING])  # by the hook, to the watcher: not a s
 
 
 def _hook(exctype, value, tb):
-    if _HOOK.wakeup is not None:  # the hook is ending the job: the SIGTERM watcher waits
+    if STATE.abort.wakeup is not None:  # the hook is ending the job: the SIGTERM watcher waits
         try:
-            os.write(_HOOK.wakeup, _ABORTING)
+            os.write(STATE.abort.wakeup, _ABORTING)
         except OSError:
             pass
     if isinstance(value, Refusal) and not _setting('debug'):
@@ -93,9 +87,9 @@ def _hook(exctype, value, tb):
         return _ended_by_signal(value)
     from mpi4py import MPI
     if MPI.COMM_WORLD.Get_size() < 2:  # one process: Python's own report, nothing to end
-        return _HOOK.previous(exctype, value, tb)
+        return STATE.abort.previous(exctype, value, tb)
     try:
-        _HOOK.previous(exctype, value, tb)
+        STATE.abort.previous(exctype, value, tb)
     finally:
         rank = MPI.COMM_WORLD.Get_rank()
         # One write: the banners of ranks that fail together stay apart on the shared pipe.
@@ -127,12 +121,9 @@ def _said(value):
     return '(no message)'
 
 
-_EXIT = {}  # 'code': what this process passed to sys.exit (runtime patch, see install)
-
-
 def _recording_exit(original):
     def exit(status=None):
-        _EXIT['code'] = status
+        STATE.abort.exit['code'] = status
         return original(status)
     exit.__doc__ = original.__doc__
     return exit
@@ -151,10 +142,11 @@ def _left_early():
     waiting in their next collective, and itself in MPI_Finalize, with no line (with a
     watchdog, blamed on "a deadlock"). The job ends now, naming the rank and N."""
     from mpi4py import MPI
-    if 'code' not in _EXIT or _exit_code(_EXIT['code']) == 0 or MPI.Is_finalized() or \
+    exited = STATE.abort.exit
+    if 'code' not in exited or _exit_code(exited['code']) == 0 or MPI.Is_finalized() or \
             MPI.COMM_WORLD.Get_size() < 2:
         return
-    status = _EXIT['code']
+    status = exited['code']
     code = _exit_code(status)
     text = 'rank {} ({}, pid {}) called sys.exit({!r}); the job ends with exit code {}'.format(
         MPI.COMM_WORLD.Get_rank(), socket.gethostname(), os.getpid(), status, code)
@@ -167,18 +159,15 @@ def _left_early():
     MPI.COMM_WORLD.Abort(code)
 
 
-_ON_DISK = []  # what a checkpointer says is on disk (say_on_signal), for a signal's line
-
-
 def say_on_signal(describe):
     """``describe()``: a text of what is on disk (the newest complete checkpoint), which
     the line a signal ends the job with says instead of a guess."""
-    _ON_DISK[:] = [describe]
+    STATE.abort.on_disk[:] = [describe]
 
 
 def _on_disk():
     try:
-        return '; '.join(describe() for describe in _ON_DISK) or \
+        return '; '.join(describe() for describe in STATE.abort.on_disk) or \
             'no checkpoint is written by this job'
     except Exception:  # noqa: BLE001 -- a line must still be said
         return 'what is on disk could not be read'
@@ -205,7 +194,7 @@ def _ended_by_signal(value):
     if world.Get_size() < 2:
         return  # one process: Python exits with status 1 once the hook returns
     if not first:  # this node said it: its first rank ends the job, this one with it
-        _HOOK.refusing = True  # a SIGTERM now is that end reaching this rank
+        STATE.abort.refusing = True  # a SIGTERM now is that end reaching this rank
         time.sleep(REFUSAL_WAIT_S)
         sys.stdout.flush()
         os._exit(128 + signal.SIGTERM)
@@ -247,7 +236,7 @@ def said_once(text):
         # Taken: by a rank of this job (this user's), or by another user who bound the
         # predictable name first to hide the line, which is then said all the same.
         return not ranks.holders(key)
-    _HOOK.said.append(sock)  # held until the process ends
+    STATE.abort.said.append(sock)  # held until the process ends
     return True
 
 
@@ -275,15 +264,15 @@ def _refuse(value):
     message = str(value)
     if rank != 0 and world.Get_size() > 1:
         data = bytearray(json.dumps([host, message]).encode())
-        _HOOK.channel.Isend([data, MPI.BYTE], dest=0, tag=REFUSAL_TAG)  # ended with the job
-        _HOOK.refusing = True  # a SIGTERM now is rank 0's abort reaching this rank
+        STATE.abort.channel.Isend([data, MPI.BYTE], dest=0, tag=REFUSAL_TAG)  # ended with the job
+        STATE.abort.refusing = True  # a SIGTERM now is rank 0's abort reaching this rank
         time.sleep(REFUSAL_WAIT_S)
-        _HOOK.refusing = False
+        STATE.abort.refusing = False
     said = said_once(message)
     if said:
         report.line(refusal_line(message, rank, host))
-    if rank == 0 and _HOOK.channel is not None:  # several ranks: theirs, that differ
-        _say_others(_HOOK.channel, {message}, time.monotonic() + ABORT_DELAY_S)
+    if rank == 0 and STATE.abort.channel is not None:  # several ranks: theirs, that differ
+        _say_others(STATE.abort.channel, {message}, time.monotonic() + ABORT_DELAY_S)
     elif said and rank != 0:
         # The launcher forwards the line meanwhile: MPICH's proxy, told to abort, ends the
         # ranks and stops reading their pipes (a loaded `make test` lost the line).
@@ -338,11 +327,11 @@ def install():
     """Install the hook (idempotent). With one rank it only says refusals in their line:
     there is no job to end and SIGTERM ends the process as usual."""
     from mpi4py import MPI
-    if _HOOK.previous is not None or not MPI.Is_initialized():
+    if STATE.abort.previous is not None or not MPI.Is_initialized():
         return  # e.g. a loader process (MPI4PY_RC_INITIALIZE=false): no MPI there
     if _setting('no_abort'):
         return
-    _HOOK.previous = sys.excepthook
+    STATE.abort.previous = sys.excepthook
     sys.excepthook = _hook
     devshm.mpi_started()  # what an aborted launcher's proxy left is found by this time
     _trainer_says_no_refusal()
@@ -352,7 +341,7 @@ def install():
                       'leaving the other ranks waiting for it')
         atexit.register(_left_early)
     if MPI.COMM_WORLD.size > 1:
-        _HOOK.channel = MPI.COMM_WORLD.Dup()
+        STATE.abort.channel = MPI.COMM_WORLD.Dup()
     for key in ('no_abort', 'debug'):
         config.env(key)  # a bad value is refused now, in one line, by the hook above
     if MPI.COMM_WORLD.size > 1:
@@ -360,7 +349,7 @@ def install():
 
 
 def _on_sigterm(signum, frame):
-    if _HOOK.refusing:
+    if STATE.abort.refusing:
         # Waiting to be ended with the job after sending rank 0 its refusal: this is that
         # end (Open MPI's MPI_Abort signals the other ranks; MPICH's kills them), said by
         # rank 0. Quietly, without a traceback from inside the hook.
@@ -404,7 +393,7 @@ def _catch_sigterm():
         return
     finally:
         os.close(read_fd)  # the watcher's end: EOF there means this process is gone
-    _HOOK.wakeup = write_fd
+    STATE.abort.wakeup = write_fd
     signal.signal(signal.SIGTERM, _on_sigterm)
     atexit.register(_tell_watcher, _BYE)  # a normal end, not a death to explain
     os.register_at_fork(after_in_child=_forget_watcher)
@@ -414,17 +403,17 @@ def _forget_watcher():
     """In a child forked by the rank (a fork-based iterator's workers): the watcher's pipe
     is the rank's. Held open there, its end of file would wait for the children, and the
     watcher would see the rank's death late (``watchers.rank_watch``)."""
-    if _HOOK.wakeup is None:
+    if STATE.abort.wakeup is None:
         return
     try:
         signal.set_wakeup_fd(-1)
     except ValueError:
         return  # not the main thread: kept (closed, its number could name another file)
     try:
-        os.close(_HOOK.wakeup)
+        os.close(STATE.abort.wakeup)
     except OSError:
         pass
-    _HOOK.wakeup = None
+    STATE.abort.wakeup = None
 
 
 _BYE = bytes([rank_watch.BYE])    # written to the watcher's pipe at a normal exit
@@ -432,9 +421,9 @@ _NEWS = bytes([rank_watch.NEWS])  # then a JSON object on one line: what the wat
 
 
 def _tell_watcher(data):
-    if _HOOK.wakeup is not None:
+    if STATE.abort.wakeup is not None:
         try:
-            os.write(_HOOK.wakeup, data)  # one write: never cut by a signal's byte
+            os.write(STATE.abort.wakeup, data)  # one write: never cut by a signal's byte
         except OSError:
             pass
 
