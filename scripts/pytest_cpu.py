@@ -1,6 +1,8 @@
 """A pytest plugin: each test's wall time and CPU seconds (pytest's own and its children's,
 the jobs it waited for), written as JSON at the end: [[test id, wall s, self CPU-s, children
-CPU-s], ...] (PYTEST_CPU_OUT, default $TMPDIR/pytest_cpu.json; '{pid}' in it is replaced by pytest's pid). What the "CPU-s of the run" figures of docs/measurements/test-timings.md come from.
+CPU-s], ...] (PYTEST_CPU_OUT, default $TMPDIR/pytest_cpu.json; '{pid}' in it is replaced by
+pytest's pid). What the "CPU-s of the run" figures of docs/measurements/test-timings.md
+come from.
 
     PYTHONPATH=scripts PYTEST_ADDOPTS="-p pytest_cpu" PYTEST_CPU_OUT=/tmp/cpu.json make test
 

@@ -14,8 +14,8 @@ import atexit
 import numpy
 from mpi4py import MPI
 
-from chainermn_torus.runtime import report
 from chainermn_torus.process import STATE
+from chainermn_torus.runtime import report
 from chainermn_torus.runtime.files import devshm
 
 __all__ = ['PutWindow', 'check_node_room', 'populate_or_free']

@@ -56,9 +56,7 @@ def needs_script(args):
     (multiprocessing then raises its own error, as it would have)."""
     try:
         _Walker(_Nowhere(), pickle.HIGHEST_PROTOCOL).dump(args)
-    except _FoundScript:
-        return True
-    except Exception:
+    except Exception:  # _FoundScript, or what pickling raises
         return True
     return False
 
