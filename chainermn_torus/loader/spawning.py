@@ -6,8 +6,8 @@ its arguments, so that a dataset class or transform defined in the script can be
 For a dataset that needs nothing of the script (Chainer's ``TupleDataset``, a class of an
 importable module) that import is waste: the script's own imports, and Chainer's start-up
 check, which the package otherwise skips (docs/development.md, "Start-up"), since the
-script imports Chainer before the package does. It was half of a loader's start: 0.54 ->
-0.28 CPU-s on 2 cores (docs/loader.md). ``needs_script(args)`` says whether the arguments
+script imports Chainer before the package does. It was half of a loader's start: 0.55 ->
+0.27 CPU-s on 2 cores (docs/loader.md). ``needs_script(args)`` says whether the arguments
 refer to anything of ``__main__``; ``script_left_out(needed)`` hides the script from
 ``multiprocessing`` while one child is started.
 """
