@@ -10,7 +10,7 @@ EPOCH   ?= 2
 
 .PHONY: setup demo demo-naive test test-parts test-fast test-wide bench conformance \
         fault-matrix clean aarch64 test-aarch64 bench-mpis bench-overlap simgrid \
-        test-simulation simulate-validate simulate-study chaos
+        test-simulation simulate-validate simulate-study chaos test-fresh
 
 setup:
 	bash scripts/setup.sh
@@ -55,6 +55,14 @@ test: setup
 test-parts: setup
 	@if [ -n "$(PARTS)" ]; then bash scripts/setup_simgrid.sh && bash scripts/aarch64_root.sh; \
 	else $(NO_PARTS); fi
+
+# The fresh-machine run (docs/development.md, before every "resolved"): this machine put back
+# to a new one's state for everything the project installs or starts (its packages, daemons,
+# venvs, caches), then `CI=true bash .ci/run` in a new clone of main (REF= another branch),
+# with each phase's wall time and busy CPU-seconds. It changes the machine: root and FRESH=yes
+# only. No `setup` before it: the venv is among what it removes.
+test-fresh:
+	python3 scripts/fresh_run.py $(if $(REF),--ref $(REF)) $(if $(FRESH_JSON),--json $(FRESH_JSON)) $(FRESH_ARGS)
 
 # The fast tier (docs/development.md): no slow, example or root tests; under a minute on
 # 2 cores, with MPI worlds of 2 and 3 ranks. SETUP= (empty) skips the set-up's checks where

