@@ -102,6 +102,13 @@ def remove_path(path, removed):
     removed.append(path)
 
 
+def mounted(path):
+    """Whether something is mounted at path (a bind mount of the same file system too, which
+    os.path.ismount does not see)."""
+    with open('/proc/self/mountinfo') as f:
+        return any(line.split()[4] == path for line in f)
+
+
 def installed_packages(names):
     out = run(['dpkg-query', '-W', '-f=${Package} ${db:Status-Status}\n'] + names).stdout
     return [line.split()[0] for line in out.splitlines() if line.endswith(' installed')]
@@ -187,8 +194,15 @@ def remove_files(removed):
     for path in (os.path.join(HOME, '.cache'), os.path.join(HOME, '.config'), '/run/netns',
                  '/run/mount'):
         if os.path.isdir(path) and not os.path.islink(path) and not os.listdir(path):
-            os.rmdir(path)
-            removed.append(path + ' (empty)')
+            while mounted(path):   # `ip netns` bind-mounts /run/netns on itself
+                if run(['umount', path]).returncode:
+                    break
+            try:
+                os.rmdir(path)
+            except OSError as e:
+                removed.append('{} (empty; not removed: {})'.format(path, e.strerror))
+            else:
+                removed.append(path + ' (empty)')
 
 
 # The lines of `make test` that end its phases, in their order (Makefile, test_lanes.sh).
