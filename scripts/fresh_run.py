@@ -205,20 +205,48 @@ def remove_files(removed):
                 removed.append(path + ' (empty)')
 
 
-# The lines of `make test` that end its phases, in their order (Makefile, test_lanes.sh).
+# The lines of `make test` that end its phases, in their order (Makefile, setup.sh,
+# setup_simgrid.sh, test_lanes.sh; tests/scripts/test_fresh_run.py checks that those
+# scripts still print them). The worlds end with the first pytest summary after their
+# heading; the other MPIs' fast sets with the run.
+SUMMARY = re.compile(r'^=* ?(\d+ (passed|failed|errors?)\b.* in [\d.]+s.*?) ?=*$')
+WORLDS_HEADING = '[test] the MPI worlds'
 PHASES = [('set-up (make setup)', re.compile(r'^\[setup\] ok:')),
           ('SimGrid (setup_simgrid.sh)', re.compile(r'^SimGrid: ')),
           ('lanes A and B', re.compile(r'^\[test\] lane A:')),
-          ('the MPI worlds', re.compile(r'^=* ?\d+ (passed|failed).* in [\d.]+s')),
-          ('the other MPIs\' fast sets', None)]
-SUMMARY = re.compile(r'^=* ?(\d+ (passed|failed|error).* in [\d.]+s.*?)=*$')
+          ('the MPI worlds', SUMMARY),   # the first summary after WORLDS_HEADING
+          ("the other MPIs' fast sets", None)]
+
+
+class Phases:
+    """Reads .ci/run's lines: feed() returns the name of the phase a line ends, or None. A
+    phase that printed nothing (SimGrid where it is not installed) is left out."""
+
+    def __init__(self):
+        self.next, self.in_worlds, self.summaries = 0, False, []
+
+    def feed(self, text):
+        m = SUMMARY.match(text)
+        if m:
+            self.summaries.append(m.group(1))
+        if text.startswith(WORLDS_HEADING):
+            self.in_worlds = True
+        for j in range(self.next, len(PHASES) - 1):
+            name, pattern = PHASES[j]
+            if pattern.match(text) and (name != 'the MPI worlds' or self.in_worlds):
+                self.next = j + 1
+                return name
+        return None
+
+    def last(self):
+        return PHASES[self.next][0]
 
 
 def run_ci(clone, clock, log_path):
     env = {k: v for k, v in os.environ.items() if not ENV_DROPPED.match(k)}
     dropped = sorted(k for k in os.environ if ENV_DROPPED.match(k))
     env['CI'] = 'true'
-    phase, summaries, seen_worlds = 0, [], False
+    phases = Phases()
     with open(log_path, 'w') as log:
         proc = subprocess.Popen(['bash', '.ci/run'], cwd=clone, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -226,22 +254,12 @@ def run_ci(clone, clock, log_path):
         for line in proc.stdout:
             sys.stdout.write(line)
             log.write(line)
-            text = line.rstrip('\n')
-            m = SUMMARY.match(text)
-            if m:
-                summaries.append(m.group(1))
-            if text.startswith('[test] the MPI worlds'):
-                seen_worlds = True
-            # A phase that printed nothing (SimGrid where it skipped) is left out.
-            for j in range(phase, len(PHASES) - 1):
-                name, pattern = PHASES[j]
-                if pattern.match(text) and (name != 'the MPI worlds' or seen_worlds):
-                    clock.end(name)
-                    phase = j + 1
-                    break
+            ended = phases.feed(line.rstrip('\n'))
+            if ended:
+                clock.end(ended)
         code = proc.wait()
-    clock.end(PHASES[phase][0] if phase < len(PHASES) else 'rest')
-    return code, summaries, dropped
+    clock.end(phases.last())
+    return code, phases.summaries, dropped
 
 
 def main(argv=None):
@@ -251,6 +269,8 @@ def main(argv=None):
     parser.add_argument('--json', help='also write the phases, removals and result here')
     parser.add_argument('--reset-only', action='store_true',
                         help='put the machine back and stop: no clone, no run')
+    parser.add_argument('--no-reset', action='store_true',
+                        help='keep the machine as it is (a warm run, to compare): clone and run')
     args = parser.parse_args(argv)
     if os.geteuid() != 0 or os.environ.get('FRESH') != 'yes':
         refuse('it removes packages, daemons, venvs and caches from this machine; run it as '
@@ -263,12 +283,15 @@ def main(argv=None):
     started = time.time()
     clock = Clock()
     removed = []
-    stop_services(removed)
-    remove_packages(removed)
-    remove_files(removed)
-    clock.end('reset (stop, remove)')
-    print('[fresh] removed: ' + ('nothing: this machine was already as new' if not removed else
-                                 '\n[fresh]   '.join([''] + removed)), flush=True)
+    if args.no_reset:
+        print('[fresh] --no-reset: the machine as it is (a warm run)', flush=True)
+    else:
+        stop_services(removed)
+        remove_packages(removed)
+        remove_files(removed)
+        print('[fresh] removed: ' + ('nothing: this machine was already as new' if not removed
+                                     else '\n[fresh]   '.join([''] + removed)), flush=True)
+    clock.end('reset (stop, remove)' if not args.no_reset else 'no reset')
     if args.reset_only:
         print('[fresh] reset in {:.1f} s ({:.1f} busy CPU-s); --reset-only: no run'.format(
             clock.rows[0][1], clock.rows[0][2]))
@@ -306,6 +329,7 @@ def main(argv=None):
     if args.json:
         with open(args.json, 'w') as f:
             json.dump({'ref': args.ref, 'commit': commit, 'rc': code, 'cores': os.cpu_count(),
+                       'reset': not args.no_reset,
                        'started': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(started)),
                        'phases': [{'phase': n, 'wall_s': round(w, 1), 'busy_cpu_s': round(c, 1)}
                                   for n, w, c in clock.rows],
