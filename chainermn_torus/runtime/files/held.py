@@ -1,0 +1,419 @@
+"""A shared directory judged component by component, then held: every later operation is
+relative to the descriptor that was judged, never by the path's name again.
+
+Judging a path once, by its last component, and then using it by name lets two attacks
+through (issue 72): a link one level up (``/tmp/shared/pl -> /tmp/v``, planted by another
+user) sends the job's checkpoints into the user's other experiment, and a directory renamed
+and replaced by a link after the check does the same later. The trusted tools judge the
+object instead (OpenSSH's ``safe_path``, systemd's ``chase``, ``openat2``, coreutils'
+``rm`` relative to the descriptors it holds), and so does ``walk``:
+
+* from ``/``, each component is opened with ``O_DIRECTORY | O_NOFOLLOW`` relative to the
+  one before (by ``openat2`` with ``RESOLVE_NO_SYMLINKS`` where the kernel has it, so the
+  kernel refuses any link on the way; ``os.open(..., dir_fd=)`` elsewhere);
+* a symbolic link is followed only where the link itself and the directory holding it are
+  owned by this user or root and writable by nobody else: a user's own
+  ``~/scratch -> /lustre/$USER`` still works, a link in /tmp or in another user's
+  directory never does;
+* each directory on the way must be owned by this user or root and writable by nobody else,
+  but where the sticky bit is set (``/tmp``: nobody can rename or replace another's
+  entries there). The last one must be writable by nobody else, sticky or not, unless
+  ``shared``. Where any of this fails the path is untrusted and refused in one line
+  (``errors.UnsafePath``, ``trust_helps`` set) unless the user trusts it (``trusted``: the
+  owner and the mode are not judged; a link is then followed where it lies in a place so
+  trusted).
+
+``walk`` returns a ``Held`` directory: its file operations (a new file, a unique name, an
+atomic replace, a removal of this user's file, a bounded read, a bounded listing, a
+sub-directory) take names inside it, never paths. ``Held.moved()`` says, once, when the path
+no longer names the directory that was judged (it was renamed or replaced); the job goes on
+in the directory it holds.
+"""
+import ctypes
+import errno
+import os
+import platform
+import stat
+import time
+
+from chainermn_torus.errors import UnsafePath
+from chainermn_torus.runtime.files import shared_paths
+
+__all__ = ['walk', 'Held', 'openat2_available', 'MAX_LINKS']
+
+MAX_LINKS = 40  # links followed in one walk, as the kernel's own limit (ELOOP past it)
+_CLOEXEC = getattr(os, 'O_CLOEXEC', 0)
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
+
+# openat2(2), Linux 5.6: one component at a time, the kernel refusing links and magic links
+# (/proc/self/fd/N) on the way. The syscall's number is the generic table's on both
+# architectures the project runs on.
+_OPENAT2 = {'x86_64': 437, 'aarch64': 437}.get(platform.machine())
+_RESOLVE_NO_MAGICLINKS, _RESOLVE_NO_SYMLINKS = 0x02, 0x04
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [('flags', ctypes.c_uint64), ('mode', ctypes.c_uint64),
+                ('resolve', ctypes.c_uint64)]
+
+
+_libc = None
+_openat2_works = None
+
+
+def openat2_available():
+    """Whether this kernel has openat2 (probed once, on '/')."""
+    global _libc, _openat2_works
+    if _openat2_works is None:
+        _openat2_works = False
+        if _OPENAT2 is not None:
+            try:
+                _libc = ctypes.CDLL(None, use_errno=True)
+                fd = _openat2_call(-100, '.', os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)  # AT_FDCWD
+                os.close(fd)
+                _openat2_works = True
+            except (OSError, AttributeError):
+                _openat2_works = False
+    return _openat2_works
+
+
+def _openat2_call(dir_fd, name, flags):
+    how = _OpenHow(flags, 0, _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS)
+    fd = _libc.syscall(ctypes.c_long(_OPENAT2), ctypes.c_int(dir_fd),
+                       ctypes.c_char_p(os.fsencode(name)), ctypes.byref(how),
+                       ctypes.c_size_t(ctypes.sizeof(how)))
+    if fd < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), name)
+    return fd
+
+
+def _open_component(dir_fd, name, use_openat2):
+    """The directory ``name`` inside ``dir_fd``, not following a link (ELOOP, or ENOTDIR
+    from O_NOFOLLOW on a link, where the name is one)."""
+    if use_openat2:
+        return _openat2_call(dir_fd, name, _DIRECTORY)
+    return os.open(name, _DIRECTORY, dir_fd=dir_fd)
+
+
+def _yours(uid):
+    return uid in (os.getuid(), 0)
+
+
+def _writable_by_others(st):
+    return st.st_mode & 0o022
+
+
+def _component_problem(st, last, shared):
+    """Why a directory on the way (or the last, ``last``) makes the path untrusted, or None."""
+    if not _yours(st.st_uid):
+        return 'it is {}'.format(shared_paths.what_is_there(st))
+    sticky = st.st_mode & stat.S_ISVTX and (shared or not last)
+    if _writable_by_others(st) and not sticky:
+        return 'it can be written by {} (mode {:o}, {})'.format(
+            'everyone' if st.st_mode & 0o002 else 'its group', st.st_mode & 0o7777,
+            shared_paths.what_is_there(st))
+    return None
+
+
+def _link_problem(link_st, holder_st):
+    """Why a link may not be followed, or None: it and the directory holding it must be
+    this user's or root's, and the directory writable by nobody else (a sticky /tmp is
+    not enough: anyone may make a link there)."""
+    if not _yours(link_st.st_uid):
+        return 'it is {}'.format(shared_paths.what_is_there(link_st))
+    if not _yours(holder_st.st_uid):
+        return 'it lies in {}'.format(shared_paths.what_is_there(holder_st))
+    if _writable_by_others(holder_st):
+        return 'it lies in a directory {} can write (mode {:o})'.format(
+            'everyone' if holder_st.st_mode & 0o002 else 'its group', holder_st.st_mode & 0o7777)
+    return None
+
+
+def _refused(path, what, where, why, fix, trust_helps):
+    """The one line: ``why`` ('it is ...') said of ``where``, the path itself or a
+    component on its way."""
+    if where != path:
+        why = 'its component {} {}'.format(where, why[3:] if why.startswith('it ') else why)
+    return shared_paths.refusal(
+        path, what, why,
+        fix or ('Choose a directory whose every component only you or root can write, or '
+                'trust the place with the matching --trust option.' if trust_helps else None),
+        trust_helps)
+
+
+def walk(path, what, trusted=False, create=False, mode=0o700, shared=False, fix=None,
+         use_openat2=None):
+    """The directory ``path`` judged component by component (module doc), as a ``Held``.
+
+    ``what`` names it in a refusal ('the checkpoint directory'); ``create``: missing
+    components are made (``mode``, under the umask, each judged as it is opened);
+    ``shared``: the last directory may be group- or world-writable where it is sticky;
+    ``trusted``: owners and modes are not judged. UnsafePath in one line where it may not be
+    used; FileNotFoundError where it is missing and not to be made; NotADirectoryError
+    where a component is a file."""
+    use_openat2 = openat2_available() if use_openat2 is None else use_openat2
+    path = os.path.abspath(path)
+    pending = [c for c in path.split('/') if c]
+    trail = ['']            # the components opened so far, for the refusal's 'where'
+    fd = os.open('/', _DIRECTORY)
+    links = 0
+    try:
+        st = os.fstat(fd)
+        why = None if trusted else _component_problem(st, not pending, shared)
+        if why:
+            raise _refused(path, what, '/', why, fix, True)
+        made = None          # the name just made (create): opened again, once
+        while pending:
+            name = pending.pop(0)
+            last = not pending
+            where = '/'.join(trail + [name]) or '/'
+            if name == '.':
+                continue
+            if name == '..':     # from a link's target: the parent, judged again
+                parent = os.open('..', _DIRECTORY, dir_fd=fd)
+                os.close(fd)
+                fd = parent
+                trail = trail[:-1] or ['']
+                why = None if trusted else _component_problem(os.fstat(fd), last, shared)
+                if why:
+                    raise _refused(path, what, '/'.join(trail) or '/', why, fix, True)
+                continue
+            try:
+                child = _open_component(fd, name, use_openat2)
+            except FileNotFoundError:
+                if not create or made == where:
+                    raise FileNotFoundError(errno.ENOENT, 'no such directory', where) from None
+                try:
+                    os.mkdir(name, mode, dir_fd=fd)
+                except FileExistsError:
+                    pass  # made meanwhile (another rank): opened and judged as any other
+                made = where
+                pending.insert(0, name)
+                continue
+            except OSError as e:
+                if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                link_st = os.lstat(name, dir_fd=fd)
+                if not stat.S_ISLNK(link_st.st_mode):
+                    raise NotADirectoryError(errno.ENOTDIR, 'it is {}, not a directory'.format(
+                        shared_paths.what_is_there(link_st)), where) from None
+                target = os.readlink(name, dir_fd=fd)
+                why = None if trusted else _link_problem(link_st, os.fstat(fd))
+                if why:
+                    raise _refused(path, what, where, 'it is a symbolic link to {!r}: {}'.format(
+                        target, why), fix, True) from None
+                links += 1
+                if links > MAX_LINKS:
+                    raise _refused(path, what, where, 'it leads through more than {} symbolic '
+                                   'links'.format(MAX_LINKS), fix, False) from None
+                pending[:0] = [c for c in target.split('/') if c]
+                if target.startswith('/'):
+                    os.close(fd)
+                    fd = os.open('/', _DIRECTORY)
+                    trail = ['']
+                continue
+            os.close(fd)
+            fd = child
+            trail.append(name)
+            why = None if trusted else _component_problem(os.fstat(fd), last, shared)
+            if why:
+                raise _refused(path, what, where, why, fix, True)
+        return Held(fd, path, what)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+class Held:
+    """An open, judged directory (``walk``): operations take names inside it."""
+
+    def __init__(self, fd, path, what):
+        self.fd, self.path, self.what = fd, path, what
+        st = os.fstat(fd)
+        self.identity = (st.st_dev, st.st_ino)
+        self._moved_said = False
+
+    def __repr__(self):
+        return 'Held({!r}, fd {})'.format(self.path, self.fd)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def moved(self):
+        """The line to say, once, where ``path`` no longer names this directory (renamed,
+        replaced, removed); None otherwise or when it was said."""
+        try:
+            st = os.stat(self.path)
+            here = (st.st_dev, st.st_ino)
+        except OSError:
+            here = None
+        if here == self.identity or self._moved_said:
+            return None
+        self._moved_said = True
+        return ('chainermn_torus: {} {} was {} after the job judged it; the job goes on '
+                'writing into the directory it judged and holds open, not into what the '
+                'name shows now.'.format(self.what, self.path,
+                                         'removed' if here is None else 'renamed or replaced'))
+
+    # -- files --------------------------------------------------------------------------
+    def _check_name(self, name):
+        if not name or '/' in name or name in ('.', '..'):
+            raise ValueError('a name inside {} was expected, got {!r}'.format(self.path, name))
+        return name
+
+    def lstat(self, name):
+        return os.lstat(self._check_name(name), dir_fd=self.fd)
+
+    def create(self, name, perm=0o600):
+        """A new file ``name`` (a descriptor open for writing), never through what is there:
+        FileExistsError where the name is taken."""
+        return os.open(self._check_name(name), _NEW, perm, dir_fd=self.fd)
+
+    def create_unique(self, prefix, suffix='', perm=0o600):
+        """(descriptor, name) of a new file ``<prefix><token><suffix>``; a taken name is
+        passed over (``shared_paths.create_unique``'s rule)."""
+        for _ in range(shared_paths.TRIES):
+            name = '{}{}{}'.format(prefix, shared_paths.token(), suffix)
+            try:
+                return self.create(name, perm), name
+            except FileExistsError:
+                continue
+        raise FileExistsError(errno.EEXIST, '{} names in a row of the form {}<token>{} were '
+                              'taken in {}'.format(shared_paths.TRIES, prefix, suffix, self.path))
+
+    def replace(self, src, dst):
+        """Rename ``src`` over ``dst``, both in this directory (atomic; a link at ``dst``
+        is replaced, not followed)."""
+        os.replace(self._check_name(src), self._check_name(dst), src_dir_fd=self.fd,
+                   dst_dir_fd=self.fd)
+
+    def remove_own(self, name):
+        """Remove ``name`` where it is this user's regular file; True where it was. A link,
+        a directory or another user's file is left alone."""
+        try:
+            st = self.lstat(name)
+        except FileNotFoundError:
+            return False
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+            return False
+        try:
+            os.unlink(name, dir_fd=self.fd)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def write_atomic(self, name, write, mode='wb', perm=0o600, before_rename=None, tmp=None):
+        """``write(f)`` into ``name`` atomically: a new temporary in this directory (``tmp``
+        or a unique name), flushed to disk, renamed over ``name``; the temporary removed on
+        any failure."""
+        if tmp is None:
+            fd, tmp = self.create_unique('.{}.'.format(self._check_name(name)), '.tmp', perm)
+        else:
+            fd = self.create(tmp, perm)
+        try:
+            with os.fdopen(fd, mode) as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+            if before_rename is not None:
+                before_rename()
+            self.replace(tmp, name)
+        except BaseException:
+            self.remove_own(tmp)
+            raise
+        try:
+            os.fsync(self.fd)  # the rename itself on disk
+        except OSError:
+            pass
+
+    def open_file(self, name, what, limit=None, trusted=False, fix=None):
+        """A descriptor for reading ``name``, a regular file of this user's (or any, where
+        ``trusted``) of at most ``limit`` bytes, opened without following a link and without
+        waiting on a FIFO; UnsafePath in one line otherwise."""
+        label = os.path.join(self.path, name)
+        try:
+            fd = os.open(self._check_name(name), _READ, dir_fd=self.fd)
+        except OSError as e:
+            if e.errno not in (errno.ELOOP, errno.ENXIO):
+                raise
+            st = self.lstat(name)
+            raise shared_paths.refusal(label, what, 'it is ' + shared_paths.what_is_there(st),
+                                       fix) from None
+        try:
+            st = os.fstat(fd)
+            why = shared_paths.problem(st, limit, trusted)
+            if why:
+                raise shared_paths.refusal(label, what, why, fix,
+                                           not trusted and shared_paths.problem(
+                                               st, limit, trusted=True) is None)
+            os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def read_bytes(self, name, what, limit, trusted=False, fix=None):
+        """The contents of ``name`` (``open_file``), never more than ``limit`` bytes read."""
+        with os.fdopen(self.open_file(name, what, limit, trusted, fix), 'rb') as f:
+            data = f.read(limit + 1)
+        if len(data) > limit:
+            raise shared_paths.refusal(os.path.join(self.path, name), what,
+                                       'it grew past {:,} bytes while it was read'.format(limit),
+                                       fix)
+        return data
+
+    def listing(self, max_entries, max_seconds):
+        """(names, complete): the entries' names, at most ``max_entries`` of them and no
+        longer than ``max_seconds`` spent reading; ``complete`` is False where a bound
+        stopped the reading."""
+        names, deadline = [], time.monotonic() + max_seconds
+        with os.scandir(self.fd) as it:
+            for entry in it:
+                if len(names) >= max_entries or time.monotonic() > deadline:
+                    return names, False
+                names.append(entry.name)
+        return names, True
+
+    def subdirectory(self, name, what=None, trusted=False, create=False, mode=0o700):
+        """The directory ``name`` inside this one, not followed where it is a link, judged
+        as the last component of a walk is; a ``Held`` of its own."""
+        self._check_name(name)
+        try:
+            fd = os.open(name, _DIRECTORY, dir_fd=self.fd)
+        except FileNotFoundError:
+            if not create:
+                raise
+            try:
+                os.mkdir(name, mode, dir_fd=self.fd)
+            except FileExistsError:
+                pass
+            fd = os.open(name, _DIRECTORY, dir_fd=self.fd)
+        except OSError as e:
+            if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            st = self.lstat(name)
+            raise _refused(os.path.join(self.path, name), what or self.what,
+                           os.path.join(self.path, name),
+                           'it is {}'.format(shared_paths.what_is_there(st)), None,
+                           False) from None
+        try:
+            st = os.fstat(fd)
+            why = None if trusted else _component_problem(st, True, False)
+            if why:
+                raise _refused(os.path.join(self.path, name), what or self.what,
+                               os.path.join(self.path, name), why, None, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        return Held(fd, os.path.join(self.path, name), what or self.what)
