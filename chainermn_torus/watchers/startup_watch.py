@@ -232,8 +232,13 @@ def watch(me, step_s, startup_s, fd):
             reason = 'the start-up limit, {:g} s'.format(startup_s)
         else:
             continue
+        if node_ranks.being_ended(key):
+            return  # another watcher of the node has said it and is ending the job
         claim = _claim(key)
-        if claim is None:
+        # The claim lives as long as the watcher that made it: one delayed past its exit
+        # (a loaded node) could claim anew and say the line twice (seen once in a fresh
+        # run), but that watcher ended this rank before it left.
+        if claim is None or not processes.alive(me):
             return  # another watcher of the node says it and ends the job
         os.write(2, (_verdict(ranks, me, now - start, host, reason) + '\n').encode())
         _end(ranks, me)
