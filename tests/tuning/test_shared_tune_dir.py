@@ -91,3 +91,42 @@ def test_a_file_of_mine_too_large_or_linked_to_my_private_json_is_not_read(share
     found = memory.load(key, 4, shared_dir)
     assert found.choice is None and 'holds 66,560 bytes, more than the 65,536' in \
         found.message, found
+
+
+def _flood(where, stem, count):
+    """Names of this user's kept choices (``<stem>.<12 hex>.json``), planted by another."""
+    for i in range(count):
+        with open(os.path.join(where, '{}.{:012x}.json'.format(stem, i)), 'w') as f:
+            f.write('{}')
+    return count
+
+
+def test_planted_names_are_passed_over_unread_and_said_once_with_three(shared_dir):
+    key = _key()
+    stem = key.file_name()[:-len('.json')]
+    assert as_other(_flood, shared_dir, stem, 100) == 100
+    found = memory.load(key, 4, shared_dir)
+    assert found.choice is None and '\n' not in found.message
+    assert found.message == (
+        "100 file(s) in {} named as this user's kept choices are not this user's regular "
+        "files and were passed over unread ({s}.000000000000.json, {s}.000000000001.json, "
+        "{s}.000000000002.json, ...)".format(shared_dir, s=stem)), found.message
+    saved = memory.save(key, CHOICE, {'chosen_ms': 2.5}, shared_dir)   # the own name: free
+    found = memory.load(key, 4, shared_dir)
+    assert found.choice == CHOICE and found.path == saved and found.message.startswith('100 ')
+
+
+def test_a_flood_past_the_listing_bound_leaves_only_the_own_name_read(shared_dir):
+    key = _key()
+    stem = key.file_name()[:-len('.json')]
+    bound = memory.config.BOUNDS['listing_entries']
+    as_other(_flood, shared_dir, stem, bound + 1000)
+    saved = memory.save(key, CHOICE, {'chosen_ms': 2.5}, shared_dir)
+    found = memory.load(key, 4, shared_dir)
+    assert found.choice == CHOICE and found.path == saved
+    assert '\n' not in found.message and len(found.message) < 1000, len(found.message)
+    passed = int(found.message.split(' ', 1)[0].replace(',', ''))
+    assert 0 < passed <= bound, found.message        # no more than the bound was looked at
+    assert 'holds more entries than the {:,} (or 0.25 s) a job reads: only this user\'s ' \
+           'own name {} was looked at beyond them'.format(bound, key.file_name()) in \
+        found.message, found.message
