@@ -47,6 +47,9 @@ BOUNDS = {
     # A listing of a shared directory (the tune folder's kept choices): entries read and
     # seconds spent at most; past either the job reads only the names it made itself.
     # 4,096 entries take about 5 ms to list and lstat here; a planted flood costs no more.
+    # A module --gpu-calls reads (the script's, and those it imports from its directories):
+    # the largest hand-written modules are a few hundred KiB.
+    'module': 8 << 20,
     'listing_entries': 4096,
     'listing_seconds': 0.25,
 }
@@ -204,6 +207,11 @@ SETTINGS = collections.OrderedDict([
                                  "modules see CUDA and CuPy as the script's own directory's do "
                                  '(helpers the script imports from elsewhere)',
                                  launcher='script')),
+    ('trust_gpu_to_cpu_paths', Setting('CHAINERMN_TORUS_TRUST_GPU_TO_CPU_PATHS', 'flag', False,
+                                       'launcher, --gpu-to-cpu-paths: accept directories '
+                                       'another user owns or may write (their modules are '
+                                       'still sized before they are read)',
+                                       launcher='script')),
     ('global_batch', Setting('CHAINERMN_TORUS_GLOBAL_BATCH', 'flag', False,
                              "launcher, --data-parallel: the script's batch size is the global "
                              'one, divided among the ranks (default: per rank, as ChainerMN)',

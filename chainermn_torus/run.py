@@ -52,8 +52,10 @@ def main(argv=None):
         if opts.gpu_calls:  # a reading of its source: nothing starts
             extra, source = config.value('gpu_to_cpu_paths', opts.gpu_to_cpu_paths,
                                          '--gpu-to-cpu-paths')
+            trusted = config.value('trust_gpu_to_cpu_paths', opts.trust_gpu_to_cpu_paths,
+                                   '--trust-gpu-to-cpu-paths')[0]
             print('\n'.join(gpu_to_cpu.listing(opts.script, gpu_to_cpu.paths(
-                extra, source or 'CHAINERMN_TORUS_GPU_TO_CPU_PATHS'))))
+                extra, source or 'CHAINERMN_TORUS_GPU_TO_CPU_PATHS', trusted))))
             return
         job = prepare(opts)
     except Refusal as e:  # a bad option or variable: one line, from the job's first rank

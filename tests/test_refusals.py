@@ -57,6 +57,7 @@ BAD = {
     'check_replicas': ('0', {}, []),
     'check_finite': ('maybe', {}, []),
     'trust_checkpoints': ('maybe', {}, []),
+    'trust_gpu_to_cpu_paths': ('maybe', {}, []),
     'type_check': ('sometimes', {}, []),
     'keep_freed_memory': ('maybe', {}, []),
     'data_parallel': ('maybe', {}, []),

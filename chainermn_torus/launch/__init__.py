@@ -97,7 +97,8 @@ class Launch(object):
         self.gpu = gpu_to_cpu.install(self.script, self.get('gpu_to_cpu'),
                                       world.launcher_rank() or 0,
                                       self.get('gpu_to_cpu_paths'),
-                                      self.sources.get('gpu_to_cpu_paths'))
+                                      self.sources.get('gpu_to_cpu_paths'),
+                                      self.get('trust_gpu_to_cpu_paths'))
         # What both factories return, decided here once: the policy they read.
         _registry.install(_registry.Policy(
             forced=self.forced, defaults=self.defaults, forced_options=forced_options,

@@ -32,14 +32,16 @@ def test_refused_without_fresh_yes():
     assert "FRESH='1'" in refused(dict(env, FRESH='1'))   # only the word yes
 
 
-def test_refused_for_a_user_other_than_root_even_with_fresh_yes():
-    env = dict(os.environ, FRESH='yes')
-    if os.geteuid() == 0:
-        # As nobody: root with FRESH=yes would reset this machine.
-        line = refused(env, ['setpriv', '--reuid=65534', '--regid=65534', '--clear-groups'])
-        assert '(uid 65534,' in line, line
-    else:
-        assert '(uid {},'.format(os.geteuid()) in refused(env)
+def test_refused_for_a_user_other_than_root_even_with_fresh_yes(monkeypatch, capsys):
+    # In this process, as uid 65534 to the check: root with FRESH=yes would reset the
+    # machine, and another user could not read this checkout to run it (a 0700 clone).
+    monkeypatch.setenv('FRESH', 'yes')
+    monkeypatch.setattr(fresh_run.os, 'geteuid', lambda: 65534)
+    with pytest.raises(SystemExit) as e:
+        fresh_run.main([])
+    line = capsys.readouterr().err
+    assert e.value.code == 2 and line.count('\n') == 1, line
+    assert line.startswith('fresh_run: refused: ') and "(uid 65534, FRESH='yes')" in line, line
 
 
 def test_scripts_print_the_lines_that_end_the_phases():

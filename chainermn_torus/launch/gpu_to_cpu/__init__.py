@@ -23,11 +23,12 @@ names the option and the script's first GPU call (``scan``), instead of a traceb
 """
 import os
 
-from chainermn_torus.errors import ConfigError, Refusal, Unsupported
+from chainermn_torus.errors import ConfigError, Refusal, Unsupported, UnsafePath
 from chainermn_torus.launch.gpu_to_cpu import devices, scan, script_view
 from chainermn_torus.launch.gpu_to_cpu.calls import GPU_COMMUNICATORS, OPTION, Said
 from chainermn_torus.launch.gpu_to_cpu.scope import LIBRARY, OTHER, SCRIPT, Scope
 from chainermn_torus.runtime.chainer_glue import patches
+from chainermn_torus.runtime.files import held
 
 __all__ = ['install', 'uninstall', 'explain', 'listing', 'globals_for_script',
            'GPU_COMMUNICATORS', 'paths']
@@ -36,23 +37,37 @@ listing = scan.listing
 globals_for_script = script_view.globals_for_script
 
 
-def paths(text, source='CHAINERMN_TORUS_GPU_TO_CPU_PATHS'):
-    """The directories of ``CHAINERMN_TORUS_GPU_TO_CPU_PATHS`` (``--gpu-to-cpu-paths``);
-    a ConfigError naming ``source`` for one that is not a directory."""
+def paths(text, source='CHAINERMN_TORUS_GPU_TO_CPU_PATHS', trusted=False):
+    """The directories of ``CHAINERMN_TORUS_GPU_TO_CPU_PATHS`` (``--gpu-to-cpu-paths``),
+    each walked and judged as every shared directory is (``runtime.files.held``): one
+    another user owns or may write, on the way or itself, is refused in one line unless
+    ``trusted`` (``--trust-gpu-to-cpu-paths``); a ConfigError naming ``source`` for one
+    that is not a directory."""
     found = tuple(p for p in (text or '').split(':') if p)
     for path in found:
         if not os.path.isdir(path):
             raise ConfigError('chainermn_torus: {} must be directories separated by ":", and '
                               '{!r} is not one'.format(source, path))
+        try:
+            held.walk(path, 'the directory of {}'.format(source), trusted=trusted,
+                      fix='Keep the helpers in a directory only you can write, or say '
+                          'you trust it with --trust-gpu-to-cpu-paths '
+                          '(CHAINERMN_TORUS_TRUST_GPU_TO_CPU_PATHS=1).').close()
+        except UnsafePath:
+            raise
+        except OSError as e:
+            raise ConfigError('chainermn_torus: {} names {!r}, which cannot be entered '
+                              '({})'.format(source, path, e.strerror or e)) from None
     return found
 
 
-def install(script, mapping, rank, extra=None, source=None):
+def install(script, mapping, rank, extra=None, source=None, trusted=False):
     """Map (``mapping``) or watch for the GPU requests of ``script``; ``extra``: the
     setting's text of more directories of the script's modules (``source``: the option or
-    variable that gave it). Returns the Said; under the option its ``builtins`` are what the
-    script's modules run with (``globals_for_script``)."""
-    scope = Scope(script, paths(extra, source or 'CHAINERMN_TORUS_GPU_TO_CPU_PATHS'))
+    variable that gave it; ``trusted``: they may be another user's). Returns the Said; under
+    the option its ``builtins`` are what the script's modules run with
+    (``globals_for_script``)."""
+    scope = Scope(script, paths(extra, source or 'CHAINERMN_TORUS_GPU_TO_CPU_PATHS', trusted))
     said = Said(scope, mapping, rank)
     devices.install(said)
     said.builtins = script_view.install(said) if mapping else None

@@ -11,10 +11,13 @@ import os
 
 import numpy
 
+from chainermn_torus import config
+from chainermn_torus.errors import UnsafePath
 from chainermn_torus.launch.gpu_to_cpu.calls import (GPU_COMMUNICATORS, MAPPED,
                                                      MULTI_GPU_UPDATERS, REFUSED)
 from chainermn_torus.launch.gpu_to_cpu.cupy_on_cpu import GIVEN
 from chainermn_torus.launch.gpu_to_cpu.devices import is_gpu_spec
+from chainermn_torus.runtime.files import shared_paths
 
 __all__ = ['gpu_calls', 'listing', 'Found']
 
@@ -150,19 +153,44 @@ class _Reader(ast.NodeVisitor):
             self.add(node, 'chainer.get_device', repr(node.value))
 
 
-def gpu_calls(script, paths=()):
+def _source(path, notes):
+    """The text of the module ``path``, or None (said in ``notes``) where it is not a regular
+    file of at most ``config.BOUNDS['module']`` bytes: a link, a FIFO or a 2 GiB sparse
+    ``json.py`` planted in a shared directory is passed over, never read (its directory was
+    judged: ``paths``). A FIFO is opened without waiting."""
+    try:
+        return shared_paths.read_bytes(path, 'the module', config.BOUNDS['module'],
+                                       trusted=True, fix='Its GPU calls are not listed.')
+    except UnsafePath as e:
+        notes.append('passed over ' + str(e).replace('chainermn_torus: refusing the module ',
+                                                     '', 1))
+    except OSError as e:
+        notes.append('passed over {}: unreadable ({})'.format(path, e.strerror or e))
+    return None
+
+
+def gpu_calls(script, paths=(), notes=None):
     """Every GPU call found in ``script`` and the modules it imports from its directory and
-    from ``paths``, in file and line order (the script first)."""
-    root = os.path.dirname(os.path.abspath(script))
+    from ``paths``, in file and line order (the script first). ``notes``: a list for what
+    was passed over (a module that is not a regular file of bounded size, or not Python)."""
+    notes = [] if notes is None else notes
+    root = os.path.dirname(os.path.realpath(script))
     roots = [root] + [os.path.abspath(p) for p in paths]
-    todo, seen, found = [os.path.abspath(script)], set(), []
+    todo, seen, found = [os.path.realpath(script)], set(), []
     while todo:
         path = todo.pop(0)
         if path in seen:
             continue
         seen.add(path)
-        with open(path, 'rb') as f:
-            tree = ast.parse(f.read(), path)
+        text = _source(path, notes)
+        if text is None:
+            continue
+        try:
+            tree = ast.parse(text, path)
+        except (SyntaxError, ValueError) as e:
+            notes.append('passed over {}: not Python this interpreter reads ({})'.format(
+                path, getattr(e, 'msg', e)))
+            continue
         label = os.path.relpath(path, root) if path.startswith(os.path.join(root, '')) \
             else path
         reader = _Reader(path, label)
@@ -172,17 +200,22 @@ def gpu_calls(script, paths=()):
             for folder in roots:
                 for candidate in (os.path.join(folder, module + '.py'),
                                   os.path.join(folder, module, '__init__.py')):
-                    if os.path.isfile(candidate):
+                    if os.path.islink(candidate) and \
+                            os.lstat(candidate).st_uid == os.getuid():
+                        candidate = os.path.realpath(candidate)  # the user's own link
+                    if os.path.lexists(candidate):
                         todo.append(candidate)
     return found
 
 
 def listing(script, paths=()):
-    """The lines ``--gpu-calls`` prints."""
-    found = gpu_calls(script, paths)
+    """The lines ``--gpu-calls`` prints (what was passed over last)."""
+    notes = []
+    found = gpu_calls(script, paths, notes)
     certain = sum(f.certain for f in found)
     if not found:
-        return ['{}: no GPU call found: it runs on CPU without --gpu-to-cpu'.format(script)]
+        return ['{}: no GPU call found: it runs on CPU without --gpu-to-cpu'.format(script)] + \
+            notes
     lines = ['{}: {} GPU call(s){}; under --gpu-to-cpu:'.format(
         script, certain, '' if certain == len(found) else
         ', and {} device(s) in variables'.format(len(found) - certain))]
@@ -195,4 +228,4 @@ def listing(script, paths=()):
     if refused:
         lines.append('{} of them cannot run on CPU: the job stops with that line where it '
                      'reaches one (a branch it does not take costs nothing)'.format(refused))
-    return lines
+    return lines + notes

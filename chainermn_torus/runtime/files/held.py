@@ -31,6 +31,7 @@ in the directory it holds.
 """
 import ctypes
 import errno
+import functools
 import os
 import platform
 import stat
@@ -59,31 +60,28 @@ class _OpenHow(ctypes.Structure):
                 ('resolve', ctypes.c_uint64)]
 
 
-_libc = None
-_openat2_works = None
+@functools.lru_cache(maxsize=1)
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
 
 
+@functools.lru_cache(maxsize=1)
 def openat2_available():
-    """Whether this kernel has openat2 (probed once, on '/')."""
-    global _libc, _openat2_works
-    if _openat2_works is None:
-        _openat2_works = False
-        if _OPENAT2 is not None:
-            try:
-                _libc = ctypes.CDLL(None, use_errno=True)
-                fd = _openat2_call(-100, '.', os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)  # AT_FDCWD
-                os.close(fd)
-                _openat2_works = True
-            except (OSError, AttributeError):
-                _openat2_works = False
-    return _openat2_works
+    """Whether this kernel has openat2 (probed once, on the working directory)."""
+    if _OPENAT2 is None:
+        return False
+    try:
+        os.close(_openat2_call(-100, '.', os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC))  # AT_FDCWD
+    except (OSError, AttributeError):
+        return False
+    return True
 
 
 def _openat2_call(dir_fd, name, flags):
     how = _OpenHow(flags, 0, _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS)
-    fd = _libc.syscall(ctypes.c_long(_OPENAT2), ctypes.c_int(dir_fd),
-                       ctypes.c_char_p(os.fsencode(name)), ctypes.byref(how),
-                       ctypes.c_size_t(ctypes.sizeof(how)))
+    fd = _libc().syscall(ctypes.c_long(_OPENAT2), ctypes.c_int(dir_fd),
+                         ctypes.c_char_p(os.fsencode(name)), ctypes.byref(how),
+                         ctypes.c_size_t(ctypes.sizeof(how)))
     if fd < 0:
         e = ctypes.get_errno()
         raise OSError(e, os.strerror(e), name)
