@@ -40,7 +40,7 @@ import time
 from chainermn_torus.errors import UnsafePath
 from chainermn_torus.runtime.files import shared_paths
 
-__all__ = ['walk', 'Held', 'openat2_available', 'MAX_LINKS']
+__all__ = ['walk', 'Held', 'parent_of', 'write_refusal', 'openat2_available', 'MAX_LINKS']
 
 MAX_LINKS = 40  # links followed in one walk, as the kernel's own limit (ELOOP past it)
 _CLOEXEC = getattr(os, 'O_CLOEXEC', 0)
@@ -128,6 +128,22 @@ def _link_problem(link_st, holder_st):
         return 'it lies in a directory {} can write (mode {:o})'.format(
             'everyone' if holder_st.st_mode & 0o002 else 'its group', holder_st.st_mode & 0o7777)
     return None
+
+
+def write_refusal(path, what):
+    """The one line for a file not written at ``path``, where ``what`` was found."""
+    return UnsafePath(
+        'chainermn_torus: refusing to write {}: {}; nothing was written through it. Remove '
+        'it, or choose a directory only you can write.'.format(path, what))
+
+
+def parent_of(path):
+    """A ``Held`` of the directory ``path`` names a file in, opened as the name shows it
+    (not judged: for outputs the user names, written where the user says, as a shell's
+    ``>`` would)."""
+    directory = os.path.dirname(path)   # '' for a bare name: its refusals name it alone
+    return Held(os.open(directory or '.', os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC), directory,
+                'the directory')
 
 
 def _refused(path, what, where, why, fix, trust_helps):
@@ -273,10 +289,29 @@ class Held:
     def lstat(self, name):
         return os.lstat(self._check_name(name), dir_fd=self.fd)
 
-    def create(self, name, perm=0o600):
+    def create(self, name, perm=0o600, replace_own=False):
         """A new file ``name`` (a descriptor open for writing), never through what is there:
-        FileExistsError where the name is taken."""
-        return os.open(self._check_name(name), _NEW, perm, dir_fd=self.fd)
+        FileExistsError where the name is taken. ``replace_own``: a name this user's plain
+        file holds (a leftover of an earlier process with the same pid) is removed first;
+        anything else there (a link, a FIFO, another user's file) is refused in one line,
+        ``UnsafePath``, and nothing is written."""
+        self._check_name(name)
+        for _ in range(2):
+            try:
+                return os.open(name, _NEW, perm, dir_fd=self.fd)
+            except FileExistsError:
+                if not replace_own:
+                    raise
+            try:
+                st = self.lstat(name)
+            except FileNotFoundError:
+                continue  # gone meanwhile: try again
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_nlink != 1:
+                raise write_refusal(os.path.join(self.path, name), '{} is already there'.format(
+                    shared_paths.what_is_there(st)))
+            os.unlink(name, dir_fd=self.fd)  # our own leftover
+        raise write_refusal(os.path.join(self.path, name), 'it came back after it was removed '
+                            '(another process writes there)')
 
     def create_unique(self, prefix, suffix='', perm=0o600):
         """(descriptor, name) of a new file ``<prefix><token><suffix>``; a taken name is
@@ -312,23 +347,33 @@ class Held:
         return True
 
     def write_atomic(self, name, write, mode='wb', perm=0o600, before_rename=None, tmp=None):
-        """``write(f)`` into ``name`` atomically: a new temporary in this directory (``tmp``
-        or a unique name), flushed to disk, renamed over ``name``; the temporary removed on
-        any failure."""
-        if tmp is None:
-            fd, tmp = self.create_unique('.{}.'.format(self._check_name(name)), '.tmp', perm)
-        else:
-            fd = self.create(tmp, perm)
+        """``write(f)`` into ``name`` so that no reader ever sees half of it: into a new
+        temporary in this directory (``tmp``, where this user's leftover of that name is
+        replaced, else a unique name), flushed to disk, renamed over ``name`` (a link there
+        is replaced, not followed), the rename flushed too. On any failure (ENOSPC, an
+        exception in ``write``, a signal) the temporary is removed and the error raised;
+        ``before_rename()`` runs once the data is on disk (a fault-injection point)."""
+        self._check_name(name)
+        made = tmp
         try:
+            # Made inside the try: a signal right after the file is made left it behind
+            # (the fault matrix's sigint row, once).
+            if tmp is None:
+                fd, made = self.create_unique('.{}.'.format(name), '.tmp', perm)
+            else:
+                fd = self.create(tmp, perm, replace_own=True)
             with os.fdopen(fd, mode) as f:
                 write(f)
                 f.flush()
                 os.fsync(f.fileno())
             if before_rename is not None:
                 before_rename()
-            self.replace(tmp, name)
+            self.replace(made, name)
+        except UnsafePath:
+            raise  # not ours: nothing to remove
         except BaseException:
-            self.remove_own(tmp)
+            if made is not None:
+                self.remove_own(made)
             raise
         try:
             os.fsync(self.fd)  # the rename itself on disk

@@ -12,19 +12,12 @@ file of another user) is refused in one line (``errors.UnsafePath``), and nothin
 import os
 import stat
 
-from chainermn_torus.errors import UnsafePath
+from chainermn_torus.runtime.files import held
 from chainermn_torus.runtime.files.shared_paths import what_is_there
 
 __all__ = ['create', 'open_new', 'append', 'remove_own', 'refusal']
 
-_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0)
-
-
-def refusal(path, what):
-    """The one line for ``path``, which is ``what``."""
-    return UnsafePath(
-        'chainermn_torus: refusing to write {}: {}; nothing was written through it. Remove '
-        'it, or choose a directory only you can write.'.format(path, what))
+refusal = held.write_refusal
 
 
 def _what_is_there(st):
@@ -33,19 +26,8 @@ def _what_is_there(st):
 
 def create(path, mode=0o644):
     """A new file at ``path`` (a descriptor open for writing); see the module doc."""
-    for _ in range(2):
-        try:
-            return os.open(path, _NEW, mode)
-        except FileExistsError:
-            pass
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            continue  # gone meanwhile: try again
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_nlink != 1:
-            raise refusal(path, _what_is_there(st))
-        os.unlink(path)  # our own leftover
-    raise refusal(path, 'it came back after it was removed (another process writes there)')
+    with held.parent_of(path) as place:
+        return place.create(os.path.basename(path), mode, replace_own=True)
 
 
 def open_new(path, mode='wb', perm=0o644):
