@@ -44,12 +44,12 @@ BOUNDS = {
     # Classes a training list may name: ImageNet-21k has 21,841; beyond this a label is a typo
     # (a label of 10**9 once built a list of 10**9 class numbers and was OOM-killed).
     'classes': 1 << 20,
-    # A listing of a shared directory (the tune folder's kept choices): entries read and
-    # seconds spent at most; past either the job reads only the names it made itself.
-    # 4,096 entries take about 5 ms to list and lstat here; a planted flood costs no more.
     # A module --gpu-calls reads (the script's, and those it imports from its directories):
     # the largest hand-written modules are a few hundred KiB.
     'module': 8 << 20,
+    # A listing of a shared directory (the tune folder's kept choices): entries read and
+    # seconds spent at most; past either the job reads only the names it made itself.
+    # 4,096 entries take about 5 ms to list and lstat here; a planted flood costs no more.
     'listing_entries': 4096,
     'listing_seconds': 0.25,
 }

@@ -81,8 +81,8 @@ class Clock:
         self.rows = []
         self.mark = (time.monotonic(), busy_cpu_seconds())
 
-    def end(self, name, at=None):
-        now = at or (time.monotonic(), busy_cpu_seconds())
+    def end(self, name):
+        now = (time.monotonic(), busy_cpu_seconds())
         self.rows.append((name, now[0] - self.mark[0], now[1] - self.mark[1]))
         self.mark = now
 

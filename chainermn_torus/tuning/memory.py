@@ -35,12 +35,11 @@ import os
 import re
 import stat
 import tempfile
-import time
 
 from chainermn_torus import config
 from chainermn_torus.algorithms import variants
 from chainermn_torus.errors import ConfigError, UnsafePath
-from chainermn_torus.runtime.files import shared_paths
+from chainermn_torus.runtime.files import held, shared_paths
 from chainermn_torus.runtime.files.atomic import atomic_write
 from chainermn_torus.tuning import candidates
 
@@ -190,27 +189,24 @@ def _names(key, where):
     base = key.file_name()
     stem = base[:-len('.json')]
     ours = re.compile(re.escape(stem) + r'\.[0-9a-f]{12}\.json$')
-    kept, passed, complete = [], [], True
-    entries, deadline = config.BOUNDS['listing_entries'], \
-        time.monotonic() + config.BOUNDS['listing_seconds']
+    kept, passed = [], []
+    entries = config.BOUNDS['listing_entries']
     try:
-        with os.scandir(where) as listing:
-            for count, entry in enumerate(listing):
-                if count >= entries or time.monotonic() > deadline:
-                    complete = False
-                    break
-                if not ours.match(entry.name):
-                    continue
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if st.st_uid != os.getuid() or not stat.S_ISREG(st.st_mode):
-                    passed.append(entry.name)
-                else:
-                    kept.append((-st.st_mtime, entry.name))
+        listing, complete = held.bounded_scandir(where, entries,
+                                                 config.BOUNDS['listing_seconds'])
     except OSError:
-        pass
+        listing, complete = [], True
+    for entry in listing:
+        if not ours.match(entry.name):
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if st.st_uid != os.getuid() or not stat.S_ISREG(st.st_mode):
+            passed.append(entry.name)
+        else:
+            kept.append((-st.st_mtime, entry.name))
     notes = []
     if passed:
         notes.append('{:,} file(s) in {} named as this user\'s kept choices are not this '

@@ -40,13 +40,13 @@ import time
 from chainermn_torus.errors import UnsafePath
 from chainermn_torus.runtime.files import shared_paths
 
-__all__ = ['walk', 'Held', 'parent_of', 'write_refusal', 'openat2_available', 'MAX_LINKS']
+__all__ = ['walk', 'Held', 'parent_of', 'write_refusal', 'bounded_scandir',
+           'openat2_available', 'MAX_LINKS']
 
 MAX_LINKS = 40  # links followed in one walk, as the kernel's own limit (ELOOP past it)
 _CLOEXEC = getattr(os, 'O_CLOEXEC', 0)
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
-_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
 
 # openat2(2), Linux 5.6: one component at a time, the kernel refusing links and magic links
 # (/proc/self/fd/N) on the way. The syscall's number is the generic table's on both
@@ -96,38 +96,39 @@ def _open_component(dir_fd, name, use_openat2):
     return os.open(name, _DIRECTORY, dir_fd=dir_fd)
 
 
-def _yours(uid):
-    return uid in (os.getuid(), 0)
-
-
-def _writable_by_others(st):
-    return st.st_mode & 0o022
-
-
 def _component_problem(st, last, shared):
-    """Why a directory on the way (or the last, ``last``) makes the path untrusted, or None."""
-    if not _yours(st.st_uid):
-        return 'it is {}'.format(shared_paths.what_is_there(st))
-    sticky = st.st_mode & stat.S_ISVTX and (shared or not last)
-    if _writable_by_others(st) and not sticky:
-        return 'it can be written by {} (mode {:o}, {})'.format(
-            'everyone' if st.st_mode & 0o002 else 'its group', st.st_mode & 0o7777,
-            shared_paths.what_is_there(st))
-    return None
+    """Why a directory on the way (or the last, ``last``) makes the path untrusted, or None:
+    the rule of ``shared_paths.problem``, with the sticky bit enough on the way (``/tmp``:
+    nobody can rename or replace another's entries there)."""
+    return shared_paths.problem(st, directory=True, shared=shared or not last)
 
 
 def _link_problem(link_st, holder_st):
     """Why a link may not be followed, or None: it and the directory holding it must be
     this user's or root's, and the directory writable by nobody else (a sticky /tmp is
     not enough: anyone may make a link there)."""
-    if not _yours(link_st.st_uid):
+    if not shared_paths.yours(link_st.st_uid):
         return 'it is {}'.format(shared_paths.what_is_there(link_st))
-    if not _yours(holder_st.st_uid):
+    if not shared_paths.yours(holder_st.st_uid):
         return 'it lies in {}'.format(shared_paths.what_is_there(holder_st))
-    if _writable_by_others(holder_st):
+    if holder_st.st_mode & 0o022:
         return 'it lies in a directory {} can write (mode {:o})'.format(
             'everyone' if holder_st.st_mode & 0o002 else 'its group', holder_st.st_mode & 0o7777)
     return None
+
+
+def bounded_scandir(where, max_entries, max_seconds):
+    """(entries, complete): the ``os.DirEntry`` of a directory (a path, or a descriptor),
+    at most ``max_entries`` of them and no longer than ``max_seconds`` spent reading;
+    ``complete`` is False where a bound stopped the reading. A shared directory's listing
+    costs no more than that, whatever others put there."""
+    entries, deadline = [], time.monotonic() + max_seconds
+    with os.scandir(where) as it:
+        for entry in it:
+            if len(entries) >= max_entries or time.monotonic() > deadline:
+                return entries, False
+            entries.append(entry)
+    return entries, True
 
 
 def write_refusal(path, what):
@@ -268,6 +269,8 @@ class Held:
         """The line to say, once, where ``path`` no longer names this directory (renamed,
         replaced, removed); None otherwise or when it was said."""
         try:
+            # Followed, as the name is: what a user's own link (allowed by the walk) shows
+            # now is compared, not the link itself. Only compared, never opened.
             st = os.stat(self.path)
             here = (st.st_dev, st.st_ino)
         except OSError:
@@ -381,52 +384,21 @@ class Held:
             pass
 
     def open_file(self, name, what, limit=None, trusted=False, fix=None):
-        """A descriptor for reading ``name``, a regular file of this user's (or any, where
-        ``trusted``) of at most ``limit`` bytes, opened without following a link and without
-        waiting on a FIFO; UnsafePath in one line otherwise."""
-        label = os.path.join(self.path, name)
-        try:
-            fd = os.open(self._check_name(name), _READ, dir_fd=self.fd)
-        except OSError as e:
-            if e.errno not in (errno.ELOOP, errno.ENXIO):
-                raise
-            st = self.lstat(name)
-            raise shared_paths.refusal(label, what, 'it is ' + shared_paths.what_is_there(st),
-                                       fix) from None
-        try:
-            st = os.fstat(fd)
-            why = shared_paths.problem(st, limit, trusted)
-            if why:
-                raise shared_paths.refusal(label, what, why, fix,
-                                           not trusted and shared_paths.problem(
-                                               st, limit, trusted=True) is None)
-            os.set_blocking(fd, True)
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
+        """A descriptor for reading ``name`` under the rule of ``shared_paths.open_file``
+        (a regular file of this user's, or any where ``trusted``, of at most ``limit``
+        bytes, no link followed, no FIFO waited on), relative to this directory."""
+        return shared_paths.open_file(self._check_name(name), what, limit, trusted, fix,
+                                      self.fd, os.path.join(self.path, name))
 
     def read_bytes(self, name, what, limit, trusted=False, fix=None):
         """The contents of ``name`` (``open_file``), never more than ``limit`` bytes read."""
-        with os.fdopen(self.open_file(name, what, limit, trusted, fix), 'rb') as f:
-            data = f.read(limit + 1)
-        if len(data) > limit:
-            raise shared_paths.refusal(os.path.join(self.path, name), what,
-                                       'it grew past {:,} bytes while it was read'.format(limit),
-                                       fix)
-        return data
+        return shared_paths.read_bytes(self._check_name(name), what, limit, trusted, fix,
+                                       self.fd, os.path.join(self.path, name))
 
     def listing(self, max_entries, max_seconds):
-        """(names, complete): the entries' names, at most ``max_entries`` of them and no
-        longer than ``max_seconds`` spent reading; ``complete`` is False where a bound
-        stopped the reading."""
-        names, deadline = [], time.monotonic() + max_seconds
-        with os.scandir(self.fd) as it:
-            for entry in it:
-                if len(names) >= max_entries or time.monotonic() > deadline:
-                    return names, False
-                names.append(entry.name)
-        return names, True
+        """(names, complete): ``bounded_scandir`` of this directory, by name."""
+        entries, complete = bounded_scandir(self.fd, max_entries, max_seconds)
+        return [e.name for e in entries], complete
 
     def subdirectory(self, name, what=None, trusted=False, create=False, mode=0o700):
         """The directory ``name`` inside this one, not followed where it is a link, judged

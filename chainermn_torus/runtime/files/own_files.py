@@ -39,9 +39,8 @@ def remove_own(path):
     """Remove ``path`` where it is this user's plain file (a temporary this process made);
     a link or another user's file is left alone."""
     try:
-        st = os.lstat(path)
-        if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid():
-            os.unlink(path)
+        with held.parent_of(path) as place:
+            place.remove_own(os.path.basename(path))
     except OSError:
         pass
 

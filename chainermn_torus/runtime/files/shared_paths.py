@@ -33,7 +33,7 @@ import stat
 
 from chainermn_torus.errors import UnsafePath
 
-__all__ = ['owner_name', 'what_is_there', 'problem', 'refusal', 'open_file', 'read_bytes',
+__all__ = ['owner_name', 'what_is_there', 'yours', 'problem', 'refusal', 'open_file', 'read_bytes',
            'read_json', 'directory_problem', 'create_unique', 'token']
 
 _CLOEXEC = getattr(os, 'O_CLOEXEC', 0)
@@ -65,7 +65,8 @@ def what_is_there(st):
     return '{} owned by {}'.format(kind_of(st), owner_name(st.st_uid))
 
 
-def _yours(uid):
+def yours(uid):
+    """Whether ``uid`` is this user's or root's: the owners a path may have."""
     return uid in (os.getuid(), 0)
 
 
@@ -82,7 +83,7 @@ def problem(st, limit=None, trusted=False, directory=False, shared=False):
         return 'it is {}, not {}'.format(what_is_there(st),
                                          'a directory' if directory else 'a regular file')
     if not trusted:
-        if not _yours(st.st_uid):
+        if not yours(st.st_uid):
             return 'it is {}'.format(what_is_there(st))
         sticky = directory and shared and st.st_mode & stat.S_ISVTX
         if st.st_mode & 0o022 and not sticky:
@@ -108,36 +109,40 @@ def refusal(path, what, why, fix=None, trust_helps=False):
     return error
 
 
-def _opened(path, flags):
-    """``os.open`` with a link named as such (ELOOP from O_NOFOLLOW)."""
+def _opened(path, flags, dir_fd=None):
+    """``os.open`` (relative to ``dir_fd`` where given) with a link named as such (ELOOP
+    from O_NOFOLLOW)."""
     try:
-        return os.open(path, flags)
+        return os.open(path, flags, dir_fd=dir_fd)
     except OSError as e:
-        if e.errno == errno.ELOOP or (e.errno == errno.ENOTDIR and os.path.islink(path)):
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
             try:
-                st = os.lstat(path)
-                target = os.readlink(path)
+                st = os.lstat(path, dir_fd=dir_fd)
+                target = os.readlink(path, dir_fd=dir_fd) if stat.S_ISLNK(st.st_mode) else None
             except OSError:
                 raise e from None
-            raise UnsafePath('{} to {!r}'.format(what_is_there(st), target)) from None
+            if target is not None:
+                raise UnsafePath('{} to {!r}'.format(what_is_there(st), target)) from None
         raise
 
 
-def open_file(path, what, limit=None, trusted=False, fix=None):
+def open_file(path, what, limit=None, trusted=False, fix=None, dir_fd=None, label=None):
     """A descriptor open for reading on ``path``, a regular file of yours of at most
     ``limit`` bytes (None: the caller sizes it from ``os.fstat``) (module doc);
     ``UnsafePath`` naming ``what`` otherwise; OSError (it is missing, unreadable) as it
-    is."""
+    is. ``dir_fd``: ``path`` is a name inside that directory (``held.Held``), said as
+    ``label``."""
+    label = label or path
     try:
-        fd = _opened(path, _READ)
+        fd = _opened(path, _READ, dir_fd)
     except UnsafePath as e:
-        raise refusal(path, what, 'it is ' + str(e), fix) from None
+        raise refusal(label, what, 'it is ' + str(e), fix) from None
     try:
         st = os.fstat(fd)
         why = problem(st, limit, trusted)
         if why:
             # Its owner or mode all that was wrong: a trusted place would allow it.
-            raise refusal(path, what, why, fix,
+            raise refusal(label, what, why, fix,
                           not trusted and problem(st, limit, trusted=True) is None)
         os.set_blocking(fd, True)
     except BaseException:
@@ -146,15 +151,15 @@ def open_file(path, what, limit=None, trusted=False, fix=None):
     return fd
 
 
-def read_bytes(path, what, limit, trusted=False, fix=None):
+def read_bytes(path, what, limit, trusted=False, fix=None, dir_fd=None, label=None):
     """The contents of ``path`` under the rule (``open_file``), never more than ``limit``
     bytes read."""
-    fd = open_file(path, what, limit, trusted, fix)
+    fd = open_file(path, what, limit, trusted, fix, dir_fd, label)
     with os.fdopen(fd, 'rb') as f:
         data = f.read(limit + 1)
     if len(data) > limit:
-        raise refusal(path, what, 'it grew past {:,} bytes while it was read'.format(limit),
-                      fix)
+        raise refusal(label or path, what, 'it grew past {:,} bytes while it was read'.format(
+            limit), fix)
     return data
 
 
