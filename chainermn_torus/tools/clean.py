@@ -3,6 +3,7 @@ directories' unfinished files), never a live job's."""
 import argparse
 import os
 
+from chainermn_torus.errors import UnsafePath
 from chainermn_torus.extensions import checkpoint
 from chainermn_torus.runtime import report
 from chainermn_torus.runtime.files import devshm
@@ -28,9 +29,13 @@ def main(argv):
         if not os.path.isdir(d):
             p.error('{!r} is not a directory'.format(d))
     removed = devshm.sweep(args.shm_dir, others=args.others, dry_run=args.dry_run)
-    if args.checkpoint_dir:
-        for d in args.checkpoint_dir:
-            removed += checkpoint.sweep_temporary(d, dry_run=args.dry_run)
+    for d in args.checkpoint_dir:
+        try:  # judged as a job judges it: a link planted on the way removes nothing
+            place = checkpoint.hold(d)
+        except (UnsafePath, OSError) as e:
+            p.error(str(e).replace('chainermn_torus: ', '', 1))
+        with place:
+            removed += checkpoint.sweep_temporary(place, dry_run=args.dry_run)
     verb = 'would remove' if args.dry_run else 'removed'
     for name, size, why in removed:
         print('{} {} ({}; {})'.format(verb, name, report.format_bytes(size), why))

@@ -46,16 +46,16 @@ def install(spec):
     own = 'snapshot_iter_{}.rank0.npz'.format(iteration)
     write = writing.atomic_write
 
-    def faulty(path, writer, before_rename=None, **kwargs):
-        if os.path.basename(path) != own:
-            return write(path, writer, before_rename, **kwargs)
+    def faulty(place, name, writer, before_rename=None, **kwargs):
+        if name != own:
+            return write(place, name, writer, before_rename, **kwargs)
         if when == 'during':
-            return write(path, writer, _die, **kwargs)
+            return write(place, name, writer, _die, **kwargs)
 
         def full(f):
             f.write(b'\0' * 4096)  # a partial file, as a disk that fills up leaves
             raise OSError(errno.ENOSPC, 'No space left on device (injected: {})'.format(spec))
-        return write(path, full, before_rename, **kwargs)
+        return write(place, name, full, before_rename, **kwargs)
     writing.atomic_write = faulty
 
 

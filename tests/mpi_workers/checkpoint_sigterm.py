@@ -46,15 +46,15 @@ for _ in range(3):
 write, remove = writing.atomic_write, files.remove
 
 
-def stopping(path, writer, *args, **kwargs):
+def stopping(place, name, writer, *args, **kwargs):
     point()
-    write(path, writer, before_rename=point)
+    write(place, name, writer, before_rename=point)
     point()
 
 
-def marker_removed(path):
-    remove(path)
-    if '.writing_iter_' in path:
+def marker_removed(place, name):
+    remove(place, name)
+    if '.writing_iter_' in name:
         point()
 
 

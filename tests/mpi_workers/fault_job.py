@@ -104,14 +104,13 @@ def inject_checkpoint_faults(rank):
         checkpoint_fault.install('full:4')
     write = writing.atomic_write
 
-    def faulty(path, writer, *args, **kwargs):
-        name = os.path.basename(path)
+    def faulty(place, name, writer, *args, **kwargs):
         if FAULT == 'enospc-manifest' and rank == 0 and name == 'manifest_iter_4.json':
             def full(f):
                 f.write(b'{"iteration": 4, ')  # half a manifest, as a full disk leaves
                 fault_now()
                 raise OSError(28, 'No space left on device')
-            return write(path, full, *args, **kwargs)
+            return write(place, name, full, *args, **kwargs)
         if FAULT == 'sigterm-ckpt' and rank == 0 and name == 'latest.json' and \
                 os.path.exists(os.path.join(CKPT, 'manifest_iter_4.json')) and \
                 not os.path.exists(os.path.join(CKPT, 'manifest_iter_6.json')):
@@ -123,8 +122,8 @@ def inject_checkpoint_faults(rank):
                 fault_now()
                 stop_self()
                 writer(f)
-            return write(path, stopped, *args, **kwargs)
-        return write(path, writer, *args, **kwargs)
+            return write(place, name, stopped, *args, **kwargs)
+        return write(place, name, writer, *args, **kwargs)
     writing.atomic_write = faulty
 
 

@@ -31,9 +31,10 @@ Why it is built so: docs/internals.md (extensions/checkpoint/__init__.py).
 from chainermn_torus.extensions.checkpoint.arguments import (add_arguments, attach,  # NOQA
                                                        check_arguments, check_output)
 from chainermn_torus.extensions.checkpoint.extension import MultiNodeCheckpointer  # NOQA
-from chainermn_torus.extensions.checkpoint.files import MANIFEST, CheckpointError  # NOQA
+from chainermn_torus.extensions.checkpoint.files import MANIFEST, CheckpointError, hold  # NOQA
 from chainermn_torus.extensions.checkpoint.sweep import sweep_temporary  # NOQA
 from chainermn_torus.extensions.checkpoint.writing import check_writable  # NOQA
 
 __all__ = ['MultiNodeCheckpointer', 'CheckpointError', 'check_writable', 'add_arguments',
-           'check_arguments', 'attach', 'check_output', 'sweep_temporary', 'MANIFEST']
+           'check_arguments', 'attach', 'check_output', 'sweep_temporary', 'MANIFEST',
+           'hold']

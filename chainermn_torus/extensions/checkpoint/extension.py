@@ -13,7 +13,7 @@ from chainermn_torus.extensions.checkpoint import writing
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
 from chainermn_torus.extensions.checkpoint.sweep import sweep_temporary
 from chainermn_torus import config
-from chainermn_torus.errors import ConfigError
+from chainermn_torus.errors import ConfigError, UnsafePath
 from chainermn_torus.runtime import agree, report
 from chainermn_torus.runtime.watch import abort, watchdog
 
@@ -31,7 +31,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
             raise ConfigError('chainermn_torus: keep must be a count >= 1, got {!r}'.format(
                 keep))
         # Whether a directory and files another user could have written may be loaded
-        # (files.foreign; its files: shared_paths.open_file).
+        # (files.hold; its files: shared_paths.open_file).
         self.trusted = config.value('trust_checkpoints', trust, '--trust-checkpoint-dir')[0]
         self.resumed_at = None  # the iteration resumed from: nothing newer is removed
         self._written = set()   # the iterations this job wrote
@@ -39,31 +39,58 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         self.comm, self.directory, self.keep = comm, directory, int(keep)
         self.lr_rule = lr_rule  # the rule's (self.rule) large-batch learning-rate rule
         self.rank, self.size = comm.rank, comm.size
-        # Fail now, not after an hour of training: a link (planted by another user, it
-        # pointed the job at the user's other experiment, whose checkpoints the rotation
-        # then removed) or another user's directory is refused before anything is written
-        # in it, and again once it is made.
-        self._check_directory()
-        writing.check_writable(comm, directory, 'checkpoints', CheckpointError, private=True)
-        self._check_directory()
+        # Fail now, not after an hour of training: every component of the path is judged
+        # on every rank (a link planted one level up once pointed the job at the user's
+        # other experiment, whose checkpoints the rotation then removed), and the
+        # directory judged is held open: every later file operation is relative to it, so
+        # renaming it and putting a link in its place sends nothing elsewhere.
+        self.place = self._hold()
+        problem = None
+        try:
+            writing.probe(self.place, self.rank)
+        except OSError as e:
+            problem = '{}: {}'.format(type(e).__name__, e)
+        agree.raise_everywhere(comm.mpi_comm, problem, lambda bad: CheckpointError(
+            'chainermn_torus: cannot write checkpoints to {!r} on rank(s) {}: {}. Choose a '
+            'directory every rank can write (a shared file system, or a local disk per '
+            'node).'.format(directory, agree.ranks_text(bad), bad[0][1])))
         # Each rank its host's leftovers (a shared file system shows every host's files);
         # rank files are judged against the manifests rank 0 sees.
         complete = comm.mpi_comm.bcast(
-            [it for it, _ in files.manifests(directory)] if self.rank == 0 else None)
-        for name, size, why in sweep_temporary(directory, complete=complete):  # every rank
+            [it for it, _ in files.manifests(self.place)] if self.rank == 0 else None)
+        for name, size, why in sweep_temporary(self.place, complete=complete):  # every rank
             report.say('rank {} removed {} ({} bytes; {})'.format(
                 self.rank, os.path.join(directory, name), size, why), rank=0)
         # A signal's last line says what is on disk (runtime.watch.abort).
-        abort.say_on_signal(lambda: files.newest_complete(directory))
+        abort.say_on_signal(lambda: files.newest_complete(self.place))
 
-    def _check_directory(self):
-        """Collective: the directory, where it exists, is one this job may write and resume
-        from (``files.foreign``), on every rank, or every rank raises."""
-        problem = files.foreign(self.directory, self.trusted) \
-            if os.path.lexists(self.directory) else None
-        agree.raise_everywhere(self.comm.mpi_comm, problem, lambda bad: CheckpointError(
-            'chainermn_torus: refusing checkpoints in {!r} (rank(s) {}): {}; nothing was '
-            'written there'.format(self.directory, agree.ranks_text(bad), bad[0][1])))
+    def _hold(self):
+        """Collective: the directory walked, judged and held on every rank
+        (``files.hold``, made where missing), or every rank raises in one line."""
+        place, problem = None, None
+        try:
+            place = files.hold(self.directory, self.trusted, create=True)
+        except UnsafePath as e:
+            problem = ('refusing checkpoints in', str(e).replace('chainermn_torus: ', '', 1))
+        except OSError as e:  # a component that is a file, a directory it may not make
+            problem = ('cannot write checkpoints to', '{}: {}'.format(type(e).__name__, e))
+
+        def refused(bad):
+            if place is not None:
+                place.close()
+            return CheckpointError('chainermn_torus: {} {!r} (rank(s) {}): {}{}'.format(
+                bad[0][1][0], self.directory, agree.ranks_text(bad), bad[0][1][1],
+                '' if bad[0][1][0].startswith('refusing') else '. Choose a directory every '
+                'rank can write (a shared file system, or a local disk per node).'))
+        agree.raise_everywhere(self.comm.mpi_comm, problem, refused)
+        return place
+
+    def _say_moved(self):
+        """Said once, by every rank that sees it (a node-local directory is each node's):
+        the path no longer names the directory this job holds and writes into."""
+        line = self.place.moved()
+        if line:
+            report.say('rank {}: {}'.format(self.rank, line.replace('chainermn_torus: ', '', 1)))
 
     # --- saving -----------------------------------------------------------------------------
     def __call__(self, trainer):
@@ -72,7 +99,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
     def save(self, trainer):
         dog = watchdog.active()  # a checkpoint has its own clock (runtime.watch.watchdog)
         if dog is not None:
-            dog.checkpoint(self.directory)
+            dog.checkpoint(self.place)
         try:
             self._save(trainer)
         finally:
@@ -85,24 +112,24 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         ser.save(trainer)
         arrays = stored.for_saving(dict(ser.target,
                                         **resharding.rng_arrays(numpy.random.get_state())))
-        writing.refuse_nonfinite(self.comm, arrays, iteration, self.directory)
-        need = room.make_room(self.comm, self.directory, arrays, iteration, self.keep,
+        writing.refuse_nonfinite(self.comm, arrays, iteration, self.place)
+        need = room.make_room(self.comm, self.place, arrays, iteration, self.keep,
                               self._drop)
-        marker, record = writing.write_rank_file(self.directory, iteration, self.rank,
+        marker, record = writing.write_rank_file(self.place, iteration, self.rank,
                                                  arrays, need)
         records = self.comm.mpi_comm.gather(record, root=0)  # every rank's file is complete
         data = identity.data_identity(trainer, self.comm)
         if self.rank == 0:
-            writing.write_manifest(self.directory, iteration,
+            writing.write_manifest(self.place, iteration,
                                    self._manifest(trainer, iteration, records, data))
         self.comm.mpi_comm.Barrier()  # latest.json names this checkpoint
-        files.remove(marker)
+        files.remove(self.place, marker)
         self._written.add(iteration)
         self._remove_old(iteration)
+        self._say_moved()
 
     def _manifest(self, trainer, iteration, records, data):
-        names = [os.path.basename(files.rank_file(self.directory, iteration, r))
-                 for r in range(self.size)]
+        names = [files.rank_name(iteration, r) for r in range(self.size)]
         actual = identity.actual_optimizer(trainer)
         attr = identity.lr_attr(actual)
         return {'iteration': iteration, 'ranks': self.size, 'files': names,
@@ -116,13 +143,13 @@ class MultiNodeCheckpointer(chainer.training.Extension):
 
     def _own_iterations(self):
         return sorted(int(m.group('iteration')) for m in map(files.RANK_FILE.match,
-                                                             os.listdir(self.directory))
+                                                             files.names(self.place))
                       if m and int(m.group('rank')) == self.rank)
 
     def _drop(self, iteration):
-        files.remove(files.rank_file(self.directory, iteration, self.rank))
+        files.remove(self.place, files.rank_name(iteration, self.rank))
         if self.rank == 0:
-            files.remove(files.manifest_file(self.directory, iteration))
+            files.remove(self.place, files.manifest_name(iteration))
 
     def _remove_old(self, newest):
         """Beyond ``keep``, the oldest go; never one newer than the checkpoint this job
@@ -143,8 +170,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         # The manifests are the truth, latest.json a hint: a job ended between a
         # checkpoint's manifest and latest.json (a SIGTERM) left a complete checkpoint.
         exists = self.comm.mpi_comm.bcast(bool(
-            files.manifests(self.directory) or
-            os.path.isfile(os.path.join(self.directory, files.MANIFEST)))
+            files.manifests(self.place) or files.MANIFEST in files.names(self.place))
             if self.rank == 0 else None)
         return self.resume(trainer, fallback=True) if exists else None
 
@@ -157,7 +183,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         resized = manifest['ranks'] != self.size
         batch_note = ''
         if resized:
-            resharding.check_replicas(self.comm, self.directory, manifest)
+            resharding.check_replicas(self.comm, self.place, manifest, self.trusted)
             batch_note = self.rule.apply(trainer, manifest, self.size, self.directory,
                                          self.lr_rule)
         self._load(trainer, manifest, resized)
@@ -185,8 +211,8 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         trainer.updater.serialize(ser['updater'])  # the trainer's own: not before it ran
         self._expected = files.expected_arrays(ser.target)  # what a rank file may hold
         hint, complete = self.comm.mpi_comm.bcast(
-            (os.path.isfile(os.path.join(self.directory, files.MANIFEST)),
-             files.manifests(self.directory)) if self.rank == 0 else None)
+            (files.MANIFEST in files.names(self.place), files.manifests(self.place))
+            if self.rank == 0 else None)
         pending = [files.MANIFEST] if hint or not complete else [n for _, n in complete]
         failures, tried = [], set()
         while pending:
@@ -196,8 +222,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                 newer = [n for it, n in complete if it > manifest['iteration']]
                 if newer:
                     self._say_newer(manifest['iteration'], newer[0])
-                    pending = newer + [os.path.basename(
-                        files.manifest_file(self.directory, manifest['iteration']))]
+                    pending = newer + [files.manifest_name(manifest['iteration'])]
                     continue
             if problem is None:
                 return manifest, failures
@@ -227,14 +252,16 @@ class MultiNodeCheckpointer(chainer.training.Extension):
     def _load(self, trainer, manifest, resized):
         """Every rank loads its file; a verified file that does not load stops every rank."""
         source = self.rank % manifest['ranks']  # new rank 0 reads old rank 0 (its reports)
-        path = os.path.join(self.directory, manifest['files'][source])
+        name = manifest['files'][source]
+        path = os.path.join(self.directory, name)
         problem = None
         try:
-            if resized:
-                resharding.load_resharded(path, trainer, manifest['ranks'], self.size,
-                                          self.rank)
-            else:
-                resharding.load_same(path, trainer)
+            with os.fdopen(files.open_rank_file(self.place, name, self.trusted), 'rb') as f:
+                if resized:
+                    resharding.load_resharded(f, trainer, manifest['ranks'], self.size,
+                                              self.rank)
+                else:
+                    resharding.load_same(f, trainer)
         except Exception as e:  # verified, yet it does not load: say which file and why
             problem = 'rank {}: {}: {}: {}'.format(self.rank, path, type(e).__name__, e)
             if 'broadcast' in str(e) or 'shape' in str(e):
@@ -248,13 +275,13 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         """(problem, manifest, fatal), the same on every rank: rank 0 reads the manifest,
         every rank verifies its share of the files (its own at the same rank count; at
         another, stored ranks r with r % size == rank)."""
-        found = files.read_manifest(self.directory, name, layout, self.trusted) \
+        found = files.read_manifest(self.place, name, layout, self.trusted) \
             if self.rank == 0 else None
         problem, manifest, fatal = self.comm.mpi_comm.bcast(found)
         if problem is not None:
             return problem, manifest, fatal
         problem = next(filter(None, (
-            files.verify_file(self.directory, manifest, manifest['files'][r], self.rank,
+            files.verify_file(self.place, manifest, manifest['files'][r], self.rank,
                               self.trusted, self._expected, max(self.size, manifest['ranks']))
             for r in range(self.rank, manifest['ranks'], self.size))), None)
         bad = agree.problems(self.comm.mpi_comm, problem)

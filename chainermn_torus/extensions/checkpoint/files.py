@@ -1,8 +1,11 @@
 """A checkpoint directory's files: their names, the manifest, and their integrity checks.
 
-No MPI here: what one process can say about the files it sees. Every file is read under
-the rule for shared paths (``runtime.files.shared_paths``: no link followed, a regular file
-of this user, sized first) and nothing is decompressed before it is bounded: a manifest by
+No MPI here: what one process can say about the files it sees in the checkpoint directory
+it holds (``place``: a ``runtime.files.held.Held``, judged component by component when the
+job started and used by descriptor after, never by its path again: a directory renamed and
+replaced by a link meanwhile is not followed). Every file is read under the rule for shared
+paths (``runtime.files.shared_paths``: no link followed, a regular file of this user, sized
+first) and nothing is decompressed before it is bounded: a manifest by
 ``config.BOUNDS['manifest']`` and a schema (``manifest_problem``), a rank file's arrays by
 their headers, checked against this job's own state (``expected_arrays``) before any data
 is read (a 14 MB file holding a 6 GiB array, with a size and CRC to match in its manifest,
@@ -21,13 +24,13 @@ from chainermn_torus import config
 from chainermn_torus.errors import UnsafePath
 from chainermn_torus.extensions.checkpoint.arrays import CheckpointError, RankFile
 from chainermn_torus.runtime.cpu import finite
-from chainermn_torus.runtime.files import shared_paths
+from chainermn_torus.runtime.files import held
 
-__all__ = ['CheckpointError', 'MANIFEST', 'rank_file', 'manifest_file', 'marker_file',
+__all__ = ['CheckpointError', 'MANIFEST', 'rank_name', 'manifest_name', 'marker_name',
            'MARKER', 'RANK_FILE', 'MANIFEST_FILE', 'crc32', 'layout', 'manifests',
            'read_manifest', 'verify_file', 'what_is_kept', 'replica_digest', 'remove',
-           'foreign', 'UNTRUSTED', 'newest_complete', 'manifest_problem', 'expected_arrays',
-           'array_headers', 'OTHER_SLACK']
+           'hold', 'UNTRUSTED', 'newest_complete', 'manifest_problem', 'expected_arrays',
+           'array_headers', 'OTHER_SLACK', 'open_rank_file', 'names']
 
 MANIFEST = 'latest.json'  # the newest complete checkpoint's manifest
 _MANIFEST_OF = 'manifest_iter_{}.json'
@@ -35,51 +38,63 @@ MARKER = re.compile(r'^\.writing_iter_(?P<iteration>\d+)\.rank(?P<rank>\d+)\.'
                     r'(?P<host>[^.]+(?:\.[^.]+)*)\.(?P<pid>\d+)$')
 RANK_FILE = re.compile(r'^snapshot_iter_(?P<iteration>\d+)\.rank(?P<rank>\d+)\.npz$')
 MANIFEST_FILE = re.compile(r'^manifest_iter_(\d+)\.json$')
-# What a refusal of another user's file adds.
-UNTRUSTED = ('; a checkpoint there could have been written by someone else: keep '
-             'checkpoints in a directory only you can write (chmod go-w), or, if you trust '
-             'whoever else can, say so with --trust-checkpoint-dir '
-             '(CHAINERMN_TORUS_TRUST_CHECKPOINTS=1)')
+# What a refusal of another user's directory or file adds.
+UNTRUSTED = ('a checkpoint there could have been written by someone else: keep '
+             'checkpoints in a directory whose every component only you or root can write '
+             '(chmod go-w), or, if you trust whoever else can, say so with '
+             '--trust-checkpoint-dir (CHAINERMN_TORUS_TRUST_CHECKPOINTS=1)')
 # Arrays every data-parallel replica holds alike (compared before loading at another P).
 _REPLICA = ('updater/model:', 'updater/optimizer:')
 # Beyond this job's own state, what a rank file's other arrays (an iterator's order, the
 # random state) may add: their sizes depend on the shard, so on the rank count.
 OTHER_SLACK = 64 << 20
 _NPY_HEADER = 1 << 16  # the most bytes an .npy header may take (numpy reads up to 10,000)
+WHAT = 'the checkpoint directory'
 
 
-def rank_file(directory, iteration, rank):
-    return os.path.join(directory, 'snapshot_iter_{}.rank{}.npz'.format(iteration, rank))
+def rank_name(iteration, rank):
+    return 'snapshot_iter_{}.rank{}.npz'.format(iteration, rank)
 
 
-def manifest_file(directory, iteration):
-    return os.path.join(directory, _MANIFEST_OF.format(iteration))
+def manifest_name(iteration):
+    return _MANIFEST_OF.format(iteration)
 
 
-def marker_file(directory, iteration, rank, host, pid):
+def marker_name(iteration, rank, host, pid):
     """Says "rank R of a live job is writing checkpoint I" until the manifest names it, so
     that a sweep can tell a dead job's rank file without a manifest from one in progress."""
-    return os.path.join(directory, '.writing_iter_{}.rank{}.{}.{}'.format(
-        iteration, rank, host, pid))
+    return '.writing_iter_{}.rank{}.{}.{}'.format(iteration, rank, host, pid)
 
 
-def remove(path):
+def hold(directory, trusted=False, create=False):
+    """The checkpoint ``directory`` walked and judged (``held.walk``: every component this
+    user's or root's and writable by nobody else, a link followed only where it and its
+    directory are; the directory itself only this user's to write), as a ``Held``; made
+    (0700) where ``create``. ``trusted`` (``--trust-checkpoint-dir``): owners and modes are
+    not judged. UnsafePath (one line, naming the component) or OSError otherwise."""
+    return held.walk(directory, WHAT, trusted=trusted, create=create, mode=0o700,
+                     fix=UNTRUSTED[0].upper() + UNTRUSTED[1:] + '.')
+
+
+def names(place):
+    """Every name in the held checkpoint directory (this user's own: not bounded)."""
+    return os.listdir(place.fd)
+
+
+def remove(place, name):
+    """Remove ``name`` from the held directory where it is this user's file."""
     try:
-        os.remove(path)
+        place.remove_own(name)
     except OSError:
         pass
 
 
-def crc32(path, chunk=1 << 22):
-    """The CRC-32 of the file ``path``, or of the open binary file ``path`` from its
-    start."""
-    if not isinstance(path, str):
-        return _crc32_of(path, chunk)
-    with open(path, 'rb') as f:
-        return _crc32_of(f, chunk)
-
-
-def _crc32_of(f, chunk):
+def crc32(f, chunk=1 << 22):
+    """The CRC-32 of the open binary file ``f`` from its start (or of the file at the path
+    ``f``, for tests and tools)."""
+    if isinstance(f, str):
+        with open(f, 'rb') as opened:
+            return crc32(opened, chunk)
     f.seek(0)
     crc = 0
     while True:
@@ -95,66 +110,62 @@ def layout(model):
             for name, p in sorted(model.namedparams()) if p.data is not None]
 
 
-def manifests(directory):
-    """[(iteration, per-checkpoint manifest name)] in ``directory``, newest first."""
-    if not os.path.isdir(directory):
-        return []
-    found = [(int(m.group(1)), m.group(0)) for m in map(MANIFEST_FILE.match,
-                                                         os.listdir(directory)) if m]
+def manifests(place):
+    """[(iteration, per-checkpoint manifest name)] in the held directory, newest first."""
+    found = [(int(m.group(1)), m.group(0)) for m in map(MANIFEST_FILE.match, names(place))
+             if m]
     return sorted(found, reverse=True)
 
 
-def newest_complete(directory):
+def newest_complete(place):
     """What is on disk, for the line a signal ends the job with: the newest checkpoint
     whose manifest was written (complete: its manifest is written after every rank file)."""
     try:
-        complete = manifests(directory)
+        complete = manifests(place)
     except OSError:
         complete = []
     if not complete:
-        return 'no complete checkpoint in {!r} yet'.format(directory)
+        return 'no complete checkpoint in {!r} yet'.format(place.path)
     return 'the newest complete checkpoint on disk is iteration {} in {!r}'.format(
-        complete[0][0], directory)
+        complete[0][0], place.path)
 
 
-def what_is_kept(directory):
+def what_is_kept(place):
     """What a failed write leaves to resume from, for its message."""
-    complete = manifests(directory)
+    complete = manifests(place)
     if not complete:
-        return 'no earlier checkpoint was completed in {!r}'.format(directory)
+        return 'no earlier checkpoint was completed in {!r}'.format(place.path)
     return 'checkpoint {} in {!r} stays the latest (complete and intact)'.format(
-        complete[0][0], directory)
+        complete[0][0], place.path)
 
 
-def _load_json(path, trusted):
+def _load_json(place, name, trusted):
     """A manifest's JSON, read under the rule; (data, None) or (None, what is wrong)."""
     try:
-        return shared_paths.read_json(path, 'the manifest', config.BOUNDS['manifest'],
-                                      trusted), None
+        return json.loads(place.read_bytes(name, 'the manifest', config.BOUNDS['manifest'],
+                                           trusted).decode('utf-8')), None
     except UnsafePath as e:
         return None, _unsafe(e)
     except (OSError, ValueError) as e:
-        return None, '{} is not a chainermn-torus manifest ({})'.format(path, e)
+        return None, '{} is not a chainermn-torus manifest ({})'.format(
+            os.path.join(place.path, name), e)
 
 
-def read_manifest(directory, name, layout_here, trusted=False):
+def read_manifest(place, name, layout_here, trusted=False):
     """(problem, manifest, fatal) for manifest ``name``: ``fatal`` when no other checkpoint
-    in the directory can help (none there, another model, another user's directory)."""
-    path = os.path.join(directory, name)
-    if not os.path.lexists(directory):
-        return 'the directory does not exist', None, True
-    unsafe = foreign(directory, trusted)
-    if unsafe:
-        return unsafe, None, True
-    if not os.path.lexists(path):
+    in the directory can help (none there, another model)."""
+    path = os.path.join(place.path, name)
+    try:
+        place.lstat(name)
+    except FileNotFoundError:
         return 'no {} in it (no checkpoint was completed there)'.format(name), None, True
-    data, wrong = _load_json(path, trusted)
+    data, wrong = _load_json(place, name, trusted)
     if wrong:
         return wrong, None, False
     wrong = manifest_problem(data)
     if wrong:
         return '{} is not a chainermn-torus manifest ({})'.format(path, wrong), None, False
-    wrong = _inconsistent(directory, name, data, trusted)
+    wrong = _inconsistent(place, name, data, trusted)
     if wrong:  # a flipped bit in the iteration once named a resume point it was not
         return '{} is damaged: {}'.format(path, wrong), None, False
     there = data['model']
@@ -187,8 +198,7 @@ def manifest_problem(data):
     if not _count(data['ranks'], 1):
         return "'ranks' is {!r}, not a rank count >= 1".format(data['ranks'])
     names = data['files']
-    want = [os.path.basename(rank_file('', data['iteration'], r))
-            for r in range(data['ranks'])]
+    want = [rank_name(data['iteration'], r) for r in range(data['ranks'])]
     if names != want:
         return "'files' is not the {} rank files of iteration {} in rank order ({}{})".format(
             data['ranks'], data['iteration'], repr(names)[:120],
@@ -219,29 +229,28 @@ def manifest_problem(data):
     return None
 
 
-def _inconsistent(directory, name, data, trusted=False):
+def _inconsistent(place, name, data, trusted=False):
     """What does not agree between a manifest and its directory, or None: no rank file of
     its iteration beyond its ranks, and ``latest.json`` the same as its checkpoint's own
     manifest (written beside it, atomically, just before)."""
     iteration, ranks = data['iteration'], data['ranks']
     try:
-        extra = sorted(int(m.group('rank')) for m in map(RANK_FILE.match, os.listdir(directory))
+        extra = sorted(int(m.group('rank')) for m in map(RANK_FILE.match, names(place))
                        if m and int(m.group('iteration')) == iteration and
                        int(m.group('rank')) >= ranks)
     except OSError:
         extra = []
     if extra:
         return 'it says {} rank(s) but {} is there too'.format(
-            ranks, os.path.basename(rank_file(directory, iteration, extra[0])))
+            ranks, rank_name(iteration, extra[0]))
     if name == MANIFEST:
-        own = manifest_file(directory, iteration)
-        theirs, wrong = _load_json(own, trusted)
+        own = manifest_name(iteration)
+        theirs, wrong = _load_json(place, own, trusted)
         if wrong:
             return 'it says iteration {} but {} is missing or unreadable'.format(
-                iteration, os.path.basename(own))
+                iteration, own)
         if theirs != data:
-            return 'it differs from {}, the manifest of iteration {}'.format(
-                os.path.basename(own), iteration)
+            return 'it differs from {}, the manifest of iteration {}'.format(own, iteration)
     return None
 
 
@@ -249,28 +258,7 @@ def _unsafe(error):
     """An ``UnsafePath`` of the rule as a problem here, with ``UNTRUSTED`` where trusting
     the directory would allow the file (its owner or mode all that was wrong)."""
     return str(error).replace('chainermn_torus: ', '', 1) + \
-        (UNTRUSTED if getattr(error, 'trust_helps', False) else '')
-
-
-def foreign(directory, trusted=False):
-    """Why the checkpoint ``directory`` may hold what another user put there, or None (the
-    rule of ``runtime.files.shared_paths``): a link, not a directory, owned by another user
-    than this one or root, or writable by its group or everyone. ``trusted``: the user said
-    it is theirs to trust (``--trust-checkpoint-dir``): owner and mode are not judged; a
-    link still is. The problem ends with what to do: ``UNTRUSTED`` where trusting it would
-    allow it, else, for a link, to give the directory it points to. (Its files are judged
-    where they are opened: ``shared_paths.open_file``.)"""
-    try:
-        why = shared_paths.directory_problem(directory, trusted)
-        helps = why is not None and not trusted and \
-            shared_paths.directory_problem(directory, True) is None
-    except OSError:
-        return None  # what is missing is said where it is read
-    if why is None:
-        return None
-    return 'the checkpoint directory {}: {}{}'.format(
-        directory, why, UNTRUSTED if helps else '; give the directory it points to, if it is '
-        'yours' if os.path.islink(directory) else '')
+        ('; ' + UNTRUSTED if getattr(error, 'trust_helps', False) else '')
 
 
 def expected_arrays(state):
@@ -331,19 +319,24 @@ def array_headers(f, expected=None, size=1):
     return None
 
 
-def verify_file(directory, manifest, name, rank, trusted=False, expected=None, size=1):
+def open_rank_file(place, name, trusted=False):
+    """A descriptor for reading rank file ``name`` of the held directory: this user's
+    regular file (``shared_paths.open_file``; a link even in a trusted directory)."""
+    return place.open_file(name, 'the rank file', None, trusted)
+
+
+def verify_file(place, manifest, name, rank, trusted=False, expected=None, size=1):
     """What is wrong with rank file ``name`` as ``rank`` sees it, or None: present, this
-    user's regular file (``shared_paths.open_file``; a link even in a trusted directory), of
-    the size and CRC-32 the manifest recorded, its arrays within bounds (``array_headers``:
-    ``expected`` and ``size`` this job's state and rank count), readable without pickle
-    and holding no NaN/Inf."""
-    path = os.path.join(directory, name)
+    user's regular file (``open_rank_file``), of the size and CRC-32 the manifest recorded,
+    its arrays within bounds (``array_headers``: ``expected`` and ``size`` this job's state
+    and rank count), readable without pickle and holding no NaN/Inf."""
+    path = os.path.join(place.path, name)
     check = manifest.get('checks', {}).get(name)
     if check is None:
         return '{} has no size and CRC-32 in the manifest, so it cannot be checked'.format(
             path)
     try:
-        fd = shared_paths.open_file(path, 'the rank file', None, trusted)
+        fd = open_rank_file(place, name, trusted)
     except FileNotFoundError:
         return 'rank {} cannot see {}'.format(rank, path)
     except UnsafePath as e:
@@ -380,10 +373,11 @@ def verify_file(directory, manifest, name, rank, trusted=False, expected=None, s
     return None
 
 
-def replica_digest(path):
-    """(digest of every replica array, {name: crc}) of one stored rank file."""
+def replica_digest(f):
+    """(digest of every replica array, {name: crc}) of one stored rank file (an open
+    binary file, or a path)."""
     crcs = {}
-    with RankFile(path) as z:
+    with RankFile(f) as z:
         for k in sorted(z.files):
             if k.startswith(_REPLICA):
                 a = numpy.ascontiguousarray(z[k])

@@ -25,10 +25,13 @@ def rng_arrays(state):
             RNG_KEYS + 'gauss': numpy.asarray(state[4])}
 
 
-def load_same(path, trainer):
-    """A rank file written at this rank count: everything as stored."""
-    arrays.load_npz(path, trainer)
-    with arrays.RankFile(path) as z:
+def load_same(f, trainer):
+    """A rank file written at this rank count (``f``: open, binary): everything as
+    stored."""
+    f.seek(0)
+    arrays.load_npz(f, trainer)
+    f.seek(0)
+    with arrays.RankFile(f) as z:
         numpy.random.set_state(('MT19937', z[RNG_KEYS + 'keys'], int(z[RNG_KEYS + 'pos']),
                                 int(z[RNG_KEYS + 'has_gauss']), float(z[RNG_KEYS + 'gauss'])))
 
@@ -61,12 +64,15 @@ def place_in_epoch(stored, new_len, old_size, new_size, batch):
             'previous_epoch_detail': max(previous, 0.0) if epoch or position else -1.0}
 
 
-def load_resharded(path, trainer, old_size, new_size, rank):
+def load_resharded(f, trainer, old_size, new_size, rank):
     """A rank file written at another rank count: everything but the iterators as stored;
     each iterator keeps its new shard and order and takes ``place_in_epoch``; the numpy
-    random state is the source rank's, mixed with this rank."""
-    arrays.load_npz(path, trainer, ignore_names=lambda k: k.startswith(_ITERATORS))
-    with arrays.RankFile(path) as z:
+    random state is the source rank's, mixed with this rank. ``f``: the file, open,
+    binary."""
+    f.seek(0)
+    arrays.load_npz(f, trainer, ignore_names=lambda k: k.startswith(_ITERATORS))
+    f.seek(0)
+    with arrays.RankFile(f) as z:
         stored = {k[len(_ITERATORS):]: z[k] for k in z.files if k.startswith(_ITERATORS)}
         keys = z[RNG_KEYS + 'keys']
     for name, it in chainer_private.iterators(trainer.updater).items():
@@ -92,11 +98,16 @@ def replica_groups(digests):
                          if first.get(k) != other.get(k)), '?')
 
 
-def check_replicas(comm, directory, manifest):
+def _digest(place, name, trusted):
+    with os.fdopen(files.open_rank_file(place, name, trusted), 'rb') as f:
+        return files.replica_digest(f)
+
+
+def check_replicas(comm, place, manifest, trusted=False):
     """The stored ranks hold the same parameters and optimizer state (data-parallel
     replicas); any of them can then seed any rank count. Collective: each rank digests
-    every size-th stored file."""
-    mine = {r: files.replica_digest(os.path.join(directory, manifest['files'][r]))
+    every size-th stored file of the held directory ``place``."""
+    mine = {r: _digest(place, manifest['files'][r], trusted)
             for r in range(comm.rank, manifest['ranks'], comm.size)}
     digests = {}
     for part in comm.mpi_comm.allgather(mine):
@@ -107,5 +118,5 @@ def check_replicas(comm, directory, manifest):
             'chainermn_torus: cannot resume from {!r} on {} ranks: its {} stored ranks do not '
             'hold the same parameters and optimizer state (ranks {} agree; the first array '
             'that differs: {}), so no replica can stand for the others'.format(
-                directory, comm.size, manifest['ranks'],
+                place.path, comm.size, manifest['ranks'],
                 ' / '.join(', '.join(map(str, g)) for g in groups.values()), array))

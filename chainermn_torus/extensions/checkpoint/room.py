@@ -41,17 +41,17 @@ def removable_first(complete, keep):
     return sorted(complete[max(keep - 1, 1):])
 
 
-def _device(directory):
-    """(device, block, free bytes) of ``directory``; free None where unknown."""
+def _device(place):
+    """(device, block, free bytes) of the held directory; free None where unknown."""
     try:
-        st = os.statvfs(directory)
-        return os.stat(directory).st_dev, st.f_frsize, st.f_bavail * st.f_frsize
+        st = os.fstatvfs(place.fd)
+        return os.fstat(place.fd).st_dev, st.f_frsize, st.f_bavail * st.f_frsize
     except OSError:  # unknown: let the write say what is wrong (still collective)
         return None, 4096, None
 
 
-def make_room(comm, directory, arrays, iteration, keep, drop):
-    """Check free space before writing (collective); when it is short and an older
+def make_room(comm, place, arrays, iteration, keep, drop):
+    """Check free space in the held directory ``place`` before writing (collective); when it is short and an older
     checkpoint would be removed after this one anyway, remove it first (``drop(it)``,
     said), so that a job requeued after a full disk can always go on. Returns (need, free)
     for messages.
@@ -61,7 +61,7 @@ def make_room(comm, directory, arrays, iteration, keep, drop):
     """
     mpi = comm.mpi_comm
     host = socket.gethostname()
-    device, block, free = _device(directory)
+    device, block, free = _device(place)
     mine = _rounded(npz_bytes(arrays), block) + (RANK0_EXTRA if comm.rank == 0 else 0)
     need = host_need(mpi.allgather((host, device, mine)), host, device, block)
     short = free is not None and free < need
@@ -70,19 +70,19 @@ def make_room(comm, directory, arrays, iteration, keep, drop):
     if not any(mpi.allgather(short)):
         return need, free
     # Rank 0 sees every manifest.
-    complete = mpi.bcast([it for it, _ in files.manifests(directory) if it < iteration]
+    complete = mpi.bcast([it for it, _ in files.manifests(place) if it < iteration]
                          if comm.rank == 0 else None)
     removable = removable_first(complete, keep)
     for it in removable:
         drop(it)
     mpi.Barrier()
     before = free
-    free = _device(directory)[2]
+    free = _device(place)[2]
     free = need if free is None else free  # as above: the write will say
     if removable:
         report.say('checkpoint {}: {} free in {} on {} and {} needed there (this host\'s rank '
                    'files); removed the oldest checkpoint(s) first ({}), as keep={} would '
-                   'after writing'.format(iteration, report.format_bytes(before), directory,
+                   'after writing'.format(iteration, report.format_bytes(before), place.path,
                                           host, report.format_bytes(need),
                                           ', '.join('iteration {}'.format(i)
                                                     for i in removable), keep), comm.rank)
@@ -94,7 +94,7 @@ def make_room(comm, directory, arrays, iteration, keep, drop):
             'host {} and has {} free (rank {}{}); {}. Free space there, choose another '
             '--checkpoint-dir, or keep fewer checkpoints: writing one needs room for '
             'keep + 1 = {} until the oldest is removed.'.format(
-                iteration, directory, report.format_bytes(n), where, report.format_bytes(f),
+                iteration, place.path, report.format_bytes(n), where, report.format_bytes(f),
                 r, ', after removing {} older checkpoint(s)'.format(len(removable))
-                if removable else '', files.what_is_kept(directory), keep + 1))
+                if removable else '', files.what_is_kept(place), keep + 1))
     return need, free

@@ -4,7 +4,6 @@ Each name says whose it was: a temporary file (``*.tmp.<host>.<pid>``, watchers.
 in-progress marker (``.writing_iter_<I>.rank<R>.<host>.<pid>``), a rank file of a
 checkpoint no manifest names. The removal itself is runtime.files.sweep's, shared with /dev/shm's.
 """
-import os
 import socket
 import time
 
@@ -17,29 +16,29 @@ __all__ = ['sweep_temporary', 'leftovers', 'STALE_S']
 STALE_S = 600.0  # another host's temporary file untouched this long belongs to a dead job
 
 
-def _by_writer(directory, names, pattern, now, here):
+def _by_writer(place, names, pattern, now, here):
     """(name, match, why its writer is gone or None) for the names ``pattern`` matches."""
     for name in names:
         m = pattern.match(name)
         if not m:
             continue
         try:
-            mtime = os.stat(os.path.join(directory, name)).st_mtime
+            mtime = place.lstat(name).st_mtime
         except FileNotFoundError:
             continue
         yield name, m, sweep_files.writer_gone(m.group('host'), int(m.group('pid')), mtime,
                                                now, STALE_S, here)
 
 
-def leftovers(directory, names, now, here, complete=None):
-    """[(name, why)] of ``names`` (a listing of ``directory``) that killed writers left:
+def leftovers(place, names, now, here, complete=None):
+    """[(name, why)] of ``names`` (a listing of the held directory ``place``) that killed writers left:
     temporary files and in-progress markers of writers that are gone, and rank files of a
     checkpoint that has no manifest unless their writer may still be at work. ``complete``:
     the iterations whose manifest exists as rank 0 sees them (a node-local directory holds
     none); None: this listing's, and rank files are left alone where there are none."""
     writing = set()  # (iteration, rank) whose in-progress marker's writer may be alive
     doomed = []
-    for name, m, why in _by_writer(directory, names, files.MARKER, now, here):
+    for name, m, why in _by_writer(place, names, files.MARKER, now, here):
         if why is None:
             writing.add((m.group('iteration'), m.group('rank')))
         else:
@@ -55,17 +54,15 @@ def leftovers(directory, names, now, here, complete=None):
         if int(m.group('iteration')) not in complete:
             doomed.append((name, 'rank file of checkpoint {} which has no manifest (its job '
                                  'ended before finishing it)'.format(m.group('iteration'))))
-    doomed += [(name, why) for name, _, why in _by_writer(directory, names, TMP_PATTERN, now,
+    doomed += [(name, why) for name, _, why in _by_writer(place, names, TMP_PATTERN, now,
                                                            here) if why is not None]
     return doomed
 
 
-def sweep_temporary(directory, dry_run=False, now=None, complete=None):
-    """Remove what killed writers left in ``directory`` (``leftovers``); returns
-    [(name, bytes, why)]."""
-    if not os.path.isdir(directory):
-        return []
+def sweep_temporary(place, dry_run=False, now=None, complete=None):
+    """Remove what killed writers left in the held directory ``place`` (``leftovers``);
+    returns [(name, bytes, why)]."""
     now = time.time() if now is None else now
-    doomed = leftovers(directory, sorted(os.listdir(directory)), now, socket.gethostname(),
+    doomed = leftovers(place, sorted(files.names(place)), now, socket.gethostname(),
                        complete)
-    return sweep_files.remove(directory, doomed, dry_run)
+    return sweep_files.remove(place, doomed, dry_run)

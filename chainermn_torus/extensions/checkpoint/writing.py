@@ -1,12 +1,13 @@
 """Writing a checkpoint's files so that a name always means a complete file.
 
-Every file goes through ``runtime.files.atomic.atomic_write`` (temporary file, fsync, rename), read
-from this module at each call, so a test can put a failing or stopping write in its place.
+Every file is written inside the held checkpoint directory (``runtime.files.held.Held``:
+judged at start, used by descriptor after) by ``atomic_write`` (a new temporary, fsync,
+rename, the rename flushed), read from this module at each call, so a test can put a
+failing or stopping write in its place.
 """
 import json
 import os
 import socket
-import tempfile
 
 import numpy
 
@@ -14,29 +15,43 @@ from chainermn_torus.extensions.checkpoint import files
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
 from chainermn_torus.runtime import agree, report
 from chainermn_torus.runtime.cpu import finite
-from chainermn_torus.runtime.files import own_files
-from chainermn_torus.runtime.files.atomic import atomic_write
+from chainermn_torus.runtime.files import held
+from chainermn_torus.watchers.temporaries import tmp_name
 
-__all__ = ['check_writable', 'write_rank_file', 'write_manifest', 'refuse_nonfinite',
-           'STALE_GRADS']
+__all__ = ['check_writable', 'probe', 'atomic_write', 'write_rank_file', 'write_manifest',
+           'refuse_nonfinite', 'STALE_GRADS']
 
 STALE_GRADS = '/chainermn_torus/grads/'  # double buffering's averaged, not yet applied grads
 
 
+def atomic_write(place, name, write, before_rename=None):
+    """``write(f)`` into ``name`` of the held directory ``place``, atomically, through a
+    temporary named for this host and process (``watchers.temporaries.tmp_name``: the
+    sweep tells a dead writer's)."""
+    place.write_atomic(name, write, before_rename=before_rename, tmp=tmp_name(name))
+
+
+def probe(place, rank):
+    """Write and remove a file in the held directory: it can be written. A name nobody can
+    guess, made new (a link planted under a predictable probe name once had the probe
+    truncate the file it pointed to)."""
+    fd, name = place.create_unique('.write-test.rank{}.'.format(rank))
+    try:
+        os.write(fd, b'ok')
+    finally:
+        os.close(fd)
+        place.remove_own(name)
+
+
 def check_writable(comm, directory, what='results', error=OSError, private=False):
-    """Create ``directory`` (``private``: only its owner may enter it, as checkpoints are
-    made) and write a probe file on every rank; raise on every rank if any rank cannot
-    (collective). For a job's output, so it fails at start, not at the end."""
+    """Create ``directory`` (``private``: only its owner may enter it) and write a probe
+    file on every rank; raise on every rank if any rank cannot (collective). For a job's
+    output, so it fails at start, not at the end."""
     problem = None
     try:
         os.makedirs(directory, mode=0o700 if private else 0o777, exist_ok=True)
-        # A name nobody can guess, made new: a link planted under a predictable probe name
-        # once had the probe truncate the file it pointed to.
-        fd, probe = tempfile.mkstemp(prefix='.write-test.rank{}.'.format(comm.rank),
-                                     dir=directory)
-        with os.fdopen(fd, 'w') as f:
-            f.write('ok')
-        os.remove(probe)
+        with held.as_named(directory) as place:
+            probe(place, comm.rank)
     except OSError as e:
         problem = '{}: {}'.format(type(e).__name__, e)
     agree.raise_everywhere(comm.mpi_comm, problem, lambda bad: error(
@@ -45,52 +60,55 @@ def check_writable(comm, directory, what='results', error=OSError, private=False
             what, directory, agree.ranks_text(bad), bad[0][1])))
 
 
-def write_rank_file(directory, iteration, rank, arrays, room):
-    """Write this rank's file of checkpoint ``iteration`` (with its in-progress marker,
-    which the caller removes once the manifest names the file); returns (marker, its
-    manifest record). ``room``: (needed, free) bytes as the room check saw them, for the
-    message when the write fails anyway."""
-    path = files.rank_file(directory, iteration, rank)
-    marker = files.marker_file(directory, iteration, rank, socket.gethostname(), os.getpid())
+def write_rank_file(place, iteration, rank, arrays, room):
+    """Write this rank's file of checkpoint ``iteration`` into the held directory (with
+    its in-progress marker, which the caller removes once the manifest names the file);
+    returns (marker's name, its manifest record). ``room``: (needed, free) bytes as the
+    room check saw them, for the message when the write fails anyway."""
+    name = files.rank_name(iteration, rank)
+    marker = files.marker_name(iteration, rank, socket.gethostname(), os.getpid())
     try:
-        with own_files.open_new(marker, 'w') as f:
+        with os.fdopen(place.create(marker, replace_own=True), 'w') as f:
             f.write('{}\n'.format(os.getpid()))
-        atomic_write(path, lambda f: numpy.savez(f, **arrays))
-        return marker, {'bytes': os.path.getsize(path), 'crc32': files.crc32(path)}
+        atomic_write(place, name, lambda f: numpy.savez(f, **arrays))
+        with os.fdopen(files.open_rank_file(place, name), 'rb') as f:
+            return marker, {'bytes': os.fstat(f.fileno()).st_size, 'crc32': files.crc32(f)}
     except OSError as e:
         # Other ranks learn of it by the abort; what was there before is untouched.
-        files.remove(marker)
+        files.remove(place, marker)
         sizes = '' if not room[0] else '; about {} needed for the rank files of this ' \
             'host, {} was free before writing'.format(report.format_bytes(room[0]),
                                                      report.format_bytes(room[1]))
         raise CheckpointError(
             'chainermn_torus: rank {} cannot write checkpoint {} ({}: {}{}); {}. Free '
             'space there or choose another --checkpoint-dir.'.format(
-                rank, path, type(e).__name__, e, sizes, files.what_is_kept(directory))) from e
+                rank, os.path.join(place.path, name), type(e).__name__, e, sizes,
+                files.what_is_kept(place))) from e
 
 
-def write_manifest(directory, iteration, manifest):
+def write_manifest(place, iteration, manifest):
     """Rank 0: this checkpoint's manifest, then latest.json naming it. A failed write
     leaves latest.json naming the checkpoint before (both are written atomically); this
     one's own manifest is removed, so that its rank files are swept as those of an
     unfinished checkpoint."""
     text = json.dumps(manifest, indent=1).encode()
-    own = files.manifest_file(directory, iteration)
-    for path in (own, os.path.join(directory, files.MANIFEST)):
+    own = files.manifest_name(iteration)
+    for name in (own, files.MANIFEST):
         try:
-            atomic_write(path, lambda f: f.write(text))
+            atomic_write(place, name, lambda f: f.write(text))
         except OSError as e:
-            files.remove(own)
+            files.remove(place, own)
             raise CheckpointError(
                 'chainermn_torus: checkpoint {} not completed: rank 0 cannot write its '
                 'manifest {} ({}: {}); every rank file of it was written, but without the '
                 'manifest it does not count: {}. Free space there or choose another '
-                '--checkpoint-dir.'.format(iteration, path, type(e).__name__,
-                                           e.strerror or e, files.what_is_kept(directory))
+                '--checkpoint-dir.'.format(iteration, os.path.join(place.path, name),
+                                           type(e).__name__, e.strerror or e,
+                                           files.what_is_kept(place))
             ) from e
 
 
-def refuse_nonfinite(comm, arrays, iteration, directory):
+def refuse_nonfinite(comm, arrays, iteration, place):
     """A diverged state is never written: it would become what --auto-resume loads
     (collective)."""
     count, first = finite.count_in(arrays)
@@ -107,4 +125,4 @@ def refuse_nonfinite(comm, arrays, iteration, directory):
                       for r, (c, f) in bad),
             ' (in the averaged gradients double buffering applies at the next step: the '
             'averaging overflowed, with float16 communication beyond 65504)' if stale else '',
-            files.what_is_kept(directory)))
+            files.what_is_kept(place)))

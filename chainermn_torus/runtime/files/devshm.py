@@ -31,6 +31,7 @@ from chainermn_torus.errors import ConfigError, Refusal
 from chainermn_torus.process import STATE
 from chainermn_torus.runtime import agree
 from chainermn_torus.watchers import processes
+from chainermn_torus.runtime.files import held
 from chainermn_torus.runtime.files import sweep as sweep_files
 from chainermn_torus.runtime.report import format_bytes
 
@@ -262,7 +263,8 @@ def sweep(path=SHM_DIR, others=False, dry_run=False, min_age=MIN_AGE_S, now=None
         busy = _in_use([os.path.join(path, n) for n, why in doomed
                         if why.startswith('no process')])
         doomed = [d for d in doomed if os.path.join(path, d[0]) not in busy]
-    return sweep_files.remove(path, doomed, dry_run)
+    with held.as_named(path, 'the shared-memory directory') as place:
+        return sweep_files.remove(place, doomed, dry_run)
 
 
 def unlink_mpi_segments():

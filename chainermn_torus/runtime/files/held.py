@@ -40,7 +40,7 @@ import time
 from chainermn_torus.errors import UnsafePath
 from chainermn_torus.runtime.files import shared_paths
 
-__all__ = ['walk', 'Held', 'parent_of', 'write_refusal', 'bounded_scandir',
+__all__ = ['walk', 'Held', 'as_named', 'parent_of', 'write_refusal', 'bounded_scandir',
            'openat2_available', 'MAX_LINKS']
 
 MAX_LINKS = 40  # links followed in one walk, as the kernel's own limit (ELOOP past it)
@@ -138,13 +138,16 @@ def write_refusal(path, what):
         'it, or choose a directory only you can write.'.format(path, what))
 
 
-def parent_of(path):
-    """A ``Held`` of the directory ``path`` names a file in, opened as the name shows it
-    (not judged: for outputs the user names, written where the user says, as a shell's
-    ``>`` would)."""
-    directory = os.path.dirname(path)   # '' for a bare name: its refusals name it alone
+def as_named(directory, what='the directory'):
+    """A ``Held`` of ``directory`` opened as the name shows it (not judged: for places the
+    user names, written where the user says, as a shell's ``>`` would, and for /dev/shm)."""
     return Held(os.open(directory or '.', os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC), directory,
-                'the directory')
+                what)
+
+
+def parent_of(path):
+    """``as_named`` of the directory ``path`` names a file in."""
+    return as_named(os.path.dirname(path))  # '' for a bare name: its refusals name it alone
 
 
 def _refused(path, what, where, why, fix, trust_helps):

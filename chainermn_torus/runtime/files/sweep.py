@@ -25,16 +25,16 @@ def writer_gone(host, pid, mtime, now, stale_s, here=None):
     return None
 
 
-def remove(directory, doomed, dry_run=False):
-    """Remove ``doomed`` [(name, why)] from ``directory`` (only list them with
+def remove(place, doomed, dry_run=False):
+    """Remove ``doomed`` [(name, why)] from the directory ``place`` holds
+    (``runtime.files.held.Held``: by name inside it, never by a path) (only list them with
     ``dry_run``); returns [(name, bytes, why)] of those that were there."""
     removed = []
     for name, why in doomed:
-        full = os.path.join(directory, name)
         try:
-            size = os.lstat(full).st_size
+            size = place.lstat(name).st_size
             if not dry_run:
-                os.remove(full)
+                os.unlink(name, dir_fd=place.fd)
         except FileNotFoundError:  # another cleaner (or its owner) was first
             continue
         removed.append((name, size, why))

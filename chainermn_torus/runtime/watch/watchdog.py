@@ -38,7 +38,7 @@ from chainermn_torus.runtime import agree
 from chainermn_torus.runtime import world
 from chainermn_torus.runtime.chainer_glue import patches
 from chainermn_torus.runtime.watch import abort, call_marks, progress_board as pb
-from chainermn_torus.watchers import board_layout, startup_watch
+from chainermn_torus.watchers import board_layout, startup_watch, temporaries
 
 __all__ = ['Watchdog', 'attach', 'set_default', 'watch_from_start', 'WATCHDOG_ENV',
            'STARTUP_ENV', 'OUTSIDE_FACTOR', 'STARTUP_S', 'active', 'startup_limit', 'in_call']
@@ -277,11 +277,13 @@ class Watchdog(object):
         """Evaluation batch ``batch`` (0: the evaluation starts)."""
         self._mark(board_layout.FINAL_EVALUATION if self._over else board_layout.EVALUATION, batch)
 
-    def checkpoint(self, directory=None):
-        """A checkpoint begins, written to ``directory`` (where the watcher removes this
-        rank's temporary files if it has to end the job meanwhile)."""
-        if directory and self._row is not None:
-            self._board.set_writing_to(self._slot, os.path.abspath(directory))
+    def checkpoint(self, place=None):
+        """A checkpoint begins, written to the held directory ``place``
+        (``runtime.files.held.Held``: where the watcher removes this rank's temporary files
+        if it has to end the job meanwhile, and only while its path still names it)."""
+        if place is not None and self._row is not None:
+            self._board.set_writing_to(self._slot, temporaries.writing_record(
+                place.path, place.identity))
         self._mark(board_layout.CHECKPOINT)
 
     def between(self):

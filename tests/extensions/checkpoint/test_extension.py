@@ -68,11 +68,11 @@ def test_a_failed_write_keeps_the_previous_checkpoint_and_leaves_nothing(tmp_pat
     _run_to(tr, 3)
     write = writing.atomic_write
 
-    def full(path, writer, *args, **kwargs):
+    def full(place, name, writer, *args, **kwargs):
         def half(f):
             f.write(b'\0' * 4096)
             raise OSError(errno.ENOSPC, 'No space left on device')
-        return write(path, half if path.endswith('.npz') else writer, *args, **kwargs)
+        return write(place, name, half if name.endswith('.npz') else writer, *args, **kwargs)
     monkeypatch.setattr(writing, 'atomic_write', full)
     with pytest.raises(CheckpointError) as e:
         _step_and_save(tr, ck)
@@ -88,10 +88,10 @@ def test_a_failed_manifest_leaves_the_rank_files_to_the_sweep(tmp_path, monkeypa
     _run_to(tr, 3)
     write = writing.atomic_write
 
-    def full(path, writer, *args, **kwargs):
-        if os.path.basename(path) == 'latest.json':
+    def full(place, name, writer, *args, **kwargs):
+        if name == 'latest.json':
             raise OSError(errno.ENOSPC, 'No space left on device')
-        return write(path, writer, *args, **kwargs)
+        return write(place, name, writer, *args, **kwargs)
     monkeypatch.setattr(writing, 'atomic_write', full)
     with pytest.raises(CheckpointError) as e:
         _step_and_save(tr, ck)

@@ -11,6 +11,11 @@ from chainermn_torus.extensions.checkpoint import files
 from tests.extensions.checkpoint.support import Net, checkpointed
 
 
+def held(path):
+    """The directory as a job holds it (``files.hold``)."""
+    return files.hold(str(path))
+
+
 @pytest.fixture
 def written(tmp_path):
     """A directory with checkpoints 3 and 6 of a trained model, written by one rank."""
@@ -22,7 +27,7 @@ def written(tmp_path):
 
 def test_manifests_newest_first_and_the_layout_they_record(written):
     ck, tr = written
-    assert files.manifests(str(ck)) == [(6, 'manifest_iter_6.json'),
+    assert files.manifests(held(ck)) == [(6, 'manifest_iter_6.json'),
                                         (3, 'manifest_iter_3.json')]
     manifest = json.loads((ck / files.MANIFEST).read_text())
     assert manifest['iteration'] == 6 and manifest['ranks'] == 1
@@ -32,25 +37,26 @@ def test_manifests_newest_first_and_the_layout_they_record(written):
     record = manifest['checks']['snapshot_iter_6.rank0.npz']
     assert record == {'bytes': os.path.getsize(str(ck / 'snapshot_iter_6.rank0.npz')),
                       'crc32': files.crc32(str(ck / 'snapshot_iter_6.rank0.npz'))}
-    assert 'checkpoint 6 in' in files.what_is_kept(str(ck))
-    assert 'no earlier checkpoint' in files.what_is_kept(str(ck / 'none'))
+    assert 'checkpoint 6 in' in files.what_is_kept(held(ck))
+    assert 'no earlier checkpoint' in files.what_is_kept(files.hold(str(ck / 'none'),
+                                                                   create=True))
 
 
 def test_read_manifest_names_what_is_wrong(written, tmp_path):
     ck, tr = written
     layout = files.layout(tr.updater.get_optimizer('main').target)
-    assert files.read_manifest(str(ck), files.MANIFEST, layout)[0] is None
-    problem, _, fatal = files.read_manifest(str(tmp_path / 'nowhere'), files.MANIFEST, layout)
-    assert (problem, fatal) == ('the directory does not exist', True)
-    problem, _, fatal = files.read_manifest(str(tmp_path), files.MANIFEST, layout)
+    assert files.read_manifest(held(ck), files.MANIFEST, layout)[0] is None
+    with pytest.raises(FileNotFoundError):
+        held(tmp_path / 'nowhere')
+    problem, _, fatal = files.read_manifest(held(tmp_path), files.MANIFEST, layout)
     assert 'no latest.json' in problem and fatal
     (tmp_path / 'bad.json').write_text('[1, 2]')
-    problem, _, fatal = files.read_manifest(str(tmp_path), 'bad.json', layout)
+    problem, _, fatal = files.read_manifest(held(tmp_path), 'bad.json', layout)
     assert 'bad.json is not a chainermn-torus manifest' in problem and not fatal
     wider = files.layout(Net(units=5))
-    problem, _, fatal = files.read_manifest(str(ck), files.MANIFEST, wider)
+    problem, _, fatal = files.read_manifest(held(ck), files.MANIFEST, wider)
     assert fatal and '/l1/W' in problem and '(4, 3)' in problem and '(5, 3)' in problem
-    problem, _, fatal = files.read_manifest(str(ck), files.MANIFEST, layout[:-1])
+    problem, _, fatal = files.read_manifest(held(ck), files.MANIFEST, layout[:-1])
     assert fatal and '{} arrays there, {} here'.format(len(layout), len(layout) - 1) in problem
 
 
@@ -59,25 +65,25 @@ def test_verify_file_finds_truncation_corruption_and_nan(written):
     manifest = json.loads((ck / files.MANIFEST).read_text())
     name = manifest['files'][0]
     path = ck / name
-    assert files.verify_file(str(ck), manifest, name, 0) is None
+    assert files.verify_file(held(ck), manifest, name, 0) is None
     data = path.read_bytes()
     path.write_bytes(data[:-10])
     assert '{} bytes, the manifest says {}'.format(len(data) - 10, len(data)) in \
-        files.verify_file(str(ck), manifest, name, 0)
+        files.verify_file(held(ck), manifest, name, 0)
     corrupt = bytearray(data)
     corrupt[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(corrupt))
-    assert 'CRC-32' in files.verify_file(str(ck), manifest, name, 0)
+    assert 'CRC-32' in files.verify_file(held(ck), manifest, name, 0)
     with numpy.load(str(ck / 'snapshot_iter_3.rank0.npz')) as z:
         arrays = {k: z[k].copy() for k in z.files}
     arrays['updater/model:main/predictor/l2/b'][1] = numpy.inf
     with open(str(path), 'wb') as f:
         numpy.savez(f, **arrays)
     manifest['checks'][name] = {'bytes': path.stat().st_size, 'crc32': files.crc32(str(path))}
-    problem = files.verify_file(str(ck), manifest, name, 0)
+    problem = files.verify_file(held(ck), manifest, name, 0)
     assert '1 NaN/Inf value(s), the first in updater/model:main/predictor/l2/b' in problem
     path.unlink()
-    assert files.verify_file(str(ck), manifest, name, 0) == \
+    assert files.verify_file(held(ck), manifest, name, 0) == \
         'rank 0 cannot see {}'.format(path)
 
 

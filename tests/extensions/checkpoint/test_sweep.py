@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from chainermn_torus.extensions.checkpoint import sweep
+from chainermn_torus.extensions.checkpoint import files, sweep
 from chainermn_torus.extensions.checkpoint.sweep import sweep_temporary
 
 HOST = 'here.example'
@@ -37,20 +37,20 @@ def test_leftovers_by_writer_and_manifest(tmp_path):
         _touch(tmp_path, 'z.npz.tmp.far.example.7', age=sweep.STALE_S + 1),  # silent host
         _touch(tmp_path, 'w.npz.tmp.far.example.8', age=sweep.STALE_S - 60),  # recent
     ]
-    doomed = dict(sweep.leftovers(str(tmp_path), sorted(names), now, HOST))
+    doomed = dict(sweep.leftovers(files.hold(str(tmp_path)), sorted(names), now, HOST))
     assert sorted(doomed) == sorted([names[0], names[2], names[6], names[8]])
     assert doomed[names[0]] == 'writer {} on this host is gone'.format(dead)
     assert 'checkpoint 8 which has no manifest' in doomed[names[2]]
     assert doomed[names[8]] == 'writer on far.example silent for {:.0f} s'.format(
         sweep.STALE_S + 1)
     # A node-local directory holds no manifest: rank 0's list of complete ones decides.
-    assert names[4] in dict(sweep.leftovers(str(tmp_path), sorted(names), now, HOST,
+    assert names[4] in dict(sweep.leftovers(files.hold(str(tmp_path)), sorted(names), now, HOST,
                                             complete=[]))
-    assert names[4] not in dict(sweep.leftovers(str(tmp_path), sorted(names), now, HOST,
+    assert names[4] not in dict(sweep.leftovers(files.hold(str(tmp_path)), sorted(names), now, HOST,
                                                 complete=[4]))
     # Without any manifest and without rank 0's word, rank files are left alone.
     (tmp_path / 'manifest_iter_4.json').unlink()
-    assert not [n for n in dict(sweep.leftovers(str(tmp_path), sorted(names[:5]), now, HOST))
+    assert not [n for n in dict(sweep.leftovers(files.hold(str(tmp_path)), sorted(names[:5]), now, HOST))
                 if n.startswith('snapshot')]
 
 
@@ -59,9 +59,8 @@ def test_sweep_temporary_removes_and_counts(tmp_path):
     import socket
     name = 'a.npz.tmp.{}.{}'.format(socket.gethostname(), dead)
     (tmp_path / name).write_bytes(b'x' * 123)
-    assert sweep_temporary(str(tmp_path), dry_run=True) == \
+    assert sweep_temporary(files.hold(str(tmp_path)), dry_run=True) == \
         [(name, 123, 'writer {} on this host is gone'.format(dead))]
     assert (tmp_path / name).exists()
-    assert [r[:2] for r in sweep_temporary(str(tmp_path))] == [(name, 123)]
+    assert [r[:2] for r in sweep_temporary(files.hold(str(tmp_path)))] == [(name, 123)]
     assert not (tmp_path / name).exists()
-    assert sweep_temporary(str(tmp_path / 'missing')) == []

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from chainermn_torus.extensions.checkpoint import sweep_temporary
+from chainermn_torus.extensions.checkpoint import hold, sweep_temporary
 from chainermn_torus.runtime.files import devshm
 from conftest import ROOT, run_cli
 
@@ -73,7 +73,7 @@ def test_checkpoint_temporary_files_of_dead_writers_are_swept_by_clean(tmp_path)
     assert 'removed ' + dead.name in proc.stdout and 'is gone' in proc.stdout
     assert not dead.exists() and live.exists() and other.exists()
     os.utime(str(other), (1, 1))  # silent for decades
-    assert [n for n, _, _ in sweep_temporary(str(tmp_path))] == [other.name]
+    assert [n for n, _, _ in sweep_temporary(hold(str(tmp_path)))] == [other.name]
 
 
 POPULATE = r'''
