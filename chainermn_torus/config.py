@@ -194,6 +194,10 @@ SETTINGS = collections.OrderedDict([
                                   'checkpoints: resume from a directory or files another user '
                                   'owns or may write (their arrays are still read without '
                                   'pickle)')),
+    ('trust_out_dir', Setting('CHAINERMN_TORUS_TRUST_OUT_DIR', 'flag', False,
+                              'outputs: write into an output directory (--out, a trainer\'s '
+                              'out) on a path another user owns or may write (a link one '
+                              'level up, a project folder others can write)')),
     ('data_parallel', Setting('CHAINERMN_TORUS_DATA_PARALLEL', 'flag', False,
                               'launcher: make a plain Chainer script data-parallel (shards, '
                               'multi-node optimizer and evaluator, rank-0-only reports)',

@@ -58,6 +58,7 @@ BAD = {
     'check_finite': ('maybe', {}, []),
     'trust_checkpoints': ('maybe', {}, []),
     'trust_gpu_to_cpu_paths': ('maybe', {}, []),
+    'trust_out_dir': ('maybe', {}, []),
     'type_check': ('sometimes', {}, []),
     'keep_freed_memory': ('maybe', {}, []),
     'data_parallel': ('maybe', {}, []),

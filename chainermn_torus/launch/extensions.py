@@ -10,6 +10,7 @@ from chainer.training.extensions._snapshot import _find_latest_snapshot
 
 from chainermn_torus.extensions.checkpoint import arrays
 from chainermn_torus.extensions.checkpoint.arrays import CheckpointError
+from chainermn_torus.extensions import outputs
 from chainermn_torus.launch import loaders
 from chainermn_torus.launch.lines import PREFIX, say
 from chainermn_torus.launch.sharding import rebuild, shard
@@ -56,6 +57,14 @@ class Extend(object):
                 extension = _evaluate_in_parallel(extension, comm)
         if evaluator and launch.get('loader_eval'):
             loaders.replace_eval_iterators(launch, extension)
+        if isinstance(extension, extensions.LogReport) or kind == '_Snapshot':
+            # Into trainer.out walked, judged and held; a log's name holding another user's
+            # file, a link or a FIFO is refused now, before training (extensions.outputs).
+            place = outputs.hold(trainer.out)
+            name = getattr(extension, '_log_name', None)
+            if isinstance(name, str) and '{' not in name:
+                outputs.refuse_foreign(place, [name])
+            outputs.hold_reports(extension, place)
         return self.original(trainer, extension, *args, **kwargs)
 
 

@@ -35,10 +35,9 @@ import threading
 import time
 
 from chainermn_torus import config
-from chainermn_torus.errors import ConfigError
+from chainermn_torus.errors import ConfigError, UnsafePath
 from chainermn_torus.process import STATE
-from chainermn_torus.runtime.files import own_files
-from chainermn_torus.runtime.files.atomic import atomic_write
+from chainermn_torus.runtime.files import held
 
 __all__ = ['enable', 'disable', 'phase', 'timed', 'flush', 'emergency_flush', 'trace_events',
            'active', 'TIMELINE_ENV']
@@ -82,8 +81,11 @@ STREAM_S = 0.5  # the most an end without a last write loses
 
 class Timeline(object):
 
-    def __init__(self, prefix):
+    def __init__(self, prefix, place):
         self.prefix = prefix
+        # The prefix's directory, walked and held (runtime.files.held): every file is made
+        # inside it by name, never through a link or a directory swapped after the start.
+        self.place, self.base = place, os.path.basename(prefix)
         self.offset = time.time() - time.perf_counter()
         self.events = []
         self.iteration = 0
@@ -106,16 +108,17 @@ class Timeline(object):
             lines, log = [], self._log
             if log is None:
                 rank = _rank()
-                log = '{}.rank{}.events'.format(self.prefix, rank)
+                log = '{}.rank{}.events'.format(self.base, rank)
                 lines.append(json.dumps({'timeline': 1, 'rank': rank, 'ranks': _size(),
                                          'host': socket.gethostname(), 'pid': os.getpid(),
                                          'offset': self.offset}))
             for name, t0, t1, tid, it in self.events[self._streamed:end]:
                 lines.append(json.dumps([name, round((t0 + self.offset) * 1e6, 1),
                                          round((t1 - t0) * 1e6, 1), tid, it]))
-            # Never through a link planted under the predictable name (runtime.files.own_files).
-            with own_files.open_new(log, 'w') if self._log is None else \
-                    own_files.append(log) as f:
+            # Never through a link planted under the predictable name: made new, then
+            # appended to only while it is this process's own file.
+            with os.fdopen(self.place.create(log, 0o644, replace_own=True) if self._log is None
+                           else self.place.open_append(log), 'w') as f:
                 f.write('\n'.join(lines) + '\n')
             self._log, self._streamed = log, end
 
@@ -125,7 +128,7 @@ class Timeline(object):
             self._closed = True
             if self._log is not None:
                 try:
-                    os.remove(self._log)
+                    self.place.remove_own(self._log)
                 except OSError:
                     pass
 
@@ -154,11 +157,12 @@ class Timeline(object):
 
     def write(self):
         rank = _rank()
-        path = '{}.rank{}.json'.format(self.prefix, rank)
+        name = '{}.rank{}.json'.format(self.base, rank)
         trace = {'traceEvents': self.trace(rank), 'displayTimeUnit': 'ms'}
         # A reader never sees half a file; tools.timeline names a left '.tmp' unfinished.
-        atomic_write(path, lambda f: json.dump(trace, f), mode='w', tmp=path + '.tmp')
-        return path
+        self.place.write_atomic(name, lambda f: json.dump(trace, f), mode='w', perm=0o644,
+                                tmp=name + '.tmp')
+        return '{}.rank{}.json'.format(self.prefix, rank)
 
 
 def trace_events(rank, host, tids, spans):
@@ -227,12 +231,24 @@ def _world(keys, attr, default):
 def enable(prefix, source='the timeline prefix'):
     """Record from now on; written to PREFIX.rank<R>.json at exit (or on flush())."""
     directory = os.path.dirname(os.path.abspath(prefix))
-    if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
-        raise ConfigError('chainermn_torus: {} {!r} must be a path in a writable directory: '
-                          '{} does not exist or is not writable'.format(source, prefix,
-                                                                        directory))
     if STATE.timeline is None or STATE.timeline.prefix != prefix:
-        STATE.timeline = Timeline(prefix)
+        # Walked and judged as an output directory is (sticky and shared allowed as the
+        # last; nothing on the way another user's), then held.
+        try:
+            place = held.walk(directory, 'the timeline directory', shared=True,
+                              trusted=config.value('trust_out_dir', None,
+                                                   '--trust-out-dir')[0])
+        except UnsafePath:
+            raise
+        except OSError as e:
+            raise ConfigError('chainermn_torus: {} {!r} must be a path in a writable '
+                              'directory: {} ({})'.format(source, prefix, directory,
+                                                          e.strerror or e)) from None
+        if not os.access(directory, os.W_OK):
+            place.close()
+            raise ConfigError('chainermn_torus: {} {!r} must be a path in a writable '
+                              'directory: {} is not writable'.format(source, prefix, directory))
+        STATE.timeline = Timeline(prefix, place)
         atexit.register(_write_at_exit, STATE.timeline)
         threading.Thread(target=_streamer, args=(STATE.timeline,), daemon=True,
                          name='chainermn_torus-timeline').start()

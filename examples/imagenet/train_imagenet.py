@@ -45,7 +45,7 @@ import numpy
 from chainermn_torus import config
 from chainermn_torus.datasets import draws
 from chainermn_torus.datasets.shards import batch_too_large
-from chainermn_torus.extensions import checkpoint
+from chainermn_torus.extensions import checkpoint, outputs
 from chainermn_torus.extensions.timing import time_calls
 from chainermn_torus.models import ResNet50, TinyNet
 from chainermn_torus.optimizers.large_batch import linear_scaling
@@ -378,7 +378,10 @@ def main():
     from chainermn_torus.runtime.cpu import threads
 
     comm = chainermn.create_communicator(args.communicator)
-    checkpoint.check_output(comm, args.out)  # now, on every rank: not after training
+    # Now, on every rank, not after training: the output directory walked and held, and its
+    # names holding nothing of another user's (extensions.outputs).
+    out = checkpoint.check_output(comm, args.out, ('summary.json', 'breakdown.json', 'log'),
+                                  args.trust_out_dir)
 
     plan = None
     if args.loader == 'ours':
@@ -458,7 +461,8 @@ def main():
             extensions.Evaluator(val_iter, model, converter=convert, device=-1), comm)
         trainer.extend(evaluator, trigger=(1, 'epoch'))
         if comm.rank == 0:
-            trainer.extend(extensions.LogReport(trigger=(1, 'epoch')))
+            trainer.extend(outputs.hold_reports(extensions.LogReport(trigger=(1, 'epoch')),
+                                                out))
             trainer.extend(extensions.PrintReport(
                 ['epoch', 'iteration', 'main/loss', 'validation/main/loss', 'main/accuracy',
                  'validation/main/accuracy', 'elapsed_time']))
@@ -512,10 +516,8 @@ def main():
             'test_accuracy': float(final['validation/main/accuracy']),
             'test_loss': float(final['validation/main/loss']),
         }
-        os.makedirs(args.out, exist_ok=True)
         for name, content in (('breakdown.json', breakdown), ('summary.json', summary)):
-            with open(os.path.join(args.out, name), 'w') as f:
-                json.dump(content, f, indent=2)
+            outputs.write(out, name, lambda f: json.dump(content, f, indent=2), mode='w')
         med = breakdown['median_ms']
         print('median per iteration (rank 0): ' + ', '.join(
             '{} {:.1f} ms'.format(p, med[p]) for p in PHASES if med[p] is not None))

@@ -1,7 +1,8 @@
 """A small ChainerMN training script, run unchanged by tests/test_refusals.py under the
 launcher (``python -m chainermn_torus.run [options] refusal_script.py [communicator]``): it
 makes a communicator, a multi-node optimizer, a training iterator, an Evaluator and a
-Trainer (and, where a checkpoint setting is given, this package's checkpointer), so that
+Trainer (and, where a checkpoint or output setting is given, this package's checkpointer or
+its output directory), so that
 every setting of the configuration table is read somewhere, and trains three steps on random
 data. Prints "OK rank R" at the end."""
 import os
@@ -32,6 +33,9 @@ def main():
         chainer.iterators.SerialIterator(data, 16, repeat=False, shuffle=False), model)
     trainer.extend(chainermn.create_multi_node_evaluator(evaluator, comm),
                    trigger=(3, 'iteration'))
+    if 'CHAINERMN_TORUS_TRUST_OUT_DIR' in os.environ:
+        from chainermn_torus.extensions import outputs  # it reads the output settings
+        outputs.hold(tempfile.gettempdir()).close()
     if 'CHAINERMN_TORUS_TRUST_CHECKPOINTS' in os.environ:
         checkpointed(comm, trainer)  # the checkpoint settings are read by its checkpointer
     else:

@@ -33,8 +33,7 @@ from chainermn_torus.extensions.checkpoint.arguments import (add_arguments, atta
 from chainermn_torus.extensions.checkpoint.extension import MultiNodeCheckpointer  # NOQA
 from chainermn_torus.extensions.checkpoint.files import MANIFEST, CheckpointError, hold  # NOQA
 from chainermn_torus.extensions.checkpoint.sweep import sweep_temporary  # NOQA
-from chainermn_torus.extensions.checkpoint.writing import check_writable  # NOQA
 
-__all__ = ['MultiNodeCheckpointer', 'CheckpointError', 'check_writable', 'add_arguments',
+__all__ = ['MultiNodeCheckpointer', 'CheckpointError', 'add_arguments',
            'check_arguments', 'attach', 'check_output', 'sweep_temporary', 'MANIFEST',
            'hold']

@@ -3,14 +3,15 @@ they say (collective)."""
 from chainermn_torus.extensions.checkpoint import rules
 from chainermn_torus.extensions.checkpoint.extension import MultiNodeCheckpointer
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
-from chainermn_torus.extensions.checkpoint.writing import check_writable
+from chainermn_torus.extensions import outputs
 from chainermn_torus.runtime import report
 
 __all__ = ['add_arguments', 'check_arguments', 'attach', 'check_output']
 
 
 def add_arguments(parser):
-    """--checkpoint-dir, --checkpoint-interval, --resume, --auto-resume, --resume-batch."""
+    """--checkpoint-dir, --checkpoint-interval, --resume, --auto-resume, --resume-batch,
+    --trust-checkpoint-dir, --trust-out-dir."""
     parser.add_argument('--checkpoint-dir', default=None, metavar='DIR',
                         help='write multi-node checkpoints here (atomically; see '
                              'chainermn_torus.extensions.checkpoint)')
@@ -23,6 +24,9 @@ def add_arguments(parser):
     parser.add_argument('--trust-checkpoint-dir', action='store_true', default=None,
                         help='resume even where another user owns or may write the '
                              'checkpoint directory or its files (refused by default)')
+    parser.add_argument('--trust-out-dir', action='store_true', default=None,
+                        help='write results where another user owns or may write a '
+                             'component of --out (refused by default)')
     parser.add_argument('--resume-batch', choices=rules.choices(), default='keep',
                         help='resuming on another rank count: {}'.format('; '.join(
                             '{}: {}'.format(r.name, r.help) for r in rules.RULES.values())))
@@ -61,9 +65,12 @@ def attach(comm, trainer, args, lr_rule=None):
     return checkpointer
 
 
-def check_output(comm, directory):
-    """The job's output directory, checked for writing on every rank at start."""
+def check_output(comm, directory, names=(), trusted=None):
+    """The job's output directory, walked, judged and held on every rank at start, with
+    ``names`` (the files the job will write there) holding nothing of another user's
+    (``extensions.outputs``); the Held is returned. A refusal ends every rank in one
+    line, before training."""
     try:
-        check_writable(comm, directory, 'results')
-    except OSError as e:  # raised alike on every rank (check_writable is collective)
+        return outputs.hold_everywhere(comm, directory, names, trusted)
+    except OSError as e:  # raised alike on every rank (hold_everywhere is collective)
         report.stop(str(e), comm.rank)

@@ -86,11 +86,14 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         return place
 
     def _say_moved(self):
-        """Said once, by every rank that sees it (a node-local directory is each node's):
-        the path no longer names the directory this job holds and writes into."""
-        line = self.place.moved()
-        if line:
-            report.say('rank {}: {}'.format(self.rank, line.replace('chainermn_torus: ', '', 1)))
+        """Collective, after each checkpoint: where the path no longer names the directory
+        this job holds and writes into (renamed, replaced by a link), rank 0 says so, once
+        per rank that sees it (a node-local directory is each node's), naming them."""
+        seen = agree.problems(self.comm.mpi_comm, self.place.moved())
+        if seen:
+            report.say('{} (seen by rank(s) {})'.format(
+                seen[0][1].replace('chainermn_torus: ', '', 1), agree.ranks_text(seen)),
+                self.rank)
 
     # --- saving -----------------------------------------------------------------------------
     def __call__(self, trainer):

@@ -15,10 +15,9 @@ from chainermn_torus.extensions.checkpoint import files
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
 from chainermn_torus.runtime import agree, report
 from chainermn_torus.runtime.cpu import finite
-from chainermn_torus.runtime.files import held
 from chainermn_torus.watchers.temporaries import tmp_name
 
-__all__ = ['check_writable', 'probe', 'atomic_write', 'write_rank_file', 'write_manifest',
+__all__ = ['probe', 'atomic_write', 'write_rank_file', 'write_manifest',
            'refuse_nonfinite', 'STALE_GRADS']
 
 STALE_GRADS = '/chainermn_torus/grads/'  # double buffering's averaged, not yet applied grads
@@ -41,23 +40,6 @@ def probe(place, rank):
     finally:
         os.close(fd)
         place.remove_own(name)
-
-
-def check_writable(comm, directory, what='results', error=OSError, private=False):
-    """Create ``directory`` (``private``: only its owner may enter it) and write a probe
-    file on every rank; raise on every rank if any rank cannot (collective). For a job's
-    output, so it fails at start, not at the end."""
-    problem = None
-    try:
-        os.makedirs(directory, mode=0o700 if private else 0o777, exist_ok=True)
-        with held.as_named(directory) as place:
-            probe(place, comm.rank)
-    except OSError as e:
-        problem = '{}: {}'.format(type(e).__name__, e)
-    agree.raise_everywhere(comm.mpi_comm, problem, lambda bad: error(
-        'chainermn_torus: cannot write {} to {!r} on rank(s) {}: {}. Choose a directory '
-        'every rank can write (a shared file system, or a local disk per node).'.format(
-            what, directory, agree.ranks_text(bad), bad[0][1])))
 
 
 def write_rank_file(place, iteration, rank, arrays, room):

@@ -24,6 +24,8 @@ The groups (who applies them, and when):
 * ``fused``: the class of an optimizer made fused and of its update rules (instance
   patches, optimizers.fused: ``unfuse`` undoes one optimizer's).
 * ``chainer tests``: scripts/chainer_tests_mode.py, in a session of Chainer's own tests.
+* ``outputs``: the class of a ``LogReport`` and the ``save`` of a snapshot's writer, of one
+  extension each, so that they write into the held output directory (extensions.outputs).
 * ``chainer import``: while ``import chainermn_torus`` imports Chainer, an empty module in
   ``sys.modules`` where Chainer's own check has nothing to find (``chainer_import``).
 
@@ -37,7 +39,7 @@ from chainermn_torus.process import STATE
 __all__ = ['apply', 'undo', 'uninstall', 'applied', 'original_of', 'Patch', 'GROUPS']
 
 GROUPS = ('registry', 'launcher', 'gpu to cpu', 'watchdog', 'timing', 'abort', 'compute',
-          'chainer import', 'fused', 'chainer tests')
+          'chainer import', 'fused', 'chainer tests', 'outputs')
 _MISSING = object()
 
 

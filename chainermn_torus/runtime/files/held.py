@@ -319,6 +319,25 @@ class Held:
         raise write_refusal(os.path.join(self.path, name), 'it came back after it was removed '
                             '(another process writes there)')
 
+    def open_append(self, name):
+        """A descriptor appending to ``name``, opened without following a link and only
+        where it is this user's regular file with one link (``UnsafePath`` otherwise)."""
+        try:
+            fd = os.open(self._check_name(name), os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW |
+                         os.O_NONBLOCK | _CLOEXEC, dir_fd=self.fd)
+        except OSError as e:
+            if e.errno not in (errno.ELOOP, errno.ENXIO):
+                raise
+            raise write_refusal(os.path.join(self.path, name), '{} is already there'.format(
+                shared_paths.what_is_there(self.lstat(name)))) from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_nlink != 1:
+            os.close(fd)
+            raise write_refusal(os.path.join(self.path, name), '{} is already there'.format(
+                shared_paths.what_is_there(st)))
+        os.set_blocking(fd, True)
+        return fd
+
     def create_unique(self, prefix, suffix='', perm=0o600):
         """(descriptor, name) of a new file ``<prefix><token><suffix>``; a taken name is
         passed over (``shared_paths.create_unique``'s rule)."""

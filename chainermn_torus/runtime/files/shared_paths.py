@@ -22,7 +22,7 @@ A refusal is one line (``errors.UnsafePath``) that names the path, what is there
 it is, and what to do. Names a job makes in a shared directory come from ``create_unique``:
 an unpredictable token and ``O_EXCL``, and a name that is taken is passed over for another,
 never a reason to stop. Creating a file under a name that is predictable is
-``runtime.files.own_files``'s; it says what it found with ``what_is_there`` too.
+``runtime.files.held``'s (``Held.create``); it says what it found with ``what_is_there`` too.
 """
 import errno
 import json
