@@ -46,3 +46,40 @@ def shared_dir():
     os.chmod(where, 0o1777)
     yield where
     shutil.rmtree(where, ignore_errors=True)
+
+
+class Beside(object):
+    """``action(*args)`` run as the other user in a forked child once ``go()`` is called,
+    while the test goes on (a rename beside a running job); ``result()`` waits for it."""
+
+    def __init__(self, action, *args):
+        go_read, self._go = os.pipe()
+        self._out, out_write = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            os.close(self._go)
+            os.close(self._out)
+            try:
+                os.setgroups([])
+                os.setgid(OTHER_UID)
+                os.setuid(OTHER_UID)
+                os.read(go_read, 1)
+                out = {'ok': action(*args)}
+            except BaseException as e:
+                out = {'error': '{}: {}'.format(type(e).__name__, e)}
+            os.write(out_write, json.dumps(out).encode())
+            os._exit(0)
+        os.close(go_read)
+        os.close(out_write)
+
+    def go(self):
+        os.write(self._go, b'!')
+
+    def result(self):
+        with os.fdopen(self._out, 'rb') as f:
+            out = json.loads(f.read() or b'{"error": "the child said nothing"}')
+        os.close(self._go)
+        os.waitpid(self.pid, 0)
+        if 'error' in out:
+            raise RuntimeError(out['error'])
+        return out['ok']
