@@ -97,8 +97,8 @@ def tune_flood(rounds):
         if not stems:
             raise RuntimeError('the job remembered no choice: nothing to plant beside')
         times = {'none': [], 'flooded': []}
-        for _ in range(rounds):
-            for kind in ('none', 'flooded'):
+        for i in range(rounds):
+            for kind in ('none', 'flooded') if i % 2 == 0 else ('flooded', 'none'):
                 where = shared('held-cost-tune-')
                 try:
                     if kind == 'flooded':
@@ -128,8 +128,9 @@ def main(argv=None):
     try:
         for model in ('mnist', 'resnet50'):
             runs = {'ref': [], 'head': []}
-            for _ in range(args.rounds):
-                for which, checkout in (('ref', ref), ('head', ROOT)):
+            for i in range(args.rounds):  # the order alternates: neither always goes first
+                order = (('ref', ref), ('head', ROOT))
+                for which, checkout in order if i % 2 == 0 else order[::-1]:
                     runs[which].append(checkpoint_once(checkout, model))
             row = {}
             for which in runs:

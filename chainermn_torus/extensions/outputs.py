@@ -34,8 +34,7 @@ from chainermn_torus.runtime import agree
 from chainermn_torus.runtime.chainer_glue import patches
 from chainermn_torus.runtime.files import held, shared_paths
 
-__all__ = ['WHAT', 'hold', 'hold_everywhere', 'refuse_foreign', 'write', 'hold_reports',
-           'report_names']
+__all__ = ['WHAT', 'hold', 'hold_everywhere', 'refuse_foreign', 'write', 'hold_reports']
 
 WHAT = 'the output directory'
 _TRUST = ('Choose an output directory whose every component only you or root can write '
@@ -97,18 +96,6 @@ def write(place, name, writer, mode='wb'):
     """``writer(f)`` into ``name`` of the held output directory: a new temporary, renamed
     over the name (module doc)."""
     place.write_atomic(name, writer, mode=mode, perm=0o666)
-
-
-def report_names(trainer):
-    """The names the trainer's log reports will write that are known now (a name with
-    fields to fill, such as ``log_{epoch}``, is judged when it is written)."""
-    out = []
-    for entry in getattr(trainer, '_extensions', {}).values():
-        name = getattr(entry.extension, '_log_name', None)
-        if isinstance(entry.extension, extensions.LogReport) and isinstance(name, str) and \
-                '{' not in name:
-            out.append(name)
-    return out
 
 
 def _held_log_report(cls):

@@ -21,7 +21,8 @@ The buffer signature is a digest of the gradient arrays' names, shapes and dtype
 dtype they travel in: another model, or the same with float16 on the wire, is another file.
 
 A tuning folder may be shared by several users (a project's directory): each user's files
-are theirs. A file's name holds its user's uid, and a file is read only under the rule for
+are theirs. The folder is walked component by component for each load and save (``_held``:
+nothing on the way another user's, no link but this user's own) and used by descriptor. A file's name holds its user's uid, and a file is read only under the rule for
 shared paths (``runtime.files.shared_paths``): a regular file of this user, not a link, at
 most ``config.BOUNDS['tune_file']`` bytes. Anything else under the name (another user's
 file, a link, a FIFO) is ignored in one line that names its owner, and the choice is kept
@@ -34,13 +35,11 @@ import json
 import os
 import re
 import stat
-import tempfile
 
 from chainermn_torus import config
 from chainermn_torus.algorithms import variants
 from chainermn_torus.errors import ConfigError, UnsafePath
 from chainermn_torus.runtime.files import held, shared_paths
-from chainermn_torus.runtime.files.atomic import atomic_write
 from chainermn_torus.tuning import candidates
 
 __all__ = ['FORMAT', 'signature', 'Key', 'folder', 'path', 'load', 'save', 'save_partial',
@@ -83,25 +82,34 @@ def folder(given=None):
     return os.path.join(cache, 'chainermn-torus', 'tuned')
 
 
+def _held(where, create=False):
+    """The tuning folder as a ``runtime.files.held.Held``: walked component by component,
+    every directory on the way this user's or root's and writable by nobody else (sticky,
+    as /tmp, allowed), a link followed only where it and its directory are; the folder itself
+    may be any user's (a project's shared folder: each file in it is judged as it is read)
+    but not a link. Every read and write of one ``load`` or ``save`` is a name inside it.
+    ``create``: missing folders are made."""
+    parent, name = os.path.split(os.path.abspath(where))
+    with held.walk(parent or '/', 'the tune folder', create=create, shared=True) as up:
+        return up.subdirectory(name, 'the tune folder', trusted=True, create=create,
+                               mode=0o777)
+
+
 def check_folder(where, source='CHAINERMN_TORUS_TUNE_DIR'):
     """``where``, made if missing; a ConfigError naming ``source`` unless this user can
-    write a file there. At start: a folder that cannot hold the choices was found only at
-    the job's end, after the tuning."""
+    write a file there (``_held``'s rule). At start: a folder that cannot hold the choices
+    was found only at the job's end, after the tuning."""
     try:
-        if os.path.lexists(where):
-            # Any owner (a project's shared folder), but not a link: each file is judged.
-            why = shared_paths.directory_problem(where, trusted=True)
-            if why:
-                raise NotADirectoryError(20, why)
-        os.makedirs(where, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix='.write-test.', dir=where)
-        os.close(fd)
-        os.remove(probe)
+        with _held(where, create=True) as place:
+            fd, probe = place.create_unique('.write-test.')
+            os.close(fd)
+            place.remove_own(probe)
     except OSError as e:
         raise ConfigError(
             "chainermn_torus: {} must be a folder this user can write, where the tuning's "
             "choices are remembered, got {!r} ({}); choose another, or tune='off'".format(
-                source, where, e.strerror or e)) from e
+                source, where, str(e).replace('chainermn_torus: ', '', 1)
+                if isinstance(e, UnsafePath) else e.strerror or e)) from e
     return where
 
 
@@ -178,7 +186,7 @@ def _problem(data, key, size, segment_bytes=None):
     return None
 
 
-def _names(key, where):
+def _names(key, place):
     """(names, notes): this user's files for ``key``, its own name first, then those kept
     under a name of their own (``save``), the newest first; and what to say, once, of the
     rest. The listing is bounded (``config.BOUNDS``: entries read, seconds spent) and a name
@@ -192,7 +200,7 @@ def _names(key, where):
     kept, passed = [], []
     entries = config.BOUNDS['listing_entries']
     try:
-        listing, complete = held.bounded_scandir(where, entries,
+        listing, complete = held.bounded_scandir(place.fd, entries,
                                                  config.BOUNDS['listing_seconds'])
     except OSError:
         listing, complete = [], True
@@ -211,26 +219,26 @@ def _names(key, where):
     if passed:
         notes.append('{:,} file(s) in {} named as this user\'s kept choices are not this '
                      'user\'s regular files and were passed over unread ({}{})'.format(
-                         len(passed), where, ', '.join(sorted(passed)[:3]),
+                         len(passed), place.path, ', '.join(sorted(passed)[:3]),
                          ', ...' if len(passed) > 3 else ''))
     if not complete:
         notes.append('{} holds more entries than the {:,} (or {:g} s) a job reads: only this '
                      'user\'s own name {} was looked at beyond them'.format(
-                         where, entries, config.BOUNDS['listing_seconds'], base))
+                         place.path, entries, config.BOUNDS['listing_seconds'], base))
     return [base] + [name for _, name in sorted(kept)], notes
 
 
-def _read(p):
+def _read(place, name):
     """(data, None) or (None, why it is ignored); FileNotFoundError where nothing is."""
     try:
-        return shared_paths.read_json(p, 'the tune file', config.BOUNDS['tune_file'],
-                                      fix=_ELSEWHERE), None
+        return json.loads(place.read_bytes(name, 'the tune file', config.BOUNDS['tune_file'],
+                                           fix=_ELSEWHERE).decode('utf-8')), None
     except UnsafePath as e:
         return None, str(e).replace('chainermn_torus: ', '', 1)
     except FileNotFoundError:
         raise
     except (OSError, ValueError) as e:
-        return None, '{} ignored: unreadable ({})'.format(p, e)
+        return None, '{} ignored: unreadable ({})'.format(os.path.join(place.path, name), e)
 
 
 def load(key, size, where=None, segment_bytes=None):
@@ -238,25 +246,33 @@ def load(key, size, where=None, segment_bytes=None):
     or choice None with the reason each file there was ignored (message None: there is no
     file). ``segment_bytes``: this job's segment size, a choice it may remember too."""
     where = folder(where)
-    names, listed = _names(key, where)
-    notes = []
-    for name in names:
-        p = os.path.join(where, name)
-        try:
-            data, why = _read(p)
-        except FileNotFoundError:
-            continue
-        if why is None:
-            problem = _problem(data, key, size, segment_bytes)
-            why = '{} ignored, {}'.format(p, problem) if problem else None
-        if why:
-            notes.append(why)
-            continue
-        choice = data['choice']
-        if choice.get('grid') is not None:
-            choice['grid'] = tuple(choice['grid'])
-        return Loaded(choice, data.get('figures'), data.get('written'),
-                      '; '.join(notes + listed) or None, p)
+    try:
+        place = _held(where)
+    except FileNotFoundError:
+        return _NOTHING
+    except OSError as e:  # a link on the way, not a directory: measured afresh, said
+        return _NOTHING._replace(message='the tune folder {} ignored: {}'.format(
+            where, str(e).replace('chainermn_torus: ', '', 1)))
+    with place:
+        names, listed = _names(key, place)
+        notes = []
+        for name in names:
+            p = os.path.join(place.path, name)
+            try:
+                data, why = _read(place, name)
+            except FileNotFoundError:
+                continue
+            if why is None:
+                problem = _problem(data, key, size, segment_bytes)
+                why = '{} ignored, {}'.format(p, problem) if problem else None
+            if why:
+                notes.append(why)
+                continue
+            choice = data['choice']
+            if choice.get('grid') is not None:
+                choice['grid'] = tuple(choice['grid'])
+            return Loaded(choice, data.get('figures'), data.get('written'),
+                          '; '.join(notes + listed) or None, p)
     return _NOTHING._replace(message='; '.join(notes + listed) or None)
 
 
@@ -264,24 +280,22 @@ def _write(key, data, where):
     """Write ``data`` (atomically) under this user's name for ``key``; where another user
     holds that name (or a link, or a FIFO sits there) and it cannot be replaced, under a
     name of this user's own beside it. Returns the path; raises OSError."""
-    where = folder(where)
-    os.makedirs(where, exist_ok=True)
     text = json.dumps(data, indent=1, sort_keys=True).encode()
-    p = path(key, where)
-    try:
-        st = os.lstat(p)
-    except FileNotFoundError:
-        st = None
-    if st is None or not shared_paths.problem(st, config.BOUNDS['tune_file']):
+    with _held(folder(where), create=True) as place:
+        name = key.file_name()
         try:
-            atomic_write(p, lambda f: f.write(text))
-            return p
-        except (PermissionError, IsADirectoryError, UnsafePath):
-            pass  # a name taken meanwhile: as below
-    p = os.path.join(where, '{}.{}.json'.format(key.file_name()[:-len('.json')],
-                                                shared_paths.token()))
-    atomic_write(p, lambda f: f.write(text))
-    return p
+            st = place.lstat(name)
+        except FileNotFoundError:
+            st = None
+        if st is None or not shared_paths.problem(st, config.BOUNDS['tune_file']):
+            try:
+                place.write_atomic(name, lambda f: f.write(text), perm=0o644)
+                return os.path.join(place.path, name)
+            except (PermissionError, IsADirectoryError, UnsafePath):
+                pass  # a name taken meanwhile: as below
+        name = '{}.{}.json'.format(name[:-len('.json')], shared_paths.token())
+        place.write_atomic(name, lambda f: f.write(text), perm=0o644)
+        return os.path.join(place.path, name)
 
 
 def save(key, choice, figures, where=None):

@@ -10,6 +10,7 @@ import os
 import pytest
 
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
+from tests.other_user import as_other, needs_root, shared_dir  # NOQA
 from conftest import ROOT, line_with, ranks, run_mpi
 
 SCRIPTS = os.path.join(ROOT, 'tests', 'unchanged')
@@ -208,6 +209,34 @@ def test_plain_chainer_script_runs_data_parallel(nprocs, tmp_path, dataset_root)
     assert log[-1]['validation/main/accuracy'] > 0.2, log  # a few steps: above chance (0.1)
     assert (tmp_path / 'dp' / 'snapshot_iter_{}'.format(log[-1]['iteration'])).exists()
     assert proc.stdout.count('validation/main/accuracy') == 1  # one PrintReport: rank 0's
+
+
+@pytest.mark.slow
+@needs_root
+def test_a_plain_scripts_log_and_snapshots_go_through_the_held_out_directory(
+        tmp_path, dataset_root, shared_dir):
+    # Issue 72: a FIFO another user put at Chainer's `log` once ended the job in Chainer's
+    # SpecialFileError traceback, a link there had the log written through it. Refused at
+    # start now, in one line naming the owner; the FIFO is never opened (no hang).
+    log = os.path.join(shared_dir, 'log')
+    as_other(os.mkfifo, log)
+    proc = launch(2, ['--data-parallel', '--communicator', 'rsap'],
+                  [PLAIN, '--epoch', '1', '--limit', '1200', '--unit', '50', '--out',
+                   shared_dir], dataset_root)
+    assert proc.returncode != 0 and 'SpecialFileError' not in proc.stderr
+    assert line_with(proc.stderr, 'refusing to write {}'.format(log),
+                     'a FIFO owned by nobody (uid 65534) is already there'), proc.stderr[-2000:]
+    assert 'validation/main/accuracy' not in proc.stdout  # before training
+    # Without it: the log and the snapshot made new and renamed over their names, nothing
+    # else left beside them.
+    os.unlink(log)
+    proc = launch(2, ['--data-parallel', '--communicator', 'rsap'],
+                  [PLAIN, '--epoch', '1', '--limit', '1200', '--unit', '50', '--out',
+                   shared_dir], dataset_root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    names = sorted(os.listdir(shared_dir))
+    assert 'log' in names and any(n.startswith('snapshot_iter_') for n in names), names
+    assert not [n for n in names if n.endswith('.tmp') or n.startswith('tmp')], names
 
 
 @pytest.mark.slow

@@ -50,6 +50,7 @@ NAMES = (
     ('chainer.functions.pooling.average_pooling_2d', 'AveragePooling2D', '_in_shape'),
     ('chainer.functions.pooling.average_pooling_2d', 'AveragePooling2D', '_in_dtype'),
     ('chainer._version', None, '_optional_dependencies'),
+    ('chainer.training.extensions.snapshot_writers', 'Writer', '_post_save'),
     (ENVIRONMENT_CHECK, None, 'check'),
     ('chainer.variable', 'Variable', '_loss_scale'),
     ('chainer.optimizers.adam', 'AdamRule', '_check_eps'),
@@ -75,6 +76,11 @@ NAMES = (
 # name -> (where it is, why this package needs it, the public alternative checked and why it
 # does not serve). Every private name of Chainer's or ChainerMN's the package uses.
 REGISTRY = {
+    '_post_save': (
+        'training.extensions.snapshot_writers.Writer', 'a snapshot written into the held '
+        'output directory (extensions.outputs) still runs the writer\'s cleanup hooks '
+        '(n_retains), as Writer.save does after its move', 'none: Writer.save is the only '
+        'public way, and it writes by path'),
     '_iterators': (
         'StandardUpdater, Evaluator', 'the launcher replaces a script\'s iterators in place; '
         'a checkpoint resumed on another rank count sets every training iterator\'s place',

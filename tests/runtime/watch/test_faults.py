@@ -367,10 +367,18 @@ def test_a_lost_watchdogs_ranks_leave_no_checkpoint_temporaries(tmp_path):
             open(os.path.join(str(tmp_path), names[pid]), 'w').close()
         read_at = []
 
+        st = os.stat(str(tmp_path))
+        record = temporaries.writing_record(str(tmp_path), (st.st_dev, st.st_ino))
+
         def board():  # what the board says when read; the ending rank there once it ended
             read_at.append(processes.state(ending.pid))
-            return [(pid, str(tmp_path)) for pid in (dead.pid, ending.pid, live.pid)]
+            return [(pid, record) for pid in (dead.pid, ending.pid, live.pid)]
 
+        # A record whose directory is not the one at the path now (renamed and replaced
+        # after the writer judged it) removes nothing there.
+        swapped = temporaries.writing_record(str(tmp_path), (st.st_dev, st.st_ino + 1))
+        assert temporaries.remove_temporary(swapped, dead.pid) == []
+        assert len(os.listdir(str(tmp_path))) == 3
         rank_watch.remove_temporaries([dead.pid, ending.pid], board, wait_s=10)
         assert read_at in (['Z'], ['X']), read_at
         assert sorted(os.listdir(str(tmp_path))) == [names[live.pid]]
