@@ -242,8 +242,10 @@ def enable(prefix, source='the timeline prefix'):
             raise
         except OSError as e:
             raise ConfigError('chainermn_torus: {} {!r} must be a path in a writable '
-                              'directory: {} ({})'.format(source, prefix, directory,
-                                                          e.strerror or e)) from None
+                              'directory: {} {}'.format(
+                                  source, prefix, directory, 'does not exist'
+                                  if isinstance(e, FileNotFoundError) else
+                                  'cannot be entered ({})'.format(e.strerror or e))) from None
         if not os.access(directory, os.W_OK):
             place.close()
             raise ConfigError('chainermn_torus: {} {!r} must be a path in a writable '

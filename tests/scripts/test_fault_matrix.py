@@ -202,7 +202,7 @@ def test_fault_ends_the_job_with_its_message_and_leaves_nothing(results, fault, 
     if fault == 'ckpt-foreign':  # another user's directory: refused, in one line
         assert line_with('\n'.join(r['ours']), 'refusing checkpoints in',
                          'the checkpoint directory', 'owned by nobody (uid 65534)',
-                         '--trust-checkpoint-dir', 'nothing was written there'), r['ours']
+                         '--trust-checkpoint-dir', 'nothing was read or written there'), r['ours']
         assert r['resumed_at'] is None, r['tail']
     if fault == 'sys-exit':  # the rank and its code, not a deadlock
         assert line_with(r['message'], 'rank 1 (', 'called sys.exit(3)',

@@ -159,7 +159,7 @@ def _refused(path, what, where, why, fix, trust_helps):
         path, what, why,
         fix or ('Choose a directory whose every component only you or root can write, or '
                 'trust the place with the matching --trust option.' if trust_helps else None),
-        trust_helps)
+        trust_helps, 'nothing was read or written there')
 
 
 def walk(path, what, trusted=False, create=False, mode=0o700, shared=False, fix=None,

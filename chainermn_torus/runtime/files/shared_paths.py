@@ -98,12 +98,12 @@ def problem(st, limit=None, trusted=False, directory=False, shared=False):
     return None
 
 
-def refusal(path, what, why, fix=None, trust_helps=False):
+def refusal(path, what, why, fix=None, trust_helps=False, done='nothing was read from it'):
     """The one line for ``path`` (``what`` it was to be) and ``why``; ``trust_helps`` (an
     attribute of the error too): only its owner or mode was refused, which a place the user
-    trusts allows."""
-    error = UnsafePath('chainermn_torus: refusing {} {}: {}; nothing was read from it. '
-                       '{}'.format(what, path, why,
+    trusts allows; ``done``: what the refusal spared."""
+    error = UnsafePath('chainermn_torus: refusing {} {}: {}; {}. '
+                       '{}'.format(what, path, why, done,
                                    fix or 'Remove it, or choose a directory only you can write.'))
     error.trust_helps = trust_helps
     return error
