@@ -23,8 +23,9 @@ The parts, one job each: ``files`` (names, the manifest, integrity checks), ``wr
 ``room`` (free space before writing), ``sweep`` (what killed writers left), ``identity``
 (the data and optimizer a checkpoint was trained on), ``rules`` (the batch and learning
 rate on another rank count: one class per ``--resume-batch`` choice), ``resharding``
-(loading at the same or another rank count), ``extension`` (the trainer extension) and
-``cli`` (the examples' options).
+(loading at the same or another rank count), ``extension`` (the trainer extension),
+``in_memory`` (snapshots in node memory, restored on the survivors of a lost node) and
+``arguments`` (the examples' options).
 
 Why it is built so: docs/internals.md (extensions/checkpoint/__init__.py).
 """

@@ -121,7 +121,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         marker, record = writing.write_rank_file(self.place, iteration, self.rank,
                                                  arrays, need)
         records = self.comm.mpi_comm.gather(record, root=0)  # every rank's file is complete
-        data = identity.data_identity(trainer, self.comm)
+        data = identity.described(trainer, self.comm)
         if self.rank == 0:
             writing.write_manifest(self.place, iteration,
                                    self._manifest(trainer, iteration, records, data))
@@ -131,18 +131,11 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         self._remove_old(iteration)
         self._say_moved()
 
-    def _manifest(self, trainer, iteration, records, data):
+    def _manifest(self, trainer, iteration, records, described):
         names = [files.rank_name(iteration, r) for r in range(self.size)]
-        actual = identity.actual_optimizer(trainer)
-        attr = identity.lr_attr(actual)
-        return {'iteration': iteration, 'ranks': self.size, 'files': names,
-                'batch_per_rank': getattr(trainer.updater.get_iterator('main'), 'batch_size',
-                                          None),
-                'data': data, 'optimizer': identity.optimizer_kind(actual),
-                'learning_rate': None if attr is None else [attr, float(getattr(actual, attr))],
-                'checks': dict(zip(names, records)),
-                'model': files.layout(trainer.updater.get_optimizer('main').target),
-                'written': time.strftime('%Y-%m-%d %H:%M:%S')}
+        return dict(described, iteration=iteration, ranks=self.size, files=names,
+                    checks=dict(zip(names, records)),
+                    written=time.strftime('%Y-%m-%d %H:%M:%S'))
 
     def _own_iterations(self):
         return sorted(int(m.group('iteration')) for m in map(files.RANK_FILE.match,

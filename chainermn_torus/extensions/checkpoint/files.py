@@ -30,7 +30,8 @@ __all__ = ['CheckpointError', 'MANIFEST', 'rank_name', 'manifest_name', 'marker_
            'MARKER', 'RANK_FILE', 'MANIFEST_FILE', 'crc32', 'layout', 'manifests',
            'read_manifest', 'verify_file', 'what_is_kept', 'replica_digest', 'remove',
            'hold', 'UNTRUSTED', 'newest_complete', 'manifest_problem', 'expected_arrays',
-           'array_headers', 'OTHER_SLACK', 'open_rank_file', 'names']
+           'array_headers', 'OTHER_SLACK', 'open_rank_file', 'names', 'remove_tree',
+           'REPLICA_PREFIXES']
 
 MANIFEST = 'latest.json'  # the newest complete checkpoint's manifest
 _MANIFEST_OF = 'manifest_iter_{}.json'
@@ -44,7 +45,7 @@ UNTRUSTED = ('a checkpoint there could have been written by someone else: keep '
              '(chmod go-w), or, if you trust whoever else can, say so with '
              '--trust-checkpoint-dir (CHAINERMN_TORUS_TRUST_CHECKPOINTS=1)')
 # Arrays every data-parallel replica holds alike (compared before loading at another P).
-_REPLICA = ('updater/model:', 'updater/optimizer:')
+_REPLICA = REPLICA_PREFIXES = ('updater/model:', 'updater/optimizer:')
 # Beyond this job's own state, what a rank file's other arrays (an iterator's order, the
 # random state) may add: their sizes depend on the shard, so on the rank count.
 OTHER_SLACK = 64 << 20
@@ -79,6 +80,15 @@ def hold(directory, trusted=False, create=False):
 def names(place):
     """Every name in the held checkpoint directory (this user's own: not bounded)."""
     return os.listdir(place.fd)
+
+
+def remove_tree(place, name):
+    """Remove the directory ``name`` of the held directory with this user's files in it
+    (a generation of in-memory snapshots); nothing where it is not there."""
+    try:
+        place.remove_own_directory(name)
+    except FileNotFoundError:
+        pass
 
 
 def remove(place, name):

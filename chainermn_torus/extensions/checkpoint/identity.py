@@ -5,11 +5,12 @@ import zlib
 import chainer
 import numpy
 
+from chainermn_torus.extensions.checkpoint import files
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
 from chainermn_torus.runtime.chainer_glue import chainer_private
 
 __all__ = ['data_identity', 'describe_data', 'check_data', 'actual_optimizer',
-           'optimizer_kind', 'lr_attr', 'check_optimizer']
+           'optimizer_kind', 'lr_attr', 'check_optimizer', 'described']
 
 
 def data_identity(trainer, comm):
@@ -86,3 +87,16 @@ def check_optimizer(trainer, manifest, directory):
             'chainermn_torus: cannot resume from {!r}: it holds the state of the optimizer {} '
             'and this job trains with {}; resume with the optimizer it was written with, or '
             'start afresh in another --checkpoint-dir'.format(directory, stored, mine))
+
+
+def described(trainer, comm):
+    """What a manifest records of the trainer beside its files (collective: the data's
+    identity): the batch per rank, the data, the optimizer's kind and learning rate, and
+    the model's arrays. The disk checkpoint's manifest and the in-memory snapshot's both."""
+    actual = actual_optimizer(trainer)
+    attr = lr_attr(actual)
+    return {'batch_per_rank': getattr(trainer.updater.get_iterator('main'), 'batch_size',
+                                      None),
+            'data': data_identity(trainer, comm), 'optimizer': optimizer_kind(actual),
+            'learning_rate': None if attr is None else [attr, float(getattr(actual, attr))],
+            'model': files.layout(trainer.updater.get_optimizer('main').target)}

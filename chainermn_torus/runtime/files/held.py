@@ -371,6 +371,17 @@ class Held:
             return False
         return True
 
+    def remove_own_directory(self, name):
+        """Remove the directory ``name`` (not followed where it is a link) with this user's
+        regular files in it; FileNotFoundError where it is not there, OSError where
+        anything else is in it (left as it is)."""
+        with self.subdirectory(name) as inner:
+            for entry in os.listdir(inner.fd):
+                if not inner.remove_own(entry):
+                    raise OSError(errno.ENOTEMPTY, 'it holds {!r}, not a file of this '
+                                  "user's".format(entry), os.path.join(inner.path, entry))
+        os.rmdir(name, dir_fd=self.fd)
+
     def write_atomic(self, name, write, mode='wb', perm=0o600, before_rename=None, tmp=None):
         """``write(f)`` into ``name`` so that no reader ever sees half of it: into a new
         temporary in this directory (``tmp``, where this user's leftover of that name is

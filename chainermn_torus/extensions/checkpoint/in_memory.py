@@ -1,0 +1,261 @@
+"""Snapshots in node memory, so that the survivors of a lost node can go on (issue 73).
+
+Every node of a data-parallel job holds the whole model and optimizer; what a resharded
+resume needs beyond that is each rank's small state (its iterator's place and order, the
+numpy random state). So every ``trigger`` iterations:
+
+* every rank's small state is gathered to every rank (``Allgatherv`` of bytes: no pickle),
+  so that any set of survivors holds every stored rank's;
+* each node's first rank writes, into that node's directory (``directory``, held as a
+  checkpoint directory is: ``files.hold``; /dev/shm on a cluster, a directory of the node's
+  own), one generation ``gen_<I>/``: ``replica.npz`` (parameters and optimizer state, once
+  per node), ``rank<R>.npz`` for every stored rank, then ``manifest.json`` last (sizes and
+  CRC-32s of each file, the rank count, what ``identity.described`` records);
+* ``keep`` generations stay (two: a loss while the newest is being written leaves the one
+  before complete).
+
+``restore`` (collective, on the survivors' communicator) takes the newest generation every
+rank finds complete in its node's directory (each file checked against the manifest, as a
+disk checkpoint's are), checks the replicas agree across nodes, and loads, through the same
+resharding as ``--auto-resume`` (``resharding.load_same`` / ``load_resharded``) and under
+the same global-batch rule: new rank r takes stored rank r mod P's state, so the result is
+that of a disk checkpoint written at the same iteration and resumed on the same ranks, bit
+for bit.
+
+``directory`` may hold ``{node}``, filled with this rank's node index (the order of the
+nodes' first ranks): where several emulated nodes share one machine (the tests).
+"""
+import io
+import json
+import os
+import socket
+
+import chainer
+import numpy
+
+from chainermn_torus import config
+from chainermn_torus.errors import ConfigError, UnsafePath
+from chainermn_torus.extensions.checkpoint import arrays as stored
+from chainermn_torus.extensions.checkpoint import files, identity, resharding, rules
+from chainermn_torus.extensions.checkpoint.files import CheckpointError
+from chainermn_torus.runtime import agree, report
+
+__all__ = ['MemorySnapshot', 'GENERATION', 'REPLICA', 'split', 'manifest_problem']
+
+GENERATION = 'gen_{}'
+REPLICA = 'replica.npz'
+MANIFEST = 'manifest.json'
+_RANK = 'rank{}.npz'
+_FORMAT = 1
+
+
+def split(state):
+    """(replica, small): a rank's saved arrays as what every replica holds alike
+    (parameters, optimizer state) and what is its own."""
+    replica = {k: v for k, v in state.items() if k.startswith(files.REPLICA_PREFIXES)}
+    return replica, {k: v for k, v in state.items() if k not in replica}
+
+
+def _npz_bytes(arrays):
+    out = io.BytesIO()
+    numpy.savez(out, **arrays)
+    return out.getvalue()
+
+
+def _allgather_bytes(mpi_comm, data):
+    """Every rank's ``data`` (bytes), in rank order, on every rank; no pickle."""
+    from mpi4py import MPI
+    sizes = numpy.array(mpi_comm.allgather(len(data)), dtype=numpy.int64)
+    out = numpy.empty(int(sizes.sum()), dtype=numpy.uint8)
+    offsets = numpy.concatenate([[0], numpy.cumsum(sizes)[:-1]]).astype(numpy.int64)
+    mpi_comm.Allgatherv([numpy.frombuffer(data, dtype=numpy.uint8), MPI.BYTE],
+                        [out, sizes, offsets, MPI.BYTE])
+    return [out[o:o + s].tobytes() for o, s in zip(offsets, sizes)]
+
+
+def manifest_problem(data, generation):
+    """What in ``data`` is not a snapshot manifest of generation ``generation``, or None."""
+    if not isinstance(data, dict) or data.get('format') != _FORMAT:
+        return 'not a chainermn-torus snapshot manifest of format {}'.format(_FORMAT)
+    it, ranks = data.get('iteration'), data.get('ranks')
+    if type(it) is not int or it != generation:
+        return "'iteration' is {!r}, not {}".format(it, generation)
+    if type(ranks) is not int or ranks < 1:
+        return "'ranks' is {!r}, not a rank count >= 1".format(ranks)
+    checks = data.get('checks')
+    want = {REPLICA} | {_RANK.format(r) for r in range(ranks)}
+    if not isinstance(checks, dict) or set(checks) != want:
+        return "'checks' does not name the replica and the {} rank files".format(ranks)
+    for name, check in checks.items():
+        if not (isinstance(check, dict) and type(check.get('bytes')) is int and
+                type(check.get('crc32')) is int):
+            return 'the check of {} is {!r}, not a byte count and a CRC-32'.format(name, check)
+    if not isinstance(data.get('model'), list):
+        return "no 'model'"
+    return None
+
+
+def _node_of(comm):
+    """(this rank's node index, whether it is the node's first rank): nodes numbered in
+    the order of their first ranks."""
+    hosts = comm.mpi_comm.allgather(socket.gethostname())
+    order = list(dict.fromkeys(hosts))
+    me = hosts[comm.rank]
+    return order.index(me), hosts.index(me) == comm.rank
+
+
+class MemorySnapshot(chainer.training.Extension):
+    """The trainer extension (module doc): ``trainer.extend(snapshot, trigger=(K,
+    'iteration'))``; ``restore(trainer)`` on the survivors."""
+
+    priority = chainer.training.PRIORITY_READER - 1
+    name = 'chainermn_torus_memory_snapshot'
+
+    def __init__(self, comm, directory, keep=2, batch='keep', lr_rule=None, nodes=None):
+        if int(keep) != keep or keep < 1:
+            raise ConfigError('chainermn_torus: keep must be a count >= 1, got {!r}'.format(
+                keep))
+        self.comm, self.keep, self.lr_rule = comm, int(keep), lr_rule
+        self.rule = rules.get(batch, lr_rule)
+        # ``nodes``: each rank's node index (tests emulating nodes); else from host names.
+        if nodes is None:
+            self.node, self.leader = _node_of(comm)
+        else:
+            self.node = nodes[comm.rank]
+            self.leader = nodes.index(self.node) == comm.rank
+        self.directory = directory.format(node=self.node)
+        problem, self.place = None, None
+        try:
+            self.place = files.hold(self.directory, create=True)
+        except OSError as e:
+            problem = str(e).replace('chainermn_torus: ', '', 1) \
+                if isinstance(e, UnsafePath) else '{}: {}'.format(type(e).__name__, e)
+        agree.raise_everywhere(comm.mpi_comm, problem, lambda bad: CheckpointError(
+            'chainermn_torus: cannot keep snapshots in {!r} (rank(s) {}): {}'.format(
+                self.directory, agree.ranks_text(bad), bad[0][1])))
+
+    def __call__(self, trainer):
+        self.save(trainer)
+
+    # --- saving -----------------------------------------------------------------------------
+    def save(self, trainer):
+        """Collective: this iteration's generation on every node (module doc)."""
+        iteration = trainer.updater.iteration
+        ser = chainer.serializers.DictionarySerializer()
+        ser.save(trainer)
+        state = stored.for_saving(dict(ser.target,
+                                       **resharding.rng_arrays(numpy.random.get_state())))
+        replica, small = split(state)
+        smalls = _allgather_bytes(self.comm.mpi_comm, _npz_bytes(small))
+        described = identity.described(trainer, self.comm)
+        problem = None
+        if self.leader:
+            try:
+                self._write(iteration, replica, smalls, described)
+            except OSError as e:
+                problem = '{}: {}'.format(type(e).__name__, e)
+        agree.raise_everywhere(self.comm.mpi_comm, problem, lambda bad: CheckpointError(
+            'chainermn_torus: snapshot {} in node memory not written on rank(s) {}: {}; the '
+            'one before stays. Free room in {} or lower the snapshot frequency.'.format(
+                iteration, agree.ranks_text(bad), bad[0][1], self.directory)))
+
+    def _write(self, iteration, replica, smalls, described):
+        name = GENERATION.format(iteration)
+        files.remove_tree(self.place, name)  # a half-written one of a job that ended
+        with self.place.subdirectory(name, create=True) as gen:
+            checks = {}
+            for fname, data in [(REPLICA, _npz_bytes(replica))] + [
+                    (_RANK.format(r), b) for r, b in enumerate(smalls)]:
+                gen.write_atomic(fname, lambda f, data=data: f.write(data))
+                checks[fname] = {'bytes': len(data), 'crc32': files.crc32(io.BytesIO(data))}
+            text = json.dumps(dict(described, format=_FORMAT, iteration=iteration,
+                                   ranks=len(smalls), checks=checks), indent=1).encode()
+            gen.write_atomic(MANIFEST, lambda f: f.write(text))
+        for old in self.generations()[self.keep:]:
+            files.remove_tree(self.place, GENERATION.format(old))
+
+    def generations(self):
+        """The iterations of the generations in this node's directory, newest first."""
+        out = []
+        for n in files.names(self.place):
+            if n.startswith('gen_') and n[4:].isdigit():
+                out.append(int(n[4:]))
+        return sorted(out, reverse=True)
+
+    # --- restoring --------------------------------------------------------------------------
+    def _complete(self, iteration, source):
+        """(manifest, replica bytes, small bytes) of generation ``iteration`` as this rank
+        needs it (stored rank ``source`` is chosen once the manifest is read), or a
+        problem string."""
+        try:
+            with self.place.subdirectory(GENERATION.format(iteration)) as gen:
+                data = json.loads(gen.read_bytes(MANIFEST, 'the snapshot manifest',
+                                                 config.BOUNDS['manifest']).decode('utf-8'))
+                wrong = manifest_problem(data, iteration)
+                if wrong:
+                    return wrong
+                picked = {}
+                for fname in (REPLICA, _RANK.format(source(data['ranks']))):
+                    check = data['checks'][fname]
+                    content = gen.read_bytes(fname, 'the snapshot file', check['bytes'])
+                    if len(content) != check['bytes'] or \
+                            files.crc32(io.BytesIO(content)) != check['crc32']:
+                        return '{} does not match its size and CRC-32'.format(fname)
+                    picked[fname] = content
+                return data, picked
+        except (OSError, ValueError) as e:
+            return '{}: {}'.format(type(e).__name__, e)
+
+    def restore(self, trainer):
+        """Collective over this (the survivors') communicator: load the newest generation
+        complete on every rank (newer ones that are not are said); returns its iteration.
+        CheckpointError in one line where no generation is complete everywhere."""
+        mpi = self.comm.mpi_comm
+        common = set.intersection(*map(set, mpi.allgather(self.generations())))
+        size, rank = self.comm.size, self.comm.rank
+        tried = []
+        for iteration in sorted(common, reverse=True):
+            found = self._complete(iteration, lambda ranks: rank % ranks)
+            bad = agree.problems(mpi, found if isinstance(found, str) else None)
+            if bad:
+                tried.append('generation {}: rank {}: {}'.format(iteration, *bad[0]))
+                continue
+            manifest, picked = found
+            note = self._load(trainer, manifest, picked)
+            report.say('resumed from node memory ({}) at iteration {}, written by {} ranks, '
+                       'on {}{}{}'.format(self.directory, iteration, manifest['ranks'], size,
+                                          note, '' if not tried else '; newer ones passed '
+                                          'over: ' + '; '.join(tried)), rank)
+            return iteration
+        raise CheckpointError(
+            'chainermn_torus: no snapshot in node memory is complete on every rank ({}{})'
+            .format('generations held by all: none' if not common else '; '.join(tried),
+                    '' if common else '; each rank\'s: {}'.format(
+                        mpi.allgather(self.generations()))))
+
+    def _load(self, trainer, manifest, picked):
+        identity.check_optimizer(trainer, manifest, self.directory)
+        identity.check_data(trainer, self.comm, manifest, self.directory)
+        with stored.RankFile(io.BytesIO(picked[REPLICA])) as z:
+            replica = {k: z[k] for k in z.files}
+        source = self.comm.rank % manifest['ranks']
+        with stored.RankFile(io.BytesIO(picked[_RANK.format(source)])) as z:
+            small = {k: z[k] for k in z.files}
+        digest = files.replica_digest(io.BytesIO(_npz_bytes(replica)))
+        groups, array = resharding.replica_groups(
+            dict(enumerate(self.comm.mpi_comm.allgather(digest))))
+        if array is not None:
+            raise CheckpointError(
+                'chainermn_torus: the nodes\' snapshots of iteration {} do not hold the same '
+                'parameters and optimizer state (the first array that differs: {})'.format(
+                    manifest['iteration'], array))
+        resized = manifest['ranks'] != self.comm.size
+        note = self.rule.apply(trainer, manifest, self.comm.size, self.directory,
+                               self.lr_rule) if resized else ''
+        whole = io.BytesIO(_npz_bytes(stored.for_saving(dict(replica, **small))))
+        if resized:
+            resharding.load_resharded(whole, trainer, manifest['ranks'], self.comm.size,
+                                      self.comm.rank)
+        else:
+            resharding.load_same(whole, trainer)
+        return note
