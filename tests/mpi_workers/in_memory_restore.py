@@ -21,6 +21,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 from tests.extensions.checkpoint.support import Net, dataset  # noqa: E402
 
 
+class Lost(chainer.training.Extension):
+    priority = chainer.training.PRIORITY_READER - 10  # after the snapshot and checkpoint
+
+    def __call__(self, trainer):
+        if trainer.updater.iteration == 4:
+            raise RuntimeError('node lost (emulated)')
+
+
 def trainer(comm, stop):
     numpy.random.seed(0)
     model = chainer.links.Classifier(Net(8))
@@ -47,11 +55,15 @@ def main():
     nodes = [r // 2 for r in range(world.size)]
     memory = os.path.join(base, 'node{node}')
     comm = chainermn.create_communicator('naive', mpi_comm=world)
-    tr, _, _ = trainer(comm, 4)
+    tr, _, _ = trainer(comm, 5)
     tr.extend(MemorySnapshot(comm, memory, nodes=nodes), trigger=(3, 'iteration'))
     tr.extend(MultiNodeCheckpointer(comm, os.path.join(base, 'disk')),
               trigger=(3, 'iteration'))
-    tr.run()
+    tr.extend(Lost())
+    try:
+        tr.run()  # ends on an error, as a job that loses a node: the snapshots stay
+    except RuntimeError as e:
+        assert 'lost' in str(e)
     world.Barrier()
     survivor = nodes[world.rank] != lost
     sub = world.Split(0 if survivor else MPI.UNDEFINED, world.rank)

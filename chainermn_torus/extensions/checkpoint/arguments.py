@@ -1,17 +1,22 @@
 """The examples' command-line options for checkpoints, and attaching a checkpointer as
 they say (collective)."""
+import os
+
 from chainermn_torus.extensions.checkpoint import rules
 from chainermn_torus.extensions.checkpoint.extension import MultiNodeCheckpointer
+from chainermn_torus.extensions.checkpoint.in_memory import MemorySnapshot
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
 from chainermn_torus.extensions import outputs
 from chainermn_torus.runtime import report
+from chainermn_torus.runtime.files import devshm
 
 __all__ = ['add_arguments', 'check_arguments', 'attach', 'check_output']
 
 
 def add_arguments(parser):
     """--checkpoint-dir, --checkpoint-interval, --resume, --auto-resume, --resume-batch,
-    --trust-checkpoint-dir, --trust-out-dir."""
+    --trust-checkpoint-dir, --trust-out-dir, --memory-snapshots, --memory-dir,
+    --restore-from-memory."""
     parser.add_argument('--checkpoint-dir', default=None, metavar='DIR',
                         help='write multi-node checkpoints here (atomically; see '
                              'chainermn_torus.extensions.checkpoint)')
@@ -27,6 +32,17 @@ def add_arguments(parser):
     parser.add_argument('--trust-out-dir', action='store_true', default=None,
                         help='write results where another user owns or may write a '
                              'component of --out (refused by default)')
+    parser.add_argument('--memory-snapshots', type=int, default=None, metavar='ITERATIONS',
+                        help='keep a snapshot of the trainer in node memory every this many '
+                             'iterations (--memory-dir), for the survivors of a lost node '
+                             '(chainermn_torus.extensions.checkpoint.in_memory)')
+    parser.add_argument('--memory-dir', default=None, metavar='DIR',
+                        help='where each node keeps its snapshots (default: '
+                             '/dev/shm/cmtorus-snapshots-<uid>-<job id>)')
+    parser.add_argument('--restore-from-memory', action='store_true',
+                        help='start from the newest snapshot in node memory that every rank '
+                             'holds complete (on the survivors of a lost node); where there '
+                             'is none, as --auto-resume')
     parser.add_argument('--resume-batch', choices=rules.choices(), default='keep',
                         help='resuming on another rank count: {}'.format('; '.join(
                             '{}: {}'.format(r.name, r.help) for r in rules.RULES.values())))
@@ -38,27 +54,53 @@ def check_arguments(parser, args):
     if args.checkpoint_interval is not None and args.checkpoint_interval < 1:
         parser.error('--checkpoint-interval must be >= 1, got {}'.format(
             args.checkpoint_interval))
+    if getattr(args, 'memory_snapshots', None) is not None and args.memory_snapshots < 1:
+        parser.error('--memory-snapshots must be a count of iterations >= 1, got {}'.format(
+            args.memory_snapshots))
+    if getattr(args, 'restore_from_memory', False) and not args.memory_snapshots:
+        parser.error('--restore-from-memory needs --memory-snapshots K (the snapshots it '
+                     'restores from)')
+
+
+def memory_dir(args):
+    """--memory-dir, or the node-local default: one per user and batch job, so that the
+    steps a supervisor starts after a loss find the snapshots of the step before."""
+    return args.memory_dir or os.path.join(devshm.SHM_DIR, 'cmtorus-snapshots-{}-{}'.format(
+        os.getuid(), devshm.job_tag()))
 
 
 def attach(comm, trainer, args, lr_rule=None):
-    """Extend ``trainer`` with a checkpointer and resume as the options say (collective).
+    """Extend ``trainer`` with a checkpointer and the in-memory snapshot, and resume, as
+    the options say (collective).
 
     Returns the checkpointer, or None without --checkpoint-dir. Errors end every rank with a
     plain exit: every rank raises the same one, and MPI_Abort could lose the message when
     the launcher tears the job down.
     """
-    if not args.checkpoint_dir:
-        return None
+    checkpointer = None
+    batch = getattr(args, 'resume_batch', 'keep')
     try:
-        # Made before training so that an unwritable directory fails now, on every rank.
-        checkpointer = MultiNodeCheckpointer(
-            comm, args.checkpoint_dir, batch=getattr(args, 'resume_batch', 'keep'),
-            lr_rule=lr_rule, trust=getattr(args, 'trust_checkpoint_dir', None))
-        trainer.extend(checkpointer, trigger=(args.checkpoint_interval, 'iteration')
-                       if args.checkpoint_interval else (1, 'epoch'))
-        if args.resume:
+        if args.checkpoint_dir:
+            # Made before training so that an unwritable directory fails now, on every rank.
+            checkpointer = MultiNodeCheckpointer(
+                comm, args.checkpoint_dir, batch=batch, lr_rule=lr_rule,
+                trust=getattr(args, 'trust_checkpoint_dir', None))
+            trainer.extend(checkpointer, trigger=(args.checkpoint_interval, 'iteration')
+                           if args.checkpoint_interval else (1, 'epoch'))
+        snapshot = None
+        if getattr(args, 'memory_snapshots', None):
+            snapshot = MemorySnapshot(comm, memory_dir(args), batch=batch, lr_rule=lr_rule)
+            trainer.extend(snapshot, trigger=(args.memory_snapshots, 'iteration'))
+        restored = None
+        if getattr(args, 'restore_from_memory', False):
+            restored = snapshot.restore(trainer, missing_ok=True)
+        if restored is not None:
+            if checkpointer is not None:
+                checkpointer.resumed_at = restored
+        elif args.resume and checkpointer is not None:
             checkpointer.resume(trainer)
-        elif args.auto_resume:
+        elif (args.auto_resume or getattr(args, 'restore_from_memory', False)) and \
+                checkpointer is not None:
             checkpointer.maybe_resume(trainer)
     except CheckpointError as e:  # raised alike on every rank (the checks are collective)
         report.stop(str(e), comm.rank)

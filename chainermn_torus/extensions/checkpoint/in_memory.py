@@ -39,6 +39,7 @@ from chainermn_torus.extensions.checkpoint import arrays as stored
 from chainermn_torus.extensions.checkpoint import files, identity, resharding, rules
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
 from chainermn_torus.runtime import agree, report
+from chainermn_torus.runtime.files import devshm
 
 __all__ = ['MemorySnapshot', 'GENERATION', 'REPLICA', 'split', 'manifest_problem']
 
@@ -124,6 +125,7 @@ class MemorySnapshot(chainer.training.Extension):
             self.node = nodes[comm.rank]
             self.leader = nodes.index(self.node) == comm.rank
         self.directory = directory.format(node=self.node)
+        self._failed = False
         problem, self.place = None, None
         try:
             self.place = files.hold(self.directory, create=True)
@@ -137,6 +139,20 @@ class MemorySnapshot(chainer.training.Extension):
     def __call__(self, trainer):
         self.save(trainer)
 
+    def on_error(self, trainer, exc, tb):
+        self._failed = True  # the snapshots are what a supervisor's next step needs
+
+    def finalize(self):
+        """Training ended without an error: this node's snapshots go (only a job that
+        ended on an error leaves them, for the step that goes on after it)."""
+        if self._failed or self.place is None or not self.leader:
+            return
+        for old in self.generations():
+            try:
+                files.remove_tree(self.place, GENERATION.format(old))
+            except OSError:
+                pass
+
     # --- saving -----------------------------------------------------------------------------
     def save(self, trainer):
         """Collective: this iteration's generation on every node (module doc)."""
@@ -148,10 +164,25 @@ class MemorySnapshot(chainer.training.Extension):
         replica, small = split(state)
         smalls = _allgather_bytes(self.comm.mpi_comm, _npz_bytes(small))
         described = identity.described(trainer, self.comm)
+        replica_bytes = _npz_bytes(replica)
+        short = None
+        if self.leader:
+            need = sum(devshm.pages(len(b)) for b in [replica_bytes] + smalls) + (64 << 10)
+            st = os.fstatvfs(self.place.fd)
+            if st.f_bavail * st.f_frsize < need:
+                short = '{} needed in {} on {}, {} free'.format(
+                    report.format_bytes(need), self.directory, socket.gethostname(),
+                    report.format_bytes(st.f_bavail * st.f_frsize))
+        lacking = agree.problems(self.comm.mpi_comm, short)
+        if lacking:  # a safety net, not the job: training goes on, the one before stays
+            report.say('snapshot {} in node memory not kept: {} (rank(s) {}); the one '
+                       'before stays'.format(iteration, lacking[0][1],
+                                             agree.ranks_text(lacking)), self.comm.rank)
+            return
         problem = None
         if self.leader:
             try:
-                self._write(iteration, replica, smalls, described)
+                self._write(iteration, replica_bytes, smalls, described)
             except OSError as e:
                 problem = '{}: {}'.format(type(e).__name__, e)
         agree.raise_everywhere(self.comm.mpi_comm, problem, lambda bad: CheckpointError(
@@ -159,12 +190,12 @@ class MemorySnapshot(chainer.training.Extension):
             'one before stays. Free room in {} or lower the snapshot frequency.'.format(
                 iteration, agree.ranks_text(bad), bad[0][1], self.directory)))
 
-    def _write(self, iteration, replica, smalls, described):
+    def _write(self, iteration, replica_bytes, smalls, described):
         name = GENERATION.format(iteration)
         files.remove_tree(self.place, name)  # a half-written one of a job that ended
         with self.place.subdirectory(name, create=True) as gen:
             checks = {}
-            for fname, data in [(REPLICA, _npz_bytes(replica))] + [
+            for fname, data in [(REPLICA, replica_bytes)] + [
                     (_RANK.format(r), b) for r, b in enumerate(smalls)]:
                 gen.write_atomic(fname, lambda f, data=data: f.write(data))
                 checks[fname] = {'bytes': len(data), 'crc32': files.crc32(io.BytesIO(data))}
@@ -206,12 +237,19 @@ class MemorySnapshot(chainer.training.Extension):
         except (OSError, ValueError) as e:
             return '{}: {}'.format(type(e).__name__, e)
 
-    def restore(self, trainer):
+    def restore(self, trainer, missing_ok=False):
         """Collective over this (the survivors') communicator: load the newest generation
         complete on every rank (newer ones that are not are said); returns its iteration.
-        CheckpointError in one line where no generation is complete everywhere."""
+        CheckpointError in one line where no generation is complete everywhere; with
+        ``missing_ok``, where no rank holds any (the loss came before the first), None,
+        said."""
         mpi = self.comm.mpi_comm
-        common = set.intersection(*map(set, mpi.allgather(self.generations())))
+        held = mpi.allgather(self.generations())
+        if missing_ok and not any(held):
+            report.say('no snapshot in node memory ({}) yet: starting as without '
+                       '--restore-from-memory'.format(self.directory), self.comm.rank)
+            return None
+        common = set.intersection(*map(set, held))
         size, rank = self.comm.size, self.comm.rank
         tried = []
         for iteration in sorted(common, reverse=True):
@@ -230,8 +268,7 @@ class MemorySnapshot(chainer.training.Extension):
         raise CheckpointError(
             'chainermn_torus: no snapshot in node memory is complete on every rank ({}{})'
             .format('generations held by all: none' if not common else '; '.join(tried),
-                    '' if common else '; each rank\'s: {}'.format(
-                        mpi.allgather(self.generations()))))
+                    '' if common else '; each rank\'s: {}'.format(held)))
 
     def _load(self, trainer, manifest, picked):
         identity.check_optimizer(trainer, manifest, self.directory)
