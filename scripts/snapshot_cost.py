@@ -1,9 +1,16 @@
-"""What snapshots in node memory cost a job that loses nothing (issue 73): the MNIST example
-on 2 ranks, 1 epoch of Fashion-MNIST (300 steps), its training time without snapshots and
-with ``--memory-snapshots K`` for each K, in turns (the order rotating each round), medians
-and ratios to none.
+"""What snapshots in node memory cost a job that loses nothing (issue 73), two ways:
+
+* the MNIST example on 2 ranks, 1 epoch of Fashion-MNIST (300 steps), its training time
+  without snapshots and with ``--memory-snapshots K`` for each K, in turns (the order
+  rotating each round), medians and ratios to none;
+* ``--in-process``: in one 2-rank job, the example's model (MLP 784-1000-1000-10, Adam,
+  batch 100 per rank) on Fashion-MNIST, each training step timed and a snapshot taken and
+  timed after every ``--every`` steps; the cost of snapshots every K steps is then the
+  median snapshot over K median steps, for each K (finer than whole runs, whose spread on
+  this VM is larger than the cost).
 
     python scripts/snapshot_cost.py --ks 50 100 200 --rounds 5 --json FILE
+    python scripts/snapshot_cost.py --in-process --ks 25 50 100 200 --json FILE
 """
 import argparse
 import json
@@ -32,12 +39,86 @@ def run_once(k, where):
     return float(_TIME.search(out).group(1))
 
 
+def in_process_worker(steps, every, out):
+    """The 2-rank job of ``--in-process`` (run under mpiexec by ``in_process``)."""
+    import time
+    import chainermn_torus  # NOQA: first (Chainer imports after it on 3.12)
+    import chainer
+    import chainermn
+    import numpy
+    from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR, load_mnist_idx
+    from chainermn_torus.extensions.checkpoint.in_memory import MemorySnapshot
+    from chainermn_torus.models import MLP
+    comm = chainermn.create_communicator('rsap')
+    numpy.random.seed(0)
+    model = chainer.links.Classifier(MLP(1000, 10))
+    opt = chainermn.create_multi_node_optimizer(chainer.optimizers.Adam(), comm)
+    opt.setup(model)
+    train, _ = load_mnist_idx(DEFAULT_MNIST_DIR)
+    train = chainermn.scatter_dataset(train, comm, shuffle=True, seed=0)
+    it = chainer.iterators.SerialIterator(train, 100)
+    tr = chainer.training.Trainer(chainer.training.StandardUpdater(it, opt), (1, 'iteration'))
+    tr.run()  # the trainer started, the optimizer's state made
+    snap = MemorySnapshot(comm, out)
+    step_s, snap_s = [], []
+    for i in range(steps):
+        comm.mpi_comm.Barrier()
+        t0 = time.perf_counter()
+        tr.updater.update()
+        step_s.append(time.perf_counter() - t0)
+        if (i + 1) % every == 0:
+            comm.mpi_comm.Barrier()
+            t0 = time.perf_counter()
+            snap.save(tr)
+            snap_s.append(time.perf_counter() - t0)
+    snap.finalize()
+    if comm.rank == 0:
+        print(json.dumps({'step_s': step_s, 'snapshot_s': snap_s}), flush=True)
+
+
+def in_process(ks, steps, every):
+    where = tempfile.mkdtemp(prefix='snapshot-cost-', dir='/dev/shm')
+    mpiexec = os.path.join(os.path.dirname(sys.executable), 'mpiexec')
+    try:
+        out = subprocess.run([mpiexec, '-n', '2', sys.executable, os.path.abspath(__file__),
+                              '--worker', str(steps), str(every), os.path.join(where, 'mem')],
+                             capture_output=True, text=True, timeout=1200, check=True,
+                             env=dict(os.environ, OMP_NUM_THREADS='1',
+                                      CHAINERMN_TORUS_QUIET='1')).stdout
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+    data = json.loads(out.strip().splitlines()[-1])
+    step, snap = statistics.median(data['step_s']), statistics.median(data['snapshot_s'])
+    print('in one 2-rank job: median step {:.1f} ms ({} steps), median snapshot {:.1f} ms '
+          '({} snapshots)'.format(1e3 * step, len(data['step_s']), 1e3 * snap,
+                                  len(data['snapshot_s'])), flush=True)
+    rows = {}
+    for k in ks:
+        rows[str(k)] = snap / (k * step)
+        print('  K = {:>4}: snapshots add {:.2%} to the steps'.format(k, rows[str(k)]),
+              flush=True)
+    return dict(data, median_step_s=step, median_snapshot_s=snap, cost_by_k=rows)
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ['--worker']:
+        return in_process_worker(int(argv[1]), int(argv[2]), argv[3])
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--ks', type=int, nargs='+', default=[50, 100, 200])
     p.add_argument('--rounds', type=int, default=5)
+    p.add_argument('--in-process', action='store_true')
+    p.add_argument('--steps', type=int, default=300)
+    p.add_argument('--every', type=int, default=10)
     p.add_argument('--json', default=None)
     args = p.parse_args(argv)
+    if args.in_process:
+        result = in_process(args.ks, args.steps, args.every)
+        if args.json:
+            os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+            with open(args.json, 'w') as f:
+                json.dump(dict(result, example='mnist', ranks=2), f, indent=1)
+        return 0
     configs = [0] + args.ks
     times = {k: [] for k in configs}
     where = tempfile.mkdtemp(prefix='snapshot-cost-', dir='/dev/shm')
