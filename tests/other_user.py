@@ -17,26 +17,9 @@ needs_root = pytest.mark.skipif(os.getuid() != 0,
 def as_other(action, *args):
     """``action(*args)`` run as the other user, in a forked child; its JSON-able result,
     or RuntimeError with the child's error."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: drop to the other user, act, report, leave at once
-        os.close(read)
-        try:
-            os.setgroups([])
-            os.setgid(OTHER_UID)
-            os.setuid(OTHER_UID)
-            out = {'ok': action(*args)}
-        except BaseException as e:
-            out = {'error': '{}: {}'.format(type(e).__name__, e)}
-        os.write(write, json.dumps(out).encode())
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read, 'rb') as f:
-        out = json.loads(f.read() or b'{"error": "the child said nothing"}')
-    os.waitpid(pid, 0)
-    if 'error' in out:
-        raise RuntimeError(out['error'])
-    return out['ok']
+    child = Beside(action, *args)
+    child.go()
+    return child.result()
 
 
 @pytest.fixture

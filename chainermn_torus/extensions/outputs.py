@@ -73,9 +73,7 @@ def hold_everywhere(comm, directory, names=(), trusted=None):
     try:
         place = hold(directory, trusted)
         refuse_foreign(place, names)
-        probe, name = place.create_unique('.write-test.rank{}.'.format(comm.rank))
-        os.close(probe)
-        place.remove_own(name)
+        place.probe('.write-test.rank{}.'.format(comm.rank))
     except OSError as e:  # UnsafePath is one too
         problem = (isinstance(e, UnsafePath), str(e).replace('chainermn_torus: ', '', 1)
                    if isinstance(e, UnsafePath) else '{}: {}'.format(type(e).__name__, e))

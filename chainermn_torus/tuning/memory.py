@@ -101,9 +101,7 @@ def check_folder(where, source='CHAINERMN_TORUS_TUNE_DIR'):
     was found only at the job's end, after the tuning."""
     try:
         with _held(where, create=True) as place:
-            fd, probe = place.create_unique('.write-test.')
-            os.close(fd)
-            place.remove_own(probe)
+            place.probe()
     except OSError as e:
         raise ConfigError(
             "chainermn_torus: {} must be a folder this user can write, where the tuning's "

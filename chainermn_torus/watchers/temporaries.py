@@ -8,7 +8,7 @@ import os
 import re
 import socket
 
-__all__ = ['tmp_name', 'TMP_PATTERN', 'remove_temporary', 'writing_record', 'record_path']
+__all__ = ['tmp_name', 'TMP_PATTERN', 'remove_temporary', 'writing_record']
 
 _RECORD = re.compile(r'^(?P<dev>\d+):(?P<ino>\d+):(?P<path>/.*)$', re.DOTALL)
 TMP_PATTERN = re.compile(r'^(?P<final>.+)\.tmp\.(?P<host>[^.]+(?:\.[^.]+)*)\.(?P<pid>\d+)$')
@@ -28,11 +28,6 @@ def _from_record(record):
     m = _RECORD.match(record or '')
     return (m.group('path'), (int(m.group('dev')), int(m.group('ino')))) if m else \
         (None, None)
-
-
-def record_path(record):
-    """The path of a ``writing_record`` ('' where there is none)."""
-    return _from_record(record)[0] or ''
 
 
 def remove_temporary(record, pid, host=None):

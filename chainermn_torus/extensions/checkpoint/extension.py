@@ -47,7 +47,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         self.place = self._hold()
         problem = None
         try:
-            writing.probe(self.place, self.rank)
+            self.place.probe('.write-test.rank{}.'.format(self.rank))
         except OSError as e:
             problem = '{}: {}'.format(type(e).__name__, e)
         agree.raise_everywhere(comm.mpi_comm, problem, lambda bad: CheckpointError(

@@ -45,7 +45,7 @@ UNTRUSTED = ('a checkpoint there could have been written by someone else: keep '
              '(chmod go-w), or, if you trust whoever else can, say so with '
              '--trust-checkpoint-dir (CHAINERMN_TORUS_TRUST_CHECKPOINTS=1)')
 # Arrays every data-parallel replica holds alike (compared before loading at another P).
-_REPLICA = REPLICA_PREFIXES = ('updater/model:', 'updater/optimizer:')
+REPLICA_PREFIXES = ('updater/model:', 'updater/optimizer:')
 # Beyond this job's own state, what a rank file's other arrays (an iterator's order, the
 # random state) may add: their sizes depend on the shard, so on the rank count.
 OTHER_SLACK = 64 << 20
@@ -296,7 +296,7 @@ def array_headers(f, expected=None, size=1):
     other, mine = 0, 0
     if expected:
         mine = sum(math.prod(s) * numpy.dtype(d).itemsize for k, (s, d) in expected.items()
-                   if not k.startswith(_REPLICA))
+                   if not k.startswith(REPLICA_PREFIXES))
     with z:
         for info in z.infolist():
             if not info.filename.endswith('.npy'):
@@ -316,7 +316,7 @@ def array_headers(f, expected=None, size=1):
                 return 'array {} says {} {} ({:,} bytes) but stores {:,}'.format(
                     key, shape, dtype, nbytes, info.file_size)
             want = (expected or {}).get(key)
-            if want is not None and key.startswith(_REPLICA):
+            if want is not None and key.startswith(REPLICA_PREFIXES):
                 if (tuple(shape), dtype.str) != want:
                     return 'array {} is {} {} there, {} {} in this job'.format(
                         key, tuple(shape), dtype.str, want[0], want[1])
@@ -389,7 +389,7 @@ def replica_digest(f):
     crcs = {}
     with RankFile(f) as z:
         for k in sorted(z.files):
-            if k.startswith(_REPLICA):
+            if k.startswith(REPLICA_PREFIXES):
                 a = numpy.ascontiguousarray(z[k])
                 crcs[k] = zlib.crc32(a.tobytes(),
                                      zlib.crc32(str((a.dtype.str, a.shape)).encode()))

@@ -22,8 +22,8 @@ the same global-batch rule: new rank r takes stored rank r mod P's state, so the
 that of a disk checkpoint written at the same iteration and resumed on the same ranks, bit
 for bit.
 
-``directory`` may hold ``{node}``, filled with this rank's node index (the order of the
-nodes' first ranks): where several emulated nodes share one machine (the tests).
+``directory`` may hold ``{node}``, filled with this rank's node index (ChainerMN's
+``inter_rank``): where several emulated nodes share one machine (the tests).
 """
 import io
 import json
@@ -96,15 +96,6 @@ def manifest_problem(data, generation):
     return None
 
 
-def _node_of(comm):
-    """(this rank's node index, whether it is the node's first rank): nodes numbered in
-    the order of their first ranks."""
-    hosts = comm.mpi_comm.allgather(socket.gethostname())
-    order = list(dict.fromkeys(hosts))
-    me = hosts[comm.rank]
-    return order.index(me), hosts.index(me) == comm.rank
-
-
 class MemorySnapshot(chainer.training.Extension):
     """The trainer extension (module doc): ``trainer.extend(snapshot, trigger=(K,
     'iteration'))``; ``restore(trainer)`` on the survivors."""
@@ -118,9 +109,9 @@ class MemorySnapshot(chainer.training.Extension):
                 keep))
         self.comm, self.keep, self.lr_rule = comm, int(keep), lr_rule
         self.rule = rules.get(batch, lr_rule)
-        # ``nodes``: each rank's node index (tests emulating nodes); else from host names.
+        # ``nodes``: each rank's node index (tests emulating nodes); else ChainerMN's.
         if nodes is None:
-            self.node, self.leader = _node_of(comm)
+            self.node, self.leader = comm.inter_rank, comm.intra_rank == 0
         else:
             self.node = nodes[comm.rank]
             self.leader = nodes.index(self.node) == comm.rank
@@ -164,9 +155,9 @@ class MemorySnapshot(chainer.training.Extension):
         replica, small = split(state)
         smalls = _allgather_bytes(self.comm.mpi_comm, _npz_bytes(small))
         described = identity.described(trainer, self.comm)
-        replica_bytes = _npz_bytes(replica)
-        short = None
-        if self.leader:
+        replica_bytes, short = None, None
+        if self.leader:  # the one rank of the node that writes the replica serializes it
+            replica_bytes = _npz_bytes(replica)
             need = sum(devshm.pages(len(b)) for b in [replica_bytes] + smalls) + (64 << 10)
             st = os.fstatvfs(self.place.fd)
             if st.f_bavail * st.f_frsize < need:
@@ -278,7 +269,7 @@ class MemorySnapshot(chainer.training.Extension):
         source = self.comm.rank % manifest['ranks']
         with stored.RankFile(io.BytesIO(picked[_RANK.format(source)])) as z:
             small = {k: z[k] for k in z.files}
-        digest = files.replica_digest(io.BytesIO(_npz_bytes(replica)))
+        digest = files.replica_digest(io.BytesIO(picked[REPLICA]))
         groups, array = resharding.replica_groups(
             dict(enumerate(self.comm.mpi_comm.allgather(digest))))
         if array is not None:

@@ -17,7 +17,7 @@ from chainermn_torus.runtime import agree, report
 from chainermn_torus.runtime.cpu import finite
 from chainermn_torus.watchers.temporaries import tmp_name
 
-__all__ = ['probe', 'atomic_write', 'write_rank_file', 'write_manifest',
+__all__ = ['atomic_write', 'write_rank_file', 'write_manifest',
            'refuse_nonfinite', 'STALE_GRADS']
 
 STALE_GRADS = '/chainermn_torus/grads/'  # double buffering's averaged, not yet applied grads
@@ -28,18 +28,6 @@ def atomic_write(place, name, write, before_rename=None):
     temporary named for this host and process (``watchers.temporaries.tmp_name``: the
     sweep tells a dead writer's)."""
     place.write_atomic(name, write, before_rename=before_rename, tmp=tmp_name(name))
-
-
-def probe(place, rank):
-    """Write and remove a file in the held directory: it can be written. A name nobody can
-    guess, made new (a link planted under a predictable probe name once had the probe
-    truncate the file it pointed to)."""
-    fd, name = place.create_unique('.write-test.rank{}.'.format(rank))
-    try:
-        os.write(fd, b'ok')
-    finally:
-        os.close(fd)
-        place.remove_own(name)
 
 
 def write_rank_file(place, iteration, rank, arrays, room):

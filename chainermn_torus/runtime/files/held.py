@@ -371,6 +371,17 @@ class Held:
             return False
         return True
 
+    def probe(self, prefix='.write-test.'):
+        """Write and remove a file here: the directory can be written. A name nobody can
+        guess, made new (a link planted under a predictable probe name once had the probe
+        truncate the file it pointed to)."""
+        fd, name = self.create_unique(prefix)
+        try:
+            os.write(fd, b'ok')
+        finally:
+            os.close(fd)
+            self.remove_own(name)
+
     def remove_own_directory(self, name):
         """Remove the directory ``name`` (not followed where it is a link) with this user's
         regular files in it; FileNotFoundError where it is not there, OSError where
