@@ -257,7 +257,8 @@ class MemorySnapshot(chainer.training.Extension):
                                           'over: ' + '; '.join(tried)), rank)
             return iteration
         raise CheckpointError(
-            'chainermn_torus: no snapshot in node memory is complete on every rank ({}{})'
+            'chainermn_torus: no snapshot in node memory is complete on every rank ({}{}); '
+            'resume from a disk checkpoint instead (--checkpoint-dir with --auto-resume)'
             .format('generations held by all: none' if not common else '; '.join(tried),
                     '' if common else '; each rank\'s: {}'.format(held)))
 
