@@ -499,6 +499,9 @@ def _run_job(fault, comm, loader, workdir, extra_env=None, args=()):
         # given the time (killed at once, that clean-up lost the race on a loaded machine).
         if fault == 'node-rank-stop':
             _wait_node_gone(FROZEN_NODE, 5)
+        # The other nodes' processes first: one still ending (a watcher's last sweep) would
+        # remove the board as soon as its creator is killed (CI, beside lane B, once).
+        _wait_others_gone(workdir, FROZEN_NODE, 10)
         _signal_node(FROZEN_NODE, signal.SIGKILL)
         _wait_node_gone(FROZEN_NODE, 5)
         frozen_files = [n for n, _ in _shm_files()  # the board: ..._watch_<host>_<token>
@@ -811,6 +814,14 @@ def _wait_node_gone(node, seconds):
     """Until no process of emulated node ``node`` is left, for at most ``seconds``."""
     settle = time.time() + seconds
     while _node_pids(node) and time.time() < settle:
+        time.sleep(0.05)
+
+
+def _wait_others_gone(workdir, node, seconds):
+    """Until no process of this row's job is left but those of emulated node ``node``, for
+    at most ``seconds``."""
+    settle = time.time() + seconds
+    while time.time() < settle and set(_job_processes(workdir)) - set(_node_pids(node)):
         time.sleep(0.05)
 
 

@@ -29,7 +29,7 @@ class Lost(chainer.training.Extension):
             raise RuntimeError('node lost (emulated)')
 
 
-def trainer(comm, stop):
+def trainer(comm, stop, out):
     numpy.random.seed(0)
     model = chainer.links.Classifier(Net(8))
     opt = chainermn.create_multi_node_optimizer(chainer.optimizers.Adam(), comm)
@@ -37,7 +37,7 @@ def trainer(comm, stop):
     data = chainermn.scatter_dataset(dataset(120), comm, shuffle=True, seed=0)
     it = chainer.iterators.SerialIterator(data, 40 // comm.size)  # global batch 40
     tr = chainer.training.Trainer(chainer.training.StandardUpdater(it, opt),
-                                  (stop, 'iteration'))
+                                  (stop, 'iteration'), out=out)  # not the checkout's
     return tr, model, opt
 
 
@@ -55,7 +55,7 @@ def main():
     nodes = [r // 2 for r in range(world.size)]
     memory = os.path.join(base, 'node{node}')
     comm = chainermn.create_communicator('naive', mpi_comm=world)
-    tr, _, _ = trainer(comm, 5)
+    tr, _, _ = trainer(comm, 5, os.path.join(base, 'out'))
     tr.extend(MemorySnapshot(comm, memory, nodes=nodes), trigger=(3, 'iteration'))
     tr.extend(MultiNodeCheckpointer(comm, os.path.join(base, 'disk')),
               trigger=(3, 'iteration'))
@@ -77,12 +77,12 @@ def main():
     survivors = [nodes[r] for r in range(world.size) if nodes[r] != lost]
     # One after the other: both draw from numpy's global random state, which each restore
     # sets as the stored job left it.
-    a, model_a, opt_a = trainer(comm2, 9)
+    a, model_a, opt_a = trainer(comm2, 9, os.path.join(base, 'out_a'))
     at = MemorySnapshot(comm2, memory, nodes=survivors).restore(a)
     assert at == 3 and a.updater.iteration == 3
     a.run()
     sa = state(model_a, opt_a)
-    b, model_b, opt_b = trainer(comm2, 9)
+    b, model_b, opt_b = trainer(comm2, 9, os.path.join(base, 'out_b'))
     MultiNodeCheckpointer(comm2, os.path.join(base, 'disk')).resume(b)
     assert b.updater.iteration == 3
     b.run()
