@@ -12,6 +12,7 @@ docs/communicators.md lists it (a test keeps the two the same).
 import argparse
 import collections
 import os
+import re
 
 from chainermn_torus.errors import ConfigError
 
@@ -220,6 +221,10 @@ SETTINGS = collections.OrderedDict([
                              "launcher, --data-parallel: the script's batch size is the global "
                              'one, divided among the ranks (default: per rank, as ChainerMN)',
                              launcher='script')),
+    ('elastic_step', Setting('CHAINERMN_TORUS_ELASTIC_STEP', 'elastic_step', None,
+                             'set by `chainermn-torus elastic` in each MPI step it starts '
+                             '(RUN:STEP): the run whose snapshots in node memory the step '
+                             'keeps and restores, and the step\'s number; not set by hand')),
     # scripts/with_mpi.sh (make test MPI=...) sets these two for the tests and the benchmark
     # scripts; the package itself runs under whatever MPI mpi4py loaded.
     ('mpi', Setting('CHAINERMN_TORUS_MPI', 'mpi', 'mpich',
@@ -328,6 +333,13 @@ def _non_negative(v):
 Kind = collections.namedtuple('Kind', 'parse what metavar names', defaults=(None,))
 
 
+def _elastic_step(v):
+    run, sep, step = v.partition(':')
+    if not sep or not re.match(r'^[0-9a-f]{8,32}$', run) or not step.isdigit():
+        raise ValueError
+    return run, int(step)
+
+
 def _choice(*names):
     def pick(v):
         if v not in names:
@@ -361,6 +373,8 @@ KINDS = {
     'seed': Kind(_seed, "an integer from 0 to 2**32 - 1 (numpy's seeds)", 'N'),
     'type_check': Kind(_type_check, 'on, off or a step count >= 1 (checked on the first N '
                        'steps)', 'on|off|N'),
+    'elastic_step': Kind(_elastic_step, 'RUN:STEP (8-32 hex digits, a colon, a step number '
+                         '>= 0), as `chainermn-torus elastic` sets it', 'RUN:STEP'),
     'loader': _choice('serial', 'multiprocess', 'ours'),
     'affinity': _choice('auto', 'same-core', 'sibling', 'dedicated', 'none'),
     'mpi': _choice('mpich', 'impi', 'openmpi'),

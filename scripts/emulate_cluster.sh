@@ -6,6 +6,11 @@
 #   scripts/emulate_cluster.sh run R CMD...    R ranks per node, K*R ranks in all, CMD on each
 #   scripts/emulate_cluster.sh fail N          node N is lost: every process in it killed, and
 #                                              later `run`s leave it out (a smaller allocation)
+#   scripts/emulate_cluster.sh freeze N        node N freezes: every process in it stopped
+#                                              (SIGSTOP), and it no longer answers
+#   scripts/emulate_cluster.sh elastic R [OPTIONS] -- CMD...
+#                                              `chainermn-torus elastic` over the live
+#                                              nodes, R ranks each: a lost node is survived
 #   scripts/emulate_cluster.sh status          nodes and the bytes their links carried
 #   scripts/emulate_cluster.sh down            remove everything `up` made (idempotent)
 #
@@ -45,6 +50,38 @@ fail() {
   ip netns pids $PREFIX-n$n 2>/dev/null | xargs -r kill -9 2>/dev/null || true
   echo "failed=$n" >> "$STATE"
   echo "emulate_cluster: node$n lost; later runs use the other $((k - $(failed | wc -l))) node(s)"
+}
+
+freeze() {
+  local n=${1:-}; local k; k=$(nodes)
+  [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -lt "$k" ] || die "freeze needs a node number below $k, got '${n}'"
+  need_root
+  # As a node whose kernel hangs: its processes stay, and nothing there answers.
+  echo "failed=$n" >> "$STATE"
+  ip netns pids $PREFIX-n$n 2>/dev/null | xargs -r kill -STOP 2>/dev/null || true
+  echo "emulate_cluster: node$n frozen"
+}
+
+live_hosts() {  # R: the live nodes' host list, R ranks each
+  local r=$1 k; k=$(nodes); local hosts="" lost; lost=" $(failed | tr '\n' ' ') "
+  for ((n = 0; n < k; n++)); do
+    [[ "$lost" == *" $n "* ]] && continue
+    hosts+="${hosts:+,}198.18.0.$((n + 1)):$r"
+  done
+  echo "$hosts"
+}
+
+elastic() {
+  local r=${1:-}; shift || true
+  [[ "$r" =~ ^[0-9]+$ ]] && [ "$r" -ge 1 ] || die "elastic needs ranks per node >= 1, got '${r}'"
+  [ "$(nodes)" != 0 ] || die "no cluster is up; run '$0 up K' first"
+  need_root
+  local hosts; hosts=$(live_hosts "$r")
+  [ -n "$hosts" ] || die "every node is lost; run '$0 down' and 'up' again"
+  exec "${PYTHON:-$ROOT/.venv/bin/python}" -m chainermn_torus.tools.cli elastic --hosts "$hosts" \
+    --launcher-program "${MPIEXEC:-$ROOT/.venv/bin/mpiexec}" \
+    --launcher-args "-launcher ssh -launcher-exec $HERE/cluster_ssh -localhost 198.18.0.254 -genv UCX_TLS tcp,self" \
+    "$@"
 }
 
 up() {
@@ -126,5 +163,7 @@ case "$cmd" in
   status) status ;;
   run) run "$@" ;;
   fail) fail "$@" ;;
-  *) die "usage: $0 up K [RATE] | run R CMD... | fail N | status | down (got '${cmd}')" ;;
+  freeze) freeze "$@" ;;
+  elastic) elastic "$@" ;;
+  *) die "usage: $0 up K [RATE] | run R CMD... | fail N | freeze N | elastic R [OPTIONS] -- CMD... | status | down (got '${cmd}')" ;;
 esac

@@ -59,6 +59,7 @@ BAD = {
     'trust_checkpoints': ('maybe', {}, []),
     'trust_gpu_to_cpu_paths': ('maybe', {}, []),
     'trust_out_dir': ('maybe', {}, []),
+    'elastic_step': ('run:1', {}, []),
     'type_check': ('sometimes', {}, []),
     'keep_freed_memory': ('maybe', {}, []),
     'data_parallel': ('maybe', {}, []),
@@ -81,6 +82,8 @@ WHY_NONE = {
 # Settings the package itself never reads (the tests and scripts/with_mpi.sh do): checked in
 # this process only.
 NOT_IN_JOBS = {'mpi': 'read by the tests and benchmark scripts only',
+               'elastic_step': 'read by the snapshots in node memory, which a script asks '
+                               'for (test_in_memory.py runs one under a bad value)',
                'max_image_pixels': 'read by the ImageNet datasets (a bad value: '
                                    'test_a_bad_value_is_a_config_error_naming_its_source)'}
 

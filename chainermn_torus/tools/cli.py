@@ -37,6 +37,9 @@ COMMANDS = collections.OrderedDict([
                   'variants  (algorithm variants: planner, simulator, bench, tests)')),
     ('kernels', ('chainermn_torus.tools.kernel_cache', 'main',
                  'kernels [--processes N] [--list]  (numba kernels into the cache, before a job)')),
+    ('elastic', ('chainermn_torus.tools.elastic', 'main',
+                 'elastic [--hosts H:R,...] [--min-nodes N] [...] -- python script.py ...  '
+                 '(goes on when a node is lost)')),
     ('clean', ('chainermn_torus.tools.clean', 'main',
                'clean [--dry-run] [--others] [--checkpoint-dir DIR]  (what dead jobs left)')),
 ])

@@ -2,7 +2,7 @@
 they say (collective)."""
 import os
 
-from chainermn_torus.extensions.checkpoint import rules
+from chainermn_torus.extensions.checkpoint import elastic_lines, rules
 from chainermn_torus.extensions.checkpoint.extension import MultiNodeCheckpointer
 from chainermn_torus.extensions.checkpoint.in_memory import MemorySnapshot
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
@@ -15,13 +15,16 @@ __all__ = ['add_arguments', 'check_arguments', 'attach', 'check_output']
 
 def add_arguments(parser):
     """--checkpoint-dir, --checkpoint-interval, --resume, --auto-resume, --resume-batch,
-    --trust-checkpoint-dir, --trust-out-dir, --memory-snapshots, --memory-dir,
-    --restore-from-memory."""
+    --checkpoint-keep, --trust-checkpoint-dir, --trust-out-dir, --memory-snapshots,
+    --memory-dir, --restore-from-memory."""
     parser.add_argument('--checkpoint-dir', default=None, metavar='DIR',
                         help='write multi-node checkpoints here (atomically; see '
                              'chainermn_torus.extensions.checkpoint)')
     parser.add_argument('--checkpoint-interval', type=int, default=None, metavar='ITERATIONS',
                         help='checkpoint every this many iterations (default: every epoch)')
+    parser.add_argument('--checkpoint-keep', type=int, default=2, metavar='N',
+                        help='checkpoints kept in --checkpoint-dir; older ones go '
+                             '(default %(default)s)')
     parser.add_argument('--resume', action='store_true',
                         help='continue from the latest checkpoint in --checkpoint-dir')
     parser.add_argument('--auto-resume', action='store_true',
@@ -37,8 +40,9 @@ def add_arguments(parser):
                              'iterations (--memory-dir), for the survivors of a lost node '
                              '(chainermn_torus.extensions.checkpoint.in_memory)')
     parser.add_argument('--memory-dir', default=None, metavar='DIR',
-                        help='where each node keeps its snapshots (default: '
-                             '/dev/shm/cmtorus-snapshots-<uid>-<job id>)')
+                        help='where each node keeps its snapshots; {host} in it is the '
+                             "node's host name (default: /dev/shm/cmtorus-snapshots-<uid>-"
+                             "<job id>[-<elastic run>]-{host})")
     parser.add_argument('--restore-from-memory', action='store_true',
                         help='start from the newest snapshot in node memory that every rank '
                              'holds complete (on the survivors of a lost node); where there '
@@ -57,16 +61,23 @@ def check_arguments(parser, args):
     if getattr(args, 'memory_snapshots', None) is not None and args.memory_snapshots < 1:
         parser.error('--memory-snapshots must be a count of iterations >= 1, got {}'.format(
             args.memory_snapshots))
+    if getattr(args, 'checkpoint_keep', 2) < 1:
+        parser.error('--checkpoint-keep must be a count >= 1, got {}'.format(
+            args.checkpoint_keep))
     if getattr(args, 'restore_from_memory', False) and not args.memory_snapshots:
         parser.error('--restore-from-memory needs --memory-snapshots K (the snapshots it '
                      'restores from)')
 
 
 def memory_dir(args):
-    """--memory-dir, or the node-local default: one per user and batch job, so that the
-    steps a supervisor starts after a loss find the snapshots of the step before."""
-    return args.memory_dir or os.path.join(devshm.SHM_DIR, 'cmtorus-snapshots-{}-{}'.format(
-        os.getuid(), devshm.job_tag()))
+    """--memory-dir, or the node-local default: one per user, batch job, supervisor's run
+    and host (``{host}``, MemorySnapshot fills it in), so that the steps a supervisor starts
+    after a loss find the snapshots of the step before, and no other run's."""
+    if args.memory_dir:
+        return args.memory_dir
+    elastic = elastic_lines.step()  # a supervisor's run: its own, so no other run's is read
+    return os.path.join(devshm.SHM_DIR, 'cmtorus-snapshots-{}-{}{}-{{host}}'.format(
+        os.getuid(), devshm.job_tag(), '' if elastic is None else '-' + elastic[0]))
 
 
 def attach(comm, trainer, args, lr_rule=None):
@@ -83,13 +94,15 @@ def attach(comm, trainer, args, lr_rule=None):
         if args.checkpoint_dir:
             # Made before training so that an unwritable directory fails now, on every rank.
             checkpointer = MultiNodeCheckpointer(
-                comm, args.checkpoint_dir, batch=batch, lr_rule=lr_rule,
+                comm, args.checkpoint_dir, keep=getattr(args, 'checkpoint_keep', 2),
+                batch=batch, lr_rule=lr_rule,
                 trust=getattr(args, 'trust_checkpoint_dir', None))
             trainer.extend(checkpointer, trigger=(args.checkpoint_interval, 'iteration')
                            if args.checkpoint_interval else (1, 'epoch'))
         snapshot = None
         if getattr(args, 'memory_snapshots', None):
-            snapshot = MemorySnapshot(comm, memory_dir(args), batch=batch, lr_rule=lr_rule)
+            snapshot = MemorySnapshot(comm, memory_dir(args), batch=batch, lr_rule=lr_rule,
+                                      own_directory=not args.memory_dir)
             trainer.extend(snapshot, trigger=(args.memory_snapshots, 'iteration'))
         restored = None
         if getattr(args, 'restore_from_memory', False):
@@ -101,7 +114,8 @@ def attach(comm, trainer, args, lr_rule=None):
             checkpointer.resume(trainer)
         elif (args.auto_resume or getattr(args, 'restore_from_memory', False)) and \
                 checkpointer is not None:
-            checkpointer.maybe_resume(trainer)
+            if checkpointer.maybe_resume(trainer) is not None:
+                elastic_lines.after_restore(trainer, comm.rank)
     except CheckpointError as e:  # raised alike on every rank (the checks are collective)
         report.stop(str(e), comm.rank)
     return checkpointer

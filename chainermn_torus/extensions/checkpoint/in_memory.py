@@ -22,8 +22,10 @@ the same global-batch rule: new rank r takes stored rank r mod P's state, so the
 that of a disk checkpoint written at the same iteration and resumed on the same ranks, bit
 for bit.
 
-``directory`` may hold ``{node}``, filled with this rank's node index (ChainerMN's
-``inter_rank``): where several emulated nodes share one machine (the tests).
+``directory`` may hold ``{host}``, filled with this node's host name (the examples'
+default does: nodes that share a file system, as emulated ones do, each keep their own;
+a host name stays the node's from one step to the next), or ``{node}``, this rank's node
+index (ChainerMN's ``inter_rank``; the tests).
 """
 import io
 import json
@@ -36,10 +38,11 @@ import numpy
 from chainermn_torus import config
 from chainermn_torus.errors import ConfigError, UnsafePath
 from chainermn_torus.extensions.checkpoint import arrays as stored
-from chainermn_torus.extensions.checkpoint import files, identity, resharding, rules
+from chainermn_torus.extensions.checkpoint import elastic_lines, files, identity, resharding
+from chainermn_torus.extensions.checkpoint import rules
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
 from chainermn_torus.runtime import agree, report
-from chainermn_torus.runtime.files import devshm
+from chainermn_torus.runtime.files import devshm, held
 
 __all__ = ['MemorySnapshot', 'GENERATION', 'REPLICA', 'split', 'manifest_problem']
 
@@ -103,7 +106,8 @@ class MemorySnapshot(chainer.training.Extension):
     priority = chainer.training.PRIORITY_READER - 1
     name = 'chainermn_torus_memory_snapshot'
 
-    def __init__(self, comm, directory, keep=2, batch='keep', lr_rule=None, nodes=None):
+    def __init__(self, comm, directory, keep=2, batch='keep', lr_rule=None, nodes=None,
+                 own_directory=False):
         if int(keep) != keep or keep < 1:
             raise ConfigError('chainermn_torus: keep must be a count >= 1, got {!r}'.format(
                 keep))
@@ -115,7 +119,9 @@ class MemorySnapshot(chainer.training.Extension):
         else:
             self.node = nodes[comm.rank]
             self.leader = nodes.index(self.node) == comm.rank
-        self.directory = directory.format(node=self.node)
+        self.pattern = directory
+        self.own_directory = own_directory  # made for the job: removed at its good end
+        self.directory = directory.format(node=self.node, host=socket.gethostname())
         self._failed = False
         problem, self.place = None, None
         try:
@@ -126,6 +132,11 @@ class MemorySnapshot(chainer.training.Extension):
         agree.raise_everywhere(comm.mpi_comm, problem, lambda bad: CheckpointError(
             'chainermn_torus: cannot keep snapshots in {!r} (rank(s) {}): {}'.format(
                 self.directory, agree.ranks_text(bad), bad[0][1])))
+        self._trainer = None
+        elastic_lines.say(elastic_lines.KEEPING, comm.rank, directory=self.pattern)
+
+    def initialize(self, trainer):
+        self._trainer = trainer  # finalize says where training ended
 
     def __call__(self, trainer):
         self.save(trainer)
@@ -136,13 +147,27 @@ class MemorySnapshot(chainer.training.Extension):
     def finalize(self):
         """Training ended without an error: this node's snapshots go (only a job that
         ended on an error leaves them, for the step that goes on after it)."""
-        if self._failed or self.place is None or not self.leader:
+        if self._failed or self.place is None:
+            return
+        if self._trainer is not None:
+            elastic_lines.say(elastic_lines.COMPLETE, self.comm.rank,
+                              iteration=self._trainer.updater.iteration)
+        if not self.leader:
             return
         for old in self.generations():
             try:
                 files.remove_tree(self.place, GENERATION.format(old))
             except OSError:
                 pass
+        if self.own_directory:
+            self.place.close()
+            parent, name = os.path.split(os.path.normpath(self.directory))
+            try:
+                with held.as_named(parent) as up:
+                    os.rmdir(name, dir_fd=up.fd)  # only where nothing is left in it
+            except OSError:
+                pass
+            self.place = None
 
     # --- saving -----------------------------------------------------------------------------
     def save(self, trainer):
@@ -255,6 +280,7 @@ class MemorySnapshot(chainer.training.Extension):
                        'on {}{}{}'.format(self.directory, iteration, manifest['ranks'], size,
                                           note, '' if not tried else '; newer ones passed '
                                           'over: ' + '; '.join(tried)), rank)
+            elastic_lines.after_restore(trainer, rank)
             return iteration
         raise CheckpointError(
             'chainermn_torus: no snapshot in node memory is complete on every rank ({}{}); '
@@ -288,3 +314,4 @@ class MemorySnapshot(chainer.training.Extension):
         else:
             resharding.load_same(whole, trainer)
         return note
+

@@ -1,0 +1,362 @@
+"""``chainermn-torus elastic``: a job that goes on, on the nodes it has left, when one is lost
+(issue 73). The supervisor runs on the batch host, where the job script runs.
+
+    chainermn-torus elastic [--hosts h0:2,h1:2,h2:2] [--min-nodes N] [--global-batch B]
+                            [--launcher-args '...'] [--report FILE] -- python train.py ...
+
+The script keeps snapshots in node memory (the examples' ``--memory-snapshots K
+--restore-from-memory``, or ``chainermn-torus run --memory-snapshots K`` for an unchanged
+script). The supervisor
+
+1. finds the job's nodes (``allocation.discover``: ``--hosts``, Slurm's allocation, PBS's
+   node file) and asks each to answer (``elastic_node``: one process per node through the
+   launcher; its host name is the name the watch uses);
+2. starts the MPI step on them: the same command, with ``CHAINERMN_TORUS_ELASTIC_STEP`` set
+   to the run and the step's number, and passes its output on as it comes;
+3. when the step ends, it believes only the step's own lines (``elastic_lines``): "training
+   is complete" ends the job with the step's exit code, never a launcher's exit code alone
+   (Open MPI's mpirun exits 0 after losing a node);
+4. otherwise it learns the lost nodes from the watch (a node named silent: frozen, or its
+   link down) and from the nodes themselves: one that does not answer within
+   ``--probe-timeout`` is lost. Those that answer end what the old step left there (its
+   processes, its files in /dev/shm) and keep the snapshots;
+5. plans the next step on the nodes left (``allocation.plan``: ``--min-nodes``, the global
+   batch split over the ranks left), and starts it with the same command, which restores
+   the newest snapshot every survivor holds complete (``in_memory``) and trains on. A loss
+   during a recovery is one more failed step: recovery starts again on the nodes still left.
+
+A step that fails with every node answering is the script's own failure: the job ends with
+its exit code, as without the supervisor. Below ``--min-nodes``, or where the global batch
+does not split, the job ends in one line naming the nodes; the snapshots are removed, and a
+disk checkpoint (``--checkpoint-dir``) is what a requeue with ``--auto-resume`` goes on
+from. So is the loss of the batch host, where this process runs: it cannot be survived.
+"""
+import argparse
+import collections
+import json
+import os
+import re
+import secrets
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from chainermn_torus import config
+from chainermn_torus.errors import ConfigError
+from chainermn_torus.extensions.checkpoint import elastic_lines
+from chainermn_torus.tools import allocation, elastic_node
+
+__all__ = ['main', 'Launcher', 'Supervisor']
+
+_SILENT = re.compile(r'node (\S+) \(ranks? [^)]*\) silent')
+_VARIABLE = config.SETTINGS['elastic_step'].env
+
+
+def say(text):
+    sys.stdout.write(elastic_lines.PREFIX + text + '\n')
+    sys.stdout.flush()
+
+
+class Launcher(object):
+    """How a command is started on chosen nodes: MPICH's and Intel MPI's hydra
+    (``-hosts h:n,... -n N``), Open MPI's mpirun (``--host h:n,... -np N``, the step's
+    variable passed with ``-x``) or Slurm's srun (a step on ``--nodelist``)."""
+
+    def __init__(self, kind, program, extra=()):
+        self.kind, self.program, self.extra = kind, program, list(extra)
+
+    @classmethod
+    def find(cls, kind='auto', program=None, extra=()):
+        if kind == 'auto':
+            kind = 'srun' if os.environ.get('SLURM_JOB_ID') and shutil.which('srun') and \
+                program is None else 'mpiexec'
+        if kind == 'srun':
+            return cls('srun', program or shutil.which('srun') or 'srun', extra)
+        venv = os.path.join(os.path.dirname(sys.executable), 'mpiexec')  # the mpich wheel's
+        program = program or config.value('mpiexec')[0] or (
+            venv if os.access(venv, os.X_OK) else shutil.which('mpiexec') or 'mpiexec')
+        try:
+            text = subprocess.run([program, '--version'], capture_output=True, text=True,
+                                  timeout=30)
+        except OSError as e:
+            raise ConfigError('chainermn_torus: cannot run the launcher {!r}: {}'.format(
+                program, e.strerror or e)) from None
+        flavour = 'openmpi' if re.search(r'Open MPI|OpenRTE|Open RTE|prte',
+                                         text.stdout + text.stderr, re.I) else 'hydra'
+        return cls(flavour, program, extra)
+
+    def command(self, nodes, argv):
+        hosts = ','.join('{}:{}'.format(n.host, n.ranks) for n in nodes)
+        ranks = sum(n.ranks for n in nodes)
+        if self.kind == 'srun':
+            return [self.program, '--nodes={}'.format(len(nodes)), '--ntasks={}'.format(ranks),
+                    '--nodelist={}'.format(','.join(n.host for n in nodes)),
+                    '--distribution=block', '--kill-on-bad-exit=1'] + self.extra + argv
+        if self.kind == 'openmpi':
+            return [self.program, '--host', hosts, '-np', str(ranks), '-x', _VARIABLE] + \
+                self.extra + argv
+        return [self.program] + self.extra + ['-hosts', hosts, '-n', str(ranks)] + argv
+
+
+Step = collections.namedtuple('Step', 'code complete keeping silent restored first_step '
+                                      'started ended')
+
+
+class Supervisor(object):
+    def __init__(self, nodes, command, launcher, min_nodes=1, global_batch=None,
+                 probe_timeout=20.0, grace=30.0, max_steps=None):
+        self.nodes, self.command, self.launcher = nodes, command, launcher
+        self.min_nodes, self.global_batch = min_nodes, global_batch
+        self.probe_timeout, self.grace = probe_timeout, grace
+        self.max_steps = max_steps if max_steps is not None else len(nodes) + 1
+        self.run_id = secrets.token_hex(8)
+        self.lost, self.names = [], {}  # names: allocation host -> the node's host name
+        self.recoveries, self.snapshots = [], None
+        self.unanswered = {}  # host -> why its last probe failed
+        self.proc, self.stopping = None, None
+
+    # --- the nodes ------------------------------------------------------------------------
+    def probe(self, nodes, remove_snapshots=False, since=None):
+        """{host: (ended, removed)} of the nodes that answered within the probe time; ends
+        what earlier steps (the last started at ``since``) left on them."""
+        argv = [sys.executable, '-m', 'chainermn_torus.tools.elastic_node', self.run_id]
+        if since is not None:
+            argv += ['--since', '{:.3f}'.format(since)]
+        if remove_snapshots and self.snapshots:
+            argv += ['--snapshots', self.snapshots]
+        env = {k: v for k, v in os.environ.items() if k != _VARIABLE}
+        procs = {}
+        for n in nodes:
+            procs[n.host] = subprocess.Popen(
+                self.launcher.command([allocation.Node(n.host, 1)], argv),
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                start_new_session=True)
+        deadline = time.time() + self.probe_timeout
+        answered = {}
+        for host, proc in procs.items():
+            try:
+                out, _ = proc.communicate(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                out = ''
+            ready = elastic_node.parse_ready(out)
+            if ready:
+                name = next(iter(ready))
+                self.names[host] = name
+                answered[host] = ready[name]
+            else:
+                said = [ln for ln in out.splitlines() if ln.strip()]
+                # The launcher's own words (ssh's) first, its traceback lines after them.
+                last = [ln for ln in said if not ln.startswith('[mpiexec@')][:1] or said[-1:]
+                self.unanswered[host] = 'no answer within {:g} s'.format(
+                    self.probe_timeout) if proc.returncode is None or proc.returncode < 0 \
+                    else 'the launcher could not reach it (exit code {}{})'.format(
+                        proc.returncode, ': ' + last[0].strip()[:200] if last else '')
+        return answered
+
+    # --- one step -------------------------------------------------------------------------
+    def run_step(self, step, number):
+        env = dict(os.environ)
+        env[_VARIABLE] = '{}:{}'.format(self.run_id, number)
+        argv = self.launcher.command(step.nodes, self.command)
+        seen = {'complete': None, 'keeping': None, 'restored': None, 'first_step': None,
+                'silent': set(), 'verdict_at': None}
+        started = time.time()
+        self.proc = proc = subprocess.Popen(argv, stdout=subprocess.PIPE,
+                                            stderr=subprocess.PIPE, text=True, env=env,
+                                            start_new_session=True)
+
+        def pump(stream, sink):
+            for line in stream:
+                sink.write(line)
+                sink.flush()
+                for kind in ('complete', 'keeping', 'restored', 'first_step'):
+                    if seen[kind] is None:
+                        found = elastic_lines.find(kind, line)
+                        if found:
+                            seen[kind] = (time.time(), found)
+                for host in _SILENT.findall(line):
+                    seen['silent'].add(host)
+                    seen['verdict_at'] = seen['verdict_at'] or time.time()
+
+        threads = [threading.Thread(target=pump, args=(proc.stdout, sys.stdout), daemon=True),
+                   threading.Thread(target=pump, args=(proc.stderr, sys.stderr), daemon=True)]
+        for t in threads:
+            t.start()
+        while proc.poll() is None:
+            time.sleep(0.05)
+            verdict = seen['verdict_at']
+            if verdict is not None and time.time() - verdict > self.grace:
+                # The watch ended its ranks; a launcher that still waits for the lost node's
+                # proxy is ended here.
+                say('the step still runs {:g} s after the watch named node(s) {}: ending '
+                    'its launcher'.format(self.grace, ', '.join(sorted(seen['silent']))))
+                _kill_group(proc)
+        ended = time.time()
+        for t in threads:
+            t.join(5)
+        self.proc = None
+        if seen['keeping']:
+            self.snapshots = seen['keeping'][1][0]
+        return Step(proc.returncode, seen['complete'], seen['keeping'], seen['silent'],
+                    seen['restored'], seen['first_step'], started, ended)
+
+    # --- the job --------------------------------------------------------------------------
+    def run(self):
+        answered = self.probe(self.nodes)
+        missing = [n.host for n in self.nodes if n.host not in answered]
+        if missing:
+            say('node(s) {} left out from the start: {}'.format(
+                ', '.join(missing), '; '.join(self.unanswered[h] for h in missing)))
+            self.lost += missing
+        number, pending = 0, None
+        while True:
+            try:
+                step = allocation.plan(self.nodes, self.lost, self.global_batch,
+                                       self.min_nodes)
+            except allocation.NoStep as e:
+                say(str(e).replace('chainermn_torus: ', '', 1))
+                self.finish(pending)
+                return 1
+            if number:
+                say('step {} on {} ({} ranks), after losing {}'.format(
+                    number, ', '.join(n.host for n in step.nodes), step.ranks,
+                    ', '.join(self.lost)))
+            if pending is not None:
+                pending['launched'] = time.time()
+            result = self.run_step(step, number)
+            if pending is not None:
+                pending.update(self._timing(result))
+                self.recoveries.append(pending)
+                pending = None
+            if self.stopping is not None:
+                return result.code if result.code else 128 + self.stopping
+            if result.complete:
+                return result.code
+            if not result.keeping and self.snapshots is None:
+                say('the step ended (exit code {}) without keeping snapshots in node memory '
+                    '(--memory-snapshots K): there is nothing to go on from; the job ends'
+                    .format(result.code))
+                return result.code or 1
+            if number + 1 >= self.max_steps:
+                say('{} steps started: the job ends (--max-steps)'.format(number + 1))
+                self.finish(None)
+                return result.code or 1
+            pending = {'step': number + 1, 'ended': result.ended,
+                       'verdict_at': None, 'exit_code': result.code}
+            answered = self.probe(step.nodes, since=result.started)
+            pending['probed'] = time.time()
+            silent = {h for h, name in self.names.items() if name in result.silent}
+            newly = [n.host for n in step.nodes if n.host not in answered or n.host in silent]
+            if not newly:
+                say('the step ended with exit code {} and every node answers: no node was '
+                    'lost, so the job ends with it'.format(result.code))
+                return result.code or 1
+            for host in newly:
+                why = 'named silent by the watch' if host in silent else \
+                    self.unanswered.get(host, 'no answer')
+                say('node {} lost ({})'.format(host, why))
+            self.lost += newly
+            pending['lost'] = newly
+            number += 1
+
+    def _timing(self, result):
+        out = {'restored': result.restored[0] if result.restored else None,
+               'iteration': int(result.restored[1][1]) if result.restored else None,
+               'first_step': float(result.first_step[1][1]) if result.first_step else None,
+               'keeping': result.keeping[0] if result.keeping else None}
+        return out
+
+    def finish(self, pending):
+        """The run ends for good: the nodes left remove its snapshots."""
+        left = [n for n in self.nodes if n.host not in self.lost]
+        if left and self.snapshots:
+            self.probe(left, remove_snapshots=True)
+
+    def signal(self, signum, _frame):
+        """SIGTERM or SIGINT (the batch system ends the job): to the step, no recovery."""
+        self.stopping = signum
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signum)
+            except ProcessLookupError:
+                pass
+
+
+def _kill_group(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def build_parser():
+    p = argparse.ArgumentParser(
+        prog='chainermn-torus elastic',
+        description='Run an MPI training job that goes on, on the nodes left, when a node is '
+                    'lost (docs/cluster.md, "When a node is lost").')
+    p.add_argument('--hosts', default=None, metavar='H:R,...',
+                   help="the job's nodes and ranks per node (default: Slurm's allocation, "
+                        "else PBS's node file)")
+    p.add_argument('--min-nodes', type=config.arg_type('count'), default=1, metavar='N',
+                   help='end the job where fewer nodes are left (default 1)')
+    p.add_argument('--global-batch', type=config.arg_type('count'), default=None, metavar='B',
+                   help='the global batch the script keeps (--resume-batch keep): a step on '
+                        'ranks that do not divide it is refused in one line')
+    p.add_argument('--launcher', choices=('auto', 'mpiexec', 'srun'), default='auto',
+                   help='how steps start (default: srun inside Slurm, else mpiexec)')
+    p.add_argument('--launcher-program', default=None, metavar='PATH',
+                   help="the launcher's path (default: CHAINERMN_TORUS_MPIEXEC, or mpiexec on "
+                        'PATH)')
+    p.add_argument('--launcher-args', default='', metavar='ARGS',
+                   help='more arguments for the launcher, before the hosts (one string)')
+    p.add_argument('--probe-timeout', type=config.arg_type('seconds'), default=20.0,
+                   metavar='S', help='a node that does not answer within this is lost '
+                                     '(default %(default)s)')
+    p.add_argument('--grace', type=config.arg_type('seconds'), default=30.0, metavar='S',
+                   help='end a step this long after the watch named a node silent '
+                        '(default %(default)s)')
+    p.add_argument('--max-steps', type=config.arg_type('count'), default=None, metavar='N',
+                   help='steps started at most (default: the node count + 1)')
+    p.add_argument('--report', default=None, metavar='FILE',
+                   help='write the recoveries and their times as JSON')
+    p.add_argument('command', nargs=argparse.REMAINDER,
+                   help='-- then the command each rank runs')
+    return p
+
+
+def main(argv=None):
+    p = build_parser()
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    command = args.command[1:] if args.command[:1] == ['--'] else args.command
+    if not command:
+        p.error('no command: give -- python script.py ... after the options')
+    try:
+        nodes, source = allocation.discover(args.hosts)
+        launcher = Launcher.find(args.launcher, args.launcher_program,
+                                 shlex.split(args.launcher_args))
+    except ConfigError as e:
+        p.error(str(e).replace('chainermn_torus: ', '', 1))
+    sup = Supervisor(nodes, command, launcher, args.min_nodes, args.global_batch,
+                     args.probe_timeout, args.grace, args.max_steps)
+    signal.signal(signal.SIGTERM, sup.signal)
+    signal.signal(signal.SIGINT, sup.signal)
+    say('run {}: {} node(s) from {} ({}), launcher {}'.format(
+        sup.run_id, len(nodes), source, ', '.join('{}:{}'.format(n.host, n.ranks)
+                                                   for n in nodes), launcher.kind))
+    code = sup.run()
+    if args.report:
+        with open(args.report, 'w') as f:
+            json.dump({'run': sup.run_id, 'nodes': [list(n) for n in nodes], 'lost': sup.lost,
+                       'names': sup.names, 'exit_code': code,
+                       'recoveries': sup.recoveries}, f, indent=1)
+    return code
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""One node's part of a recovery (``chainermn-torus elastic``, issue 73): started by the
+supervisor on every node it still counts on, through the job's own launcher, one process
+per node.
+
+    python -m chainermn_torus.tools.elastic_node RUN [--snapshots DIR]
+
+It
+
+* ends every process of this user that belongs to an earlier step of run ``RUN`` (their
+  environment carries ``CHAINERMN_TORUS_ELASTIC_STEP=RUN:...``; a rank the launcher did not
+  reach, a loader process, a stopped watcher);
+* removes what those left in /dev/shm (``devshm.sweep``: files of ours whose process is
+  gone, and MPI's segments no process maps), never the snapshots, and MPICH's topology
+  files in /tmp that their launcher, now gone, wrote (``--since``);
+* with ``--snapshots DIR`` (the run ends for good), removes the run's snapshots too;
+* prints ``READY`` with this node's host name, the processes ended and the files removed.
+
+That it answers at all is the supervisor's liveness test of the node: a node that does not
+within its time is lost. The host name maps the launcher's name for the node to the name
+the watch uses in its lines.
+"""
+import argparse
+import os
+import signal
+import socket
+import sys
+import time
+
+import psutil
+
+from chainermn_torus.extensions.checkpoint import files as checkpoint_files
+from chainermn_torus.extensions.checkpoint.in_memory import GENERATION
+from chainermn_torus.runtime.files import devshm, held
+
+__all__ = ['main', 'READY', 'parse_ready', 'end_step_processes']
+
+READY = 'chainermn_torus elastic node: {host} ready: {ended} process(es) ended, {removed} ' \
+    'file(s) removed'
+_VARIABLE = 'CHAINERMN_TORUS_ELASTIC_STEP'
+
+
+def parse_ready(text):
+    """{host: (ended, removed)} of the READY lines in ``text``."""
+    import re
+    out = {}
+    pattern = re.escape(READY).replace(r'\{host\}', r'(\S+)').replace(
+        r'\{ended\}', r'(\d+)').replace(r'\{removed\}', r'(\d+)')
+    for m in re.finditer(pattern, text):
+        out[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+    return out
+
+
+def _of_run(proc, run):
+    try:
+        value = proc.environ().get(_VARIABLE, '')
+    except (psutil.Error, OSError):
+        return False
+    return value.split(':', 1)[0] == run
+
+
+def end_step_processes(run, seconds=5.0):
+    """SIGKILL every process of this user in run ``run``'s steps (a stopped one too: SIGKILL
+    needs no cooperation); returns how many, once they are gone (at most ``seconds``)."""
+    me, uid = os.getpid(), os.getuid()
+    doomed = []
+    for proc in psutil.process_iter(['uids']):
+        if proc.pid == me or proc.info['uids'] is None or proc.info['uids'].real != uid:
+            continue
+        if _of_run(proc, run):
+            doomed.append(proc)
+    for proc in doomed:
+        try:
+            proc.send_signal(signal.SIGKILL)
+        except psutil.Error:
+            pass
+    psutil.wait_procs(doomed, timeout=seconds)
+    return len(doomed)
+
+
+def remove_dead_topology(since, run):
+    """MPICH's topology files of this user in /tmp written since ``since`` (the old step's
+    start) by a launcher proxy that is gone: one no live ``hydra_pmi_proxy`` of this user
+    started before could have written. Returns how many went."""
+    uid = os.getuid()
+    proxies = []
+    for proc in psutil.process_iter(['name', 'uids', 'create_time', 'status']):
+        # The run's own old proxies are not a live job's (being ended, or zombies).
+        if proc.info['name'] == 'hydra_pmi_proxy' and proc.info['uids'] and \
+                proc.info['uids'].real == uid and proc.info['status'] != psutil.STATUS_ZOMBIE \
+                and not _of_run(proc, run):
+            proxies.append(proc.info['create_time'])
+    directory, prefix = os.path.split(devshm.HYDRA_TOPOLOGY)
+    removed = 0
+    for entry in os.scandir(directory):
+        try:
+            if not entry.name.startswith(prefix):
+                continue
+            st = entry.stat(follow_symlinks=False)
+            if st.st_uid != uid or st.st_mtime < since - 0.05:
+                continue
+            if any(started <= st.st_mtime + 0.05 for started in proxies):
+                continue  # a live launcher may have written it for ranks that still run
+            os.unlink(entry.path)
+            removed += 1
+        except OSError:
+            continue
+    return removed
+
+
+def remove_snapshots(directory):
+    """The run's snapshots in ``directory`` (its generations, then the directory), this
+    user's only; how many generations went."""
+    parent, name = os.path.split(os.path.normpath(directory))
+    try:
+        place = checkpoint_files.hold(directory)
+    except FileNotFoundError:
+        return 0
+    with place:
+        gens = [n for n in checkpoint_files.names(place) if n.startswith(GENERATION[:4])]
+        for g in gens:
+            checkpoint_files.remove_tree(place, g)
+    with held.as_named(parent, 'the snapshots\' directory') as up:
+        checkpoint_files.remove_tree(up, name)
+    return len(gens)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog='python -m chainermn_torus.tools.elastic_node',
+                                description=__doc__.split('\n\n')[0])
+    p.add_argument('run', help="the run's token (RUN of CHAINERMN_TORUS_ELASTIC_STEP)")
+    p.add_argument('--since', type=float, default=None, metavar='TIME',
+                   help="the old step's start (seconds since the epoch): MPICH's topology "
+                        'files its launcher left since then go')
+    p.add_argument('--snapshots', default=None, metavar='DIR',
+                   help="remove the run's snapshots in DIR too (the run has ended)")
+    args = p.parse_args(argv)
+    ended = end_step_processes(args.run)
+    # MPI's own segments too (a step ended in MPI_Init leaves MPICH's): those no process
+    # maps or holds once the run's are gone, and not made in the last half second (one of
+    # another job between its creation and its mapping).
+    removed = devshm.sweep(others=True, min_age=0.5)
+    if args.since is not None:
+        removed += [None] * remove_dead_topology(args.since, args.run)
+    # This process's own launcher proxy wrote a topology file for it (MPICH): not left.
+    devshm.remove_launcher_topology(None, time.time())
+    if args.snapshots:  # the step's pattern: this node's own directory
+        removed += [None] * remove_snapshots(args.snapshots.replace(
+            '{host}', socket.gethostname()))
+    print(READY.format(host=socket.gethostname(), ended=ended, removed=len(removed)),
+          flush=True)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

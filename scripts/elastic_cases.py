@@ -1,0 +1,383 @@
+#!/usr/bin/env python3
+"""A node lost mid-job on the emulated cluster, and the job going on on the nodes left
+(issue 73): ``chainermn-torus elastic`` over 3 nodes x 2 ranks of the MNIST example.
+
+    sudo .venv/bin/python scripts/elastic_cases.py [--cases quick|all|NAME ...]
+        [--timing N] [--json FILE] [--markdown FILE]
+
+First one uninterrupted 6-rank run with a disk checkpoint every ``K`` iterations, all kept:
+the reference. Then each case: the elastic run, whose first step stops on one node at a
+chosen point (tests/mpi_workers/elastic_fault.py) and loses that node there
+(``emulate_cluster.sh fail``: every process killed, the node out of reach; or ``freeze``:
+every process stopped, the node silent). The survivors restore from node memory and train
+to the end. The check: their final parameters equal, bit for bit, those of the reference's
+disk checkpoint of the restored iteration resumed with ``--auto-resume`` on as many ranks;
+nothing of the run is left (no process, nothing in /dev/shm but the lost node's snapshots,
+which are gone with a real node).
+
+Cases ``kill-<first|middle|last>-<allreduce|snapshot|evaluation>``, ``frozen-<node>``
+(SIGSTOP of the node: named by the watch after its limit) and ``second-loss`` (a second node
+killed while the first recovery starts). ``--timing N``: N more losses of a killed node
+(the last node, in the all-reduce), with the recovery's parts, and beside them the same
+loss as today: the job ends, is submitted again on the 2 nodes left and resumes from disk.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EMULATE = os.path.join(ROOT, 'scripts', 'emulate_cluster.sh')
+PY = os.path.join(ROOT, '.venv', 'bin', 'python')
+FAULT = os.path.join(ROOT, 'tests', 'mpi_workers', 'elastic_fault.py')
+EXAMPLE = os.path.join(ROOT, 'examples', 'mnist', 'train_mnist.py')
+NODES, RANKS, K = 3, 2, 10
+WATCHDOG_S = 3
+WHERE = {'first': 0, 'middle': 1, 'last': 2}
+AT = {'allreduce': 25, 'snapshot': 30, 'evaluation': 1}
+QUICK = ['kill-last-allreduce', 'kill-first-snapshot', 'kill-middle-evaluation']
+ALL = ['kill-{}-{}'.format(w, p) for p in AT for w in WHERE] + \
+    ['frozen-middle', 'frozen-first', 'second-loss']
+
+
+def emulate(*args, check=True):
+    return subprocess.run(['bash', EMULATE] + [str(a) for a in args], check=check,
+                          capture_output=True, text=True)
+
+
+def fresh_cluster():
+    emulate('down', check=False)
+    emulate('up', NODES)
+
+
+def train_args(out, extra=()):
+    return [EXAMPLE, '--epoch', '3', '--limit', '12000', '--unit', '100', '--batchsize',
+            '50', '--out', out] + list(extra)
+
+
+def env(**more):
+    e = dict(os.environ, CHAINERMN_TORUS_WATCHDOG=str(WATCHDOG_S), OMP_NUM_THREADS='1')
+    e.update(more)
+    return e
+
+
+def final_params(out):
+    with numpy.load(os.path.join(out, 'model_final.npz'), allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def differ(a, b):
+    if sorted(a) != sorted(b):
+        return 'different arrays'
+    return max(float(numpy.max(numpy.abs(a[k].astype(numpy.float64) - b[k]))) for k in a)
+
+
+def reference_run(work):
+    """The uninterrupted 6-rank run, every checkpoint kept."""
+    fresh_cluster()
+    ckpt = os.path.join(work, 'ref-ckpt')
+    proc = subprocess.run(['bash', EMULATE, 'run', str(RANKS), PY] + train_args(
+        os.path.join(work, 'ref-out'), ['--checkpoint-dir', ckpt, '--checkpoint-interval',
+                                        str(K), '--checkpoint-keep', '100']),
+        capture_output=True, text=True, env=env(), timeout=600)
+    if proc.returncode != 0:
+        raise SystemExit('the reference run failed:\n' + proc.stdout[-2000:] + proc.stderr[-2000:])
+    return ckpt
+
+
+def resumed_reference(work, ckpt, iteration, lost, cache):
+    """The reference's checkpoint ``iteration`` resumed with --auto-resume on the nodes
+    left after ``lost`` (node numbers): its final parameters."""
+    key = (iteration, len(lost))
+    if key in cache:
+        return cache[key]
+    fresh_cluster()
+    for n in lost:
+        emulate('fail', n)
+    copy = tempfile.mkdtemp(prefix='resume-', dir=work)
+    os.chmod(copy, 0o700)
+    for name in os.listdir(ckpt):
+        if re.search(r'_iter_{}[_.]'.format(iteration), name):
+            shutil.copy2(os.path.join(ckpt, name), copy)
+    out = os.path.join(copy, 'out')
+    proc = subprocess.run(['bash', EMULATE, 'run', str(RANKS), PY] + train_args(
+        out, ['--checkpoint-dir', copy, '--checkpoint-interval', str(K), '--auto-resume']),
+        capture_output=True, text=True, env=env(), timeout=600)
+    if proc.returncode != 0 or 'resumed' not in proc.stdout:
+        raise SystemExit('the resumed reference ({}) failed:\n{}{}'.format(
+            key, proc.stdout[-2000:], proc.stderr[-2000:]))
+    cache[key] = final_params(out)
+    return cache[key]
+
+
+def leftovers(lost, shm_before):
+    """What the run left on the machine: processes of an elastic step, new files in
+    /dev/shm (but the lost nodes' snapshots: removed here, as they are gone with a real
+    node)."""
+    import psutil
+    procs = []
+    for p in psutil.process_iter(['pid']):
+        try:
+            if 'CHAINERMN_TORUS_ELASTIC_STEP' in p.environ():
+                procs.append(p.pid)
+        except (psutil.Error, OSError):
+            pass
+    shm = []
+    for n in sorted(set(os.listdir('/dev/shm')) - shm_before):
+        if n.startswith('cmtorus-snapshots-') and any(n.endswith('-node{}'.format(i))
+                                                      for i in lost):
+            shutil.rmtree(os.path.join('/dev/shm', n))
+        else:
+            shm.append(n)
+    return procs, shm
+
+
+def run_case(name, work, ckpt, cache):
+    """One case: the elastic run with its loss, then the check."""
+    fresh_cluster()
+    kind, where, phase = (name.split('-') + [None, None])[:3]
+    if name == 'second-loss':
+        kind, where, phase = 'second', 'last', 'allreduce'
+    phase = phase or 'allreduce'  # a frozen node: stopped in the all-reduce
+    node = WHERE[where]
+    mark = os.path.join(work, name + '.mark')
+    out = os.path.join(work, name + '-out')
+    report = os.path.join(work, name + '.json')
+    for path in (mark, report):
+        if os.path.exists(path):
+            os.remove(path)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp_before = set(glob.glob('/tmp/hydra_hwloc_xmlfile_*'))
+    shm_before = set(os.listdir('/dev/shm'))
+    argv = ['bash', EMULATE, 'elastic', str(RANKS), '--report', report, '--', PY, FAULT,
+            str(node), phase, str(AT[phase]), mark, '--'] + train_args(
+                out, ['--memory-snapshots', str(K), '--restore-from-memory'])
+    log = open(os.path.join(work, name + '.log'), 'w')
+    start = time.time()
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env())
+    while not os.path.exists(mark) and proc.poll() is None and time.time() - start < 300:
+        time.sleep(0.05)
+    lost = [node]
+    emulate('freeze' if kind == 'frozen' else 'fail', node)
+    lost_at = time.time()
+    if kind == 'second':  # the first node, while the first recovery's step restores
+        second = 0
+        while proc.poll() is None and time.time() - start < 300:
+            with open(log.name) as f:
+                if f.read().count('snapshots in node memory are kept in') >= 2:
+                    break
+            time.sleep(0.01)
+        emulate('fail', second)
+        lost.append(second)
+    try:
+        proc.wait(timeout=600)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    log.close()
+    text = open(log.name).read()
+    rep = json.load(open(report)) if os.path.exists(report) else {}
+    procs, shm = leftovers(lost, shm_before)
+    tmp_left = sorted(set(glob.glob('/tmp/hydra_hwloc_xmlfile_*')) - tmp_before)
+    emulate('down', check=False)  # a frozen node's processes go with it
+    result = {'case': name, 'exit_code': proc.returncode, 'lost_nodes': lost,
+              'recoveries': rep.get('recoveries', []), 'lost': rep.get('lost'),
+              'processes_left': procs, 'shm_left': shm, 'tmp_left': tmp_left,
+              'tail': text[-1500:]}
+    recs = rep.get('recoveries', [])
+    restored = [r for r in recs if r.get('iteration') is not None]
+    if proc.returncode != 0 or not restored or not os.path.exists(
+            os.path.join(out, 'model_final.npz')):
+        result['ok'] = False
+        return result
+    last = restored[-1]
+    result['iteration'] = last['iteration']
+    result['seconds_to_first_step'] = last['first_step'] - lost_at if last.get('first_step') \
+        else None
+    result['parts'] = parts(last, lost_at) if kind != 'second' else None
+    ref = resumed_reference(work, ckpt, last['iteration'], lost, cache)
+    result['max_abs_difference'] = differ(final_params(out), ref)
+    result['ok'] = result['max_abs_difference'] == 0.0 and not procs and not shm and \
+        not tmp_left
+    return result
+
+
+def parts(rec, lost_at):
+    """The recovery split: detection (loss to the step's end), teardown (the nodes asked,
+    what the old step left ended), relaunch (the new step's start to its snapshot
+    extension: Python, Chainer, MPI, the data), restore, the first step."""
+    def span(a, b):
+        return None if rec.get(a) is None or rec.get(b) is None else rec[b] - rec[a]
+    out = {'detection': rec['ended'] - lost_at, 'teardown': span('ended', 'probed'),
+           'relaunch': span('launched', 'keeping'), 'restore': span('keeping', 'restored'),
+           'first_step': span('restored', 'first_step')}
+    return out
+
+
+def resubmission(work):
+    """Today's path: the job loses the last node in the all-reduce and ends; the same
+    command is submitted again on the 2 nodes left and resumes from its disk checkpoint.
+    Seconds from the loss to the end of the job, and from the new job's start to its first
+    step (the queue's wait is not in it)."""
+    fresh_cluster()
+    ckpt = tempfile.mkdtemp(prefix='resubmit-', dir=work)
+    os.chmod(ckpt, 0o700)
+    mark = os.path.join(ckpt, 'mark')
+    out = os.path.join(ckpt, 'out')
+    args = train_args(out, ['--checkpoint-dir', ckpt, '--checkpoint-interval', str(K),
+                            '--auto-resume'])
+    e = env(CHAINERMN_TORUS_ELASTIC_STEP='00000000:0')  # step 0: the fault arms
+    proc = subprocess.Popen(['bash', EMULATE, 'run', str(RANKS), PY, FAULT, '2', 'allreduce',
+                             str(AT['allreduce']), mark, '--'] + args,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=e)
+    start = time.time()
+    while not os.path.exists(mark) and proc.poll() is None and time.time() - start < 300:
+        time.sleep(0.05)
+    emulate('fail', 2)
+    lost_at = time.time()
+    proc.communicate(timeout=600)
+    ended = time.time()
+    again = time.time()
+    second = subprocess.run(['bash', EMULATE, 'run', str(RANKS), PY] + args,
+                            capture_output=True, text=True, timeout=600,
+                            env=env(CHAINERMN_TORUS_ELASTIC_STEP='00000000:1'))
+    m = re.search(r'first step after the restore is done \(iteration \d+\) at ([0-9.]+)',
+                  second.stdout)
+    emulate('down', check=False)
+    return {'job_end': ended - lost_at,
+            'restart_to_first_step': float(m.group(1)) - again if m else None,
+            'exit_code': second.returncode}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('--cases', nargs='*', default=['quick'])
+    p.add_argument('--timing', type=int, default=0, metavar='N')
+    p.add_argument('--json', default=None)
+    p.add_argument('--markdown', default=None)
+    p.add_argument('--work', default=None, help='keep the runs here (default: a temporary '
+                                                'directory, removed)')
+    args = p.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit('elastic_cases: needs root (the emulated cluster)')
+    names = []
+    for c in args.cases:
+        names += QUICK if c == 'quick' else ALL if c == 'all' else [c]
+    work = args.work or tempfile.mkdtemp(prefix='elastic-cases-')
+    os.makedirs(work, exist_ok=True)
+    os.chmod(work, 0o700)
+    results, cache = [], {}
+    try:
+        ckpt = reference_run(work)
+        for name in names:
+            r = run_case(name, work, ckpt, cache)
+            results.append(r)
+            print('{:26s} ok={} restored at {} max abs diff {} to first step {}'.format(
+                name, r['ok'], r.get('iteration'), r.get('max_abs_difference'),
+                _s(r.get('seconds_to_first_step'))), flush=True)
+        timing = []
+        for i in range(args.timing):
+            r = run_case('kill-last-allreduce', work, ckpt, cache)
+            r['case'] = 'timing-{}'.format(i)
+            timing.append(r)
+            print('timing {:2d} ok={} to first step {} parts {}'.format(
+                i, r['ok'], _s(r.get('seconds_to_first_step')),
+                {k: _s(v) for k, v in (r.get('parts') or {}).items()}), flush=True)
+        today = [resubmission(work) for _ in range(3 if args.timing else 0)]
+    finally:
+        emulate('down', check=False)
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+    summary = summarize(timing, today)
+    data = {'machine': machine(), 'nodes': NODES, 'ranks_per_node': RANKS, 'snapshot_every': K,
+            'watchdog_s': WATCHDOG_S, 'cases': results, 'timing': timing, 'today': today,
+            'summary': summary}
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump(data, f, indent=1)
+    if args.markdown:
+        with open(args.markdown, 'w') as f:
+            f.write(markdown(data))
+    print(json.dumps(summary, indent=1))
+    return 0 if all(r['ok'] for r in results + timing) else 1
+
+
+def _s(v):
+    return None if v is None else round(v, 2)
+
+
+def summarize(timing, today):
+    if not timing:
+        return {}
+    ok = [r for r in timing if r.get('seconds_to_first_step') is not None]
+    total = [r['seconds_to_first_step'] for r in ok]
+    out = {'losses': len(timing), 'recovered': len(ok),
+           'median_s': statistics.median(total) if total else None,
+           'max_s': max(total) if total else None, 'parts_median_s': {}}
+    for part in ('detection', 'teardown', 'relaunch', 'restore', 'first_step'):
+        vals = [r['parts'][part] for r in ok if r['parts'].get(part) is not None]
+        out['parts_median_s'][part] = statistics.median(vals) if vals else None
+    if today:
+        t = [d['job_end'] + d['restart_to_first_step'] for d in today
+             if d['restart_to_first_step'] is not None]
+        out['today_median_s'] = statistics.median(t) if t else None
+        out['today_parts_median_s'] = {
+            'job_end': statistics.median(d['job_end'] for d in today),
+            'restart_to_first_step': statistics.median(
+                d['restart_to_first_step'] for d in today if d['restart_to_first_step'])}
+    return out
+
+
+def machine():
+    import platform
+    cpu = ''
+    try:
+        cpu = next(line.split(':', 1)[1].strip() for line in open('/proc/cpuinfo')
+                   if line.startswith('model name'))
+    except (OSError, StopIteration):
+        pass
+    return '{} cores, {}, {}'.format(os.cpu_count(), cpu, platform.platform())
+
+
+def markdown(data):
+    lines = ['# A node lost mid-job: the elastic run\'s cases', '',
+             'Machine: {}. `scripts/elastic_cases.py`: {} nodes x {} ranks (MNIST), snapshots '
+             'in node memory every {} iterations, watchdog {} s.'.format(
+                 data['machine'], data['nodes'], data['ranks_per_node'],
+                 data['snapshot_every'], data['watchdog_s']), '',
+             '| case | recovered | restored at | max abs difference | loss to first step (s) '
+             '| left behind |', '|---|---|--:|--:|--:|---|']
+    for r in data['cases'] + data['timing']:
+        left = r['processes_left'] + r['shm_left'] + r['tmp_left']
+        lines.append('| {} | {} | {} | {} | {} | {} |'.format(
+            r['case'], 'yes' if r['ok'] else 'NO', r.get('iteration', '-'),
+            r.get('max_abs_difference', '-'), _s(r.get('seconds_to_first_step')) or '-',
+            ', '.join(map(str, left)) or 'nothing'))
+    s = data['summary']
+    if s:
+        lines += ['', 'Over {} losses of a killed node: median {:.2f} s, max {:.2f} s from the '
+                  'loss to the first step on the survivors; parts (medians): {}.'.format(
+                      s['losses'], s['median_s'], s['max_s'], ', '.join(
+                          '{} {:.2f} s'.format(k, v) for k, v in s['parts_median_s'].items()
+                          if v is not None))]
+        if s.get('today_median_s') is not None:
+            lines.append('The same loss today (the job ends, the same command again on 2 '
+                         'nodes, resumed from disk; no queue wait counted): median {:.2f} s '
+                         '({:.2f} s to the end of the job, {:.2f} s from the new start to '
+                         'its first step).'.format(
+                             s['today_median_s'], s['today_parts_median_s']['job_end'],
+                             s['today_parts_median_s']['restart_to_first_step']))
+    return '\n'.join(lines) + '\n'
+
+
+if __name__ == '__main__':
+    sys.exit(main())
