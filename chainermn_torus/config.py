@@ -221,6 +221,11 @@ SETTINGS = collections.OrderedDict([
                              "launcher, --data-parallel: the script's batch size is the global "
                              'one, divided among the ranks (default: per rank, as ChainerMN)',
                              launcher='script')),
+    ('memory_snapshots', Setting('CHAINERMN_TORUS_MEMORY_SNAPSHOTS', 'count', None,
+                                 "launcher: keep a snapshot of the script's Trainer in node "
+                                 'memory every N iterations and start from the newest one '
+                                 'every rank holds complete: what `chainermn-torus elastic` '
+                                 'goes on from after a lost node', launcher='script')),
     ('elastic_step', Setting('CHAINERMN_TORUS_ELASTIC_STEP', 'elastic_step', None,
                              'set by `chainermn-torus elastic` in each MPI step it starts '
                              '(RUN:STEP): the run whose snapshots in node memory the step '

@@ -60,6 +60,7 @@ BAD = {
     'trust_gpu_to_cpu_paths': ('maybe', {}, []),
     'trust_out_dir': ('maybe', {}, []),
     'elastic_step': ('run:1', {}, []),
+    'memory_snapshots': ('0', {}, []),
     'type_check': ('sometimes', {}, []),
     'keep_freed_memory': ('maybe', {}, []),
     'data_parallel': ('maybe', {}, []),

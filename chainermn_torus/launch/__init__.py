@@ -16,6 +16,10 @@ iterators itself. The launcher changes what those calls return, never the script
   is pinned and its BLAS threads sized). The evaluation iterators are left alone unless
   ``--loader-eval`` asks: then every ``Evaluator``'s iterators are rebuilt the same way, their
   loader processes on the same loader CPUs (evaluation and training take turns);
+* ``--memory-snapshots K`` adds a snapshot in node memory every K iterations to the
+  script's Trainer and restores from it where every rank holds one: a step that
+  ``chainermn-torus elastic`` starts after a lost node goes on from there; a custom loop is
+  refused at its first update;
 * ``--tune on`` makes ``auto`` measure its best candidates on the first gradient calls
   (``--tune-dir``: where the choice is kept); ``--timeline PREFIX`` records the phases;
 * ``--gpu-to-cpu`` runs a script written for GPUs on each rank's CPU (``gpu_to_cpu``); without
@@ -62,6 +66,7 @@ class Launch(object):
         self.threads = getattr(opts, 'threads', None)
         self.placement = None      # the loader placement, made once for every loader
         self.updaters = 0          # StandardUpdaters the script made
+        self.trainer_runs = 0      # Trainer.run calls (--memory-snapshots)
         self.communicator = None   # the last communicator the factory made
         self.script = opts.script
         self.gpu = None            # gpu_to_cpu.Said: what the script's GPU calls became
@@ -127,6 +132,8 @@ class Launch(object):
             hooks.patch_updater(self)
         if self.get('data_parallel') or self.get('loader_eval'):
             hooks.patch_trainer(self)
+        if self.get('memory_snapshots'):
+            hooks.patch_trainer_run(self)
         if self.get('data_parallel'):
             hooks.patch_plain_update(self)
             hooks.patch_save(self)
@@ -183,6 +190,11 @@ class Launch(object):
 
     def check_update(self):
         """Called by the multi-node optimizer at its first update."""
+        if self.get('memory_snapshots') and not self.trainer_runs:
+            self.stop('--memory-snapshots {}: this script trains without a chainer.training '
+                      'Trainer (a custom loop called update() itself), so there is no trainer '
+                      'to snapshot; remove --memory-snapshots, or train with a Trainer'.format(
+                          self.get('memory_snapshots')))
         if self.get('loader') is not None and not self.updaters:
             self.stop('--loader {}: this script trains without a chainer.training updater (a '
                       'custom loop called update() itself), so there is no training iterator '

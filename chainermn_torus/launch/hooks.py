@@ -1,4 +1,4 @@
-"""The three places the launcher hooks into Chainer, each wrapping the original:
+"""The places the launcher hooks into Chainer, each wrapping the original:
 
 * ``StandardUpdater.__init__``: counts updaters, and hands each to ``--data-parallel``
   (``sharding``) and ``--loader`` (``loaders``);
@@ -6,6 +6,9 @@
 * ``GradientMethod.update``, until a StandardUpdater is built: a plain optimizer's update()
   means a custom loop the launcher cannot parallelise; stop instead of training P copies
   apart;
+* ``Trainer.run`` under --memory-snapshots: the snapshot in node memory added to the
+  script's trainer, and restored from where every rank holds one (a supervisor's step after
+  a lost node), before the script's training starts;
 * ``chainer.serializers.save_npz`` under --data-parallel: rank 0 writes, the others skip (the
   script's own ``save_npz(path, model)`` at its end ran on every rank, all writing one file
   at once: a corrupt archive, seen in a 2-rank run).
@@ -15,12 +18,16 @@ from chainer import optimizer as optimizer_module
 from chainer import training
 from chainer.training.updaters import standard_updater
 
+from chainermn_torus.extensions.checkpoint import in_memory
+from chainermn_torus.extensions.checkpoint.files import CheckpointError
 from chainermn_torus.launch import loaders, sharding
 from chainermn_torus.launch.extensions import Extend
 from chainermn_torus.launch.lines import say
+from chainermn_torus.runtime import report
 from chainermn_torus.runtime.chainer_glue import chainer_private, patches
 
-__all__ = ['patch_updater', 'patch_trainer', 'patch_plain_update', 'patch_save']
+__all__ = ['patch_updater', 'patch_trainer', 'patch_plain_update', 'patch_save',
+           'patch_trainer_run']
 
 
 def patch_updater(launch):
@@ -85,3 +92,26 @@ def patch_save(launch):
     save_npz.__wrapped__ = original
     patches.apply(chainer.serializers, 'save_npz', save_npz, 'launcher',
                   "--data-parallel: one writer for the script's own save_npz")
+
+
+def patch_trainer_run(launch):
+    original = training.Trainer.run
+
+    def run(trainer, *args, **kwargs):
+        launch.trainer_runs += 1
+        if not getattr(trainer, '_chainermn_torus_memory', False):
+            trainer._chainermn_torus_memory = True
+            comm = launch.comm()
+            snapshot = in_memory.MemorySnapshot(comm, in_memory.default_directory(),
+                                                own_directory=True)
+            trainer.extend(snapshot, trigger=(launch.get('memory_snapshots'), 'iteration'))
+            try:
+                snapshot.restore(trainer, missing_ok=True)
+            except CheckpointError as e:  # alike on every rank (restore is collective)
+                report.stop(str(e), comm.rank)
+        return original(trainer, *args, **kwargs)
+
+    run.__wrapped__ = original
+    patches.apply(training.Trainer, 'run', run, 'launcher',
+                  "--memory-snapshots: the script's Trainer keeps snapshots in node memory "
+                  'and starts from them')

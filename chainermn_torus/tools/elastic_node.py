@@ -21,6 +21,7 @@ the watch uses in its lines.
 """
 import argparse
 import os
+import re
 import signal
 import socket
 import sys
@@ -41,7 +42,6 @@ _VARIABLE = 'CHAINERMN_TORUS_ELASTIC_STEP'
 
 def parse_ready(text):
     """{host: (ended, removed)} of the READY lines in ``text``."""
-    import re
     out = {}
     pattern = re.escape(READY).replace(r'\{host\}', r'(\S+)').replace(
         r'\{ended\}', r'(\d+)').replace(r'\{removed\}', r'(\d+)')

@@ -1,14 +1,11 @@
 """The examples' command-line options for checkpoints, and attaching a checkpointer as
 they say (collective)."""
-import os
-
-from chainermn_torus.extensions.checkpoint import elastic_lines, rules
+from chainermn_torus.extensions.checkpoint import elastic_lines, in_memory, rules
 from chainermn_torus.extensions.checkpoint.extension import MultiNodeCheckpointer
 from chainermn_torus.extensions.checkpoint.in_memory import MemorySnapshot
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
 from chainermn_torus.extensions import outputs
 from chainermn_torus.runtime import report
-from chainermn_torus.runtime.files import devshm
 
 __all__ = ['add_arguments', 'check_arguments', 'attach', 'check_output']
 
@@ -35,10 +32,13 @@ def add_arguments(parser):
     parser.add_argument('--trust-out-dir', action='store_true', default=None,
                         help='write results where another user owns or may write a '
                              'component of --out (refused by default)')
-    parser.add_argument('--memory-snapshots', type=int, default=None, metavar='ITERATIONS',
+    parser.add_argument('--memory-snapshots', type=int, nargs='?', const=in_memory.DEFAULT_K,
+                        default=None, metavar='ITERATIONS',
                         help='keep a snapshot of the trainer in node memory every this many '
-                             'iterations (--memory-dir), for the survivors of a lost node '
-                             '(chainermn_torus.extensions.checkpoint.in_memory)')
+                             'iterations (--memory-dir; default {}: measured at most 2%% of '
+                             'the steps, docs/cluster.md), for the survivors of a lost node '
+                             '(chainermn_torus.extensions.checkpoint.in_memory)'.format(
+                                 in_memory.DEFAULT_K))
     parser.add_argument('--memory-dir', default=None, metavar='DIR',
                         help='where each node keeps its snapshots; {host} in it is the '
                              "node's host name (default: /dev/shm/cmtorus-snapshots-<uid>-"
@@ -70,14 +70,8 @@ def check_arguments(parser, args):
 
 
 def memory_dir(args):
-    """--memory-dir, or the node-local default: one per user, batch job, supervisor's run
-    and host (``{host}``, MemorySnapshot fills it in), so that the steps a supervisor starts
-    after a loss find the snapshots of the step before, and no other run's."""
-    if args.memory_dir:
-        return args.memory_dir
-    elastic = elastic_lines.step()  # a supervisor's run: its own, so no other run's is read
-    return os.path.join(devshm.SHM_DIR, 'cmtorus-snapshots-{}-{}{}-{{host}}'.format(
-        os.getuid(), devshm.job_tag(), '' if elastic is None else '-' + elastic[0]))
+    """--memory-dir, or the node-local default (``in_memory.default_directory``)."""
+    return args.memory_dir or in_memory.default_directory()
 
 
 def attach(comm, trainer, args, lr_rule=None):

@@ -44,13 +44,28 @@ from chainermn_torus.extensions.checkpoint.files import CheckpointError
 from chainermn_torus.runtime import agree, report
 from chainermn_torus.runtime.files import devshm, held
 
-__all__ = ['MemorySnapshot', 'GENERATION', 'REPLICA', 'split', 'manifest_problem']
+__all__ = ['MemorySnapshot', 'GENERATION', 'REPLICA', 'DEFAULT_K', 'default_directory',
+           'split', 'manifest_problem']
 
 GENERATION = 'gen_{}'
 REPLICA = 'replica.npz'
 MANIFEST = 'manifest.json'
 _RANK = 'rank{}.npz'
 _FORMAT = 1
+# Snapshots every this many iterations where a job asks for them without a count: one took
+# 64.5 ms against a step of 47.9 ms (MNIST, 2 ranks): 1.3% at K = 100
+# (docs/measurements/elastic/).
+DEFAULT_K = 100
+
+
+def default_directory():
+    """Where each node keeps its snapshots unless told: one folder per user, batch job,
+    supervisor's run and host (``{host}``, filled in by MemorySnapshot), so that the steps a
+    supervisor starts after a loss find the snapshots of the step before, and no other
+    run's."""
+    elastic = elastic_lines.step()
+    return os.path.join(devshm.SHM_DIR, 'cmtorus-snapshots-{}-{}{}-{{host}}'.format(
+        os.getuid(), devshm.job_tag(), '' if elastic is None else '-' + elastic[0]))
 
 
 def split(state):

@@ -1,0 +1,119 @@
+"""``chainermn-torus elastic`` (tools.elastic, issue 73) on this machine as one node: the
+launcher's command lines, the nodes' answers, a job that ends well, and the failures that
+are the script's own (every node answers: the job ends with the script's exit code, no
+second step). The losses themselves need the emulated cluster: test_elastic_cluster.py."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
+from chainermn_torus.tools import allocation, elastic, elastic_node
+from conftest import ROOT, job_env, mpiexec_path
+
+EXAMPLE = os.path.join(ROOT, 'examples', 'mnist', 'train_mnist.py')
+needs_data = pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
+                                reason='Debian package dataset-fashion-mnist is not installed '
+                                       '(make setup installs it)')
+
+
+def test_each_launcher_starts_the_step_on_the_nodes_left():
+    nodes = allocation.parse_hosts('n0:2,n2:2')
+    hydra = elastic.Launcher('hydra', 'mpiexec', ['-genv', 'A', 'b'])
+    assert hydra.command(nodes, ['python', 's.py']) == [
+        'mpiexec', '-genv', 'A', 'b', '-hosts', 'n0:2,n2:2', '-n', '4', 'python', 's.py']
+    ompi = elastic.Launcher('openmpi', 'mpirun').command(nodes, ['x'])
+    assert ompi[:4] == ['mpirun', '--host', 'n0:2,n2:2', '-np'] and ompi[4] == '4' and \
+        ompi[5:7] == ['-x', 'CHAINERMN_TORUS_ELASTIC_STEP']
+    srun = elastic.Launcher('srun', 'srun').command(nodes, ['x'])
+    assert '--nodelist=n0,n2' in srun and '--ntasks=4' in srun and '--nodes=2' in srun
+
+
+def test_a_node_answers_with_its_host_name():
+    text = 'noise ' + elastic_node.READY.format(host='node7', ended=2, removed=5) + '\n'
+    assert elastic_node.parse_ready(text) == {'node7': (2, 5)}
+    assert elastic_node.parse_ready('ssh: connect to host n1: No route to host') == {}
+
+
+def _elastic(tmp_path, command, extra=(), timeout=240, env=None):
+    env = job_env(2, env)
+    env['CHAINERMN_TORUS_MPIEXEC'] = env.get('CHAINERMN_TORUS_MPIEXEC') or mpiexec_path()
+    return subprocess.run([sys.executable, '-m', 'chainermn_torus.tools.cli', 'elastic',
+                           '--hosts', 'localhost:2', '--probe-timeout', '60'] + list(extra) +
+                          ['--report', str(tmp_path / 'report.json'), '--'] + command,
+                          capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+@pytest.mark.example
+@needs_data
+def test_a_job_that_ends_well_ends_with_its_code_and_leaves_no_snapshot(tmp_path):
+    before = set(os.listdir('/dev/shm'))
+    proc = _elastic(tmp_path, [sys.executable, EXAMPLE, '--epoch', '1', '--limit', '1200',
+                               '--unit', '20', '--out', str(tmp_path / 'out'),
+                               '--memory-snapshots', '3', '--restore-from-memory'])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert 'chainermn_torus elastic: training is complete at iteration 6' in proc.stdout
+    assert 'step 1 on' not in proc.stdout
+    left = [n for n in set(os.listdir('/dev/shm')) - before if n.startswith('cmtorus')]
+    assert left == [], left
+
+
+@pytest.mark.mpi
+def test_a_failure_with_every_node_answering_is_the_scripts_own(tmp_path):
+    script = tmp_path / 'fails.py'
+    script.write_text('import sys\nsys.exit(3)\n')
+    proc = _elastic(tmp_path, [sys.executable, str(script)])
+    assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
+    # No snapshot was ever kept: nothing to go on from, said in one line.
+    assert 'without keeping snapshots in node memory (--memory-snapshots K): there is ' \
+        'nothing to go on from; the job ends' in proc.stdout, proc.stdout
+    assert 'step 1 on' not in proc.stdout
+
+
+def test_bad_requests_are_refused_in_one_line(tmp_path):
+    def run(*args):
+        return subprocess.run([sys.executable, '-m', 'chainermn_torus.tools.cli', 'elastic']
+                              + list(args), capture_output=True, text=True, timeout=60,
+                              cwd=ROOT)
+    proc = run('--hosts', 'a:2')
+    assert proc.returncode == 2 and 'no command: give -- python script.py' in proc.stderr
+    proc = run('--hosts', 'a:0', '--', 'true')
+    assert proc.returncode == 2 and "'a:0' is not host[:ranks]" in proc.stderr
+    proc = run('--hosts', 'a:2', '--min-nodes', '0', '--', 'true')
+    assert proc.returncode == 2 and '--min-nodes' in proc.stderr
+
+
+UNCHANGED = os.path.join(ROOT, 'tests', 'unchanged')
+
+
+@pytest.mark.example
+@needs_data
+def test_an_unchanged_chainermn_script_keeps_snapshots_under_the_launcher(tmp_path,
+                                                                        dataset_root):
+    """ChainerMN's own MNIST example under ``chainermn-torus run --memory-snapshots``: the
+    launcher adds the snapshot to its Trainer; the run ends well, its snapshots removed."""
+    before = set(os.listdir('/dev/shm'))
+    proc = _elastic(tmp_path, [sys.executable, '-m', 'chainermn_torus.run',
+                               '--memory-snapshots', '3',
+                               os.path.join(UNCHANGED, 'chainermn_mnist.py'), '--epoch', '1',
+                               '--limit', '1200', '--unit', '20', '--out',
+                               str(tmp_path / 'out')],
+                    env={'CHAINER_DATASET_ROOT': dataset_root})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert 'snapshots in node memory are kept in' in proc.stdout
+    assert 'no snapshot in node memory' in proc.stdout  # the first step: none yet
+    assert 'training is complete at iteration' in proc.stdout
+    left = [n for n in set(os.listdir('/dev/shm')) - before if n.startswith('cmtorus')]
+    assert left == [], left
+
+
+@pytest.mark.slow
+def test_memory_snapshots_refuse_a_custom_loop_said_once(dataset_root):
+    from conftest import run_mpi
+    proc = run_mpi(2, ['-m', 'chainermn_torus.run', '--memory-snapshots', '5',
+                       os.path.join(UNCHANGED, 'custom_loop.py')], timeout=240,
+                   env={'CHAINER_DATASET_ROOT': dataset_root})
+    assert proc.returncode != 0 and 'OK rank' not in proc.stdout
+    assert proc.stderr.count('--memory-snapshots 5: this script trains without a '
+                             'chainer.training Trainer') == 1, proc.stderr[-2000:]
