@@ -3,6 +3,7 @@ elastic`` run the ranks of emulated node ``node<N>`` stop at one chosen point an
 lost (scripts/elastic_cases.py kills or freezes the node once the mark is written):
 
     elastic_fault.py N PHASE AT MARK -- script.py ARGS...
+    elastic_fault.py N PHASE AT MARK -- -m chainermn_torus.run OPTIONS script.py ARGS...
 
 PHASE:
 * ``allreduce``: at the AT-th gradient all-reduce, on entering it, while the other nodes'
@@ -82,8 +83,12 @@ def main():
     where = elastic_lines.step()
     if where is not None and where[1] == 0 and socket.gethostname() == 'node' + node:
         arm(phase, at, mark)
-    sys.argv = rest
-    runpy.run_path(rest[0], run_name='__main__')
+    if rest[0] == '-m':  # a module: the launcher (python -m chainermn_torus.run ...)
+        sys.argv = rest[1:]
+        runpy.run_module(rest[1], run_name='__main__', alter_sys=True)
+    else:
+        sys.argv = rest
+        runpy.run_path(rest[0], run_name='__main__')
 
 
 if __name__ == '__main__':
