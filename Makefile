@@ -124,12 +124,14 @@ chaos: setup
 # A node lost mid-job and the job going on on the nodes left (root: the emulated cluster;
 # docs/cluster.md, "When a node is lost"): every node killed in the all-reduce, a snapshot's
 # write and the evaluation, two frozen nodes, a second loss during recovery, each checked
-# bit for bit against a disk resume; then 10 timed losses beside today's resubmission
-# (about 25 minutes on 2 cores).
+# bit for bit against a disk resume; then 10 timed losses beside today's resubmission; then
+# the same job through the real Slurm (sbatch, --elastic) (about 15 minutes on 2 cores).
 test-elastic: setup
 	mkdir -p results/elastic
 	$(PY) scripts/elastic_cases.py --cases all --timing 10 --json results/elastic/cases.json \
 	    --markdown results/elastic/cases.md
+	bash scripts/slurm_cluster.sh install
+	$(PY) scripts/elastic_cases.py --cases slurm --json results/elastic/slurm.json
 
 clean:
 	rm -rf results .pytest_cache

@@ -21,7 +21,9 @@ Cases ``kill-<first|middle|last>-<allreduce|snapshot|evaluation>``, ``frozen-<no
 (SIGSTOP of the node: named by the watch after its limit), ``second-loss`` (a second node
 killed while the first recovery restores) and ``unchanged-last-evaluation`` (ChainerMN's own
 MNIST script under ``chainermn_torus.run --memory-snapshots``: it recovers and trains to the
-end; it keeps no disk checkpoint to compare with). ``--timing N``: N more losses of a killed node
+end; it keeps no disk checkpoint to compare with). ``slurm``: the job through the real Slurm
+(``jobscript --system slurm --elastic``, sbatch; the node lost and set DOWN), which must stay
+RUNNING, start its next step on the 2 nodes left and end COMPLETED, bit for bit. ``--timing N``: N more losses of a killed node
 (the last node, in the all-reduce), with the recovery's parts, and beside them the same
 loss as today: the job ends, is submitted again on the 2 nodes left and resumes from disk.
 """
@@ -41,6 +43,7 @@ import numpy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMULATE = os.path.join(ROOT, 'scripts', 'emulate_cluster.sh')
+SLURM = os.path.join(ROOT, 'scripts', 'slurm_cluster.sh')
 PY = os.path.join(ROOT, '.venv', 'bin', 'python')
 FAULT = os.path.join(ROOT, 'tests', 'mpi_workers', 'elastic_fault.py')
 EXAMPLE = os.path.join(ROOT, 'examples', 'mnist', 'train_mnist.py')
@@ -246,6 +249,67 @@ def run_case(name, work, ckpt, cache):
     return result
 
 
+def slurm_case(work, ckpt, cache):
+    """The same 3 x 2 job through the real Slurm (scripts/slurm_cluster.sh): the script
+    ``chainermn-torus jobscript --system slurm --elastic`` writes, submitted with sbatch;
+    node 2 lost in the all-reduce (every process killed, then set DOWN, as slurmctld does
+    after SlurmdTimeout). The job must stay RUNNING, go on on the 2 nodes left and end
+    COMPLETED, bit for bit as the disk resume."""
+    emulate('down', check=False)
+    subprocess.run(['bash', SLURM, 'up', str(NODES)], check=True, capture_output=True)
+    conf = {'SLURM_CONF': '/run/chainermn-torus-slurm/slurm.conf', 'UCX_TLS': 'tcp,self'}
+    e = env(**conf)
+    mark, out = os.path.join(work, 'slurm.mark'), os.path.join(work, 'slurm-out')
+    job, log = os.path.join(work, 'slurm-job.sh'), os.path.join(work, 'slurm.log')
+    subprocess.run([PY, '-m', 'chainermn_torus.tools.cli', 'jobscript', '--system', 'slurm',
+                    '--nodes', str(NODES), '--ranks-per-node', str(RANKS), '--hours', '0.1',
+                    '--venv', os.path.join(ROOT, '.venv'), '--elastic', '--output', job, '--',
+                    'python', FAULT, '2', 'allreduce', str(AT['allreduce']), mark, '--'] +
+                   train_args(out, ['--memory-snapshots', str(K), '--restore-from-memory']),
+                   check=True, capture_output=True, env=e, cwd=ROOT)
+    shm_before = set(os.listdir('/dev/shm'))
+    jid = subprocess.run(['sbatch', '--parsable', '-o', log, job], check=True, env=e, cwd=ROOT,
+                         capture_output=True, text=True).stdout.strip().split(';')[0]
+    start, states, lost_at = time.time(), [], None
+    while time.time() - start < 600:
+        info = subprocess.run(['scontrol', '-o', 'show', 'job', jid], env=e,
+                              capture_output=True, text=True).stdout
+        state = (re.findall(r'JobState=(\S+)', info) or ['?'])[0]
+        if not states or states[-1][1] != state:
+            states.append((round(time.time() - start, 1), state))
+        if lost_at is None and os.path.exists(mark):
+            emulate('fail', 2)
+            subprocess.run(['scontrol', 'update', 'NodeName=node2', 'State=DOWN',
+                            'Reason=lost (scripts/elastic_cases.py)'], env=e, check=True)
+            lost_at = time.time()
+            states.append((round(lost_at - start, 1), 'node2 lost, set DOWN'))
+        if state in ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT', 'NODE_FAIL'):
+            break
+        time.sleep(0.2)
+    text = open(log).read() if os.path.exists(log) else ''
+    procs, shm = leftovers([2], shm_before)
+    subprocess.run(['bash', SLURM, 'down'], capture_output=True)
+    restored = re.search(r'resumed from node memory \(\S+\) at iteration (\d+)', text)
+    first = re.search(r'first step after the restore is done \(iteration \d+\) at ([0-9.]+)',
+                      text)
+    result = {'case': 'slurm-kill-last-allreduce', 'states': states, 'processes_left': procs,
+              'shm_left': shm, 'tmp_left': [], 'tail': text[-1500:],
+              'step_on_two_nodes': 'step 1 on node0, node1 (4 ranks)' in text,
+              'iteration': int(restored.group(1)) if restored else None,
+              'seconds_to_first_step': float(first.group(1)) - lost_at
+              if first and lost_at else None}
+    final = [st for _, st in states if st not in ('node2 lost, set DOWN',)]
+    result['stayed_running'] = final[-2:] == ['RUNNING', 'COMPLETED']
+    if result['iteration'] is None or not os.path.exists(os.path.join(out, 'model_final.npz')):
+        result['ok'] = False
+        return result
+    ref = resumed_reference(work, ckpt, result['iteration'], [2], cache)
+    result['max_abs_difference'] = differ(final_params(out), ref)
+    result['ok'] = result['max_abs_difference'] == 0.0 and result['stayed_running'] and \
+        result['step_on_two_nodes'] and not procs and not shm
+    return result
+
+
 def parts(rec, lost_at):
     """The recovery split: detection (loss to the step's end), teardown (the nodes asked,
     what the old step left ended), relaunch (the new step's start to its snapshot
@@ -322,7 +386,8 @@ def main():
     try:
         ckpt = reference_run(work)
         for name in names:
-            r = run_case(name, work, ckpt, cache)
+            r = slurm_case(work, ckpt, cache) if name == 'slurm' else \
+                run_case(name, work, ckpt, cache)
             results.append(r)
             print('{:26s} ok={} restored at {} max abs diff {} to first step {}'.format(
                 name, r['ok'], r.get('iteration'), r.get('max_abs_difference'),

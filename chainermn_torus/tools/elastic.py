@@ -162,6 +162,8 @@ class Supervisor(object):
     def run_step(self, step, number):
         env = dict(os.environ)
         env[_VARIABLE] = '{}:{}'.format(self.run_id, number)
+        # The ranks MPI must start this time (a job script's count was the whole allocation's)
+        env[config.SETTINGS['expect_ranks'].env] = str(step.ranks)
         argv = self.launcher.command(step.nodes, self.command)
         seen = {'complete': None, 'keeping': None, 'restored': None, 'first_step': None,
                 'silent': set(), 'verdict_at': None}

@@ -77,6 +77,13 @@ def build_parser():
     p.add_argument('--watchdog', type=float, default=900, metavar='SECONDS',
                    help='abort the job when no training step finishes for this long '
                         '(default %(default)s; 0: off; chainermn_torus.runtime.watch.watchdog)')
+    p.add_argument('--elastic', action='store_true',
+                   help='slurm: the job goes on on the nodes left when one is lost '
+                        '(sbatch --no-kill, chainermn-torus elastic starts each step; the '
+                        'script keeps snapshots in node memory: docs/cluster.md, "When a node '
+                        'is lost")')
+    p.add_argument('--min-nodes', type=int, default=1, metavar='N',
+                   help='with --elastic: end the job where fewer nodes are left (default 1)')
     p.add_argument('--workdir', default=None,
                    help='local: directory the job runs in (default: the current one)')
     p.add_argument('--name', default='chainermn-torus')

@@ -409,3 +409,34 @@ def test_local_script_makes_oversubscribed_ranks_yield(tmp_path):
     assert oversubscribe.environment('openmpi', 3, cores=2) == {
         'OMPI_MCA_mpi_yield_when_idle': '1'}
     assert oversubscribe.environment('impi', 2, cores=2) == {}
+
+
+@pytest.mark.parametrize('mpi, launcher, start', [
+    ('mpich', None, "--launcher mpiexec --launcher-args '-launcher slurm -bind-to core:1'"),
+    ('impi', None, "--launcher srun --launcher-args '--mpi=pmi2 --cpus-per-task=1"),
+    ('openmpi', None, "--launcher srun --launcher-args '--mpi=pmix --cpus-per-task=1")])
+def test_slurm_elastic_keeps_the_job_and_lets_the_supervisor_start_each_step(
+        tmp_path, mpi, launcher, start):
+    """--elastic (issue 73): sbatch --no-kill, and chainermn-torus elastic with the launch
+    line's own launcher, less the rank counts each step sets; the real Slurm run is
+    scripts/elastic_cases.py --cases slurm."""
+    text = generated(tmp_path, '--system', 'slurm', '--nodes', '3', '--ranks-per-node', '2',
+                     '--mpi', mpi, '--elastic', '--min-nodes', '2')
+    assert '\n#SBATCH --no-kill\n' in text
+    line = [ln for ln in text.splitlines() if 'chainermn_torus.tools.cli elastic' in ln]
+    assert len(line) == 1 and '--min-nodes 2 ' + start in line[0], line
+    assert line[0].endswith('-- python -m chainermn_torus.run --communicator rsap '
+                            'examples/mnist/train_mnist.py --epoch 1'), line
+    assert '#SBATCH --no-kill' not in generated(tmp_path, '--system', 'slurm', '--nodes', '3')
+
+
+@pytest.mark.parametrize('args, words', [
+    (['--system', 'pbs', '--nodes', '3', '--elastic'], '--elastic is for slurm'),
+    (['--system', 'slurm', '--nodes', '3', '--elastic', '--grid', '1x3'],
+     '--grid 1x3 pins the rank count'),
+    (['--system', 'slurm', '--nodes', '3', '--elastic', '--min-nodes', '4'],
+     '--min-nodes must be from 1 to --nodes (3), got 4')])
+def test_elastic_where_it_cannot_be_is_refused_in_one_line(tmp_path, args, words):
+    proc = jobscript(*args, '--output', str(tmp_path / 'job.sh'), *TRAIN)
+    assert proc.returncode == 2 and words in proc.stderr and not (tmp_path / 'job.sh').exists()
+    assert proc.stderr.count('\n') == 1, proc.stderr

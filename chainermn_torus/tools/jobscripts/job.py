@@ -17,7 +17,7 @@ FIELDS = collections.OrderedDict([
     ('mpi', None), ('launcher', None), ('pmi', None), ('venv', None), ('module', ()),
     ('queue', None), ('group', None), ('node_shape', None), ('llio_volumes', '/vol0004'),
     ('watchdog', 900), ('workdir', None), ('name', 'chainermn-torus'), ('command', ()),
-    ('venv_unchecked', False),
+    ('venv_unchecked', False), ('elastic', False), ('min_nodes', 1),
 ])
 
 
@@ -31,7 +31,8 @@ _WORD = re.compile(r'^[A-Za-z0-9_/][A-Za-z0-9_.+:@=,/-]{0,127}$')
 class Job(collections.namedtuple('Job', list(FIELDS))):
     """One batch job: the system's name, the shape (nodes x ranks per node, hours), the
     communicator and grid, threads and loader cores per rank, the MPI library and how it
-    starts (launcher, PMI), the environment (venv, modules), the site's accounting (queue,
+    starts (launcher, PMI; ``elastic``: under ``chainermn-torus elastic``, going on on the
+    nodes left, at least ``min_nodes``), the environment (venv, modules), the site's accounting (queue,
     group; Fugaku's node shape and LLIO volumes), the watchdog, the directory (local), the
     job's name and the training command."""
 
@@ -75,6 +76,13 @@ class Job(collections.namedtuple('Job', list(FIELDS))):
                     '{!r}'.format(field.replace('_', '-'), value))
         if self.loader_cores is not None and self.loader_cores < 0:
             raise ValueError('--loader-cores must be >= 0, got {}'.format(self.loader_cores))
+        if self.elastic and self.grid:
+            raise ValueError('--elastic goes on with fewer ranks after a lost node, and --grid '
+                             '{} pins the rank count: leave --grid out (the grid follows the '
+                             'ranks)'.format(self.grid))
+        if not 1 <= self.min_nodes <= self.nodes:
+            raise ValueError('--min-nodes must be from 1 to --nodes ({}), got {}'.format(
+                self.nodes, self.min_nodes))
         if self.grid:
             check_grid_option(self.communicator, self.grid)
             parse_grid(self.grid, self.procs,

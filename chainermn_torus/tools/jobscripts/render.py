@@ -143,8 +143,14 @@ def values(job, system=None):
 def launch_line(job, vals=None, system=None):
     system = system or systems.get(job.system)
     vals = vals or values(job, system)
-    launcher = string.Template(system.launch_template(vals)).substitute(vals)
     command = _wrap_command(job, system, vals['venv'])
+    if job.elastic:  # the supervisor starts each step (tools/elastic.py)
+        kind, extra = system.elastic_launcher(vals)
+        launcher = ' '.join(['python -m chainermn_torus.tools.cli elastic', '--min-nodes',
+                             str(job.min_nodes), '--launcher', kind, '--launcher-args',
+                             shlex.quote(extra), '--'])
+    else:
+        launcher = string.Template(system.launch_template(vals)).substitute(vals)
     return launcher + ' ' + ' '.join(shlex.quote(c) for c in command)
 
 
@@ -174,6 +180,8 @@ def generate(job):
     system = check(job)
     vals = values(job, system)
     vals['header'] = string.Template(system.header).substitute(vals).rstrip('\n')
+    if job.elastic:
+        vals['header'] += '\n' + system.elastic_header
     vals['environment'] = _environment(job, vals['venv'])
     vals['settings'] = string.Template(system.settings).substitute(vals)
     vals['launch'] = launch_line(job, vals, system)

@@ -37,6 +37,10 @@ class System(object):
     allocated_nodes = None
     queue_format = '{}'     # the header's queue line; '{}' alone: none in the header
     venv_python = False     # a bare "python" command becomes the venv's (local)
+    # --elastic: the header line that keeps the job when one of its nodes fails, or None
+    # where the system's scripts cannot (the reason: ``elastic_refusal``)
+    elastic_header = None
+    elastic_refusal = 'its batch system ends a job that loses a node'
 
     def check(self, job):
         """This system's refusals (ValueError): the MPI library, the node's cores, its
@@ -57,6 +61,11 @@ class System(object):
                 raise ValueError('{} {} is for slurm (srun, or the MPI\'s mpiexec in the '
                                  'allocation); {} scripts start their ranks as {} does: leave '
                                  'it out'.format(option, given, self.name, self.name))
+        if job.elastic and self.elastic_header is None:
+            raise ValueError('--elastic is for slurm (sbatch --no-kill keeps a job that loses a '
+                             'node, and a new step starts on the nodes left); on {}, {}: '
+                             'resubmit with --auto-resume instead'.format(
+                                 self.name, self.elastic_refusal))
         if job.node_shape is not None and not self.has_node_shape:
             raise ValueError('--node-shape is for fugaku (a Tofu job shape), not {}'.format(
                 self.name))
@@ -249,8 +258,26 @@ ${pmi_settings}'''
     # own PMI never did.
     LAUNCHER = {'mpich': 'mpiexec', 'impi': 'srun', 'openmpi': 'srun'}
 
+    # A node that fails leaves the job running (the supervisor starts the next step);
+    # --no-kill also keeps Slurm from requeueing it for that node.
+    elastic_header = '#SBATCH --no-kill'
+
     def launcher(self, job, mpi):
         return job.launcher or self.LAUNCHER[mpi]
+
+    def elastic_launcher(self, values):
+        """(how ``chainermn-torus elastic`` starts each step, the launcher's arguments
+        before its hosts): the launch line's own, less its rank counts, which each step
+        sets."""
+        if values['launcher'] == 'srun':
+            return 'srun', string.Template(
+                '--mpi=${pmi} --cpus-per-task=${cpus} --threads-per-core=1 '
+                '--cpu-bind=cores').substitute(values)
+        if values['mpi'] == 'mpich':
+            return 'mpiexec', string.Template(
+                '-launcher slurm -bind-to core:${cpus}').substitute(values)
+        raise ValueError('--elastic with --mpi {} starts its steps with srun: give '
+                         '--launcher srun'.format(values['mpi']))
 
     def launch_template(self, values):
         return self.launch['srun' if values['launcher'] == 'srun' else values['mpi']]
