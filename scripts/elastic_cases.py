@@ -3,7 +3,7 @@
 (issue 73): ``chainermn-torus elastic`` over 3 nodes x 2 ranks of the MNIST example.
 
     sudo .venv/bin/python scripts/elastic_cases.py [--cases quick|all|NAME ...]
-        [--timing N] [--json FILE] [--markdown FILE]
+        [--timing N] [--mpi mpich|impi|openmpi] [--json FILE] [--markdown FILE]
 
 First one uninterrupted 6-rank run with a disk checkpoint every ``K`` iterations, all kept:
 the reference. Then each case: the elastic run, whose first step stops on one node at a
@@ -26,6 +26,9 @@ end; it keeps no disk checkpoint to compare with). ``slurm``: the job through th
 RUNNING, start its next step on the 2 nodes left and end COMPLETED, bit for bit. ``--timing N``: N more losses of a killed node
 (the last node, in the all-reduce), with the recovery's parts, and beside them the same
 loss as today: the job ends, is submitted again on the 2 nodes left and resumes from disk.
+``--mpi impi|openmpi``: everything (the reference, the cases, the resumed references) under
+that MPI (scripts/with_mpi.sh): Intel MPI's hydra or Open MPI's PRRTE launches the steps,
+and the supervisor believes the step's lines, not mpirun's exit code.
 """
 import argparse
 import glob
@@ -44,6 +47,7 @@ import numpy
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMULATE = os.path.join(ROOT, 'scripts', 'emulate_cluster.sh')
 SLURM = os.path.join(ROOT, 'scripts', 'slurm_cluster.sh')
+WITH_MPI = os.path.join(ROOT, 'scripts', 'with_mpi.sh')
 PY = os.path.join(ROOT, '.venv', 'bin', 'python')
 FAULT = os.path.join(ROOT, 'tests', 'mpi_workers', 'elastic_fault.py')
 EXAMPLE = os.path.join(ROOT, 'examples', 'mnist', 'train_mnist.py')
@@ -361,6 +365,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--cases', nargs='*', default=['quick'])
     p.add_argument('--timing', type=int, default=0, metavar='N')
+    p.add_argument('--mpi', choices=('mpich', 'impi', 'openmpi'), default='mpich',
+                   help='the MPI of every run (scripts/with_mpi.sh; default: mpich)')
     p.add_argument('--json', default=None)
     p.add_argument('--markdown', default=None)
     p.add_argument('--work', default=None, help='keep the runs here, outside /tmp (default: '
@@ -369,6 +375,8 @@ def main():
     args = p.parse_args()
     if os.geteuid() != 0:
         raise SystemExit('elastic_cases: needs root (the emulated cluster)')
+    if 'slurm' in args.cases and args.mpi != 'mpich':
+        p.error("--cases slurm runs with the default MPI (mpich), not --mpi {}".format(args.mpi))
     if not args.inside:
         return outside(args)
     # In a mount namespace of its own with fresh tmpfs on /dev/shm and /tmp (the emulated
@@ -406,7 +414,8 @@ def main():
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
     summary = summarize(timing, today)
-    data = {'machine': machine(), 'nodes': NODES, 'ranks_per_node': RANKS, 'snapshot_every': K,
+    data = {'machine': machine(), 'mpi': os.environ.get('CHAINERMN_TORUS_MPI', 'mpich'),
+            'nodes': NODES, 'ranks_per_node': RANKS, 'snapshot_every': K,
             'watchdog_s': WATCHDOG_S, 'cases': results, 'timing': timing, 'today': today,
             'summary': summary}
     print(json.dumps(summary, indent=1))
@@ -420,7 +429,8 @@ RESULT = 'ELASTIC-CASES-RESULT '
 def outside(args):
     """Run the cases in a private mount namespace (``--inside``), passing its lines on;
     write its result where asked (paths on the machine's /tmp are not seen inside)."""
-    argv = ['unshare', '-m', '--propagation', 'private', sys.executable,
+    mpi = [] if args.mpi == 'mpich' else ['bash', WITH_MPI, args.mpi]
+    argv = mpi + ['unshare', '-m', '--propagation', 'private', sys.executable,
             os.path.abspath(__file__), '--inside', '--cases'] + args.cases + [
                 '--timing', str(args.timing)] + (['--work', args.work] if args.work else [])
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
@@ -482,9 +492,11 @@ def machine():
 
 def markdown(data):
     lines = ['# A node lost mid-job: the elastic run\'s cases', '',
-             'Machine: {}. `scripts/elastic_cases.py`: {} nodes x {} ranks (MNIST), snapshots '
-             'in node memory every {} iterations, watchdog {} s.'.format(
+             'Machine: {}. `scripts/elastic_cases.py`: {} nodes x {} ranks (MNIST) under {}, '
+             'snapshots in node memory every {} iterations, watchdog {} s.'.format(
                  data['machine'], data['nodes'], data['ranks_per_node'],
+                 {'mpich': 'MPICH', 'impi': 'Intel MPI', 'openmpi': 'Open MPI'}.get(
+                     data.get('mpi'), data.get('mpi')),
                  data['snapshot_every'], data['watchdog_s']), '',
              '| case | recovered | restored at | max abs difference | loss to first step (s) '
              '| left behind (processes, /dev/shm) | MPICH topology files in /tmp |',

@@ -17,7 +17,8 @@
 # Node k is namespace cmt-n$k with address 198.18.0.$((k+1))/24 (the benchmarking range, no
 # route out) on bridge cmtbr0 (198.18.0.254). Each link is shaped in both directions (tbf on
 # the bridge side for traffic into the node, on the node side for traffic out of it). `run`
-# starts the venv's mpiexec (MPICH hydra) with scripts/cluster_ssh as its "ssh": it enters
+# starts the venv's mpiexec (MPICH hydra; under scripts/with_mpi.sh impi or openmpi, Intel
+# MPI's hydra or Open MPI's PRRTE) with scripts/cluster_ssh as its "ssh": it enters
 # the node's namespace and a new UTS namespace named node$k, so ChainerMN groups ranks by
 # node from their host names. Between nodes MPICH's UCX netmod uses TCP only
 # (UCX_TLS=tcp,self), through the shaped links; ranks of one node use MPICH's shared memory.
@@ -78,10 +79,28 @@ elastic() {
   need_root
   local hosts; hosts=$(live_hosts "$r")
   [ -n "$hosts" ] || die "every node is lost; run '$0 down' and 'up' again"
+  launcher
   exec "${PYTHON:-$ROOT/.venv/bin/python}" -m chainermn_torus.tools.cli elastic --hosts "$hosts" \
-    --launcher-program "${MPIEXEC:-$ROOT/.venv/bin/mpiexec}" \
-    --launcher-args "-launcher ssh -launcher-exec $HERE/cluster_ssh -localhost 198.18.0.254 -genv UCX_TLS tcp,self" \
-    "$@"
+    --launcher-program "$MPIEXEC_PROGRAM" --launcher-args "${LAUNCHER_ARGS[*]}" "$@"
+}
+
+launcher() {  # MPIEXEC_PROGRAM and LAUNCHER_ARGS for the MPI in use (scripts/with_mpi.sh)
+  local mpi=${CHAINERMN_TORUS_MPI:-mpich}
+  MPIEXEC_PROGRAM=${MPIEXEC:-${CHAINERMN_TORUS_MPIEXEC:-$ROOT/.venv/bin/mpiexec}}
+  case "$mpi" in
+    # MPICH's hydra: cluster_ssh as its ssh; its proxies call back to the bridge's address
+    # (the batch host's own name resolves to 127.0.0.1, out of the nodes' reach).
+    mpich) LAUNCHER_ARGS=(-launcher ssh -launcher-exec "$HERE/cluster_ssh"
+                          -localhost 198.18.0.254 -genv UCX_TLS tcp,self) ;;
+    # Intel MPI's hydra: the same, with its own names for both; libfabric's tcp provider
+    # between the nodes (there is no fabric).
+    impi) LAUNCHER_ARGS=(-bootstrap ssh -bootstrap-exec "$HERE/cluster_ssh" -iface "$BRIDGE"
+                         -genv FI_PROVIDER tcp) ;;
+    # Open MPI's PRRTE: cluster_ssh as its ssh agent; its daemons call back to whichever of
+    # the batch host's addresses they reach.
+    openmpi) LAUNCHER_ARGS=(--prtemca plm_ssh_agent "$HERE/cluster_ssh") ;;
+    *) die "CHAINERMN_TORUS_MPI is '$mpi'; the emulated cluster knows mpich, impi and openmpi" ;;
+  esac
 }
 
 up() {
@@ -151,9 +170,14 @@ run() {
     hosts+="${hosts:+,}198.18.0.$((n + 1)):$r"; used=$((used + 1))
   done
   [ "$used" -ge 1 ] || die "every node is lost; run '$0 down' and 'up' again"
-  local mpiexec=${MPIEXEC:-$ROOT/.venv/bin/mpiexec}
-  exec "$mpiexec" -launcher ssh -launcher-exec "$HERE/cluster_ssh" -hosts "$hosts" \
-    -localhost 198.18.0.254 -n $((used * r)) -genv UCX_TLS tcp,self "$@"
+  launcher
+  if [ "${CHAINERMN_TORUS_MPI:-mpich}" = openmpi ]; then
+    # Ranks fill each node's slots in order, as hydra's do (with_mpi.sh's default policy
+    # maps by core and oversubscribes: every rank on node 0).
+    exec "$MPIEXEC_PROGRAM" "${LAUNCHER_ARGS[@]}" --map-by slot --host "$hosts" \
+      -np $((used * r)) "$@"
+  fi
+  exec "$MPIEXEC_PROGRAM" "${LAUNCHER_ARGS[@]}" -hosts "$hosts" -n $((used * r)) "$@"
 }
 
 cmd=${1:-}; shift || true

@@ -9,6 +9,9 @@ Where the nodes come from, the first that is there:
   ``SLURM_NTASKS_PER_NODE`` (or ``SLURM_TASKS_PER_NODE``'s first count);
 * PBS's node file (``PBS_NODEFILE``: a host once per slot, in order).
 
+``slurm_unavailable`` says which of them Slurm itself already counts out (DOWN, FAIL, not
+responding): a supervisor need not wait for those to answer.
+
 ``plan`` takes them, the lost ones and the job's rule (``--min-nodes``, the global batch)
 and gives the next step's hosts and rank count, or a ``Refusal`` in one line naming what
 does not fit.
@@ -22,7 +25,7 @@ import subprocess
 from chainermn_torus.errors import ConfigError, Refusal
 
 __all__ = ['Node', 'Step', 'parse_hosts', 'from_slurm', 'from_pbs', 'discover', 'plan',
-           'NoStep']
+           'NoStep', 'parse_sinfo', 'slurm_unavailable']
 
 Node = collections.namedtuple('Node', 'host ranks')
 Step = collections.namedtuple('Step', 'nodes ranks batch_per_rank')
@@ -85,6 +88,42 @@ def from_slurm(env=None, scontrol=None):
             nodelist, out.stderr.strip() or out.returncode))
     ranks = _slurm_ranks(env)
     return [Node(h, ranks) for h in out.stdout.split()]
+
+
+# sinfo's compact states (%t): a base state and flags. DOWN and FAIL nodes run nothing; '*'
+# is "not responding", '~' powered off. FAILING, DRAINING and DRAINED nodes still run what
+# they hold: a probe says whether the job's part there lives.
+_GONE_STATES = ('down', 'fail')
+_GONE_FLAGS = '*~'
+
+
+def parse_sinfo(text):
+    """{host: state} of the hosts in ``sinfo -h -N -o '%N %t'`` output that Slurm counts
+    out (a node of several partitions is listed once per partition)."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) != 2:
+            continue
+        host, state = parts
+        base = state.rstrip('*~#!%$@^-')
+        if base in _GONE_STATES or any(f in state for f in _GONE_FLAGS):
+            out[host] = state
+    return out
+
+
+def slurm_unavailable(hosts, sinfo=None, timeout=10.0):
+    """{host: state} of ``hosts`` that Slurm's controller holds DOWN, FAIL or not
+    responding; {} where sinfo is missing or fails (the probe then decides alone)."""
+    exe = sinfo or shutil.which('sinfo')
+    if exe is None or not hosts:
+        return {}
+    try:
+        out = subprocess.run([exe, '-h', '-N', '-n', ','.join(hosts), '-o', '%N %t'],
+                             capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return parse_sinfo(out.stdout) if out.returncode == 0 else {}
 
 
 def from_pbs(env=None):

@@ -54,6 +54,7 @@ __all__ = ['main', 'Launcher', 'Supervisor']
 
 _SILENT = re.compile(r'node (\S+) \(ranks? [^)]*\) silent')
 _VARIABLE = config.SETTINGS['elastic_step'].env
+_EXPECT = config.SETTINGS['expect_ranks'].env
 
 
 def say(text):
@@ -97,8 +98,11 @@ class Launcher(object):
                     '--nodelist={}'.format(','.join(n.host for n in nodes)),
                     '--distribution=block', '--kill-on-bad-exit=1'] + self.extra + argv
         if self.kind == 'openmpi':
-            return [self.program, '--host', hosts, '-np', str(ranks), '-x', _VARIABLE] + \
-                self.extra + argv
+            # mpirun passes a remote rank only the variables named with -x. --map-by slot:
+            # each node's ranks as planned, whatever default policy the site set (a
+            # policy by core with oversubscription puts every rank on the first node).
+            return [self.program, '--host', hosts, '-np', str(ranks), '--map-by', 'slot',
+                    '-x', _VARIABLE, '-x', _EXPECT] + self.extra + argv
         return [self.program] + self.extra + ['-hosts', hosts, '-n', str(ranks)] + argv
 
 
@@ -130,6 +134,13 @@ class Supervisor(object):
             argv += ['--snapshots', self.snapshots]
         env = {k: v for k, v in os.environ.items() if k != _VARIABLE}
         procs = {}
+        if self.launcher.kind == 'srun':
+            # srun waits for a node Slurm holds DOWN until the probe's time is out: those
+            # are counted out at once (a lost node is DOWN only after SlurmdTimeout).
+            gone = allocation.slurm_unavailable([n.host for n in nodes])
+            for host, state in gone.items():
+                self.unanswered[host] = 'Slurm holds it {} (sinfo)'.format(state)
+            nodes = [n for n in nodes if n.host not in gone]
         for n in nodes:
             procs[n.host] = subprocess.Popen(
                 self.launcher.command([allocation.Node(n.host, 1)], argv),
@@ -163,7 +174,7 @@ class Supervisor(object):
         env = dict(os.environ)
         env[_VARIABLE] = '{}:{}'.format(self.run_id, number)
         # The ranks MPI must start this time (a job script's count was the whole allocation's)
-        env[config.SETTINGS['expect_ranks'].env] = str(step.ranks)
+        env[_EXPECT] = str(step.ranks)
         argv = self.launcher.command(step.nodes, self.command)
         seen = {'complete': None, 'keeping': None, 'restored': None, 'first_step': None,
                 'silent': set(), 'verdict_at': None}

@@ -64,3 +64,23 @@ def test_the_step_on_the_nodes_left_and_its_refusals():
     assert 'rank counts that divide it: 1, 2, 3' in str(e.value)
     with pytest.raises(ConfigError, match='lost host.s. n9 are not in the allocation'):
         allocation.plan(nodes, ['n9'])
+
+
+def test_slurm_states_that_count_a_node_out():
+    text = ('node0 alloc\nnode1 down*\nnode2 mix*\nnode3 drain\nnode4 fail\nnode5 idle~\n'
+            'node6 failg\nnode7 drng\nnode1 down*\n')
+    assert allocation.parse_sinfo(text) == {'node1': 'down*', 'node2': 'mix*',
+                                            'node4': 'fail', 'node5': 'idle~'}
+    assert allocation.parse_sinfo('') == {}
+
+
+def test_without_sinfo_no_node_is_counted_out(tmp_path):
+    assert allocation.slurm_unavailable(['n1'], sinfo=str(tmp_path / 'missing')) == {}
+    failing = tmp_path / 'sinfo'
+    failing.write_text('#!/bin/sh\necho "slurm_load_node: Unable to contact" >&2\nexit 1\n')
+    failing.chmod(0o755)
+    assert allocation.slurm_unavailable(['n1'], sinfo=str(failing)) == {}
+    lying = tmp_path / 'sinfo-ok'
+    lying.write_text('#!/bin/sh\necho "$4 down"\n')  # -h -N -n HOSTS: the hosts are $4
+    lying.chmod(0o755)
+    assert allocation.slurm_unavailable(['n1'], sinfo=str(lying)) == {'n1': 'down'}

@@ -25,8 +25,9 @@ def test_each_launcher_starts_the_step_on_the_nodes_left():
     assert hydra.command(nodes, ['python', 's.py']) == [
         'mpiexec', '-genv', 'A', 'b', '-hosts', 'n0:2,n2:2', '-n', '4', 'python', 's.py']
     ompi = elastic.Launcher('openmpi', 'mpirun').command(nodes, ['x'])
-    assert ompi[:4] == ['mpirun', '--host', 'n0:2,n2:2', '-np'] and ompi[4] == '4' and \
-        ompi[5:7] == ['-x', 'CHAINERMN_TORUS_ELASTIC_STEP']
+    assert ompi == ['mpirun', '--host', 'n0:2,n2:2', '-np', '4', '--map-by', 'slot',
+                    '-x', 'CHAINERMN_TORUS_ELASTIC_STEP', '-x', 'CHAINERMN_TORUS_EXPECT_RANKS',
+                    'x']
     srun = elastic.Launcher('srun', 'srun').command(nodes, ['x'])
     assert '--nodelist=n0,n2' in srun and '--ntasks=4' in srun and '--nodes=2' in srun
 
