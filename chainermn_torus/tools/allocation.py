@@ -25,7 +25,7 @@ import subprocess
 from chainermn_torus.errors import ConfigError, Refusal
 
 __all__ = ['Node', 'Step', 'parse_hosts', 'from_slurm', 'from_pbs', 'discover', 'plan',
-           'NoStep', 'parse_sinfo', 'slurm_unavailable']
+           'NoStep', 'parse_sinfo', 'slurm_unavailable', 'SLURM_SOURCE']
 
 Node = collections.namedtuple('Node', 'host ranks')
 Step = collections.namedtuple('Step', 'nodes ranks batch_per_rank')
@@ -141,12 +141,15 @@ def from_pbs(env=None):
     return [Node(h, n) for h, n in counts.items()]
 
 
+SLURM_SOURCE = 'Slurm (SLURM_JOB_NODELIST)'  # discover's name for Slurm's allocation
+
+
 def discover(hosts=None, env=None):
     """(nodes, where they came from): ``hosts`` (a ``parse_hosts`` text), else Slurm's
     allocation, else PBS's node file; ConfigError where there is none of them."""
     if hosts:
         return parse_hosts(hosts), '--hosts'
-    for find, name in ((from_slurm, 'Slurm (SLURM_JOB_NODELIST)'),
+    for find, name in ((from_slurm, SLURM_SOURCE),
                        (from_pbs, 'PBS (PBS_NODEFILE)')):
         nodes = find(env)
         if nodes:

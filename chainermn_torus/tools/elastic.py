@@ -112,8 +112,10 @@ Step = collections.namedtuple('Step', 'code complete keeping silent restored fir
 
 class Supervisor(object):
     def __init__(self, nodes, command, launcher, min_nodes=1, global_batch=None,
-                 probe_timeout=20.0, grace=30.0, max_steps=None):
+                 probe_timeout=20.0, grace=30.0, max_steps=None, slurm=False):
         self.nodes, self.command, self.launcher = nodes, command, launcher
+        # Nodes from Slurm's allocation: Slurm is asked first which of them it holds lost.
+        self.slurm = slurm or launcher.kind == 'srun'
         self.min_nodes, self.global_batch = min_nodes, global_batch
         self.probe_timeout, self.grace = probe_timeout, grace
         self.max_steps = max_steps if max_steps is not None else len(nodes) + 1
@@ -134,9 +136,10 @@ class Supervisor(object):
             argv += ['--snapshots', self.snapshots]
         env = {k: v for k, v in os.environ.items() if k != _VARIABLE}
         procs = {}
-        if self.launcher.kind == 'srun':
-            # srun waits for a node Slurm holds DOWN until the probe's time is out: those
-            # are counted out at once (a lost node is DOWN only after SlurmdTimeout).
+        if self.slurm:
+            # srun (itself, or under hydra's -launcher slurm) waits for a node Slurm holds
+            # DOWN until the probe's time is out: those are counted out at once (a node
+            # Slurm has not yet marked is still asked: DOWN comes after SlurmdTimeout).
             gone = allocation.slurm_unavailable([n.host for n in nodes])
             for host, state in gone.items():
                 self.unanswered[host] = 'Slurm holds it {} (sinfo)'.format(state)
@@ -160,8 +163,9 @@ class Supervisor(object):
                 self.names[host] = name
                 answered[host] = ready[name]
             else:
-                said = [ln for ln in out.splitlines() if ln.strip()]
-                # The launcher's own words (ssh's) first, its traceback lines after them.
+                # The launcher's own words (ssh's) first, its traceback lines after them;
+                # PRRTE's rules of dashes are no words.
+                said = [ln for ln in out.splitlines() if ln.strip().strip('-')]
                 last = [ln for ln in said if not ln.startswith('[mpiexec@')][:1] or said[-1:]
                 self.unanswered[host] = 'no answer within {:g} s'.format(
                     self.probe_timeout) if proc.returncode is None or proc.returncode < 0 \
@@ -356,7 +360,8 @@ def main(argv=None):
     except ConfigError as e:
         p.error(str(e).replace('chainermn_torus: ', '', 1))
     sup = Supervisor(nodes, command, launcher, args.min_nodes, args.global_batch,
-                     args.probe_timeout, args.grace, args.max_steps)
+                     args.probe_timeout, args.grace, args.max_steps,
+                     slurm=source == allocation.SLURM_SOURCE)
     signal.signal(signal.SIGTERM, sup.signal)
     signal.signal(signal.SIGINT, sup.signal)
     say('run {}: {} node(s) from {} ({}), launcher {}'.format(

@@ -32,6 +32,29 @@ def test_each_launcher_starts_the_step_on_the_nodes_left():
     assert '--nodelist=n0,n2' in srun and '--ntasks=4' in srun and '--nodes=2' in srun
 
 
+def test_a_node_slurm_holds_down_is_lost_without_being_asked(tmp_path, monkeypatch):
+    """Nodes from Slurm: sinfo says n1 is down, so only n0 is asked (srun would wait for
+    n1 until the probe's time is out)."""
+    asked = tmp_path / 'asked'
+    (tmp_path / 'sinfo').write_text('#!/bin/sh\necho "n0 idle"\necho "n1 down*"\n')
+    (tmp_path / 'launch').write_text(
+        '#!/bin/sh\nhost=${2%%:*}; echo "$host" >> %s\n'
+        'echo "%s"\n' % (asked, elastic_node.READY.format(host='$host', ended=0, removed=0)))
+    for f in ('sinfo', 'launch'):
+        os.chmod(str(tmp_path / f), 0o755)
+    monkeypatch.setenv('PATH', '{}:{}'.format(tmp_path, os.environ['PATH']))
+    nodes = allocation.parse_hosts('n0:2,n1:2')
+    launcher = elastic.Launcher('hydra', str(tmp_path / 'launch'))
+    sup = elastic.Supervisor(nodes, ['x'], launcher, probe_timeout=30, slurm=True)
+    assert sup.probe(nodes) == {'n0': (0, 0)}
+    assert sup.unanswered == {'n1': 'Slurm holds it down* (sinfo)'}
+    assert asked.read_text().split() == ['n0']
+    # Nodes named by --hosts: Slurm is not asked, and both nodes are.
+    asked.unlink()
+    plain = elastic.Supervisor(nodes, ['x'], launcher, probe_timeout=30)
+    assert sorted(plain.probe(nodes)) == ['n0', 'n1']
+
+
 def test_a_node_answers_with_its_host_name():
     text = 'noise ' + elastic_node.READY.format(host='node7', ended=2, removed=5) + '\n'
     assert elastic_node.parse_ready(text) == {'node7': (2, 5)}
