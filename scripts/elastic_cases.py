@@ -382,8 +382,24 @@ def main():
     # In a mount namespace of its own with fresh tmpfs on /dev/shm and /tmp (the emulated
     # nodes' namespaces are made from it): whatever is there afterwards is the run's, not a
     # test's beside it (make test's other lane shares the machine's).
+    # A checkout (and its venv) under /tmp, as make test-fresh's clone is, is kept: the
+    # folder of /tmp holding it is bound back over the fresh tmpfs, from a descriptor
+    # opened before.
+    kept = {}
+    for path in (ROOT, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))):
+        parts = os.path.realpath(path).split(os.sep)
+        if len(parts) > 2 and parts[1] == 'tmp':
+            top = os.sep.join(parts[:3])
+            kept.setdefault(top, os.open(top, os.O_PATH | os.O_DIRECTORY))
     for where in ('/dev/shm', '/tmp'):
         subprocess.run(['mount', '-t', 'tmpfs', '-o', 'mode=1777', 'tmpfs', where], check=True)
+    for top, fd in kept.items():
+        os.mkdir(top, 0o700)
+        # --no-canonicalize: mount would resolve the descriptor's link to the name, which
+        # now names the empty folder just made.
+        subprocess.run(['mount', '--no-canonicalize', '--bind', '/proc/self/fd/{}'.format(fd),
+                        top], check=True, pass_fds=(fd,))
+        os.close(fd)
     names = []
     for c in args.cases:
         names += QUICK if c == 'quick' else ALL if c == 'all' else [c]

@@ -331,10 +331,126 @@ def _hand_lists(tree_dir, package):
     return files
 
 
+def _config_names(tree):
+    """Names under which a module holds ``chainermn_torus.config`` (the module) and its
+    ``value``/``env`` functions."""
+    modules, functions = set(), {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == 'chainermn_torus':
+            modules.update(a.asname or a.name for a in node.names if a.name == 'config')
+        elif isinstance(node, ast.ImportFrom) and node.module == 'chainermn_torus.config':
+            functions.update((a.asname or a.name, a.name) for a in node.names
+                             if a.name in SETTINGS_READERS)
+        elif isinstance(node, ast.Import):
+            modules.update(a.asname for a in node.names
+                           if a.name == 'chainermn_torus.config' and a.asname)
+    return modules, functions
+
+
+SETTINGS_READERS = ('value', 'env')
+VARIABLE_PREFIX = 'CHAINERMN_TORUS_'
+
+
+def _settings_reads(tree, rel):
+    """Where a setting is resolved outside the settings module: calls of config.value or
+    config.env, and reads of a CHAINERMN_TORUS_* variable from os.environ/os.getenv by a
+    literal name (``rel:line how key``)."""
+    modules, functions = _config_names(tree)
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f, how = node.func, None
+        if isinstance(f, ast.Attribute) and f.attr in SETTINGS_READERS and \
+                isinstance(f.value, ast.Name) and f.value.id in modules:
+            how = 'config.' + f.attr
+        elif isinstance(f, ast.Name) and f.id in functions:
+            how = 'config.' + functions[f.id]
+        elif isinstance(f, ast.Attribute) and f.attr in ('get', 'getenv', 'pop') and \
+                node.args and _literal(node.args[0]).startswith(VARIABLE_PREFIX) and \
+                'environ' in ast.unparse(f.value) + f.attr:
+            how = 'os.environ'
+        if how:
+            key = _literal(node.args[0]) if node.args else '?'
+            out.append('{}:{} {} {}'.format(rel, node.lineno, how, key or '?'))
+    for node in ast.walk(tree):  # os.environ['CHAINERMN_TORUS_X'] read
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and \
+                ast.unparse(node.value).endswith('environ') and \
+                _literal(node.slice).startswith(VARIABLE_PREFIX):
+            out.append('{}:{} os.environ {}'.format(rel, node.lineno, _literal(node.slice)))
+    return sorted(out, key=lambda x: (x.split(':')[0], int(x.split(':')[1].split()[0])))
+
+
+def _literal(node):
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+        else ''
+
+
+# Calls that change the whole process, not an object the caller holds: (dotted suffix of the
+# called name, what it is). Read the list: the rule is of the text.
+PROCESS_CALLS = (
+    ('faulthandler.enable', 'faulthandler'), ('faulthandler.register', 'faulthandler'),
+    ('faulthandler.dump_traceback_later', 'faulthandler'),
+    ('signal.signal', 'signal handler'), ('atexit.register', 'exit hook'),
+    ('threadpool_limits', 'BLAS/OpenMP threads'), ('set_num_threads', 'threads'),
+    ('mallopt', 'malloc'), ('environ.setdefault', 'environment'), ('putenv', 'environment'),
+    ('patches.apply', 'patch of Chainer'), ('sys.setswitchinterval', 'interpreter'),
+    ('sys.setrecursionlimit', 'interpreter'), ('gc.disable', 'interpreter'),
+)
+PROCESS_ATTRIBUTES = (('sys.excepthook', 'exception hook'),
+                      ('threading.excepthook', 'exception hook'),
+                      ('global_config.', "Chainer's configuration"),
+                      ('chainer.config.', "Chainer's configuration"))
+
+
+def _process_effects(tree, rel):
+    """Call sites that configure the process (``rel:line what``): PROCESS_CALLS, an item of
+    os.environ assigned, and assignments to PROCESS_ATTRIBUTES."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = ast.unparse(node.func)
+            for suffix, what in PROCESS_CALLS:
+                if name == suffix or name.endswith('.' + suffix):
+                    out.append('{}:{} {} ({})'.format(rel, node.lineno, what, name))
+        elif isinstance(node, (ast.Assign, ast.AugAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                text = ast.unparse(target)
+                if isinstance(target, ast.Subscript) and text.startswith('os.environ['):
+                    out.append('{}:{} environment ({})'.format(rel, node.lineno, text))
+                for prefix, what in PROCESS_ATTRIBUTES:
+                    if ('.' + text + '.').find('.' + prefix.rstrip('.') + '.') >= 0:
+                        out.append('{}:{} {} ({})'.format(rel, node.lineno, what, text))
+    return sorted(set(out), key=lambda x: (x.split(':')[0], int(x.split(':')[1].split()[0])))
+
+
+STYLE_PATHS = ('chainermn_torus', 'scripts', 'tests', 'examples', 'setup.py')
+
+
+def _style_findings(tree):
+    """ruff's findings on the package, scripts, tests and examples at the project's line
+    length (``{code: count}``, ``None`` where ruff is not installed)."""
+    here = os.path.join(tree, '.venv', 'bin', 'ruff')
+    exe = here if os.path.exists(here) else shutil.which('ruff')
+    if exe is None:
+        return None
+    paths = [p for p in STYLE_PATHS if os.path.exists(os.path.join(tree, p))]
+    args = [exe, 'check', '--no-cache', '--output-format', 'json', '--exit-zero']
+    if not os.path.exists(os.path.join(tree, 'ruff.toml')):
+        args += ['--isolated', '--line-length', '100', '--select', 'E,F,W']
+    run = subprocess.run(args + paths, cwd=tree, capture_output=True, text=True)
+    counts = {}
+    for finding in json.loads(run.stdout or '[]'):
+        code = finding.get('code') or 'syntax'
+        counts[code] = counts.get(code, 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def figures(tree):
     package = os.path.join(tree, 'chainermn_torus')
     long_functions, mutable, patches, history, docstrings, total = [], [], [], [], [], 0
     patch_calls, frames, aliases, sizes, names = [], [], [], {}, {}
+    settings_reads, effects = [], []
     for path in _py_files(package):
         rel = os.path.relpath(path, package)
         with open(path) as f:
@@ -344,6 +460,9 @@ def figures(tree):
         names.setdefault(os.path.basename(path), []).append(rel)
         parsed = ast.parse(text)
         patch_calls += _patch_calls(parsed, rel)
+        if rel != 'config.py':
+            settings_reads += _settings_reads(parsed, rel)
+        effects += _process_effects(parsed, rel)
         frames += _frame_reads(text, rel)
         aliases += _import_aliases(parsed, rel)
         long_functions += _long_functions(parsed, rel)
@@ -371,7 +490,12 @@ def figures(tree):
             'file_names_twice': sorted('{}: {}'.format(n, ', '.join(v))
                                        for n, v in names.items()
                                        if len(v) > 1 and n != '__init__.py'),
-            'hand_lists': _hand_lists(tree, package)}
+            'hand_lists': _hand_lists(tree, package),
+            'settings_reads_outside_config': settings_reads,
+            'settings_read_modules': sorted({r.split(':')[0] for r in settings_reads}),
+            'process_effects': effects,
+            'process_effect_modules': sorted({e.split(':')[0] for e in effects}),
+            'style_findings': _style_findings(tree)}
 
 
 def _by_module(aliases):
@@ -391,7 +515,9 @@ def main():
     for key in ('functions_over_60_lines', 'module_level_mutable', 'patches',
                 'history_references', 'docstrings_over_30_lines', 'top_level_test_files',
                 'patch_call_modules', 'frame_reads', 'modules_under_several_aliases',
-                'modules_over_500_lines', 'file_names_twice'):
+                'modules_over_500_lines', 'file_names_twice',
+                'settings_reads_outside_config', 'settings_read_modules', 'process_effects',
+                'process_effect_modules'):
         print('{}: {}'.format(key, len(out[key])))
         for line in out[key]:
             print('  ' + line)
@@ -404,6 +530,9 @@ def main():
           'lines)'.format(len(out['patch_call_sites']), len(out['patch_call_modules']),
                           len(out['import_aliases']), *out['largest_module']))
     print('lists kept by hand: {}'.format(json.dumps(out['hand_lists'])))
+    style = out['style_findings']
+    print('style findings: {}'.format('ruff not installed' if style is None else '{} ({})'.format(
+        sum(style.values()), ', '.join('{} {}'.format(k, v) for k, v in style.items()))))
     if args.json:
         with open(args.json, 'w') as f:
             json.dump(out, f, indent=1)
