@@ -1,16 +1,21 @@
 """chainermn-torus: 2D-torus gradient communicators for ChainerMN on CPU clusters.
 
-Importing this package registers ``pure_allreduce``, ``rsaa``, ``rsap`` and ``auto`` with
-``chainermn.create_communicator``, and makes ``chainermn.create_multi_node_optimizer`` this
-package's wrapper (the same behaviour with ChainerMN's defaults; double buffering, float16
-communication and fused updates also on CPU). Nothing else happens at import, as with
-``import chainermn``: mpi4py.MPI, numba and the communicator modules load when first used,
-and the abort hook and the timeline start with the first communicator or optimizer
-(``runtime.startup``).
+Importing this package does three things, and nothing else:
 
-Imported before Chainer, it imports Chainer without the package scans of Chainer's
-environment check where that check has nothing to find (``runtime.chainer_glue.chainer_import``: half of
-a rank's start-up).
+* it imports Chainer, without the package scans of Chainer's environment check where that
+  check has nothing to find (``runtime.chainer_glue.chainer_import``: half of a rank's
+  start-up);
+* it registers ``pure_allreduce``, ``rsaa``, ``rsap`` and ``auto`` with
+  ``chainermn.create_communicator``, and makes ``chainermn.create_multi_node_optimizer``
+  this package's wrapper (the same behaviour with ChainerMN's defaults; double buffering,
+  float16 communication and fused updates also on CPU);
+* in a process an MPI launcher started, with a watchdog set, it starts the start-up watcher
+  beside the rank (``watchers.startup_watch``: a rank stopped before its communicator exists
+  is named), the launcher's ``--watchdog`` replacing it with the flag's limits.
+
+mpi4py.MPI, numba and the communicator modules load when first used; the abort hook, the
+threads, compute and the watchdog are applied by the first communicator or optimizer
+(``runtime.startup``).
 """
 from chainermn_torus.runtime.chainer_glue import chainer_import as _chainer_import
 

@@ -209,7 +209,10 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
 
 def _made(comm, asked, made):
     startup.start()  # ChainerMN's communicators too: a refusal from here on is one line
-    compute.apply_setting(comm.rank)  # Chainer's layers on oneDNN (CHAINERMN_TORUS_COMPUTE)
+    # Chainer's layers on oneDNN (CHAINERMN_TORUS_COMPUTE): its default (auto) with this
+    # package's communicators; ChainerMN's own (naive, ...) only where the variable asks,
+    # so that importing this package changes no one's model (the launcher applies its own).
+    compute.apply_setting(comm.rank, default=made in names())
     # The job's watchdog starts with its first communicator, where one is set (the
     # environment, the launcher), and marks every communicator's calls.
     watchdog.attach(comm)

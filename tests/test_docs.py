@@ -6,6 +6,7 @@ import itertools
 import os
 import re
 
+from chainermn_torus.launch import options
 from conftest import ROOT
 
 
@@ -76,3 +77,13 @@ def test_every_measurement_file_a_page_cites_exists():
                     missing.append((os.path.relpath(page, ROOT), name))
     assert cited >= 10  # the check sees the citations
     assert not missing, missing
+
+
+def test_the_readmes_option_table_names_every_launcher_option():
+    # The table is written by hand; every row of config.SETTINGS with a launcher target must
+    # be in it (three were missing once: --tune-dir, --keep-freed-memory, --gpu-to-cpu-paths).
+    with open(os.path.join(ROOT, 'README.md')) as f:
+        rows = '\n'.join(line for line in f.read().splitlines() if line.startswith('| `--'))
+    named = set(re.findall(r'`(--[a-z0-9-]+)', rows))
+    assert [options.option_of(k) for k in options.keys()
+            if options.option_of(k) not in named] == []

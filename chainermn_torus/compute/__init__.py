@@ -76,9 +76,14 @@ def use(mode='auto', source='compute', rank=None, precision=None,
     return chosen
 
 
-def apply_setting(rank=None):
-    """The configured mode (``CHAINERMN_TORUS_COMPUTE``, the launcher's), once per process."""
+def apply_setting(rank=None, default=True):
+    """The configured mode (``CHAINERMN_TORUS_COMPUTE``, the launcher's), once per process.
+    ``default=False``: only a mode the variable asks for (None, nothing applied, where it
+    is unset): ChainerMN's own communicators in a script that only imports this package
+    leave Chainer's functions as they are."""
     if modes.applied() is not None:
         return modes.applied()
     mode, source = config.value('compute')
+    if source is None and not default:
+        return None
     return use(mode, source or 'compute (default)', rank)

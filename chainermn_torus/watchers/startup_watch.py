@@ -56,8 +56,13 @@ def _has_arrived(key, rank, pid):
 
 # --- in the rank ----------------------------------------------------------------------------
 def start(step_s, startup_s):
-    """Start the watcher of this process (once; not in a loader process, whose environment
-    tells MPI not to start). Returns whether one runs."""
+    """Start the watcher of this process (not in a loader process, whose environment tells
+    MPI not to start). Returns whether one runs. One that runs with other limits is
+    replaced: the import starts one from the environment's limit before the launcher has
+    read its flags, and a flag wins over a variable."""
+    limits = (float(step_s), float(startup_s))
+    if 'write' in _STATE and _STATE.get('limits') != limits:
+        _replace()
     if 'write' in _STATE or os.environ.get('MPI4PY_RC_INITIALIZE', '').lower() in (
             '0', 'false', 'no', 'off'):
         return 'write' in _STATE
@@ -72,8 +77,19 @@ def start(step_s, startup_s):
         return False
     finally:
         os.close(read_fd)
-    _STATE['write'] = write_fd
+    _STATE['write'], _STATE['limits'] = write_fd, limits
     return True
+
+
+def _replace():
+    """End this process's watcher before it is started again: the end of its pipe is the
+    end of its watch (as when the rank is gone), and it is reaped."""
+    os.close(_STATE.pop('write'))
+    _STATE.pop('limits', None)
+    try:
+        _STATE.pop('process').wait(timeout=5)
+    except (KeyError, subprocess.TimeoutExpired):
+        pass
 
 
 def arrived():

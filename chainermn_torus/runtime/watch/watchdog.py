@@ -73,18 +73,19 @@ def in_call(name):
 
 
 def set_default(timeout=None, startup=None):
-    """Limits for a watchdog the next communicator starts where the environment sets none
-    (the launcher's flags; the launcher has checked them)."""
+    """The launcher's limits (its flag, else the variable: the launcher has resolved and
+    checked them), for the watch from start-up and the watchdog the next communicator
+    starts."""
     STATE.watch_limits.update({k: v for k, v in (('watchdog', timeout), ('watchdog_startup', startup))
                       if v is not None})
 
 
 def _setting(key, given=None, option=None):
-    """``given``, else the environment variable, else the launcher's, else the default."""
-    value, source = config.value(key, given, option)
-    if source is None and key in STATE.watch_limits:
+    """``given`` (the code's), else the launcher's (its flag over the variable, resolved
+    there), else the environment variable, else the default: config's one precedence."""
+    if given is None and key in STATE.watch_limits:
         return STATE.watch_limits[key]
-    return value
+    return config.value(key, given, option)[0]
 
 
 def watch_from_start():

@@ -279,7 +279,8 @@ exec "$@"
 
 
 @pytest.mark.slow  # full tier: jobs ended from their start-up (fast: a job's own end)
-@pytest.mark.parametrize('nprocs, how', [(2, 'variable'), (3, 'variable'), (2, 'launcher')])
+@pytest.mark.parametrize('nprocs, how', [(2, 'variable'), (3, 'variable'), (2, 'launcher'),
+                                         (2, 'flag over variable')])
 def test_a_rank_stopped_before_its_communicator_is_named_and_the_job_ends(tmp_path, nprocs,
                                                                         how):
     # The watchdog starts with the communicator (it needs MPI): a rank stopped before it left
@@ -297,6 +298,8 @@ def test_a_rank_stopped_before_its_communicator_is_named_and_the_job_ends(tmp_pa
                    CHAINERMN_TORUS_WATCHDOG_STARTUP='30')
     else:
         argv[1:1] = ['-m', 'chainermn_torus.run', '--watchdog', str(WATCHDOG_S)]
+    if how == 'flag over variable':  # the job script's variable, the command line's flag
+        env['CHAINERMN_TORUS_WATCHDOG'] = '60'
     start = time.time()
     proc = subprocess.run([mpiexec_path(), '-n', str(nprocs), str(wrapper)] + argv,
                           capture_output=True, text=True, timeout=120, env=env)
@@ -310,6 +313,26 @@ def test_a_rank_stopped_before_its_communicator_is_named_and_the_job_ends(tmp_pa
     if nprocs == 3:
         assert 'rank 0, rank 2 of ' in said[0], said
     assert elapsed < WATCHDOG_S + 10, elapsed  # the step limit, not the start-up limit
+
+
+@pytest.mark.slow  # waits for the watchdog's limit
+def test_the_launchers_watchdog_flag_wins_over_the_variable_mid_step():
+    # config's one precedence, flag over variable: with CHAINERMN_TORUS_WATCHDOG=60 in the
+    # job's environment and --watchdog 3 on the launcher's command line, the watchdog ran
+    # with 60 (it took the variable before the launcher's flag).
+    from conftest import job_env, mpiexec_path
+    env = job_env(2)
+    env['CHAINERMN_TORUS_WATCHDOG'] = '60'
+    argv = [sys.executable, '-m', 'chainermn_torus.run', '--watchdog', str(WATCHDOG_S),
+            worker('fault_train.py'), 'hang', '1', '5']
+    proc = subprocess.run([mpiexec_path(), '-n', '2'] + argv, capture_output=True, text=True,
+                          timeout=120, env=env)
+    match = re.search(r'FAULT (\d+\.\d+)', proc.stdout)
+    assert match, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert time.time() - float(match.group(1)) < WATCHDOG_S + 30
+    assert 'limit 3 s per step or evaluation batch' in proc.stderr, proc.stderr[-3000:]
+    assert re.search(r'chainermn_torus watchdog: the job waits for rank 1 on \S+',
+                     proc.stderr), proc.stderr[-3000:]
 
 
 @pytest.mark.slow  # full tier: the fast tier keeps one job per kind of ending
