@@ -22,7 +22,8 @@ setup(
         'mpich': ['mpich'],
         'imagenet': ['pillow'],            # JPEG decoding in the ImageNet example
         'plot': ['matplotlib'],            # timelines and benchmark plots
-        'test': ['pytest', 'import-linter'],  # import-linter: the layers (.importlinter)
+        # import-linter: the layers (.importlinter); ruff: the style check (ruff.toml)
+        'test': ['pytest', 'import-linter', 'ruff==0.17.6'],
         # numpy's bfloat16 dtype: bfloat16 gradient communication (0.6 needs numpy 2)
         'bf16': ['ml_dtypes>=0.5,<0.6'],
     },

@@ -29,6 +29,9 @@ from chainermn_torus._registry import register  # NOQA: E402
 from chainermn_torus._registry import valid_names  # NOQA: E402
 
 __version__ = '0.1.0'
+# The classes (_LAZY) are left out: a star import would load MPI.
+__all__ = ['create_communicator', 'create_multi_node_optimizer', 'force_communicator',
+           'register', 'valid_names', '__version__']
 
 _LAZY = ('PureAllreduceCommunicator', 'RsaaCommunicator', 'RsapCommunicator')
 

@@ -15,7 +15,7 @@ import runpy
 import sys
 import time
 
-import chainermn_torus  # noqa: F401 (registered with ChainerMN before the script runs)
+import chainermn_torus  # noqa: F401 registered with ChainerMN before the script runs
 from chainermn_torus import config, launch
 from chainermn_torus.algorithms.variants import check_grid_option
 from chainermn_torus.errors import ConfigError, Refusal, Unsupported

@@ -23,7 +23,7 @@ import json
 import os
 import sys
 
-import chainermn_torus  # noqa: F401 (before Chainer: its import then scans nothing)
+import chainermn_torus  # noqa: F401 before Chainer: its import then scans nothing
 from chainer.testing import function_link
 from chainermn_torus import compute
 from chainermn_torus.bench import compute_profile

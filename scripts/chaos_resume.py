@@ -130,7 +130,7 @@ def main(argv=None):
             os.killpg(proc.pid, signal.SIGKILL)
             stdout, stderr = proc.communicate()
             stderr += '\nchaos_resume: the job did not end within 300 s of its interruption'
-        resumed = [l for l in stdout.splitlines() if 'resumed from' in l]
+        resumed = [line for line in stdout.splitlines() if 'resumed from' in line]
         starts.append({'start': n, 'interrupt': way, 'at_s': None if way is None else
                        round(at, 2), 'exit': proc.returncode, 'checkpoint_at_start': at_start,
                        'checkpoint_after': _checkpointed(ckpt),

@@ -23,11 +23,11 @@ killed while the first recovery restores) and ``unchanged-last-evaluation`` (Cha
 MNIST script under ``chainermn_torus.run --memory-snapshots``: it recovers and trains to the
 end; it keeps no disk checkpoint to compare with). ``slurm``: the job through the real Slurm
 (``jobscript --system slurm --elastic``, sbatch; the node lost and set DOWN), which must stay
-RUNNING, start its next step on the 2 nodes left and end COMPLETED, bit for bit. ``--timing N``: N more losses of a killed node
-(the last node, in the all-reduce), with the recovery's parts, and beside them the same
-loss as today: the job ends, is submitted again on the 2 nodes left and resumes from disk.
-``--mpi impi|openmpi``: everything (the reference, the cases, the resumed references) under
-that MPI (scripts/with_mpi.sh): Intel MPI's hydra or Open MPI's PRRTE launches the steps,
+RUNNING, start its next step on the 2 nodes left and end COMPLETED, bit for bit. ``--timing N``: N
+more losses of a killed node (the last node, in the all-reduce), with the recovery's parts, and
+beside them the same loss as today: the job ends, is submitted again on the 2 nodes left and resumes
+from disk. ``--mpi impi|openmpi``: everything (the reference, the cases, the resumed references)
+under that MPI (scripts/with_mpi.sh): Intel MPI's hydra or Open MPI's PRRTE launches the steps,
 and the supervisor believes the step's lines, not mpirun's exit code.
 """
 import argparse

@@ -148,7 +148,8 @@ EMULATE = os.path.join(ROOT, 'scripts', 'emulate_cluster.sh')
 COMMUNICATORS = ('shm', 'rsap', 'pure_allreduce')
 LOADERS = ('ours', 'serial')
 # The test tier's rows: every path of the loader and the windows; Ctrl-C is SIGTERM's path
-# (an exception in the main thread) and a full disk is tests/extensions/checkpoint/test_checkpoint.py's.
+# (an exception in the main thread) and a full disk is
+# tests/extensions/checkpoint/test_checkpoint.py's.
 QUICK = ('raise', 'kill', 'loader-death', 'sigterm', 'hang', 'shm-full')
 SHM_SIZE = '64m'
 SHM_FULL_SIZE = '3m'   # MPICH's own segment (2.1 MB) fits, the job's windows and slots do not
@@ -726,7 +727,6 @@ print('crafted')
 def _issue54_row(fault, comm, loader, workdir):
     """One of ISSUE54's rows: the attack or the fault around a job, or two (the first writes
     the checkpoints the second resumes from)."""
-    ckpt = os.path.join(workdir, 'ckpt')
     if fault == 'squat-names':
         squatter = as_other(SQUAT, 60, wait=False)
         time.sleep(0.3)
@@ -867,7 +867,8 @@ def _timelines(prefix):
 
 
 def _hydra_files():
-    """The names of MPICH's launcher topology files in /tmp (runtime.files.devshm.HYDRA_TOPOLOGY)."""
+    """The names of MPICH's launcher topology files in /tmp
+    (runtime.files.devshm.HYDRA_TOPOLOGY)."""
     directory, prefix = os.path.split(_ours('runtime.files.devshm').HYDRA_TOPOLOGY)
     return [n for n in os.listdir(directory) if n.startswith(prefix)]
 

@@ -127,15 +127,17 @@ def stop_services(removed):
         removed.append('the Slurm cluster (slurm_cluster.sh down: rc {})'.format(proc.returncode))
     netns = run(['ip', 'netns', 'list']).stdout if shutil.which('ip') else ''
     bridge = shutil.which('ip') and run(['ip', 'link', 'show', 'cmtbr0']).returncode == 0
-    if os.path.exists('/run/chainermn-torus-cluster') or bridge or re.search(r'^cmt-n\d', netns, re.M):
+    if os.path.exists('/run/chainermn-torus-cluster') or bridge or \
+            re.search(r'^cmt-n\d', netns, re.M):
         proc = run(['bash', os.path.join(ROOT, 'scripts', 'emulate_cluster.sh'), 'down'])
-        removed.append('the emulated cluster (emulate_cluster.sh down: rc {})'.format(proc.returncode))
+        removed.append('the emulated cluster (emulate_cluster.sh down: rc {})'.format(
+            proc.returncode))
     for name in DAEMONS:
         if run(['pgrep', '-x', name]).returncode == 0:
             run(['pkill', '-9', '-x', name])
             removed.append('process ' + name)
     lines = open('/etc/hosts').read().splitlines(True)
-    kept = [l for l in lines if not l.rstrip().endswith('# chainermn-torus slurm_cluster')]
+    kept = [line for line in lines if not line.rstrip().endswith('# chainermn-torus slurm_cluster')]
     if kept != lines:
         with open('/etc/hosts', 'w') as f:
             f.writelines(kept)
@@ -155,8 +157,8 @@ def remove_packages(removed):
             removed.append('packages apt pulled in for them: {} ({})'.format(
                 len(pulled_in), ' '.join(pulled_in)))
     # Removed, not purged, packages keep their configuration files: purged here too.
-    leftover = [l.split()[0] for l in run(['dpkg-query', '-W', '-f=${Package} ${db:Status-Status}\n']
-                                          + PACKAGES).stdout.splitlines() if l.endswith(' config-files')]
+    listed = run(['dpkg-query', '-W', '-f=${Package} ${db:Status-Status}\n'] + PACKAGES).stdout
+    leftover = [line.split()[0] for line in listed.splitlines() if line.endswith(' config-files')]
     if leftover:
         run(['apt-get', 'purge', '-y', '-q'] + leftover, check=True)
         removed.append('configuration of removed packages: ' + ' '.join(leftover))
@@ -188,8 +190,8 @@ def remove_files(removed):
     remove_path(os.path.join(ROOT, '.venv'), removed)
     for path in glob.glob(os.path.join(tempfile.gettempdir(), CLONE_PREFIX + '*')):
         remove_path(path, removed)
-    remove_path(os.path.join(tempfile.gettempdir(), 'pytest-of-' + pwd.getpwuid(os.geteuid()).pw_name),
-                removed)
+    user = pwd.getpwuid(os.geteuid()).pw_name
+    remove_path(os.path.join(tempfile.gettempdir(), 'pytest-of-' + user), removed)
     # Folders the above left empty, or that `ip netns` and `mount` made for the emulation.
     for path in (os.path.join(HOME, '.cache'), os.path.join(HOME, '.config'), '/run/netns',
                  '/run/mount'):
@@ -305,16 +307,16 @@ def main(argv=None):
         refuse('git clone --branch {} {} failed: {}'.format(args.ref, ROOT, proc.stderr.strip()))
     commit = run(['git', '-C', clone, 'rev-parse', '--short', 'HEAD']).stdout.strip()
     clock.end('clone')
-    print('[fresh] {} at {} in {}: CI=true bash .ci/run < /dev/null'.format(args.ref, commit, clone),
-          flush=True)
+    print('[fresh] {} at {} in {}: CI=true bash .ci/run < /dev/null'.format(
+        args.ref, commit, clone), flush=True)
     code, summaries, dropped = run_ci(clone, clock, os.path.join(base, 'fresh-run.log'))
 
     total_wall = sum(r[1] for r in clock.rows)
     total_cpu = sum(r[2] for r in clock.rows)
     ci_wall = sum(r[1] for r in clock.rows[2:])
     ci_cpu = sum(r[2] for r in clock.rows[2:])
-    print('\n[fresh] {} at {} on {} cores, {}'.format(args.ref, commit, os.cpu_count(),
-                                                    'passed' if code == 0 else 'FAILED (rc {})'.format(code)))
+    verdict = 'passed' if code == 0 else 'FAILED (rc {})'.format(code)
+    print('\n[fresh] {} at {} on {} cores, {}'.format(args.ref, commit, os.cpu_count(), verdict))
     print('[fresh] {:<28} {:>8} {:>10}'.format('phase', 'wall s', 'busy CPU-s'))
     for name, wall, cpu in clock.rows:
         print('[fresh] {:<28} {:>8.1f} {:>10.1f}'.format(name, wall, cpu))

@@ -15,7 +15,7 @@ import statistics
 import time
 import timeit
 
-import chainermn_torus  # noqa: F401 (before Chainer)
+import chainermn_torus  # noqa: F401 before Chainer
 import chainer
 import chainer.links as L
 import numpy

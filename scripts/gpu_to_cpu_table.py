@@ -155,7 +155,7 @@ def main():
     machine = '{} ({} cores), Python {}'.format(platform.processor() or platform.machine(),
                                                 os.cpu_count(), platform.python_version())
     with open('/proc/cpuinfo') as f:
-        names = [l.split(':', 1)[1].strip() for l in f if l.startswith('model name')]
+        names = [line.split(':', 1)[1].strip() for line in f if line.startswith('model name')]
     if names:
         machine = '{}, {} cores, Python {}'.format(names[0], os.cpu_count(),
                                                    platform.python_version())

@@ -6,7 +6,7 @@ import json
 import sys
 import time
 
-import chainermn_torus  # NOQA: first, as every script (Chainer imports after it on 3.12)
+import chainermn_torus  # noqa: F401 first, as every script (Chainer imports after it on 3.12)
 import chainer
 import numpy
 from mpi4py import MPI

@@ -208,8 +208,8 @@ def main():
         if lost_at is None:
             sys.exit('the job ended before checkpoint {} ({}):\n{}'.format(
                 args.lose_after, code, log[-3000:]))
-        ended = [l for l in log.splitlines() if 'waits for' in l or 'watchdog' in l or
-                 'BAD TERMINATION' in l or 'exit code' in l.lower()][-3:]
+        ended = [line for line in log.splitlines() if 'waits for' in line or 'watchdog' in line or
+                 'BAD TERMINATION' in line or 'exit code' in line.lower()][-3:]
         rows.append({'run': 'seed 0, node 2 lost after checkpoint {}'.format(args.lose_after),
                      'ranks': '3 x 2', 'accuracy': None, 'seconds': secs, 'exit': code,
                      'lost_at_s': lost_at, 'ended_after_loss_s': secs - lost_at,
@@ -218,7 +218,7 @@ def main():
         code, secs, log, _ = run(args, cmd)  # the same command: 2 nodes are left
         if code != 0:
             sys.exit('the resubmitted run failed:\n{}'.format(log[-3000:]))
-        said = [l.strip() for l in log.splitlines() if 'resumed from' in l]
+        said = [line.strip() for line in log.splitlines() if 'resumed from' in line]
         rows.append({'run': 'the same command, resubmitted', 'ranks': '2 x 2',
                      'accuracy': accuracy(out), 'seconds': secs, 'said': said})
         print(rows[-1], flush=True)
@@ -265,8 +265,8 @@ def slurm_main(args, work):
                    UCX_TLS='tcp,self')
         code, secs, log, lost_at, states, out, adjusted, requeued = slurm_job(args, work,
                                                                                env)
-        said = [l.strip() for l in log.splitlines() if 'resumed from' in l or
-                'chainermn-torus job node-loss' in l or 'test accuracy' in l]
+        said = [line.strip() for line in log.splitlines() if 'resumed from' in line or
+                'chainermn-torus job node-loss' in line or 'test accuracy' in line]
         acc = accuracy(out) if code == 0 else None
     finally:
         subprocess.run(['bash', SLURM, 'down'], stdout=subprocess.DEVNULL)

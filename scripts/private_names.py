@@ -112,8 +112,8 @@ def theirs():
 
 
 # The registry's own tables name every name: not uses.
-REGISTRY_FILE, TABLES = os.path.join('runtime', 'chainer_glue', 'chainer_private.py'), ('NAMES', 'REGISTRY',
-                                                                        'OURS_TOO')
+REGISTRY_FILE = os.path.join('runtime', 'chainer_glue', 'chainer_private.py')
+TABLES = ('NAMES', 'REGISTRY', 'OURS_TOO')
 
 
 def _without_tables(tree):

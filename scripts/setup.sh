@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine for chainermn-torus: the Fashion-MNIST data (Debian package) and a
 # project virtualenv with Chainer 7.8.1, numpy<2, the mpich wheel + mpi4py, numba, pytest,
-# and oneDNN (x86-64).
+# ruff and oneDNN (x86-64).
 # Idempotent: every step checks first, so a second run takes a second or two.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 venv=${VENV:-$here/.venv}
 py=${PYTHON:-python3}
 data=/usr/share/datasets/fashion-mnist
+RUFF_VERSION=0.17.6  # setup.py's [test] extra names the same
 
 if [ ! -f "$data/train-images-idx3-ubyte.gz" ] && [ ! -f "$data/train-images-idx3-ubyte" ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
@@ -42,6 +43,12 @@ if ! "$venv/bin/python" -c 'import mpi4py, numba, pytest, threadpoolctl, psutil,
    || [ ! -x "$venv/bin/mpiexec" ]; then
     echo "[setup] installing mpich, mpi4py, numba, pytest, threadpoolctl, psutil, matplotlib, pillow, import-linter"
     pip_install "numpy<2" mpich mpi4py numba pytest threadpoolctl psutil matplotlib pillow import-linter
+fi
+# The style check of make test (ruff.toml, tests/test_style.py): pinned, since a newer ruff
+# may add findings to a tree that has not changed.
+if [ "$("$venv/bin/ruff" --version 2>/dev/null)" != "ruff $RUFF_VERSION" ]; then
+    echo "[setup] installing ruff $RUFF_VERSION (the style check)"
+    pip_install "ruff==$RUFF_VERSION"
 fi
 # oneDNN for Chainer's convolutions (chainermn_torus.compute): the CPU build with GNU OpenMP,
 # x86-64 only (no wheel for aarch64: there Chainer's numpy, said at start-up). Not the

@@ -44,7 +44,7 @@ def run_once(k, where):
 def in_process_worker(steps, every, out, model_name='mnist'):
     """The 2-rank job of ``--in-process`` (run under mpiexec by ``in_process``)."""
     import time
-    import chainermn_torus  # NOQA: first (Chainer imports after it on 3.12)
+    import chainermn_torus  # noqa: F401 first (Chainer imports after it on 3.12)
     import chainer
     import chainermn
     import numpy

@@ -38,7 +38,8 @@ import subprocess
 
 NAMED = ['extensions/checkpoint.py', 'extensions/checkpoint', 'auto.py', 'tuning',
          'optimizers/multi_node.py', 'optimizers/update_modes.py', 'optimizers/finite_checks.py',
-         'tools/jobscript.py', 'tools/systems.py', 'tools/jobscripts', 'runtime/chainer_glue/patches.py']
+         'tools/jobscript.py', 'tools/systems.py', 'tools/jobscripts',
+         'runtime/chainer_glue/patches.py']
 MUTABLE_CALLS = {'list', 'dict', 'set', 'defaultdict', 'OrderedDict', 'deque', 'Counter',
                  'WeakKeyDictionary', 'WeakValueDictionary', 'WeakSet'}
 LONG = 60

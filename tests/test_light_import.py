@@ -1,8 +1,8 @@
 """`import chainermn_torus` registers names and nothing else; MPI, numba, the abort hook and
 the timeline start with the first communicator or optimizer; login-node commands never
 start MPI; imported before Chainer, Chainer's environment check scans nothing where it has
-nothing to find (runtime.chainer_glue.chainer_import). Each check runs in a fresh interpreter, since this
-one has imported everything."""
+nothing to find (runtime.chainer_glue.chainer_import). Each check runs in a fresh interpreter, since
+this one has imported everything."""
 import os
 import subprocess
 import sys

@@ -157,7 +157,7 @@ def _job(env=None, args=(), launcher=()):
     proc = subprocess.run([sys.executable, '-m', 'chainermn_torus.run'] + list(launcher)
                           + [SCRIPT] + list(args), capture_output=True, text=True, timeout=120,
                           cwd=ROOT, env=full)
-    return proc.returncode, [l for l in (proc.stdout + proc.stderr).splitlines() if l.strip()]
+    return proc.returncode, [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
 
 
 def _options():
@@ -210,8 +210,8 @@ def test_every_setting_refused_in_one_line_through_its_variable_and_its_option()
                                                                launcher=option)))
         else:  # argparse's own line, as for every flag of the launcher
             parsed.append((option, line))
-    assert all('argument {}: must be'.format(o[0]) in l and repr(o[1]) in l
-               for o, l in parsed), parsed
+    assert all('argument {}: must be'.format(o[0]) in line and repr(o[1]) in line
+               for o, line in parsed), parsed
     assert len(parsed) + len(jobs) > len(BAD)  # every variable, and every option
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda job: _job(**job[3]), jobs))
@@ -231,8 +231,9 @@ def test_every_setting_refused_in_one_line_through_its_variable_and_its_option()
 @pytest.mark.slow  # full tier only: the fast tier keeps one of its kind
 def test_debug_shows_the_traceback_of_a_refusal():
     code, lines = _job(env={'CHAINERMN_TORUS_THREADS': 'two', 'CHAINERMN_TORUS_DEBUG': '1'})
-    assert code != 0 and any(l.startswith('Traceback') for l in lines), lines
-    assert lines[-1].endswith("CHAINERMN_TORUS_THREADS must be a thread count >= 1 and <= 65536 (or off), got 'two'")
+    assert code != 0 and any(line.startswith('Traceback') for line in lines), lines
+    assert lines[-1].endswith('CHAINERMN_TORUS_THREADS must be a thread count >= 1 and <= 65536 '
+                              "(or off), got 'two'")
 
 
 @pytest.mark.parametrize('mode, expected', [
@@ -249,8 +250,8 @@ def test_debug_shows_the_traceback_of_a_refusal():
 def test_a_refusal_on_several_ranks_is_said_once(mode, expected):
     proc = run_mpi(3, [worker('refuse.py'), mode], timeout=120,
                    env={'CHAINERMN_TORUS_QUIET': '1'})  # the refusals' lines alone
-    ours = [l for l in (proc.stdout + proc.stderr).splitlines()
-            if l.startswith('chainermn_torus')]
+    ours = [line for line in (proc.stdout + proc.stderr).splitlines()
+            if line.startswith('chainermn_torus')]
     host = os.uname().nodename
     assert proc.returncode != 0 and 'Traceback' not in proc.stderr, proc.stderr
     assert sorted(ours) == sorted(e.replace('HOST', host) for e in expected), ours
@@ -264,7 +265,7 @@ def test_an_exception_is_said_once_with_its_traceback_and_a_message(mode):
     proc = run_mpi(2, [worker('refuse.py'), mode], timeout=120)
     err = proc.stdout + proc.stderr
     assert proc.returncode != 0 and err.count('Traceback (most recent call last)') == 1, err
-    banner = [l for l in err.splitlines() if 'Uncaught exception on rank 1' in l]
+    banner = [line for line in err.splitlines() if 'Uncaught exception on rank 1' in line]
     assert len(banner) == 1, err
     if mode == 'memory':
         assert re.search(r'MemoryError: this process could not get more memory \(.* free on ',

@@ -12,11 +12,10 @@ ratio to ChainerMN ``naive``, the algorithm bandwidth (bytes / time) and the bus
   copy_bound        2(P-1)/P x bytes at the memory-copy bandwidth measured with all ranks
                     copying at once: what shared memory allows at best.
 Torus rows are named by variant (``algorithms.variants``): rsaa, rsap (fence),
-rsap_notify, rsap_acc, shm, and rsap_pscw only when asked for. With ``--debug`` every communicator row gets a
-twin ``NAME/debug`` timed under ``chainer.set_debug(True)``: the cost of the finite check
+rsap_notify, rsap_acc, shm, and rsap_pscw only when asked for. With ``--debug`` every communicator
+row gets a twin ``NAME/debug`` timed under ``chainer.set_debug(True)``: the cost of the finite check
 ChainerMN's communicators (and ours) make on the averaged gradients in debug mode.
 """
-import argparse
 import json
 import os
 import platform
@@ -216,8 +215,8 @@ def build_parser():
                         metavar='BYTES', help='segment sizes to compare (0 = one message, '
                         '"default" = the built-in default)')
     parser.add_argument('--variants', nargs='*', default=DEFAULT_VARIANTS, choices=list(VARIANTS),
-                        help='variants (grid ones on every grid; default: all but rsap_pscw); shm rows '
-                        'only where the grid rows lie inside nodes')
+                        help='variants (grid ones on every grid; default: all but '
+                        'rsap_pscw); shm rows only where the grid rows lie inside nodes')
     parser.add_argument('--no-auto', dest='auto', action='store_false',
                         help='leave out the auto communicator\'s row')
     parser.add_argument('--fp16', action='store_true',

@@ -9,9 +9,9 @@ configurations can be read against the spread between seeds.
 Runs, one after the other, ``examples/mnist/train_mnist.py`` (the MLP on Debian's
 Fashion-MNIST) and ``examples/imagenet/train_imagenet.py`` with ``--arch tiny`` or
 ``resnet50`` (``imagenet-resnet50``, 64 px crops; the JPEG subset
-``scripts/make_imagenet_subset.py`` builds, the docs' one) on each ``--ranks`` count for each seed and configuration: ``numpy``
-and ``onednn`` are ``CHAINERMN_TORUS_COMPUTE``, ``onednn-bf16`` is oneDNN with
-``CHAINERMN_TORUS_PRECISION=bf16``. Reads each run's ``summary.json`` and its LogReport
+``scripts/make_imagenet_subset.py`` builds, the docs' one) on each ``--ranks`` count for each seed
+and configuration: ``numpy`` and ``onednn`` are ``CHAINERMN_TORUS_COMPUTE``, ``onednn-bf16`` is
+oneDNN with ``CHAINERMN_TORUS_PRECISION=bf16``. Reads each run's ``summary.json`` and its LogReport
 (the validation loss after each epoch). Prints per example the accuracy per seed and
 configuration, the largest difference from the first configuration at one seed, the spread
 between seeds, whether each other configuration's training-loss curve (its mean over the

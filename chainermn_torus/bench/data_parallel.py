@@ -86,7 +86,7 @@ def rank_side(args):
 def _result(cmd, env, what):
     out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True)
-    lines = [l for l in out.stdout.splitlines() if l.startswith(('RESULT ', '{"seconds"'))]
+    lines = [line for line in out.stdout.splitlines() if line.startswith(('RESULT ', '{"seconds"'))]
     if out.returncode != 0 or not lines:
         raise SystemExit('bench data_parallel: the {} job failed (exit {}):\n{}'.format(
             what, out.returncode, out.stdout[-3000:]))

@@ -18,7 +18,6 @@ conversion), ``forward_backward``, ``communication`` that the main thread waits 
 double buffering: the wait for the background all-reduce), ``update``, and ``total``.
 Final test accuracy after the same epochs, on the same test set.
 """
-import argparse
 import json
 import time
 

@@ -22,8 +22,8 @@ from chainermn_torus.communicators import _dtypes
 from chainermn_torus.errors import ConfigError
 from chainermn_torus.runtime.cpu import jit
 
-__all__ = ['Layout', 'grad_params', 'data_params', 'param_signature', 'PackedBuffer', 'check_same_layout',
-           'transfer_dtype', 'MPI_TYPES', 'mpi_type_of']
+__all__ = ['Layout', 'grad_params', 'data_params', 'param_signature', 'PackedBuffer',
+           'check_same_layout', 'transfer_dtype', 'MPI_TYPES', 'mpi_type_of']
 
 # Explicit MPI datatypes, so a reader can count the bytes every call moves.
 MPI_TYPES = {

@@ -15,13 +15,11 @@ as slot 0, the parameter broadcast, and ``split``.
 import abc
 
 from chainermn.communicators import mpi_communicator_base
-import numpy
 from mpi4py import MPI
 
 from chainermn_torus import config
 from chainermn_torus.communicators import _dtypes, _packing, capabilities as _capabilities
 from chainermn_torus.communicators._progress import BLOCKING
-from chainermn_torus.errors import ConfigError
 from chainermn_torus.runtime import startup as _startup
 from chainermn_torus.runtime.cpu import threads
 from chainermn_torus.runtime.files import devshm

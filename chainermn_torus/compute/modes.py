@@ -1,6 +1,6 @@
 """Whether a Chainer function runs on oneDNN: the mode and precision in force, the mode and
-precision each node's forward ran in (its backward runs in those), and the hand-back to Chainer's own code
-(where the arrays are not float32 in the standard layout, or oneDNN refuses the call),
+precision each node's forward ran in (its backward runs in those), and the hand-back to Chainer's
+own code (where the arrays are not float32 in the standard layout, or oneDNN refuses the call),
 said once per case. ``onednn``'s replacements call these first.
 """
 import threading

@@ -155,8 +155,8 @@ class PreprocessedDataset(chainer.dataset.DatasetMixin):
             seed are bit-identical at any P (our loader and the example tell workers the
             epoch; Chainer's iterators leave the count of draws per example instead).
         skip_corrupt: False (default): an image that cannot be read or decoded raises
-            ValueError naming the file. True: a warning names it and the next valid image (index + 1,
-            + 2, ... wrapping around) is returned instead; ``skipped`` counts these skips.
+            ValueError naming the file. True: a warning names it and the next valid image (index +
+            1, + 2, ... wrapping around) is returned instead; ``skipped`` counts these skips.
             The count is per process: skips that happen inside loader worker processes
             increase the workers' copies, not this object.
 

@@ -82,7 +82,7 @@ def hold_everywhere(comm, directory, names=(), trusted=None):
         return place
     if place is not None:
         place.close()
-    (rank, (unsafe, text)), ranks = bad[0], agree.ranks_text(bad)
+    (_, (unsafe, text)), ranks = bad[0], agree.ranks_text(bad)
     if unsafe:
         raise UnsafePath('chainermn_torus: {} (rank(s) {})'.format(text, ranks))
     raise OSError('chainermn_torus: cannot write results to {!r} on rank(s) {}: {}. Choose a '

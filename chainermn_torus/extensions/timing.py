@@ -27,7 +27,8 @@ def timed(fn, stats, key, count_key=None):
 
 def time_calls(owner, name, stats, key, count_key=None):
     """Time every call of ``owner.name`` into ``stats``; returns ``stats``. An instance
-    patch of the group ``timing`` (``runtime.chainer_glue.patches``): ``untime(owner)`` undoes it."""
+    patch of the group ``timing`` (``runtime.chainer_glue.patches``): ``untime(owner)``
+    undoes it."""
     patches.apply(owner, name, timed(getattr(owner, name), stats, key, count_key), 'timing',
                   'the time spent in {} is reported'.format(name))
     return stats

@@ -12,8 +12,8 @@ host: 8 bytes for the latency (half the round trip) and a large message for the 
 back-to-back one-sided rounds between nodes, synchronised by MPI_Win_fence (fence_inter) or
 by MPI_Win_flush and a notification (flush_inter), which the simulator charges to rsap's put
 rounds between nodes. The reduction rate (gamma) and the
-memory copy rate (mem) are timed with numpy on rank 0. Medians of several repetitions. Every wait has
-a deadline, so an unreachable peer ends in an error naming it instead of a hang.
+memory copy rate (mem) are timed with numpy on rank 0. Medians of several repetitions. Every wait
+has a deadline, so an unreachable peer ends in an error naming it instead of a hang.
 """
 import socket
 import statistics

@@ -22,11 +22,12 @@ dtype they travel in: another model, or the same with float16 on the wire, is an
 
 A tuning folder may be shared by several users (a project's directory): each user's files
 are theirs. The folder is walked component by component for each load and save (``_held``:
-nothing on the way another user's, no link but this user's own) and used by descriptor. A file's name holds its user's uid, and a file is read only under the rule for
-shared paths (``runtime.files.shared_paths``): a regular file of this user, not a link, at
-most ``config.BOUNDS['tune_file']`` bytes. Anything else under the name (another user's
-file, a link, a FIFO) is ignored in one line that names its owner, and the choice is kept
-under a name of this user's own (``<name>.<token>.json``), which later jobs read.
+nothing on the way another user's, no link but this user's own) and used by descriptor. A file's
+name holds its user's uid, and a file is read only under the rule for shared paths
+(``runtime.files.shared_paths``): a regular file of this user, not a link, at most
+``config.BOUNDS['tune_file']`` bytes. Anything else under the name (another user's file, a link, a
+FIFO) is ignored in one line that names its owner, and the choice is kept under a name of this
+user's own (``<name>.<token>.json``), which later jobs read.
 """
 import collections
 import datetime

@@ -28,6 +28,8 @@ import signal
 import struct
 import time
 
+from . import board_layout, processes, ranks, temporaries
+
 BYE = 0xfc       # a normal end follows: not a death to explain
 NEWS = 0xfd      # a JSON object on one line follows: the board, the node's watchdog pid
 ABORTING = 0xfe  # the package's hook is ending the job, and says why
@@ -40,8 +42,6 @@ SAID = {9: 'kill -9, or the kernel\'s out-of-memory killer', 11: 'a crash in nat
         7: 'memory it had mapped went away (a full /dev/shm?)',
         6: 'an abort in native code', 4: 'an illegal instruction (a build for another CPU?)'}
 
-
-from . import board_layout, processes, ranks, temporaries
 
 
 def _pidfd_exit(pidfd):

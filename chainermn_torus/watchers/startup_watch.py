@@ -10,8 +10,8 @@ batch limit, MPICH's shared-memory file left in /dev/shm.
 With a watchdog set (``CHAINERMN_TORUS_WATCHDOG``, or the launcher's ``--watchdog``),
 ``import chainermn_torus`` in a process an MPI launcher started (and the launcher, when it
 reads ``--watchdog``) starts this small process beside the rank (``command.argv``): it
-imports nothing beyond this package (it starts in milliseconds and needs no MPI). It ends when the rank
-says its watchdog has started (``arrived()``: the node's watcher takes over from there) or
+imports nothing beyond this package (it starts in milliseconds and needs no MPI). It ends when the
+rank says its watchdog has started (``arrived()``: the node's watcher takes over from there) or
 when the rank ends. Until then it looks at the ranks of its node, the launcher's other
 children on the node, through /proc (their rank from the launcher's variables in their
 environment, their process state; whether each arrived, from a name in the abstract socket
@@ -36,13 +36,12 @@ import socket
 import subprocess
 import time
 
+from . import command, processes, ranks as node_ranks
+
 __all__ = ['start', 'arrived', 'watch']
 
 POLL_S = 0.25
 _STATE = {}  # in the rank: 'write' (the pipe to its watcher), 'arrived' (the socket held)
-
-
-from . import command, processes, ranks as node_ranks
 
 
 def _arrival_name(key, rank):

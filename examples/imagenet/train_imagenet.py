@@ -24,7 +24,6 @@ backward, all-reduce and update, per rank; the first iteration, which broadcasts
 initial weights instead of averaging gradients, is left out) and ``summary.json`` (test
 accuracy, iterations/s, the loader). The last line printed is ``iterations/s: ...``.
 """
-import argparse
 import json
 import multiprocessing
 import os
@@ -32,11 +31,11 @@ import statistics
 import time
 
 # chainermn_torus first: Chainer's import after it skips its environment check's package
-# scans where they have nothing to find (half of a rank's start-up; runtime.chainer_glue.chainer_import).
+# scans where they have nothing to find (half of a rank's start-up;
+# runtime.chainer_glue.chainer_import).
 import chainermn_torus  # NOQA
 
 import chainer
-import chainer.functions as F
 import chainer.links as L
 from chainer import training
 from chainer.training import extensions

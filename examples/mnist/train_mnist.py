@@ -10,15 +10,13 @@ training into 1-step-stale updates), float16 gradient communication (off), a NaN
 the per-rank thread budget, and Goyal et al.'s learning-rate warm-up. ``--stock`` runs
 ChainerMN's own wrapper and Chainer's update instead, for comparison.
 """
-import argparse
 import json
-import os
 import time
 
 # chainermn_torus first: it registers pure_allreduce, rsaa and rsap with ChainerMN, and
 # Chainer's import after it skips its environment check's package scans where they have
 # nothing to find (half of a rank's start-up; runtime.chainer_glue.chainer_import).
-import chainermn_torus  # NOQA: the import alone registers
+import chainermn_torus  # noqa: F401 the import alone registers
 
 import chainer
 import chainer.links as L

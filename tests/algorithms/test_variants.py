@@ -57,4 +57,4 @@ def test_variants_command_prints_every_row():
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert len(lines) == 1 + len(variants.VARIANTS)
-    assert any(l.split()[:2] == ['rsap_notify', "rsap(sync='notify')"] for l in lines), lines
+    assert any(line.split()[:2] == ['rsap_notify', "rsap(sync='notify')"] for line in lines), lines

@@ -57,7 +57,7 @@ def test_mnist_benchmark_refuses_a_batch_larger_than_a_ranks_data():
     proc = run_mpi(2, ['-m', 'chainermn_torus.bench.mnist_iteration', '--limit', '300',
                        '--batchsize', '1000'], timeout=120)
     assert proc.returncode != 0
-    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert lines[0].startswith('bench mnist: --batchsize 1000 is more than the 150 training '
                                'images each of the 2 rank(s) gets'), lines
     assert 'Traceback' not in proc.stderr

@@ -24,7 +24,8 @@ def test_table_and_plot(tmp_path):
     assert [r['label'] for r in runs] == ['1 rank serial', '2 ranks ours (auto)']
     assert abs(runs[0]['data_share'] - 0.1) < 1e-12 and abs(runs[1]['data_share'] - 0.01) < 1e-12
     table = loader_breakdown.format_table(runs)
-    assert '| 2 ranks ours (auto) | tiny | 10.00 | 1.0 | 80.0 | 9.0 | 10.0 | 100.0 | 1.0% |' in table
+    assert ('| 2 ranks ours (auto) | tiny | 10.00 | 1.0 | 80.0 | 9.0 | 10.0 | 100.0 | 1.0% |'
+            in table)
     png = tmp_path / 'b.png'
     loader_breakdown.plot(runs, str(png))
     assert png.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n' and png.stat().st_size > 5000

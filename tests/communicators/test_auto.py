@@ -6,7 +6,8 @@ import pytest
 from chainermn_torus.planning import planner
 
 
-@pytest.mark.slow  # plans (and simulates) once per P: the fast tier has auto's column of the conformance matrix
+# Plans (and simulates) once per P: the fast tier has auto's column of the conformance matrix.
+@pytest.mark.slow
 @pytest.mark.parametrize('nprocs', [2, 3])
 def test_auto_picks_the_same_plan_everywhere_and_averages(mpi_world, tmp_path, nprocs):
     net = tmp_path / 'net.json'

@@ -22,7 +22,7 @@ MEANS = ('multi_node_mean_grad', 'multi_node_mean_grad zero_fill',
 
 
 def read_matrix(table):
-    lines = [l for l in table.splitlines() if l.startswith('| ')]
+    lines = [line for line in table.splitlines() if line.startswith('| ')]
     labels = [c.strip() for c in lines[0].strip('|').split('|')][1:]
     rows = {}
     for line in lines[1:]:

@@ -38,6 +38,6 @@ def test_without_ml_dtypes_bfloat16_is_refused_naming_the_install(monkeypatch):
 def test_the_launcher_takes_one_wire_dtype_not_two():
     proc = run_mpi(1, ['-m', 'chainermn_torus.run', '--fp16-allreduce', '--allreduce-dtype',
                        'bfloat16', worker('refusal_script.py')])
-    lines = [l for l in (proc.stdout + proc.stderr).splitlines() if l.strip()]
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
     assert proc.returncode != 0 and len(lines) == 1, lines
     assert '--fp16-allreduce sends float16, and --allreduce-dtype asks for bfloat16' in lines[0]

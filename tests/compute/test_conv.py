@@ -15,7 +15,7 @@ from chainer.functions.connection import convolution_2d as chainer_conv
 
 from chainermn_torus.compute import replacements
 from chainermn_torus.compute.onednn import binding, conv
-from compute_support import as_it_was  # noqa: F401 (a fixture)
+from compute_support import as_it_was  # noqa: F401 a fixture
 
 pytestmark = pytest.mark.skipif(
     not binding.available(), reason='oneDNN is not installed for this Python (make setup '

@@ -14,7 +14,7 @@ from chainermn_torus.compute import replacements
 from chainermn_torus.compute.kernels import eltwise
 from chainermn_torus.compute.onednn import batchnorm, binding, geometries
 from chainermn_torus.runtime.cpu import jit
-from compute_support import as_it_was, both  # noqa: F401 (a fixture)
+from compute_support import as_it_was, both  # noqa: F401 a fixture
 
 pytestmark = pytest.mark.skipif(
     not binding.available(), reason='oneDNN is not installed for this Python (make setup '

@@ -12,7 +12,7 @@ from chainer import gradient_check
 from chainermn_torus.compute import replacements
 from chainermn_torus.compute.functions import pooling as pooling_functions
 from chainermn_torus.compute.onednn import binding, pooling
-from compute_support import as_it_was, both  # noqa: F401 (a fixture)
+from compute_support import as_it_was, both  # noqa: F401 a fixture
 
 pytestmark = pytest.mark.skipif(
     not binding.available(), reason='oneDNN is not installed for this Python (make setup '

@@ -10,7 +10,7 @@ from chainermn_torus.compute import modes, precision, replacements
 from chainermn_torus.compute.functions import common
 from chainermn_torus.compute.onednn import binding, conv, copies, linear
 from chainermn_torus.errors import ConfigError, Unsupported
-from compute_support import as_it_was  # noqa: F401 (autouse)
+from compute_support import as_it_was  # noqa: F401 autouse
 
 HAS_BF16, WHAT = precision.cpu_bf16()
 needs_bf16 = pytest.mark.skipif(
@@ -202,9 +202,9 @@ def test_the_launcher_and_the_variable_turn_bf16_on_said_once(options, env):
     proc = run_mpi(2, ['-m', 'chainermn_torus.run'] + options + [worker('compute_mode.py')],
                    env=env)
     lines = assert_ok(proc, 2)
-    said = [l for l in proc.stdout.splitlines() if '; bfloat16 (' in l]
+    said = [line for line in proc.stdout.splitlines() if '; bfloat16 (' in line]
     assert len(said) == 1 and 'parameters, gradients and the update stay float32' in said[0]
-    assert all('conv chainermn_torus.compute.functions.convolution' in l for l in lines), lines
+    assert all('conv chainermn_torus.compute.functions.convolution' in ln for ln in lines), lines
 
 
 def test_float32s_batch_normalization_keeps_its_order_beside_the_any_order_kernels():

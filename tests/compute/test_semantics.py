@@ -31,7 +31,7 @@ from chainermn_torus.compute import modes, replacements
 from chainermn_torus.compute.functions import pooling as pooling_functions
 from chainermn_torus.compute.kernels import eltwise
 from chainermn_torus.compute.onednn import binding, geometries
-from compute_support import as_it_was, both  # noqa: F401 (a fixture)
+from compute_support import as_it_was, both  # noqa: F401 a fixture
 
 pytestmark = pytest.mark.skipif(
     not binding.available(), reason='oneDNN is not installed for this Python (make setup '
@@ -593,8 +593,9 @@ def _conv_case(dtype_x, dtype_w, cover_all, groups, nobias, dilate, contiguous, 
     W = _rng(42).normal(0, 0.3, (2 * groups, 3, 3, 3)).astype(dtype_w)
     b = None if nobias else _u(2 * groups, 43, dtype_x)
     pad = (dilate, dilate)
-    fn = (lambda *a: F.convolution_2d(*a, stride=2, pad=pad, cover_all=cover_all,
-                                      dilate=dilate, groups=groups))
+    def fn(*a):
+        return F.convolution_2d(*a, stride=2, pad=pad, cover_all=cover_all, dilate=dilate,
+                                groups=groups)
     y = fn(*[a for a in (x, W, b) if a is not None])
     gy = _u(y.shape, 44, dtype_x)
     inputs = [a if contiguous else _nc(a) for a in (x, W, b)]

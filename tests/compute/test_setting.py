@@ -33,7 +33,7 @@ def restored():
 
 
 def _lines(proc, text):
-    return [l for l in proc.stdout.splitlines() if text in l]
+    return [line for line in proc.stdout.splitlines() if text in line]
 
 
 @needs_onednn
@@ -54,10 +54,10 @@ def test_the_launcher_puts_an_unchanged_scripts_layers_where_asked(options, env,
     proc = run_mpi(2, ['-m', 'chainermn_torus.run'] + options + [worker('compute_mode.py')],
                    env=env)
     lines = assert_ok(proc, 2)
-    assert all('conv {} '.format(where) in l for l in lines), lines
+    assert all('conv {} '.format(where) in line for line in lines), lines
     assert len(_lines(proc, said)) == 1, proc.stdout  # rank 0, once
     # the same numbers either way (checked closely in test_conv): a sum printed to 4 places
-    assert len({l.split(' sum ')[1].split()[0] for l in lines}) == 2  # two ranks' data
+    assert len({line.split(' sum ')[1].split()[0] for line in lines}) == 2  # two ranks' data
 
 
 @needs_onednn
@@ -67,7 +67,7 @@ def test_the_same_script_gives_the_same_convolution_on_numpy_and_onednn():
     for mode in ('numpy', 'onednn'):
         proc = run_mpi(2, ['-m', 'chainermn_torus.run', '--compute', mode,
                            worker('compute_mode.py')])
-        sums.append(sorted(l.split(' sum ')[1].split()[0] for l in assert_ok(proc, 2)))
+        sums.append(sorted(line.split(' sum ')[1].split()[0] for line in assert_ok(proc, 2)))
     assert sums[0] == sums[1]
 
 
@@ -76,7 +76,7 @@ def test_a_bad_value_is_refused_in_one_line():
     proc = run_mpi(2, ['-m', 'chainermn_torus.run', worker('compute_mode.py')],
                    env={'CHAINERMN_TORUS_COMPUTE': 'mkl'})
     assert proc.returncode != 0
-    refusal = [l for l in proc.stderr.splitlines() if 'CHAINERMN_TORUS_COMPUTE' in l]
+    refusal = [line for line in proc.stderr.splitlines() if 'CHAINERMN_TORUS_COMPUTE' in line]
     assert len(refusal) == 1, proc.stderr
     assert "'mkl'" in refusal[0] and 'onednn, numpy or auto' in refusal[0]
     assert 'Traceback' not in proc.stderr
@@ -128,8 +128,8 @@ def test_onednn_openmp_threads_follow_the_budget_and_the_loader_placement():
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
                          cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
-    lines = dict(l.split(' ', 1) for l in out.stdout.splitlines()
-                 if l.startswith(('budget', 'placed')))
+    lines = dict(line.split(' ', 1) for line in out.stdout.splitlines()
+                 if line.startswith(('budget', 'placed')))
     pool, allowed = lines['budget'].split()
     assert pool == '[2]'
     cpus, pool, mask = lines['placed'].split()

@@ -12,9 +12,10 @@ import pytest
 
 from conftest import ROOT, run_mpi
 
-pytestmark = pytest.mark.example  # runs an example end to end: full tier
 from chainermn_torus.compute.onednn import binding
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
+
+pytestmark = pytest.mark.example  # runs an example end to end: full tier
 
 EXAMPLE = os.path.join(ROOT, 'examples', 'imagenet', 'train_imagenet.py')
 BUILDER = os.path.join(ROOT, 'scripts', 'make_imagenet_subset.py')
@@ -143,7 +144,7 @@ def test_imagenet_example_corrupt_jpeg_stops_multiprocess_loader_or_is_skipped(l
     # (52 lines).
     proc = run_example(argv, tmp_path / 'ours', 'ours', '--loader-processes', '1')
     assert proc.returncode != 0
-    said = [l for l in proc.stderr.splitlines() if 'cannot decode image' in l]
+    said = [line for line in proc.stderr.splitlines() if 'cannot decode image' in line]
     assert len(said) == 1 and str(corrupt) in said[0] and '--skip-corrupt' in said[0], \
         proc.stderr[-3000:]
     assert 'Traceback' not in proc.stderr, proc.stderr[-3000:]

@@ -6,8 +6,9 @@ import pytest
 
 from conftest import ROOT, run_mpi
 
-pytestmark = pytest.mark.example  # runs an example end to end: full tier
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
+
+pytestmark = pytest.mark.example  # runs an example end to end: full tier
 
 EXAMPLE = os.path.join(ROOT, 'examples', 'mnist', 'train_mnist.py')
 
@@ -105,7 +106,7 @@ def test_mnist_example_refuses_a_batch_larger_than_a_ranks_data(tmp_path):
     proc = run_mpi(2, [EXAMPLE, '--batchsize', '100000000', '--limit', '400', '--epoch', '1',
                        '--out', str(tmp_path / 'out')], timeout=120)
     assert proc.returncode != 0
-    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert lines[0] == ('--batchsize 100000000 is more than the 200 training images each of '
                         'the 2 rank(s) gets (400 in all, --limit 400): at most 200'), lines
     assert 'Traceback' not in proc.stderr and len(lines) <= 2, lines  # and MPI's abort line

@@ -197,8 +197,8 @@ def test_updaters_of_several_gpus_are_refused_before_chainers_constructor(instal
         text = str(e.value)
         assert 'multi.py:{} uses {}, one process driving several GPUs'.format(line, name) \
             in text and '--data-parallel' in text and '\n' not in text, text
-    listed = [l for l in gpu_to_cpu.listing(str(script)) if 'REFUSED' in l]
-    assert len(listed) == 2 and all('several GPUs' in l for l in listed), listed  # not @numpy's
+    listed = [line for line in gpu_to_cpu.listing(str(script)) if 'REFUSED' in line]
+    assert len(listed) == 2 and all('several GPUs' in ln for ln in listed), listed  # not @numpy's
 
 
 def test_a_training_step_reads_no_frame(installed):
@@ -231,8 +231,8 @@ def _line_of(use):
     """The line of unmappable.py that makes ``use`` (marked ``<- refused`` there)."""
     with open(unmappable.__file__) as f:
         lines = f.read().splitlines()
-    branch = next(i for i, l in enumerate(lines) if ("'{}'".format(use) in l and 'use ==' in l)
-                  or (use.startswith('import') and l.strip() == 'else:'))
+    branch = next(i for i, ln in enumerate(lines) if ("'{}'".format(use) in ln and 'use ==' in ln)
+                  or (use.startswith('import') and ln.strip() == 'else:'))
     return next(i for i in range(branch, len(lines)) if '<- refused' in lines[i]) + 1
 
 
@@ -319,7 +319,7 @@ def test_gpu_calls_lists_each_call_with_what_it_becomes():
     lines = gpu_to_cpu.listing(os.path.join(GPU, 'dcgan.py'))
     assert lines[0].endswith('dcgan.py: 4 GPU call(s), and 1 device(s) in variables; under '
                              '--gpu-to-cpu:'), lines
-    assert any('dcgan.py:126  gen.to_gpu  -> ' in l for l in lines), lines
+    assert any('dcgan.py:126  gen.to_gpu  -> ' in line for line in lines), lines
     # a CPU-written script: nothing to map
     cpu = gpu_to_cpu.listing(os.path.join(ROOT, 'tests', 'unchanged', 'chainermn_mnist.py'))
     assert cpu[0].endswith('no GPU call found: it runs on CPU without --gpu-to-cpu'), cpu
@@ -447,7 +447,7 @@ def test_without_the_option_a_gpu_job_ends_with_one_line_naming_it(tmp_path, dat
     proc = _launch(2, [], os.path.join(GPU, 'chainermn_imagenet.py'),
                    shape[2](str(tmp_path / 'out'), imagenet_lists), dataset_root)
     assert proc.returncode != 0
-    lines = [l for l in proc.stderr.splitlines() if 'ImageNet requires GPU support' in l]
+    lines = [line for line in proc.stderr.splitlines() if 'ImageNet requires GPU support' in line]
     assert len(lines) == 1, proc.stderr[-3000:]  # said once, for both ranks
     assert OPTION in lines[0] and 'chainermn_imagenet.py:76' in lines[0], lines
     assert 'Traceback' not in proc.stderr, proc.stderr[-3000:]

@@ -78,10 +78,10 @@ def test_gpu_calls_pass_over_a_huge_a_special_and_a_broken_module(tmp_path):
     text = '\n'.join(lines)
     assert "train.py:6  '@cupy:0'  -> '@numpy'" in text, text   # the script is read
     assert 'fine.py:1  import cupy' in text, text          # the readable one is read
-    passed = [l for l in lines if l.startswith('passed over')]
+    passed = [line for line in lines if line.startswith('passed over')]
     assert len(passed) == 3, lines
     assert any('helpers/json.py: it holds 2,147,483,648 bytes, more than the {:,}'.format(
-        config.BOUNDS['module']) in l for l in passed), passed
-    assert any('pipes.py: it is a FIFO' in l for l in passed), passed
-    assert any('broken.py: not Python this interpreter reads' in l for l in passed), passed
+        config.BOUNDS['module']) in line for line in passed), passed
+    assert any('pipes.py: it is a FIFO' in line for line in passed), passed
+    assert any('broken.py: not Python this interpreter reads' in line for line in passed), passed
     assert 'Traceback' not in text

@@ -13,7 +13,7 @@ from conftest import ROOT, assert_ok, run_mpi, unlimited_env, worker
 def test_launcher_forces_rsap_on_a_script_asking_for_naive():
     proc = run_mpi(2, ['-m', 'chainermn_torus.run', '--communicator', 'rsap', '--grid', '2x1',
                        worker('naive_script.py'), 'x', '--flag'])
-    lines = assert_ok(proc, 2)
+    assert_ok(proc, 2)
     assert proc.stdout.count("RsapCommunicator argv=['x', '--flag']") == 2, proc.stdout
 
 

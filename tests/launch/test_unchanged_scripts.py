@@ -32,7 +32,7 @@ def mnist_args(tmp_path, *extra):
 
 
 def report(proc):
-    return [l for l in proc.stdout.splitlines() if l.startswith('chainermn_torus.run: ')]
+    return [line for line in proc.stdout.splitlines() if line.startswith('chainermn_torus.run: ')]
 
 
 # The fast tier's launcher tests are tests/launch/test_run.py's.
@@ -281,13 +281,13 @@ def test_data_parallel_refuses_what_it_cannot_parallelise(tmp_path, dataset_root
     loop = launch(2, ['--data-parallel'], [os.path.join(SCRIPTS, 'plain_loop.py')],
                   dataset_root)
     assert loop.returncode != 0 and 'OK' not in loop.stdout
-    said = [l for l in loop.stderr.splitlines() if line_with(l, 'custom training loop',
+    said = [line for line in loop.stderr.splitlines() if line_with(line, 'custom training loop',
                                                               'Trainer', 'StandardUpdater')]
     assert len(said) == 1, loop.stderr[-2000:]  # once, not once per rank
     gpus = launch(2, ['--data-parallel'], [os.path.join(SCRIPTS, 'parallel_updater.py')],
                   dataset_root)
     assert gpus.returncode != 0 and 'OK' not in gpus.stdout
-    said = [l for l in gpus.stderr.splitlines() if line_with(l, 'ParallelUpdater', 'GPU')]
+    said = [line for line in gpus.stderr.splitlines() if line_with(line, 'ParallelUpdater', 'GPU')]
     assert len(said) == 1, gpus.stderr[-2000:]
     odd = launch(3, ['--data-parallel', '--global-batch'], plain_args(tmp_path, 'odd'),
                  dataset_root)

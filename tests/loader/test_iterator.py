@@ -353,7 +353,8 @@ def test_a_segment_name_another_user_made_first_is_passed_over(monkeypatch):
     tokens = itertools.chain(['0badc0ffee00'], iter(shared_paths.token, None))
     monkeypatch.setattr(shared_paths, 'token', lambda: next(tokens))
     taken = '/dev/shm/{}777_0_0_0badc0ffee00'.format(devshm.segment_prefix())
-    plant = (lambda: os.close(os.open(taken, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)))
+    def plant():
+        os.close(os.open(taken, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
     as_other(plant) if os.getuid() == 0 else plant()
     try:
         with LoaderIterator(Squares(20), 10, shuffle=False) as it:

@@ -3,7 +3,7 @@ import hashlib
 import socket
 import sys
 
-import chainermn_torus  # NOQA: first: then Chainer's import scans no packages
+import chainermn_torus  # noqa: F401 first: then Chainer's import scans no packages
 
 import chainer
 import numpy

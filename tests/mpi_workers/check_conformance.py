@@ -31,7 +31,7 @@ from mpi4py import MPI
 import chainermn
 import chainermn.functions
 import chainermn.links
-import chainermn_torus  # NOQA: registers our names
+import chainermn_torus  # noqa: F401 registers our names
 
 import bound  # tests/mpi_workers
 from conformance_variants import variants
@@ -605,7 +605,7 @@ float16 on the wire (gradient means only); `E` both raised the same exception an
 def render(matrix, labels):
     head = '| API (P = {}) | '.format(P) + ' | '.join(labels) + ' |'
     rule = '|---|' + '|'.join(':-:' for _ in labels) + '|'
-    rows = ['| {} | {} |'.format(name, ' | '.join(matrix[(name, l)] for l in labels))
+    rows = ['| {} | {} |'.format(name, ' | '.join(matrix[(name, line)] for line in labels))
             for name, _, _, _ in CASES if (name, labels[0]) in matrix]
     return '\n'.join([head, rule] + rows) + '\n'
 

@@ -5,7 +5,7 @@ import chainer
 import numpy
 from mpi4py import MPI
 
-import chainermn_torus
+import chainermn_torus  # noqa: F401 registers the names; Chainer after it
 
 import bound  # tests/mpi_workers
 

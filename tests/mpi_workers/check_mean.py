@@ -7,7 +7,7 @@ that all ranks hold bitwise identical results.
 import hashlib
 import sys
 
-import chainermn_torus  # NOQA: first: then Chainer's import scans no packages
+import chainermn_torus  # noqa: F401 first: then Chainer's import scans no packages
 
 import chainer
 import numpy

@@ -17,7 +17,7 @@ import numpy
 from mpi4py import MPI
 
 import chainermn
-import chainermn_torus
+import chainermn_torus  # noqa: F401 registers the names; Chainer after it
 from chainermn_torus.optimizers import NonFiniteGradientError, is_fused
 
 import bound  # tests/mpi_workers

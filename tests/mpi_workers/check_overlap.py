@@ -23,7 +23,7 @@ import numpy
 from mpi4py import MPI
 
 import chainermn
-import chainermn_torus  # noqa: F401 (registers our communicators)
+import chainermn_torus  # noqa: F401 registers our communicators
 from chainermn_torus.optimizers import NonFiniteGradientError
 
 import bound  # tests/mpi_workers

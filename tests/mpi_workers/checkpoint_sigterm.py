@@ -1,6 +1,6 @@
 """One process (MPI_COMM_SELF) that checkpoints iteration 3, then is sent SIGTERM at step K
-of writing checkpoint 6 (tests/extensions/checkpoint/test_sigterm_steps.py). The steps: for each of the
-rank file, the checkpoint's manifest and latest.json, before its temporary file is written,
+of writing checkpoint 6 (tests/extensions/checkpoint/test_sigterm_steps.py). The steps: for each of
+the rank file, the checkpoint's manifest and latest.json, before its temporary file is written,
 before its rename and after it (0-8); 9 after the in-progress marker is removed.
 
     python checkpoint_sigterm.py DIR K [handled]

@@ -21,7 +21,7 @@ import socket
 import sys
 import time
 
-import chainermn_torus  # NOQA: first (Chainer imports after it on 3.12)
+import chainermn_torus  # noqa: F401 first (Chainer imports after it on 3.12)
 import chainer
 import chainermn
 

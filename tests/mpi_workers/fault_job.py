@@ -1,4 +1,5 @@
-"""A real training job for the fault matrix (scripts/fault_matrix.py, tests/scripts/test_fault_matrix.py).
+"""A real training job for the fault matrix (scripts/fault_matrix.py,
+tests/scripts/test_fault_matrix.py).
 
     fault_job.py FAULT COMMUNICATOR LOADER CHECKPOINT_DIR
 
@@ -59,7 +60,7 @@ import signal
 import sys
 import time
 
-import chainermn_torus  # NOQA: first: then Chainer's import scans no packages
+import chainermn_torus  # noqa: F401 first: then Chainer's import scans no packages
 
 import chainer
 import numpy
@@ -295,5 +296,5 @@ def main():
 
 
 if __name__ == '__main__':
-    chainermn_torus  # NOQA: registers our names
+    chainermn_torus  # noqa: F401 registers our names
     main()

@@ -1,4 +1,5 @@
-"""Run by tests/runtime/watch/test_faults.py: real training on Fashion-MNIST, one rank faults at a step.
+"""Run by tests/runtime/watch/test_faults.py: real training on Fashion-MNIST, one rank faults at a
+step.
 
     fault_train.py MODE RANK STEP      MODE: raise | kill | kill-forked | hang | term | none |
                                              pause | loop | exit
@@ -19,7 +20,7 @@ import signal
 import sys
 import time
 
-import chainermn_torus  # NOQA: first: then Chainer's import scans no packages
+import chainermn_torus  # noqa: F401 first: then Chainer's import scans no packages
 
 import chainer
 import chainer.functions as F

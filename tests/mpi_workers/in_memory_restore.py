@@ -7,7 +7,7 @@ survivor. ``sys.argv[1]``: a directory for both."""
 import os
 import sys
 
-import chainermn_torus  # NOQA: first (Chainer imports after it on 3.12)
+import chainermn_torus  # noqa: F401 first (Chainer imports after it on 3.12)
 import chainer
 import numpy
 from mpi4py import MPI

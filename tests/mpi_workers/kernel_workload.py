@@ -3,12 +3,12 @@ ahead (runtime.cpu.jit.kernel), reached through the package's own calls: a commu
 shared-memory rows on float32 and float64 gradients and its float16 messages, the finite
 check, the fused optimizers and the large-batch RMSprop, flush-to-zero, batch normalization
 (float32's and bfloat16's), ReLU and the sums on numba's kernels, the benchmark's copy.
-Writes, per rank, each kernel's argument types loaded from numba's cache and those compiled here to ``PREFIX.RANK.json``
-(argv[1])."""
+Writes, per rank, each kernel's argument types loaded from numba's cache and those compiled here to
+``PREFIX.RANK.json`` (argv[1])."""
 import json
 import sys
 
-import chainermn_torus  # NOQA: first: then Chainer's import scans no packages
+import chainermn_torus  # noqa: F401 first: then Chainer's import scans no packages
 
 import chainer
 import chainer.functions as F

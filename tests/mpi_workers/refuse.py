@@ -8,7 +8,7 @@ import tempfile
 from mpi4py import MPI
 
 import chainermn
-import chainermn_torus  # NOQA: the factory, which installs the abort hook
+import chainermn_torus  # noqa: F401 the factory, which installs the abort hook
 from chainermn_torus.errors import ConfigError
 
 MODE = sys.argv[1]

@@ -2,7 +2,6 @@
 forward and backward (oneDNN, numba, OpenBLAS), then the thread pools in force as
 ``POOLS {json}`` (tests/launch/test_run.py)."""
 import json
-import chainer
 import chainer.functions as F
 import chainer.links as L
 import numpy

@@ -9,8 +9,8 @@ over all ranks, the division on this rank's 1/P, then an in-place MPI_Allgather;
 
 Importing this module registers the variant (so the simulator's child process, which
 imports a plugin's module, knows it); the MPI class lives in ``toy_communicator`` and is
-imported on first use, as the package's own are. As a script it runs another program with the variant
-registered: ``python toy_variant.py MODULE ARGS...`` (a package module, or a worker of this
+imported on first use, as the package's own are. As a script it runs another program with the
+variant registered: ``python toy_variant.py MODULE ARGS...`` (a package module, or a worker of this
 folder by its module name; under mpiexec for MPI ones).
 """
 import runpy

@@ -3,7 +3,7 @@ the tuning of its 0.6 MB needs more calls. Prints how many candidate communicato
 made, and, from an exit handler that runs after auto's, how many were left unfreed."""
 import atexit
 
-import chainermn_torus  # NOQA: first: then Chainer's import scans no packages
+import chainermn_torus  # noqa: F401 first: then Chainer's import scans no packages
 
 import chainer
 import chainer.links as L

@@ -21,7 +21,8 @@ def _python(code, env=None, python=None, timeout=120):
     return proc.stdout
 
 
-# Also run by the aarch64 Python under QEMU (tests/scripts/test_aarch64.py): the same check of FPCR.FZ.
+# Also run by the aarch64 Python under QEMU (tests/scripts/test_aarch64.py): the same check of
+# FPCR.FZ.
 FTZ_CHECK = '''
         import numpy
         from chainermn_torus.optimizers import fpenv, kernels

@@ -172,7 +172,8 @@ def test_calibrate_alone_or_unwritable_fails_clearly(tmp_path):
 @pytest.mark.slow
 def test_calibrate_gives_up_on_a_silent_peer():
     # A receive nobody answers: the deadline turns the would-be hang into an error.
-    code = ('from mpi4py import MPI; from chainermn_torus.planning.calibrate import _wait; import time\n'
+    code = ('from mpi4py import MPI; import time\n'
+            'from chainermn_torus.planning.calibrate import _wait\n'
             'req = MPI.COMM_SELF.Irecv(bytearray(8), 0, 7)\n'
             'try:\n    _wait(req, time.monotonic() + 0.3, "rank 3 on node9")\n'
             'except RuntimeError as e:\n    print(e)\n    req.Cancel()\n    req.Wait()\n')

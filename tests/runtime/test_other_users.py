@@ -39,6 +39,6 @@ def test_a_squatted_ending_name_does_not_hide_a_killed_ranks_line():
         squatter.kill()
     out = squatter.communicate()[0]
     assert re.search(r'squatted \d+_\d+ 6', out), out  # every name taken first
-    died = [l for l in proc.stderr.splitlines() if ' died' in l and 'chainermn_torus' in l]
+    died = [ln for ln in proc.stderr.splitlines() if ' died' in ln and 'chainermn_torus' in ln]
     assert len(died) == 1, proc.stderr[-3000:]
     assert died[0].startswith('chainermn_torus: rank 1 (') and 'SIGKILL' in died[0], died

@@ -109,6 +109,6 @@ def test_exact_means_with_and_without_numba_flush_to_zero_and_chainers_layers_on
     assert 'machine aarch64 True numba threads 2' in out, out[-3000:]
     assert 'ftz ' + ' '.join(FTZ_EXPECTED) in out, out[-3000:]
     assert 'mode numpy' in out, out[-3000:]
-    said = [l for l in out.splitlines() if "compute: Chainer's numpy (auto, and" in l]
+    said = [line for line in out.splitlines() if "compute: Chainer's numpy (auto, and" in line]
     assert len(said) == 1 and 'no oneDNN 3 package exists for aarch64' in said[0], out[-3000:]
     assert 'refused chainermn_torus: oneDNN (libdnnl.so.3) is not installed' in out

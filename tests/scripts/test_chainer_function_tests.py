@@ -40,17 +40,17 @@ def test_a_test_failing_only_with_the_replacements_is_named_with_the_counts(tmp_
     proc = _run(checkout, tmp_path / 'out')
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
-    plain = [l for l in lines if l.startswith('[chainer tests] plain: ')]
+    plain = [line for line in lines if line.startswith('[chainer tests] plain: ')]
     assert plain and plain[0].startswith('[chainer tests] plain: 5 tests run'), lines
     for mode in ('onednn', 'gpu_to_cpu'):
-        said = [l for l in lines if l.startswith('[chainer tests] {}: '.format(mode))]
+        said = [line for line in lines if line.startswith('[chainer tests] {}: '.format(mode))]
         assert said and '5 tests run' in said[0], lines
         onednn = int(said[0].split('reached oneDNN: ')[1].split(',')[0])
         kernels = int(said[0].split("numba's kernels: ")[1])
         assert onednn > 0 and kernels > 0, said  # the small ReLU reached its kernel
     # the baseline imported nothing of the package; the convolution's expected values came
     # from Chainer's numpy (its test asserts it), so it passed
-    named = [l for l in lines if l.startswith('FAILED')]
+    named = [line for line in lines if line.startswith('FAILED')]
     assert named == ['FAILED tests/chainer_tests/functions_tests/activation_tests/'
                      'test_relu.py::test_plain_chainer_is_the_baseline'], lines
 

@@ -26,7 +26,7 @@ def collected(*args):
     proc = subprocess.run([sys.executable, '-m', 'pytest', '--collect-only', '-q',
                            '-p', 'no:cacheprovider'] + list(args),
                           capture_output=True, text=True, cwd=ROOT)
-    return proc.returncode, [l for l in proc.stdout.splitlines() if '::' in l]
+    return proc.returncode, [line for line in proc.stdout.splitlines() if '::' in line]
 
 
 @pytest.mark.slow  # full tier: the lanes' own checks

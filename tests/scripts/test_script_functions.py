@@ -62,7 +62,8 @@ def clashes(paths):
     found = []
     for path in paths:
         for name in functions_in(path):
-            where = 'a bash builtin or keyword' if name in words else shutil.which(name, path=search)
+            where = 'a bash builtin or keyword' if name in words else \
+                shutil.which(name, path=search)
             if where:
                 found.append((os.path.relpath(path, ROOT), name, where))
     return found

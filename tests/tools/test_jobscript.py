@@ -62,7 +62,7 @@ def check_python_is_the_venvs(text, venv, modules=()):
     assert activate < lines.index('set -euo pipefail')  # before anything can fail on it
     for m in modules:
         assert lines.index('module load {}'.format(m)) < activate  # modules, then the venv
-    assert any(l.startswith('echo "python: $(command -v python)') for l in lines)
+    assert any(line.startswith('echo "python: $(command -v python)') for line in lines)
     launch = launch_of(text)
     assert ' python -m chainermn_torus.run ' in launch or launch.startswith('python ')
 
@@ -74,8 +74,8 @@ def check_expected_ranks(text, nodes, rpn, tmp_path=None):
         return
     # slurm and pbs: the rank count follows the allocation, so a job resubmitted on fewer
     # nodes starts that many ranks (and --auto-resume continues on them).
-    lines = '\n'.join(l for l in text.splitlines()
-                      if l.startswith(('NODES=', '[ "$NODES"', 'PROCS=')))
+    lines = '\n'.join(line for line in text.splitlines()
+                      if line.startswith(('NODES=', '[ "$NODES"', 'PROCS=')))
     hosts = tmp_path / 'nodefile'
     hosts.write_text('a\na\nb\nb\nc\nc\n')  # PBS: one line per rank slot, 3 hosts
     for env, count in (({}, nodes), ({'SLURM_JOB_NUM_NODES': '3', 'PBS_NODEFILE': str(hosts)},
@@ -166,7 +166,7 @@ def test_slurm_srun_gets_cpus_per_task_and_the_pmi_of_the_mpi(tmp_path, mpi, pmi
     assert ('CHAINERMN_TORUS_DEDICATED_CORES' in exports(text)) == bool(loader)
     assert ('I_MPI_PMI_LIBRARY' in exports(text)) == (mpi == 'impi')
     if mpi == 'impi':  # the site's path where it set one, else Slurm's usual place
-        line = next(l for l in text.splitlines() if 'I_MPI_PMI_LIBRARY=' in l)
+        line = next(line for line in text.splitlines() if 'I_MPI_PMI_LIBRARY=' in line)
         for given, expected in (({}, '/usr/lib64/libpmi2.so'),
                                 ({'I_MPI_PMI_LIBRARY': '/opt/slurm/lib/libpmi2.so'},
                                  '/opt/slurm/lib/libpmi2.so')):
@@ -351,7 +351,8 @@ def test_committed_example_scripts_are_what_the_generator_writes(tmp_path):
     proc = subprocess.run(['bash', str(script)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     for name, body in committed.items():
-        assert (tmp_path / name).read_text() == body, name + ' is stale: run scripts/jobs/generate.sh'
+        assert (tmp_path / name).read_text() == body, \
+            name + ' is stale: run scripts/jobs/generate.sh'
         assert subprocess.run(['bash', '-n', str(tmp_path / name)]).returncode == 0
 
 

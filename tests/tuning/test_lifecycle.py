@@ -1,6 +1,6 @@
 """auto's choices as one object (tuning.lifecycle.Choices), without MPI: a job of one rank
-(tuning.collective_steps.OneRank) standing for rank 0 of 2 nodes x 2 ranks, candidates that record their
-calls. The look-up, the trials, the decision, the record, the retirement of the losers and
+(tuning.collective_steps.OneRank) standing for rank 0 of 2 nodes x 2 ranks, candidates that record
+their calls. The look-up, the trials, the decision, the record, the retirement of the losers and
 the partial record at exit; on real ranks: test_tune.py and test_auto.py."""
 import atexit
 import time

@@ -51,10 +51,10 @@ def _device(place):
 
 
 def make_room(comm, place, arrays, iteration, keep, drop):
-    """Check free space in the held directory ``place`` before writing (collective); when it is short and an older
-    checkpoint would be removed after this one anyway, remove it first (``drop(it)``,
-    said), so that a job requeued after a full disk can always go on. Returns (need, free)
-    for messages.
+    """Check free space in the held directory ``place`` before writing (collective); when it is
+    short and an older checkpoint would be removed after this one anyway, remove it first
+    (``drop(it)``, said), so that a job requeued after a full disk can always go on. Returns (need,
+    free) for messages.
 
     The need is this host's ranks' files on the same device, in whole blocks: ranks on
     other hosts may share the file system (then a write can still fail: caught, said).

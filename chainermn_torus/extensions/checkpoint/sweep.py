@@ -31,8 +31,8 @@ def _by_writer(place, names, pattern, now, here):
 
 
 def leftovers(place, names, now, here, complete=None):
-    """[(name, why)] of ``names`` (a listing of the held directory ``place``) that killed writers left:
-    temporary files and in-progress markers of writers that are gone, and rank files of a
+    """[(name, why)] of ``names`` (a listing of the held directory ``place``) that killed writers
+    left: temporary files and in-progress markers of writers that are gone, and rank files of a
     checkpoint that has no manifest unless their writer may still be at work. ``complete``:
     the iterations whose manifest exists as rank 0 sees them (a node-local directory holds
     none); None: this listing's, and rank files are left alone where there are none."""

@@ -62,8 +62,8 @@ def import_chainer():
     if 'chainer' in sys.modules:
         return
     stand_in = types.ModuleType(chainer_private.ENVIRONMENT_CHECK,
-                                'chainermn_torus.runtime.chainer_glue.chainer_import: looks before it '
-                                "runs Chainer's environment check")
+                                'chainermn_torus.runtime.chainer_glue.chainer_import: looks '
+                                "before it runs Chainer's environment check")
     stand_in.check = _check
     patch = patches.apply(sys.modules, chainer_private.ENVIRONMENT_CHECK, stand_in,
                           'chainer import', "Chainer's import-time package scans only where "

@@ -78,8 +78,8 @@ def _marked_class(base):
 
 def mark_communicator(communicator, marker):
     """Mark ``communicator``'s calls with ``marker`` (once; idempotent). Each change is an
-    instance patch of the group ``watchdog`` (``runtime.chainer_glue.patches``): listed, and undone by
-    ``unmark``."""
+    instance patch of the group ``watchdog`` (``runtime.chainer_glue.patches``): listed, and undone
+    by ``unmark``."""
     if getattr(communicator, '_call_marker', None) is marker:
         return communicator
     unmark(communicator)  # another marker's: replaced, not wrapped twice

@@ -85,8 +85,8 @@ class Watcher(object):
         """One heartbeat: read, send, judge. An exit code once the watch is over."""
         now = pb.now_ns()
         board_rows = self.board.rows()
-        if self.leader_done and all(r[board_layout.PHASE] == board_layout.FINISHED or not r[board_layout.PID]
-                                    for r in board_rows):
+        if self.leader_done and all(r[board_layout.PHASE] == board_layout.FINISHED or
+                                    not r[board_layout.PID] for r in board_rows):
             return self.stop()
         rows = verdict.summary(board_rows, now, *self.states(board_rows, now))
         self.heartbeat.send('beat', rows)
@@ -178,7 +178,8 @@ class Watcher(object):
 
     def end(self):
         rows = self.board.rows()
-        live = [i for i, r in enumerate(rows) if r[board_layout.PID] and r[board_layout.PHASE] != board_layout.FINISHED]
+        live = [i for i, r in enumerate(rows)
+                if r[board_layout.PID] and r[board_layout.PHASE] != board_layout.FINISHED]
         pids = [int(rows[i][board_layout.PID]) for i in live]
         # The launcher's proxy, killed with the job, leaves MPICH's topology file in /tmp;
         # the node's ranks had read it before this watcher started.

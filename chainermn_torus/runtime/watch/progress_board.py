@@ -38,7 +38,9 @@ def call_code(name):
 
 def call_name(code):
     code = int(code)
-    return board_layout.CALLS[code - 1] if 0 < code <= len(board_layout.CALLS) else 'a communication call'
+    if 0 < code <= len(board_layout.CALLS):
+        return board_layout.CALLS[code - 1]
+    return 'a communication call'
 
 
 def now_ns():
@@ -97,7 +99,8 @@ class Board(object):
 
     @classmethod
     def create(cls, slots, limit_s, outside, startup_s=None):
-        nbytes = 8 * (board_layout.HEADER + board_layout.ROW * slots) + board_layout.PATH_BYTES * slots
+        nbytes = (8 * (board_layout.HEADER + board_layout.ROW * slots) +
+                  board_layout.PATH_BYTES * slots)
         devshm.check_room(devshm.pages(nbytes), 'the watchdog\'s progress board')
         # A name another user could guess they could also make first (/dev/shm is sticky:
         # the job cannot remove it): a user who pre-created the predictable name of the
@@ -116,7 +119,8 @@ class Board(object):
         return cls(path)
 
     def row(self, i):
-        return self.array[board_layout.HEADER + board_layout.ROW * i:board_layout.HEADER + board_layout.ROW * (i + 1)]
+        start = board_layout.HEADER + board_layout.ROW * i
+        return self.array[start:start + board_layout.ROW]
 
     def rows(self):
         return [self.row(i).copy() for i in range(self.slots)]

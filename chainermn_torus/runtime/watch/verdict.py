@@ -1,8 +1,8 @@
 """The watchdog's verdict: from every rank's row and process state, who the job waits for,
 in one line; or nothing while no rank is past its limit. A pure function (no I/O, no clock):
 the node watcher (``node_watch``) gives it this node's rows read from the board, the other
-nodes' rows heard in their heartbeats, the limits and the time; ``tests/runtime/watch/test_node_watch.py``
-checks it as a table of cases.
+nodes' rows heard in their heartbeats, the limits and the time;
+``tests/runtime/watch/test_node_watch.py`` checks it as a table of cases.
 
 Who is named, once a rank of this node is past its phase's limit (start-up, to the end of
 the first step: the start-up limit; a training step or an evaluation batch: the limit;
@@ -68,8 +68,10 @@ def summary(rows, now, states=None, held=None):
         out.append(list(Seen(
             int(row[board_layout.RANK]), list(pb.position(row)), int(row[board_layout.PHASE]),
             (now - progress) / 1e9 if progress else None, states.get(pid, '?'),
-            int(row[board_layout.INSIDE]), int(row[board_layout.CALL]), (now - call_ns) / 1e9 if call_ns else None,
-            int(row[board_layout.CALLS_MADE]), int(row[board_layout.BG_INSIDE]), int(row[board_layout.BG_CALL]),
+            int(row[board_layout.INSIDE]), int(row[board_layout.CALL]),
+            (now - call_ns) / 1e9 if call_ns else None,
+            int(row[board_layout.CALLS_MADE]), int(row[board_layout.BG_INSIDE]),
+            int(row[board_layout.BG_CALL]),
             held.get(pid, 0.0))))
     return out
 

@@ -76,8 +76,9 @@ def set_default(timeout=None, startup=None):
     """The launcher's limits (its flag, else the variable: the launcher has resolved and
     checked them), for the watch from start-up and the watchdog the next communicator
     starts."""
-    STATE.watch_limits.update({k: v for k, v in (('watchdog', timeout), ('watchdog_startup', startup))
-                      if v is not None})
+    STATE.watch_limits.update({k: v for k, v in (('watchdog', timeout),
+                                                 ('watchdog_startup', startup))
+                               if v is not None})
 
 
 def _setting(key, given=None, option=None):

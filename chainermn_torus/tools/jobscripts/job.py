@@ -32,8 +32,8 @@ class Job(collections.namedtuple('Job', list(FIELDS))):
     """One batch job: the system's name, the shape (nodes x ranks per node, hours), the
     communicator and grid, threads and loader cores per rank, the MPI library and how it
     starts (launcher, PMI; ``elastic``: under ``chainermn-torus elastic``, going on on the
-    nodes left, at least ``min_nodes``), the environment (venv, modules), the site's accounting (queue,
-    group; Fugaku's node shape and LLIO volumes), the watchdog, the directory (local), the
+    nodes left, at least ``min_nodes``), the environment (venv, modules), the site's accounting
+    (queue, group; Fugaku's node shape and LLIO volumes), the watchdog, the directory (local), the
     job's name and the training command."""
 
     def __new__(cls, **given):

@@ -193,8 +193,8 @@ def test_resume_on_another_rank_count_4_2_3(tmp_path):
     # One checkpoint directory through 4, 2 and 3 ranks, global batch 120 throughout (30,
     # 60, 40 per rank), 20 iterations an epoch: fewer ranks, then more that do not divide
     # the old count (what the rules do at every pair of counts, with no job:
-    # tests/extensions/checkpoint/test_resharding.py and test_rules.py). Resumed at the epoch it was written
-    # in, a job ends at once: its parameters are the stored ones, bit for bit. Resumed with
+    # tests/extensions/checkpoint/test_resharding.py and test_rules.py). Resumed at the epoch it was
+    # written in, a job ends at once: its parameters are the stored ones, bit for bit. Resumed with
     # one more epoch, it trains on every rank.
     ck = tmp_path / 'ck'
 

@@ -64,7 +64,7 @@ def test_another_users_link_one_level_up_is_refused_before_anything_is_written(
     proc = run_mpi(2, argv(tmp_path / 'out', os.path.join(pl, 'ck_other'), '--epoch', '1'),
                    timeout=180)
     assert proc.returncode != 0 and 'test accuracy' not in proc.stdout
-    line = next(l for l in proc.stderr.splitlines() if 'refusing checkpoints in' in l)
+    line = next(line for line in proc.stderr.splitlines() if 'refusing checkpoints in' in line)
     assert 'rank(s) 0, 1' in line and \
         'its component {} is a symbolic link to {!r}'.format(pl, str(theirs.parent)) in line \
         and 'owned by nobody (uid 65534)' in line, line
@@ -134,7 +134,7 @@ def test_a_directory_swapped_for_a_link_beside_the_job_sends_nothing_elsewhere(
     assert json.loads(open(os.path.join(moved, 'latest.json')).read())['iteration'] == 20
     assert sorted(n for n in os.listdir(moved) if n.startswith('manifest_iter_')) == [
         'manifest_iter_16.json', 'manifest_iter_20.json']
-    said = [l for l in (out + err).splitlines() if 'was renamed or replaced after' in l]
+    said = [line for line in (out + err).splitlines() if 'was renamed or replaced after' in line]
     assert len(said) == 1 and 'seen by rank(s) 0, 1' in said[0] and ck in said[0], said
 
 
@@ -175,7 +175,7 @@ def test_another_users_fifo_link_or_file_at_an_output_name_is_refused_at_start(
                        '--epoch', '1'], timeout=120)  # a FIFO once hung it: no hang here
     assert proc.returncode != 0 and 'test accuracy' not in proc.stdout
     what = {'fifo': 'a FIFO', 'link': 'a symbolic link', 'file': 'a file'}[kind]
-    lines = [l for l in proc.stderr.splitlines() if 'refusing to write' in l]
+    lines = [line for line in proc.stderr.splitlines() if 'refusing to write' in line]
     assert lines and '{}: {} owned by nobody (uid 65534) is already there'.format(
         os.path.join(shared_dir, name), what) in lines[0] and 'rank(s) 0, 1' in lines[0], \
         proc.stderr[-2000:]

@@ -50,8 +50,8 @@ def test_leftovers_by_writer_and_manifest(tmp_path):
                                                 complete=[4]))
     # Without any manifest and without rank 0's word, rank files are left alone.
     (tmp_path / 'manifest_iter_4.json').unlink()
-    assert not [n for n in dict(sweep.leftovers(files.hold(str(tmp_path)), sorted(names[:5]), now, HOST))
-                if n.startswith('snapshot')]
+    left = dict(sweep.leftovers(files.hold(str(tmp_path)), sorted(names[:5]), now, HOST))
+    assert not [n for n in left if n.startswith('snapshot')]
 
 
 def test_sweep_temporary_removes_and_counts(tmp_path):

@@ -11,7 +11,7 @@ import numpy
 import pytest
 from chainer.training import triggers
 
-from chainermn_torus.extensions.checkpoint import MultiNodeCheckpointer, arrays, files
+from chainermn_torus.extensions.checkpoint import MultiNodeCheckpointer, arrays
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
 from tests.extensions.checkpoint.support import checkpointed, comm, trainer
 

@@ -1,8 +1,8 @@
 """Chainer's and ChainerMN's private names: every use in the package is found by parsing
-it (``scripts/private_names.py``, ``ast``) and is in ``runtime.chainer_glue.chainer_private.REGISTRY``
-with why and the public alternative checked; no entry is stale; each is still where
-``NAMES`` says in the Chainer installed (the version it was checked against): an upgrade that
-moves one fails here, not in a job."""
+it (``scripts/private_names.py``, ``ast``) and is in
+``runtime.chainer_glue.chainer_private.REGISTRY`` with why and the public alternative checked; no
+entry is stale; each is still where ``NAMES`` says in the Chainer installed (the version it was
+checked against): an upgrade that moves one fails here, not in a job."""
 import ast
 import functools
 import importlib

@@ -1,6 +1,5 @@
 """numba is optional (runtime.cpu.jit): the numpy fallbacks give the numba kernels' bits, a job
 runs and says so at start-up, and what has no fallback stops with a message naming numba."""
-import os
 
 import chainer
 import numpy
@@ -9,10 +8,11 @@ import pytest
 from chainermn_torus.communicators import _dtypes, _half, _packing, _shm
 from chainermn_torus.optimizers import fpenv, fuse
 from chainermn_torus.runtime.cpu import jit
-from conftest import ROOT, assert_ok, pythonpath, run_mpi, worker
+from conftest import assert_ok, pythonpath, run_mpi, worker
 
 pytestmark = pytest.mark.skipif(not jit.available(),
-                                reason='compares the fallbacks with numba, not installed here (make setup installs it)')
+                                reason='compares the fallbacks with numba, not installed here '
+                                       '(make setup installs it)')
 
 
 def _halves(rng, n):

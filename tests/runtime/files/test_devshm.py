@@ -1,4 +1,5 @@
-"""/dev/shm and checkpoint leftovers: the room check and the sweeps never touch a live job's files."""
+"""/dev/shm and checkpoint leftovers: the room check and the sweeps never touch a live job's
+files."""
 import os
 import socket
 import subprocess

@@ -40,7 +40,8 @@ def test_a_call_is_marked_once_however_deep_and_left(dog):
     row = _row(dog)
     assert row[board_layout.CALLS_MADE] == 2 and pb.call_name(row[board_layout.CALL]) == 'MPI bcast'
     dog.beat()  # a phase mark counts the calls afresh
-    assert _row(dog)[board_layout.CALLS_MADE] == 0 and _row(dog)[board_layout.PHASE] == board_layout.BETWEEN
+    row = _row(dog)
+    assert row[board_layout.CALLS_MADE] == 0 and row[board_layout.PHASE] == board_layout.BETWEEN
 
 
 def test_inside_a_call_and_a_threads_calls_have_their_own_columns(dog):
@@ -55,7 +56,8 @@ def test_inside_a_call_and_a_threads_calls_have_their_own_columns(dog):
     dog.leave()
     assert (inside[board_layout.INSIDE], inside[board_layout.CALLS_MADE]) == (1, 1)
     assert pb.call_name(inside[board_layout.CALL]) == 'multi_node_mean_grad'
-    assert (nested[board_layout.CALLS_MADE], nested[board_layout.CALL]) == (1, inside[board_layout.CALL])
+    assert (nested[board_layout.CALLS_MADE], nested[board_layout.CALL]) == \
+        (1, inside[board_layout.CALL])
     assert _row(dog)[board_layout.INSIDE] == 0
     seen = {}
 

@@ -63,7 +63,7 @@ def test_killed_rank_ends_the_job(nprocs, watch, mode):
     assert elapsed < 30
     # The project names the rank, its host, the signal and, with a watchdog, the phase (the
     # only line that named a process was MPI's, with another rank's pid).
-    died = [l for l in proc.stderr.splitlines() if ' died' in l and 'chainermn_torus' in l]
+    died = [ln for ln in proc.stderr.splitlines() if ' died' in ln and 'chainermn_torus' in ln]
     assert len(died) == 1, proc.stderr[-3000:]  # the ranks ended after it say nothing
     assert died[0].startswith('chainermn_torus: rank 1 ({}, pid '.format(os.uname().nodename))
     assert 'killed by signal 9 (SIGKILL: ' in died[0], died
@@ -188,7 +188,7 @@ def _until_training(proc):
 def _ours(text):
     """The lines of ``text`` that are the package's or Python's (a traceback), not the
     launcher's or MPI's (Hydra's lines, Open MPI's MPI_ABORT banner)."""
-    return [l for l in text.splitlines() if l.startswith(
+    return [line for line in text.splitlines() if line.startswith(
         ('chainermn_torus', 'Traceback', '  File "', 'KeyboardInterrupt'))]
 
 
@@ -264,7 +264,7 @@ def test_double_buffering_with_the_finite_check_stops_in_its_words_before_a_chec
                         'CHAINERMN_TORUS_QUIET': '1'})
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-2000:]
-    said = [l for l in out.splitlines() if l.startswith('chainermn_torus:')]
+    said = [line for line in out.splitlines() if line.startswith('chainermn_torus:')]
     assert len(said) == 1 and said[0].startswith(
         'chainermn_torus: NaN/Inf in the averaged gradients of the previous step (double '
         'buffering): 1 value(s), the first in /predictor/l1/W'), out[-2000:]
@@ -305,7 +305,7 @@ def test_a_rank_stopped_before_its_communicator_is_named_and_the_job_ends(tmp_pa
                           capture_output=True, text=True, timeout=120, env=env)
     elapsed = time.time() - start
     assert proc.returncode != 0 and 'OK rank' not in proc.stdout
-    said = [l for l in proc.stderr.splitlines() if l.startswith('chainermn_torus watchdog')]
+    said = [ln for ln in proc.stderr.splitlines() if ln.startswith('chainermn_torus watchdog')]
     assert len(said) == 1, proc.stderr[-3000:]
     assert re.match(r'chainermn_torus watchdog: rank 1 \({}, pid \d+\) is stopped \(process '
                     r'state T.*at start-up, before its communicator was made; rank 0'.format(
@@ -360,7 +360,7 @@ def test_a_watchdog_process_that_dies_is_a_stall_named_and_the_job_ends():
         watcher[0].kill()
         out, err = proc.communicate(timeout=60)
     assert proc.returncode != 0 and 'OK rank' not in out
-    said = [l for l in err.splitlines() if l.startswith('chainermn_torus')]
+    said = [line for line in err.splitlines() if line.startswith('chainermn_torus')]
     assert len(said) == 1, err[-3000:]  # the ranks it ended say nothing of their own
     assert said[0].startswith("chainermn_torus watchdog: the watchdog's process on {} (pid {}) "
                               'was killed by signal 9 (SIGKILL'.format(

@@ -11,6 +11,8 @@ import pytest
 from chainermn_torus.runtime.files import devshm, shared_paths
 from chainermn_torus.runtime.watch import heartbeat as hb
 from chainermn_torus.watchers import board_layout
+from chainermn_torus.watchers.board_layout import (AFTER, BETWEEN, CHECKPOINT, EVALUATION,
+                                                   FINAL_EVALUATION, FINISHED, STARTUP, STEP)
 from chainermn_torus.runtime.watch import node_watch as nw, progress_board as pb, verdict
 from conftest import line_with
 from tests.other_user import as_other
@@ -25,7 +27,7 @@ LIMITS = board_layout.Limits(limit_s=3.0, startup_s=900.0, outside=10)
 def row(rank, finished, phase, age, count=0, state='S', call=None, call_age=None, calls=0,
         held=0.0, bg_call=None):
     """A rank as a heartbeat carries it; ``call``: the name of the call it is in."""
-    pos = [-1, 0, 0] if phase == board_layout.STARTUP else [finished, board_layout.PHASE_OF[phase].order, count]
+    pos = [-1, 0, 0] if phase == STARTUP else [finished, board_layout.PHASE_OF[phase].order, count]
     return list(verdict.Seen(rank, pos, phase, age, state, int(call is not None),
                         pb.call_code(call) if call else 0,
                         age if call_age is None else call_age, calls,
@@ -45,14 +47,14 @@ def judge(local, peers=None, host='node0'):
 
 
 def test_nothing_is_said_while_every_rank_moves():
-    local = [row(0, 7, board_layout.STEP, 0.2), row(1, 7, board_layout.BETWEEN, 25.0)]  # within both limits
+    local = [row(0, 7, STEP, 0.2), row(1, 7, BETWEEN, 25.0)]  # within both limits
     assert judge(local) is None
 
 
 def test_the_rank_in_no_call_on_another_node_is_named_with_its_host_and_the_waiters():
-    local = [row(0, 7, board_layout.STEP, 4.0, call=MEAN), row(1, 7, board_layout.STEP, 4.0, call=MEAN)]
-    peers = {1: peer('node1', [row(2, 7, board_layout.STEP, 4.0, call=MEAN),
-                               row(3, 6, board_layout.BETWEEN, 4.2, state='R')])}
+    local = [row(0, 7, STEP, 4.0, call=MEAN), row(1, 7, STEP, 4.0, call=MEAN)]
+    peers = {1: peer('node1', [row(2, 7, STEP, 4.0, call=MEAN),
+                               row(3, 6, BETWEEN, 4.2, state='R')])}
     text = judge(local, peers)
     assert text.startswith('chainermn_torus watchdog: the job waits for rank 3 on node1, '
                            'computing outside communication'), text
@@ -65,8 +67,8 @@ def test_the_rank_in_no_call_on_another_node_is_named_with_its_host_and_the_wait
 def test_a_stopped_rank_is_named_inside_the_same_call_as_the_others():
     # SIGSTOP in the middle of the all-reduce: by positions and calls every rank is at the
     # same point; the process state tells which one holds the others up.
-    local = [row(0, 13, board_layout.STEP, 3.5, call=MEAN, calls=1),
-             row(1, 13, board_layout.STEP, 3.5, call=MEAN, calls=1, state='T', held=3.2)]
+    local = [row(0, 13, STEP, 3.5, call=MEAN, calls=1),
+             row(1, 13, STEP, 3.5, call=MEAN, calls=1, state='T', held=3.2)]
     text = judge(local)
     assert 'the job waits for rank 1 on node0, stopped (process state T' in text, text
     assert 'for 3 s, inside multi_node_mean_grad, in training step 14' in text, text
@@ -75,7 +77,7 @@ def test_a_stopped_rank_is_named_inside_the_same_call_as_the_others():
 
 def test_a_stopped_rank_is_a_stall_after_the_step_limit_in_any_phase():
     # In a checkpoint (10 x the limit) and at start-up (900 s): stopped for 3.5 s is enough.
-    for phase, finished in ((board_layout.CHECKPOINT, 6), (board_layout.STARTUP, 0)):
+    for phase, finished in ((CHECKPOINT, 6), (STARTUP, 0)):
         local = [row(0, finished, phase, 3.6, call='MPI allreduce'),
                  row(1, finished, phase, 3.6, state='T', held=3.5)]
         text = judge(local)
@@ -86,31 +88,31 @@ def test_a_stopped_rank_is_a_stall_after_the_step_limit_in_any_phase():
 
 
 def test_start_up_has_its_own_limit_and_names_the_rank_that_never_arrives():
-    local = [row(0, 0, board_layout.STARTUP, 899.0, call='bcast_obj'), row(1, 0, board_layout.STARTUP, 899.0)]
+    local = [row(0, 0, STARTUP, 899.0, call='bcast_obj'), row(1, 0, STARTUP, 899.0)]
     assert judge(local) is None
-    local = [row(0, 0, board_layout.STARTUP, 901.0, call='bcast_obj'),
-             row(1, 0, board_layout.STARTUP, 901.0, state='S', call_age=895.0)]
+    local = [row(0, 0, STARTUP, 901.0, call='bcast_obj'),
+             row(1, 0, STARTUP, 901.0, state='S', call_age=895.0)]
     text = judge(local)
     assert 'rank 1 on node0, outside communication, blocked (sleeping' in text, text
     assert 'at start-up (before its first training step)' in text, text
     assert 'start-up limit 900 s, set by CHAINERMN_TORUS_WATCHDOG_STARTUP' in text, text
-    first = [row(0, 0, board_layout.STEP, 10.0, call=MEAN), row(1, 0, board_layout.STEP, 10.0, state='R')]
+    first = [row(0, 0, STEP, 10.0, call=MEAN), row(1, 0, STEP, 10.0, state='R')]
     assert judge(first) is None  # the first step (compiling) is start-up's
 
 
 def test_a_silent_node_is_named_before_any_rank():
-    local = [row(0, 7, board_layout.STEP, 3.5)]
-    peers = {1: peer('node1', [row(2, 7, board_layout.STEP, 0.1), row(3, 7, board_layout.STEP, 0.1)],
+    local = [row(0, 7, STEP, 3.5)]
+    peers = {1: peer('node1', [row(2, 7, STEP, 0.1), row(3, 7, STEP, 0.1)],
                      heard_s_ago=3.4),
-             2: peer('node2', [row(4, 6, board_layout.BETWEEN, 3.0)], gone=True, heard_s_ago=9)}
+             2: peer('node2', [row(4, 6, BETWEEN, 3.0)], gone=True, heard_s_ago=9)}
     text = judge(local, peers)
     assert line_with(text, 'node node1', '(ranks 2, 3)', 'silent for 3 s'), text
     assert 'node2' not in text  # it said goodbye: finished, not lost
 
 
 def test_an_evaluation_batch_has_the_step_limit_and_the_rank_outside_is_named():
-    local = [row(0, 4, board_layout.EVALUATION, 3.5, count=40, call='allreduce_obj'),
-             row(1, 4, board_layout.EVALUATION, 3.6, count=3)]
+    local = [row(0, 4, EVALUATION, 3.5, count=40, call='allreduce_obj'),
+             row(1, 4, EVALUATION, 3.6, count=3)]
     text = judge(local)
     assert 'the job waits for rank 1 on node0, outside communication, blocked' in text, text
     assert 'in the evaluation after step 4 (batch 3)' in text, text
@@ -118,17 +120,17 @@ def test_an_evaluation_batch_has_the_step_limit_and_the_rank_outside_is_named():
 
 
 def test_every_rank_in_the_same_call_is_a_deadlock_not_a_rank():
-    local = [row(0, 9, board_layout.STEP, 5.0, call=MEAN, calls=1),
-             row(1, 9, board_layout.STEP, 5.0, call=MEAN, calls=1)]
-    peers = {1: peer('node1', [row(2, 9, board_layout.STEP, 5.0, call=MEAN, calls=1)])}
+    local = [row(0, 9, STEP, 5.0, call=MEAN, calls=1),
+             row(1, 9, STEP, 5.0, call=MEAN, calls=1)]
+    peers = {1: peer('node1', [row(2, 9, STEP, 5.0, call=MEAN, calls=1)])}
     text = judge(local, peers)
     assert line_with(text, 'waits for none', 'multi_node_mean_grad', 'step 10', 'deadlock'), \
         text
 
 
 def test_a_rank_in_an_earlier_call_than_the_others_is_named():
-    local = [row(0, 9, board_layout.STEP, 5.0, call=MEAN, calls=2),
-             row(1, 9, board_layout.STEP, 5.0, call='MPI bcast', calls=1)]
+    local = [row(0, 9, STEP, 5.0, call=MEAN, calls=2),
+             row(1, 9, STEP, 5.0, call='MPI bcast', calls=1)]
     text = judge(local)
     assert 'the job waits for rank 1 on node0, waiting in MPI bcast' in text, text
 
@@ -136,47 +138,47 @@ def test_a_rank_in_an_earlier_call_than_the_others_is_named():
 def test_a_rank_past_its_limit_while_the_others_still_work_is_named():
     # Rank 1 asleep at batch 3 of an evaluation; rank 0 still evaluating its own batches
     # (no one waits in a call yet): the rank past its limit is the one.
-    local = [row(0, 4, board_layout.EVALUATION, 0.2, count=14, state='R'),
-             row(1, 4, board_layout.EVALUATION, 3.5, count=3)]
+    local = [row(0, 4, EVALUATION, 0.2, count=14, state='R'),
+             row(1, 4, EVALUATION, 3.5, count=3)]
     text = judge(local)
     assert 'the job waits for rank 1 on node0, outside communication, blocked' in text, text
     assert 'in the evaluation after step 4 (batch 3)' in text, text
 
 
 def test_the_evaluation_after_training_is_named_as_such():
-    local = [row(0, 50, board_layout.FINAL_EVALUATION, 3.5, count=40, call='allreduce_obj'),
-             row(1, 50, board_layout.FINAL_EVALUATION, 3.6, count=3, state='T', held=3.4)]
+    local = [row(0, 50, FINAL_EVALUATION, 3.5, count=40, call='allreduce_obj'),
+             row(1, 50, FINAL_EVALUATION, 3.6, count=3, state='T', held=3.4)]
     text = judge(local)
     assert 'rank 1 on node0, stopped' in text and 'in the evaluation after training ' \
         '(batch 3)' in text, text
 
 
 def test_every_rank_computing_is_no_rank_to_blame():
-    local = [row(0, 9, board_layout.STEP, 5.0, state='R'), row(1, 9, board_layout.STEP, 5.0, state='R')]
+    local = [row(0, 9, STEP, 5.0, state='R'), row(1, 9, STEP, 5.0, state='R')]
     text = judge(local)
     assert 'the job waits for none: no rank waits for another' in text, text
 
 
 def test_after_training_only_a_wait_in_a_call_is_a_stall():
     # Rank 0 writes its results for a long time, the others have finished: no stall.
-    local = [row(0, 50, board_layout.AFTER, 400.0, state='R'), row(1, 50, board_layout.FINISHED, 400.0)]
+    local = [row(0, 50, AFTER, 400.0, state='R'), row(1, 50, FINISHED, 400.0)]
     assert judge(local) is None
-    local = [row(0, 50, board_layout.AFTER, 40.0, call='allreduce_obj', call_age=31.0),
-             row(1, 50, board_layout.AFTER, 40.0, state='R', call_age=35.0)]
+    local = [row(0, 50, AFTER, 40.0, call='allreduce_obj', call_age=31.0),
+             row(1, 50, AFTER, 40.0, state='R', call_age=35.0)]
     text = judge(local)
     assert 'rank 1 on node0, computing outside communication' in text, text
     assert 'after training' in text and '10 x CHAINERMN_TORUS_WATCHDOG' in text, text
 
 
 def test_every_rank_stopped_is_a_suspension_not_a_stall():
-    local = [row(0, 9, board_layout.STEP, 50.0, state='T', held=50.0),
-             row(1, 9, board_layout.STEP, 50.0, state='T', held=50.0)]
+    local = [row(0, 9, STEP, 50.0, state='T', held=50.0),
+             row(1, 9, STEP, 50.0, state='T', held=50.0)]
     assert judge(local) is None
 
 
 def test_the_communication_thread_is_said_when_the_main_thread_is_outside():
-    local = [row(0, 9, board_layout.STEP, 5.0, call='the wait for the communication thread'),
-             row(1, 9, board_layout.STEP, 5.0, state='R', bg_call=MEAN)]
+    local = [row(0, 9, STEP, 5.0, call='the wait for the communication thread'),
+             row(1, 9, STEP, 5.0, state='R', bg_call=MEAN)]
     text = judge(local)
     assert line_with(text, 'rank 1 on node0', 'computing outside communication',
                      'communication thread in multi_node_mean_grad'), text
@@ -185,33 +187,33 @@ def test_the_communication_thread_is_said_when_the_main_thread_is_outside():
 # The verdict as a table: (case, this node's rows, the other nodes', the words it must say;
 # None: no verdict). One case per branch of verdict.judge, in its order.
 CASES = [
-    ('every rank moves', [row(0, 7, board_layout.STEP, 0.2), row(1, 7, board_layout.BETWEEN, 25.0)], {}, None),
-    ('a node fell silent', [row(0, 7, board_layout.STEP, 4.0, call=MEAN)],
-     {1: peer('node1', [row(1, 7, board_layout.STEP, 4.0)], heard_s_ago=9)},
+    ('every rank moves', [row(0, 7, STEP, 0.2), row(1, 7, BETWEEN, 25.0)], {}, None),
+    ('a node fell silent', [row(0, 7, STEP, 4.0, call=MEAN)],
+     {1: peer('node1', [row(1, 7, STEP, 4.0)], heard_s_ago=9)},
      ('node node1 (ranks 1) silent for 9 s',)),
-    ('a stopped rank', [row(0, 3, board_layout.STEP, 3.5, call=MEAN), row(1, 3, board_layout.STEP, 3.5, state='T',
+    ('a stopped rank', [row(0, 3, STEP, 3.5, call=MEAN), row(1, 3, STEP, 3.5, state='T',
                                                                 held=3.4)], {},
      ('rank 1 on node0, stopped (process state T', 'rank 0 (node0) waits in')),
-    ('a gone rank', [row(0, 3, board_layout.STEP, 3.5, call=MEAN), row(1, 3, board_layout.STEP, 3.5, state='X',
+    ('a gone rank', [row(0, 3, STEP, 3.5, call=MEAN), row(1, 3, STEP, 3.5, state='X',
                                                              held=3.4)], {},
      ('rank 1 on node0, gone (its process no longer exists',)),
-    ('the rank outside every call', [row(0, 5, board_layout.STEP, 4.0, call=MEAN),
-                                     row(1, 4, board_layout.BETWEEN, 4.0, state='D')], {},
+    ('the rank outside every call', [row(0, 5, STEP, 4.0, call=MEAN),
+                                     row(1, 4, BETWEEN, 4.0, state='D')], {},
      ('rank 1 on node0, outside communication, in uninterruptible I/O',
       'between steps 4 and 5')),
-    ('a rank in an earlier call', [row(0, 5, board_layout.STEP, 4.0, call=MEAN, calls=3),
-                                   row(1, 5, board_layout.STEP, 4.0, call='MPI bcast', calls=2)], {},
+    ('a rank in an earlier call', [row(0, 5, STEP, 4.0, call=MEAN, calls=3),
+                                   row(1, 5, STEP, 4.0, call='MPI bcast', calls=2)], {},
      ('rank 1 on node0, waiting in MPI bcast',)),
-    ('every rank in the same call', [row(0, 5, board_layout.STEP, 4.0, call=MEAN, calls=2),
-                                     row(1, 5, board_layout.STEP, 4.0, call=MEAN, calls=2)], {},
+    ('every rank in the same call', [row(0, 5, STEP, 4.0, call=MEAN, calls=2),
+                                     row(1, 5, STEP, 4.0, call=MEAN, calls=2)], {},
      ('none: every rank waits in multi_node_mean_grad', 'a deadlock')),
-    ('every rank computing', [row(0, 5, board_layout.STEP, 4.0, state='R'),
-                              row(1, 5, board_layout.STEP, 4.0, state='R')], {},
+    ('every rank computing', [row(0, 5, STEP, 4.0, state='R'),
+                              row(1, 5, STEP, 4.0, state='R')], {},
      ('none: no rank waits for another',)),
-    ('every rank stopped: suspended', [row(0, 5, board_layout.STEP, 4.0, state='T', held=4.0),
-                                       row(1, 5, board_layout.STEP, 4.0, state='T', held=4.0)], {}, None),
-    ('start-up within its limit', [row(0, 0, board_layout.STARTUP, 60.0)], {}, None),
-    ('after training, outside any call', [row(0, 9, board_layout.AFTER, 40.0)], {}, None),
+    ('every rank stopped: suspended', [row(0, 5, STEP, 4.0, state='T', held=4.0),
+                                       row(1, 5, STEP, 4.0, state='T', held=4.0)], {}, None),
+    ('start-up within its limit', [row(0, 0, STARTUP, 60.0)], {}, None),
+    ('after training, outside any call', [row(0, 9, AFTER, 40.0)], {}, None),
 ]
 
 
@@ -240,7 +242,7 @@ def test_every_node_is_watched_and_heartbeats_go_to_its_watchers():
 def test_a_node_never_heard_from_is_not_taken_for_a_frozen_one():
     # UDP blocked between nodes: no heartbeat ever arrived from node1. That is no verdict
     # (its ranks are still watched through the ranks that wait for them).
-    local = [row(0, 7, board_layout.BETWEEN, 0.5)]
+    local = [row(0, 7, BETWEEN, 0.5)]
     never = dict(peer('node1', [], heard_s_ago=60), seen=False)
     assert judge(local, {1: never}) is None
     heard = dict(never, seen=True)
@@ -353,7 +355,6 @@ def test_a_verdict_of_the_job_ends_it_and_a_forged_one_is_refused_and_counted():
 
 
 def test_a_replayed_or_repeated_message_is_ignored_and_a_node_outside_the_table_refused():
-    import socket
     a, b = two_nodes()
     try:
         port = a.socks[0].getsockname()[1]
@@ -406,10 +407,10 @@ def test_the_phase_table_is_whole_and_every_reader_takes_it_from_there():
         assert limits.limit(p.code) == limits.seconds(p.limit)
         board = [0] * board_layout.ROW
         board[board_layout.PHASE], board[board_layout.FINISHED_STEPS] = p.code, 4
-        if p.code not in (board_layout.STARTUP, board_layout.FINISHED):
+        if p.code not in (STARTUP, FINISHED):
             assert pb.position(board)[1] == p.order
-    assert limits.limit(board_layout.STEP, first_step=True) == 900.0
-    assert board_layout.where(board_layout.STEP, 0, 0) == 'in its first training step (start-up)'
+    assert limits.limit(STEP, first_step=True) == 900.0
+    assert board_layout.where(STEP, 0, 0) == 'in its first training step (start-up)'
     # The calls: one list, every name marked has its code on the board.
     from chainermn_torus.runtime.watch import call_marks
     assert set(call_marks.API) | set(call_marks.MPI_METHODS.values()) <= set(board_layout.CALLS)
@@ -420,9 +421,9 @@ def test_a_rank_waiting_for_a_stopped_process_it_started_is_a_stall_after_the_li
     # A stopped loader process: the rank sleeps, waiting for its batch, and was named only
     # after 10 x the limit as "the job waits for none" (state L: the node watcher sees the
     # stopped child).
-    local = [row(0, 7, board_layout.STEP, 2.0, call=MEAN), row(1, 7, board_layout.BETWEEN, 2.5, state='L',
+    local = [row(0, 7, STEP, 2.0, call=MEAN), row(1, 7, BETWEEN, 2.5, state='L',
                                                      held=3.5)]
     text = judge(local)
     assert text is not None and 'rank 1 on node0, waiting for a process it started (a loader ' \
         'process?), which is stopped (process state T' in text and 'for 4 s' in text, text
-    assert judge([row(1, 7, board_layout.BETWEEN, 2.5, state='L', held=2.0)]) is None  # within the limit
+    assert judge([row(1, 7, BETWEEN, 2.5, state='L', held=2.0)]) is None  # within the limit
