@@ -69,8 +69,10 @@ ROWS = ([(fault, 'shm', 'ours') for fault in fault_matrix.FAULTS if fault != 'en
 # A rank stopped as its process starts: named within the step limit + 2 s of the moment its
 # watcher can see it. The row's clock starts with mpiexec, before the interpreters (whose
 # start the watcher's clock waits for): 3.6-3.8 s alone (docs/measurements/fault-matrix.md),
-# 5.2-5.5 s once with three rows beside the full tier's other lane on 2 cores.
-STARTUP_BOUND = fault_matrix.WATCHDOG_S + 3
+# 5.2-5.5 s once with three rows beside the full tier's other lane on 2 cores, 6.3 s once in
+# a make test-fresh whose every phase ran a third slower than the run before. The bound
+# tells the step limit (3 s) from the start-up limit (STARTUP_S, 10 s): 8 s still does.
+STARTUP_BOUND = fault_matrix.WATCHDOG_S + 5
 # Faults after a few recorded steps: every rank's timeline is there, whole or cut short.
 TIMELINED = ('raise', 'kill', 'loader-death', 'hang', 'mean-overflow', 'diverge', 'eval-stall')
 # Every other row of the matrix, and why it is left to `make fault-matrix` (all 53 rows,
