@@ -13,9 +13,11 @@ Importing this package does three things, and nothing else:
   beside the rank (``watchers.startup_watch``: a rank stopped before its communicator exists
   is named), the launcher's ``--watchdog`` replacing it with the flag's limits.
 
-mpi4py.MPI, numba and the communicator modules load when first used; the abort hook, the
-threads, compute and the watchdog are applied by the first communicator or optimizer
-(``runtime.startup``).
+It resolves no setting (a variable the script sets before its first communicator is heard)
+and configures nothing else: mpi4py.MPI, numba and the communicator modules load when first
+used; the settings are resolved and the process configured (the abort hook, malloc, compute,
+the threads, the watchdog) in one place, ``process_setup``, by the first communicator or
+multi-node optimizer, or by the launcher.
 """
 from chainermn_torus.runtime.chainer_glue import chainer_import as _chainer_import
 

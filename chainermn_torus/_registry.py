@@ -16,18 +16,16 @@ only selects a GPU packing path in ChainerMN; ours have one CPU path, so an expl
 recorded in the configuration, said once on rank 0, and otherwise ignored.
 """
 import inspect
-import sys
 import types
 
 import chainermn
 import chainermn.communicators
 
-from chainermn_torus import communicators, compute, config
+from chainermn_torus import communicators, config, process_setup
 from chainermn_torus.errors import ConfigError
 from chainermn_torus.process import STATE
-from chainermn_torus.runtime import report, startup
+from chainermn_torus.runtime import report
 from chainermn_torus.runtime.chainer_glue import patches
-from chainermn_torus.runtime.files import devshm
 from chainermn_torus.runtime.watch import watchdog
 
 __all__ = ['create_communicator', 'create_multi_node_optimizer', 'register',
@@ -184,6 +182,10 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
             'chainermn_torus: communicator {!r} cannot send gradients as {} '
             '(allreduce_grad_dtype); on CPU use one of {}, which can.'.format(
                 communicator_name, kwargs['allreduce_grad_dtype'], ', '.join(sorted(ours))))
+    # The process configured, once, before the first communicator (process_setup): a bad
+    # setting is refused in one line from here on; ChainerMN's own get only what a setting
+    # asks for.
+    process_setup.configure(mpi_comm, ours=cls is not None)
     if cls is None:
         return _made(_chainermn_factory(communicator_name, mpi_comm=mpi_comm, **kwargs),
                      asked, communicator_name)
@@ -208,14 +210,7 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
 
 
 def _made(comm, asked, made):
-    startup.start()  # ChainerMN's communicators too: a refusal from here on is one line
-    # Chainer's layers on oneDNN (CHAINERMN_TORUS_COMPUTE): its default (auto) with this
-    # package's communicators; ChainerMN's own (naive, ...) only where the variable asks,
-    # so that importing this package changes no one's model (the launcher applies its own).
-    compute.apply_setting(comm.rank, default=made in names())
-    # The job's watchdog starts with its first communicator, where one is set (the
-    # environment, the launcher), and marks every communicator's calls.
-    watchdog.attach(comm)
+    watchdog.attach(comm)  # the job's watchdog (if one is set) marks its calls
     told = policy().on_made
     if told is not None:
         told(comm, asked, made)
@@ -243,18 +238,13 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
     """ChainerMN's factory, ours, the one public way to make the wrapper: its options are
     ``chainermn_torus.optimizers.multi_node.make``'s, with the policy's applied.
 
-    The process-wide pieces start here (``runtime.startup``: the abort hook, the timeline),
-    since a script may make its optimizer over ChainerMN's own communicator. The optimizers
-    (numba, MPI) load at the first call, not at ``import chainermn_torus``.
+    The process is configured here too where no communicator of this package's factory
+    did it (``process_setup``: a script may make its optimizer over a communicator it made
+    otherwise). The optimizers (numba, MPI) load at the first call, not at
+    ``import chainermn_torus``.
     """
     from chainermn_torus.optimizers import fused, multi_node  # with MPI, at the first call
-    startup.start()
-    # ChainerMN's communicator base, loaded with any communicator (importing it here would
-    # start MPI at ``import chainermn_torus``)
-    base = sys.modules.get('chainermn.communicators.mpi_communicator_base')
-    if base is not None and isinstance(communicator, base.MpiCommunicatorBase):
-        # made by a collective (init_ranks): every rank is past MPI_Init
-        devshm.unlink_mpi_segments()
+    process_setup.configure(getattr(communicator, 'mpi_comm', None), ours=False)
     name = type(actual_optimizer).__name__  # fusing changes the class: name it first
     rules = policy()
     options = dict(options, double_buffering=double_buffering)

@@ -63,18 +63,19 @@ class AutoCommunicator(Communicator):
         super(AutoCommunicator, self).__init__(mpi_comm, segment_size, allreduce_grad_dtype)
         self._options.update(network=network, measure_timeout=measure_timeout,
                              simulate=simulate, tune=tune, tune_dir=tune_dir)
-        tune = config.value('tune', tune, 'tune')[0]
+        known = config.current()
+        tune = known.pick('tune', tune, 'tune')[0]
         nodes = self.mpi_comm.allgather(self.intra_size)
         shape = Shape(self.size, self.rank, self.intra_size, self.inter_size,
                       len(set(nodes)) == 1)
         net, source = job_network(self.mpi_comm, network, measure_timeout)
         settings = Settings(
             network=net, network_source=source,
-            simulate=config.value('simulate', simulate, 'simulate')[0], tune=tune,
+            simulate=known.pick('simulate', simulate, 'simulate')[0], tune=tune,
             tune_dir=self._tune_dir(tune_dir) if tune != 'off' else None,
             segment_bytes=self.segment_bytes,
-            segment_given=segment_size is not None or config.env('segment_bytes')[1]
-            is not None,
+            segment_given=segment_size is not None or
+            known.source('segment_bytes') is not None,
             mpi_library=MPI.Get_library_version())
         self.tuning = Choices(shape, settings, MpiJob(self.mpi_comm), self._make,
                               remembered=_remembered)
@@ -84,7 +85,8 @@ class AutoCommunicator(Communicator):
         where = memory.folder(given)
         problem = None
         if self.rank == 0:
-            source = config.value('tune_dir', given, 'tune_dir')[1] or 'the tuning folder'
+            source = config.current().pick('tune_dir', given, 'tune_dir')[1] or \
+                'the tuning folder'
             try:
                 memory.check_folder(where, source)
             except ConfigError as e:

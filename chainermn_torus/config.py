@@ -1,22 +1,30 @@
-"""Every ``CHAINERMN_TORUS_*`` environment variable, in one table, with one parser per kind.
+"""Every ``CHAINERMN_TORUS_*`` setting, in one table, with one parser per kind, resolved once.
 
-An option given in code or on a command line wins; otherwise the environment variable;
-otherwise the default. ``value(key, given, option)`` does that and validates in one place,
-so every bad value gets the same kind of message: which option or variable, what it must
-be, what it was. The variables are read when the option is needed (a communicator or
-optimizer being made), never at import.
+The one precedence, for every row: a value given for it (the launcher's flag, an entry
+point's option, a keyword in code) wins; otherwise its environment variable; otherwise its
+default. ``resolve`` applies it to the whole table at once and returns a frozen ``Settings``:
+each value with where it came from (the option, the variable, or the default). The process
+holds one (``current``): the launcher installs the one it resolved from its flags; without
+one, the first read makes it from the environment, which is at the first communicator or
+multi-node optimizer in a script (``process_setup``), so a variable the script sets before
+then is heard. Every module reads that object; none reads the environment.
 
-This table is the reference: ``chainermn-torus config`` prints it, and
+Every bad value gets the same kind of message: which option or variable, what it must be,
+what it was. This table is the reference: ``chainermn-torus config`` prints it, and
 docs/communicators.md lists it (a test keeps the two the same).
 """
 import argparse
 import collections
 import os
 import re
+import types
 
 from chainermn_torus.errors import ConfigError
+from chainermn_torus.process import STATE
 
-__all__ = ['SETTINGS', 'KINDS', 'value', 'env', 'quiet', 'table', 'add_arguments']
+__all__ = ['SETTINGS', 'KINDS', 'Settings', 'resolve', 'current', 'peek', 'alone', 'install',
+           'parse',
+           'quiet', 'table', 'add_arguments', 'add_option', 'flags', 'option_of']
 
 # ``launcher``: what ``python -m chainermn_torus.run`` applies the setting to as its option
 # --KEY-WITH-DASHES (LAUNCHER_TARGETS: the script's multi-node optimizers, as the keyword of
@@ -402,10 +410,10 @@ def parse(kind, raw, source):
             from None
 
 
-def env(key):
-    """(value, source) from the environment variable of ``key``, or (default, None)."""
+def _from_environment(key, environ):
+    """(value, variable) from the variable of ``key`` in ``environ``, or (default, None)."""
     s = SETTINGS[key]
-    raw = os.environ.get(s.env)
+    raw = environ.get(s.env)
     # Set to nothing (``VAR=``, or a job script's ``export VAR=$UNSET``) is unset, for every
     # kind alike: an empty flag once meant on, and ``CHAINERMN_TORUS_DOUBLE_BUFFERING=``
     # trained with stale gradients where an empty number meant the default.
@@ -414,18 +422,120 @@ def env(key):
     return parse(s.kind, raw, s.env), s.env
 
 
-def value(key, given=None, option=None):
-    """The setting ``key``: ``given`` when not None (errors name ``option``), else its
-    environment variable, else the default. Returns (value, source): source is ``option``,
-    the variable's name, or None for the default."""
-    if given is not None:
-        option = option or key
-        return parse(SETTINGS[key].kind, given, option), option
-    return env(key)
+class Settings(object):
+    """Every setting's value and where it came from (``resolve``); frozen.
+
+    ``settings[key]`` is the value; ``source(key)`` the option or variable that gave it, or
+    None for the default; ``pick(key, given, option)`` is a value given in code for one call
+    (a communicator's ``segment_size=``), which wins as a flag does, else this object's.
+    """
+
+    __slots__ = ('_values',)
+
+    def __init__(self, values):
+        object.__setattr__(self, '_values', types.MappingProxyType(dict(values)))
+
+    def __setattr__(self, name, value):
+        raise AttributeError('settings are frozen: resolve() makes another')
+
+    def __getitem__(self, key):
+        return self._values[key][0]
+
+    def source(self, key):
+        return self._values[key][1]
+
+    def pick(self, key, given=None, option=None):
+        """(value, source): ``given`` (checked, its errors naming ``option``) when not None,
+        else this object's value of ``key`` and its source."""
+        if given is not None:
+            option = option or key
+            return parse(SETTINGS[key].kind, given, option), option
+        return self._values[key]
+
+    def chosen(self):
+        """{key: (value, source)} of the settings not at their default's source."""
+        return {k: v for k, v in self._values.items() if v[1] is not None}
+
+    def describe(self, keys=None):
+        """``key=value (source)`` for the settings an option or variable gave."""
+        return ', '.join('{}={} ({})'.format(k, _shown(v), source)
+                         for k, (v, source) in self.chosen().items()
+                         if keys is None or k in keys) or 'all defaults'
+
+
+def _shown(value):
+    if isinstance(value, bool):
+        return 'on' if value else 'off'
+    return value
+
+
+def resolve(flags=None, environ=None):
+    """The table resolved at once: ``flags`` ({key: (value, option)}: a launcher's or entry
+    point's options; None values are not given) over ``environ`` (default os.environ) over
+    the defaults. The first bad value raises its ConfigError."""
+    environ = os.environ if environ is None else environ
+    flags = flags or {}
+    unknown = sorted(set(flags) - set(SETTINGS))
+    if unknown:
+        raise KeyError('not settings: {}'.format(', '.join(unknown)))
+    values = {}
+    for key, s in SETTINGS.items():
+        given, option = flags.get(key, (None, None))
+        if given is not None:
+            values[key] = parse(s.kind, given, option or option_of(key)), option or \
+                option_of(key)
+        else:
+            values[key] = _from_environment(key, environ)
+    return Settings(values)
+
+
+def current():
+    """The process's settings: those installed (the launcher's), else resolved now from the
+    environment and kept (the first read: a script's first communicator or optimizer)."""
+    if STATE.settings is None:
+        STATE.settings = resolve()
+    return STATE.settings
+
+
+def alone(key):
+    """Setting ``key`` from the environment by itself, its default where its value is bad:
+    for the code that says a refusal, which runs where the table does not resolve."""
+    try:
+        return (STATE.settings or resolve())[key]
+    except ConfigError:
+        try:
+            return _from_environment(key, os.environ)[0]
+        except ConfigError:
+            return SETTINGS[key].default
+
+
+def peek():
+    """The process's settings if made, else resolved now and not kept (what the import's
+    start-up watch reads: the first communicator still hears a later variable)."""
+    return STATE.settings if STATE.settings is not None else resolve()
+
+
+def install(settings):
+    """Make ``settings`` the process's (the launcher, at its start); returns them."""
+    if not isinstance(settings, Settings):
+        raise TypeError('install() takes a Settings from resolve(), got {!r}'.format(
+            type(settings).__name__))
+    STATE.settings = settings
+    return settings
 
 
 def quiet():
-    return env('quiet')[0]
+    """Whether informational lines are off (a bad value: not quiet, refused where the
+    settings are resolved)."""
+    try:
+        return current()['quiet']
+    except ConfigError:
+        return False
+
+
+def option_of(key):
+    """The command-line option of ``key``: --key-with-dashes."""
+    return '--' + key.replace('_', '-')
 
 
 # --- the same options on command lines ---------------------------------------------------
@@ -465,28 +575,51 @@ def arg_type(kind):
     return _arg(kind)
 
 
+def add_option(parser, key, option=None, dest=None, help=None):
+    """Declare setting ``key`` on ``parser`` (or an argument group) from its row: its option
+    (default ``--key-with-dashes``), its parser and metavar, its meaning as the help (or
+    ``help``), default None (not given: the variable, else the default, decide). A flag is
+    --X / --no-X. Returns the argparse action; ``flags(parser, opts)`` reads what was given.
+    """
+    s = SETTINGS[key]
+    option = option or option_of(key)
+    if s.kind == 'flag':
+        kwargs = dict(action=argparse.BooleanOptionalAction)
+    else:
+        kwargs = dict(type=_arg(s.kind), metavar=KINDS[s.kind].metavar)
+    action = parser.add_argument(option, dest=dest or key, default=None, help='{} (or {})'.format(
+        help or s.meaning, s.env), **kwargs)
+    action.setting = key  # what flags() gathers
+    return action
+
+
+def flags(parser, opts):
+    """{key: (value, option)} of the settings ``parser`` declares (``add_option``) that
+    ``opts`` gives: what ``resolve(flags=...)`` takes."""
+    out = {}
+    for action in parser._actions:
+        key = getattr(action, 'setting', None)
+        if key is not None and getattr(opts, action.dest, None) is not None:
+            out[key] = (getattr(opts, action.dest), action.option_strings[0])
+    return out
+
+
 def add_arguments(parser, communicator='rsap', grid=True, threads=True, segment_size=False):
     """The options every entry point shares, defined once: ``--communicator`` (default
-    ``communicator``; None: the script's own choice), ``--grid``, ``--threads``,
-    ``--segment-size``. Returns the argument group."""
+    ``communicator``; None: the script's own choice), and from the rows ``--grid``,
+    ``--threads`` and ``--segment-size``. Returns the argument group."""
     group = parser.add_argument_group('communicator (chainermn_torus)')
     group.add_argument('--communicator', type=_communicator_name, default=communicator,
                        metavar='NAME', help='one of {} (default: {})'.format(
                            ', '.join(_COMMUNICATOR_NAMES[0]()),
                            communicator or "the script's own"))
     if grid:
-        group.add_argument('--grid', type=_arg('grid'), default=None, metavar='MxN',
-                           help='rsaa/rsap grid: rows of M ranks, N rows (default: ranks per '
-                                'node x nodes, or {})'.format(SETTINGS['grid'].env))
+        add_option(group, 'grid', help='rsaa/rsap grid: rows of M ranks, N rows (default: '
+                   'ranks per node x nodes)')
     if threads:
-        group.add_argument('--threads', type=_arg('threads'), default=None,
-                           metavar='N', help='BLAS/OpenMP/numba threads per rank (default: '
-                           'physical cores / ranks per node, or {})'.format(
-                               SETTINGS['threads'].env))
+        add_option(group, 'threads')
     if segment_size:
-        group.add_argument('--segment-size', type=_arg('segment'),
-                           default=None, metavar='BYTES',
-                           help='bytes per communication segment for our communicators')
+        add_option(group, 'segment_bytes', '--segment-size', dest='segment_size')
     return group
 
 

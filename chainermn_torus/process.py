@@ -7,13 +7,14 @@ in one place (and a test's or a second job's reset is one assignment per field):
 * ``patches``: the changes to Chainer's and ChainerMN's objects in force, oldest first
   (``runtime.chainer_glue.patches``);
 * ``said``: the keys of the lines said once (``runtime.report``);
-* ``started``: the abort hook and timeline started (``runtime.startup``);
 * ``compute``: the mode ``compute.use`` applied, whether new forwards take oneDNN, the
   precision they compute in (``compute.modes``; each node records its own for its
   backward);
+* ``settings``: every setting resolved once, frozen (``config``: the launcher's, else made at
+  the first read);
+* ``configured``: what the process was configured with, once (``process_setup``);
 * ``policy``: the launch policy both factories read, frozen (``_registry``);
-* ``watchdogs``, ``watch_limits``: the watchdogs attached, the launcher's limits for the next
-  (``runtime.watch.watchdog``);
+* ``watchdogs``: the watchdogs attached (``runtime.watch.watchdog``);
 * ``threads``: the thread budget last applied, and how many times the OpenMP thread count
   changed, with the count it changed to (``runtime.cpu.threads``);
 * ``allocation``: whether freed memory is kept, once decided (``runtime.cpu.allocation``);
@@ -31,8 +32,7 @@ in one place (and a test's or a second job's reset is one assignment per field):
 
 The other process-wide holders are tables that plugins add rows to, caches, per-thread
 scratch, a loaded library's handles and the watcher processes' own (docs/development.md,
-"Process-wide state"). Settings are not held: each is read from the environment where the
-option is needed, so a script that sets a variable before making its communicator is heard.
+"Process-wide state").
 """
 import types
 
@@ -40,18 +40,18 @@ __all__ = ['Process', 'STATE']
 
 
 class Process(object):
-    __slots__ = ('patches', 'said', 'started', 'compute', 'policy', 'watchdogs',
-                 'watch_limits', 'threads', 'allocation', 'timeline', 'devshm', 'abort',
+    __slots__ = ('patches', 'said', 'settings', 'configured', 'compute', 'policy', 'watchdogs',
+                 'threads', 'allocation', 'timeline', 'devshm', 'abort',
                  'windows', 'draw_epoch', 'kernel_fpenv')
 
     def __init__(self):
         self.patches = []
         self.said = set()
-        self.started = False
+        self.settings = None  # None: resolved at the first read
+        self.configured = None
         self.compute = {'applied': None, 'on': False, 'precision': 'fp32'}
         self.policy = None  # None: the default policy (which changes nothing)
         self.watchdogs = []
-        self.watch_limits = {}
         self.threads = {'applied': None, 'generation': 0, 'openmp': None}
         self.allocation = {}  # 'kept': decided once
         self.timeline = None

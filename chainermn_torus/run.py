@@ -14,13 +14,14 @@ import os
 import runpy
 import sys
 import time
+import traceback
 
 import chainermn_torus  # noqa: F401 registered with ChainerMN before the script runs
 from chainermn_torus import config, launch
 from chainermn_torus.algorithms.variants import check_grid_option
 from chainermn_torus.errors import ConfigError, Refusal, Unsupported
 from chainermn_torus.launch import gpu_to_cpu
-from chainermn_torus.runtime import report, startup as _startup
+from chainermn_torus.runtime import report
 from chainermn_torus.runtime import world
 from chainermn_torus.runtime.watch.abort import ABORT_DELAY_S
 
@@ -45,20 +46,22 @@ def build_parser():
 
 
 def main(argv=None):
-    opts = build_parser().parse_args(argv)
+    parser = build_parser()
+    opts = parser.parse_args(argv)
     try:
         if not os.path.isfile(opts.script):
             raise ConfigError('script not found: {}'.format(opts.script))
         if opts.gpu_calls:  # a reading of its source: nothing starts
-            extra, source = config.value('gpu_to_cpu_paths', opts.gpu_to_cpu_paths,
-                                         '--gpu-to-cpu-paths')
-            trusted = config.value('trust_gpu_to_cpu_paths', opts.trust_gpu_to_cpu_paths,
-                                   '--trust-gpu-to-cpu-paths')[0]
+            known = config.resolve(config.flags(parser, opts))
+            extra, source = known['gpu_to_cpu_paths'], known.source('gpu_to_cpu_paths')
+            trusted = known['trust_gpu_to_cpu_paths']
             print('\n'.join(gpu_to_cpu.listing(opts.script, gpu_to_cpu.paths(
                 extra, source or 'CHAINERMN_TORUS_GPU_TO_CPU_PATHS', trusted))))
             return
-        job = prepare(opts)
+        job = prepare(opts, parser)
     except Refusal as e:  # a bad option or variable: one line, from the job's first rank
+        if config.alone('debug'):  # CHAINERMN_TORUS_DEBUG=1: its traceback too
+            traceback.print_exc()
         if world.launcher_rank() in (None, 0):
             report.line(PREFIX + str(e).replace(report.PREFIX, '', 1))
         else:
@@ -86,7 +89,7 @@ def main(argv=None):
 PREFIX = 'chainermn_torus.run: '
 
 
-def prepare(opts):
+def prepare(opts, parser=None):
     """Everything before the script runs (the Launch); a Refusal for what cannot start."""
     kwargs = {}
     check_grid_option(opts.communicator, opts.grid)
@@ -112,8 +115,7 @@ def prepare(opts):
                 report.line(PREFIX + problem)
             sys.exit(1)
     job = launch.Launch(opts, forced=forced, defaults=kwargs)
-    job.install()
-    _startup.start()  # the abort hook, as for a script that creates a communicator of ours
+    job.install()  # the process configured too (process_setup), as for a communicator
     return job
 
 

@@ -35,8 +35,8 @@ def main():
     p.add_argument('--repeats', type=int, default=3)
     p.add_argument('--json')
     args = p.parse_args()
-    mpi = config.env('mpi')[0]
-    mpiexec = config.env('mpiexec')[0] or os.path.join(os.path.dirname(sys.executable),
+    mpi = config.current()['mpi']
+    mpiexec = config.current()['mpiexec'] or os.path.join(os.path.dirname(sys.executable),
                                                        'mpiexec')
     settings = oversubscribe.environment(mpi, args.ranks)
     if not settings:

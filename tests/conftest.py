@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from chainermn_torus import config
+from chainermn_torus.process import STATE
 from chainermn_torus.runtime.files import devshm
 from chainermn_torus.tools import oversubscribe
 
@@ -23,6 +24,21 @@ os.environ['PYTHONPATH'] = os.pathsep.join(
     [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p and p != SITE] + [SITE])
 
 
+@pytest.fixture(autouse=True)
+def fresh_settings():
+    """Each test resolves the settings from its own environment (a job resolves them once;
+    this process runs many tests, some with a variable of their own)."""
+    STATE.settings = None
+    yield
+    STATE.settings = None
+
+
+def settings_again():
+    """Resolve the settings again from the environment now and hold them, as a new job
+    would (a test that changes a variable after something read them)."""
+    return config.install(config.resolve())
+
+
 def pythonpath(*first):
     """PYTHONPATH for a process a test starts: ``first``, this checkout, the tests' site
     folder."""
@@ -31,11 +47,11 @@ def pythonpath(*first):
 
 # `make test MPI=impi|openmpi` (scripts/with_mpi.sh) names the MPI and its own mpiexec; the
 # default is the venv's mpich wheel.
-MPI = config.env('mpi')[0]
+MPI = config.resolve()['mpi']
 
 
 def mpiexec_path():
-    chosen = config.env('mpiexec')[0]
+    chosen = config.resolve()['mpiexec']
     if chosen:
         return chosen
     here = os.path.join(os.path.dirname(sys.executable), 'mpiexec')

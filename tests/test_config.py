@@ -1,5 +1,6 @@
-"""The configuration table: one parser per kind, the environment read where it is needed,
-the docs' table the same as the code's, and the shared command-line options."""
+"""The configuration table: one parser per kind, one precedence (flag, else variable, else
+default) for every row, resolved once into a frozen object, the docs' table the same as the
+code's, and the shared command-line options."""
 import argparse
 import os
 
@@ -7,6 +8,7 @@ import pytest
 
 from chainermn_torus import config
 from chainermn_torus.errors import ConfigError, UnsafePath
+from chainermn_torus.process import STATE
 from chainermn_torus.tools import cli
 from conftest import ROOT
 from tests.other_user import as_other, shared_dir  # noqa: F401
@@ -14,10 +16,77 @@ from tests.other_user import as_other, shared_dir  # noqa: F401
 
 def test_given_value_wins_then_environment_then_default(monkeypatch):
     monkeypatch.delenv('CHAINERMN_TORUS_SEGMENT_BYTES', raising=False)
-    assert config.value('segment_bytes') == (4 << 20, None)
+    assert config.resolve().pick('segment_bytes') == (4 << 20, None)
     monkeypatch.setenv('CHAINERMN_TORUS_SEGMENT_BYTES', '1024')
-    assert config.value('segment_bytes') == (1024, 'CHAINERMN_TORUS_SEGMENT_BYTES')
-    assert config.value('segment_bytes', 0, 'segment_size') == (0, 'segment_size')
+    known = config.resolve()
+    assert known.pick('segment_bytes') == (1024, 'CHAINERMN_TORUS_SEGMENT_BYTES')
+    assert known.pick('segment_bytes', 0, 'segment_size') == (0, 'segment_size')
+
+
+# Two values each kind accepts, as text (the first is not the kind's parse of the second).
+VALID = {
+    'seconds': ('5', '7.5'), 'limit': ('3', '60'), 'bytes': ('0', '2048'),
+    'segment': ('0', '4096'), 'threads': ('2', 'off'), 'grid': ('2x2', '1x4'),
+    'text': ('one', 'two'), 'count': ('3', '5'), 'positive': ('0.5', '2'),
+    'non-negative': ('0', '1.5'), 'flag': ('1', '0'), 'switch': ('on', 'off'),
+    'tune': ('on', 'again'), 'seed': ('1', '2'), 'type_check': ('off', '4'),
+    'elastic_step': ('0123abcd:1', '0123abcd:2'),
+}
+
+
+def _two_values(kind):
+    names = config.KINDS[kind].names
+    return names[:2] if names else VALID[kind]
+
+
+@pytest.mark.parametrize('key', list(config.SETTINGS))
+def test_every_row_takes_its_flag_over_its_variable_over_its_default(key):
+    s = config.SETTINGS[key]
+    flag, variable = _two_values(s.kind)
+    parse = config.KINDS[s.kind].parse
+    assert parse(flag) != parse(variable), (key, 'the two values must differ')
+    option = config.option_of(key)
+    environ = {s.env: variable}
+    # default
+    default = config.resolve(environ={})
+    assert (default[key], default.source(key)) == (s.default, None)
+    # the variable over the default
+    heard = config.resolve(environ=environ)
+    assert (heard[key], heard.source(key)) == (parse(variable), s.env)
+    # the flag over the variable
+    flagged = config.resolve({key: (flag, option)}, environ=environ)
+    assert (flagged[key], flagged.source(key)) == (parse(flag), option)
+    # a value given in code for one call over all three
+    assert flagged.pick(key, variable, 'code') == (parse(variable), 'code')
+
+
+def test_the_settings_are_resolved_once_and_frozen(monkeypatch):
+    from chainermn_torus.process import STATE
+    monkeypatch.setenv('CHAINERMN_TORUS_SEGMENT_BYTES', '2048')
+    held = config.current()
+    assert STATE.settings is held and held['segment_bytes'] == 2048
+    monkeypatch.setenv('CHAINERMN_TORUS_SEGMENT_BYTES', '4096')
+    assert config.current() is held and config.current()['segment_bytes'] == 2048
+    assert config.peek() is held
+    with pytest.raises(AttributeError, match='frozen'):
+        held.segment_bytes = 1
+    with pytest.raises(TypeError):
+        held._values['segment_bytes'] = (1, None)
+    # what the launcher installs is what every module reads
+    mine = config.resolve({'segment_bytes': (8192, '--segment-size')})
+    assert config.install(mine) is config.current() is mine
+    assert mine.describe(['segment_bytes']) == 'segment_bytes=8192 (--segment-size)'
+    with pytest.raises(KeyError, match='not settings: segments'):
+        config.resolve({'segments': (1, '--segments')})
+
+
+def test_before_the_first_read_a_script_s_own_variable_is_heard(monkeypatch):
+    # the import reads nothing to keep: peek() resolves without holding
+    from chainermn_torus.process import STATE
+    monkeypatch.setenv('CHAINERMN_TORUS_SEGMENT_BYTES', '2048')
+    assert config.peek()['segment_bytes'] == 2048 and STATE.settings is None
+    monkeypatch.setenv('CHAINERMN_TORUS_SEGMENT_BYTES', '4096')
+    assert config.current()['segment_bytes'] == 4096
 
 
 @pytest.mark.parametrize('key, raw, fragment', [
@@ -34,7 +103,7 @@ def test_bad_environment_values_name_the_variable_and_what_is_allowed(monkeypatc
     var = config.SETTINGS[key].env
     monkeypatch.setenv(var, raw)
     with pytest.raises(ValueError) as e:
-        config.value(key)
+        config.resolve()
     assert '{} must be'.format(var) in str(e.value) and fragment in str(e.value)
     assert repr(raw) in str(e.value)
 
@@ -43,9 +112,11 @@ def test_flags_and_off(monkeypatch):
     monkeypatch.setenv('CHAINERMN_TORUS_QUIET', '1')
     assert config.quiet() is True
     monkeypatch.delenv('CHAINERMN_TORUS_QUIET')
+    assert config.quiet() is True  # resolved once: held
+    STATE.settings = None
     assert config.quiet() is False
     monkeypatch.setenv('CHAINERMN_TORUS_THREADS', 'OFF')
-    assert config.value('threads') == ('off', 'CHAINERMN_TORUS_THREADS')
+    assert config.resolve().pick('threads') == ('off', 'CHAINERMN_TORUS_THREADS')
 
 
 def test_no_module_reads_a_variable_outside_the_table():
@@ -89,7 +160,7 @@ def test_a_variable_set_to_nothing_is_unset_whatever_its_kind(key, empty, monkey
     # An empty flag once switched its feature on (DOUBLE_BUFFERING= trained on stale
     # gradients) where an empty number meant unset: now every kind means unset.
     monkeypatch.setenv(config.SETTINGS[key].env, empty)
-    assert config.env(key) == (config.SETTINGS[key].default, None)
+    assert config.resolve().pick(key) == (config.SETTINGS[key].default, None)
 
 
 @pytest.mark.parametrize('value', ['inf', '1e300', 'nan', '-1', '0'])
@@ -99,7 +170,7 @@ def test_seconds_are_finite_and_at_most_a_year(monkeypatch, value):
     for key in ('watchdog', 'watchdog_startup'):
         monkeypatch.setenv(config.SETTINGS[key].env, value)
         with pytest.raises(ConfigError) as e:
-            config.env(key)
+            config.resolve()
         assert 'and at most 31536000 (a year), got {!r}'.format(
             value) in str(e.value)
     assert config.parse('seconds', '31536000', 'x') == 31536000.0
@@ -111,11 +182,11 @@ def test_a_watchdog_under_its_floor_is_refused_not_a_false_alarm(monkeypatch):
     for key in ('watchdog', 'watchdog_startup'):
         monkeypatch.setenv(config.SETTINGS[key].env, '1e-9')
         with pytest.raises(ConfigError) as e:
-            config.env(key)
+            config.resolve()
         assert 'must be a number of seconds >= 1 (the watcher wakes once a second)' in \
             str(e.value) and "got '1e-9'" in str(e.value), str(e.value)
         monkeypatch.setenv(config.SETTINGS[key].env, '1')
-        assert config.env(key)[0] == 1.0
+        assert config.resolve()[key] == 1.0
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason='reading as another user needs root')

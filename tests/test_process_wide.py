@@ -66,7 +66,8 @@ def test_the_rule_finds_a_new_one():
 def test_the_process_state_is_one_object_each_field_changed_by_its_owner():
     from chainermn_torus import _registry, process
     from chainermn_torus.compute import modes
-    from chainermn_torus.runtime import report, startup
+    from chainermn_torus import config, process_setup
+    from chainermn_torus.runtime import report
     from chainermn_torus.runtime.chainer_glue import patches
     from chainermn_torus.runtime.watch import watchdog
     from chainermn_torus.communicators import _window
@@ -102,8 +103,10 @@ def test_the_process_state_is_one_object_each_field_changed_by_its_owner():
     assert threads.generation() == state.threads['generation']
     assert allocation.kept() == state.allocation.get('kept', False)
     assert timeline.active() is state.timeline
+    assert config.current() is state.settings  # resolved once, held by the process
+    assert process_setup.applied() == (state.configured.done if state.configured else {})
     # the owners keep no holder of their own
-    for module, gone in ((patches, '_APPLIED'), (report, '_said'), (startup, '_started'),
+    for module, gone in ((patches, '_APPLIED'), (report, '_said'),
                          (watchdog, '_ACTIVE'), (watchdog, '_DEFAULTS'), (modes, '_MODE'),
                          (_registry, '_POLICY'), (threads, '_APPLIED'), (threads, '_GENERATION'),
                          (allocation, '_STATE'), (timeline, 'ACTIVE'), (devshm, '_UNLINKED'),

@@ -140,14 +140,14 @@ def test_a_bad_value_is_a_config_error_naming_its_source(key, monkeypatch):
     monkeypatch.setenv(setting.env, value)
     if key in CHECKED_WHERE_USED:  # any text for the table; checked where it is used
         with pytest.raises(ConfigError, match=CHECKED_WHERE_USED[key][1]):
-            CHECKED_WHERE_USED[key][0](config.value(key)[0], setting.env)
+            CHECKED_WHERE_USED[key][0](config.resolve()[key], setting.env)
         return
     with pytest.raises(ConfigError) as e:
-        config.env(key)
+        config.resolve()
     assert isinstance(e.value, (Refusal, ValueError))
     assert '{} must be'.format(setting.env) in str(e.value) and repr(value) in str(e.value)
     with pytest.raises(ConfigError, match='--{} must be'.format(key.replace('_', '-'))):
-        config.value(key, value, '--' + key.replace('_', '-'))
+        config.resolve({key: (value, '--' + key.replace('_', '-'))})
 
 
 def _job(env=None, args=(), launcher=()):

@@ -10,4 +10,4 @@ __all__ = ['mpiexec']
 def mpiexec():
     """The mpiexec a benchmark starts its jobs with: ``CHAINERMN_TORUS_MPIEXEC``, else the
     venv's (the mpich wheel's)."""
-    return config.env('mpiexec')[0] or os.path.join(sys.prefix, 'bin', 'mpiexec')
+    return config.current()['mpiexec'] or os.path.join(sys.prefix, 'bin', 'mpiexec')

@@ -58,7 +58,7 @@ def _chosen(comm, default):
 def run(args, mpi_comm=MPI.COMM_WORLD):
     model = make_model(args.model, seed=mpi_comm.rank)
     rank = mpi_comm.rank
-    default = config.value('segment_bytes')[0]
+    default = config.current()['segment_bytes']
     # What a training job has paid before its first gradient call (the fused update
     # kernels load numba; the shared-memory copies use it too): loading numba and its
     # thread pool, 0.4-0.5 s here, would otherwise fall on whichever candidate runs first.

@@ -60,7 +60,7 @@ def _smallest_prime_factor(p):
 
 def default_grid(size, intra_size, inter_size, node_uniform=True):
     """Default (M, N) and a short reason, following the rules in the module docstring."""
-    env = config.env('grid')[0]
+    env = config.current()['grid']
     if env:
         return parse_grid(env, size, source='{}={!r}'.format(GRID_ENV, env)), 'from ' + GRID_ENV
     if intra_size > 1 and node_uniform and intra_size * inter_size == size:

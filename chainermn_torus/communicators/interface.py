@@ -8,9 +8,9 @@ whichever of them it chose, derives from it directly; a plugin's class may do ei
 (docs/development.md, "Adding a communicator").
 
 Shared here, once: the options every one of ours takes (``segment_size``,
-``allreduce_grad_dtype``, ChainerMN's ``set_config``/``get_config`` of the dtype), the start
-of a rank (the abort hook, MPI's segment names, the thread budget), ``multi_node_mean_grad``
-as slot 0, the parameter broadcast, and ``split``.
+``allreduce_grad_dtype``, ChainerMN's ``set_config``/``get_config`` of the dtype),
+``multi_node_mean_grad`` as slot 0, the parameter broadcast, and ``split``. A communicator
+only constructs: the process is configured by the factory (``process_setup``).
 """
 import abc
 
@@ -20,9 +20,6 @@ from mpi4py import MPI
 from chainermn_torus import config
 from chainermn_torus.communicators import _dtypes, _packing, capabilities as _capabilities
 from chainermn_torus.communicators._progress import BLOCKING
-from chainermn_torus.runtime import startup as _startup
-from chainermn_torus.runtime.cpu import threads
-from chainermn_torus.runtime.files import devshm
 
 __all__ = ['Communicator']
 
@@ -47,16 +44,14 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
         if mpi_comm is None:
             mpi_comm = MPI.COMM_WORLD
         super(Communicator, self).__init__(mpi_comm)  # a collective: init_ranks
-        _startup.start()  # the abort hook and the timeline, once per process
-        devshm.unlink_mpi_segments()  # every rank is past MPI_Init: nothing named to leak
         # What split() and clone() make again: every option the constructor was given.
         self._options = {'segment_size': segment_size,
                          'allreduce_grad_dtype': allreduce_grad_dtype}
         # segment_size, else CHAINERMN_TORUS_SEGMENT_BYTES, else 4 MiB (see config)
-        self.segment_bytes = config.value('segment_bytes', segment_size, 'segment_size')[0]
+        self.segment_bytes = config.current().pick('segment_bytes', segment_size,
+                                                     'segment_size')[0]
         with self.config_scope():  # get_config() lists it, as for ChainerMN's pure_nccl
             self.allreduce_grad_dtype = _dtypes.checked(allreduce_grad_dtype)
-        self.thread_budget = threads.ensure(self)  # once per process (see runtime.cpu.threads)
         self.progress = BLOCKING  # how collectives are waited for (see _progress)
         self.calls = 0
 

@@ -44,7 +44,7 @@ def use(mode='auto', source='compute', rank=None, precision=None,
     bf16 is refused without oneDNN or on a CPU without bfloat16 instructions."""
     mode = config.parse('compute', mode, source)
     if precision is None:
-        precision, given = config.value('precision')
+        precision, given = config.current().pick('precision')
         precision_source = given or 'precision (default)'
     precision = config.parse('precision', precision, precision_source)
     if precision == 'bf16' and mode == 'auto' and not binding.available():
@@ -83,7 +83,7 @@ def apply_setting(rank=None, default=True):
     leave Chainer's functions as they are."""
     if modes.applied() is not None:
         return modes.applied()
-    mode, source = config.value('compute')
+    mode, source = config.current().pick('compute')
     if source is None and not default:
         return None
     return use(mode, source or 'compute (default)', rank)

@@ -192,7 +192,7 @@ class PreprocessedDataset(chainer.dataset.DatasetMixin):
             seed = int((rng or numpy.random.RandomState()).randint(0, 2 ** 31))
         self.seed = int(seed)
         self._draws = draws.Counter()
-        self.max_pixels = config.env('max_image_pixels')[0]
+        self.max_pixels = config.current()['max_image_pixels']
 
     def __len__(self):
         return len(self.base)

@@ -46,7 +46,7 @@ def hold(directory, trusted=None, create=True):
     """The output ``directory`` walked, judged and held (made, under the umask, where
     missing); ``trusted``: the ``trust_out_dir`` setting where None."""
     if trusted is None:
-        trusted = config.value('trust_out_dir', None, '--trust-out-dir')[0]
+        trusted = config.current()['trust_out_dir']
     return held.walk(directory, WHAT, trusted=bool(trusted), create=create, mode=0o777,
                      shared=True, fix=_TRUST)
 

@@ -37,15 +37,14 @@ import numpy
 import chainermn.optimizers
 from chainer import iterators
 
-from chainermn_torus import _registry, communicators, compute
+from chainermn_torus import _registry, communicators, config, process_setup
 from chainermn_torus.communicators import capabilities
 from chainermn_torus.errors import ConfigError
 from chainermn_torus.launch import options as _options
 from chainermn_torus.launch import gpu_to_cpu, hooks, optimizer
 from chainermn_torus.launch.lines import PREFIX, say
-from chainermn_torus.runtime import report, timeline, world
+from chainermn_torus.runtime import report, world
 from chainermn_torus.runtime.chainer_glue import patches
-from chainermn_torus.runtime.cpu import allocation, threads
 from chainermn_torus.runtime.watch import watchdog
 
 __all__ = ['add_arguments', 'Launch']
@@ -61,9 +60,10 @@ class Launch(object):
         # forced: (name, options) of --communicator; defaults: --grid and --segment-size
         # for every communicator of ours where --communicator is not given
         self.forced, self.defaults = forced, dict(defaults or {})
-        self.values, self.sources = _options.resolve(opts)
+        self.settings = _options.resolve(opts)
+        self.sources = {k: v[1] for k, v in self.settings.chosen().items()}
         self.given = set(self.sources)
-        self.threads = getattr(opts, 'threads', None)
+        self.threads = self.settings['threads']
         self.placement = None      # the loader placement, made once for every loader
         self.updaters = 0          # StandardUpdaters the script made
         self.trainer_runs = 0      # Trainer.run calls (--memory-snapshots)
@@ -72,14 +72,15 @@ class Launch(object):
         self.gpu = None            # gpu_to_cpu.Said: what the script's GPU calls became
 
     def get(self, key):
-        return self.values[key]
+        return self.settings[key]
 
     def install(self):
+        # The process's settings from here on: these, resolved once from the flags.
+        config.install(self.settings)
         # The watchdog starts with the script's first communicator (start-up is watched
         # too), not with its optimizer, where the launcher's flags would reach it first;
         # before that, from here (watchers.startup_watch): first, before anything below
-        # imports MPI (the optimizers do), whose MPI_Init waits for every rank.
-        watchdog.set_default(self.get('watchdog'), self.get('watchdog_startup'))
+        # starts MPI, whose MPI_Init waits for every rank.
         watchdog.watch_from_start()
         if self.get('global_batch') and not self.get('data_parallel'):
             raise ConfigError('--global-batch goes with --data-parallel (the batch size of a '
@@ -111,18 +112,13 @@ class Launch(object):
             optimizer_options=lambda actual, given: optimizer.options_for(self, actual, given),
             optimizer_made=lambda *made: optimizer.made(self, *made),
             first_update=self.check_update))
-        if self.get('timeline'):
-            timeline.enable(self.get('timeline'), '--timeline (or CHAINERMN_TORUS_TIMELINE)')
-        allocation.keep(self.get('keep_freed_memory'), rank=world.launcher_rank() or 0)
-        # Chainer's layers: now, before the communicator's thread budget (oneDNN's OpenMP
-        # threads in it), and for a plain script that makes none.
-        compute.use(self.get('compute'), self.sources.get('compute', 'compute (default)'),
-                    rank=world.launcher_rank() or 0, precision=self.get('precision'),
-                    precision_source=self.sources.get('precision', 'precision (default)'))
-        if self.threads is not None:
-            # Now, for a script that makes no communicator too (its pools stayed at the
-            # cores); the communicator applies it again with its ranks per node, and says it.
-            threads.ensure(None, self.threads)
+        # The process, now (MPI starts here), for a plain script that makes no communicator
+        # too. The script's first communicator starts the watch, and sizes the threads
+        # unless --threads asks for them now: numba's threads, once started, fix
+        # multiprocessing's start method, which a script may set before then (ChainerMN's
+        # ImageNet example: forkserver).
+        process_setup.configure(None, ours=True, later=('watch',) if self.sources.get(
+            'threads') == '--threads' else ('threads', 'watch'))
         # Either import path of ChainerMN's factory makes ours, with the launcher's options.
         patches.apply(chainermn.optimizers, 'create_multi_node_optimizer',
                               _registry.create_multi_node_optimizer, 'launcher',
@@ -140,8 +136,6 @@ class Launch(object):
 
     def _communicator_made(self, comm, asked, made):
         self.communicator = comm
-        if self.threads is not None:
-            threads.ensure(comm, self.threads)
         ours = capabilities.of(comm).ours
         if asked != made or (self.get('fp16_allreduce') and ours):
             describe = comm.describe() if ours else type(comm).__name__

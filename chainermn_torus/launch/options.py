@@ -1,13 +1,18 @@
 """The launcher's options: every row of ``config.SETTINGS`` with a ``launcher`` target is
-``--KEY-WITH-DASHES`` here, with the same parser and meaning, and resolves as every setting
-does (the flag, else the environment variable, else the default). Adding an option is that
-row plus the code that applies it.
+``--KEY-WITH-DASHES`` here (``config.add_option``: the same parser and meaning), and the
+launcher's settings are the whole table resolved once from them (the flag, else the
+environment variable, else the default). Adding an option is that row plus the code that
+applies it.
 """
-import argparse
-
 from chainermn_torus import config
 
 __all__ = ['add_arguments', 'resolve', 'option_of', 'keys']
+
+option_of = config.option_of
+# The options every entry point shares (config.add_arguments), by the attribute argparse
+# gives them: settings too.
+SHARED = {'threads': ('threads', '--threads'), 'grid': ('grid', '--grid'),
+          'segment_size': ('segment_bytes', '--segment-size')}
 
 def keys(target=None):
     """The settings the launcher takes (those that apply to ``target``), in table order."""
@@ -15,33 +20,23 @@ def keys(target=None):
             if s.launcher is not None and (target is None or s.launcher == target)]
 
 
-def option_of(key):
-    return '--' + key.replace('_', '-')
-
-
 def add_arguments(parser):
     group = parser.add_argument_group(
         "applied to the script's communicator, optimizer and training iterator")
     for key in keys():
-        s = config.SETTINGS[key]
-        if s.kind == 'flag':
-            kwargs = dict(action=argparse.BooleanOptionalAction)
-        else:
-            kwargs = dict(type=config.arg_type(s.kind), metavar=config.KINDS[s.kind].metavar)
-        group.add_argument(option_of(key), dest=key, default=None, help='{} (or {})'.format(
-            s.meaning.replace('launcher: ', '').replace('launcher, ', ''), s.env), **kwargs)
+        config.add_option(group, key, help=config.SETTINGS[key].meaning.replace(
+            'launcher: ', '').replace('launcher, ', ''))
     group.add_argument('--no-fused', dest='fused', action='store_const', const=False,
                        help="Chainer's own update rules (same as --fused off)")
     return group
 
 
 def resolve(opts):
-    """(values, sources): every launcher setting's value, and for the keys a flag or an
-    environment variable set (not the default) which: the option or the variable's name."""
-    values, sources = {}, {}
-    for key in keys():
-        value, source = config.value(key, getattr(opts, key, None), option_of(key))
-        values[key] = value
-        if source is not None:
-            sources[key] = source
-    return values, sources
+    """The settings of a launch: the table resolved once from ``opts`` (the launcher's
+    options and the shared ones), the environment and the defaults."""
+    given = {key: (getattr(opts, key), option_of(key)) for key in keys()
+             if getattr(opts, key, None) is not None}
+    for attribute, (key, option) in SHARED.items():
+        if getattr(opts, attribute, None) is not None:
+            given[key] = (getattr(opts, attribute), option)
+    return config.resolve(given)

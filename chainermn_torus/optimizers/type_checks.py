@@ -31,7 +31,7 @@ class TypeChecks(object):
     """Whether step ``i`` (from 0) of one optimizer runs its forward with Chainer's checks."""
 
     def __init__(self, given=None, rank=0):
-        self.setting, self.source = config.value('type_check', given, 'type_check')
+        self.setting, self.source = config.current().pick('type_check', given, 'type_check')
         chainer_own = os.environ.get('CHAINER_TYPE_CHECK', '').strip()
         if chainer_own in ('0', '1') and given is None:
             self.setting, self.source = ('on' if chainer_own == '1' else 'off',

@@ -229,7 +229,7 @@ class Overlap(Synchronous):
                               'laid out before backward, so a parameter without a gradient '
                               'travels as zeros')
         require_thread_multiple('overlap')
-        size = config.value('bucket_bytes', bucket_bytes, 'bucket_bytes')[0]
+        size = config.current().pick('bucket_bytes', bucket_bytes, 'bucket_bytes')[0]
         self.state = _overlap.OverlapState(
             communicator, background_communicator(communicator, background_poll), size)
         self.order = None  # the order backward finished the gradients in, this step

@@ -17,7 +17,7 @@ def job_network(mpi_comm, network=None, measure_timeout=10.0):
     """(Network, where it came from), identical on every rank (collective when measured)."""
     if isinstance(network, planner.Network):
         return network, 'given: {}'.format(network.name)
-    choice = config.value('network', network)[0]
+    choice = config.current().pick('network', network)[0]
     if choice:
         return planner.load_network(choice), 'network {!r}'.format(choice)
     if os.path.lexists(planner.DEFAULT_NETWORK_FILE):

@@ -236,8 +236,7 @@ def enable(prefix, source='the timeline prefix'):
         # last; nothing on the way another user's), then held.
         try:
             place = held.walk(directory, 'the timeline directory', shared=True,
-                              trusted=config.value('trust_out_dir', None,
-                                                   '--trust-out-dir')[0])
+                              trusted=config.current()['trust_out_dir'])
         except UnsafePath:
             raise
         except OSError as e:
@@ -288,12 +287,6 @@ def _write_at_exit(tl):
         except OSError as e:
             sys.stderr.write('chainermn_torus: could not write the timeline: {}\n'.format(
                 _unprefixed(e)))
-
-
-def enable_from_env():
-    prefix, source = config.env('timeline')
-    if prefix:
-        enable(prefix, source)
 
 
 def phase(name):

@@ -232,7 +232,7 @@ def run_request(request):
 
 
 def main():
-    path = config.env('simgrid_path')[0]  # chosen by simulate.simgrid_env
+    path = config.current()['simgrid_path']  # chosen by simulate.simgrid_env
     if path:
         sys.path.append(path)  # after the venv's packages (see simgrid_env)
     request = json.load(sys.stdin)

@@ -78,7 +78,7 @@ class Launcher(object):
         if kind == 'srun':
             return cls('srun', program or shutil.which('srun') or 'srun', extra)
         venv = os.path.join(os.path.dirname(sys.executable), 'mpiexec')  # the mpich wheel's
-        program = program or config.value('mpiexec')[0] or (
+        program = program or config.current()['mpiexec'] or (
             venv if os.access(venv, os.X_OK) else shutil.which('mpiexec') or 'mpiexec')
         try:
             text = subprocess.run([program, '--version'], capture_output=True, text=True,

@@ -69,7 +69,8 @@ def main(argv):
         else:
             net = planner.load_network(args.network)
         rows = planner.plan(args.nodes, args.ranks_per_node, nbytes, net, grids)
-        mode = config.value('simulate', args.simulate, '--simulate')[0]  # auto, True, False
+        # auto, True or False
+        mode = config.current().pick('simulate', args.simulate, '--simulate')[0]
         if mode is True and not simulate.available():
             raise ValueError('--simulate on: ' + simulate.why_unavailable())
         if mode is True and args.nodes > SIMULATE_MAX_NODES:

@@ -75,7 +75,7 @@ class Key(dict):
 
 
 def folder(given=None):
-    where = config.value('tune_dir', given, 'tune_dir')[0]
+    where = config.current().pick('tune_dir', given, 'tune_dir')[0]
     if where:
         return where
     cache = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'),

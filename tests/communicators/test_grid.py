@@ -1,6 +1,7 @@
 import pytest
 
 from chainermn_torus.communicators._grid import GRID_ENV, default_grid, parse_grid
+from conftest import settings_again
 
 
 @pytest.mark.parametrize('value,size,expected', [
@@ -45,5 +46,6 @@ def test_environment_variable_sets_and_is_checked(monkeypatch):
     monkeypatch.setenv(GRID_ENV, '2x4')
     assert default_grid(8, 8, 1) == ((2, 4), 'from ' + GRID_ENV)
     monkeypatch.setenv(GRID_ENV, '3x3')
+    settings_again()
     with pytest.raises(ValueError, match=GRID_ENV):
         default_grid(8, 8, 1)

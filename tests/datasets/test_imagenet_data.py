@@ -15,7 +15,7 @@ import numpy
 import pytest
 from PIL import Image
 
-from conftest import ROOT
+from conftest import ROOT, settings_again
 from chainermn_torus.datasets.imagenet import PreprocessedDataset, compute_mean, read_list
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
 
@@ -400,5 +400,6 @@ def test_an_image_larger_than_the_pixel_bound_is_refused_from_its_header(tmp_pat
     assert decoded == [] and ds.example_path(0) == str(big)
     monkeypatch.setenv('CHAINERMN_TORUS_MAX_IMAGE_PIXELS', '60000')
     monkeypatch.undo()
+    settings_again()
     assert PreprocessedDataset(str(tmp_path / 'list.txt'), root=str(tmp_path),
                                crop_size=8)[0][0].shape == (3, 8, 8)

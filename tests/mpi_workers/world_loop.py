@@ -18,6 +18,7 @@ import sys
 import traceback
 from multiprocessing.connection import Client
 
+from chainermn_torus.process import STATE
 from chainermn_torus.runtime import report  # starts no MPI
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -41,6 +42,7 @@ def run_check(world, module, function, args, env):
         os.environ.clear()
         os.environ.update(saved)
         report.forget()  # lines said once per process are said again in the next check
+        STATE.settings = None  # the next check resolves its own environment's
 
 
 def main():

@@ -12,12 +12,14 @@ import chainermn_torus  # NOQA  (the factory, and chainermn's names)
 from chainermn_torus import config
 from chainermn_torus.optimizers import type_checks
 from chainermn_torus.runtime import report
+from conftest import settings_again
 
 
 def _train(steps, monkeypatch, setting=None, env=None):
     """(the parameters after ``steps`` updates, type_check as each forward saw it)."""
     for var, value in (env or {}).items():
         monkeypatch.setenv(var, value)
+    settings_again()  # each run a job of its own, with its environment
     numpy.random.seed(0)
     model = L.Classifier(L.Linear(5, 3))
     comm = chainermn.create_communicator('pure_allreduce')
@@ -88,6 +90,8 @@ def test_bad_values_are_refused_naming_what_is_allowed(monkeypatch, raw):
         type_checks.TypeChecks()
     assert str(e.value) == ("chainermn_torus: CHAINERMN_TORUS_TYPE_CHECK must be on, off or a "
                             'step count >= 1 (checked on the first N steps), got {!r}'.format(raw))
+    monkeypatch.delenv('CHAINERMN_TORUS_TYPE_CHECK')
+    settings_again()
     with pytest.raises(ValueError) as e:
         type_checks.TypeChecks(raw)
     assert 'type_check must be on, off' in str(e.value)

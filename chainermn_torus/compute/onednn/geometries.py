@@ -34,7 +34,7 @@ _STATS = {'made': 0, 'reused': 0, 'dropped': 0, 'bound': None, 'threads': None}
 def bound():
     """How many geometries are kept (``CHAINERMN_TORUS_ONEDNN_CACHE``, read once)."""
     if _STATS['bound'] is None:
-        _STATS['bound'] = config.value('onednn_cache')[0]
+        _STATS['bound'] = config.current()['onednn_cache']
     return _STATS['bound']
 
 

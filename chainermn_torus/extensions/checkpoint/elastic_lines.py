@@ -45,7 +45,7 @@ _PATTERNS = {
 def step():
     """(run, step number) where this process is a step of ``chainermn-torus elastic``,
     else None."""
-    return config.value('elastic_step')[0]
+    return config.current()['elastic_step']
 
 
 def say(template, rank, **fields):

@@ -32,7 +32,8 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                 keep))
         # Whether a directory and files another user could have written may be loaded
         # (files.hold; its files: shared_paths.open_file).
-        self.trusted = config.value('trust_checkpoints', trust, '--trust-checkpoint-dir')[0]
+        self.trusted = config.current().pick('trust_checkpoints', trust,
+                                            '--trust-checkpoint-dir')[0]
         self.resumed_at = None  # the iteration resumed from: nothing newer is removed
         self._written = set()   # the iterations this job wrote
         self.rule = rules.get(batch, lr_rule)

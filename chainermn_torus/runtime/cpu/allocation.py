@@ -42,7 +42,7 @@ def keep(given=None, rank=None):
     decides. Returns whether freed memory is kept."""
     if 'kept' in STATE.allocation:
         return STATE.allocation['kept']
-    on = config.value('keep_freed_memory', given, '--keep-freed-memory')[0]
+    on = config.current().pick('keep_freed_memory', given, '--keep-freed-memory')[0]
     STATE.allocation['kept'] = False
     if not on:
         return False

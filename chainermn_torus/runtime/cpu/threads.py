@@ -67,12 +67,15 @@ def default_threads(intra_size=1):
     return n, '{} physical cores / {} ranks on this node'.format(physical, intra_size)
 
 
-def apply_thread_budget(threads=None, intra_size=1):
-    """Limit BLAS/OpenMP and numba threads of this process; returns what was applied."""
+def apply_thread_budget(threads=None, intra_size=1, source=None):
+    """Limit BLAS/OpenMP and numba threads of this process to ``threads`` (``source``: the
+    option or variable that gave it), else the settings' count; returns what was applied."""
     if threads is not None:
-        n, reason = config.parse('threads', threads, 'threads'), 'requested'
+        n = config.parse('threads', threads, source or 'threads')
+        # a variable is named; an option or a caller's count is 'requested'
+        reason = source if source == THREADS_ENV else 'requested'
     else:
-        n, reason = config.env('threads')
+        n, reason = config.current().pick('threads')
     numba = jit.numba()
     if n == 'off':
         return {'threads': None, 'reason': THREADS_ENV + '=off: libraries decide',
@@ -129,7 +132,7 @@ def reapply():
         threadpool_limits(limits=applied['threads'])
 
 
-def ensure(comm=None, threads=None):
+def ensure(comm=None, threads=None, source=None):
     """The budget of this process: applied on the first call, and again whenever ``threads``
     is given (an explicit request, the loader placement's CPU count); later calls without
     ``threads`` return what is in force. Printed by the first rank of each node.
@@ -138,7 +141,7 @@ def ensure(comm=None, threads=None):
     """
     if STATE.threads['applied'] is not None and threads is None:
         return STATE.threads['applied']
-    budget = apply_thread_budget(threads, comm.intra_size if comm is not None else 1)
+    budget = apply_thread_budget(threads, comm.intra_size if comm is not None else 1, source)
     STATE.threads['applied'] = budget
     if comm is not None:  # a line per node
         report.say(describe_budget(budget, comm.rank), comm.intra_rank)

@@ -278,7 +278,7 @@ def unlink_mpi_segments():
     if STATE.devshm['unlinked']:
         return []
     try:
-        keep = config.env('keep_mpi_shm')[0]
+        keep = config.current()['keep_mpi_shm']
     except ConfigError:
         keep, bad = False, True
     else:
@@ -288,7 +288,7 @@ def unlink_mpi_segments():
     STATE.devshm['unlinked'] = True
     removed = _unlink_mapped() + unlink_singleton()
     if bad:
-        config.env('keep_mpi_shm')  # raises the refusal, nothing left to leak
+        config.current()  # raises the refusal, nothing left to leak
     return removed
 
 

@@ -41,7 +41,7 @@ import chainer
 import psutil
 
 from chainermn_torus import config
-from chainermn_torus.errors import ConfigError, Refusal
+from chainermn_torus.errors import Refusal
 from chainermn_torus.process import STATE
 from chainermn_torus.runtime import report
 from chainermn_torus.watchers import processes
@@ -206,10 +206,7 @@ def _ended_by_signal(value):
 def _setting(key):
     """A flag read while ending the job: a bad value is the default here (the refusal of it
     is what is being said, or is said where the setting is used)."""
-    try:
-        return config.env(key)[0]
-    except ConfigError:
-        return config.SETTINGS[key].default
+    return config.alone(key)
 
 
 def _unlink_mpi_segments():
@@ -342,8 +339,6 @@ def install():
         atexit.register(_left_early)
     if MPI.COMM_WORLD.size > 1:
         STATE.abort.channel = MPI.COMM_WORLD.Dup()
-    for key in ('no_abort', 'debug'):
-        config.env(key)  # a bad value is refused now, in one line, by the hook above
     if MPI.COMM_WORLD.size > 1:
         _catch_sigterm()
 

@@ -40,7 +40,7 @@ from chainermn_torus.runtime.chainer_glue import patches
 from chainermn_torus.runtime.watch import abort, call_marks, progress_board as pb
 from chainermn_torus.watchers import board_layout, startup_watch, temporaries
 
-__all__ = ['Watchdog', 'attach', 'set_default', 'watch_from_start', 'WATCHDOG_ENV',
+__all__ = ['Watchdog', 'attach', 'start', 'watch_from_start', 'WATCHDOG_ENV',
            'STARTUP_ENV', 'OUTSIDE_FACTOR', 'STARTUP_S', 'active', 'startup_limit', 'in_call']
 
 WATCHDOG_ENV = config.SETTINGS['watchdog'].env
@@ -72,21 +72,10 @@ def in_call(name):
         dog.leave()
 
 
-def set_default(timeout=None, startup=None):
-    """The launcher's limits (its flag, else the variable: the launcher has resolved and
-    checked them), for the watch from start-up and the watchdog the next communicator
-    starts."""
-    STATE.watch_limits.update({k: v for k, v in (('watchdog', timeout),
-                                                 ('watchdog_startup', startup))
-                               if v is not None})
-
-
-def _setting(key, given=None, option=None):
-    """``given`` (the code's), else the launcher's (its flag over the variable, resolved
-    there), else the environment variable, else the default: config's one precedence."""
-    if given is None and key in STATE.watch_limits:
-        return STATE.watch_limits[key]
-    return config.value(key, given, option)[0]
+def _setting(key, given=None, option=None, settings=None):
+    """``given`` (the code's), else the settings' (the launcher's flag, else the variable,
+    else the default: config's one precedence)."""
+    return (settings or config.current()).pick(key, given, option)[0]
 
 
 def watch_from_start():
@@ -97,18 +86,31 @@ def watch_from_start():
     if world.launcher_rank() is None:
         return False
     try:
-        timeout = _setting('watchdog')
+        # at import: read, not kept (a variable the script sets before its first
+        # communicator is still heard there)
+        settings = config.peek()
+        timeout = _setting('watchdog', settings=settings)
         if timeout is None:
             return False
-        return startup_watch.start(timeout, startup_limit(timeout))
+        return startup_watch.start(timeout, startup_limit(timeout, settings))
     except ConfigError:
         return False
 
 
-def startup_limit(timeout):
+def startup_limit(timeout, settings=None):
     """Start-up's limit for a step limit of ``timeout`` seconds."""
-    given = _setting('watchdog_startup')
+    given = _setting('watchdog_startup', settings=settings)
     return given if given is not None else max(STARTUP_S, timeout)
+
+
+def start(mpi_comm):
+    """The job's watchdog where a limit is set (``process_setup``, at the first
+    communicator; collective over ``mpi_comm``); None where none is."""
+    dog = active()
+    if dog is not None:
+        return dog
+    timeout = _setting('watchdog')
+    return None if timeout is None else Watchdog(timeout, comm=mpi_comm)
 
 
 def attach(communicator, timeout=None, option='watchdog'):
@@ -125,7 +127,7 @@ def attach(communicator, timeout=None, option='watchdog'):
             return None
         dog = Watchdog(timeout, comm=getattr(communicator, 'mpi_comm', None))
     elif timeout is not None:
-        dog.set_limit(config.value('watchdog', timeout, option)[0])
+        dog.set_limit(_setting('watchdog', timeout, option))
     if communicator is not None:
         dog.mark_calls(communicator)
     return dog
@@ -136,9 +138,9 @@ class Watchdog(object):
     creates it at the same point."""
 
     def __init__(self, timeout, comm=None, outside=OUTSIDE_FACTOR, startup=None):
-        self.timeout = config.value('watchdog', timeout, 'watchdog')[0]
+        self.timeout = _setting('watchdog', timeout, 'watchdog')
         self.startup = startup_limit(self.timeout) if startup is None else \
-            config.value('watchdog_startup', startup, 'startup')[0]
+            _setting('watchdog_startup', startup, 'startup')
         from mpi4py import MPI
         comm = MPI.COMM_WORLD if comm is None else comm
         self._steps = 0

@@ -14,6 +14,7 @@ from chainer.training import triggers
 from chainermn_torus.extensions.checkpoint import MultiNodeCheckpointer, arrays
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
 from tests.extensions.checkpoint.support import checkpointed, comm, trainer
+from conftest import settings_again
 
 
 def _run_to(tr, iteration):
@@ -113,6 +114,7 @@ def test_a_directory_others_may_write_is_refused_unless_trusted(tmp_path, trust,
     ck.chmod(0o775)  # a shared project directory
     if trust:
         monkeypatch.setenv('CHAINERMN_TORUS_TRUST_CHECKPOINTS', '1')
+        settings_again()
         assert MultiNodeCheckpointer(comm(), str(ck)).resume(trainer(tmp_path / 'o2')) == 3
         return
     # Refused when the checkpointer is made: before any training, nothing written there.
@@ -134,6 +136,7 @@ def test_a_rank_file_replaced_by_a_link_is_refused_even_when_trusted(tmp_path, m
     os.symlink(str(real), str(ck / 'snapshot_iter_3.rank0.npz'))
     for trust in ('0', '1'):
         monkeypatch.setenv('CHAINERMN_TORUS_TRUST_CHECKPOINTS', trust)
+        settings_again()
         with pytest.raises(CheckpointError) as e:
             MultiNodeCheckpointer(comm(), str(ck)).resume(trainer(tmp_path / 'o2'))
         assert 'snapshot_iter_3.rank0.npz: it is a symbolic link owned by' in str(e.value) and \

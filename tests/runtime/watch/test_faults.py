@@ -107,10 +107,12 @@ def test_watchdog_does_not_count_a_pause_between_steps():
 
 
 def test_watchdog_bad_value():
+    from chainermn_torus.process import STATE
     from chainermn_torus.runtime.watch import watchdog
     with pytest.raises(ValueError, match='number of seconds >= 1'):
         watchdog.Watchdog(0)
     os.environ[watchdog.WATCHDOG_ENV] = 'soon'
+    STATE.settings = None  # read again: this is a job of its own
     try:
         with pytest.raises(ValueError, match="CHAINERMN_TORUS_WATCHDOG must be a number"):
             watchdog.attach(None)
