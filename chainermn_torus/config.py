@@ -24,7 +24,8 @@ from chainermn_torus.process import STATE
 
 __all__ = ['SETTINGS', 'KINDS', 'Settings', 'resolve', 'current', 'peek', 'alone', 'install',
            'parse',
-           'quiet', 'table', 'add_arguments', 'add_option', 'flags', 'option_of']
+           'quiet', 'table', 'add_arguments', 'add_communicator', 'add_option',
+           'flags', 'option_of']
 
 # ``launcher``: what ``python -m chainermn_torus.run`` applies the setting to as its option
 # --KEY-WITH-DASHES (LAUNCHER_TARGETS: the script's multi-node optimizers, as the keyword of
@@ -568,6 +569,19 @@ def _arg(kind):
     return convert
 
 
+def _counts(kind):
+    convert = _arg(kind)
+
+    def count(text):
+        value = convert(text)
+        if not isinstance(value, int):
+            raise argparse.ArgumentTypeError('must be a count here (this measures counts), '
+                                             'got {!r}'.format(text))
+        return value
+    count.__name__ = kind
+    return count
+
+
 def arg_type(kind):
     """An argparse ``type=`` for the examples' numbers: 'count' (integer >= 1), 'positive'
     (number > 0), 'non-negative' (number >= 0), 'seed' (numpy's: 0 to 2**32 - 1); the error
@@ -575,20 +589,28 @@ def arg_type(kind):
     return _arg(kind)
 
 
-def add_option(parser, key, option=None, dest=None, help=None):
+def add_option(parser, key, option=None, dest=None, help=None, default=None, nargs=None,
+               counts=False):
     """Declare setting ``key`` on ``parser`` (or an argument group) from its row: its option
     (default ``--key-with-dashes``), its parser and metavar, its meaning as the help (or
-    ``help``), default None (not given: the variable, else the default, decide). A flag is
-    --X / --no-X. Returns the argparse action; ``flags(parser, opts)`` reads what was given.
+    ``help``). Default None: not given, the variable, else the row's default, decide; a
+    benchmark gives its own (its figures are of that value), and ``nargs`` for several.
+    ``counts``: numbers only (a benchmark's thread counts: no 'off'). A flag is --X / --no-X.
+    Returns the argparse action; ``flags(parser, opts)`` reads what was given.
     """
     s = SETTINGS[key]
     option = option or option_of(key)
     if s.kind == 'flag':
         kwargs = dict(action=argparse.BooleanOptionalAction)
     else:
-        kwargs = dict(type=_arg(s.kind), metavar=KINDS[s.kind].metavar)
-    action = parser.add_argument(option, dest=dest or key, default=None, help='{} (or {})'.format(
-        help or s.meaning, s.env), **kwargs)
+        kwargs = dict(type=_counts(s.kind) if counts else _arg(s.kind),
+                      metavar=KINDS[s.kind].metavar if not counts else 'N')
+        if nargs is not None:
+            kwargs['nargs'] = nargs
+    shown = '' if default is None else '; here {}'.format(default)
+    action = parser.add_argument(option, dest=dest or key, default=default,
+                                 help='{} (or {}{})'.format(help or s.meaning, s.env, shown),
+                                 **kwargs)
     action.setting = key  # what flags() gathers
     return action
 
@@ -604,15 +626,21 @@ def flags(parser, opts):
     return out
 
 
+def add_communicator(parser, default='rsap'):
+    """``--communicator NAME``, checked against the factory's names (default ``default``;
+    None: the script's own choice)."""
+    return parser.add_argument('--communicator', type=_communicator_name, default=default,
+                               metavar='NAME', help='one of {} (default: {})'.format(
+                                   ', '.join(_COMMUNICATOR_NAMES[0]()),
+                                   default or "the script's own"))
+
+
 def add_arguments(parser, communicator='rsap', grid=True, threads=True, segment_size=False):
     """The options every entry point shares, defined once: ``--communicator`` (default
     ``communicator``; None: the script's own choice), and from the rows ``--grid``,
     ``--threads`` and ``--segment-size``. Returns the argument group."""
     group = parser.add_argument_group('communicator (chainermn_torus)')
-    group.add_argument('--communicator', type=_communicator_name, default=communicator,
-                       metavar='NAME', help='one of {} (default: {})'.format(
-                           ', '.join(_COMMUNICATOR_NAMES[0]()),
-                           communicator or "the script's own"))
+    add_communicator(group, communicator)
     if grid:
         add_option(group, 'grid', help='rsaa/rsap grid: rows of M ranks, N rows (default: '
                    'ranks per node x nodes)')

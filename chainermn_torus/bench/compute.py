@@ -37,7 +37,7 @@ import chainer
 import chainer.functions as F
 import numpy
 
-from chainermn_torus import compute
+from chainermn_torus import compute, config
 from chainermn_torus.compute import precision, replacements
 from chainermn_torus.compute.onednn import binding, conv, copies, linear
 from chainermn_torus.models import MLP, NIN, ResNet50, TinyNet
@@ -256,7 +256,7 @@ def main(argv=None):
     p.add_argument('--model', choices=sorted(MODELS), default='resnet50')
     p.add_argument('--batch', type=int, default=8)
     p.add_argument('--size', type=int, default=None, help='pixels (default: the model\'s)')
-    p.add_argument('--threads', type=int, default=2)
+    config.add_option(p, 'threads', default=2, counts=True)
     p.add_argument('--rounds', type=int, default=3)
     p.add_argument('--torch', default=None, metavar='PYTHON',
                    help='a Python that has PyTorch: its ResNet-50 in the same rounds')

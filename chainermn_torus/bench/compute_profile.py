@@ -34,7 +34,7 @@ import time
 
 import chainer
 
-from chainermn_torus import compute
+from chainermn_torus import compute, config
 from chainermn_torus.compute import precision
 from chainermn_torus.bench.compute import _iteration, MODELS, problem
 from chainermn_torus.compute.onednn import binding, primitives
@@ -167,7 +167,7 @@ def main(argv=None):
     p.add_argument('--model', choices=sorted(MODELS), default='resnet50')
     p.add_argument('--batch', type=int, default=1)
     p.add_argument('--size', type=int, default=64)
-    p.add_argument('--threads', type=int, nargs='+', default=[1, 2])
+    config.add_option(p, 'threads', default=[1, 2], nargs='+', counts=True)
     p.add_argument('--rounds', type=int, default=5)
     p.add_argument('--grain', type=int, default=None,
                    help='elements of work per numba thread (runtime.cpu.jit.GRAIN, default {}); '

@@ -40,7 +40,7 @@ import numpy
 
 import chainermn  # starts no MPI: the rank side's communicator does
 import chainermn_torus
-from chainermn_torus import bench, compute
+from chainermn_torus import bench, compute, config
 from chainermn_torus.models import ResNet50
 
 __all__ = ['main']
@@ -209,14 +209,14 @@ def main(argv=None):
     p.add_argument('--ranks', type=int, default=2)
     p.add_argument('--batch', type=int, default=8, help='per rank')
     p.add_argument('--size', type=int, default=224)
-    p.add_argument('--threads', type=int, default=1, help='per rank')
+    config.add_option(p, 'threads', default=1, counts=True)
     p.add_argument('--layouts', default=None, metavar='RxT:B,...',
                    help='several layouts in the same rounds (ranks x threads per rank: batch '
                         'per rank), instead of --ranks/--threads/--batch')
     p.add_argument('--iterations', type=int, default=4)
     p.add_argument('--warmup', type=int, default=1)
     p.add_argument('--rounds', type=int, default=3)
-    p.add_argument('--communicator', default='rsap')
+    config.add_communicator(p, 'rsap')
     p.add_argument('--overlap', action='store_true',
                    help='the optimizer averages each layer\'s gradients while the backward '
                         'goes on (as DDP does with its buckets)')

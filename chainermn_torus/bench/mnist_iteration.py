@@ -121,7 +121,7 @@ def main(argv=None):
     p.add_argument('--data-dir', default=DEFAULT_MNIST_DIR)
     p.add_argument('--limit', type=count, default=None, help='first N training images only')
     p.add_argument('--seed', type=config.arg_type('seed'), default=0)
-    p.add_argument('--threads', type=config.arg_type('threads'), default=None)
+    config.add_option(p, 'threads')
     p.add_argument('--json', default=None)
     args = p.parse_args(argv)
     names = [n for n in args.configs.split(',') if n]

@@ -29,6 +29,7 @@ import numba
 import numpy
 from numba import prange
 
+from chainermn_torus import config
 from chainermn_torus.algorithms.gradient_sets import model_params
 from chainermn_torus.optimizers import fuse, kernels
 from chainermn_torus.runtime.cpu import threads
@@ -168,7 +169,7 @@ def main(argv=None):
     p.add_argument('--warmup', type=int, default=2)
     p.add_argument('--denormal', action='store_true', help='fill optimizer state with subnormals')
     p.add_argument('--ftz', action='store_true', help='fused rows flush denormals to zero')
-    p.add_argument('--threads', type=int, default=None, help='threads (default: all cores)')
+    config.add_option(p, 'threads', counts=True)
     p.add_argument('--json', default=None)
     args = p.parse_args(argv)
     res = run(args.model, args.optimizer, args.rounds, args.warmup, args.denormal, args.ftz,
