@@ -16,7 +16,7 @@ from chainermn_torus.errors import Unsupported
 from chainermn_torus.runtime import report
 from chainermn_torus.runtime.cpu import allocation, threads
 
-__all__ = ['use', 'apply_setting', 'in_force', 'precision_in_force', 'set_precision']
+__all__ = ['use', 'in_force', 'precision_in_force', 'set_precision']
 
 def in_force():
     """'onednn' or 'numpy': what ``use`` put in force (modes holds it); None before."""
@@ -75,15 +75,3 @@ def use(mode='auto', source='compute', rank=None, precision=None,
         report.say(text, rank)
     return chosen
 
-
-def apply_setting(rank=None, default=True):
-    """The configured mode (``CHAINERMN_TORUS_COMPUTE``, the launcher's), once per process.
-    ``default=False``: only a mode the variable asks for (None, nothing applied, where it
-    is unset): ChainerMN's own communicators in a script that only imports this package
-    leave Chainer's functions as they are."""
-    if modes.applied() is not None:
-        return modes.applied()
-    mode, source = config.current().pick('compute')
-    if source is None and not default:
-        return None
-    return use(mode, source or 'compute (default)', rank)
