@@ -22,6 +22,7 @@ import chainermn
 import chainermn.communicators
 
 from chainermn_torus import communicators, config, process_setup
+from chainermn_torus.algorithms import variants
 from chainermn_torus.errors import ConfigError
 from chainermn_torus.process import STATE
 from chainermn_torus.runtime import report
@@ -33,13 +34,14 @@ __all__ = ['create_communicator', 'create_multi_node_optimizer', 'register',
            'CHAINERMN_NAMES', 'OptionError', 'takes_option', 'Policy', 'install', 'policy']
 
 # auto chooses among the communicators with the planner and the simulator, so it sits above
-# them; it joins their table through the seam a plugin uses (``communicators.add_class``).
-if 'auto' not in communicators.CLASSES:  # once, also where this module is loaded again
-    communicators.add_class(
+# them; it is registered through the call a plugin uses (``algorithms.variants.register``),
+# with no variant of its own: it runs theirs.
+if 'auto' not in variants.COMMUNICATORS:  # once, also where this module is loaded again
+    variants.register(
         'auto', 'chainermn_torus.auto', 'AutoCommunicator',
         'the algorithm and grid the planner predicts fastest for the model\'s size; with '
         'tune=\'on\' measured on the job\'s first gradient calls and remembered; when you do '
-        'not want to choose')
+        'not want to choose', grid=False)
 
 # The names chainermn.create_communicator understands in Chainer 7.8.1.
 CHAINERMN_NAMES = ('naive', 'flat', 'non_cuda_aware', 'pure_nccl', 'dummy')
@@ -56,7 +58,7 @@ class OptionError(ConfigError, TypeError):
 
 
 def names():
-    """Our communicators' names (``communicators.CLASSES``)."""
+    """Our communicators' names (their registrations, ``algorithms.variants``)."""
     return communicators.names()
 
 
@@ -159,7 +161,7 @@ def _check_name(name):
 def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
     """Create a communicator by name: ours or any of ChainerMN's.
 
-    Ours: the names of ``communicators.CLASSES``, a plugin's included; ``names()`` lists
+    Ours: the registered names (``algorithms.variants``), a plugin's included; ``names()`` lists
     them and ``communicators.table()`` says when to use each (docs/communicators.md).
     ChainerMN's: ``CHAINERMN_NAMES`` (``naive``: one MPI_Allreduce per array, CPU and GPU;
     ``pure_nccl``: GPU; ``dummy``: no communication).

@@ -132,14 +132,14 @@ class AutoCommunicator(Communicator):
         named = _packing.grad_params(model, zero_fill)
         self.tuning.call(self._bytes(named), self._signature(named),
                          lambda inner: inner.mean_grad_in_slot(model, zero_fill, slot))
-        self.calls += 1
+        self._count['calls'] += 1
 
     def mean_grads_by_bucket(self, named, bounds, ready):
         """overlap=True: the buckets go through the communicator chosen for this size
         (``Choices.for_buckets``)."""
         inner = self.tuning.for_buckets(self._bytes(named), self._signature(named))
         buf = inner.mean_grads_by_bucket(named, bounds, ready)
-        self.calls += 1
+        self._count['calls'] += 1
         return buf
 
     def mean_array(self, array):

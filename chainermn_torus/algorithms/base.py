@@ -6,7 +6,6 @@ __all__ = ['Algorithm']
 class Algorithm(object):
     """What one algorithm does, without MPI.
 
-    grid:        it runs on an M x N grid (the planner and the benchmark try the shapes);
     node_aware:  the simulator plays MPI's own all-reduce on a group spanning nodes as MPICH
                  runs it (reduce in the node, all-reduce among nodes, broadcast), the
                  default of the library; False: as one flat group;
@@ -14,7 +13,6 @@ class Algorithm(object):
                  all-reduce, the same for every grid variant: listed once).
     """
 
-    grid = True
     node_aware = True
     row_of_one = False
 

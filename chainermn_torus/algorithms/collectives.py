@@ -64,7 +64,7 @@ def reduce_calls(op, group, elems, itemsize):
 
 def tail_calls(setup, tail):
     """The tail of a grid segment (fewer than M elements): one small sum over all ranks,
-    then the division (``_torus._tail_allreduce``)."""
+    then the division (the tail of ``communicators.rsaa``'s segment)."""
     P = tuple(range(setup.P))
     op = 'sum_small' if setup.itemsize == 2 else 'allreduce'
     return (reduce_calls(op, P, tail, setup.itemsize)

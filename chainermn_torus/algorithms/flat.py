@@ -14,7 +14,6 @@ __all__ = ['FlatAllreduce', 'NodeAwareAllreduce']
 
 
 class FlatAllreduce(Algorithm):
-    grid = False
     node_aware = False
 
     def segment_calls(self, setup, elems):

@@ -9,10 +9,7 @@ import collections
 from chainermn_torus.algorithms import variants
 from chainermn_torus.algorithms.collectives import Call
 
-__all__ = ['Call', 'Setup', 'segment_calls', 'begin_calls', 'end_calls', 'call_calls', 'calls_of',
-           'ONE_SIDED']
-
-ONE_SIDED = ('put', 'flush', 'notify')
+__all__ = ['Call', 'Setup', 'segment_calls', 'begin_calls', 'end_calls']
 
 
 class Setup(collections.namedtuple('Setup', 'algorithm P M itemsize')):
@@ -43,7 +40,7 @@ class Setup(collections.namedtuple('Setup', 'algorithm P M itemsize')):
 
     def split(self, elems):
         """(main, c): a segment's M equal chunks of c elements (main = M c), the rest its
-        tail, as ``communicators._torus`` splits it."""
+        tail, as ``communicators.rsaa`` splits it."""
         main = elems - elems % self.M
         return main, main // self.M
 
@@ -70,17 +67,3 @@ def begin_calls(setup):
 def end_calls(setup):
     """Calls once per all-reduce call, after the last segment (shm's closing barrier)."""
     return setup.variant.algorithm.end_calls(setup)
-
-
-def calls_of(calls, rank):
-    """One rank's calls, as the recorder in the tests sees them: the collectives of the
-    groups it is in, and the one-sided calls and notifications it makes as origin."""
-    return [c for c in calls if (c.group[0] == rank if c.op in ONE_SIDED else rank in c.group)]
-
-
-def call_calls(setup, segments):
-    """The calls of one whole all-reduce call over segments of the given sizes."""
-    calls = begin_calls(setup)
-    for elems in segments:
-        calls += segment_calls(setup, elems)
-    return calls + end_calls(setup)

@@ -1,14 +1,15 @@
 """rsaa, and the shape rsaa and rsap share (2D torus, Mikami et al.; Tamura & Hanawa).
 
 P = M x N ranks in rows of M (``_grid``). Each segment of n elements is split into a main
-part of M equal chunks of c = n // M elements and a tail of fewer than M elements:
-  1. reduce-scatter in every row (each position ends with the row sum of its chunk);
-  2. all-reduce of that chunk in every column (N ranks);
-  3. divide the chunk by P, into its place in the buffer;
-  4. the gather phase: every position gets every chunk of its row; rsaa by
-     MPI_Allgather, rsap by put rounds (``rsap``).
+part of M equal chunks of c = n // M elements and a tail of fewer than M elements, in the
+three phases the paper names (the numbering ``communicators/rsaa.py`` uses too):
+  phase 1  reduce-scatter in every row (each position ends with the row sum of its chunk);
+  phase 2  all-reduce of that chunk in every column (N ranks), then its division by P,
+           into its place in the buffer;
+  phase 3  the gather phase: every position gets every chunk of its row; rsaa by
+           MPI_Allgather, rsap by put rounds (``rsap``).
 The tail is summed with one small all-reduce over all ranks (``collectives.tail_calls``).
-A row of one (M = 1) skips phases 1 and 4: a plain column all-reduce.
+A row of one (M = 1) skips phases 1 and 3: a plain column all-reduce.
 
 Cost: reduce-scatter + column all-reduce of n / M + the gather phase, with the groups of
 ``collectives.row_and_column`` (rows inside nodes use no link).
@@ -22,9 +23,9 @@ __all__ = ['Torus', 'Rsaa']
 
 
 class Torus(Algorithm):
-    """Phases 1-3 and the tail; subclasses give the gather phase's calls and cost."""
+    """Phases 1 and 2 and the tail; subclasses give phase 3's calls and cost."""
 
-    gather_phase = 'allgather'  # the name of phase 4 in cost breakdowns and timelines
+    gather_phase = 'allgather'  # the name of phase 3 in cost breakdowns and timelines
 
     def segment_calls(self, setup, elems):
         s, M, P = setup.itemsize, setup.M, tuple(range(setup.P))
@@ -60,7 +61,7 @@ class Torus(Algorithm):
 
 
 class Rsaa(Torus):
-    """Phase 4 by in-place MPI_Allgather in every row."""
+    """Phase 3 by in-place MPI_Allgather in every row."""
 
     def gather_calls(self, setup, c):
         return [Call('allgather', row, setup.M * c * setup.itemsize) for row in setup.rows()]

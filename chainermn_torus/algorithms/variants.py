@@ -1,15 +1,27 @@
-"""Every algorithm variant in one table: what the planner, ``auto``, the simulator, the
-benchmark and the tests iterate over.
+"""The one registration of every communicator, and every algorithm variant in one table:
+what the factory, the launcher, the planner, ``auto``, the simulator, the benchmark and the
+tests read.
 
-A variant is a communicator name with the options that pin it (``rsap`` with ``shm=False``
-is the put rounds even on one node, where plain ``rsap`` would use shared memory) and the
-algorithm object that describes it (its schedule and its cost: ``flat``, ``torus``,
-``rsap``, ``shm``), and says whether the planner chooses among it and whether the
-benchmark and the tests run it. Adding a variant is one row here; a new algorithm is a
-class on ``base.Algorithm`` in a module of this package, then its row
-(docs/development.md walks through one).
+A communicator is registered once (``register``), with:
+  * where its class lives (module and class name: loaded on first use, so that a login node
+    or the job-script generator reads this table without MPI); the class declares its
+    capabilities (``communicators.capabilities``), and ``Registration.capabilities()``
+    gives them;
+  * one line on when to use it (the docs' table);
+  * whether it runs on an M x N grid: stated here and nowhere else (the class, the planner,
+    the benchmark and the launcher's ``--grid`` check read it);
+  * its variants: a variant is the communicator with the options that pin it (``rsap`` with
+    ``shm=False`` is the put rounds even on one node, where plain ``rsap`` would use shared
+    memory), the algorithm object that describes it (its schedule and its cost: ``flat``,
+    ``torus``, ``rsap``, ``shm``), and whether the planner chooses among it and the
+    benchmark and the tests run it.
+
+Adding a variant is one row in its communicator's registration; a new algorithm is a class
+on ``base.Algorithm`` in a module of this package, then its row; a new communicator is one
+``register`` call (docs/development.md walks through one).
 """
 import collections
+import importlib
 import re
 
 from chainermn_torus.algorithms.flat import FlatAllreduce, NodeAwareAllreduce
@@ -18,23 +30,43 @@ from chainermn_torus.algorithms.shm import Shm
 from chainermn_torus.algorithms.torus import Rsaa
 from chainermn_torus.errors import ConfigError
 
-__all__ = ['Variant', 'VARIANTS', 'get', 'add', 'planned', 'simulated',
-           'benchmarked', 'tested', 'takes_grid', 'check_grid_option', 'MEASURED_AS',
-           'of_benchmark_row']
+__all__ = ['Registration', 'Variant', 'COMMUNICATORS', 'VARIANTS', 'register',
+           'registration', 'get', 'planned', 'simulated', 'benchmarked', 'takes_grid',
+           'check_grid_option', 'MEASURED_AS', 'of_benchmark_row']
+
+
+class Registration(collections.namedtuple('Registration', [
+        'name', 'module', 'cls', 'summary', 'grid', 'variants'])):
+    """One communicator.
+
+    name:     the factory name (``chainermn.create_communicator``, ``--communicator``);
+    module:   the module that holds its class, imported on first use;
+    cls:      the class's name in that module;
+    summary:  what it does and when to use it, one line for the docs' table;
+    grid:     whether it runs on an M x N grid (the planner and the benchmark try shapes);
+    variants: its rows (``Variant``), in table order; none for one that is not modelled.
+    """
+
+    def load(self):
+        """The class (its module, and MPI, load here)."""
+        return getattr(importlib.import_module(self.module), self.cls)
+
+    def capabilities(self):
+        """What the class declares it offers (``communicators.capabilities``)."""
+        return self.load().capabilities
 
 
 class Variant(collections.namedtuple('Variant', [
-        'name', 'communicator', 'options', 'algorithm', 'plan', 'grid', 'bench',
-        'test_ranks', 'note'])):
+        'name', 'communicator', 'options', 'algorithm', 'plan', 'bench', 'test_ranks',
+        'note'])):
     """One row of the table.
 
     name:         the label in plans, benchmark rows, conformance columns and test ids;
-    communicator: the factory name (``chainermn.create_communicator``);
+    communicator: the name of the communicator registered with it;
     options:      the keyword options that select the variant;
     algorithm:    the ``base.Algorithm`` that describes it (schedule and cost), or None
                   where it is not modelled;
     plan:         whether the planner (and so ``auto``) chooses among it;
-    grid:         whether it runs on an M x N grid (the planner and the benchmark try shapes);
     bench:        'always' (``bench.allreduce`` shows it in every run: the reference row of
                   ours), 'default' (it runs it unless told otherwise), 'asked' (only with
                   ``--variants``) or None (a planner-only composition);
@@ -42,6 +74,11 @@ class Variant(collections.namedtuple('Variant', [
                   none; the fast tier takes P <= 3 of the first variants, see the test;
     note:         one line for tables and ``--help``.
     """
+
+    @property
+    def grid(self):
+        """Whether it runs on an M x N grid: its communicator's registration says."""
+        return COMMUNICATORS[self.communicator].grid
 
     def describe(self):
         opts = ', '.join('{}={!r}'.format(k, v) for k, v in sorted(self.options.items()))
@@ -56,44 +93,83 @@ ONE_TO_EIGHT = tuple(range(1, 9))
 # variant and PSCW is run only when asked.
 PSCW_RANKS = (1, 2, 3)
 
-_ROWS = [
-    Variant('pure_allreduce', 'pure_allreduce', {}, FlatAllreduce(), True, False, 'always',
-            ONE_TO_EIGHT, 'one MPI_Allreduce of the packed buffer over all ranks'),
-    Variant('pure_allreduce_node_aware', 'pure_allreduce', {}, NodeAwareAllreduce(), True,
-            False, None, (),
-            'the same communicator, modelled as MPICH runs it by default: reduce in the node, '
-            'all-reduce among nodes, broadcast in the node'),
-    Variant('rsaa', 'rsaa', {'shm': False}, Rsaa(), True, True, 'default', ONE_TO_EIGHT,
-            'MPI_Reduce_scatter_block + column MPI_Allreduce + MPI_Allgather'),
-    Variant('rsap', 'rsap', {'shm': False}, Rsap('fence'), True, True, 'default',
-            ONE_TO_EIGHT,
-            'reduce-scatter + column all-reduce as rsaa, then put rounds closed by MPI_Win_fence'),
-    # The planner's model does not tell notify from fence: modelled, not planned.
-    Variant('rsap_notify', 'rsap', {'sync': 'notify'}, Rsap('notify'), False, True, 'default',
-            ONE_TO_EIGHT, 'put rounds, MPI_Win_flush + a notification to each partner'),
-    Variant('rsap_acc', 'rsap', {'reduce_scatter': 'accumulate'}, None, False, True, 'default',
-            ONE_TO_EIGHT, 'phase 1 by MPI_Accumulate into the row partners\' windows'),
-    Variant('rsap_pscw', 'rsap', {'sync': 'pscw'}, None, False, True, 'asked', PSCW_RANKS,
-            'post/start/complete/wait (experimental: hangs now and then at 4+ ranks with '
-            'MPICH 5.0.2)'),
-    Variant('shm', 'rsap', {'shm': True}, Shm(), True, True, 'default', ONE_TO_EIGHT,
-            'row phases in a node-shared window (rows inside nodes)'),
-]
-VARIANTS = collections.OrderedDict((v.name, v) for v in _ROWS)
+COMMUNICATORS = collections.OrderedDict()  # name -> Registration, in table order
+VARIANTS = collections.OrderedDict()       # name -> Variant, every communicator's, in order
+_ROWS = []                                 # VARIANTS' values, in order
 
 
-def add(variant):
-    """Add a row at run time (tests and plugins: a toy variant through the public seams).
-    Returns a function that removes it again."""
-    if variant.name in VARIANTS:
-        raise ValueError('chainermn_torus: variant {!r} exists already'.format(variant.name))
-    _ROWS.append(variant)
-    VARIANTS[variant.name] = variant
+def register(name, module, cls, summary, grid, variants=()):
+    """Register communicator ``name`` (class ``cls`` of ``module``, imported on first use)
+    with its variants (rows whose ``communicator`` is ``name``). The package's own are
+    registered below; ``auto`` and a plugin's through the same call. Returns a function
+    that removes it again."""
+    if name in COMMUNICATORS:
+        raise ValueError('chainermn_torus: a communicator named {!r} exists already'.format(
+            name))
+    rows = tuple(variants)
+    for v in rows:
+        if v.communicator != name:
+            raise ValueError('chainermn_torus: variant {!r} belongs to communicator {!r}, '
+                             'not {!r}'.format(v.name, v.communicator, name))
+        if v.name in VARIANTS:
+            raise ValueError('chainermn_torus: variant {!r} exists already'.format(v.name))
+    COMMUNICATORS[name] = Registration(name, module, cls, summary, grid, rows)
+    _ROWS.extend(rows)
+    VARIANTS.update((v.name, v) for v in rows)
 
     def remove():
-        _ROWS.remove(variant)
-        del VARIANTS[variant.name]
+        if COMMUNICATORS.pop(name, None) is None:
+            return
+        for v in rows:
+            _ROWS.remove(v)
+            del VARIANTS[v.name]
     return remove
+
+
+def registration(name):
+    """The registration of communicator ``name``."""
+    try:
+        return COMMUNICATORS[name]
+    except KeyError:
+        raise ConfigError('chainermn_torus: unknown communicator {!r}; known: {}'.format(
+            name, ', '.join(COMMUNICATORS))) from None
+
+
+_HERE = 'chainermn_torus.communicators.'
+register('pure_allreduce', _HERE + 'pure_allreduce', 'PureAllreduceCommunicator',
+         'MPI_Allreduce of one packed buffer, in segments; small models, a baseline', False, [
+             Variant('pure_allreduce', 'pure_allreduce', {}, FlatAllreduce(), True, 'always',
+                     ONE_TO_EIGHT, 'one MPI_Allreduce of the packed buffer over all ranks'),
+             Variant('pure_allreduce_node_aware', 'pure_allreduce', {}, NodeAwareAllreduce(),
+                     True, None, (),
+                     'the same communicator, modelled as MPICH runs it by default: reduce in '
+                     'the node, all-reduce among nodes, broadcast in the node')])
+register('rsaa', _HERE + 'rsaa', 'RsaaCommunicator',
+         'row reduce-scatter, column all-reduce of 1/M, row MPI_Allgather; messages below '
+         'about 1 MB (Tamura & Hanawa)', True, [
+             Variant('rsaa', 'rsaa', {'shm': False}, Rsaa(), True, 'default', ONE_TO_EIGHT,
+                     'MPI_Reduce_scatter_block + column MPI_Allreduce + MPI_Allgather')])
+register('rsap', _HERE + 'rsap', 'RsapCommunicator',
+         'the same with Put rounds (MPI-3 RMA) as the last phase, rows inside a node in '
+         'shared memory; several ranks per node, large models on a network (fastest at 256 '
+         'KNL nodes, Tamura & Hanawa)', True, [
+             Variant('rsap', 'rsap', {'shm': False}, Rsap('fence'), True, 'default',
+                     ONE_TO_EIGHT, 'reduce-scatter + column all-reduce as rsaa, then put '
+                     'rounds closed by MPI_Win_fence'),
+             # The planner's model does not tell notify from fence: modelled, not planned.
+             Variant('rsap_notify', 'rsap', {'sync': 'notify'}, Rsap('notify'), False,
+                     'default', ONE_TO_EIGHT,
+                     'put rounds, MPI_Win_flush + a notification to each partner'),
+             Variant('rsap_acc', 'rsap', {'reduce_scatter': 'accumulate'}, None, False,
+                     'default', ONE_TO_EIGHT,
+                     'phase 1 by MPI_Accumulate into the row partners\' windows'),
+             Variant('rsap_pscw', 'rsap', {'sync': 'pscw'}, None, False, 'asked', PSCW_RANKS,
+                     'post/start/complete/wait (experimental: hangs now and then at 4+ ranks '
+                     'with MPICH 5.0.2)'),
+             # rsaa's and rsap's default where every row lies inside one node (the message
+             # phases have nothing left to do there): communicators._shm.
+             Variant('shm', 'rsap', {'shm': True}, Shm(), True, 'default', ONE_TO_EIGHT,
+                     'phases 1 and 3 in a node-shared window (rows inside nodes)')])
 
 
 # A benchmark row is named after the variant it ran (``name(MxN)`` on a grid), except where
@@ -140,14 +216,11 @@ def benchmarked(asked=False, always=False):
     return [v.name for v in _ROWS if v.bench in kinds]
 
 
-def tested():
-    """(name, rank counts) for the exact-mean job, in table order."""
-    return [(v.name, v.test_ranks) for v in _ROWS if v.test_ranks]
-
-
 def takes_grid(communicator):
-    """Whether the factory name ``communicator`` runs on an M x N grid."""
-    return any(v.grid for v in _ROWS if v.communicator == communicator)
+    """Whether the factory name ``communicator`` runs on an M x N grid (False for a name
+    not registered here: ChainerMN's)."""
+    reg = COMMUNICATORS.get(communicator)
+    return reg is not None and reg.grid
 
 
 def check_grid_option(communicator, grid, where='--grid'):
@@ -155,6 +228,5 @@ def check_grid_option(communicator, grid, where='--grid'):
     if grid and communicator is not None and not takes_grid(communicator):
         raise ConfigError('chainermn_torus: {} {} applies to {}; communicator {!r} has no '
                           'grid (leave {} out, or choose one of those)'.format(
-                             where, grid, ', '.join(sorted({v.communicator for v in _ROWS
-                                                             if v.grid})),
+                             where, grid, ', '.join(n for n, r in COMMUNICATORS.items() if r.grid),
                               communicator, where))

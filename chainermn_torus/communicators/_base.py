@@ -9,16 +9,17 @@ bitwise identical on all ranks.
 import collections
 import time
 
+import chainer
 import numpy
 
 from chainermn_torus.algorithms.segments import split_plan
-from chainermn_torus.runtime import timeline as _timeline
+from chainermn_torus.process import STATE
 from chainermn_torus.communicators import _dtypes, _packing, interface
-from chainermn_torus.communicators._averaging import prescale
+from chainermn_torus.communicators._reduction import prescale, reducer_for
 from chainermn_torus.communicators._debug import check_means_finite
 from chainermn_torus.communicators._grid import Grid, default_grid, parse_grid
 from chainermn_torus.communicators._progress import Progress
-from chainermn_torus.communicators._reduction import reducer_for
+
 
 __all__ = ['TorusCommunicatorBase']
 
@@ -43,8 +44,7 @@ class TorusCommunicatorBase(interface.Communicator):
             per phase (see ``_half``).
     """
 
-    uses_grid = True
-    prescaled = False  # True: the packing step multiplies by 1/P (see _averaging)
+    prescaled = False  # True: the packing step multiplies by 1/P (see _reduction)
     shm_purpose = ''   # said in /dev/shm refusals; clone() sets CLONE_PURPOSE
 
     def __init__(self, mpi_comm=None, grid=None, segment_size=None, allreduce_grad_dtype=None):
@@ -97,18 +97,19 @@ class TorusCommunicatorBase(interface.Communicator):
         buf = self._buffer_for(layout, slot)
         t1 = time.perf_counter()
         pack = 0.0
-        scale = prescale(self.size) if buf.prescaled else None
+        scale = prescale(self._size) if buf.prescaled else None
         for lo, hi, index in buf.plan:
             tp = time.perf_counter()
             src = buf.send_source(named, (lo, hi, index), scale)
             tq = time.perf_counter()
             pack += tq - tp
-            tl = _timeline.active()
+            tl = STATE.timeline  # --timeline's (runtime.timeline), else None
             if tl is not None and src is None:
                 tl.add('pack', tp, tq)
             self._mean_segment(buf, lo, hi, src)
         self._end_call(buf)
-        check_means_finite(buf, self.name)  # chainer.set_debug(True), as ChainerMN's
+        if chainer.is_debug():  # chainer.set_debug(True): checked as ChainerMN checks
+            check_means_finite(buf, self.name)
         t2 = time.perf_counter()
         buf.unpack_grads(named)
         t3 = time.perf_counter()
@@ -118,7 +119,11 @@ class TorusCommunicatorBase(interface.Communicator):
         tm['communicate'] += t2 - t1 - pack
         tm['unpack'] += t3 - t2
         tm['total'] += t3 - t0
-        self.calls += 1
+        self._count['calls'] += 1
+
+    # ChainerMN's call is slot 0's (interface.Communicator says the same for every one of
+    # ours); named again here so that it is this call, not one more hop to it.
+    multi_node_mean_grad = mean_grad_in_slot
 
     def mean_grads_by_bucket(self, named, bounds, ready):
         """Average gradients bucket by bucket as backward finishes them (``overlap=True``).
@@ -156,12 +161,13 @@ class TorusCommunicatorBase(interface.Communicator):
                 pack += time.perf_counter() - tp
                 self._mean_segment(buf, lo, hi, src)
         self._end_call(buf)
-        check_means_finite(buf, self.name)
+        if chainer.is_debug():
+            check_means_finite(buf, self.name)
         t1 = time.perf_counter()
         tm['pack'] += pack
         tm['communicate'] += t1 - t0 - pack - waited
         tm['total'] += t1 - t0 - waited
-        self.calls += 1
+        self._count['calls'] += 1
         return buf
 
     def clone(self, poll_interval=None):
@@ -201,11 +207,13 @@ class TorusCommunicatorBase(interface.Communicator):
             self._mean_segment(buf, lo, hi, None)
         array.reshape(-1)[...] = buf.array
         self._end_call(buf)
-        check_means_finite(buf, self.name)
+        if chainer.is_debug():
+            check_means_finite(buf, self.name)
         return array
 
     def _end_call(self, buf):
-        """Called on every rank after the last segment of a call (shm: a node barrier)."""
+        """Called on every rank after the last segment of a call (the torus: the row
+        phases' end, a node barrier for shm)."""
 
     def _mean_segment(self, buf, lo, hi, src):
         """Replace buf.array[lo:hi] by the mean over ranks of every rank's segment.
@@ -252,6 +260,9 @@ class TorusCommunicatorBase(interface.Communicator):
         return _packing.PackedBuffer(layout, segment_elems)
 
     def _release_buffer(self, buf):
+        rows = getattr(buf, 'rows', None)  # the torus's row phases own MPI state (rsaa.py)
+        if rows is not None:
+            rows.free()
         buf.release()
 
     def _release_buffers(self):
@@ -268,7 +279,5 @@ class TorusCommunicatorBase(interface.Communicator):
             self._describe_variant())
 
     def _describe_variant(self):
-        if getattr(self, 'shm', False):
-            return ', row phases in node shared memory'
         return ''
 

@@ -189,6 +189,7 @@ class PackedBuffer(object):
         if hooks is not None:
             hooks.append(self.detach_views)
         self.mpi_type = mpi_type_of(layout.dtype)
+        self.half = _dtypes.is_half(layout.dtype)  # float16/bfloat16: numba's casts below
         self.reducer = None  # set by the communicator (see _reduction): how it is summed
         self.prescaled = False  # set by the communicator: the packing multiplied by 1/P
         self.plan = plan_segments(layout.offsets, segment_elems, direct_min_elems)
@@ -232,7 +233,7 @@ class PackedBuffer(object):
                 src = grad.reshape(-1)[a - offs[i]:b - offs[i]]
                 # Without numba, the branches below give the same bits (float32 product,
                 # one rounding to float16 or bfloat16), slower.
-                if _dtypes.is_half(dst.dtype) and src.dtype == numpy.float32 \
+                if self.half and src.dtype == numpy.float32 \
                         and src.flags.c_contiguous and jit.available():
                     from chainermn_torus.communicators import _half_kernels
                     _half_kernels.KERNELS[dst.dtype.name][0](
@@ -263,7 +264,7 @@ class PackedBuffer(object):
             if p.data.dtype == buf.dtype:
                 p.grad = src  # a view: no copy (valid until the next call)
                 self._viewers.append(weakref.ref(p))
-            elif _dtypes.is_half(buf.dtype) and p.data.dtype == numpy.float32 \
+            elif self.half and p.data.dtype == numpy.float32 \
                     and jit.available():
                 from chainermn_torus.communicators import _half_kernels
                 grad = p.grad

@@ -1,7 +1,8 @@
-"""rsap's modes as strategies, each owning its MPI state and its ``free()``, chosen once when
-the communicator is made (``SYNCS``, ``REDUCE_SCATTERS``).
+"""rsap's phases 1 and 3 for one buffer (``PutRows``) and its modes as strategies, each made
+with the buffer, handed the row communicator, the wait (``_progress``) and the window it
+needs, owning what it makes (a communicator, groups) until ``free()``.
 
-How the put rounds are synchronised (phase 4):
+How the put rounds are synchronised (phase 3, ``sync``):
   fence   MPI_Win_fence over the row opens the epoch and closes every round (Tamura & Hanawa);
   notify  partners only, the paper's future work: a passive-target epoch held for the
           window's life; per round Put, MPI_Win_flush, then a zero-byte message telling the
@@ -10,8 +11,8 @@ How the put rounds are synchronised (phase 4):
   pscw    the same idea with MPI's post/start/complete/wait: experimental (it hangs now and
           then with the MPICH 5.0.2 wheel at four or more ranks, even in a 20-line pairwise
           loop, scripts/repro_pscw_hang.py), kept for MPIs where PSCW works.
-How the row reduce-scatter is done (phase 1):
-  collective  MPI_Reduce_scatter_block, as rsaa (``_torus``);
+How the row reduce-scatter is done (phase 1, ``reduce_scatter``):
+  collective  MPI_Reduce_scatter_block, as rsaa (``rsaa.MessageRows``);
   accumulate  every position MPI_Accumulate-s chunk k into position k's window (the other
               future work; the order in which contributions arrive varies, so the sum can
               differ in the last bit from run to run, though never between ranks: one rank
@@ -25,15 +26,42 @@ import time
 import chainer
 from mpi4py import MPI
 
-__all__ = ['SYNCS', 'REDUCE_SCATTERS', 'FenceSync', 'NotifySync', 'PscwSync',
-           'CollectiveReduceScatter', 'AccumulateReduceScatter']
+from chainermn_torus.communicators.rsaa import MessageRows
+
+__all__ = ['PutRows', 'SYNCS', 'REDUCE_SCATTERS', 'FenceSync', 'NotifySync', 'PscwSync',
+           'AccumulateReduceScatter']
 
 
-def fence(comm, win, assertion):
+class PutRows(object):
+    """Phases 1 and 3 of rsap for one buffer whose memory is an RMA window's."""
+
+    scatter_name, gather_name = 'reduce_scatter', 'put'
+
+    def __init__(self, row_comm, progress, win, rounds, sync, reduce_scatter):
+        self.sync = SYNCS[sync](row_comm, progress, win, rounds)
+        messages = MessageRows(row_comm, progress)
+        if reduce_scatter == 'collective':
+            self.reduce_scatter = messages.reduce_scatter
+        else:
+            self.reduce_scatter = REDUCE_SCATTERS[reduce_scatter](
+                row_comm, progress, win, self.sync.passive, messages.reduce_scatter)
+
+    def gather(self, buf, lo, c):
+        """Phase 3 as put rounds: chunks go straight into the partners' windows."""
+        self.sync.put_rounds(buf.array, lo, c, buf.mpi_type)
+
+    def end_call(self):
+        pass
+
+    def free(self):
+        self.sync.free()
+
+
+def fence(row_comm, progress, win, assertion):
     # A fence has no non-blocking form: when polling, everyone meets first in a polled
     # barrier, so that the fence itself does not spin waiting for late ranks.
-    if comm.progress.polling:
-        comm.progress(comm.grid.row_comm, 'Barrier')
+    if progress.polling:
+        progress(row_comm, 'Barrier')
     win.Fence(assertion)
 
 
@@ -44,13 +72,13 @@ def _puts(win, array, lo, c, mpi_type, puts):
 
 
 class _Sync(object):
-    """Owns what its synchronisation needs; ``comm`` is the rsap communicator."""
+    """Owns what its synchronisation needs, for one window of the row."""
 
     passive = False  # the window holds one passive-target epoch for its life
 
-    def __init__(self, comm, rounds):
-        self.comm = comm
-        pos = comm.grid.pos
+    def __init__(self, row_comm, progress, win, rounds):
+        self.row_comm, self.progress, self.win = row_comm, progress, win
+        self.pos = pos = row_comm.rank
         # Only this position's puts, per round: the schedule is fixed by M.
         self.my_rounds = [[(t, a, b) for (o, t, a, b) in rnd if o == pos] for rnd in rounds]
 
@@ -61,8 +89,9 @@ class _Sync(object):
 class FenceSync(_Sync):
     describe = 'MPI_Win_fence'
 
-    def put_rounds(self, win, array, lo, c, mpi_type):
-        fence(self.comm, win, MPI.MODE_NOPRECEDE)
+    def put_rounds(self, array, lo, c, mpi_type):
+        win = self.win
+        fence(self.row_comm, self.progress, win, MPI.MODE_NOPRECEDE)
         last = len(self.my_rounds) - 1
         for i, puts in enumerate(self.my_rounds):
             _puts(win, array, lo, c, mpi_type, puts)
@@ -73,18 +102,18 @@ class NotifySync(_Sync):
     describe = 'flush + notification to each partner'
     passive = True
 
-    def __init__(self, comm, rounds):
-        super(NotifySync, self).__init__(comm, rounds)
-        pos = comm.grid.pos
+    def __init__(self, row_comm, progress, win, rounds):
+        super(NotifySync, self).__init__(row_comm, progress, win, rounds)
+        pos = self.pos
         # Notifications on their own communicator: they can never match user messages.
-        self.notify_comm = comm.grid.row_comm.Dup()
+        self.notify_comm = row_comm.Dup()
         self.sources = [sorted({o for (o, t, a, b) in rnd if t == pos}) for rnd in rounds]
 
-    def put_rounds(self, win, array, lo, c, mpi_type):
+    def put_rounds(self, array, lo, c, mpi_type):
         # No "ready" message is needed before a put: a partner's target region is free once
         # the partner has entered this call's reduce-scatter, which this rank's own
         # reduce-scatter result already depends on.
-        comm, progress = self.notify_comm, self.comm.progress
+        comm, progress, win = self.notify_comm, self.progress, self.win
         for i, puts in enumerate(self.my_rounds):
             _puts(win, array, lo, c, mpi_type, puts)
             sent = []
@@ -111,13 +140,17 @@ class NotifySync(_Sync):
 class PscwSync(_Sync):
     describe = 'post/start/complete/wait'
 
-    def __init__(self, comm, rounds):
-        super(PscwSync, self).__init__(comm, rounds)
+    @staticmethod
+    def warn():
+        """Chainer's experimental-feature warning, when a communicator chooses it."""
         chainer.utils.experimental("chainermn_torus rsap sync='pscw' (hangs at 4+ ranks "
                                    "with MPICH 5.0.2: scripts/repro_pscw_hang.py)")
-        pos = comm.grid.pos
+
+    def __init__(self, row_comm, progress, win, rounds):
+        super(PscwSync, self).__init__(row_comm, progress, win, rounds)
+        pos = self.pos
         # Per round: the group this position puts to and the group that puts to it.
-        world = comm.grid.row_comm.Get_group()
+        world = row_comm.Get_group()
         self.groups = []
         for rnd in rounds:
             targets = sorted({t for (o, t, a, b) in rnd if o == pos})
@@ -126,12 +159,12 @@ class PscwSync(_Sync):
                                 world.Incl(origins) if origins else None))
         world.Free()
 
-    def put_rounds(self, win, array, lo, c, mpi_type):
+    def put_rounds(self, array, lo, c, mpi_type):
         # Each round is an access epoch to the positions this one puts to and an exposure
         # epoch to those that put to it. Posting before starting means no rank can wait on
         # a partner that waits on it. Wait returns once every origin's puts have landed, so
         # the next round may forward what this one received.
-        progress = self.comm.progress
+        progress, win = self.progress, self.win
         for puts, (targets, origins) in zip(self.my_rounds, self.groups):
             if origins is not None:
                 win.Post(origins)
@@ -154,56 +187,47 @@ class PscwSync(_Sync):
         self.groups = []
 
 
-class CollectiveReduceScatter(object):
-    describe = 'MPI_Reduce_scatter_block'
-    needs_mpi_sum = False
+class AccumulateReduceScatter(object):
+    """Phase 1 by MPI_Accumulate into the row partners' windows; ``collective`` (rsaa's
+    reduce-scatter) where the buffer has no MPI sum (float16 set later by set_config)."""
 
-    def __init__(self, comm, sync):
-        self.comm = comm
-
-    def __call__(self, part, src, buf, lo, window):
-        return self.comm._collective_reduce_scatter(part, src, buf, lo)
-
-    def free(self):
-        pass
-
-
-class AccumulateReduceScatter(CollectiveReduceScatter):
     describe = 'MPI_Accumulate'
-    needs_mpi_sum = True
 
-    def __init__(self, comm, sync):
-        super(AccumulateReduceScatter, self).__init__(comm, sync)
-        self.passive = sync.passive  # the window is in a passive epoch: no fences
+    def __init__(self, row_comm, progress, win, passive, collective):
+        self.row_comm, self.progress, self.win = row_comm, progress, win
+        self.passive = passive  # the window is in a passive epoch: no fences
+        self.collective = collective
 
-    def __call__(self, part, src, buf, lo, window):
-        op, mpi_type = buf.reducer.op, buf.mpi_type
-        # Accumulate needs an MPI sum (float16 set later by set_config has none) and a window.
-        if op is None or window is None:
-            return self.comm._collective_reduce_scatter(part, src, buf, lo)
-        comm = self.comm
-        M, pos = comm.grid.M, comm.grid.pos
+    def __call__(self, part, src, buf, lo):
+        op, mpi_type, win = buf.reducer.op, buf.mpi_type, self.win
+        if op is None:
+            return self.collective(part, src, buf, lo)
+        row_comm, progress = self.row_comm, self.progress
+        M, pos = row_comm.size, row_comm.rank
         c = part.size // M
         mine = part[pos * c:(pos + 1) * c]
         if src is not None:
             mine[...] = src[pos * c:(pos + 1) * c]  # the peers add into it
         origin = part if src is None else src
         if self.passive:
-            comm.progress(comm.grid.row_comm, 'Barrier')
+            progress(row_comm, 'Barrier')
         else:
-            fence(comm, window, MPI.MODE_NOPRECEDE)
+            fence(row_comm, progress, win, MPI.MODE_NOPRECEDE)
         for step in range(1, M):  # start at the next position: targets spread out
             k = (pos + step) % M
-            window.Accumulate([origin[k * c:(k + 1) * c], mpi_type], k,
-                              target=(lo + k * c, c, mpi_type), op=op)
+            win.Accumulate([origin[k * c:(k + 1) * c], mpi_type], k,
+                           target=(lo + k * c, c, mpi_type), op=op)
         if self.passive:
-            window.Flush_all()
-            comm.progress(comm.grid.row_comm, 'Barrier')
-            window.Sync()
+            win.Flush_all()
+            progress(row_comm, 'Barrier')
+            win.Sync()
         else:
-            window.Fence(MPI.MODE_NOSUCCEED)
+            win.Fence(MPI.MODE_NOSUCCEED)
         return mine
 
 
 SYNCS = {'fence': FenceSync, 'notify': NotifySync, 'pscw': PscwSync}
-REDUCE_SCATTERS = {'collective': CollectiveReduceScatter, 'accumulate': AccumulateReduceScatter}
+# 'collective' is rsaa's own (MessageRows.reduce_scatter); a mode's needs are said here:
+# accumulate needs an MPI sum (refused for a float16 transfer).
+REDUCE_SCATTERS = {'collective': None, 'accumulate': AccumulateReduceScatter}
+NEEDS_MPI_SUM = ('accumulate',)

@@ -1,4 +1,4 @@
-"""Intra-node phases through an MPI-3 shared-memory window (rsaa/rsap with ``shm=True``).
+"""The ``shm`` variant's row phases: through an MPI-3 shared-memory window, rows inside nodes.
 
 The M ranks of a grid row that share a node allocate their packed buffers together with
 ``MPI_Win_allocate_shared`` on the row communicator, and every rank maps every peer's buffer.
@@ -22,7 +22,7 @@ from mpi4py import MPI
 from chainermn_torus.communicators._window import check_node_room, populate_or_free
 from chainermn_torus.runtime.cpu import jit
 
-__all__ = ['NodeBuffers', 'rows_within_nodes']
+__all__ = ['ShmRows', 'NodeBuffers', 'rows_within_nodes']
 
 
 def rows_within_nodes(row_comm, mpi_comm):
@@ -123,3 +123,32 @@ class NodeBuffers(object):
             self.win.Unlock_all()
             self.win.Free()
         self.peers = self.array = None
+
+
+class ShmRows(object):
+    """Phases 1 and 3 of the torus (``rsaa``) for one buffer in a node-shared window.
+
+    Phase 1 reduces in turns straight from the gradients; the chunk it returns is this
+    position's own place in the buffer, so phase 2 divides it in place. Phase 3 waits for
+    every chunk to be final (a node barrier) and copies the others from the peers; a call
+    ends with one more barrier, so no rank overwrites what a peer still reads.
+    """
+
+    scatter_name, gather_name = 'reduce (shm)', 'gather (shm)'
+
+    def __init__(self, row_comm, size, dtype, progress, purpose=''):
+        self.node = NodeBuffers(row_comm, size, dtype, progress, purpose=purpose)
+        self.M = row_comm.size
+
+    def reduce_scatter(self, part, src, buf, lo):
+        return self.node.reduce_in_turns(part if src is None else src, lo, part.size // self.M)
+
+    def gather(self, buf, lo, c):
+        self.node.barrier()
+        self.node.gather(lo, c)
+
+    def end_call(self):
+        self.node.barrier()
+
+    def free(self):
+        pass  # the window is the buffer's memory: PackedBuffer.release frees it

@@ -18,6 +18,7 @@ from chainermn.communicators import mpi_communicator_base
 from mpi4py import MPI
 
 from chainermn_torus import config
+from chainermn_torus.algorithms import variants
 from chainermn_torus.communicators import _dtypes, _packing, capabilities as _capabilities
 from chainermn_torus.communicators._progress import BLOCKING
 
@@ -38,7 +39,6 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
 
     name = None                              # the factory's name
     capabilities = _capabilities.OURS        # what callers may ask (capabilities.py)
-    uses_grid = False                        # takes grid=(M, N)
 
     def __init__(self, mpi_comm=None, segment_size=None, allreduce_grad_dtype=None):
         if mpi_comm is None:
@@ -53,7 +53,20 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
         with self.config_scope():  # get_config() lists it, as for ChainerMN's pure_nccl
             self.allreduce_grad_dtype = _dtypes.checked(allreduce_grad_dtype)
         self.progress = BLOCKING  # how collectives are waited for (see _progress)
-        self.calls = 0
+        # Read on every gradient call: kept as plain values, since ChainerMN's properties
+        # (size) and attribute setter (its config scope) are a call each.
+        self._size = mpi_comm.size
+        self._count = {'calls': 0}
+
+    @property
+    def calls(self):
+        """Gradient calls made so far."""
+        return self._count['calls']
+
+    @property
+    def uses_grid(self):
+        """Whether it takes grid=(M, N): its registration says (``algorithms.variants``)."""
+        return variants.takes_grid(self.name)
 
     # --- what the optimizer, the launcher and the tuner ask -------------------------------
     @abc.abstractmethod

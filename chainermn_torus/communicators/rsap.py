@@ -1,33 +1,29 @@
-"""rsap with MPI: the torus phases of ``_torus`` (row reduce-scatter, column all-reduce of
-the 1/M chunk, divide into place), then the put rounds of ``algorithms.rsap`` (the algorithm
-and its schedule, described once there) into the row partners' windows at the same offset,
-so nothing is copied on the receiving side.
+"""rsap: rsaa's phases 1 and 2 (row reduce-scatter, column all-reduce of the 1/M chunk,
+divided into place), then phase 3 as MPI-3 one-sided Put rounds (Tamura & Hanawa): each
+round puts the chunks a position holds into a row partner's window at the same offset, so
+nothing is copied on the receiving side. The rounds are ``algorithms.rsap.put_rounds``
+(described once there, with their cost); the segment's phases are rsaa's
+(``rsaa.RsaaCommunicator._mean_segment``); what differs is the buffer's row phases,
+``_rsap_modes.PutRows``.
 
 One window covers the packed buffer, whose memory MPI allocates (MPI_Win_allocate); it is
 created with the buffer (creation is collective and costly) and reused on every call until
-the model's layout changes. The options are strategies of ``_rsap_modes``; ``shm`` (the
-default where rows lie inside nodes) replaces phases 1 and 4 by shared-memory reads.
+the model's layout changes. The options choose the strategies of ``_rsap_modes``; ``shm``
+(the default where rows lie inside nodes) is the ``shm`` variant, as rsaa's.
 """
-
-
 from chainermn_torus.algorithms.rsap import put_rounds
 from chainermn_torus.communicators import _dtypes, _packing
-from chainermn_torus.communicators._base import TorusCommunicatorBase
-from chainermn_torus.communicators._rsap_modes import REDUCE_SCATTERS, SYNCS
-from chainermn_torus.communicators._torus import TorusPhases
+from chainermn_torus.communicators._rsap_modes import (
+    NEEDS_MPI_SUM, REDUCE_SCATTERS, SYNCS, PutRows)
 from chainermn_torus.communicators._window import PutWindow
+from chainermn_torus.communicators.rsaa import RsaaCommunicator
 from chainermn_torus.errors import ConfigError
 
 __all__ = ['RsapCommunicator']
 
-
-def _window_of(buf):
-    """The MPI window of a buffer whose memory is a PutWindow's, else None."""
-    return buf.memory.win if isinstance(buf.memory, PutWindow) else None
-
-
 DEFAULT_SYNC = 'fence'
 DEFAULT_REDUCE_SCATTER = 'collective'
+_SAID = {'collective': 'MPI_Reduce_scatter_block', 'accumulate': 'MPI_Accumulate'}
 
 
 def _choice(name, value, choices, default):
@@ -39,20 +35,20 @@ def _choice(name, value, choices, default):
     return value
 
 
-class RsapCommunicator(TorusPhases, TorusCommunicatorBase):
+class RsapCommunicator(RsaaCommunicator):
     """rsap; options beyond rsaa's: ``sync`` 'fence' (default), 'notify' or 'pscw';
-    ``reduce_scatter`` 'collective' (default) or 'accumulate' (``_rsap_modes``: each a
-    strategy made once here, owning its MPI state until ``finalize``); ``shm`` as rsaa's,
+    ``reduce_scatter`` 'collective' (default) or 'accumulate' (``_rsap_modes``: strategies
+    made with each buffer, owning their MPI state until it is freed); ``shm`` as rsaa's,
     kept off by default where ``sync`` or ``reduce_scatter`` is given (shm has no puts).
     """
 
     name = 'rsap'
-    gather_phase = 'put'
-    _sync = _reduce_scatter = None  # the modes' strategies, made in __init__
+    variant = 'rsap'
 
     def __init__(self, mpi_comm=None, grid=None, segment_size=None, allreduce_grad_dtype=None,
                  shm=None, sync=None, reduce_scatter=None):
-        super(RsapCommunicator, self).__init__(mpi_comm, grid=grid, segment_size=segment_size,
+        # Not rsaa's __init__: its shm default is resolved below, knowing the modes.
+        super(RsaaCommunicator, self).__init__(mpi_comm, grid=grid, segment_size=segment_size,
                                                allreduce_grad_dtype=allreduce_grad_dtype)
         self.sync = _choice('sync', sync, tuple(SYNCS), DEFAULT_SYNC)
         self.reduce_scatter_mode = _choice('reduce_scatter', reduce_scatter,
@@ -65,49 +61,32 @@ class RsapCommunicator(TorusPhases, TorusCommunicatorBase):
                 'sync={!r} / reduce_scatter={!r} do not apply; leave them out or set '
                 'shm=False'.format(sync, reduce_scatter))
         self._setup_shm(shm, wanted_by_default=not explicit)
-        if REDUCE_SCATTERS[self.reduce_scatter_mode].needs_mpi_sum \
+        if self.reduce_scatter_mode in NEEDS_MPI_SUM \
                 and _dtypes.is_half(self.allreduce_grad_dtype):
             raise ConfigError('chainermn_torus: rsap reduce_scatter=\'accumulate\' needs an MPI '
                               'sum, which {} has not; use allreduce_grad_dtype float32 or '
                               .format(self.allreduce_grad_dtype.name) +
                               'reduce_scatter=\'collective\'')
-        self._sync = SYNCS[self.sync](self, put_rounds(self.grid.M))
-        self._reduce_scatter = REDUCE_SCATTERS[self.reduce_scatter_mode](self, self._sync)
+        self._rounds = put_rounds(self.grid.M)
+        if self.sync == 'pscw':
+            SYNCS['pscw'].warn()  # said once, when it is chosen
 
     def _describe_variant(self):
         if self.shm:
             return super(RsapCommunicator, self)._describe_variant()
         return ', puts synchronised by {}, reduce-scatter by {}'.format(
-            self._sync.describe, self._reduce_scatter.describe)
+            SYNCS[self.sync].describe, _SAID[self.reduce_scatter_mode])
 
-    def _row_reduce_scatter(self, part, src, buf, lo):
-        return self._reduce_scatter(part, src, buf, lo, _window_of(buf))
-
-    def _collective_reduce_scatter(self, part, src, buf, lo):
-        return super(RsapCommunicator, self)._row_reduce_scatter(part, src, buf, lo)
-
-    def _row_gather(self, buf, lo, c):
-        """Phase 4 as put rounds: chunks go straight into the partners' windows."""
-        if self.grid.M > 1:
-            self._sync.put_rounds(_window_of(buf), buf.array, lo, c, buf.mpi_type)
-
-    def finalize(self):
-        for mode in (self._reduce_scatter, self._sync):
-            if mode is not None:
-                mode.free()
-        super(RsapCommunicator, self).finalize()
-
-    def _new_buffer(self, layout, segment_elems):
-        buf = self._shm_buffer(layout, segment_elems)
-        if buf is not None:
-            return buf
+    def _message_buffer(self, layout, segment_elems):
         if self.grid.M == 1 or layout.size == 0:
-            return super(RsapCommunicator, self)._new_buffer(layout, segment_elems)
+            return super(RsapCommunicator, self)._message_buffer(layout, segment_elems)
         # The buffer's memory is the window's (see _window: a Put to the same node is then
         # one memcpy); 'notify' holds one passive epoch for the window's life.
         window = PutWindow(self.grid.row_comm, layout.size, layout.dtype,
-                           passive=self._sync.passive, purpose=self.shm_purpose)
+                           passive=SYNCS[self.sync].passive, purpose=self.shm_purpose)
         buf = _packing.PackedBuffer(layout, segment_elems, array=window.array, memory=window)
+        buf.rows = PutRows(self.grid.row_comm, self.progress, window.win, self._rounds,
+                           self.sync, self.reduce_scatter_mode)
         # Freed only by finalize() or buffer eviction, which every rank reaches at the same
         # point. Never from a garbage-collection finalizer: MPI_Win_free is collective, and
         # the collector runs at different moments on different ranks, so a free called from

@@ -18,7 +18,7 @@ import sys
 from chainermn_torus import config
 from chainermn_torus.process import STATE
 
-__all__ = ['say', 'forget', 'stop', 'line', 'RankStop', 'PREFIX', 'format_bytes']
+__all__ = ['say', 'stop', 'line', 'RankStop', 'PREFIX', 'format_bytes']
 
 PREFIX = 'chainermn_torus: '
 
@@ -35,12 +35,6 @@ def say(text, rank=None, key=None, stream=None, prefix=PREFIX):
         rank = MPI.COMM_WORLD.rank
     if rank == 0:
         print(prefix + text, file=stream or sys.stdout, flush=True)
-
-
-def forget():
-    """Say every keyed line again: for a process that runs one job after another (the test
-    harness's ranks, tests/mpi_workers/world_loop.py)."""
-    STATE.said.clear()
 
 
 class RankStop(SystemExit):

@@ -19,10 +19,10 @@ exchanges of more than ``MAX_DISTINCT`` steps play evenly spaced representative 
 import collections
 
 from chainermn_torus.algorithms.collectives import ceil_log2
-from chainermn_torus.algorithms.schedule import Call, segment_calls
+from chainermn_torus.algorithms.schedule import Call
 
-__all__ = ['Round', 'LIBRARIES', 'expand', 'node_aware', 'segment_rounds', 'rounds_of_calls',
-           'messages', 'total_bytes', 'round_count']
+__all__ = ['Round', 'LIBRARIES', 'expand', 'node_aware', 'rounds_of_calls',
+           'messages', 'total_bytes']
 
 LIBRARIES = ('halving', 'ring', 'doubling')
 MAX_DISTINCT = 8
@@ -223,11 +223,6 @@ def _merge(per_group):
     return out
 
 
-def segment_rounds(setup, elems, library='halving'):
-    """The rounds of one segment of ``elems`` elements."""
-    return rounds_of_calls(segment_calls(setup, elems), library)
-
-
 def rounds_of_calls(calls, library='halving', expand_call=None):
     """The rounds of a list of calls: consecutive calls on disjoint groups run side by
     side. ``expand_call(call, library)`` replaces ``expand`` (``node_aware``)."""
@@ -259,7 +254,3 @@ def messages(rounds):
 
 def total_bytes(rounds):
     return sum(n * r.repeat for r in rounds for _, _, n in r.messages)
-
-
-def round_count(rounds):
-    return sum(r.repeat for r in rounds)

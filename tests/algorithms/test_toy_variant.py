@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from conftest import ROOT, assert_ok, run_mpi
+import package_probes
 
 WORKERS = os.path.join(ROOT, 'tests', 'mpi_workers')
 
@@ -105,7 +106,7 @@ def test_toy_variant_is_planned_with_its_own_cost(toy):
 @pytest.mark.slow
 def test_toy_variant_has_a_schedule_the_simulator_plays(toy):
     from chainermn_torus.algorithms import schedule
-    calls = schedule.call_calls(schedule.Setup(toy.NAME, 4), [1003])
+    calls = package_probes.call_calls(schedule.Setup(toy.NAME, 4), [1003])
     assert [c.op for c in calls] == ['allreduce', 'reduce_scatter', 'compute', 'allgather',
                                      'allreduce', 'compute']
     assert calls[1].nbytes == 1000 * 4 and calls[4].nbytes == 3 * 4

@@ -2,17 +2,22 @@
 
 The checks run in the session's worlds (tests/mpi_world.py): one test per (variant, P).
 """
+import sys
+
 import pytest
 
 from chainermn_torus.algorithms import variants as table
-from conftest import ranks
+from conftest import ranks, WORKERS
+
+sys.path.insert(0, WORKERS)
+from conformance_variants import tested as mean_job_variants  # noqa: E402 (no MPI: only the table)
 
 # Every variant of the table at its rank counts (P = 1..8), and two specs the table does
 # not pin: rsaa's default on one node (shared memory) and rsap's two one-sided options
 # together.
 EXTRA = [('rsaa:shm=1', table.ONE_TO_EIGHT),
          ('rsap:sync=notify,reduce_scatter=accumulate', table.ONE_TO_EIGHT)]
-CASES = table.tested() + EXTRA
+CASES = mean_job_variants() + EXTRA
 
 # The fast tier: every variant at P = 2, the message paths at P = 3 (odd row lengths,
 # rsap's non-power-of-two put schedule).

@@ -32,6 +32,7 @@ from chainermn_torus.compute.functions import pooling as pooling_functions
 from chainermn_torus.compute.kernels import eltwise
 from chainermn_torus.compute.onednn import binding, geometries
 from compute_support import as_it_was, both  # noqa: F401 a fixture
+import package_probes
 
 pytestmark = pytest.mark.skipif(
     not binding.available(), reason='oneDNN is not installed for this Python (make setup '
@@ -556,7 +557,7 @@ def test_max_pooling_backward_twice_on_one_node():
 def test_geometries_beyond_the_bound_are_dropped_and_made_again():
     replacements.enable()
     was = geometries.bound()
-    geometries.set_bound(3)
+    package_probes.set_onednn_bound(3)
     try:
         first = _u((2, 3, 9, 9), 39)
         y = F.max_pooling_2d(chainer.Variable(first), 3, 2, 1)
@@ -569,7 +570,7 @@ def test_geometries_beyond_the_bound_are_dropped_and_made_again():
         y.backward()  # the first geometry again: made anew for the gradient
         assert geometries.stats()['made'] > made + 6
     finally:
-        geometries.set_bound(was)
+        package_probes.set_onednn_bound(was)
     same(y.array, F.max_pooling_2d(first, 3, 2, 1).array)
 
 
@@ -578,7 +579,7 @@ def test_the_bound_is_the_configuration_tables():
     assert config.SETTINGS['onednn_cache'].default == geometries.bound() or \
         'CHAINERMN_TORUS_ONEDNN_CACHE' in __import__('os').environ
     with pytest.raises(Exception, match='integer >= 1'):
-        geometries.set_bound(0)
+        package_probes.set_onednn_bound(0)
 
 
 # --- Chainer v7.8.1's own classes of cases ---------------------------------------------

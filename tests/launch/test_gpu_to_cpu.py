@@ -33,6 +33,7 @@ GPU = os.path.join(ROOT, 'tests', 'unchanged', 'gpu')
 sys.path.insert(0, GPU)
 import twins  # noqa: E402 (tests/unchanged/gpu/twins.py)
 import unmappable  # noqa: E402
+import package_probes  # noqa: E402
 
 OPTION = '--gpu-to-cpu'
 
@@ -104,7 +105,7 @@ def test_chainers_final_marker_stays_on_what_is_replaced(installed):
     # overriding to_gpu no longer got Chainer's warning (Chainer v7.8.1's own
     # test_link.py::TestLinkOverrideToDeviceMethods::test_to_gpu_override).
     installed(os.path.join(GPU, 'device_api.py'))
-    assert chainer.link.Link.to_gpu is not patches.original_of(
+    assert chainer.link.Link.to_gpu is not package_probes.original_of(
         chainer.device_resident.DeviceResident, 'to_gpu')
     with pytest.warns(DeprecationWarning, match="Overriding method 'to_gpu'"):
         class Mine(chainer.Link):

@@ -13,7 +13,8 @@ import chainer
 import numpy
 from mpi4py import MPI
 
-from chainermn_torus.algorithms.variants import VARIANTS, takes_grid, tested
+from chainermn_torus.algorithms.variants import VARIANTS, takes_grid
+from conformance_variants import tested
 from chainermn_torus.communicators import _dtypes
 from chainermn_torus.errors import Unsupported
 

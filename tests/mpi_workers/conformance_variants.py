@@ -1,8 +1,14 @@
 """The columns of the conformance matrix at P ranks (check_conformance.py), without MPI: the
-pytest side reads them to name one test per (variant, P)."""
+pytest side reads them to name one test per (variant, P); and the variants the exact-mean job
+runs (``tested``, check_mean.py)."""
 import numpy
 
 from chainermn_torus.algorithms.variants import VARIANTS, benchmarked
+
+
+def tested():
+    """(name, rank counts) for the exact-mean job, in table order."""
+    return [(v.name, v.test_ranks) for v in VARIANTS.values() if v.test_ranks]
 
 
 def variants(p):

@@ -5,7 +5,7 @@ communicators really make. Each variant averages a model whose arrays cut into s
 segments with uneven tails; the second call is recorded on every rank: every collective
 through the communicator's ``progress`` (the only way its phases call MPI), every put,
 fence and flush on its window, every notification, each with its group (as world ranks)
-and bytes. The record must equal ``schedules.calls_of(call_calls(...), rank)`` exactly.
+and bytes. The record must equal ``package_probes.calls_of(call_calls(...), rank)`` exactly.
 """
 import sys
 
@@ -17,6 +17,7 @@ from chainermn_torus.algorithms import schedule as schedules
 from chainermn_torus.communicators import create_variant
 
 import bound  # tests/mpi_workers
+import package_probes  # tests/ (world_loop.py puts it on the path)
 
 world = P = RANK = None  # set by bind (bound.py: a world's Dup, or MPI.COMM_WORLD)
 bind, _ = bound.binder(globals())
@@ -101,6 +102,24 @@ class Model(chainer.Link):
             p.grad = rng.standard_normal(p.data.shape).astype(numpy.float32)
 
 
+def _parts(obj):
+    """``obj`` and the package's objects it holds, depth first (bound methods' owners too)."""
+    if obj is None:
+        return []
+    out, todo = [], [obj]
+    while todo:
+        o = todo.pop()
+        if any(o is seen for seen in out):
+            continue
+        out.append(o)
+        for v in vars(o).values():
+            v = getattr(v, '__self__', v)
+            if type(v).__module__.startswith('chainermn_torus.communicators') \
+                    and hasattr(v, '__dict__'):
+                todo.append(v)
+    return out
+
+
 def check(variant, grid, fp16):
     sizes = [1003, 250, 7, 2501, 96, 5]  # several segments of 1000 elements, uneven tails
     kwargs = {'segment_size': 4000}
@@ -111,27 +130,26 @@ def check(variant, grid, fp16):
     comm.multi_node_mean_grad(model)  # makes the buffer (and window) before recording
     log = []
     comm.progress = Recorder(comm.progress, log)
-    window = None
+    row = group_of(comm.grid.row_comm) if comm.grid is not None else None
     for buf in list(comm._buffers.values()):
         buf.reducer.progress = comm.progress
-        memory = buf.memory
-        if getattr(memory, 'progress', None) is not None:
-            memory.progress = comm.progress
-        if hasattr(memory, '_win'):  # rsap's PutWindow: record between it and its window
-            window = (memory, memory._win)
-            memory._win = WindowRecorder(memory._win, group_of(comm.grid.row_comm), log)
-    sync = getattr(comm, '_sync', None)
-    if getattr(sync, 'notify_comm', None) is not None:  # rsap's notify strategy
-        sync.notify_comm = NotifyRecorder(sync.notify_comm, group_of(comm.grid.row_comm), log)
+        # The buffer's row phases and their strategies (rsaa.py, _rsap_modes, _shm) each
+        # hold what they were handed: the wait, the window, rsap's notification comm.
+        for part in _parts(getattr(buf, 'rows', None)) + [buf.memory]:
+            if getattr(part, 'progress', None) is not None:
+                part.progress = comm.progress
+            if getattr(part, 'win', None) is not None and hasattr(part, 'my_rounds') \
+                    or type(part).__name__ == 'AccumulateReduceScatter':
+                part.win = WindowRecorder(part.win, row, log)
+            if getattr(part, 'notify_comm', None) is not None:
+                part.notify_comm = NotifyRecorder(part.notify_comm, row, log)
     comm.multi_node_mean_grad(model)
-    if window is not None:
-        window[0]._win = window[1]
     (buf,) = comm._buffers.values()
     segments = [hi - lo for lo, hi, _ in buf.plan]
     algorithm = 'shm' if getattr(comm, 'shm', False) else variant
     setup = schedules.Setup(algorithm, P, grid[0] if grid else 1, 2 if fp16 else 4)
-    expected = [tuple(c[:3]) for c in schedules.calls_of(
-        schedules.call_calls(setup, segments), RANK) if c.op != 'compute']
+    expected = [tuple(c[:3]) for c in package_probes.calls_of(
+        package_probes.call_calls(setup, segments), RANK) if c.op != 'compute']
     got = [(op, tuple(g), n) for op, g, n in log]
     if got != expected:
         first = next(i for i, (a, b) in enumerate(zip(got + [None] * len(expected),

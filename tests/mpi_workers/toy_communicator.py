@@ -3,14 +3,13 @@ communicator base, as pure_allreduce is."""
 import numpy
 from mpi4py import MPI
 
-from chainermn_torus.communicators._averaging import divide_by_size
+from chainermn_torus.communicators._reduction import divide_by_size
 from chainermn_torus.communicators._base import TorusCommunicatorBase
 
 
 class RsAgCommunicator(TorusCommunicatorBase):
 
     name = 'rs_ag'
-    uses_grid = False
 
     def __init__(self, mpi_comm=None, segment_size=None, allreduce_grad_dtype=None):
         super(RsAgCommunicator, self).__init__(

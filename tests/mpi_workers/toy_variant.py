@@ -1,7 +1,7 @@
 """A toy variant added through the public seams only (docs/development.md, "Adding an
 algorithm"): its description (an ``algorithms.base.Algorithm``: schedule and cost), its MPI
-class (a ``TorusCommunicatorBase``), one row of ``algorithms.variants``, and the class's
-name in ``communicators.CLASSES`` (``add_class``). Nothing in the package names it.
+class (a ``TorusCommunicatorBase``), and one registration (``algorithms.variants.register``)
+that names the class and holds the variant's row. Nothing in the package names it.
 
 ``rs_ag``: each segment's main part (a multiple of P elements) by MPI_Reduce_scatter_block
 over all ranks, the division on this rank's 1/P, then an in-place MPI_Allgather; the tail
@@ -16,7 +16,6 @@ folder by its module name; under mpiexec for MPI ones).
 import runpy
 import sys
 
-from chainermn_torus import communicators
 from chainermn_torus.algorithms import variants
 from chainermn_torus.algorithms.base import Algorithm
 from chainermn_torus.algorithms.collectives import (
@@ -26,7 +25,6 @@ NAME = 'rs_ag'
 
 
 class RsAg(Algorithm):
-    grid = False
     node_aware = False
 
     def segment_calls(self, setup, elems):
@@ -54,14 +52,14 @@ _REMOVE = []
 
 def register():
     """Add the class and the row (idempotent)."""
-    if NAME in variants.VARIANTS:
+    if NAME in variants.COMMUNICATORS:
         return
-    _REMOVE.append(communicators.add_class(
+    _REMOVE.append(variants.register(
         NAME, 'toy_communicator', 'RsAgCommunicator',
-        'toy: a flat reduce-scatter and all-gather (the tests\' plugin)'))
-    _REMOVE.append(variants.add(variants.Variant(
-        NAME, NAME, {}, RsAg(), True, False, 'default', (2, 3),
-        'toy: MPI_Reduce_scatter_block + MPI_Allgather over all ranks')))
+        'toy: a flat reduce-scatter and all-gather (the tests\' plugin)', grid=False,
+        variants=[variants.Variant(
+            NAME, NAME, {}, RsAg(), True, 'default', (2, 3),
+            'toy: MPI_Reduce_scatter_block + MPI_Allgather over all ranks')]))
 
 
 def unregister():

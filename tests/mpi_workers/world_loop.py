@@ -19,9 +19,11 @@ import traceback
 from multiprocessing.connection import Client
 
 from chainermn_torus.process import STATE
-from chainermn_torus.runtime import report  # starts no MPI
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)                   # the checks' modules
+sys.path.insert(1, os.path.dirname(HERE))  # tests/: package_probes
+import package_probes  # noqa: E402 (starts no MPI)
 
 
 def run_check(world, module, function, args, env):
@@ -41,7 +43,7 @@ def run_check(world, module, function, args, env):
     finally:
         os.environ.clear()
         os.environ.update(saved)
-        report.forget()  # lines said once per process are said again in the next check
+        package_probes.forget_said()  # lines said once per process are said again in the next check
         STATE.settings = None  # the next check resolves its own environment's
 
 

@@ -11,8 +11,8 @@ import pytest
 import chainermn_torus  # NOQA  (the factory, and chainermn's names)
 from chainermn_torus import config
 from chainermn_torus.optimizers import type_checks
-from chainermn_torus.runtime import report
 from conftest import settings_again
+import package_probes
 
 
 def _train(steps, monkeypatch, setting=None, env=None):
@@ -44,7 +44,7 @@ def _train(steps, monkeypatch, setting=None, env=None):
 def _clean(monkeypatch):
     for var in ('CHAINERMN_TORUS_TYPE_CHECK', 'CHAINER_TYPE_CHECK', 'CHAINERMN_TORUS_QUIET'):
         monkeypatch.delenv(var, raising=False)
-    report.forget()
+    package_probes.forget_said()
 
 
 def test_checked_on_the_first_steps_then_off_said_once_and_the_same_numbers(monkeypatch,

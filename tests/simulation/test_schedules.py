@@ -7,6 +7,7 @@ import pytest
 from chainermn_torus.algorithms.rsap import put_rounds
 from chainermn_torus.algorithms import schedule as A, segments
 from chainermn_torus.simulation import schedules as S
+import package_probes
 
 
 def bytes_per_rank(rounds, side=0):
@@ -39,7 +40,7 @@ def test_collectives_move_the_bandwidth_optimal_bytes_on_powers_of_two(library, 
     per_rank = n * (p - 1) / p * 2 if library != 'doubling' else n * (p.bit_length() - 1)
     assert sorted(ar.values()) == pytest.approx([per_rank] * p)
     # rounds: log2 p for halving/doubling steps, p - 1 for a ring
-    steps = S.round_count(rs)
+    steps = package_probes.round_count(rs)
     assert steps == (p - 1 if library == 'ring' else p.bit_length() - 1)
 
 
@@ -93,8 +94,8 @@ def test_rsap_puts_are_put_rounds_and_every_position_gets_every_chunk(M):
 def test_float16_moves_half_the_bytes_and_sums_locally():
     s32 = A.Setup('rsaa', 8, 2, itemsize=4)
     s16 = A.Setup('rsaa', 8, 2, itemsize=2)
-    b32 = S.total_bytes(S.segment_rounds(s32, 1 << 16))
-    b16 = S.total_bytes(S.segment_rounds(s16, 1 << 16))
+    b32 = S.total_bytes(package_probes.segment_rounds(s32, 1 << 16))
+    b16 = S.total_bytes(package_probes.segment_rounds(s16, 1 << 16))
     assert b16 == pytest.approx(b32 / 2, rel=0.02)
     ops = {x.op for x in A.segment_calls(s16, 1 << 16)}
     assert 'alltoall' in ops and 'reduce_scatter' not in ops
@@ -122,7 +123,7 @@ def test_repeated_rounds_expand_in_messages():
 def test_large_groups_stay_playable():
     # 8,192 ranks: pairwise exchanges play representatives, barriers a repeated round
     rounds = S.expand(A.Call('alltoall', tuple(range(8192)), 8192 * 100))
-    assert len(rounds) == S.MAX_DISTINCT and S.round_count(rounds) == 8191
+    assert len(rounds) == S.MAX_DISTINCT and package_probes.round_count(rounds) == 8191
     assert len(S.expand(A.Call('barrier', tuple(range(8192)), 0))) == 1
 
 

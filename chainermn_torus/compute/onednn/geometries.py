@@ -25,7 +25,7 @@ import collections
 from chainermn_torus import config
 from chainermn_torus.runtime.cpu import threads
 
-__all__ = ['cached', 'bound', 'set_bound', 'clear', 'stats']
+__all__ = ['cached', 'bound', 'clear', 'stats']
 
 _KEPT = collections.OrderedDict()        # (kind, key) -> object, least recently used first
 _STATS = {'made': 0, 'reused': 0, 'dropped': 0, 'bound': None, 'threads': None}
@@ -36,12 +36,6 @@ def bound():
     if _STATS['bound'] is None:
         _STATS['bound'] = config.current()['onednn_cache']
     return _STATS['bound']
-
-
-def set_bound(n):
-    """Keep at most ``n`` geometries from now on (dropping the oldest beyond it)."""
-    _STATS['bound'] = config.parse('count', n, 'onednn cache bound')
-    _trim()
 
 
 def _trim():

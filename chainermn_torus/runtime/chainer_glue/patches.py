@@ -36,7 +36,7 @@ import weakref
 
 from chainermn_torus.process import STATE
 
-__all__ = ['apply', 'undo', 'uninstall', 'applied', 'original_of', 'Patch', 'GROUPS']
+__all__ = ['apply', 'undo', 'uninstall', 'applied', 'Patch', 'GROUPS']
 
 GROUPS = ('registry', 'launcher', 'gpu to cpu', 'watchdog', 'timing', 'abort', 'compute',
           'chainer import', 'fused', 'chainer tests', 'outputs')
@@ -152,11 +152,3 @@ def uninstall(group=None, owner=None):
 def applied(group=None, owner=None):
     return [p for p in STATE.patches if (group is None or p.group == group)
             and (owner is None or p.owner is owner)]
-
-
-def original_of(owner, name):
-    """What ``owner.name`` was before this package's first patch of it (itself if none)."""
-    for patch in STATE.patches:
-        if patch.owner is owner and patch.name == name:
-            return patch.original
-    return getattr(owner, name)

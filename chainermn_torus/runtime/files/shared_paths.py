@@ -34,7 +34,7 @@ import stat
 from chainermn_torus.errors import UnsafePath
 
 __all__ = ['owner_name', 'what_is_there', 'yours', 'problem', 'refusal', 'open_file', 'read_bytes',
-           'read_json', 'directory_problem', 'create_unique', 'token']
+           'read_json', 'create_unique', 'token']
 
 _CLOEXEC = getattr(os, 'O_CLOEXEC', 0)
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
@@ -167,21 +167,6 @@ def read_json(path, what, limit, trusted=False, fix=None):
     """``read_bytes`` parsed as JSON; ValueError (a ``json.JSONDecodeError`` or a
     UnicodeDecodeError) where it is not."""
     return json.loads(read_bytes(path, what, limit, trusted, fix).decode('utf-8'))
-
-
-def directory_problem(path, trusted=False, shared=False):
-    """Why the directory ``path`` may not be entered, or None; FileNotFoundError where it
-    does not exist. The directory itself is not followed: a link to one is refused."""
-    try:
-        fd = _opened(path, _DIRECTORY)
-    except UnsafePath as e:
-        return 'it is ' + str(e)
-    except NotADirectoryError:
-        return 'it is {}, not a directory'.format(what_is_there(os.lstat(path)))
-    try:
-        return problem(os.fstat(fd), trusted=trusted, directory=True, shared=shared)
-    finally:
-        os.close(fd)
 
 
 def token():

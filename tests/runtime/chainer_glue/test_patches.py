@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 from conftest import ROOT, pythonpath
+import package_probes
 
 CHECK = r'''
 import chainer, chainermn, chainermn.communicators, chainermn.optimizers
@@ -98,6 +99,6 @@ def test_apply_and_undo_keep_inheritance():
     assert 'f' not in vars(Child) and Child().f() == 'base'
     q = patches.apply(Base, 'f', lambda self: 'ours', 'compute', 'the test')
     original = vars(q.owner)['f']
-    assert patches.original_of(Base, 'f') is q.original
+    assert package_probes.original_of(Base, 'f') is q.original
     patches.undo(q)
     assert vars(Base)['f'] is q.original is not original

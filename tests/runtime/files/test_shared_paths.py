@@ -8,6 +8,7 @@ import pytest
 from chainermn_torus.errors import UnsafePath
 from chainermn_torus.runtime.files import shared_paths
 from tests.other_user import OTHER_UID, as_other, needs_root, shared_dir  # noqa: F401
+import package_probes
 
 
 def _refused(path, limit=100, **kwargs):
@@ -44,15 +45,15 @@ def test_a_directory_link_is_refused_and_a_sticky_shared_one_allowed_where_asked
     real = tmp_path / 'real'
     real.mkdir(mode=0o700)
     (tmp_path / 'via').symlink_to(str(real))
-    assert shared_paths.directory_problem(str(real)) is None
-    assert 'a symbolic link owned by' in shared_paths.directory_problem(str(tmp_path / 'via'))
-    assert 'a symbolic link' in shared_paths.directory_problem(str(tmp_path / 'via'),
+    assert package_probes.directory_problem(str(real)) is None
+    assert 'a symbolic link owned by' in package_probes.directory_problem(str(tmp_path / 'via'))
+    assert 'a symbolic link' in package_probes.directory_problem(str(tmp_path / 'via'),
                                                                trusted=True)
     real.chmod(0o1777)
-    assert 'can be written by everyone (mode 1777' in shared_paths.directory_problem(str(real))
-    assert shared_paths.directory_problem(str(real), shared=True) is None
+    assert 'can be written by everyone (mode 1777' in package_probes.directory_problem(str(real))
+    assert package_probes.directory_problem(str(real), shared=True) is None
     with pytest.raises(FileNotFoundError):
-        shared_paths.directory_problem(str(tmp_path / 'none'))
+        package_probes.directory_problem(str(tmp_path / 'none'))
 
 
 @needs_root
