@@ -35,6 +35,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 NAMED = ['extensions/checkpoint.py', 'extensions/checkpoint', 'auto.py', 'tuning',
          'optimizers/multi_node.py', 'optimizers/update_modes.py', 'optimizers/finite_checks.py',
@@ -332,6 +333,74 @@ def _hand_lists(tree_dir, package):
     return files
 
 
+def _names_all(tree, names):
+    """Whether one display (tuple, list, set, dict) or one ``from ... import`` of the module
+    names nearly every one of ``names`` (4 in 5 or more, at least 2): a list kept by hand of
+    all of them, which a new one must join. A display that picks a few (the paper's rsap
+    and rsaa in a study, a phrase for some options) is a choice, not such a list."""
+    need = max(2, -(-4 * len(names) // 5))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            held = {a.name for a in node.names} & names
+        else:
+            items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else \
+                node.values + node.keys if isinstance(node, ast.Dict) else []
+            # (name, ...) pairs count by their first item: an OrderedDict's rows
+            items = [i.elts[0] if isinstance(i, ast.Tuple) and i.elts else i for i in items]
+            held = {i.value for i in items if isinstance(i, ast.Constant) and i.value in names}
+        if len(held) >= need:
+            return True
+    return False
+
+
+def _to_add(tree_dir, package):
+    """The package's files to touch to add one more of: a communicator variant, a
+    communicator, a launcher option (a setting), a oneDNN function. Each is the file(s) the
+    new one is written in, plus every file that keeps a list of all the existing ones by
+    hand (``_names_all``). Its test, and the docs' tables that tests compare with the code,
+    come on top and are not counted."""
+    sys.path.insert(0, tree_dir)
+    try:
+        from chainermn_torus import config
+        from chainermn_torus import communicators
+        from chainermn_torus.algorithms import variants
+    finally:
+        sys.path.pop(0)
+    # The registrations; before issue 74, communicators.CLASSES beside the variants
+    registered = getattr(variants, 'COMMUNICATORS', None) or communicators.CLASSES
+    functions = os.path.join(package, 'compute', 'functions')
+    binding = open(os.path.join(package, 'compute', 'onednn', 'binding.py')).read()
+    kinds = {
+        'variant': ([set(variants.VARIANTS)],
+                    ['chainermn_torus/algorithms/variants.py (its row)']),
+        # auto registers itself from _registry, as a plugin's does: not in the package's lists
+        'communicator': ([set(registered) - {'auto'}],
+                         ['chainermn_torus/communicators/<name>.py (its class)',
+                          'chainermn_torus/algorithms/variants.py (its registration)']),
+        'launcher option': (
+            [set(config.SETTINGS), {config.option_of(k) for k in config.SETTINGS},
+             {s.env for s in config.SETTINGS.values()}],
+            ['chainermn_torus/config.py (its row)', '(the module that applies it)']),
+        'onednn function': (
+            [{n[:-3] for n in os.listdir(functions)
+              if n.endswith('.py') and n not in ('__init__.py', 'common.py')},
+             set(re.findall(r"'(dnnl_\w+_primitive_desc_create)'", binding))],
+            ['chainermn_torus/compute/functions/<function>.py',
+             'chainermn_torus/compute/onednn/<primitive>.py']),
+    }
+    out = {}
+    for kind, (name_sets, own) in kinds.items():
+        files = list(own)
+        for path in _py_files(package):
+            rel = os.path.relpath(path, tree_dir)
+            parsed = ast.parse(open(path).read())
+            if not any(rel in o for o in own) and \
+                    any(_names_all(parsed, names) for names in name_sets):
+                files.append(rel)
+        out[kind] = files
+    return out
+
+
 def _config_names(tree):
     """Names under which a module holds ``chainermn_torus.config`` (the module) and its
     ``value``/``env`` functions."""
@@ -492,6 +561,7 @@ def figures(tree):
                                        for n, v in names.items()
                                        if len(v) > 1 and n != '__init__.py'),
             'hand_lists': _hand_lists(tree, package),
+            'files_to_add': _to_add(tree, package),
             'settings_reads_outside_config': settings_reads,
             'settings_read_modules': sorted({r.split(':')[0] for r in settings_reads}),
             'process_effects': effects,
@@ -531,6 +601,10 @@ def main():
           'lines)'.format(len(out['patch_call_sites']), len(out['patch_call_modules']),
                           len(out['import_aliases']), *out['largest_module']))
     print('lists kept by hand: {}'.format(json.dumps(out['hand_lists'])))
+    for kind, files in out['files_to_add'].items():
+        print('files to touch to add a {}: {}'.format(kind, len(files)))
+        for f in files:
+            print('  ' + f)
     style = out['style_findings']
     print('style findings: {}'.format('ruff not installed' if style is None else '{} ({})'.format(
         sum(style.values()), ', '.join('{} {}'.format(k, v) for k, v in style.items()))))

@@ -87,3 +87,19 @@ def test_the_readmes_option_table_names_every_launcher_option():
     named = set(re.findall(r'`(--[a-z0-9-]+)', rows))
     assert [options.option_of(k) for k in options.keys()
             if options.option_of(k) not in named] == []
+
+
+def test_layout_names_the_compute_folders_as_they_are():
+    # docs/layout.md says how compute/functions, onednn and kernels name their modules;
+    # the lists it gives are the folders' modules, no more and no fewer.
+    text = open(os.path.join(ROOT, 'docs', 'layout.md')).read()
+    for folder, said in (('functions', 'after the Chainer function replaced'),
+                         ('onednn', 'after the oneDNN primitive'),
+                         ('kernels', "after numba's kernel")):
+        start = text.index('`{}/` {}'.format(folder, said))
+        listed = set(re.findall(r'`(\w+)`', text[start:text.index(')', start)]))
+        path = os.path.join(ROOT, 'chainermn_torus', 'compute', folder)
+        modules = {n[:-3] for n in os.listdir(path) if n.endswith('.py')}
+        helpers = {'__init__', 'common', 'binding', 'primitives', 'layer', 'geometries',
+                   'copies'}  # the folders' shared pieces, not one layer's
+        assert listed == modules - helpers, (folder, sorted(listed), sorted(modules - helpers))

@@ -9,9 +9,11 @@ what computes them, the cases left to Chainer and why; the start-up line, docs/c
 table via ``table()``, the patches and their tests read it); each replacement hands back to
 Chainer's own code through ``modes`` where oneDNN would not compute alike, said once.
 ``disable()`` puts Chainer's back. Adding a function: docs/compute.md, "Adding a function"."""
-from chainermn_torus.compute import modes
-from chainermn_torus.compute.functions import batch_normalization, common, convolution, \
-    linear, local_response_normalization, pooling, relu, sums
+import importlib
+import pkgutil
+
+from chainermn_torus.compute import functions, modes
+from chainermn_torus.compute.functions import common
 from chainermn_torus.compute.onednn import binding
 from chainermn_torus.runtime.chainer_glue import patches
 
@@ -23,8 +25,12 @@ def enabled():
     return modes.enabled()
 
 
-REPLACEMENTS = (convolution.ROWS + batch_normalization.ROWS + relu.ROWS + pooling.ROWS
-                + local_response_normalization.ROWS + sums.ROWS + linear.ROWS)
+# Every module of compute/functions but the shared one, by name: a new function is its own
+# module there (docs/compute.md, "Adding a function"), found without a list to add it to.
+_FUNCTIONS = [importlib.import_module(functions.__name__ + '.' + m.name)
+              for m in sorted(pkgutil.iter_modules(functions.__path__), key=lambda m: m.name)
+              if m.name != 'common']
+REPLACEMENTS = tuple(row for module in _FUNCTIONS for row in module.ROWS)
 # What precision bf16 changes (the start-up line; docs/compute.md, "bfloat16").
 LOW_PRECISION = ('convolution_2d, deconvolution_2d and linear read bfloat16, sum in float32; '
                  'parameters, gradients and the update stay float32')
@@ -34,7 +40,7 @@ REPLACED = ', '.join('{} ({})'.format(row.function, row.said) for row in REPLACE
 # (``modes.in_mode_of_forward``): the functions it applies read what that forward left.
 _BACKWARDS = sorted({cls for cls, _, _ in _REPLACEMENTS}, key=lambda c: c.__name__)
 # Their backwards find the bfloat16 copies their forwards kept (compute.onednn.copies).
-_SHARE_COPIES = convolution.SHARE_COPIES + linear.SHARE_COPIES
+_SHARE_COPIES = tuple(c for module in _FUNCTIONS for c in getattr(module, 'SHARE_COPIES', ()))
 
 
 def table():

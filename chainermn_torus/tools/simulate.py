@@ -61,8 +61,10 @@ def run(argv):
     p.add_argument('--network', default='ofp',
                    help='preset ({}) or a calibrate file (default %(default)s)'.format(
                        ', '.join(sorted(planner.PRESETS))))
-    p.add_argument('--algorithm', nargs='+', default=['pure_allreduce', 'rsaa', 'rsap'],
-                   choices=variants.simulated())
+    # Default: each registered communicator's first modelled variant (its plain form).
+    p.add_argument('--algorithm', nargs='+', choices=variants.simulated(), default=[
+        reg.variants[0].name for reg in variants.COMMUNICATORS.values()
+        if reg.variants and reg.variants[0].algorithm is not None])
     p.add_argument('--grid', nargs='*', default=None, metavar='MxN',
                    help='grids for rsaa/rsap/shm (default: M = 2, 4, 16, 64 where they fit)')
     p.add_argument('--model', default='resnet50', help='resnet50, mlp or a byte count')

@@ -12,15 +12,32 @@ kernels beat about 2x in both directions (measured: ``docs/compute.md``). The ru
 statistics are Chainer's to update (``onednn``'s implementation class does it as Chainer
 does, from the mean and variance returned here). NCHW in and out, no reorder.
 """
+import ctypes
+
 import numpy
 
 from chainermn_torus.compute.onednn import binding, geometries, layer
 from chainermn_torus.runtime.cpu import jit
 
+# The C functions this primitive calls (binding.declare: every call goes through their
+# types), and its algorithm kinds.
+_C, _P, _DIMS = ctypes, binding.P, binding.DIMS
+binding.declare({
+    'dnnl_batch_normalization_forward_primitive_desc_create': (
+        [_C.POINTER(_P), _P, _C.c_int, _P, _P, _C.c_float, _C.c_uint, _P],
+        _C.c_int),
+    'dnnl_batch_normalization_backward_primitive_desc_create': (
+        [_C.POINTER(_P), _P, _C.c_int, _P, _P, _P, _C.c_float, _C.c_uint, _P, _P],
+        _C.c_int),
+})
+# Batch normalization's flags: scale (gamma) and shift (beta) given; statistics given.
+BN_FLAGS = {'use_global_stats': 1, 'use_scale': 2, 'use_shift': 4}
+
+
 __all__ = ['BatchNorm', 'batch_norm', 'forward', 'backward', 'inference', 'implementation',
            'IMPLEMENTATIONS']
 
-_FLAGS = binding.BN_FLAGS['use_scale'] | binding.BN_FLAGS['use_shift']
+_FLAGS = BN_FLAGS['use_scale'] | BN_FLAGS['use_shift']
 
 
 class BatchNorm(layer.Layer):
@@ -48,7 +65,7 @@ class BatchNorm(layer.Layer):
             status = lib.dnnl_batch_normalization_forward_primitive_desc_create(
                 binding.ctypes.byref(pd), binding.engine(),
                 binding.PROP['forward_training' if training else 'forward_inference'], data, data,
-                self.eps, _FLAGS | (0 if training else binding.BN_FLAGS['use_global_stats']),
+                self.eps, _FLAGS | (0 if training else BN_FLAGS['use_global_stats']),
                 binding.attr())
         binding.check(status, '{} {}'.format(self.what, step))
         return pd

@@ -24,7 +24,7 @@ from chainermn_torus.errors import Unsupported
 
 __all__ = ['available', 'why_unavailable', 'version', 'lib', 'engine', 'stream', 'plain_md',
            'sgemm', 'any_md', 'query_md', 'md_equal', 'md_size', 'dims', 'attr', 'DnnlError',
-           'F32', 'BF16', 'DTYPES', 'ARG', 'PROP', 'ALG', 'QUERY', 'TAG', 'BN_FLAGS', 'P',
+           'F32', 'BF16', 'DTYPES', 'ARG', 'PROP', 'ALG', 'QUERY', 'TAG', 'P', 'declare',
            'ExecArg', 'handle_of',
            'loaded']
 
@@ -37,11 +37,9 @@ DTYPES = {'fp32': F32, 'bf16': BF16}
 TAG = {'any': 1, 'a': 2, 'ab': 3, 'abcd': 5, 'abcde': 6, 'aBcd16b': 78}
 PROP = {'forward_training': 64, 'forward_inference': 96, 'backward': 128,
         'backward_data': 160, 'backward_weights': 192}
-ALG = {'convolution_direct': 1, 'eltwise_relu': 32, 'pooling_max': 511,
-       'pooling_avg_include_padding': 767, 'pooling_avg_exclude_padding': 1023,
-       'lrn_across_channels': 2815}
-# Batch normalization's flags: scale (gamma) and shift (beta) given; statistics given.
-BN_FLAGS = {'use_global_stats': 1, 'use_scale': 2, 'use_shift': 4}
+# The algorithm kinds (dnnl_alg_kind_t) the layer modules use: each declares its own
+# (``declare``), beside the C functions it calls.
+ALG = {}
 QUERY = {'src': 129, 'diff_src': 130, 'weights': 131, 'diff_weights': 132, 'dst': 133,
          'diff_dst': 134, 'workspace': 135, 'scratchpad': 136, 'exec_arg': 255,
          'impl_info_str': 8}
@@ -73,7 +71,9 @@ _STATUS = {1: 'out of memory', 2: 'invalid arguments', 3: 'unimplemented',
            10: 'invalid data type'}
 
 # function -> (argtypes, restype); every call goes through these declarations (a Python int
-# passed where a pointer is expected would be cut to 32 bits otherwise).
+# passed where a pointer is expected would be cut to 32 bits otherwise). Here the library's
+# own (engine, stream, memory, primitives, reorder, sgemm); each layer module declares its
+# primitive's beside the code that calls them (``declare``), so a new one is that module.
 _SIGNATURES = {
     'dnnl_version': ([], ctypes.POINTER(_Version)),
     'dnnl_engine_create': ([ctypes.POINTER(P), ctypes.c_int, ctypes.c_size_t], ctypes.c_int),
@@ -101,48 +101,9 @@ _SIGNATURES = {
     'dnnl_primitive_destroy': ([P], ctypes.c_int),
     'dnnl_primitive_execute': ([P, P, ctypes.c_int, ctypes.POINTER(ExecArg)], ctypes.c_int),
     'dnnl_reorder_primitive_desc_create': ([ctypes.POINTER(P), P, P, P, P, P], ctypes.c_int),
-    'dnnl_convolution_forward_primitive_desc_create': (
-        [ctypes.POINTER(P), P, ctypes.c_int, ctypes.c_int, P, P, P, P, DIMS, DIMS, DIMS,
-         DIMS, P], ctypes.c_int),
-    'dnnl_convolution_backward_data_primitive_desc_create': (
-        [ctypes.POINTER(P), P, ctypes.c_int, P, P, P, DIMS, DIMS, DIMS, DIMS, P, P],
-        ctypes.c_int),
-    'dnnl_convolution_backward_weights_primitive_desc_create': (
-        [ctypes.POINTER(P), P, ctypes.c_int, P, P, P, P, DIMS, DIMS, DIMS, DIMS, P, P],
-        ctypes.c_int),
-    'dnnl_eltwise_forward_primitive_desc_create': (
-        [ctypes.POINTER(P), P, ctypes.c_int, ctypes.c_int, P, P, ctypes.c_float,
-         ctypes.c_float, P], ctypes.c_int),
-    'dnnl_eltwise_backward_primitive_desc_create': (
-        [ctypes.POINTER(P), P, ctypes.c_int, P, P, P, ctypes.c_float, ctypes.c_float, P, P],
-        ctypes.c_int),
-    'dnnl_batch_normalization_forward_primitive_desc_create': (
-        [ctypes.POINTER(P), P, ctypes.c_int, P, P, ctypes.c_float, ctypes.c_uint, P],
-        ctypes.c_int),
-    'dnnl_batch_normalization_backward_primitive_desc_create': (
-        [ctypes.POINTER(P), P, ctypes.c_int, P, P, P, ctypes.c_float, ctypes.c_uint, P, P],
-        ctypes.c_int),
-    'dnnl_pooling_forward_primitive_desc_create': (
-        [ctypes.POINTER(P), P, ctypes.c_int, ctypes.c_int, P, P, DIMS, DIMS, DIMS, DIMS,
-         DIMS, P], ctypes.c_int),
-    'dnnl_pooling_backward_primitive_desc_create': (
-        [ctypes.POINTER(P), P, ctypes.c_int, P, P, DIMS, DIMS, DIMS, DIMS, DIMS, P, P],
-        ctypes.c_int),
-    'dnnl_lrn_forward_primitive_desc_create': (
-        [ctypes.POINTER(P), P, ctypes.c_int, ctypes.c_int, P, P, ctypes.c_int64,
-         ctypes.c_float, ctypes.c_float, ctypes.c_float, P], ctypes.c_int),
-    'dnnl_lrn_backward_primitive_desc_create': (
-        [ctypes.POINTER(P), P, ctypes.c_int, P, P, P, ctypes.c_int64, ctypes.c_float,
-         ctypes.c_float, ctypes.c_float, P, P], ctypes.c_int),
     'dnnl_sgemm': ([ctypes.c_char, ctypes.c_char] + [ctypes.c_int64] * 3 +
                    [ctypes.c_float, P, ctypes.c_int64, P, ctypes.c_int64, ctypes.c_float, P,
                     ctypes.c_int64], ctypes.c_int),
-    'dnnl_inner_product_forward_primitive_desc_create': (
-        [ctypes.POINTER(P), P, ctypes.c_int, P, P, P, P, P], ctypes.c_int),
-    'dnnl_inner_product_backward_data_primitive_desc_create': (
-        [ctypes.POINTER(P), P, P, P, P, P, P], ctypes.c_int),
-    'dnnl_inner_product_backward_weights_primitive_desc_create': (
-        [ctypes.POINTER(P), P, P, P, P, P, P, P], ctypes.c_int),
 }
 
 _STATE = {}  # 'lib', 'engine', 'stream', 'why', 'pid'
@@ -198,9 +159,7 @@ def _load():
             tried.append('{}: {}'.format(path, e))
             continue
         try:
-            for name, (argtypes, restype) in _SIGNATURES.items():
-                fn = getattr(lib, name)
-                fn.argtypes, fn.restype = argtypes, restype
+            _bind(lib, _SIGNATURES)
         except AttributeError as e:  # another major version (v2's API has other names)
             tried.append('{}: {}'.format(path, e))
             continue
@@ -232,6 +191,30 @@ def version():
     """(major, minor, patch, path) of the loaded library."""
     _load()
     return _STATE.get('version', ()) + (_STATE.get('path'),)
+
+
+def _bind(lib, signatures):
+    for name, (argtypes, restype) in signatures.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = argtypes, restype
+
+
+def declare(signatures, algorithms=None):
+    """Declare a layer module's C functions (name -> (argtypes, restype)) and the algorithm
+    kinds it uses, at its import: every call of them goes through these types. A library
+    loaded already is given them at once; one that lacks a function raises DnnlError."""
+    taken = sorted(set(signatures) & set(_SIGNATURES)) + sorted(
+        set(algorithms or {}) & set(ALG))
+    if taken:
+        raise ValueError('chainermn_torus: oneDNN declarations made twice: {}'.format(
+            ', '.join(taken)))
+    _SIGNATURES.update(signatures)
+    ALG.update(algorithms or {})
+    if 'lib' in _STATE:
+        try:
+            _bind(_STATE['lib'], signatures)
+        except AttributeError as e:
+            raise DnnlError('chainermn_torus: {} lacks {}'.format(_STATE['path'], e)) from None
 
 
 def lib():

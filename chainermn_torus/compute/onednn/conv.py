@@ -21,11 +21,28 @@ the numbers are those of one convolution on the plain arrays.
 
 Why it is built so: docs/internals.md (compute/onednn/conv.py).
 """
+import ctypes
 import functools
 
 import numpy
 
 from chainermn_torus.compute.onednn import binding, geometries, layer
+
+# The C functions this primitive calls (binding.declare: every call goes through their
+# types), and its algorithm kinds.
+_C, _P, _DIMS = ctypes, binding.P, binding.DIMS
+binding.declare({
+    'dnnl_convolution_forward_primitive_desc_create': (
+        [_C.POINTER(_P), _P, _C.c_int, _C.c_int, _P, _P, _P, _P, _DIMS, _DIMS, _DIMS,
+         _DIMS, _P], _C.c_int),
+    'dnnl_convolution_backward_data_primitive_desc_create': (
+        [_C.POINTER(_P), _P, _C.c_int, _P, _P, _P, _DIMS, _DIMS, _DIMS, _DIMS, _P, _P],
+        _C.c_int),
+    'dnnl_convolution_backward_weights_primitive_desc_create': (
+        [_C.POINTER(_P), _P, _C.c_int, _P, _P, _P, _P, _DIMS, _DIMS, _DIMS, _DIMS, _P, _P],
+        _C.c_int),
+}, algorithms={'convolution_direct': 1})
+
 
 __all__ = ['Convolution', 'convolution', 'out_size', 'pad_after', 'empty_window', 'plan',
            'forward', 'backward_data', 'backward_weights', 'deconvolution', 'plain_weights',

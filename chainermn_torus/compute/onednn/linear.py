@@ -6,9 +6,24 @@ Only for ``precision`` bf16: in float32 the linear layers stay Chainer's (numpy'
 that fp32 results stay those of every earlier release bit for bit. The bias's gradient is
 Chainer's sum in either case.
 """
+import ctypes
+
 import numpy
 
 from chainermn_torus.compute.onednn import binding, geometries, layer
+
+# The C functions this primitive calls (binding.declare: every call goes through their
+# types), and its algorithm kinds.
+_C, _P, _DIMS = ctypes, binding.P, binding.DIMS
+binding.declare({
+    'dnnl_inner_product_forward_primitive_desc_create': (
+        [_C.POINTER(_P), _P, _C.c_int, _P, _P, _P, _P, _P], _C.c_int),
+    'dnnl_inner_product_backward_data_primitive_desc_create': (
+        [_C.POINTER(_P), _P, _P, _P, _P, _P, _P], _C.c_int),
+    'dnnl_inner_product_backward_weights_primitive_desc_create': (
+        [_C.POINTER(_P), _P, _P, _P, _P, _P, _P, _P], _C.c_int),
+})
+
 
 __all__ = ['InnerProduct', 'inner_product', 'forward', 'backward_data', 'backward_weights']
 

@@ -7,9 +7,24 @@ Chainer's iDeep path did); its window is centred and odd, ``2 (n // 2) + 1`` cha
 which is Chainer's window for an even ``n`` too. The forward keeps oneDNN's workspace (the
 scale it computed) for the gradient, where one is made. Plain layout, no reorder.
 """
+import ctypes
+
 import numpy
 
 from chainermn_torus.compute.onednn import binding, geometries, layer
+
+# The C functions this primitive calls (binding.declare: every call goes through their
+# types), and its algorithm kinds.
+_C, _P, _DIMS = ctypes, binding.P, binding.DIMS
+binding.declare({
+    'dnnl_lrn_forward_primitive_desc_create': (
+        [_C.POINTER(_P), _P, _C.c_int, _C.c_int, _P, _P, _C.c_int64,
+         _C.c_float, _C.c_float, _C.c_float, _P], _C.c_int),
+    'dnnl_lrn_backward_primitive_desc_create': (
+        [_C.POINTER(_P), _P, _C.c_int, _P, _P, _P, _C.c_int64, _C.c_float,
+         _C.c_float, _C.c_float, _P, _P], _C.c_int),
+}, algorithms={'lrn_across_channels': 2815})
+
 
 __all__ = ['Lrn', 'lrn', 'forward', 'backward', 'window']
 

@@ -17,11 +17,26 @@ which oneDNN does not take for pooling: the array is then given to oneDNN as a s
 without those rows (they are in no window, so their gradient is zero), not copied.
 Pooling runs on the plain layout, with no reorder.
 """
+import ctypes
 import functools
 
 import numpy
 
 from chainermn_torus.compute.onednn import binding, conv, geometries, layer
+
+# The C functions this primitive calls (binding.declare: every call goes through their
+# types), and its algorithm kinds.
+_C, _P, _DIMS = ctypes, binding.P, binding.DIMS
+binding.declare({
+    'dnnl_pooling_forward_primitive_desc_create': (
+        [_C.POINTER(_P), _P, _C.c_int, _C.c_int, _P, _P, _DIMS, _DIMS, _DIMS, _DIMS,
+         _DIMS, _P], _C.c_int),
+    'dnnl_pooling_backward_primitive_desc_create': (
+        [_C.POINTER(_P), _P, _C.c_int, _P, _P, _DIMS, _DIMS, _DIMS, _DIMS, _DIMS, _P, _P],
+        _C.c_int),
+}, algorithms={'pooling_max': 511, 'pooling_avg_include_padding': 767,
+                                'pooling_avg_exclude_padding': 1023})
+
 
 __all__ = ['plan', 'Pooling', 'pooling', 'max_forward', 'max_backward', 'average_forward',
            'average_backward', 'out_shape']
