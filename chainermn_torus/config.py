@@ -25,7 +25,7 @@ from chainermn_torus.process import STATE
 __all__ = ['SETTINGS', 'KINDS', 'Settings', 'resolve', 'current', 'peek', 'alone', 'install',
            'parse',
            'quiet', 'table', 'add_arguments', 'add_communicator', 'add_option',
-           'flags', 'option_of']
+           'flags', 'options', 'parse_args', 'option_of']
 
 # ``launcher``: what ``python -m chainermn_torus.run`` applies the setting to as its option
 # --KEY-WITH-DASHES (LAUNCHER_TARGETS: the script's multi-node optimizers, as the keyword of
@@ -590,40 +590,104 @@ def arg_type(kind):
 
 
 def add_option(parser, key, option=None, dest=None, help=None, default=None, nargs=None,
-               counts=False):
+               counts=False, aliases=(), metavar=None, const=None):
     """Declare setting ``key`` on ``parser`` (or an argument group) from its row: its option
-    (default ``--key-with-dashes``), its parser and metavar, its meaning as the help (or
-    ``help``). Default None: not given, the variable, else the row's default, decide; a
-    benchmark gives its own (its figures are of that value), and ``nargs`` for several.
-    ``counts``: numbers only (a benchmark's thread counts: no 'off'). A flag is --X / --no-X.
-    Returns the argparse action; ``flags(parser, opts)`` reads what was given.
+    (default ``--key-with-dashes``, and ``aliases`` such as ``-j``), its parser and metavar,
+    its meaning as the help (or ``help``); ``nargs='?'`` with ``const``: the value of the bare
+    option. ``default``: this entry point's own default, which
+    takes the row default's place and nothing else's (the variable still wins over it:
+    ``options``). ``nargs`` for several values. ``counts``: numbers only (a benchmark's
+    thread counts: no 'off'). A flag is --X / --no-X; a switch (auto/on/off) is --X [VALUE]
+    (bare: on) / --no-X. Returns the argparse action; after parsing, ``options(parser,
+    opts)`` fills in what the command line did not give.
     """
     s = SETTINGS[key]
     option = option or option_of(key)
+    kwargs = {}
     if s.kind == 'flag':
         kwargs = dict(action=argparse.BooleanOptionalAction)
     else:
         kwargs = dict(type=_counts(s.kind) if counts else _arg(s.kind),
-                      metavar=KINDS[s.kind].metavar if not counts else 'N')
+                      metavar=metavar or ('N' if counts else KINDS[s.kind].metavar))
         if nargs is not None:
             kwargs['nargs'] = nargs
-    shown = '' if default is None else '; here {}'.format(default)
-    action = parser.add_argument(option, dest=dest or key, default=default,
+            if const is not None:
+                kwargs['const'] = const
+        elif s.kind == 'switch':
+            kwargs.update(nargs='?', const='on')
+    shown = '' if default is None else '; here {}'.format(_shown(default))
+    action = parser.add_argument(option, *aliases, dest=dest or key, default=None,
                                  help='{} (or {}{})'.format(help or s.meaning, s.env, shown),
                                  **kwargs)
-    action.setting = key  # what flags() gathers
+    if s.kind == 'switch':
+        parser.add_argument('--no-' + option[2:], dest=action.dest, action='store_const',
+                            const=False, help='the same as {} off'.format(option))
+    action.setting = key  # what flags() and options() gather
+    action.entry_default = default
     return action
+
+
+def _declared(parser):
+    return [a for a in parser._actions if getattr(a, 'setting', None) is not None]
 
 
 def flags(parser, opts):
     """{key: (value, option)} of the settings ``parser`` declares (``add_option``) that
     ``opts`` gives: what ``resolve(flags=...)`` takes."""
     out = {}
-    for action in parser._actions:
-        key = getattr(action, 'setting', None)
-        if key is not None and getattr(opts, action.dest, None) is not None:
-            out[key] = (getattr(opts, action.dest), action.option_strings[0])
+    for action in _declared(parser):
+        if getattr(opts, action.dest, None) is not None:
+            out[action.setting] = (getattr(opts, action.dest), action.option_strings[0])
     return out
+
+
+def options(parser, opts):
+    """Fill in, on ``opts``, every setting ``parser`` declares that its command line did not
+    give, by the one precedence: its variable (or the launcher's option, where the launcher
+    installed its settings), else this entry point's default (``add_option(default=)``),
+    else the row's. A variable's value passes the option's own checks (a benchmark's counts).
+    Returns {key: (value, source)}, source None for a default. A bad value of a declared
+    setting exits as argparse's errors do, naming the variable (others are left to where
+    they are read)."""
+    held, out = STATE.settings, {}
+    for action in _declared(parser):
+        key, given = action.setting, getattr(opts, action.dest, None)
+        if given is not None:
+            out[key] = (given, action.option_strings[0])
+            continue
+        # Each declared row by itself: a bad value of another is said where it is read.
+        try:
+            value, source = held.pick(key) if held is not None else \
+                _from_environment(key, os.environ)
+        except ConfigError as e:
+            parser.error(str(e).replace('chainermn_torus: ', '', 1))
+        if source is not None:
+            value = _as_option(parser, action, value, source)
+        elif action.entry_default is not None:
+            value = action.entry_default
+        if action.nargs in ('*', '+') and value is not None and not isinstance(value, list):
+            value = [value]
+        setattr(opts, action.dest, value)
+        out[key] = (value, source)
+    return out
+
+
+def parse_args(parser, argv=None):
+    """``parser.parse_args(argv)`` and then ``options``: an entry point's options, every
+    setting among them filled in."""
+    opts = parser.parse_args(argv)
+    options(parser, opts)
+    return opts
+
+
+def _as_option(parser, action, value, source):
+    """A variable's (or launcher's) ``value`` through ``action``'s own type check."""
+    if action.type is None or value is None:
+        return value
+    try:
+        return action.type(str(value)) if not isinstance(value, bool) else value
+    except argparse.ArgumentTypeError as e:
+        parser.error('{} {}'.format(source, e))
 
 
 def add_communicator(parser, default='rsap'):

@@ -128,7 +128,7 @@ def run(args):
                                                         allreduce_grad_dtype=wire)
     for name, c in comms.items():
         rows[name] = (lambda c: lambda: c.multi_node_mean_grad(model))(c)
-    if args.debug:
+    if args.chainer_debug:
         for name in [n for n in rows if n != 'allreduce_1msg']:
             rows[name + '/debug'] = _in_debug_mode(rows[name])
 
@@ -223,7 +223,7 @@ def build_parser():
                         help='also rows with allreduce_grad_dtype=float16')
     parser.add_argument('--bf16', action='store_true',
                         help="also rows with allreduce_grad_dtype='bfloat16'")
-    parser.add_argument('--debug', action='store_true',
+    parser.add_argument('--chainer-debug', action='store_true',
                         help='also every communicator row in Chainer\'s debug mode')
     parser.add_argument('--json', default=None, help='write the report here (rank 0)')
     return parser

@@ -260,12 +260,12 @@ def main(argv=None):
     p.add_argument('--rounds', type=int, default=3)
     p.add_argument('--torch', default=None, metavar='PYTHON',
                    help='a Python that has PyTorch: its ResNet-50 in the same rounds')
-    p.add_argument('--precision', choices=precision.NAMES, default='fp32',
-                   help='bf16: oneDNN in bfloat16 too, a row of its own in the same rounds')
+    config.add_option(p, 'precision', default='fp32',
+                      help='bf16: oneDNN in bfloat16 too, a row of its own in the same rounds')
     p.add_argument('--torch-amp', choices=('bf16',), default=None,
                    help="bf16: PyTorch under autocast bfloat16 too, beside its float32")
     p.add_argument('--json', default=None)
-    args = p.parse_args(argv)
+    args = config.parse_args(p, argv)
     if args.torch_amp and not args.torch:
         p.error('--torch-amp goes with --torch PYTHON')
     if args.torch and args.model != 'resnet50':

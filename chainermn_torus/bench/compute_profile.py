@@ -35,7 +35,6 @@ import time
 import chainer
 
 from chainermn_torus import compute, config
-from chainermn_torus.compute import precision
 from chainermn_torus.bench.compute import _iteration, MODELS, problem
 from chainermn_torus.compute.onednn import binding, primitives
 from chainermn_torus.runtime.chainer_glue import patches
@@ -172,9 +171,9 @@ def main(argv=None):
     p.add_argument('--grain', type=int, default=None,
                    help='elements of work per numba thread (runtime.cpu.jit.GRAIN, default {}); '
                         '0: every kernel on every thread'.format(jit.GRAIN))
-    p.add_argument('--precision', choices=precision.NAMES, default='fp32')
+    config.add_option(p, 'precision', default='fp32')
     p.add_argument('--json', default=None)
-    args = p.parse_args(argv)
+    args = config.parse_args(p, argv)
     if args.grain is not None:
         if args.grain < 0:
             p.error('--grain: 0 or more elements, got {}'.format(args.grain))

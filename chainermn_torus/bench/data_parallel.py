@@ -217,9 +217,8 @@ def main(argv=None):
     p.add_argument('--warmup', type=int, default=1)
     p.add_argument('--rounds', type=int, default=3)
     config.add_communicator(p, 'rsap')
-    p.add_argument('--overlap', action='store_true',
-                   help='the optimizer averages each layer\'s gradients while the backward '
-                        'goes on (as DDP does with its buckets)')
+    config.add_option(p, 'overlap', help='the optimizer averages each layer\'s gradients '
+                      'while the backward goes on (as DDP does with its buckets)')
     p.add_argument('--modes', default='numpy,onednn',
                    help='Chainer\'s compute modes to run, of ' + ', '.join(MODES))
     p.add_argument('--variant', action='append', default=[], metavar='LABEL:VAR=VALUE',
@@ -230,7 +229,7 @@ def main(argv=None):
                    help='bf16: PyTorch under autocast bfloat16 too, beside its float32')
     p.add_argument('--json', default=None)
     p.add_argument('--rank-side', action='store_true', help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    args = config.parse_args(p, argv)
     if args.rank_side:
         return rank_side(args)
     if args.torch_amp and not args.torch:

@@ -171,7 +171,7 @@ def main(argv=None):
                    help='seconds between tests of the thread\'s collectives; 0 (default): '
                         'block in MPI')
     p.add_argument('--json', default=None)
-    args = p.parse_args(argv)
+    args = config.parse_args(p, argv)
     results = run(args.communicator, args.payload, args.iterations, args.block, args.link_gbps,
                   poll=args.background_poll)
     from mpi4py import MPI

@@ -123,7 +123,7 @@ def main(argv=None):
     p.add_argument('--seed', type=config.arg_type('seed'), default=0)
     config.add_option(p, 'threads')
     p.add_argument('--json', default=None)
-    args = p.parse_args(argv)
+    args = config.parse_args(p, argv)
     names = [n for n in args.configs.split(',') if n]
     unknown = [n for n in names if n not in CONFIGS]
     if unknown:

@@ -171,7 +171,7 @@ def main(argv=None):
     p.add_argument('--ftz', action='store_true', help='fused rows flush denormals to zero')
     config.add_option(p, 'threads', counts=True)
     p.add_argument('--json', default=None)
-    args = p.parse_args(argv)
+    args = config.parse_args(p, argv)
     res = run(args.model, args.optimizer, args.rounds, args.warmup, args.denormal, args.ftz,
               args.threads)
     print(format_table(res))

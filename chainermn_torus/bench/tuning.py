@@ -157,8 +157,8 @@ def build_parser():
                                 description=__doc__.split('\n')[0])
     p.add_argument('--model', default='mlp', choices=sorted(GRADIENT_SETS))
     p.add_argument('--reps', type=config.arg_type('count'), default=9)
-    p.add_argument('--network', default=None, help='as auto\'s option (default: measured)')
-    p.add_argument('--tune-dir', default=None, help='where tuned auto writes its choice')
+    config.add_option(p, 'network', help='as auto\'s option (default: measured)')
+    config.add_option(p, 'tune_dir', help='where tuned auto writes its choice')
     p.add_argument('--run-seconds', type=config.arg_type('positive'), default=None,
                    help='the run the tuning cost is a share of')
     p.add_argument('--out', default=None, help='write the report as JSON here (rank 0)')
@@ -166,7 +166,7 @@ def build_parser():
 
 
 def main(argv=None):
-    run(build_parser().parse_args(argv))
+    run(config.parse_args(build_parser(), argv))
 
 
 if __name__ == '__main__':

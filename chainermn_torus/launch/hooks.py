@@ -94,12 +94,23 @@ def patch_save(launch):
                   "--data-parallel: one writer for the script's own save_npz")
 
 
+def _has_snapshot(trainer):
+    """Whether the script's own --memory-snapshots (the examples', the same setting) added
+    one: by its name, which Chainer gives the first of its kind."""
+    try:
+        trainer.get_extension(in_memory.MemorySnapshot.name)
+    except ValueError:
+        return False
+    return True
+
+
 def patch_trainer_run(launch):
     original = training.Trainer.run
 
     def run(trainer, *args, **kwargs):
         launch.trainer_runs += 1
-        if not getattr(trainer, '_chainermn_torus_memory', False):
+        if not _has_snapshot(trainer) and \
+                not getattr(trainer, '_chainermn_torus_memory', False):
             trainer._chainermn_torus_memory = True
             comm = launch.comm()
             snapshot = in_memory.MemorySnapshot(comm, in_memory.default_directory(),

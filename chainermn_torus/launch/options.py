@@ -26,8 +26,6 @@ def add_arguments(parser):
     for key in keys():
         config.add_option(group, key, help=config.SETTINGS[key].meaning.replace(
             'launcher: ', '').replace('launcher, ', ''))
-    group.add_argument('--no-fused', dest='fused', action='store_const', const=False,
-                       help="Chainer's own update rules (same as --fused off)")
     return group
 
 

@@ -28,24 +28,22 @@ def main(argv):
     p.add_argument('--ranks-per-node', type=COUNT, default=1)
     p.add_argument('--model', default='resnet50',
                    help='resnet50, mlp, an .npz snapshot or a byte count')
-    p.add_argument('--network', default=None,
-                   help='preset ({}) or a file from `calibrate` (default: $CHAINERMN_TORUS_'
-                        'NETWORK or {})'.format(', '.join(sorted(planner.PRESETS)),
-                                                planner.DEFAULT_NETWORK_FILE))
+    config.add_option(p, 'network', help='preset ({}) or a file from `calibrate` (default: '
+                      '{})'.format(', '.join(sorted(planner.PRESETS)),
+                                   planner.DEFAULT_NETWORK_FILE))
     p.add_argument('--alpha', type=config.arg_type('non-negative'), default=None,
                    help='latency, seconds (with --beta)')
     p.add_argument('--beta', type=config.arg_type('positive'), default=None,
                    help='bandwidth, bytes per second')
-    p.add_argument('--grid', nargs='*', default=None, metavar='MxN', help='only these shapes')
+    config.add_option(p, 'grid', nargs='*', help='only these shapes')
     p.add_argument('--top', type=COUNT, default=None)
-    p.add_argument('--simulate', choices=('auto', 'on', 'off'), default=None,
-                   help='rank the best candidates with the SimGrid simulator: auto (where '
-                        'installed; default, or $CHAINERMN_TORUS_SIMULATE), on, off')
+    config.add_option(p, 'simulate', help='rank the best candidates with the SimGrid '
+                      'simulator: auto (where installed; default), on, off')
     p.add_argument('--topology', choices=('fattree', 'torus', 'star'), default=None,
                    help='simulated platform (default: fattree for ofp, torus for k, star '
                         'for a calibrated file)')
     p.add_argument('--json', default=None)
-    args = p.parse_args(argv)
+    args = config.parse_args(p, argv)
     ranks = args.nodes * args.ranks_per_node
     if ranks > MAX_RANKS:
         p.error('--nodes x --ranks-per-node = {:,} ranks: the planner answers up to {:,} '
@@ -70,7 +68,7 @@ def main(argv):
             net = planner.load_network(args.network)
         rows = planner.plan(args.nodes, args.ranks_per_node, nbytes, net, grids)
         # auto, True or False
-        mode = config.current().pick('simulate', args.simulate, '--simulate')[0]
+        mode = args.simulate
         if mode is True and not simulate.available():
             raise ValueError('--simulate on: ' + simulate.why_unavailable())
         if mode is True and args.nodes > SIMULATE_MAX_NODES:

@@ -58,15 +58,14 @@ def run(argv):
                         'one switch); default %(default)s')
     p.add_argument('--nodes', type=config.arg_type('count'), required=True)
     p.add_argument('--ranks-per-node', type=config.arg_type('count'), default=1)
-    p.add_argument('--network', default='ofp',
-                   help='preset ({}) or a calibrate file (default %(default)s)'.format(
-                       ', '.join(sorted(planner.PRESETS))))
+    config.add_option(p, 'network', default='ofp', help='preset ({}) or a calibrate '
+                      'file'.format(', '.join(sorted(planner.PRESETS))))
     # Default: each registered communicator's first modelled variant (its plain form).
     p.add_argument('--algorithm', nargs='+', choices=variants.simulated(), default=[
         reg.variants[0].name for reg in variants.COMMUNICATORS.values()
         if reg.variants and reg.variants[0].algorithm is not None])
-    p.add_argument('--grid', nargs='*', default=None, metavar='MxN',
-                   help='grids for rsaa/rsap/shm (default: M = 2, 4, 16, 64 where they fit)')
+    config.add_option(p, 'grid', nargs='*',
+                      help='grids for rsaa/rsap/shm (default: M = 2, 4, 16, 64 where they fit)')
     p.add_argument('--model', default='resnet50', help='resnet50, mlp or a byte count')
     p.add_argument('--fp16', action='store_true', help='float16 all-reduce')
     p.add_argument('--library', choices=schedules.LIBRARIES, default='halving',
@@ -77,13 +76,13 @@ def run(argv):
     p.add_argument('--dims', default=None, help='torus dimensions X,Y,Z')
     p.add_argument('--seed', type=config.arg_type('seed'), default=0,
                    help='random mapping seed')
-    # 0 (one message for the whole buffer) or at least config.MIN_SEGMENT_BYTES: -1 gave
-    # 0.00 ms for every algorithm
-    p.add_argument('--segment-bytes', type=config.arg_type('segment'), default=4 << 20)
+    # 0 (one message for the whole buffer) or at least config.MIN_SEGMENT_BYTES (the row's
+    # check): -1 gave 0.00 ms for every algorithm
+    config.add_option(p, 'segment_bytes')
     p.add_argument('--mode', choices=('actors', 'lockstep'), default=None,
                    help='default: actors up to 64 ranks, lock-step beyond')
     p.add_argument('--json', default=None)
-    args = p.parse_args(argv)
+    args = config.parse_args(p, argv)
     P = args.nodes * args.ranks_per_node
     if P > MAX_RANKS:  # 10**8 nodes ran for hours building the platform, printing nothing
         p.error('--nodes {} x --ranks-per-node {} is {} ranks; the simulator takes at most {} '

@@ -56,8 +56,6 @@ from chainermn_torus.runtime import report, world
 # may touch MPI.
 
 DEFAULT_CROP = {'resnet50': 224, 'tiny': 64}
-LOADERS = ('ours', 'multiprocess', 'serial')
-AFFINITIES = ('none', 'same-core', 'sibling', 'dedicated', 'auto')
 DEFAULT_LOADERS = 2  # loader processes per rank where the placement does not limit them
 PHASES = ('data', 'forward_backward', 'allreduce', 'update', 'iteration')
 
@@ -232,14 +230,14 @@ def parse_args(argv=None):
                         help='MomentumSGD learning rate (default: 0.1 x total batch / 256, '
                              'Goyal et al.)')
     config.add_arguments(parser, communicator='rsap', grid=False, threads=False)
-    parser.add_argument('--loader', choices=LOADERS, default='ours',
-                        help='data loader (default: %(default)s)')
-    parser.add_argument('--loader-processes', '-j', type=COUNT, default=None,
-                        help='loader worker processes per rank (multiprocess, ours; default: '
-                             '{}, or for ours as many as the affinity plan gives CPUs, up to '
-                             '{})'.format(DEFAULT_LOADERS, DEFAULT_LOADERS))
-    parser.add_argument('--affinity', choices=AFFINITIES, default='auto',
-                        help="where --loader ours places its workers (default: %(default)s)")
+    # The loader's settings, from their rows (flag, else variable, else default); this
+    # example's own default loader: ours.
+    config.add_option(parser, 'loader', default='ours', help='data loader')
+    config.add_option(parser, 'loader_processes', aliases=('-j',),
+                      help='loader worker processes per rank (multiprocess, ours; default: '
+                           '{}, or for ours as many as the affinity plan gives CPUs, up to '
+                           '{})'.format(DEFAULT_LOADERS, DEFAULT_LOADERS))
+    config.add_option(parser, 'affinity', help='where --loader ours places its workers')
     parser.add_argument('--skip-corrupt', action='store_true',
                         help='skip images that cannot be decoded (with a warning) instead of '
                              'stopping')
@@ -253,7 +251,7 @@ def parse_args(argv=None):
                              'labels must then be 0..K-1 with every class present)')
     parser.add_argument('--limit', type=COUNT, default=None, metavar='N',
                         help='use N images of each list, drawn with --seed (smoke tests)')
-    args = parser.parse_args(argv)
+    args = config.parse_args(parser, argv)
     checkpoint.check_arguments(parser, args)
     if args.crop_size is None:
         args.crop_size = DEFAULT_CROP[args.arch]

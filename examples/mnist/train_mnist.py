@@ -72,29 +72,28 @@ def main():
     cpu.add_argument('--warmup-epochs', type=config.arg_type('non-negative'), default=0,
                      help='Goyal et al.: ramp the learning rate linearly from the one-rank '
                           'value to the scaled one over this many epochs')
-    cpu.add_argument('--fused', dest='fused', action='store_true', default=True,
-                     help='fused numba update (default)')
-    cpu.add_argument('--no-fused', dest='fused', action='store_false')
-    cpu.add_argument('--flush-denormals', dest='ftz', action='store_true', default=True,
-                     help='flush-to-zero / denormals-are-zero (default)')
-    cpu.add_argument('--no-flush-denormals', dest='ftz', action='store_false')
-    cpu.add_argument('--double-buffering', action='store_true',
-                     help='overlap the all-reduce with the next step (1-step-stale gradients)')
-    cpu.add_argument('--overlap', action='store_true',
-                     help="average gradient buckets during backward (this step's gradients)")
-    cpu.add_argument('--fp16-allreduce', action='store_true',
-                     help='send gradients as float16 (half the bytes)')
-    cpu.add_argument('--check-finite', action='store_true',
-                     help='stop with the rank named if a gradient is NaN/Inf')
+    # The CPU optimizer's settings, from their rows (flag, else variable, else default); this
+    # example's own defaults: the fused update with flush-to-zero.
+    config.add_option(cpu, 'fused', default=True, help='fused numba update')
+    config.add_option(cpu, 'flush_denormals', dest='ftz', default=True,
+                      help='flush-to-zero / denormals-are-zero in the update')
+    config.add_option(cpu, 'double_buffering', help='overlap the all-reduce with the next '
+                      'step (1-step-stale gradients)')
+    config.add_option(cpu, 'overlap',
+                      help="average gradient buckets during backward (this step's gradients)")
+    config.add_option(cpu, 'fp16_allreduce', help='send gradients as float16 (half the bytes)')
+    config.add_option(cpu, 'check_finite',
+                      help='stop with the rank named if a gradient is NaN/Inf')
     checkpoint.add_arguments(cpu)
-    cpu.add_argument('--check-replicas', type=COUNT, default=None, metavar='K',
-                     help='every K steps, stop if the parameters differ between ranks')
-    cpu.add_argument('--timeline', default=None, metavar='PREFIX',
-                     help='record phase times on every rank into PREFIX.rank<R>.json '
-                          '(chainermn-torus timeline merge|plot PREFIX)')
+    config.add_option(cpu, 'check_replicas', metavar='K',
+                      help='every K steps, stop if the parameters differ between ranks')
+    config.add_option(cpu, 'timeline', metavar='PREFIX',
+                      help='record phase times on every rank into PREFIX.rank<R>.json '
+                           '(chainermn-torus timeline merge|plot PREFIX)')
     cpu.add_argument('--stock', action='store_true',
                      help="ChainerMN's own wrapper and Chainer's update (baseline)")
     args = parser.parse_args()
+    given = config.options(parser, args)  # what the command line left: variable, else default
     checkpoint.check_arguments(parser, args)
 
     kwargs = {'grid': args.grid} if args.grid else {}
@@ -102,7 +101,7 @@ def main():
         kwargs['allreduce_grad_dtype'] = numpy.float16
     comm = chainermn.create_communicator(args.communicator, **kwargs)
     if args.timeline:  # after the communicator: a bad path is then one line, not a traceback
-        timeline.enable(args.timeline, '--timeline')
+        timeline.enable(args.timeline, given['timeline'][1])
     # Our communicators already applied (and printed) the default budget; this applies it
     # for ChainerMN's communicators, and an explicit --threads in any case.
     budget = threads.ensure(comm, args.threads)

@@ -82,7 +82,7 @@ def test_allreduce_benchmark_with_debug_rows(tmp_path):
     out = tmp_path / 'a.json'
     proc = run_mpi(2, ['-m', 'chainermn_torus.bench.allreduce', '--model', 'mlp',
                        '--rounds', '2', '--warmup', '0', '--grids', '2x1', '--variants', 'rsap',
-                       '--no-auto', '--debug', '--json', str(out)], timeout=300)
+                       '--no-auto', '--chainer-debug', '--json', str(out)], timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(out.read_text())
     names = [r['name'] for r in res['results']]

@@ -1,5 +1,6 @@
 """The examples' command-line options for checkpoints, and attaching a checkpointer as
 they say (collective)."""
+from chainermn_torus import config
 from chainermn_torus.extensions.checkpoint import elastic_lines, in_memory, rules
 from chainermn_torus.extensions.checkpoint.extension import MultiNodeCheckpointer
 from chainermn_torus.extensions.checkpoint.in_memory import MemorySnapshot
@@ -26,19 +27,22 @@ def add_arguments(parser):
                         help='continue from the latest checkpoint in --checkpoint-dir')
     parser.add_argument('--auto-resume', action='store_true',
                         help='continue from it if there is one (batch jobs that are requeued)')
-    parser.add_argument('--trust-checkpoint-dir', action='store_true', default=None,
-                        help='resume even where another user owns or may write the '
-                             'checkpoint directory or its files (refused by default)')
-    parser.add_argument('--trust-out-dir', action='store_true', default=None,
-                        help='write results where another user owns or may write a '
-                             'component of --out (refused by default)')
-    parser.add_argument('--memory-snapshots', type=int, nargs='?', const=in_memory.DEFAULT_K,
-                        default=None, metavar='ITERATIONS',
-                        help='keep a snapshot of the trainer in node memory every this many '
-                             'iterations (--memory-dir; default {}: measured at most 2%% of '
-                             'the steps, docs/cluster.md), for the survivors of a lost node '
-                             '(chainermn_torus.extensions.checkpoint.in_memory)'.format(
-                                 in_memory.DEFAULT_K))
+    # Three of them are settings, declared from their rows (the flag, else the variable, else
+    # the default: config.options fills them in after parsing).
+    config.add_option(parser, 'trust_checkpoints', '--trust-checkpoint-dir',
+                      dest='trust_checkpoint_dir',
+                      help='resume even where another user owns or may write the checkpoint '
+                           'directory or its files (refused by default)')
+    config.add_option(parser, 'trust_out_dir',
+                      help='write results where another user owns or may write a component '
+                           'of --out (refused by default)')
+    config.add_option(parser, 'memory_snapshots', nargs='?', const=in_memory.DEFAULT_K,
+                      metavar='ITERATIONS',
+                      help='keep a snapshot of the trainer in node memory every this many '
+                           'iterations (--memory-dir; default {}: measured at most 2%% of '
+                           'the steps, docs/cluster.md), for the survivors of a lost node '
+                           '(chainermn_torus.extensions.checkpoint.in_memory)'.format(
+                               in_memory.DEFAULT_K))
     parser.add_argument('--memory-dir', default=None, metavar='DIR',
                         help='where each node keeps its snapshots; {host} in it is the '
                              "node's host name (default: /dev/shm/cmtorus-snapshots-<uid>-"
