@@ -24,7 +24,10 @@
   more than one alias;
 * module sizes (the largest, and those over 500 lines) and file names that occur twice;
 * lists kept by hand: the files other than a kernel module or a benchmark that name it in a
-  string (each a list that adding one must edit).
+  string (each a list that adding one must edit);
+* option sites: ``add_argument`` calls, in the package, the examples and scripts/, of an
+  option a settings row has (``--key-with-dashes`` of config.py's table, or
+  ``--segment-size``), outside config.py: an entry point spelling a setting itself.
 
 The figures are counted from the source text (ast), so two trees compare by the same rule.
 """
@@ -516,6 +519,31 @@ def _style_findings(tree):
     return dict(sorted(counts.items()))
 
 
+def _row_options(tree):
+    """The options of the settings rows of ``tree``'s config.py, read from its text."""
+    with open(os.path.join(tree, 'chainermn_torus', 'config.py')) as f:
+        keys = re.findall(r"^    \('([a-z0-9_]+)', Setting\(", f.read(), re.M)
+    return {'--' + k.replace('_', '-') for k in keys} | {'--segment-size'}
+
+
+def _option_sites(tree):
+    """``path:line --option`` of each add_argument of a row's option outside config.py."""
+    options, out = _row_options(tree), []
+    for top in ('chainermn_torus', 'examples', 'scripts'):
+        for path in _py_files(os.path.join(tree, top)):
+            rel = os.path.relpath(path, tree)
+            if rel == os.path.join('chainermn_torus', 'config.py'):
+                continue
+            with open(path) as f:
+                parsed = ast.parse(f.read())
+            for node in ast.walk(parsed):
+                if isinstance(node, ast.Call) and getattr(node.func, 'attr', None) == \
+                        'add_argument':
+                    out += ['{}:{} {}'.format(rel, node.lineno, a.value) for a in node.args
+                            if _literal(a) in options]
+    return sorted(out)
+
+
 def figures(tree):
     package = os.path.join(tree, 'chainermn_torus')
     long_functions, mutable, patches, history, docstrings, total = [], [], [], [], [], 0
@@ -566,6 +594,7 @@ def figures(tree):
             'settings_read_modules': sorted({r.split(':')[0] for r in settings_reads}),
             'process_effects': effects,
             'process_effect_modules': sorted({e.split(':')[0] for e in effects}),
+            'option_sites': _option_sites(tree),
             'style_findings': _style_findings(tree)}
 
 
@@ -588,7 +617,7 @@ def main():
                 'patch_call_modules', 'frame_reads', 'modules_under_several_aliases',
                 'modules_over_500_lines', 'file_names_twice',
                 'settings_reads_outside_config', 'settings_read_modules', 'process_effects',
-                'process_effect_modules'):
+                'process_effect_modules', 'option_sites'):
         print('{}: {}'.format(key, len(out[key])))
         for line in out[key]:
             print('  ' + line)
