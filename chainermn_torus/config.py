@@ -594,16 +594,15 @@ def add_option(parser, key, option=None, dest=None, help=None, default=None, nar
     """Declare setting ``key`` on ``parser`` (or an argument group) from its row: its option
     (default ``--key-with-dashes``, and ``aliases`` such as ``-j``), its parser and metavar,
     its meaning as the help (or ``help``); ``nargs='?'`` with ``const``: the value of the bare
-    option. ``default``: this entry point's own default, which
-    takes the row default's place and nothing else's (the variable still wins over it:
-    ``options``). ``nargs`` for several values. ``counts``: numbers only (a benchmark's
-    thread counts: no 'off'). A flag is --X / --no-X; a switch (auto/on/off) is --X [VALUE]
-    (bare: on) / --no-X. Returns the argparse action; after parsing, ``options(parser,
-    opts)`` fills in what the command line did not give.
+    option. ``default``: this entry point's own default, which takes the row default's place
+    and nothing else's (the variable still wins over it: ``options``). ``nargs`` for several
+    values. ``counts``: numbers only (a benchmark's thread counts: no 'off'). A flag is
+    --X / --no-X; a switch (auto/on/off) is --X [VALUE] (bare: on) / --no-X. Returns the
+    argparse action; after parsing, ``options(parser, opts)`` fills in what the command line
+    did not give.
     """
     s = SETTINGS[key]
     option = option or option_of(key)
-    kwargs = {}
     if s.kind == 'flag':
         kwargs = dict(action=argparse.BooleanOptionalAction)
     else:
