@@ -239,6 +239,10 @@ SETTINGS = collections.OrderedDict([
                              'set by `chainermn-torus elastic` in each MPI step it starts '
                              '(RUN:STEP): the run whose snapshots in node memory the step '
                              'keeps and restores, and the step\'s number; not set by hand')),
+    ('elastic_probe', Setting('CHAINERMN_TORUS_ELASTIC_PROBE', 'elastic_run', None,
+                              'set by `chainermn-torus elastic` for its probe of each node '
+                              '(RUN): the run whose processes and snapshots the probe ends; '
+                              'in the environment, never on a command line; not set by hand')),
     # scripts/with_mpi.sh (make test MPI=...) sets these two for the tests and the benchmark
     # scripts; the package itself runs under whatever MPI mpi4py loaded.
     ('mpi', Setting('CHAINERMN_TORUS_MPI', 'mpi', 'mpich',
@@ -347,6 +351,12 @@ def _non_negative(v):
 Kind = collections.namedtuple('Kind', 'parse what metavar names', defaults=(None,))
 
 
+def _elastic_run(v):
+    if not re.match(r'^[0-9a-f]{8,32}$', v):
+        raise ValueError
+    return v
+
+
 def _elastic_step(v):
     run, sep, step = v.partition(':')
     if not sep or not re.match(r'^[0-9a-f]{8,32}$', run) or not step.isdigit():
@@ -389,6 +399,8 @@ KINDS = {
                        'steps)', 'on|off|N'),
     'elastic_step': Kind(_elastic_step, 'RUN:STEP (8-32 hex digits, a colon, a step number '
                          '>= 0), as `chainermn-torus elastic` sets it', 'RUN:STEP'),
+    'elastic_run': Kind(_elastic_run, 'RUN (8-32 hex digits), as `chainermn-torus elastic` '
+                        'sets it', 'RUN'),
     'loader': _choice('serial', 'multiprocess', 'ours'),
     'affinity': _choice('auto', 'same-core', 'sibling', 'dedicated', 'none'),
     'mpi': _choice('mpich', 'impi', 'openmpi'),

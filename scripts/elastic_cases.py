@@ -155,13 +155,15 @@ def leftovers(lost, shm_before):
                 procs.append(p.pid)
         except (psutil.Error, OSError):
             pass
-    shm = []
-    for n in sorted(set(os.listdir('/dev/shm')) - shm_before):
-        if n.startswith('cmtorus-snapshots-') and any(n.endswith('-node{}'.format(i))
-                                                      for i in lost):
-            shutil.rmtree(os.path.join('/dev/shm', n))
+    from chainermn_torus.extensions.checkpoint import snapshot_place
+    parent = os.path.basename(snapshot_place.default_parent())
+    shm = [n for n in sorted(set(os.listdir('/dev/shm')) - shm_before) if n != parent]
+    for path, _, _ in snapshot_place.kept():
+        host = snapshot_place.RUN_DIR.match(os.path.basename(path)).group('host')
+        if host in ['node{}'.format(i) for i in lost]:
+            snapshot_place.remove_run(path)
         else:
-            shm.append(n)
+            shm.append(path)
     return procs, shm
 
 

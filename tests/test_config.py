@@ -31,6 +31,7 @@ VALID = {
     'non-negative': ('0', '1.5'), 'flag': ('1', '0'), 'switch': ('on', 'off'),
     'tune': ('on', 'again'), 'seed': ('1', '2'), 'type_check': ('off', '4'),
     'elastic_step': ('0123abcd:1', '0123abcd:2'),
+    'elastic_run': ('0123abcd', 'feedbeef'),
 }
 
 

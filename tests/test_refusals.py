@@ -60,6 +60,7 @@ BAD = {
     'trust_gpu_to_cpu_paths': ('maybe', {}, []),
     'trust_out_dir': ('maybe', {}, []),
     'elastic_step': ('run:1', {}, []),
+    'elastic_probe': ('run', {}, []),
     'memory_snapshots': ('0', {}, []),
     'type_check': ('sometimes', {}, []),
     'keep_freed_memory': ('maybe', {}, []),
@@ -85,6 +86,8 @@ WHY_NONE = {
 NOT_IN_JOBS = {'mpi': 'read by the tests and benchmark scripts only',
                'elastic_step': 'read by the snapshots in node memory, which a script asks '
                                'for (test_in_memory.py runs one under a bad value)',
+               'elastic_probe': 'read by tools/elastic_node.py, the supervisor\'s probe '
+                                '(tests/tools/test_elastic.py runs it under a bad value)',
                'max_image_pixels': 'read by the ImageNet datasets (a bad value: '
                                    'test_a_bad_value_is_a_config_error_naming_its_source)'}
 

@@ -113,8 +113,10 @@ def patch_trainer_run(launch):
                 not getattr(trainer, '_chainermn_torus_memory', False):
             trainer._chainermn_torus_memory = True
             comm = launch.comm()
-            snapshot = in_memory.MemorySnapshot(comm, in_memory.default_directory(),
-                                                own_directory=True)
+            try:
+                snapshot = in_memory.MemorySnapshot.for_trainer(comm, trainer, restore=True)
+            except CheckpointError as e:  # alike on every rank (it is collective)
+                report.stop(str(e), comm.rank)
             trainer.extend(snapshot, trigger=(launch.get('memory_snapshots'), 'iteration'))
             try:
                 snapshot.restore(trainer, missing_ok=True)

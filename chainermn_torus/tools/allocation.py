@@ -30,6 +30,10 @@ __all__ = ['Node', 'Step', 'parse_hosts', 'from_slurm', 'from_pbs', 'discover', 
 Node = collections.namedtuple('Node', 'host ranks')
 Step = collections.namedtuple('Step', 'nodes ranks batch_per_rank')
 _HOST = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._-]*$')
+# Ranks one host may be given: a KNL node's 272 hardware threads about four times over. A
+# typing slip (host:99999999) once forked 148 ranks in 97 s on a 2-core node before anyone
+# could stop it.
+MAX_RANKS_PER_HOST = 1024
 
 
 class NoStep(Refusal, RuntimeError):
@@ -50,6 +54,11 @@ def parse_hosts(text, source='--hosts'):
         if host in seen:
             raise ConfigError('chainermn_torus: {}: host {} is given twice'.format(
                 source, host))
+        if count and int(count) > MAX_RANKS_PER_HOST:
+            raise ConfigError('chainermn_torus: {}: {!r} asks for {} ranks on one host; at '
+                              'most {} (MAX_RANKS_PER_HOST, about four times the hardware '
+                              'threads of a many-core node) are allowed'.format(
+                                  source, item, int(count), MAX_RANKS_PER_HOST))
         seen.add(host)
         nodes.append(Node(host, int(count or 1)))
     if not nodes:

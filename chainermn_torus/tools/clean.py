@@ -5,6 +5,7 @@ import os
 
 from chainermn_torus.errors import UnsafePath
 from chainermn_torus.extensions import checkpoint
+from chainermn_torus.extensions.checkpoint import snapshot_place
 from chainermn_torus.runtime import report
 from chainermn_torus.runtime.files import devshm
 
@@ -24,6 +25,10 @@ def main(argv):
     p.add_argument('--checkpoint-dir', action='append', default=[], metavar='DIR',
                    help="also a checkpoint directory's unfinished temporary files "
                         '(repeatable)')
+    p.add_argument('--snapshots', action='store_true',
+                   help="also remove this user's snapshots in node memory that no running "
+                        'job holds (/dev/shm/cmtorus-snapshots-<uid>; without it they are '
+                        'listed)')
     args = p.parse_args(argv)
     for d in [args.shm_dir] + args.checkpoint_dir:
         if not os.path.isdir(d):
@@ -37,6 +42,20 @@ def main(argv):
         with place:
             removed += checkpoint.sweep_temporary(place, dry_run=args.dry_run)
     verb = 'would remove' if args.dry_run else 'removed'
+    for path, size, busy in snapshot_place.kept(args.shm_dir):
+        if busy:
+            print('kept {} ({}; a running job holds it)'.format(path, report.format_bytes(size)))
+        elif not args.snapshots:
+            print('kept {} ({}; snapshots of a run that is not running: --snapshots removes '
+                  'them)'.format(path, report.format_bytes(size)))
+        else:
+            if not args.dry_run:
+                try:
+                    snapshot_place.remove_run(path)
+                except OSError as e:
+                    print('left {} ({})'.format(path, e))
+                    continue
+            removed.append((path, size, 'snapshots of a run that is not running'))
     for name, size, why in removed:
         print('{} {} ({}; {})'.format(verb, name, report.format_bytes(size), why))
     print('{} {} file(s), {}'.format(verb, len(removed),

@@ -33,6 +33,7 @@ from. So is the loss of the batch host, where this process runs: it cannot be su
 """
 import argparse
 import collections
+import ctypes
 import json
 import os
 import re
@@ -53,8 +54,12 @@ from chainermn_torus.tools import allocation, elastic_node
 __all__ = ['main', 'Launcher', 'Supervisor']
 
 _SILENT = re.compile(r'node (\S+) \(ranks? [^)]*\) silent')
+# runtime.watch.abort's line where a signal from outside reached a rank: its node is treated
+# as a lost one (an orderly shutdown of that node, or the batch system signalling it).
+_SIGNALLED = re.compile(r'rank (\d+) \((\S+)\): (SIGTERM|SIGINT) received')
 _VARIABLE = config.SETTINGS['elastic_step'].env
 _EXPECT = config.SETTINGS['expect_ranks'].env
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def say(text):
@@ -90,7 +95,10 @@ class Launcher(object):
                                          text.stdout + text.stderr, re.I) else 'hydra'
         return cls(flavour, program, extra)
 
-    def command(self, nodes, argv):
+    def command(self, nodes, argv, passed=(_VARIABLE, _EXPECT)):
+        """The launcher's command line for ``argv`` on ``nodes``; ``passed``: the
+        variables Open MPI's mpirun must be told to pass on (the others pass the whole
+        environment)."""
         hosts = ','.join('{}:{}'.format(n.host, n.ranks) for n in nodes)
         ranks = sum(n.ranks for n in nodes)
         if self.kind == 'srun':
@@ -101,18 +109,20 @@ class Launcher(object):
             # mpirun passes a remote rank only the variables named with -x. --map-by slot:
             # each node's ranks as planned, whatever default policy the site set (a
             # policy by core with oversubscription puts every rank on the first node).
-            return [self.program, '--host', hosts, '-np', str(ranks), '--map-by', 'slot',
-                    '-x', _VARIABLE, '-x', _EXPECT] + self.extra + argv
+            named = [w for name in passed for w in ('-x', name)]
+            return [self.program, '--host', hosts, '-np', str(ranks), '--map-by',
+                    'slot'] + named + self.extra + argv
         return [self.program] + self.extra + ['-hosts', hosts, '-n', str(ranks)] + argv
 
 
 Step = collections.namedtuple('Step', 'code complete keeping silent restored first_step '
-                                      'started ended')
+                                      'started ended signalled')
 
 
 class Supervisor(object):
     def __init__(self, nodes, command, launcher, min_nodes=1, global_batch=None,
-                 probe_timeout=20.0, grace=30.0, max_steps=None, slurm=False):
+                 probe_timeout=20.0, grace=30.0, max_steps=None, slurm=False,
+                 keep_snapshots=False):
         self.nodes, self.command, self.launcher = nodes, command, launcher
         # Nodes from Slurm's allocation: Slurm is asked first which of them it holds lost.
         self.slurm = slurm or launcher.kind == 'srun'
@@ -124,17 +134,22 @@ class Supervisor(object):
         self.recoveries, self.snapshots = [], None
         self.unanswered = {}  # host -> why its last probe failed
         self.proc, self.stopping = None, None
+        self.keep_snapshots, self.completed = keep_snapshots, False
+        self.signalled = []  # hosts counted lost because a signal ended their ranks
 
     # --- the nodes ------------------------------------------------------------------------
     def probe(self, nodes, remove_snapshots=False, since=None):
         """{host: (ended, removed)} of the nodes that answered within the probe time; ends
         what earlier steps (the last started at ``since``) left on them."""
-        argv = [sys.executable, '-m', 'chainermn_torus.tools.elastic_node', self.run_id]
+        # The run id only in the probe's environment: a command line is there for every
+        # user to read (ps), and the id names the run's snapshots and processes.
+        argv = [sys.executable, '-m', 'chainermn_torus.tools.elastic_node']
         if since is not None:
             argv += ['--since', '{:.3f}'.format(since)]
         if remove_snapshots and self.snapshots:
             argv += ['--snapshots', self.snapshots]
         env = {k: v for k, v in os.environ.items() if k != _VARIABLE}
+        env[elastic_node.RUN_VARIABLE] = self.run_id
         procs = {}
         if self.slurm:
             # srun (itself, or under hydra's -launcher slurm) waits for a node Slurm holds
@@ -146,9 +161,10 @@ class Supervisor(object):
             nodes = [n for n in nodes if n.host not in gone]
         for n in nodes:
             procs[n.host] = subprocess.Popen(
-                self.launcher.command([allocation.Node(n.host, 1)], argv),
+                self.launcher.command([allocation.Node(n.host, 1)], argv,
+                                      passed=(elastic_node.RUN_VARIABLE,)),
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                start_new_session=True)
+                start_new_session=True, preexec_fn=_die_with_parent)
         deadline = time.time() + self.probe_timeout
         answered = {}
         for host, proc in procs.items():
@@ -181,11 +197,12 @@ class Supervisor(object):
         env[_EXPECT] = str(step.ranks)
         argv = self.launcher.command(step.nodes, self.command)
         seen = {'complete': None, 'keeping': None, 'restored': None, 'first_step': None,
-                'silent': set(), 'verdict_at': None}
+                'silent': set(), 'verdict_at': None, 'signalled': {}}
         started = time.time()
         self.proc = proc = subprocess.Popen(argv, stdout=subprocess.PIPE,
                                             stderr=subprocess.PIPE, text=True, env=env,
-                                            start_new_session=True)
+                                            start_new_session=True,
+                                            preexec_fn=_die_with_parent)
 
         def pump(stream, sink):
             for line in stream:
@@ -196,6 +213,8 @@ class Supervisor(object):
                         found = elastic_lines.find(kind, line)
                         if found:
                             seen[kind] = (time.time(), found)
+                for rank, host, name in _SIGNALLED.findall(line):
+                    seen['signalled'].setdefault(host, (name, rank))
                 for host in _SILENT.findall(line):
                     seen['silent'].add(host)
                     seen['verdict_at'] = seen['verdict_at'] or time.time()
@@ -220,10 +239,25 @@ class Supervisor(object):
         if seen['keeping']:
             self.snapshots = seen['keeping'][1][0]
         return Step(proc.returncode, seen['complete'], seen['keeping'], seen['silent'],
-                    seen['restored'], seen['first_step'], started, ended)
+                    seen['restored'], seen['first_step'], started, ended, seen['signalled'])
 
     # --- the job --------------------------------------------------------------------------
     def run(self):
+        """The job, step after step; its exit code. However it ends but by completing (a
+        script's failure, too few nodes, a signal to this process), the run's snapshots are
+        removed from the nodes left, unless ``keep_snapshots``."""
+        try:
+            return self._run()
+        finally:
+            if not self.completed and self.snapshots:
+                if self.keep_snapshots:
+                    say('the run\'s snapshots stay in node memory ({}) as --keep-snapshots '
+                        'asks; remove them with: chainermn-torus clean --snapshots, on each '
+                        'node'.format(self.snapshots))
+                else:
+                    self.finish(None)
+
+    def _run(self):
         answered = self.probe(self.nodes)
         missing = [n.host for n in self.nodes if n.host not in answered]
         if missing:
@@ -237,7 +271,6 @@ class Supervisor(object):
                                        self.min_nodes)
             except allocation.NoStep as e:
                 say(str(e).replace('chainermn_torus: ', '', 1))
-                self.finish(pending)
                 return 1
             if number:
                 say('step {} on {} ({} ranks), after losing {}'.format(
@@ -253,6 +286,7 @@ class Supervisor(object):
             if self.stopping is not None:
                 return result.code if result.code else 128 + self.stopping
             if result.complete:
+                self.completed = True
                 return result.code
             if not result.keeping and self.snapshots is None:
                 say('the step ended (exit code {}) without keeping snapshots in node memory '
@@ -261,23 +295,29 @@ class Supervisor(object):
                 return result.code or 1
             if number + 1 >= self.max_steps:
                 say('{} steps started: the job ends (--max-steps)'.format(number + 1))
-                self.finish(None)
                 return result.code or 1
             pending = {'step': number + 1, 'ended': result.ended,
                        'verdict_at': None, 'exit_code': result.code}
             answered = self.probe(step.nodes, since=result.started)
             pending['probed'] = time.time()
             silent = {h for h, name in self.names.items() if name in result.silent}
-            newly = [n.host for n in step.nodes if n.host not in answered or n.host in silent]
+            # A node whose ranks a signal ended (not this supervisor's: handled above) is
+            # going away or being taken back: treated as lost.
+            signalled = {h: result.signalled[name] for h, name in self.names.items()
+                         if name in result.signalled}
+            newly = [n.host for n in step.nodes if n.host not in answered or n.host in silent
+                     or n.host in signalled]
             if not newly:
                 say('the step ended with exit code {} and every node answers: no node was '
                     'lost, so the job ends with it'.format(result.code))
                 return result.code or 1
             for host in newly:
                 why = 'named silent by the watch' if host in silent else \
-                    self.unanswered.get(host, 'no answer')
+                    '{} reached its rank {}'.format(*signalled[host]) \
+                    if host in signalled else self.unanswered.get(host, 'no answer')
                 say('node {} lost ({})'.format(host, why))
             self.lost += newly
+            self.signalled += [h for h in newly if h in signalled]
             pending['lost'] = newly
             number += 1
 
@@ -289,8 +329,9 @@ class Supervisor(object):
         return out
 
     def finish(self, pending):
-        """The run ends for good: the nodes left remove its snapshots."""
-        left = [n for n in self.nodes if n.host not in self.lost]
+        """The run ends for good: the nodes left, and those whose ranks a signal ended,
+        remove its snapshots."""
+        left = [n for n in self.nodes if n.host not in self.lost or n.host in self.signalled]
         if left and self.snapshots:
             self.probe(left, remove_snapshots=True)
 
@@ -302,6 +343,16 @@ class Supervisor(object):
                 os.killpg(self.proc.pid, signum)
             except ProcessLookupError:
                 pass
+
+
+def _die_with_parent():
+    """In a launcher's child, before its exec: the kernel ends it when the supervisor's
+    process ends, SIGKILL included (a supervisor killed so left its whole step running and
+    forking). The launcher then takes its ranks down with it."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the step outlives a killed supervisor, as without this
 
 
 def _kill_group(proc):
@@ -340,6 +391,10 @@ def build_parser():
                         '(default %(default)s)')
     p.add_argument('--max-steps', type=config.arg_type('count'), default=None, metavar='N',
                    help='steps started at most (default: the node count + 1)')
+    p.add_argument('--keep-snapshots', action='store_true',
+                   help="where the job ends without completing, leave the run's snapshots in "
+                        'node memory (default: removed from every node left; chainermn-torus '
+                        'clean --snapshots removes what is kept)')
     p.add_argument('--report', default=None, metavar='FILE',
                    help='write the recoveries and their times as JSON')
     p.add_argument('command', nargs=argparse.REMAINDER,
@@ -354,14 +409,19 @@ def main(argv=None):
     if not command:
         p.error('no command: give -- python script.py ... after the options')
     try:
+        extra = shlex.split(args.launcher_args)
+    except ValueError as e:
+        p.error('--launcher-args {!r} does not parse as a shell would split it: {}'.format(
+            args.launcher_args, e))
+    try:
         nodes, source = allocation.discover(args.hosts)
-        launcher = Launcher.find(args.launcher, args.launcher_program,
-                                 shlex.split(args.launcher_args))
+        launcher = Launcher.find(args.launcher, args.launcher_program, extra)
     except ConfigError as e:
         p.error(str(e).replace('chainermn_torus: ', '', 1))
     sup = Supervisor(nodes, command, launcher, args.min_nodes, args.global_batch,
                      args.probe_timeout, args.grace, args.max_steps,
-                     slurm=source == allocation.SLURM_SOURCE)
+                     slurm=source == allocation.SLURM_SOURCE,
+                     keep_snapshots=args.keep_snapshots)
     signal.signal(signal.SIGTERM, sup.signal)
     signal.signal(signal.SIGINT, sup.signal)
     say('run {}: {} node(s) from {} ({}), launcher {}'.format(

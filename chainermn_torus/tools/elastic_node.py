@@ -2,7 +2,11 @@
 supervisor on every node it still counts on, through the job's own launcher, one process
 per node.
 
-    python -m chainermn_torus.tools.elastic_node RUN [--snapshots DIR]
+    CHAINERMN_TORUS_ELASTIC_PROBE=RUN python -m chainermn_torus.tools.elastic_node \
+        [--snapshots PARENT]
+
+The run id comes in the environment, which only the user and root can read, and never on
+the command line, which every user sees.
 
 It
 
@@ -12,7 +16,8 @@ It
 * removes what those left in /dev/shm (``devshm.sweep``: files of ours whose process is
   gone, and MPI's segments no process maps), never the snapshots, and MPICH's topology
   files in /tmp that their launcher, now gone, wrote (``--since``);
-* with ``--snapshots DIR`` (the run ends for good), removes the run's snapshots too;
+* with ``--snapshots PARENT`` (the run ends for good), removes the run's snapshots too:
+  its directory on this node in PARENT (``snapshot_place``: named from the run's token);
 * prints ``READY`` with this node's host name, the processes ended and the files removed.
 
 That it answers at all is the supervisor's liveness test of the node: a node that does not
@@ -29,15 +34,20 @@ import time
 
 import psutil
 
+from chainermn_torus import config
+from chainermn_torus.errors import ConfigError
 from chainermn_torus.extensions.checkpoint import files as checkpoint_files
+from chainermn_torus.extensions.checkpoint import snapshot_place
 from chainermn_torus.extensions.checkpoint.in_memory import GENERATION
 from chainermn_torus.runtime.files import devshm, held
 
-__all__ = ['main', 'READY', 'parse_ready', 'end_step_processes']
+__all__ = ['main', 'READY', 'parse_ready', 'end_step_processes', 'RUN_VARIABLE',
+           'remove_run_snapshots']
 
 READY = 'chainermn_torus elastic node: {host} ready: {ended} process(es) ended, {removed} ' \
     'file(s) removed'
 _VARIABLE = 'CHAINERMN_TORUS_ELASTIC_STEP'
+RUN_VARIABLE = config.SETTINGS['elastic_probe'].env  # the probe's own: not a step's
 
 
 def parse_ready(text):
@@ -124,16 +134,36 @@ def remove_snapshots(directory):
     return len(gens)
 
 
+def remove_run_snapshots(parent, run):
+    """The run's snapshot directory on this node in ``parent`` (the step's ``--memory-dir``
+    pattern, or the default parent) and its fallback; how many generations went."""
+    host = socket.gethostname()
+    pattern = None if parent == snapshot_place.default_parent() else parent
+    token = snapshot_place.from_run(run)
+    gone = 0
+    for directory in snapshot_place.candidates(pattern, token, host):
+        try:
+            gone += remove_snapshots(directory)
+        except OSError:  # a parent another user holds (never ours to walk into)
+            continue
+    return gone
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog='python -m chainermn_torus.tools.elastic_node',
                                 description=__doc__.split('\n\n')[0])
-    p.add_argument('run', help="the run's token (RUN of CHAINERMN_TORUS_ELASTIC_STEP)")
     p.add_argument('--since', type=float, default=None, metavar='TIME',
                    help="the old step's start (seconds since the epoch): MPICH's topology "
                         'files its launcher left since then go')
-    p.add_argument('--snapshots', default=None, metavar='DIR',
-                   help="remove the run's snapshots in DIR too (the run has ended)")
+    p.add_argument('--snapshots', default=None, metavar='PARENT',
+                   help="remove the run's snapshots in PARENT too (the run has ended)")
     args = p.parse_args(argv)
+    try:
+        args.run = config.current()['elastic_probe']
+    except ConfigError as e:
+        p.error(str(e).replace('chainermn_torus: ', '', 1))
+    if args.run is None:
+        p.error('{} must hold the run id; chainermn-torus elastic sets it'.format(RUN_VARIABLE))
     ended = end_step_processes(args.run)
     # MPI's own segments too (a step ended in MPI_Init leaves MPICH's): those no process
     # maps or holds once the run's are gone, and not made in the last half second (one of
@@ -143,9 +173,8 @@ def main(argv=None):
         removed += [None] * remove_dead_topology(args.since, args.run)
     # This process's own launcher proxy wrote a topology file for it (MPICH): not left.
     devshm.remove_launcher_topology(None, time.time())
-    if args.snapshots:  # the step's pattern: this node's own directory
-        removed += [None] * remove_snapshots(args.snapshots.replace(
-            '{host}', socket.gethostname()))
+    if args.snapshots:
+        removed += [None] * remove_run_snapshots(args.snapshots, args.run)
     print(READY.format(host=socket.gethostname(), ended=ended, removed=len(removed)),
           flush=True)
     return 0

@@ -56,7 +56,8 @@ def main():
     memory = os.path.join(base, 'node{node}')
     comm = chainermn.create_communicator('naive', mpi_comm=world)
     tr, _, _ = trainer(comm, 5, os.path.join(base, 'out'))
-    tr.extend(MemorySnapshot(comm, memory, nodes=nodes), trigger=(3, 'iteration'))
+    snapshot = MemorySnapshot(comm, memory, nodes=nodes)
+    tr.extend(snapshot, trigger=(3, 'iteration'))
     tr.extend(MultiNodeCheckpointer(comm, os.path.join(base, 'disk')),
               trigger=(3, 'iteration'))
     tr.extend(Lost())
@@ -78,7 +79,7 @@ def main():
     # One after the other: both draw from numpy's global random state, which each restore
     # sets as the stored job left it.
     a, model_a, opt_a = trainer(comm2, 9, os.path.join(base, 'out_a'))
-    at = MemorySnapshot(comm2, memory, nodes=survivors).restore(a)
+    at = MemorySnapshot(comm2, memory, nodes=survivors, token=snapshot.token).restore(a)
     assert at == 3 and a.updater.iteration == 3
     a.run()
     sa = state(model_a, opt_a)

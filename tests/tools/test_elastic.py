@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
+from chainermn_torus.extensions.checkpoint import snapshot_place
 from chainermn_torus.tools import allocation, elastic, elastic_node
 from conftest import MPI, ROOT, job_env, mpiexec_path
 
@@ -85,8 +86,7 @@ def test_a_job_that_ends_well_ends_with_its_code_and_leaves_no_snapshot(tmp_path
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert 'chainermn_torus elastic: training is complete at iteration 6' in proc.stdout
     assert 'step 1 on' not in proc.stdout
-    left = [n for n in set(os.listdir('/dev/shm')) - before if n.startswith('cmtorus')]
-    assert left == [], left
+    assert shm_left(before) == [], shm_left(before)
 
 
 @pytest.mark.mpi
@@ -112,9 +112,94 @@ def test_bad_requests_are_refused_in_one_line(tmp_path):
     assert proc.returncode == 2 and "'a:0' is not host[:ranks]" in proc.stderr
     proc = run('--hosts', 'a:2', '--min-nodes', '0', '--', 'true')
     assert proc.returncode == 2 and '--min-nodes' in proc.stderr
+    # P10: a rank count no node holds once forked ranks for minutes.
+    proc = run('--hosts', 'localhost:99999999', '--', 'true')
+    assert proc.returncode == 2 and 'asks for 99999999 ranks on one host; at most 1024 ' \
+        '(MAX_RANKS_PER_HOST' in proc.stderr, proc.stderr
+    # P7: launcher arguments that do not split were a ValueError traceback.
+    proc = run('--hosts', 'a:2', '--launcher-args', '"x', '--', 'true')
+    assert proc.returncode == 2 and "--launcher-args '\"x' does not parse" in proc.stderr \
+        and 'Traceback' not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()[-1:]) == 1
+
+
+def test_the_probe_takes_its_run_from_the_environment_only():
+    """The run id names the run's snapshots: never on a command line (ps shows it to every
+    user). A bad or missing one is refused in one line."""
+    for value in ('run', None):
+        env = {k: v for k, v in os.environ.items() if k != elastic_node.RUN_VARIABLE}
+        if value is not None:
+            env[elastic_node.RUN_VARIABLE] = value
+        proc = subprocess.run([sys.executable, '-m', 'chainermn_torus.tools.elastic_node'],
+                              capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+        assert proc.returncode == 2 and 'Traceback' not in proc.stderr, proc.stderr
+        assert 'CHAINERMN_TORUS_ELASTIC_PROBE' in proc.stderr.strip().splitlines()[-1]
+    sup = elastic.Supervisor([allocation.Node('h', 1)], ['true'],
+                             elastic.Launcher('openmpi', 'mpirun'))
+    line = sup.launcher.command([allocation.Node('h', 1)], ['probe'],
+                                passed=(elastic_node.RUN_VARIABLE,))
+    assert sup.run_id not in ' '.join(line) and elastic_node.RUN_VARIABLE in line
+
+
+@pytest.mark.mpi
+def test_a_signal_to_a_nodes_ranks_is_a_lost_node_not_an_end(tmp_path):
+    """P2: a step whose ranks on a node a SIGTERM ended (runtime.watch.abort's line) ends as
+    a failure; the supervisor counts the node lost, as it does a silent one, and goes on
+    where nodes are left (here none: the job ends below --min-nodes, said)."""
+    script = tmp_path / 'signalled.py'
+    script.write_text(
+        'import socket, sys\n'
+        'print("chainermn_torus: rank 0 ({}): SIGTERM received (a batch time limit, '
+        'scancel, or the launcher ending the job); the job ends; nothing on disk"'
+        '.format(socket.gethostname()), flush=True)\n'
+        'print("chainermn_torus elastic: snapshots in node memory are kept in /dev/shm/x",'
+        ' flush=True)\n'
+        'sys.exit(143)\n')
+    proc = _elastic(tmp_path, [sys.executable, str(script)])
+    out = proc.stdout
+    assert 'node {} lost (SIGTERM reached its rank 0)'.format(socket.gethostname()) in out, \
+        out + proc.stderr[-2000:]
+    assert 'training is complete' not in out and 'every node answers' not in out
+    assert proc.returncode == 1, out
+
+
+@pytest.mark.mpi
+def test_a_killed_supervisor_takes_its_step_with_it(tmp_path):
+    """P10: the step's launcher dies with the supervisor (PR_SET_PDEATHSIG), SIGKILL
+    included, and its ranks with the launcher: nothing of the step runs on."""
+    import psutil
+    script = tmp_path / 'long.py'
+    script.write_text('import time\nprint("started", flush=True)\ntime.sleep(120)\n')
+    env = job_env(2)
+    env['CHAINERMN_TORUS_MPIEXEC'] = env.get('CHAINERMN_TORUS_MPIEXEC') or mpiexec_path()
+    if MPI == 'impi':
+        pytest.skip("Intel MPI's hydra needs ssh for -hosts here (see _elastic)")
+    sup = subprocess.Popen([sys.executable, '-m', 'chainermn_torus.tools.cli', 'elastic',
+                            '--hosts', socket.gethostname() + ':2', '--probe-timeout', '60',
+                            '--', sys.executable, str(script)],
+                           stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    for line in sup.stdout:
+        if 'started' in line:
+            break
+    step = [p for p in psutil.process_iter(['cmdline'])
+            if str(script) in ' '.join(p.info['cmdline'] or [])]
+    assert step, 'the step did not start'
+    sup.kill()
+    sup.wait()
+    gone, alive = psutil.wait_procs(step, timeout=20)
+    assert not alive, [p.info['cmdline'] for p in alive]
 
 
 UNCHANGED = os.path.join(ROOT, 'tests', 'unchanged')
+
+
+def shm_left(before):
+    """What a run left in /dev/shm: new names of ours, and run directories of snapshots
+    that no running job holds (the per-user parent, empty, stays: other runs share it)."""
+    parent = os.path.basename(snapshot_place.default_parent())
+    new = [n for n in set(os.listdir('/dev/shm')) - before
+           if n.startswith('cmtorus') and n != parent]
+    return new + [p for p, _, busy in snapshot_place.kept() if not busy]
 
 
 @pytest.mark.example
@@ -134,8 +219,7 @@ def test_an_unchanged_chainermn_script_keeps_snapshots_under_the_launcher(tmp_pa
     assert 'snapshots in node memory are kept in' in proc.stdout
     assert 'no snapshot in node memory' in proc.stdout  # the first step: none yet
     assert 'training is complete at iteration' in proc.stdout
-    left = [n for n in set(os.listdir('/dev/shm')) - before if n.startswith('cmtorus')]
-    assert left == [], left
+    assert shm_left(before) == [], shm_left(before)
 
 
 @pytest.mark.slow

@@ -44,12 +44,14 @@ def add_arguments(parser):
                            '(chainermn_torus.extensions.checkpoint.in_memory)'.format(
                                in_memory.DEFAULT_K))
     parser.add_argument('--memory-dir', default=None, metavar='DIR',
-                        help='where each node keeps its snapshots; {host} in it is the '
-                             "node's host name (default: /dev/shm/cmtorus-snapshots-<uid>-"
-                             "<job id>[-<elastic run>]-{host})")
+                        help="where each node keeps its runs' snapshots, each run in a "
+                             'directory of its own named by a token only it knows; {host} in '
+                             "it is the node's host name (default: /dev/shm/cmtorus-"
+                             'snapshots-<uid>)')
     parser.add_argument('--restore-from-memory', action='store_true',
                         help='start from the newest snapshot in node memory that every rank '
-                             'holds complete (on the survivors of a lost node); where there '
+                             "holds complete (on the survivors of a lost node), the run's "
+                             "token read from --out's .chainermn-torus-snapshots; where there "
                              'is none, as --auto-resume')
     parser.add_argument('--resume-batch', choices=rules.choices(), default='keep',
                         help='resuming on another rank count: {}'.format('; '.join(
@@ -73,11 +75,6 @@ def check_arguments(parser, args):
                      'restores from)')
 
 
-def memory_dir(args):
-    """--memory-dir, or the node-local default (``in_memory.default_directory``)."""
-    return args.memory_dir or in_memory.default_directory()
-
-
 def attach(comm, trainer, args, lr_rule=None):
     """Extend ``trainer`` with a checkpointer and the in-memory snapshot, and resume, as
     the options say (collective).
@@ -99,8 +96,9 @@ def attach(comm, trainer, args, lr_rule=None):
                            if args.checkpoint_interval else (1, 'epoch'))
         snapshot = None
         if getattr(args, 'memory_snapshots', None):
-            snapshot = MemorySnapshot(comm, memory_dir(args), batch=batch, lr_rule=lr_rule,
-                                      own_directory=not args.memory_dir)
+            snapshot = MemorySnapshot.for_trainer(
+                comm, trainer, args.memory_dir, getattr(args, 'restore_from_memory', False),
+                batch=batch, lr_rule=lr_rule)
             trainer.extend(snapshot, trigger=(args.memory_snapshots, 'iteration'))
         restored = None
         if getattr(args, 'restore_from_memory', False):

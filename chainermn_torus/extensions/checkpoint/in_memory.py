@@ -6,10 +6,10 @@ numpy random state). So every ``trigger`` iterations:
 
 * every rank's small state is gathered to every rank (``Allgatherv`` of bytes: no pickle),
   so that any set of survivors holds every stored rank's;
-* each node's first rank writes, into that node's directory (``directory``, held as a
-  checkpoint directory is: ``files.hold``; /dev/shm on a cluster, a directory of the node's
-  own), one generation ``gen_<I>/``: ``replica.npz`` (parameters and optimizer state, once
-  per node), ``rank<R>.npz`` for every stored rank, then ``manifest.json`` last (sizes and
+* each node's first rank writes, into the run's directory on that node (its own, found by
+  its token: ``snapshot_place``; held as a checkpoint directory is), one generation
+  ``gen_<I>/``: ``replica.npz`` (parameters and optimizer state, once per node),
+  ``rank<R>.npz`` for every stored rank, then ``manifest.json`` last (sizes and
   CRC-32s of each file, the rank count, what ``identity.described`` records);
 * ``keep`` generations stay (two: a loss while the newest is being written leaves the one
   before complete).
@@ -22,10 +22,17 @@ the same global-batch rule: new rank r takes stored rank r mod P's state, so the
 that of a disk checkpoint written at the same iteration and resumed on the same ranks, bit
 for bit.
 
-``directory`` may hold ``{host}``, filled with this node's host name (the examples'
-default does: nodes that share a file system, as emulated ones do, each keep their own;
-a host name stays the node's from one step to the next), or ``{node}``, this rank's node
-index (ChainerMN's ``inter_rank``; the tests).
+``directory`` (``--memory-dir``, the parent of the run's directory; default
+``snapshot_place.default_parent``) may hold ``{host}``, filled with this node's host name,
+or ``{node}``, this rank's node index (ChainerMN's ``inter_rank``; the tests). The run's
+directory has the host in its name, so nodes that share a file system, as emulated ones do,
+each keep their own.
+
+A generation that cannot be written (the room checked before it was taken meanwhile, any
+OSError) is skipped on every rank, its partial files removed, said once; training goes on.
+Only where the node's file system could never hold one does the job end, in one line.
+Training is complete, and the run's directory removed, only where the trainer's stop
+trigger fired: an error or a signal (SIGTERM, SIGINT) leaves the snapshots.
 """
 import io
 import json
@@ -39,13 +46,13 @@ from chainermn_torus import config
 from chainermn_torus.errors import ConfigError, UnsafePath
 from chainermn_torus.extensions.checkpoint import arrays as stored
 from chainermn_torus.extensions.checkpoint import elastic_lines, files, identity, resharding
-from chainermn_torus.extensions.checkpoint import rules
+from chainermn_torus.extensions.checkpoint import rules, snapshot_place
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
 from chainermn_torus.runtime import agree, report
 from chainermn_torus.runtime.files import devshm, held
 
-__all__ = ['MemorySnapshot', 'GENERATION', 'REPLICA', 'DEFAULT_K', 'default_directory',
-           'split', 'manifest_problem']
+__all__ = ['MemorySnapshot', 'GENERATION', 'REPLICA', 'DEFAULT_K', 'split',
+           'manifest_problem']
 
 GENERATION = 'gen_{}'
 REPLICA = 'replica.npz'
@@ -56,16 +63,6 @@ _FORMAT = 1
 # 64.5 ms against a step of 47.9 ms (MNIST, 2 ranks): 1.3% at K = 100
 # (docs/measurements/elastic/).
 DEFAULT_K = 100
-
-
-def default_directory():
-    """Where each node keeps its snapshots unless told: one folder per user, batch job,
-    supervisor's run and host (``{host}``, filled in by MemorySnapshot), so that the steps a
-    supervisor starts after a loss find the snapshots of the step before, and no other
-    run's."""
-    elastic = elastic_lines.step()
-    return os.path.join(devshm.SHM_DIR, 'cmtorus-snapshots-{}-{}{}-{{host}}'.format(
-        os.getuid(), devshm.job_tag(), '' if elastic is None else '-' + elastic[0]))
 
 
 def split(state):
@@ -114,6 +111,23 @@ def manifest_problem(data, generation):
     return None
 
 
+class _Watched(object):
+    """A trainer's stop trigger that remembers whether it fired (the rest is the
+    trigger's own: Chainer's extensions ask it for the training length)."""
+
+    def __init__(self, trigger):
+        self.trigger, self.fired = trigger, False
+
+    def __call__(self, trainer):
+        self.fired = bool(self.trigger(trainer))
+        return self.fired
+
+    def __getattr__(self, name):
+        if name == 'trigger':  # not yet set (a copy being made)
+            raise AttributeError(name)
+        return getattr(self.trigger, name)
+
+
 class MemorySnapshot(chainer.training.Extension):
     """The trainer extension (module doc): ``trainer.extend(snapshot, trigger=(K,
     'iteration'))``; ``restore(trainer)`` on the survivors."""
@@ -121,8 +135,8 @@ class MemorySnapshot(chainer.training.Extension):
     priority = chainer.training.PRIORITY_READER - 1
     name = 'chainermn_torus_memory_snapshot'
 
-    def __init__(self, comm, directory, keep=2, batch='keep', lr_rule=None, nodes=None,
-                 own_directory=False):
+    def __init__(self, comm, directory=None, keep=2, batch='keep', lr_rule=None, nodes=None,
+                 token=None, first=None):
         if int(keep) != keep or keep < 1:
             raise ConfigError('chainermn_torus: keep must be a count >= 1, got {!r}'.format(
                 keep))
@@ -134,24 +148,79 @@ class MemorySnapshot(chainer.training.Extension):
         else:
             self.node = nodes[comm.rank]
             self.leader = nodes.index(self.node) == comm.rank
-        self.pattern = directory
-        self.own_directory = own_directory  # made for the job: removed at its good end
-        self.directory = directory.format(node=self.node, host=socket.gethostname())
+        # The run's token (snapshot_place): a new run's is rank 0's, the same everywhere.
+        self.first = token is None if first is None else bool(first)
+        if token is None:
+            token = comm.mpi_comm.bcast(snapshot_place.new_token() if comm.rank == 0
+                                        else None)
+        if not snapshot_place.is_token(token):
+            raise ConfigError('chainermn_torus: a snapshot token is 32 hex digits, got '
+                              '{!r}'.format(token))
+        self.token, self.pattern = token, directory
+        self.directory = snapshot_place.candidates(directory, token, socket.gethostname(),
+                                                   self.node)[0]
+        self._stopped = None  # the stop trigger, watched: did it fire (finalize)?
         self._failed = False
-        problem, self.place = None, None
-        try:
-            self.place = files.hold(self.directory, create=True)
-        except OSError as e:
-            problem = str(e).replace('chainermn_torus: ', '', 1) \
-                if isinstance(e, UnsafePath) else '{}: {}'.format(type(e).__name__, e)
-        agree.raise_everywhere(comm.mpi_comm, problem, lambda bad: CheckpointError(
-            'chainermn_torus: cannot keep snapshots in {!r} (rank(s) {}): {}'.format(
-                self.directory, agree.ranks_text(bad), bad[0][1])))
+        self.skipped = []  # the iterations whose snapshot could not be kept
+        self.place = None
+        # A node's first rank makes the run's directory (new at a run's first step), then
+        # its other ranks open what it made.
+        for turn in (True, False):
+            problem = None
+            if self.leader == turn:
+                try:
+                    self.place, self.directory, note = snapshot_place.open_run(
+                        directory, token, socket.gethostname(), self.node, self.first,
+                        create=turn)
+                    if note:
+                        report.say(note, 0)
+                except OSError as e:
+                    problem = str(e).replace('chainermn_torus: ', '', 1) \
+                        if isinstance(e, UnsafePath) else '{}: {}'.format(type(e).__name__, e)
+            agree.raise_everywhere(comm.mpi_comm, problem, lambda bad: CheckpointError(
+                'chainermn_torus: cannot keep snapshots in node memory in {!r} (rank(s) {}): '
+                '{}'.format(self.shown(), agree.ranks_text(bad), bad[0][1])))
         self._trainer = None
-        elastic_lines.say(elastic_lines.KEEPING, comm.rank, directory=self.pattern)
+        elastic_lines.say(elastic_lines.KEEPING, comm.rank, directory=self.shown())
+
+    def shown(self):
+        """Where the run's snapshots are, as said to the user and the supervisor: the
+        parent, not the run's name in it (module doc of snapshot_place)."""
+        return self.pattern or snapshot_place.default_parent()
+
+    @classmethod
+    def for_trainer(cls, comm, trainer, directory=None, restore=False, **kwargs):
+        """Collective: the snapshot of ``trainer``'s run, its token found as
+        ``snapshot_place`` says (the supervisor's run, else the output directory's token
+        file: read where ``restore``, else a new one kept there)."""
+        step = elastic_lines.step()
+        if step is not None:
+            return cls(comm, directory, token=snapshot_place.from_run(step[0]),
+                       first=int(step[1]) == 0, **kwargs)
+        token, problem = None, None
+        if comm.rank == 0:
+            try:
+                token = snapshot_place.read_token(trainer.out) if restore else None
+                first = token is None
+                if first:
+                    token = snapshot_place.new_token()
+                    snapshot_place.write_token(trainer.out, token)
+            except (OSError, ValueError) as e:
+                problem = str(e).replace('chainermn_torus: ', '', 1)
+        agree.raise_everywhere(comm.mpi_comm, problem, lambda bad: CheckpointError(
+            'chainermn_torus: cannot find this run\'s snapshots in node memory: {}'.format(
+                bad[0][1])))
+        token, first = comm.mpi_comm.bcast((token, token is not None and first)
+                                           if comm.rank == 0 else None)
+        return cls(comm, directory, token=token, first=first, **kwargs)
 
     def initialize(self, trainer):
         self._trainer = trainer  # finalize says where training ended
+        # Training is complete only where the stop trigger said so: a SIGTERM or SIGINT
+        # (a BaseException, which Trainer.run passes to no on_error) also ends in finalize.
+        if not isinstance(trainer.stop_trigger, _Watched):
+            trainer.stop_trigger = _Watched(trainer.stop_trigger)
+        self._stopped = trainer.stop_trigger
 
     def __call__(self, trainer):
         self.save(trainer)
@@ -160,13 +229,13 @@ class MemorySnapshot(chainer.training.Extension):
         self._failed = True  # the snapshots are what a supervisor's next step needs
 
     def finalize(self):
-        """Training ended without an error: this node's snapshots go (only a job that
-        ended on an error leaves them, for the step that goes on after it)."""
-        if self._failed or self.place is None:
+        """Training ended because its stop trigger fired: this node's snapshots go. Any
+        other end (an error, a signal) leaves them for the step that goes on after it."""
+        if self._failed or self.place is None or self._stopped is None or \
+                not self._stopped.fired:
             return
-        if self._trainer is not None:
-            elastic_lines.say(elastic_lines.COMPLETE, self.comm.rank,
-                              iteration=self._trainer.updater.iteration)
+        elastic_lines.say(elastic_lines.COMPLETE, self.comm.rank,
+                          iteration=self._trainer.updater.iteration)
         if not self.leader:
             return
         for old in self.generations():
@@ -174,15 +243,14 @@ class MemorySnapshot(chainer.training.Extension):
                 files.remove_tree(self.place, GENERATION.format(old))
             except OSError:
                 pass
-        if self.own_directory:
-            self.place.close()
-            parent, name = os.path.split(os.path.normpath(self.directory))
-            try:
-                with held.as_named(parent) as up:
-                    os.rmdir(name, dir_fd=up.fd)  # only where nothing is left in it
-            except OSError:
-                pass
-            self.place = None
+        self.place.close()
+        parent, name = os.path.split(os.path.normpath(self.directory))
+        try:
+            with held.as_named(parent) as up:
+                os.rmdir(name, dir_fd=up.fd)  # only where nothing is left in it
+        except OSError:
+            pass
+        self.place = None
 
     # --- saving -----------------------------------------------------------------------------
     def save(self, trainer):
@@ -195,31 +263,41 @@ class MemorySnapshot(chainer.training.Extension):
         replica, small = split(state)
         smalls = _allgather_bytes(self.comm.mpi_comm, _npz_bytes(small))
         described = identity.described(trainer, self.comm)
-        replica_bytes, short = None, None
+        replica_bytes, short, never = None, None, None
         if self.leader:  # the one rank of the node that writes the replica serializes it
             replica_bytes = _npz_bytes(replica)
             need = sum(devshm.pages(len(b)) for b in [replica_bytes] + smalls) + (64 << 10)
             st = os.fstatvfs(self.place.fd)
-            if st.f_bavail * st.f_frsize < need:
-                short = '{} needed in {} on {}, {} free'.format(
-                    report.format_bytes(need), self.directory, socket.gethostname(),
+            where = '{} on {}'.format(self.shown(), socket.gethostname())
+            if st.f_blocks * st.f_frsize < need:
+                never = '{} needed in {}, which holds {} in all'.format(
+                    report.format_bytes(need), where,
+                    report.format_bytes(st.f_blocks * st.f_frsize))
+            elif st.f_bavail * st.f_frsize < need:
+                short = '{} needed in {}, {} free'.format(
+                    report.format_bytes(need), where,
                     report.format_bytes(st.f_bavail * st.f_frsize))
-        lacking = agree.problems(self.comm.mpi_comm, short)
-        if lacking:  # a safety net, not the job: training goes on, the one before stays
-            report.say('snapshot {} in node memory not kept: {} (rank(s) {}); the one '
-                       'before stays'.format(iteration, lacking[0][1],
-                                             agree.ranks_text(lacking)), self.comm.rank)
-            return
-        problem = None
-        if self.leader:
+        agree.raise_everywhere(self.comm.mpi_comm, never, lambda bad: CheckpointError(
+            'chainermn_torus: no snapshot in node memory can ever be kept: {} (rank(s) {}); '
+            'keep fewer ranks per node, give --memory-dir a larger place, or leave out '
+            '--memory-snapshots'.format(bad[0][1], agree.ranks_text(bad))))
+        problem = short
+        if self.leader and short is None:
             try:
                 self._write(iteration, replica_bytes, smalls, described)
-            except OSError as e:
-                problem = '{}: {}'.format(type(e).__name__, e)
-        agree.raise_everywhere(self.comm.mpi_comm, problem, lambda bad: CheckpointError(
-            'chainermn_torus: snapshot {} in node memory not written on rank(s) {}: {}; the '
-            'one before stays. Free room in {} or lower the snapshot frequency.'.format(
-                iteration, agree.ranks_text(bad), bad[0][1], self.directory)))
+            except OSError as e:  # the room changed after the check (another job's files)
+                problem = '{}: {}'.format(type(e).__name__, e.strerror or e)
+                try:
+                    files.remove_tree(self.place, GENERATION.format(iteration))
+                except OSError:
+                    pass
+        lacking = agree.problems(self.comm.mpi_comm, problem)
+        if lacking:  # a safety net, not the job: training goes on, the one before stays
+            self.skipped.append(iteration)
+            report.say('snapshot {} in node memory not kept: {} (rank(s) {}); its partial '
+                       'files removed, the one before stays, training goes on'.format(
+                           iteration, lacking[0][1], agree.ranks_text(lacking)),
+                       self.comm.rank)
 
     def _write(self, iteration, replica_bytes, smalls, described):
         name = GENERATION.format(iteration)
@@ -278,7 +356,7 @@ class MemorySnapshot(chainer.training.Extension):
         held = mpi.allgather(self.generations())
         if missing_ok and not any(held):
             report.say('no snapshot in node memory ({}) yet: starting as without '
-                       '--restore-from-memory'.format(self.directory), self.comm.rank)
+                       '--restore-from-memory'.format(self.shown()), self.comm.rank)
             return None
         common = set.intersection(*map(set, held))
         size, rank = self.comm.size, self.comm.rank
@@ -292,7 +370,7 @@ class MemorySnapshot(chainer.training.Extension):
             manifest, picked = found
             note = self._load(trainer, manifest, picked)
             report.say('resumed from node memory ({}) at iteration {}, written by {} ranks, '
-                       'on {}{}{}'.format(self.directory, iteration, manifest['ranks'], size,
+                       'on {}{}{}'.format(self.shown(), iteration, manifest['ranks'], size,
                                           note, '' if not tried else '; newer ones passed '
                                           'over: ' + '; '.join(tried)), rank)
             elastic_lines.after_restore(trainer, rank)
@@ -304,8 +382,8 @@ class MemorySnapshot(chainer.training.Extension):
                     '' if common else '; each rank\'s: {}'.format(held)))
 
     def _load(self, trainer, manifest, picked):
-        identity.check_optimizer(trainer, manifest, self.directory)
-        identity.check_data(trainer, self.comm, manifest, self.directory)
+        identity.check_optimizer(trainer, manifest, self.shown())
+        identity.check_data(trainer, self.comm, manifest, self.shown())
         with stored.RankFile(io.BytesIO(picked[REPLICA])) as z:
             replica = {k: z[k] for k in z.files}
         source = self.comm.rank % manifest['ranks']
@@ -320,7 +398,7 @@ class MemorySnapshot(chainer.training.Extension):
                 'parameters and optimizer state (the first array that differs: {})'.format(
                     manifest['iteration'], array))
         resized = manifest['ranks'] != self.comm.size
-        note = self.rule.apply(trainer, manifest, self.comm.size, self.directory,
+        note = self.rule.apply(trainer, manifest, self.comm.size, self.shown(),
                                self.lr_rule) if resized else ''
         whole = io.BytesIO(_npz_bytes(stored.for_saving(dict(replica, **small))))
         if resized:

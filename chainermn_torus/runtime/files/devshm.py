@@ -38,7 +38,7 @@ from chainermn_torus.runtime.report import format_bytes
 __all__ = ['SHM_DIR', 'PREFIX', 'job_tag', 'segment_prefix', 'free_bytes', 'check_room',
            'populate', 'pages', 'total_bytes', 'MPI_MARGIN',
            'SharedMemoryFull', 'sweep', 'unlink_mpi_segments', 'unlink_at_end',
-           'unlink_singleton']
+           'unlink_singleton', 'in_use']
 
 SHM_DIR = '/dev/shm'
 PREFIX = 'cmtorus_'
@@ -204,7 +204,7 @@ def _libc():
     return libc
 
 
-def _in_use(paths):
+def in_use(paths):
     """The subset of ``paths`` some process on this node has mapped or open.
 
     A process of the caller's own user whose /proc entries cannot be read counts as using
@@ -260,7 +260,7 @@ def sweep(path=SHM_DIR, others=False, dry_run=False, min_age=MIN_AGE_S, now=None
         elif others and _OTHERS.match(name) and now - st.st_mtime >= min_age:
             doomed.append((name, 'no process maps or holds it'))
     if others:
-        busy = _in_use([os.path.join(path, n) for n, why in doomed
+        busy = in_use([os.path.join(path, n) for n, why in doomed
                         if why.startswith('no process')])
         doomed = [d for d in doomed if os.path.join(path, d[0]) not in busy]
     with held.as_named(path, 'the shared-memory directory') as place:

@@ -44,13 +44,14 @@ def test_a_job_that_ends_well_leaves_no_snapshot(tmp_path):
     tr.run()
     assert os.listdir(str(tmp_path / 'mem')) == []
     again = trainer(tmp_path / 'o2')
-    assert snap.restore(again, missing_ok=True) is None and again.updater.iteration == 0
+    fresh = in_memory.MemorySnapshot(comm(), str(tmp_path / 'mem'), token=snap.token)
+    assert fresh.restore(again, missing_ok=True) is None and again.updater.iteration == 0
 
 
 def test_generations_are_kept_and_each_is_complete(tmp_path):
     tr, snap = _snapshotted(tmp_path)
     assert snap.generations() == [12, 9]
-    gen = tmp_path / 'mem' / 'gen_12'
+    gen = tmp_path / 'mem' / os.path.basename(snap.directory) / 'gen_12'
     assert sorted(os.listdir(str(gen))) == ['manifest.json', 'rank0.npz', 'replica.npz']
     manifest = json.loads((gen / 'manifest.json').read_text())
     assert in_memory.manifest_problem(manifest, 12) is None
@@ -59,23 +60,27 @@ def test_generations_are_kept_and_each_is_complete(tmp_path):
     assert 'not 11' in in_memory.manifest_problem(manifest, 11)
     assert "'ranks' is 0" in in_memory.manifest_problem(dict(manifest, ranks=0), 12)
     again = trainer(tmp_path / 'o2')
-    assert in_memory.MemorySnapshot(comm(), str(tmp_path / 'mem')).restore(again) == 12
+    assert in_memory.MemorySnapshot(comm(), str(tmp_path / 'mem'),
+                                    token=snap.token).restore(again) == 12
     assert all((params(again)[k] == v).all() for k, v in params(tr).items())
 
 
 def test_a_damaged_generation_is_passed_over_and_said(tmp_path, capsys):
-    _snapshotted(tmp_path)
-    replica = tmp_path / 'mem' / 'gen_12' / 'replica.npz'
+    _, snap = _snapshotted(tmp_path)
+    run = tmp_path / 'mem' / os.path.basename(snap.directory)
+    replica = run / 'gen_12' / 'replica.npz'
     data = bytearray(replica.read_bytes())
     data[len(data) // 2] ^= 0xFF
     replica.write_bytes(bytes(data))
     again = trainer(tmp_path / 'o2')
-    assert in_memory.MemorySnapshot(comm(), str(tmp_path / 'mem')).restore(again) == 9
+    assert in_memory.MemorySnapshot(comm(), str(tmp_path / 'mem'),
+                                    token=snap.token).restore(again) == 9
     out = capsys.readouterr().out
     assert 'at iteration 9' in out and 'generation 12' in out and 'CRC-32' in out, out
-    (tmp_path / 'mem' / 'gen_9' / 'manifest.json').write_text('{}')
+    (run / 'gen_9' / 'manifest.json').write_text('{}')
     with pytest.raises(CheckpointError) as e:
-        in_memory.MemorySnapshot(comm(), str(tmp_path / 'mem')).restore(trainer(tmp_path / 'o3'))
+        in_memory.MemorySnapshot(comm(), str(tmp_path / 'mem'), token=snap.token).restore(
+            trainer(tmp_path / 'o3'))
     assert 'no snapshot in node memory is complete on every rank' in str(e.value)
     assert '\n' not in str(e.value)
 
