@@ -79,7 +79,7 @@ def _elastic(tmp_path, command, extra=(), timeout=240, env=None):
 @pytest.mark.example
 @needs_data
 def test_a_job_that_ends_well_ends_with_its_code_and_leaves_no_snapshot(tmp_path):
-    before = set(os.listdir('/dev/shm'))
+    before = shm_now()
     proc = _elastic(tmp_path, [sys.executable, EXAMPLE, '--epoch', '1', '--limit', '1200',
                                '--unit', '20', '--out', str(tmp_path / 'out'),
                                '--memory-snapshots', '3', '--restore-from-memory'])
@@ -194,12 +194,21 @@ UNCHANGED = os.path.join(ROOT, 'tests', 'unchanged')
 
 
 def shm_left(before):
-    """What a run left in /dev/shm: new names of ours, and run directories of snapshots
-    that no running job holds (the per-user parent, empty, stays: other runs share it)."""
+    """What a run on this host left in /dev/shm: new names of ours, and run directories of
+    this host's snapshots that no running job holds (the per-user parent, empty, stays: other
+    runs share it; the emulated cluster's nodes, in the other lane, have names of their
+    own)."""
     parent = os.path.basename(snapshot_place.default_parent())
     new = [n for n in set(os.listdir('/dev/shm')) - before
            if n.startswith('cmtorus') and n != parent]
-    return new + [p for p, _, busy in snapshot_place.kept() if not busy]
+    host = socket.gethostname()
+    return new + [p for p, _, busy in snapshot_place.kept() if not busy and p not in before
+                  and snapshot_place.RUN_DIR.match(os.path.basename(p)).group('host') == host]
+
+
+def shm_now():
+    """The names in /dev/shm and the run directories there: what ``shm_left`` compares."""
+    return set(os.listdir('/dev/shm')) | {p for p, _, _ in snapshot_place.kept()}
 
 
 @pytest.mark.example
@@ -208,7 +217,7 @@ def test_an_unchanged_chainermn_script_keeps_snapshots_under_the_launcher(tmp_pa
                                                                         dataset_root):
     """ChainerMN's own MNIST example under ``chainermn-torus run --memory-snapshots``: the
     launcher adds the snapshot to its Trainer; the run ends well, its snapshots removed."""
-    before = set(os.listdir('/dev/shm'))
+    before = shm_now()
     proc = _elastic(tmp_path, [sys.executable, '-m', 'chainermn_torus.run',
                                '--memory-snapshots', '3',
                                os.path.join(UNCHANGED, 'chainermn_mnist.py'), '--epoch', '1',
