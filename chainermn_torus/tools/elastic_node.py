@@ -36,10 +36,8 @@ import psutil
 
 from chainermn_torus import config
 from chainermn_torus.errors import ConfigError
-from chainermn_torus.extensions.checkpoint import files as checkpoint_files
 from chainermn_torus.extensions.checkpoint import snapshot_place
-from chainermn_torus.extensions.checkpoint.in_memory import GENERATION
-from chainermn_torus.runtime.files import devshm, held
+from chainermn_torus.runtime.files import devshm
 
 __all__ = ['main', 'READY', 'parse_ready', 'end_step_processes', 'RUN_VARIABLE',
            'remove_run_snapshots']
@@ -117,23 +115,6 @@ def remove_dead_topology(since, run):
     return removed
 
 
-def remove_snapshots(directory):
-    """The run's snapshots in ``directory`` (its generations, then the directory), this
-    user's only; how many generations went."""
-    parent, name = os.path.split(os.path.normpath(directory))
-    try:
-        place = checkpoint_files.hold(directory)
-    except FileNotFoundError:
-        return 0
-    with place:
-        gens = [n for n in checkpoint_files.names(place) if n.startswith(GENERATION[:4])]
-        for g in gens:
-            checkpoint_files.remove_tree(place, g)
-    with held.as_named(parent, 'the snapshots\' directory') as up:
-        checkpoint_files.remove_tree(up, name)
-    return len(gens)
-
-
 def remove_run_snapshots(parent, run):
     """The run's snapshot directory on this node in ``parent`` (the step's ``--memory-dir``
     pattern, or the default parent) and its fallback; how many generations went."""
@@ -143,8 +124,8 @@ def remove_run_snapshots(parent, run):
     gone = 0
     for directory in snapshot_place.candidates(pattern, token, host):
         try:
-            gone += remove_snapshots(directory)
-        except OSError:  # a parent another user holds (never ours to walk into)
+            gone += snapshot_place.remove_run(directory)
+        except OSError:  # not there, or a parent another user holds (never walked into)
             continue
     return gone
 

@@ -49,7 +49,7 @@ from chainermn_torus.extensions.checkpoint import elastic_lines, files, identity
 from chainermn_torus.extensions.checkpoint import rules, snapshot_place
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
 from chainermn_torus.runtime import agree, report
-from chainermn_torus.runtime.files import devshm, held
+from chainermn_torus.runtime.files import devshm
 
 __all__ = ['MemorySnapshot', 'GENERATION', 'REPLICA', 'DEFAULT_K', 'split',
            'manifest_problem']
@@ -157,8 +157,7 @@ class MemorySnapshot(chainer.training.Extension):
             raise ConfigError('chainermn_torus: a snapshot token is 32 hex digits, got '
                               '{!r}'.format(token))
         self.token, self.pattern = token, directory
-        self.directory = snapshot_place.candidates(directory, token, socket.gethostname(),
-                                                   self.node)[0]
+        self.directory = None  # the run's directory on this node, once made or opened
         self._stopped = None  # the stop trigger, watched: did it fire (finalize)?
         self._failed = False
         self.skipped = []  # the iterations whose snapshot could not be kept
@@ -208,8 +207,8 @@ class MemorySnapshot(chainer.training.Extension):
             except (OSError, ValueError) as e:
                 problem = str(e).replace('chainermn_torus: ', '', 1)
         agree.raise_everywhere(comm.mpi_comm, problem, lambda bad: CheckpointError(
-            'chainermn_torus: cannot find this run\'s snapshots in node memory: {}'.format(
-                bad[0][1])))
+            'chainermn_torus: cannot find this run\'s snapshots in node memory: {}; remove '
+            'that file to start a new run'.format(bad[0][1])))
         token, first = comm.mpi_comm.bcast((token, token is not None and first)
                                            if comm.rank == 0 else None)
         return cls(comm, directory, token=token, first=first, **kwargs)
@@ -238,19 +237,12 @@ class MemorySnapshot(chainer.training.Extension):
                           iteration=self._trainer.updater.iteration)
         if not self.leader:
             return
-        for old in self.generations():
-            try:
-                files.remove_tree(self.place, GENERATION.format(old))
-            except OSError:
-                pass
         self.place.close()
-        parent, name = os.path.split(os.path.normpath(self.directory))
-        try:
-            with held.as_named(parent) as up:
-                os.rmdir(name, dir_fd=up.fd)  # only where nothing is left in it
-        except OSError:
-            pass
         self.place = None
+        try:
+            snapshot_place.remove_run(self.directory)
+        except OSError:  # something not of this user's in it: left, as it is
+            pass
 
     # --- saving -----------------------------------------------------------------------------
     def save(self, trainer):

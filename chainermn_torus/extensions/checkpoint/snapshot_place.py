@@ -40,7 +40,7 @@ from chainermn_torus.runtime.files import devshm, held
 
 __all__ = ['TOKEN_FILE', 'new_token', 'from_run', 'default_parent', 'fallback_parent',
            'run_name', 'RUN_DIR', 'open_run', 'read_token', 'write_token', 'candidates',
-           'is_token']
+           'is_token', 'kept', 'remove_run']
 
 TOKEN_FILE = '.chainermn-torus-snapshots'
 RUN_DIR = re.compile(r'^run-(?P<token>[0-9a-f]{32})-(?P<host>[A-Za-z0-9._-]+)$')
@@ -117,11 +117,10 @@ def open_run(pattern, token, host, node=None, first=True, create=True):
     refused (``UnsafePath``). ``create=False`` (a node's other ranks, after its first rank
     made it): only opened. Made or opened, it must be this user's, 0700 (``files.hold``'s
     rule for its last component)."""
-    parent = (pattern or default_parent()).format(host=host, node=node)
-    fallback = fallback_parent(parent, token) if pattern is None else None
+    paths = candidates(pattern, token, host, node)
     if not create:
         problems = []
-        for path in candidates(pattern, token, host, node):
+        for path in paths:
             try:
                 up, name = os.path.split(path)
                 with files.hold(up) as place:
@@ -129,8 +128,8 @@ def open_run(pattern, token, host, node=None, first=True, create=True):
             except OSError as e:
                 problems.append(e)
         raise problems[0]
-    place, note = _hold_parent(parent, fallback)
-    name = run_name(token, host)
+    parent, name = os.path.split(paths[0])
+    place, note = _hold_parent(parent, os.path.dirname(paths[1]) if paths[1:] else None)
     with place:
         try:
             os.mkdir(name, 0o700, dir_fd=place.fd)
@@ -139,8 +138,9 @@ def open_run(pattern, token, host, node=None, first=True, create=True):
                 st = place.lstat(name)
                 raise UnsafePath('chainermn_torus: {} was already there ({}) when this run '
                                  'started: a run\'s snapshot directory is made new and never '
-                                 'shared'.format(os.path.join(place.path, name),
-                                                 _described(st)))
+                                 'shared; start again (a new run gets a new token) or give '
+                                 'another --memory-dir'.format(os.path.join(place.path, name),
+                                                               _described(st)))
         return place.subdirectory(name), os.path.join(place.path, name), note
 
 
@@ -174,7 +174,6 @@ def read_token(out_dir, trusted=None):
         raise ValueError('{} holds no snapshot token (32 hex digits), got {!r}'.format(
             os.path.join(out_dir, TOKEN_FILE), text[:40]))
     return text
-
 
 
 def kept(shm_dir=None):
@@ -216,11 +215,14 @@ def _tree_bytes(place, name):
 
 
 def remove_run(path):
-    """Remove a run directory ``kept`` listed (its generations, then it): this user's
-    files only."""
-    up, name = os.path.split(path)
+    """Remove the run directory ``path`` (its generations, then it): this user's files
+    only; how many generations went. FileNotFoundError where it or its parent is not
+    there."""
+    up, name = os.path.split(os.path.normpath(path))
     with files.hold(up) as parent:
         with parent.subdirectory(name) as run:
-            for gen in os.listdir(run.fd):
+            gens = os.listdir(run.fd)
+            for gen in gens:
                 files.remove_tree(run, gen)
         os.rmdir(name, dir_fd=parent.fd)
+    return len(gens)
