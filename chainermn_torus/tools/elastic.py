@@ -4,9 +4,11 @@
     chainermn-torus elastic [--hosts h0:2,h1:2,h2:2] [--min-nodes N] [--global-batch B]
                             [--launcher-args '...'] [--report FILE] -- python train.py ...
 
-The script keeps snapshots in node memory (the examples' ``--memory-snapshots K
---restore-from-memory``, or ``chainermn-torus run --memory-snapshots K`` for an unchanged
-script). The supervisor
+The script keeps snapshots in node memory (the examples' ``--memory-snapshots K``, or
+``chainermn-torus run --memory-snapshots K`` for an unchanged script; where the command asks
+for none, its steps get ``CHAINERMN_TORUS_MEMORY_SNAPSHOTS`` = ``in_memory.DEFAULT_K``, which
+both read), and each step after the first restores from them. A command that keeps none (it
+runs neither) is one step: the job ends with its exit code. The supervisor
 
 1. finds the job's nodes (``allocation.discover``: ``--hosts``, Slurm's allocation, PBS's
    node file) and asks each to answer (``elastic_node``: one process per node through the
@@ -48,7 +50,7 @@ import time
 
 from chainermn_torus import config
 from chainermn_torus.errors import ConfigError
-from chainermn_torus.extensions.checkpoint import elastic_lines
+from chainermn_torus.extensions.checkpoint import elastic_lines, in_memory
 from chainermn_torus.tools import allocation, elastic_node
 
 __all__ = ['main', 'Launcher', 'Supervisor']
@@ -59,6 +61,7 @@ _SILENT = re.compile(r'node (\S+) \(ranks? [^)]*\) silent')
 _SIGNALLED = re.compile(r'rank (\d+) \((\S+)\): (SIGTERM|SIGINT) received')
 _VARIABLE = config.SETTINGS['elastic_step'].env
 _EXPECT = config.SETTINGS['expect_ranks'].env
+_SNAPSHOTS = config.SETTINGS['memory_snapshots'].env
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
@@ -136,6 +139,9 @@ class Supervisor(object):
         self.proc, self.stopping = None, None
         self.keep_snapshots, self.completed = keep_snapshots, False
         self.signalled = []  # hosts counted lost because a signal ended their ranks
+        # The steps' snapshots in node memory where the command asks for none: the setting
+        # the launcher and the examples read (without it a lost node ends the job).
+        self.given = None if _asks_snapshots(command) else in_memory.DEFAULT_K
 
     # --- the nodes ------------------------------------------------------------------------
     def probe(self, nodes, remove_snapshots=False, since=None):
@@ -195,7 +201,10 @@ class Supervisor(object):
         env[_VARIABLE] = '{}:{}'.format(self.run_id, number)
         # The ranks MPI must start this time (a job script's count was the whole allocation's)
         env[_EXPECT] = str(step.ranks)
-        argv = self.launcher.command(step.nodes, self.command)
+        if self.given is not None:
+            env[_SNAPSHOTS] = str(self.given)
+        passed = (_VARIABLE, _EXPECT) + ((_SNAPSHOTS,) if env.get(_SNAPSHOTS) else ())
+        argv = self.launcher.command(step.nodes, self.command, passed)
         seen = {'complete': None, 'keeping': None, 'restored': None, 'first_step': None,
                 'silent': set(), 'verdict_at': None, 'signalled': {}}
         started = time.time()
@@ -289,10 +298,13 @@ class Supervisor(object):
                 self.completed = True
                 return result.code
             if not result.keeping and self.snapshots is None:
+                # No snapshot extension, so no line says the training is complete: the
+                # step's exit code is the job's, a good one included.
                 say('the step ended (exit code {}) without keeping snapshots in node memory '
-                    '(--memory-snapshots K): there is nothing to go on from; the job ends'
-                    .format(result.code))
-                return result.code or 1
+                    '(the command neither runs chainermn_torus.run nor reads --memory-'
+                    'snapshots): there is nothing to go on from, and the job ends with its '
+                    'exit code'.format(result.code))
+                return result.code
             if number + 1 >= self.max_steps:
                 say('{} steps started: the job ends (--max-steps)'.format(number + 1))
                 return result.code or 1
@@ -343,6 +355,12 @@ class Supervisor(object):
                 os.killpg(self.proc.pid, signum)
             except ProcessLookupError:
                 pass
+
+
+def _asks_snapshots(command):
+    """Whether the command or this environment already sets --memory-snapshots."""
+    return bool(os.environ.get(_SNAPSHOTS)) or any(
+        w == '--memory-snapshots' or w.startswith('--memory-snapshots=') for w in command)
 
 
 def _die_with_parent():
@@ -427,6 +445,10 @@ def main(argv=None):
     say('run {}: {} node(s) from {} ({}), launcher {}'.format(
         sup.run_id, len(nodes), source, ', '.join('{}:{}'.format(n.host, n.ranks)
                                                    for n in nodes), launcher.kind))
+    if sup.given is not None:
+        say('the command asks for no snapshots in node memory: its steps keep one every {} '
+            'iterations ({}={}; read by chainermn_torus.run and the examples)'.format(
+                sup.given, _SNAPSHOTS, sup.given))
     code = sup.run()
     if args.report:
         with open(args.report, 'w') as f:

@@ -20,6 +20,7 @@ import sys
 import textwrap
 
 from chainermn_torus import config
+from chainermn_torus.extensions.checkpoint import in_memory
 from chainermn_torus.tools import outputs
 from chainermn_torus.tools.jobscripts import render, systems
 from chainermn_torus.tools.jobscripts.job import Job
@@ -82,6 +83,11 @@ def build_parser():
                         '(sbatch --no-kill, chainermn-torus elastic starts each step; the '
                         'script keeps snapshots in node memory: docs/cluster.md, "When a node '
                         'is lost")')
+    p.add_argument('--memory-snapshots', type=int, default=None, metavar='K',
+                   help='with --elastic: the steps keep a snapshot in node memory every K '
+                        'iterations, what the nodes left go on from (default {}; a command '
+                        'that gives its own --memory-snapshots keeps it)'.format(
+                            in_memory.DEFAULT_K))
     p.add_argument('--min-nodes', type=int, default=1, metavar='N',
                    help='with --elastic: end the job where fewer nodes are left (default 1)')
     p.add_argument('--workdir', default=None,

@@ -82,11 +82,38 @@ def test_a_job_that_ends_well_ends_with_its_code_and_leaves_no_snapshot(tmp_path
     before = shm_now()
     proc = _elastic(tmp_path, [sys.executable, EXAMPLE, '--epoch', '1', '--limit', '1200',
                                '--unit', '20', '--out', str(tmp_path / 'out'),
-                               '--memory-snapshots', '3', '--restore-from-memory'])
+                               '--memory-snapshots', '3'])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert 'chainermn_torus elastic: training is complete at iteration 6' in proc.stdout
-    assert 'step 1 on' not in proc.stdout
+    assert 'step 1 on' not in proc.stdout and 'asks for no snapshots' not in proc.stdout
     assert shm_left(before) == [], shm_left(before)
+
+
+@pytest.mark.example
+@needs_data
+def test_a_command_that_asks_for_no_snapshots_gets_them(tmp_path):
+    """Issue 82, item 6: the supervisor gives its steps snapshots (the setting the
+    examples and the launcher read) where the command keeps none: before, the first lost
+    node ended the job."""
+    proc = _elastic(tmp_path, [sys.executable, EXAMPLE, '--epoch', '1', '--limit', '1200',
+                               '--unit', '20', '--out', str(tmp_path / 'out')])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert 'the command asks for no snapshots in node memory: its steps keep one every 100 ' \
+        'iterations (CHAINERMN_TORUS_MEMORY_SNAPSHOTS=100' in proc.stdout, proc.stdout
+    assert 'chainermn_torus elastic: snapshots in node memory are kept in' in proc.stdout
+    assert 'chainermn_torus elastic: training is complete at iteration 6' in proc.stdout
+
+
+@pytest.mark.mpi
+def test_a_step_that_ends_well_without_snapshots_ends_the_job_well(tmp_path):
+    """Issue 82, item 6: a command that keeps no snapshot (it runs neither the launcher nor
+    an example) and ends with 0 is a completion; it was rc 1, "nothing to go on from"."""
+    script = tmp_path / 'trains.py'
+    script.write_text('print("trained")\n')
+    proc = _elastic(tmp_path, [sys.executable, str(script)])
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert 'step ended (exit code 0) without keeping snapshots' in proc.stdout, proc.stdout
+    assert 'step 1 on' not in proc.stdout
 
 
 @pytest.mark.mpi
@@ -96,8 +123,9 @@ def test_a_failure_with_every_node_answering_is_the_scripts_own(tmp_path):
     proc = _elastic(tmp_path, [sys.executable, str(script)])
     assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
     # No snapshot was ever kept: nothing to go on from, said in one line.
-    assert 'without keeping snapshots in node memory (--memory-snapshots K): there is ' \
-        'nothing to go on from; the job ends' in proc.stdout, proc.stdout
+    assert 'without keeping snapshots in node memory (the command neither runs ' \
+        'chainermn_torus.run nor reads --memory-snapshots): there is nothing to go on from, ' \
+        'and the job ends with its exit code' in proc.stdout, proc.stdout
     assert 'step 1 on' not in proc.stdout
 
 

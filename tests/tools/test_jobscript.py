@@ -426,9 +426,28 @@ def test_slurm_elastic_keeps_the_job_and_lets_the_supervisor_start_each_step(
     assert '\n#SBATCH --no-kill\n' in text
     line = [ln for ln in text.splitlines() if 'chainermn_torus.tools.cli elastic' in ln]
     assert len(line) == 1 and '--min-nodes 2 ' + start in line[0], line
+    # Issue 82, item 6: the steps keep snapshots (before: none, so a lost node ended the
+    # job), said in the script's comment.
     assert line[0].endswith('-- python -m chainermn_torus.run --communicator rsap '
-                            'examples/mnist/train_mnist.py --epoch 1'), line
-    assert '#SBATCH --no-kill' not in generated(tmp_path, '--system', 'slurm', '--nodes', '3')
+                            '--memory-snapshots 100 examples/mnist/train_mnist.py --epoch 1'), \
+        line
+    assert '# --elastic: each step keeps a snapshot of the trainer in node memory every 100 ' \
+        'iterations' in text
+    plain = generated(tmp_path, '--system', 'slurm', '--nodes', '3')
+    assert '#SBATCH --no-kill' not in plain and 'memory' not in plain
+
+
+def test_slurm_elastic_keeps_the_commands_own_snapshots_or_gives_its_k(tmp_path):
+    own = generated(tmp_path, '--system', 'slurm', '--nodes', '3', '--elastic',
+                    command=['--', 'python', 'train.py', '--memory-snapshots', '5'])
+    line = [ln for ln in own.splitlines() if 'cli elastic' in ln][0]
+    assert line.count('--memory-snapshots') == 1 and line.endswith('--memory-snapshots 5')
+    assert 'node memory every 5 iterations' in own
+    # Not a python script: the launcher does not wrap it, so the setting carries K.
+    shell = generated(tmp_path, '--system', 'slurm', '--nodes', '3', '--elastic',
+                      '--memory-snapshots', '7', command=['--', './train.sh'])
+    line = [ln for ln in shell.splitlines() if 'cli elastic' in ln][0]
+    assert line.startswith('CHAINERMN_TORUS_MEMORY_SNAPSHOTS=7 python -m'), line
 
 
 @pytest.mark.parametrize('args, words', [
@@ -436,7 +455,11 @@ def test_slurm_elastic_keeps_the_job_and_lets_the_supervisor_start_each_step(
     (['--system', 'slurm', '--nodes', '3', '--elastic', '--grid', '1x3'],
      '--grid 1x3 pins the rank count'),
     (['--system', 'slurm', '--nodes', '3', '--elastic', '--min-nodes', '4'],
-     '--min-nodes must be from 1 to --nodes (3), got 4')])
+     '--min-nodes must be from 1 to --nodes (3), got 4'),
+    (['--system', 'slurm', '--nodes', '3', '--memory-snapshots', '5'],
+     '--memory-snapshots is for --elastic and a count of iterations >= 1, got 5 without'),
+    (['--system', 'slurm', '--nodes', '3', '--elastic', '--memory-snapshots', '0'],
+     '--memory-snapshots is for --elastic and a count of iterations >= 1, got 0')])
 def test_elastic_where_it_cannot_be_is_refused_in_one_line(tmp_path, args, words):
     proc = jobscript(*args, '--output', str(tmp_path / 'job.sh'), *TRAIN)
     assert proc.returncode == 2 and words in proc.stderr and not (tmp_path / 'job.sh').exists()

@@ -95,20 +95,23 @@ def attach(comm, trainer, args, lr_rule=None):
             trainer.extend(checkpointer, trigger=(args.checkpoint_interval, 'iteration')
                            if args.checkpoint_interval else (1, 'epoch'))
         snapshot = None
+        # A step of ``chainermn-torus elastic`` always goes on from its run's snapshots (the
+        # supervisor may have asked for them through the setting, without the flag).
+        from_memory = bool(getattr(args, 'memory_snapshots', None)) and (
+            getattr(args, 'restore_from_memory', False) or elastic_lines.step() is not None)
         if getattr(args, 'memory_snapshots', None):
             snapshot = MemorySnapshot.for_trainer(
-                comm, trainer, args.memory_dir, getattr(args, 'restore_from_memory', False),
-                batch=batch, lr_rule=lr_rule)
+                comm, trainer, args.memory_dir, from_memory, batch=batch, lr_rule=lr_rule)
             trainer.extend(snapshot, trigger=(args.memory_snapshots, 'iteration'))
         restored = None
-        if getattr(args, 'restore_from_memory', False):
+        if from_memory:
             restored = snapshot.restore(trainer, missing_ok=True)
         if restored is not None:
             if checkpointer is not None:
                 checkpointer.resumed_at = restored
         elif args.resume and checkpointer is not None:
             checkpointer.resume(trainer)
-        elif (args.auto_resume or getattr(args, 'restore_from_memory', False)) and \
+        elif (args.auto_resume or from_memory) and \
                 checkpointer is not None:
             if checkpointer.maybe_resume(trainer) is not None:
                 elastic_lines.after_restore(trainer, comm.rank)

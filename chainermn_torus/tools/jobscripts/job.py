@@ -18,6 +18,7 @@ FIELDS = collections.OrderedDict([
     ('queue', None), ('group', None), ('node_shape', None), ('llio_volumes', '/vol0004'),
     ('watchdog', 900), ('workdir', None), ('name', 'chainermn-torus'), ('command', ()),
     ('venv_unchecked', False), ('elastic', False), ('min_nodes', 1),
+    ('memory_snapshots', None),
 ])
 
 
@@ -80,6 +81,11 @@ class Job(collections.namedtuple('Job', list(FIELDS))):
             raise ValueError('--elastic goes on with fewer ranks after a lost node, and --grid '
                              '{} pins the rank count: leave --grid out (the grid follows the '
                              'ranks)'.format(self.grid))
+        if self.memory_snapshots is not None and (not self.elastic or
+                                                  self.memory_snapshots < 1):
+            raise ValueError('--memory-snapshots is for --elastic and a count of iterations '
+                             '>= 1, got {}{}'.format(self.memory_snapshots, '' if self.elastic
+                                                     else ' without --elastic'))
         if not 1 <= self.min_nodes <= self.nodes:
             raise ValueError('--min-nodes must be from 1 to --nodes ({}), got {}'.format(
                 self.nodes, self.min_nodes))

@@ -6,6 +6,7 @@ import shlex
 import string
 import sys
 
+from chainermn_torus.extensions.checkpoint import in_memory
 from chainermn_torus.tools.jobscripts import systems
 
 __all__ = ['generate', 'launch_line', 'check', 'values']
@@ -21,7 +22,7 @@ ${settings}${nodes_lines}# What the ranks apply (chainermn-torus config): comput
 # count MPI must start (the launcher stops on another: a PMI/launcher mismatch).
 export CHAINERMN_TORUS_THREADS=${threads}
 ${dedicated_line}export CHAINERMN_TORUS_EXPECT_RANKS=${procs}
-${grid_line}${watchdog_line}echo "chainermn-torus job ${name}: ${nodes_now} node(s) x ${ranks_per_node} rank(s), ${threads} compute thread(s) per rank, communicator ${communicator}, ${mpi} MPI, on $$(hostname) at $$(date)"
+${grid_line}${watchdog_line}${snapshots_line}echo "chainermn-torus job ${name}: ${nodes_now} node(s) x ${ranks_per_node} rank(s), ${threads} compute thread(s) per rank, communicator ${communicator}, ${mpi} MPI, on $$(hostname) at $$(date)"
 echo "python: $$(command -v python) ($$(python -c 'import sys; print(sys.version.split()[0], sys.prefix)'))"
 ${launch}
 '''
@@ -72,9 +73,32 @@ def _wrap_command(job, system, venv):
     if os.path.basename(exe).startswith('python') and rest and rest[0] not in ('-m', '-c'):
         if system.venv_python and exe == 'python':
             exe = os.path.join(venv or default_venv() or sys.prefix, 'bin', 'python')
+        keep = ['--memory-snapshots', str(snapshots_every(job))] \
+            if job.elastic and not _asks_snapshots(rest) else []
         return ([exe, '-m', 'chainermn_torus.run', '--communicator', job.communicator] +
-                (['--grid', job.grid] if job.grid else []) + rest)
+                (['--grid', job.grid] if job.grid else []) + keep + rest)
     return command  # not a python script: run as given (it chooses its communicator)
+
+
+def snapshots_every(job):
+    """--elastic: the K of the steps' snapshots in node memory."""
+    return job.memory_snapshots or in_memory.DEFAULT_K
+
+
+def _asks_snapshots(words):
+    return any(w == '--memory-snapshots' or w.startswith('--memory-snapshots=')
+               for w in words)
+
+
+def _asked_k(words):
+    """The K the command's own --memory-snapshots gives, or None."""
+    for i, w in enumerate(words):
+        if w.startswith('--memory-snapshots='):
+            return w.split('=', 1)[1]
+        if w == '--memory-snapshots':
+            following = words[i + 1] if i + 1 < len(words) else ''
+            return following if following.isdigit() else in_memory.DEFAULT_K
+    return None
 
 
 def _here(venv):
@@ -146,9 +170,13 @@ def launch_line(job, vals=None, system=None):
     command = _wrap_command(job, system, vals['venv'])
     if job.elastic:  # the supervisor starts each step (tools/elastic.py)
         kind, extra = system.elastic_launcher(vals)
-        launcher = ' '.join(['python -m chainermn_torus.tools.cli elastic', '--min-nodes',
-                             str(job.min_nodes), '--launcher', kind, '--launcher-args',
-                             shlex.quote(extra), '--'])
+        # A command the launcher does not wrap gets its K through the setting it reads.
+        wrapped = '-m chainermn_torus.run' in ' '.join(command)
+        setting = '' if wrapped or _asks_snapshots(job.command) else \
+            'CHAINERMN_TORUS_MEMORY_SNAPSHOTS={} '.format(snapshots_every(job))
+        launcher = setting + ' '.join([
+            'python -m chainermn_torus.tools.cli elastic', '--min-nodes', str(job.min_nodes),
+            '--launcher', kind, '--launcher-args', shlex.quote(extra), '--'])
     else:
         launcher = string.Template(system.launch_template(vals)).substitute(vals)
     return launcher + ' ' + ' '.join(shlex.quote(c) for c in command)
@@ -193,6 +221,11 @@ def generate(job):
                          if job.grid and not wrapped else '')
     vals['dedicated_line'] = ('export CHAINERMN_TORUS_DEDICATED_CORES={}\n'.format(
         vals['loader_cores']) if vals['loader_cores'] else '')
+    vals['snapshots_line'] = (
+        '# --elastic: each step keeps a snapshot of the trainer in node memory every {} '
+        'iterations\n# (--memory-snapshots); after a lost node, the next step goes on from '
+        'the newest one\n# the nodes left hold, and the snapshots go when the job ends.\n'
+        .format(_asked_k(job.command) or snapshots_every(job)) if job.elastic else '')
     vals['watchdog_line'] = (
         '# A rank that stops (a frozen peer) ends the job instead of the time limit.\n'
         'export CHAINERMN_TORUS_WATCHDOG={:g}\n'.format(job.watchdog) if job.watchdog else '')
