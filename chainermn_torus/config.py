@@ -235,6 +235,23 @@ SETTINGS = collections.OrderedDict([
                                  'memory every N iterations and start from the newest one '
                                  'every rank holds complete: what `chainermn-torus elastic` '
                                  'goes on from after a lost node', launcher='script')),
+    ('checkpoint_dir', Setting('CHAINERMN_TORUS_CHECKPOINT_DIR', 'text', None,
+                               "launcher: write a checkpoint of the script's Trainer into "
+                               'DIR (every epoch, or --checkpoint-interval), as the examples\' '
+                               '--checkpoint-dir: what a job that lost its batch host goes on '
+                               'from', launcher='script')),
+    ('checkpoint_interval', Setting('CHAINERMN_TORUS_CHECKPOINT_INTERVAL', 'count', None,
+                                    'launcher, --checkpoint-dir: a checkpoint every N '
+                                    'iterations (default: every epoch)', launcher='script')),
+    ('auto_resume', Setting('CHAINERMN_TORUS_AUTO_RESUME', 'flag', False,
+                            'launcher, --checkpoint-dir: continue from the newest checkpoint '
+                            'there if there is one (batch jobs that are requeued)',
+                            launcher='script')),
+    ('shuffle_seed', Setting('CHAINERMN_TORUS_SHUFFLE_SEED', 'seed', None,
+                             "launcher: the seed of ChainerMN's scatter_dataset(shuffle=True) "
+                             'where the script gives none, as if it had (default: kept in '
+                             '--checkpoint-dir, the elastic run\'s, else new: said at start)',
+                             launcher='script')),
     ('elastic_step', Setting('CHAINERMN_TORUS_ELASTIC_STEP', 'elastic_step', None,
                              'set by `chainermn-torus elastic` in each MPI step it starts '
                              '(RUN:STEP): the run whose snapshots in node memory the step '

@@ -62,6 +62,9 @@ BAD = {
     'elastic_step': ('run:1', {}, []),
     'elastic_probe': ('run', {}, []),
     'memory_snapshots': ('0', {}, []),
+    'checkpoint_interval': ('0', {}, []),
+    'auto_resume': ('maybe', {}, []),
+    'shuffle_seed': ('-1', {}, []),
     'type_check': ('sometimes', {}, []),
     'keep_freed_memory': ('maybe', {}, []),
     'data_parallel': ('maybe', {}, []),
@@ -80,6 +83,9 @@ WHY_NONE = {
     'simgrid_path': 'any folder; one without SimGrid is said (the simulator unavailable) and '
                     'the planner\'s choice is used',
     'mpiexec': 'any path; read by the tests and benchmark scripts when they start mpiexec',
+    'checkpoint_dir': 'any folder; one that cannot be made, or is another user\'s, is refused '
+                      'in one line when the script\'s Trainer starts (the checkpointer\'s '
+                      'own refusals, tests/extensions/checkpoint)',
 }
 # Settings the package itself never reads (the tests and scripts/with_mpi.sh do): checked in
 # this process only.

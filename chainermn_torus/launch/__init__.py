@@ -20,6 +20,12 @@ iterators itself. The launcher changes what those calls return, never the script
   script's Trainer and restores from it where every rank holds one: a step that
   ``chainermn-torus elastic`` starts after a lost node goes on from there; a custom loop is
   refused at its first update;
+* ``--checkpoint-dir DIR`` (``--checkpoint-interval N``, ``--auto-resume``) adds the
+  examples' disk checkpoint to it, and resumes from the newest one: a lost batch host is
+  survived only from disk. Under either, or as a step of ``chainermn-torus elastic``,
+  ChainerMN's ``scatter_dataset(..., shuffle=True)`` without a seed draws the run's order
+  (``extensions.checkpoint.draws``; ``--shuffle-seed N`` gives it), which a restart
+  repeats;
 * ``--tune on`` makes ``auto`` measure its best candidates on the first gradient calls
   (``--tune-dir``: where the choice is kept); ``--timeline PREFIX`` records the phases;
 * ``--gpu-to-cpu`` runs a script written for GPUs on each rank's CPU (``gpu_to_cpu``); without
@@ -40,6 +46,7 @@ from chainer import iterators
 from chainermn_torus import _registry, communicators, config, process_setup
 from chainermn_torus.communicators import capabilities
 from chainermn_torus.errors import ConfigError
+from chainermn_torus.extensions.checkpoint import elastic_lines
 from chainermn_torus.launch import options as _options
 from chainermn_torus.launch import gpu_to_cpu, hooks, optimizer
 from chainermn_torus.launch.lines import PREFIX, say
@@ -70,6 +77,7 @@ class Launch(object):
         self.communicator = None   # the last communicator the factory made
         self.script = opts.script
         self.gpu = None            # gpu_to_cpu.Said: what the script's GPU calls became
+        self.draws = None          # (the run's seed, where it is kept): unseeded shuffles
 
     def get(self, key):
         return self.settings[key]
@@ -128,8 +136,11 @@ class Launch(object):
             hooks.patch_updater(self)
         if self.get('data_parallel') or self.get('loader_eval'):
             hooks.patch_trainer(self)
-        if self.get('memory_snapshots'):
+        if self.get('memory_snapshots') or self.get('checkpoint_dir'):
             hooks.patch_trainer_run(self)
+        if self.get('memory_snapshots') or self.get('checkpoint_dir') or \
+                self.get('shuffle_seed') is not None or elastic_lines.step() is not None:
+            hooks.patch_scatter(self)
         if self.get('data_parallel'):
             hooks.patch_plain_update(self)
             hooks.patch_save(self)
@@ -184,11 +195,13 @@ class Launch(object):
 
     def check_update(self):
         """Called by the multi-node optimizer at its first update."""
-        if self.get('memory_snapshots') and not self.trainer_runs:
-            self.stop('--memory-snapshots {}: this script trains without a chainer.training '
-                      'Trainer (a custom loop called update() itself), so there is no trainer '
-                      'to snapshot; remove --memory-snapshots, or train with a Trainer'.format(
-                          self.get('memory_snapshots')))
+        for key in ('memory_snapshots', 'checkpoint_dir'):
+            if self.get(key) and not self.trainer_runs:
+                option = config.option_of(key)
+                self.stop('{} {}: this script trains without a chainer.training Trainer (a '
+                          'custom loop called update() itself), so there is no trainer to '
+                          'keep; remove {}, or train with a Trainer'.format(
+                              option, self.get(key), option))
         if self.get('loader') is not None and not self.updaters:
             self.stop('--loader {}: this script trains without a chainer.training updater (a '
                       'custom loop called update() itself), so there is no training iterator '

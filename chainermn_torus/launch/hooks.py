@@ -6,28 +6,35 @@
 * ``GradientMethod.update``, until a StandardUpdater is built: a plain optimizer's update()
   means a custom loop the launcher cannot parallelise; stop instead of training P copies
   apart;
-* ``Trainer.run`` under --memory-snapshots: the snapshot in node memory added to the
-  script's trainer, and restored from where every rank holds one (a supervisor's step after
-  a lost node), before the script's training starts;
+* ``Trainer.run`` under --memory-snapshots and --checkpoint-dir: the snapshot in node memory
+  and the disk checkpoint added to the script's trainer (``arguments.attach``, as the
+  examples do), and restored from, before the script's training starts: node memory where
+  every rank holds a snapshot (a supervisor's step after a lost node), else the newest
+  checkpoint with --auto-resume;
+* ChainerMN's ``scatter_dataset(..., shuffle=True)`` without a seed: the seed of the run
+  (``draws``), so that a restart cuts the shards in the same order;
 * ``chainer.serializers.save_npz`` under --data-parallel: rank 0 writes, the others skip (the
   script's own ``save_npz(path, model)`` at its end ran on every rank, all writing one file
   at once: a corrupt archive, seen in a 2-rank run).
 """
+import types
+
 import chainer.serializers
+import chainermn.datasets
 from chainer import optimizer as optimizer_module
 from chainer import training
 from chainer.training.updaters import standard_updater
 
-from chainermn_torus.extensions.checkpoint import in_memory
-from chainermn_torus.extensions.checkpoint.files import CheckpointError
+from chainermn_torus.errors import ConfigError
+from chainermn_torus.extensions.checkpoint import arguments, draws, in_memory
+from chainermn_torus.extensions.checkpoint.extension import MultiNodeCheckpointer
 from chainermn_torus.launch import loaders, sharding
 from chainermn_torus.launch.extensions import Extend
-from chainermn_torus.launch.lines import say
-from chainermn_torus.runtime import report
+from chainermn_torus.launch.lines import PREFIX, say
 from chainermn_torus.runtime.chainer_glue import chainer_private, patches
 
 __all__ = ['patch_updater', 'patch_trainer', 'patch_plain_update', 'patch_save',
-           'patch_trainer_run']
+           'patch_trainer_run', 'patch_scatter']
 
 
 def patch_updater(launch):
@@ -94,11 +101,11 @@ def patch_save(launch):
                   "--data-parallel: one writer for the script's own save_npz")
 
 
-def _has_snapshot(trainer):
-    """Whether the script's own --memory-snapshots (the examples', the same setting) added
-    one: by its name, which Chainer gives the first of its kind."""
+def _has(trainer, name):
+    """Whether the script (an example's own flags: the same settings) added the extension
+    named ``name``, which Chainer gives the first of its kind."""
     try:
-        trainer.get_extension(in_memory.MemorySnapshot.name)
+        trainer.get_extension(name)
     except ValueError:
         return False
     return True
@@ -109,22 +116,51 @@ def patch_trainer_run(launch):
 
     def run(trainer, *args, **kwargs):
         launch.trainer_runs += 1
-        if not _has_snapshot(trainer) and \
-                not getattr(trainer, '_chainermn_torus_memory', False):
-            trainer._chainermn_torus_memory = True
-            comm = launch.comm()
-            try:
-                snapshot = in_memory.MemorySnapshot.for_trainer(comm, trainer, restore=True)
-            except CheckpointError as e:  # alike on every rank (it is collective)
-                report.stop(str(e), comm.rank)
-            trainer.extend(snapshot, trigger=(launch.get('memory_snapshots'), 'iteration'))
-            try:
-                snapshot.restore(trainer, missing_ok=True)
-            except CheckpointError as e:  # alike on every rank (restore is collective)
-                report.stop(str(e), comm.rank)
+        if not getattr(trainer, '_chainermn_torus_kept', False):
+            trainer._chainermn_torus_kept = True
+            memory = launch.get('memory_snapshots')
+            disk = launch.get('checkpoint_dir')
+            asked = types.SimpleNamespace(
+                memory_snapshots=None if _has(trainer, in_memory.MemorySnapshot.name)
+                else memory, memory_dir=None, restore_from_memory=True,
+                checkpoint_dir=None if _has(trainer, MultiNodeCheckpointer.name) else disk,
+                checkpoint_interval=launch.get('checkpoint_interval'), checkpoint_keep=2,
+                trust_checkpoint_dir=launch.get('trust_checkpoints'), resume=False,
+                auto_resume=launch.get('auto_resume'), resume_batch='keep')
+            if asked.memory_snapshots or asked.checkpoint_dir:
+                arguments.attach(launch.comm(), trainer, asked)  # ends every rank on a refusal
         return original(trainer, *args, **kwargs)
 
     run.__wrapped__ = original
     patches.apply(training.Trainer, 'run', run, 'launcher',
-                  "--memory-snapshots: the script's Trainer keeps snapshots in node memory "
-                  'and starts from them')
+                  "--memory-snapshots / --checkpoint-dir: the script's Trainer keeps "
+                  'snapshots in node memory and checkpoints on disk, and starts from them')
+
+
+def patch_scatter(launch):
+    """ChainerMN's scatter_dataset, either import path: an unseeded shuffle gets the run's
+    seed (``draws``), said once on rank 0."""
+    original = chainermn.datasets.scatter_dataset
+
+    def scatter_dataset(dataset, comm, root=0, shuffle=False, seed=None, *args, **kwargs):
+        if shuffle and seed is None and comm.rank == root:  # only the root draws
+            if launch.draws is None:
+                try:
+                    launch.draws = draws.run_seed(launch.get('shuffle_seed'),
+                                                  launch.get('checkpoint_dir'),
+                                                  launch.get('trust_checkpoints'))
+                except (OSError, ValueError) as e:
+                    # The root's alone (the other ranks wait in the scatter): an error,
+                    # which ends the job (MPI_Abort) with this one line.
+                    raise ConfigError(PREFIX + 'scatter_dataset(shuffle=True) without a seed: '
+                                      "cannot keep the run's seed: {}".format(
+                                          str(e).replace('chainermn_torus: ', '', 1))) from None
+                say('scatter_dataset(shuffle=True) without a seed -> seed {}: the run\'s, {}'
+                    .format(*launch.draws), comm.rank)
+            seed = launch.draws[0]
+        return original(dataset, comm, root, shuffle, seed, *args, **kwargs)
+
+    scatter_dataset.__wrapped__ = original
+    for owner in (chainermn, chainermn.datasets):
+        patches.apply(owner, 'scatter_dataset', scatter_dataset, 'launcher',
+                      "an unseeded shuffle draws the run's order, which a restart repeats")

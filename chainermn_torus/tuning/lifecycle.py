@@ -7,11 +7,15 @@ For each buffer size, at its first call:
   buffers under ``TUNE_MIN_BYTES``, one-shot ``mean_array`` calls): the prediction
   (``prediction.rows``), said on rank 0 with the runner-up;
 * ``tune='on'``: the choice this job tuned already, or the one a job of the same shape
-  remembered (``memory``, read on rank 0 and shared), said with where it came from;
-  else the tuning: each call runs the candidate the ``Tuner`` gives, timed from a common
-  start, until it decides; the choice is then remembered (rank 0 writes the file), said,
-  and the other candidates are freed once the choice has run twice (double buffering may
-  still read the last call's means from a loser's buffer);
+  remembered (``memory``, read on rank 0 and shared), said with where it came from. A
+  remembered one is checked: its calls after the first, ``CHECK_CALLS`` of them, are timed
+  as a tuning times them; where their median is over ``RECHECK`` times the best figure the
+  tuning recorded, the buffer is tuned again and the new choice kept (issue 82: a choice
+  made on a busy node ran 1.38x and 4.25x slower than the best in later jobs). Said in one
+  line either way. Else the tuning: each call runs the candidate the ``Tuner`` gives, timed
+  from a common start, until it decides; the choice is then remembered (rank 0 writes the
+  file), said, and the other candidates are freed once the choice has run twice (double
+  buffering may still read the last call's means from a loser's buffer);
 * ``tune='again'``: the tuning, whatever was remembered.
 
 A job that ends while a tuning is measuring says so at exit, records it for the next job of
@@ -27,6 +31,8 @@ import collections
 import sys
 import time
 
+import numpy
+
 from chainermn_torus.runtime import report
 from chainermn_torus.tuning import candidates, memory, prediction
 from chainermn_torus.tuning.tuner import Tuner
@@ -37,6 +43,12 @@ __all__ = ['Choices', 'Settings', 'TUNE_MIN_BYTES', 'EXIT_WAIT_S']
 # and a measured difference would be within the noise of one call.
 TUNE_MIN_BYTES = 256 << 10
 EXIT_WAIT_S = 5.0  # at exit, how long a rank waits for the others before freeing
+# A remembered choice's check: the median of this many calls (after one not counted: its
+# buffers are made then) against the best median its tuning recorded. Medians of 3-5 calls
+# on the 2-core test machine move by 10-30 % between runs: beyond RECHECK is a slower
+# choice, not noise, and a needless retune costs only the tuning's calls.
+CHECK_CALLS = 3
+RECHECK = 1.3
 PREFIX = 'chainermn_torus auto: '
 
 
@@ -61,6 +73,7 @@ class Choices(object):
         self.remembered = {} if remembered is None else remembered
         self.log = []       # (bytes, plan rows) of every prediction, for users and tests
         self.tuned = {}     # bytes -> the tuning's figures
+        self.checking = {}  # bytes -> [memory key, the recorded best ms, [call seconds]]
         self._exit_registered = False
 
     # --- the calls --------------------------------------------------------------------------
@@ -73,6 +86,9 @@ class Choices(object):
         if nbytes not in self.chosen and nbytes not in self.measuring:
             self._start(signature(), nbytes)  # remembered, or the tuning (decided at once
         key = self.chosen.get(nbytes)         # where there is one candidate in all)
+        if key is not None and nbytes in self.checking:
+            self._checked_call(nbytes, key, run)
+            return
         if key is not None:
             run(self.communicator(key))
             self._retire_losers(nbytes)
@@ -150,12 +166,39 @@ class Choices(object):
         choice, source, figures = found
         chosen = self.chosen[nbytes] = (choice['algorithm'], choice['grid'],
                                         choice['segment_bytes'])
+        best_ms = _best_recorded(figures)
+        if best_ms is not None and not source.startswith('tuned earlier'):
+            self.checking[nbytes] = [key, best_ms, []]
         report.say('{:.1f} MB on {} nodes x {} ranks -> {} ({}{})'.format(
             nbytes / 1e6, self.shape.nodes, self.shape.ranks_per_node,
             candidates.label(chosen), source,
             '' if not figures else ': {:.2f} ms measured'.format(figures['chosen_ms'])),
             self.shape.rank, prefix=PREFIX)
         return chosen
+
+    def _checked_call(self, nbytes, key, run):
+        """A call of a remembered choice under check: timed from a common start; after
+        the last, kept or tuned again (module doc), every rank alike."""
+        memo, best_ms, seconds = self.checking[nbytes]
+        self.job.barrier()
+        t0 = time.perf_counter()
+        run(self.communicator(key))
+        seconds.append(time.perf_counter() - t0)
+        if len(seconds) < 1 + CHECK_CALLS:
+            return
+        del self.checking[nbytes]
+        agreed = self.job.agree(numpy.asarray(seconds[1:], dtype=numpy.float64))
+        median_ms = float(numpy.median(agreed)) * 1e3
+        slower = median_ms > RECHECK * best_ms
+        report.say('{:.1f} MB: the remembered {} ran {:.2f} ms (median of {} calls), {:.2f}x '
+                   'the best its tuning measured ({:.2f} ms): {}'.format(
+                       nbytes / 1e6, candidates.label(key), median_ms, CHECK_CALLS,
+                       median_ms / best_ms, best_ms,
+                       'over {:g}x, so it is tuned again'.format(RECHECK) if slower else
+                       'within {:g}x, kept'.format(RECHECK)), self.shape.rank, prefix=PREFIX)
+        if slower:
+            del self.chosen[nbytes]
+            self._tune(memo, nbytes)
 
     def _look_up(self, key):
         """Rank 0: (choice, where from, figures) in this process or its file, or None."""
@@ -179,6 +222,9 @@ class Choices(object):
         key = memory_key(self.shape, self.settings, signature, nbytes)
         if self._remembered(key, nbytes) is not None:
             return
+        self._tune(key, nbytes)
+
+    def _tune(self, key, nbytes):
         rows, why = prediction.rows(self.shape, nbytes, self.settings.network,
                                     self.settings.simulate, self.job, simulated=False)
         self.log.append((nbytes, rows))
@@ -268,6 +314,19 @@ class Choices(object):
         return ', '.join('{:.1f} MB -> {}{}'.format(
             b / 1e6, candidates.label(k), ' (tuned)' if b in self.tuned else '')
             for b, k in self.chosen.items()) or 'nothing chosen yet'
+
+
+def _best_recorded(figures):
+    """The lowest median a remembered tuning recorded (its choice's, or a candidate's
+    where the file's choice is not its best), in ms; None where it holds none."""
+    if not isinstance(figures, dict):
+        return None
+    rows = figures.get('candidates') if isinstance(figures.get('candidates'), list) else []
+    found = [figures.get('chosen_ms')] + [r.get('median_ms') for r in rows
+                                          if isinstance(r, dict)]
+    found = [float(v) for v in found if isinstance(v, (int, float)) and not
+             isinstance(v, bool) and 0 < v < float('inf')]
+    return min(found) if found else None
 
 
 def memory_key(shape, settings, signature, nbytes):

@@ -6,9 +6,10 @@ summation order, none at P = 2). The schedule, for C candidates:
 
 * one warm-up round: each candidate once, in the planner's order, not counted (its first
   call allocates its buffers and windows; one already called before skips it);
-* ``ROUNDS`` counted rounds over every candidate still in, each round starting one place
-  further on (interleaved: a slow phase of the machine falls on every candidate alike);
-  after the first of them a candidate over ``DROP`` times the best is dropped;
+* ``ROUNDS`` counted rounds over every candidate, each round starting one place further
+  on (interleaved: a slow phase of the machine falls on every candidate alike); no
+  candidate is dropped before it has ``ROUNDS`` counted calls (issue 82: one busy moment
+  once dropped the best after a single call, and every later job kept the choice);
 * then the best ``FINALISTS`` run ``FINAL_ROUNDS`` more rounds (one over ``BEHIND`` times
   the leader after 3 calls stops), and the lowest median of
   all their counted calls wins (ties go to the planner's order).
@@ -18,11 +19,12 @@ from the same numbers, whatever it timed itself: the choice is the same everywhe
 """
 import numpy
 
-__all__ = ['Trials', 'ROUNDS', 'FINAL_ROUNDS', 'FINALISTS', 'DROP', 'BEHIND']
+__all__ = ['Trials', 'ROUNDS', 'FINAL_ROUNDS', 'FINALISTS', 'BEHIND']
 
-# Rounds are few because the measuring calls are training's own, and every call of a slower
-# candidate costs: with ROUNDS = 2 the tuning cost 2.6 % of a one-epoch MNIST run at P = 4.
-ROUNDS = 1
+# The measuring calls are training's own, and every call of a slower candidate costs (with
+# 2 rounds the tuning cost 2.6 % of a one-epoch MNIST run at P = 4); but a median needs 3
+# calls: with 1 round, one busy moment dropped rsaa (44.5 ms against 23.4 ms on a quiet node).
+ROUNDS = 3
 # Finalists that stay close cost little beyond the winner's time per extra call, and a
 # median of 5 calls tells them apart where 3 did not; one whose median is over BEHIND times
 # the leader's after 3 calls is dropped (it would only add cost: 0.03-0.05 s of a one-epoch
@@ -30,10 +32,8 @@ ROUNDS = 1
 FINAL_ROUNDS = 4
 BEHIND = 1.3
 FINALISTS = 2
-# A candidate twice as slow as the best after one counted call rarely comes back: the order
-# of close ones flips between runs on the 2-core test machine by 10-30 %, and single calls
-# there stray by up to 2x (a candidate is then kept to the finalists' cut, after ROUNDS).
-DROP = 2.0
+# A finalist's cut made on medians of ROUNDS calls; the order of close ones flips between
+# runs on the 2-core test machine by 10-30 %, and single calls there stray by up to 2x.
 
 
 class Trials(object):
@@ -87,19 +87,13 @@ class Trials(object):
                 self.samples[i].append(float(agreed[i]))
         self._times[:] = numpy.nan
         self._round += 1
-        if self._round == 2:  # after the first counted round
-            best = min(self.figure(i) for i in self.alive)
-            for i in list(self.alive):
-                if self.figure(i) > DROP * best:
-                    self.alive.remove(i)
-                    self.dropped[i] = '{:.1f}x the best after 1 round'.format(
-                        self.figure(i) / best)
         if self._round == 1 + ROUNDS and len(self.alive) > FINALISTS:
             keep = sorted(self.alive, key=lambda i: (self.figure(i), i))[:FINALISTS]
+            best = self.figure(keep[0])
             for i in self.alive:
                 if i not in keep:
-                    self.dropped[i] = 'not among the {} fastest after {} round{}'.format(
-                        FINALISTS, ROUNDS, '' if ROUNDS == 1 else 's')
+                    self.dropped[i] = '{:.2f}x the best, not among the {} fastest after {} ' \
+                        'calls'.format(self.figure(i) / best, FINALISTS, len(self.samples[i]))
             self.alive = sorted(keep)
         if self._round > 1 + ROUNDS and len(self.alive) > 1:  # a final round
             lead = min(self.figure(i) for i in self.alive)

@@ -43,7 +43,8 @@ def report(proc):
 def test_every_option_reaches_the_unchanged_script_and_is_reported(nprocs, tmp_path,
                                                                    dataset_root):
     proc = launch(nprocs, ['--communicator', 'rsap', '--loader', 'ours', '--flush-denormals',
-                           '--double-buffering', '--check-finite', '--watchdog', '120'],
+                           '--double-buffering', '--check-finite', '--watchdog', '120',
+                           '--shuffle-seed', '0'],
                   mnist_args(tmp_path, '--epoch', '3', '--seed', '0'), dataset_root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = report(proc)
@@ -53,7 +54,11 @@ def test_every_option_reaches_the_unchanged_script_and_is_reported(nprocs, tmp_p
     assert line_with(text, 'create_multi_node_optimizer(Adam) ->', 'fused Adam kernel',
                      'flush-to-zero', 'double buffering', 'finite check', 'watchdog 120 s'), text
     assert 'SerialIterator(batch_size=100) -> LoaderIterator (' in text, text
-    assert len(lines) == 3, lines  # once, on rank 0
+    # The script's unseeded scatter_dataset(shuffle=True), as ChainerMN's example calls it:
+    # --shuffle-seed gives it the seed (issue 82).
+    assert 'scatter_dataset(shuffle=True) without a seed -> seed 0: the run\'s, ' \
+        '--shuffle-seed' in text, text
+    assert len(lines) == 4, lines  # once, on rank 0
     summary = json.loads((tmp_path / 'summary.json').read_text())
     assert summary['iterator'] == 'LoaderIterator'
     assert (summary['optimizer'], summary['mode']) == ('MultiNodeOptimizer', 'double buffering')
@@ -160,7 +165,7 @@ def test_loader_eval_replaces_the_evaluation_iterator_and_changes_no_result(tmp_
                           ('ours', ['--loader', 'ours', '--loader-eval'])):
         out = tmp_path / name
         out.mkdir()
-        proc = launch(2, ['--communicator', 'rsap'] + options,
+        proc = launch(2, ['--communicator', 'rsap', '--shuffle-seed', '5'] + options,
                       mnist_args(out, '--seed', '5'), dataset_root)
         assert proc.returncode == 0, proc.stderr[-3000:]
         runs[name] = (proc, json.loads((out / 'out' / 'log').read_text()))
@@ -243,14 +248,15 @@ def test_a_plain_scripts_log_and_snapshots_go_through_the_held_out_directory(
 @pytest.mark.parametrize('nprocs', [2])
 def test_data_parallel_equals_chainermn_code_doing_the_same_bit_for_bit(nprocs, tmp_path,
                                                                          dataset_root):
-    # Same seed, same shards (scatter_dataset, seed 0), no shuffling inside the shards: the
+    # Same seed, same shards (scatter_dataset, seed 0: --data-parallel's, and the ChainerMN
+    # script's unseeded one given it by --shuffle-seed), no shuffling inside the shards: the
     # same updates in the same order, so the same final parameters, bit for bit.
     common = ['--seed', '3', '--no-shuffle']
     a = launch(nprocs, ['--data-parallel', '--communicator', 'rsap'],
                plain_args(tmp_path, 'plain', *common), dataset_root)
     assert a.returncode == 0, a.stderr[-3000:]
-    b = launch(nprocs, ['--communicator', 'rsap'], mnist_args(tmp_path, *common),
-               dataset_root)
+    b = launch(nprocs, ['--communicator', 'rsap', '--shuffle-seed', '0'],
+               mnist_args(tmp_path, *common), dataset_root)
     assert b.returncode == 0, b.stderr[-3000:]
     import numpy
     with numpy.load(str(tmp_path / 'plain' / 'model_final.npz')) as x, \

@@ -3,12 +3,13 @@
 their calls. The look-up, the trials, the decision, the record, the retirement of the losers and
 the partial record at exit; on real ranks: test_tune.py and test_auto.py."""
 import atexit
+import json
 import time
 
 import pytest
 
 from chainermn_torus.planning import planner
-from chainermn_torus.tuning import candidates, memory
+from chainermn_torus.tuning import candidates, lifecycle, memory
 from chainermn_torus.tuning.collective_steps import OneRank, Shape
 from chainermn_torus.tuning.lifecycle import TUNE_MIN_BYTES, Choices, Settings
 
@@ -17,14 +18,15 @@ NBYTES = 4 << 20
 
 
 class Candidate(object):
-    """A communicator made for a key: its calls counted, rsaa's 5 ms faster than the rest."""
+    """A communicator made for a key: its calls counted, rsaa's 5 ms faster than the rest
+    (2 ms: a remembered choice's check compares its median with the recorded one)."""
 
     def __init__(self, key):
         self.key, self.calls, self.finalized = key, 0, False
 
     def run(self):
         self.calls += 1
-        time.sleep(0 if self.key[0] == 'rsaa' else 0.005)
+        time.sleep(0.002 if self.key[0] == 'rsaa' else 0.007)
 
     def finalize(self):
         self.finalized = True
@@ -101,6 +103,57 @@ def test_the_next_job_of_the_shape_takes_the_remembered_choice(tmp_path, choices
     third = choices_of(tmp_path)
     call(third, signature='another')
     assert NBYTES in third.measuring
+
+
+def _tuned_then_next_job(tmp_path, choices_of, made, rewrite=None):
+    first = choices_of(tmp_path)
+    while NBYTES not in first.chosen:
+        call(first)
+    first.finalize()
+    if rewrite is not None:
+        key = memory.Key(2, 2, 'MPICH Version: test', 'abc', NBYTES)
+        path = tmp_path / key.file_name()
+        data = json.loads(path.read_text())
+        rewrite(data)
+        path.write_text(json.dumps(data))
+    del made[:]
+    second = choices_of(tmp_path)
+    for _ in range(1 + lifecycle.CHECK_CALLS):
+        call(second)
+    return first, second
+
+
+def test_a_remembered_choice_is_checked_and_kept_where_it_runs_as_recorded(
+        tmp_path, choices_of, made, capsys):
+    first, second = _tuned_then_next_job(tmp_path, choices_of, made)
+    out = capsys.readouterr().out
+    assert 'MB: the remembered rsaa' in out and 'kept' in out.splitlines()[-1], out
+    assert second.chosen[NBYTES][:2] == first.chosen[NBYTES][:2]
+    assert not second.checking and not second.measuring
+
+
+def test_a_remembered_choice_that_runs_slower_is_tuned_again(tmp_path, choices_of, made,
+                                                             capsys):
+    """Issue 82: a choice rewritten to the worst candidate (as a tuning under noise could
+    leave it) is measured against the best figure its tuning recorded, and tuned again."""
+    def worst(data):
+        data['choice'] = {'algorithm': 'pure_allreduce', 'grid': None,
+                          'segment_bytes': 4 << 20}
+    first, second = _tuned_then_next_job(tmp_path, choices_of, made, worst)
+    out = capsys.readouterr().out
+    said = [line for line in out.splitlines() if 'MB: the remembered' in line]
+    assert len(said) == 1 and 'the remembered pure_allreduce' in said[0] and \
+        'so it is tuned again' in said[0], out
+    assert NBYTES in second.measuring  # the tuning, on the next calls
+    calls = 0
+    while NBYTES not in second.chosen:
+        call(second)
+        calls += 1
+        assert calls < 100
+    assert second.chosen[NBYTES][0] == 'rsaa'
+    # The new choice is what the next job of the shape finds.
+    key = memory.Key(2, 2, 'MPICH Version: test', 'abc', NBYTES)
+    assert json.loads((tmp_path / key.file_name()).read_text())['choice']['algorithm'] == 'rsaa'
 
 
 def test_tune_off_and_small_buffers_keep_the_prediction(tmp_path, choices_of, made):

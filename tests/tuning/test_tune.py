@@ -35,8 +35,10 @@ def test_schedule_warms_up_interleaves_drops_and_picks_the_fastest():
     t, order = _run([10.0, 9.0, 30.0, 9.5, 11.0])
     assert order[:5] == [0, 1, 2, 3, 4]  # the warm-up, in the planner's order
     assert order[5:10] == [1, 2, 3, 4, 0]  # counted round 1 starts one place on
-    assert 2 in t.dropped and '3.3x the best after 1 round' == t.dropped[2], t.dropped
-    assert t.choice == 1 and t.samples[2] == [30.0]
+    # Nothing is dropped before it has ROUNDS (3) counted calls: then the 2 fastest go on.
+    assert trials.ROUNDS >= 3
+    assert t.dropped[2] == '3.33x the best, not among the 2 fastest after 3 calls', t.dropped
+    assert t.choice == 1 and t.samples[2] == [30.0] * trials.ROUNDS
     finals = [i for i in order[-2 * trials.FINAL_ROUNDS:]]
     assert sorted(set(finals)) == [1, 3]  # the two fastest go on
     assert len(t.samples[1]) == trials.ROUNDS + trials.FINAL_ROUNDS
@@ -48,6 +50,19 @@ def test_schedule_warms_up_interleaves_drops_and_picks_the_fastest():
         t.record({0: 50.0, 1: 1.5, 2: 1.6}[t.next()] if len(t.samples[0]) == 3 else
                  {0: 1.0, 1: 1.5, 2: 1.6}[t.next()])
     assert t.choice == 0 and 0 not in t.dropped
+
+
+def test_one_busy_call_does_not_drop_the_best_candidate():
+    """Issue 82: a tuning on a busy node dropped rsaa after its one counted call (44.5 ms,
+    "not among the 2 fastest after 1 round") and kept shm 2x1 (33 ms); rsaa's usual call is
+    23.4 ms. Three counted calls each, and its median wins."""
+    calls = {0: iter([30.0, 44.5] + [23.4] * 20), 1: iter([33.0] * 30),
+             2: iter([40.0] * 30)}  # 0: rsaa (its warm-up, then one busy call), 1: shm 2x1
+    t = trials.Trials(3, agree=lambda seconds: seconds)
+    while not t.done:
+        t.record(next(calls[t.next()]))
+    assert t.choice == 0 and 0 not in t.dropped, (t.dropped, t.samples)
+    assert 2 in t.dropped and 'after 3 calls' in t.dropped[2]
 
 
 def test_schedule_takes_the_slowest_ranks_figures_and_breaks_ties_by_planner_order():

@@ -72,8 +72,8 @@ def main():
             train, test = train[:args.limit], test[:args.limit]
     else:
         train, test = None, None
-    train = chainermn.scatter_dataset(train, comm, shuffle=True, seed=0)
-    test = chainermn.scatter_dataset(test, comm)
+    train = chainermn.scatter_dataset(train, comm, shuffle=True)
+    test = chainermn.scatter_dataset(test, comm, shuffle=True)
 
     train_iter = chainer.iterators.SerialIterator(train, args.batchsize,
                                                   shuffle=not args.no_shuffle)

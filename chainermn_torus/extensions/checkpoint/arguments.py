@@ -15,19 +15,20 @@ def add_arguments(parser):
     """--checkpoint-dir, --checkpoint-interval, --resume, --auto-resume, --resume-batch,
     --checkpoint-keep, --trust-checkpoint-dir, --trust-out-dir, --memory-snapshots,
     --memory-dir, --restore-from-memory."""
-    parser.add_argument('--checkpoint-dir', default=None, metavar='DIR',
-                        help='write multi-node checkpoints here (atomically; see '
-                             'chainermn_torus.extensions.checkpoint)')
-    parser.add_argument('--checkpoint-interval', type=int, default=None, metavar='ITERATIONS',
-                        help='checkpoint every this many iterations (default: every epoch)')
+    # Settings, as the launcher's options of the same names for unchanged scripts.
+    config.add_option(parser, 'checkpoint_dir', metavar='DIR',
+                      help='write multi-node checkpoints here (atomically; see '
+                           'chainermn_torus.extensions.checkpoint)')
+    config.add_option(parser, 'checkpoint_interval', metavar='ITERATIONS',
+                      help='checkpoint every this many iterations (default: every epoch)')
     parser.add_argument('--checkpoint-keep', type=int, default=2, metavar='N',
                         help='checkpoints kept in --checkpoint-dir; older ones go '
                              '(default %(default)s)')
     parser.add_argument('--resume', action='store_true',
                         help='continue from the latest checkpoint in --checkpoint-dir')
-    parser.add_argument('--auto-resume', action='store_true',
-                        help='continue from it if there is one (batch jobs that are requeued)')
-    # Three of them are settings, declared from their rows (the flag, else the variable, else
+    config.add_option(parser, 'auto_resume',
+                      help='continue from it if there is one (batch jobs that are requeued)')
+    # These are settings too, declared from their rows (the flag, else the variable, else
     # the default: config.options fills them in after parsing).
     config.add_option(parser, 'trust_checkpoints', '--trust-checkpoint-dir',
                       dest='trust_checkpoint_dir',
@@ -61,9 +62,6 @@ def add_arguments(parser):
 def check_arguments(parser, args):
     if (args.resume or args.auto_resume) and not args.checkpoint_dir:
         parser.error('--resume needs --checkpoint-dir DIR (where the checkpoints are)')
-    if args.checkpoint_interval is not None and args.checkpoint_interval < 1:
-        parser.error('--checkpoint-interval must be >= 1, got {}'.format(
-            args.checkpoint_interval))
     if getattr(args, 'memory_snapshots', None) is not None and args.memory_snapshots < 1:
         parser.error('--memory-snapshots must be a count of iterations >= 1, got {}'.format(
             args.memory_snapshots))

@@ -115,9 +115,22 @@ def crc32(f, chunk=1 << 22):
 
 
 def layout(model):
-    """[name, shape, dtype] of every parameter: what a checkpoint must match to load."""
-    return [[name, list(p.data.shape), p.data.dtype.str]
-            for name, p in sorted(model.namedparams()) if p.data is not None]
+    """[name, shape, dtype] of every parameter: what a checkpoint must match to load. A
+    parameter not yet initialized (``L.Linear(None, n)`` before its first forward: a resume
+    comes before it) has shape and dtype None, and takes the stored ones."""
+    return [[name, None, None] if p.data is None else
+            [name, list(p.data.shape), p.data.dtype.str]
+            for name, p in sorted(model.namedparams())]
+
+
+def same_layout(there, here):
+    """The first pair of arrays that differ as (there, here), None where ``there`` fits
+    ``here`` (an uninitialized one fits any shape of its name), or ((), ()) where only the
+    counts differ."""
+    for a, b in zip(there, here):
+        if a != b and not (b[1] is None and a[0] == b[0]):
+            return a, b
+    return None if len(there) == len(here) else ((), ())
 
 
 def manifests(place):
@@ -179,14 +192,15 @@ def read_manifest(place, name, layout_here, trusted=False):
     if wrong:  # a flipped bit in the iteration once named a resume point it was not
         return '{} is damaged: {}'.format(path, wrong), None, False
     there = data['model']
-    if layout_here != there:
-        for a, b in zip(there, layout_here):
-            if a != b:
-                return ('it belongs to another model: array {} has shape {} dtype {} '
-                        'there, {} shape {} dtype {} here'.format(
-                            a[0], tuple(a[1]), a[2], b[0], tuple(b[1]), b[2])), None, True
+    differ = same_layout(there, layout_here)
+    if differ == ((), ()):
         return ('it belongs to another model: {} arrays there, {} here'.format(
             len(there), len(layout_here))), None, True
+    if differ:
+        a, b = differ
+        return ('it belongs to another model: array {} has shape {} dtype {} there, {} '
+                'shape {} dtype {} here'.format(a[0], tuple(a[1]), a[2], b[0],
+                                                b[1] and tuple(b[1]), b[2])), None, True
     return None, data, False
 
 

@@ -18,7 +18,7 @@ def parse(*argv):
     (['--resume'], '--resume needs --checkpoint-dir DIR'),
     (['--auto-resume'], '--resume needs --checkpoint-dir DIR'),
     (['--checkpoint-dir', 'ck', '--checkpoint-interval', '0'],
-     '--checkpoint-interval must be >= 1, got 0'),
+     "argument --checkpoint-interval: must be an integer >= 1, got '0'"),
     (['--checkpoint-dir', 'ck', '--resume-batch', 'double'], "invalid choice: 'double'"),
 ])
 def test_bad_options_are_refused_naming_the_value(argv, fact, capsys):
