@@ -196,9 +196,10 @@ class Choices(object):
                        median_ms / best_ms, best_ms,
                        'over {:g}x, so it is tuned again'.format(RECHECK) if slower else
                        'within {:g}x, kept'.format(RECHECK)), self.shape.rank, prefix=PREFIX)
-        if slower:
+        if slower:  # its own calls just measured it: the tuning again leaves it out
             del self.chosen[nbytes]
-            self._tune(memo, nbytes)
+            self._tune(memo, nbytes, without=candidates.key(
+                {'algorithm': key[0], 'grid': key[1]})[:2])
 
     def _look_up(self, key):
         """Rank 0: (choice, where from, figures) in this process or its file, or None."""
@@ -224,9 +225,11 @@ class Choices(object):
             return
         self._tune(key, nbytes)
 
-    def _tune(self, key, nbytes):
+    def _tune(self, key, nbytes, without=None):
         rows, why = prediction.rows(self.shape, nbytes, self.settings.network,
                                     self.settings.simulate, self.job, simulated=False)
+        kept = [r for r in rows if candidates.key(r)[:2] != without]
+        rows = kept or rows
         self.log.append((nbytes, rows))
         tuner = Tuner(rows, why, nbytes, self.settings.segment_bytes, self.job.agree,
                       segments=not self.settings.segment_given,

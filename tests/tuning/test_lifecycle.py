@@ -144,7 +144,9 @@ def test_a_remembered_choice_that_runs_slower_is_tuned_again(tmp_path, choices_o
     said = [line for line in out.splitlines() if 'MB: the remembered' in line]
     assert len(said) == 1 and 'the remembered pure_allreduce' in said[0] and \
         'so it is tuned again' in said[0], out
-    assert NBYTES in second.measuring  # the tuning, on the next calls
+    assert NBYTES in second.measuring  # the tuning, on the next calls, without it
+    assert 'pure_allreduce' not in {candidates.label(k) for k in
+                                    second.measuring[NBYTES][0].keys}
     calls = 0
     while NBYTES not in second.chosen:
         call(second)
