@@ -53,7 +53,7 @@ from chainermn_torus.errors import ConfigError
 from chainermn_torus.extensions.checkpoint import elastic_lines, in_memory
 from chainermn_torus.tools import allocation, elastic_node
 
-__all__ = ['main', 'Launcher', 'Supervisor']
+__all__ = ['main', 'Launcher', 'Supervisor', 'Guard']
 
 _SILENT = re.compile(r'node (\S+) \(ranks? [^)]*\) silent')
 # runtime.watch.abort's line where a signal from outside reached a rank: its node is treated
@@ -142,6 +142,11 @@ class Supervisor(object):
         # The steps' snapshots in node memory where the command asks for none: the setting
         # the launcher and the examples read (without it a lost node ends the job).
         self.given = None if _asks_snapshots(command) else in_memory.DEFAULT_K
+        self.guard = None  # a Guard (main): what outlives this process if it is killed
+
+    def _tell(self, what, value):
+        if self.guard is not None:
+            self.guard.tell(what, value)
 
     # --- the nodes ------------------------------------------------------------------------
     def probe(self, nodes, remove_snapshots=False, since=None):
@@ -212,6 +217,7 @@ class Supervisor(object):
                                             stderr=subprocess.PIPE, text=True, env=env,
                                             start_new_session=True,
                                             preexec_fn=_die_with_parent)
+        self._tell('step', proc.pid)  # its session: the launcher and its local ranks
 
         def pump(stream, sink):
             for line in stream:
@@ -247,6 +253,7 @@ class Supervisor(object):
         self.proc = None
         if seen['keeping']:
             self.snapshots = seen['keeping'][1][0]
+            self._tell('snapshots', self.snapshots)
         return Step(proc.returncode, seen['complete'], seen['keeping'], seen['silent'],
                     seen['restored'], seen['first_step'], started, ended, seen['signalled'])
 
@@ -265,6 +272,12 @@ class Supervisor(object):
                         'node'.format(self.snapshots))
                 else:
                     self.finish(None)
+            elif self.completed and self.signalled and self.snapshots:
+                # The steps' own good end removed the survivors' snapshots; the nodes whose
+                # ranks a signal ended are up, and still hold theirs.
+                self.probe([n for n in self.nodes if n.host in self.signalled],
+                           remove_snapshots=True)
+            self._tell('done', '')
 
     def _run(self):
         answered = self.probe(self.nodes)
@@ -330,6 +343,8 @@ class Supervisor(object):
                 say('node {} lost ({})'.format(host, why))
             self.lost += newly
             self.signalled += [h for h in newly if h in signalled]
+            for host in newly:
+                self._tell('signalled' if host in signalled else 'lost', host)
             pending['lost'] = newly
             number += 1
 
@@ -355,6 +370,81 @@ class Supervisor(object):
                 os.killpg(self.proc.pid, signum)
             except ProcessLookupError:
                 pass
+
+
+class Guard(object):
+    """A process forked at the supervisor's start, in a session of its own, that outlives
+    it. The supervisor tells it, through a pipe, the current step's session (the launcher
+    and its local ranks), the run's snapshots and the nodes lost, and says ``done`` however
+    it ends by itself. Where the pipe closes without ``done`` (the supervisor was SIGKILLed,
+    or the OOM killer took it), the guard ends the step's session (Open MPI's mpirun, ended
+    by PR_SET_PDEATHSIG, left its ranks running) and removes the run's snapshots from the
+    nodes, as every other end does (unless --keep-snapshots), and says so on stderr."""
+
+    def __init__(self, sup):
+        read, self._write = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.pid = os.fork()
+        if self.pid == 0:  # the guard
+            os.close(self._write)
+            code = 0
+            try:
+                os.setsid()  # a signal to the supervisor's process group misses it
+                # The batch system's SIGTERM reaches every process of the job: the
+                # supervisor ends the job then, and says done; the guard waits for that.
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                _guard(sup, read)
+            except BaseException:
+                code = 1
+            finally:
+                os._exit(code)
+        os.close(read)
+
+    def tell(self, what, value):
+        try:
+            os.write(self._write, '{} {}\n'.format(what, value).encode())
+        except OSError:
+            pass  # the guard is gone: nothing to tell
+        if what == 'done':
+            os.close(self._write)
+            os.waitpid(self.pid, 0)
+
+
+def _guard(sup, read):
+    state = {'step': None, 'done': False}
+    with os.fdopen(read, 'rb') as pipe:
+        for raw in pipe:
+            what, _, value = raw.decode().rstrip('\n').partition(' ')
+            if what == 'step':
+                state['step'] = int(value)
+            elif what == 'snapshots':
+                sup.snapshots = value
+            elif what in ('lost', 'signalled'):
+                sup.lost.append(value)
+                if what == 'signalled':
+                    sup.signalled.append(value)
+            elif what == 'done':
+                return
+    # The pipe closed without "done": the supervisor died.
+    if state['step'] is not None:
+        try:
+            os.killpg(state['step'], signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    # The launcher's session does not hold every rank (Open MPI's daemons put each in a
+    # group of its own): each node's probe ends the run's processes there, found by the
+    # run in their environment, and removes the snapshots.
+    kept = bool(sup.snapshots) and not sup.keep_snapshots
+    sup.guard = None
+    sup.probe([n for n in sup.nodes if n.host not in sup.lost or n.host in sup.signalled],
+              remove_snapshots=kept)
+    sys.stderr.write(elastic_lines.PREFIX + 'the supervisor of run {} ended without a word '
+                     '(killed): its step ended{}\n'.format(
+                         sup.run_id, ', and its snapshots removed from the nodes left'
+                         if kept else ''))
+    sys.stderr.flush()
 
 
 def _asks_snapshots(command):
@@ -440,6 +530,8 @@ def main(argv=None):
                      args.probe_timeout, args.grace, args.max_steps,
                      slurm=source == allocation.SLURM_SOURCE,
                      keep_snapshots=args.keep_snapshots)
+    # Before any thread starts (the step's output pumps): the guard is a fork of this.
+    sup.guard = Guard(sup)
     signal.signal(signal.SIGTERM, sup.signal)
     signal.signal(signal.SIGINT, sup.signal)
     say('run {}: {} node(s) from {} ({}), launcher {}'.format(

@@ -10,7 +10,8 @@ For each buffer size, at its first call:
   remembered (``memory``, read on rank 0 and shared), said with where it came from. A
   remembered one is checked: its calls after the first, ``CHECK_CALLS`` of them, are timed
   as a tuning times them; where their median is over ``RECHECK`` times the best figure the
-  tuning recorded, the buffer is tuned again and the new choice kept (issue 82: a choice
+  tuning recorded (or one call over ``FAR`` times: the check stops there), the buffer is
+  tuned again, without it, and the new choice kept (issue 82: a choice
   made on a busy node ran 1.38x and 4.25x slower than the best in later jobs). Said in one
   line either way. Else the tuning: each call runs the candidate the ``Tuner`` gives, timed
   from a common start, until it decides; the choice is then remembered (rank 0 writes the
@@ -49,6 +50,10 @@ EXIT_WAIT_S = 5.0  # at exit, how long a rank waits for the others before freein
 # choice, not noise, and a needless retune costs only the tuning's calls.
 CHECK_CALLS = 3
 RECHECK = 1.3
+# A check ends at once where a counted call is over FAR times the best: beyond the 2x a
+# single call strays here, and a choice that slow (shm rows 30-50x the best on an
+# oversubscribed node) would cost more in its check than the tuning again does.
+FAR = 3.0
 PREFIX = 'chainermn_torus auto: '
 
 
@@ -183,19 +188,25 @@ class Choices(object):
         self.job.barrier()
         t0 = time.perf_counter()
         run(self.communicator(key))
-        seconds.append(time.perf_counter() - t0)
-        if len(seconds) < 1 + CHECK_CALLS:
+        if not seconds:  # the first call makes its buffers: not counted
+            seconds.append(None)
+            return
+        # The slowest rank's time, every rank alike (one MPI_MAX of one number).
+        seconds.append(float(self.job.agree(numpy.asarray([time.perf_counter() - t0]))[0]))
+        counted = seconds[1:]
+        far = min(counted) * 1e3 > FAR * best_ms
+        if len(counted) < CHECK_CALLS and not far:
             return
         del self.checking[nbytes]
-        agreed = self.job.agree(numpy.asarray(seconds[1:], dtype=numpy.float64))
-        median_ms = float(numpy.median(agreed)) * 1e3
-        slower = median_ms > RECHECK * best_ms
-        report.say('{:.1f} MB: the remembered {} ran {:.2f} ms (median of {} calls), {:.2f}x '
+        median_ms = float(numpy.median(counted)) * 1e3
+        slower = far or median_ms > RECHECK * best_ms
+        report.say('{:.1f} MB: the remembered {} ran {:.2f} ms (median of {} call{}), {:.2f}x '
                    'the best its tuning measured ({:.2f} ms): {}'.format(
-                       nbytes / 1e6, candidates.label(key), median_ms, CHECK_CALLS,
-                       median_ms / best_ms, best_ms,
-                       'over {:g}x, so it is tuned again'.format(RECHECK) if slower else
-                       'within {:g}x, kept'.format(RECHECK)), self.shape.rank, prefix=PREFIX)
+                       nbytes / 1e6, candidates.label(key), median_ms, len(counted),
+                       '' if len(counted) == 1 else 's', median_ms / best_ms, best_ms,
+                       'over {:g}x, so it is tuned again'.format(FAR if far else RECHECK)
+                       if slower else 'within {:g}x, kept'.format(RECHECK)),
+                   self.shape.rank, prefix=PREFIX)
         if slower:  # its own calls just measured it: the tuning again leaves it out
             del self.chosen[nbytes]
             self._tune(memo, nbytes, without=candidates.key(

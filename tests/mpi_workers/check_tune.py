@@ -18,7 +18,9 @@ import bound  # tests/mpi_workers
 
 world = P = RANK = None
 bind, create = bound.binder(globals())
-STEPS = 40  # more than the tuning's calls: two stages of at most 4 + 4 + 2 x 4
+# more than a remembered choice's check (1 + 3 calls) and a tuning again: two stages of at
+# most 4 warm-ups + 3 rounds of 4 + 2 finalists x 4 rounds (trials.most_calls)
+STEPS = 80
 
 
 class MLP(chainer.Chain):
@@ -95,13 +97,17 @@ def check_all(comm, tune_dir):
             assert numpy.array_equal(params[n], fixed[n]), n
         else:
             numpy.testing.assert_allclose(params[n], fixed[n], rtol=1e-4, atol=1e-6)
-    # The next job of the same shape measures nothing: it reads the choice.
+    # The next job of the same shape reads the choice and checks it (issue 82): kept where
+    # its calls run as recorded, else tuned again, said either way (this 2-core machine is
+    # shared by the test lanes: a check here may find it slower).
     key2, tuned2, params2, said2 = tuned_run(tune_dir)
     default = 4 << 20  # the file holds the segment size in bytes, the default's too
-    assert key2 == key[:2] + (default if key[2] is None else key[2],) and tuned2 == {}, (
-        key, key2, tuned2)
+    if not tuned2:
+        assert key2 == key[:2] + (default if key[2] is None else key[2],), (key, key2)
     if RANK == 0:
         assert 'remembered in {}'.format(tune_dir) in said2, said2
+        checked = [ln for ln in said2.splitlines() if 'the remembered' in ln]
+        assert len(checked) == 1 and (('kept' in checked[0]) == (not tuned2)), said2
         files = os.listdir(tune_dir)
         assert len(files) == 1 and files[0].startswith('1x{}-'.format(P)), files
         path = os.path.join(tune_dir, files[0])

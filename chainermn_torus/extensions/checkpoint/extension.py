@@ -11,7 +11,7 @@ from chainermn_torus.extensions.checkpoint import arrays as stored
 from chainermn_torus.extensions.checkpoint import files, identity, resharding, room, rules
 from chainermn_torus.extensions.checkpoint import writing
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
-from chainermn_torus.extensions.checkpoint.sweep import sweep_temporary
+from chainermn_torus.extensions.checkpoint.sweep import others, sweep_temporary
 from chainermn_torus import config
 from chainermn_torus.errors import ConfigError, UnsafePath
 from chainermn_torus.runtime import agree, report
@@ -62,6 +62,14 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         for name, size, why in sweep_temporary(self.place, complete=complete):  # every rank
             report.say('rank {} removed {} ({} bytes; {})'.format(
                 self.rank, os.path.join(directory, name), size, why), rank=0)
+        if self.rank == 0:  # a trusted, shared directory: another user's are not ours
+            theirs = others(self.place, files.names(self.place))
+            if theirs:
+                report.say('{} file(s) of other users in {} are passed over, never read or '
+                           'removed: {}{}'.format(
+                               len(theirs), directory, ', '.join(
+                                   '{} of {}'.format(n, o) for n, o in theirs[:3]),
+                               ', ...' if len(theirs) > 3 else ''), 0)
         # A signal's last line says what is on disk (runtime.watch.abort).
         abort.say_on_signal(lambda: files.newest_complete(self.place))
 

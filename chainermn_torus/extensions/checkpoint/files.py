@@ -24,7 +24,7 @@ from chainermn_torus import config
 from chainermn_torus.errors import UnsafePath
 from chainermn_torus.extensions.checkpoint.arrays import CheckpointError, RankFile
 from chainermn_torus.runtime.cpu import finite
-from chainermn_torus.runtime.files import held
+from chainermn_torus.runtime.files import held, shared_paths
 
 __all__ = ['CheckpointError', 'MANIFEST', 'rank_name', 'manifest_name', 'marker_name',
            'MARKER', 'RANK_FILE', 'MANIFEST_FILE', 'crc32', 'layout', 'manifests',
@@ -46,6 +46,9 @@ UNTRUSTED = ('a checkpoint there could have been written by someone else: keep '
              '--trust-checkpoint-dir (CHAINERMN_TORUS_TRUST_CHECKPOINTS=1)')
 # Arrays every data-parallel replica holds alike (compared before loading at another P).
 REPLICA_PREFIXES = ('updater/model:', 'updater/optimizer:')
+# Where a rank file holds the trainer's iteration (StandardUpdater.serialize's 'iteration',
+# under the 'updater' the state is saved as): it must be the manifest's.
+ITERATION_KEY = 'updater/iteration'
 # Beyond this job's own state, what a rank file's other arrays (an iterator's order, the
 # random state) may add: their sizes depend on the shard, so on the rank count.
 OTHER_SLACK = 64 << 20
@@ -134,9 +137,19 @@ def same_layout(there, here):
 
 
 def manifests(place):
-    """[(iteration, per-checkpoint manifest name)] in the held directory, newest first."""
-    found = [(int(m.group(1)), m.group(0)) for m in map(MANIFEST_FILE.match, names(place))
-             if m]
+    """[(iteration, per-checkpoint manifest name)] in the held directory, newest first:
+    this user's (another's, in a trusted shared directory, is never a checkpoint of this
+    job's: passed over, said at start by the sweep's ``others``)."""
+    found = []
+    for m in map(MANIFEST_FILE.match, names(place)):
+        if not m:
+            continue
+        try:
+            if not shared_paths.yours(place.lstat(m.group(0)).st_uid):
+                continue
+        except FileNotFoundError:
+            continue
+        found.append((int(m.group(1)), m.group(0)))
     return sorted(found, reverse=True)
 
 
@@ -153,8 +166,17 @@ def newest_complete(place):
         complete[0][0], place.path)
 
 
+def advice(place):
+    """What to do after a failed write, for its message."""
+    if removed(place):
+        return 'Make it again, or choose another --checkpoint-dir.'
+    return 'Free space there or choose another --checkpoint-dir.'
+
+
 def what_is_kept(place):
     """What a failed write leaves to resume from, for its message."""
+    if removed(place):
+        return '{!r} was removed while the job ran, its checkpoints with it'.format(place.path)
     complete = manifests(place)
     if not complete:
         return 'no earlier checkpoint was completed in {!r}'.format(place.path)
@@ -162,11 +184,35 @@ def what_is_kept(place):
         complete[0][0], place.path)
 
 
+def not_yours(place, name, st):
+    """Why a checkpoint's file is not loaded where another user owns it, or None: a
+    trusted directory (``--trust-checkpoint-dir``: a shared project directory) lets its
+    components and modes be others', never the files a checkpoint is made of (a planted
+    manifest and rank files once became the newest checkpoint at every resume)."""
+    if shared_paths.yours(st.st_uid):
+        return None
+    return '{} is {}: a checkpoint is loaded only from your own files, even in a directory ' \
+        'you trust'.format(os.path.join(place.path, name), shared_paths.what_is_there(st))
+
+
+def removed(place):
+    """Whether the held directory was removed while the job held it (its files with it)."""
+    try:
+        return os.fstat(place.fd).st_nlink == 0
+    except OSError:
+        return False
+
+
 def _load_json(place, name, trusted):
     """A manifest's JSON, read under the rule; (data, None) or (None, what is wrong)."""
+    limit = config.BOUNDS['manifest']
     try:
-        return json.loads(place.read_bytes(name, 'the manifest', config.BOUNDS['manifest'],
-                                           trusted).decode('utf-8')), None
+        fd = place.open_file(name, 'the manifest', limit, trusted)
+        with os.fdopen(fd, 'rb') as f:
+            wrong = not_yours(place, name, os.fstat(fd))
+            if wrong:
+                return None, wrong
+            return json.loads(f.read(limit).decode('utf-8')), None
     except UnsafePath as e:
         return None, _unsafe(e)
     except (OSError, ValueError) as e:
@@ -345,8 +391,14 @@ def array_headers(f, expected=None, size=1):
 
 def open_rank_file(place, name, trusted=False):
     """A descriptor for reading rank file ``name`` of the held directory: this user's
-    regular file (``shared_paths.open_file``; a link even in a trusted directory)."""
-    return place.open_file(name, 'the rank file', None, trusted)
+    regular file (``shared_paths.open_file``; a link even in a trusted directory, and
+    another user's file even there: ``not_yours``)."""
+    fd = place.open_file(name, 'the rank file', None, trusted)
+    wrong = not_yours(place, name, os.fstat(fd))
+    if wrong:
+        os.close(fd)
+        raise UnsafePath('chainermn_torus: ' + wrong)
+    return fd
 
 
 def verify_file(place, manifest, name, rank, trusted=False, expected=None, size=1):
@@ -384,6 +436,12 @@ def verify_file(place, manifest, name, rank, trusted=False, expected=None, size=
         try:
             with RankFile(f, path) as z:
                 stored = {k: z[k] for k in z.files}  # each read (decompressed) once
+            held_at = stored.get(ITERATION_KEY)
+            if held_at is not None and held_at.shape == () and \
+                    int(held_at) != manifest['iteration']:
+                return '{} holds the trainer at iteration {}, and its manifest says {} (a ' \
+                    'checkpoint renamed or planted)'.format(path, int(held_at),
+                                                            manifest['iteration'])
             count, first = finite.count_in({k: a for k, a in stored.items()
                                             if a.dtype != object})
         except CheckpointError as e:  # an object array: never unpickled

@@ -8,10 +8,11 @@ import socket
 import time
 
 from chainermn_torus.extensions.checkpoint import files
+from chainermn_torus.runtime.files import shared_paths
 from chainermn_torus.runtime.files import sweep as sweep_files
 from chainermn_torus.watchers.temporaries import TMP_PATTERN
 
-__all__ = ['sweep_temporary', 'leftovers', 'STALE_S']
+__all__ = ['sweep_temporary', 'leftovers', 'others', 'STALE_S']
 
 STALE_S = 600.0  # another host's temporary file untouched this long belongs to a dead job
 
@@ -30,14 +31,34 @@ def _by_writer(place, names, pattern, now, here):
                                                now, STALE_S, here)
 
 
+def others(place, names):
+    """[(name, owner)] of ``names`` that look like a checkpoint's files or leftovers and
+    another user owns (a trusted, shared directory): never read, never removed."""
+    found = []
+    for name in names:
+        if not any(p.match(name) for p in (files.MARKER, files.RANK_FILE, files.MANIFEST_FILE,
+                                           TMP_PATTERN)) and name != files.MANIFEST:
+            continue
+        try:
+            st = place.lstat(name)
+        except FileNotFoundError:
+            continue
+        if not shared_paths.yours(st.st_uid):
+            found.append((name, shared_paths.owner_name(st.st_uid)))
+    return found
+
+
 def leftovers(place, names, now, here, complete=None):
     """[(name, why)] of ``names`` (a listing of the held directory ``place``) that killed writers
-    left: temporary files and in-progress markers of writers that are gone, and rank files of a
+    of this user's left (another user's names are ``others``, passed over): temporary files and
+    in-progress markers of writers that are gone, and rank files of a
     checkpoint that has no manifest unless their writer may still be at work. ``complete``:
     the iterations whose manifest exists as rank 0 sees them (a node-local directory holds
     none); None: this listing's, and rank files are left alone where there are none."""
     writing = set()  # (iteration, rank) whose in-progress marker's writer may be alive
     doomed = []
+    theirs = {name for name, _ in others(place, names)}
+    names = [n for n in names if n not in theirs]
     for name, m, why in _by_writer(place, names, files.MARKER, now, here):
         if why is None:
             writing.add((m.group('iteration'), m.group('rank')))

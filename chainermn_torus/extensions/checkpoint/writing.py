@@ -50,10 +50,10 @@ def write_rank_file(place, iteration, rank, arrays, room):
             'host, {} was free before writing'.format(report.format_bytes(room[0]),
                                                      report.format_bytes(room[1]))
         raise CheckpointError(
-            'chainermn_torus: rank {} cannot write checkpoint {} ({}: {}{}); {}. Free '
-            'space there or choose another --checkpoint-dir.'.format(
-                rank, os.path.join(place.path, name), type(e).__name__, e, sizes,
-                files.what_is_kept(place))) from e
+            'chainermn_torus: rank {} cannot write checkpoint {} ({}: {}{}); {}. {}'.format(
+                rank, os.path.join(place.path, name), type(e).__name__, e,
+                '' if files.removed(place) else sizes, files.what_is_kept(place),
+                files.advice(place))) from e
 
 
 def write_manifest(place, iteration, manifest):
@@ -71,10 +71,9 @@ def write_manifest(place, iteration, manifest):
             raise CheckpointError(
                 'chainermn_torus: checkpoint {} not completed: rank 0 cannot write its '
                 'manifest {} ({}: {}); every rank file of it was written, but without the '
-                'manifest it does not count: {}. Free space there or choose another '
-                '--checkpoint-dir.'.format(iteration, os.path.join(place.path, name),
-                                           type(e).__name__, e.strerror or e,
-                                           files.what_is_kept(place))
+                'manifest it does not count: {}. {}'.format(
+                    iteration, os.path.join(place.path, name), type(e).__name__,
+                    e.strerror or e, files.what_is_kept(place), files.advice(place))
             ) from e
 
 

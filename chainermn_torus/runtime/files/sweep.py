@@ -37,5 +37,7 @@ def remove(place, doomed, dry_run=False):
                 os.unlink(name, dir_fd=place.fd)
         except FileNotFoundError:  # another cleaner (or its owner) was first
             continue
+        except PermissionError:  # not ours to remove (a sticky directory): left as it is
+            continue
         removed.append((name, size, why))
     return removed

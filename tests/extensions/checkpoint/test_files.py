@@ -77,6 +77,7 @@ def test_verify_file_finds_truncation_corruption_and_nan(written):
     with numpy.load(str(ck / 'snapshot_iter_3.rank0.npz')) as z:
         arrays = {k: z[k].copy() for k in z.files}
     arrays['updater/model:main/predictor/l2/b'][1] = numpy.inf
+    arrays[files.ITERATION_KEY] = numpy.asarray(manifest['iteration'])  # its own (issue 82)
     with open(str(path), 'wb') as f:
         numpy.savez(f, **arrays)
     manifest['checks'][name] = {'bytes': path.stat().st_size, 'crc32': files.crc32(str(path))}

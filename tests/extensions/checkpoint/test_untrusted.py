@@ -160,3 +160,96 @@ def test_a_file_another_user_owns_is_refused(tmp_path):
         MultiNodeCheckpointer(comm(), str(ck)).resume(trainer(tmp_path / 'o2'))
     assert 'latest.json: it is a file owned by ' in str(e.value) and \
         '(uid 65534)' in str(e.value), str(e.value)
+
+
+def _plant(ck, name, data=b'x' * 10, uid=65534):
+    (ck / name).write_bytes(data)
+    os.chown(str(ck / name), uid, uid)
+    return name
+
+
+def _renamed(ck, old, new, manifest, uid=None):
+    """Checkpoint ``old``'s files and manifest as checkpoint ``new`` (the manifest's
+    iteration, its files and their checks renamed), owned by ``uid`` where given."""
+    made = []
+    names = {n: n.replace('iter_{}.'.format(old), 'iter_{}.'.format(new))
+             for n in manifest['files']}
+    for a, b in names.items():
+        (ck / b).write_bytes((ck / a).read_bytes())
+        made.append(b)
+    data = dict(manifest, iteration=new, files=[names[n] for n in manifest['files']],
+                checks={names[n]: c for n, c in manifest['checks'].items()})
+    (ck / 'manifest_iter_{}.json'.format(new)).write_text(json.dumps(data))
+    made.append('manifest_iter_{}.json'.format(new))
+    if uid is not None:
+        for n in made:
+            os.chown(str(ck / n), uid, uid)
+    return made
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason='giving a file to another user needs root')
+def test_other_users_files_in_a_trusted_directory_are_passed_over_never_removed_or_loaded(
+        tmp_path, monkeypatch, capsys):
+    """Issue 82, P6: in a shared sticky directory the user trusts, another user's file named
+    like a leftover made the start-up sweep's unlink fail (EPERM, a traceback on every rank
+    at every start), and a checkpoint planted as iteration 90 was loaded, and stayed the
+    newest at every later resume."""
+    tr, _ = checkpointed(tmp_path)
+    _run_to(tr, 3)
+    ck = tmp_path / 'ck'
+    ck.chmod(0o1777)
+    manifest = json.loads((ck / 'manifest_iter_3.json').read_text())
+    theirs = [_plant(ck, '.writing_iter_12.rank0.vm.99999'),
+              _plant(ck, 'snapshot_iter_12.rank0.npz.tmp.vm.99999'),
+              _plant(ck, 'snapshot_iter_14.rank0.npz')]  # a rank file no manifest names
+    theirs += _renamed(ck, 3, 90, manifest, uid=65534)
+    monkeypatch.setenv('CHAINERMN_TORUS_TRUST_CHECKPOINTS', '1')
+    settings_again()
+    capsys.readouterr()
+    again = MultiNodeCheckpointer(comm(), str(ck))
+    said = capsys.readouterr()
+    line = [ln for ln in (said.out + said.err).splitlines() if 'of other users' in ln]
+    assert len(line) == 1 and '{} file(s) of other users in {} are passed over, never read ' \
+        'or removed: '.format(len(theirs), ck) in line[0], line
+    assert 'nobody (uid 65534)' in line[0], line
+    assert again.maybe_resume(trainer(tmp_path / 'o2')) == 3  # the user's own, not 90
+    assert all((ck / n).exists() for n in theirs)  # nothing of theirs removed
+    # Asked for the newest by name, theirs is refused in one line, whatever the trust.
+    from chainermn_torus.extensions.checkpoint import files
+    problem, _, _ = files.read_manifest(files.hold(str(ck), trusted=True),
+                                        'manifest_iter_90.json', files.layout(
+                                            trainer(tmp_path / 'o3').updater
+                                            .get_optimizer('main').target), trusted=True)
+    assert 'manifest_iter_90.json is a file owned by nobody (uid 65534): a checkpoint is ' \
+        'loaded only from your own files, even in a directory you trust' in problem, problem
+
+
+def test_a_checkpoint_whose_manifest_names_another_iteration_is_refused(tmp_path):
+    """Issue 82, P6: a checkpoint's files renamed (or copied) as another iteration: the
+    iteration its rank files hold must be its manifest's."""
+    tr, _ = checkpointed(tmp_path)
+    _run_to(tr, 3)
+    ck = tmp_path / 'ck'
+    manifest = json.loads((ck / 'manifest_iter_3.json').read_text())
+    _renamed(ck, 3, 90, manifest)
+    (ck / 'latest.json').write_text((ck / 'manifest_iter_90.json').read_text())
+    with pytest.raises(CheckpointError) as e:
+        MultiNodeCheckpointer(comm(), str(ck)).resume(trainer(tmp_path / 'o2'))
+    assert 'snapshot_iter_90.rank0.npz holds the trainer at iteration 3, and its manifest ' \
+        'says 90 (a checkpoint renamed or planted)' in str(e.value), str(e.value)
+    # --auto-resume falls back to the checkpoint that is what it says.
+    assert MultiNodeCheckpointer(comm(), str(ck)).maybe_resume(trainer(tmp_path / 'o3')) == 3
+
+
+def test_a_checkpoint_directory_removed_while_the_job_runs_is_said_as_removed(tmp_path):
+    """Issue 82, P8: it was "Free space there ..."."""
+    import shutil
+    tr, checkpointer = checkpointed(tmp_path)
+    _run_to(tr, 3)
+    shutil.rmtree(str(tmp_path / 'ck'))
+    with pytest.raises(CheckpointError) as e:
+        checkpointer(tr)  # the next checkpoint
+    text = str(e.value)
+    assert 'was removed while the job ran, its checkpoints with it' in text and \
+        'Make it again, or choose another --checkpoint-dir.' in text, text
+    assert 'Free space' not in text and text.count('\n') == 0
