@@ -124,14 +124,17 @@ chaos: setup
 # A node lost mid-job and the job going on on the nodes left (root: the emulated cluster;
 # docs/cluster.md, "When a node is lost"): every node killed in the all-reduce, a snapshot's
 # write and the evaluation, two frozen nodes, a second loss during recovery, each checked
-# bit for bit against a disk resume; then 10 timed losses beside today's resubmission; then
-# the same job through the real Slurm (sbatch, --elastic) (about 15 minutes on 2 cores).
+# bit for bit against a disk resume; a signal to one node's ranks in each phase and every
+# way a run ends, each node's /dev/shm listed after (issue 82); then 10 timed losses beside
+# today's resubmission; then the same job, and ChainerMN's own unseeded script, through the
+# real Slurm (sbatch, --elastic) (about 30 minutes on 2 cores).
 test-elastic: setup
 	mkdir -p results/elastic
-	$(PY) scripts/elastic_cases.py --cases all --timing 10 --json results/elastic/cases.json \
-	    --markdown results/elastic/cases.md
+	$(PY) scripts/elastic_cases.py --cases all signals ends --timing 10 \
+	    --json results/elastic/cases.json --markdown results/elastic/cases.md
 	bash scripts/slurm_cluster.sh install
-	$(PY) scripts/elastic_cases.py --cases slurm --json results/elastic/slurm.json
+	$(PY) scripts/elastic_cases.py --cases slurm slurm-unchanged --json results/elastic/slurm.json \
+	    --markdown results/elastic/slurm.md
 
 clean:
 	rm -rf results .pytest_cache

@@ -2,7 +2,7 @@
 """A node lost mid-job on the emulated cluster, and the job going on on the nodes left
 (issue 73): ``chainermn-torus elastic`` over 3 nodes x 2 ranks of the MNIST example.
 
-    sudo .venv/bin/python scripts/elastic_cases.py [--cases quick|all|NAME ...]
+    sudo .venv/bin/python scripts/elastic_cases.py [--cases quick|all|signals|ends|NAME ...]
         [--timing N] [--mpi mpich|impi|openmpi] [--json FILE] [--markdown FILE]
 
 First one uninterrupted 6-rank run with a disk checkpoint every ``K`` iterations, all kept:
@@ -21,7 +21,15 @@ Cases ``kill-<first|middle|last>-<allreduce|snapshot|evaluation>``, ``frozen-<no
 (SIGSTOP of the node: named by the watch after its limit), ``second-loss`` (a second node
 killed while the first recovery restores) and ``unchanged-last-evaluation`` (ChainerMN's own
 MNIST script under ``chainermn_torus.run --memory-snapshots``: it recovers and trains to the
-end; it keeps no disk checkpoint to compare with). ``slurm``: the job through the real Slurm
+end; it keeps no disk checkpoint to compare with).
+
+``signals`` (issue 82, P2): SIGTERM and SIGINT to one node's ranks in the all-reduce, a
+snapshot's write and the evaluation: the node counts as lost, the run goes on bit for bit,
+and the signalled node, still up, keeps nothing of the run. ``ends`` (P5): every way a run
+ends (completed, the script's failure, below --min-nodes, SIGTERM or SIGINT to the
+supervisor, the supervisor SIGKILLed), each node's /dev/shm listed afterwards: empty.
+
+``slurm``: the job through the real Slurm
 (``jobscript --system slurm --elastic``, sbatch; the node lost and set DOWN), which must stay
 RUNNING, start its next step on the 2 nodes left and end COMPLETED, bit for bit. ``--timing N``: N
 more losses of a killed node (the last node, in the all-reduce), with the recovery's parts, and
@@ -36,6 +44,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -58,6 +67,14 @@ AT = {'allreduce': 25, 'snapshot': 30, 'evaluation': 1}
 QUICK = ['kill-last-allreduce', 'kill-first-snapshot', 'kill-middle-evaluation']
 ALL = ['kill-{}-{}'.format(w, p) for p in AT for w in WHERE] + \
     ['frozen-middle', 'frozen-first', 'second-loss', 'unchanged-last-evaluation']
+# Issue 82, P2: a signal to one node's ranks (an orderly shutdown of that node, the batch
+# system signalling it) in each phase: a lost node, never an end; the run goes on, bit for
+# bit, and the signalled node (still up) keeps nothing of the run.
+SIGNALS = ['{}-{}-{}'.format(sig, w, p) for sig in ('sigterm', 'sigint')
+           for w, p in (('last', 'allreduce'), ('first', 'snapshot'), ('middle', 'evaluation'))]
+# Issue 82, P5: every way a run ends, and what each node's /dev/shm holds afterwards.
+ENDS = ['end-complete', 'end-script-failure', 'end-min-nodes', 'end-sigterm-supervisor',
+        'end-sigint-supervisor', 'end-supervisor-killed']
 UNCHANGED = os.path.join(ROOT, 'tests', 'unchanged', 'chainermn_mnist.py')
 
 
@@ -167,6 +184,104 @@ def leftovers(lost, shm_before):
     return procs, shm
 
 
+def signal_ranks(node, signum):
+    """``signum`` to the training ranks of emulated node ``node`` (its namespace's
+    processes of an elastic step: not its launcher proxy), as a node's orderly shutdown."""
+    import psutil
+    pids = subprocess.run(['ip', 'netns', 'pids', 'cmt-n{}'.format(node)],
+                          capture_output=True, text=True).stdout.split()
+    hit = []
+    for pid in map(int, pids):
+        try:
+            p = psutil.Process(pid)
+            if 'CHAINERMN_TORUS_ELASTIC_STEP' in p.environ() and \
+                    any(FAULT in a for a in p.cmdline()):
+                p.send_signal(signum)
+                hit.append(pid)
+        except (psutil.Error, OSError):
+            pass
+    return hit
+
+
+def per_node():
+    """{host: [run directories]} of every node's /dev/shm (emulated nodes share the
+    machine's; a run's directory names its host)."""
+    from chainermn_torus.extensions.checkpoint import snapshot_place
+    out = {'node{}'.format(n): [] for n in range(NODES)}
+    for path, _, _ in snapshot_place.kept():
+        host = snapshot_place.RUN_DIR.match(os.path.basename(path)).group('host')
+        out.setdefault(host, []).append(os.path.basename(path))
+    return out
+
+
+def end_case(name, work):
+    """One way a run ends (``ENDS``), and each node's /dev/shm afterwards: nothing of the
+    run may be left (a lost node's snapshots go with the node: removed here, and said)."""
+    import psutil
+    fresh_cluster()
+    mark = os.path.join(work, name + '.mark')
+    out = os.path.join(work, name + '-out')
+    for path in (mark,):
+        if os.path.exists(path):
+            os.remove(path)
+    shutil.rmtree(out, ignore_errors=True)
+    shm_before = set(os.listdir('/dev/shm'))
+    node, phase, options = 2, 'allreduce', []
+    if name == 'end-complete':
+        node = 9  # no node of that number: nothing stops
+    elif name == 'end-script-failure':
+        phase = 'raise'
+    elif name == 'end-min-nodes':
+        options = ['--min-nodes', str(NODES)]
+    argv = ['bash', EMULATE, 'elastic', str(RANKS)] + options + [
+        '--', PY, FAULT, str(node), phase, str(AT['allreduce']), mark, '--'] + train_args(
+            out, ['--memory-snapshots', str(K)])
+    log = open(os.path.join(work, name + '.log'), 'w')
+    start = time.time()
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env())
+    while not os.path.exists(mark) and proc.poll() is None and time.time() - start < 300:
+        time.sleep(0.05)
+    lost = []
+    if os.path.exists(mark) and name != 'end-script-failure':
+        time.sleep(1.0)  # the other nodes wait in the all-reduce; snapshots are kept
+        if name == 'end-min-nodes':
+            emulate('fail', node)
+            lost = [node]
+        elif name == 'end-supervisor-killed':
+            proc.kill()
+        else:
+            proc.send_signal(signal.SIGTERM if 'sigterm' in name else signal.SIGINT)
+    try:
+        proc.wait(timeout=600)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    # A killed supervisor's guard (its own session) ends the step and cleans up after it.
+    deadline = time.time() + 120
+    while time.time() < deadline and any(
+            'tools.cli elastic' in ' '.join(p.info['cmdline'] or [])
+            for p in psutil.process_iter(['cmdline'])):
+        time.sleep(0.2)
+    log.close()
+    text = open(log.name).read()
+    shm_by_node = per_node()
+    procs, shm = leftovers(lost, shm_before)
+    emulate('down', check=False)
+    expected = {'end-complete': lambda c: c == 0 and 'training is complete' in text,
+                'end-script-failure': lambda c: c != 0 and 'every node answers' in text,
+                'end-min-nodes': lambda c: c != 0 and 'fewer than --min-nodes' in text,
+                'end-sigterm-supervisor': lambda c: c != 0,
+                'end-sigint-supervisor': lambda c: c != 0,
+                'end-supervisor-killed': lambda c: 'ended without a word (killed)' in text}
+    result = {'case': name, 'exit_code': proc.returncode, 'lost_nodes': lost,
+              'shm_by_node': shm_by_node, 'processes_left': procs, 'shm_left': shm,
+              'tmp_left': [], 'tail': text[-1500:]}
+    result['ok'] = expected[name](proc.returncode) and not procs and not shm and not any(
+        dirs for host, dirs in shm_by_node.items()
+        if host not in ['node{}'.format(n) for n in lost])
+    return result
+
+
 def run_case(name, work, ckpt, cache):
     """One case: the elastic run with its loss, then the check."""
     fresh_cluster()
@@ -200,7 +315,10 @@ def run_case(name, work, ckpt, cache):
     while not os.path.exists(mark) and proc.poll() is None and time.time() - start < 300:
         time.sleep(0.05)
     lost = [node]
-    emulate('freeze' if kind == 'frozen' else 'fail', node)
+    if kind in ('sigterm', 'sigint'):  # the node stays up: nothing of the run may stay
+        signal_ranks(node, signal.SIGTERM if kind == 'sigterm' else signal.SIGINT)
+    else:
+        emulate('freeze' if kind == 'frozen' else 'fail', node)
     lost_at = time.time()
     if kind == 'second':  # the first node, while the first recovery's step restores
         second = 0
@@ -219,13 +337,19 @@ def run_case(name, work, ckpt, cache):
     log.close()
     text = open(log.name).read()
     rep = json.load(open(report)) if os.path.exists(report) else {}
-    procs, shm = leftovers(lost, shm_before)
+    signalled = kind in ('sigterm', 'sigint')
+    shm_by_node = per_node() if signalled else None
+    procs, shm = leftovers([] if signalled else lost, shm_before)
     tmp_left = sorted(set(glob.glob('/tmp/hydra_hwloc_xmlfile_*')) - tmp_before)
     emulate('down', check=False)  # a frozen node's processes go with it
     result = {'case': name, 'exit_code': proc.returncode, 'lost_nodes': lost,
               'recoveries': rep.get('recoveries', []), 'lost': rep.get('lost'),
               'processes_left': procs, 'shm_left': shm, 'tmp_left': tmp_left,
               'tail': text[-1500:]}
+    if signalled:
+        result['shm_by_node'] = shm_by_node
+        result['said_lost'] = bool(re.search(r'node \S+ lost \({} reached its rank'.format(
+            kind.upper()), text))
     recs = rep.get('recoveries', [])
     restored = [r for r in recs if r.get('iteration') is not None]
     if kind == 'unchanged':  # no disk checkpoint of its own to compare with: it recovers,
@@ -251,66 +375,111 @@ def run_case(name, work, ckpt, cache):
     # proxy killed with its step leaves its own (so do some whole runs on the emulated
     # cluster, and the fault matrix reports them likewise); the nodes remove those they
     # can attribute (tools/elastic_node.remove_dead_topology).
-    result['ok'] = result['max_abs_difference'] == 0.0 and not procs and not shm
+    result['ok'] = result['max_abs_difference'] == 0.0 and not procs and not shm and \
+        result.get('said_lost', True)
     return result
 
 
-def slurm_case(work, ckpt, cache):
+def slurm_case(work, ckpt, cache, name='slurm'):
     """The same 3 x 2 job through the real Slurm (scripts/slurm_cluster.sh): the script
     ``chainermn-torus jobscript --system slurm --elastic`` writes, submitted with sbatch;
     node 2 lost in the all-reduce (every process killed, then set DOWN, as slurmctld does
     after SlurmdTimeout). The job must stay RUNNING, go on on the 2 nodes left and end
-    COMPLETED, bit for bit as the disk resume."""
+    COMPLETED, bit for bit as the disk resume.
+
+    ``slurm-unchanged`` (issue 82): ChainerMN's own MNIST script (its scatter_dataset
+    unseeded, as upstream) in a script jobscript writes for it (no option of its own: the
+    launch line keeps snapshots, ``--memory-snapshots K``), losing node 2 the same way; then
+    the same script without a loss, which must end COMPLETED with exit code 0. It has no disk
+    checkpoint to compare with: it must recover, train to the end and leave nothing."""
+    unchanged = name == 'slurm-unchanged'
     emulate('down', check=False)
     subprocess.run(['bash', SLURM, 'up', str(NODES)], check=True, capture_output=True)
     conf = {'SLURM_CONF': '/run/chainermn-torus-slurm/slurm.conf', 'UCX_TLS': 'tcp,self'}
+    if unchanged:
+        conf['CHAINER_DATASET_ROOT'] = dataset_cache(work)
     e = env(**conf)
-    mark, out = os.path.join(work, 'slurm.mark'), os.path.join(work, 'slurm-out')
-    job, log = os.path.join(work, 'slurm-job.sh'), os.path.join(work, 'slurm.log')
-    subprocess.run([PY, '-m', 'chainermn_torus.tools.cli', 'jobscript', '--system', 'slurm',
-                    '--nodes', str(NODES), '--ranks-per-node', str(RANKS), '--hours', '0.1',
-                    '--venv', os.path.join(ROOT, '.venv'), '--elastic', '--output', job, '--',
-                    'python', FAULT, '2', 'allreduce', str(AT['allreduce']), mark, '--'] +
-                   train_args(out, ['--memory-snapshots', str(K), '--restore-from-memory']),
-                   check=True, capture_output=True, env=e, cwd=ROOT)
-    shm_before = set(os.listdir('/dev/shm'))
-    jid = subprocess.run(['sbatch', '--parsable', '-o', log, job], check=True, env=e, cwd=ROOT,
-                         capture_output=True, text=True).stdout.strip().split(';')[0]
-    start, states, lost_at = time.time(), [], None
-    while time.time() - start < 600:
-        info = subprocess.run(['scontrol', '-o', 'show', 'job', jid], env=e,
-                              capture_output=True, text=True).stdout
-        state = (re.findall(r'JobState=(\S+)', info) or ['?'])[0]
-        if not states or states[-1][1] != state:
-            states.append((round(time.time() - start, 1), state))
-        if lost_at is None and os.path.exists(mark):
-            emulate('fail', 2)
-            subprocess.run(['scontrol', 'update', 'NodeName=node2', 'State=DOWN',
-                            'Reason=lost (scripts/elastic_cases.py)'], env=e, check=True)
-            lost_at = time.time()
-            states.append((round(lost_at - start, 1), 'node2 lost, set DOWN'))
-        if state in ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT', 'NODE_FAIL'):
-            break
-        time.sleep(0.2)
-    text = open(log).read() if os.path.exists(log) else ''
-    procs, shm = leftovers([2], shm_before)
+
+    def submit(tag, fault_node):
+        mark, out = os.path.join(work, tag + '.mark'), os.path.join(work, tag + '-out')
+        job, log = os.path.join(work, tag + '-job.sh'), os.path.join(work, tag + '.log')
+        if unchanged:
+            script = [UNCHANGED, '--epoch', '3', '--limit', '12000', '--unit', '100',
+                      '--batchsize', '50', '--out', out]
+            keep = ['--memory-snapshots', str(K)]
+        else:
+            script = train_args(out, ['--memory-snapshots', str(K), '--restore-from-memory'])
+            keep = []
+        subprocess.run([PY, '-m', 'chainermn_torus.tools.cli', 'jobscript', '--system',
+                        'slurm', '--nodes', str(NODES), '--ranks-per-node', str(RANKS),
+                        '--hours', '0.1', '--venv', os.path.join(ROOT, '.venv'), '--elastic'] +
+                       keep + ['--output', job, '--', 'python', FAULT, str(fault_node),
+                               'allreduce', str(AT['allreduce']), mark, '--'] + script,
+                       check=True, capture_output=True, env=e, cwd=ROOT)
+        shm_before = set(os.listdir('/dev/shm'))
+        jid = subprocess.run(['sbatch', '--parsable', '-o', log, job], check=True, env=e,
+                             cwd=ROOT, capture_output=True, text=True
+                             ).stdout.strip().split(';')[0]
+        start, states, lost_at = time.time(), [], None
+        while time.time() - start < 600:
+            info = subprocess.run(['scontrol', '-o', 'show', 'job', jid], env=e,
+                                  capture_output=True, text=True).stdout
+            state = (re.findall(r'JobState=(\S+)', info) or ['?'])[0]
+            code = (re.findall(r'ExitCode=(\S+)', info) or ['?'])[0]
+            if not states or states[-1][1] != state:
+                states.append((round(time.time() - start, 1), state))
+            if lost_at is None and os.path.exists(mark):
+                emulate('fail', 2)
+                subprocess.run(['scontrol', 'update', 'NodeName=node2', 'State=DOWN',
+                                'Reason=lost (scripts/elastic_cases.py)'], env=e, check=True)
+                lost_at = time.time()
+                states.append((round(lost_at - start, 1), 'node2 lost, set DOWN'))
+            if state in ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT', 'NODE_FAIL'):
+                break
+            time.sleep(0.2)
+        text = open(log).read() if os.path.exists(log) else ''
+        procs, shm = leftovers([2] if lost_at else [], shm_before)
+        return {'states': states, 'exit_code': code, 'text': text, 'lost_at': lost_at,
+                'out': out, 'processes_left': procs, 'shm_left': shm}
+
+    run = submit(name, 2)
+    text, lost_at = run['text'], run['lost_at']
+    whole = None
+    if unchanged:  # on the whole cluster again (node2 is DOWN, and lost in the emulation)
+        subprocess.run(['bash', SLURM, 'down'], capture_output=True)
+        emulate('down', check=False)
+        subprocess.run(['bash', SLURM, 'up', str(NODES)], check=True, capture_output=True)
+        whole = submit(name + '-no-loss', 9)
     subprocess.run(['bash', SLURM, 'down'], capture_output=True)
     restored = re.search(r'resumed from node memory \(\S+\) at iteration (\d+)', text)
     first = re.search(r'first step after the restore is done \(iteration \d+\) at ([0-9.]+)',
                       text)
-    result = {'case': 'slurm-kill-last-allreduce', 'states': states, 'processes_left': procs,
-              'shm_left': shm, 'tmp_left': [], 'tail': text[-1500:],
+    procs, shm = run['processes_left'], run['shm_left']
+    result = {'case': name + '-kill-last-allreduce', 'states': run['states'],
+              'exit_code': run['exit_code'], 'processes_left': procs, 'shm_left': shm,
+              'tmp_left': [], 'tail': text[-1500:],
               'step_on_two_nodes': 'step 1 on node0, node1 (4 ranks)' in text,
               'iteration': int(restored.group(1)) if restored else None,
               'seconds_to_first_step': float(first.group(1)) - lost_at
               if first and lost_at else None}
-    final = [st for _, st in states if st not in ('node2 lost, set DOWN',)]
+    final = [st for _, st in run['states'] if st not in ('node2 lost, set DOWN',)]
     result['stayed_running'] = final[-2:] == ['RUNNING', 'COMPLETED']
-    if result['iteration'] is None or not os.path.exists(os.path.join(out, 'model_final.npz')):
+    trained = os.path.exists(os.path.join(run['out'], 'model_final.npz'))
+    if unchanged:
+        result['no_loss'] = {k: whole[k] for k in ('states', 'exit_code', 'processes_left',
+                                                   'shm_left')}
+        result['no_loss']['complete'] = 'training is complete' in whole['text']
+        result['ok'] = result['stayed_running'] and result['step_on_two_nodes'] and \
+            result['iteration'] is not None and trained and not procs and not shm and \
+            [st for _, st in whole['states']][-1:] == ['COMPLETED'] and \
+            whole['exit_code'] == '0:0' and result['no_loss']['complete'] and \
+            not whole['processes_left'] and not whole['shm_left']
+        return result
+    if result['iteration'] is None or not trained:
         result['ok'] = False
         return result
     ref = resumed_reference(work, ckpt, result['iteration'], [2], cache)
-    result['max_abs_difference'] = differ(final_params(out), ref)
+    result['max_abs_difference'] = differ(final_params(run['out']), ref)
     result['ok'] = result['max_abs_difference'] == 0.0 and result['stayed_running'] and \
         result['step_on_two_nodes'] and not procs and not shm
     return result
@@ -377,7 +546,7 @@ def main():
     args = p.parse_args()
     if os.geteuid() != 0:
         raise SystemExit('elastic_cases: needs root (the emulated cluster)')
-    if 'slurm' in args.cases and args.mpi != 'mpich':
+    if any(c.startswith('slurm') for c in args.cases) and args.mpi != 'mpich':
         p.error("--cases slurm runs with the default MPI (mpich), not --mpi {}".format(args.mpi))
     if not args.inside:
         return outside(args)
@@ -404,7 +573,8 @@ def main():
         os.close(fd)
     names = []
     for c in args.cases:
-        names += QUICK if c == 'quick' else ALL if c == 'all' else [c]
+        names += QUICK if c == 'quick' else ALL if c == 'all' else SIGNALS \
+            if c == 'signals' else ENDS if c == 'ends' else [c]
     work = args.work or tempfile.mkdtemp(prefix='elastic-cases-')
     os.makedirs(work, exist_ok=True)
     os.chmod(work, 0o700)
@@ -412,8 +582,8 @@ def main():
     try:
         ckpt = reference_run(work)
         for name in names:
-            r = slurm_case(work, ckpt, cache) if name == 'slurm' else \
-                run_case(name, work, ckpt, cache)
+            r = slurm_case(work, ckpt, cache, name) if name.startswith('slurm') else \
+                end_case(name, work) if name in ENDS else run_case(name, work, ckpt, cache)
             results.append(r)
             print('{:26s} ok={} restored at {} max abs diff {} to first step {}'.format(
                 name, r['ok'], r.get('iteration'), r.get('max_abs_difference'),
@@ -516,15 +686,20 @@ def markdown(data):
                  {'mpich': 'MPICH', 'impi': 'Intel MPI', 'openmpi': 'Open MPI'}.get(
                      data.get('mpi'), data.get('mpi')),
                  data['snapshot_every'], data['watchdog_s']), '',
-             '| case | recovered | restored at | max abs difference | loss to first step (s) '
-             '| left behind (processes, /dev/shm) | MPICH topology files in /tmp |',
-             '|---|---|--:|--:|--:|---|--:|']
+             '| case | as it must | exit code | restored at | max abs difference | loss to first '
+             'step (s) | left behind (processes, /dev/shm) | run directories in each node\'s '
+             '/dev/shm after | MPICH topology files in /tmp |',
+             '|---|---|--:|--:|--:|--:|---|---|--:|']
     for r in data['cases'] + data['timing']:
         left = r['processes_left'] + r['shm_left']
-        lines.append('| {} | {} | {} | {} | {} | {} | {} |'.format(
-            r['case'], 'yes' if r['ok'] else 'NO', r.get('iteration', '-'),
-            r.get('max_abs_difference', '-'), _s(r.get('seconds_to_first_step')) or '-',
-            ', '.join(map(str, left)) or 'nothing', len(r['tmp_left'])))
+        nodes = r.get('shm_by_node')
+        lines.append('| {} | {} | {} | {} | {} | {} | {} | {} | {} |'.format(
+            r['case'], 'yes' if r['ok'] else 'NO', r.get('exit_code', '-'),
+            r.get('iteration', '-'), r.get('max_abs_difference', '-'),
+            _s(r.get('seconds_to_first_step')) or '-', ', '.join(map(str, left)) or 'nothing',
+            '-' if nodes is None else ', '.join('{}: {}'.format(h, len(d) or 'none')
+                                                for h, d in sorted(nodes.items())),
+            len(r['tmp_left'])))
     s = data['summary']
     if s:
         lines += ['', 'Over {} losses of a killed node: median {:.2f} s, max {:.2f} s from the '

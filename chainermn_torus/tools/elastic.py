@@ -56,9 +56,10 @@ from chainermn_torus.tools import allocation, elastic_node
 __all__ = ['main', 'Launcher', 'Supervisor', 'Guard']
 
 _SILENT = re.compile(r'node (\S+) \(ranks? [^)]*\) silent')
-# runtime.watch.abort's line where a signal from outside reached a rank: its node is treated
+# runtime.watch.abort's line (abort.signal_text) where a signal from outside reached a rank:
+# its node is treated
 # as a lost one (an orderly shutdown of that node, or the batch system signalling it).
-_SIGNALLED = re.compile(r'rank (\d+) \((\S+)\): (SIGTERM|SIGINT) received')
+_SIGNALLED = re.compile(r'rank (\d+) \((\S+)\): (SIGTERM|SIGINT) \([^)]*\) received')
 _VARIABLE = config.SETTINGS['elastic_step'].env
 _EXPECT = config.SETTINGS['expect_ranks'].env
 _SNAPSHOTS = config.SETTINGS['memory_snapshots'].env
@@ -228,6 +229,8 @@ class Supervisor(object):
                         found = elastic_lines.find(kind, line)
                         if found:
                             seen[kind] = (time.time(), found)
+                            if kind == 'keeping':  # the guard removes them if this dies
+                                self._tell('snapshots', found[0])
                 for rank, host, name in _SIGNALLED.findall(line):
                     seen['signalled'].setdefault(host, (name, rank))
                 for host in _SILENT.findall(line):

@@ -11,7 +11,9 @@ PHASE:
 * ``snapshot``: in the snapshot of iteration AT, on the node's writing rank, before it writes
   (the other nodes write theirs and wait);
 * ``evaluation``: in the first evaluation, inside the multi-node evaluator, while the
-  other nodes evaluate and then wait for its result.
+  other nodes evaluate and then wait for its result;
+* ``raise``: at the AT-th gradient all-reduce the node's ranks raise an error (the
+  script's own failure: every node still answers), once the mark is written.
 
 MARK: a file written once (its first line "FAULT <time>") when a rank of the node stops.
 """
@@ -28,7 +30,7 @@ import chainermn
 from chainermn_torus.extensions.checkpoint import elastic_lines, in_memory
 
 
-def stop_here(mark):
+def write_mark(mark):
     try:
         fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
@@ -36,12 +38,21 @@ def stop_here(mark):
     else:
         os.write(fd, 'FAULT {:.3f} {}\n'.format(time.time(), socket.gethostname()).encode())
         os.close(fd)
+
+
+def stop_here(mark):
+    write_mark(mark)
     while True:  # lost with the node
         time.sleep(60)
 
 
+def fail_here(mark):
+    write_mark(mark)
+    raise RuntimeError('elastic_fault: the script fails here (phase raise)')
+
+
 def arm(phase, at, mark):
-    if phase == 'allreduce':
+    if phase in ('allreduce', 'raise'):
         create = chainermn.create_communicator
 
         def created(*args, **kwargs):
@@ -51,7 +62,7 @@ def arm(phase, at, mark):
             def counted(*a, **k):
                 calls[0] += 1
                 if calls[0] == at:
-                    stop_here(mark)
+                    (fail_here if phase == 'raise' else stop_here)(mark)
                 return mean(*a, **k)
             comm.multi_node_mean_grad = counted
             return comm

@@ -4,11 +4,16 @@ launcher and every rank (tests/launch/test_unchanged_checkpoints.py starts the j
 session of its own).
 
     python -m chainermn_torus.run OPTIONS killed_at.py AT script.py ARGS...
+    mpiexec ... python killed_at.py AT script.py ARGS...
+
+With ``KILLED_AT_AFTER=PATH`` in the environment, rank 0 waits at iteration AT until PATH
+exists (another job's end, tests/extensions/checkpoint/test_two_jobs.py), then kills.
 """
 import os
 import runpy
 import signal
 import sys
+import time
 
 import chainermn_torus  # noqa: F401 first (Chainer imports after it on 3.12)
 import chainer
@@ -24,6 +29,9 @@ class _Kill(training.Extension):
 
     def __call__(self, trainer):
         if trainer.updater.iteration >= self.at and self.rank == 0:
+            after = os.environ.get('KILLED_AT_AFTER')
+            while after and not os.path.exists(after):
+                time.sleep(0.05)
             os.killpg(os.getpgid(0), signal.SIGKILL)
 
 

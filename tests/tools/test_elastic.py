@@ -11,6 +11,7 @@ import pytest
 
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
 from chainermn_torus.extensions.checkpoint import snapshot_place
+from chainermn_torus.runtime.watch import abort
 from chainermn_torus.tools import allocation, elastic, elastic_node
 from conftest import MPI, ROOT, job_env, mpiexec_path
 
@@ -177,12 +178,16 @@ def test_a_signal_to_a_nodes_ranks_is_a_lost_node_not_an_end(tmp_path):
     script = tmp_path / 'signalled.py'
     script.write_text(
         'import socket, sys\n'
-        'print("chainermn_torus: rank 0 ({}): SIGTERM received (a batch time limit, '
-        'scancel, or the launcher ending the job); the job ends; nothing on disk"'
-        '.format(socket.gethostname()), flush=True)\n'
+        'print("chainermn_torus: rank 0 ({{}}): {}".format(socket.gethostname()), '
+        'flush=True)\n'.format(abort.signal_text('SIGTERM', 'nothing on disk')) +
         'print("chainermn_torus elastic: snapshots in node memory are kept in /dev/shm/x",'
         ' flush=True)\n'
         'sys.exit(143)\n')
+    # abort's own line for either signal is what the supervisor reads (it once looked for
+    # other words, and a real SIGTERM read as the script's own failure).
+    for name in ('SIGTERM', 'SIGINT'):
+        line = 'chainermn_torus: rank 3 (h7): ' + abort.signal_text(name, 'x')
+        assert elastic._SIGNALLED.findall(line) == [('3', 'h7', name)], line
     proc = _elastic(tmp_path, [sys.executable, str(script)])
     out = proc.stdout
     assert 'node {} lost (SIGTERM reached its rank 0)'.format(socket.gethostname()) in out, \

@@ -173,6 +173,17 @@ def _on_disk():
         return 'what is on disk could not be read'
 
 
+_SIGNAL_WHY = {'SIGINT': 'Ctrl-C at mpiexec, or the launcher ending the job',
+               'SIGTERM': 'a batch time limit, scancel, or the launcher ending the job'}
+
+
+def signal_text(name, on_disk):
+    """What a node's first rank says after ``rank R (host): `` when signal ``name`` (SIGTERM,
+    SIGINT) from outside ends the job; ``chainermn-torus elastic`` reads it (the node is
+    then lost, not the training complete)."""
+    return '{} ({}) received; the job ends; {}'.format(name, _SIGNAL_WHY[name], on_disk)
+
+
 def _ended_by_signal(value):
     """The job ends by a signal from outside (a batch system's cancel or time limit, Ctrl-C
     at mpiexec): that is said in one line per node, by its first rank to get the signal,
@@ -181,10 +192,8 @@ def _ended_by_signal(value):
     from mpi4py import MPI
     world = MPI.COMM_WORLD
     rank, host = world.Get_rank(), socket.gethostname()
-    what = 'SIGINT (Ctrl-C at mpiexec, or the launcher ending the job)' if isinstance(
-        value, KeyboardInterrupt) else 'SIGTERM (a batch time limit, scancel, or the launcher ' \
-        'ending the job)'
-    text = '{} received; the job ends; {}'.format(what, _on_disk())
+    text = signal_text('SIGINT' if isinstance(value, KeyboardInterrupt) else 'SIGTERM',
+                       _on_disk())
     first = said_once(text)
     if first:
         report.line('{}rank {} ({}): {}'.format(report.PREFIX, rank, host, text))
