@@ -406,22 +406,25 @@ class Guard(object):
         os.close(read)
 
     def tell(self, what, value):
+        if self._write is None:  # done already: the descriptor's number may be reused
+            return
         try:
             os.write(self._write, '{} {}\n'.format(what, value).encode())
         except OSError:
             pass  # the guard is gone: nothing to tell
         if what == 'done':
             os.close(self._write)
+            self._write = None
             os.waitpid(self.pid, 0)
 
 
 def _guard(sup, read):
-    state = {'step': None, 'done': False}
+    step = None
     with os.fdopen(read, 'rb') as pipe:
         for raw in pipe:
             what, _, value = raw.decode().rstrip('\n').partition(' ')
             if what == 'step':
-                state['step'] = int(value)
+                step = int(value)
             elif what == 'snapshots':
                 sup.snapshots = value
             elif what in ('lost', 'signalled'):
@@ -431,9 +434,9 @@ def _guard(sup, read):
             elif what == 'done':
                 return
     # The pipe closed without "done": the supervisor died.
-    if state['step'] is not None:
+    if step is not None:
         try:
-            os.killpg(state['step'], signal.SIGKILL)
+            os.killpg(step, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
     # The launcher's session does not hold every rank (Open MPI's daemons put each in a
