@@ -123,9 +123,11 @@ ISSUE48 = ('stop-before-comm', 'watcher-killed', 'batch-too-large', 'loader-eval
 #   trace overwrote it): the job completes, the file untouched, the refusal said;
 # - ckpt-foreign: a checkpoint directory the other user owns: refused in one line when the
 #   checkpointer is made, before training;
-# - ckpt-pickle: the same, trusted, with a rank file of the newest checkpoint the other user
-#   crafted to run code when unpickled (it ran on every rank): refused, nothing run, the
-#   job resumed from the checkpoint before (--auto-resume falls back) and completed;
+# - ckpt-pickle: the user's checkpoints in a directory the other user owns, trusted, and a
+#   rank file of the newest one replaced by the other user's, crafted to run code when
+#   unpickled (it ran on every rank): passed over unread (issue 82: a trusted directory's
+#   checkpoints are loaded only from the user's own files), nothing run, the job resumed
+#   from the checkpoint before (--auto-resume falls back) and completed;
 # - sigterm-ckpt: SIGTERM between checkpoint 4's manifest and latest.json (the next job
 #   started from 0 and later deleted 4): the next job resumes from 4;
 # - sys-exit: rank 1's sys.exit(3) (a hang, or a wrong verdict): the rank and code named;
@@ -705,7 +707,7 @@ print('planted')
 # A member to add to a rank file: an object array whose unpickling opens (creates) the file
 # named, as the probe's crafted rank file ran `id`.
 _CRAFT = r"""
-import json, pickle, struct, sys, zipfile, zlib
+import os, pickle, struct, sys, zipfile
 ckpt, name, marker = sys.argv[1:4]
 payload = pickle.dumps(type('P', (), {'__reduce__': lambda self: (open, (marker, 'w'))})(),
                        protocol=3)
@@ -713,13 +715,9 @@ header = "{'descr': '|O', 'fortran_order': False, 'shape': (), }"
 header += ' ' * (63 - (10 + len(header)) % 64) + '\n'
 npy = b'\x93NUMPY\x01\x00' + struct.pack('<H', len(header)) + header.encode() + payload
 path = ckpt + '/' + name
-with zipfile.ZipFile(path, 'a') as z:
+with zipfile.ZipFile(path + '.crafted', 'w') as z:
     z.writestr('updater/evil.npy', npy)
-data = open(path, 'rb').read()
-for manifest in ('latest.json', 'manifest_iter_6.json'):
-    m = json.load(open(ckpt + '/' + manifest))
-    m['checks'][name] = {'bytes': len(data), 'crc32': zlib.crc32(data)}
-    json.dump(m, open(ckpt + '/' + manifest, 'w'))
+os.replace(path + '.crafted', path)  # the directory is this user's: the name is theirs now
 print('crafted')
 """
 
@@ -769,7 +767,9 @@ def _resume_row(fault, comm, loader, workdir):
     extra, attack = {'FAULT_RESUME': '1', 'CHAINERMN_TORUS_QUIET': '0'}, None
     marker = os.path.join(workdir, 'payload-ran')  # what the crafted file's unpickling makes
     if fault != 'sigterm-ckpt':  # a shared project directory: the other user owns it
-        for path in [ckpt] + [os.path.join(ckpt, n) for n in os.listdir(ckpt)]:
+        # (ckpt-foreign: its files too; ckpt-pickle: the user's own checkpoints in it)
+        for path in [ckpt] + ([os.path.join(ckpt, n) for n in os.listdir(ckpt)]
+                              if fault == 'ckpt-foreign' else []):
             os.chown(path, OTHER_UID, OTHER_UID)
     if fault == 'ckpt-pickle':  # and the user said it is trusted
         attack = as_other(_CRAFT, ckpt, 'snapshot_iter_6.rank1.npz', marker).strip()
@@ -842,6 +842,8 @@ def _checkpoints(ckpt):
     for name in sorted(os.listdir(ckpt)):
         if not (name.startswith('snapshot_iter_') and name.endswith('.npz')):
             continue
+        if os.lstat(os.path.join(ckpt, name)).st_uid != os.getuid():
+            continue  # another user's (ckpt-pickle's crafted file): never the job's, left
         with numpy.load(os.path.join(ckpt, name)) as z:
             if any(z[k].dtype.kind == 'f' and not numpy.isfinite(z[k]).all() for k in z.files):
                 nonfinite.append(name)
@@ -1037,9 +1039,11 @@ Python alone; watchdog 3 s):
   the job completes;
 - `ckpt-foreign`: a checkpoint directory the other user owns: refused in one line when the
   checkpointer is made, before any training;
-- `ckpt-pickle`: the same directory trusted (`CHAINERMN_TORUS_TRUST_CHECKPOINTS=1`), the
-  newest checkpoint's rank file given an object array whose unpickling creates a file (the
-  probe's ran `id`): refused, nothing run, the checkpoint before resumed;
+- `ckpt-pickle`: the user's checkpoints in such a directory, trusted
+  (`CHAINERMN_TORUS_TRUST_CHECKPOINTS=1`), the newest checkpoint's rank file replaced by the
+  other user's, holding an object array whose unpickling creates a file (the probe's ran
+  `id`): passed over unread (a checkpoint is loaded only from the user's own files),
+  nothing run, the checkpoint before resumed;
 - `sigterm-ckpt`: SIGTERM to mpiexec between checkpoint 4's manifest and latest.json (the
   next job started from 0 and later deleted 4): the signal's line says 4 is on disk, the
   next job resumes from it;
