@@ -74,7 +74,7 @@ def communicator_class(name):
     return communicators.communicator_class(name)
 
 
-class Policy(object):
+class Policy:
     """What a launcher wants of every communicator and multi-node optimizer a script makes,
     made once and frozen (``replace`` gives another). The default changes nothing.
 

@@ -60,7 +60,7 @@ class AutoCommunicator(Communicator):
     def __init__(self, mpi_comm=None, network=None, segment_size=None,
                  allreduce_grad_dtype=None, measure_timeout=10.0, simulate=None, tune=None,
                  tune_dir=None, _remembered=None):
-        super(AutoCommunicator, self).__init__(mpi_comm, segment_size, allreduce_grad_dtype)
+        super().__init__(mpi_comm, segment_size, allreduce_grad_dtype)
         self._options.update(network=network, measure_timeout=measure_timeout,
                              simulate=simulate, tune=tune, tune_dir=tune_dir)
         known = config.current()
@@ -147,7 +147,7 @@ class AutoCommunicator(Communicator):
         return self.tuning.predicted(array.nbytes).mean_array(array)
 
     def set_config(self, name, value=True, **kwargs):
-        super(AutoCommunicator, self).set_config(name, value, **kwargs)
+        super().set_config(name, value, **kwargs)
         if name == 'allreduce_grad_dtype':  # the communicators already chosen send it too
             for comm in self.tuning.made.values():
                 comm.set_config(name, value, **kwargs)
@@ -173,7 +173,7 @@ class AutoCommunicator(Communicator):
 
     def finalize(self):
         self.tuning.finalize()
-        super(AutoCommunicator, self).finalize()
+        super().finalize()
 
     def describe(self):
         s = self.tuning.settings

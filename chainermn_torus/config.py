@@ -452,7 +452,7 @@ def _from_environment(key, environ):
     return parse(s.kind, raw, s.env), s.env
 
 
-class Settings(object):
+class Settings:
     """Every setting's value and where it came from (``resolve``); frozen.
 
     ``settings[key]`` is the value; ``source(key)`` the option or variable that gave it, or

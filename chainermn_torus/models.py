@@ -18,7 +18,7 @@ __all__ = ['MLP', 'ResNet50', 'TinyNet', 'NIN']
 class MLP(chainer.Chain):
 
     def __init__(self, n_units=1000, n_out=10):
-        super(MLP, self).__init__()
+        super().__init__()
         with self.init_scope():
             self.l1 = L.Linear(784, n_units)
             self.l2 = L.Linear(n_units, n_units)
@@ -32,7 +32,7 @@ class ResNet50(chainer.Chain):
     """Chainer's ResNet-50 (random initial weights) with a classifier for n_classes."""
 
     def __init__(self, n_classes):
-        super(ResNet50, self).__init__()
+        super().__init__()
         with self.init_scope():
             self.trunk = L.ResNet50Layers(pretrained_model=None)
         # ImageNet's 1000-way layer replaced: only this dataset's classes, and no unused
@@ -50,7 +50,7 @@ class TinyNet(chainer.Chain):
     and a linear classifier: milliseconds per 64x64 image on one core, for smoke tests."""
 
     def __init__(self, n_classes):
-        super(TinyNet, self).__init__()
+        super().__init__()
         with self.init_scope():
             self.conv1 = L.Convolution2D(3, 16, 3, 2, 1, nobias=True)
             self.bn1 = L.BatchNormalization(16)
@@ -75,7 +75,7 @@ class NIN(chainer.Chain):
     insize = 227
 
     def __init__(self, n_classes=1000):
-        super(NIN, self).__init__()
+        super().__init__()
         with self.init_scope():
             self.mlpconv1 = L.MLPConvolution2D(None, (96, 96, 96), 11, stride=4)
             self.mlpconv2 = L.MLPConvolution2D(None, (256, 256, 256), 5, pad=2)

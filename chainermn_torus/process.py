@@ -39,7 +39,7 @@ import types
 __all__ = ['Process', 'STATE']
 
 
-class Process(object):
+class Process:
     __slots__ = ('patches', 'said', 'settings', 'configured', 'compute', 'policy', 'watchdogs',
                  'threads', 'allocation', 'timeline', 'devshm', 'abort',
                  'windows', 'draw_epoch', 'kernel_fpenv')

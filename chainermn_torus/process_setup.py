@@ -116,7 +116,7 @@ def _asked(settings, key):
     return settings.source(key) is not None
 
 
-class _Node(object):
+class _Node:
     """What the thread budget asks of a communicator, from an mpi4py one: the rank, the
     ranks on this node and this rank among them (a collective split, as ChainerMN's)."""
 

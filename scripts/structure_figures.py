@@ -266,7 +266,7 @@ def _duplicates(package):
         return None
     proc = subprocess.run([exe, '--repo', package, '--most', '200', '--seconds', '120'],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True)
+                          text=True)
     first = proc.stdout.splitlines()[0] if proc.stdout else ''
     m = re.match(r'(\d+) pairs?', first)
     return {'pairs': int(m.group(1)) if m else 0, 'summary': first}

@@ -2,7 +2,7 @@
 import numpy
 
 
-class Squares(object):
+class Squares:
     """Example i: (an image-like array filled with i, the label i)."""
 
     def __init__(self, n, shape=(3, 4, 4)):
@@ -19,7 +19,7 @@ class Failing(Squares):
     def __getitem__(self, i):
         if i == 7:
             raise ValueError('bad example 7 (raised on purpose)')
-        return super(Failing, self).__getitem__(i)
+        return super().__getitem__(i)
 
 
 class Ragged(Squares):
@@ -31,10 +31,10 @@ class Slow(Squares):
     def __getitem__(self, i):
         import time
         time.sleep(0.05)
-        return super(Slow, self).__getitem__(i)
+        return super().__getitem__(i)
 
 
-class Big(object):
+class Big:
     """Examples of ``nbytes`` bytes each (only the first is ever read: to size the slots)."""
 
     def __init__(self, nbytes, n=10):
@@ -55,7 +55,7 @@ class Stuck(Squares):
         if i == 13:
             import time
             time.sleep(120)
-        return super(Stuck, self).__getitem__(i)
+        return super().__getitem__(i)
 
     def example_path(self, i):
         return '/data/train/image{}.JPEG'.format(i)

@@ -42,7 +42,7 @@ def _zombie(pid):
         return True
 
 
-class World(object):
+class World:
     """``mpiexec -n nprocs`` running the check loop on every rank."""
 
     def __init__(self, nprocs, folder, command, env):
@@ -201,7 +201,7 @@ class World(object):
         self.log.close()
 
 
-class Worlds(object):
+class Worlds:
     """The session's worlds: one alive at a time (the tests that use them are ordered by P,
     see conftest.py), a new one after a failure."""
 

@@ -31,7 +31,7 @@ def shared_dir():
     shutil.rmtree(where, ignore_errors=True)
 
 
-class Beside(object):
+class Beside:
     """``action(*args)`` run as the other user in a forked child once ``go()`` is called,
     while the test goes on (a rename beside a running job); ``result()`` waits for it."""
 

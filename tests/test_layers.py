@@ -27,7 +27,7 @@ def test_import_linter_contracts_are_kept_with_nothing_ignored():
     assert 'ignore_imports' not in text  # no import is let off
     assert 'exhaustive = True' in text   # every part of the package sits in a layer
     proc = subprocess.run([_lint_imports(), '--no-cache'], cwd=ROOT, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, universal_newlines=True, timeout=120)
+                          stderr=subprocess.STDOUT, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert 'Contracts: 2 kept, 0 broken.' in proc.stdout, proc.stdout[-2000:]
 
@@ -44,7 +44,7 @@ def test_a_module_importing_upward_breaks_the_contract(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
     proc = subprocess.run([_lint_imports(), '--no-cache'], cwd=str(tmp_path), env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True, timeout=120)
+                          text=True, timeout=120)
     assert proc.returncode != 0
     assert 'chainermn_torus.algorithms is not allowed to import chainermn_torus.planning' \
         in proc.stdout, proc.stdout[-3000:]

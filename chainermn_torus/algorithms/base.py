@@ -3,7 +3,7 @@
 __all__ = ['Algorithm']
 
 
-class Algorithm(object):
+class Algorithm:
     """What one algorithm does, without MPI.
 
     node_aware:  the simulator plays MPI's own all-reduce on a group spanning nodes as MPICH

@@ -72,7 +72,7 @@ def tail_calls(setup, tail):
 
 
 # --- costs ----------------------------------------------------------------------------------
-class Group(object):
+class Group:
     """p ranks of which c share a node with each member; k ranks per node active at once.
 
     For a phase on such a group, the fraction of traffic that leaves the node is

@@ -28,7 +28,7 @@ class Setup(collections.namedtuple('Setup', 'algorithm P M itemsize')):
                              '{!r}'.format(itemsize))
         if not variants.get(algorithm).grid:
             M = 1
-        return super(Setup, cls).__new__(cls, algorithm, P, M, itemsize)
+        return super().__new__(cls, algorithm, P, M, itemsize)
 
     @property
     def variant(self):

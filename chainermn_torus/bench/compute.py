@@ -227,7 +227,7 @@ def breakdown_of(runs, slack=0.02):
     return funcs, wall, rest
 
 
-class _Torch(object):
+class _Torch:
     """The PyTorch process: one iteration per ``run()``, its seconds."""
 
     def __init__(self, python, batch, size, threads):

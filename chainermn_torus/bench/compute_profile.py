@@ -47,7 +47,7 @@ __all__ = ['main', 'profile', 'Clock']
 COMPUTE_LAYERS = ('chainermn_torus.compute.', 'chainermn_torus.runtime.')
 
 
-class Clock(object):
+class Clock:
     """Seconds and calls per part (a oneDNN primitive's kind, a numba kernel), while
     ``installed``: this benchmark's parts, and scripts/chainer_tests_mode.py's counts."""
 

@@ -41,7 +41,7 @@ class Net(MLP):
     """The MNIST MLP, plus a payload of parameters that are only communicated."""
 
     def __init__(self, payload, unit=1000):
-        super(Net, self).__init__(unit)
+        super().__init__(unit)
         with self.init_scope():
             self.payload = chainer.Link()
         with self.payload.init_scope():
@@ -50,7 +50,7 @@ class Net(MLP):
                         chainer.Parameter(numpy.zeros(shape, numpy.float32)))
 
     def forward(self, x, t):
-        return F.softmax_cross_entropy(super(Net, self).forward(x), t)
+        return F.softmax_cross_entropy(super().forward(x), t)
 
 
 def wait_for_wire(t0, nbytes, size, gbps):

@@ -48,7 +48,7 @@ CONFIGS = {
 PHASES = ('data', 'forward_backward', 'communication', 'update', 'total')
 
 
-class Run(object):
+class Run:
     """One configuration: its communicator, model, optimizer, iterator and timings."""
 
     def __init__(self, name, cfg, train, batchsize, seed, unit):

@@ -61,7 +61,7 @@ class _Holder(chainer.Link):
     """A link holding parameters of the given shapes (names sort in creation order)."""
 
     def __init__(self, shapes, seed):
-        super(_Holder, self).__init__()
+        super().__init__()
         rng = numpy.random.RandomState(seed)
         with self.init_scope():
             for i, shape in enumerate(shapes):

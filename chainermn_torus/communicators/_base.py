@@ -48,7 +48,7 @@ class TorusCommunicatorBase(interface.Communicator):
     shm_purpose = ''   # said in /dev/shm refusals; clone() sets CLONE_PURPOSE
 
     def __init__(self, mpi_comm=None, grid=None, segment_size=None, allreduce_grad_dtype=None):
-        super(TorusCommunicatorBase, self).__init__(mpi_comm, segment_size,
+        super().__init__(mpi_comm, segment_size,
                                                     allreduce_grad_dtype)
         self.grid = None
         if self.uses_grid:
@@ -191,7 +191,7 @@ class TorusCommunicatorBase(interface.Communicator):
         if self.grid is not None:
             self.grid.free()
             self.grid = None
-        super(TorusCommunicatorBase, self).finalize()
+        super().finalize()
 
     # --- the algorithm --------------------------------------------------------------------
     def mean_array(self, array):

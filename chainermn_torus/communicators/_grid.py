@@ -69,7 +69,7 @@ def default_grid(size, intra_size, inter_size, node_uniform=True):
     return (m, size // m), 'M = smallest prime factor of P (one rank per node or uneven nodes)'
 
 
-class Grid(object):
+class Grid:
     """A rank's place in the M x N grid and the row/column communicators.
 
     Ranks are placed row by row: rank r sits in row r // M at position r % M. When the rows

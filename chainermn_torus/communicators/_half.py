@@ -40,7 +40,7 @@ def sum_blocks_numpy(out, blocks, nblocks, acc, dtype=numpy.float16):
         out.view(dtype)[...] = acc.astype(dtype)
 
 
-class HalfReducer(object):
+class HalfReducer:
     """float16 (or bfloat16) reduce-scatter and all-reduce, with a reused scratch (see
     ``_reduction``)."""
 

@@ -81,7 +81,7 @@ def transfer_dtype(dtypes):
     return numpy.dtype(numpy.float32)
 
 
-class Layout(object):
+class Layout:
     """Names, shapes, dtypes and offsets of the arrays in a packed buffer."""
 
     def __init__(self, entries, dtype=None):
@@ -163,7 +163,7 @@ def check_same_layout(mpi_comm, layout, what='gradients', progress=None):
                         if what == 'gradients' else ''))
 
 
-class PackedBuffer(object):
+class PackedBuffer:
     """One persistent flat buffer for a layout, and the plan of segments sent from it.
 
     Gradients are not always copied in first. A segment that lies inside one large gradient

@@ -17,7 +17,7 @@ from chainermn_torus.errors import ConfigError
 __all__ = ['Progress', 'BLOCKING']
 
 
-class Progress(object):
+class Progress:
 
     def __init__(self, interval=None):
         if interval is not None and not interval > 0:

@@ -36,7 +36,7 @@ from chainermn_torus.communicators._progress import BLOCKING
 __all__ = ['MpiSum', 'HalfReducer', 'reducer_for', 'divide_by_size', 'prescale']
 
 
-class MpiSum(object):
+class MpiSum:
     """Sums by MPI_Reduce_scatter_block and MPI_Allreduce with MPI_SUM."""
 
     op = MPI.SUM

@@ -32,7 +32,7 @@ __all__ = ['PutRows', 'SYNCS', 'REDUCE_SCATTERS', 'FenceSync', 'NotifySync', 'Ps
            'AccumulateReduceScatter']
 
 
-class PutRows(object):
+class PutRows:
     """Phases 1 and 3 of rsap for one buffer whose memory is an RMA window's."""
 
     scatter_name, gather_name = 'reduce_scatter', 'put'
@@ -71,7 +71,7 @@ def _puts(win, array, lo, c, mpi_type, puts):
         win.Put([array[start:start + n], mpi_type], target, target=(start, n, mpi_type))
 
 
-class _Sync(object):
+class _Sync:
     """Owns what its synchronisation needs, for one window of the row."""
 
     passive = False  # the window holds one passive-target epoch for its life
@@ -103,7 +103,7 @@ class NotifySync(_Sync):
     passive = True
 
     def __init__(self, row_comm, progress, win, rounds):
-        super(NotifySync, self).__init__(row_comm, progress, win, rounds)
+        super().__init__(row_comm, progress, win, rounds)
         pos = self.pos
         # Notifications on their own communicator: they can never match user messages.
         self.notify_comm = row_comm.Dup()
@@ -147,7 +147,7 @@ class PscwSync(_Sync):
                                    "with MPICH 5.0.2: scripts/repro_pscw_hang.py)")
 
     def __init__(self, row_comm, progress, win, rounds):
-        super(PscwSync, self).__init__(row_comm, progress, win, rounds)
+        super().__init__(row_comm, progress, win, rounds)
         pos = self.pos
         # Per round: the group this position puts to and the group that puts to it.
         world = row_comm.Get_group()
@@ -187,7 +187,7 @@ class PscwSync(_Sync):
         self.groups = []
 
 
-class AccumulateReduceScatter(object):
+class AccumulateReduceScatter:
     """Phase 1 by MPI_Accumulate into the row partners' windows; ``collective`` (rsaa's
     reduce-scatter) where the buffer has no MPI sum (float16 set later by set_config)."""
 

@@ -57,7 +57,7 @@ else:
         numpy.copyto(dst, src)
 
 
-class NodeBuffers(object):
+class NodeBuffers:
     """The packed buffers of a row's M ranks in one shared window, mapped on every rank.
 
     ``array`` is this rank's buffer (a PackedBuffer's memory), ``peers[q]`` position q's.
@@ -125,7 +125,7 @@ class NodeBuffers(object):
         self.peers = self.array = None
 
 
-class ShmRows(object):
+class ShmRows:
     """Phases 1 and 3 of the torus (``rsaa``) for one buffer in a node-shared window.
 
     Phase 1 reduces in turns straight from the gradients; the chunk it returns is this

@@ -65,7 +65,7 @@ def _free_at_exit():
 atexit.register(_free_at_exit)  # after mpi4py's (imported above): it runs before it
 
 
-class PutWindow(object):
+class PutWindow:
     """``size`` elements of ``dtype`` on every rank of ``comm``, as ``array`` and ``win``.
 
     ``passive``: one passive-target epoch (``MPI_Win_lock_all``) for the window's life, for

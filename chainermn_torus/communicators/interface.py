@@ -43,7 +43,7 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
     def __init__(self, mpi_comm=None, segment_size=None, allreduce_grad_dtype=None):
         if mpi_comm is None:
             mpi_comm = MPI.COMM_WORLD
-        super(Communicator, self).__init__(mpi_comm)  # a collective: init_ranks
+        super().__init__(mpi_comm)  # a collective: init_ranks
         # What split() and clone() make again: every option the constructor was given.
         self._options = {'segment_size': segment_size,
                          'allreduce_grad_dtype': allreduce_grad_dtype}
@@ -105,7 +105,7 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
         the same name, and as ChainerMN's pure_nccl takes it); any other name raises
         ChainerMN's ValueError."""
         if name != 'allreduce_grad_dtype':
-            return super(Communicator, self).set_config(name, value, **kwargs)
+            return super().set_config(name, value, **kwargs)
         dtype = _dtypes.checked(value)
         with self.config_scope():
             self.allreduce_grad_dtype = dtype
@@ -118,7 +118,7 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
     def get_config(self, name=None):
         if name == 'allreduce_grad_dtype':
             return self.allreduce_grad_dtype
-        return super(Communicator, self).get_config(name)
+        return super().get_config(name)
 
     def multi_node_mean_grad(self, model, zero_fill=False):
         """Average gradients over ranks, with ChainerMN's zero_fill semantics.

@@ -16,7 +16,7 @@ class PureAllreduceCommunicator(TorusCommunicatorBase):
     prescaled = True
 
     def __init__(self, mpi_comm=None, segment_size=None, allreduce_grad_dtype=None):
-        super(PureAllreduceCommunicator, self).__init__(
+        super().__init__(
             mpi_comm, segment_size=segment_size, allreduce_grad_dtype=allreduce_grad_dtype)
 
     def _mean_segment(self, buf, lo, hi, src):

@@ -49,7 +49,7 @@ def _phase(timeline, name):
     return _NO_SPAN if timeline is None else timeline.span(name)
 
 
-class MessageRows(object):
+class MessageRows:
     """Phases 1 and 3 by messages in the row: MPI_Reduce_scatter_block into a scratch chunk
     (reused across calls), then the divided chunk, already at its offset, gathered by
     in-place MPI_Allgather. Made per buffer, as every row phases' object is; owns nothing
@@ -90,7 +90,7 @@ class RsaaCommunicator(TorusCommunicatorBase):
 
     def __init__(self, mpi_comm=None, grid=None, segment_size=None, allreduce_grad_dtype=None,
                  shm=None):
-        super(RsaaCommunicator, self).__init__(mpi_comm, grid=grid, segment_size=segment_size,
+        super().__init__(mpi_comm, grid=grid, segment_size=segment_size,
                                                allreduce_grad_dtype=allreduce_grad_dtype)
         self._setup_shm(shm)
 
@@ -137,7 +137,7 @@ class RsaaCommunicator(TorusCommunicatorBase):
 
     def _message_buffer(self, layout, segment_elems):
         """A buffer with the message phases (rsap: its window and put rounds)."""
-        buf = super(RsaaCommunicator, self)._new_buffer(layout, segment_elems)
+        buf = super()._new_buffer(layout, segment_elems)
         buf.rows = MessageRows(self.grid.row_comm, self.progress)
         return buf
 

@@ -73,13 +73,13 @@ class RsapCommunicator(RsaaCommunicator):
 
     def _describe_variant(self):
         if self.shm:
-            return super(RsapCommunicator, self)._describe_variant()
+            return super()._describe_variant()
         return ', puts synchronised by {}, reduce-scatter by {}'.format(
             SYNCS[self.sync].describe, _SAID[self.reduce_scatter_mode])
 
     def _message_buffer(self, layout, segment_elems):
         if self.grid.M == 1 or layout.size == 0:
-            return super(RsapCommunicator, self)._message_buffer(layout, segment_elems)
+            return super()._message_buffer(layout, segment_elems)
         # The buffer's memory is the window's (see _window: a Put to the same node is then
         # one memcpy); 'notify' holds one passive epoch for the window's life.
         window = PutWindow(self.grid.row_comm, layout.size, layout.dtype,

@@ -29,7 +29,7 @@ def epoch():
     return STATE.draw_epoch
 
 
-class Counter(object):
+class Counter:
     """Per-example draw counts: the pass where no epoch was set."""
 
     def __init__(self):

@@ -24,7 +24,7 @@ iterators itself. The launcher changes what those calls return, never the script
   examples' disk checkpoint to it, and resumes from the newest one: a lost batch host is
   survived only from disk. Under either, or as a step of ``chainermn-torus elastic``,
   ChainerMN's ``scatter_dataset(..., shuffle=True)`` without a seed draws the run's order
-  (``extensions.checkpoint.draws``; ``--shuffle-seed N`` gives it), which a restart
+  (``extensions.checkpoint.shard_order``; ``--shuffle-seed N`` gives it), which a restart
   repeats;
 * ``--tune on`` makes ``auto`` measure its best candidates on the first gradient calls
   (``--tune-dir``: where the choice is kept); ``--timeline PREFIX`` records the phases;
@@ -59,7 +59,7 @@ __all__ = ['add_arguments', 'Launch']
 add_arguments = _options.add_arguments
 
 
-class Launch(object):
+class Launch:
     """The resolved options (flag, else environment variable, else default), the state the
     parts share, and ``install()``, which puts them in place."""
 

@@ -24,7 +24,7 @@ RANK0_ONLY = ('LogReport', 'PrintReport', 'PlotReport', 'ProgressBar', 'DumpGrap
               '_Snapshot', 'VariableStatisticsPlot')
 
 
-class Extend(object):
+class Extend:
     """``Trainer.extend`` for one launch (``original``: Chainer's)."""
 
     def __init__(self, launch, original):
@@ -77,7 +77,7 @@ def _evaluate_in_parallel(evaluator, comm):
     return chainermn.create_multi_node_evaluator(evaluator, comm)
 
 
-class AutoloadEverywhere(object):
+class AutoloadEverywhere:
     """The loading half of ``snapshot(autoload=True)`` on every rank, under --data-parallel.
 
     The snapshot extension itself runs on rank 0 only (one writer). Its autoload would resume

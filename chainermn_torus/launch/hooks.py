@@ -12,7 +12,7 @@
   every rank holds a snapshot (a supervisor's step after a lost node), else the newest
   checkpoint with --auto-resume;
 * ChainerMN's ``scatter_dataset(..., shuffle=True)`` without a seed: the seed of the run
-  (``draws``), so that a restart cuts the shards in the same order;
+  (``shard_order``), so that a restart cuts the shards in the same order;
 * ``chainer.serializers.save_npz`` under --data-parallel: rank 0 writes, the others skip (the
   script's own ``save_npz(path, model)`` at its end ran on every rank, all writing one file
   at once: a corrupt archive, seen in a 2-rank run).
@@ -26,7 +26,7 @@ from chainer import training
 from chainer.training.updaters import standard_updater
 
 from chainermn_torus.errors import ConfigError
-from chainermn_torus.extensions.checkpoint import arguments, draws, in_memory
+from chainermn_torus.extensions.checkpoint import arguments, in_memory, shard_order
 from chainermn_torus.extensions.checkpoint.extension import MultiNodeCheckpointer
 from chainermn_torus.launch import loaders, sharding
 from chainermn_torus.launch.extensions import Extend
@@ -139,14 +139,14 @@ def patch_trainer_run(launch):
 
 def patch_scatter(launch):
     """ChainerMN's scatter_dataset, either import path: an unseeded shuffle gets the run's
-    seed (``draws``), said once on rank 0."""
+    seed (``shard_order``), said once on rank 0."""
     original = chainermn.datasets.scatter_dataset
 
     def scatter_dataset(dataset, comm, root=0, shuffle=False, seed=None, *args, **kwargs):
         if shuffle and seed is None and comm.rank == root:  # only the root draws
             if launch.draws is None:
                 try:
-                    launch.draws = draws.run_seed(launch.get('shuffle_seed'),
+                    launch.draws = shard_order.run_seed(launch.get('shuffle_seed'),
                                                   launch.get('checkpoint_dir'),
                                                   launch.get('trust_checkpoints'))
                 except (OSError, ValueError) as e:

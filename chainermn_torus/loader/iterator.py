@@ -64,7 +64,7 @@ class LoaderError(Refusal, RuntimeError):
     """An exception raised in a loader process, with its traceback."""
 
 
-class _Indices(object):
+class _Indices:
     """A dataset of its own indices: what the planning SerialIterator walks over."""
 
     def __init__(self, n):

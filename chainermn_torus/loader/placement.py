@@ -29,7 +29,7 @@ __all__ = ['POLICIES', 'Plan', 'plan_placement', 'apply_placement', 'describe_pl
 POLICIES = config.KINDS['affinity'].names
 
 
-class Plan(object):
+class Plan:
     def __init__(self, policy, compute_cpus, loader_cpus, share, topology, reason):
         self.policy = policy
         self.compute_cpus = compute_cpus  # sorted list, or None: do not pin

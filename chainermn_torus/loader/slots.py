@@ -29,7 +29,7 @@ def attach(name):
     return shared_memory.SharedMemory(name=name)
 
 
-class Resources(object):
+class Resources:
     """Processes, pipes and segments; released once, by finalize() or by the collector."""
 
     def __init__(self):

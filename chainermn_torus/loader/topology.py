@@ -39,7 +39,7 @@ def format_cpulist(cpus):
     return ','.join(parts) or '(none)'
 
 
-class Cpu(object):
+class Cpu:
     __slots__ = ('id', 'package', 'core', 'node')
 
     def __init__(self, id, package, core, node):
@@ -54,7 +54,7 @@ def _read(path, default=None):
         return default
 
 
-class Topology(object):
+class Topology:
     """CPUs grouped into cores (SMT siblings) and NUMA nodes."""
 
     def __init__(self, cpus, source):

@@ -35,7 +35,7 @@ __all__ = ['fuse', 'unfuse', 'FusedAdam', 'FusedMomentumSGD', 'FusedRMSprop',
            'fusable_names', 'is_fused']
 
 
-class _FusedOptions(object):
+class _FusedOptions:
     """Options shared by a fused optimizer and its rules."""
 
     def __init__(self, flush_denormals=False):
@@ -108,7 +108,7 @@ def _rmsprop_call(arrays, args, ftz):
     _kernels().rmsprop(p, g, ms, *args, ftz)
 
 
-class _FusedRule(object):
+class _FusedRule:
     """Mixin for an UpdateRule: the fused kernel in place of ``update_core_cpu``."""
 
     _options = None
@@ -119,7 +119,7 @@ class _FusedRule(object):
         keys = self._state_keys()
         arrays = _kernel_arrays(param, keys, self.state)
         if arrays is None:
-            return super(_FusedRule, self).update_core_cpu(param)
+            return super().update_core_cpu(param)
         ftz = self._options.flush_denormals if self._options is not None else False
         self._call(arrays, self._args(arrays[0].dtype), ftz)
 
@@ -168,7 +168,7 @@ def _contiguous_run(arrays, sizes, dtype):
     return flat[start:start + total]
 
 
-class _FlatModel(object):
+class _FlatModel:
     """Parameters and rule states of one optimizer as views of flat arrays."""
 
     def __init__(self, optimizer):
@@ -238,7 +238,7 @@ def _flat_eligible(optimizer):
     return None
 
 
-class _FusedOptimizer(object):
+class _FusedOptimizer:
     """Mixin for a GradientMethod: fused rules, and the flat step when it applies."""
 
     _fused_options = None
@@ -259,12 +259,12 @@ class _FusedOptimizer(object):
         return self._fused_options
 
     def create_update_rule(self):
-        rule = super(_FusedOptimizer, self).create_update_rule()
+        rule = super().create_update_rule()
         return _to_fused_rule(rule, self._options())
 
     def setup(self, link):
         self._flat = None
-        return super(_FusedOptimizer, self).setup(link)
+        return super().setup(link)
 
     def update(self, lossfun=None, *args, **kwds):
         # GradientMethod.update, with the loop over parameters replaced by one kernel call

@@ -56,7 +56,7 @@ def set_worker_mode(ftz):
         held['ftz'], held['threads'] = ftz, threads
 
 
-class _kernel_mode(object):
+class _kernel_mode:
     """Context: the kernel's FP mode in its workers and, for its duration, in the caller.
 
     The calling thread executes part of every parallel loop, so it needs the kernel's mode

@@ -97,7 +97,7 @@ class GradualWarmup(Ramp):
     """Goyal et al.'s warm-up: ``attr`` from ``start_lr`` to ``target_lr`` over ``duration``."""
 
     def __init__(self, target_lr, start_lr, duration=5, unit='epoch', attr='lr', optimizer=None):
-        super(GradualWarmup, self).__init__(attr, (start_lr, target_lr), (0, duration), unit,
+        super().__init__(attr, (start_lr, target_lr), (0, duration), unit,
                                             optimizer)
 
 
@@ -105,7 +105,7 @@ class RMSpropToSGD(Ramp):
     """Move an RMSpropWarmup optimizer's ``sgd_weight`` from 0 to 1 over ``span``."""
 
     def __init__(self, span, unit='epoch', optimizer=None):
-        super(RMSpropToSGD, self).__init__('sgd_weight', (0.0, 1.0), span, unit, optimizer)
+        super().__init__('sgd_weight', (0.0, 1.0), span, unit, optimizer)
 
 
 numba = jit.numba()
@@ -140,7 +140,7 @@ _default.sgd_weight = 0.0
 class RMSpropWarmupRule(optimizer_module.UpdateRule):
 
     def __init__(self, parent_hyperparam=None):
-        super(RMSpropWarmupRule, self).__init__(parent_hyperparam or _default)
+        super().__init__(parent_hyperparam or _default)
 
     def init_state(self, param):
         xp = param.device.xp
@@ -170,7 +170,7 @@ class RMSpropWarmup(optimizer_module.GradientMethod):
 
     def __init__(self, lr=_default.lr, momentum=_default.momentum, rho=_default.rho,
                  eps=_default.eps, sgd_weight=_default.sgd_weight):
-        super(RMSpropWarmup, self).__init__()
+        super().__init__()
         self.hyperparam.lr = lr
         self.hyperparam.momentum = momentum
         self.hyperparam.rho = rho

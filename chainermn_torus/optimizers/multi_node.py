@@ -138,7 +138,7 @@ def is_multi_node(optimizer):
         type(optimizer).__module__.startswith('chainermn.optimizers')
 
 
-class MultiNodeOptimizer(object):
+class MultiNodeOptimizer:
     """Averaging, then the wrapped optimizer's update (ChainerMN's _MultiNodeOptimizer), in
     the way its ``mode`` averages. Attributes other than its own are the wrapped
     optimizer's."""

@@ -44,7 +44,7 @@ WAIT_CALL = board_layout.THREAD_WAIT  # its name on the watchdog's board
 __all__ = ['GradientTracker', 'make_buckets', 'OverlapState']
 
 
-class _Slot(object):
+class _Slot:
     """What the packing reads for one parameter: its array (for the layout) and the final
     gradient once backward has produced it."""
     __slots__ = ('data', 'grad')
@@ -178,7 +178,7 @@ class GradientTracker(chainer.FunctionHook):
         self._table = None
 
 
-class _Step(object):
+class _Step:
     """One step's buckets: the slots the thread packs from, and which buckets are ready."""
 
     def __init__(self, plan):
@@ -211,7 +211,7 @@ class _Cancelled(Exception):
     """The main thread failed during backward: the thread stops before its next bucket."""
 
 
-class _Plan(object):
+class _Plan:
     """The layout (parameter order) and bucket bounds every rank uses."""
 
     def __init__(self, target, order, itemsize, bucket_bytes):
@@ -231,7 +231,7 @@ class _Plan(object):
         return _packing.param_signature(target) == self.signature
 
 
-class OverlapState(object):
+class OverlapState:
     """What the overlap wrapper keeps between steps (see update_modes.Overlap)."""
 
     def __init__(self, communicator, background, bucket_bytes):

@@ -27,7 +27,7 @@ from chainermn_torus.runtime import report
 __all__ = ['TypeChecks']
 
 
-class TypeChecks(object):
+class TypeChecks:
     """Whether step ``i`` (from 0) of one optimizer runs its forward with Chainer's checks."""
 
     def __init__(self, given=None, rank=0):

@@ -41,7 +41,7 @@ __all__ = ['Synchronous', 'DoubleBuffering', 'Overlap', 'BACKGROUND_POLL_S']
 BACKGROUND_POLL_S = None
 
 
-class Synchronous(object):
+class Synchronous:
     """Average this step's gradients, then update."""
 
     name = 'synchronous'

@@ -32,7 +32,7 @@ __all__ = ['Network', 'PRESETS', 'MODEL_BYTES', 'predict', 'plan', 'load_network
 DEFAULT_NETWORK_FILE = os.path.join(os.path.expanduser('~'), '.config', 'chainermn-torus',
                                     'network.json')
 
-class Network(object):
+class Network:
     FIELDS = ('alpha_inter', 'beta_inter', 'alpha_intra', 'beta_intra', 'gamma', 'mem')
 
     def __init__(self, name, alpha_inter, beta_inter, alpha_intra, beta_intra, gamma, mem,

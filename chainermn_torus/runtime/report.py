@@ -41,7 +41,7 @@ class RankStop(SystemExit):
     """SystemExit(1) whose message was already written; ``str()`` gives the message."""
 
     def __init__(self, text):
-        super(RankStop, self).__init__(1)
+        super().__init__(1)
         self.text = text
 
     def __str__(self):

@@ -50,7 +50,7 @@ def active():
     return STATE.timeline
 
 
-class _Null(object):
+class _Null:
     def __enter__(self):
         return self
 
@@ -61,7 +61,7 @@ class _Null(object):
 _NULL = _Null()
 
 
-class _Span(object):
+class _Span:
     __slots__ = ('tl', 'name', 't0')
 
     def __init__(self, tl, name):
@@ -79,7 +79,7 @@ class _Span(object):
 STREAM_S = 0.5  # the most an end without a last write loses
 
 
-class Timeline(object):
+class Timeline:
 
     def __init__(self, prefix, place):
         self.prefix = prefix
@@ -295,7 +295,7 @@ def phase(name):
     return _NULL if tl is None else tl.span(name)
 
 
-class timed(object):
+class timed:
     """``with timed('update', stats):`` the one way a span is timed: the block's seconds
     (two clock reads) are added to ``stats[key or name]`` (with ``count``, 1 to
     ``stats[count]`` per block), and it is recorded on the timeline when one is on, from the

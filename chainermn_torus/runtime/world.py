@@ -89,7 +89,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def _print_message(self, message, file=None):
         if not self._quiet():
-            super(ArgumentParser, self)._print_message(message, file)
+            super()._print_message(message, file)
 
     def exit(self, status=0, message=None):
         if message and not self._quiet():

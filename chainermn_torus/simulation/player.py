@@ -32,7 +32,7 @@ from chainermn_torus.simulation import platforms, schedules
 __all__ = ['run_request', 'main']
 
 
-class _Built(object):
+class _Built:
     """A request made concrete: the machine, the rounds of each experiment and their costs."""
 
     def __init__(self, request):

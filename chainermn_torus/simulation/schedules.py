@@ -28,7 +28,7 @@ LIBRARIES = ('halving', 'ring', 'doubling')
 MAX_DISTINCT = 8
 
 
-class Round(object):
+class Round:
     """Messages sent at the same step, the local work that follows them, and a repeat."""
 
     __slots__ = ('phase', 'messages', 'compute', 'repeat')

@@ -136,8 +136,7 @@ def simulate(machine, algorithm, model, M=1, itemsize=4, library='halving', node
                'sizes': sizes, 'mode': mode or ('actors' if P <= ACTOR_RANKS else 'lockstep')}
     proc = subprocess.run([sys.executable, '-m', 'chainermn_torus.simulation.player'],
                           input=json.dumps(request), env=_child_env(env),
-                          stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, universal_newlines=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout)
     try:
         result = json.loads(proc.stdout)
     except ValueError:

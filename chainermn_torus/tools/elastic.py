@@ -71,7 +71,7 @@ def say(text):
     sys.stdout.flush()
 
 
-class Launcher(object):
+class Launcher:
     """How a command is started on chosen nodes: MPICH's and Intel MPI's hydra
     (``-hosts h:n,... -n N``), Open MPI's mpirun (``--host h:n,... -np N``, the step's
     variable passed with ``-x``) or Slurm's srun (a step on ``--nodelist``)."""
@@ -123,7 +123,7 @@ Step = collections.namedtuple('Step', 'code complete keeping silent restored fir
                                       'started ended signalled')
 
 
-class Supervisor(object):
+class Supervisor:
     def __init__(self, nodes, command, launcher, min_nodes=1, global_batch=None,
                  probe_timeout=20.0, grace=30.0, max_steps=None, slurm=False,
                  keep_snapshots=False):
@@ -375,7 +375,7 @@ class Supervisor(object):
                 pass
 
 
-class Guard(object):
+class Guard:
     """A process forked at the supervisor's start, in a session of its own, that outlives
     it. The supervisor tells it, through a pipe, the current step's session (the launcher
     and its local ranks), the run's snapshots and the nodes lost, and says ``done`` however

@@ -23,7 +23,7 @@ class Shape(collections.namedtuple('Shape', 'size rank ranks_per_node nodes unif
     every node holds the same number of ranks."""
 
 
-class MpiJob(object):
+class MpiJob:
     """The steps on ``mpi_comm`` (every rank calls each one at the same point)."""
 
     def __init__(self, mpi_comm):
@@ -61,7 +61,7 @@ class MpiJob(object):
         return True
 
 
-class OneRank(object):
+class OneRank:
     """A job of one rank: nothing to wait for, its own numbers are everyone's."""
 
     def share(self, value):

@@ -11,7 +11,7 @@ For each buffer size, at its first call:
   remembered one is checked: its calls after the first, ``CHECK_CALLS`` of them, are timed
   as a tuning times them; where their median is over ``RECHECK`` times the best figure the
   tuning recorded (or one call over ``FAR`` times: the check stops there), the buffer is
-  tuned again, without it, and the new choice kept (issue 82: a choice
+  tuned again, without it, and the new choice kept (a choice
   made on a busy node ran 1.38x and 4.25x slower than the best in later jobs). Said in one
   line either way. Else the tuning: each call runs the candidate the ``Tuner`` gives, timed
   from a common start, until it decides; the choice is then remembered (rank 0 writes the
@@ -65,7 +65,7 @@ class Settings(collections.namedtuple('Settings', [
     gave one (then no other is tried); the MPI library's version line (memory's key)."""
 
 
-class Choices(object):
+class Choices:
 
     def __init__(self, shape, settings, job, make, remembered=None):
         """``remembered``: choices tuned in this process, shared with clones (double

@@ -63,7 +63,7 @@ class Key(dict):
     """ranks_per_node, nodes, mpi (the library's first version line), signature, bytes."""
 
     def __init__(self, ranks_per_node, nodes, mpi, signature, nbytes):
-        super(Key, self).__init__(ranks_per_node=int(ranks_per_node), nodes=int(nodes),
+        super().__init__(ranks_per_node=int(ranks_per_node), nodes=int(nodes),
                                   mpi=mpi.strip().splitlines()[0].strip() if mpi else '',
                                   signature=signature, bytes=int(nbytes))
 

@@ -8,7 +8,7 @@ summation order, none at P = 2). The schedule, for C candidates:
   call allocates its buffers and windows; one already called before skips it);
 * ``ROUNDS`` counted rounds over every candidate, each round starting one place further
   on (interleaved: a slow phase of the machine falls on every candidate alike); no
-  candidate is dropped before it has ``ROUNDS`` counted calls (issue 82: one busy moment
+  candidate is dropped before it has ``ROUNDS`` counted calls (one busy moment
   once dropped the best after a single call, and every later job kept the choice);
 * then the best ``FINALISTS`` run ``FINAL_ROUNDS`` more rounds (one over ``BEHIND`` times
   the leader after 3 calls stops), and the lowest median of
@@ -36,7 +36,7 @@ FINALISTS = 2
 # runs on the 2-core test machine by 10-30 %, and single calls there stray by up to 2x.
 
 
-class Trials(object):
+class Trials:
     """``next()`` gives the candidate index for the coming call, ``record(seconds)`` its
     time; ``agree`` is called at the end of each round with this rank's times (an array, NaN
     where a candidate did not run) and returns the slowest rank's (every rank alike)."""

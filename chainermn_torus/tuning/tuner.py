@@ -16,7 +16,7 @@ from chainermn_torus.tuning import candidates, trials
 __all__ = ['Tuner']
 
 
-class Tuner(object):
+class Tuner:
 
     def __init__(self, rows, predicted_by, nbytes, segment_bytes, agree, segments=True,
                  node_grid=None):

@@ -122,7 +122,7 @@ def remove_temporaries(pids, read_writers, wait_s=3.0):
             temporaries.remove_temporary(directory, pid)
 
 
-class Watch(object):
+class Watch:
 
     def __init__(self, argv):
         self.fd, self.pid = int(argv[0]), int(argv[1])

@@ -100,7 +100,7 @@ def start_forkserver_without_mpi():
         os.environ.update(saved)
 
 
-class LoaderFailure(object):
+class LoaderFailure:
     """Stands in a batch for an example whose reading raised in a loader worker."""
 
     def __init__(self, index, error):
@@ -137,7 +137,7 @@ def convert(batch, device):
     return chainer.dataset.concat_examples(batch, device)
 
 
-class StepTimer(object):
+class StepTimer:
     """Per-iteration seconds of: data (iterator.next() + converter), allreduce (the
     communicator's multi_node_mean_grad), update (the wrapped optimizer's own update) and
     forward_backward (the rest of the multi-node optimizer's update: loss, backward and the
@@ -183,7 +183,7 @@ class TimedUpdater(training.updaters.StandardUpdater):
     """StandardUpdater.update_core with the data and step times recorded in a StepTimer."""
 
     def __init__(self, iterator, optimizer, timer):
-        super(TimedUpdater, self).__init__(iterator, optimizer, converter=convert, device=-1)
+        super().__init__(iterator, optimizer, converter=convert, device=-1)
         self.timer = timer
 
     def update_core(self):

@@ -95,7 +95,7 @@ def test_allreduce_benchmark_with_debug_rows(tmp_path):
 def test_timing_wrapper_counts_seconds_and_calls_even_when_the_call_raises():
     from chainermn_torus.extensions.timing import time_calls
 
-    class Owner(object):
+    class Owner:
         def work(self, fail=False):
             if fail:
                 raise RuntimeError('failed')

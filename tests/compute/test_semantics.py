@@ -488,7 +488,7 @@ def test_switching_between_a_forward_and_its_backward_changes_nothing(name, forw
 def test_a_backward_runs_in_the_precision_of_its_forward():
     # Before: the precision was only the global one, so a convolution's backward read
     # whatever was in force at backward time (bf16 gradients for an fp32 forward).
-    class Node(object):
+    class Node:
         pass
 
     seen = []

@@ -1,7 +1,7 @@
 """ChainerMN's own MNIST script (tests/unchanged/chainermn_mnist.py: its scatter_dataset
 unseeded, as ChainerMN's example calls it) kept on disk through the launcher (issue 82,
 item 8): ``--checkpoint-dir`` and ``--auto-resume`` give it the examples' checkpoints, and
-its unseeded shuffle the run's seed (extensions.checkpoint.draws), kept beside them, so a
+its unseeded shuffle the run's seed (extensions.checkpoint.shard_order), kept beside them, so a
 job SIGKILLed and started again goes on bit for bit."""
 import os
 import signal
@@ -11,7 +11,7 @@ import sys
 import numpy
 import pytest
 
-from chainermn_torus.extensions.checkpoint import draws
+from chainermn_torus.extensions.checkpoint import shard_order
 from conftest import ROOT, job_env, mpiexec_path
 
 MNIST = os.path.join(ROOT, 'tests', 'unchanged', 'chainermn_mnist.py')
@@ -52,10 +52,10 @@ def test_an_unseeded_chainermn_script_resumes_bit_for_bit_after_a_sigkill(tmp_pa
     # Killed, every process at once, right after the checkpoint of iteration 8 (of 12).
     code, stdout, stderr, _ = job(tmp_path, 'killed', keep, [KILLED_AT, '8'], dataset_root)
     assert code != 0, stdout[-2000:]
-    kept = (ckpt / draws.DRAWS_FILE).read_text().strip()
+    kept = (ckpt / shard_order.DRAWS_FILE).read_text().strip()
     assert "scatter_dataset(shuffle=True) without a seed -> seed {}: the run's, new, kept " \
-        'in {}'.format(kept, ckpt / draws.DRAWS_FILE) in stdout, stdout[-3000:]
-    assert oct((ckpt / draws.DRAWS_FILE).stat().st_mode & 0o777) == '0o600'
+        'in {}'.format(kept, ckpt / shard_order.DRAWS_FILE) in stdout, stdout[-3000:]
+    assert oct((ckpt / shard_order.DRAWS_FILE).stat().st_mode & 0o777) == '0o600'
     # Started again as it was: the same order, from the checkpoint of iteration 8.
     code, stdout, stderr, resumed = job(tmp_path, 'killed', keep, [], dataset_root)
     assert code == 0, stderr[-3000:]
@@ -69,7 +69,7 @@ def test_an_unseeded_chainermn_script_resumes_bit_for_bit_after_a_sigkill(tmp_pa
     assert sorted(a) == sorted(b)
     assert all(a[k].tobytes() == b[k].tobytes() for k in a)
     # Without the seed kept, the resume is refused, naming the two orders (the file gone).
-    os.unlink(str(ckpt / draws.DRAWS_FILE))
+    os.unlink(str(ckpt / shard_order.DRAWS_FILE))
     code, stdout, stderr, _ = job(tmp_path, 'killed', keep, [], dataset_root, epochs=3)
     assert code != 0 and 'in shard order' in stderr, stderr[-2000:]
 
@@ -78,7 +78,7 @@ def test_an_unseeded_chainermn_script_resumes_bit_for_bit_after_a_sigkill(tmp_pa
 def test_a_draws_file_that_is_not_a_seed_is_refused_in_one_line(tmp_path, dataset_root):
     ckpt = tmp_path / 'ckpt'
     ckpt.mkdir(mode=0o700)
-    (ckpt / draws.DRAWS_FILE).write_text('seven\n')
+    (ckpt / shard_order.DRAWS_FILE).write_text('seven\n')
     code, stdout, stderr, _ = job(tmp_path, 'bad', ['--checkpoint-dir', str(ckpt)], [],
                                   dataset_root, epochs=1, timeout=120)
     assert code != 0 and 'Traceback' not in stderr, stderr[-2000:]

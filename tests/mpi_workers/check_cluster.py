@@ -16,7 +16,7 @@ K, R = int(sys.argv[1]), int(sys.argv[2])
 
 class Model(chainer.Link):
     def __init__(self, sizes):
-        super(Model, self).__init__()
+        super().__init__()
         with self.init_scope():
             for i, n in enumerate(sizes):
                 setattr(self, 'p{}'.format(i), chainer.Parameter(numpy.zeros(n, numpy.float32)))

@@ -59,7 +59,7 @@ class Model(chainer.Chain):
     """Parameters of three dtypes, sizes that no grid divides evenly, one never used."""
 
     def __init__(self):
-        super(Model, self).__init__()
+        super().__init__()
         with self.init_scope():
             self.l1 = L.Linear(7, 5, initialW=rng('W1').standard_normal((5, 7)))
             self.l2 = L.Linear(5, 3, initialW=rng('W2').standard_normal((3, 5)))
@@ -357,7 +357,7 @@ def c_f_p2p(comm):
 
 class Stage(chainer.Chain):
     def __init__(self, n_in, n_out, seed):
-        super(Stage, self).__init__()
+        super().__init__()
         with self.init_scope():
             self.l = L.Linear(n_in, n_out, initialW=rng('stage', seed).standard_normal(
                 (n_out, n_in)))

@@ -15,7 +15,7 @@ bind, create = bound.binder(globals())
 
 class Model(chainer.Link):
     def __init__(self, sizes):
-        super(Model, self).__init__()
+        super().__init__()
         with self.init_scope():
             for i, n in enumerate(sizes):
                 setattr(self, 'w{}'.format(i), chainer.Parameter(numpy.ones(n, numpy.float32)))

@@ -27,7 +27,7 @@ CHECKS = [0]
 
 class Model(chainer.Link):
     def __init__(self, specs):
-        super(Model, self).__init__()
+        super().__init__()
         with self.init_scope():
             for i, (shape, dtype) in enumerate(specs):
                 setattr(self, 'p{:02d}'.format(i), chainer.Parameter(

@@ -29,7 +29,7 @@ CHECKS = [0]
 
 class MLP(chainer.Chain):
     def __init__(self, seed):
-        super(MLP, self).__init__()
+        super().__init__()
         numpy.random.seed(seed)  # different initial weights per rank: bcast must fix it
         with self.init_scope():
             self.l1 = L.Linear(12, 9)

@@ -39,7 +39,7 @@ class Branchy(chainer.Chain):
     order that depends on rank and step, then a; 'unused' gets no gradient."""
 
     def __init__(self, seed):
-        super(Branchy, self).__init__()
+        super().__init__()
         numpy.random.seed(seed)  # different initial weights per rank: bcast must fix it
         with self.init_scope():
             self.a = L.Linear(12, 40)
@@ -61,7 +61,7 @@ class Branchy(chainer.Chain):
 
 class Big(chainer.Chain):
     def __init__(self, seed):
-        super(Big, self).__init__()
+        super().__init__()
         numpy.random.seed(seed)
         with self.init_scope():
             self.l1 = L.Linear(12, 30)

@@ -25,7 +25,7 @@ STEPS = 80
 
 class MLP(chainer.Chain):
     def __init__(self):
-        super(MLP, self).__init__()
+        super().__init__()
         with self.init_scope():  # 84,410 float32 parameters: 338 kB, above TUNE_MIN_BYTES
             self.l1 = L.Linear(200, 400)
             self.l2 = L.Linear(400, 10)

@@ -146,7 +146,7 @@ class Boosted(chainer.links.Classifier):
             fault_now()
             while True:  # computing, holding the GIL, never reaching the all-reduce
                 pass
-        loss = super(Boosted, self).forward(x, t)
+        loss = super().forward(x, t)
         if BOOST[0]:
             loss = loss + BOOST[0] * self.predictor.l1.W[0, 0]
         return loss

@@ -50,7 +50,7 @@ class Tripwire(chainer.FunctionNode):
 
 class MLP(chainer.Chain):
     def __init__(self):
-        super(MLP, self).__init__()
+        super().__init__()
         with self.init_scope():
             self.l1 = L.Linear(784, 100)
             self.l2 = L.Linear(100, 10)

@@ -39,7 +39,7 @@ def nbytes(name, args):
     return args[1][0].nbytes      # all-reduce / all-gather: the (in-place) buffer
 
 
-class Recorder(object):
+class Recorder:
     """Stands between a communicator and MPI: records, then makes the real call."""
 
     def __init__(self, inner, log):
@@ -58,7 +58,7 @@ class Recorder(object):
         return self.inner.wait(request)
 
 
-class WindowRecorder(object):
+class WindowRecorder:
     def __init__(self, win, row, log):
         self.win, self.row, self.log = win, row, log
 
@@ -78,7 +78,7 @@ class WindowRecorder(object):
         return getattr(self.win, name)
 
 
-class NotifyRecorder(object):
+class NotifyRecorder:
     def __init__(self, comm, row, log):
         self.comm, self.row, self.log = comm, row, log
 
@@ -92,7 +92,7 @@ class NotifyRecorder(object):
 
 class Model(chainer.Link):
     def __init__(self, sizes):
-        super(Model, self).__init__()
+        super().__init__()
         with self.init_scope():
             for i, n in enumerate(sizes):
                 setattr(self, 'p{:02d}'.format(i), chainer.Parameter(

@@ -12,7 +12,7 @@ class RsAgCommunicator(TorusCommunicatorBase):
     name = 'rs_ag'
 
     def __init__(self, mpi_comm=None, segment_size=None, allreduce_grad_dtype=None):
-        super(RsAgCommunicator, self).__init__(
+        super().__init__(
             mpi_comm, segment_size=segment_size, allreduce_grad_dtype=allreduce_grad_dtype)
 
     def _mean_segment(self, buf, lo, hi, src):

@@ -13,7 +13,7 @@ from chainermn_torus.optimizers.overlap import GradientTracker, make_buckets
 
 class Net(chainer.Chain):
     def __init__(self):
-        super(Net, self).__init__()
+        super().__init__()
         numpy.random.seed(0)
         with self.init_scope():
             self.first = L.Linear(6, 8)
@@ -37,7 +37,7 @@ def _follow(model, x):
 
         def backward_postprocess(self, function, in_data, out_grad):
             Counting.functions += 1
-            super(Counting, self).backward_postprocess(function, in_data, out_grad)
+            super().backward_postprocess(function, in_data, out_grad)
 
     tracker = Counting()
 

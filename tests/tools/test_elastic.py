@@ -39,9 +39,9 @@ def test_a_node_slurm_holds_down_is_lost_without_being_asked(tmp_path, monkeypat
     n1 until the probe's time is out)."""
     asked = tmp_path / 'asked'
     (tmp_path / 'sinfo').write_text('#!/bin/sh\necho "n0 idle"\necho "n1 down*"\n')
+    ready = elastic_node.READY.format(host='$host', ended=0, removed=0)
     (tmp_path / 'launch').write_text(
-        '#!/bin/sh\nhost=${2%%:*}; echo "$host" >> %s\n'
-        'echo "%s"\n' % (asked, elastic_node.READY.format(host='$host', ended=0, removed=0)))
+        '#!/bin/sh\nhost=${{2%:*}}; echo "$host" >> {}\necho "{}"\n'.format(asked, ready))
     for f in ('sinfo', 'launch'):
         os.chmod(str(tmp_path / f), 0o755)
     monkeypatch.setenv('PATH', '{}:{}'.format(tmp_path, os.environ['PATH']))

@@ -17,7 +17,7 @@ SHAPE = Shape(size=4, rank=0, ranks_per_node=2, nodes=2, uniform=True)
 NBYTES = 4 << 20
 
 
-class Candidate(object):
+class Candidate:
     """A communicator made for a key: its calls counted, rsaa's 5 ms faster than the rest
     (2 ms: a remembered choice's check compares its median with the recorded one)."""
 

@@ -18,7 +18,7 @@ from chainer import training
 from chainer.training import extensions
 
 
-class Crop(object):
+class Crop:
     """Random (training) or centre crop, mean subtracted, scaled to [0, 1]."""
 
     def __init__(self, mean, size, train):
@@ -44,7 +44,7 @@ class Net(chainer.Chain):
     insize = 32
 
     def __init__(self, classes):
-        super(Net, self).__init__()
+        super().__init__()
         with self.init_scope():
             self.a = L.Convolution2D(None, 8, ksize=5, stride=2, pad=2)
             self.b = L.Convolution2D(None, 16, ksize=3, stride=2, pad=1)

@@ -18,7 +18,7 @@ from chainer.training import extensions
 class MLP(chainer.Chain):
 
     def __init__(self, n_units, n_out):
-        super(MLP, self).__init__()
+        super().__init__()
         with self.init_scope():
             self.l1 = L.Linear(None, n_units)
             self.l2 = L.Linear(None, n_units)

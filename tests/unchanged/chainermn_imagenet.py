@@ -50,7 +50,7 @@ class PreprocessedDataset(chainer.dataset.DatasetMixin):
 class SmallNet(chainer.Chain):
 
     def __init__(self, n_classes):
-        super(SmallNet, self).__init__()
+        super().__init__()
         with self.init_scope():
             self.conv1 = L.Convolution2D(3, 16, 3, stride=2, pad=1)
             self.conv2 = L.Convolution2D(16, 32, 3, stride=2, pad=1)

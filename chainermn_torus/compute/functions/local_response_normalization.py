@@ -9,7 +9,7 @@ from chainermn_torus.compute.onednn import binding, lrn
 __all__ = ['ROWS']
 
 
-class _LrnWorkspace(object):
+class _LrnWorkspace:
     """What a local response normalization computed here leaves for its gradient."""
 
     def __init__(self, workspace):

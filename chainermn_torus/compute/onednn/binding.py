@@ -290,7 +290,7 @@ def dims(values):
     return d
 
 
-class _Desc(object):
+class _Desc:
     """A memory descriptor this module made (destroyed with it)."""
 
     def __init__(self, handle):

@@ -26,7 +26,7 @@ __all__ = ['Copies', 'current', 'during']
 _SCOPE = threading.local()
 
 
-class Copies(object):
+class Copies:
     """The copies one node's steps share: ``keep`` names the inputs a step keeps."""
 
     def __init__(self, keep=()):

@@ -22,7 +22,7 @@ from chainermn_torus.compute.onednn import binding, primitives
 __all__ = ['Layer']
 
 
-class Layer(object):
+class Layer:
     what = 'layer'  # the primitives' name in errors: "<what> <step>"
     STEPS = {}      # step -> (inputs, outputs)
     HINT = 'forward'  # the step whose descriptor the backward steps are made from

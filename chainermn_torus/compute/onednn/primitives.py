@@ -15,7 +15,7 @@ __all__ = ['Memory', 'scratch', 'scratch_bytes', 'Primitive', 'Hint', 'Reorder',
            'Bound']
 
 
-class Memory(object):
+class Memory:
     """A memory object over a buffer given at each call: a numpy array's data (``set``), or
     a region of the thread's scratch buffer (``set_address``; the blocked layouts between
     reorders and primitives)."""
@@ -64,7 +64,7 @@ def scratch_bytes():
     return 0 if buf is None else buf.size
 
 
-class Primitive(object):
+class Primitive:
     """A primitive from its descriptor ``pd`` (which it then owns): ``run({ARG: Memory})``.
     Where it needs a scratchpad, ``scratchpad`` is its size in bytes and the caller gives
     its place in the scratch buffer (``place``) before running it."""
@@ -105,7 +105,7 @@ class Primitive(object):
                 binding.lib().dnnl_primitive_desc_destroy(self.pd)
 
 
-class Hint(object):
+class Hint:
     """A forward primitive descriptor kept as the hint a backward one is made with (a
     Primitive owns, and frees, the descriptor it runs)."""
 
@@ -126,7 +126,7 @@ class Reorder(Primitive):
             ctypes.byref(pd), binding.handle_of(src_md), binding.engine(),
             binding.handle_of(dst_md), binding.engine(), binding.attr()),
             'reorder')
-        super(Reorder, self).__init__(pd, 'reorder')
+        super().__init__(pd, 'reorder')
 
     def __call__(self, src, dst):
         self.run({'from': src, 'to': dst})
@@ -136,7 +136,7 @@ def wait():
     binding.check(binding.lib().dnnl_stream_wait(binding.stream()), 'stream wait')
 
 
-class Bound(object):
+class Bound:
     """A primitive with its numpy arguments: each argument's plain layout, and where the
     primitive chose another, a region of the scratch buffer in that layout and the reorder
     to it (an input) or from it (an output); the scratchpads in the scratch buffer too.

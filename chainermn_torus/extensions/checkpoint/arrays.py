@@ -57,7 +57,7 @@ def for_saving(arrays):
     return out
 
 
-class RankFile(object):
+class RankFile:
     """A rank file's arrays, read-only, as Chainer's ``NpzDeserializer`` reads an npz (by
     name, ``in``), with every read ``allow_pickle=False``. A context manager."""
 

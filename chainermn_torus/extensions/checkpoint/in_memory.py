@@ -111,7 +111,7 @@ def manifest_problem(data, generation):
     return None
 
 
-class _Watched(object):
+class _Watched:
     """A trainer's stop trigger that remembers whether it fired (the rest is the
     trigger's own: Chainer's extensions ask it for the training length)."""
 

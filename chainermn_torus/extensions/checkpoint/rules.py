@@ -18,7 +18,7 @@ __all__ = ['BatchRule', 'KeepGlobalBatch', 'ScaleLearningRate', 'RULES', 'choice
            'register', 'unregister']
 
 
-class BatchRule(object):
+class BatchRule:
     name = None
     help = None
     needs_lr_rule = False

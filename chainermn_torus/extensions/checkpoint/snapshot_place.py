@@ -1,6 +1,7 @@
-"""Where one run keeps its snapshots in node memory, and how the run's later steps find them
-(issue 82). No other run, of another user or of the same user, job id and host, can name,
-list, take or remove them.
+"""Where one run keeps its snapshots in node memory, and how the run's later steps find them.
+No other run, of another user or of the same user, job id and host, can name, list, take or
+remove them (two runs of one user once shared a directory, and the first to end removed the
+other's recovery point).
 
 On each node the run's snapshots live in
 

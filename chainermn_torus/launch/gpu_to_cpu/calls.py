@@ -66,7 +66,7 @@ GPU_COMMUNICATORS = ('pure_nccl', 'flat', 'non_cuda_aware', 'hierarchical', 'two
                      'single_node')
 
 
-class Said(object):
+class Said:
     """What a launch mapped (said once per name on rank 0), and the refusals. The line a
     mapping names is looked for (a walk up the stack) only the first time it is said."""
 

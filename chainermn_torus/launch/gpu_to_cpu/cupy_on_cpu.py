@@ -22,7 +22,7 @@ class Device(cuda.DummyDeviceType):
     device of the cuda API (``use()`` and ``with`` do nothing)."""
 
     def __init__(self, device=None):
-        super(Device, self).__init__()
+        super().__init__()
 
 
 def _asnumpy(a, stream=None, order='C', out=None):
@@ -44,7 +44,7 @@ class Namespace(types.ModuleType):
     else refused where the script reads them."""
 
     def __init__(self, name, said, given, numpy_too):
-        super(Namespace, self).__init__(name)
+        super().__init__(name)
         vars(self).update(given)
         vars(self)['_gpu_said'] = said
         vars(self)['_gpu_numpy_too'] = numpy_too
@@ -59,7 +59,7 @@ class Namespace(types.ModuleType):
         said.refuse(full, full)  # the line that read it
 
 
-class _Kernel(object):
+class _Kernel:
     def __init__(self, said, name):
         self.said, self.name = said, name
 

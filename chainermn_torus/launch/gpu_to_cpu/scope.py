@@ -33,7 +33,7 @@ def _library_roots():
     return tuple(sorted({os.path.join(os.path.realpath(r), '') for r in roots}))
 
 
-class Scope(object):
+class Scope:
     """The classes of code for one script (``script``: its path; ``paths``: more directories
     whose files are the script's)."""
 

@@ -42,7 +42,7 @@ class View(types.ModuleType):
     the real module's (reads and writes go to it)."""
 
     def __init__(self, real):
-        super(View, self).__init__(real.__name__, real.__doc__)
+        super().__init__(real.__name__, real.__doc__)
         vars(self)['_real'] = real
         for name in ('__spec__', '__loader__', '__package__'):
             vars(self)[name] = getattr(real, name, None)

@@ -44,7 +44,7 @@ _MISSING = object()
 
 
 
-class Patch(object):
+class Patch:
     """One change: ``owner.name`` was ``original`` (``own``: the owner's own entry, not an
     inherited one), is ``replacement``, made by ``group`` for ``why``. An instance owner is
     held weakly: a patch of a user's object (a fused optimizer's class) keeps nothing alive,

@@ -108,7 +108,7 @@ def unseal(key, datagram):
     return msg
 
 
-class Heartbeat(object):
+class Heartbeat:
     """This node's sockets (bound at once: their ports go into the table the leader ranks
     share) and, once ``join``ed, its peers: {node: {'host', 'heard' (ns), 'rows', 'gone',
     'seen'}} for the nodes it watches, and the addresses its messages go to."""

@@ -34,7 +34,7 @@ __all__ = ['Watcher', 'main']
 _HELD = []     # the name that says this node's ranks are being ended on purpose
 
 
-class Watcher(object):
+class Watcher:
     """One node's watch: its board, the leader rank it serves, its heartbeats (joined to
     the other nodes' already: ``main`` makes it once the table of nodes is known)."""
 

@@ -59,7 +59,7 @@ def position(row):
     return (int(row[board_layout.FINISHED_STEPS]), order, int(row[board_layout.COUNT]))
 
 
-class Board(object):
+class Board:
     """The node's board: ``Board.create`` on one rank (before the others attach), then
     ``Board(path)``; ``row(i)`` is position i's row, a numpy view of the shared file."""
 

@@ -133,7 +133,7 @@ def attach(communicator, timeout=None, option='watchdog'):
     return dog
 
 
-class Watchdog(object):
+class Watchdog:
     """Collective over ``comm`` (an mpi4py communicator; default COMM_WORLD): every rank
     creates it at the same point."""
 

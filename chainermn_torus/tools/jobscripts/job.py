@@ -45,7 +45,7 @@ class Job(collections.namedtuple('Job', list(FIELDS))):
         values['module'] = tuple(values['module'] or ())
         command = list(values['command'] or ())
         values['command'] = tuple(command[1:] if command[:1] == ['--'] else command)
-        return super(Job, cls).__new__(cls, **values)
+        return super().__new__(cls, **values)
 
     @classmethod
     def from_args(cls, args):

@@ -20,7 +20,7 @@ __all__ = ['System', 'Node', 'SYSTEMS', 'RETIRED', 'get', 'register', 'unregiste
 Node = collections.namedtuple('Node', 'cores smt os_cores')
 
 
-class System(object):
+class System:
     name = None
     about = ''              # a paragraph for the command's help
     node = None             # Node where the system fixes the node's shape, else None
@@ -188,7 +188,7 @@ export PLE_MPI_STD_EMPTYFILE=off
               '-stderr-proc ./${name}.%j/%/1000r/stderr')
 
     def check(self, job):
-        super(Fugaku, self).check(job)
+        super().check(job)
         if job.node_shape is not None:
             _check_node_shape(job.node_shape, job.nodes)
 
@@ -333,7 +333,7 @@ class Local(System):
         if job.nodes != 1:
             raise ValueError('--system local runs on this machine: --nodes must be 1, got {}'
                              .format(job.nodes))
-        super(Local, self).check(job)
+        super().check(job)
 
     def values(self, job, values):
         return {'mpiexec': shlex.quote(os.path.join(values['venv'] or sys.prefix, 'bin',

@@ -12,7 +12,7 @@ N = 60  # examples; batch 10: 6 iterations an epoch
 
 class Net(chainer.Chain):
     def __init__(self, units=4):
-        super(Net, self).__init__()
+        super().__init__()
         with self.init_scope():
             self.l1 = chainer.links.Linear(3, units)
             self.l2 = chainer.links.Linear(units, 2)

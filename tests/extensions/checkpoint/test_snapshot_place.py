@@ -137,7 +137,7 @@ def test_a_node_that_can_never_hold_a_snapshot_ends_the_job_in_one_line(tmp_path
     tr, snap = _run(tmp_path, 'out', tmp_path / 'mem')
     real = os.fstatvfs
 
-    class Tiny(object):
+    class Tiny:
         def __init__(self, st):
             self.f_frsize, self.f_blocks, self.f_bavail = st.f_frsize, 1, 1
 

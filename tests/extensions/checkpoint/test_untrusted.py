@@ -22,7 +22,7 @@ def _run_to(tr, iteration):
     tr.run()
 
 
-class _Payload(object):
+class _Payload:
     """What unpickling would run: it writes the file ``path``."""
 
     def __init__(self, path):

@@ -86,7 +86,7 @@ def test_every_patch_is_recorded_and_undone():
 def test_apply_and_undo_keep_inheritance():
     from chainermn_torus.runtime.chainer_glue import patches
 
-    class Base(object):
+    class Base:
         def f(self):
             return 'base'
 

@@ -135,7 +135,7 @@ def test_a_timed_method_is_an_instance_patch_undone_by_untime():
     from chainermn_torus.extensions import timing
     from chainermn_torus.runtime.chainer_glue import patches
 
-    class Work(object):
+    class Work:
         def update(self):
             return 1
     w = Work()

@@ -65,7 +65,7 @@ class TestModeEvaluator(extensions.Evaluator):
     def evaluate(self):
         model = self.get_target('main')
         model.train = False
-        ret = super(TestModeEvaluator, self).evaluate()
+        ret = super().evaluate()
         model.train = True
         return ret
 

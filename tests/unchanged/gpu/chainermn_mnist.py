@@ -21,7 +21,7 @@ import chainermn
 class MLP(chainer.Chain):
 
     def __init__(self, n_units, n_out):
-        super(MLP, self).__init__()
+        super().__init__()
         with self.init_scope():
             self.l1 = L.Linear(784, n_units)
             self.l2 = L.Linear(n_units, n_units)

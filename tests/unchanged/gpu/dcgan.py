@@ -26,7 +26,7 @@ import chainermn
 class Generator(chainer.Chain):
 
     def __init__(self, n_hidden, ch=64):
-        super(Generator, self).__init__()
+        super().__init__()
         self.n_hidden = n_hidden
         w = chainer.initializers.Normal(0.02)
         with self.init_scope():
@@ -50,7 +50,7 @@ class Generator(chainer.Chain):
 class Discriminator(chainer.Chain):
 
     def __init__(self, ch=64):
-        super(Discriminator, self).__init__()
+        super().__init__()
         w = chainer.initializers.Normal(0.02)
         with self.init_scope():
             self.c0 = L.Convolution2D(1, ch // 2, 4, 2, 1, initialW=w)
@@ -68,7 +68,7 @@ class DCGANUpdater(training.updaters.StandardUpdater):
 
     def __init__(self, *args, **kwargs):
         self.gen, self.dis = kwargs.pop('models')
-        super(DCGANUpdater, self).__init__(*args, **kwargs)
+        super().__init__(*args, **kwargs)
 
     def loss_dis(self, dis, y_fake, y_real):
         batchsize = len(y_fake)

@@ -21,7 +21,7 @@ class Alex(_Classifier):
     insize = 227
 
     def __init__(self, n_classes=1000):
-        super(Alex, self).__init__()
+        super().__init__()
         with self.init_scope():
             self.conv1 = L.Convolution2D(None, 96, 11, stride=4)
             self.conv2 = L.Convolution2D(None, 256, 5, pad=2)
@@ -47,7 +47,7 @@ class NIN(_Classifier):
     insize = 227
 
     def __init__(self, n_classes=1000):
-        super(NIN, self).__init__()
+        super().__init__()
         w = chainer.initializers.HeNormal()
         with self.init_scope():
             self.mlpconv1 = L.MLPConvolution2D(None, (96, 96, 96), 11, stride=4, conv_init=w)
@@ -70,7 +70,7 @@ class GoogLeNetBN(_Classifier):
     insize = 224
 
     def __init__(self, n_classes=1000):
-        super(GoogLeNetBN, self).__init__()
+        super().__init__()
         with self.init_scope():
             self.conv1 = L.Convolution2D(None, 64, 7, stride=2, pad=3, nobias=True)
             self.norm1 = L.BatchNormalization(64)
@@ -98,7 +98,7 @@ class GoogLeNetBN(_Classifier):
 class _Bottleneck(chainer.Chain):
 
     def __init__(self, in_size, mid, out_size, stride):
-        super(_Bottleneck, self).__init__()
+        super().__init__()
         w = chainer.initializers.HeNormal()
         with self.init_scope():
             self.conv1 = L.Convolution2D(in_size, mid, 1, stride, 0, initialW=w, nobias=True)
@@ -126,7 +126,7 @@ class ResNet50(_Classifier):
     insize = 224
 
     def __init__(self, n_classes=1000):
-        super(ResNet50, self).__init__()
+        super().__init__()
         with self.init_scope():
             self.conv1 = L.Convolution2D(3, 64, 7, 2, 3, nobias=True,
                                          initialW=chainer.initializers.HeNormal())
@@ -153,7 +153,7 @@ class Tiny(_Classifier):
     insize = 32
 
     def __init__(self, n_classes=1000):
-        super(Tiny, self).__init__()
+        super().__init__()
         with self.init_scope():
             self.conv1 = L.Convolution2D(3, 16, 3, stride=2, pad=1)
             self.bn1 = L.BatchNormalization(16)

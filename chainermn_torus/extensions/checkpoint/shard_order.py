@@ -1,4 +1,4 @@
-"""What a script draws at start that a restart must draw the same (issue 82).
+"""What a script draws at start that a restart must draw the same.
 
 ChainerMN's ``scatter_dataset(dataset, comm, shuffle=True)`` without a seed, as its own
 examples call it, draws its permutation from the operating system's entropy: a new shard
