@@ -1,4 +1,4 @@
-"""The nodes a job has, and the step it can run on those left after losing some (issue 73):
+"""The nodes a job has, and the step it can run on those left after losing some:
 what a supervisor needs before it starts the next MPI step, no MPI here.
 
 Where the nodes come from, the first that is there:

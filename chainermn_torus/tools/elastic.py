@@ -1,5 +1,5 @@
-"""``chainermn-torus elastic``: a job that goes on, on the nodes it has left, when one is lost
-(issue 73). The supervisor runs on the batch host, where the job script runs.
+"""``chainermn-torus elastic``: a job that goes on, on the nodes it has left, when one is lost.
+The supervisor runs on the batch host, where the job script runs.
 
     chainermn-torus elastic [--hosts h0:2,h1:2,h2:2] [--min-nodes N] [--global-batch B]
                             [--launcher-args '...'] [--report FILE] -- python train.py ...

@@ -1,4 +1,4 @@
-"""One node's part of a recovery (``chainermn-torus elastic``, issue 73): started by the
+"""One node's part of a recovery (``chainermn-torus elastic``): started by the
 supervisor on every node it still counts on, through the job's own launcher, one process
 per node.
 

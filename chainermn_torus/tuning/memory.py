@@ -191,7 +191,7 @@ def _names(key, place):
     rest. The listing is bounded (``config.BOUNDS``: entries read, seconds spent) and a name
     that is not this user's regular file is passed over from its ``lstat``, never opened:
     20,000 planted names once took rank 0 24 s to open and refuse, and one line of 4.6
-    million characters to say (issue 72, item 4). Past the bound only the own name is
+    million characters to say. Past the bound only the own name is
     read."""
     base = key.file_name()
     stem = base[:-len('.json')]

@@ -1,5 +1,5 @@
-"""What a step of ``chainermn-torus elastic`` tells its supervisor, and how it is read back
-(issue 73): one module for both sides, so the words are written once.
+"""What a step of ``chainermn-torus elastic`` tells its supervisor, and how it is read back:
+one module for both sides, so the words are written once.
 
 The supervisor runs on the batch host and sees a step only through the launcher, which
 forwards the ranks' output: so the step says, on rank 0's standard output, one line each

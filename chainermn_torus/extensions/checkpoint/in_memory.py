@@ -1,4 +1,4 @@
-"""Snapshots in node memory, so that the survivors of a lost node can go on (issue 73).
+"""Snapshots in node memory, so that the survivors of a lost node can go on.
 
 Every node of a data-parallel job holds the whole model and optimizer; what a resharded
 resume needs beyond that is each rank's small state (its iterator's place and order, the

@@ -2,7 +2,7 @@
 relative to the descriptor that was judged, never by the path's name again.
 
 Judging a path once, by its last component, and then using it by name lets two attacks
-through (issue 72): a link one level up (``/tmp/shared/pl -> /tmp/v``, planted by another
+through: a link one level up (``/tmp/shared/pl -> /tmp/v``, planted by another
 user) sends the job's checkpoints into the user's other experiment, and a directory renamed
 and replaced by a link after the check does the same later. The trusted tools judge the
 object instead (OpenSSH's ``safe_path``, systemd's ``chase``, ``openat2``, coreutils'
