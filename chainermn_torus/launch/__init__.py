@@ -77,7 +77,7 @@ class Launch:
         self.communicator = None   # the last communicator the factory made
         self.script = opts.script
         self.gpu = None            # gpu_to_cpu.Said: what the script's GPU calls became
-        self.draws = None          # (the run's seed, where it is kept): unseeded shuffles
+        self.run_seed = None       # (the run's seed, where it came from): unseeded shuffles
 
     def get(self, key):
         return self.settings[key]

@@ -144,11 +144,11 @@ def patch_scatter(launch):
 
     def scatter_dataset(dataset, comm, root=0, shuffle=False, seed=None, *args, **kwargs):
         if shuffle and seed is None and comm.rank == root:  # only the root draws
-            if launch.draws is None:
+            if launch.run_seed is None:
                 try:
-                    launch.draws = shard_order.run_seed(launch.get('shuffle_seed'),
-                                                  launch.get('checkpoint_dir'),
-                                                  launch.get('trust_checkpoints'))
+                    launch.run_seed = shard_order.run_seed(launch.get('shuffle_seed'),
+                                                           launch.get('checkpoint_dir'),
+                                                           launch.get('trust_checkpoints'))
                 except (OSError, ValueError) as e:
                     # The root's alone (the other ranks wait in the scatter): an error,
                     # which ends the job (MPI_Abort) with this one line.
@@ -156,8 +156,8 @@ def patch_scatter(launch):
                                       "cannot keep the run's seed: {}".format(
                                           str(e).replace('chainermn_torus: ', '', 1))) from None
                 say('scatter_dataset(shuffle=True) without a seed -> seed {}: the run\'s, {}'
-                    .format(*launch.draws), comm.rank)
-            seed = launch.draws[0]
+                    .format(*launch.run_seed), comm.rank)
+            seed = launch.run_seed[0]
         return original(dataset, comm, root, shuffle, seed, *args, **kwargs)
 
     scatter_dataset.__wrapped__ = original

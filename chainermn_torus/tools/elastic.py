@@ -50,15 +50,15 @@ import time
 
 from chainermn_torus import config
 from chainermn_torus.errors import ConfigError
-from chainermn_torus.extensions.checkpoint import elastic_lines, in_memory
+from chainermn_torus.extensions.checkpoint import arguments, elastic_lines, in_memory
 from chainermn_torus.tools import allocation, elastic_node
 
 __all__ = ['main', 'Launcher', 'Supervisor', 'Guard']
 
 _SILENT = re.compile(r'node (\S+) \(ranks? [^)]*\) silent')
 # runtime.watch.abort's line (abort.signal_text) where a signal from outside reached a rank:
-# its node is treated
-# as a lost one (an orderly shutdown of that node, or the batch system signalling it).
+# its node is treated as a lost one (an orderly shutdown of that node, or the batch system
+# signalling it).
 _SIGNALLED = re.compile(r'rank (\d+) \((\S+)\): (SIGTERM|SIGINT) \([^)]*\) received')
 _VARIABLE = config.SETTINGS['elastic_step'].env
 _EXPECT = config.SETTINGS['expect_ranks'].env
@@ -142,7 +142,8 @@ class Supervisor:
         self.signalled = []  # hosts counted lost because a signal ended their ranks
         # The steps' snapshots in node memory where the command asks for none: the setting
         # the launcher and the examples read (without it a lost node ends the job).
-        self.given = None if _asks_snapshots(command) else in_memory.DEFAULT_K
+        self.given = None if os.environ.get(_SNAPSHOTS) or \
+            arguments.snapshots_asked(command) is not None else in_memory.DEFAULT_K
         self.guard = None  # a Guard (main): what outlives this process if it is killed
 
     def _tell(self, what, value):
@@ -255,8 +256,7 @@ class Supervisor:
             t.join(5)
         self.proc = None
         if seen['keeping']:
-            self.snapshots = seen['keeping'][1][0]
-            self._tell('snapshots', self.snapshots)
+            self.snapshots = seen['keeping'][1][0]  # the guard was told as it was said
         return Step(proc.returncode, seen['complete'], seen['keeping'], seen['silent'],
                     seen['restored'], seen['first_step'], started, ended, seen['signalled'])
 
@@ -274,7 +274,7 @@ class Supervisor:
                         'asks; remove them with: chainermn-torus clean --snapshots, on each '
                         'node'.format(self.snapshots))
                 else:
-                    self.finish(None)
+                    self.finish()
             elif self.completed and self.signalled and self.snapshots:
                 # The steps' own good end removed the survivors' snapshots; the nodes whose
                 # ranks a signal ended are up, and still hold theirs.
@@ -358,10 +358,13 @@ class Supervisor:
                'keeping': result.keeping[0] if result.keeping else None}
         return out
 
-    def finish(self, pending):
-        """The run ends for good: the nodes left, and those whose ranks a signal ended,
-        remove its snapshots."""
-        left = [n for n in self.nodes if n.host not in self.lost or n.host in self.signalled]
+    def reachable(self):
+        """The nodes left, and those whose ranks a signal ended (still up)."""
+        return [n for n in self.nodes if n.host not in self.lost or n.host in self.signalled]
+
+    def finish(self):
+        """The run ends for good: the reachable nodes remove its snapshots."""
+        left = self.reachable()
         if left and self.snapshots:
             self.probe(left, remove_snapshots=True)
 
@@ -419,12 +422,12 @@ class Guard:
 
 
 def _guard(sup, read):
-    step = None
+    step = since = None
     with os.fdopen(read, 'rb') as pipe:
         for raw in pipe:
             what, _, value = raw.decode().rstrip('\n').partition(' ')
             if what == 'step':
-                step = int(value)
+                step, since = int(value), time.time()
             elif what == 'snapshots':
                 sup.snapshots = value
             elif what in ('lost', 'signalled'):
@@ -441,22 +444,16 @@ def _guard(sup, read):
             pass
     # The launcher's session does not hold every rank (Open MPI's daemons put each in a
     # group of its own): each node's probe ends the run's processes there, found by the
-    # run in their environment, and removes the snapshots.
+    # run in their environment, removes the snapshots, and MPICH's topology files the
+    # killed launcher left since the step began.
     kept = bool(sup.snapshots) and not sup.keep_snapshots
     sup.guard = None
-    sup.probe([n for n in sup.nodes if n.host not in sup.lost or n.host in sup.signalled],
-              remove_snapshots=kept)
+    sup.probe(sup.reachable(), remove_snapshots=kept, since=since)
     sys.stderr.write(elastic_lines.PREFIX + 'the supervisor of run {} ended without a word '
                      '(killed): its step ended{}\n'.format(
                          sup.run_id, ', and its snapshots removed from the nodes left'
                          if kept else ''))
     sys.stderr.flush()
-
-
-def _asks_snapshots(command):
-    """Whether the command or this environment already sets --memory-snapshots."""
-    return bool(os.environ.get(_SNAPSHOTS)) or any(
-        w == '--memory-snapshots' or w.startswith('--memory-snapshots=') for w in command)
 
 
 def _die_with_parent():

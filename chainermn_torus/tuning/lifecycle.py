@@ -168,11 +168,11 @@ class Choices:
         found = self.job.share(found)
         if found is None:
             return None
-        choice, source, figures = found
+        choice, source, figures, from_file = found
         chosen = self.chosen[nbytes] = (choice['algorithm'], choice['grid'],
                                         choice['segment_bytes'])
         best_ms = _best_recorded(figures)
-        if best_ms is not None and not source.startswith('tuned earlier'):
+        if best_ms is not None and from_file:  # what this job tuned is checked already
             self.checking[nbytes] = [key, best_ms, []]
         report.say('{:.1f} MB on {} nodes x {} ranks -> {} ({}{})'.format(
             nbytes / 1e6, self.shape.nodes, self.shape.ranks_per_node,
@@ -209,14 +209,14 @@ class Choices:
                    self.shape.rank, prefix=PREFIX)
         if slower:  # its own calls just measured it: the tuning again leaves it out
             del self.chosen[nbytes]
-            self._tune(memo, nbytes, without=candidates.key(
-                {'algorithm': key[0], 'grid': key[1]})[:2])
+            self._tune(memo, nbytes, without=key[:2])
 
     def _look_up(self, key):
-        """Rank 0: (choice, where from, figures) in this process or its file, or None."""
+        """Rank 0: (choice, where from, figures, whether from its file) in this process or
+        its file, or None."""
         found = self.remembered.get(key.file_name())
         if found is not None:
-            return found[0], 'tuned earlier in this job', found[1]
+            return found[0], 'tuned earlier in this job', found[1], False
         if self.settings.tune != 'on':
             return None
         found = memory.load(key, self.shape.size, self.settings.tune_dir,
@@ -226,7 +226,7 @@ class Choices:
         if found.choice is None:
             return None
         return found.choice, 'remembered in {} (tuned {})'.format(
-            found.path, found.written), found.figures
+            found.path, found.written), found.figures, True
 
     def _start(self, signature, nbytes):
         """Take what a job of this shape remembered (``chosen``), else start the tuning

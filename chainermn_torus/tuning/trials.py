@@ -24,6 +24,8 @@ __all__ = ['Trials', 'ROUNDS', 'FINAL_ROUNDS', 'FINALISTS', 'BEHIND']
 # The measuring calls are training's own, and every call of a slower candidate costs (with
 # 2 rounds the tuning cost 2.6 % of a one-epoch MNIST run at P = 4); but a median needs 3
 # calls: with 1 round, one busy moment dropped rsaa (44.5 ms against 23.4 ms on a quiet node).
+# Single calls on the 2-core test machine stray by up to 2x, and the order of close
+# candidates flips between runs by 10-30 %: the finalists' cut is made on these medians.
 ROUNDS = 3
 # Finalists that stay close cost little beyond the winner's time per extra call, and a
 # median of 5 calls tells them apart where 3 did not; one whose median is over BEHIND times
@@ -32,8 +34,6 @@ ROUNDS = 3
 FINAL_ROUNDS = 4
 BEHIND = 1.3
 FINALISTS = 2
-# A finalist's cut made on medians of ROUNDS calls; the order of close ones flips between
-# runs on the 2-core test machine by 10-30 %, and single calls there stray by up to 2x.
 
 
 class Trials:

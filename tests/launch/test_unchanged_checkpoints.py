@@ -7,11 +7,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import numpy
 import pytest
 
 from chainermn_torus.extensions.checkpoint import shard_order
+from chainermn_torus.tools import elastic_node
 from conftest import ROOT, job_env, mpiexec_path
 
 MNIST = os.path.join(ROOT, 'tests', 'unchanged', 'chainermn_mnist.py')
@@ -31,11 +33,14 @@ def job(tmp_path, name, options, script, dataset_root, epochs=2, timeout=300):
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=job_env(2, {'CHAINER_DATASET_ROOT': dataset_root}), cwd=ROOT,
                             start_new_session=True)
+    started = time.time()
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         pytest.fail('the job did not end in {} s (a hang)'.format(timeout))
+    finally:  # a launcher SIGKILLed with its job leaves MPICH's topology file in /tmp
+        elastic_node.remove_dead_topology(started, run='(none)')
     return proc.returncode, stdout, stderr, out
 
 

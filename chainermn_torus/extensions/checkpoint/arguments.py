@@ -8,7 +8,8 @@ from chainermn_torus.extensions.checkpoint.files import CheckpointError
 from chainermn_torus.extensions import outputs
 from chainermn_torus.runtime import report
 
-__all__ = ['add_arguments', 'check_arguments', 'attach', 'check_output']
+__all__ = ['add_arguments', 'check_arguments', 'attach', 'check_output',
+           'snapshots_asked']
 
 
 def add_arguments(parser):
@@ -57,6 +58,19 @@ def add_arguments(parser):
     parser.add_argument('--resume-batch', choices=rules.choices(), default='keep',
                         help='resuming on another rank count: {}'.format('; '.join(
                             '{}: {}'.format(r.name, r.help) for r in rules.RULES.values())))
+
+
+def snapshots_asked(argv):
+    """The K a command line's own ``--memory-snapshots`` gives (the bare option:
+    ``in_memory.DEFAULT_K``), or None where it gives none: what a job script and the
+    supervisor leave as it is."""
+    for i, word in enumerate(argv):
+        if word.startswith('--memory-snapshots='):
+            return word.split('=', 1)[1]
+        if word == '--memory-snapshots':
+            following = argv[i + 1] if i + 1 < len(argv) else ''
+            return following if following.isdigit() else in_memory.DEFAULT_K
+    return None
 
 
 def check_arguments(parser, args):

@@ -207,12 +207,9 @@ def _load_json(place, name, trusted):
     """A manifest's JSON, read under the rule; (data, None) or (None, what is wrong)."""
     limit = config.BOUNDS['manifest']
     try:
-        fd = place.open_file(name, 'the manifest', limit, trusted)
-        with os.fdopen(fd, 'rb') as f:
-            wrong = not_yours(place, name, os.fstat(fd))
-            if wrong:
-                return None, wrong
-            return json.loads(f.read(limit).decode('utf-8')), None
+        fd = open_own(place, name, 'the manifest', limit, trusted)
+        return json.loads(shared_paths.read_opened(
+            fd, os.path.join(place.path, name), 'the manifest', limit).decode('utf-8')), None
     except UnsafePath as e:
         return None, _unsafe(e)
     except (OSError, ValueError) as e:
@@ -389,16 +386,21 @@ def array_headers(f, expected=None, size=1):
     return None
 
 
-def open_rank_file(place, name, trusted=False):
-    """A descriptor for reading rank file ``name`` of the held directory: this user's
-    regular file (``shared_paths.open_file``; a link even in a trusted directory, and
-    another user's file even there: ``not_yours``)."""
-    fd = place.open_file(name, 'the rank file', None, trusted)
+def open_own(place, name, what, limit=None, trusted=False):
+    """A descriptor for reading a checkpoint's file ``name`` of the held directory: this
+    user's regular file (``shared_paths.open_file``; a link even in a trusted directory, and
+    another user's file even there: ``not_yours``, an UnsafePath)."""
+    fd = place.open_file(name, what, limit, trusted)
     wrong = not_yours(place, name, os.fstat(fd))
     if wrong:
         os.close(fd)
         raise UnsafePath('chainermn_torus: ' + wrong)
     return fd
+
+
+def open_rank_file(place, name, trusted=False):
+    """A descriptor for reading rank file ``name`` of the held directory (``open_own``)."""
+    return open_own(place, name, 'the rank file', None, trusted)
 
 
 def verify_file(place, manifest, name, rank, trusted=False, expected=None, size=1):

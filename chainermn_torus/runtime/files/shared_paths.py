@@ -34,7 +34,7 @@ import stat
 from chainermn_torus.errors import UnsafePath
 
 __all__ = ['owner_name', 'what_is_there', 'yours', 'problem', 'refusal', 'open_file', 'read_bytes',
-           'read_json', 'create_unique', 'token']
+           'read_opened', 'read_json', 'create_unique', 'token']
 
 _CLOEXEC = getattr(os, 'O_CLOEXEC', 0)
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
@@ -154,12 +154,18 @@ def open_file(path, what, limit=None, trusted=False, fix=None, dir_fd=None, labe
 def read_bytes(path, what, limit, trusted=False, fix=None, dir_fd=None, label=None):
     """The contents of ``path`` under the rule (``open_file``), never more than ``limit``
     bytes read."""
-    fd = open_file(path, what, limit, trusted, fix, dir_fd, label)
+    return read_opened(open_file(path, what, limit, trusted, fix, dir_fd, label),
+                       label or path, what, limit, fix)
+
+
+def read_opened(fd, label, what, limit, fix=None):
+    """The contents of ``fd`` (from ``open_file``, which it closes), never more than
+    ``limit`` bytes read: for a caller that judges the open file further first."""
     with os.fdopen(fd, 'rb') as f:
         data = f.read(limit + 1)
     if len(data) > limit:
-        raise refusal(label or path, what, 'it grew past {:,} bytes while it was read'.format(
-            limit), fix)
+        raise refusal(label, what, 'it grew past {:,} bytes while it was read'.format(limit),
+                      fix)
     return data
 
 

@@ -6,7 +6,7 @@ import shlex
 import string
 import sys
 
-from chainermn_torus.extensions.checkpoint import in_memory
+from chainermn_torus.extensions.checkpoint import arguments, in_memory
 from chainermn_torus.tools.jobscripts import systems
 
 __all__ = ['generate', 'launch_line', 'check', 'values']
@@ -74,7 +74,7 @@ def _wrap_command(job, system, venv):
         if system.venv_python and exe == 'python':
             exe = os.path.join(venv or default_venv() or sys.prefix, 'bin', 'python')
         keep = ['--memory-snapshots', str(snapshots_every(job))] \
-            if job.elastic and not _asks_snapshots(rest) else []
+            if job.elastic and arguments.snapshots_asked(rest) is None else []
         return ([exe, '-m', 'chainermn_torus.run', '--communicator', job.communicator] +
                 (['--grid', job.grid] if job.grid else []) + keep + rest)
     return command  # not a python script: run as given (it chooses its communicator)
@@ -83,22 +83,6 @@ def _wrap_command(job, system, venv):
 def snapshots_every(job):
     """--elastic: the K of the steps' snapshots in node memory."""
     return job.memory_snapshots or in_memory.DEFAULT_K
-
-
-def _asks_snapshots(words):
-    return any(w == '--memory-snapshots' or w.startswith('--memory-snapshots=')
-               for w in words)
-
-
-def _asked_k(words):
-    """The K the command's own --memory-snapshots gives, or None."""
-    for i, w in enumerate(words):
-        if w.startswith('--memory-snapshots='):
-            return w.split('=', 1)[1]
-        if w == '--memory-snapshots':
-            following = words[i + 1] if i + 1 < len(words) else ''
-            return following if following.isdigit() else in_memory.DEFAULT_K
-    return None
 
 
 def _here(venv):
@@ -172,7 +156,7 @@ def launch_line(job, vals=None, system=None):
         kind, extra = system.elastic_launcher(vals)
         # A command the launcher does not wrap gets its K through the setting it reads.
         wrapped = '-m chainermn_torus.run' in ' '.join(command)
-        setting = '' if wrapped or _asks_snapshots(job.command) else \
+        setting = '' if wrapped or arguments.snapshots_asked(job.command) is not None else \
             'CHAINERMN_TORUS_MEMORY_SNAPSHOTS={} '.format(snapshots_every(job))
         launcher = setting + ' '.join([
             'python -m chainermn_torus.tools.cli elastic', '--min-nodes', str(job.min_nodes),
@@ -225,7 +209,8 @@ def generate(job):
         '# --elastic: each step keeps a snapshot of the trainer in node memory every {} '
         'iterations\n# (--memory-snapshots); after a lost node, the next step goes on from '
         'the newest one\n# the nodes left hold, and the snapshots go when the job ends.\n'
-        .format(_asked_k(job.command) or snapshots_every(job)) if job.elastic else '')
+        .format(arguments.snapshots_asked(job.command) or snapshots_every(job))
+        if job.elastic else '')
     vals['watchdog_line'] = (
         '# A rank that stops (a frozen peer) ends the job instead of the time limit.\n'
         'export CHAINERMN_TORUS_WATCHDOG={:g}\n'.format(job.watchdog) if job.watchdog else '')

@@ -7,11 +7,13 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
 from chainermn_torus.extensions.checkpoint import snapshot_place
+from chainermn_torus.tools import elastic_node
 from conftest import ROOT, job_env, mpiexec_path
 
 EXAMPLE = os.path.join(ROOT, 'examples', 'mnist', 'train_mnist.py')
@@ -30,11 +32,14 @@ def start(out, epochs, wrapper=(), env=None, extra=()):
 
 
 def finish(proc, timeout=300):
+    started = time.time() - timeout  # since before the job's start
     try:
         return proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         pytest.fail('a job did not end in {} s'.format(timeout))
+    finally:  # a launcher SIGKILLed with its job leaves MPICH's topology file in /tmp
+        elastic_node.remove_dead_topology(started, run='(none)')
 
 
 @pytest.mark.example
