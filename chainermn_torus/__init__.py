@@ -1,23 +1,20 @@
 """chainermn-torus: 2D-torus gradient communicators for ChainerMN on CPU clusters.
 
-Importing this package does three things, and nothing else:
+What ``import chainermn_torus`` does: two things, and nothing else.
 
-* it imports Chainer, without the package scans of Chainer's environment check where that
+* It imports Chainer, without the package scans of Chainer's environment check where that
   check has nothing to find (``runtime.chainer_glue.chainer_import``: half of a rank's
-  start-up);
-* it registers ``pure_allreduce``, ``rsaa``, ``rsap`` and ``auto`` with
+  start-up).
+* It registers ``pure_allreduce``, ``rsaa``, ``rsap`` and ``auto`` with
   ``chainermn.create_communicator``, and makes ``chainermn.create_multi_node_optimizer``
   this package's wrapper (the same behaviour with ChainerMN's defaults; double buffering,
-  float16 communication and fused updates also on CPU);
-* in a process an MPI launcher started, with a watchdog set, it starts the start-up watcher
-  beside the rank (``watchers.startup_watch``: a rank stopped before its communicator exists
-  is named), the launcher's ``--watchdog`` replacing it with the flag's limits.
+  float16 communication and fused updates also on CPU).
 
-It resolves no setting (a variable the script sets before its first communicator is heard)
-and configures nothing else: mpi4py.MPI, numba and the communicator modules load when first
-used; the settings are resolved and the process configured (the abort hook, malloc, compute,
-the threads, the watchdog) in one place, ``process_setup``, by the first communicator or
-multi-node optimizer, or by the launcher.
+It starts no process or thread, resolves no setting and changes nothing of the process:
+mpi4py.MPI, numba and the communicator modules load when first used. The process is
+configured in one place, ``init`` (``process_setup``): by this package's communicator and
+optimizer factories, by the launcher, or by a script's own call; ChainerMN's own
+communicators get only what a setting asks for.
 """
 from chainermn_torus.runtime.chainer_glue import chainer_import as _chainer_import
 
@@ -29,11 +26,12 @@ from chainermn_torus._registry import create_multi_node_optimizer  # NOQA: E402
 from chainermn_torus._registry import force_communicator  # NOQA: E402
 from chainermn_torus._registry import register  # NOQA: E402
 from chainermn_torus._registry import valid_names  # NOQA: E402
+from chainermn_torus.process_setup import init  # NOQA: E402
 
 __version__ = '0.1.0'
 # The classes (_LAZY) are left out: a star import would load MPI.
 __all__ = ['create_communicator', 'create_multi_node_optimizer', 'force_communicator',
-           'register', 'valid_names', '__version__']
+           'init', 'register', 'valid_names', '__version__']
 
 _LAZY = ('PureAllreduceCommunicator', 'RsaaCommunicator', 'RsapCommunicator')
 
@@ -45,10 +43,3 @@ def __getattr__(name):  # PEP 562: the classes import their modules (and MPI) on
 
 
 register()
-
-# With a watchdog set, in a process an MPI launcher started: watched from here, before MPI
-# (watchers.startup_watch; a process of a few milliseconds beside the rank, nothing else).
-from chainermn_torus.runtime.watch import watchdog as watchdog_mod  # NOQA: E402
-
-watchdog_mod.watch_from_start()
-del watchdog_mod  # not a name of the package's API

@@ -187,7 +187,7 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
     # The process configured, once, before the first communicator (process_setup): a bad
     # setting is refused in one line from here on; ChainerMN's own get only what a setting
     # asks for.
-    process_setup.configure(mpi_comm, ours=cls is not None)
+    process_setup.init(mpi_comm, ours=cls is not None)
     if cls is None:
         return _made(_chainermn_factory(communicator_name, mpi_comm=mpi_comm, **kwargs),
                      asked, communicator_name)
@@ -212,7 +212,7 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
 
 
 def _made(comm, asked, made):
-    watchdog.attach(comm)  # the job's watchdog (if one is set) marks its calls
+    watchdog.mark(comm)  # the job's watchdog (where one runs) marks its calls
     told = policy().on_made
     if told is not None:
         told(comm, asked, made)
@@ -240,18 +240,20 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
     """ChainerMN's factory, ours, the one public way to make the wrapper: its options are
     ``chainermn_torus.optimizers.multi_node.make``'s, with the policy's applied.
 
-    The process is configured here too where no communicator of this package's factory
-    did it (``process_setup``: a script may make its optimizer over a communicator it made
-    otherwise). The optimizers (numba, MPI) load at the first call, not at
+    The process is configured here (``process_setup.init``: this package's steps, where no
+    communicator of ours did it, with flush-to-zero and the watchdog's limit where the
+    options ask). The optimizers (numba, MPI) load at the first call, not at
     ``import chainermn_torus``.
     """
     from chainermn_torus.optimizers import fused, multi_node  # with MPI, at the first call
-    process_setup.configure(getattr(communicator, 'mpi_comm', None), ours=False)
     name = type(actual_optimizer).__name__  # fusing changes the class: name it first
     rules = policy()
     options = dict(options, double_buffering=double_buffering)
     if rules.optimizer_options is not None:
         options = rules.optimizer_options(actual_optimizer, options)
+    process_setup.init(getattr(communicator, 'mpi_comm', None),
+                       flush_denormals=options.get('flush_denormals', False),
+                       watchdog=options.pop('watchdog', None))
     opt = multi_node.make(actual_optimizer, communicator, zero_fill=zero_fill,
                           on_first_update=rules.first_update, **options)
     if rules.optimizer_made is not None:

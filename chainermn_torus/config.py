@@ -22,8 +22,8 @@ import types
 from chainermn_torus.errors import ConfigError
 from chainermn_torus.process import STATE
 
-__all__ = ['SETTINGS', 'KINDS', 'Settings', 'resolve', 'current', 'peek', 'alone', 'install',
-           'parse',
+__all__ = ['SETTINGS', 'KINDS', 'Settings', 'resolve', 'current', 'alone', 'install',
+           'parse', 'parse_command_line',
            'quiet', 'table', 'add_arguments', 'add_communicator', 'add_option',
            'flags', 'options', 'parse_args', 'option_of']
 
@@ -139,8 +139,10 @@ SETTINGS = collections.OrderedDict([
                       '1: a refusal (a bad value, no room, a checkpoint that cannot be '
                       'resumed) prints its traceback on every rank too, not only its message '
                       'once')),
-    ('no_abort', Setting('CHAINERMN_TORUS_NO_ABORT', 'flag', False,
-                         '1: an uncaught exception does not call MPI_Abort')),
+    ('abort_hook', Setting('CHAINERMN_TORUS_ABORT_HOOK', 'switch', 'auto',
+                           "one rank's uncaught exception, sys.exit or SIGTERM ends the job "
+                           'naming it: auto (with this package\'s communicators, optimizer '
+                           "and launcher), on (with ChainerMN's communicators too), off")),
     ('keep_mpi_shm', Setting('CHAINERMN_TORUS_KEEP_MPI_SHM', 'flag', False,
                              "keep MPICH's /dev/shm/mpich_shm_* names until MPI_Finalize "
                              '(default: removed once every rank has mapped them, so a killed '
@@ -539,12 +541,6 @@ def alone(key):
             return SETTINGS[key].default
 
 
-def peek():
-    """The process's settings if made, else resolved now and not kept (what the import's
-    start-up watch reads: the first communicator still hears a later variable)."""
-    return STATE.settings if STATE.settings is not None else resolve()
-
-
 def install(settings):
     """Make ``settings`` the process's (the launcher, at its start); returns them."""
     if not isinstance(settings, Settings):
@@ -703,9 +699,16 @@ def options(parser, opts):
 def parse_args(parser, argv=None):
     """``parser.parse_args(argv)`` and then ``options``: an entry point's options, every
     setting among them filled in."""
+    return parse_command_line(parser, argv)[0]
+
+
+def parse_command_line(parser, argv=None):
+    """(opts, flags): ``parse_args``'s options, and the settings its command line gave
+    (``flags``, before ``options`` filled in the rest), for ``chainermn_torus.init(flags=)``."""
     opts = parser.parse_args(argv)
+    given = flags(parser, opts)
     options(parser, opts)
-    return opts
+    return opts, given
 
 
 def _as_option(parser, action, value, source):

@@ -105,7 +105,8 @@ def test_the_process_state_is_one_object_each_field_changed_by_its_owner():
     assert allocation.kept() == state.allocation.get('kept', False)
     assert timeline.active() is state.timeline
     assert config.current() is state.settings  # resolved once, held by the process
-    assert process_setup.applied() == (state.configured.done if state.configured else {})
+    assert process_setup.setup() is state.configured and process_setup.applied() == (
+        state.configured.applied() if state.configured else {})
     # the owners keep no holder of their own
     for module, gone in ((patches, '_APPLIED'), (report, '_said'),
                          (watchdog, '_ACTIVE'), (watchdog, '_DEFAULTS'), (modes, '_MODE'),

@@ -42,7 +42,7 @@ BAD = {
     'expect_ranks': ('four', {}, []),
     'quiet': ('loud', {}, []),
     'debug': ('maybe', {}, []),
-    'no_abort': ('maybe', {}, []),
+    'abort_hook': ('maybe', {}, []),
     'keep_mpi_shm': ('maybe', {}, []),
     'fused': ('maybe', {}, []),
     'flush_denormals': ('maybe', {}, []),

@@ -42,7 +42,7 @@ from chainermn_torus.compute import precision, replacements
 from chainermn_torus.compute.onednn import binding, conv, copies, linear
 from chainermn_torus.models import MLP, NIN, ResNet50, TinyNet
 from chainermn_torus.optimizers import type_checks
-from chainermn_torus.runtime.cpu import threads
+from chainermn_torus.runtime.cpu import allocation, threads
 
 __all__ = ['main', 'problem', 'MODELS', 'MODES']
 
@@ -271,6 +271,7 @@ def main(argv=None):
     if args.torch and args.model != 'resnet50':
         p.error('--torch: PyTorch\'s side is ResNet-50 only, not {}'.format(args.model))
     args.size = args.size or MODELS[args.model][1]
+    allocation.keep(rank=0)  # as a job's process has it (process_setup's malloc step)
     if compute.use('auto', rank=0) != 'onednn':
         raise SystemExit('bench compute: oneDNN is not available here: ' +
                          (compute.onednn.binding.why_unavailable() or '?'))

@@ -30,17 +30,23 @@ import psutil
 from chainermn_torus import compute
 from chainermn_torus.compute.onednn import binding, geometries, primitives
 from chainermn_torus.models import ResNet50
-from chainermn_torus.runtime.cpu import threads
+from chainermn_torus.runtime.cpu import allocation, threads
 
 __all__ = ['main', 'sweep', 'count']
 
 _CHILD = '--child'
 
 
+def _as_a_job(mode):
+    """This process as process_setup.init leaves a rank's: malloc, compute, then threads."""
+    allocation.keep()
+    compute.use(mode)
+    threads.ensure(None, 2)
+
+
 def sweep(mode, sizes, batch, channels):
     """In this process: the resident growth over ``sizes`` image sizes in ``mode``."""
-    threads.ensure(None, 2)
-    compute.use(mode)
+    _as_a_job(mode)
     conv = L.Convolution2D(3, channels, 3, pad=1)
     rng = numpy.random.RandomState(0)
 
@@ -68,8 +74,7 @@ def sweep(mode, sizes, batch, channels):
 
 def count(batches):
     """ResNet-50's geometries after a training step and an evaluation at each batch size."""
-    threads.ensure(None, 2)
-    compute.use('onednn')
+    _as_a_job('onednn')
     model = ResNet50(1000)
     rows = []
     for batch in batches:

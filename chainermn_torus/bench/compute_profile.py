@@ -38,7 +38,7 @@ from chainermn_torus import compute, config
 from chainermn_torus.bench.compute import _iteration, MODELS, problem
 from chainermn_torus.compute.onednn import binding, primitives
 from chainermn_torus.runtime.chainer_glue import patches
-from chainermn_torus.runtime.cpu import jit, threads
+from chainermn_torus.runtime.cpu import allocation, jit, threads
 
 __all__ = ['main', 'profile', 'Clock']
 
@@ -183,6 +183,7 @@ def main(argv=None):
             p.error('--threads: counts of 1 or more, got {}'.format(n))
     if args.rounds < 1 or args.batch < 1 or args.size < 1:
         p.error('--rounds, --batch and --size must be 1 or more')
+    allocation.keep(rank=0)  # as a job's process has it (process_setup's malloc step)
     # raises where oneDNN does not load (or bf16 where the CPU lacks it), naming the fix
     compute.use('onednn', rank=0, precision=args.precision, precision_source='--precision')
     model, x, t = problem(args.model, args.batch, args.size)

@@ -5,18 +5,19 @@ ran Chainer on iDeep (MKL-DNN), which no longer installs.
 (Chainer's own), 'auto' (oneDNN where it loads, else numpy, said once). The setting is
 ``CHAINERMN_TORUS_COMPUTE`` (default auto) and the launcher's ``--compute``; the package
 applies it when the job makes its first communicator, before the thread budget, so that
-oneDNN's OpenMP threads are counted in it. The rooms: ``onednn/`` (the C binding and the
-layers computed on it, on numpy arrays), ``kernels/`` (numba's), ``functions/`` (each
-replaced Chainer function's forwards and rows) and ``replacements`` (the seam into Chainer).
+oneDNN's OpenMP threads are counted in it (``process_setup``; a caller of ``use`` after its
+budget calls ``threads.reapply``). It changes nothing else of the process. The rooms:
+``onednn/`` (the C binding and the layers computed on it, on numpy arrays), ``kernels/``
+(numba's), ``functions/`` (each replaced Chainer function's forwards and rows) and
+``replacements`` (the seam into Chainer).
 """
 from chainermn_torus import config
 from chainermn_torus.compute import modes, replacements, precision as low
 from chainermn_torus.compute.onednn import binding, geometries
 from chainermn_torus.errors import Unsupported
 from chainermn_torus.runtime import report
-from chainermn_torus.runtime.cpu import allocation, threads
 
-__all__ = ['use', 'in_force', 'precision_in_force', 'set_precision']
+__all__ = ['use', 'release', 'in_force', 'precision_in_force', 'set_precision']
 
 def in_force():
     """'onednn' or 'numpy': what ``use`` put in force (modes holds it); None before."""
@@ -51,7 +52,6 @@ def use(mode='auto', source='compute', rank=None, precision=None,
         raise Unsupported('chainermn_torus: {}=bf16 needs oneDNN, and {}'.format(
             precision_source, binding.why_unavailable()))
     low.check(precision, mode, precision_source)
-    allocation.keep(rank=rank)  # an iteration's arrays, made again, fault no page in
     geometries.bound()  # CHAINERMN_TORUS_ONEDNN_CACHE: a bad value refused now, not later
     before = modes.applied(), modes.precision()
     modes.set_precision(precision)
@@ -62,8 +62,9 @@ def use(mode='auto', source='compute', rank=None, precision=None,
                'auto, and ' + binding.why_unavailable())
         text = 'compute: Chainer\'s numpy ({})'.format(why)
     else:
-        replacements.enable()  # raises, naming the fix, where oneDNN does not load
-        threads.reapply()  # oneDNN brought its OpenMP runtime: in the budget too
+        # Raises, naming the fix, where oneDNN does not load. Its OpenMP runtime is then
+        # loaded: the thread budget, applied after (process_setup), counts it.
+        replacements.enable()
         chosen = 'onednn'
         major, minor, patch, path = binding.version()
         text = 'compute: oneDNN {}.{}.{} ({}) for {}; the other layers on Chainer\'s ' \
@@ -74,4 +75,11 @@ def use(mode='auto', source='compute', rank=None, precision=None,
     if before != (chosen, precision):  # said once per change
         report.say(text, rank)
     return chosen
+
+
+def release():
+    """Undo ``use``: Chainer's classes exactly as they were, float32, no mode applied."""
+    replacements.uninstall()
+    modes.set_precision('fp32')
+    modes.set_applied(None)
 

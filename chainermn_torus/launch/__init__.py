@@ -125,7 +125,7 @@ class Launch:
         # unless --threads asks for them now: numba's threads, once started, fix
         # multiprocessing's start method, which a script may set before then (ChainerMN's
         # ImageNet example: forkserver).
-        process_setup.configure(None, ours=True, later=('watch',) if self.sources.get(
+        process_setup.init(None, ours=True, later=('watch',) if self.sources.get(
             'threads') == '--threads' else ('threads', 'watch'))
         # Either import path of ChainerMN's factory makes ours, with the launcher's options.
         patches.apply(chainermn.optimizers, 'create_multi_node_optimizer',

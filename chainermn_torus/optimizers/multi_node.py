@@ -31,7 +31,7 @@ import numpy
 from chainermn_torus.communicators import _packing
 from chainermn_torus.errors import ConfigError
 from chainermn_torus.extensions.replicas import check_replicas as _check_replicas
-from chainermn_torus.optimizers import fpenv, fused as fused_mod, update_modes
+from chainermn_torus.optimizers import fused as fused_mod, update_modes
 from chainermn_torus.optimizers import type_checks as type_checks_mod
 from chainermn_torus.runtime import report, timeline as _timeline
 from chainermn_torus.runtime.chainer_glue import chainer_private
@@ -43,7 +43,7 @@ __all__ = ['make', 'MultiNodeOptimizer', 'is_multi_node']
 
 def make(actual_optimizer, communicator, double_buffering=False, zero_fill=True, fused=False,
          flush_denormals=False, check_finite=False,
-         background_poll=update_modes.BACKGROUND_POLL_S, watchdog=None, check_replicas=None,
+         background_poll=update_modes.BACKGROUND_POLL_S, check_replicas=None,
          overlap=False, bucket_bytes=None, on_first_update=None, type_check=None):
     """Wrap a Chainer optimizer for data-parallel training (what
     ``chainermn_torus.create_multi_node_optimizer`` makes; its options checked here).
@@ -69,7 +69,8 @@ def make(actual_optimizer, communicator, double_buffering=False, zero_fill=True,
             it tests them that often and sleeps in between (slower where measured, see
             update_modes.BACKGROUND_POLL_S; an option for MPIs whose blocking waits burn a
             core the compute needs). ChainerMN's communicators always block.
-        watchdog: seconds a training step may take before this rank aborts the whole job,
+        watchdog (the factory's, ``create_multi_node_optimizer``, whose ``process_setup.init``
+            starts it): seconds a training step may take before this rank aborts the whole job,
             naming the ranks it waits for (a peer died or hangs); between steps
             (evaluation, checkpoints) ten times as long. See
             ``chainermn_torus.runtime.watch.watchdog``; default
@@ -90,9 +91,9 @@ def make(actual_optimizer, communicator, double_buffering=False, zero_fill=True,
     _check_options(check_replicas, fused, overlap, double_buffering)
     checks = type_checks_mod.TypeChecks(type_check, communicator.rank)
     _fuse(actual_optimizer, fused, flush_denormals, communicator.rank)
-    if flush_denormals:
-        fpenv.set_flush_denormals(True)
-    dog = watchdog_mod.attach(communicator, watchdog)
+    # The process's flush-to-zero and the watchdog are process_setup.init's, by the factory
+    # (create_multi_node_optimizer): this marks the communicator on the watchdog running.
+    dog = watchdog_mod.mark(communicator)
     if overlap:
         mode = update_modes.Overlap(communicator, zero_fill, bucket_bytes, background_poll)
     elif double_buffering:

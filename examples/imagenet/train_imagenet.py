@@ -251,7 +251,8 @@ def parse_args(argv=None):
                              'labels must then be 0..K-1 with every class present)')
     parser.add_argument('--limit', type=COUNT, default=None, metavar='N',
                         help='use N images of each list, drawn with --seed (smoke tests)')
-    args = config.parse_args(parser, argv)
+    # The settings the command line gave ride along for chainermn_torus.init.
+    args, args.command_line_settings = config.parse_command_line(parser, argv)
     checkpoint.check_arguments(parser, args)
     if args.crop_size is None:
         args.crop_size = DEFAULT_CROP[args.arch]
@@ -372,8 +373,10 @@ def main():
         args.loader_processes = DEFAULT_LOADERS
 
     import chainermn
-    from chainermn_torus.runtime.cpu import threads
 
+    # The process configured as this package configures it, for ChainerMN's communicators
+    # too (the threads before the loader's placement sizes them again).
+    chainermn_torus.init(flags=args.command_line_settings)
     comm = chainermn.create_communicator(args.communicator)
     # Now, on every rank, not after training: the output directory walked and held, and its
     # names holding nothing of another user's (extensions.outputs).
@@ -401,8 +404,6 @@ def main():
         if comm.intra_rank == 0:
             print(describe_plan(plan), flush=True)
         apply_placement(plan, comm=comm)  # pins this process and sizes its BLAS threads
-    else:
-        threads.ensure(comm)  # ChainerMN's communicators: ours applied it already
 
     # Rank 0 reads the lists (a bad line fails there) and every rank learns of it.
     error, train, val, n_classes = None, None, None, None

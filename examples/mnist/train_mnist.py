@@ -16,7 +16,7 @@ import time
 # chainermn_torus first: it registers pure_allreduce, rsaa and rsap with ChainerMN, and
 # Chainer's import after it skips its environment check's package scans where they have
 # nothing to find (half of a rank's start-up; runtime.chainer_glue.chainer_import).
-import chainermn_torus  # noqa: F401 the import alone registers
+import chainermn_torus  # registers the names; init (below) configures the process
 
 import chainer
 import chainer.links as L
@@ -33,8 +33,7 @@ from chainermn_torus.extensions import checkpoint, outputs
 from chainermn_torus.extensions.timing import time_gradient_communication
 from chainermn_torus.models import MLP  # ChainerMN's example's MLP, 784-unit-unit-10
 from chainermn_torus.optimizers.large_batch import GradualWarmup, linear_scaling
-from chainermn_torus.runtime import report, timeline, world
-from chainermn_torus.runtime.cpu import threads
+from chainermn_torus.runtime import report, world
 
 OPTIMIZERS = {
     'adam': (lambda lr: chainer.optimizers.Adam(alpha=lr), 'alpha', 0.001),
@@ -92,19 +91,18 @@ def main():
                            '(chainermn-torus timeline merge|plot PREFIX)')
     cpu.add_argument('--stock', action='store_true',
                      help="ChainerMN's own wrapper and Chainer's update (baseline)")
-    args = parser.parse_args()
-    given = config.options(parser, args)  # what the command line left: variable, else default
+    # The command line, and what it left filled in: the variable, else the default.
+    args, flags = config.parse_command_line(parser)
     checkpoint.check_arguments(parser, args)
 
     kwargs = {'grid': args.grid} if args.grid else {}
     if args.fp16_allreduce:
         kwargs['allreduce_grad_dtype'] = numpy.float16
+    # The process configured as this package configures it (its threads and timeline with
+    # the flags here), for ChainerMN's communicators too; a bad value ends in one line.
+    setup = chainermn_torus.init(flags=flags)
     comm = chainermn.create_communicator(args.communicator, **kwargs)
-    if args.timeline:  # after the communicator: a bad path is then one line, not a traceback
-        timeline.enable(args.timeline, given['timeline'][1])
-    # Our communicators already applied (and printed) the default budget; this applies it
-    # for ChainerMN's communicators, and an explicit --threads in any case.
-    budget = threads.ensure(comm, args.threads)
+    budget = setup.applied()['threads']
     comm_stats = time_gradient_communication(comm)
     numpy.random.seed(args.seed)  # same initial weights everywhere; bcast_data makes sure
 

@@ -119,7 +119,8 @@ def test_onednn_openmp_threads_follow_the_budget_and_the_loader_placement():
             return sorted({i['num_threads'] for i in threadpool_info()
                            if 'gomp' in i['filepath']})
         threads.ensure(None, 2)        # the budget of a rank alone on two cores
-        compute.use('onednn')          # loads oneDNN's OpenMP after it: in the budget
+        compute.use('onednn')          # loads oneDNN's OpenMP after it: ...
+        threads.reapply()              # ... in the budget too (process_setup's order)
         print('budget', gomp(), len(os.sched_getaffinity(0)))
         plan = plan_placement('dedicated', loader_processes=1)
         apply_placement(plan)          # the loader's core left out

@@ -8,14 +8,15 @@ import tempfile
 from mpi4py import MPI
 
 import chainermn
-import chainermn_torus  # noqa: F401 the factory, which installs the abort hook
+import chainermn_torus
 from chainermn_torus.errors import ConfigError
 
 MODE = sys.argv[1]
 
 
 def main():
-    chainermn.create_communicator('naive')  # a job's start: the hook is in place
+    chainermn_torus.init()  # a job's start: the hook is in place
+    chainermn.create_communicator('naive')
     rank = MPI.COMM_WORLD.rank
     if MODE == 'same':
         raise ConfigError('chainermn_torus: X must be 1, got 2')

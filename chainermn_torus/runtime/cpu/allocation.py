@@ -24,11 +24,14 @@ from chainermn_torus import config
 from chainermn_torus.process import STATE
 from chainermn_torus.runtime import report
 
-__all__ = ['keep', 'kept']
+__all__ = ['keep', 'kept', 'release']
 
 # glibc's malloc.h
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_MAX = -1, -2, -4
 _TOP_PAD = 64 << 20  # grow the heap 64 MiB beyond each need: fewer brk calls
+# glibc's defaults (malloc.c: DEFAULT_MMAP_MAX, DEFAULT_TRIM_THRESHOLD, DEFAULT_TOP_PAD), what
+# release() puts back; its dynamic mmap threshold stays off once an option was set.
+_DEFAULTS = ((_M_MMAP_MAX, 65536), (_M_TRIM_THRESHOLD, 128 << 10), (_M_TOP_PAD, 128 << 10))
 
 
 def kept():
@@ -54,8 +57,19 @@ def keep(given=None, rank=None):
         report.say('freed memory is not kept: the C library is not glibc (each iteration '
                    'faults its new arrays in)', rank, key='allocation not glibc')
         return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    done = all(mallopt(option, value) == 1 for option, value in (
-        (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, 2 ** 31 - 1), (_M_TOP_PAD, _TOP_PAD)))
+    done = _mallopt(mallopt, ((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, 2 ** 31 - 1),
+                              (_M_TOP_PAD, _TOP_PAD)))
     STATE.allocation['kept'] = done
     return done
+
+
+def _mallopt(mallopt, options):
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return all(mallopt(option, value) == 1 for option, value in options)
+
+
+def release():
+    """Undo ``keep``: malloc's options back to glibc's defaults (large arrays on pages of
+    their own again, freed memory trimmed); the next ``keep`` decides anew."""
+    if STATE.allocation.pop('kept', False):
+        _mallopt(ctypes.CDLL(None).mallopt, _DEFAULTS)

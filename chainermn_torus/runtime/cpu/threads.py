@@ -28,7 +28,7 @@ from chainermn_torus.runtime import report
 from chainermn_torus.runtime.cpu import jit
 
 __all__ = ['THREADS_ENV', 'default_threads', 'apply_thread_budget', 'describe_budget', 'ensure',
-           'reapply', 'pools_in_force', 'generation']
+           'reapply', 'release', 'pools_in_force', 'generation']
 
 THREADS_ENV = config.SETTINGS['threads'].env
 
@@ -89,6 +89,9 @@ def apply_thread_budget(threads=None, intra_size=1, source=None):
         reason = '{} {}, capped at the {} CPUs this rank may use'.format(reason, n, cpus)
         n = cpus
     numba_n = None
+    if 'before' not in STATE.threads:  # what release() puts back
+        STATE.threads['before'] = (numba.get_num_threads() if numba else None,
+                                   {i['filepath']: i['num_threads'] for i in threadpool_info()})
     if numba is not None:
         numba_n = min(n, numba.config.NUMBA_NUM_THREADS)
         numba.set_num_threads(numba_n)  # first: it may load an OpenMP runtime (numba's layer)
@@ -130,6 +133,23 @@ def reapply():
     applied = STATE.threads['applied']  # the budget last applied through ensure()
     if applied is not None and applied['threads'] is not None:
         threadpool_limits(limits=applied['threads'])
+
+
+def release():
+    """Undo the budget: each pool found before it was first applied back to its count then
+    (a pool loaded since keeps the budget's), numba's too; the next ``ensure`` applies anew."""
+    before = STATE.threads.pop('before', None)
+    STATE.threads['applied'] = None
+    if before is None:
+        return
+    numba_n, pools = before
+    numba = jit.numba()
+    if numba is not None and numba_n is not None:
+        numba.set_num_threads(numba_n)
+    for info in threadpool_info():
+        if info['filepath'] in pools:
+            threadpool_limits(limits={info['prefix']: pools[info['filepath']]})
+    _applied(max(pools.values(), default=None))
 
 
 def ensure(comm=None, threads=None, source=None):

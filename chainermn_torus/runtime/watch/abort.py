@@ -6,10 +6,13 @@ until the batch job's time runs out. ChainerMN has a hook for this
 names the host and the error itself (not only the rank), and it waits a moment before
 ``MPI_Abort``, because the abort tears the job down at once and output still in the
 launcher's pipes could be lost (seen when several ranks failed together). Installed when the
-first communicator or multi-node optimizer of ours is made (``runtime.startup``), under MPI
+first communicator or multi-node optimizer of ours is made (``process_setup``), under MPI
 with more than one rank; a hook installed before it (a framework's, a debugger's) still runs
 first.
-``CHAINERMN_TORUS_NO_ABORT=1`` leaves Python's default behaviour.
+Installed by ``process_setup.init`` for this package's communicators, optimizer and
+launcher; ``CHAINERMN_TORUS_ABORT_HOOK`` says otherwise: ``off`` leaves Python's default
+behaviour, ``on`` installs it for ChainerMN's own communicators too (as ChainerMN's
+``CHAINERMN_FORCE_ABORT_ON_EXCEPTION`` does its own). ``uninstall`` puts everything back.
 
 SIGTERM (what batch systems send at the time limit, and scancel) would kill the rank where
 it stands: in the middle of a checkpoint write (leaving a temporary file), before the
@@ -335,8 +338,6 @@ def install():
     from mpi4py import MPI
     if STATE.abort.previous is not None or not MPI.Is_initialized():
         return  # e.g. a loader process (MPI4PY_RC_INITIALIZE=false): no MPI there
-    if _setting('no_abort'):
-        return
     STATE.abort.previous = sys.excepthook
     sys.excepthook = _hook
     devshm.mpi_started()  # what an aborted launcher's proxy left is found by this time
@@ -350,6 +351,25 @@ def install():
         STATE.abort.channel = MPI.COMM_WORLD.Dup()
     if MPI.COMM_WORLD.size > 1:
         _catch_sigterm()
+
+
+def uninstall():
+    """Undo ``install``: the hook before it, ``sys.exit`` and ``Trainer.run`` as they were,
+    SIGTERM's default, and the rank's watcher told of a normal end (it leaves). The
+    duplicate of COMM_WORLD the refusals travel on is kept: freeing it is collective."""
+    if STATE.abort.previous is None:
+        return False
+    sys.excepthook, STATE.abort.previous = STATE.abort.previous, None
+    patches.uninstall('abort')
+    atexit.unregister(_left_early)
+    if STATE.abort.wakeup is not None:
+        _tell_watcher(_BYE)
+        atexit.unregister(_tell_watcher)
+        signal.set_wakeup_fd(-1)
+        os.close(STATE.abort.wakeup)
+        STATE.abort.wakeup = None
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    return True
 
 
 def _on_sigterm(signum, frame):

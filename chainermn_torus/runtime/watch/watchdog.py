@@ -40,7 +40,7 @@ from chainermn_torus.runtime.chainer_glue import patches
 from chainermn_torus.runtime.watch import abort, call_marks, progress_board as pb
 from chainermn_torus.watchers import board_layout, startup_watch, temporaries
 
-__all__ = ['Watchdog', 'attach', 'start', 'watch_from_start', 'WATCHDOG_ENV',
+__all__ = ['Watchdog', 'mark', 'start', 'watch_from_start', 'WATCHDOG_ENV',
            'STARTUP_ENV', 'OUTSIDE_FACTOR', 'STARTUP_S', 'active', 'startup_limit', 'in_call']
 
 WATCHDOG_ENV = config.SETTINGS['watchdog'].env
@@ -80,15 +80,13 @@ def _setting(key, given=None, option=None, settings=None):
 
 def watch_from_start():
     """Start the watch before the communicator (``watchers.startup_watch``) where a
-    watchdog is set and a launcher started this process: at ``import chainermn_torus`` and
-    when the launcher reads ``--watchdog``. A bad value is refused later, where the
-    watchdog starts, as before."""
+    watchdog is set and a launcher started this process: the launcher (``python -m
+    chainermn_torus.run``) calls it first, with its settings installed, before anything
+    starts MPI. A bad value is refused later, where the watchdog starts."""
     if world.launcher_rank() is None:
         return False
     try:
-        # at import: read, not kept (a variable the script sets before its first
-        # communicator is still heard there)
-        settings = config.peek()
+        settings = config.current()
         timeout = _setting('watchdog', settings=settings)
         if timeout is None:
             return False
@@ -103,32 +101,25 @@ def startup_limit(timeout, settings=None):
     return given if given is not None else max(STARTUP_S, timeout)
 
 
-def start(mpi_comm):
-    """The job's watchdog where a limit is set (``process_setup``, at the first
-    communicator; collective over ``mpi_comm``); None where none is."""
+def start(mpi_comm, timeout=None, option='watchdog'):
+    """The job's watchdog where a limit is set (``timeout``: the code's, e.g. a multi-node
+    optimizer's ``watchdog=``; else the settings'), started by ``process_setup.init`` at the
+    first communicator or optimizer, collective over ``mpi_comm``; None where none is. One
+    already started gets a ``timeout`` given as its step limit."""
     dog = active()
     if dog is not None:
+        if timeout is not None:
+            dog.set_limit(_setting('watchdog', timeout, option))
         return dog
-    timeout = _setting('watchdog')
+    timeout = _setting('watchdog', timeout, option)
     return None if timeout is None else Watchdog(timeout, comm=mpi_comm)
 
 
-def attach(communicator, timeout=None, option='watchdog'):
-    """The job's watchdog, with ``communicator``'s calls marked on it.
-
-    The first call that finds a limit (``timeout``, else ``$CHAINERMN_TORUS_WATCHDOG`` or the
-    launcher's) starts it: collective over ``communicator.mpi_comm``, as the communicator's
-    own making is. Later calls mark their communicator on the same watchdog; a ``timeout``
-    given then becomes its step limit. Returns the watchdog, or None when none is set."""
+def mark(communicator):
+    """The job's watchdog (started by ``start``), with ``communicator``'s calls marked on
+    it; None where none runs. Starts nothing."""
     dog = active()
-    if dog is None:
-        timeout = _setting('watchdog', timeout, option)
-        if timeout is None:
-            return None
-        dog = Watchdog(timeout, comm=getattr(communicator, 'mpi_comm', None))
-    elif timeout is not None:
-        dog.set_limit(_setting('watchdog', timeout, option))
-    if communicator is not None:
+    if dog is not None and communicator is not None:
         dog.mark_calls(communicator)
     return dog
 

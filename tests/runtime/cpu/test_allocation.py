@@ -1,5 +1,5 @@
 """Freed memory kept (runtime.cpu.allocation): an array made again faults no page in; off with
-CHAINERMN_TORUS_KEEP_FREED_MEMORY=0; applied by the compute setting and the launcher; a bad
+CHAINERMN_TORUS_KEEP_FREED_MEMORY=0; applied by process_setup.init's malloc step; a bad
 value refused. In child processes: malloc's options are process-wide."""
 import os
 import subprocess
@@ -12,9 +12,8 @@ from conftest import ROOT, pythonpath
 
 CHILD = textwrap.dedent('''
     import resource, numpy
-    from chainermn_torus import compute
     from chainermn_torus.runtime.cpu import allocation
-    compute.use('numpy', rank=1)  # where a process applies it
+    allocation.keep(rank=1)  # what process_setup.init's malloc step applies
     def faults():
         return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     a = numpy.ones(10 << 20, numpy.float32); del a  # 40 MiB, once

@@ -115,7 +115,7 @@ def test_watchdog_bad_value():
     STATE.settings = None  # read again: this is a job of its own
     try:
         with pytest.raises(ValueError, match="CHAINERMN_TORUS_WATCHDOG must be a number"):
-            watchdog.attach(None)
+            watchdog.start(None)
     finally:
         del os.environ[watchdog.WATCHDOG_ENV]
 
