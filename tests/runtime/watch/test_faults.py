@@ -286,9 +286,10 @@ exec "$@"
 def test_a_rank_stopped_before_its_communicator_is_named_and_the_job_ends(tmp_path, nprocs,
                                                                         how):
     # The watchdog starts with the communicator (it needs MPI): a rank stopped before it left
-    # the others in MPI_Init with no line until the batch limit. Watched from the package's
-    # import (or the launcher's --watchdog) on, the stopped rank is named within the step
-    # limit, as a stopped process is in any phase, and the job ends.
+    # the others in MPI_Init with no line until the batch limit. Watched from the launcher's
+    # start on (its --watchdog or the variable, as the job scripts run it; the import starts
+    # nothing), the stopped rank is named within the step limit, as a stopped process is in
+    # any phase, and the job ends.
     from conftest import job_env, mpiexec_path
     wrapper = tmp_path / 'stop_first.sh'
     wrapper.write_text(_STOP_AT_START)
@@ -298,6 +299,7 @@ def test_a_rank_stopped_before_its_communicator_is_named_and_the_job_ends(tmp_pa
     if how == 'variable':
         env.update(CHAINERMN_TORUS_WATCHDOG=str(WATCHDOG_S),
                    CHAINERMN_TORUS_WATCHDOG_STARTUP='30')
+        argv[1:1] = ['-m', 'chainermn_torus.run']
     else:
         argv[1:1] = ['-m', 'chainermn_torus.run', '--watchdog', str(WATCHDOG_S)]
     if how == 'flag over variable':  # the job script's variable, the command line's flag
