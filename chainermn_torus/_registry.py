@@ -16,6 +16,7 @@ only selects a GPU packing path in ChainerMN; ours have one CPU path, so an expl
 recorded in the configuration, said once on rank 0, and otherwise ignored.
 """
 import inspect
+import os
 import types
 
 import chainermn
@@ -187,7 +188,7 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
     # The process configured, once, before the first communicator (process_setup): a bad
     # setting is refused in one line from here on; ChainerMN's own get only what a setting
     # asks for.
-    process_setup.init(mpi_comm, ours=cls is not None)
+    settings = process_setup.init(mpi_comm, ours=cls is not None).settings
     if cls is None:
         return _made(_chainermn_factory(communicator_name, mpi_comm=mpi_comm, **kwargs),
                      asked, communicator_name)
@@ -195,7 +196,10 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
     explicit = 'batched_copy' in kwargs
     batched_copy = kwargs.pop('batched_copy', True)
     try:
-        comm = cls(mpi_comm=mpi_comm, **kwargs)
+        # The settings handed down where the class takes them (a plugin's may not).
+        handed = {'settings': settings} if 'settings' in inspect.signature(
+            cls.__init__).parameters else {}
+        comm = cls(mpi_comm=mpi_comm, **handed, **kwargs)
     except TypeError as e:
         if 'unexpected keyword' not in str(e):
             raise
@@ -227,7 +231,7 @@ def takes_option(name, option):
 
 def _option_names(cls):
     params = inspect.signature(cls.__init__).parameters
-    return [p for p in params if p not in ('self', 'mpi_comm') and
+    return [p for p in params if p not in ('self', 'mpi_comm', 'settings') and
             not p.startswith('_')] + ['batched_copy']
 
 
@@ -251,10 +255,12 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
     options = dict(options, double_buffering=double_buffering)
     if rules.optimizer_options is not None:
         options = rules.optimizer_options(actual_optimizer, options)
-    process_setup.init(getattr(communicator, 'mpi_comm', None),
-                       flush_denormals=options.get('flush_denormals', False),
-                       watchdog=options.pop('watchdog', None))
+    settings = process_setup.init(getattr(communicator, 'mpi_comm', None),
+                                  flush_denormals=options.get('flush_denormals', False),
+                                  watchdog=options.pop('watchdog', None)).settings
     opt = multi_node.make(actual_optimizer, communicator, zero_fill=zero_fill,
+                          settings=settings, chainer_type_check=os.environ.get(
+                              'CHAINER_TYPE_CHECK'),
                           on_first_update=rules.first_update, **options)
     if rules.optimizer_made is not None:
         rules.optimizer_made(name, communicator, options, fused.is_fused(opt.actual_optimizer))

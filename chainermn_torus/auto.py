@@ -28,10 +28,10 @@ with it and measures nothing. Buffers under ``TUNE_MIN_BYTES`` and one-shot ``me
 calls keep the prediction.
 """
 import collections
+import os
 
 from mpi4py import MPI
 
-from chainermn_torus import config
 from chainermn_torus.communicators import _packing, create_variant
 from chainermn_torus.communicators._progress import Progress
 from chainermn_torus.communicators.interface import Communicator
@@ -59,16 +59,17 @@ class AutoCommunicator(Communicator):
 
     def __init__(self, mpi_comm=None, network=None, segment_size=None,
                  allreduce_grad_dtype=None, measure_timeout=10.0, simulate=None, tune=None,
-                 tune_dir=None, _remembered=None):
-        super().__init__(mpi_comm, segment_size, allreduce_grad_dtype)
+                 tune_dir=None, _remembered=None, settings=None):
+        super().__init__(mpi_comm, segment_size, allreduce_grad_dtype, settings)
         self._options.update(network=network, measure_timeout=measure_timeout,
                              simulate=simulate, tune=tune, tune_dir=tune_dir)
-        known = config.current()
+        known = self.settings
         tune = known.pick('tune', tune, 'tune')[0]
         nodes = self.mpi_comm.allgather(self.intra_size)
         shape = Shape(self.size, self.rank, self.intra_size, self.inter_size,
                       len(set(nodes)) == 1)
-        net, source = job_network(self.mpi_comm, network, measure_timeout)
+        net, source = job_network(self.mpi_comm, known['network'] if network is None
+                                  else network, measure_timeout)
         settings = Settings(
             network=net, network_source=source,
             simulate=known.pick('simulate', simulate, 'simulate')[0], tune=tune,
@@ -82,11 +83,11 @@ class AutoCommunicator(Communicator):
 
     def _tune_dir(self, given):
         """The folder of remembered choices, checked by rank 0 now, not at the end."""
-        where = memory.folder(given)
+        value, source = self.settings.pick('tune_dir', given, 'tune_dir')
+        where = memory.folder(value, os.environ.get('XDG_CACHE_HOME'))
         problem = None
         if self.rank == 0:
-            source = config.current().pick('tune_dir', given, 'tune_dir')[1] or \
-                'the tuning folder'
+            source = source or 'the tuning folder'
             try:
                 memory.check_folder(where, source)
             except ConfigError as e:
@@ -101,7 +102,8 @@ class AutoCommunicator(Communicator):
         comm = create_variant(algorithm, self.mpi_comm, grid=grid,
                               segment_size=self._options['segment_size']
                               if segment is None else segment,
-                              allreduce_grad_dtype=self._options['allreduce_grad_dtype'])
+                              allreduce_grad_dtype=self._options['allreduce_grad_dtype'],
+                              settings=self.settings)
         comm.progress = self.progress
         return comm
 

@@ -22,7 +22,7 @@ import types
 from chainermn_torus.errors import ConfigError
 from chainermn_torus.process import STATE
 
-__all__ = ['SETTINGS', 'KINDS', 'Settings', 'resolve', 'current', 'alone', 'install',
+__all__ = ['SETTINGS', 'KINDS', 'Settings', 'resolve', 'current', 'defaults', 'alone', 'install',
            'parse', 'parse_command_line',
            'quiet', 'table', 'add_arguments', 'add_communicator', 'add_option',
            'flags', 'options', 'parse_args', 'option_of']
@@ -519,6 +519,12 @@ def resolve(flags=None, environ=None):
         else:
             values[key] = _from_environment(key, environ)
     return Settings(values)
+
+
+def defaults():
+    """The table's defaults alone, no variable heard: what an object made without the
+    settings handed to it (a class made directly, not by a factory) takes."""
+    return resolve(environ={})
 
 
 def current():

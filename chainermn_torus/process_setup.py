@@ -234,8 +234,8 @@ def _malloc(node):
 def _compute(settings, node):
     return Change('compute', compute.use(
         settings['compute'], settings.source('compute') or 'compute (default)', node.rank,
-        settings['precision'], settings.source('precision') or 'precision (default)'),
-        compute.release)
+        settings['precision'], settings.source('precision') or 'precision (default)',
+        settings['onednn_cache']), compute.release)
 
 
 def _threads(settings, node):

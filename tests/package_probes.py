@@ -5,7 +5,6 @@ import os
 
 from chainermn_torus.algorithms import schedule
 from chainermn_torus.compute.onednn import geometries
-from chainermn_torus.config import parse
 from chainermn_torus.errors import UnsafePath
 from chainermn_torus.process import STATE
 from chainermn_torus.runtime.files import shared_paths
@@ -37,8 +36,7 @@ def calls_of(calls, rank):
 
 def set_onednn_bound(n):
     """Keep at most ``n`` oneDNN geometries from now on (the oldest beyond it dropped)."""
-    geometries._STATS['bound'] = parse('count', n, 'onednn cache bound')
-    geometries._trim()
+    geometries.set_bound(n)
 
 
 def original_of(owner, name):

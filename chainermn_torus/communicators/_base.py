@@ -47,9 +47,9 @@ class TorusCommunicatorBase(interface.Communicator):
     prescaled = False  # True: the packing step multiplies by 1/P (see _reduction)
     shm_purpose = ''   # said in /dev/shm refusals; clone() sets CLONE_PURPOSE
 
-    def __init__(self, mpi_comm=None, grid=None, segment_size=None, allreduce_grad_dtype=None):
-        super().__init__(mpi_comm, segment_size,
-                                                    allreduce_grad_dtype)
+    def __init__(self, mpi_comm=None, grid=None, segment_size=None, allreduce_grad_dtype=None,
+                 settings=None):
+        super().__init__(mpi_comm, segment_size, allreduce_grad_dtype, settings)
         self.grid = None
         if self.uses_grid:
             self.grid = self._make_grid(grid)
@@ -66,7 +66,8 @@ class TorusCommunicatorBase(interface.Communicator):
         if grid is not None:
             shape, reason = parse_grid(grid, self.size), 'grid keyword'
         else:
-            shape, reason = default_grid(self.size, self.intra_size, self.inter_size, uniform)
+            shape, reason = default_grid(self.size, self.intra_size, self.inter_size, uniform,
+                                         self.settings['grid'])
         self.grid_reason = reason
         node_aligned = (uniform and shape[0] == self.intra_size and shape[1] == self.inter_size
                         and self.inter_size > 1)

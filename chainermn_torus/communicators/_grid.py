@@ -58,9 +58,9 @@ def _smallest_prime_factor(p):
     return p
 
 
-def default_grid(size, intra_size, inter_size, node_uniform=True):
-    """Default (M, N) and a short reason, following the rules in the module docstring."""
-    env = config.current()['grid']
+def default_grid(size, intra_size, inter_size, node_uniform=True, env=None):
+    """Default (M, N) and a short reason, following the rules in the module docstring;
+    ``env``: the settings' grid (``CHAINERMN_TORUS_GRID``), handed down."""
     if env:
         return parse_grid(env, size, source='{}={!r}'.format(GRID_ENV, env)), 'from ' + GRID_ENV
     if intra_size > 1 and node_uniform and intra_size * inter_size == size:

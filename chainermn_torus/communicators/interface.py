@@ -40,16 +40,21 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
     name = None                              # the factory's name
     capabilities = _capabilities.OURS        # what callers may ask (capabilities.py)
 
-    def __init__(self, mpi_comm=None, segment_size=None, allreduce_grad_dtype=None):
+    def __init__(self, mpi_comm=None, segment_size=None, allreduce_grad_dtype=None,
+                 settings=None):
         if mpi_comm is None:
             mpi_comm = MPI.COMM_WORLD
         super().__init__(mpi_comm)  # a collective: init_ranks
+        # The process's settings, handed down by the factory (process_setup.init); a class
+        # made directly takes the table's defaults.
+        self.settings = config.defaults() if settings is None else settings
         # What split() and clone() make again: every option the constructor was given.
         self._options = {'segment_size': segment_size,
-                         'allreduce_grad_dtype': allreduce_grad_dtype}
-        # segment_size, else CHAINERMN_TORUS_SEGMENT_BYTES, else 4 MiB (see config)
-        self.segment_bytes = config.current().pick('segment_bytes', segment_size,
-                                                     'segment_size')[0]
+                         'allreduce_grad_dtype': allreduce_grad_dtype,
+                         'settings': self.settings}
+        # segment_size, else the settings' (CHAINERMN_TORUS_SEGMENT_BYTES, else 4 MiB)
+        self.segment_bytes = self.settings.pick('segment_bytes', segment_size,
+                                                'segment_size')[0]
         with self.config_scope():  # get_config() lists it, as for ChainerMN's pure_nccl
             self.allreduce_grad_dtype = _dtypes.checked(allreduce_grad_dtype)
         self.progress = BLOCKING  # how collectives are waited for (see _progress)

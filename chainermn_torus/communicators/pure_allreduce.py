@@ -15,9 +15,10 @@ class PureAllreduceCommunicator(TorusCommunicatorBase):
     name = 'pure_allreduce'
     prescaled = True
 
-    def __init__(self, mpi_comm=None, segment_size=None, allreduce_grad_dtype=None):
-        super().__init__(
-            mpi_comm, segment_size=segment_size, allreduce_grad_dtype=allreduce_grad_dtype)
+    def __init__(self, mpi_comm=None, segment_size=None, allreduce_grad_dtype=None,
+                 settings=None):
+        super().__init__(mpi_comm, segment_size=segment_size,
+                         allreduce_grad_dtype=allreduce_grad_dtype, settings=settings)
 
     def _mean_segment(self, buf, lo, hi, src):
         # Packed and already multiplied by 1/P: the sum is the mean.

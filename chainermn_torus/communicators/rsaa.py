@@ -89,9 +89,9 @@ class RsaaCommunicator(TorusCommunicatorBase):
     variant = 'rsaa'  # the variant it runs (algorithms.variants), 'shm' once _setup_shm says
 
     def __init__(self, mpi_comm=None, grid=None, segment_size=None, allreduce_grad_dtype=None,
-                 shm=None):
+                 shm=None, settings=None):
         super().__init__(mpi_comm, grid=grid, segment_size=segment_size,
-                                               allreduce_grad_dtype=allreduce_grad_dtype)
+                         allreduce_grad_dtype=allreduce_grad_dtype, settings=settings)
         self._setup_shm(shm)
 
     # --- the algorithm: phases 1-3 of one segment ----------------------------------------

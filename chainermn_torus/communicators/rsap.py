@@ -46,10 +46,11 @@ class RsapCommunicator(RsaaCommunicator):
     variant = 'rsap'
 
     def __init__(self, mpi_comm=None, grid=None, segment_size=None, allreduce_grad_dtype=None,
-                 shm=None, sync=None, reduce_scatter=None):
+                 shm=None, sync=None, reduce_scatter=None, settings=None):
         # Not rsaa's __init__: its shm default is resolved below, knowing the modes.
         super(RsaaCommunicator, self).__init__(mpi_comm, grid=grid, segment_size=segment_size,
-                                               allreduce_grad_dtype=allreduce_grad_dtype)
+                                               allreduce_grad_dtype=allreduce_grad_dtype,
+                                               settings=settings)
         self.sync = _choice('sync', sync, tuple(SYNCS), DEFAULT_SYNC)
         self.reduce_scatter_mode = _choice('reduce_scatter', reduce_scatter,
                                            tuple(REDUCE_SCATTERS), DEFAULT_REDUCE_SCATTER)

@@ -38,21 +38,23 @@ def set_precision(precision, source='precision'):
 
 
 def use(mode='auto', source='compute', rank=None, precision=None,
-        precision_source='precision'):
+        precision_source='precision', cache_bound=None):
     """Put Chainer's heavy layers on oneDNN or numpy for this process, computing in
     ``precision`` ('fp32' or 'bf16'; None: ``CHAINERMN_TORUS_PRECISION``, else fp32);
     returns the mode in force ('onednn' or 'numpy'). Rank 0 says which, once per change.
-    bf16 is refused without oneDNN or on a CPU without bfloat16 instructions."""
+    bf16 is refused without oneDNN or on a CPU without bfloat16 instructions. The settings'
+    values are handed in (``process_setup``): ``precision`` None is fp32, ``cache_bound``
+    the oneDNN geometries kept (None: the table's default)."""
     mode = config.parse('compute', mode, source)
     if precision is None:
-        precision, given = config.current().pick('precision')
-        precision_source = given or 'precision (default)'
+        precision, precision_source = 'fp32', 'precision (default)'
     precision = config.parse('precision', precision, precision_source)
     if precision == 'bf16' and mode == 'auto' and not binding.available():
         raise Unsupported('chainermn_torus: {}=bf16 needs oneDNN, and {}'.format(
             precision_source, binding.why_unavailable()))
     low.check(precision, mode, precision_source)
-    geometries.bound()  # CHAINERMN_TORUS_ONEDNN_CACHE: a bad value refused now, not later
+    if cache_bound is not None:
+        geometries.set_bound(cache_bound)
     before = modes.applied(), modes.precision()
     modes.set_precision(precision)
     if mode == 'numpy' or (mode == 'auto' and not binding.available()):

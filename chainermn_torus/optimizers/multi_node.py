@@ -28,6 +28,7 @@ import sys
 import chainer
 import numpy
 
+from chainermn_torus import config
 from chainermn_torus.communicators import _packing
 from chainermn_torus.errors import ConfigError
 from chainermn_torus.extensions.replicas import check_replicas as _check_replicas
@@ -44,7 +45,8 @@ __all__ = ['make', 'MultiNodeOptimizer', 'is_multi_node']
 def make(actual_optimizer, communicator, double_buffering=False, zero_fill=True, fused=False,
          flush_denormals=False, check_finite=False,
          background_poll=update_modes.BACKGROUND_POLL_S, check_replicas=None,
-         overlap=False, bucket_bytes=None, on_first_update=None, type_check=None):
+         overlap=False, bucket_bytes=None, on_first_update=None, type_check=None,
+         settings=None, chainer_type_check=None):
     """Wrap a Chainer optimizer for data-parallel training (what
     ``chainermn_torus.create_multi_node_optimizer`` makes; its options checked here).
 
@@ -89,13 +91,16 @@ def make(actual_optimizer, communicator, double_buffering=False, zero_fill=True,
             or N steps, then off (default ``$CHAINERMN_TORUS_TYPE_CHECK`` or 1; type_checks).
     """
     _check_options(check_replicas, fused, overlap, double_buffering)
-    checks = type_checks_mod.TypeChecks(type_check, communicator.rank)
+    settings = config.defaults() if settings is None else settings
+    checks = type_checks_mod.TypeChecks(type_check, communicator.rank, settings,
+                                        chainer_type_check)
     _fuse(actual_optimizer, fused, flush_denormals, communicator.rank)
     # The process's flush-to-zero and the watchdog are process_setup.init's, by the factory
     # (create_multi_node_optimizer): this marks the communicator on the watchdog running.
     dog = watchdog_mod.mark(communicator)
     if overlap:
-        mode = update_modes.Overlap(communicator, zero_fill, bucket_bytes, background_poll)
+        mode = update_modes.Overlap(communicator, zero_fill, settings.pick(
+            'bucket_bytes', bucket_bytes, 'bucket_bytes')[0], background_poll)
     elif double_buffering:
         mode = update_modes.DoubleBuffering(communicator, background_poll)
     else:

@@ -17,7 +17,6 @@ and everything else keep Chainer's setting, and no number changes (the checks on
 process and wins: it is followed as ``off``/``on``.
 """
 import contextlib
-import os
 
 import chainer
 
@@ -30,9 +29,12 @@ __all__ = ['TypeChecks']
 class TypeChecks:
     """Whether step ``i`` (from 0) of one optimizer runs its forward with Chainer's checks."""
 
-    def __init__(self, given=None, rank=0):
-        self.setting, self.source = config.current().pick('type_check', given, 'type_check')
-        chainer_own = os.environ.get('CHAINER_TYPE_CHECK', '').strip()
+    def __init__(self, given=None, rank=0, settings=None, chainer_own=None):
+        """``settings``: the process's, handed down (None: the table's defaults);
+        ``chainer_own``: Chainer's ``CHAINER_TYPE_CHECK``, read by the entry point."""
+        settings = config.defaults() if settings is None else settings
+        self.setting, self.source = settings.pick('type_check', given, 'type_check')
+        chainer_own = (chainer_own or '').strip()
         if chainer_own in ('0', '1') and given is None:
             self.setting, self.source = ('on' if chainer_own == '1' else 'off',
                                          'CHAINER_TYPE_CHECK')

@@ -20,7 +20,7 @@ import chainer
 import numpy
 from mpi4py import MPI
 
-from chainermn_torus import communicators, config
+from chainermn_torus import communicators
 from chainermn_torus.communicators import _packing, capabilities
 from chainermn_torus.errors import ConfigError, Unsupported
 from chainermn_torus.optimizers import fpenv, overlap as _overlap
@@ -229,9 +229,8 @@ class Overlap(Synchronous):
                               'laid out before backward, so a parameter without a gradient '
                               'travels as zeros')
         require_thread_multiple('overlap')
-        size = config.current().pick('bucket_bytes', bucket_bytes, 'bucket_bytes')[0]
         self.state = _overlap.OverlapState(
-            communicator, background_communicator(communicator, background_poll), size)
+            communicator, background_communicator(communicator, background_poll), bucket_bytes)
         self.order = None  # the order backward finished the gradients in, this step
 
     def backward(self, opt, loss):

@@ -1,12 +1,11 @@
 """Where a job's network figures come from, identical on every rank, in this order: the
-``network`` option (a preset name, a file written by ``chainermn-torus calibrate``, or a
-``planner.Network`` itself); ``$CHAINERMN_TORUS_NETWORK``; the default file
-``~/.config/chainermn-torus/network.json``; otherwise a short measurement at start-up
-(ping-pong between rank 0 and a rank on another node, a few seconds at most), broadcast from
-rank 0 so every rank plans with the same numbers."""
+``network`` given (a preset name, a file written by ``chainermn-torus calibrate``, or a
+``planner.Network`` itself; the caller resolves ``$CHAINERMN_TORUS_NETWORK`` into it); the
+default file ``~/.config/chainermn-torus/network.json``; otherwise a short measurement at
+start-up (ping-pong between rank 0 and a rank on another node, a few seconds at most),
+broadcast from rank 0 so every rank plans with the same numbers."""
 import os
 
-from chainermn_torus import config
 from chainermn_torus.planning import planner
 from chainermn_torus.planning.calibrate import calibrate
 
@@ -14,10 +13,11 @@ __all__ = ['job_network']
 
 
 def job_network(mpi_comm, network=None, measure_timeout=10.0):
-    """(Network, where it came from), identical on every rank (collective when measured)."""
+    """(Network, where it came from), identical on every rank (collective when measured);
+    ``network``: a Network, or the name or file the settings gave (resolved by the caller)."""
     if isinstance(network, planner.Network):
         return network, 'given: {}'.format(network.name)
-    choice = config.current().pick('network', network)[0]
+    choice = network
     if choice:
         return planner.load_network(choice), 'network {!r}'.format(choice)
     if os.path.lexists(planner.DEFAULT_NETWORK_FILE):

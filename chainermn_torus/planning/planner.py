@@ -106,7 +106,7 @@ PRESETS = {
 def load_network(name_or_path=None):
     """A preset by name, a JSON file written by ``calibrate``, or the default file."""
     if not name_or_path:
-        name_or_path = config.current()['network'] or DEFAULT_NETWORK_FILE
+        name_or_path = DEFAULT_NETWORK_FILE
     if name_or_path in PRESETS:
         return PRESETS[name_or_path]
     if not os.path.lexists(name_or_path):

@@ -74,12 +74,13 @@ class Key(dict):
                                           os.getuid() if uid is None else uid)
 
 
-def folder(given=None):
-    where = config.current().pick('tune_dir', given, 'tune_dir')[0]
-    if where:
-        return where
-    cache = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'),
-                                                             '.cache')
+def folder(given=None, cache_home=None):
+    """``given`` (the settings' tune_dir, resolved by the caller), else
+    ``cache_home``/chainermn-torus/tuned (``$XDG_CACHE_HOME``, read by the entry point, else
+    ~/.cache)."""
+    if given:
+        return given
+    cache = cache_home or os.path.join(os.path.expanduser('~'), '.cache')
     return os.path.join(cache, 'chainermn-torus', 'tuned')
 
 

@@ -1,7 +1,6 @@
 import pytest
 
 from chainermn_torus.communicators._grid import GRID_ENV, default_grid, parse_grid
-from conftest import settings_again
 
 
 @pytest.mark.parametrize('value,size,expected', [
@@ -42,10 +41,8 @@ def test_default_grid_uneven_nodes_fall_back(monkeypatch):
     assert default_grid(6, 4, 2, node_uniform=False)[0] == (2, 3)
 
 
-def test_environment_variable_sets_and_is_checked(monkeypatch):
-    monkeypatch.setenv(GRID_ENV, '2x4')
-    assert default_grid(8, 8, 1) == ((2, 4), 'from ' + GRID_ENV)
-    monkeypatch.setenv(GRID_ENV, '3x3')
-    settings_again()
+def test_environment_variable_sets_and_is_checked():
+    # the settings' value, handed down by the communicator (its settings['grid'])
+    assert default_grid(8, 8, 1, env='2x4') == ((2, 4), 'from ' + GRID_ENV)
     with pytest.raises(ValueError, match=GRID_ENV):
-        default_grid(8, 8, 1)
+        default_grid(8, 8, 1, env='3x3')

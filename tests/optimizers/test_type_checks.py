@@ -70,7 +70,7 @@ def test_chainer_own_variable_wins_and_the_keyword_wins_over_it(monkeypatch):
     assert seen == [True] * 3
     _, seen = _train(2, monkeypatch, 'on', env={'CHAINER_TYPE_CHECK': '1'})
     assert seen == [True, True]
-    assert type_checks.TypeChecks().source == 'CHAINER_TYPE_CHECK'
+    assert type_checks.TypeChecks(chainer_own='1').source == 'CHAINER_TYPE_CHECK'
 
 
 def test_a_shape_error_of_the_first_step_is_chainers_own():
@@ -87,7 +87,7 @@ def test_a_shape_error_of_the_first_step_is_chainers_own():
 def test_bad_values_are_refused_naming_what_is_allowed(monkeypatch, raw):
     monkeypatch.setenv('CHAINERMN_TORUS_TYPE_CHECK', raw)
     with pytest.raises(ValueError) as e:
-        type_checks.TypeChecks()
+        type_checks.TypeChecks(settings=config.resolve())  # what the entry point resolves
     assert str(e.value) == ("chainermn_torus: CHAINERMN_TORUS_TYPE_CHECK must be on, off or a "
                             'step count >= 1 (checked on the first N steps), got {!r}'.format(raw))
     monkeypatch.delenv('CHAINERMN_TORUS_TYPE_CHECK')

@@ -25,17 +25,24 @@ import collections
 from chainermn_torus import config
 from chainermn_torus.runtime.cpu import threads
 
-__all__ = ['cached', 'bound', 'clear', 'stats']
+__all__ = ['cached', 'bound', 'set_bound', 'clear', 'stats']
 
 _KEPT = collections.OrderedDict()        # (kind, key) -> object, least recently used first
 _STATS = {'made': 0, 'reused': 0, 'dropped': 0, 'bound': None, 'threads': None}
 
 
 def bound():
-    """How many geometries are kept (``CHAINERMN_TORUS_ONEDNN_CACHE``, read once)."""
+    """How many geometries are kept: what ``set_bound`` was told (``compute.use``, with
+    the settings' ``CHAINERMN_TORUS_ONEDNN_CACHE``), else the table's default."""
     if _STATS['bound'] is None:
-        _STATS['bound'] = config.current()['onednn_cache']
+        _STATS['bound'] = config.SETTINGS['onednn_cache'].default
     return _STATS['bound']
+
+
+def set_bound(n):
+    """Keep at most ``n`` geometries from now on (the oldest beyond it dropped)."""
+    _STATS['bound'] = config.parse('count', n, 'onednn cache bound')
+    _trim()
 
 
 def _trim():
