@@ -107,7 +107,8 @@ if CASE == 'optimizer':
     chainermn.create_multi_node_optimizer(chainer.optimizers.Adam(), comm,
                                           flush_denormals=True)
 say('after', state())
-done = chainermn_torus.process_setup.setup()
+setup = getattr(chainermn_torus.process_setup, 'setup', None)  # None: a tree before init()
+done = setup() if setup is not None else None
 if done is not None:
     done.undo()
 say('undone', state())
