@@ -2,7 +2,8 @@
 rank's process, on 2 ranks, for the package of TREE (default: this checkout), by
 tests/mpi_workers/process_probe.py (this checkout's probe, run against TREE's package): the
 state read before and after import (also with a watchdog set), naive, rsap and the optimizer,
-and at a launched script's first line against a plain one's. Prints one line per case; --json writes them."""
+and at a launched script's first line against a plain one's. Prints one line per case;
+--json writes them."""
 import argparse
 import json
 import os
