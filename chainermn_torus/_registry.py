@@ -22,7 +22,7 @@ import types
 import chainermn
 import chainermn.communicators
 
-from chainermn_torus import communicators, config, process_setup
+from chainermn_torus import command_line, communicators, process_setup
 from chainermn_torus.algorithms import variants
 from chainermn_torus.errors import ConfigError
 from chainermn_torus.process import STATE
@@ -67,7 +67,7 @@ def valid_names():
     return names() + CHAINERMN_NAMES
 
 
-config.set_communicator_names(valid_names)  # for --communicator on every command line
+command_line.set_communicator_names(valid_names)  # for --communicator on every command line
 
 
 def communicator_class(name):

@@ -157,7 +157,7 @@ class AutoCommunicator(Communicator):
     def clone(self, poll_interval=None):
         # The same figures (not measured again) and the same choices tuned in this job.
         twin = AutoCommunicator(mpi_comm=self.mpi_comm.Dup(),
-                                **dict(self._options, network=self.network,
+                                **dict(self.remade_options(), network=self.network,
                                        _remembered=self.tuning.remembered))
         twin.tuning.settings = twin.tuning.settings._replace(
             network_source=self.network_source)

@@ -126,7 +126,7 @@ def init(mpi_comm=None, flags=None, ours=True, later=(), flush_denormals=False,
 
     Collective over ``mpi_comm`` (an mpi4py communicator, default COMM_WORLD: the one a
     communicator is being made on). ``flags``: {setting: (value, option)}, an entry point's
-    command line (``config.parse_command_line``), over the variables, for the process's
+    command line (``command_line.parse_command_line``), over the variables, for the process's
     settings where none are yet (the launcher installs its own); resolved after the abort
     hook, so a bad value ends the job in one line. ``ours``: every step (this package's
     communicators and optimizer, the launcher, a script's own call); False: only what a

@@ -17,7 +17,7 @@ import time
 import traceback
 
 import chainermn_torus  # noqa: F401 registered with ChainerMN before the script runs
-from chainermn_torus import config, launch
+from chainermn_torus import command_line, config, launch
 from chainermn_torus.algorithms.variants import check_grid_option
 from chainermn_torus.errors import ConfigError, Refusal, Unsupported
 from chainermn_torus.launch import gpu_to_cpu
@@ -34,7 +34,7 @@ def build_parser():
         allow_abbrev=False,
         description='Run a Chainer/ChainerMN script with the chainermn-torus communicators '
                     'registered (and optionally forced).')
-    config.add_arguments(parser, communicator=None, threads=True, segment_size=True)
+    command_line.add_arguments(parser, communicator=None, threads=True, segment_size=True)
     launch.add_arguments(parser)
     parser.add_argument('--gpu-calls', action='store_true',
                         help='list the GPU calls the script makes (its source, and the modules '
@@ -52,7 +52,7 @@ def main(argv=None):
         if not os.path.isfile(opts.script):
             raise ConfigError('script not found: {}'.format(opts.script))
         if opts.gpu_calls:  # a reading of its source: nothing starts
-            known = config.resolve(config.flags(parser, opts))
+            known = config.resolve(command_line.flags(parser, opts))
             extra, source = known['gpu_to_cpu_paths'], known.source('gpu_to_cpu_paths')
             trusted = known['trust_gpu_to_cpu_paths']
             print('\n'.join(gpu_to_cpu.listing(opts.script, gpu_to_cpu.paths(

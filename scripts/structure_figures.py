@@ -364,7 +364,7 @@ def _to_add(tree_dir, package):
     come on top and are not counted."""
     sys.path.insert(0, tree_dir)
     try:
-        from chainermn_torus import config
+        from chainermn_torus import settings_table
         from chainermn_torus import communicators
         from chainermn_torus.algorithms import variants
     finally:
@@ -381,9 +381,10 @@ def _to_add(tree_dir, package):
                          ['chainermn_torus/communicators/<name>.py (its class)',
                           'chainermn_torus/algorithms/variants.py (its registration)']),
         'launcher option': (
-            [set(config.SETTINGS), {config.option_of(k) for k in config.SETTINGS},
-             {s.env for s in config.SETTINGS.values()}],
-            ['chainermn_torus/config.py (its row)', '(the module that applies it)']),
+            [set(settings_table.SETTINGS),
+             {settings_table.option_of(k) for k in settings_table.SETTINGS},
+             {s.env for s in settings_table.SETTINGS.values()}],
+            ['chainermn_torus/settings_table.py (its row)', '(the module that applies it)']),
         'onednn function': (
             [{n[:-3] for n in os.listdir(functions)
               if n.endswith('.py') and n not in ('__init__.py', 'common.py')},
@@ -519,20 +520,30 @@ def _style_findings(tree):
     return dict(sorted(counts.items()))
 
 
+def _table_module(tree):
+    """The module of ``tree`` that holds the settings' rows: settings_table.py, or
+    config.py in a tree from before the split."""
+    split = os.path.join(tree, 'chainermn_torus', 'settings_table.py')
+    return split if os.path.exists(split) else os.path.join(tree, 'chainermn_torus',
+                                                             'config.py')
+
+
 def _row_options(tree):
-    """The options of the settings rows of ``tree``'s config.py, read from its text."""
-    with open(os.path.join(tree, 'chainermn_torus', 'config.py')) as f:
+    """The options of the settings rows of ``tree``'s table, read from its text."""
+    with open(_table_module(tree)) as f:
         keys = re.findall(r"^    \('([a-z0-9_]+)', Setting\(", f.read(), re.M)
     return {'--' + k.replace('_', '-') for k in keys} | {'--segment-size'}
 
 
 def _option_sites(tree):
-    """``path:line --option`` of each add_argument of a row's option outside config.py."""
+    """``path:line --option`` of each add_argument of a row's option outside the modules
+    that declare them (config.py before the split, command_line.py after)."""
     options, out = _row_options(tree), []
     for top in ('chainermn_torus', 'examples', 'scripts'):
         for path in _py_files(os.path.join(tree, top)):
             rel = os.path.relpath(path, tree)
-            if rel == os.path.join('chainermn_torus', 'config.py'):
+            if rel in (os.path.join('chainermn_torus', 'config.py'),
+                       os.path.join('chainermn_torus', 'command_line.py')):
                 continue
             with open(path) as f:
                 parsed = ast.parse(f.read())
@@ -558,7 +569,7 @@ def figures(tree):
         names.setdefault(os.path.basename(path), []).append(rel)
         parsed = ast.parse(text)
         patch_calls += _patch_calls(parsed, rel)
-        if rel != 'config.py':
+        if rel not in ('config.py', 'command_line.py'):
             settings_reads += _settings_reads(parsed, rel)
         effects += _process_effects(parsed, rel)
         frames += _frame_reads(text, rel)

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from chainermn_torus import config
+from chainermn_torus import command_line, config, settings_table
 from chainermn_torus.errors import ConfigError, UnsafePath
 from chainermn_torus.process import STATE
 from chainermn_torus.tools import cli
@@ -36,17 +36,17 @@ VALID = {
 
 
 def _two_values(kind):
-    names = config.KINDS[kind].names
+    names = settings_table.KINDS[kind].names
     return names[:2] if names else VALID[kind]
 
 
-@pytest.mark.parametrize('key', list(config.SETTINGS))
+@pytest.mark.parametrize('key', list(settings_table.SETTINGS))
 def test_every_row_takes_its_flag_over_its_variable_over_its_default(key):
-    s = config.SETTINGS[key]
+    s = settings_table.SETTINGS[key]
     flag, variable = _two_values(s.kind)
-    parse = config.KINDS[s.kind].parse
+    parse = settings_table.KINDS[s.kind].parse
     assert parse(flag) != parse(variable), (key, 'the two values must differ')
-    option = config.option_of(key)
+    option = settings_table.option_of(key)
     environ = {s.env: variable}
     # default
     default = config.resolve(environ={})
@@ -99,7 +99,7 @@ def test_before_the_first_read_a_script_s_own_variable_is_heard(monkeypatch):
 ])
 def test_bad_environment_values_name_the_variable_and_what_is_allowed(monkeypatch, key, raw,
                                                                         fragment):
-    var = config.SETTINGS[key].env
+    var = settings_table.SETTINGS[key].env
     monkeypatch.setenv(var, raw)
     with pytest.raises(ValueError) as e:
         config.resolve()
@@ -121,7 +121,7 @@ def test_flags_and_off(monkeypatch):
 def test_no_module_reads_a_variable_outside_the_table():
     # Every CHAINERMN_TORUS_* name in the package is one of the table's.
     import re
-    known = {s.env for s in config.SETTINGS.values()}
+    known = {s.env for s in settings_table.SETTINGS.values()}
     for base, _, files in os.walk(os.path.join(ROOT, 'chainermn_torus')):
         for name in files:
             if name.endswith('.py'):
@@ -133,13 +133,13 @@ def test_no_module_reads_a_variable_outside_the_table():
 def test_docs_list_the_table(capsys):
     assert cli.main(['config']) == 0
     printed = capsys.readouterr().out.strip()
-    assert printed == config.table()
-    assert config.table() in open(os.path.join(ROOT, 'docs', 'communicators.md')).read()
+    assert printed == settings_table.table()
+    assert settings_table.table() in open(os.path.join(ROOT, 'docs', 'communicators.md')).read()
 
 
 def test_shared_arguments_validate_once(capsys):
     parser = argparse.ArgumentParser()
-    config.add_arguments(parser, communicator='rsap', segment_size=True)
+    command_line.add_arguments(parser, communicator='rsap', segment_size=True)
     args = parser.parse_args(['--grid', '2x2', '--threads', '4', '--segment-size', '0'])
     assert (args.communicator, args.grid, args.threads, args.segment_size) == \
         ('rsap', '2x2', 4, 0)
@@ -153,13 +153,13 @@ def test_shared_arguments_validate_once(capsys):
         assert fragment in capsys.readouterr().err
 
 
-@pytest.mark.parametrize('key', sorted(config.SETTINGS))
+@pytest.mark.parametrize('key', sorted(settings_table.SETTINGS))
 @pytest.mark.parametrize('empty', ['', ' ', '\t'])
 def test_a_variable_set_to_nothing_is_unset_whatever_its_kind(key, empty, monkeypatch):
     # An empty flag once switched its feature on (DOUBLE_BUFFERING= trained on stale
     # gradients) where an empty number meant unset: now every kind means unset.
-    monkeypatch.setenv(config.SETTINGS[key].env, empty)
-    assert config.resolve().pick(key) == (config.SETTINGS[key].default, None)
+    monkeypatch.setenv(settings_table.SETTINGS[key].env, empty)
+    assert config.resolve().pick(key) == (settings_table.SETTINGS[key].default, None)
 
 
 @pytest.mark.parametrize('value', ['inf', '1e300', 'nan', '-1', '0'])
@@ -167,24 +167,24 @@ def test_seconds_are_finite_and_at_most_a_year(monkeypatch, value):
     # inf and 1e300 overflowed the watchdog's clocks: a 31-41-line OverflowError, the board
     # file left in /dev/shm.
     for key in ('watchdog', 'watchdog_startup'):
-        monkeypatch.setenv(config.SETTINGS[key].env, value)
+        monkeypatch.setenv(settings_table.SETTINGS[key].env, value)
         with pytest.raises(ConfigError) as e:
             config.resolve()
         assert 'and at most 31536000 (a year), got {!r}'.format(
             value) in str(e.value)
-    assert config.parse('seconds', '31536000', 'x') == 31536000.0
+    assert settings_table.parse('seconds', '31536000', 'x') == 31536000.0
 
 
 def test_a_watchdog_under_its_floor_is_refused_not_a_false_alarm(monkeypatch):
     # Before: CHAINERMN_TORUS_WATCHDOG=1e-9 was accepted, and a healthy job got a stall
     # verdict (its watcher woke every 0.25 ns) and a traceback at exit.
     for key in ('watchdog', 'watchdog_startup'):
-        monkeypatch.setenv(config.SETTINGS[key].env, '1e-9')
+        monkeypatch.setenv(settings_table.SETTINGS[key].env, '1e-9')
         with pytest.raises(ConfigError) as e:
             config.resolve()
         assert 'must be a number of seconds >= 1 (the watcher wakes once a second)' in \
             str(e.value) and "got '1e-9'" in str(e.value), str(e.value)
-        monkeypatch.setenv(config.SETTINGS[key].env, '1')
+        monkeypatch.setenv(settings_table.SETTINGS[key].env, '1')
         assert config.resolve()[key] == 1.0
 
 
@@ -212,3 +212,36 @@ def test_a_network_file_that_cannot_be_read_is_one_line(shared_dir):
     with pytest.raises(UnsafePath) as e:
         planner.load_network(str(link))
     assert 'refusing the network file {}: it is a symbolic link'.format(link) in str(e.value)
+
+
+# The folders below the entry points: their settings arrive as arguments (issue 83's item 2).
+HANDED_DOWN = ('communicators', 'optimizers', 'algorithms', 'compute', 'datasets', 'loader',
+               'extensions', 'planning', 'tuning', 'simulation')
+# What these folders do with the environment that is not reading a setting, each with why:
+ENVIRONMENT_USES = {
+    # libgomp reads its spin count when it loads: set before it, unless the user chose one
+    'compute/onednn/binding.py': 3,
+    # the loader's children must not start MPI: set around their start, then put back
+    'loader/iterator.py': 4,
+    # the SimGrid player's child gets this process's environment with the folder found
+    'simulation/simulate.py': 2,
+}
+
+
+def test_no_module_below_the_entry_points_reads_the_settings_or_the_environment():
+    import ast
+    package = os.path.join(ROOT, 'chainermn_torus')
+    reads, environment = [], {}
+    for folder in HANDED_DOWN:
+        for base, _, names in os.walk(os.path.join(package, folder)):
+            for name in (n for n in names if n.endswith('.py')):
+                path = os.path.join(base, name)
+                rel = os.path.relpath(path, package)
+                for node in ast.walk(ast.parse(open(path).read())):
+                    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                        if node.value.id == 'config' and node.attr in ('current', 'alone'):
+                            reads.append('{}:{}'.format(rel, node.lineno))
+                        if node.value.id == 'os' and node.attr in ('environ', 'getenv'):
+                            environment[rel] = environment.get(rel, 0) + 1
+    assert reads == [], 'hand these settings down from the entry point'
+    assert environment == ENVIRONMENT_USES, environment

@@ -80,7 +80,7 @@ def test_every_measurement_file_a_page_cites_exists():
 
 
 def test_the_readmes_option_table_names_every_launcher_option():
-    # The table is written by hand; every row of config.SETTINGS with a launcher target must
+    # The table is written by hand; every row of settings_table.SETTINGS with a launcher target must
     # be in it (three were missing once: --tune-dir, --keep-freed-memory, --gpu-to-cpu-paths).
     with open(os.path.join(ROOT, 'README.md')) as f:
         rows = '\n'.join(line for line in f.read().splitlines() if line.startswith('| `--'))

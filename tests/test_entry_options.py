@@ -1,5 +1,5 @@
-"""Every entry point declares its settings' options from their rows (config.add_option) and
-fills in what its command line left by the one precedence (config.options): the flag, else
+"""Every entry point declares its settings' options from their rows (command_line.add_option) and
+fills in what its command line left by the one precedence (command_line.options): the flag, else
 the variable, else the entry point's own default, else the row's."""
 import argparse
 import ast
@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from chainermn_torus import config
+from chainermn_torus import command_line, settings_table
 from chainermn_torus.process import STATE
 from chainermn_torus.tools import topology
 from conftest import ROOT
@@ -40,8 +40,8 @@ DECLARES = ('add_option', 'add_arguments')
 
 
 def _row_options():
-    options = {config.option_of(key): key for key in config.SETTINGS}
-    options['--segment-size'] = 'segment_bytes'  # config.add_arguments' spelling
+    options = {settings_table.option_of(key): key for key in settings_table.SETTINGS}
+    options['--segment-size'] = 'segment_bytes'  # command_line.add_arguments' spelling
     return options
 
 
@@ -57,7 +57,7 @@ def _sources():
 def test_no_entry_point_spells_a_rows_option_itself():
     rows, found = _row_options(), []
     for path, tree in _sources():
-        if path == 'chainermn_torus/config.py':
+        if path == 'chainermn_torus/command_line.py':
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and getattr(node.func, 'attr', None) == \
@@ -66,7 +66,7 @@ def test_no_entry_point_spells_a_rows_option_itself():
                     if isinstance(arg, ast.Constant) and arg.value in rows and \
                             (path, arg.value) not in OTHER_MEANINGS:
                         found.append('{}:{} {}'.format(path, node.lineno, arg.value))
-    assert found == [], 'declare these with config.add_option (or say why not here)'
+    assert found == [], 'declare these with command_line.add_option (or say why not here)'
     assert len(OTHER_MEANINGS) == 7  # the stated exceptions, each still there:
     text = {path: open(os.path.join(ROOT, path)).read() for path, _ in OTHER_MEANINGS}
     for path, option in OTHER_MEANINGS:
@@ -78,12 +78,12 @@ def test_every_entry_point_that_declares_settings_fills_them_in():
     for path, tree in _sources():
         calls = {getattr(n.func, 'attr', None) for n in ast.walk(tree)
                  if isinstance(n, ast.Call)}
-        if not calls & set(DECLARES) or path == 'chainermn_torus/config.py' or \
+        if not calls & set(DECLARES) or path == 'chainermn_torus/command_line.py' or \
                 path in RESOLVED_ELSEWHERE:
             continue
         source = ast.unparse(tree)
-        if not any(call in source for call in ('config.options(', 'config.parse_args(',
-                                                'config.parse_command_line(')):
+        if not any(call in source for call in ('command_line.options(', 'command_line.parse_args(',
+                                                'command_line.parse_command_line(')):
             missing.append(path)
     assert missing == []
 
@@ -91,24 +91,24 @@ def test_every_entry_point_that_declares_settings_fills_them_in():
 @pytest.fixture
 def fresh(monkeypatch):
     monkeypatch.setattr(STATE, 'settings', None)
-    for s in config.SETTINGS.values():
+    for s in settings_table.SETTINGS.values():
         monkeypatch.delenv(s.env, raising=False)
     return monkeypatch
 
 
 def _parser():
     p = argparse.ArgumentParser()
-    config.add_option(p, 'loader_processes', default=3, aliases=('-j',))
-    config.add_option(p, 'flush_denormals', dest='ftz', default=True)
-    config.add_option(p, 'fused')
-    config.add_option(p, 'threads', default=[1, 2], nargs='+', counts=True)
-    config.add_option(p, 'grid', nargs='*')
+    command_line.add_option(p, 'loader_processes', default=3, aliases=('-j',))
+    command_line.add_option(p, 'flush_denormals', dest='ftz', default=True)
+    command_line.add_option(p, 'fused')
+    command_line.add_option(p, 'threads', default=[1, 2], nargs='+', counts=True)
+    command_line.add_option(p, 'grid', nargs='*')
     return p
 
 
 def test_flag_over_variable_over_entry_default_over_row_default(fresh):
     p = _parser()
-    args = config.parse_args(p, [])
+    args = command_line.parse_args(p, [])
     assert (args.loader_processes, args.ftz, args.fused, args.threads, args.grid) == \
         (3, True, 'auto', [1, 2], None)
     fresh.setenv('CHAINERMN_TORUS_LOADER_PROCESSES', '5')
@@ -118,16 +118,16 @@ def test_flag_over_variable_over_entry_default_over_row_default(fresh):
     fresh.setenv('CHAINERMN_TORUS_GRID', '2x2')
     args = argparse.Namespace()
     p.parse_args([], args)
-    said = config.options(p, args)
+    said = command_line.options(p, args)
     assert (args.loader_processes, args.ftz, args.fused, args.threads, args.grid) == \
         (5, False, False, [4], ['2x2'])
     assert said['loader_processes'] == (5, 'CHAINERMN_TORUS_LOADER_PROCESSES')
-    args = config.parse_args(p, ['-j', '7', '--flush-denormals', '--fused', '--threads', '1',
+    args = command_line.parse_args(p, ['-j', '7', '--flush-denormals', '--fused', '--threads', '1',
                                  '8', '--grid', '1x4'])
     assert (args.loader_processes, args.ftz, args.fused, args.threads, args.grid) == \
         (7, True, True, [1, 8], ['1x4'])
-    assert config.parse_args(p, ['--no-fused']).fused is False
-    assert config.parse_args(p, ['--fused', 'auto']).fused == 'auto'
+    assert command_line.parse_args(p, ['--no-fused']).fused is False
+    assert command_line.parse_args(p, ['--fused', 'auto']).fused == 'auto'
 
 
 def test_a_variable_passes_the_options_own_checks(fresh, capsys):
@@ -135,14 +135,14 @@ def test_a_variable_passes_the_options_own_checks(fresh, capsys):
     # option would refuse it, naming the variable.
     fresh.setenv('CHAINERMN_TORUS_THREADS', 'off')
     with pytest.raises(SystemExit) as e:
-        config.parse_args(_parser(), [])
+        command_line.parse_args(_parser(), [])
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert 'CHAINERMN_TORUS_THREADS must be a count here' in err, err
     fresh.setenv('CHAINERMN_TORUS_THREADS', '2')
     fresh.setenv('CHAINERMN_TORUS_LOADER_PROCESSES', 'many')
     with pytest.raises(SystemExit):
-        config.parse_args(_parser(), [])
+        command_line.parse_args(_parser(), [])
     assert "CHAINERMN_TORUS_LOADER_PROCESSES must be an integer >= 1, got 'many'" in \
         capsys.readouterr().err
 

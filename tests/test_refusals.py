@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from chainermn_torus import config
+from chainermn_torus import config, settings_table
 from chainermn_torus.errors import ConfigError, Refusal
 from conftest import ROOT, pythonpath, run_mpi, worker
 
@@ -94,7 +94,8 @@ NOT_IN_JOBS = {'mpi': 'read by the tests and benchmark scripts only',
                                'for (test_in_memory.py runs one under a bad value)',
                'elastic_probe': 'read by tools/elastic_node.py, the supervisor\'s probe '
                                 '(tests/tools/test_elastic.py runs it under a bad value)',
-               'max_image_pixels': 'read by the ImageNet datasets (a bad value: '
+               'max_image_pixels': 'read by the ImageNet example, handed to its datasets '
+                                   '(a bad value: '
                                    'test_a_bad_value_is_a_config_error_naming_its_source)'}
 
 
@@ -138,14 +139,14 @@ CHECKED_WHERE_USED = {
 
 
 def test_the_tables_cover_every_setting():
-    assert set(BAD) | set(WHY_NONE) == set(config.SETTINGS)
+    assert set(BAD) | set(WHY_NONE) == set(settings_table.SETTINGS)
     assert not set(BAD) & set(WHY_NONE)
 
 
 @pytest.mark.parametrize('key', sorted(BAD))
 def test_a_bad_value_is_a_config_error_naming_its_source(key, monkeypatch):
     value = BAD[key][0]
-    setting = config.SETTINGS[key]
+    setting = settings_table.SETTINGS[key]
     monkeypatch.setenv(setting.env, value)
     if key in CHECKED_WHERE_USED:  # any text for the table; checked where it is used
         with pytest.raises(ConfigError, match=CHECKED_WHERE_USED[key][1]):
@@ -171,10 +172,10 @@ def _job(env=None, args=(), launcher=()):
 
 def _options():
     """(key, launcher arguments) for every setting that has an option: the launcher's
-    table, and --grid, --threads, --segment-size of every entry point (config.add_arguments).
+    table, and --grid, --threads, --segment-size of every entry point (command_line.add_arguments).
     A flag takes no value, so it has no bad one."""
     out = []
-    for key, setting in config.SETTINGS.items():
+    for key, setting in settings_table.SETTINGS.items():
         if key not in BAD or setting.kind == 'flag':
             continue
         if setting.launcher is not None or key in ('grid', 'threads', 'segment_bytes'):
@@ -206,10 +207,10 @@ def test_every_setting_refused_in_one_line_through_its_variable_and_its_option()
     for key, (value, needs, args) in sorted(BAD.items()):
         if key in NOT_IN_JOBS:
             continue
-        env = dict(needs, **{config.SETTINGS[key].env: value})
+        env = dict(needs, **{settings_table.SETTINGS[key].env: value})
         if key == 'quiet':
             env = dict(needs, CHAINERMN_TORUS_QUIET=value)
-        jobs.append(('{} ({})'.format(config.SETTINGS[key].env, value), key, 'variable',
+        jobs.append(('{} ({})'.format(settings_table.SETTINGS[key].env, value), key, 'variable',
                      dict(env=env, args=args)))
     for key, option in _options():
         _, needs, args = BAD[key]

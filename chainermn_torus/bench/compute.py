@@ -37,7 +37,7 @@ import chainer
 import chainer.functions as F
 import numpy
 
-from chainermn_torus import compute, config
+from chainermn_torus import command_line, compute
 from chainermn_torus.compute import precision, replacements
 from chainermn_torus.compute.onednn import binding, conv, copies, linear
 from chainermn_torus.models import MLP, NIN, ResNet50, TinyNet
@@ -256,16 +256,16 @@ def main(argv=None):
     p.add_argument('--model', choices=sorted(MODELS), default='resnet50')
     p.add_argument('--batch', type=int, default=8)
     p.add_argument('--size', type=int, default=None, help='pixels (default: the model\'s)')
-    config.add_option(p, 'threads', default=2, counts=True)
+    command_line.add_option(p, 'threads', default=2, counts=True)
     p.add_argument('--rounds', type=int, default=3)
     p.add_argument('--torch', default=None, metavar='PYTHON',
                    help='a Python that has PyTorch: its ResNet-50 in the same rounds')
-    config.add_option(p, 'precision', default='fp32',
+    command_line.add_option(p, 'precision', default='fp32',
                       help='bf16: oneDNN in bfloat16 too, a row of its own in the same rounds')
     p.add_argument('--torch-amp', choices=('bf16',), default=None,
                    help="bf16: PyTorch under autocast bfloat16 too, beside its float32")
     p.add_argument('--json', default=None)
-    args = config.parse_args(p, argv)
+    args = command_line.parse_args(p, argv)
     if args.torch_amp and not args.torch:
         p.error('--torch-amp goes with --torch PYTHON')
     if args.torch and args.model != 'resnet50':

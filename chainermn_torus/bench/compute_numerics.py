@@ -19,7 +19,7 @@ import chainer
 import chainer.functions as F
 import numpy
 
-from chainermn_torus import compute, config
+from chainermn_torus import command_line, compute
 from chainermn_torus.compute import replacements
 
 __all__ = ['CASES', 'run_case', 'main']
@@ -169,10 +169,10 @@ def run_case(make, seed=0, precision='fp32'):
 def main(argv=None):
     p = argparse.ArgumentParser(prog='chainermn-torus bench compute_numerics',
                                 description=__doc__.split('\n')[0])
-    config.add_option(p, 'precision', default='fp32',
+    command_line.add_option(p, 'precision', default='fp32',
                       help='bf16: bfloat16 against float32, both on oneDNN')
     p.add_argument('--json', default=None)
-    args = config.parse_args(p, argv)
+    args = command_line.parse_args(p, argv)
     if compute.use('auto', rank=0) != 'onednn':
         raise SystemExit('bench compute_numerics: oneDNN is not available here: ' +
                          (compute.onednn.binding.why_unavailable() or '?'))

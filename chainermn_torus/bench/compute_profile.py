@@ -34,7 +34,7 @@ import time
 
 import chainer
 
-from chainermn_torus import compute, config
+from chainermn_torus import command_line, compute
 from chainermn_torus.bench.compute import _iteration, MODELS, problem
 from chainermn_torus.compute.onednn import binding, primitives
 from chainermn_torus.runtime.chainer_glue import patches
@@ -166,14 +166,14 @@ def main(argv=None):
     p.add_argument('--model', choices=sorted(MODELS), default='resnet50')
     p.add_argument('--batch', type=int, default=1)
     p.add_argument('--size', type=int, default=64)
-    config.add_option(p, 'threads', default=[1, 2], nargs='+', counts=True)
+    command_line.add_option(p, 'threads', default=[1, 2], nargs='+', counts=True)
     p.add_argument('--rounds', type=int, default=5)
     p.add_argument('--grain', type=int, default=None,
                    help='elements of work per numba thread (runtime.cpu.jit.GRAIN, default {}); '
                         '0: every kernel on every thread'.format(jit.GRAIN))
-    config.add_option(p, 'precision', default='fp32')
+    command_line.add_option(p, 'precision', default='fp32')
     p.add_argument('--json', default=None)
-    args = config.parse_args(p, argv)
+    args = command_line.parse_args(p, argv)
     if args.grain is not None:
         if args.grain < 0:
             p.error('--grain: 0 or more elements, got {}'.format(args.grain))

@@ -40,7 +40,7 @@ import numpy
 
 import chainermn  # starts no MPI: the rank side's communicator does
 import chainermn_torus
-from chainermn_torus import bench, compute, config
+from chainermn_torus import bench, command_line, compute
 from chainermn_torus.models import ResNet50
 
 __all__ = ['main']
@@ -209,15 +209,15 @@ def main(argv=None):
     p.add_argument('--ranks', type=int, default=2)
     p.add_argument('--batch', type=int, default=8, help='per rank')
     p.add_argument('--size', type=int, default=224)
-    config.add_option(p, 'threads', default=1, counts=True)
+    command_line.add_option(p, 'threads', default=1, counts=True)
     p.add_argument('--layouts', default=None, metavar='RxT:B,...',
                    help='several layouts in the same rounds (ranks x threads per rank: batch '
                         'per rank), instead of --ranks/--threads/--batch')
     p.add_argument('--iterations', type=int, default=4)
     p.add_argument('--warmup', type=int, default=1)
     p.add_argument('--rounds', type=int, default=3)
-    config.add_communicator(p, 'rsap')
-    config.add_option(p, 'overlap', help='the optimizer averages each layer\'s gradients '
+    command_line.add_communicator(p, 'rsap')
+    command_line.add_option(p, 'overlap', help='the optimizer averages each layer\'s gradients '
                       'while the backward goes on (as DDP does with its buckets)')
     p.add_argument('--modes', default='numpy,onednn',
                    help='Chainer\'s compute modes to run, of ' + ', '.join(MODES))
@@ -229,7 +229,7 @@ def main(argv=None):
                    help='bf16: PyTorch under autocast bfloat16 too, beside its float32')
     p.add_argument('--json', default=None)
     p.add_argument('--rank-side', action='store_true', help=argparse.SUPPRESS)
-    args = config.parse_args(p, argv)
+    args = command_line.parse_args(p, argv)
     if args.rank_side:
         return rank_side(args)
     if args.torch_amp and not args.torch:

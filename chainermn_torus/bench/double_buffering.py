@@ -28,7 +28,7 @@ import chainer.functions as F
 import numpy
 
 import chainermn_torus
-from chainermn_torus import config
+from chainermn_torus import command_line
 from chainermn_torus import create_multi_node_optimizer
 from chainermn_torus.algorithms.gradient_sets import model_params
 from chainermn_torus.communicators import capabilities
@@ -161,7 +161,7 @@ def format_table(results):
 
 def main(argv=None):
     p = world.ArgumentParser(description=__doc__.split('\n')[0])
-    config.add_arguments(p, communicator='rsap', grid=False, threads=False)
+    command_line.add_arguments(p, communicator='rsap', grid=False, threads=False)
     p.add_argument('--payload', default='resnet50', choices=['resnet50', 'mlp', 'none'])
     p.add_argument('--iterations', type=int, default=60)
     p.add_argument('--block', type=int, default=10)
@@ -171,7 +171,7 @@ def main(argv=None):
                    help='seconds between tests of the thread\'s collectives; 0 (default): '
                         'block in MPI')
     p.add_argument('--json', default=None)
-    args = config.parse_args(p, argv)
+    args = command_line.parse_args(p, argv)
     results = run(args.communicator, args.payload, args.iterations, args.block, args.link_gbps,
                   poll=args.background_poll)
     from mpi4py import MPI

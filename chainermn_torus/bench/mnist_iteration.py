@@ -28,7 +28,7 @@ import chainermn.optimizers
 import numpy
 
 import chainermn_torus
-from chainermn_torus import config, create_multi_node_optimizer
+from chainermn_torus import command_line, create_multi_node_optimizer
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR, load_mnist_idx
 from chainermn_torus.datasets.shards import batch_too_large
 from chainermn_torus.extensions.timing import time_calls
@@ -112,7 +112,7 @@ class Run:
 
 def main(argv=None):
     p = world.ArgumentParser(description=__doc__.split('\n')[0])
-    count = config.arg_type('count')  # an integer >= 1: 0 epochs or images ran until killed
+    count = command_line.arg_type('count')  # an integer >= 1: 0 epochs or images ran until killed
     p.add_argument('--epochs', type=count, default=3)
     p.add_argument('--configs', default=','.join(CONFIGS),
                    help='comma-separated, from: ' + ', '.join(CONFIGS))
@@ -120,10 +120,10 @@ def main(argv=None):
     p.add_argument('--unit', type=count, default=1000)
     p.add_argument('--data-dir', default=DEFAULT_MNIST_DIR)
     p.add_argument('--limit', type=count, default=None, help='first N training images only')
-    p.add_argument('--seed', type=config.arg_type('seed'), default=0)
-    config.add_option(p, 'threads')
+    p.add_argument('--seed', type=command_line.arg_type('seed'), default=0)
+    command_line.add_option(p, 'threads')
     p.add_argument('--json', default=None)
-    args = config.parse_args(p, argv)
+    args = command_line.parse_args(p, argv)
     names = [n for n in args.configs.split(',') if n]
     unknown = [n for n in names if n not in CONFIGS]
     if unknown:

@@ -29,7 +29,7 @@ import numba
 import numpy
 from numba import prange
 
-from chainermn_torus import config
+from chainermn_torus import command_line
 from chainermn_torus.algorithms.gradient_sets import model_params
 from chainermn_torus.optimizers import fuse, kernels
 from chainermn_torus.runtime.cpu import threads
@@ -169,9 +169,9 @@ def main(argv=None):
     p.add_argument('--warmup', type=int, default=2)
     p.add_argument('--denormal', action='store_true', help='fill optimizer state with subnormals')
     p.add_argument('--ftz', action='store_true', help='fused rows flush denormals to zero')
-    config.add_option(p, 'threads', counts=True)
+    command_line.add_option(p, 'threads', counts=True)
     p.add_argument('--json', default=None)
-    args = config.parse_args(p, argv)
+    args = command_line.parse_args(p, argv)
     res = run(args.model, args.optimizer, args.rounds, args.warmup, args.denormal, args.ftz,
               args.threads)
     print(format_table(res))

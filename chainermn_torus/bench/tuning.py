@@ -26,7 +26,7 @@ import numpy
 from mpi4py import MPI
 
 import chainermn_torus  # NOQA  (registers the factory)
-from chainermn_torus import auto as _auto, config
+from chainermn_torus import auto as _auto, command_line, config
 from chainermn_torus.algorithms.gradient_sets import MODEL_BYTES
 from chainermn_torus.bench.allreduce import timed
 from chainermn_torus.bench.filled_gradients import GRADIENT_SETS, make_model
@@ -156,17 +156,17 @@ def build_parser():
     p = argparse.ArgumentParser(prog='python -m chainermn_torus.bench.tuning',
                                 description=__doc__.split('\n')[0])
     p.add_argument('--model', default='mlp', choices=sorted(GRADIENT_SETS))
-    p.add_argument('--reps', type=config.arg_type('count'), default=9)
-    config.add_option(p, 'network', help='as auto\'s option (default: measured)')
-    config.add_option(p, 'tune_dir', help='where tuned auto writes its choice')
-    p.add_argument('--run-seconds', type=config.arg_type('positive'), default=None,
+    p.add_argument('--reps', type=command_line.arg_type('count'), default=9)
+    command_line.add_option(p, 'network', help='as auto\'s option (default: measured)')
+    command_line.add_option(p, 'tune_dir', help='where tuned auto writes its choice')
+    p.add_argument('--run-seconds', type=command_line.arg_type('positive'), default=None,
                    help='the run the tuning cost is a share of')
     p.add_argument('--out', default=None, help='write the report as JSON here (rank 0)')
     return p
 
 
 def main(argv=None):
-    run(config.parse_args(build_parser(), argv))
+    run(command_line.parse_args(build_parser(), argv))
 
 
 if __name__ == '__main__':

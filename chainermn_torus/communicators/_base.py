@@ -179,7 +179,7 @@ class TorusCommunicatorBase(interface.Communicator):
         ``poll_interval`` (seconds) the clone waits for its collectives by polling instead of
         spinning (see ``_progress``).
         """
-        opts = dict(self._options)
+        opts = self.remade_options()
         if self.grid is not None:
             opts['grid'] = self.grid.shape
         twin = self.__class__(mpi_comm=self.mpi_comm.Dup(), **opts)

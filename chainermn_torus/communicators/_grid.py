@@ -14,12 +14,12 @@ Choosing the shape (first that applies):
 """
 import re
 
-from chainermn_torus import config
+from chainermn_torus import settings_table
 from chainermn_torus.errors import ConfigError
 
 __all__ = ['Grid', 'parse_grid', 'default_grid', 'GRID_ENV']
 
-GRID_ENV = config.SETTINGS['grid'].env
+GRID_ENV = settings_table.SETTINGS['grid'].env
 
 
 def _factor_pairs(p):

@@ -13,6 +13,7 @@ Shared here, once: the options every one of ours takes (``segment_size``,
 only constructs: the process is configured by the factory (``process_setup``).
 """
 import abc
+import inspect
 
 from chainermn.communicators import mpi_communicator_base
 from mpi4py import MPI
@@ -50,8 +51,7 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
         self.settings = config.defaults() if settings is None else settings
         # What split() and clone() make again: every option the constructor was given.
         self._options = {'segment_size': segment_size,
-                         'allreduce_grad_dtype': allreduce_grad_dtype,
-                         'settings': self.settings}
+                         'allreduce_grad_dtype': allreduce_grad_dtype}
         # segment_size, else the settings' (CHAINERMN_TORUS_SEGMENT_BYTES, else 4 MiB)
         self.segment_bytes = self.settings.pick('segment_bytes', segment_size,
                                                 'segment_size')[0]
@@ -154,6 +154,15 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
     def split(self, color, key):
         """The same kind of communicator, with the same options, on ``MPI_Comm_split``'s
         result (a grid falls back to the new size's default)."""
-        opts = dict(self._options)
+        opts = self.remade_options()
         opts.pop('grid', None)
         return self.__class__(mpi_comm=self.mpi_comm.Split(color, key), **opts)
+
+    def remade_options(self):
+        """What ``split`` and ``clone`` make this class again with: every option the
+        constructor was given, and the settings handed to it where the class takes them (a
+        plugin's subclass may not)."""
+        opts = dict(self._options)
+        if 'settings' in inspect.signature(type(self).__init__).parameters:
+            opts['settings'] = self.settings
+        return opts

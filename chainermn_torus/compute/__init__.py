@@ -11,7 +11,7 @@ budget calls ``threads.reapply``). It changes nothing else of the process. The r
 (numba's), ``functions/`` (each replaced Chainer function's forwards and rows) and
 ``replacements`` (the seam into Chainer).
 """
-from chainermn_torus import config
+from chainermn_torus import settings_table
 from chainermn_torus.compute import modes, replacements, precision as low
 from chainermn_torus.compute.onednn import binding, geometries
 from chainermn_torus.errors import Unsupported
@@ -32,7 +32,7 @@ def precision_in_force():
 def set_precision(precision, source='precision'):
     """Compute in ``precision`` ('fp32' or 'bf16') from the next forward on, the mode in force
     kept (a benchmark's rows, a script's own choice); refused as ``use`` refuses it."""
-    precision = config.parse('precision', precision, source)
+    precision = settings_table.parse('precision', precision, source)
     low.check(precision, in_force() or 'auto', source)
     modes.set_precision(precision)
 
@@ -45,10 +45,10 @@ def use(mode='auto', source='compute', rank=None, precision=None,
     bf16 is refused without oneDNN or on a CPU without bfloat16 instructions. The settings'
     values are handed in (``process_setup``): ``precision`` None is fp32, ``cache_bound``
     the oneDNN geometries kept (None: the table's default)."""
-    mode = config.parse('compute', mode, source)
+    mode = settings_table.parse('compute', mode, source)
     if precision is None:
         precision, precision_source = 'fp32', 'precision (default)'
-    precision = config.parse('precision', precision, precision_source)
+    precision = settings_table.parse('precision', precision, precision_source)
     if precision == 'bf16' and mode == 'auto' and not binding.available():
         raise Unsupported('chainermn_torus: {}=bf16 needs oneDNN, and {}'.format(
             precision_source, binding.why_unavailable()))

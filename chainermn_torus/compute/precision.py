@@ -9,12 +9,12 @@ Intel Cooper Lake), AMX (Intel Xeon since Sapphire Rapids) or Arm's BF16 (Neover
 Elsewhere oneDNN would emulate it, slower than float32, so ``bf16`` is refused there
 (``check``), naming what the CPU lacks.
 """
-from chainermn_torus import config
+from chainermn_torus import settings_table
 from chainermn_torus.errors import ConfigError, Unsupported
 
 __all__ = ['NAMES', 'cpu_bf16', 'check', 'INSTRUCTIONS']
 
-NAMES = config.KINDS['precision'].names
+NAMES = settings_table.KINDS['precision'].names
 
 # /proc/cpuinfo's flag -> what it is: any one is enough.
 INSTRUCTIONS = {'avx512_bf16': 'AVX512-BF16', 'amx_bf16': 'AMX-BF16',

@@ -18,7 +18,7 @@ import sys
 import chainer
 import numpy
 
-from chainermn_torus import config
+from chainermn_torus import settings_table
 from chainermn_torus.datasets import draws
 from chainermn_torus.errors import ConfigError, DataError
 from chainermn_torus.runtime import report
@@ -116,7 +116,7 @@ def load_rgb(base, index, path, max_pixels=None):
                     'bytes as float32 RGB), more than the {:,} an image may have; it was not '
                     'decoded. Resize it, raise {}, or: {}'.format(
                         path, width, height, width * height, index, width * height * 12,
-                        max_pixels, config.SETTINGS['max_image_pixels'].env, SKIP_HINT))
+                        max_pixels, settings_table.SETTINGS['max_image_pixels'].env, SKIP_HINT))
         image, label = base[index]
         if image.shape[0] != 3:
             image = _read_rgb_with_pil(path)
@@ -159,13 +159,15 @@ class PreprocessedDataset(chainer.dataset.DatasetMixin):
             1, + 2, ... wrapping around) is returned instead; ``skipped`` counts these skips.
             The count is per process: skips that happen inside loader worker processes
             increase the workers' copies, not this object.
+        max_pixels: the most pixels an image may have by its header (the entry point's
+            ``CHAINERMN_TORUS_MAX_IMAGE_PIXELS``, handed down; None: the table's default).
 
     Returns per example ``(image, label)``: float32 (3, crop_size, crop_size)
     ``(crop - mean_crop) / 255`` and int32.
     """
 
     def __init__(self, pairs, root='.', mean=None, crop_size=224, random=True, rng=None,
-                 skip_corrupt=False, seed=None):
+                 skip_corrupt=False, seed=None, max_pixels=None):
         if isinstance(pairs, str):
             pairs = read_list(pairs, root)
         crop_size = int(crop_size)
@@ -192,7 +194,10 @@ class PreprocessedDataset(chainer.dataset.DatasetMixin):
             seed = int((rng or numpy.random.RandomState()).randint(0, 2 ** 31))
         self.seed = int(seed)
         self._draws = draws.Counter()
-        self.max_pixels = config.current()['max_image_pixels']
+        # The entry point's setting (CHAINERMN_TORUS_MAX_IMAGE_PIXELS), else the table's.
+        self.max_pixels = settings_table.SETTINGS['max_image_pixels'].default \
+            if max_pixels is None else settings_table.parse('count', max_pixels,
+                                                            'max_pixels')
 
     def __len__(self):
         return len(self.base)

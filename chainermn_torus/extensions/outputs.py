@@ -28,7 +28,6 @@ import stat
 
 from chainer.training import extensions
 
-from chainermn_torus import config
 from chainermn_torus.errors import UnsafePath
 from chainermn_torus.runtime import agree
 from chainermn_torus.runtime.chainer_glue import patches
@@ -42,11 +41,9 @@ _TRUST = ('Choose an output directory whose every component only you or root can
           'say so with --trust-out-dir (CHAINERMN_TORUS_TRUST_OUT_DIR=1).')
 
 
-def hold(directory, trusted=None, create=True):
+def hold(directory, trusted=False, create=True):
     """The output ``directory`` walked, judged and held (made, under the umask, where
-    missing); ``trusted``: the ``trust_out_dir`` setting where None."""
-    if trusted is None:
-        trusted = config.current()['trust_out_dir']
+    missing); ``trusted``: the entry point's ``trust_out_dir`` setting, handed down."""
     return held.walk(directory, WHAT, trusted=bool(trusted), create=create, mode=0o777,
                      shared=True, fix=_TRUST)
 
@@ -65,7 +62,7 @@ def refuse_foreign(place, names):
             shared_paths.what_is_there(st)))
 
 
-def hold_everywhere(comm, directory, names=(), trusted=None):
+def hold_everywhere(comm, directory, names=(), trusted=False):
     """Collective: ``hold`` and ``refuse_foreign`` on every rank (a node-local ``--out`` is
     each node's), the Held returned; every rank raises the first rank's refusal
     (UnsafePath) or OSError where any rank cannot."""

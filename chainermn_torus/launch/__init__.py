@@ -43,10 +43,9 @@ import numpy
 import chainermn.optimizers
 from chainer import iterators
 
-from chainermn_torus import _registry, communicators, config, process_setup
+from chainermn_torus import _registry, communicators, config, process_setup, settings_table
 from chainermn_torus.communicators import capabilities
 from chainermn_torus.errors import ConfigError
-from chainermn_torus.extensions.checkpoint import elastic_lines
 from chainermn_torus.launch import options as _options
 from chainermn_torus.launch import gpu_to_cpu, hooks, optimizer
 from chainermn_torus.launch.lines import PREFIX, say
@@ -139,7 +138,7 @@ class Launch:
         if self.get('memory_snapshots') or self.get('checkpoint_dir'):
             hooks.patch_trainer_run(self)
         if self.get('memory_snapshots') or self.get('checkpoint_dir') or \
-                self.get('shuffle_seed') is not None or elastic_lines.step() is not None:
+                self.get('shuffle_seed') is not None or self.get('elastic_step') is not None:
             hooks.patch_scatter(self)
         if self.get('data_parallel'):
             hooks.patch_plain_update(self)
@@ -197,7 +196,7 @@ class Launch:
         """Called by the multi-node optimizer at its first update."""
         for key in ('memory_snapshots', 'checkpoint_dir'):
             if self.get(key) and not self.trainer_runs:
-                option = config.option_of(key)
+                option = settings_table.option_of(key)
                 self.stop('{} {}: this script trains without a chainer.training Trainer (a '
                           'custom loop called update() itself), so there is no trainer to '
                           'keep; remove {}, or train with a Trainer'.format(

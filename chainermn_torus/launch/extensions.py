@@ -60,7 +60,7 @@ class Extend:
         if isinstance(extension, extensions.LogReport) or kind == '_Snapshot':
             # Into trainer.out walked, judged and held; a log's name holding another user's
             # file, a link or a FIFO is refused now, before training (extensions.outputs).
-            place = outputs.hold(trainer.out)
+            place = outputs.hold(trainer.out, launch.get('trust_out_dir'))
             name = getattr(extension, '_log_name', None)
             if isinstance(name, str) and '{' not in name:
                 outputs.refuse_foreign(place, [name])

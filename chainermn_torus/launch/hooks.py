@@ -128,7 +128,8 @@ def patch_trainer_run(launch):
                 trust_checkpoint_dir=launch.get('trust_checkpoints'), resume=False,
                 auto_resume=launch.get('auto_resume'), resume_batch='keep')
             if asked.memory_snapshots or asked.checkpoint_dir:
-                arguments.attach(launch.comm(), trainer, asked)  # ends every rank on a refusal
+                # ends every rank on a refusal
+                arguments.attach(launch.comm(), trainer, asked, settings=launch.settings)
         return original(trainer, *args, **kwargs)
 
     run.__wrapped__ = original
@@ -148,7 +149,8 @@ def patch_scatter(launch):
                 try:
                     launch.run_seed = shard_order.run_seed(launch.get('shuffle_seed'),
                                                            launch.get('checkpoint_dir'),
-                                                           launch.get('trust_checkpoints'))
+                                                           launch.get('trust_checkpoints'),
+                                                           launch.get('elastic_step'))
                 except (OSError, ValueError) as e:
                     # The root's alone (the other ranks wait in the scatter): an error,
                     # which ends the job (MPI_Abort) with this one line.

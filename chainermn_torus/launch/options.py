@@ -1,22 +1,22 @@
-"""The launcher's options: every row of ``config.SETTINGS`` with a ``launcher`` target is
-``--KEY-WITH-DASHES`` here (``config.add_option``: the same parser and meaning), and the
+"""The launcher's options: every row of ``settings_table.SETTINGS`` with a ``launcher`` target is
+``--KEY-WITH-DASHES`` here (``command_line.add_option``: the same parser and meaning), and the
 launcher's settings are the whole table resolved once from them (the flag, else the
 environment variable, else the default). Adding an option is that row plus the code that
 applies it.
 """
-from chainermn_torus import config
+from chainermn_torus import command_line, config, settings_table
 
 __all__ = ['add_arguments', 'resolve', 'option_of', 'keys']
 
-option_of = config.option_of
-# The options every entry point shares (config.add_arguments), by the attribute argparse
+option_of = settings_table.option_of
+# The options every entry point shares (command_line.add_arguments), by the attribute argparse
 # gives them: settings too.
 SHARED = {'threads': ('threads', '--threads'), 'grid': ('grid', '--grid'),
           'segment_size': ('segment_bytes', '--segment-size')}
 
 def keys(target=None):
     """The settings the launcher takes (those that apply to ``target``), in table order."""
-    return [k for k, s in config.SETTINGS.items()
+    return [k for k, s in settings_table.SETTINGS.items()
             if s.launcher is not None and (target is None or s.launcher == target)]
 
 
@@ -24,7 +24,7 @@ def add_arguments(parser):
     group = parser.add_argument_group(
         "applied to the script's communicator, optimizer and training iterator")
     for key in keys():
-        config.add_option(group, key, help=config.SETTINGS[key].meaning.replace(
+        command_line.add_option(group, key, help=settings_table.SETTINGS[key].meaning.replace(
             'launcher: ', '').replace('launcher, ', ''))
     return group
 

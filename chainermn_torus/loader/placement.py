@@ -19,14 +19,14 @@ order, rank ``intra_rank`` taking its contiguous part.
 """
 import os
 
-from chainermn_torus import config
+from chainermn_torus import settings_table
 from chainermn_torus.errors import ConfigError
 from chainermn_torus.loader.topology import Topology, format_cpulist
 from chainermn_torus.runtime.cpu import threads as thread_budget
 
 __all__ = ['POLICIES', 'Plan', 'plan_placement', 'apply_placement', 'describe_plan']
 
-POLICIES = config.KINDS['affinity'].names
+POLICIES = settings_table.KINDS['affinity'].names
 
 
 class Plan:

@@ -20,7 +20,7 @@ import contextlib
 
 import chainer
 
-from chainermn_torus import config
+from chainermn_torus import config, settings_table
 from chainermn_torus.runtime import report
 
 __all__ = ['TypeChecks']
@@ -54,5 +54,5 @@ class TypeChecks:
             steps = 'step' if self.setting == 1 else '{} steps'.format(self.setting)
             report.say("Chainer's type checks ran on the first training {}; off in the training "
                        'forward and backward from now on ({}=on keeps them).'.format(
-                           steps, config.SETTINGS['type_check'].env), self.rank)
+                           steps, settings_table.SETTINGS['type_check'].env), self.rank)
         return chainer.using_config('type_check', False)

@@ -20,7 +20,7 @@ import zipfile
 
 import numpy
 
-from chainermn_torus import config
+from chainermn_torus import settings_table
 from chainermn_torus.errors import ConfigError, UnsafePath
 from chainermn_torus.runtime.files import shared_paths
 from chainermn_torus.algorithms import variants
@@ -117,7 +117,7 @@ def load_network(name_or_path=None):
     # Under the rule for shared paths: a file another user wrote would choose for this job.
     try:
         data = shared_paths.read_json(
-            name_or_path, 'the network file', config.BOUNDS['network_file'],
+            name_or_path, 'the network file', settings_table.BOUNDS['network_file'],
             fix='Use a file of your own (copy it, or run `chainermn-torus calibrate`).')
     except ValueError as e:
         raise ConfigError('chainermn_torus: network file {} is not JSON: {}'.format(

@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 
-from chainermn_torus import config
+from chainermn_torus import config, settings_table
 from chainermn_torus.errors import ConfigError, UnsafePath
 from chainermn_torus.process import STATE
 from chainermn_torus.runtime.files import held
@@ -42,7 +42,7 @@ from chainermn_torus.runtime.files import held
 __all__ = ['enable', 'disable', 'phase', 'timed', 'flush', 'emergency_flush', 'trace_events',
            'active', 'TIMELINE_ENV']
 
-TIMELINE_ENV = config.SETTINGS['timeline'].env
+TIMELINE_ENV = settings_table.SETTINGS['timeline'].env
 
 
 def active():

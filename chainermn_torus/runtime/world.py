@@ -17,7 +17,7 @@ import os
 import sys
 import time
 
-from chainermn_torus import config
+from chainermn_torus import settings_table
 # Where each launcher tells a process its rank before MPI starts: MPICH's and Intel MPI's
 # hydra, Open MPI's prterun, PMIx, srun.
 from chainermn_torus.watchers.processes import RANK_VARIABLES
@@ -31,9 +31,9 @@ USAGE_ERROR_WAIT_S = 1.0  # a rank other than 0 waits this long before its usage
 def expected_ranks(environ=None):
     """(ranks, where the number comes from), or (None, None) when nothing says."""
     environ = os.environ if environ is None else environ
-    setting = config.SETTINGS['expect_ranks']
+    setting = settings_table.SETTINGS['expect_ranks']
     raw = environ.get(setting.env)
-    value = config.parse(setting.kind, raw, setting.env) if raw else None
+    value = settings_table.parse(setting.kind, raw, setting.env) if raw else None
     if value:
         return value, 'CHAINERMN_TORUS_EXPECT_RANKS (the job script: nodes x ranks per node)'
     steps = environ.get('SLURM_STEP_NUM_TASKS')

@@ -25,7 +25,6 @@ import sys
 import tempfile
 import time
 
-from chainermn_torus import config
 from chainermn_torus.algorithms import schedule
 from chainermn_torus.simulation import platforms, schedules
 
@@ -232,10 +231,10 @@ def run_request(request):
 
 
 def main():
-    path = config.current()['simgrid_path']  # chosen by simulate.simgrid_env
+    request = json.load(sys.stdin)
+    path = request.get('simgrid_path')  # chosen by simulate.simgrid_env, handed down
     if path:
         sys.path.append(path)  # after the venv's packages (see simgrid_env)
-    request = json.load(sys.stdin)
     for module in request.get('modules', ()):  # a plugin's variants register on import
         importlib.import_module(module)
     try:

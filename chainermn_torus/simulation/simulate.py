@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 
-from chainermn_torus import config
+from chainermn_torus import settings_table
 from chainermn_torus.algorithms import schedule, segments
 
 __all__ = ['available', 'simgrid_env', 'simulate', 'SimulationError', 'why_unavailable']
@@ -33,7 +33,7 @@ class SimulationError(RuntimeError):
 
 
 def _path_env():
-    return config.SETTINGS['simgrid_path'].env
+    return settings_table.SETTINGS['simgrid_path'].env
 
 
 def _importable(env):
@@ -130,12 +130,14 @@ def simulate(machine, algorithm, model, M=1, itemsize=4, library='halving', node
     sizes = _pick_sizes(counts, max_sizes)
     # A variant a plugin added is known in the child once the plugin's module is imported.
     module = type(setup.variant.algorithm).__module__
+    child_env = _child_env(env)
     request = {'machine': machine._asdict(), 'algorithm': algorithm, 'M': M,
+               'simgrid_path': child_env.get(_path_env()),  # the folder simgrid_env found
                'modules': [] if module.startswith('chainermn_torus.') else [module],
                'itemsize': itemsize, 'library': library, 'node_aware': node_aware,
                'sizes': sizes, 'mode': mode or ('actors' if P <= ACTOR_RANKS else 'lockstep')}
     proc = subprocess.run([sys.executable, '-m', 'chainermn_torus.simulation.player'],
-                          input=json.dumps(request), env=_child_env(env),
+                          input=json.dumps(request), env=child_env,
                           capture_output=True, text=True, timeout=timeout)
     try:
         result = json.loads(proc.stdout)

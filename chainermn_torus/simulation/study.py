@@ -23,7 +23,7 @@ import os
 import sys
 import time
 
-from chainermn_torus import config
+from chainermn_torus import command_line
 from chainermn_torus.planning import planner
 from chainermn_torus.simulation import platforms, simulate
 
@@ -271,7 +271,7 @@ def main(argv=None):
     p.add_argument('--out', default='results/simulation')
     p.add_argument('--parts', nargs='+', default=['fattree', 'library', 'torus'],
                    choices=('fattree', 'library', 'torus'))
-    p.add_argument('--nodes', nargs='+', type=config.arg_type('count'),
+    p.add_argument('--nodes', nargs='+', type=command_line.arg_type('count'),
                    default=[256, 1024, 4096, 8192])
     p.add_argument('--jobs', type=int, default=2, help='simulations at once')
     p.add_argument('--report', action='store_true', help='only write study.md and plots')

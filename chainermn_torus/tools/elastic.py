@@ -48,7 +48,7 @@ import sys
 import threading
 import time
 
-from chainermn_torus import config
+from chainermn_torus import command_line, config, settings_table
 from chainermn_torus.errors import ConfigError
 from chainermn_torus.extensions.checkpoint import arguments, elastic_lines, in_memory
 from chainermn_torus.tools import allocation, elastic_node
@@ -60,9 +60,9 @@ _SILENT = re.compile(r'node (\S+) \(ranks? [^)]*\) silent')
 # its node is treated as a lost one (an orderly shutdown of that node, or the batch system
 # signalling it).
 _SIGNALLED = re.compile(r'rank (\d+) \((\S+)\): (SIGTERM|SIGINT) \([^)]*\) received')
-_VARIABLE = config.SETTINGS['elastic_step'].env
-_EXPECT = config.SETTINGS['expect_ranks'].env
-_SNAPSHOTS = config.SETTINGS['memory_snapshots'].env
+_VARIABLE = settings_table.SETTINGS['elastic_step'].env
+_EXPECT = settings_table.SETTINGS['expect_ranks'].env
+_SNAPSHOTS = settings_table.SETTINGS['memory_snapshots'].env
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
@@ -482,9 +482,9 @@ def build_parser():
     p.add_argument('--hosts', default=None, metavar='H:R,...',
                    help="the job's nodes and ranks per node (default: Slurm's allocation, "
                         "else PBS's node file)")
-    p.add_argument('--min-nodes', type=config.arg_type('count'), default=1, metavar='N',
+    p.add_argument('--min-nodes', type=command_line.arg_type('count'), default=1, metavar='N',
                    help='end the job where fewer nodes are left (default 1)')
-    p.add_argument('--global-batch', type=config.arg_type('count'), default=None, metavar='B',
+    p.add_argument('--global-batch', type=command_line.arg_type('count'), default=None, metavar='B',
                    help='the global batch the script keeps (--resume-batch keep): a step on '
                         'ranks that do not divide it is refused in one line')
     p.add_argument('--launcher', choices=('auto', 'mpiexec', 'srun'), default='auto',
@@ -494,13 +494,13 @@ def build_parser():
                         'PATH)')
     p.add_argument('--launcher-args', default='', metavar='ARGS',
                    help='more arguments for the launcher, before the hosts (one string)')
-    p.add_argument('--probe-timeout', type=config.arg_type('seconds'), default=20.0,
+    p.add_argument('--probe-timeout', type=command_line.arg_type('seconds'), default=20.0,
                    metavar='S', help='a node that does not answer within this is lost '
                                      '(default %(default)s)')
-    p.add_argument('--grace', type=config.arg_type('seconds'), default=30.0, metavar='S',
+    p.add_argument('--grace', type=command_line.arg_type('seconds'), default=30.0, metavar='S',
                    help='end a step this long after the watch named a node silent '
                         '(default %(default)s)')
-    p.add_argument('--max-steps', type=config.arg_type('count'), default=None, metavar='N',
+    p.add_argument('--max-steps', type=command_line.arg_type('count'), default=None, metavar='N',
                    help='steps started at most (default: the node count + 1)')
     p.add_argument('--keep-snapshots', action='store_true',
                    help="where the job ends without completing, leave the run's snapshots in "

@@ -34,7 +34,7 @@ import time
 
 import psutil
 
-from chainermn_torus import config
+from chainermn_torus import config, settings_table
 from chainermn_torus.errors import ConfigError
 from chainermn_torus.extensions.checkpoint import snapshot_place
 from chainermn_torus.runtime.files import devshm
@@ -45,7 +45,7 @@ __all__ = ['main', 'READY', 'parse_ready', 'end_step_processes', 'RUN_VARIABLE',
 READY = 'chainermn_torus elastic node: {host} ready: {ended} process(es) ended, {removed} ' \
     'file(s) removed'
 _VARIABLE = 'CHAINERMN_TORUS_ELASTIC_STEP'
-RUN_VARIABLE = config.SETTINGS['elastic_probe'].env  # the probe's own: not a step's
+RUN_VARIABLE = settings_table.SETTINGS['elastic_probe'].env  # the probe's own: not a step's
 
 
 def parse_ready(text):

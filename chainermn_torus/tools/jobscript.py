@@ -19,7 +19,7 @@ import os
 import sys
 import textwrap
 
-from chainermn_torus import config
+from chainermn_torus import command_line
 from chainermn_torus.extensions.checkpoint import in_memory
 from chainermn_torus.tools import outputs
 from chainermn_torus.tools.jobscripts import render, systems
@@ -44,7 +44,7 @@ def build_parser():
     p.add_argument('--nodes', type=int, required=True)
     p.add_argument('--ranks-per-node', type=int, default=1)
     p.add_argument('--hours', type=float, default=1.0)
-    config.add_arguments(p, communicator='rsap')
+    command_line.add_arguments(p, communicator='rsap')
     p.add_argument('--loader-cores', type=int, default=None, metavar='L',
                    help='cores per rank for the loader processes (ofp/fugaku: the cores a '
                         "rank's share leaves after --threads; elsewhere added to "

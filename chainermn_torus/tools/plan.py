@@ -4,7 +4,7 @@ import argparse
 import json
 import sys
 
-from chainermn_torus import config
+from chainermn_torus import command_line
 from chainermn_torus.communicators._grid import parse_grid
 from chainermn_torus.planning import planner
 from chainermn_torus.simulation import plan as simplan, simulate
@@ -12,7 +12,7 @@ from chainermn_torus.tools import outputs
 
 __all__ = ['main', 'MAX_RANKS', 'SIMULATE_AUTO_NODES', 'SIMULATE_MAX_NODES']
 
-COUNT = config.arg_type('count')
+COUNT = command_line.arg_type('count')
 # Fugaku, the largest CPU machine: 158,976 nodes x 48 cores, 7.6 million ranks.
 MAX_RANKS = 10_000_000
 # Simulated wall time per candidate here (docs/measurements/simulation/study.jsonl): median
@@ -28,22 +28,22 @@ def main(argv):
     p.add_argument('--ranks-per-node', type=COUNT, default=1)
     p.add_argument('--model', default='resnet50',
                    help='resnet50, mlp, an .npz snapshot or a byte count')
-    config.add_option(p, 'network', help='preset ({}) or a file from `calibrate` (default: '
+    command_line.add_option(p, 'network', help='preset ({}) or a file from `calibrate` (default: '
                       '{})'.format(', '.join(sorted(planner.PRESETS)),
                                    planner.DEFAULT_NETWORK_FILE))
-    p.add_argument('--alpha', type=config.arg_type('non-negative'), default=None,
+    p.add_argument('--alpha', type=command_line.arg_type('non-negative'), default=None,
                    help='latency, seconds (with --beta)')
-    p.add_argument('--beta', type=config.arg_type('positive'), default=None,
+    p.add_argument('--beta', type=command_line.arg_type('positive'), default=None,
                    help='bandwidth, bytes per second')
-    config.add_option(p, 'grid', nargs='*', help='only these shapes')
+    command_line.add_option(p, 'grid', nargs='*', help='only these shapes')
     p.add_argument('--top', type=COUNT, default=None)
-    config.add_option(p, 'simulate', help='rank the best candidates with the SimGrid '
+    command_line.add_option(p, 'simulate', help='rank the best candidates with the SimGrid '
                       'simulator: auto (where installed; default), on, off')
     p.add_argument('--topology', choices=('fattree', 'torus', 'star'), default=None,
                    help='simulated platform (default: fattree for ofp, torus for k, star '
                         'for a calibrated file)')
     p.add_argument('--json', default=None)
-    args = config.parse_args(p, argv)
+    args = command_line.parse_args(p, argv)
     ranks = args.nodes * args.ranks_per_node
     if ranks > MAX_RANKS:
         p.error('--nodes x --ranks-per-node = {:,} ranks: the planner answers up to {:,} '

@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from chainermn_torus import config
+from chainermn_torus import command_line
 from chainermn_torus.algorithms import variants
 from chainermn_torus.communicators._grid import parse_grid
 from chainermn_torus.planning import planner
@@ -56,15 +56,15 @@ def run(argv):
                    help='fattree (Oakforest-PACS-like), torus (Tofu-like), emulated '
                         '(scripts/emulate_cluster.sh: shared cores), star (private links to '
                         'one switch); default %(default)s')
-    p.add_argument('--nodes', type=config.arg_type('count'), required=True)
-    p.add_argument('--ranks-per-node', type=config.arg_type('count'), default=1)
-    config.add_option(p, 'network', default='ofp', help='preset ({}) or a calibrate '
+    p.add_argument('--nodes', type=command_line.arg_type('count'), required=True)
+    p.add_argument('--ranks-per-node', type=command_line.arg_type('count'), default=1)
+    command_line.add_option(p, 'network', default='ofp', help='preset ({}) or a calibrate '
                       'file'.format(', '.join(sorted(planner.PRESETS))))
     # Default: each registered communicator's first modelled variant (its plain form).
     p.add_argument('--algorithm', nargs='+', choices=variants.simulated(), default=[
         reg.variants[0].name for reg in variants.COMMUNICATORS.values()
         if reg.variants and reg.variants[0].algorithm is not None])
-    config.add_option(p, 'grid', nargs='*',
+    command_line.add_option(p, 'grid', nargs='*',
                       help='grids for rsaa/rsap/shm (default: M = 2, 4, 16, 64 where they fit)')
     p.add_argument('--model', default='resnet50', help='resnet50, mlp or a byte count')
     p.add_argument('--fp16', action='store_true', help='float16 all-reduce')
@@ -74,15 +74,15 @@ def run(argv):
                    help="MPI's all-reduce without MPICH's node-aware composition")
     p.add_argument('--mapping', choices=platforms.MAPPINGS, default='row-major')
     p.add_argument('--dims', default=None, help='torus dimensions X,Y,Z')
-    p.add_argument('--seed', type=config.arg_type('seed'), default=0,
+    p.add_argument('--seed', type=command_line.arg_type('seed'), default=0,
                    help='random mapping seed')
-    # 0 (one message for the whole buffer) or at least config.MIN_SEGMENT_BYTES (the row's
+    # 0 (one message for the whole buffer) or at least settings_table.MIN_SEGMENT_BYTES (the row's
     # check): -1 gave 0.00 ms for every algorithm
-    config.add_option(p, 'segment_bytes')
+    command_line.add_option(p, 'segment_bytes')
     p.add_argument('--mode', choices=('actors', 'lockstep'), default=None,
                    help='default: actors up to 64 ranks, lock-step beyond')
     p.add_argument('--json', default=None)
-    args = config.parse_args(p, argv)
+    args = command_line.parse_args(p, argv)
     P = args.nodes * args.ranks_per_node
     if P > MAX_RANKS:  # 10**8 nodes ran for hours building the platform, printing nothing
         p.error('--nodes {} x --ranks-per-node {} is {} ranks; the simulator takes at most {} '

@@ -1,7 +1,7 @@
 """``chainermn-torus config | names | variants``: the package's tables, printed."""
 import argparse
 
-from chainermn_torus import _registry, config
+from chainermn_torus import _registry, settings_table
 from chainermn_torus.algorithms.variants import VARIANTS
 
 __all__ = ['config_main', 'names_main', 'variants_main', 'variants_table']
@@ -14,7 +14,7 @@ def _no_options(prog, description, argv):
 
 def config_main(argv):
     _no_options('config', 'Every CHAINERMN_TORUS_* variable: default and meaning.', argv)
-    print(config.table())
+    print(settings_table.table())
     return 0
 
 

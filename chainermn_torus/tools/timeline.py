@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from chainermn_torus import config
+from chainermn_torus import command_line
 from chainermn_torus.runtime.timeline import STREAM_S, TIMELINE_ENV, trace_events
 from chainermn_torus.tools import outputs
 
@@ -175,9 +175,9 @@ def main(argv=None):
     q = sub.add_parser('plot', help='PNG Gantt chart of a few iterations')
     q.add_argument('prefix')
     q.add_argument('-o', '--output', required=True)
-    q.add_argument('--first', type=config.arg_type('seed'), default=None,
+    q.add_argument('--first', type=command_line.arg_type('seed'), default=None,
                    help='the first iteration drawn (default: the middle of the run)')
-    q.add_argument('--count', type=config.arg_type('count'), default=3,
+    q.add_argument('--count', type=command_line.arg_type('count'), default=3,
                    help='iterations drawn (default %(default)s)')
     args = p.parse_args(argv)
     notes = []

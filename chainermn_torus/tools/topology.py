@@ -3,7 +3,7 @@ import argparse
 import json
 import sys
 
-from chainermn_torus import config
+from chainermn_torus import command_line
 from chainermn_torus.loader import (
     Topology, describe_plan, parse_cpulist, plan_placement)
 
@@ -13,17 +13,17 @@ __all__ = ['main']
 def main(argv):
     """Print the machine's CPU topology and the placement plan for one rank."""
     p = argparse.ArgumentParser(prog='chainermn-torus topology', description=main.__doc__)
-    config.add_option(p, 'affinity', '--policy', dest='policy')
+    command_line.add_option(p, 'affinity', '--policy', dest='policy')
     p.add_argument('--ranks-per-node', type=int, default=1)
     p.add_argument('--rank', type=int, default=0, help='this rank\'s index on its node')
-    config.add_option(p, 'loader_processes', default=1)
-    config.add_option(p, 'dedicated_cores')
+    command_line.add_option(p, 'loader_processes', default=1)
+    command_line.add_option(p, 'dedicated_cores')
     p.add_argument('--sysfs', default='/sys', help='root of a sysfs tree (default /sys)')
     p.add_argument('--allowed', default=None, metavar='CPULIST',
                    help="the CPUs the launcher allows this rank, e.g. '0-15' (default: this "
                         "process's affinity with /sys, every CPU of another --sysfs tree)")
     p.add_argument('--json', action='store_true')
-    args = config.parse_args(p, argv)
+    args = command_line.parse_args(p, argv)
     if not 0 <= args.rank < args.ranks_per_node:
         p.error('--rank must be in [0, --ranks-per-node), got {} of {}'.format(
             args.rank, args.ranks_per_node))

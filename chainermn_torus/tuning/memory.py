@@ -25,9 +25,9 @@ are theirs. The folder is walked component by component for each load and save (
 nothing on the way another user's, no link but this user's own) and used by descriptor. A file's
 name holds its user's uid, and a file is read only under the rule for shared paths
 (``runtime.files.shared_paths``): a regular file of this user, not a link, at most
-``config.BOUNDS['tune_file']`` bytes. Anything else under the name (another user's file, a link, a
-FIFO) is ignored in one line that names its owner, and the choice is kept under a name of this
-user's own (``<name>.<token>.json``), which later jobs read.
+``settings_table.BOUNDS['tune_file']`` bytes. Anything else under the name (another user's
+file, a link, a FIFO) is ignored in one line that names its owner, and the choice is kept
+under a name of this user's own (``<name>.<token>.json``), which later jobs read.
 """
 import collections
 import datetime
@@ -37,7 +37,7 @@ import os
 import re
 import stat
 
-from chainermn_torus import config
+from chainermn_torus import settings_table
 from chainermn_torus.algorithms import variants
 from chainermn_torus.errors import ConfigError, UnsafePath
 from chainermn_torus.runtime.files import held, shared_paths
@@ -173,12 +173,12 @@ def _problem(data, key, size, segment_bytes=None):
         if not (grid is not None and grid[0] * grid[1] == size):
             return 'stale: grid {!r} does not fit {} ranks'.format(grid, size)
     try:
-        config.parse('segment', choice.get('segment_bytes'), 'its segment size')
+        settings_table.parse('segment', choice.get('segment_bytes'), 'its segment size')
     except ValueError as e:
         return 'stale: {}'.format(str(e).replace('chainermn_torus: ', ''))
     # Sizes the tuning tries, and the job's own: a file that names another was not written
     # by a tuning (a forged 1 KiB made each all-reduce 97 times slower).
-    tried = candidates.SEGMENT_CHOICES + (config.SETTINGS['segment_bytes'].default,
+    tried = candidates.SEGMENT_CHOICES + (settings_table.SETTINGS['segment_bytes'].default,
                                           segment_bytes)
     if choice['segment_bytes'] not in tried:
         return 'stale: its segment size {} is none the tuning tries ({})'.format(
@@ -189,7 +189,7 @@ def _problem(data, key, size, segment_bytes=None):
 def _names(key, place):
     """(names, notes): this user's files for ``key``, its own name first, then those kept
     under a name of their own (``save``), the newest first; and what to say, once, of the
-    rest. The listing is bounded (``config.BOUNDS``: entries read, seconds spent) and a name
+    rest. The listing is bounded (``settings_table.BOUNDS``: entries read, seconds spent) and a name
     that is not this user's regular file is passed over from its ``lstat``, never opened:
     20,000 planted names once took rank 0 24 s to open and refuse, and one line of 4.6
     million characters to say. Past the bound only the own name is
@@ -198,10 +198,10 @@ def _names(key, place):
     stem = base[:-len('.json')]
     ours = re.compile(re.escape(stem) + r'\.[0-9a-f]{12}\.json$')
     kept, passed = [], []
-    entries = config.BOUNDS['listing_entries']
+    entries = settings_table.BOUNDS['listing_entries']
     try:
         listing, complete = held.bounded_scandir(place.fd, entries,
-                                                 config.BOUNDS['listing_seconds'])
+                                                 settings_table.BOUNDS['listing_seconds'])
     except OSError:
         listing, complete = [], True
     for entry in listing:
@@ -224,15 +224,16 @@ def _names(key, place):
     if not complete:
         notes.append('{} holds more entries than the {:,} (or {:g} s) a job reads: only this '
                      'user\'s own name {} was looked at beyond them'.format(
-                         place.path, entries, config.BOUNDS['listing_seconds'], base))
+                         place.path, entries, settings_table.BOUNDS['listing_seconds'], base))
     return [base] + [name for _, name in sorted(kept)], notes
 
 
 def _read(place, name):
     """(data, None) or (None, why it is ignored); FileNotFoundError where nothing is."""
     try:
-        return json.loads(place.read_bytes(name, 'the tune file', config.BOUNDS['tune_file'],
-                                           fix=_ELSEWHERE).decode('utf-8')), None
+        return json.loads(place.read_bytes(
+            name, 'the tune file', settings_table.BOUNDS['tune_file'],
+            fix=_ELSEWHERE).decode('utf-8')), None
     except UnsafePath as e:
         return None, str(e).replace('chainermn_torus: ', '', 1)
     except FileNotFoundError:
@@ -287,7 +288,7 @@ def _write(key, data, where):
             st = place.lstat(name)
         except FileNotFoundError:
             st = None
-        if st is None or not shared_paths.problem(st, config.BOUNDS['tune_file']):
+        if st is None or not shared_paths.problem(st, settings_table.BOUNDS['tune_file']):
             try:
                 place.write_atomic(name, lambda f: f.write(text), perm=0o644)
                 return os.path.join(place.path, name)

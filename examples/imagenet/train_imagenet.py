@@ -41,7 +41,7 @@ from chainer import training
 from chainer.training import extensions
 import numpy
 
-from chainermn_torus import config
+from chainermn_torus import command_line, settings_table
 from chainermn_torus.datasets import draws
 from chainermn_torus.datasets.shards import batch_too_large
 from chainermn_torus.extensions import checkpoint, outputs
@@ -203,7 +203,7 @@ class TimedUpdater(training.updaters.StandardUpdater):
             optimizer.new_epoch(auto=True)
 
 
-COUNT = config.arg_type('count')  # an integer >= 1, or a clear argparse error
+COUNT = command_line.arg_type('count')  # an integer >= 1, or a clear argparse error
 
 
 def parse_args(argv=None):
@@ -226,18 +226,18 @@ def parse_args(argv=None):
     parser.add_argument('--crop-size', type=COUNT, default=None,
                         help='side of the square crops (default: {})'.format(', '.join(
                             '{} for {}'.format(v, k) for k, v in sorted(DEFAULT_CROP.items()))))
-    parser.add_argument('--lr', type=config.arg_type('positive'), default=None,
+    parser.add_argument('--lr', type=command_line.arg_type('positive'), default=None,
                         help='MomentumSGD learning rate (default: 0.1 x total batch / 256, '
                              'Goyal et al.)')
-    config.add_arguments(parser, communicator='rsap', grid=False, threads=False)
+    command_line.add_arguments(parser, communicator='rsap', grid=False, threads=False)
     # The loader's settings, from their rows (flag, else variable, else default); this
     # example's own default loader: ours.
-    config.add_option(parser, 'loader', default='ours', help='data loader')
-    config.add_option(parser, 'loader_processes', aliases=('-j',),
+    command_line.add_option(parser, 'loader', default='ours', help='data loader')
+    command_line.add_option(parser, 'loader_processes', aliases=('-j',),
                       help='loader worker processes per rank (multiprocess, ours; default: '
                            '{}, or for ours as many as the affinity plan gives CPUs, up to '
                            '{})'.format(DEFAULT_LOADERS, DEFAULT_LOADERS))
-    config.add_option(parser, 'affinity', help='where --loader ours places its workers')
+    command_line.add_option(parser, 'affinity', help='where --loader ours places its workers')
     parser.add_argument('--skip-corrupt', action='store_true',
                         help='skip images that cannot be decoded (with a warning) instead of '
                              'stopping')
@@ -245,14 +245,14 @@ def parse_args(argv=None):
     # Importing chainermn_torus starts no MPI, so this may run before the multiprocess
     # loader's forkserver (see main).
     checkpoint.add_arguments(parser)
-    parser.add_argument('--seed', type=config.arg_type('seed'), default=0, help='random seed')
+    parser.add_argument('--seed', type=command_line.arg_type('seed'), default=0, help='random seed')
     parser.add_argument('--n-classes', type=COUNT, default=None, metavar='K',
                         help='classes of the model (default: from the training list, whose '
                              'labels must then be 0..K-1 with every class present)')
     parser.add_argument('--limit', type=COUNT, default=None, metavar='N',
                         help='use N images of each list, drawn with --seed (smoke tests)')
     # The settings the command line gave ride along for chainermn_torus.init.
-    args, args.command_line_settings = config.parse_command_line(parser, argv)
+    args, args.command_line_settings = command_line.parse_command_line(parser, argv)
     checkpoint.check_arguments(parser, args)
     if args.crop_size is None:
         args.crop_size = DEFAULT_CROP[args.arch]
@@ -270,7 +270,7 @@ def check_labels(args, pairs):
     typo such as 75 for 5 would otherwise build a model with 76 classes). Memory in the
     number of images, whatever the labels say (a label of 10**9 was once OOM-killed here)."""
     largest = max(pairs, key=lambda pair: pair[1])
-    bound = config.BOUNDS['classes']
+    bound = settings_table.BOUNDS['classes']
     if args.n_classes is not None:
         if args.n_classes > bound:
             raise ValueError('--n-classes {} is more than the {:,} classes a model may '
@@ -332,11 +332,12 @@ def load_data(args):
                              'pass --mean none'.format(args.mean, args.train, args.root,
                                                        args.mean))
         mean = load_mean(args.mean)
+    bound = getattr(args, 'max_image_pixels', None)  # the settings', handed down by main
     train = PreprocessedDataset(train_pairs, args.root, mean, args.crop_size, random=True,
-                                seed=args.seed,
-                                skip_corrupt=args.skip_corrupt)
+                                seed=args.seed, skip_corrupt=args.skip_corrupt,
+                                max_pixels=bound)
     val = PreprocessedDataset(val_pairs, args.root, mean, args.crop_size, random=False,
-                              skip_corrupt=args.skip_corrupt)
+                              skip_corrupt=args.skip_corrupt, max_pixels=bound)
     return train, val, n_classes
 
 
@@ -376,7 +377,8 @@ def main():
 
     # The process configured as this package configures it, for ChainerMN's communicators
     # too (the threads before the loader's placement sizes them again).
-    chainermn_torus.init(flags=args.command_line_settings)
+    settings = chainermn_torus.init(flags=args.command_line_settings).settings
+    args.max_image_pixels = settings['max_image_pixels']  # what load_data's datasets take
     comm = chainermn.create_communicator(args.communicator)
     # Now, on every rank, not after training: the output directory walked and held, and its
     # names holding nothing of another user's (extensions.outputs).
@@ -466,7 +468,7 @@ def main():
                  'validation/main/accuracy', 'elapsed_time']))
         # --checkpoint-dir, --resume, ...; --resume-batch scale on another rank count
         # scales the learning rate by Goyal et al.'s linear rule.
-        checkpoint.attach(comm, trainer, args, lr_rule=linear_scaling)
+        checkpoint.attach(comm, trainer, args, lr_rule=linear_scaling, settings=settings)
         t0 = time.perf_counter()
         trainer.run()
         if getattr(optimizer, 'watchdog', None) is not None:

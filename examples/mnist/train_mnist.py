@@ -26,7 +26,7 @@ import chainermn
 import chainermn.optimizers
 import numpy
 
-from chainermn_torus import config
+from chainermn_torus import command_line
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR, load_mnist_idx
 from chainermn_torus.datasets.shards import batch_too_large
 from chainermn_torus.extensions import checkpoint, outputs
@@ -42,14 +42,14 @@ OPTIMIZERS = {
 }
 
 
-COUNT = config.arg_type('count')  # an integer >= 1, or a clear argparse error
+COUNT = command_line.arg_type('count')  # an integer >= 1, or a clear argparse error
 
 
 def main():
     parser = world.ArgumentParser(description='ChainerMN example: MNIST on CPU')
     parser.add_argument('--batchsize', '-b', type=COUNT, default=100,
                         help='Number of images in each mini-batch (per rank)')
-    config.add_arguments(parser, communicator='rsap')  # --communicator, --grid, --threads
+    command_line.add_arguments(parser, communicator='rsap')  # --communicator, --grid, --threads
     parser.add_argument('--epoch', '-e', type=COUNT, default=20,
                         help='Number of sweeps over the dataset to train')
     parser.add_argument('--out', '-o', default='results/mnist',
@@ -58,41 +58,42 @@ def main():
                         help='Number of units')
     parser.add_argument('--data-dir', default=DEFAULT_MNIST_DIR,
                         help='directory with MNIST-format IDX files (default: %(default)s)')
-    parser.add_argument('--seed', type=config.arg_type('seed'), default=0, help='random seed')
+    parser.add_argument('--seed', type=command_line.arg_type('seed'), default=0, help='random seed')
     parser.add_argument('--progress', action='store_true', help='show a progress bar')
     parser.add_argument('--limit', type=COUNT, default=None, metavar='N',
                         help='use only the first N training and N test images (smoke tests)')
     cpu = parser.add_argument_group('CPU multi-node optimizer (chainermn_torus)')
     cpu.add_argument('--optimizer', choices=sorted(OPTIMIZERS), default='adam')
-    cpu.add_argument('--lr', type=config.arg_type('positive'), default=None,
+    cpu.add_argument('--lr', type=command_line.arg_type('positive'), default=None,
                      help='learning rate (Adam: alpha) for the whole batch; default: the '
                           "optimizer's default (Adam 0.001), or with --warmup-epochs the "
                           'default scaled by the number of ranks (linear scaling rule)')
-    cpu.add_argument('--warmup-epochs', type=config.arg_type('non-negative'), default=0,
+    cpu.add_argument('--warmup-epochs', type=command_line.arg_type('non-negative'), default=0,
                      help='Goyal et al.: ramp the learning rate linearly from the one-rank '
                           'value to the scaled one over this many epochs')
     # The CPU optimizer's settings, from their rows (flag, else variable, else default); this
     # example's own defaults: the fused update with flush-to-zero.
-    config.add_option(cpu, 'fused', default=True, help='fused numba update')
-    config.add_option(cpu, 'flush_denormals', dest='ftz', default=True,
+    command_line.add_option(cpu, 'fused', default=True, help='fused numba update')
+    command_line.add_option(cpu, 'flush_denormals', dest='ftz', default=True,
                       help='flush-to-zero / denormals-are-zero in the update')
-    config.add_option(cpu, 'double_buffering', help='overlap the all-reduce with the next '
+    command_line.add_option(cpu, 'double_buffering', help='overlap the all-reduce with the next '
                       'step (1-step-stale gradients)')
-    config.add_option(cpu, 'overlap',
+    command_line.add_option(cpu, 'overlap',
                       help="average gradient buckets during backward (this step's gradients)")
-    config.add_option(cpu, 'fp16_allreduce', help='send gradients as float16 (half the bytes)')
-    config.add_option(cpu, 'check_finite',
+    command_line.add_option(cpu, 'fp16_allreduce',
+                            help='send gradients as float16 (half the bytes)')
+    command_line.add_option(cpu, 'check_finite',
                       help='stop with the rank named if a gradient is NaN/Inf')
     checkpoint.add_arguments(cpu)
-    config.add_option(cpu, 'check_replicas', metavar='K',
+    command_line.add_option(cpu, 'check_replicas', metavar='K',
                       help='every K steps, stop if the parameters differ between ranks')
-    config.add_option(cpu, 'timeline', metavar='PREFIX',
+    command_line.add_option(cpu, 'timeline', metavar='PREFIX',
                       help='record phase times on every rank into PREFIX.rank<R>.json '
                            '(chainermn-torus timeline merge|plot PREFIX)')
     cpu.add_argument('--stock', action='store_true',
                      help="ChainerMN's own wrapper and Chainer's update (baseline)")
     # The command line, and what it left filled in: the variable, else the default.
-    args, flags = config.parse_command_line(parser)
+    args, flags = command_line.parse_command_line(parser)
     checkpoint.check_arguments(parser, args)
 
     kwargs = {'grid': args.grid} if args.grid else {}
@@ -184,7 +185,7 @@ def main():
 
     # --checkpoint-dir, --resume, ...; --resume-batch scale on another rank count scales the
     # learning rate by Goyal et al.'s linear rule.
-    checkpoint.attach(comm, trainer, args, lr_rule=linear_scaling)
+    checkpoint.attach(comm, trainer, args, lr_rule=linear_scaling, settings=setup.settings)
 
     t0 = time.perf_counter()
     trainer.run()

@@ -27,7 +27,7 @@ def toy(monkeypatch):
 
 def test_toy_communicator_is_in_every_place_that_lists_communicators(toy):
     import argparse
-    from chainermn_torus import _registry, communicators, config, run
+    from chainermn_torus import _registry, command_line, communicators, run
     from chainermn_torus.algorithms import variants
     from chainermn_torus.algorithms.gradient_sets import MODEL_BYTES
     from chainermn_torus.communicators import capabilities
@@ -41,7 +41,7 @@ def test_toy_communicator_is_in_every_place_that_lists_communicators(toy):
     assert parser.parse_args(['--communicator', toy.NAME, 'x.py']).communicator == toy.NAME
     assert toy.NAME in ' '.join(parser.format_help().split())
     shared = argparse.ArgumentParser()
-    config.add_arguments(shared)
+    command_line.add_arguments(shared)
     assert toy.NAME in shared.format_help()
     # The docs' table (docs/communicators.md is that table for the package's own), with
     # what its class declares: everything of the base's.

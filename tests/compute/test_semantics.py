@@ -575,8 +575,8 @@ def test_geometries_beyond_the_bound_are_dropped_and_made_again():
 
 
 def test_the_bound_is_the_configuration_tables():
-    from chainermn_torus import config
-    assert config.SETTINGS['onednn_cache'].default == geometries.bound() or \
+    from chainermn_torus import settings_table
+    assert settings_table.SETTINGS['onednn_cache'].default == geometries.bound() or \
         'CHAINERMN_TORUS_ONEDNN_CACHE' in __import__('os').environ
     with pytest.raises(Exception, match='integer >= 1'):
         package_probes.set_onednn_bound(0)

@@ -15,7 +15,7 @@ import numpy
 import pytest
 from PIL import Image
 
-from conftest import ROOT, settings_again
+from conftest import ROOT
 from chainermn_torus.datasets.imagenet import PreprocessedDataset, compute_mean, read_list
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
 
@@ -382,13 +382,14 @@ def test_compute_mean_of_a_dataset_and_shape_mismatch():
 
 def test_an_image_larger_than_the_pixel_bound_is_refused_from_its_header(tmp_path,
                                                                          monkeypatch):
+    # the bound an entry point hands down from CHAINERMN_TORUS_MAX_IMAGE_PIXELS
     # Before: a 2 MB JPEG of 13,000 x 13,000 (under Pillow's bomb limit) was decoded whole
     # and OOM-killed the loader. Here a small stand-in: 300 x 200 against a bound of 50,000.
     big = tmp_path / 'big.jpg'
     Image.new('RGB', (300, 200), (10, 20, 30)).save(str(big))
     (tmp_path / 'list.txt').write_text('big.jpg 0\n')
-    monkeypatch.setenv('CHAINERMN_TORUS_MAX_IMAGE_PIXELS', '50000')
-    ds = PreprocessedDataset(str(tmp_path / 'list.txt'), root=str(tmp_path), crop_size=8)
+    ds = PreprocessedDataset(str(tmp_path / 'list.txt'), root=str(tmp_path), crop_size=8,
+                             max_pixels=50000)
     decoded = []
     monkeypatch.setattr(ds.base, 'get_example', lambda i: decoded.append(i))
     with pytest.raises(ValueError) as e:
@@ -398,8 +399,6 @@ def test_an_image_larger_than_the_pixel_bound_is_refused_from_its_header(tmp_pat
         text and 'more than the 50,000 an image may have; it was not decoded' in text and \
         'CHAINERMN_TORUS_MAX_IMAGE_PIXELS' in text and '--skip-corrupt' in text, text
     assert decoded == [] and ds.example_path(0) == str(big)
-    monkeypatch.setenv('CHAINERMN_TORUS_MAX_IMAGE_PIXELS', '60000')
     monkeypatch.undo()
-    settings_again()
     assert PreprocessedDataset(str(tmp_path / 'list.txt'), root=str(tmp_path),
-                               crop_size=8)[0][0].shape == (3, 8, 8)
+                               crop_size=8, max_pixels=60000)[0][0].shape == (3, 8, 8)

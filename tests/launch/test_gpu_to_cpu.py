@@ -21,7 +21,7 @@ import pytest
 from chainer import backend
 from chainer.backends import cuda
 
-from chainermn_torus import _registry, config
+from chainermn_torus import _registry, settings_table
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
 from chainermn_torus.errors import Unsupported
 from chainermn_torus.launch import gpu_to_cpu
@@ -327,7 +327,7 @@ def test_gpu_calls_lists_each_call_with_what_it_becomes():
 
 
 def test_the_option_is_a_setting_with_its_variable():
-    setting = config.SETTINGS['gpu_to_cpu']
+    setting = settings_table.SETTINGS['gpu_to_cpu']
     assert (setting.env, setting.kind, setting.default, setting.launcher) == (
         'CHAINERMN_TORUS_GPU_TO_CPU', 'flag', False, 'script')
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from chainermn_torus import config
+from chainermn_torus import settings_table
 from chainermn_torus.errors import UnsafePath
 from chainermn_torus.launch import gpu_to_cpu
 from conftest import run_cli  # noqa: F401
@@ -81,7 +81,7 @@ def test_gpu_calls_pass_over_a_huge_a_special_and_a_broken_module(tmp_path):
     passed = [line for line in lines if line.startswith('passed over')]
     assert len(passed) == 3, lines
     assert any('helpers/json.py: it holds 2,147,483,648 bytes, more than the {:,}'.format(
-        config.BOUNDS['module']) in line for line in passed), passed
+        settings_table.BOUNDS['module']) in line for line in passed), passed
     assert any('pipes.py: it is a FIFO' in line for line in passed), passed
     assert any('broken.py: not Python this interpreter reads' in line for line in passed), passed
     assert 'Traceback' not in text

@@ -1,8 +1,8 @@
 """The launcher's options come from the configuration table: adding one is a row of
-``config.SETTINGS`` (with what it applies to) plus the code that applies it."""
+``settings_table.SETTINGS`` (with what it applies to) plus the code that applies it."""
 import chainer
 
-from chainermn_torus import config
+from chainermn_torus import settings_table
 from chainermn_torus.launch import Launch, options
 from chainermn_torus.launch import optimizer
 
@@ -11,16 +11,16 @@ def test_every_launcher_row_is_an_option_with_its_variable():
     from chainermn_torus import run
     text = run.build_parser().format_help()
     for key in options.keys():
-        assert config.SETTINGS[key].launcher in config.LAUNCHER_TARGETS, key
+        assert settings_table.SETTINGS[key].launcher in settings_table.LAUNCHER_TARGETS, key
         assert options.option_of(key) in text, key
-        assert config.SETTINGS[key].env in text, key
+        assert settings_table.SETTINGS[key].env in text, key
 
 
 def test_a_new_optimizer_row_reaches_the_option_the_variable_and_the_optimizer(monkeypatch):
     from chainermn_torus import run
-    row = config.Setting('CHAINERMN_TORUS_TOY_OPTION', 'count', None,
+    row = settings_table.Setting('CHAINERMN_TORUS_TOY_OPTION', 'count', None,
                          'launcher: a toy optimizer option', launcher='optimizer')
-    monkeypatch.setitem(config.SETTINGS, 'toy_option', row)
+    monkeypatch.setitem(settings_table.SETTINGS, 'toy_option', row)
     opts = run.build_parser().parse_args(['--toy-option', '3', 'script.py'])
     launch = Launch(opts)
     assert launch.get('toy_option') == 3 and 'toy_option' in launch.given

@@ -9,7 +9,7 @@ import numpy
 import pytest
 
 import chainermn_torus  # NOQA  (the factory, and chainermn's names)
-from chainermn_torus import config
+from chainermn_torus import config, settings_table
 from chainermn_torus.optimizers import type_checks
 from conftest import settings_again
 import package_probes
@@ -52,7 +52,7 @@ def test_checked_on_the_first_steps_then_off_said_once_and_the_same_numbers(monk
     plain, seen_on = _train(4, monkeypatch, 'on')
     assert seen_on == [True] * 4 and "type checks" not in capsys.readouterr().out
     fast, seen = _train(4, monkeypatch)  # the default: the first step checked
-    assert config.SETTINGS['type_check'].default == 1
+    assert settings_table.SETTINGS['type_check'].default == 1
     assert seen == [True, False, False, False], seen
     said = [ln for ln in capsys.readouterr().out.splitlines() if 'type checks' in ln]
     assert len(said) == 1 and 'first training step;' in said[0], said

@@ -119,7 +119,7 @@ def test_planted_names_are_passed_over_unread_and_said_once_with_three(shared_di
 def test_a_flood_past_the_listing_bound_leaves_only_the_own_name_read(shared_dir):
     key = _key()
     stem = key.file_name()[:-len('.json')]
-    bound = memory.config.BOUNDS['listing_entries']
+    bound = memory.settings_table.BOUNDS['listing_entries']
     as_other(_flood, shared_dir, stem, bound + 1000)
     saved = memory.save(key, CHOICE, {'chosen_ms': 2.5}, shared_dir)
     found = memory.load(key, 4, shared_dir)

@@ -22,7 +22,7 @@ count.
 import atexit
 import collections
 
-from chainermn_torus import config
+from chainermn_torus import settings_table
 from chainermn_torus.runtime.cpu import threads
 
 __all__ = ['cached', 'bound', 'set_bound', 'clear', 'stats']
@@ -35,13 +35,13 @@ def bound():
     """How many geometries are kept: what ``set_bound`` was told (``compute.use``, with
     the settings' ``CHAINERMN_TORUS_ONEDNN_CACHE``), else the table's default."""
     if _STATS['bound'] is None:
-        _STATS['bound'] = config.SETTINGS['onednn_cache'].default
+        _STATS['bound'] = settings_table.SETTINGS['onednn_cache'].default
     return _STATS['bound']
 
 
 def set_bound(n):
     """Keep at most ``n`` geometries from now on (the oldest beyond it dropped)."""
-    _STATS['bound'] = config.parse('count', n, 'onednn cache bound')
+    _STATS['bound'] = settings_table.parse('count', n, 'onednn cache bound')
     _trim()
 
 

@@ -1,6 +1,6 @@
 """The examples' command-line options for checkpoints, and attaching a checkpointer as
 they say (collective)."""
-from chainermn_torus import config
+from chainermn_torus import command_line, config
 from chainermn_torus.extensions.checkpoint import elastic_lines, in_memory, rules
 from chainermn_torus.extensions.checkpoint.extension import MultiNodeCheckpointer
 from chainermn_torus.extensions.checkpoint.in_memory import MemorySnapshot
@@ -17,28 +17,28 @@ def add_arguments(parser):
     --checkpoint-keep, --trust-checkpoint-dir, --trust-out-dir, --memory-snapshots,
     --memory-dir, --restore-from-memory."""
     # Settings, as the launcher's options of the same names for unchanged scripts.
-    config.add_option(parser, 'checkpoint_dir', metavar='DIR',
+    command_line.add_option(parser, 'checkpoint_dir', metavar='DIR',
                       help='write multi-node checkpoints here (atomically; see '
                            'chainermn_torus.extensions.checkpoint)')
-    config.add_option(parser, 'checkpoint_interval', metavar='ITERATIONS',
+    command_line.add_option(parser, 'checkpoint_interval', metavar='ITERATIONS',
                       help='checkpoint every this many iterations (default: every epoch)')
     parser.add_argument('--checkpoint-keep', type=int, default=2, metavar='N',
                         help='checkpoints kept in --checkpoint-dir; older ones go '
                              '(default %(default)s)')
     parser.add_argument('--resume', action='store_true',
                         help='continue from the latest checkpoint in --checkpoint-dir')
-    config.add_option(parser, 'auto_resume',
+    command_line.add_option(parser, 'auto_resume',
                       help='continue from it if there is one (batch jobs that are requeued)')
     # These are settings too, declared from their rows (the flag, else the variable, else
-    # the default: config.options fills them in after parsing).
-    config.add_option(parser, 'trust_checkpoints', '--trust-checkpoint-dir',
+    # the default: command_line.options fills them in after parsing).
+    command_line.add_option(parser, 'trust_checkpoints', '--trust-checkpoint-dir',
                       dest='trust_checkpoint_dir',
                       help='resume even where another user owns or may write the checkpoint '
                            'directory or its files (refused by default)')
-    config.add_option(parser, 'trust_out_dir',
+    command_line.add_option(parser, 'trust_out_dir',
                       help='write results where another user owns or may write a component '
                            'of --out (refused by default)')
-    config.add_option(parser, 'memory_snapshots', nargs='?', const=in_memory.DEFAULT_K,
+    command_line.add_option(parser, 'memory_snapshots', nargs='?', const=in_memory.DEFAULT_K,
                       metavar='ITERATIONS',
                       help='keep a snapshot of the trainer in node memory every this many '
                            'iterations (--memory-dir; default {}: measured at most 2%% of '
@@ -87,15 +87,18 @@ def check_arguments(parser, args):
                      'restores from)')
 
 
-def attach(comm, trainer, args, lr_rule=None):
+def attach(comm, trainer, args, lr_rule=None, settings=None):
     """Extend ``trainer`` with a checkpointer and the in-memory snapshot, and resume, as
-    the options say (collective).
+    the options say (collective). ``settings``: the process's, handed down by the entry
+    point (the elastic step, the output directory's trust); None: the table's defaults.
 
     Returns the checkpointer, or None without --checkpoint-dir. Errors end every rank with a
     plain exit: every rank raises the same one, and MPI_Abort could lose the message when
     the launcher tears the job down.
     """
     checkpointer = None
+    settings = config.defaults() if settings is None else settings
+    elastic_step = settings['elastic_step']
     batch = getattr(args, 'resume_batch', 'keep')
     try:
         if args.checkpoint_dir:
@@ -110,10 +113,11 @@ def attach(comm, trainer, args, lr_rule=None):
         # A step of ``chainermn-torus elastic`` always goes on from its run's snapshots (the
         # supervisor may have asked for them through the setting, without the flag).
         from_memory = bool(getattr(args, 'memory_snapshots', None)) and (
-            getattr(args, 'restore_from_memory', False) or elastic_lines.step() is not None)
+            getattr(args, 'restore_from_memory', False) or elastic_step is not None)
         if getattr(args, 'memory_snapshots', None):
             snapshot = MemorySnapshot.for_trainer(
-                comm, trainer, args.memory_dir, from_memory, batch=batch, lr_rule=lr_rule)
+                comm, trainer, args.memory_dir, from_memory, elastic_step,
+                settings['trust_out_dir'], batch=batch, lr_rule=lr_rule)
             trainer.extend(snapshot, trigger=(args.memory_snapshots, 'iteration'))
         restored = None
         if from_memory:
@@ -126,7 +130,7 @@ def attach(comm, trainer, args, lr_rule=None):
         elif (args.auto_resume or from_memory) and \
                 checkpointer is not None:
             if checkpointer.maybe_resume(trainer) is not None:
-                elastic_lines.after_restore(trainer, comm.rank)
+                elastic_lines.after_restore(trainer, comm.rank, elastic_step)
     except CheckpointError as e:  # raised alike on every rank (the checks are collective)
         report.stop(str(e), comm.rank)
     return checkpointer

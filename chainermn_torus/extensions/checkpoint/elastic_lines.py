@@ -21,9 +21,8 @@ import time
 
 import chainer
 
-from chainermn_torus import config
 
-__all__ = ['step', 'say', 'after_restore', 'KEEPING', 'FIRST_STEP', 'COMPLETE', 'RESTORED',
+__all__ = ['say', 'after_restore', 'KEEPING', 'FIRST_STEP', 'COMPLETE', 'RESTORED',
            'find']
 
 PREFIX = 'chainermn_torus elastic: '
@@ -42,15 +41,11 @@ _PATTERNS = {
 }
 
 
-def step():
-    """(run, step number) where this process is a step of ``chainermn-torus elastic``,
-    else None."""
-    return config.current()['elastic_step']
-
-
-def say(template, rank, **fields):
-    """One line for the supervisor, from rank 0 only; never silenced."""
-    if rank == 0 and step() is not None:
+def say(template, rank, elastic_step, **fields):
+    """One line for the supervisor, from rank 0 only, in a step of it (``elastic_step``:
+    the settings' (run, step), handed down; None: not a step, nothing said); never
+    silenced."""
+    if rank == 0 and elastic_step is not None:
         sys.stdout.write(PREFIX + template.format(**fields) + '\n')
         sys.stdout.flush()
 
@@ -66,10 +61,10 @@ def find(kind, line):
     return m.groups() if m else None
 
 
-def after_restore(trainer, rank):
-    """In a supervisor's step, once the trainer is restored (from node memory or from disk):
-    say when its first step is done."""
-    if step() is not None:
+def after_restore(trainer, rank, elastic_step):
+    """In a supervisor's step (``elastic_step`` not None), once the trainer is restored
+    (from node memory or from disk): say when its first step is done."""
+    if elastic_step is not None:
         trainer.extend(_FirstStep(rank), trigger=(1, 'iteration'))
 
 

@@ -7,12 +7,12 @@ import time
 import chainer
 import numpy
 
+from chainermn_torus import settings_table
 from chainermn_torus.extensions.checkpoint import arrays as stored
 from chainermn_torus.extensions.checkpoint import files, identity, resharding, room, rules
 from chainermn_torus.extensions.checkpoint import writing
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
 from chainermn_torus.extensions.checkpoint.sweep import others, sweep_temporary
-from chainermn_torus import config
 from chainermn_torus.errors import ConfigError, UnsafePath
 from chainermn_torus.runtime import agree, report
 from chainermn_torus.runtime.watch import abort, watchdog
@@ -31,9 +31,10 @@ class MultiNodeCheckpointer(chainer.training.Extension):
             raise ConfigError('chainermn_torus: keep must be a count >= 1, got {!r}'.format(
                 keep))
         # Whether a directory and files another user could have written may be loaded
-        # (files.hold; its files: shared_paths.open_file).
-        self.trusted = config.current().pick('trust_checkpoints', trust,
-                                            '--trust-checkpoint-dir')[0]
+        # (files.hold; its files: shared_paths.open_file): the entry point's
+        # --trust-checkpoint-dir (or CHAINERMN_TORUS_TRUST_CHECKPOINTS), handed down.
+        self.trusted = False if trust is None else settings_table.parse(
+            'flag', trust, '--trust-checkpoint-dir')
         self.resumed_at = None  # the iteration resumed from: nothing newer is removed
         self._written = set()   # the iterations this job wrote
         self.rule = rules.get(batch, lr_rule)

@@ -6,7 +6,7 @@ job started and used by descriptor after, never by its path again: a directory r
 replaced by a link meanwhile is not followed). Every file is read under the rule for shared
 paths (``runtime.files.shared_paths``: no link followed, a regular file of this user, sized
 first) and nothing is decompressed before it is bounded: a manifest by
-``config.BOUNDS['manifest']`` and a schema (``manifest_problem``), a rank file's arrays by
+``settings_table.BOUNDS['manifest']`` and a schema (``manifest_problem``), a rank file's arrays by
 their headers, checked against this job's own state (``expected_arrays``) before any data
 is read (a 14 MB file holding a 6 GiB array, with a size and CRC to match in its manifest,
 was once decompressed whole and OOM-killed the job).
@@ -20,7 +20,7 @@ import zlib
 
 import numpy
 
-from chainermn_torus import config
+from chainermn_torus import settings_table
 from chainermn_torus.errors import UnsafePath
 from chainermn_torus.extensions.checkpoint.arrays import CheckpointError, RankFile
 from chainermn_torus.runtime.cpu import finite
@@ -205,7 +205,7 @@ def removed(place):
 
 def _load_json(place, name, trusted):
     """A manifest's JSON, read under the rule; (data, None) or (None, what is wrong)."""
-    limit = config.BOUNDS['manifest']
+    limit = settings_table.BOUNDS['manifest']
     try:
         fd = open_own(place, name, 'the manifest', limit, trusted)
         return json.loads(shared_paths.read_opened(

@@ -42,7 +42,7 @@ import socket
 import chainer
 import numpy
 
-from chainermn_torus import config
+from chainermn_torus import settings_table
 from chainermn_torus.errors import ConfigError, UnsafePath
 from chainermn_torus.extensions.checkpoint import arrays as stored
 from chainermn_torus.extensions.checkpoint import elastic_lines, files, identity, resharding
@@ -136,11 +136,12 @@ class MemorySnapshot(chainer.training.Extension):
     name = 'chainermn_torus_memory_snapshot'
 
     def __init__(self, comm, directory=None, keep=2, batch='keep', lr_rule=None, nodes=None,
-                 token=None, first=None):
+                 token=None, first=None, elastic_step=None):
         if int(keep) != keep or keep < 1:
             raise ConfigError('chainermn_torus: keep must be a count >= 1, got {!r}'.format(
                 keep))
         self.comm, self.keep, self.lr_rule = comm, int(keep), lr_rule
+        self.elastic_step = elastic_step  # a step of chainermn-torus elastic: its lines said
         self.rule = rules.get(batch, lr_rule)
         # ``nodes``: each rank's node index (tests emulating nodes); else ChainerMN's.
         if nodes is None:
@@ -180,7 +181,8 @@ class MemorySnapshot(chainer.training.Extension):
                 'chainermn_torus: cannot keep snapshots in node memory in {!r} (rank(s) {}): '
                 '{}'.format(self.shown(), agree.ranks_text(bad), bad[0][1])))
         self._trainer = None
-        elastic_lines.say(elastic_lines.KEEPING, comm.rank, directory=self.shown())
+        elastic_lines.say(elastic_lines.KEEPING, comm.rank, elastic_step,
+                          directory=self.shown())
 
     def shown(self):
         """Where the run's snapshots are, as said to the user and the supervisor: the
@@ -188,22 +190,26 @@ class MemorySnapshot(chainer.training.Extension):
         return self.pattern or snapshot_place.default_parent()
 
     @classmethod
-    def for_trainer(cls, comm, trainer, directory=None, restore=False, **kwargs):
+    def for_trainer(cls, comm, trainer, directory=None, restore=False, elastic_step=None,
+                    trusted=False, **kwargs):
         """Collective: the snapshot of ``trainer``'s run, its token found as
         ``snapshot_place`` says (the supervisor's run, else the output directory's token
-        file: read where ``restore``, else a new one kept there)."""
-        step = elastic_lines.step()
+        file: read where ``restore``, else a new one kept there). ``elastic_step``: the
+        settings' (run, step) of ``chainermn-torus elastic``, or None; ``trusted``: the
+        output directory's trust setting (both handed down by the entry point)."""
+        step = elastic_step
         if step is not None:
             return cls(comm, directory, token=snapshot_place.from_run(step[0]),
-                       first=int(step[1]) == 0, **kwargs)
+                       first=int(step[1]) == 0, elastic_step=step, **kwargs)
         token, problem = None, None
         if comm.rank == 0:
             try:
-                token = snapshot_place.read_token(trainer.out) if restore else None
+                token = snapshot_place.read_token(trainer.out, trusted) if restore \
+                    else None
                 first = token is None
                 if first:
                     token = snapshot_place.new_token()
-                    snapshot_place.write_token(trainer.out, token)
+                    snapshot_place.write_token(trainer.out, token, trusted)
             except (OSError, ValueError) as e:
                 problem = str(e).replace('chainermn_torus: ', '', 1)
         agree.raise_everywhere(comm.mpi_comm, problem, lambda bad: CheckpointError(
@@ -233,7 +239,7 @@ class MemorySnapshot(chainer.training.Extension):
         if self._failed or self.place is None or self._stopped is None or \
                 not self._stopped.fired:
             return
-        elastic_lines.say(elastic_lines.COMPLETE, self.comm.rank,
+        elastic_lines.say(elastic_lines.COMPLETE, self.comm.rank, self.elastic_step,
                           iteration=self._trainer.updater.iteration)
         if not self.leader:
             return
@@ -322,7 +328,7 @@ class MemorySnapshot(chainer.training.Extension):
         try:
             with self.place.subdirectory(GENERATION.format(iteration)) as gen:
                 data = json.loads(gen.read_bytes(MANIFEST, 'the snapshot manifest',
-                                                 config.BOUNDS['manifest']).decode('utf-8'))
+                                                 settings_table.BOUNDS['manifest']).decode('utf-8'))
                 wrong = manifest_problem(data, iteration)
                 if wrong:
                     return wrong
@@ -365,7 +371,7 @@ class MemorySnapshot(chainer.training.Extension):
                        'on {}{}{}'.format(self.shown(), iteration, manifest['ranks'], size,
                                           note, '' if not tried else '; newer ones passed '
                                           'over: ' + '; '.join(tried)), rank)
-            elastic_lines.after_restore(trainer, rank)
+            elastic_lines.after_restore(trainer, rank, self.elastic_step)
             return iteration
         raise CheckpointError(
             'chainermn_torus: no snapshot in node memory is complete on every rank ({}{}); '

@@ -21,7 +21,7 @@ import os
 import secrets
 
 from chainermn_torus.extensions import outputs
-from chainermn_torus.extensions.checkpoint import elastic_lines, files
+from chainermn_torus.extensions.checkpoint import files
 
 __all__ = ['DRAWS_FILE', 'run_seed']
 
@@ -35,10 +35,11 @@ def _derived(*parts):
     return int.from_bytes(hashlib.sha256(text).digest()[:4], 'little')
 
 
-def run_seed(given=None, checkpoint_dir=None, trusted=None):
+def run_seed(given=None, checkpoint_dir=None, trusted=None, elastic_step=None):
     """(seed, where it came from, said as a phrase); see the module doc. A file in the
     checkpoint directory that is not this user's own regular file, or holds no seed, is
-    refused (UnsafePath, ValueError)."""
+    refused (UnsafePath, ValueError). ``elastic_step``: the settings' (run, step) of
+    ``chainermn-torus elastic``, handed down, or None."""
     if given is not None:
         return int(given), '--shuffle-seed'
     if checkpoint_dir:
@@ -57,9 +58,8 @@ def run_seed(given=None, checkpoint_dir=None, trusted=None):
             raise ValueError('{} holds no seed (an integer below 2**32), got {!r}; remove it '
                              'to draw a new one'.format(kept, text[:40]))
         return int(text), 'kept in {}'.format(kept)
-    step = elastic_lines.step()
-    if step is not None:
-        return _derived('chainermn-torus elastic run', step[0]), \
+    if elastic_step is not None:
+        return _derived('chainermn-torus elastic run', elastic_step[0]), \
             'the run of chainermn-torus elastic\'s'
     return secrets.randbelow(_SEEDS), 'new at this start (--checkpoint-dir or --shuffle-seed ' \
         'keeps it for a restart)'

@@ -151,14 +151,14 @@ def _described(st):
                           else 'file or link')
 
 
-def write_token(out_dir, token, trusted=None):
+def write_token(out_dir, token, trusted=False):
     """Keep ``token`` in the output directory (0600, atomically): a restart reads it."""
     with outputs.hold(out_dir, trusted) as place:
         outputs.refuse_foreign(place, [TOKEN_FILE])
         place.write_atomic(TOKEN_FILE, lambda f: f.write((token + '\n').encode()))
 
 
-def read_token(out_dir, trusted=None):
+def read_token(out_dir, trusted=False):
     """The token kept in the output directory, or None where there is none. A file that is
     not this user's own regular file, or holds no token, is refused (UnsafePath, ValueError)."""
     try:

@@ -11,7 +11,7 @@ import os
 
 import numpy
 
-from chainermn_torus import config
+from chainermn_torus import settings_table
 from chainermn_torus.errors import UnsafePath
 from chainermn_torus.launch.gpu_to_cpu.calls import (GPU_COMMUNICATORS, MAPPED,
                                                      MULTI_GPU_UPDATERS, REFUSED)
@@ -155,11 +155,11 @@ class _Reader(ast.NodeVisitor):
 
 def _source(path, notes):
     """The text of the module ``path``, or None (said in ``notes``) where it is not a regular
-    file of at most ``config.BOUNDS['module']`` bytes: a link, a FIFO or a 2 GiB sparse
+    file of at most ``settings_table.BOUNDS['module']`` bytes: a link, a FIFO or a 2 GiB sparse
     ``json.py`` planted in a shared directory is passed over, never read (its directory was
     judged: ``paths``). A FIFO is opened without waiting."""
     try:
-        return shared_paths.read_bytes(path, 'the module', config.BOUNDS['module'],
+        return shared_paths.read_bytes(path, 'the module', settings_table.BOUNDS['module'],
                                        trusted=True, fix='Its GPU calls are not listed.')
     except UnsafePath as e:
         notes.append('passed over ' + str(e).replace('chainermn_torus: refusing the module ',

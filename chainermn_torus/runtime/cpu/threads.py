@@ -22,7 +22,7 @@ import os
 import psutil
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from chainermn_torus import config
+from chainermn_torus import config, settings_table
 from chainermn_torus.process import STATE
 from chainermn_torus.runtime import report
 from chainermn_torus.runtime.cpu import jit
@@ -30,7 +30,7 @@ from chainermn_torus.runtime.cpu import jit
 __all__ = ['THREADS_ENV', 'default_threads', 'apply_thread_budget', 'describe_budget', 'ensure',
            'reapply', 'release', 'pools_in_force', 'generation']
 
-THREADS_ENV = config.SETTINGS['threads'].env
+THREADS_ENV = settings_table.SETTINGS['threads'].env
 
 
 def _affinity():
@@ -71,7 +71,7 @@ def apply_thread_budget(threads=None, intra_size=1, source=None):
     """Limit BLAS/OpenMP and numba threads of this process to ``threads`` (``source``: the
     option or variable that gave it), else the settings' count; returns what was applied."""
     if threads is not None:
-        n = config.parse('threads', threads, source or 'threads')
+        n = settings_table.parse('threads', threads, source or 'threads')
         # a variable is named; an option or a caller's count is 'requested'
         reason = source if source == THREADS_ENV else 'requested'
     else:

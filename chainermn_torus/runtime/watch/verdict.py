@@ -22,14 +22,14 @@ Every rank stopped is a suspension of the whole job (``scontrol suspend``): no v
 """
 import collections
 
-from chainermn_torus import config
+from chainermn_torus import settings_table
 from chainermn_torus.runtime.watch import progress_board as pb
 from chainermn_torus.watchers import board_layout
 
 __all__ = ['Seen', 'BROKEN', 'SAID', 'summary', 'judge']
 
-ENV = config.SETTINGS['watchdog'].env
-STARTUP_ENV = config.SETTINGS['watchdog_startup'].env
+ENV = settings_table.SETTINGS['watchdog'].env
+STARTUP_ENV = settings_table.SETTINGS['watchdog_startup'].env
 # Stopped, a zombie, gone, or waiting for a stopped process it started (L: a loader
 # process): never progress, whatever the phase.
 BROKEN = 'TZXL'

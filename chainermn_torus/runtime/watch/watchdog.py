@@ -32,7 +32,7 @@ import threading
 from chainer.training.extensions import Evaluator
 
 from chainermn_torus.process import STATE
-from chainermn_torus import config
+from chainermn_torus import config, settings_table
 from chainermn_torus.errors import ConfigError, Unsupported
 from chainermn_torus.runtime import agree
 from chainermn_torus.runtime import world
@@ -43,8 +43,8 @@ from chainermn_torus.watchers import board_layout, startup_watch, temporaries
 __all__ = ['Watchdog', 'mark', 'start', 'watch_from_start', 'WATCHDOG_ENV',
            'STARTUP_ENV', 'OUTSIDE_FACTOR', 'STARTUP_S', 'active', 'startup_limit', 'in_call']
 
-WATCHDOG_ENV = config.SETTINGS['watchdog'].env
-STARTUP_ENV = config.SETTINGS['watchdog_startup'].env
+WATCHDOG_ENV = settings_table.SETTINGS['watchdog'].env
+STARTUP_ENV = settings_table.SETTINGS['watchdog_startup'].env
 OUTSIDE_FACTOR = 10  # the limit between steps and in checkpoints, in multiples of the limit
 # Start-up's default: reading a data set on rank 0 while the others wait in
 # scatter_dataset, starting loader processes and compiling the kernels take minutes on a

@@ -4,7 +4,7 @@ import collections
 import math
 import re
 
-from chainermn_torus import config
+from chainermn_torus import settings_table
 from chainermn_torus.algorithms.variants import check_grid_option
 from chainermn_torus.communicators._grid import parse_grid
 
@@ -61,9 +61,9 @@ class Job(collections.namedtuple('Job', list(FIELDS))):
         if self.nodes < 1 or self.ranks_per_node < 1:
             raise ValueError('--nodes and --ranks-per-node must be >= 1, got {} and {}'.format(
                 self.nodes, self.ranks_per_node))
-        if not (self.watchdog == 0 or 0 < self.watchdog <= config.MAX_SECONDS):
+        if not (self.watchdog == 0 or 0 < self.watchdog <= settings_table.MAX_SECONDS):
             raise ValueError('--watchdog must be 0 (off) or a number of seconds > 0 and at '
-                             'most {} (a year), got {}'.format(config.MAX_SECONDS,
+                             'most {} (a year), got {}'.format(settings_table.MAX_SECONDS,
                                                                self.watchdog))
         if not 0 < self.hours <= MAX_HOURS or not math.isfinite(self.hours):
             raise ValueError('--hours must be > 0 and at most {} (a year), got {:g}'.format(

@@ -17,7 +17,6 @@ from chainermn_torus.extensions.checkpoint import MultiNodeCheckpointer
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
 from tests.extensions.checkpoint.support import checkpointed, comm, trainer
 from tests.other_user import as_other, needs_root, shared_dir  # noqa: F401
-from conftest import settings_again
 
 
 def _run_to(tr, iteration):
@@ -72,9 +71,7 @@ def test_another_users_open_directory_is_refused_at_start_unless_trusted(shared_
     assert 'it is a directory owned by nobody (uid 65534)' in str(e.value) and \
         '--trust-checkpoint-dir' in str(e.value), str(e.value)
     assert os.listdir(theirs) == []
-    monkeypatch.setenv('CHAINERMN_TORUS_TRUST_CHECKPOINTS', '1')
-    settings_again()
-    MultiNodeCheckpointer(comm(), theirs)  # the user said so
+    MultiNodeCheckpointer(comm(), theirs, trust=True)  # the user said so
 
 
 def test_a_decompression_bomb_is_refused_from_its_header_and_the_older_one_resumed(

@@ -14,7 +14,6 @@ from chainer.training import triggers
 from chainermn_torus.extensions.checkpoint import MultiNodeCheckpointer, arrays
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
 from tests.extensions.checkpoint.support import checkpointed, comm, trainer
-from conftest import settings_again
 
 
 def _run_to(tr, iteration):
@@ -113,9 +112,9 @@ def test_a_directory_others_may_write_is_refused_unless_trusted(tmp_path, trust,
     assert ck.stat().st_mode & 0o777 == 0o700  # made private
     ck.chmod(0o775)  # a shared project directory
     if trust:
-        monkeypatch.setenv('CHAINERMN_TORUS_TRUST_CHECKPOINTS', '1')
-        settings_again()
-        assert MultiNodeCheckpointer(comm(), str(ck)).resume(trainer(tmp_path / 'o2')) == 3
+        # what an entry point hands down from CHAINERMN_TORUS_TRUST_CHECKPOINTS=1
+        assert MultiNodeCheckpointer(comm(), str(ck), trust=True).resume(
+            trainer(tmp_path / 'o2')) == 3
         return
     # Refused when the checkpointer is made: before any training, nothing written there.
     before = sorted(os.listdir(str(ck)))
@@ -134,11 +133,9 @@ def test_a_rank_file_replaced_by_a_link_is_refused_even_when_trusted(tmp_path, m
     real = tmp_path / 'elsewhere.npz'
     os.rename(str(ck / 'snapshot_iter_3.rank0.npz'), str(real))
     os.symlink(str(real), str(ck / 'snapshot_iter_3.rank0.npz'))
-    for trust in ('0', '1'):
-        monkeypatch.setenv('CHAINERMN_TORUS_TRUST_CHECKPOINTS', trust)
-        settings_again()
+    for trust in (False, True):
         with pytest.raises(CheckpointError) as e:
-            MultiNodeCheckpointer(comm(), str(ck)).resume(trainer(tmp_path / 'o2'))
+            MultiNodeCheckpointer(comm(), str(ck), trust=trust).resume(trainer(tmp_path / 'o2'))
         assert 'snapshot_iter_3.rank0.npz: it is a symbolic link owned by' in str(e.value) and \
             "to '{}'".format(real) in str(e.value), str(e.value)
     # A hard link (another name of one of the user's files) is refused too.
@@ -203,10 +200,8 @@ def test_other_users_files_in_a_trusted_directory_are_passed_over_never_removed_
               _plant(ck, 'snapshot_iter_12.rank0.npz.tmp.vm.99999'),
               _plant(ck, 'snapshot_iter_14.rank0.npz')]  # a rank file no manifest names
     theirs += _renamed(ck, 3, 90, manifest, uid=65534)
-    monkeypatch.setenv('CHAINERMN_TORUS_TRUST_CHECKPOINTS', '1')
-    settings_again()
     capsys.readouterr()
-    again = MultiNodeCheckpointer(comm(), str(ck))
+    again = MultiNodeCheckpointer(comm(), str(ck), trust=True)
     said = capsys.readouterr()
     line = [ln for ln in (said.out + said.err).splitlines() if 'of other users' in ln]
     assert len(line) == 1 and '{} file(s) of other users in {} are passed over, never read ' \
