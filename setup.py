@@ -22,8 +22,9 @@ setup(
         'mpich': ['mpich'],
         'imagenet': ['pillow'],            # JPEG decoding in the ImageNet example
         'plot': ['matplotlib'],            # timelines and benchmark plots
-        # import-linter: the layers (.importlinter); ruff: the style check (ruff.toml)
-        'test': ['pytest', 'import-linter', 'ruff==0.17.6'],
+        # import-linter: the layers (.importlinter); ruff: the style check (ruff.toml);
+        # mypy: the public API's type hints (mypy.ini)
+        'test': ['pytest', 'import-linter', 'ruff==0.17.6', 'mypy==1.13.0'],
         # numpy's bfloat16 dtype: bfloat16 gradient communication (0.6 needs numpy 2)
         'bf16': ['ml_dtypes>=0.5,<0.6'],
     },

@@ -18,6 +18,7 @@ recorded in the configuration, said once on rank 0, and otherwise ignored.
 import inspect
 import os
 import types
+from typing import Any, Callable, Iterable, Mapping, Optional, Tuple
 
 import chainermn
 import chainermn.communicators
@@ -58,19 +59,19 @@ class OptionError(ConfigError, TypeError):
     """
 
 
-def names():
+def names() -> tuple:
     """Our communicators' names (their registrations, ``algorithms.variants``)."""
     return communicators.names()
 
 
-def valid_names():
+def valid_names() -> tuple:
     return names() + CHAINERMN_NAMES
 
 
 command_line.set_communicator_names(valid_names)  # for --communicator on every command line
 
 
-def communicator_class(name):
+def communicator_class(name: str) -> type:
     """The class of our communicator ``name`` (its module, and MPI, load on first use)."""
     return communicators.communicator_class(name)
 
@@ -93,9 +94,23 @@ class Policy:
 
     FIELDS = ('forced', 'defaults', 'forced_options', 'rename', 'on_made', 'optimizer_options',
               'optimizer_made', 'first_update')
+    forced: Optional[Tuple[str, Mapping[str, Any]]]
+    defaults: Mapping[str, Any]
+    forced_options: Mapping[str, Any]
+    rename: Optional[Callable[[str], str]]
+    on_made: Optional[Callable[..., None]]
+    optimizer_options: Optional[Callable[..., dict]]
+    optimizer_made: Optional[Callable[..., None]]
+    first_update: Optional[Callable[[], None]]
 
-    def __init__(self, forced=None, defaults=None, forced_options=None, rename=None,
-                 on_made=None, optimizer_options=None, optimizer_made=None, first_update=None):
+    def __init__(self, forced: Optional[Tuple[str, Mapping[str, Any]]] = None,
+                 defaults: Optional[Mapping[str, Any]] = None,
+                 forced_options: Optional[Mapping[str, Any]] = None,
+                 rename: Optional[Callable[[str], str]] = None,
+                 on_made: Optional[Callable[..., None]] = None,
+                 optimizer_options: Optional[Callable[..., dict]] = None,
+                 optimizer_made: Optional[Callable[..., None]] = None,
+                 first_update: Optional[Callable[[], None]] = None) -> None:
         values = dict(forced=forced, rename=rename, on_made=on_made,
                       optimizer_options=optimizer_options, optimizer_made=optimizer_made,
                       first_update=first_update,
@@ -105,15 +120,16 @@ class Policy:
         for name in self.FIELDS:
             object.__setattr__(self, name, values[name])
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError('a Policy is frozen: make another with replace({}=...)'.format(
             name))
 
-    def replace(self, **changes):
+    def replace(self, **changes: Any) -> 'Policy':
         return Policy(**dict({name: getattr(self, name) for name in self.FIELDS}, **changes))
 
     # The communicator factory's questions
-    def choose(self, name, kwargs, ours):
+    def choose(self, name: str, kwargs: dict,
+               ours: Iterable[str]) -> Tuple[str, dict]:
         """(the name to make, its options) for a call asking for ``name``; ``ours``: the
         names of this package's communicators (forced options reach those only)."""
         if self.forced is not None:
@@ -125,7 +141,7 @@ class Policy:
             kwargs = dict(kwargs, **self.forced_options)
         return name, kwargs
 
-    def with_defaults(self, takes, kwargs):
+    def with_defaults(self, takes: Iterable[str], kwargs: dict) -> dict:
         """``kwargs`` with the defaults the class takes (``takes``: its option names)."""
         return dict({k: v for k, v in self.defaults.items() if k in takes}, **kwargs)
 
@@ -133,18 +149,18 @@ class Policy:
 _DEFAULT = Policy()
 
 
-def policy():
+def policy() -> Policy:
     """The policy in force (the process's: a launcher runs its script in this process)."""
     return STATE.policy if STATE.policy is not None else _DEFAULT
 
 
-def install(new=None):
+def install(new: Optional[Policy] = None) -> Policy:
     """Put ``new`` in force (None: the default, which changes nothing); returns it."""
     STATE.policy = new
     return policy()
 
 
-def force_communicator(name, **kwargs):
+def force_communicator(name: Optional[str], **kwargs: Any) -> None:
     """From now on every create_communicator call returns ``name`` with ``kwargs`` (the
     policy in force, with that name forced). ``force_communicator(None)`` undoes it.
     """
@@ -153,13 +169,14 @@ def force_communicator(name, **kwargs):
     install(policy().replace(forced=None if name is None else (name, kwargs)))
 
 
-def _check_name(name):
+def _check_name(name: str) -> None:
     if name not in valid_names():
         raise ConfigError('chainermn_torus: unknown communicator {!r}; valid names: {}'.format(
             name, ', '.join(valid_names())))
 
 
-def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
+def create_communicator(communicator_name: str = 'pure_nccl', mpi_comm: Any = None,
+                        **kwargs: Any) -> Any:
     """Create a communicator by name: ours or any of ChainerMN's.
 
     Ours: the registered names (``algorithms.variants``), a plugin's included; ``names()`` lists
@@ -198,7 +215,7 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
     try:
         # The settings handed down where the class takes them (a plugin's may not).
         handed = {'settings': settings} if 'settings' in inspect.signature(
-            cls.__init__).parameters else {}
+            getattr(cls, '__init__')).parameters else {}
         comm = cls(mpi_comm=mpi_comm, **handed, **kwargs)
     except TypeError as e:
         if 'unexpected keyword' not in str(e):
@@ -215,7 +232,7 @@ def create_communicator(communicator_name='pure_nccl', mpi_comm=None, **kwargs):
     return _made(comm, asked, communicator_name)
 
 
-def _made(comm, asked, made):
+def _made(comm: Any, asked: str, made: str) -> Any:
     watchdog.mark(comm)  # the job's watchdog (where one runs) marks its calls
     told = policy().on_made
     if told is not None:
@@ -223,24 +240,25 @@ def _made(comm, asked, made):
     return comm
 
 
-def takes_option(name, option):
+def takes_option(name: str, option: str) -> bool:
     """Whether communicator ``name`` (ours; ChainerMN's take none of ours) takes
     ``option``."""
     return name in names() and option in _option_names(communicator_class(name))
 
 
-def _option_names(cls):
-    params = inspect.signature(cls.__init__).parameters
+def _option_names(cls: type) -> list:
+    params = inspect.signature(getattr(cls, '__init__')).parameters
     return [p for p in params if p not in ('self', 'mpi_comm', 'settings') and
             not p.startswith('_')] + ['batched_copy']
 
 
-def _options_of(cls):
+def _options_of(cls: type) -> str:
     return ', '.join(_option_names(cls))
 
 
-def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering=False,
-                                zero_fill=True, **options):
+def create_multi_node_optimizer(actual_optimizer: Any, communicator: Any,
+                                double_buffering: bool = False, zero_fill: bool = True,
+                                **options: Any) -> Any:
     """ChainerMN's factory, ours, the one public way to make the wrapper: its options are
     ``chainermn_torus.optimizers.multi_node.make``'s, with the policy's applied.
 
@@ -267,7 +285,7 @@ def create_multi_node_optimizer(actual_optimizer, communicator, double_buffering
     return opt
 
 
-def register():
+def register() -> None:
     """Make chainermn.create_communicator (both import paths) and
     chainermn.create_multi_node_optimizer this package's (idempotent). The launcher also
     replaces ``chainermn.optimizers.create_multi_node_optimizer``."""

@@ -11,7 +11,7 @@ this one's MPI communicator, and logs the choice and the runner-up on rank 0.
 
 Where SimGrid is installed (``simulate='auto'``, the default, or
 ``$CHAINERMN_TORUS_SIMULATE``), rank 0 then simulates the planner's best few candidates
-(``simulation.plan``: link sharing, topology, measured synchronisation costs) and broadcasts
+(``simulation.ranking``: link sharing, topology, measured synchronisation costs) and broadcasts
 the ranking; a simulation that fails leaves the alpha-beta plan, and says so.
 
 With ``tune='on'`` (``--tune on``, ``$CHAINERMN_TORUS_TUNE``) the prediction only proposes:
@@ -40,7 +40,7 @@ from chainermn_torus.planning.network_source import job_network
 from chainermn_torus.runtime import agree
 from chainermn_torus.tuning import memory
 from chainermn_torus.tuning.collective_steps import MpiJob, Shape
-from chainermn_torus.tuning.lifecycle import TUNE_MIN_BYTES, Choices, Settings
+from chainermn_torus.tuning.lifecycle import TUNE_MIN_BYTES, Choices, TuneInputs
 
 __all__ = ['AutoCommunicator', 'TUNE_MIN_BYTES']
 
@@ -70,7 +70,7 @@ class AutoCommunicator(Communicator):
                       len(set(nodes)) == 1)
         net, source = job_network(self.mpi_comm, known['network'] if network is None
                                   else network, measure_timeout)
-        settings = Settings(
+        settings = TuneInputs(
             network=net, network_source=source,
             simulate=known.pick('simulate', simulate, 'simulate')[0], tune=tune,
             tune_dir=self._tune_dir(tune_dir) if tune != 'off' else None,

@@ -14,16 +14,22 @@ what it was.
 """
 import os
 import types
+from typing import Any, Iterable, Mapping, Optional, Tuple
 
 from chainermn_torus.errors import ConfigError
 from chainermn_torus.process import STATE
 from chainermn_torus.settings_table import SETTINGS, option_of, parse, shown
 
 __all__ = ['Settings', 'resolve', 'current', 'defaults', 'alone', 'install', 'quiet',
-           'from_environment']
+           'from_environment', 'Sourced', 'Flags']
+
+# A value and where it came from: the option or variable that gave it, None for a default.
+Sourced = Tuple[Any, Optional[str]]
+# An entry point's command line: {key: (value, option)}, a value None where not given.
+Flags = Mapping[str, Tuple[Any, Optional[str]]]
 
 
-def from_environment(key, environ):
+def from_environment(key: str, environ: Mapping[str, str]) -> Sourced:
     """(value, variable) from the variable of ``key`` in ``environ``, or (default, None)."""
     s = SETTINGS[key]
     raw = environ.get(s.env)
@@ -44,20 +50,21 @@ class Settings:
     """
 
     __slots__ = ('_values',)
+    _values: Mapping[str, Sourced]
 
-    def __init__(self, values):
+    def __init__(self, values: Mapping[str, Sourced]) -> None:
         object.__setattr__(self, '_values', types.MappingProxyType(dict(values)))
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError('settings are frozen: resolve() makes another')
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: str) -> Any:
         return self._values[key][0]
 
-    def source(self, key):
+    def source(self, key: str) -> Optional[str]:
         return self._values[key][1]
 
-    def pick(self, key, given=None, option=None):
+    def pick(self, key: str, given: Any = None, option: Optional[str] = None) -> Sourced:
         """(value, source): ``given`` (checked, its errors naming ``option``) when not None,
         else this object's value of ``key`` and its source."""
         if given is not None:
@@ -65,18 +72,19 @@ class Settings:
             return parse(SETTINGS[key].kind, given, option), option
         return self._values[key]
 
-    def chosen(self):
+    def chosen(self) -> dict[str, Sourced]:
         """{key: (value, source)} of the settings not at their default's source."""
         return {k: v for k, v in self._values.items() if v[1] is not None}
 
-    def describe(self, keys=None):
+    def describe(self, keys: Optional[Iterable[str]] = None) -> str:
         """``key=value (source)`` for the settings an option or variable gave."""
         return ', '.join('{}={} ({})'.format(k, shown(v), source)
                          for k, (v, source) in self.chosen().items()
                          if keys is None or k in keys) or 'all defaults'
 
 
-def resolve(flags=None, environ=None):
+def resolve(flags: Optional[Flags] = None,
+            environ: Optional[Mapping[str, str]] = None) -> Settings:
     """The table resolved at once: ``flags`` ({key: (value, option)}: a launcher's or entry
     point's options; None values are not given) over ``environ`` (default os.environ) over
     the defaults. The first bad value raises its ConfigError."""
@@ -85,7 +93,7 @@ def resolve(flags=None, environ=None):
     unknown = sorted(set(flags) - set(SETTINGS))
     if unknown:
         raise KeyError('not settings: {}'.format(', '.join(unknown)))
-    values = {}
+    values: dict[str, Sourced] = {}
     for key, s in SETTINGS.items():
         given, option = flags.get(key, (None, None))
         if given is not None:
@@ -96,13 +104,13 @@ def resolve(flags=None, environ=None):
     return Settings(values)
 
 
-def defaults():
+def defaults() -> Settings:
     """The table's defaults alone, no variable heard: what an object made without the
     settings handed to it (a class made directly, not by a factory) takes."""
     return resolve(environ={})
 
 
-def current():
+def current() -> Settings:
     """The process's settings: those installed (the launcher's), else resolved now from the
     environment and kept (the first read: a script's first communicator or optimizer)."""
     if STATE.settings is None:
@@ -110,7 +118,7 @@ def current():
     return STATE.settings
 
 
-def alone(key):
+def alone(key: str) -> Any:
     """Setting ``key`` from the environment by itself, its default where its value is bad:
     for the code that says a refusal, which runs where the table does not resolve."""
     try:
@@ -122,7 +130,7 @@ def alone(key):
             return SETTINGS[key].default
 
 
-def install(settings):
+def install(settings: Settings) -> Settings:
     """Make ``settings`` the process's (the launcher, at its start); returns them."""
     if not isinstance(settings, Settings):
         raise TypeError('install() takes a Settings from resolve(), got {!r}'.format(
@@ -131,7 +139,7 @@ def install(settings):
     return settings
 
 
-def quiet():
+def quiet() -> bool:
     """Whether informational lines are off (a bad value: not quiet, refused where the
     settings are resolved)."""
     try:

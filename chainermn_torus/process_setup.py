@@ -33,8 +33,10 @@ flag or variable gave.
 """
 import faulthandler
 import sys
+from typing import Any, Callable, Iterable, Optional
 
 from chainermn_torus import compute, config
+from chainermn_torus.config import Flags, Settings
 from chainermn_torus.process import STATE
 from chainermn_torus.runtime import report, timeline
 from chainermn_torus.runtime.cpu import allocation, threads
@@ -52,7 +54,7 @@ class Node:
     """This rank and its node, from an mpi4py communicator (a collective split, as
     ChainerMN's): ``rank``, ``size``, ``intra_rank``, ``intra_size``."""
 
-    def __init__(self, mpi_comm):
+    def __init__(self, mpi_comm: Any) -> None:
         from mpi4py import MPI
         node = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED)
         try:
@@ -61,7 +63,7 @@ class Node:
         finally:
             node.Free()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return 'Node(rank={}, size={}, intra_rank={}, intra_size={})'.format(
             self.rank, self.size, self.intra_rank, self.intra_size)
 
@@ -72,10 +74,11 @@ class Change:
 
     __slots__ = ('step', 'value', 'undo', 'why_kept')
 
-    def __init__(self, step, value, undo=None, why_kept=None):
+    def __init__(self, step: str, value: Any, undo: Optional[Callable[[], Any]] = None,
+                 why_kept: Optional[str] = None) -> None:
         self.step, self.value, self.undo, self.why_kept = step, value, undo, why_kept
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return 'Change({!r}, {!r}{})'.format(
             self.step, self.value, '' if self.undo else ', kept: {}'.format(self.why_kept))
 
@@ -86,18 +89,18 @@ class Setup:
     order) and ``ours`` (whether this package's steps were asked for, not only a setting's).
     ``undo()`` undoes every change that can be, newest first (a test, a notebook)."""
 
-    def __init__(self):
-        self.settings = None
-        self.node = None
-        self.changes = {}
+    def __init__(self) -> None:
+        self.settings: Optional[Settings] = None
+        self.node: Optional[Node] = None
+        self.changes: dict[str, Change] = {}
         self.ours = False
         self.said = False
 
-    def applied(self):
+    def applied(self) -> dict[str, Any]:
         """{step: the value said} for the steps applied so far."""
         return {step: change.value for step, change in self.changes.items()}
 
-    def undo(self):
+    def undo(self) -> list[str]:
         """Put back what can be put back, newest first; returns the steps undone. A step
         kept says why (``Change.why_kept``); every step may be applied again after."""
         undone = []
@@ -110,18 +113,19 @@ class Setup:
         return undone
 
 
-def applied():
+def applied() -> dict[str, Any]:
     """{step: what was applied} so far (empty before the first ``init``)."""
     return STATE.configured.applied() if STATE.configured is not None else {}
 
 
-def setup():
+def setup() -> Optional[Setup]:
     """The process's ``Setup`` (what ``init`` returned), or None before the first."""
     return STATE.configured
 
 
-def init(mpi_comm=None, flags=None, ours=True, later=(), flush_denormals=False,
-         watchdog=None):
+def init(mpi_comm: Any = None, flags: Optional[Flags] = None, ours: bool = True,
+         later: Iterable[str] = (), flush_denormals: bool = False,
+         watchdog: Optional[float] = None) -> Setup:
     """Apply the steps not yet done (module docstring); returns the process's ``Setup``.
 
     Collective over ``mpi_comm`` (an mpi4py communicator, default COMM_WORLD: the one a
@@ -169,7 +173,7 @@ def init(mpi_comm=None, flags=None, ours=True, later=(), flush_denormals=False,
     return setup
 
 
-def _wanted(setup, settings, step, flush_denormals):
+def _wanted(setup: Setup, settings: Settings, step: str, flush_denormals: bool) -> bool:
     """Whether ``step`` is asked for: by this package (``setup.ours``) or by a setting."""
     if step == 'fp environment':
         return bool(flush_denormals)
@@ -184,7 +188,7 @@ def _wanted(setup, settings, step, flush_denormals):
     return setup.ours or any(settings.source(k) is not None for k in keys)
 
 
-def _step(setup, name, apply):
+def _step(setup: Setup, name: str, apply: Callable[[], Optional[Change]]) -> None:
     if name in setup.changes and name != 'watch':  # a running watchdog takes a new limit
         return
     change = apply()
@@ -192,7 +196,7 @@ def _step(setup, name, apply):
         setup.changes[name] = change
 
 
-def _settings(flags):
+def _settings(flags: Optional[Flags]) -> Change:
     if flags:
         config.install(config.resolve(flags))  # the variables under the entry point's flags
     else:
@@ -200,62 +204,66 @@ def _settings(flags):
     return Change('settings', True, why_kept='values resolved: nothing of the process changed')
 
 
-def _abort():
+def _abort() -> Change:
     abort.install()
     enabled = not faulthandler.is_enabled()
     if enabled:
-        try:  # the process's stderr: a test harness may have put an object without a file
-            faulthandler.enable(file=sys.__stderr__.fileno(), all_threads=True)
+        # The process's stderr: a test harness may have put an object without a file, or
+        # none (a daemon's).
+        stderr = sys.__stderr__
+        try:
+            faulthandler.enable(file=stderr.fileno() if stderr is not None else 2,
+                                all_threads=True)
         except (AttributeError, OSError, ValueError):
             faulthandler.enable(file=2, all_threads=True)
 
-    def undo():
+    def undo() -> None:
         abort.uninstall()
         if enabled:
             faulthandler.disable()
     return Change('abort', True, undo)
 
 
-def _segment_names():
+def _segment_names() -> Change:
     return Change('segment names', devshm.unlink_mpi_segments(),
                   why_kept='the names are gone; the segments stay mapped until MPI_Finalize')
 
 
-def _timeline(settings):
+def _timeline(settings: Settings) -> Change:
     prefix = settings['timeline']
     timeline.enable(prefix, settings.source('timeline'))
     return Change('timeline', prefix, timeline.disable)
 
 
-def _malloc(node):
+def _malloc(node: Node) -> Change:
     return Change('malloc', allocation.keep(rank=node.rank), allocation.release)
 
 
-def _compute(settings, node):
+def _compute(settings: Settings, node: Node) -> Change:
     return Change('compute', compute.use(
         settings['compute'], settings.source('compute') or 'compute (default)', node.rank,
         settings['precision'], settings.source('precision') or 'precision (default)',
         settings['onednn_cache']), compute.release)
 
 
-def _threads(settings, node):
+def _threads(settings: Settings, node: Node) -> Change:
     budget = threads.ensure(node, settings['threads'], settings.source('threads'))
     return Change('threads', budget, threads.release)
 
 
-def _flush_denormals():
+def _flush_denormals() -> Change:
     from chainermn_torus.optimizers import fpenv  # numba: loaded where asked for
     previous = fpenv.set_flush_denormals(True)
     return Change('fp environment', 'flush-to-zero',
                   lambda: fpenv.set_flush_denormals(previous))
 
 
-def _watch(mpi_comm, timeout):
+def _watch(mpi_comm: Any, timeout: Optional[float]) -> Optional[Change]:
     dog = watchdog.start(mpi_comm, timeout)
     return None if dog is None else Change('watch', dog, dog.stop)
 
 
-def _say(setup, settings, rank):
+def _say(setup: Setup, settings: Settings, rank: int) -> None:
     """Rank 0's one line: what was applied, and the settings from a flag or variable."""
     done = setup.applied()
     if setup.said or not (setup.ours or set(done) - {'settings'}):

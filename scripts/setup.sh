@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine for chainermn-torus: the Fashion-MNIST data (Debian package) and a
 # project virtualenv with Chainer 7.8.1, numpy<2, the mpich wheel + mpi4py, numba, pytest,
-# ruff and oneDNN (x86-64).
+# ruff, mypy and oneDNN (x86-64).
 # Idempotent: every step checks first, so a second run takes a second or two.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -9,6 +9,7 @@ venv=${VENV:-$here/.venv}
 py=${PYTHON:-python3}
 data=/usr/share/datasets/fashion-mnist
 RUFF_VERSION=0.17.6  # setup.py's [test] extra names the same
+MYPY_VERSION=1.13.0  # the same
 
 if [ ! -f "$data/train-images-idx3-ubyte.gz" ] && [ ! -f "$data/train-images-idx3-ubyte" ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
@@ -49,6 +50,11 @@ fi
 if [ "$("$venv/bin/ruff" --version 2>/dev/null)" != "ruff $RUFF_VERSION" ]; then
     echo "[setup] installing ruff $RUFF_VERSION (the style check)"
     pip_install "ruff==$RUFF_VERSION"
+fi
+# The type check of the public API (mypy.ini, tests/test_types.py): pinned for the same reason.
+if [ "$("$venv/bin/mypy" --version 2>/dev/null | cut -d' ' -f2)" != "$MYPY_VERSION" ]; then
+    echo "[setup] installing mypy $MYPY_VERSION (the type check)"
+    pip_install "mypy==$MYPY_VERSION"
 fi
 # oneDNN for Chainer's convolutions (chainermn_torus.compute): the CPU build with GNU OpenMP,
 # x86-64 only (no wheel for aarch64: there Chainer's numpy, said at start-up). Not the

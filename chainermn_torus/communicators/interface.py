@@ -14,6 +14,7 @@ only constructs: the process is configured by the factory (``process_setup``).
 """
 import abc
 import inspect
+from typing import Any, Callable, Optional, Sequence
 
 from chainermn.communicators import mpi_communicator_base
 from mpi4py import MPI
@@ -41,8 +42,9 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
     name = None                              # the factory's name
     capabilities = _capabilities.OURS        # what callers may ask (capabilities.py)
 
-    def __init__(self, mpi_comm=None, segment_size=None, allreduce_grad_dtype=None,
-                 settings=None):
+    def __init__(self, mpi_comm: Any = None, segment_size: Optional[int] = None,
+                 allreduce_grad_dtype: Any = None,
+                 settings: Optional[config.Settings] = None) -> None:
         if mpi_comm is None:
             mpi_comm = MPI.COMM_WORLD
         super().__init__(mpi_comm)  # a collective: init_ranks
@@ -64,47 +66,48 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
         self._count = {'calls': 0}
 
     @property
-    def calls(self):
+    def calls(self) -> int:
         """Gradient calls made so far."""
         return self._count['calls']
 
     @property
-    def uses_grid(self):
+    def uses_grid(self) -> bool:
         """Whether it takes grid=(M, N): its registration says (``algorithms.variants``)."""
         return variants.takes_grid(self.name)
 
     # --- what the optimizer, the launcher and the tuner ask -------------------------------
     @abc.abstractmethod
-    def mean_grad_in_slot(self, model, zero_fill=False, slot=0):
+    def mean_grad_in_slot(self, model: Any, zero_fill: bool = False, slot: int = 0) -> None:
         """``multi_node_mean_grad`` into buffer ``slot`` (double buffering uses 0 and 1):
         gradients left as views of one slot stay valid while the other is in use."""
 
     @abc.abstractmethod
-    def mean_grads_by_bucket(self, named, bounds, ready):
+    def mean_grads_by_bucket(self, named: Sequence[Any], bounds: Sequence[int],
+                             ready: Callable[[int], None]) -> Any:
         """Average ``named``'s gradients bucket by bucket as ``ready(b)`` says they are set
         (``overlap=True``); returns the buffer holding the means."""
 
     @abc.abstractmethod
-    def mean_array(self, array):
+    def mean_array(self, array: Any) -> Any:
         """Average a flat float array across ranks in place (benchmarks, tests)."""
 
     @abc.abstractmethod
-    def clone(self, poll_interval=None):
+    def clone(self, poll_interval: Optional[float] = None) -> 'Communicator':
         """The same communicator on a duplicate of its MPI communicator (a background
         thread's); with ``poll_interval`` it waits for collectives by polling."""
 
     @property
     @abc.abstractmethod
-    def timings(self):
+    def timings(self) -> dict:
         """Seconds spent so far in each part of the gradient calls (check, pack,
         communicate, unpack, total); a part not timed yet reads 0."""
 
     @abc.abstractmethod
-    def describe(self):
+    def describe(self) -> str:
         """One line: the algorithm, its shape and options, for the launcher's report."""
 
     # --- ChainerMN API, once for all of ours ---------------------------------------------
-    def set_config(self, name, value=True, **kwargs):
+    def set_config(self, name: str, value: Any = True, **kwargs: Any) -> None:
         """ChainerMN's configuration: 'batched_copy' (accepted; it selects a GPU packing path
         in ChainerMN and means nothing here) and 'allreduce_grad_dtype' (as the option of
         the same name, and as ChainerMN's pure_nccl takes it); any other name raises
@@ -117,15 +120,15 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
         self._options['allreduce_grad_dtype'] = value  # split() and clone() carry it
         self._grad_dtype_changed()
 
-    def _grad_dtype_changed(self):
+    def _grad_dtype_changed(self) -> None:
         """Called after ``set_config('allreduce_grad_dtype', ...)``."""
 
-    def get_config(self, name=None):
+    def get_config(self, name: Optional[str] = None) -> Any:
         if name == 'allreduce_grad_dtype':
             return self.allreduce_grad_dtype
         return super().get_config(name)
 
-    def multi_node_mean_grad(self, model, zero_fill=False):
+    def multi_node_mean_grad(self, model: Any, zero_fill: bool = False) -> None:
         """Average gradients over ranks, with ChainerMN's zero_fill semantics.
 
         Afterwards each gradient whose dtype is the transfer dtype is a view of this
@@ -134,7 +137,7 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
         """
         self.mean_grad_in_slot(model, zero_fill, slot=0)
 
-    def bcast_data(self, model):
+    def bcast_data(self, model: Any) -> None:
         """Broadcast all parameters from rank 0 in one message (raw bytes, exact for any
         dtype)."""
         named = _packing.data_params(model)
@@ -151,14 +154,14 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
         if self.rank != 0:
             buf.unpack_data_bytes(named)
 
-    def split(self, color, key):
+    def split(self, color: int, key: int) -> 'Communicator':
         """The same kind of communicator, with the same options, on ``MPI_Comm_split``'s
         result (a grid falls back to the new size's default)."""
         opts = self.remade_options()
         opts.pop('grid', None)
         return self.__class__(mpi_comm=self.mpi_comm.Split(color, key), **opts)
 
-    def remade_options(self):
+    def remade_options(self) -> dict:
         """What ``split`` and ``clone`` make this class again with: every option the
         constructor was given, and the settings handed to it where the class takes them (a
         plugin's subclass may not)."""

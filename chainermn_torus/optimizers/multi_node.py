@@ -24,6 +24,7 @@ MPI_THREAD_MULTIPLE, which mpi4py requests by default.
 Why it is built so: docs/internals.md (optimizers/multi_node.py).
 """
 import sys
+from typing import Any, Callable, Optional, Union
 
 import chainer
 import numpy
@@ -42,11 +43,16 @@ from chainermn_torus.runtime.watch import watchdog as watchdog_mod
 __all__ = ['make', 'MultiNodeOptimizer', 'is_multi_node']
 
 
-def make(actual_optimizer, communicator, double_buffering=False, zero_fill=True, fused=False,
-         flush_denormals=False, check_finite=False,
-         background_poll=update_modes.BACKGROUND_POLL_S, check_replicas=None,
-         overlap=False, bucket_bytes=None, on_first_update=None, type_check=None,
-         settings=None, chainer_type_check=None):
+def make(actual_optimizer: Any, communicator: Any, double_buffering: bool = False,
+         zero_fill: bool = True, fused: Union[bool, str] = False,
+         flush_denormals: bool = False, check_finite: bool = False,
+         background_poll: Optional[float] = update_modes.BACKGROUND_POLL_S,
+         check_replicas: Optional[int] = None, overlap: bool = False,
+         bucket_bytes: Optional[int] = None,
+         on_first_update: Optional[Callable[[], None]] = None,
+         type_check: Union[None, str, int] = None,
+         settings: Optional[config.Settings] = None,
+         chainer_type_check: Optional[str] = None) -> 'MultiNodeOptimizer':
     """Wrap a Chainer optimizer for data-parallel training (what
     ``chainermn_torus.create_multi_node_optimizer`` makes; its options checked here).
 
@@ -109,7 +115,8 @@ def make(actual_optimizer, communicator, double_buffering=False, zero_fill=True,
                               dog, check_replicas, on_first_update, checks)
 
 
-def _check_options(check_replicas, fused, overlap, double_buffering):
+def _check_options(check_replicas: Optional[int], fused: Union[bool, str], overlap: bool,
+                   double_buffering: bool) -> None:
     if check_replicas is not None and (int(check_replicas) != check_replicas
                                        or check_replicas < 1):
         raise ConfigError('chainermn_torus: check_replicas must be a step count >= 1 (or '
@@ -123,7 +130,8 @@ def _check_options(check_replicas, fused, overlap, double_buffering):
                           'backward, or the last step\'s during this step); choose one')
 
 
-def _fuse(actual_optimizer, fused, flush_denormals, rank):
+def _fuse(actual_optimizer: Any, fused: Union[bool, str], flush_denormals: bool,
+          rank: int) -> None:
     """fused=True: the fused kernel or an error; 'auto': where there is one (said where
     not); without numba, 'auto' keeps Chainer's (said at start-up)."""
     if fused is True:
@@ -137,7 +145,7 @@ def _fuse(actual_optimizer, fused, flush_denormals, rank):
                 rank, stream=sys.stderr)
 
 
-def is_multi_node(optimizer):
+def is_multi_node(optimizer: Any) -> bool:
     """Whether ``optimizer`` already averages over ranks: ours, or one of ChainerMN's own
     wrappers (a script that made one before ``import chainermn_torus``)."""
     return isinstance(optimizer, MultiNodeOptimizer) or \
@@ -152,10 +160,25 @@ class MultiNodeOptimizer:
     _own = ('communicator', 'actual_optimizer', 'mode', 'zero_fill', 'check_finite',
             'timings', 'iterations', 'watchdog', 'check_replicas', 'on_first_update',
             'type_checks', '_signature', '_resumed')
+    communicator: Any
+    actual_optimizer: Any
+    mode: Any
+    zero_fill: bool
+    check_finite: bool
+    timings: dict
+    iterations: int
+    watchdog: Any
+    check_replicas: Optional[int]
+    on_first_update: Optional[Callable[[], None]]
+    type_checks: Any
+    _signature: Any
+    _resumed: bool
 
-    def __init__(self, actual_optimizer, communicator, mode, zero_fill=True,
-                 check_finite=False, watchdog=None, check_replicas=None,
-                 on_first_update=None, type_checks=None):
+    def __init__(self, actual_optimizer: Any, communicator: Any, mode: Any,
+                 zero_fill: bool = True, check_finite: bool = False, watchdog: Any = None,
+                 check_replicas: Optional[int] = None,
+                 on_first_update: Optional[Callable[[], None]] = None,
+                 type_checks: Any = None) -> None:
         if type_checks is None:  # made directly: Chainer's own way, every step checked
             type_checks = type_checks_mod.TypeChecks('on', communicator.rank)
         own = dict(communicator=communicator, actual_optimizer=actual_optimizer, mode=mode,
@@ -168,21 +191,22 @@ class MultiNodeOptimizer:
         for name, value in own.items():
             object.__setattr__(self, name, value)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self.actual_optimizer, name)
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: Any) -> None:
         if name in self._own:
             object.__setattr__(self, name, value)
         else:
             setattr(self.actual_optimizer, name, value)
 
-    def setup(self, link):
+    def setup(self, link: Any) -> 'MultiNodeOptimizer':
         self.actual_optimizer.setup(link)
         return self
 
     # --- one step ---------------------------------------------------------------------------
-    def update(self, lossfun=None, *args, **kwds):
+    def update(self, lossfun: Optional[Callable[..., Any]] = None, *args: Any,
+               **kwds: Any) -> None:
         if self.iterations == 0 and self.on_first_update is not None:
             self.on_first_update()  # the launcher's check (the policy's first_update)
         if self.watchdog is not None:
@@ -193,7 +217,7 @@ class MultiNodeOptimizer:
         if self.watchdog is not None:
             self.watchdog.beat()
 
-    def _step(self, lossfun, args, kwds):
+    def _step(self, lossfun: Optional[Callable[..., Any]], args: tuple, kwds: dict) -> None:
         """The order of a step, for every mode."""
         mode = self.mode
         if lossfun is not None:
@@ -209,7 +233,7 @@ class MultiNodeOptimizer:
         with _timeline.timed('update', self.timings):
             self.actual_optimizer.update(None, *args, **kwds)
 
-    def _forward_backward(self, lossfun, args, kwds):
+    def _forward_backward(self, lossfun: Callable[..., Any], args: tuple, kwds: dict) -> None:
         _timeline.next_iteration()
         with _timeline.timed('forward_backward', self.timings), \
                 self.type_checks.forward(self.iterations):
@@ -222,25 +246,25 @@ class MultiNodeOptimizer:
             self.mode.backward(self, loss)
             del loss
 
-    def _changed(self):
+    def _changed(self) -> bool:
         """ChainerMN's is_changed: names or initialisation of parameters differ from last time."""
         sig = _packing.param_signature(self.target)
         changed = sig != self._signature
         self._signature = sig
         return changed
 
-    def take_resumed(self):
+    def take_resumed(self) -> bool:
         """Whether the parameters were loaded from a snapshot of a run that had started
         (then the first step's broadcast is a check and the step updates); cleared."""
         resumed, self._resumed = self._resumed, False
         return resumed
 
-    def wait(self):
+    def wait(self) -> None:
         """Block until the averaging in flight (if any) is done; re-raise its error."""
         self.mode.wait(self)
 
     # --- snapshots --------------------------------------------------------------------------
-    def serialize(self, serializer):
+    def serialize(self, serializer: Any) -> None:
         """The wrapped optimizer's state (same keys as ChainerMN's wrapper) plus ours."""
         self.mode.before_serialize(self, serializer)
         self.actual_optimizer.serialize(serializer)
@@ -258,7 +282,7 @@ class MultiNodeOptimizer:
         # and, if the saved run had started, goes on to update in the same step.
         self._signature, self._resumed = None, started
 
-    def finalize(self):
+    def finalize(self) -> None:
         """Wait for the averaging in flight, stop the mode's thread, free its clone's MPI
         resources.
 
@@ -268,7 +292,7 @@ class MultiNodeOptimizer:
         """
         self.mode.finalize(self)
 
-    def __del__(self):
+    def __del__(self) -> None:
         mode = self.__dict__.get('mode')
         if mode is not None:
             mode.close()

@@ -10,7 +10,7 @@ for none, its steps get ``CHAINERMN_TORUS_MEMORY_SNAPSHOTS`` = ``in_memory.DEFAU
 both read), and each step after the first restores from them. A command that keeps none (it
 runs neither) is one step: the job ends with its exit code. The supervisor
 
-1. finds the job's nodes (``allocation.discover``: ``--hosts``, Slurm's allocation, PBS's
+1. finds the job's nodes (``job_nodes.discover``: ``--hosts``, Slurm's allocation, PBS's
    node file) and asks each to answer (``elastic_node``: one process per node through the
    launcher; its host name is the name the watch uses);
 2. starts the MPI step on them: the same command, with ``CHAINERMN_TORUS_ELASTIC_STEP`` set
@@ -22,7 +22,7 @@ runs neither) is one step: the job ends with its exit code. The supervisor
    link down) and from the nodes themselves: one that does not answer within
    ``--probe-timeout`` is lost. Those that answer end what the old step left there (its
    processes, its files in /dev/shm) and keep the snapshots;
-5. plans the next step on the nodes left (``allocation.plan``: ``--min-nodes``, the global
+5. plans the next step on the nodes left (``job_nodes.plan``: ``--min-nodes``, the global
    batch split over the ranks left), and starts it with the same command, which restores
    the newest snapshot every survivor holds complete (``in_memory``) and trains on. A loss
    during a recovery is one more failed step: recovery starts again on the nodes still left.
@@ -51,7 +51,7 @@ import time
 from chainermn_torus import command_line, config, settings_table
 from chainermn_torus.errors import ConfigError
 from chainermn_torus.extensions.checkpoint import arguments, elastic_lines, in_memory
-from chainermn_torus.tools import allocation, elastic_node
+from chainermn_torus.tools import elastic_node, job_nodes
 
 __all__ = ['main', 'Launcher', 'Supervisor', 'Guard']
 
@@ -168,13 +168,13 @@ class Supervisor:
             # srun (itself, or under hydra's -launcher slurm) waits for a node Slurm holds
             # DOWN until the probe's time is out: those are counted out at once (a node
             # Slurm has not yet marked is still asked: DOWN comes after SlurmdTimeout).
-            gone = allocation.slurm_unavailable([n.host for n in nodes])
+            gone = job_nodes.slurm_unavailable([n.host for n in nodes])
             for host, state in gone.items():
                 self.unanswered[host] = 'Slurm holds it {} (sinfo)'.format(state)
             nodes = [n for n in nodes if n.host not in gone]
         for n in nodes:
             procs[n.host] = subprocess.Popen(
-                self.launcher.command([allocation.Node(n.host, 1)], argv,
+                self.launcher.command([job_nodes.Node(n.host, 1)], argv,
                                       passed=(elastic_node.RUN_VARIABLE,)),
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                 start_new_session=True, preexec_fn=_die_with_parent)
@@ -292,9 +292,9 @@ class Supervisor:
         number, pending = 0, None
         while True:
             try:
-                step = allocation.plan(self.nodes, self.lost, self.global_batch,
+                step = job_nodes.plan(self.nodes, self.lost, self.global_batch,
                                        self.min_nodes)
-            except allocation.NoStep as e:
+            except job_nodes.NoStep as e:
                 say(str(e).replace('chainermn_torus: ', '', 1))
                 return 1
             if number:
@@ -525,13 +525,13 @@ def main(argv=None):
         p.error('--launcher-args {!r} does not parse as a shell would split it: {}'.format(
             args.launcher_args, e))
     try:
-        nodes, source = allocation.discover(args.hosts)
+        nodes, source = job_nodes.discover(args.hosts)
         launcher = Launcher.find(args.launcher, args.launcher_program, extra)
     except ConfigError as e:
         p.error(str(e).replace('chainermn_torus: ', '', 1))
     sup = Supervisor(nodes, command, launcher, args.min_nodes, args.global_batch,
                      args.probe_timeout, args.grace, args.max_steps,
-                     slurm=source == allocation.SLURM_SOURCE,
+                     slurm=source == job_nodes.SLURM_SOURCE,
                      keep_snapshots=args.keep_snapshots)
     # Before any thread starts (the step's output pumps): the guard is a fork of this.
     sup.guard = Guard(sup)

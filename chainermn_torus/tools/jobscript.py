@@ -21,7 +21,7 @@ import textwrap
 
 from chainermn_torus import command_line
 from chainermn_torus.extensions.checkpoint import in_memory
-from chainermn_torus.tools import outputs
+from chainermn_torus.tools import result_paths
 from chainermn_torus.tools.jobscripts import render, systems
 from chainermn_torus.tools.jobscripts.job import Job
 
@@ -112,7 +112,7 @@ def main(argv=None):
             return 0
         text = render.generate(job)
         out = args.output or 'job-{}.sh'.format(args.system)
-        outputs.check_writable(out, '--output')
+        result_paths.check_writable(out, '--output')
     except ValueError as e:
         sys.stderr.write('chainermn-torus jobscript: {}\n'.format(e))
         return 2

@@ -7,8 +7,8 @@ import sys
 from chainermn_torus import command_line
 from chainermn_torus.communicators._grid import parse_grid
 from chainermn_torus.planning import planner
-from chainermn_torus.simulation import plan as simplan, simulate
-from chainermn_torus.tools import outputs
+from chainermn_torus.simulation import ranking, simulate
+from chainermn_torus.tools import result_paths
 
 __all__ = ['main', 'MAX_RANKS', 'SIMULATE_AUTO_NODES', 'SIMULATE_MAX_NODES']
 
@@ -49,7 +49,7 @@ def main(argv):
         p.error('--nodes x --ranks-per-node = {:,} ranks: the planner answers up to {:,} '
                 '(more than the largest machines run)'.format(ranks, MAX_RANKS))
     try:
-        outputs.check_writable(args.json, '--json')  # before the work, not after it
+        result_paths.check_writable(args.json, '--json')  # before the work, not after it
         nbytes = planner.model_bytes(args.model)  # a bad model is said before the network
         if (args.alpha is None) != (args.beta is None):
             raise ValueError('give --alpha and --beta together (latency in s, bandwidth in '
@@ -82,11 +82,11 @@ def main(argv):
                   '--simulate on simulates up to {}'.format(
                       args.nodes, SIMULATE_AUTO_NODES, SIMULATE_MAX_NODES))
         if mode is True or (mode == 'auto' and simulate.available()):
-            rows = simplan.rank_rows(rows, args.nodes, args.ranks_per_node,
-                                     simplan.model_or_bytes(args.model), net,
+            rows = ranking.rank_rows(rows, args.nodes, args.ranks_per_node,
+                                     ranking.model_or_bytes(args.model), net,
                                      topology=args.topology)
             print('simulated (SimGrid) the planner\'s best {}; the other rows are the '
-                  'alpha-beta model\'s'.format(simplan.TOP))
+                  'alpha-beta model\'s'.format(ranking.TOP))
     except (ValueError, RuntimeError) as e:
         sys.stderr.write('chainermn-torus plan: {}\n'.format(e))
         return 2

@@ -17,9 +17,9 @@ from chainermn_torus.algorithms import variants
 from chainermn_torus.communicators._grid import parse_grid
 from chainermn_torus.planning import planner
 from chainermn_torus.simulation import platforms, schedules, study, validate
-from chainermn_torus.simulation.plan import machine_for, model_or_bytes
+from chainermn_torus.simulation.ranking import machine_for, model_or_bytes
 from chainermn_torus.simulation.simulate import SimulationError, simulate
-from chainermn_torus.tools import outputs
+from chainermn_torus.tools import result_paths
 
 __all__ = ['main']
 
@@ -89,7 +89,7 @@ def run(argv):
                 '(the shape study goes to 8192 nodes)'.format(
                     args.nodes, args.ranks_per_node, P, MAX_RANKS))
     try:
-        outputs.check_writable(args.json, '--json')  # before the simulation, not after it
+        result_paths.check_writable(args.json, '--json')  # before the simulation, not after it
         net = planner.load_network(args.network)
         machine = _machine(args, net)
         model = model_or_bytes(args.model)

@@ -9,7 +9,7 @@ import time
 
 from chainermn_torus import command_line
 from chainermn_torus.runtime.timeline import STREAM_S, TIMELINE_ENV, trace_events
-from chainermn_torus.tools import outputs
+from chainermn_torus.tools import result_paths
 
 __all__ = ['rank_files', 'merge', 'plot', 'main']
 
@@ -183,7 +183,7 @@ def main(argv=None):
     notes = []
     try:
         if args.cmd in ('merge', 'plot'):
-            outputs.check_writable(args.output, '-o')  # before reading every rank's file
+            result_paths.check_writable(args.output, '-o')  # before reading every rank's file
         if args.cmd == 'merge':
             trace = merge(args.prefix, notes)
             with open(args.output, 'w') as f:

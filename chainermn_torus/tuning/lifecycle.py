@@ -38,7 +38,7 @@ from chainermn_torus.runtime import report
 from chainermn_torus.tuning import candidates, memory, prediction
 from chainermn_torus.tuning.tuner import Tuner
 
-__all__ = ['Choices', 'Settings', 'TUNE_MIN_BYTES', 'EXIT_WAIT_S']
+__all__ = ['Choices', 'TuneInputs', 'TUNE_MIN_BYTES', 'EXIT_WAIT_S']
 
 # Calls below this many bytes are latency-bound: the planner's alpha terms rank them well,
 # and a measured difference would be within the noise of one call.
@@ -57,7 +57,7 @@ FAR = 3.0
 PREFIX = 'chainermn_torus auto: '
 
 
-class Settings(collections.namedtuple('Settings', [
+class TuneInputs(collections.namedtuple('TuneInputs', [
         'network', 'network_source', 'simulate', 'tune', 'tune_dir', 'segment_bytes',
         'segment_given', 'mpi_library'])):
     """network, and where it came from; simulate (auto, True, False); tune (off, on,

@@ -2,13 +2,13 @@
 simulator where it is installed, the same on every rank.
 
 Where SimGrid is installed (``simulate='auto'``, the default, or ``$CHAINERMN_TORUS_SIMULATE``)
-rank 0 simulates the planner's best few candidates (``simulation.plan``: link sharing,
+rank 0 simulates the planner's best few candidates (``simulation.ranking``: link sharing,
 topology, measured synchronisation costs) while the others wait asleep, and shares the
 ranking; a simulation that fails leaves the alpha-beta plan, and says why.
 """
 from chainermn_torus.algorithms import variants
 from chainermn_torus.planning import planner
-from chainermn_torus.simulation import plan as simplan, simulate as simulate_mod
+from chainermn_torus.simulation import ranking, simulate as simulate_mod
 
 __all__ = ['rows', 'SIMULATE_MIN_S']
 
@@ -43,7 +43,7 @@ def _simulated(planned, shape, nbytes, network, simulate, job):
                    'planner; simulate=on but ' + simulate_mod.why_unavailable())
         else:
             try:
-                out = (simplan.rank_rows(planned, shape.nodes, shape.ranks_per_node,
+                out = (ranking.rank_rows(planned, shape.nodes, shape.ranks_per_node,
                                          nbytes // 4, network), 'simulated')
             except (RuntimeError, ValueError, OSError) as e:
                 out = (planned, 'planner; the simulation failed: {}'.format(e))

@@ -33,7 +33,7 @@ def test_simulate_refuses_a_machine_beyond_its_size_at_once():
 @pytest.mark.parametrize('path', ['/proc/no/result.json', '/sys/result.json'])
 def test_an_output_that_cannot_be_written_is_refused_before_the_work(path):
     # /sys: os.access says yes to root; the write failed after the simulation, a traceback.
-    from chainermn_torus.tools import outputs
+    from chainermn_torus.tools import result_paths
     with pytest.raises(ValueError) as e:
-        outputs.check_writable(path, '--json')
+        result_paths.check_writable(path, '--json')
     assert str(e.value).startswith('cannot write --json {}: '.format(path))

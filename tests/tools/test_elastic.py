@@ -12,7 +12,7 @@ import pytest
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
 from chainermn_torus.extensions.checkpoint import snapshot_place
 from chainermn_torus.runtime.watch import abort
-from chainermn_torus.tools import allocation, elastic, elastic_node
+from chainermn_torus.tools import elastic, elastic_node, job_nodes
 from conftest import MPI, ROOT, job_env, mpiexec_path
 
 EXAMPLE = os.path.join(ROOT, 'examples', 'mnist', 'train_mnist.py')
@@ -22,7 +22,7 @@ needs_data = pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
 
 
 def test_each_launcher_starts_the_step_on_the_nodes_left():
-    nodes = allocation.parse_hosts('n0:2,n2:2')
+    nodes = job_nodes.parse_hosts('n0:2,n2:2')
     hydra = elastic.Launcher('hydra', 'mpiexec', ['-genv', 'A', 'b'])
     assert hydra.command(nodes, ['python', 's.py']) == [
         'mpiexec', '-genv', 'A', 'b', '-hosts', 'n0:2,n2:2', '-n', '4', 'python', 's.py']
@@ -45,7 +45,7 @@ def test_a_node_slurm_holds_down_is_lost_without_being_asked(tmp_path, monkeypat
     for f in ('sinfo', 'launch'):
         os.chmod(str(tmp_path / f), 0o755)
     monkeypatch.setenv('PATH', '{}:{}'.format(tmp_path, os.environ['PATH']))
-    nodes = allocation.parse_hosts('n0:2,n1:2')
+    nodes = job_nodes.parse_hosts('n0:2,n1:2')
     launcher = elastic.Launcher('hydra', str(tmp_path / 'launch'))
     sup = elastic.Supervisor(nodes, ['x'], launcher, probe_timeout=30, slurm=True)
     assert sup.probe(nodes) == {'n0': (0, 0)}
@@ -163,9 +163,9 @@ def test_the_probe_takes_its_run_from_the_environment_only():
                               capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
         assert proc.returncode == 2 and 'Traceback' not in proc.stderr, proc.stderr
         assert 'CHAINERMN_TORUS_ELASTIC_PROBE' in proc.stderr.strip().splitlines()[-1]
-    sup = elastic.Supervisor([allocation.Node('h', 1)], ['true'],
+    sup = elastic.Supervisor([job_nodes.Node('h', 1)], ['true'],
                              elastic.Launcher('openmpi', 'mpirun'))
-    line = sup.launcher.command([allocation.Node('h', 1)], ['probe'],
+    line = sup.launcher.command([job_nodes.Node('h', 1)], ['probe'],
                                 passed=(elastic_node.RUN_VARIABLE,))
     assert sup.run_id not in ' '.join(line) and elastic_node.RUN_VARIABLE in line
 

@@ -11,7 +11,7 @@ import pytest
 from chainermn_torus.planning import planner
 from chainermn_torus.tuning import candidates, lifecycle, memory
 from chainermn_torus.tuning.collective_steps import OneRank, Shape
-from chainermn_torus.tuning.lifecycle import TUNE_MIN_BYTES, Choices, Settings
+from chainermn_torus.tuning.lifecycle import TUNE_MIN_BYTES, Choices, TuneInputs
 
 SHAPE = Shape(size=4, rank=0, ranks_per_node=2, nodes=2, uniform=True)
 NBYTES = 4 << 20
@@ -33,7 +33,7 @@ class Candidate:
 
 
 def settings(tmp_path, tune='on'):
-    return Settings(network=planner.PRESETS['ofp'], network_source='preset', simulate=False,
+    return TuneInputs(network=planner.PRESETS['ofp'], network_source='preset', simulate=False,
                     tune=tune, tune_dir=str(tmp_path), segment_bytes=4 << 20,
                     segment_given=False, mpi_library='MPICH Version: test')
 
