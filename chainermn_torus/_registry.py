@@ -275,11 +275,13 @@ def create_multi_node_optimizer(actual_optimizer: Any, communicator: Any,
         options = rules.optimizer_options(actual_optimizer, options)
     settings = process_setup.init(getattr(communicator, 'mpi_comm', None),
                                   flush_denormals=options.get('flush_denormals', False),
-                                  watchdog=options.pop('watchdog', None)).settings
+                                  watchdog=options.get('watchdog')).settings
+    # The watchdog is the process's (init's watch step); the wrapper marks its calls.
     opt = multi_node.make(actual_optimizer, communicator, zero_fill=zero_fill,
                           settings=settings, chainer_type_check=os.environ.get(
                               'CHAINER_TYPE_CHECK'),
-                          on_first_update=rules.first_update, **options)
+                          on_first_update=rules.first_update,
+                          **{k: v for k, v in options.items() if k != 'watchdog'})
     if rules.optimizer_made is not None:
         rules.optimizer_made(name, communicator, options, fused.is_fused(opt.actual_optimizer))
     return opt

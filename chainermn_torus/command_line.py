@@ -7,6 +7,7 @@ row's), ``flags`` gives what the command line gave, for ``resolve`` and ``init(f
 import argparse
 import os
 
+from chainermn_torus import config
 from chainermn_torus.config import from_environment
 from chainermn_torus.errors import ConfigError
 from chainermn_torus.process import STATE
@@ -115,11 +116,13 @@ def _declared(opts):
 
 def flags(parser, opts):
     """{key: (value, option)} of the settings ``parser`` declares (``add_option``) that
-    ``opts`` gives: what ``resolve(flags=...)`` takes."""
+    ``opts`` gives: what ``resolve(flags=...)`` takes. An option of several values (a
+    benchmark's thread counts to sweep) is the command's own, not one value of its row."""
     out = {}
     for action in _declared(opts):
-        if getattr(opts, action.dest, None) is not None:
-            out[action.setting] = (getattr(opts, action.dest), action.option_strings[0])
+        value = getattr(opts, action.dest, None)
+        if value is not None and not isinstance(value, list):
+            out[action.setting] = (value, action.option_strings[0])
     return out
 
 
@@ -155,9 +158,19 @@ def options(parser, opts):
 
 
 def parse_args(parser, argv=None):
-    """``parser.parse_args(argv)`` and then ``options``: an entry point's options, every
-    setting among them filled in."""
-    return parse_command_line(parser, argv)[0]
+    """A command's entry: ``parser.parse_args(argv)``, the settings resolved from what it
+    gave over the variables and installed as the process's (where a launcher has not
+    installed its own), then ``options`` fills in the rest from them: one channel, what the
+    command line gave is what the modules it calls read. A bad value of any setting exits
+    as argparse's errors do, naming its option or variable."""
+    opts = parser.parse_args(argv)
+    if STATE.settings is None:
+        try:
+            config.install(config.resolve(flags(parser, opts)))
+        except ConfigError as e:
+            parser.error(str(e).replace('chainermn_torus: ', '', 1))
+    options(parser, opts)
+    return opts
 
 
 def parse_command_line(parser, argv=None):

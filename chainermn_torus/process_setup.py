@@ -165,7 +165,7 @@ def init(mpi_comm: Any = None, flags: Optional[Flags] = None, ours: bool = True,
             ('compute', lambda: _compute(settings, node)),
             ('threads', lambda: _threads(settings, node)),
             ('fp environment', _flush_denormals),
-            ('watch', lambda: _watch(mpi_comm, watchdog))):
+            ('watch', lambda: _watch(mpi_comm, watchdog, settings))):
         if step in pending:
             _step(setup, step, apply)
     if 'watch' not in later:
@@ -258,8 +258,8 @@ def _flush_denormals() -> Change:
                   lambda: fpenv.set_flush_denormals(previous))
 
 
-def _watch(mpi_comm: Any, timeout: Optional[float]) -> Optional[Change]:
-    dog = watchdog.start(mpi_comm, timeout)
+def _watch(mpi_comm: Any, timeout: Optional[float], settings: Settings) -> Optional[Change]:
+    dog = watchdog.start(mpi_comm, timeout, settings)
     return None if dog is None else Change('watch', dog, dog.stop)
 
 

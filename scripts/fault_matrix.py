@@ -433,7 +433,10 @@ def _run_job(fault, comm, loader, workdir, extra_env=None, args=()):
             f.write(STOP_AT_START)
         os.chmod(wrapper, 0o755)
         env['CHAINERMN_TORUS_WATCHDOG_STARTUP'] = str(STARTUP_S)
-        argv = [MPIEXEC, '-n', '2', wrapper, PYTHON, WORKER, 'none', comm, loader, ckpt]
+        # Under the launcher, as the job scripts run a job: it watches the start-up (the
+        # import of the package starts nothing).
+        argv = [MPIEXEC, '-n', '2', wrapper, PYTHON, '-m', 'chainermn_torus.run', WORKER,
+                'none', comm, loader, ckpt]
     elif fault in ISSUE54:
         argv = [MPIEXEC, '-n', '2', PYTHON, WORKER, job_fault, comm, loader, ckpt]
     if fault in CLUSTER:
@@ -1033,7 +1036,8 @@ Python alone; watchdog 3 s):
   UDP ports mid-training (they ended the job silently): refused and counted, the job
   completes;
 - `squat-names`: the watchers' abstract names bound first by the other user, and rank 1
-  stopped before its communicator (it went unnoticed): named within the limit + 2 s;
+  stopped before its communicator, under the launcher (it went unnoticed): named within
+  the limit + 2 s;
 - `planted-links`: links to the other user's 0600 file planted as `tl.rank<R>.events` and
   `.json.tmp` in a shared directory (the trace overwrote it): refused, the file untouched,
   the job completes;

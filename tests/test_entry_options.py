@@ -96,6 +96,12 @@ def fresh(monkeypatch):
     return monkeypatch
 
 
+def _anew(fresh):
+    """A new command's process: parse_args installs the settings it resolved (one channel),
+    once per process; a test that runs several commands in one starts each anew."""
+    fresh.setattr(STATE, 'settings', None)
+
+
 def _parser():
     p = argparse.ArgumentParser()
     command_line.add_option(p, 'loader_processes', default=3, aliases=('-j',))
@@ -116,17 +122,21 @@ def test_flag_over_variable_over_entry_default_over_row_default(fresh):
     fresh.setenv('CHAINERMN_TORUS_FUSED', 'off')
     fresh.setenv('CHAINERMN_TORUS_THREADS', '4')
     fresh.setenv('CHAINERMN_TORUS_GRID', '2x2')
+    _anew(fresh)
     args = argparse.Namespace()
     p.parse_args([], args)
     said = command_line.options(p, args)
     assert (args.loader_processes, args.ftz, args.fused, args.threads, args.grid) == \
         (5, False, False, [4], ['2x2'])
     assert said['loader_processes'] == (5, 'CHAINERMN_TORUS_LOADER_PROCESSES')
+    _anew(fresh)
     args = command_line.parse_args(p, ['-j', '7', '--flush-denormals', '--fused', '--threads', '1',
                                  '8', '--grid', '1x4'])
     assert (args.loader_processes, args.ftz, args.fused, args.threads, args.grid) == \
         (7, True, True, [1, 8], ['1x4'])
+    _anew(fresh)
     assert command_line.parse_args(p, ['--no-fused']).fused is False
+    _anew(fresh)
     assert command_line.parse_args(p, ['--fused', 'auto']).fused == 'auto'
 
 
@@ -141,6 +151,7 @@ def test_a_variable_passes_the_options_own_checks(fresh, capsys):
     assert 'CHAINERMN_TORUS_THREADS must be a count here' in err, err
     fresh.setenv('CHAINERMN_TORUS_THREADS', '2')
     fresh.setenv('CHAINERMN_TORUS_LOADER_PROCESSES', 'many')
+    _anew(fresh)
     with pytest.raises(SystemExit):
         command_line.parse_args(_parser(), [])
     assert "CHAINERMN_TORUS_LOADER_PROCESSES must be an integer >= 1, got 'many'" in \
@@ -157,6 +168,7 @@ def test_a_real_entry_point_hears_the_variable_below_its_flag(fresh, capsys):
     # chainermn-torus topology: --policy is the affinity row, --loader-processes its own
     # default 1.
     def plan(*argv):
+        _anew(fresh)
         topology.main(['--json', '--allowed', '0-1'] + list(argv))
         return json.loads(capsys.readouterr().out)
     default = plan()

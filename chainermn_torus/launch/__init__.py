@@ -103,9 +103,8 @@ class Launch:
             wire = 'float16'
         forced_options = {} if wire is None else {'allreduce_grad_dtype': {
             'float16': numpy.float16, 'float32': numpy.float32}.get(wire, wire)}
-        for key in ('tune', 'tune_dir'):  # auto's options: the others do not take them
-            if key in self.given:
-                self.defaults[key] = self.get(key)
+        # --tune and --tune-dir reach auto in the settings the factory hands down (one
+        # channel: their source, the flag, named in what auto says), not as its keywords.
         # The script's GPU calls: mapped with --gpu-to-cpu, else refused in one line.
         self.gpu = gpu_to_cpu.install(self.script, self.get('gpu_to_cpu'),
                                       world.launcher_rank() or 0,

@@ -5,7 +5,8 @@ of the package (it must speak within milliseconds of its rank's death, before th
 tears the job down).
 
 The file: ``HEADER`` int64 words (magic, slots, the step limit in ms, the outside factor,
-the start-up limit in ms), then a row of ``ROW`` int64 words per rank of the node, then
+the start-up limit in ms, where each limit came from: an index of ``STEP_SOURCES`` and
+``STARTUP_SOURCES``), then a row of ``ROW`` int64 words per rank of the node, then
 ``PATH_BYTES`` per rank (the checkpoint directory it writes to while it does).
 """
 import collections
@@ -97,9 +98,27 @@ CALLS = API_CALLS + (THREAD_WAIT,) + tuple(sorted(set(MPI_CALLS.values()),
                                                   key=list(MPI_CALLS.values()).index))
 
 
-class Limits(collections.namedtuple('Limits', 'limit_s startup_s outside')):
+# Where a limit came from, as a verdict names it (the board holds the index): the variable,
+# the launcher's option, a multi-node optimizer's keyword; for start-up, also the default.
+STEP_SOURCES = ('CHAINERMN_TORUS_WATCHDOG', '--watchdog', "the optimizer's watchdog=")
+STARTUP_SOURCES = ('CHAINERMN_TORUS_WATCHDOG_STARTUP', '--watchdog-startup',
+                   'the default: the larger of 900 s and the step limit')
+
+
+def source_index(sources, source):
+    """The index of ``source`` (an option, a variable or a keyword's name) in
+    ``sources``, by what it names; the first (the variable) where it names none of them."""
+    for i, known in enumerate(sources):
+        if source and (source == known or source in known.split()):
+            return i
+    return 0
+
+
+class Limits(collections.namedtuple('Limits', 'limit_s startup_s outside limit_from startup_from',
+                                    defaults=(STEP_SOURCES[0], STARTUP_SOURCES[0]))):
     """The watchdog's limits as the board's header holds them: the step limit, the start-up
-    limit (seconds) and the factor for the phases outside steps."""
+    limit (seconds), the factor for the phases outside steps, and where the two limits came
+    from (a flag, a variable, a keyword or the default), as the verdicts name them."""
 
     def seconds(self, kind):
         """The seconds of a limit kind of ``PHASE_TABLE`` (None: none)."""

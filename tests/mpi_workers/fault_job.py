@@ -273,7 +273,10 @@ def main():
                 model, converter=slow_converter(comm)), comm)
         if FAULT != 'stop-final-eval':
             trainer.extend(evaluator, trigger=(4, 'iteration'), name='evaluation')
-    checkpointer = MultiNodeCheckpointer(comm, CKPT)
+    # Trusted as the job's settings say (CHAINERMN_TORUS_TRUST_CHECKPOINTS), handed down
+    # from what the communicator's init resolved.
+    checkpointer = MultiNodeCheckpointer(
+        comm, CKPT, trust=chainermn_torus.process_setup.setup().settings['trust_checkpoints'])
     trainer.extend(checkpointer, trigger=(2, 'iteration'))
     if os.environ.get('FAULT_RESUME') == '1':
         resumed = checkpointer.maybe_resume(trainer)

@@ -65,7 +65,7 @@ def after_restore(trainer, rank, elastic_step):
     """In a supervisor's step (``elastic_step`` not None), once the trainer is restored
     (from node memory or from disk): say when its first step is done."""
     if elastic_step is not None:
-        trainer.extend(_FirstStep(rank), trigger=(1, 'iteration'))
+        trainer.extend(_FirstStep(rank, elastic_step), trigger=(1, 'iteration'))
 
 
 class _FirstStep(chainer.training.Extension):
@@ -74,10 +74,11 @@ class _FirstStep(chainer.training.Extension):
     name = 'chainermn_torus_first_step_after_restore'
     priority = chainer.training.PRIORITY_WRITER
 
-    def __init__(self, rank):
-        self.rank, self.done = rank, False
+    def __init__(self, rank, elastic_step):
+        self.rank, self.elastic_step, self.done = rank, elastic_step, False
 
     def __call__(self, trainer):
         if not self.done:
             self.done = True
-            say(FIRST_STEP, self.rank, iteration=trainer.updater.iteration, time=now())
+            say(FIRST_STEP, self.rank, self.elastic_step, iteration=trainer.updater.iteration,
+                time=now())

@@ -88,9 +88,12 @@ class Board:
     def startup_s(self):
         return self.array[4] / 1e3
 
-    def set_limits(self, limit_s, startup_s):
+    def set_limits(self, limit_s, startup_s, sources=(0, 0)):
+        """The limits in seconds, and where they came from (indices of
+        ``board_layout.STEP_SOURCES`` and ``STARTUP_SOURCES``)."""
         self.array[2] = int(round(limit_s * 1e3))
         self.array[4] = int(round(startup_s * 1e3))
+        self.array[5], self.array[6] = sources
 
     @staticmethod
     def name():
@@ -98,7 +101,7 @@ class Board:
         return '{}watch_{}_'.format(devshm.segment_prefix(), socket.gethostname()[:40])
 
     @classmethod
-    def create(cls, slots, limit_s, outside, startup_s=None):
+    def create(cls, slots, limit_s, outside, startup_s=None, sources=(0, 0)):
         nbytes = (8 * (board_layout.HEADER + board_layout.ROW * slots) +
                   board_layout.PATH_BYTES * slots)
         devshm.check_room(devshm.pages(nbytes), 'the watchdog\'s progress board')
@@ -111,8 +114,8 @@ class Board:
             os.posix_fallocate(fd, 0, nbytes)
             head = numpy.zeros(board_layout.HEADER, numpy.int64)
             startup_s = limit_s if startup_s is None else startup_s
-            head[:5] = (board_layout.MAGIC, slots, int(round(limit_s * 1e3)), outside,
-                        int(round(startup_s * 1e3)))
+            head[:7] = (board_layout.MAGIC, slots, int(round(limit_s * 1e3)), outside,
+                        int(round(startup_s * 1e3))) + tuple(sources)
             os.pwrite(fd, head.tobytes(), 0)
         finally:
             os.close(fd)
@@ -139,7 +142,11 @@ class Board:
 
     def limits(self):
         """The limits in force (``board_layout.Limits``), read now."""
-        return board_layout.Limits(self.limit_s, self.startup_s, self.outside)
+        step, startup = (int(v) for v in self.array[5:7])
+        return board_layout.Limits(
+            self.limit_s, self.startup_s, self.outside,
+            board_layout.STEP_SOURCES[min(step, len(board_layout.STEP_SOURCES) - 1)],
+            board_layout.STARTUP_SOURCES[min(startup, len(board_layout.STARTUP_SOURCES) - 1)])
 
     def close(self, remove=False):
         self.array = None

@@ -28,7 +28,6 @@ from chainermn_torus.watchers import board_layout
 
 __all__ = ['Seen', 'BROKEN', 'SAID', 'summary', 'judge']
 
-ENV = settings_table.SETTINGS['watchdog'].env
 STARTUP_ENV = settings_table.SETTINGS['watchdog_startup'].env
 # Stopped, a zombie, gone, or waiting for a stopped process it started (L: a loader
 # process): never progress, whatever the phase.
@@ -111,16 +110,19 @@ def _trigger(limits, seen):
 def _limit_text(limits, phase, seen, why):
     if why == 'stopped':
         return 'a stopped or vanished process is a stall after the step limit, {:g} s, ' \
-            'set by {}'.format(limits.limit_s, ENV)
+            'set by {}'.format(limits.limit_s, limits.limit_from)
     kind = board_layout.PHASE_OF[phase].limit_kind(_first_step(seen))
     if kind == 'startup':
+        if limits.startup_from == board_layout.STARTUP_SOURCES[2]:
+            return 'start-up limit {:g} s, {} (set it with {})'.format(
+                limits.startup_s, limits.startup_from, STARTUP_ENV)
         return 'start-up limit {:g} s, set by {} (default: the larger of 900 s and the ' \
-            'step limit)'.format(limits.startup_s, STARTUP_ENV)
+            'step limit)'.format(limits.startup_s, limits.startup_from)
     if kind == 'step':
         return 'limit {:g} s per step or evaluation batch, set by {}'.format(
-            limits.limit_s, ENV)
+            limits.limit_s, limits.limit_from)
     return 'limit {:g} s between steps, in checkpoints and after training ({} x {})'.format(
-        limits.limit_s * limits.outside, limits.outside, ENV)
+        limits.limit_s * limits.outside, limits.outside, limits.limit_from)
 
 
 def _doing(seen):
@@ -200,7 +202,7 @@ def judge(limits, host, local, peers, now, silent_s):
     else:
         observer, why = None, 'silent'
         rule = 'heartbeats missed for longer than the limit of {:g} s, set by {}'.format(
-            limits.limit_s, ENV)
+            limits.limit_s, limits.limit_from)
     if silent:
         cause = '; '.join(
             'node {} (ranks {}) silent for {:.0f} s: every process there stopped, or the node '

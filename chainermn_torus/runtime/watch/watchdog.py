@@ -97,22 +97,38 @@ def watch_from_start():
 
 def startup_limit(timeout, settings=None):
     """Start-up's limit for a step limit of ``timeout`` seconds."""
-    given = _setting('watchdog_startup', settings=settings)
-    return given if given is not None else max(STARTUP_S, timeout)
+    return _startup(timeout, settings)[0]
 
 
-def start(mpi_comm, timeout=None, option='watchdog'):
+def _startup(timeout, settings):
+    """(start-up's limit, where it came from: the flag, the variable or None for the
+    default)."""
+    given, source = (settings or config.current()).pick('watchdog_startup')
+    return (given, source) if given is not None else (max(STARTUP_S, timeout), None)
+
+
+def _sources(limit_from, startup_from):
+    """The board's indices of where the step and start-up limits came from."""
+    return (board_layout.source_index(board_layout.STEP_SOURCES, limit_from),
+            board_layout.source_index(board_layout.STARTUP_SOURCES, startup_from or
+                                      board_layout.STARTUP_SOURCES[2]))
+
+
+def start(mpi_comm, timeout=None, settings=None, option='watchdog'):
     """The job's watchdog where a limit is set (``timeout``: the code's, e.g. a multi-node
-    optimizer's ``watchdog=``; else the settings'), started by ``process_setup.init`` at the
-    first communicator or optimizer, collective over ``mpi_comm``; None where none is. One
-    already started gets a ``timeout`` given as its step limit."""
+    optimizer's ``watchdog=``; else ``settings``', handed down by ``process_setup.init``:
+    the launcher's ``--watchdog``, else the variable), started at the first communicator or
+    optimizer, collective over ``mpi_comm``; None where none is. One already started gets
+    a ``timeout`` given as its step limit."""
     dog = active()
     if dog is not None:
         if timeout is not None:
-            dog.set_limit(_setting('watchdog', timeout, option))
+            dog.set_limit(_setting('watchdog', timeout, option, settings))
         return dog
-    timeout = _setting('watchdog', timeout, option)
-    return None if timeout is None else Watchdog(timeout, comm=mpi_comm)
+    if _setting('watchdog', timeout, option, settings) is None:
+        return None
+    # The code's limit, or None: the settings' (the watchdog says which gave it).
+    return Watchdog(timeout, comm=mpi_comm, settings=settings)
 
 
 def mark(communicator):
@@ -128,10 +144,21 @@ class Watchdog:
     """Collective over ``comm`` (an mpi4py communicator; default COMM_WORLD): every rank
     creates it at the same point."""
 
-    def __init__(self, timeout, comm=None, outside=OUTSIDE_FACTOR, startup=None):
-        self.timeout = _setting('watchdog', timeout, 'watchdog')
-        self.startup = startup_limit(self.timeout) if startup is None else \
-            _setting('watchdog_startup', startup, 'startup')
+    def __init__(self, timeout, comm=None, outside=OUTSIDE_FACTOR, startup=None,
+                 settings=None):
+        # ``settings``: the process's, handed down (the start-up limit's); None: the
+        # process's (a watchdog made directly, by a test).
+        self.settings = settings
+        # Where each limit came from, said by the verdicts: a keyword given in code is the
+        # optimizer's watchdog=, else the settings' source (the flag or the variable).
+        self.timeout, source = (settings or config.current()).pick(
+            'watchdog', timeout, "the optimizer's watchdog=")
+        self.limit_from = source
+        if startup is None:
+            self.startup, self.startup_from = _startup(self.timeout, settings)
+        else:
+            self.startup, self.startup_from = _setting(
+                'watchdog_startup', startup, 'startup', settings), '--watchdog-startup'
         from mpi4py import MPI
         comm = MPI.COMM_WORLD if comm is None else comm
         self._steps = 0
@@ -154,7 +181,8 @@ class Watchdog:
         problem, path, addrs = None, None, None
         if node.rank == 0:
             try:
-                board = pb.Board.create(node.size, self.timeout, outside, self.startup)
+                board = pb.Board.create(node.size, self.timeout, outside, self.startup,
+                                        _sources(self.limit_from, self.startup_from))
                 path = board.path
                 board.close()
                 self._watcher = subprocess.Popen(
@@ -201,10 +229,11 @@ class Watchdog:
 
     def set_limit(self, timeout):
         """A new step limit (a multi-node optimizer made with its own ``watchdog=``)."""
-        self.timeout = timeout
-        self.startup = startup_limit(timeout)
+        self.timeout, self.limit_from = timeout, "the optimizer's watchdog="
+        self.startup, self.startup_from = _startup(timeout, self.settings)
         if self._row is not None:
-            self._board.set_limits(timeout, self.startup)
+            self._board.set_limits(timeout, self.startup,
+                                   _sources(self.limit_from, self.startup_from))
 
     def mark_calls(self, communicator):
         """Mark ``communicator``'s communication calls on this rank's row."""

@@ -427,3 +427,26 @@ def test_a_rank_waiting_for_a_stopped_process_it_started_is_a_stall_after_the_li
     assert text is not None and 'rank 1 on node0, waiting for a process it started (a loader ' \
         'process?), which is stopped (process state T' in text and 'for 4 s' in text, text
     assert judge([row(1, 7, BETWEEN, 2.5, state='L', held=2.0)]) is None  # within the limit
+
+
+def test_a_verdict_names_where_its_limit_came_from_as_the_board_carries_it(tmp_path):
+    # The step limit from the launcher's flag, start-up at its default: the header says
+    # so (indices of board_layout's sources) and the verdict names them, not the variable.
+    board = pb.Board.create(2, 3.0, 10, 900.0, sources=(1, 2))
+    try:
+        limits = board.limits()
+    finally:
+        board.close(remove=True)
+    assert (limits.limit_from, limits.startup_from) == (
+        '--watchdog', 'the default: the larger of 900 s and the step limit')
+    local = [row(0, 7, STEP, 4.0, call=MEAN), row(1, 6, BETWEEN, 4.2, state='R')]
+    text = verdict.judge(limits, 'node0', local, {}, 100 * S, 2.0)
+    assert 'limit 3 s per step or evaluation batch, set by --watchdog' in text, text
+    stuck = [row(0, 0, STARTUP, 901.0, call='bcast_obj'),
+             row(1, 0, STARTUP, 901.0, state='S', call_age=895.0)]
+    text = verdict.judge(limits, 'node0', stuck, {}, 100 * S, 2.0)
+    assert 'start-up limit 900 s, the default: the larger of 900 s and the step limit (set ' \
+        'it with CHAINERMN_TORUS_WATCHDOG_STARTUP)' in text, text
+    assert board_layout.source_index(board_layout.STEP_SOURCES, 'CHAINERMN_TORUS_WATCHDOG') \
+        == 0 and board_layout.source_index(board_layout.STEP_SOURCES,
+                                           "the optimizer's watchdog=") == 2
