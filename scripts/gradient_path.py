@@ -2,13 +2,16 @@
 from a real call:
 
     mpiexec -n 4 python scripts/gradient_path.py [--communicators rsap rsap:message ...]
-        [--json FILE]
+        [--from-update] [--json FILE]
 
 On every rank a small model's gradients are averaged once to warm up (windows, buffers and
 plans are made on the first call), then once more under ``sys.setprofile``. The second call's
 Python calls are recorded where their code lies in this package or in ChainerMN, in the
-order first reached. Rank 0 prints, for each communicator, the files, the distinct functions
-and the count of calls. That is the figure "files on a gradient's path" of docs/development.md.
+order first reached. Rank 0 prints, for each communicator, the files, the distinct functions,
+the count of calls and the returns (a call into a file the path had already left). That is
+the figure "files on a gradient's path" of docs/development.md. ``--from-update``: from the
+multi-node optimizer's ``update()`` (its gradients set, no forward) instead of the
+communicator's call.
 """
 import argparse
 import json
@@ -41,14 +44,29 @@ def _model():
     return model
 
 
-def trace(spec):
+def trace(spec, from_update=False):
     """``spec``: a communicator's name, or NAME:message for rsaa/rsap with shm=False (the
     row phases as messages, not in node shared memory)."""
     name, _, how = spec.partition(':')
     comm = chainermn.create_communicator(name, **({'shm': False} if how == 'message' else {}))
     model = _model()
-    comm.multi_node_mean_grad(model)
-    files, functions, calls = [], [], [0]
+    if from_update:
+        opt = chainermn.create_multi_node_optimizer(chainer.optimizers.SGD(), comm)
+        opt.setup(model)
+        opt.update()  # the first: rank 0's parameters broadcast
+        for p in model.params():
+            p.grad = numpy.full(p.shape, 1.0, p.dtype)
+        opt.update()  # buffers and plans made
+
+        def call():
+            for p in model.params():
+                p.grad = numpy.full(p.shape, 1.0, p.dtype)
+            opt.update()
+    else:
+        def call():
+            comm.multi_node_mean_grad(model)
+        call()
+    files, functions, calls, order = [], [], [0], []
     seen_files, seen_functions = set(), set()
 
     def profile(frame, event, arg):
@@ -58,6 +76,8 @@ def trace(spec):
         if where is None:
             return
         calls[0] += 1
+        if not order or order[-1] != where:
+            order.append(where)
         if where not in seen_files:
             seen_files.add(where)
             files.append(where)
@@ -70,25 +90,31 @@ def trace(spec):
     threading.setprofile(profile)
     sys.setprofile(profile)
     try:
-        comm.multi_node_mean_grad(model)
+        call()
     finally:
         sys.setprofile(None)
         threading.setprofile(None)
-    return {'size': comm.size, 'files': files, 'functions': functions, 'calls': calls[0]}
+    # A return: the path enters a file it had entered and left before.
+    returns = sum(1 for i, f in enumerate(order) if f in order[:i])
+    return {'size': comm.size, 'files': files, 'functions': functions, 'calls': calls[0],
+            'returns': returns, 'from': 'update' if from_update else 'multi_node_mean_grad'}
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--communicators', nargs='+',
                    default=['rsap', 'rsap:message', 'rsaa:message', 'naive'])
+    p.add_argument('--from-update', action='store_true',
+                   help="from the multi-node optimizer's update(), not the communicator's call")
     p.add_argument('--json', default=None)
     args = p.parse_args()
-    out = {name: trace(name) for name in args.communicators}
+    out = {name: trace(name, args.from_update) for name in args.communicators}
     from mpi4py import MPI
     if MPI.COMM_WORLD.rank == 0:
         for name, r in out.items():
-            print('{}: {} files, {} functions, {} calls on P = {}'.format(
-                name, len(r['files']), len(r['functions']), r['calls'], r['size']))
+            print('{}: {} files, {} functions, {} calls, {} returns on P = {}'.format(
+                name, len(r['files']), len(r['functions']), r['calls'], r['returns'],
+                r['size']))
             for f in r['files']:
                 print('  ' + f)
         if args.json:

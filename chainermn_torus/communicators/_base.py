@@ -249,21 +249,21 @@ class TorusCommunicatorBase(interface.Communicator):
                 oldest = next(iter(self._buffers))
                 self._release_buffer(self._buffers.pop(oldest))
             seg = self.segment_bytes // layout.dtype.itemsize if self.segment_bytes else 0
-            buf = self._new_buffer(layout, seg)
-            # float16 and bfloat16 are always scaled first (_dtypes.scaled_first).
-            buf.prescaled = self.prescaled or _dtypes.scaled_first(layout.dtype)
-            # MPI's sum or float16's, decided here once: the phases just call it.
-            buf.reducer = reducer_for(layout.dtype, buf.mpi_type, self.progress)
+            # The buffer is made with its strategies: MPI's sum or float16's, decided here
+            # once (the phases just call it); float16 and bfloat16 always scaled first
+            # (_dtypes.scaled_first).
+            buf = self._new_buffer(layout, seg, reducer=reducer_for(
+                layout.dtype, _packing.mpi_type_of(layout.dtype), self.progress),
+                prescaled=self.prescaled or _dtypes.scaled_first(layout.dtype))
         self._buffers[key] = buf  # most recently used last
         return buf
 
-    def _new_buffer(self, layout, segment_elems):
-        return _packing.PackedBuffer(layout, segment_elems)
+    def _new_buffer(self, layout, segment_elems, **strategies):
+        return _packing.PackedBuffer(layout, segment_elems, **strategies)
 
     def _release_buffer(self, buf):
-        rows = getattr(buf, 'rows', None)  # the torus's row phases own MPI state (rsaa.py)
-        if rows is not None:
-            rows.free()
+        if buf.rows is not None:  # the torus's row phases own MPI state (rsaa.py)
+            buf.rows.free()
         buf.release()
 
     def _release_buffers(self):

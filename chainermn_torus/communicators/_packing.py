@@ -174,9 +174,13 @@ class PackedBuffer:
     """
 
     def __init__(self, layout, segment_elems=0, direct_min_elems=None, array=None,
-                 memory=None):
+                 memory=None, rows=None, reducer=None, prescaled=False):
         # ``memory``: the object that owns ``array``'s memory and frees it (an RMA or a
-        # node-shared window), or None for numpy's.
+        # node-shared window), or None for numpy's. The strategies it is made with, never
+        # changed: ``rows``, the torus's row phases (rsaa.MessageRows, _rsap_modes.PutRows,
+        # _shm.ShmRows; None without a grid), which own MPI state freed with the buffer;
+        # ``reducer``, how a part is summed (_reduction); ``prescaled``, whether packing
+        # multiplies by 1/P.
         self.layout = layout
         self.memory = memory
         self.array = numpy.empty(layout.size, dtype=layout.dtype) if array is None else array
@@ -190,8 +194,7 @@ class PackedBuffer:
             hooks.append(self.detach_views)
         self.mpi_type = mpi_type_of(layout.dtype)
         self.half = _dtypes.is_half(layout.dtype)  # float16/bfloat16: numba's casts below
-        self.reducer = None  # set by the communicator (see _reduction): how it is summed
-        self.prescaled = False  # set by the communicator: the packing multiplied by 1/P
+        self.rows, self.reducer, self.prescaled = rows, reducer, bool(prescaled)
         self.plan = plan_segments(layout.offsets, segment_elems, direct_min_elems)
         self.bucket_plan = (None, None)  # (bucket bounds, the plan cut at them): overlap
 

@@ -86,7 +86,13 @@ class RsaaCommunicator(TorusCommunicatorBase):
     node), True (required: refused where a row spans nodes) or False (the messages)."""
 
     name = 'rsaa'
-    variant = 'rsaa'  # the variant it runs (algorithms.variants), 'shm' once _setup_shm says
+    base_variant = 'rsaa'  # the variant it runs (algorithms.variants) without shm
+
+    @property
+    def variant(self):
+        """The variant it runs, fixed when it is made: shm where its rows lie in node shared
+        memory (``shm``), else its own."""
+        return 'shm' if self.shm else self.base_variant
 
     def __init__(self, mpi_comm=None, grid=None, segment_size=None, allreduce_grad_dtype=None,
                  shm=None, settings=None):
@@ -124,22 +130,20 @@ class RsaaCommunicator(TorusCommunicatorBase):
         buf.rows.end_call()
 
     # --- the row phases each buffer gets --------------------------------------------------
-    def _new_buffer(self, layout, segment_elems):
+    def _new_buffer(self, layout, segment_elems, **strategies):
         if self.shm and layout.size and not _dtypes.is_half(layout.dtype):
             # float16 and bfloat16 have no MPI sum: they keep the message phases.
             rows = ShmRows(self.grid.row_comm, layout.size, layout.dtype, self.progress,
                            purpose=self.shm_purpose)
-            buf = _packing.PackedBuffer(layout, segment_elems, array=rows.node.array,
-                                        memory=rows.node)
-            buf.rows = rows
-            return buf
-        return self._message_buffer(layout, segment_elems)
+            return _packing.PackedBuffer(layout, segment_elems, array=rows.node.array,
+                                         memory=rows.node, rows=rows, **strategies)
+        return self._message_buffer(layout, segment_elems, **strategies)
 
-    def _message_buffer(self, layout, segment_elems):
+    def _message_buffer(self, layout, segment_elems, **strategies):
         """A buffer with the message phases (rsap: its window and put rounds)."""
-        buf = super()._new_buffer(layout, segment_elems)
-        buf.rows = MessageRows(self.grid.row_comm, self.progress)
-        return buf
+        return super()._new_buffer(layout, segment_elems,
+                                   rows=MessageRows(self.grid.row_comm, self.progress),
+                                   **strategies)
 
     def _setup_shm(self, shm, wanted_by_default=True):
         """Resolve the ``shm`` option: None = on when every row lies inside one node.
@@ -162,8 +166,6 @@ class RsaaCommunicator(TorusCommunicatorBase):
                 'this rank\'s node); use M = ranks per node or shm=False'.format(
                     self.grid.shape, self.intra_size))
         self.shm = inside
-        if inside:
-            self.variant = 'shm'
 
     def _describe_variant(self):
         return ', row phases in node shared memory (variant shm)' if self.shm else ''

@@ -43,7 +43,7 @@ class RsapCommunicator(RsaaCommunicator):
     """
 
     name = 'rsap'
-    variant = 'rsap'
+    base_variant = 'rsap'
 
     def __init__(self, mpi_comm=None, grid=None, segment_size=None, allreduce_grad_dtype=None,
                  shm=None, sync=None, reduce_scatter=None, settings=None):
@@ -78,16 +78,17 @@ class RsapCommunicator(RsaaCommunicator):
         return ', puts synchronised by {}, reduce-scatter by {}'.format(
             SYNCS[self.sync].describe, _SAID[self.reduce_scatter_mode])
 
-    def _message_buffer(self, layout, segment_elems):
+    def _message_buffer(self, layout, segment_elems, **strategies):
         if self.grid.M == 1 or layout.size == 0:
-            return super()._message_buffer(layout, segment_elems)
+            return super()._message_buffer(layout, segment_elems, **strategies)
         # The buffer's memory is the window's (see _window: a Put to the same node is then
         # one memcpy); 'notify' holds one passive epoch for the window's life.
         window = PutWindow(self.grid.row_comm, layout.size, layout.dtype,
                            passive=SYNCS[self.sync].passive, purpose=self.shm_purpose)
-        buf = _packing.PackedBuffer(layout, segment_elems, array=window.array, memory=window)
-        buf.rows = PutRows(self.grid.row_comm, self.progress, window.win, self._rounds,
-                           self.sync, self.reduce_scatter_mode)
+        buf = _packing.PackedBuffer(
+            layout, segment_elems, array=window.array, memory=window,
+            rows=PutRows(self.grid.row_comm, self.progress, window.win, self._rounds,
+                         self.sync, self.reduce_scatter_mode), **strategies)
         # Freed only by finalize() or buffer eviction, which every rank reaches at the same
         # point. Never from a garbage-collection finalizer: MPI_Win_free is collective, and
         # the collector runs at different moments on different ranks, so a free called from

@@ -135,7 +135,7 @@ def check(variant, grid, fp16):
         buf.reducer.progress = comm.progress
         # The buffer's row phases and their strategies (rsaa.py, _rsap_modes, _shm) each
         # hold what they were handed: the wait, the window, rsap's notification comm.
-        for part in _parts(getattr(buf, 'rows', None)) + [buf.memory]:
+        for part in _parts(buf.rows) + [buf.memory]:
             if getattr(part, 'progress', None) is not None:
                 part.progress = comm.progress
             if getattr(part, 'win', None) is not None and hasattr(part, 'my_rounds') \
