@@ -108,7 +108,7 @@ SETTINGS = collections.OrderedDict([
                                   '(0: a node short of memory)', launcher='process')),
     ('watchdog', Setting('CHAINERMN_TORUS_WATCHDOG', 'limit', None,
                          'abort the job when no training step finishes for this long',
-                         launcher='optimizer')),
+                         launcher='process')),
     ('watchdog_startup', Setting('CHAINERMN_TORUS_WATCHDOG_STARTUP', 'limit', None,
                                  'with a watchdog: the limit from the first communicator to '
                                  'the end of the first training step (data loading, '

@@ -6,6 +6,7 @@ dataset cache filled from Debian's Fashion-MNIST (no download on a compute node)
 """
 import json
 import os
+import re
 
 import pytest
 
@@ -52,7 +53,11 @@ def test_every_option_reaches_the_unchanged_script_and_is_reported(nprocs, tmp_p
     assert "create_communicator('naive') -> rsap on P = {}".format(nprocs) in text, text
     assert '(forced by --communicator)' in text
     assert line_with(text, 'create_multi_node_optimizer(Adam) ->', 'fused Adam kernel',
-                     'flush-to-zero', 'double buffering', 'finite check', 'watchdog 120 s'), text
+                     'flush-to-zero', 'double buffering', 'finite check'), text
+    # --watchdog is the process's (init's watch step, at the script's first communicator),
+    # said in the process line with the flag that gave it
+    assert re.search(r'chainermn_torus: process: .*watchdog 120 s; settings: .*'
+                     r'watchdog=120\.0 \(--watchdog\)', proc.stdout), proc.stdout[-3000:]
     assert 'SerialIterator(batch_size=100) -> LoaderIterator (' in text, text
     # The script's unseeded scatter_dataset(shuffle=True), as ChainerMN's example calls it:
     # --shuffle-seed gives it the seed (issue 82).

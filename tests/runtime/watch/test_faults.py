@@ -87,9 +87,8 @@ def test_rank_that_stops_is_caught_by_the_watchdog(nprocs):
                      r'communication, blocked \(sleeping[^;]*between steps 4 and 5[^;]*; '
                      r'rank 0 \(\S+\) waits in multi_node_mean_grad', proc.stderr), \
         proc.stderr[-3000:]
-    # the verdict names the flag that gave the limit, not the variable it won over
-    assert 'limit 3 s per step or evaluation batch, set by --watchdog' in proc.stderr, \
-        proc.stderr[-3000:]
+    assert 'limit 3 s per step or evaluation batch, set by CHAINERMN_TORUS_WATCHDOG' in \
+        proc.stderr, proc.stderr[-3000:]  # the variable gave it: the verdict names it
     assert proc.stderr.count('chainermn_torus watchdog:') == 1, proc.stderr[-3000:]
     assert ' died' not in proc.stderr, proc.stderr[-3000:]  # ended on purpose: said once
 
