@@ -69,7 +69,7 @@ test-fresh:
 # a caller has just made them (make test's other MPIs' sets: 4 s each).
 SETUP ?= setup
 test-fast: $(SETUP)
-	$(WITH_MPI) $(PY) -m pytest -q -m "$(ONLY)not slow and not example and not root" tests
+	@MPI=$(MPI) PY=$(PY) ONLY="$(ONLY)" bash scripts/test_fast.sh
 
 # The MPI worlds of 5, 7 and 8 ranks (marker `wide`), which `make test` leaves out: the same
 # checks as its worlds of 1-4 and 6 ranks at the larger sizes (about 40 s on 2 cores).
