@@ -4,10 +4,11 @@ The one precedence, for every row: a value given for it (the launcher's flag, an
 point's option, a keyword in code) wins; otherwise its environment variable; otherwise its
 default. ``resolve`` applies it to the whole table at once and returns a frozen ``Settings``:
 each value with where it came from (the option, the variable, or the default). The process
-holds one (``current``): the launcher installs the one it resolved from its flags, an entry
-point's ``chainermn_torus.init(flags=)`` the one from its command line; without one, the
-first ``init`` makes it from the environment, so a variable the script sets before then is
-heard. The entry points hand it down; the modules below them take it as an argument.
+holds one (``current``), installed by its entry point: the launcher the one it resolved from
+its flags, ``chainermn_torus.init(flags=)`` the one from a command line or, without flags,
+from the environment (so a variable the script sets before then is heard), a command's
+``parse_args`` its own. The entry points hand it down; the modules below them take it as
+an argument.
 
 Every bad value gets the same kind of message: which option or variable, what it must be,
 what it was.
@@ -20,8 +21,8 @@ from chainermn_torus.errors import ConfigError
 from chainermn_torus.process import STATE
 from chainermn_torus.settings_table import SETTINGS, option_of, parse, shown
 
-__all__ = ['Settings', 'resolve', 'current', 'defaults', 'alone', 'install', 'quiet',
-           'from_environment', 'Sourced', 'Flags']
+__all__ = ['Settings', 'resolve', 'current', 'installed', 'defaults', 'alone', 'install',
+           'quiet', 'from_environment', 'Sourced', 'Flags']
 
 # A value and where it came from: the option or variable that gave it, None for a default.
 Sourced = Tuple[Any, Optional[str]]
@@ -111,10 +112,14 @@ def defaults() -> Settings:
 
 
 def current() -> Settings:
-    """The process's settings: those installed (the launcher's), else resolved now from the
-    environment and kept (the first read: a script's first communicator or optimizer)."""
-    if STATE.settings is None:
-        STATE.settings = resolve()
+    """The process's settings: those an entry point installed (``init``, the launcher, a
+    command's ``parse_args``); before any did, the variables resolved for this read alone,
+    not kept: no first reader decides the process's settings for the entry point after it."""
+    return STATE.settings if STATE.settings is not None else resolve()
+
+
+def installed() -> Optional[Settings]:
+    """The settings an entry point installed, or None before one did."""
     return STATE.settings
 
 

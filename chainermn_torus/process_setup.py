@@ -197,10 +197,8 @@ def _step(setup: Setup, name: str, apply: Callable[[], Optional[Change]]) -> Non
 
 
 def _settings(flags: Optional[Flags]) -> Change:
-    if flags:
+    if config.installed() is None:  # the launcher's, where it installed its own
         config.install(config.resolve(flags))  # the variables under the entry point's flags
-    else:
-        config.current()  # resolved now, once
     return Change('settings', True, why_kept='values resolved: nothing of the process changed')
 
 

@@ -64,7 +64,9 @@ def test_every_row_takes_its_flag_over_its_variable_over_its_default(key):
 def test_the_settings_are_resolved_once_and_frozen(monkeypatch):
     from chainermn_torus.process import STATE
     monkeypatch.setenv('CHAINERMN_TORUS_SEGMENT_BYTES', '2048')
-    held = config.current()
+    # before an entry point installs them, a read resolves for itself and keeps nothing
+    assert config.current()['segment_bytes'] == 2048 and config.installed() is None
+    held = config.install(config.resolve())  # what an entry point (init) does, once
     assert STATE.settings is held and held['segment_bytes'] == 2048
     monkeypatch.setenv('CHAINERMN_TORUS_SEGMENT_BYTES', '4096')
     assert config.current() is held and config.current()['segment_bytes'] == 2048
@@ -110,8 +112,9 @@ def test_bad_environment_values_name_the_variable_and_what_is_allowed(monkeypatc
 def test_flags_and_off(monkeypatch):
     monkeypatch.setenv('CHAINERMN_TORUS_QUIET', '1')
     assert config.quiet() is True
+    config.install(config.resolve())  # an entry point's, once
     monkeypatch.delenv('CHAINERMN_TORUS_QUIET')
-    assert config.quiet() is True  # resolved once: held
+    assert config.quiet() is True  # installed: held
     STATE.settings = None
     assert config.quiet() is False
     monkeypatch.setenv('CHAINERMN_TORUS_THREADS', 'OFF')

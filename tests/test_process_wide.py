@@ -104,7 +104,7 @@ def test_the_process_state_is_one_object_each_field_changed_by_its_owner():
     assert threads.generation() == state.threads['generation']
     assert allocation.kept() == state.allocation.get('kept', False)
     assert timeline.active() is state.timeline
-    assert config.current() is state.settings  # resolved once, held by the process
+    assert config.installed() is state.settings  # installed once by an entry point
     assert process_setup.setup() is state.configured and process_setup.applied() == (
         state.configured.applied() if state.configured else {})
     # the owners keep no holder of their own
