@@ -273,7 +273,11 @@ def create_multi_node_optimizer(actual_optimizer: Any, communicator: Any,
     options = dict(options, double_buffering=double_buffering)
     if rules.optimizer_options is not None:
         options = rules.optimizer_options(actual_optimizer, options)
-    settings = process_setup.init(getattr(communicator, 'mpi_comm', None),
+    # This package's object: the abort hook, and what its options ask (flush-to-zero, the
+    # watchdog); malloc, compute and threads are its communicator's (a communicator of
+    # ChainerMN's: where a setting asks), as a script's numba and oneDNN stay unloaded.
+    settings = process_setup.init(getattr(communicator, 'mpi_comm', None), ours=False,
+                                  abort_hook=True,
                                   flush_denormals=options.get('flush_denormals', False),
                                   watchdog=options.get('watchdog')).settings
     # The watchdog is the process's (init's watch step); the wrapper marks its calls.

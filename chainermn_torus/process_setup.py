@@ -17,8 +17,9 @@
 9. **watch** (``runtime.watch.watchdog``): the watchdog's processes, where a limit is set;
    last, since its step limit runs from here.
 
-Who calls it, and with what: this package's communicator and multi-node optimizer factories
-(``ours``: every step), the launcher (every step; the watch, and the threads unless
+Who calls it, and with what: this package's communicator factory (``ours``: every step), its
+multi-node optimizer factory (the abort hook, and flush-to-zero and the watchdog where its
+options ask), the launcher (every step; the watch, and the threads unless
 ``--threads`` asks for them now, left to the script's first communicator), a script or an
 example that wants the process configured before it makes anything (``chainermn_torus.init``).
 ChainerMN's own communicators, made through the registered factory, get only the steps a
@@ -125,7 +126,7 @@ def setup() -> Optional[Setup]:
 
 def init(mpi_comm: Any = None, flags: Optional[Flags] = None, ours: bool = True,
          later: Iterable[str] = (), flush_denormals: bool = False,
-         watchdog: Optional[float] = None) -> Setup:
+         watchdog: Optional[float] = None, abort_hook: bool = False) -> Setup:
     """Apply the steps not yet done (module docstring); returns the process's ``Setup``.
 
     Collective over ``mpi_comm`` (an mpi4py communicator, default COMM_WORLD: the one a
@@ -136,7 +137,8 @@ def init(mpi_comm: Any = None, flags: Optional[Flags] = None, ours: bool = True,
     communicators and optimizer, the launcher, a script's own call); False: only what a
     setting asks (ChainerMN's communicators). ``later``: steps left for the next call.
     ``flush_denormals``, ``watchdog``: a multi-node optimizer's options (flush-to-zero; the
-    watchdog's step limit in seconds, over the settings')."""
+    watchdog's step limit in seconds, over the settings'); ``abort_hook``: the hook without
+    the other steps (this package's optimizer over a communicator of ChainerMN's)."""
     from mpi4py import MPI  # a communicator is being made: MPI starts here, if not before
     mpi_comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
     if STATE.configured is None:
@@ -146,7 +148,7 @@ def init(mpi_comm: Any = None, flags: Optional[Flags] = None, ours: bool = True,
     # Read by itself: the hook comes first, so a bad value of another setting is refused
     # through it in one line.
     hook = config.alone('abort_hook')
-    if hook is True or (hook == 'auto' and setup.ours):
+    if hook is True or (hook == 'auto' and (setup.ours or abort_hook)):
         _step(setup, 'abort', _abort)
     _step(setup, 'settings', lambda: _settings(flags))
     settings = setup.settings = config.current()

@@ -88,7 +88,8 @@ def test_each_call_changes_what_the_readme_says_and_undo_puts_it_back(tmp_path, 
     states = _probe(tmp_path, case, env={'CHAINERMN_TORUS_WATCHDOG': '600'} if case == 'import'
                        else None)  # a watchdog set: the import still starts nothing
     for rank in (0, 1):
-        before, after = states[rank, 'before'], states[rank, 'after']
+        before = states[rank, 'before']
+        after = _pools_of(before, states[rank, 'after'])  # a pool loaded since: its own count
         assert _changed(before, after) == _expected(case, rows), (rank, before, after)
         if case == 'import':
             continue
