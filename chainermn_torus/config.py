@@ -136,7 +136,8 @@ def alone(key: str) -> Any:
 
 
 def install(settings: Settings) -> Settings:
-    """Make ``settings`` the process's (the launcher, at its start); returns them."""
+    """Make ``settings`` the process's (an entry point: ``init``, the launcher, a command's
+    ``parse_args``); returns them."""
     if not isinstance(settings, Settings):
         raise TypeError('install() takes a Settings from resolve(), got {!r}'.format(
             type(settings).__name__))

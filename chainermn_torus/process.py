@@ -10,9 +10,10 @@ in one place (and a test's or a second job's reset is one assignment per field):
 * ``compute``: the mode ``compute.use`` applied, whether new forwards take oneDNN, the
   precision they compute in (``compute.modes``; each node records its own for its
   backward);
-* ``settings``: every setting resolved once, frozen (``config``: the launcher's, else made at
-  the first read);
-* ``configured``: what the process was configured with, once (``process_setup``);
+* ``settings``: every setting resolved once, frozen, installed by an entry point (``config``:
+  ``init``'s, the launcher's or a command's; None before one did);
+* ``configured``: what ``init`` changed in the process, with each undo (``process_setup``'s
+  ``Setup``);
 * ``policy``: the launch policy both factories read, frozen (``_registry``);
 * ``watchdogs``: the watchdogs attached (``runtime.watch.watchdog``);
 * ``threads``: the thread budget last applied, and how many times the OpenMP thread count

@@ -161,7 +161,7 @@ def init(mpi_comm: Any = None, flags: Optional[Flags] = None, ours: bool = True,
         setup.node = Node(mpi_comm)  # collective: every rank is past MPI_Init
     node = setup.node
     for step, apply in (
-            ('segment names', lambda: _segment_names()),
+            ('segment names', _segment_names),
             ('timeline', lambda: _timeline(settings)),
             ('malloc', lambda: _malloc(node)),
             ('compute', lambda: _compute(settings, node)),

@@ -106,12 +106,9 @@ STARTUP_SOURCES = ('CHAINERMN_TORUS_WATCHDOG_STARTUP', '--watchdog-startup',
 
 
 def source_index(sources, source):
-    """The index of ``source`` (an option, a variable or a keyword's name) in
-    ``sources``, by what it names; the first (the variable) where it names none of them."""
-    for i, known in enumerate(sources):
-        if source and (source == known or source in known.split()):
-            return i
-    return 0
+    """The index of ``source`` (one of ``sources``: an option, a variable, a keyword or the
+    default) in ``sources``; the first (the variable) where it is none of them."""
+    return sources.index(source) if source in sources else 0
 
 
 class Limits(collections.namedtuple('Limits', 'limit_s startup_s outside limit_from startup_from',
