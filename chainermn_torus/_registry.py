@@ -233,7 +233,7 @@ def create_communicator(communicator_name: str = 'pure_nccl', mpi_comm: Any = No
 
 
 def _made(comm: Any, asked: str, made: str) -> Any:
-    watchdog.mark(comm)  # the job's watchdog (where one runs) marks its calls
+    comm = watchdog.marked(comm)  # where a watchdog runs: its calls marked (a wrapper)
     told = policy().on_made
     if told is not None:
         told(comm, asked, made)
@@ -247,9 +247,11 @@ def takes_option(name: str, option: str) -> bool:
 
 
 def _option_names(cls: type) -> list:
-    params = inspect.signature(getattr(cls, '__init__')).parameters
-    return [p for p in params if p not in ('self', 'mpi_comm', 'settings') and
-            not p.startswith('_')] + ['batched_copy']
+    # What the constructor takes from a script; not the settings, nor how the package
+    # itself makes one (``interface.Communicator``'s progress and background, **made_by).
+    params = inspect.signature(getattr(cls, '__init__')).parameters.values()
+    return [p.name for p in params if p.name not in ('self', 'mpi_comm', 'settings')
+            and not p.name.startswith('_') and p.kind is not p.VAR_KEYWORD] + ['batched_copy']
 
 
 def _options_of(cls: type) -> str:

@@ -59,8 +59,9 @@ class AutoCommunicator(Communicator):
 
     def __init__(self, mpi_comm=None, network=None, segment_size=None,
                  allreduce_grad_dtype=None, measure_timeout=10.0, simulate=None, tune=None,
-                 tune_dir=None, _remembered=None, settings=None):
-        super().__init__(mpi_comm, segment_size, allreduce_grad_dtype, settings)
+                 tune_dir=None, _remembered=None, settings=None, **made_by):
+        super().__init__(mpi_comm, segment_size, allreduce_grad_dtype, settings, **made_by)
+        self._calls = 0
         self._options.update(network=network, measure_timeout=measure_timeout,
                              simulate=simulate, tune=tune, tune_dir=tune_dir)
         known = self.settings
@@ -103,8 +104,7 @@ class AutoCommunicator(Communicator):
                               segment_size=self._options['segment_size']
                               if segment is None else segment,
                               allreduce_grad_dtype=self._options['allreduce_grad_dtype'],
-                              settings=self.settings)
-        comm.progress = self.progress
+                              settings=self.settings, progress=self.progress)
         return comm
 
     @property
@@ -134,14 +134,14 @@ class AutoCommunicator(Communicator):
         named = _packing.grad_params(model, zero_fill)
         self.tuning.call(self._bytes(named), self._signature(named),
                          lambda inner: inner.mean_grad_in_slot(model, zero_fill, slot))
-        self._count['calls'] += 1
+        self._calls += 1
 
     def mean_grads_by_bucket(self, named, bounds, ready):
         """overlap=True: the buckets go through the communicator chosen for this size
         (``Choices.for_buckets``)."""
         inner = self.tuning.for_buckets(self._bytes(named), self._signature(named))
         buf = inner.mean_grads_by_bucket(named, bounds, ready)
-        self._count['calls'] += 1
+        self._calls += 1
         return buf
 
     def mean_array(self, array):
@@ -156,13 +156,16 @@ class AutoCommunicator(Communicator):
 
     def clone(self, poll_interval=None):
         # The same figures (not measured again) and the same choices tuned in this job.
-        twin = AutoCommunicator(mpi_comm=self.mpi_comm.Dup(),
+        twin = AutoCommunicator(mpi_comm=self.mpi_comm.Dup(), progress=Progress(poll_interval),
                                 **dict(self.remade_options(), network=self.network,
                                        _remembered=self.tuning.remembered))
         twin.tuning.settings = twin.tuning.settings._replace(
             network_source=self.network_source)
-        twin.progress = Progress(poll_interval)
         return twin
+
+    @property
+    def calls(self):
+        return self._calls
 
     @property
     def timings(self):
@@ -175,7 +178,7 @@ class AutoCommunicator(Communicator):
 
     def finalize(self):
         self.tuning.finalize()
-        super().finalize()
+        super().finalize()  # no engine, no grid of its own
 
     def describe(self):
         s = self.tuning.settings

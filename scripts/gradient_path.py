@@ -8,8 +8,11 @@ On every rank a small model's gradients are averaged once to warm up (windows, b
 plans are made on the first call), then once more under ``sys.setprofile``. The second call's
 Python calls are recorded where their code lies in this package or in ChainerMN, in the
 order first reached. Rank 0 prints, for each communicator, the files, the distinct functions,
-the count of calls and the returns (a call into a file the path had already left). That is
-the figure "files on a gradient's path" of docs/development.md. ``--from-update``: from the
+the count of calls, the *returns* (a call back into a file still on the stack below the
+caller: file A calls B, which calls into A again before returning) and the *re-entries* (a
+call into a file the sequence of calls had entered and left before, however it got back:
+an orchestrating file calling its helpers in turn re-enters itself each time). That is the
+figure "files on a gradient's path" of docs/development.md. ``--from-update``: from the
 multi-node optimizer's ``update()`` (its gradients set, no forward) instead of the
 communicator's call.
 """
@@ -66,7 +69,7 @@ def trace(spec, from_update=False):
         def call():
             comm.multi_node_mean_grad(model)
         call()
-    files, functions, calls, order = [], [], [0], []
+    files, functions, calls, order, returns = [], [], [0], [], [0]
     seen_files, seen_functions = set(), set()
 
     def profile(frame, event, arg):
@@ -76,6 +79,14 @@ def trace(spec, from_update=False):
         if where is None:
             return
         calls[0] += 1
+        stack, f = [], frame.f_back
+        while f is not None:
+            w = _where(f.f_code.co_filename)
+            if w is not None:
+                stack.append(w)
+            f = f.f_back
+        if stack and stack[0] != where and where in stack[1:]:
+            returns[0] += 1  # back into a file below the caller on the stack
         if not order or order[-1] != where:
             order.append(where)
         if where not in seen_files:
@@ -94,10 +105,10 @@ def trace(spec, from_update=False):
     finally:
         sys.setprofile(None)
         threading.setprofile(None)
-    # A return: the path enters a file it had entered and left before.
-    returns = sum(1 for i, f in enumerate(order) if f in order[:i])
+    reentries = sum(1 for i, f in enumerate(order) if f in order[:i])
     return {'size': comm.size, 'files': files, 'functions': functions, 'calls': calls[0],
-            'returns': returns, 'from': 'update' if from_update else 'multi_node_mean_grad'}
+            'returns': returns[0], 'reentries': reentries,
+            'from': 'update' if from_update else 'multi_node_mean_grad'}
 
 
 def main():
@@ -112,9 +123,9 @@ def main():
     from mpi4py import MPI
     if MPI.COMM_WORLD.rank == 0:
         for name, r in out.items():
-            print('{}: {} files, {} functions, {} calls, {} returns on P = {}'.format(
-                name, len(r['files']), len(r['functions']), r['calls'], r['returns'],
-                r['size']))
+            print('{}: {} files, {} functions, {} calls, {} returns, {} re-entries on P = {}'
+                  .format(name, len(r['files']), len(r['functions']), r['calls'],
+                          r['returns'], r['reentries'], r['size']))
             for f in r['files']:
                 print('  ' + f)
         if args.json:

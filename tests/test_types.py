@@ -1,5 +1,6 @@
-"""The public API's type hints (mypy.ini: the factories, init and its Setup, the settings, the
-communicators' constructor, the multi-node optimizer) are complete and consistent by mypy;
+"""The public API's type hints (mypy.ini: the factories, init and its Setup, the settings,
+the communicators' constructors, the engine, the multi-node optimizer) are complete and
+consistent by mypy;
 and the check can fail."""
 import os
 import shutil
@@ -29,7 +30,7 @@ def test_the_public_api_is_typed_and_checks_and_the_check_can_fail(tmp_path):
     parser = configparser.ConfigParser()
     parser.read(os.path.join(ROOT, 'mypy.ini'))
     modules = [f.strip() for f in parser['mypy']['files'].split(',')]
-    assert len(modules) == 5, modules
+    assert len(modules) == 9, modules
     bad = tmp_path / 'bad.py'
     bad.write_text('def f(x):\n    return x\n\n\ndef g(n: int) -> str:\n    return n\n')
     proc = _mypy(*(modules + [str(bad)]))
@@ -37,4 +38,4 @@ def test_the_public_api_is_typed_and_checks_and_the_check_can_fail(tmp_path):
     assert proc.returncode == 1 and len(found) == 2, proc.stdout[-4000:] + proc.stderr
     assert all(ln.startswith(str(bad)) for ln in found), found
     assert 'no-untyped-def' in found[0] and 'return-value' in found[1], found
-    assert 'checked 6 source files' in proc.stdout, proc.stdout
+    assert 'checked 10 source files' in proc.stdout, proc.stdout

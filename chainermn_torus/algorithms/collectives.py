@@ -38,7 +38,7 @@ def ceil_log2(p):
 
 # --- calls ----------------------------------------------------------------------------------
 def reduce_calls(op, group, elems, itemsize):
-    """A reducer's calls (``_reduction.MpiSum`` or ``_half.HalfReducer``) for one group."""
+    """A reducer's calls (``engine.MpiSum`` or ``_half.HalfReducer``) for one group."""
     p = len(group)
     if itemsize != 2:
         if op == 'allreduce' and p == 1:

@@ -73,7 +73,7 @@ def _setup(name, shapes, grads, flat_grads, fused, denormal):
     link = _Holder(shapes, seed=0)
     opt = _CLASSES[name]()
     if fused:
-        fuse(opt)
+        opt = fuse(opt)
     opt.setup(link)
     params = [p for _, p in sorted(link.namedparams())]
     off = 0

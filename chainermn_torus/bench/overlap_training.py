@@ -31,7 +31,7 @@ import numpy
 import chainermn
 import chainermn_torus
 from chainermn_torus.bench.double_buffering import wait_for_wire
-from chainermn_torus.communicators._base import TorusCommunicatorBase
+from chainermn_torus.communicators.engine import TorusEngine
 from chainermn_torus.datasets.imagenet import PreprocessedDataset, read_list
 from chainermn_torus.datasets.mnist import load_mnist_idx
 from chainermn_torus.extensions.timing import time_calls
@@ -109,7 +109,7 @@ def accuracy(model, dataset, comm):
     return float(totals[0]) / float(totals[1])
 
 
-def sleep_wire(cls, gbps, size):
+def sleep_wire(gbps, size, cls=TorusEngine):
     """Add to every segment a sleep as long as a ring all-reduce's bytes take at ``gbps``
     (2 (P - 1) / P of the segment per rank): wire time that costs no CPU, as on a network
     whose adapter moves the bytes (the emulated cluster's links cost this host's CPU)."""
@@ -117,9 +117,9 @@ def sleep_wire(cls, gbps, size):
         return  # slowed once per class
     inner = cls._mean_segment
 
-    def mean_segment(self, buf, lo, hi, src):
+    def mean_segment(self, buf, lo, hi, src, timeline):
         t0 = time.perf_counter()
-        inner(self, buf, lo, hi, src)
+        inner(self, buf, lo, hi, src, timeline)
         wait_for_wire(t0, (hi - lo) * buf.array.itemsize, size, gbps)
     patches.apply(cls, '_mean_segment', mean_segment, 'timing',
                   'bench overlap --sleep-gbps: wire time that costs no CPU')
@@ -130,8 +130,8 @@ def run_config(config, loaded, args):
     numpy.random.seed(args.seed)
     model = make_model()
     comm, opt = make(config, make_optimizer(), args.poll)
-    if args.sleep_gbps and isinstance(comm, TorusCommunicatorBase):  # its segment seam
-        sleep_wire(type(comm), args.sleep_gbps, comm.size)
+    if args.sleep_gbps and getattr(comm, 'engine', None) is not None:  # its segment seam
+        sleep_wire(args.sleep_gbps, comm.size)
     opt.setup(model)
     shard = chainermn.scatter_dataset(train, comm, shuffle=True, seed=args.seed)
     it = chainer.iterators.SerialIterator(shard, args.batchsize or batch, shuffle=True)

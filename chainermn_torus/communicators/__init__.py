@@ -11,7 +11,9 @@ docs' table (``table()``) read that registration through the functions here. ``a
 chooses among these with the planner and the simulator, sits above them
 (``chainermn_torus.auto``) and is registered by the factory (``_registry``), as a plugin's
 communicator is. What each class offers is declared on it (``capabilities.py``,
-``interface.Communicator``).
+``interface.Communicator``). pure_allreduce, rsaa and rsap are each ChainerMN's API in front
+of the one torus engine (``engine.TorusEngine``), one class level below ``interface``: their
+constructors turn the options into the engine's strategies.
 """
 from chainermn_torus.algorithms import variants
 

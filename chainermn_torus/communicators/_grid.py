@@ -17,7 +17,7 @@ import re
 from chainermn_torus import settings_table
 from chainermn_torus.errors import ConfigError
 
-__all__ = ['Grid', 'parse_grid', 'default_grid', 'GRID_ENV']
+__all__ = ['Grid', 'parse_grid', 'default_grid', 'make_grid', 'GRID_ENV']
 
 GRID_ENV = settings_table.SETTINGS['grid'].env
 
@@ -102,3 +102,21 @@ class Grid:
 
     def __repr__(self):
         return 'Grid(M={}, N={}, row={}, pos={})'.format(self.M, self.N, self.row, self.pos)
+
+
+def make_grid(comm, grid, settings_grid):
+    """The grid of ChainerMN communicator ``comm`` (its ranks and nodes) and the reason for
+    its shape: ``grid`` (the keyword) if given, else ``settings_grid`` (the settings',
+    handed down), else the rules of this module."""
+    # ChainerMN's init_ranks already grouped ranks by host name; every rank must agree on
+    # whether nodes are uniform, so the node sizes are compared across all ranks.
+    uniform = len(set(comm.mpi_comm.allgather(comm.intra_size))) == 1
+    if grid is not None:
+        shape, reason = parse_grid(grid, comm.size), 'grid keyword'
+    else:
+        shape, reason = default_grid(comm.size, comm.intra_size, comm.inter_size, uniform,
+                                     settings_grid)
+    node_aligned = (uniform and shape[0] == comm.intra_size and shape[1] == comm.inter_size
+                    and comm.inter_size > 1)
+    node_ranks = (comm.inter_rank, comm.intra_rank) if node_aligned else None
+    return Grid(comm.mpi_comm, shape, node_ranks), reason

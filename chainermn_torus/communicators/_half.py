@@ -42,7 +42,7 @@ def sum_blocks_numpy(out, blocks, nblocks, acc, dtype=numpy.float16):
 
 class HalfReducer:
     """float16 (or bfloat16) reduce-scatter and all-reduce, with a reused scratch (see
-    ``_reduction``)."""
+    ``engine``)."""
 
     op = None  # no MPI operation sums float16 or bfloat16
 

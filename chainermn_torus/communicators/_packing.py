@@ -36,7 +36,7 @@ def mpi_type_of(dtype):
     """The MPI datatype a transfer dtype travels as.
 
     float16 and bfloat16 travel as a 2-byte contiguous datatype; they have no MPI sum, so
-    the buffer's reducer sums them with numba (see ``_reduction``).
+    the buffer's reducer sums them with numba (see ``engine.reducer_for``).
     """
     dtype = numpy.dtype(dtype)
     if not _dtypes.is_half(dtype):
@@ -132,21 +132,17 @@ def _entry_str(entry):
     return '{} shape={} dtype={}'.format(name, shape, numpy.dtype(dtype).name)
 
 
-def check_same_layout(mpi_comm, layout, what='gradients', progress=None):
+def check_same_layout(mpi_comm, layout, what='gradients', allreduce=None):
     """Raise ValueError on every rank if the ranks' layouts differ.
 
-    Cost when they agree: one MPI_Allreduce of two int64 values (through ``progress``, see
-    ``_progress``, when given).
+    Cost when they agree: one MPI_Allreduce of two int64 values (``allreduce``, bound to
+    ``mpi_comm`` by a wait of ``_progress``, when given).
     """
     if mpi_comm.size == 1:
         return
     mine = numpy.array([layout.digest, -layout.digest], dtype=numpy.int64)
     both = numpy.empty_like(mine)
-    args = ([mine, MPI.INT64_T], [both, MPI.INT64_T])
-    if progress is None:
-        mpi_comm.Allreduce(*args, op=MPI.MAX)
-    else:
-        progress(mpi_comm, 'Allreduce', *args, op=MPI.MAX)
+    (allreduce or mpi_comm.Allreduce)([mine, MPI.INT64_T], [both, MPI.INT64_T], op=MPI.MAX)
     if both[0] == -both[1]:
         return
     # Slow path, only on error: everyone learns everyone's layout and raises the same message.
@@ -177,9 +173,9 @@ class PackedBuffer:
                  memory=None, rows=None, reducer=None, prescaled=False):
         # ``memory``: the object that owns ``array``'s memory and frees it (an RMA or a
         # node-shared window), or None for numpy's. The strategies it is made with, never
-        # changed: ``rows``, the torus's row phases (rsaa.MessageRows, _rsap_modes.PutRows,
+        # changed: ``rows``, the torus's row phases (engine.MessageRows, _rsap_modes.PutRows,
         # _shm.ShmRows; None without a grid), which own MPI state freed with the buffer;
-        # ``reducer``, how a part is summed (_reduction); ``prescaled``, whether packing
+        # ``reducer``, how a part is summed (engine.reducer_for); ``prescaled``, whether packing
         # multiplies by 1/P.
         self.layout = layout
         self.memory = memory

@@ -29,6 +29,19 @@ class Progress:
     def polling(self):
         return self.interval is not None
 
+    @property
+    def direct(self):
+        """Whether a caller may call mpi4py's blocking method itself (no call of ours in
+        between on the hot path); a subclass that watches the calls says False."""
+        return self.interval is None and type(self).__call__ is Progress.__call__
+
+    def bind(self, comm, name):
+        """``comm.<name>`` waited for in this way, bound once: mpi4py's own method where the
+        wait blocks."""
+        if self.direct:
+            return getattr(comm, name)
+        return lambda *args, **kwargs: self(comm, name, *args, **kwargs)
+
     def __call__(self, comm, name, *args, **kwargs):
         """comm.<name>(*args) (e.g. 'Allreduce'), or its non-blocking variant, polled."""
         if self.interval is None:

@@ -12,7 +12,7 @@ How the put rounds are synchronised (phase 3, ``sync``):
           then with the MPICH 5.0.2 wheel at four or more ranks, even in a 20-line pairwise
           loop, scripts/repro_pscw_hang.py), kept for MPIs where PSCW works.
 How the row reduce-scatter is done (phase 1, ``reduce_scatter``):
-  collective  MPI_Reduce_scatter_block, as rsaa (``rsaa.MessageRows``);
+  collective  MPI_Reduce_scatter_block, as rsaa (``engine.MessageRows``);
   accumulate  every position MPI_Accumulate-s chunk k into position k's window (the other
               future work; the order in which contributions arrive varies, so the sum can
               differ in the last bit from run to run, though never between ranks: one rank
@@ -26,18 +26,32 @@ import time
 import chainer
 from mpi4py import MPI
 
-from chainermn_torus.communicators.rsaa import MessageRows
+from chainermn_torus.communicators.engine import MessageRows
+from chainermn_torus.communicators._window import PutWindow
 
 __all__ = ['PutRows', 'SYNCS', 'REDUCE_SCATTERS', 'FenceSync', 'NotifySync', 'PscwSync',
            'AccumulateReduceScatter']
 
 
 class PutRows:
-    """Phases 1 and 3 of rsap for one buffer whose memory is an RMA window's."""
+    """Phases 1 and 3 of rsap for one buffer whose memory is an RMA window's: the window
+    (``_window.PutWindow``, allocated here, for ``size`` elements of ``dtype``) is the
+    buffer's memory, freed with the buffer. Freed only by the engine's eviction or its
+    ``free()``, which every rank reaches at the same point; never from a garbage-collection
+    finalizer: MPI_Win_free is collective, and the collector runs at different moments on
+    different ranks, so a free called from it met other collectives on the other ranks and
+    deadlocked (seen, 2 runs in 12 at P=3). A communicator dropped without finalize() keeps
+    its window until exit."""
 
     scatter_name, gather_name = 'reduce_scatter', 'put'
 
-    def __init__(self, row_comm, progress, win, rounds, sync, reduce_scatter):
+    def __init__(self, row_comm, progress, size, dtype, rounds, sync, reduce_scatter,
+                 purpose=''):
+        # 'notify' holds one passive epoch for the window's life.
+        window = PutWindow(row_comm, size, dtype, passive=SYNCS[sync].passive,
+                           purpose=purpose)
+        self.array, self.memory = window.array, window
+        win = window.win
         self.sync = SYNCS[sync](row_comm, progress, win, rounds)
         messages = MessageRows(row_comm, progress)
         if reduce_scatter == 'collective':
@@ -54,13 +68,13 @@ class PutRows:
         pass
 
     def free(self):
-        self.sync.free()
+        self.sync.free()  # the window is the buffer's memory: PackedBuffer.release frees it
 
 
 def fence(row_comm, progress, win, assertion):
     # A fence has no non-blocking form: when polling, everyone meets first in a polled
     # barrier, so that the fence itself does not spin waiting for late ranks.
-    if progress.polling:
+    if progress.interval is not None:  # polling (read as a value: no call on the hot path)
         progress(row_comm, 'Barrier')
     win.Fence(assertion)
 

@@ -20,9 +20,12 @@ import numpy
 from mpi4py import MPI
 
 from chainermn_torus.communicators._window import check_node_room, populate_or_free
+from chainermn_torus.errors import ConfigError
 from chainermn_torus.runtime.cpu import jit
 
-__all__ = ['ShmRows', 'NodeBuffers', 'rows_within_nodes']
+__all__ = ['ShmRows', 'NodeBuffers', 'rows_within_nodes', 'resolve_shm']
+
+_SHM_CHOICES = (None, True, False)
 
 
 def rows_within_nodes(row_comm, mpi_comm):
@@ -31,6 +34,26 @@ def rows_within_nodes(row_comm, mpi_comm):
     inside = node.size == row_comm.size
     node.Free()
     return bool(mpi_comm.allreduce(1 if inside else 0, op=MPI.MIN))
+
+
+def resolve_shm(shm, grid, mpi_comm, intra_size, wanted_by_default=True):
+    """The ``shm`` option of rsaa and rsap: None = on when every grid row lies inside one
+    node, True = required (refused where a row spans nodes), False = off.
+    ``wanted_by_default`` False (an option that needs the message phases was given) keeps
+    the default off. Collective over ``mpi_comm`` where it has to look."""
+    if shm not in _SHM_CHOICES:
+        raise ConfigError('chainermn_torus: shm must be None (on where the grid rows lie '
+                          'inside nodes), True or False, got {!r}'.format(shm))
+    if shm is False or grid.M == 1 or (shm is None and not wanted_by_default):
+        return False
+    inside = rows_within_nodes(grid.row_comm, mpi_comm)
+    if shm and not inside:
+        raise ConfigError(
+            'chainermn_torus: shm=True needs every grid row inside one node, but grid '
+            '(M, N) = {} puts ranks of different nodes in one row ({} ranks per node on '
+            'this rank\'s node); use M = ranks per node or shm=False'.format(
+                grid.shape, intra_size))
+    return inside
 
 
 numba = jit.numba()
@@ -64,7 +87,8 @@ class NodeBuffers:
     """
 
     def __init__(self, row_comm, size, dtype, progress, purpose=''):
-        self.comm, self.progress = row_comm, progress
+        self.comm = row_comm
+        self._barrier = progress.bind(row_comm, 'Barrier')  # mpi4py's own where it blocks
         dtype = numpy.dtype(dtype)
         # The row's buffers are one /dev/shm mapping on this node: check it fits first.
         what, needed = check_node_room(row_comm, size * dtype.itemsize,
@@ -85,7 +109,7 @@ class NodeBuffers:
         if self.peers is None:
             raise RuntimeError('chainermn_torus: this node-shared window was already freed')
         self.win.Sync()
-        self.progress(self.comm, 'Barrier')
+        self._barrier()
         self.win.Sync()
 
     def reduce_in_turns(self, src, lo, c):
@@ -126,7 +150,7 @@ class NodeBuffers:
 
 
 class ShmRows:
-    """Phases 1 and 3 of the torus (``rsaa``) for one buffer in a node-shared window.
+    """Phases 1 and 3 of the torus (``engine``) for one buffer in a node-shared window.
 
     Phase 1 reduces in turns straight from the gradients; the chunk it returns is this
     position's own place in the buffer, so phase 2 divides it in place. Phase 3 waits for
@@ -139,6 +163,8 @@ class ShmRows:
     def __init__(self, row_comm, size, dtype, progress, purpose=''):
         self.node = NodeBuffers(row_comm, size, dtype, progress, purpose=purpose)
         self.M = row_comm.size
+        # The buffer's memory is this rank's part of the window (freed with the buffer).
+        self.array, self.memory = self.node.array, self.node
 
     def reduce_scatter(self, part, src, buf, lo):
         return self.node.reduce_in_turns(part if src is None else src, lo, part.size // self.M)

@@ -1,18 +1,19 @@
-"""The declared interface of this package's communicators, and what all of them share.
+"""The declared interface of this package's communicators: ChainerMN's API in front of the
+torus engine (``engine.TorusEngine``).
 
 ``Communicator`` is ChainerMN's MPI communicator base with what the optimizer, the launcher,
 the tuner and the watchdog may ask of ours on top: the capabilities (``capabilities.OURS``
-unless a class declares less) and the methods they name, abstract here. The packed-buffer
-algorithms derive from it through ``_base.TorusCommunicatorBase``; ``auto``, which runs
-whichever of them it chose, derives from it directly; a plugin's class may do either
-(docs/development.md, "Adding a communicator").
+unless a class declares less) and the methods they name, each handed to the engine the
+class made (``engine``). pure_allreduce, rsaa and rsap are one level below it: each resolves
+its options into the engine's strategies in its constructor and nothing else. ``auto``, which
+runs whichever of them it chose, has no engine and hands each call to its choice instead; a
+plugin's class may do either (docs/development.md, "Adding a communicator").
 
 Shared here, once: the options every one of ours takes (``segment_size``,
-``allreduce_grad_dtype``, ChainerMN's ``set_config``/``get_config`` of the dtype),
-``multi_node_mean_grad`` as slot 0, the parameter broadcast, and ``split``. A communicator
-only constructs: the process is configured by the factory (``process_setup``).
+``allreduce_grad_dtype``, ChainerMN's ``set_config``/``get_config`` of the dtype), how its
+collectives are waited for (``progress``), the parameter broadcast, ``clone`` and ``split``.
+A communicator only constructs: the process is configured by the factory (``process_setup``).
 """
-import abc
 import inspect
 from typing import Any, Callable, Optional, Sequence
 
@@ -22,9 +23,18 @@ from mpi4py import MPI
 from chainermn_torus import config
 from chainermn_torus.algorithms import variants
 from chainermn_torus.communicators import _dtypes, _packing, capabilities as _capabilities
-from chainermn_torus.communicators._progress import BLOCKING
+from chainermn_torus.communicators._grid import Grid
+from chainermn_torus.communicators._progress import BLOCKING, Progress
+from chainermn_torus.communicators.engine import TorusEngine
 
-__all__ = ['Communicator']
+__all__ = ['Communicator', 'CLONE_PURPOSE']
+
+# A clone's node-shared buffers come on top of the main communicator's: a refusal has to
+# say so, or the need looks like what the job already allocated once.
+CLONE_PURPOSE = (' of the background thread\'s copy of the communicator (double buffering or '
+                 'overlap: a second set beside the main communicator\'s, and double buffering '
+                 'keeps two, one per step in flight, so the job needs up to three times one '
+                 'set)')
 
 
 class Communicator(mpi_communicator_base.MpiCommunicatorBase):
@@ -37,14 +47,23 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
         allreduce_grad_dtype: the dtype gradients travel and are summed in (as ChainerMN's
             pure_nccl spells it): None (float32, float64 for float64 models), numpy.float16,
             'bfloat16' (or ml_dtypes.bfloat16), float32, float64.
+        settings: the process's settings (``process_setup.init`` hands them down); None:
+            the table's defaults.
+        progress: how collectives are waited for (``_progress.Progress``; default blocking).
+        background: made for the optimizer's background thread (``clone``): a refusal of
+            node memory says so.
     """
 
-    name = None                              # the factory's name
+    name: Optional[str] = None               # the factory's name
     capabilities = _capabilities.OURS        # what callers may ask (capabilities.py)
+    engine: Optional[TorusEngine] = None     # the all-reduce (``_start_engine``); auto's: none
+    grid: Optional[Grid] = None              # the torus's grid (rsaa, rsap)
+    grid_reason = ''                         # why the grid has its shape (``describe``)
 
     def __init__(self, mpi_comm: Any = None, segment_size: Optional[int] = None,
                  allreduce_grad_dtype: Any = None,
-                 settings: Optional[config.Settings] = None) -> None:
+                 settings: Optional[config.Settings] = None, *,
+                 progress: Optional[Progress] = None, background: bool = False) -> None:
         if mpi_comm is None:
             mpi_comm = MPI.COMM_WORLD
         super().__init__(mpi_comm)  # a collective: init_ranks
@@ -59,52 +78,86 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
                                                 'segment_size')[0]
         with self.config_scope():  # get_config() lists it, as for ChainerMN's pure_nccl
             self.allreduce_grad_dtype = _dtypes.checked(allreduce_grad_dtype)
-        self.progress = BLOCKING  # how collectives are waited for (see _progress)
-        # Read on every gradient call: kept as plain values, since ChainerMN's properties
-        # (size) and attribute setter (its config scope) are a call each.
-        self._size = mpi_comm.size
-        self._count = {'calls': 0}
+        self.progress = BLOCKING if progress is None else progress
+        self.shm_purpose = CLONE_PURPOSE if background else ''
+
+    def _start_engine(self, rows: Optional[Callable[[Any], Any]],
+                      prescaled: bool = False) -> None:
+        """Make the engine with this communicator's strategies (the constructor's last
+        step): ``rows(layout)`` the row phases of a buffer on ``self.grid``."""
+        self.engine = TorusEngine(self.mpi_comm, self.grid, rows, self.allreduce_grad_dtype,
+                                  self.segment_bytes, prescaled, self.progress, self.name or '')
+
+    def _engine(self) -> TorusEngine:
+        if self.engine is None:
+            raise RuntimeError('chainermn_torus: {} made no engine: a class of ours without '
+                               'one overrides the calls it answers'.format(type(self).__name__))
+        return self.engine
 
     @property
     def calls(self) -> int:
         """Gradient calls made so far."""
-        return self._count['calls']
+        return self._engine().calls
 
     @property
     def uses_grid(self) -> bool:
         """Whether it takes grid=(M, N): its registration says (``algorithms.variants``)."""
         return variants.takes_grid(self.name)
 
-    # --- what the optimizer, the launcher and the tuner ask -------------------------------
-    @abc.abstractmethod
+    # --- what the optimizer, the launcher and the tuner ask: the engine's ---------------------
     def mean_grad_in_slot(self, model: Any, zero_fill: bool = False, slot: int = 0) -> None:
         """``multi_node_mean_grad`` into buffer ``slot`` (double buffering uses 0 and 1):
         gradients left as views of one slot stay valid while the other is in use."""
+        self._engine().mean_grad_in_slot(model, zero_fill, slot)
 
-    @abc.abstractmethod
     def mean_grads_by_bucket(self, named: Sequence[Any], bounds: Sequence[int],
                              ready: Callable[[int], None]) -> Any:
         """Average ``named``'s gradients bucket by bucket as ``ready(b)`` says they are set
         (``overlap=True``); returns the buffer holding the means."""
+        return self._engine().mean_grads_by_bucket(named, bounds, ready)
 
-    @abc.abstractmethod
     def mean_array(self, array: Any) -> Any:
         """Average a flat float array across ranks in place (benchmarks, tests)."""
+        return self._engine().mean_array(array)
 
-    @abc.abstractmethod
     def clone(self, poll_interval: Optional[float] = None) -> 'Communicator':
-        """The same communicator on a duplicate of its MPI communicator (a background
-        thread's); with ``poll_interval`` it waits for collectives by polling."""
+        """The same communicator (grid and options) on a duplicate of its MPI communicator,
+        for a background thread: collectives on the clone never match the original's. With
+        ``poll_interval`` (seconds) it waits for its collectives by polling instead of
+        spinning (``_progress``)."""
+        opts = self.remade_options()
+        if 'grid' in opts and self.grid is not None:  # the shape chosen, not chosen again
+            opts['grid'] = self.grid.shape
+        return type(self)(mpi_comm=self.mpi_comm.Dup(), progress=Progress(poll_interval),
+                          background=True, **opts)
 
     @property
-    @abc.abstractmethod
     def timings(self) -> dict:
         """Seconds spent so far in each part of the gradient calls (check, pack,
         communicate, unpack, total); a part not timed yet reads 0."""
+        return self._engine().timings
 
-    @abc.abstractmethod
     def describe(self) -> str:
         """One line: the algorithm, its shape and options, for the launcher's report."""
+        grid = '' if self.grid is None else ', grid (M, N) = {} [{}]'.format(
+            self.grid.shape, self.grid_reason)
+        dtype = '' if self.allreduce_grad_dtype is None else ', gradients sent as {}'.format(
+            self.allreduce_grad_dtype.name)
+        return '{} on P = {}{}, segment {} bytes{}{}'.format(
+            self.name, self.size, grid, self.segment_bytes or 'whole buffer', dtype,
+            self._describe_variant())
+
+    def _describe_variant(self) -> str:
+        return ''
+
+    def finalize(self) -> None:
+        """Free the engine's buffers and the grid's communicators (collective)."""
+        if self.engine is not None:
+            self.engine.free()
+        if self.grid is not None:
+            self.grid.free()
+            self.grid = None
+        super().finalize()
 
     # --- ChainerMN API, once for all of ours ---------------------------------------------
     def set_config(self, name: str, value: Any = True, **kwargs: Any) -> None:
@@ -121,7 +174,10 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
         self._grad_dtype_changed()
 
     def _grad_dtype_changed(self) -> None:
-        """Called after ``set_config('allreduce_grad_dtype', ...)``."""
+        """Called after ``set_config('allreduce_grad_dtype', ...)``: the engine for the new
+        dtype (the same strategies; the old buffers are evicted collectively later)."""
+        if self.engine is not None:
+            self.engine = self.engine.successor(self.allreduce_grad_dtype)
 
     def get_config(self, name: Optional[str] = None) -> Any:
         if name == 'allreduce_grad_dtype':
@@ -135,7 +191,7 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
         communicator's persistent buffer (no copy back); it stays valid until the next call
         with a model of the same layout.
         """
-        self.mean_grad_in_slot(model, zero_fill, slot=0)
+        self.mean_grad_in_slot(model, zero_fill, 0)  # auto's is its own
 
     def bcast_data(self, model: Any) -> None:
         """Broadcast all parameters from rank 0 in one message (raw bytes, exact for any
@@ -159,7 +215,7 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
         result (a grid falls back to the new size's default)."""
         opts = self.remade_options()
         opts.pop('grid', None)
-        return self.__class__(mpi_comm=self.mpi_comm.Split(color, key), **opts)
+        return type(self)(mpi_comm=self.mpi_comm.Split(color, key), **opts)
 
     def remade_options(self) -> dict:
         """What ``split`` and ``clone`` make this class again with: every option the

@@ -2,27 +2,26 @@
 
 "All-Reduce only" of Tamura & Hanawa, but with one persistent contiguous buffer, sent in segments
 (one 100 MB MPI_Allreduce was 3x slower than the same bytes in 1-4 MiB pieces on shared
-memory), instead of ChainerMN ``naive``'s one message per parameter array. The division by P
-is folded into the packing copy (see ``_reduction``), so the all-reduce is in place and no
-pass over the buffer is spent on dividing.
+memory), instead of ChainerMN ``naive``'s one message per parameter array. It is the torus
+engine with no row (M = 1, the column every rank); the division by P is folded into the
+packing copy (``engine``: ``prescaled``), so the all-reduce is in place and no pass over the
+buffer is spent on dividing.
 """
-from chainermn_torus.runtime import timeline as _timeline
-from chainermn_torus.communicators._base import TorusCommunicatorBase
+from typing import Any, Optional
+
+from chainermn_torus import config
+from chainermn_torus.communicators import interface
+
+__all__ = ['PureAllreduceCommunicator']
 
 
-class PureAllreduceCommunicator(TorusCommunicatorBase):
+class PureAllreduceCommunicator(interface.Communicator):
+    """pure_allreduce: ``interface.Communicator``'s options, no grid."""
 
-    name = 'pure_allreduce'
-    prescaled = True
+    name: Optional[str] = 'pure_allreduce'
 
-    def __init__(self, mpi_comm=None, segment_size=None, allreduce_grad_dtype=None,
-                 settings=None):
-        super().__init__(mpi_comm, segment_size=segment_size,
-                         allreduce_grad_dtype=allreduce_grad_dtype, settings=settings)
-
-    def _mean_segment(self, buf, lo, hi, src):
-        # Packed and already multiplied by 1/P: the sum is the mean.
-        # float16's reducer is an all-to-all, a sum by numba and an all-gather (_half).
-        assert src is None
-        with _timeline.phase('allreduce'):
-            buf.reducer.allreduce(self.mpi_comm, buf.array[lo:hi])
+    def __init__(self, mpi_comm: Any = None, segment_size: Optional[int] = None,
+                 allreduce_grad_dtype: Any = None, settings: Optional[config.Settings] = None,
+                 **made_by: Any) -> None:
+        super().__init__(mpi_comm, segment_size, allreduce_grad_dtype, settings, **made_by)
+        self._start_engine(rows=None, prescaled=True)

@@ -1,11 +1,15 @@
 """Fused CPU versions of Chainer's Adam, MomentumSGD and RMSprop.
 
-``fuse(optimizer)`` turns an existing ``chainer.optimizers.Adam`` / ``MomentumSGD`` /
-``RMSprop`` (set up or not) into its fused subclass in place, keeping hyper-parameters, hooks,
-state and ``t``; ``FusedAdam(...)`` etc. can also be built directly. The result is still a
-Chainer optimizer: hooks, per-parameter hyper-parameters, disabled rules, ``loss_scale``,
-snapshots and ``serialize`` all behave as before, and snapshots are interchangeable with the
-stock optimizer's.
+``FusedAdam(...)``, ``FusedMomentumSGD(...)`` and ``FusedRMSprop(...)`` are Chainer's three
+with a fused update. ``fuse(optimizer)`` makes the fused one of an existing
+``chainer.optimizers.Adam`` / ``MomentumSGD`` / ``RMSprop`` (set up or not) and returns it: an
+object of the fused class made on the given one's attributes (one attribute dictionary: the
+hyper-parameters, hooks, state and ``t`` are both objects', a change through either is the
+other's), its parameters' rules the fused rules made the same way. No object's class ever
+changes: the given optimizer stays Chainer's, and the multi-node optimizer holds the fused
+one it made (``multi_node.make``). The result is still a Chainer optimizer: hooks,
+per-parameter hyper-parameters, disabled rules, ``loss_scale``, snapshots and ``serialize``
+all behave as before, and snapshots are interchangeable with the stock optimizer's.
 
 Two ways a step runs:
 
@@ -28,7 +32,6 @@ import numpy
 from chainer import optimizers
 
 from chainermn_torus.errors import ConfigError
-from chainermn_torus.runtime.chainer_glue import patches
 from chainermn_torus.runtime.cpu import jit
 
 __all__ = ['fuse', 'unfuse', 'FusedAdam', 'FusedMomentumSGD', 'FusedRMSprop',
@@ -259,8 +262,7 @@ class _FusedOptimizer:
         return self._fused_options
 
     def create_update_rule(self):
-        rule = super().create_update_rule()
-        return _to_fused_rule(rule, self._options())
+        return _fused_rule(super().create_update_rule(), self._options())
 
     def setup(self, link):
         self._flat = None
@@ -319,11 +321,19 @@ _RULES = {
 }
 
 
-def _to_fused_rule(rule, options):
+def _on(obj, cls):
+    """An object of ``cls`` made on ``obj``'s attributes: the same dictionary, so that the
+    two are one optimizer (or rule) seen through Chainer's class and the fused one."""
+    other = cls.__new__(cls)
+    other.__dict__ = obj.__dict__
+    return other
+
+
+def _fused_rule(rule, options):
+    """The fused rule of ``rule`` (itself where it has none or is one already)."""
     fused = _RULES.get(type(rule))
     if fused is not None:
-        patches.apply(rule, '__class__', fused, 'fused',
-                      "Chainer's {} as {}".format(type(rule).__name__, fused.__name__))
+        rule = _on(rule, fused)
     if isinstance(rule, _FusedRule):
         rule._options = options
     return rule
@@ -351,37 +361,45 @@ def is_fused(optimizer):
 
 
 def fuse(optimizer, flush_denormals=False):
-    """Make ``optimizer`` (Adam, MomentumSGD or RMSprop) fused, in place; returns it.
+    """The fused optimizer of ``optimizer`` (Adam, MomentumSGD or RMSprop), made on its
+    attributes (see the module); ``optimizer`` itself where it is fused already.
 
-    Works before or after ``setup``; existing state, ``t``, hooks and hyper-parameters are kept.
+    Works before or after ``setup``; existing state, ``t``, hooks and hyper-parameters are
+    kept, and the parameters' rules become the fused rules made on theirs.
     """
     if isinstance(optimizer, _FusedOptimizer):
         optimizer.flush_denormals = flush_denormals
         return optimizer
     jit.require('the fused update kernels (fused=True, --fused on)')
-    fused = _OPTIMIZERS.get(type(optimizer))
-    if fused is None:
+    cls = _OPTIMIZERS.get(type(optimizer))
+    if cls is None:
         raise ConfigError(
             'chainermn_torus: no fused update for {}: fused versions exist for {} (exactly '
             'these classes, not subclasses). Leave fusing off for this optimizer.'.format(
                 type(optimizer).__name__, ', '.join(fusable_names())))
-    patches.apply(optimizer, '__class__', fused, 'fused',
-                  "Chainer's {} as {}".format(type(optimizer).__name__, fused.__name__))
-    optimizer.flush_denormals = flush_denormals
-    target = getattr(optimizer, 'target', None)
-    if isinstance(target, chainer.Link):
-        for param in target.params():
-            _to_fused_rule(param.update_rule, optimizer._options())
-    return optimizer
+    fused = _on(optimizer, cls)
+    fused.flush_denormals = flush_denormals
+    _rules_as(fused, lambda rule: _fused_rule(rule, fused._options()))
+    return fused
 
 
 def unfuse(optimizer):
-    """``optimizer`` and its update rules back to Chainer's classes (the patches ``fuse``
-    recorded); the state, ``t`` and hyper-parameters stay. Returns it."""
+    """Chainer's optimizer of a fused one (made on its attributes, as ``fuse`` made it), its
+    parameters' rules Chainer's again; the state, ``t`` and hyper-parameters stay. Returns
+    ``optimizer`` where it is not fused."""
+    if not isinstance(optimizer, _FusedOptimizer):
+        return optimizer
+    stock = _on(optimizer, next(c for c, f in _OPTIMIZERS.items() if isinstance(optimizer, f)))
+    stock.__dict__.pop('_flat', None)  # the flat step is the fused class's
+    stock.__dict__.pop('flat_steps', None)
+    back = {f: c for c, f in _RULES.items()}
+    _rules_as(stock, lambda rule: _on(rule, back[type(rule)]) if type(rule) in back else rule)
+    return stock
+
+
+def _rules_as(optimizer, convert):
+    """Each parameter's update rule replaced by ``convert(rule)`` (a set-up optimizer's)."""
     target = getattr(optimizer, 'target', None)
-    owners = [optimizer]
     if isinstance(target, chainer.Link):
-        owners += [param.update_rule for param in target.params()]
-    for owner in owners:
-        patches.uninstall('fused', owner=owner)
-    return optimizer
+        for param in target.params():
+            param.update_rule = convert(param.update_rule)

@@ -24,6 +24,7 @@ MPI_THREAD_MULTIPLE, which mpi4py requests by default.
 Why it is built so: docs/internals.md (optimizers/multi_node.py).
 """
 import sys
+import time
 from typing import Any, Callable, Optional, Union
 
 import chainer
@@ -32,6 +33,7 @@ import numpy
 from chainermn_torus import config
 from chainermn_torus.communicators import _packing
 from chainermn_torus.errors import ConfigError
+from chainermn_torus.process import STATE
 from chainermn_torus.extensions.replicas import check_replicas as _check_replicas
 from chainermn_torus.optimizers import fused as fused_mod, update_modes
 from chainermn_torus.optimizers import type_checks as type_checks_mod
@@ -100,17 +102,22 @@ def make(actual_optimizer: Any, communicator: Any, double_buffering: bool = Fals
     settings = config.defaults() if settings is None else settings
     checks = type_checks_mod.TypeChecks(type_check, communicator.rank, settings,
                                         chainer_type_check)
-    _fuse(actual_optimizer, fused, flush_denormals, communicator.rank)
+    # The fused class is chosen here: the wrapper holds the fused optimizer made on the
+    # given one's attributes (optimizers.fused), whose own class never changes.
+    actual_optimizer = _fuse(actual_optimizer, fused, flush_denormals, communicator.rank)
     # The process's flush-to-zero and the watchdog are process_setup.init's, by the factory
-    # (create_multi_node_optimizer): this marks the communicator on the watchdog running.
-    dog = watchdog_mod.mark(communicator)
+    # (create_multi_node_optimizer); where a watchdog runs, the optimizer's communicator
+    # calls are marked (a wrapper, where the factory's did not mark them already).
+    communicator = watchdog_mod.marked(communicator)
+    dog = watchdog_mod.active()
     if overlap:
         mode = update_modes.Overlap(communicator, zero_fill, settings.pick(
             'bucket_bytes', bucket_bytes, 'bucket_bytes')[0], background_poll)
     elif double_buffering:
         mode = update_modes.DoubleBuffering(communicator, background_poll)
     else:
-        mode = update_modes.Synchronous()
+        # Ours, unmarked: the step calls the engine (update_modes.Synchronous).
+        mode = update_modes.Synchronous(direct=update_modes.direct_engine(communicator))
     return MultiNodeOptimizer(actual_optimizer, communicator, mode, zero_fill, check_finite,
                               dog, check_replicas, on_first_update, checks)
 
@@ -131,18 +138,20 @@ def _check_options(check_replicas: Optional[int], fused: Union[bool, str], overl
 
 
 def _fuse(actual_optimizer: Any, fused: Union[bool, str], flush_denormals: bool,
-          rank: int) -> None:
-    """fused=True: the fused kernel or an error; 'auto': where there is one (said where
-    not); without numba, 'auto' keeps Chainer's (said at start-up)."""
+          rank: int) -> Any:
+    """The optimizer the wrapper updates with. fused=True: the fused one or an error;
+    'auto': where there is one (said where not); without numba, 'auto' keeps Chainer's
+    (said at start-up)."""
     if fused is True:
-        fused_mod.fuse(actual_optimizer, flush_denormals)
-    elif fused == 'auto' and jit.available():
+        return fused_mod.fuse(actual_optimizer, flush_denormals)
+    if fused == 'auto' and jit.available():
         try:
-            fused_mod.fuse(actual_optimizer, flush_denormals)
+            return fused_mod.fuse(actual_optimizer, flush_denormals)
         except ValueError:
             report.say('{} has no fused update (fused versions: {}); using Chainer\'s.'.format(
                 type(actual_optimizer).__name__, ', '.join(fused_mod.fusable_names())),
                 rank, stream=sys.stderr)
+    return actual_optimizer
 
 
 def is_multi_node(optimizer: Any) -> bool:
@@ -230,8 +239,16 @@ class MultiNodeOptimizer:
                 return  # as ChainerMN: the first step only makes the replicas equal
         if not mode.average(self):
             return
-        with _timeline.timed('update', self.timings):
+        # runtime.timeline.timed('update', ...) written out, so that a step whose
+        # gradients a script's backward made calls none of the timeline's code.
+        t0 = time.perf_counter()
+        try:
             self.actual_optimizer.update(None, *args, **kwds)
+        finally:
+            t1 = time.perf_counter()
+            self.timings['update'] += t1 - t0
+            if STATE.timeline is not None:  # --timeline's
+                STATE.timeline.add('update', t0, t1)
 
     def _forward_backward(self, lossfun: Callable[..., Any], args: tuple, kwds: dict) -> None:
         _timeline.next_iteration()

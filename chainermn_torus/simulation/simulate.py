@@ -123,7 +123,7 @@ def simulate(machine, algorithm, model, M=1, itemsize=4, library='halving', node
         raise SimulationError(why_unavailable())
     P = machine.nodes * machine.ranks_per_node
     setup = schedule.Setup(algorithm, P, M, itemsize)  # bad input fails here, not in the child
-    # Segments are cut in bytes: a float16 buffer's hold twice the elements (_base).
+    # Segments are cut in bytes: a float16 buffer's hold twice the elements (communicators.engine).
     counts = segments.segment_sizes(model, segment_bytes, itemsize=itemsize)
     if max_sizes is None:
         max_sizes = 16 if P <= 64 else (3 if segment_bytes is not None else 8)

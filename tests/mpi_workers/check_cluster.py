@@ -63,7 +63,7 @@ def main():
             assert len(set(digests)) == 1, name
             if name != 'pure_allreduce':
                 # float16 keeps the message phases (no MPI sum to read peers with).
-                in_shm = any(isinstance(b.memory, NodeBuffers) for b in c._buffers.values())
+                in_shm = any(isinstance(b.memory, NodeBuffers) for b in c.engine.buffers.values())
                 assert in_shm == (c.shm and dtype is None), (name, dtype, opts, in_shm)
             c.finalize()
     if R > 1:

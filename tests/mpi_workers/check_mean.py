@@ -197,7 +197,7 @@ def check_fp16(name, grid, segment, options=None, dtype='float16'):
         ref, _ = check_mean(model, specs, seed)
         comm.multi_node_mean_grad(model)
         verify(model, specs, ref, set(), '{} seed {}'.format(label, seed), half=dtype)
-    dtypes = {buf.array.dtype.name for buf in comm._buffers.values()}
+    dtypes = {buf.array.dtype.name for buf in comm.engine.buffers.values()}
     assert dtypes == {dtype}, '{}: buffers carry {}'.format(label, dtypes)
     # Large values: scaled by 1/P before the sum, so P * 60000 does not overflow float16;
     # bfloat16 carries float32's range: 1e38 travels (and 3e38 * P would too).

@@ -57,9 +57,9 @@ for optimizer in (chainer.optimizers.Adam(), chainer.optimizers.Adam(amsgrad=Tru
                   chainer.optimizers.MomentumSGD(), chainer.optimizers.RMSprop(),
                   chainer.optimizers.RMSprop(eps_inside_sqrt=True)):
     m = model(numpy.float32)
-    fuse(optimizer, flush_denormals=True).setup(m)
+    fused = fuse(optimizer, flush_denormals=True).setup(m)
     backward(m, numpy.float32)
-    optimizer.update()
+    fused.update()
 m = model(numpy.float32)
 optimizer = large_batch.RMSpropWarmup()
 optimizer.setup(m)

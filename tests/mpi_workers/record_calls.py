@@ -15,6 +15,7 @@ from mpi4py import MPI
 
 from chainermn_torus.algorithms import schedule as schedules
 from chainermn_torus.communicators import create_variant
+from chainermn_torus.communicators._progress import BLOCKING, Progress
 
 import bound  # tests/mpi_workers
 import package_probes  # tests/ (world_loop.py puts it on the path)
@@ -39,23 +40,17 @@ def nbytes(name, args):
     return args[1][0].nbytes      # all-reduce / all-gather: the (in-place) buffer
 
 
-class Recorder:
-    """Stands between a communicator and MPI: records, then makes the real call."""
+class Recorder(Progress):
+    """A wait that stands between a communicator and MPI: records, then makes the real
+    call (the communicator is made with it, so every strategy holds it)."""
 
-    def __init__(self, inner, log):
-        self.inner, self.log = inner, log
-        self.interval = inner.interval
-
-    @property
-    def polling(self):
-        return self.inner.polling
+    def __init__(self, log):
+        super().__init__()
+        self.log = log
 
     def __call__(self, comm, name, *args, **kwargs):
         self.log.append((NAMES[name], group_of(comm), nbytes(name, args)))
-        return self.inner(comm, name, *args, **kwargs)
-
-    def wait(self, request):
-        return self.inner.wait(request)
+        return BLOCKING(comm, name, *args, **kwargs)
 
 
 class WindowRecorder:
@@ -125,26 +120,22 @@ def check(variant, grid, fp16):
     kwargs = {'segment_size': 4000}
     if fp16:
         kwargs['allreduce_grad_dtype'] = numpy.float16
-    comm = create_variant(variant, world, grid=grid, **kwargs)
+    log = []
+    comm = create_variant(variant, world, grid=grid, progress=Recorder(log), **kwargs)
     model = Model(sizes)
     comm.multi_node_mean_grad(model)  # makes the buffer (and window) before recording
-    log = []
-    comm.progress = Recorder(comm.progress, log)
+    del log[:]
     row = group_of(comm.grid.row_comm) if comm.grid is not None else None
-    for buf in list(comm._buffers.values()):
-        buf.reducer.progress = comm.progress
-        # The buffer's row phases and their strategies (rsaa.py, _rsap_modes, _shm) each
-        # hold what they were handed: the wait, the window, rsap's notification comm.
+    for buf in list(comm.engine.buffers.values()):
+        # The window and rsap's notification comm the row phases (_rsap_modes) were handed.
         for part in _parts(buf.rows) + [buf.memory]:
-            if getattr(part, 'progress', None) is not None:
-                part.progress = comm.progress
             if getattr(part, 'win', None) is not None and hasattr(part, 'my_rounds') \
                     or type(part).__name__ == 'AccumulateReduceScatter':
                 part.win = WindowRecorder(part.win, row, log)
             if getattr(part, 'notify_comm', None) is not None:
                 part.notify_comm = NotifyRecorder(part.notify_comm, row, log)
     comm.multi_node_mean_grad(model)
-    (buf,) = comm._buffers.values()
+    (buf,) = comm.engine.buffers.values()
     segments = [hi - lo for lo, hi, _ in buf.plan]
     algorithm = 'shm' if getattr(comm, 'shm', False) else variant
     setup = schedules.Setup(algorithm, P, grid[0] if grid else 1, 2 if fp16 else 4)

@@ -1,35 +1,19 @@
-"""The MPI class of the toy variant ``rs_ag`` (toy_variant.py): one method on the package's
-communicator base, as pure_allreduce is."""
-import numpy
-from mpi4py import MPI
+"""The MPI class of the toy variant ``rs_ag`` (toy_variant.py): the package's torus engine
+on a grid of one row holding every rank (M = P, N = 1), its row phases by messages. The
+constructor is all it writes, as pure_allreduce's is."""
+from chainermn_torus.communicators import interface
+from chainermn_torus.communicators._grid import Grid
+from chainermn_torus.communicators.engine import MessageRows
 
-from chainermn_torus.communicators._reduction import divide_by_size
-from chainermn_torus.communicators._base import TorusCommunicatorBase
 
-
-class RsAgCommunicator(TorusCommunicatorBase):
+class RsAgCommunicator(interface.Communicator):
 
     name = 'rs_ag'
 
-    def __init__(self, mpi_comm=None, segment_size=None, allreduce_grad_dtype=None):
-        super().__init__(
-            mpi_comm, segment_size=segment_size, allreduce_grad_dtype=allreduce_grad_dtype)
-
-    def _mean_segment(self, buf, lo, hi, src):
-        seg, P, rank = buf.array[lo:hi], self.size, self.rank
-        divisor = 1 if buf.prescaled else P
-        main = (hi - lo) - (hi - lo) % P
-        c = main // P
-        if c and P > 1:
-            chunk = buf.reducer.reduce_scatter(
-                self.mpi_comm, seg[:main] if src is None else src[:main],
-                numpy.empty(c, seg.dtype))
-            divide_by_size(chunk, divisor, out=seg[rank * c:(rank + 1) * c])
-            self.progress(self.mpi_comm, 'Allgather', MPI.IN_PLACE, [seg[:main], buf.mpi_type])
-        elif c:
-            if src is not None:
-                seg[:main] = src[:main]
-            divide_by_size(seg[:main], divisor)
-        if main < hi - lo:
-            buf.reducer.sum_small(self.mpi_comm, seg[main:], None if src is None else src[main:])
-            divide_by_size(seg[main:], divisor)
+    def __init__(self, mpi_comm=None, segment_size=None, allreduce_grad_dtype=None,
+                 **made_by):
+        super().__init__(mpi_comm, segment_size, allreduce_grad_dtype, **made_by)
+        # One row of all P ranks: phase 1 is MPI_Reduce_scatter_block over everyone, the
+        # column of one rank sums nothing, phase 3 is an in-place MPI_Allgather.
+        self.grid, self.grid_reason = Grid(self.mpi_comm, (self.size, 1)), 'one row'
+        self._start_engine(lambda layout: MessageRows(self.grid.row_comm, self.progress))

@@ -1,7 +1,8 @@
 """A toy variant added through the public seams only (docs/development.md, "Adding an
 algorithm"): its description (an ``algorithms.base.Algorithm``: schedule and cost), its MPI
-class (a ``TorusCommunicatorBase``), and one registration (``algorithms.variants.register``)
-that names the class and holds the variant's row. Nothing in the package names it.
+class (an ``interface.Communicator`` with its engine), and one registration
+(``algorithms.variants.register``) that names the class and holds the variant's row.
+Nothing in the package names it.
 
 ``rs_ag``: each segment's main part (a multiple of P elements) by MPI_Reduce_scatter_block
 over all ranks, the division on this rank's 1/P, then an in-place MPI_Allgather; the tail

@@ -190,7 +190,7 @@ REGISTRY = {
 OURS_TOO = {
     '_call': "optimizers/fused.py: a fused rule's kernel, a class attribute of ours",
     '_options': "optimizers/fused.py: the fused optimizer's options, ours",
-    '_marker': "runtime/watch/call_marks.py: our mark on a wrapped communicator's method",
+    '_marker': "runtime/watch/call_marks.py: the watchdog a marked communicator marks on",
 }
 
 

@@ -14,15 +14,13 @@ The groups (who applies them, and when):
 * ``gpu to cpu``: the launcher's ``--gpu-to-cpu`` (and, without it, its check for a script
   written for GPUs): Chainer's device functions, ``Link.to_gpu`` and the class of the
   ``chainer.backends.cuda`` module (launch.gpu_to_cpu).
-* ``watchdog``: ``Evaluator.__call__`` marks each evaluation batch (runtime.watch.watchdog); on
-  each communicator the job's watchdog marks, its ChainerMN API methods and its
-  ``mpi_comm`` (instance patches, runtime.watch.call_marks: ``unmark`` undoes one's).
+* ``watchdog``: ``Evaluator.__call__`` marks each evaluation batch (runtime.watch.watchdog);
+  a communicator's calls are marked by a wrapper the factories return, not a patch
+  (runtime.watch.call_marks).
 * ``timing``: a method timed or slowed for a measurement, of one object (extensions.timing,
   bench double-buffering's slow link) or of a class or module while a benchmark runs.
 * ``abort``: ``Trainer.run`` leaves the printing of a refusal to the abort hook.
 * ``compute``: Chainer's heavy functions on oneDNN (compute.replacements).
-* ``fused``: the class of an optimizer made fused and of its update rules (instance
-  patches, optimizers.fused: ``unfuse`` undoes one optimizer's).
 * ``chainer tests``: scripts/chainer_tests_mode.py, in a session of Chainer's own tests.
 * ``outputs``: the class of a ``LogReport`` and the ``save`` of a snapshot's writer, of one
   extension each, so that they write into the held output directory (extensions.outputs).
@@ -39,7 +37,7 @@ from chainermn_torus.process import STATE
 __all__ = ['apply', 'undo', 'uninstall', 'applied', 'Patch', 'GROUPS']
 
 GROUPS = ('registry', 'launcher', 'gpu to cpu', 'watchdog', 'timing', 'abort', 'compute',
-          'chainer import', 'fused', 'chainer tests', 'outputs')
+          'chainer import', 'chainer tests', 'outputs')
 _MISSING = object()
 
 
@@ -47,8 +45,8 @@ _MISSING = object()
 class Patch:
     """One change: ``owner.name`` was ``original`` (``own``: the owner's own entry, not an
     inherited one), is ``replacement``, made by ``group`` for ``why``. An instance owner is
-    held weakly: a patch of a user's object (a fused optimizer's class) keeps nothing alive,
-    and leaves the list when the object goes."""
+    held weakly: a patch of a user's object (an extension's ``LogReport`` class) keeps
+    nothing alive, and leaves the list when the object goes."""
     __slots__ = ('_owner', 'name', 'original', 'own', 'replacement', 'group', 'why')
 
     def __init__(self, owner, name, original, own, replacement, group, why):

@@ -40,7 +40,7 @@ from chainermn_torus.runtime.chainer_glue import patches
 from chainermn_torus.runtime.watch import abort, call_marks, progress_board as pb
 from chainermn_torus.watchers import board_layout, startup_watch, temporaries
 
-__all__ = ['Watchdog', 'mark', 'start', 'watch_from_start', 'WATCHDOG_ENV',
+__all__ = ['Watchdog', 'marked', 'start', 'watch_from_start', 'WATCHDOG_ENV',
            'STARTUP_ENV', 'OUTSIDE_FACTOR', 'STARTUP_S', 'active', 'startup_limit', 'in_call']
 
 WATCHDOG_ENV = settings_table.SETTINGS['watchdog'].env
@@ -131,13 +131,13 @@ def start(mpi_comm, timeout=None, settings=None, option='watchdog'):
     return Watchdog(timeout, comm=mpi_comm, settings=settings)
 
 
-def mark(communicator):
-    """The job's watchdog (started by ``start``), with ``communicator``'s calls marked on
-    it; None where none runs. Starts nothing."""
+def marked(communicator):
+    """``communicator`` with its calls marked on the job's watchdog (started by ``start``):
+    a ``call_marks.MarkedCommunicator``; itself where no watchdog runs. Starts nothing."""
     dog = active()
-    if dog is not None and communicator is not None:
-        dog.mark_calls(communicator)
-    return dog
+    if dog is None or communicator is None:
+        return communicator
+    return dog.mark_calls(communicator)
 
 
 class Watchdog:
@@ -236,8 +236,9 @@ class Watchdog:
                                    _sources(self.limit_from, self.startup_from))
 
     def mark_calls(self, communicator):
-        """Mark ``communicator``'s communication calls on this rank's row."""
-        call_marks.mark_communicator(communicator, self)
+        """``communicator`` with its communication calls marked on this rank's row (a
+        wrapper, ``call_marks.MarkedCommunicator``)."""
+        return call_marks.mark_communicator(communicator, self)
 
     # --- the marks (plain stores: cheap enough for every call, step and batch) --------------
     def enter(self, name):

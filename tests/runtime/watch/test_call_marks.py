@@ -29,7 +29,7 @@ def _row(d):
 
 def test_a_call_is_marked_once_however_deep_and_left(dog):
     comm = chainermn.communicators.create_communicator('naive', mpi_comm=MPI.COMM_SELF)
-    dog.mark_calls(comm)
+    comm = dog.mark_calls(comm)
     assert isinstance(comm.mpi_comm, MPI.Intracomm) and comm.mpi_comm == MPI.COMM_SELF
     dog.step_started()
     assert comm.allreduce_obj(3) == 3  # ChainerMN's call, which calls mpi_comm.allreduce
@@ -45,8 +45,8 @@ def test_a_call_is_marked_once_however_deep_and_left(dog):
 
 
 def test_inside_a_call_and_a_threads_calls_have_their_own_columns(dog):
-    comm = chainermn.communicators.create_communicator('naive', mpi_comm=MPI.COMM_SELF)
-    dog.mark_calls(comm)
+    comm = dog.mark_calls(
+        chainermn.communicators.create_communicator('naive', mpi_comm=MPI.COMM_SELF))
     dog.step_started()
     dog.enter('multi_node_mean_grad')
     inside = _row(dog)
@@ -74,11 +74,10 @@ def test_inside_a_call_and_a_threads_calls_have_their_own_columns(dog):
 
 
 def test_a_dup_of_a_marked_handle_works_unmarked_and_marking_twice_is_once(dog):
-    comm = chainermn.communicators.create_communicator('naive', mpi_comm=MPI.COMM_SELF)
-    dog.mark_calls(comm)
+    comm = dog.mark_calls(
+        chainermn.communicators.create_communicator('naive', mpi_comm=MPI.COMM_SELF))
     handle = comm.mpi_comm
-    dog.mark_calls(comm)
-    assert comm.mpi_comm is handle
+    assert dog.mark_calls(comm) is comm and comm.mpi_comm is handle
     dup = comm.mpi_comm.Dup()
     try:
         before = _row(dog)[board_layout.CALLS_MADE]
@@ -111,24 +110,29 @@ def test_the_board_keeps_the_directory_a_rank_writes_a_checkpoint_to(dog, tmp_pa
     assert board_layout.writing(dog._board.path) == []
 
 
-def test_the_marks_are_instance_patches_listed_and_undone(dog):
+def test_the_marks_are_a_wrapper_and_the_communicator_is_left_as_it_was(dog):
+    from chainermn_torus.communicators import capabilities
     from chainermn_torus.runtime.chainer_glue import patches
-    comm = chainermn.communicators.create_communicator('naive', mpi_comm=MPI.COMM_SELF)
-    call_marks.unmark(comm)  # made by the factory: the active watchdog marked it already
+    comm = call_marks.unmarked(
+        chainermn.communicators.create_communicator('naive', mpi_comm=MPI.COMM_SELF))
     original = comm.mpi_comm
-    assert type(original) is MPI.Intracomm and not patches.applied(owner=comm)
-    dog.mark_calls(comm)
-    mine = patches.applied('watchdog', owner=comm)
-    names = {p.name for p in mine}
-    assert {'multi_node_mean_grad', 'bcast_data', 'allreduce_obj', 'mpi_comm'} <= names
-    assert all(p.why for p in mine) and comm.mpi_comm is not original
-    assert call_marks.unmark(comm) == len(mine)
+    marked = dog.mark_calls(comm)
+    # The communicator itself: no patch, its own class, methods and handle.
+    assert not patches.applied(owner=comm) and 'multi_node_mean_grad' not in vars(comm)
     assert comm.mpi_comm is original and type(comm.mpi_comm) is MPI.Intracomm
-    assert 'multi_node_mean_grad' not in vars(comm)  # the class's method again
-    assert not patches.applied(owner=comm)
-    dog.mark_calls(comm)  # and marked again, once
-    assert len(patches.applied('watchdog', owner=comm)) == len(mine)
-    call_marks.unmark(comm)
+    # The wrapper: a class of its own per communicator class, the inner's attributes
+    # through it (written too), its capabilities as declared, no engine.
+    assert type(marked).__name__ == 'MarkedNaiveCommunicator' and marked is not comm
+    assert isinstance(marked, call_marks.MarkedCommunicator) and marked.engine is None
+    assert marked.rank == comm.rank and marked.mpi_comm is not original
+    assert capabilities.of(marked) is capabilities.of(comm) is capabilities.FOREIGN
+    marked.my_note = 3
+    assert comm.my_note == 3
+    assert call_marks.unmarked(marked) is comm and call_marks.unmarked(comm) is comm
+    from chainermn_torus.communicators.pure_allreduce import PureAllreduceCommunicator
+    ours = PureAllreduceCommunicator(MPI.COMM_SELF)
+    assert capabilities.of(dog.mark_calls(ours)) is capabilities.OURS
+    ours.finalize()
 
 
 def test_a_timed_method_is_an_instance_patch_undone_by_untime():
