@@ -39,7 +39,7 @@ _LAZY = ('PureAllreduceCommunicator', 'RsaaCommunicator', 'RsapCommunicator')
 def __getattr__(name):  # PEP 562: the classes import their modules (and MPI) on first use
     if name in _LAZY:
         return getattr(_communicators, name)
-    raise AttributeError('module {!r} has no attribute {!r}'.format(__name__, name))
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
 
 
 register()

@@ -121,8 +121,7 @@ class Policy:
             object.__setattr__(self, name, values[name])
 
     def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError('a Policy is frozen: make another with replace({}=...)'.format(
-            name))
+        raise AttributeError(f'a Policy is frozen: make another with replace({name}=...)')
 
     def replace(self, **changes: Any) -> 'Policy':
         return Policy(**dict({name: getattr(self, name) for name in self.FIELDS}, **changes))
@@ -225,9 +224,9 @@ def create_communicator(communicator_name: str = 'pure_nccl', mpi_comm: Any = No
                                              _options_of(cls))) from None
     comm.set_config('batched_copy', batched_copy)
     if explicit:
-        report.say('batched_copy={!r} accepted and ignored: it selects ChainerMN\'s GPU '
-                   'packing path, and {} has one CPU path'.format(batched_copy,
-                                                                  communicator_name),
+        report.say(f'batched_copy={batched_copy!r} accepted and ignored: it selects ChainerMN\'s '
+                   'GPU '
+                   f'packing path, and {communicator_name} has one CPU path',
                    comm.rank, key='batched_copy')
     return _made(comm, asked, communicator_name)
 

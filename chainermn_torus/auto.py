@@ -182,6 +182,6 @@ class AutoCommunicator(Communicator):
 
     def describe(self):
         s = self.tuning.settings
-        return 'auto on P = {} ({} nodes x {} ranks), network {} [{}], tune {}: {}'.format(
-            self.size, self.inter_size, self.intra_size, s.network.name, s.network_source,
-            s.tune, self.tuning.describe())
+        return (f'auto on P = {self.size} ({self.inter_size} nodes x {self.intra_size} ranks), '
+                f'network {s.network.name} [{s.network_source}], '
+                f'tune {s.tune}: {self.tuning.describe()}')

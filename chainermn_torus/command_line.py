@@ -53,7 +53,7 @@ def _counts(kind):
         value = convert(text)
         if not isinstance(value, int):
             raise argparse.ArgumentTypeError('must be a count here (this measures counts), '
-                                             'got {!r}'.format(text))
+                                             f'got {text!r}')
         return value
     count.__name__ = kind
     return count
@@ -91,13 +91,13 @@ def add_option(parser, key, option=None, dest=None, help=None, default=None, nar
                 kwargs['const'] = const
         elif s.kind == 'switch':
             kwargs.update(nargs='?', const='on')
-    here = '' if default is None else '; here {}'.format(shown(default))
+    here = '' if default is None else f'; here {shown(default)}'
     action = parser.add_argument(option, *aliases, dest=dest or key, default=None,
-                                 help='{} (or {}{})'.format(help or s.meaning, s.env, here),
+                                 help=f'{help or s.meaning} (or {s.env}{here})',
                                  **kwargs)
     if s.kind == 'switch':
         parser.add_argument('--no-' + option[2:], dest=action.dest, action='store_const',
-                            const=False, help='the same as {} off'.format(option))
+                            const=False, help=f'the same as {option} off')
     action.setting = key  # what flags() and options() gather
     action.entry_default = default
     # The declared actions travel in the parser's defaults (public, and shared by its
@@ -189,7 +189,7 @@ def _as_option(parser, action, value, source):
     try:
         return action.type(str(value)) if not isinstance(value, bool) else value
     except argparse.ArgumentTypeError as e:
-        parser.error('{} {}'.format(source, e))
+        parser.error(f'{source} {e}')
 
 
 def add_communicator(parser, default='rsap'):

@@ -79,7 +79,7 @@ class Settings:
 
     def describe(self, keys: Optional[Iterable[str]] = None) -> str:
         """``key=value (source)`` for the settings an option or variable gave."""
-        return ', '.join('{}={} ({})'.format(k, shown(v), source)
+        return ', '.join(f'{k}={shown(v)} ({source})'
                          for k, (v, source) in self.chosen().items()
                          if keys is None or k in keys) or 'all defaults'
 
@@ -139,8 +139,8 @@ def install(settings: Settings) -> Settings:
     """Make ``settings`` the process's (an entry point: ``init``, the launcher, a command's
     ``parse_args``); returns them."""
     if not isinstance(settings, Settings):
-        raise TypeError('install() takes a Settings from resolve(), got {!r}'.format(
-            type(settings).__name__))
+        raise TypeError('install() takes a Settings from resolve(), '
+                        f'got {type(settings).__name__!r}')
     STATE.settings = settings
     return settings
 

@@ -65,8 +65,8 @@ class Node:
             node.Free()
 
     def __repr__(self) -> str:
-        return 'Node(rank={}, size={}, intra_rank={}, intra_size={})'.format(
-            self.rank, self.size, self.intra_rank, self.intra_size)
+        return (f'Node(rank={self.rank}, size={self.size}, intra_rank={self.intra_rank}, '
+                f'intra_size={self.intra_size})')
 
 
 class Change:
@@ -81,7 +81,7 @@ class Change:
 
     def __repr__(self) -> str:
         return 'Change({!r}, {!r}{})'.format(
-            self.step, self.value, '' if self.undo else ', kept: {}'.format(self.why_kept))
+            self.step, self.value, '' if self.undo else f', kept: {self.why_kept}')
 
 
 class Setup:

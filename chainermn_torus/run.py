@@ -50,7 +50,7 @@ def main(argv=None):
     opts = parser.parse_args(argv)
     try:
         if not os.path.isfile(opts.script):
-            raise ConfigError('script not found: {}'.format(opts.script))
+            raise ConfigError(f'script not found: {opts.script}')
         if opts.gpu_calls:  # a reading of its source: nothing starts
             known = config.resolve(command_line.flags(parser, opts))
             extra, source = known['gpu_to_cpu_paths'], known.source('gpu_to_cpu_paths')

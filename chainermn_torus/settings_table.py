@@ -380,16 +380,17 @@ def _choice(*names):
 
 # grid: only the text here; communicators._grid.parse_grid checks it against the rank count.
 KINDS = {
-    'seconds': Kind(_seconds, 'a number of seconds > 0 and at most {} (a year)'.format(
-        MAX_SECONDS), 'S'),
-    'limit': Kind(_limit, 'a number of seconds >= {:g} (the watcher wakes once a second) and '
-                  'at most {} (a year)'.format(MIN_WATCH_S, MAX_SECONDS), 'S'),
+    'seconds': Kind(_seconds, f'a number of seconds > 0 and at most {MAX_SECONDS} (a year)', 'S'),
+    'limit': Kind(_limit, f'a number of seconds >= {MIN_WATCH_S:g} (the watcher wakes once a '
+                          'second) and '
+                  f'at most {MAX_SECONDS} (a year)', 'S'),
     'bytes': Kind(_at_least(0), 'a byte count >= 0 (0 = one message for the whole buffer)',
                   'BYTES'),
-    'segment': Kind(_segment, '0 (one message for the whole buffer) or a byte count >= {} '
+    'segment': Kind(_segment, '0 (one message for the whole buffer) or a byte count '
+                              f'>= {MIN_SEGMENT_BYTES} '
                     '(each segment costs several MPI calls: at 4-64 B one MLP all-reduce took '
-                    '8-60 s)'.format(MIN_SEGMENT_BYTES), 'BYTES'),
-    'threads': Kind(_threads, 'a thread count >= 1 and <= {} (or off)'.format(MAX_THREADS),
+                    '8-60 s)', 'BYTES'),
+    'threads': Kind(_threads, f'a thread count >= 1 and <= {MAX_THREADS} (or off)',
                     'N'),
     'grid': Kind(str, 'a grid shape "MxN"', 'MxN'),
     'text': Kind(str, 'text', 'VALUE'),
@@ -416,7 +417,7 @@ KINDS = {
 
 
 def must_be(kind, raw):
-    return 'must be {}, got {!r}'.format(KINDS[kind].what, raw)
+    return f'must be {KINDS[kind].what}, got {raw!r}'
 
 
 def parse(kind, raw, source):
@@ -424,7 +425,7 @@ def parse(kind, raw, source):
     try:
         return KINDS[kind].parse(raw)
     except (TypeError, ValueError):
-        raise ConfigError('chainermn_torus: {} {}'.format(source, must_be(kind, raw))) \
+        raise ConfigError(f'chainermn_torus: {source} {must_be(kind, raw)}') \
             from None
 
 
@@ -449,5 +450,5 @@ def table():
             default = '1' if s.default else '0'
         else:
             default = s.default
-        rows.append('| `{}` | {} | {} |'.format(s.env, default, s.meaning))
+        rows.append(f'| `{s.env}` | {default} | {s.meaning} |')
     return '\n'.join(rows)

@@ -40,8 +40,8 @@ def main():
                                                        'mpiexec')
     settings = oversubscribe.environment(mpi, args.ranks)
     if not settings:
-        sys.exit('{} ranks on {} cores are not oversubscribed'.format(
-            args.ranks, len(os.sched_getaffinity(0))))
+        sys.exit(f'{args.ranks} ranks on {len(os.sched_getaffinity(0))} cores are not '
+                 'oversubscribed')
     base = dict(os.environ, OMP_NUM_THREADS='1', OPENBLAS_NUM_THREADS='1',
                 CHAINERMN_TORUS_QUIET='1')
     times = {(job, on): [] for job in JOBS for on in (False, True)}
@@ -53,7 +53,7 @@ def main():
                 proc = subprocess.run([mpiexec, '-n', str(args.ranks), sys.executable] + argv,
                                       env=env, capture_output=True, text=True, timeout=600)
                 if proc.returncode != 0:
-                    sys.exit('{} failed:\n{}'.format(job, proc.stderr[-3000:]))
+                    sys.exit(f'{job} failed:\n{proc.stderr[-3000:]}')
                 times[(job, on)].append(time.perf_counter() - start)
     rows = []
     for job in JOBS:
@@ -61,7 +61,7 @@ def main():
         rows.append({'job': job, 'off_s': off, 'on_s': on, 'on_over_off': on / off,
                      'off_all': times[(job, False)], 'on_all': times[(job, True)]})
         print('{} P = {} {}: off {:.2f} s, on {:.2f} s ({}), on/off {:.2f}'.format(
-            mpi, args.ranks, job, off, on, ' '.join('{}={}'.format(k, v)
+            mpi, args.ranks, job, off, on, ' '.join(f'{k}={v}'
                                                   for k, v in settings.items()), on / off))
     if args.json:
         with open(args.json, 'w') as f:

@@ -62,7 +62,7 @@ def mnist(work, env, rounds):
                     os.path.join(work, 'm'), '--summary', summary], e, opts)
             with open(summary) as f:
                 out[name].append(json.load(f))
-        bench_json = os.path.join(work, 'bench-{}.json'.format(r))
+        bench_json = os.path.join(work, f'bench-{r}.json')
         run(2, ['-m', 'chainermn_torus.bench.mnist_iteration', '--epochs', '1', '--configs',
                 'chainermn,rsap+fused', '--json', bench_json], env)
         with open(bench_json) as f:
@@ -99,7 +99,7 @@ def imagenet(work, env):
                                  ('--loader ours --affinity auto',
                                   ['--loader', 'ours', '--affinity', 'auto'])])):
         for name, opts in configs:
-            summary = os.path.join(work, 'inet-{}-{}.json'.format(nprocs, len(rows)))
+            summary = os.path.join(work, f'inet-{nprocs}-{len(rows)}.json')
             run(nprocs, base + ['--summary', summary], env,
                 None if opts is None else ['--communicator', 'rsap'] + opts)
             with open(summary) as f:
@@ -113,7 +113,7 @@ def imagenet(work, env):
 def plain(work, env, epochs):
     rows = []
     for nprocs in (1, 2, 3):
-        out = os.path.join(work, 'p{}'.format(nprocs))
+        out = os.path.join(work, f'p{nprocs}')
         args = [os.path.join(SCRIPTS, 'chainer_mnist.py'), '--epoch', str(epochs), '--batchsize',
                 '120', '--out', out, '--seed', '0']
         if nprocs == 1:

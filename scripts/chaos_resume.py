@@ -102,7 +102,7 @@ def main(argv=None):
     if whole.returncode != 0:
         print('the uninterrupted run failed:\n' + err[-2000:], file=sys.stderr)
         return 2
-    print('uninterrupted: {:.1f} s'.format(span))
+    print(f'uninterrupted: {span:.1f} s')
     total = max(_checkpointed(os.path.join(work, 'ck-whole')), 1)
     out, ckpt = os.path.join(work, 'chaos'), os.path.join(work, 'ck')
     starts, ways = [], []
@@ -140,11 +140,11 @@ def main(argv=None):
                        'last_error': (stderr.strip().splitlines() or [''])[-1][:300]})
         print('start {}: from checkpoint {}, {} -> exit {}; newest checkpoint then {}'.format(
             n, at_start or 'none', way or 'left alone' if way is None else
-            '{} at {:.1f} s'.format(way, at), proc.returncode, _checkpointed(ckpt) or 'none'))
+            f'{way} at {at:.1f} s', proc.returncode, _checkpointed(ckpt) or 'none'))
         if proc.returncode == 0 and way is None:
             break
     else:
-        print('not finished after {} starts'.format(args.starts), file=sys.stderr)
+        print(f'not finished after {args.starts} starts', file=sys.stderr)
         return 2
     a, b = _params(os.path.join(work, 'whole')), _params(out)
     same = a.keys() == b.keys() and all(numpy.array_equal(a[k], b[k]) for k in a)

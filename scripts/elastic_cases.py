@@ -65,12 +65,12 @@ WATCHDOG_S = 3
 WHERE = {'first': 0, 'middle': 1, 'last': 2}
 AT = {'allreduce': 25, 'snapshot': 30, 'evaluation': 1}
 QUICK = ['kill-last-allreduce', 'kill-first-snapshot', 'kill-middle-evaluation']
-ALL = ['kill-{}-{}'.format(w, p) for p in AT for w in WHERE] + \
+ALL = [f'kill-{w}-{p}' for p in AT for w in WHERE] + \
     ['frozen-middle', 'frozen-first', 'second-loss', 'unchanged-last-evaluation']
 # Issue 82, P2: a signal to one node's ranks (an orderly shutdown of that node, the batch
 # system signalling it) in each phase: a lost node, never an end; the run goes on, bit for
 # bit, and the signalled node (still up) keeps nothing of the run.
-SIGNALS = ['{}-{}-{}'.format(sig, w, p) for sig in ('sigterm', 'sigint')
+SIGNALS = [f'{sig}-{w}-{p}' for sig in ('sigterm', 'sigint')
            for w, p in (('last', 'allreduce'), ('first', 'snapshot'), ('middle', 'evaluation'))]
 # Issue 82, P5: every way a run ends, and what each node's /dev/shm holds afterwards.
 ENDS = ['end-complete', 'end-script-failure', 'end-min-nodes', 'end-sigterm-supervisor',
@@ -135,15 +135,15 @@ def resumed_reference(work, ckpt, iteration, lost, cache):
     copy = tempfile.mkdtemp(prefix='resume-', dir=work)
     os.chmod(copy, 0o700)
     for name in os.listdir(ckpt):
-        if re.search(r'_iter_{}[_.]'.format(iteration), name):
+        if re.search(rf'_iter_{iteration}[_.]', name):
             shutil.copy2(os.path.join(ckpt, name), copy)
     out = os.path.join(copy, 'out')
     proc = subprocess.run(['bash', EMULATE, 'run', str(RANKS), PY] + train_args(
         out, ['--checkpoint-dir', copy, '--checkpoint-interval', str(K), '--auto-resume']),
         capture_output=True, text=True, env=env(), timeout=600)
     if proc.returncode != 0 or 'resumed' not in proc.stdout:
-        raise SystemExit('the resumed reference ({}) failed:\n{}{}'.format(
-            key, proc.stdout[-2000:], proc.stderr[-2000:]))
+        raise SystemExit(f'the resumed reference ({key}) '
+                         f'failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}')
     cache[key] = final_params(out)
     return cache[key]
 
@@ -177,7 +177,7 @@ def leftovers(lost, shm_before):
     shm = [n for n in sorted(set(os.listdir('/dev/shm')) - shm_before) if n != parent]
     for path, _, _ in snapshot_place.kept():
         host = snapshot_place.RUN_DIR.match(os.path.basename(path)).group('host')
-        if host in ['node{}'.format(i) for i in lost]:
+        if host in [f'node{i}' for i in lost]:
             snapshot_place.remove_run(path)
         else:
             shm.append(path)
@@ -188,7 +188,7 @@ def signal_ranks(node, signum):
     """``signum`` to the training ranks of emulated node ``node`` (its namespace's
     processes of an elastic step: not its launcher proxy), as a node's orderly shutdown."""
     import psutil
-    pids = subprocess.run(['ip', 'netns', 'pids', 'cmt-n{}'.format(node)],
+    pids = subprocess.run(['ip', 'netns', 'pids', f'cmt-n{node}'],
                           capture_output=True, text=True).stdout.split()
     hit = []
     for pid in map(int, pids):
@@ -207,7 +207,7 @@ def per_node():
     """{host: [run directories]} of every node's /dev/shm (emulated nodes share the
     machine's; a run's directory names its host)."""
     from chainermn_torus.extensions.checkpoint import snapshot_place
-    out = {'node{}'.format(n): [] for n in range(NODES)}
+    out = {f'node{n}': [] for n in range(NODES)}
     for path, _, _ in snapshot_place.kept():
         host = snapshot_place.RUN_DIR.match(os.path.basename(path)).group('host')
         out.setdefault(host, []).append(os.path.basename(path))
@@ -278,7 +278,7 @@ def end_case(name, work):
               'tmp_left': [], 'tail': text[-1500:]}
     result['ok'] = expected[name](proc.returncode) and not procs and not shm and not any(
         dirs for host, dirs in shm_by_node.items()
-        if host not in ['node{}'.format(n) for n in lost])
+        if host not in [f'node{n}' for n in lost])
     return result
 
 
@@ -348,8 +348,8 @@ def run_case(name, work, ckpt, cache):
               'tail': text[-1500:]}
     if signalled:
         result['shm_by_node'] = shm_by_node
-        result['said_lost'] = bool(re.search(r'node \S+ lost \({} reached its rank'.format(
-            kind.upper()), text))
+        result['said_lost'] = bool(re.search(rf'node \S+ lost \({kind.upper()} reached its '
+                                             r'rank', text))
     recs = rep.get('recoveries', [])
     restored = [r for r in recs if r.get('iteration') is not None]
     if kind == 'unchanged':  # no disk checkpoint of its own to compare with: it recovers,
@@ -547,7 +547,7 @@ def main():
     if os.geteuid() != 0:
         raise SystemExit('elastic_cases: needs root (the emulated cluster)')
     if any(c.startswith('slurm') for c in args.cases) and args.mpi != 'mpich':
-        p.error("--cases slurm runs with the default MPI (mpich), not --mpi {}".format(args.mpi))
+        p.error(f"--cases slurm runs with the default MPI (mpich), not --mpi {args.mpi}")
     if not args.inside:
         return outside(args)
     # In a mount namespace of its own with fresh tmpfs on /dev/shm and /tmp (the emulated
@@ -568,7 +568,7 @@ def main():
         os.mkdir(top, 0o700)
         # --no-canonicalize: mount would resolve the descriptor's link to the name, which
         # now names the empty folder just made.
-        subprocess.run(['mount', '--no-canonicalize', '--bind', '/proc/self/fd/{}'.format(fd),
+        subprocess.run(['mount', '--no-canonicalize', '--bind', f'/proc/self/fd/{fd}',
                         top], check=True, pass_fds=(fd,))
         os.close(fd)
     names = []
@@ -591,7 +591,7 @@ def main():
         timing = []
         for i in range(args.timing):
             r = run_case('kill-last-allreduce', work, ckpt, cache)
-            r['case'] = 'timing-{}'.format(i)
+            r['case'] = f'timing-{i}'
             timing.append(r)
             print('timing {:2d} ok={} to first step {} parts {}'.format(
                 i, r['ok'], _s(r.get('seconds_to_first_step')),
@@ -675,7 +675,7 @@ def machine():
                    if line.startswith('model name'))
     except (OSError, StopIteration):
         pass
-    return '{} cores, {}, {}'.format(os.cpu_count(), cpu, platform.platform())
+    return f'{os.cpu_count()} cores, {cpu}, {platform.platform()}'
 
 
 def markdown(data):
@@ -705,7 +705,7 @@ def markdown(data):
         lines += ['', 'Over {} losses of a killed node: median {:.2f} s, max {:.2f} s from the '
                   'loss to the first step on the survivors; parts (medians): {}.'.format(
                       s['losses'], s['median_s'], s['max_s'], ', '.join(
-                          '{} {:.2f} s'.format(k, v) for k, v in s['parts_median_s'].items()
+                          f'{k} {v:.2f} s' for k, v in s['parts_median_s'].items()
                           if v is not None))]
         if s.get('today_median_s') is not None:
             lines.append('The same loss today (the job ends, the same command again on 2 '

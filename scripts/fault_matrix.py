@@ -511,7 +511,7 @@ def _run_job(fault, comm, loader, workdir, extra_env=None, args=()):
         _signal_node(FROZEN_NODE, signal.SIGKILL)
         _wait_node_gone(FROZEN_NODE, 5)
         frozen_files = [n for n, _ in _shm_files()  # the board: ..._watch_<host>_<token>
-                        if re.search(r'_watch_node{}_[0-9a-f]+$'.format(FROZEN_NODE), n)]
+                        if re.search(rf'_watch_node{FROZEN_NODE}_[0-9a-f]+$', n)]
         _ours('runtime.files.devshm').sweep()
     for t in threads:
         t.join()
@@ -572,13 +572,13 @@ def _stop_rank(workdir, rank):
     """SIGSTOP the training process of ``rank`` in this row's job."""
     for pid in _job_processes(workdir):
         try:
-            with open('/proc/{}/environ'.format(pid), 'rb') as f:
+            with open(f'/proc/{pid}/environ', 'rb') as f:
                 environ = f.read().split(b'\0')
-            with open('/proc/{}/cmdline'.format(pid), 'rb') as f:
+            with open(f'/proc/{pid}/cmdline', 'rb') as f:
                 cmdline = f.read()
         except OSError:
             continue
-        if 'PMI_RANK={}'.format(rank).encode() in environ and WORKER.encode() in cmdline:
+        if f'PMI_RANK={rank}'.encode() in environ and WORKER.encode() in cmdline:
             os.kill(pid, signal.SIGSTOP)
 
 
@@ -586,7 +586,7 @@ def _kill_node_watcher(workdir):
     """SIGKILL the node watcher process (runtime.watch.node_watch) of this row's job."""
     for pid in _job_processes(workdir):
         try:
-            with open('/proc/{}/cmdline'.format(pid), 'rb') as f:
+            with open(f'/proc/{pid}/cmdline', 'rb') as f:
                 cmdline = f.read()
         except OSError:
             continue
@@ -612,7 +612,7 @@ def _flip_row(fault, comm, loader, workdir):
                                                                  '--auto-resume'])
     result['first_job'] = {'exit_code': first['exit_code'], 'flipped': [flipped,
                                                                         flipped + 8]}
-    result['resumed_at'] = flipped if 'at iteration {}'.format(flipped) in result['tail'] \
+    result['resumed_at'] = flipped if f'at iteration {flipped}' in result['tail'] \
         else None
     return result
 
@@ -792,12 +792,12 @@ def _resume_row(fault, comm, loader, workdir):
 
 
 def _node_pids(node):
-    out = subprocess.run(['ip', 'netns', 'pids', 'cmt-n{}'.format(node)],
+    out = subprocess.run(['ip', 'netns', 'pids', f'cmt-n{node}'],
                          capture_output=True, text=True).stdout.split()
     alive = []
     for pid in out:  # a zombie is gone for our purpose (its parent reaps it later)
         try:
-            with open('/proc/{}/stat'.format(pid)) as f:
+            with open(f'/proc/{pid}/stat') as f:
                 if f.read().rsplit(')', 1)[1].split()[0] != 'Z':
                     alive.append(int(pid))
         except (OSError, IndexError):
@@ -897,7 +897,7 @@ def _job_processes(workdir):
         if int(pid) == os.getpid():
             continue
         try:
-            with open('/proc/{}/environ'.format(pid), 'rb') as f:
+            with open(f'/proc/{pid}/environ', 'rb') as f:
                 environ = f.read().split(b'\0')
         except OSError:
             continue
@@ -946,8 +946,8 @@ def run(rows, workdir, parallel=1):
                                os.path.abspath(__file__), '--inside', fault, comm, loader, d],
                               capture_output=True, text=True, timeout=300)
         if proc.returncode != 0:
-            raise RuntimeError('scenario {} {} {} failed to run: {}'.format(
-                fault, comm, loader, proc.stderr[-2000:]))
+            raise RuntimeError(f'scenario {fault} {comm} {loader} failed to '
+                               f'run: {proc.stderr[-2000:]}')
         shutil.rmtree(d, ignore_errors=True)
         return json.loads(proc.stdout.splitlines()[-1])
     alone = [r for r in rows if r[0] in CLUSTER]  # one emulated cluster at a time

@@ -124,14 +124,13 @@ def stop_services(removed):
     of theirs still running."""
     if os.path.exists('/run/chainermn-torus-slurm'):
         proc = run(['bash', os.path.join(ROOT, 'scripts', 'slurm_cluster.sh'), 'down'])
-        removed.append('the Slurm cluster (slurm_cluster.sh down: rc {})'.format(proc.returncode))
+        removed.append(f'the Slurm cluster (slurm_cluster.sh down: rc {proc.returncode})')
     netns = run(['ip', 'netns', 'list']).stdout if shutil.which('ip') else ''
     bridge = shutil.which('ip') and run(['ip', 'link', 'show', 'cmtbr0']).returncode == 0
     if os.path.exists('/run/chainermn-torus-cluster') or bridge or \
             re.search(r'^cmt-n\d', netns, re.M):
         proc = run(['bash', os.path.join(ROOT, 'scripts', 'emulate_cluster.sh'), 'down'])
-        removed.append('the emulated cluster (emulate_cluster.sh down: rc {})'.format(
-            proc.returncode))
+        removed.append(f'the emulated cluster (emulate_cluster.sh down: rc {proc.returncode})')
     for name in DAEMONS:
         if run(['pgrep', '-x', name]).returncode == 0:
             run(['pkill', '-9', '-x', name])
@@ -141,7 +140,7 @@ def stop_services(removed):
     if kept != lines:
         with open('/etc/hosts', 'w') as f:
             f.writelines(kept)
-        removed.append('/etc/hosts: {} node lines'.format(len(lines) - len(kept)))
+        removed.append(f'/etc/hosts: {len(lines) - len(kept)} node lines')
 
 
 def remove_packages(removed):
@@ -172,7 +171,7 @@ def remove_packages(removed):
     foreign = run(['dpkg', '--print-foreign-architectures']).stdout.split()
     if 'arm64' in foreign:
         proc = run(['dpkg', '--remove-architecture', 'arm64'])
-        removed.append('dpkg architecture arm64' + (' (refused: {})'.format(proc.stderr.strip())
+        removed.append('dpkg architecture arm64' + (f' (refused: {proc.stderr.strip()})'
                                                      if proc.returncode else ''))
     for path in glob.glob('/var/lib/apt/lists/*_binary-arm64_*'):
         os.unlink(path)
@@ -202,7 +201,7 @@ def remove_files(removed):
             try:
                 os.rmdir(path)
             except OSError as e:
-                removed.append('{} (empty; not removed: {})'.format(path, e.strerror))
+                removed.append(f'{path} (empty; not removed: {e.strerror})')
             else:
                 removed.append(path + ' (empty)')
 
@@ -280,7 +279,7 @@ def main(argv=None):
                    os.geteuid(), os.environ.get('FRESH')))
     for tool in ('apt-get', 'dpkg-query', 'git'):
         if not shutil.which(tool):
-            refuse('needs {} (a Debian machine with git)'.format(tool))
+            refuse(f'needs {tool} (a Debian machine with git)')
 
     started = time.time()
     clock = Clock()
@@ -295,8 +294,8 @@ def main(argv=None):
                                      else '\n[fresh]   '.join([''] + removed)), flush=True)
     clock.end('reset (stop, remove)' if not args.no_reset else 'no reset')
     if args.reset_only:
-        print('[fresh] reset in {:.1f} s ({:.1f} busy CPU-s); --reset-only: no run'.format(
-            clock.rows[0][1], clock.rows[0][2]))
+        print(f'[fresh] reset in {clock.rows[0][1]:.1f} s ({clock.rows[0][2]:.1f} busy CPU-s); '
+              '--reset-only: no run')
         return 0
 
     os.umask(0o077)
@@ -304,30 +303,31 @@ def main(argv=None):
     clone = os.path.join(base, 'chainermn-torus')
     proc = run(['git', 'clone', '-q', '--branch', args.ref, ROOT, clone])
     if proc.returncode:
-        refuse('git clone --branch {} {} failed: {}'.format(args.ref, ROOT, proc.stderr.strip()))
+        refuse(f'git clone --branch {args.ref} {ROOT} failed: {proc.stderr.strip()}')
     commit = run(['git', '-C', clone, 'rev-parse', '--short', 'HEAD']).stdout.strip()
     clock.end('clone')
-    print('[fresh] {} at {} in {}: CI=true bash .ci/run < /dev/null'.format(
-        args.ref, commit, clone), flush=True)
+    print(f'[fresh] {args.ref} at {commit} in {clone}: CI=true bash .ci/run < '
+          '/dev/null', flush=True)
     code, summaries, dropped = run_ci(clone, clock, os.path.join(base, 'fresh-run.log'))
 
     total_wall = sum(r[1] for r in clock.rows)
     total_cpu = sum(r[2] for r in clock.rows)
     ci_wall = sum(r[1] for r in clock.rows[2:])
     ci_cpu = sum(r[2] for r in clock.rows[2:])
-    verdict = 'passed' if code == 0 else 'FAILED (rc {})'.format(code)
-    print('\n[fresh] {} at {} on {} cores, {}'.format(args.ref, commit, os.cpu_count(), verdict))
+    verdict = 'passed' if code == 0 else f'FAILED (rc {code})'
+    print(f'\n[fresh] {args.ref} at {commit} on {os.cpu_count()} cores, {verdict}')
     print('[fresh] {:<28} {:>8} {:>10}'.format('phase', 'wall s', 'busy CPU-s'))
     for name, wall, cpu in clock.rows:
-        print('[fresh] {:<28} {:>8.1f} {:>10.1f}'.format(name, wall, cpu))
+        print(f'[fresh] {name:<28} {wall:>8.1f} {cpu:>10.1f}')
     print('[fresh] {:<28} {:>8.1f} {:>10.1f}'.format('.ci/run', ci_wall, ci_cpu))
     print('[fresh] {:<28} {:>8.1f} {:>10.1f}'.format('all', total_wall, total_cpu))
     for s in summaries:
         print('[fresh] pytest: ' + s)
     if dropped:
         print('[fresh] not passed to .ci/run from this environment: ' + ' '.join(dropped))
-    print('[fresh] removed {} item(s) before the run (listed above); the clone and its '
-          'fresh-run.log stay in {} (the next run removes them)'.format(len(removed), base))
+    print(f'[fresh] removed {len(removed)} item(s) before the run (listed above); the clone and '
+          'its '
+          f'fresh-run.log stay in {base} (the next run removes them)')
     if args.json:
         with open(args.json, 'w') as f:
             json.dump({'ref': args.ref, 'commit': commit, 'rc': code, 'cores': os.cpu_count(),

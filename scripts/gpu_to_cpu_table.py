@@ -57,7 +57,7 @@ ROWS = [('ChainerMN MNIST (--gpu)', 'chainermn_mnist.py', [],
          lambda o, d: _mnist(o, d, '--gpu'), (1, 2, 3, 4)),
         ('ChainerMN ImageNet, tiny', 'chainermn_imagenet.py', [], _imagenet('tiny', 24, 8),
          (1, 2, 3, 4))]
-ROWS += [('ChainerMN ImageNet, {}'.format(a), 'chainermn_imagenet.py', [],
+ROWS += [(f'ChainerMN ImageNet, {a}', 'chainermn_imagenet.py', [],
           _imagenet(a, 6, 2), (1, 2)) for a in ('resnet50', 'nin', 'alex', 'googlenetbn')]
 ROWS += [('DCGAN (two models, custom updater)', 'dcgan.py', [], _dcgan, (1, 2, 3, 4)),
          ('plain Chainer MNIST (--device 0), --data-parallel', 'chainer_mnist.py',
@@ -105,7 +105,7 @@ def measure(work, mpiexec, only=None, rounds=1):
             named = ['--communicator', 'rsap'] if p >= 3 else []
             times, differ = {'gpu': [], 'cpu': []}, []
             for r in range(rounds):
-                tag = '{}-{}-{}-{}'.format(script, label.split()[-1], p, r)
+                tag = f'{script}-{label.split()[-1]}-{p}-{r}'
                 gpu, cpu = os.path.join(work, tag, 'gpu'), os.path.join(work, tag, 'cpu')
                 runs = [(options + named + ['--gpu-to-cpu'], os.path.join(GPU, script), gpu),
                         (options + named + twins.LOADER.get(script, []), twin, cpu)]
@@ -152,13 +152,12 @@ def main():
                              'are the medians, every pair compared bit for bit')
     opts = parser.parse_args()
     mpiexec = os.path.join(os.path.dirname(sys.executable), 'mpiexec')
-    machine = '{} ({} cores), Python {}'.format(platform.processor() or platform.machine(),
-                                                os.cpu_count(), platform.python_version())
+    machine = (f'{platform.processor() or platform.machine()} ({os.cpu_count()} cores), '
+               f'Python {platform.python_version()}')
     with open('/proc/cpuinfo') as f:
         names = [line.split(':', 1)[1].strip() for line in f if line.startswith('model name')]
     if names:
-        machine = '{}, {} cores, Python {}'.format(names[0], os.cpu_count(),
-                                                   platform.python_version())
+        machine = f'{names[0]}, {os.cpu_count()} cores, Python {platform.python_version()}'
     with tempfile.TemporaryDirectory() as work:
         rows = measure(work, mpiexec, opts.only, opts.rounds)
     text = markdown(rows, machine)

@@ -92,7 +92,7 @@ def trace(spec, from_update=False):
         if where not in seen_files:
             seen_files.add(where)
             files.append(where)
-        fn = '{}:{}'.format(where, frame.f_code.co_name)
+        fn = f'{where}:{frame.f_code.co_name}'
         if fn not in seen_functions:
             seen_functions.add(fn)
             functions.append(fn)

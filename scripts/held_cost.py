@@ -66,7 +66,7 @@ def _as_other(fn, *args):
 def _flood(where, stem, count):
     future = time.time() + 86400 * 365
     for i in range(count):
-        path = os.path.join(where, '{}.{:012x}.json'.format(stem, i))
+        path = os.path.join(where, f'{stem}.{i:012x}.json')
         with open(path, 'w') as f:
             f.write('{}')
         os.utime(path, (future, future))
@@ -135,14 +135,15 @@ def main(argv=None):
             row = {}
             for which in runs:
                 for key in ('save_s', 'resume_s'):
-                    row['{}_{}'.format(which, key)] = [r[key] for r in runs[which]]
+                    row[f'{which}_{key}'] = [r[key] for r in runs[which]]
             for key in ('save_s', 'resume_s'):
                 a = statistics.median(row['ref_' + key])
                 b = statistics.median(row['head_' + key])
                 row['median_ref_' + key], row['median_head_' + key] = a, b
                 row['ratio_' + key] = b / a
-                print('{:9s} {:8s} median of {}: ref {:.3f} s, head {:.3f} s, head/ref '
-                      '{:.3f}'.format(model, key[:-2], args.rounds, a, b, b / a), flush=True)
+                print(f'{model:9s} {key[:-2]:8s} median of {args.rounds}: ref {a:.3f} s, '
+                      f'head {b:.3f} s, head/ref '
+                      f'{b / a:.3f}', flush=True)
             result['checkpoint'][model] = row
     finally:
         subprocess.run(['git', '-C', ROOT, 'worktree', 'remove', '--force', ref])
@@ -152,9 +153,9 @@ def main(argv=None):
         result['tune_flood'] = {'stem': stem, 'planted': FLOOD, 'seconds': times,
                                 'median_none_s': a, 'median_flooded_s': b,
                                 'difference_s': b - a}
-        print('MNIST auto, 2 ranks, median of {}: tune folder empty {:.2f} s, with {:,} '
-              'planted names {:.2f} s, difference {:+.2f} s'.format(args.rounds, a, FLOOD, b,
-                                                                  b - a), flush=True)
+        print(f'MNIST auto, 2 ranks, median of {args.rounds}: tune folder empty {a:.2f} s, '
+              f'with {FLOOD:,} '
+              f'planted names {b:.2f} s, difference {b - a:+.2f} s', flush=True)
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, 'w') as f:

@@ -72,11 +72,11 @@ def main(argv):
     code = subprocess.call([sys.executable, '-m', 'pytest'] + (argv or ['-q', 'tests']),
                            cwd=ROOT, env=env)
     rows = census(log)
-    print('{} interpreters ended normally, {:.0f} CPU-s (pytest exit code {})'.format(
-        sum(n for _, (n, _) in rows), sum(c for _, (_, c) in rows), code))
+    print(f'{sum(n for _, (n, _) in rows)} interpreters ended '
+          f'normally, {sum(c for _, (_, c) in rows):.0f} CPU-s (pytest exit code {code})')
     print('{:>6} {:>9} {:>6}  kind'.format('count', 'CPU-s', 'each'))
     for name, (n, cpu) in rows:
-        print('{:6d} {:9.1f} {:6.2f}  {}'.format(n, cpu, cpu / n, name))
+        print(f'{n:6d} {cpu:9.1f} {cpu / n:6.2f}  {name}')
     return code
 
 

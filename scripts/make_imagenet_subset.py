@@ -60,8 +60,9 @@ def find_idx(data_dir, stem):
         path = os.path.join(data_dir, name)
         if os.path.exists(path):
             return path
-    raise SystemExit('error: neither {0}/{1} nor {0}/{1}.gz exists; install the Debian '
-                     'package dataset-fashion-mnist or pass --data-dir'.format(data_dir, stem))
+    raise SystemExit(f'error: neither {data_dir}/{stem} nor {data_dir}/{stem}.gz exists; install '
+                     'the Debian '
+                     'package dataset-fashion-mnist or pass --data-dir')
 
 
 def choose(labels, per_class, rng, split):
@@ -70,9 +71,9 @@ def choose(labels, per_class, rng, split):
     for label in range(len(CLASSES)):
         candidates = numpy.flatnonzero(labels == label)
         if len(candidates) < per_class:
-            raise SystemExit('error: the {} set has {} images of class {} ({}), fewer than the '
-                             '{} asked for'.format(split, len(candidates), label,
-                                                   CLASSES[label], per_class))
+            raise SystemExit(f'error: the {split} set has {len(candidates)} images of '
+                             f'class {label} ({CLASSES[label]}), fewer than the '
+                             f'{per_class} asked for')
         chosen.append(numpy.sort(rng.choice(candidates, per_class, replace=False)))
     return chosen
 
@@ -86,10 +87,10 @@ def write_split(out, split, images, chosen, size):
         for k, index in enumerate(indices):
             gray = Image.fromarray(images[index]).resize((size, size), Image.BICUBIC)
             rgb = (numpy.asarray(gray, numpy.float32)[:, :, None] * tint).round()
-            relative = '{}/{}/{:04d}.JPEG'.format(split, CLASSES[label], k)
+            relative = f'{split}/{CLASSES[label]}/{k:04d}.JPEG'
             Image.fromarray(rgb.astype(numpy.uint8), 'RGB').save(
                 os.path.join(out, relative), 'JPEG', quality=90)
-            lines.append('{} {}\n'.format(relative, label))
+            lines.append(f'{relative} {label}\n')
     with open(os.path.join(out, split + '.txt'), 'w') as f:
         f.writelines(lines)
 
@@ -121,13 +122,13 @@ def main(argv=None):
     marker = os.path.join(out, MARKER)
     if os.path.isdir(out) and os.listdir(out):
         if not os.path.exists(marker):
-            raise SystemExit('error: --out {} exists, is not empty and was not made by this '
-                             'script ({} missing); choose another directory'.format(out, MARKER))
+            raise SystemExit(f'error: --out {out} exists, is not empty and was not made by this '
+                             f'script ({MARKER} missing); choose another directory')
         with open(marker) as f:
             previous = json.load(f)
         if previous == options and all(os.path.exists(os.path.join(out, name))
                                        for name in ('train.txt', 'val.txt', 'mean.npy')):
-            print('{}: up to date ({})'.format(out, json.dumps(options)))
+            print(f'{out}: up to date ({json.dumps(options)})')
             return
         # Made by us with other options: start again. Only what this script writes goes.
         os.remove(marker)  # first: an interrupted rebuild is then rebuilt, not "up to date"
@@ -152,10 +153,10 @@ def main(argv=None):
     numpy.save(os.path.join(out, 'mean.npy'), mean)
     with open(marker, 'w') as f:  # last: its presence means the build is complete
         json.dump(options, f, indent=2, sort_keys=True)
-    print('{}: {} training and {} validation images of {}x{} in {} classes, mean.npy {} '
-          '({:.1f} s)'.format(out, args.per_class * len(CLASSES),
-                              args.val_per_class * len(CLASSES), args.size, args.size,
-                              len(CLASSES), mean.shape, time.perf_counter() - t0))
+    print(f'{out}: {args.per_class * len(CLASSES)} training '
+          f'and {args.val_per_class * len(CLASSES)} validation images of {args.size}x{args.size} '
+          f'in {len(CLASSES)} classes, mean.npy {mean.shape} '
+          f'({time.perf_counter() - t0:.1f} s)')
 
 
 if __name__ == '__main__':

@@ -119,15 +119,15 @@ def slurm_job(args, work, env):
         restarts = re.search(r'Restarts=(\d+)', info).group(1)
         if not states or states[-1][1:] != (state, nodes, restarts):
             states.append((round(time.time() - t0, 1), state, nodes, restarts))
-            print('  slurm job {}: {} on {} (restarts {})'.format(jid, state, nodes, restarts),
+            print(f'  slurm job {jid}: {state} on {nodes} (restarts {restarts})',
                   flush=True)
         if lost_at is not None and restarts == '0' and state in (
                 'FAILED', 'NODE_FAIL', 'COMPLETED', 'CANCELLED'):
             # The job ended before Slurm saw the node fail (MPI noticed first): requeued
             # by hand, as a user or a site's epilog would.
             subprocess.run(['scontrol', 'requeue', jid], env=env, check=True)
-            requeued = 'by scontrol requeue after it ended {}'.format(state)
-            print('  scontrol requeue {}'.format(jid), flush=True)
+            requeued = f'by scontrol requeue after it ended {state}'
+            print(f'  scontrol requeue {jid}', flush=True)
             time.sleep(0.3)
             continue
         if lost_at is not None and state == 'PENDING' and restarts != '0' and not adjusted:
@@ -136,10 +136,10 @@ def slurm_job(args, work, env):
             # it would wait for a third node for ever (ReqNodeNotAvail); one update, the
             # operator's or a site's requeue hook's, lets it start on the 2 nodes left, at
             # once rather than after Slurm's requeue delay (BeginTime, 2 minutes here).
-            subprocess.run(['scontrol', 'update', 'JobId={}'.format(jid), 'NumNodes=2',
+            subprocess.run(['scontrol', 'update', f'JobId={jid}', 'NumNodes=2',
                             'NumTasks=4', 'StartTime=now'], env=env, check=True)
             adjusted = time.time() - t0
-            print('  scontrol update JobId={} NumNodes=2 NumTasks=4 StartTime=now'.format(jid),
+            print(f'  scontrol update JobId={jid} NumNodes=2 NumTasks=4 StartTime=now',
                   flush=True)
         if lost_at is None:
             try:
@@ -194,11 +194,11 @@ def main():
         emulate('down', stdout=subprocess.DEVNULL)
         emulate('up', 3, args.rate, check=True)
         for seed in range(args.seeds):
-            out = os.path.join(work, 'whole{}'.format(seed))
+            out = os.path.join(work, f'whole{seed}')
             code, secs, log, _ = run(args, train_command(args, out, seed))
             if code != 0:
-                sys.exit('uninterrupted run {} failed:\n{}'.format(seed, log[-3000:]))
-            rows.append({'run': 'uninterrupted, seed {}'.format(seed), 'ranks': '3 x 2',
+                sys.exit(f'uninterrupted run {seed} failed:\n{log[-3000:]}')
+            rows.append({'run': f'uninterrupted, seed {seed}', 'ranks': '3 x 2',
                          'accuracy': accuracy(out), 'seconds': secs})
             print(rows[-1], flush=True)
         ck = os.path.join(work, 'ck')
@@ -206,18 +206,17 @@ def main():
         cmd = train_command(args, out, 0, checkpoint=ck)
         code, secs, log, lost_at = run(args, cmd, lose_when=(ck, args.lose_after))
         if lost_at is None:
-            sys.exit('the job ended before checkpoint {} ({}):\n{}'.format(
-                args.lose_after, code, log[-3000:]))
+            sys.exit(f'the job ended before checkpoint {args.lose_after} ({code}):\n{log[-3000:]}')
         ended = [line for line in log.splitlines() if 'waits for' in line or 'watchdog' in line or
                  'BAD TERMINATION' in line or 'exit code' in line.lower()][-3:]
-        rows.append({'run': 'seed 0, node 2 lost after checkpoint {}'.format(args.lose_after),
+        rows.append({'run': f'seed 0, node 2 lost after checkpoint {args.lose_after}',
                      'ranks': '3 x 2', 'accuracy': None, 'seconds': secs, 'exit': code,
                      'lost_at_s': lost_at, 'ended_after_loss_s': secs - lost_at,
                      'said': ended})
         print(rows[-1], flush=True)
         code, secs, log, _ = run(args, cmd)  # the same command: 2 nodes are left
         if code != 0:
-            sys.exit('the resubmitted run failed:\n{}'.format(log[-3000:]))
+            sys.exit(f'the resubmitted run failed:\n{log[-3000:]}')
         said = [line.strip() for line in log.splitlines() if 'resumed from' in line]
         rows.append({'run': 'the same command, resubmitted', 'ranks': '2 x 2',
                      'accuracy': accuracy(out), 'seconds': secs, 'said': said})

@@ -135,7 +135,7 @@ def scan(package_root, their_names=None):
         if rel == REGISTRY_FILE:
             tree = _without_tables(tree)
         for name, line, text in uses(tree, their_names, ours):
-            out[name].append('{}:{} {}'.format(rel, line, text))
+            out[name].append(f'{rel}:{line} {text}')
     return dict(out)
 
 

@@ -92,9 +92,9 @@ def census(command, phases):
     open(log, 'w').close()
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.acct(log.encode()) != 0:
-        sys.exit('process_census: process accounting (acct(2)) refused: {}; it needs root '
-                 '(run this script as root)'.format(
-            os.strerror(ctypes.get_errno())))
+        sys.exit('process_census: process accounting (acct(2)) '
+                 f'refused: {os.strerror(ctypes.get_errno())}; it needs root '
+                 '(run this script as root)')
     sampler = Sampler()
     sampler.start()
     marks = [('start', time.time(), busy_seconds())]
@@ -143,12 +143,12 @@ def main(argv=None):
     code, phases = census(command, args.phases)
     for name, wall, busy, kinds in phases:
         counted = sum(u + s for _, u, s in kinds.values())
-        print('\n[census] {}: {:.0f} s, machine busy {:.0f} CPU-s, processes {:.0f} CPU-s'
-              .format(name, wall, busy, counted))
+        print(f'\n[census] {name}: {wall:.0f} s, machine busy {busy:.0f} CPU-s, '
+              f'processes {counted:.0f} CPU-s'
+              )
         for k, (n, u, s) in sorted(kinds.items(), key=lambda kv: -(kv[1][1] + kv[1][2]))[
                 :args.top]:
-            print('  {:8.1f} CPU-s (user {:7.1f}, system {:6.1f}) {:5d} x {}'.format(
-                u + s, u, s, n, k))
+            print(f'  {u + s:8.1f} CPU-s (user {u:7.1f}, system {s:6.1f}) {n:5d} x {k}')
     if args.json:
         with open(args.json, 'w') as f:
             json.dump([{'phase': name, 'wall_s': wall, 'busy_cpu_s': busy,

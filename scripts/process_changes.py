@@ -25,7 +25,7 @@ def _run(tree, case, launched=False, extra=None):
         (['-m', 'chainermn_torus.run'] if launched else []) + [PROBE, case]
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, cwd=tree)
     if proc.returncode != 0:
-        raise SystemExit('{} {}: {}'.format(tree, case, proc.stderr[-2000:]))
+        raise SystemExit(f'{tree} {case}: {proc.stderr[-2000:]}')
     return {name[:-5]: json.load(open(os.path.join(out, name))) for name in os.listdir(out)}
 
 

@@ -111,7 +111,7 @@ def in_process(ks, steps, every, model='mnist'):
     rows = {}
     for k in ks:
         rows[str(k)] = snap / (k * step)
-        print('  K = {:>4}: snapshots add {:.2%} to the steps'.format(k, rows[str(k)]),
+        print(f'  K = {k:>4}: snapshots add {rows[str(k)]:.2%} to the steps',
               flush=True)
     return dict(data, median_step_s=step, median_snapshot_s=snap, cost_by_k=rows)
 
@@ -153,7 +153,7 @@ def main(argv=None):
         med = statistics.median(times[k])
         rows[str(k)] = {'seconds': times[k], 'median_s': med, 'ratio_to_none': med / none}
         print('{:>12s}: training time median of {} {:.2f} s, {:.3f} x none'.format(
-            'none' if not k else 'K = {}'.format(k), args.rounds, med, med / none),
+            'none' if not k else f'K = {k}', args.rounds, med, med / none),
             flush=True)
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)

@@ -83,7 +83,7 @@ def _long_functions(tree, rel):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             n = node.end_lineno - node.lineno + 1
             if n > LONG:
-                found.append('{}:{} {} ({} lines)'.format(rel, node.lineno, node.name, n))
+                found.append(f'{rel}:{node.lineno} {node.name} ({n} lines)')
     return found
 
 
@@ -133,7 +133,7 @@ def _mutable_names(tree, rel):
                 if i in helpers[node.func.id] and isinstance(arg, ast.Name) and \
                         arg.id in containers:
                     names.add(arg.id)
-    return sorted('{}:{}'.format(rel, n) for n in names)
+    return sorted(f'{rel}:{n}' for n in names)
 
 
 def _flat(targets):
@@ -231,7 +231,7 @@ def _patches(tree, rel):
                 (t.value if isinstance(t, ast.Attribute) else None)
             if base is not None and _root(base) in chainer_names and \
                     not _root(base) == 'self':
-                found.append('{}:{} {}'.format(rel, node.lineno, ast.unparse(t)))
+                found.append(f'{rel}:{node.lineno} {ast.unparse(t)}')
     return found
 
 
@@ -243,7 +243,7 @@ def _history(text, rel):
 def _long_docstring(tree, rel):
     doc = ast.get_docstring(tree, clean=False)
     n = len(doc.splitlines()) if doc else 0
-    return ['{} ({} lines)'.format(rel, n)] if n > LONG_DOCSTRING else []
+    return [f'{rel} ({n} lines)'] if n > LONG_DOCSTRING else []
 
 
 def _modules_per_folder(package):
@@ -278,7 +278,7 @@ def _patch_calls(tree, rel):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
                 node.func.attr == 'apply' and isinstance(node.func.value, ast.Name) and \
                 'patches' in node.func.value.id:
-            out.append('{}:{}'.format(rel, node.lineno))
+            out.append(f'{rel}:{node.lineno}')
     return out
 
 
@@ -286,7 +286,7 @@ FRAME_READS = re.compile(r'sys\._getframe|inspect\.(?:stack|currentframe)|\.f_ba
 
 
 def _frame_reads(text, rel):
-    return ['{}:{}'.format(rel, i) for i, line in enumerate(text.splitlines(), 1)
+    return [f'{rel}:{i}' for i, line in enumerate(text.splitlines(), 1)
             if FRAME_READS.search(line.split('#')[0])]
 
 
@@ -451,7 +451,7 @@ def _settings_reads(tree, rel):
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and \
                 ast.unparse(node.value).endswith('environ') and \
                 _literal(node.slice).startswith(VARIABLE_PREFIX):
-            out.append('{}:{} os.environ {}'.format(rel, node.lineno, _literal(node.slice)))
+            out.append(f'{rel}:{node.lineno} os.environ {_literal(node.slice)}')
     return sorted(out, key=lambda x: (x.split(':')[0], int(x.split(':')[1].split()[0])))
 
 
@@ -486,15 +486,15 @@ def _process_effects(tree, rel):
             name = ast.unparse(node.func)
             for suffix, what in PROCESS_CALLS:
                 if name == suffix or name.endswith('.' + suffix):
-                    out.append('{}:{} {} ({})'.format(rel, node.lineno, what, name))
+                    out.append(f'{rel}:{node.lineno} {what} ({name})')
         elif isinstance(node, (ast.Assign, ast.AugAssign)):
             for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
                 text = ast.unparse(target)
                 if isinstance(target, ast.Subscript) and text.startswith('os.environ['):
-                    out.append('{}:{} environment ({})'.format(rel, node.lineno, text))
+                    out.append(f'{rel}:{node.lineno} environment ({text})')
                 for prefix, what in PROCESS_ATTRIBUTES:
                     if ('.' + text + '.').find('.' + prefix.rstrip('.') + '.') >= 0:
-                        out.append('{}:{} {} ({})'.format(rel, node.lineno, what, text))
+                        out.append(f'{rel}:{node.lineno} {what} ({text})')
     return sorted(set(out), key=lambda x: (x.split(':')[0], int(x.split(':')[1].split()[0])))
 
 
@@ -550,7 +550,7 @@ def _option_sites(tree):
             for node in ast.walk(parsed):
                 if isinstance(node, ast.Call) and getattr(node.func, 'attr', None) == \
                         'add_argument':
-                    out += ['{}:{} {}'.format(rel, node.lineno, a.value) for a in node.args
+                    out += [f'{rel}:{node.lineno} {a.value}' for a in node.args
                             if _literal(a) in options]
     return sorted(out)
 
@@ -594,7 +594,7 @@ def figures(tree):
                 '{}: {}'.format(m, ', '.join(sorted(v))) for m, v in _by_module(aliases).items()
                 if len(v) > 1),
             'largest_module': max(sizes.items(), key=lambda kv: kv[1]),
-            'modules_over_500_lines': sorted('{} {}'.format(k, v) for k, v in sizes.items()
+            'modules_over_500_lines': sorted(f'{k} {v}' for k, v in sizes.items()
                                              if v > BIG_MODULE),
             'file_names_twice': sorted('{}: {}'.format(n, ', '.join(v))
                                        for n, v in names.items()
@@ -629,11 +629,11 @@ def main():
                 'modules_over_500_lines', 'file_names_twice',
                 'settings_reads_outside_config', 'settings_read_modules', 'process_effects',
                 'process_effect_modules', 'option_sites'):
-        print('{}: {}'.format(key, len(out[key])))
+        print(f'{key}: {len(out[key])}')
         for line in out[key]:
             print('  ' + line)
     print('modules per folder: {}'.format(', '.join(
-        '{} {}'.format(k, v) for k, v in sorted(out['modules_per_folder'].items()))))
+        f'{k} {v}' for k, v in sorted(out['modules_per_folder'].items()))))
     print('package lines: {}'.format(out['package_lines']))
     print('named files: {}'.format(json.dumps(out['named_files'], indent=1)))
     print('duplicates: {}'.format(out['duplicates']))
@@ -642,12 +642,12 @@ def main():
                           len(out['import_aliases']), *out['largest_module']))
     print('lists kept by hand: {}'.format(json.dumps(out['hand_lists'])))
     for kind, files in out['files_to_add'].items():
-        print('files to touch to add a {}: {}'.format(kind, len(files)))
+        print(f'files to touch to add a {kind}: {len(files)}')
         for f in files:
             print('  ' + f)
     style = out['style_findings']
     print('style findings: {}'.format('ruff not installed' if style is None else '{} ({})'.format(
-        sum(style.values()), ', '.join('{} {}'.format(k, v) for k, v in style.items()))))
+        sum(style.values()), ', '.join(f'{k} {v}' for k, v in style.items()))))
     if args.json:
         with open(args.json, 'w') as f:
             json.dump(out, f, indent=1)

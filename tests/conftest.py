@@ -151,7 +151,7 @@ def netns_refused():
     """Why this machine cannot create a network namespace (the emulated cluster's nodes), or
     None. The probe's name is this process's: the two pytest lanes of `make test` collect
     the same modules at the same time."""
-    name = 'cmt-probe-{}'.format(os.getpid())
+    name = f'cmt-probe-{os.getpid()}'
     probe = subprocess.run(['ip', 'netns', 'add', name], capture_output=True, text=True)
     if probe.returncode != 0:
         return 'cannot create network namespaces here: ' + probe.stderr.strip()
@@ -209,9 +209,8 @@ def assert_ok(proc, nprocs, marker='OK'):
     lines = re.findall(marker + r' rank \d+[^\n]*?(?=OK rank|\n|$)', proc.stdout)
     ranks = set(re.findall(marker + r' rank (\d+)', proc.stdout))
     assert proc.returncode == 0 and len(ranks) == nprocs, (
-        'exit code {}, {} of {} ranks reported {}\nstdout:\n{}\nstderr:\n{}'.format(
-            proc.returncode, len(lines), nprocs, marker, proc.stdout[-6000:],
-            proc.stderr[-6000:]))
+        f'exit code {proc.returncode}, {len(lines)} of {nprocs} ranks '
+        f'reported {marker}\nstdout:\n{proc.stdout[-6000:]}\nstderr:\n{proc.stderr[-6000:]}')
     return lines
 
 
@@ -271,8 +270,7 @@ def _world_ranks(item):
     if 'mpi_world' not in getattr(item, 'fixturenames', ()):
         return None
     if callspec is None or 'nprocs' not in callspec.params:
-        raise pytest.UsageError('{} uses mpi_world without an nprocs parameter'.format(
-            item.nodeid))
+        raise pytest.UsageError(f'{item.nodeid} uses mpi_world without an nprocs parameter')
     return callspec.params['nprocs']
 
 
@@ -368,14 +366,14 @@ def pytest_terminal_summary(terminalreporter):
             for p, n in w.checks.items():
                 checks[p] = checks.get(p, 0) + n
         write('MPI worlds: {} started, checks by P: {}'.format(
-            started, ', '.join('{}: {}'.format(p, checks[p]) for p in sorted(checks))))
+            started, ', '.join(f'{p}: {checks[p]}' for p in sorted(checks))))
     if not _SKIPS:
         write('skipped: none')
         return
-    write('skipped: {} tests, by reason:'.format(sum(len(v) for v in _SKIPS.values())))
+    write(f'skipped: {sum(len(v) for v in _SKIPS.values())} tests, by reason:')
     for reason, ids in sorted(_SKIPS.items(), key=lambda kv: -len(kv[1])):
         mark = ' [installable here]' if installable(reason) else ''
-        write('  {:3d} x {}{}   e.g. {}'.format(len(ids), reason, mark, ids[0]))
+        write(f'  {len(ids):3d} x {reason}{mark}   e.g. {ids[0]}')
 
 
 def pytest_sessionfinish(session, exitstatus):

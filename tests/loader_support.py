@@ -58,4 +58,4 @@ class Stuck(Squares):
         return super().__getitem__(i)
 
     def example_path(self, i):
-        return '/data/train/image{}.JPEG'.format(i)
+        return f'/data/train/image{i}.JPEG'

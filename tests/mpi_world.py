@@ -36,7 +36,7 @@ class CheckFailed(AssertionError):
 
 def _zombie(pid):
     try:
-        with open('/proc/{}/stat'.format(pid)) as f:
+        with open(f'/proc/{pid}/stat') as f:
             return f.read().rsplit(')', 1)[1].split()[0] == 'Z'
     except OSError:
         return True
@@ -73,12 +73,12 @@ class World:
         server.settimeout(1.0)
         while len(self.conns) < self.nprocs:
             if self.proc.poll() is not None:
-                raise CheckFailed('mpiexec -n {} ended (exit code {}) before every rank '
-                                  'connected:\n{}'.format(self.nprocs, self.proc.returncode,
-                                                          self.log_tail()))
+                raise CheckFailed(f'mpiexec -n {self.nprocs} ended (exit '
+                                  f'code {self.proc.returncode}) before every rank '
+                                  f'connected:\n{self.log_tail()}')
             if time.time() > deadline:
-                raise CheckFailed('{} of {} ranks connected within {} s:\n{}'.format(
-                    len(self.conns), self.nprocs, START_LIMIT, self.log_tail()))
+                raise CheckFailed(f'{len(self.conns)} of {self.nprocs} ranks connected '
+                                  f'within {START_LIMIT} s:\n{self.log_tail()}')
             try:
                 sock, _ = server.accept()
             except socket.timeout:
@@ -123,8 +123,7 @@ class World:
             return [answers[r][1] for r in range(self.nprocs)]
         report = self._report(answers, timeout, failed_at)
         self.kill()
-        raise CheckFailed('{}.{}{} at P = {}:\n{}'.format(
-            module, function, args, self.nprocs, report))
+        raise CheckFailed(f'{module}.{function}{args} at P = {self.nprocs}:\n{report}')
 
     def _report(self, answers, timeout, failed_at):
         waiting = [r for r in range(self.nprocs) if r not in answers]
@@ -137,12 +136,11 @@ class World:
         if waiting:
             time.sleep(0.5)
             for rank in waiting:
-                path = os.path.join(self.folder, 'stack.{}'.format(rank))
+                path = os.path.join(self.folder, f'stack.{rank}')
                 stacks[rank] = open(path).read()[-3000:] if os.path.exists(path) else ''
         lines = []
         for rank in range(self.nprocs):
-            head = 'rank {} (pid {}, {}): '.format(rank, self.pids.get(rank),
-                                                   self.hosts.get(rank))
+            head = f'rank {rank} (pid {self.pids.get(rank)}, {self.hosts.get(rank)}): '
             if rank in answers:
                 kind, text, output = answers[rank][:3]
                 lines.append(head + ('passed' if kind == 'ok' else kind))
@@ -151,8 +149,8 @@ class World:
                 if output.strip():
                     lines.append('  its output:\n' + output.rstrip()[-3000:])
             else:
-                why = ('no answer {} s after another rank failed'.format(GRACE)
-                       if failed_at else 'no answer within {} s (hang?)'.format(timeout))
+                why = (f'no answer {GRACE} s after another rank failed'
+                       if failed_at else f'no answer within {timeout} s (hang?)')
                 lines.append(head + why + '; its stack:\n' + stacks[rank].rstrip())
         lines.append('mpiexec output:\n' + self.log_tail(2000))
         return '\n'.join(lines)
@@ -188,7 +186,7 @@ class World:
             self.proc.wait()
             deadline = time.time() + 10
             while time.time() < deadline and any(
-                    os.path.exists('/proc/{}'.format(p)) and not _zombie(p)
+                    os.path.exists(f'/proc/{p}') and not _zombie(p)
                     for p in self.pids.values()):
                 time.sleep(0.05)
             # Ranks killed leave MPICH's shared segments in /dev/shm: removed, as
@@ -220,7 +218,7 @@ class Worlds:
         if world is None:
             n = self.started.get(nprocs, 0)
             self.started[nprocs] = n + 1
-            folder = os.path.join(self.folder, 'p{}-{}'.format(nprocs, n))
+            folder = os.path.join(self.folder, f'p{nprocs}-{n}')
             world = self.current = World(nprocs, folder, self.command, self.env)
         return world
 

@@ -49,7 +49,7 @@ class Beside:
                 os.read(go_read, 1)
                 out = {'ok': action(*args)}
             except BaseException as e:
-                out = {'error': '{}: {}'.format(type(e).__name__, e)}
+                out = {'error': f'{type(e).__name__}: {e}'}
             os.write(out_write, json.dumps(out).encode())
             os._exit(0)
         os.close(go_read)

@@ -56,7 +56,7 @@ def directory_problem(path, trusted=False, shared=False):
     except UnsafePath as e:
         return 'it is ' + str(e)
     except NotADirectoryError:
-        return 'it is {}, not a directory'.format(shared_paths.what_is_there(os.lstat(path)))
+        return f'it is {shared_paths.what_is_there(os.lstat(path))}, not a directory'
     try:
         return shared_paths.problem(os.fstat(fd), trusted=trusted, directory=True,
                                     shared=shared)

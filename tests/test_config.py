@@ -105,7 +105,7 @@ def test_bad_environment_values_name_the_variable_and_what_is_allowed(monkeypatc
     monkeypatch.setenv(var, raw)
     with pytest.raises(ValueError) as e:
         config.resolve()
-    assert '{} must be'.format(var) in str(e.value) and fragment in str(e.value)
+    assert f'{var} must be' in str(e.value) and fragment in str(e.value)
     assert repr(raw) in str(e.value)
 
 
@@ -173,8 +173,7 @@ def test_seconds_are_finite_and_at_most_a_year(monkeypatch, value):
         monkeypatch.setenv(settings_table.SETTINGS[key].env, value)
         with pytest.raises(ConfigError) as e:
             config.resolve()
-        assert 'and at most 31536000 (a year), got {!r}'.format(
-            value) in str(e.value)
+        assert f'and at most 31536000 (a year), got {value!r}' in str(e.value)
     assert settings_table.parse('seconds', '31536000', 'x') == 31536000.0
 
 
@@ -208,13 +207,13 @@ def test_a_network_file_that_cannot_be_read_is_one_line(shared_dir):
         except ConfigError as e:
             return str(e)
     said = as_other(load)
-    assert said == ('chainermn_torus: cannot read the network file {} (Permission denied); '
-                    'give a file this user can read, or a preset (k, ofp)'.format(secret)), said
+    assert said == (f'chainermn_torus: cannot read the network file {secret} (Permission denied); '
+                    'give a file this user can read, or a preset (k, ofp)'), said
     link = tmp_path / 'link.json'
     link.symlink_to(secret)
     with pytest.raises(UnsafePath) as e:
         planner.load_network(str(link))
-    assert 'refusing the network file {}: it is a symbolic link'.format(link) in str(e.value)
+    assert f'refusing the network file {link}: it is a symbolic link' in str(e.value)
 
 
 # The folders below the entry points: their settings arrive as arguments (issue 83's item 2).
@@ -243,7 +242,7 @@ def test_no_module_below_the_entry_points_reads_the_settings_or_the_environment(
                 for node in ast.walk(ast.parse(open(path).read())):
                     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
                         if node.value.id == 'config' and node.attr in ('current', 'alone'):
-                            reads.append('{}:{}'.format(rel, node.lineno))
+                            reads.append(f'{rel}:{node.lineno}')
                         if node.value.id == 'os' and node.attr in ('environ', 'getenv'):
                             environment[rel] = environment.get(rel, 0) + 1
     assert reads == [], 'hand these settings down from the entry point'

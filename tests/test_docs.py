@@ -96,7 +96,7 @@ def test_layout_names_the_compute_folders_as_they_are():
     for folder, said in (('functions', 'after the Chainer function replaced'),
                          ('onednn', 'after the oneDNN primitive'),
                          ('kernels', "after numba's kernel")):
-        start = text.index('`{}/` {}'.format(folder, said))
+        start = text.index(f'`{folder}/` {said}')
         listed = set(re.findall(r'`(\w+)`', text[start:text.index(')', start)]))
         path = os.path.join(ROOT, 'chainermn_torus', 'compute', folder)
         modules = {n[:-3] for n in os.listdir(path) if n.endswith('.py')}

@@ -65,12 +65,12 @@ def test_no_entry_point_spells_a_rows_option_itself():
                 for arg in node.args:
                     if isinstance(arg, ast.Constant) and arg.value in rows and \
                             (path, arg.value) not in OTHER_MEANINGS:
-                        found.append('{}:{} {}'.format(path, node.lineno, arg.value))
+                        found.append(f'{path}:{node.lineno} {arg.value}')
     assert found == [], 'declare these with command_line.add_option (or say why not here)'
     assert len(OTHER_MEANINGS) == 7  # the stated exceptions, each still there:
     text = {path: open(os.path.join(ROOT, path)).read() for path, _ in OTHER_MEANINGS}
     for path, option in OTHER_MEANINGS:
-        assert "add_argument('{}'".format(option) in text[path], (path, option)
+        assert f"add_argument('{option}'" in text[path], (path, option)
 
 
 def test_every_entry_point_that_declares_settings_fills_them_in():

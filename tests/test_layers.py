@@ -16,8 +16,9 @@ def _lint_imports():
     if not os.path.exists(exe):
         exe = shutil.which('lint-imports')
     if exe is None:  # scripts/setup.sh installs it: a missing one is a broken set-up
-        pytest.fail('lint-imports (import-linter) is not installed next to {}; run make '
-                    'setup'.format(sys.executable))
+        pytest.fail(f'lint-imports (import-linter) is not installed next to {sys.executable}; run '
+                    'make '
+                    'setup')
     return exe
 
 
@@ -74,7 +75,7 @@ def _function_level_imports():
                 if isinstance(node, ast.Import):
                     names = [a.name for a in node.names]
                 elif isinstance(node, ast.ImportFrom):
-                    names = ['{}.{}'.format(node.module, a.name) for a in node.names]
+                    names = [f'{node.module}.{a.name}' for a in node.names]
                 else:
                     continue
                 for name in names:
@@ -84,7 +85,7 @@ def _function_level_imports():
 def test_imports_inside_functions_only_for_mpi_start_or_optional_packages():
     found = list(_function_level_imports())
     assert found  # the check sees them
-    other = ['{}:{} {}'.format(p, line, name) for p, line, name in found
+    other = [f'{p}:{line} {name}' for p, line, name in found
              if not any(name == a or name.startswith(a + '.') for a in LAZY_ALLOWED)
              and not (str(p) in BEFORE_CHAINER and name.split('.')[0] == 'chainer')]
     assert not other, other

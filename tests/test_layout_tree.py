@@ -52,10 +52,10 @@ def modules():
 
 def differences(text, actual):
     files, words = named(text)
-    missing = sorted('{}/{}'.format(d, m) for d, ms in actual.items() for m in ms
+    missing = sorted(f'{d}/{m}' for d, ms in actual.items() for m in ms
                      if m not in files.get(d, ()) and
                      not (d == 'bench' and m in words.get(d, ())))
-    extra = sorted('{}/{}'.format(d, m) for d, ms in files.items()
+    extra = sorted(f'{d}/{m}' for d, ms in files.items()
                    for m in ms - actual.get(d, set()) - {'__init__'})
     return missing, extra
 

@@ -39,7 +39,7 @@ def test_checks_share_one_world_until_one_fails(worlds):
     assert 'rank 1 fails on purpose' in message and 'ValueError' in message
     # The others were in the barrier: each is named, with its Python stack.
     for rank in (0, 2):
-        assert 'rank {} (pid'.format(rank) in message
+        assert f'rank {rank} (pid' in message
     assert message.count('after another rank failed; its stack') == 2
     assert 'raise_on' in message.split('rank 2 (pid')[1]
     assert not [n for n in os.listdir('/dev/shm') if n not in shm_before], \

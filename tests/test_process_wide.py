@@ -47,7 +47,7 @@ def test_every_process_wide_name_is_listed_with_why():
 
 def _defined(package, name):
     path, attr = name.rsplit(':', 1)
-    return '\n{} = '.format(attr) in '\n' + open(os.path.join(package, path)).read()
+    return f'\n{attr} = ' in '\n' + open(os.path.join(package, path)).read()
 
 
 def test_the_rule_finds_a_new_one():

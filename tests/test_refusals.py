@@ -155,7 +155,7 @@ def test_a_bad_value_is_a_config_error_naming_its_source(key, monkeypatch):
     with pytest.raises(ConfigError) as e:
         config.resolve()
     assert isinstance(e.value, (Refusal, ValueError))
-    assert '{} must be'.format(setting.env) in str(e.value) and repr(value) in str(e.value)
+    assert f'{setting.env} must be' in str(e.value) and repr(value) in str(e.value)
     with pytest.raises(ConfigError, match='--{} must be'.format(key.replace('_', '-'))):
         config.resolve({key: (value, '--' + key.replace('_', '-'))})
 
@@ -210,7 +210,7 @@ def test_every_setting_refused_in_one_line_through_its_variable_and_its_option()
         env = dict(needs, **{settings_table.SETTINGS[key].env: value})
         if key == 'quiet':
             env = dict(needs, CHAINERMN_TORUS_QUIET=value)
-        jobs.append(('{} ({})'.format(settings_table.SETTINGS[key].env, value), key, 'variable',
+        jobs.append((f'{settings_table.SETTINGS[key].env} ({value})', key, 'variable',
                      dict(env=env, args=args)))
     for key, option in _options():
         _, needs, args = BAD[key]
@@ -220,7 +220,7 @@ def test_every_setting_refused_in_one_line_through_its_variable_and_its_option()
                                                                launcher=option)))
         else:  # argparse's own line, as for every flag of the launcher
             parsed.append((option, line))
-    assert all('argument {}: must be'.format(o[0]) in line and repr(o[1]) in line
+    assert all(f'argument {o[0]}: must be' in line and repr(o[1]) in line
                for o, line in parsed), parsed
     assert len(parsed) + len(jobs) > len(BAD)  # every variable, and every option
     with concurrent.futures.ThreadPoolExecutor(4) as pool:

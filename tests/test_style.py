@@ -49,8 +49,7 @@ def test_the_package_names_no_issue_numbers():
         with open(path) as f:
             for number, line in enumerate(f, 1):
                 if ISSUE.search(line):
-                    found.append('{}:{}: {}'.format(os.path.relpath(path, ROOT), number,
-                                                    line.strip()))
+                    found.append(f'{os.path.relpath(path, ROOT)}:{number}: {line.strip()}')
     assert found == [], found
     assert ISSUE.search('(issue 73)') and ISSUE.search('Issues 5') and not \
         ISSUE.search('an issue with 3 ranks')

@@ -21,11 +21,11 @@ class Setup(collections.namedtuple('Setup', 'algorithm P M itemsize')):
             raise ValueError('chainermn_torus: no schedule for algorithm {!r}; simulated: '
                              '{}'.format(algorithm, ', '.join(names)))
         if P < 1 or M < 1 or P % M:
-            raise ValueError('chainermn_torus: grid rows of M = {} do not divide P = {} '
-                             'ranks'.format(M, P))
+            raise ValueError(f'chainermn_torus: grid rows of M = {M} do not divide P = {P} '
+                             'ranks')
         if itemsize not in (2, 4, 8):
             raise ValueError('chainermn_torus: itemsize must be 2 (float16), 4 or 8, got '
-                             '{!r}'.format(itemsize))
+                             f'{itemsize!r}')
         if not variants.get(algorithm).grid:
             M = 1
         return super().__new__(cls, algorithm, P, M, itemsize)

@@ -62,5 +62,5 @@ class Shm(Algorithm):
     def check_placement(self, M, R):
         if M > 1 and R % M:
             raise ConfigError('chainermn_torus: shm needs every grid row inside one node: '
-                              'M = {} with {} ranks per node (M must divide the ranks per '
-                              'node; rsaa or rsap take any M)'.format(M, R))
+                              f'M = {M} with {R} ranks per node (M must divide the ranks per '
+                              'node; rsaa or rsap take any M)')

@@ -81,8 +81,8 @@ class Variant(collections.namedtuple('Variant', [
         return COMMUNICATORS[self.communicator].grid
 
     def describe(self):
-        opts = ', '.join('{}={!r}'.format(k, v) for k, v in sorted(self.options.items()))
-        return '{}({})'.format(self.communicator, opts)
+        opts = ', '.join(f'{k}={v!r}' for k, v in sorted(self.options.items()))
+        return f'{self.communicator}({opts})'
 
 
 # Every tested variant runs at P = 1..8: powers of two and not, prime row lengths (5, 7),
@@ -104,15 +104,15 @@ def register(name, module, cls, summary, grid, variants=()):
     registered below; ``auto`` and a plugin's through the same call. Returns a function
     that removes it again."""
     if name in COMMUNICATORS:
-        raise ValueError('chainermn_torus: a communicator named {!r} exists already'.format(
-            name))
+        raise ValueError(f'chainermn_torus: a communicator named {name!r} exists already')
     rows = tuple(variants)
     for v in rows:
         if v.communicator != name:
-            raise ValueError('chainermn_torus: variant {!r} belongs to communicator {!r}, '
-                             'not {!r}'.format(v.name, v.communicator, name))
+            raise ValueError(f'chainermn_torus: variant {v.name!r} belongs to '
+                             f'communicator {v.communicator!r}, '
+                             f'not {name!r}')
         if v.name in VARIANTS:
-            raise ValueError('chainermn_torus: variant {!r} exists already'.format(v.name))
+            raise ValueError(f'chainermn_torus: variant {v.name!r} exists already')
     COMMUNICATORS[name] = Registration(name, module, cls, summary, grid, rows)
     _ROWS.extend(rows)
     VARIANTS.update((v.name, v) for v in rows)

@@ -50,7 +50,7 @@ def _grids(size, requested):
     shapes = []
     for m in range(size, 0, -1):
         if size % m == 0 and m > 1:
-            shapes.append('{}x{}'.format(m, size // m))
+            shapes.append(f'{m}x{size // m}')
     return shapes or ['1x1']
 
 
@@ -111,7 +111,7 @@ def run(args):
                 except ValueError:
                     continue  # shm with rows across nodes: no such row for this grid
                 comm = create_variant(variant, grid=g, segment_size=seg)
-                comms['{}({}){}'.format(variant, g, label)] = comm
+                comms[f'{variant}({g}){label}'] = comm
     if args.auto:
         comms['auto'] = chainermn_torus.create_communicator('auto')
     # float16 / bfloat16 on the wire: half the bytes, plus the conversions (communicators._half)
@@ -123,7 +123,7 @@ def run(args):
             'pure_allreduce', allreduce_grad_dtype=wire)
         for g in _grids(P, args.grids):
             for algo in ('rsaa', 'rsap'):
-                comms['{}({})/{}'.format(algo, g, label)] = \
+                comms[f'{algo}({g})/{label}'] = \
                     chainermn_torus.create_communicator(algo, grid=g,
                                                         allreduce_grad_dtype=wire)
     for name, c in comms.items():
@@ -232,7 +232,7 @@ def build_parser():
 def main(argv=None):
     args = build_parser().parse_args(argv)
     if args.rounds < 1:
-        sys.exit('--rounds must be >= 1, got {}'.format(args.rounds))
+        sys.exit(f'--rounds must be >= 1, got {args.rounds}')
     report = run(args)
     if MPI.COMM_WORLD.rank == 0:
         print(format_table(report), flush=True)

@@ -219,9 +219,9 @@ def breakdown_of(runs, slack=0.02):
     funcs = {n: statistics.median([own.get(n, 0.0) for own, _ in runs]) for n in names}
     for own, wall in runs:
         if sum(own.values()) > wall * (1 + slack):
-            raise SystemExit('bench compute: the breakdown adds up to {:.4f} s in an iteration '
-                             'of {:.4f} s: a call is counted twice (OwnTimes)'.format(
-                                 sum(own.values()), wall))
+            raise SystemExit(f'bench compute: the breakdown adds up to {sum(own.values()):.4f} s '
+                             'in an iteration '
+                             f'of {wall:.4f} s: a call is counted twice (OwnTimes)')
     wall = statistics.median([w for _, w in runs])
     rest = statistics.median([w - sum(own.values()) for own, w in runs])
     return funcs, wall, rest
@@ -236,8 +236,7 @@ class _Torch:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.version = self.proc.stdout.readline().strip()
         if not self.version.startswith('ready'):
-            raise SystemExit('bench compute: {} could not run PyTorch: {}'.format(
-                python, self.version))
+            raise SystemExit(f'bench compute: {python} could not run PyTorch: {self.version}')
 
     def run(self, side='torch'):
         self.proc.stdin.write('run bf16\n' if side == 'torch-bf16' else 'run\n')
@@ -269,7 +268,7 @@ def main(argv=None):
     if args.torch_amp and not args.torch:
         p.error('--torch-amp goes with --torch PYTHON')
     if args.torch and args.model != 'resnet50':
-        p.error('--torch: PyTorch\'s side is ResNet-50 only, not {}'.format(args.model))
+        p.error(f'--torch: PyTorch\'s side is ResNet-50 only, not {args.model}')
     args.size = args.size or MODELS[args.model][1]
     allocation.keep(rank=0)  # as a job's process has it (process_setup's malloc step)
     if compute.use('auto', rank=0) != 'onednn':
@@ -321,14 +320,14 @@ def main(argv=None):
     work = 3 * 2 * macs
     bound = work / flops
     med = {m: statistics.median(v) for m, v in times.items()}
-    print('{} forward + backward, batch {}, {} px, {} threads; medians of {} '
-          'interleaved rounds'.format(args.model, args.batch, args.size, args.threads,
-                                      args.rounds))
+    print(f'{args.model} forward + backward, batch {args.batch}, {args.size} px, {args.threads} '
+          f'threads; medians of {args.rounds} '
+          'interleaved rounds')
     if torch is not None:
         torch.close()
     print('{:<12} {:>10} {:>10}'.format('', 'seconds', 'x bound'))
     for mode in times:
-        print('{:<12} {:>10.3f} {:>10.2f}'.format(mode, med[mode], med[mode] / bound))
+        print(f'{mode:<12} {med[mode]:>10.3f} {med[mode] / bound:>10.2f}')
     if 'onednn-bf16' in med:
         print('bfloat16 on oneDNN is {:.2f}x faster than its float32{}; the bfloat16 bound '
               '(the same work at {:.1f} GFLOP/s, oneDNN\'s 2048x2048 bfloat16 product) is '
@@ -351,18 +350,17 @@ def main(argv=None):
     names = sorted(set().union(*breakdown.values()),
                    key=lambda n: -breakdown['numpy'].get(n, 0.0))
     for name in names[:12]:
-        print('  {:<32}'.format(name) + ''.join(' {:>8.3f}'.format(
-            breakdown[m].get(name, 0.0)) for m in modes))
+        print(f'  {name:<32}' + ''.join(f' {breakdown[m].get(name, 0.0):>8.3f}' for m in modes))
     if len(names) > 12:
-        print('  {:<32}'.format('the other {} functions'.format(len(names) - 12)) + ''.join(
-            ' {:>8.3f}'.format(sum(breakdown[m].get(n, 0.0) for n in names[12:]))
+        print('  {:<32}'.format(f'the other {len(names) - 12} functions') + ''.join(
+            f' {sum(breakdown[m].get(n, 0.0) for n in names[12:]):>8.3f}'
             for m in modes))
     print('  {:<32}'.format('rest: Python, graph, the hook') + ''.join(
-        ' {:>8.3f}'.format(rest[m]) for m in modes))
+        f' {rest[m]:>8.3f}' for m in modes))
     print('  {:<32}'.format('iteration under the hook') + ''.join(
-        ' {:>8.3f}'.format(hooked_seconds[m]) for m in modes))
+        f' {hooked_seconds[m]:>8.3f}' for m in modes))
     print('  {:<32}'.format('iteration, timed') + ''.join(
-        ' {:>8.3f}'.format(med[m]) for m in modes))
+        f' {med[m]:>8.3f}' for m in modes))
     if args.json:
         with open(args.json, 'w') as f:
             json.dump({'model': args.model, 'forward_macs': macs, 'batch': args.batch,

@@ -164,8 +164,8 @@ def main(argv=None):
     lists = [os.path.join(args.imagenet, n) for n in ('train.txt', 'val.txt')]
     if any(e.startswith('imagenet') for e in examples) and \
             not all(os.path.exists(path) for path in lists):
-        p.error('--imagenet {}: no train.txt/val.txt; build it with python '
-                'scripts/make_imagenet_subset.py --out {}'.format(args.imagenet, args.imagenet))
+        p.error(f'--imagenet {args.imagenet}: no train.txt/val.txt; build it with python '
+                f'scripts/make_imagenet_subset.py --out {args.imagenet}')
     makers = _examples(args, lists)
     table = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -174,14 +174,14 @@ def main(argv=None):
                 by_seed = {}
                 for seed in seeds:
                     for config in configs:
-                        out = os.path.join(tmp, '{}-p{}-{}-{}'.format(name, n, seed, config))
+                        out = os.path.join(tmp, f'{name}-p{n}-{seed}-{config}')
                         r = by_seed.setdefault(str(seed), {})[config] = _run(
                             n, makers[name](out, seed), config, out)
                         print('{:<17} {} ranks seed {} {:<11} accuracy {:.4f} loss {} curve '
                               '{}'.format(name, n, seed, config, r['accuracy'], r['loss'],
-                                          ' '.join('{:.4f}'.format(v) for v in r['curve'])),
+                                          ' '.join(f'{v:.4f}' for v in r['curve'])),
                               flush=True)
-                key = '{} p{}'.format(name, n)
+                key = f'{name} p{n}'
                 row = table[key] = _summarise(by_seed, configs)
                 for c in configs[1:]:
                     print('{}: {} against {}: accuracy at one seed differs by at most {:.4f}; '
@@ -189,7 +189,7 @@ def main(argv=None):
                           'epochs {}; at one seed the curves differ by at most {:.2f}x the '
                           "seeds' spread; identical runs at seeds {}".format(
                               key, c, configs[0], row['largest_difference_from_reference'][c],
-                              ', '.join('{:.4f} ({})'.format(v, k) for k, v in
+                              ', '.join(f'{v:.4f} ({k})' for k, v in
                                         row['spread_between_seeds'].items()),
                               configs[0], row['epochs_outside_reference_band'][c] or 'none',
                               row['curve_difference_over_seed_spread'][c],

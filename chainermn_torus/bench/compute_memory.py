@@ -104,8 +104,8 @@ def _run_child(*args):
     proc = subprocess.run([sys.executable, '-m', 'chainermn_torus.bench.compute_memory', _CHILD]
                           + [str(a) for a in args], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
-        raise SystemExit('bench compute-memory: the {} child failed:\n{}'.format(
-            args[0], proc.stderr[-2000:]))
+        raise SystemExit(f'bench compute-memory: the {args[0]} child '
+                         f'failed:\n{proc.stderr[-2000:]}')
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -124,7 +124,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     for name in ('sizes', 'batch', 'channels'):
         if getattr(args, name) < 1:
-            p.error('--{} must be 1 or more, got {}'.format(name, getattr(args, name)))
+            p.error(f'--{name} must be 1 or more, got {getattr(args, name)}')
     modes = ['numpy'] + (['onednn'] if binding.available() else [])
     rows = [_run_child('sweep', mode, args.sizes, args.batch, args.channels) for mode in modes]
     for row in rows:

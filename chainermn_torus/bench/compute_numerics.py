@@ -39,8 +39,8 @@ def _conv(x_shape, w_shape, stride=1, pad=0, cover_all=False, dilate=1, groups=1
             dilate=dilate, groups=groups)
     text = 'x {} W {} stride {} pad {}{}{}{}{}'.format(
         x_shape, w_shape, stride, pad, ' cover_all' if cover_all else '',
-        ' dilate {}'.format(dilate) if dilate != 1 else '',
-        ' groups {}'.format(groups) if groups != 1 else '', '' if bias else ' nobias')
+        f' dilate {dilate}' if dilate != 1 else '',
+        f' groups {groups}' if groups != 1 else '', '' if bias else ' nobias')
     return 'convolution_2d', text, make
 
 
@@ -51,8 +51,8 @@ def _deconv(x_shape, w_shape, stride=1, pad=0, outsize=None):
         b = rng.uniform(-1, 1, w_shape[1]).astype(numpy.float32)
         return [x, W, b], ['x', 'W', 'b'], lambda x, W, b: F.deconvolution_2d(
             x, W, b, stride, pad, outsize)
-    return 'deconvolution_2d', 'x {} W {} stride {} pad {} outsize {}'.format(
-        x_shape, w_shape, stride, pad, outsize), make
+    return 'deconvolution_2d', (f'x {x_shape} W {w_shape} stride {stride} pad {pad} '
+                                f'outsize {outsize}'), make
 
 
 def _linear(x_shape, w_shape, bias=True):
@@ -80,13 +80,13 @@ def _bn(shape, eps=2e-5, fixed=False):
         return [x, g, b], ['x', 'gamma', 'beta'], lambda x, g, b: \
             F.fixed_batch_normalization(x, g, b, m, v, eps=eps)
     name = 'fixed_batch_normalization' if fixed else 'batch_normalization'
-    return name, 'x {} eps {}'.format(shape, eps), make
+    return name, f'x {shape} eps {eps}', make
 
 
 def _relu(shape):
     def make(rng):
         return [rng.normal(0, 1, shape).astype(numpy.float32)], ['x'], F.relu
-    return 'relu', 'x {}'.format(shape), make
+    return 'relu', f'x {shape}', make
 
 
 def _pool(kind, shape, ksize, stride, pad, cover_all=True):
@@ -99,15 +99,14 @@ def _pool(kind, shape, ksize, stride, pad, cover_all=True):
         return [x], ['x'], lambda x: F.average_pooling_2d(x, ksize, stride, pad)
     text = 'x {} ksize {} stride {} pad {}{}'.format(
         shape, ksize, stride, pad, ' cover_all' if kind == 'max' and cover_all else '')
-    return '{}_pooling_2d'.format(kind), text, make
+    return f'{kind}_pooling_2d', text, make
 
 
 def _lrn(shape, n=5, k=2, alpha=1e-4, beta=.75):
     def make(rng):
         x = rng.normal(0, 3, shape).astype(numpy.float32)
         return [x], ['x'], lambda x: F.local_response_normalization(x, n, k, alpha, beta)
-    return 'local_response_normalization', 'x {} n {} k {} alpha {} beta {}'.format(
-        shape, n, k, alpha, beta), make
+    return 'local_response_normalization', f'x {shape} n {n} k {k} alpha {alpha} beta {beta}', make
 
 
 CASES = [
@@ -186,7 +185,7 @@ def main(argv=None):
         diffs = run_case(make, precision=args.precision)
         rows.append({'function': function, 'parameters': text, 'outputs': diffs})
         print('{:<30} {:<58} {}'.format(function, text, '  '.join(
-            '{} {:.1e}/{:.2g}'.format(n, d, v) for n, (d, v) in diffs.items())), flush=True)
+            f'{n} {d:.1e}/{v:.2g}' for n, (d, v) in diffs.items())), flush=True)
     worst = {}
     for r in rows:
         for n, (d, v) in r['outputs'].items():
@@ -195,7 +194,7 @@ def main(argv=None):
             w[1] = max(w[1], d / max(v, 1e-30))
     print('per function, the largest difference (absolute; relative to the largest value):')
     for f, (d, rel) in worst.items():
-        print('  {:<30} {:.2e}  {:.2e}'.format(f, d, rel))
+        print(f'  {f:<30} {d:.2e}  {rel:.2e}')
     if args.json:
         with open(args.json, 'w') as f:
             json.dump({'precision': args.precision, 'compared': SIDES[args.precision],

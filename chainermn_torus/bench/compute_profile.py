@@ -76,7 +76,7 @@ class Clock:
     def install(self):
         # Reorders are Primitive.run calls too: their own row, the primitives' by kind.
         self.wrap(primitives.Primitive, 'run', lambda a: 'oneDNN reorders' if isinstance(
-            a[0], primitives.Reorder) else 'oneDNN {}'.format(a[0].what))
+            a[0], primitives.Reorder) else f'oneDNN {a[0].what}')
         if jit.available():
             for module_name in jit.kernel_modules():
                 if not module_name.startswith(COMPUTE_LAYERS):
@@ -143,7 +143,7 @@ def profile(model, x, t, rounds):
             clock.uninstall()
         seen = dict(clock.parts)
         for name, seconds in hook.seconds.items():
-            seen['Chainer numpy {}'.format(name)] = seconds
+            seen[f'Chainer numpy {name}'] = seconds
         for part in set(parts) | set(seen):
             parts[part].append(seen.get(part, 0.0))
     # The parts are timed inside an iteration of their own (``timed``): what they add up to
@@ -169,18 +169,19 @@ def main(argv=None):
     command_line.add_option(p, 'threads', default=[1, 2], nargs='+', counts=True)
     p.add_argument('--rounds', type=int, default=5)
     p.add_argument('--grain', type=int, default=None,
-                   help='elements of work per numba thread (runtime.cpu.jit.GRAIN, default {}); '
-                        '0: every kernel on every thread'.format(jit.GRAIN))
+                   help='elements of work per numba thread (runtime.cpu.jit.GRAIN, '
+                        f'default {jit.GRAIN}); '
+                        '0: every kernel on every thread')
     command_line.add_option(p, 'precision', default='fp32')
     p.add_argument('--json', default=None)
     args = command_line.parse_args(p, argv)
     if args.grain is not None:
         if args.grain < 0:
-            p.error('--grain: 0 or more elements, got {}'.format(args.grain))
+            p.error(f'--grain: 0 or more elements, got {args.grain}')
         jit.GRAIN = args.grain
     for n in args.threads:
         if n < 1:
-            p.error('--threads: counts of 1 or more, got {}'.format(n))
+            p.error(f'--threads: counts of 1 or more, got {n}')
     if args.rounds < 1 or args.batch < 1 or args.size < 1:
         p.error('--rounds, --batch and --size must be 1 or more')
     allocation.keep(rank=0)  # as a job's process has it (process_setup's malloc step)
@@ -195,16 +196,16 @@ def main(argv=None):
     first, last = by_threads[counts[0]], by_threads[counts[-1]]
     rows = sorted(set().union(*by_threads.values()) - {'iteration'},
                   key=lambda k: -last.get(k, 0.0))
-    print('{} forward + backward, batch {}, {} px, oneDNN path; medians of {} rounds '
-          '(milliseconds; share of the iteration at {} threads)'.format(
-              args.model, args.batch, args.size, args.rounds, counts[-1]))
-    head = ''.join('{:>12}'.format('{} thr'.format(n)) for n in counts)
+    print(f'{args.model} forward + backward, batch {args.batch}, {args.size} px, oneDNN path; '
+          f'medians of {args.rounds} rounds '
+          f'(milliseconds; share of the iteration at {counts[-1]} threads)')
+    head = ''.join('{:>12}'.format(f'{n} thr') for n in counts)
     print('{:<44}{}{:>8}{:>10}'.format('', head, 'share', 'speed-up'))
     for row in ['iteration'] + rows:
-        cells = ''.join('{:>12.2f}'.format(by_threads[n].get(row, 0.0) * 1e3) for n in counts)
+        cells = ''.join(f'{by_threads[n].get(row, 0.0) * 1e3:>12.2f}' for n in counts)
         share = last.get(row, 0.0) / last['iteration']
         gain = first.get(row, 0.0) / last[row] if last.get(row, 0.0) > 1e-6 else float('nan')
-        print('{:<44}{}{:>7.1f}%{:>9.2f}x'.format(row[:44], cells, 100 * share, gain))
+        print(f'{row[:44]:<44}{cells}{100 * share:>7.1f}%{gain:>9.2f}x')
     if args.json:
         with open(args.json, 'w') as f:
             json.dump({'model': args.model, 'batch': args.batch, 'size': args.size,

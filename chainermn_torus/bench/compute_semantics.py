@@ -31,8 +31,8 @@ def _u(shape, seed=0):
 
 def _values(a):
     a = numpy.asarray(a)
-    flat = ', '.join('{:.4g}'.format(v) for v in a.reshape(-1)[:3])
-    return '{} shape {}'.format(flat, a.shape)
+    flat = ', '.join(f'{v:.4g}' for v in a.reshape(-1)[:3])
+    return f'{flat} shape {a.shape}'
 
 
 def _relu_nan():
@@ -65,30 +65,30 @@ def _nan_weight_loss():
 
 
 def _relu_0d():
-    return 'shape {}'.format(F.relu(numpy.array(1.5, numpy.float32)).shape)
+    return f'shape {F.relu(numpy.array(1.5, numpy.float32)).shape}'
 
 
 def _hinge():
     v = chainer.Variable(numpy.array(0.5, numpy.float32))
     F.relu(1 - F.sum(v)).backward()
-    return 'gradient {:.4g}'.format(float(v.grad))
+    return f'gradient {float(v.grad):.4g}'
 
 
 def _conv_no_output():
-    return 'shape {}'.format(F.convolution_2d(_u((1, 3, 2, 2)), _u((4, 3, 3, 3))).shape)
+    return f'shape {F.convolution_2d(_u((1, 3, 2, 2)), _u((4, 3, 3, 3))).shape}'
 
 
 def _pool_no_output():
-    return 'shape {}'.format(F.max_pooling_2d(_u((1, 3, 2, 2)), 3, cover_all=False).shape)
+    return f'shape {F.max_pooling_2d(_u((1, 3, 2, 2)), 3, cover_all=False).shape}'
 
 
 def _conv_1x1_input():
-    return 'shape {}'.format(F.convolution_2d(_u((1, 3, 1, 1)), _u((4, 3, 3, 3))).shape)
+    return f'shape {F.convolution_2d(_u((1, 3, 1, 1)), _u((4, 3, 3, 3))).shape}'
 
 
 def _empty_window():
     y = F.max_pooling_2d(_u((1, 1, 3, 3)), 2, stride=2, pad=1).array
-    return 'corner {:.5g}'.format(float(y[0, 0, -1, -1]))
+    return f'corner {float(y[0, 0, -1, -1]):.5g}'
 
 
 def _switched(make):
@@ -100,7 +100,7 @@ def _switched(make):
         y.grad = numpy.ones_like(y.array)
         compute.use('numpy')
         y.backward()
-        return 'gradient sum {:.4g}'.format(float(x.grad.sum()))
+        return f'gradient sum {float(x.grad.sum()):.4g}'
     return run
 
 
@@ -155,7 +155,7 @@ def outcome(mode, case):
             warnings.simplefilter('ignore')
             return case()
     except Exception as e:  # the outcome to compare, whatever it is
-        return '{}: {}'.format(type(e).__name__, str(e).splitlines()[0][:70])
+        return f'{type(e).__name__}: {str(e).splitlines()[0][:70]}'
     finally:
         compute.use('numpy')
 
@@ -166,8 +166,8 @@ def main(argv=None):
     p.add_argument('--json', metavar='OUT')
     args = p.parse_args(argv)
     if not binding.available():
-        p.exit(2, 'bench compute-semantics: oneDNN is not installed here: {}\n'.format(
-            binding.why_unavailable()))
+        p.exit(2, 'bench compute-semantics: oneDNN is not installed '
+                  f'here: {binding.why_unavailable()}\n')
     rows = []
     for item, name, case in CASES:
         numpy_side, onednn_side = outcome('numpy', case), outcome('onednn', case)

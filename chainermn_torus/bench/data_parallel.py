@@ -88,8 +88,8 @@ def _result(cmd, env, what):
                          text=True)
     lines = [line for line in out.stdout.splitlines() if line.startswith(('RESULT ', '{"seconds"'))]
     if out.returncode != 0 or not lines:
-        raise SystemExit('bench data_parallel: the {} job failed (exit {}):\n{}'.format(
-            what, out.returncode, out.stdout[-3000:]))
+        raise SystemExit(f'bench data_parallel: the {what} job failed '
+                         f'(exit {out.returncode}):\n{out.stdout[-3000:]}')
     return json.loads(lines[-1].split(' ', 1)[1] if lines[-1].startswith('RESULT')
                       else lines[-1])
 
@@ -105,8 +105,8 @@ def parse_layouts(text):
         except ValueError:
             layout = None
         if layout is None or min(layout) < 1:
-            raise ValueError('--layouts: {!r} is not RANKSxTHREADS:BATCH with each a whole '
-                             'number >= 1 (for example 1x2:2,2x1:8)'.format(item))
+            raise ValueError(f'--layouts: {item!r} is not RANKSxTHREADS:BATCH with each a whole '
+                             'number >= 1 (for example 1x2:2,2x1:8)')
         out.append(layout)
     return out
 
@@ -141,15 +141,15 @@ def _measure(args, layouts, modes, variants):
                            CHAINERMN_TORUS_THREADS=str(threads), **extra)
                 got = _result([bench.mpiexec(), '-n', str(ranks), sys.executable, '-m',
                                'chainermn_torus.bench.data_parallel'] + side, env,
-                              'Chainer ({})'.format(label))
+                              f'Chainer ({label})')
                 ran = (got['compute'], got.get('precision', 'fp32'))
                 if ran != (mode, extra.get('CHAINERMN_TORUS_PRECISION', 'fp32')):
                     raise SystemExit('bench data_parallel: asked for {}, the job ran {}'.format(
                         label, ' '.join(ran)))
                 runs.setdefault(label, []).append(statistics.median(got['seconds']))
                 parts.setdefault(label, []).append(got['parts'])
-                print('round {} {}x{}:{} {:<11} {:.3f} s per iteration'.format(
-                    r + 1, ranks, threads, batch, label, runs[label][-1]), flush=True)
+                print(f'round {r + 1} {ranks}x{threads}:{batch} {label:<11} {runs[label][-1]:.3f} '
+                      's per iteration', flush=True)
             for name, extra_args in (sides if args.torch else []):
                 script = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                       'torch_ddp.py')
@@ -158,8 +158,8 @@ def _measure(args, layouts, modes, variants):
                               extra_args, dict(os.environ), 'PyTorch DDP')
                 version[0] = got['torch']
                 runs.setdefault(name, []).append(statistics.median(got['seconds']))
-                print('round {} {}x{}:{} {:<11} {:.3f} s per iteration'.format(
-                    r + 1, ranks, threads, batch, name, runs[name][-1]), flush=True)
+                print(f'round {r + 1} {ranks}x{threads}:{batch} {name:<11} {runs[name][-1]:.3f} s '
+                      'per iteration', flush=True)
     return got_all
 
 
@@ -185,16 +185,16 @@ def _summary(args, layout, runs, parts, torch_version, variants):
         ratios['numpy_over_onednn'] = med['numpy'] / med['onednn']
     if 'onednn' in med:
         for label, _ in variants:
-            ratios['onednn_over_{}'.format(label)] = med['onednn'] / med[label]
+            ratios[f'onednn_over_{label}'] = med['onednn'] / med[label]
     if 'torch' in med:
         for m in parts:
-            ratios['{}_over_torch'.format(m)] = med[m] / med['torch']
+            ratios[f'{m}_over_torch'] = med[m] / med['torch']
     if 'onednn' in med and 'onednn-bf16' in med:
         ratios['onednn_over_onednn-bf16'] = med['onednn'] / med['onednn-bf16']
     if 'torch-bf16' in med:
         for m in parts:
-            ratios['{}_over_torch-bf16'.format(m)] = med[m] / med['torch-bf16']
-    print('; '.join('{} {:.2f}'.format(k, v) for k, v in ratios.items()))
+            ratios[f'{m}_over_torch-bf16'] = med[m] / med['torch-bf16']
+    print('; '.join(f'{k} {v:.2f}' for k, v in ratios.items()))
     return {'ranks': ranks, 'batch': batch, 'size': args.size, 'threads': threads,
             'iterations': args.iterations, 'rounds': args.rounds,
             'communicator': args.communicator, 'overlap': args.overlap,

@@ -46,7 +46,7 @@ class Net(MLP):
             self.payload = chainer.Link()
         with self.payload.init_scope():
             for i, (_, shape) in enumerate(payload):
-                setattr(self.payload, 'p{:03d}'.format(i),
+                setattr(self.payload, f'p{i:03d}',
                         chainer.Parameter(numpy.zeros(shape, numpy.float32)))
 
     def forward(self, x, t):

@@ -43,7 +43,7 @@ def format_table(runs):
         lines.append('| {} | {} | {} | {} | {} | {} | {} | {} | {} |'.format(
             r['label'], s['arch'],
             '{:.2f}'.format(s['iterations_per_second']) if s['iterations_per_second'] else '-',
-            *['{:.1f}'.format(m[p]) if m.get(p) is not None else '-'
+            *[f'{m[p]:.1f}' if m.get(p) is not None else '-'
               for p in PHASES + ('iteration',)],
             '{:.1%}'.format(r['data_share']) if r['data_share'] is not None else '-'))
     return '\n'.join(lines)

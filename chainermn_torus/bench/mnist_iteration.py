@@ -142,15 +142,14 @@ def main(argv=None):
     test = chainermn.scatter_dataset(test, comm, shuffle=True, seed=args.seed)
     runs = [Run(n, CONFIGS[n], train, args.batchsize, args.seed, args.unit) for n in names]
     if comm.rank == 0:
-        print('MNIST MLP {}-unit, batch {} per rank, {} ranks, {} epochs; {}'.format(
-            args.unit, args.batchsize, comm.size, args.epochs,
-            threads.describe_budget(budget)), flush=True)
+        print(f'MNIST MLP {args.unit}-unit, batch {args.batchsize} per rank, {comm.size} '
+              f'ranks, {args.epochs} epochs; {threads.describe_budget(budget)}', flush=True)
     t_start = time.perf_counter()
     for epoch in range(args.epochs):
         for run in runs:
             run.epoch()
         if comm.rank == 0:
-            print('epoch {} done ({:.0f} s)'.format(epoch + 1, time.perf_counter() - t_start),
+            print(f'epoch {epoch + 1} done ({time.perf_counter() - t_start:.0f} s)',
                   flush=True)
     for run in runs:
         run.finish()

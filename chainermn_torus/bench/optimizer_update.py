@@ -65,7 +65,7 @@ class _Holder(chainer.Link):
         rng = numpy.random.RandomState(seed)
         with self.init_scope():
             for i, shape in enumerate(shapes):
-                setattr(self, 'p{:04d}'.format(i),
+                setattr(self, f'p{i:04d}',
                         chainer.Parameter(rng.standard_normal(shape).astype(numpy.float32)))
 
 

@@ -103,7 +103,7 @@ def table(run):
                      .format(config, m['iteration'], m['data'], m['forward_backward'],
                              m['allreduce'], '{:.1f}'.format(m['allreduce_thread'])
                              if m['allreduce_thread'] else '-', m['update'],
-                             r['train_seconds'], '-' if acc is None else '{:.4f}'.format(acc)))
+                             r['train_seconds'], '-' if acc is None else f'{acc:.4f}'))
     return '\n'.join(lines)
 
 
@@ -122,7 +122,7 @@ def report(runs):
     for run in runs:
         out += ['## ' + describe(run), '', table(run), '']
         for k, v in ratios(run).items():
-            out.append('- {}: {}'.format(k, '{:.3f}'.format(v) if isinstance(v, float) else v))
+            out.append('- {}: {}'.format(k, f'{v:.3f}' if isinstance(v, float) else v))
         out.append('')
     return '\n'.join(out)
 
@@ -148,12 +148,11 @@ def plot(runs, directory):
         ax.set_xscale('log')
         ax.set_xlabel('link rate (Mbit/s, each way)')
         ax.set_ylabel('iteration (ms, median)')
-        ax.set_title('{}: {} nodes x {} ranks, emulated links'.format(
-            model, nodes, ranks // max(nodes, 1)))
+        ax.set_title(f'{model}: {nodes} nodes x {ranks // max(nodes, 1)} ranks, emulated links')
         ax.legend(fontsize=8)
         ax.grid(True, alpha=0.3)
-        path = os.path.join(directory, 'iteration-vs-rate-{}-{}x{}.png'.format(
-            model, nodes, ranks // max(nodes, 1)))
+        per_node = ranks // max(nodes, 1)
+        path = os.path.join(directory, f'iteration-vs-rate-{model}-{nodes}x{per_node}.png')
         fig.tight_layout()
         fig.savefig(path, dpi=110)
         plt.close(fig)
@@ -190,7 +189,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     runs = load(args.directory)
     if not runs:
-        parser.error('no benchmark JSON in {}'.format(args.directory))
+        parser.error(f'no benchmark JSON in {args.directory}')
     text = report(runs)
     with open(os.path.join(args.directory, 'report.md'), 'w') as f:
         f.write(text + '\n')

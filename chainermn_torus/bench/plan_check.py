@@ -49,7 +49,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     rows = compare(args.folder)
     if not rows:
-        p.error('no allreduce-<model>-<K>x<R>.json files in {}'.format(args.folder))
+        p.error(f'no allreduce-<model>-<K>x<R>.json files in {args.folder}')
     print('{:<9} {:>6} {:<18} {:>12} {:>13} {:>9}'.format(
         'model', 'KxR', 'row', 'measured ms', 'predicted ms', 'error'))
     for r in rows:
@@ -58,8 +58,8 @@ def main(argv=None):
             r['measured_ms'], r['predicted_ms'], 100 * r['rel_error']))
     errs = [r['rel_error'] for r in rows]
     within = sum(e <= 0.3 for e in errs)
-    print('relative error: median {:.0f}%, max {:.0f}%; {} of {} rows within 30%'.format(
-        100 * statistics.median(errs), 100 * max(errs), within, len(errs)))
+    print(f'relative error: median {100 * statistics.median(errs):.0f}%, '
+          f'max {100 * max(errs):.0f}%; {within} of {len(errs)} rows within 30%')
     ofp = ofp_tamura_hanawa()
     print('\nOakforest-PACS preset, 256 nodes x 1 rank, ResNet-50 (Tamura & Hanawa found RSAP '
           '(2, 128) fastest, larger M slower):')

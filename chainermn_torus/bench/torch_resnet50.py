@@ -60,7 +60,7 @@ def main():
     x = torch.from_numpy(rng.uniform(-1, 1, (batch, 3, size, size)).astype(numpy.float32))
     t = torch.from_numpy(rng.randint(0, 1000, batch).astype(numpy.int64))
     loss_fn = nn.CrossEntropyLoss()
-    print('ready torch {} {} threads'.format(torch.__version__, torch.get_num_threads()),
+    print(f'ready torch {torch.__version__} {torch.get_num_threads()} threads',
           flush=True)
     for line in sys.stdin:
         words = line.split()

@@ -69,4 +69,4 @@ def __getattr__(attr):  # PEP 562: classes resolve on first access
     for reg in variants.COMMUNICATORS.values():
         if reg.cls == attr and reg.module.startswith(_HERE):
             return reg.load()
-    raise AttributeError('module {!r} has no attribute {!r}'.format(__name__, attr))
+    raise AttributeError(f'module {__name__!r} has no attribute {attr!r}')

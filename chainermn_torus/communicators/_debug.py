@@ -46,4 +46,4 @@ def _array_at(layout, offset):
     i = int(numpy.searchsorted(layout.offsets, offset, side='right')) - 1
     if 0 <= i < len(layout.entries):
         return layout.entries[i][0]
-    return 'element {}'.format(offset)
+    return f'element {offset}'

@@ -70,5 +70,5 @@ def checked(value):
     if dtype is None or dtype.type not in (numpy.float16, numpy.float32, numpy.float64):
         raise ConfigError('chainermn_torus: allreduce_grad_dtype must be None, numpy.float16, '
                           '\'bfloat16\' (or ml_dtypes.bfloat16), numpy.float32 or '
-                          'numpy.float64, got {!r}'.format(value))
+                          f'numpy.float64, got {value!r}')
     return dtype

@@ -23,7 +23,7 @@ GRID_ENV = settings_table.SETTINGS['grid'].env
 
 
 def _factor_pairs(p):
-    return ['({}, {})'.format(m, p // m) for m in range(1, p + 1) if p % m == 0]
+    return [f'({m}, {p // m})' for m in range(1, p + 1) if p % m == 0]
 
 
 def parse_grid(value, size, source='grid'):
@@ -31,8 +31,9 @@ def parse_grid(value, size, source='grid'):
     if isinstance(value, str):
         match = re.fullmatch(r'\s*(\d+)\s*[xX,*]\s*(\d+)\s*', value)
         if not match:
-            raise ConfigError('chainermn_torus: {} must look like "MxN" (for example "2x4"), '
-                              'got {!r}'.format(source, value))
+            raise ConfigError(f'chainermn_torus: {source} must look like "MxN" (for example '
+                              '"2x4"), '
+                              f'got {value!r}')
         value = (int(match.group(1)), int(match.group(2)))
     try:
         m, n = value
@@ -40,8 +41,9 @@ def parse_grid(value, size, source='grid'):
             raise TypeError
         m, n = int(m), int(n)
     except (TypeError, ValueError):
-        raise ConfigError('chainermn_torus: {} must be two positive integers (M, N), got {!r}'
-                          .format(source, value))
+        raise ConfigError(f'chainermn_torus: {source} must be two positive integers (M, N), '
+                          f'got {value!r}'
+                          )
     if m < 1 or n < 1 or m * n != size:
         raise ConfigError(
             'chainermn_torus: {} (M, N) = ({}, {}) does not fit P = {} ranks: M x N must equal '
@@ -62,7 +64,7 @@ def default_grid(size, intra_size, inter_size, node_uniform=True, env=None):
     """Default (M, N) and a short reason, following the rules in the module docstring;
     ``env``: the settings' grid (``CHAINERMN_TORUS_GRID``), handed down."""
     if env:
-        return parse_grid(env, size, source='{}={!r}'.format(GRID_ENV, env)), 'from ' + GRID_ENV
+        return parse_grid(env, size, source=f'{GRID_ENV}={env!r}'), 'from ' + GRID_ENV
     if intra_size > 1 and node_uniform and intra_size * inter_size == size:
         return (intra_size, inter_size), 'M = ranks per node'
     m = _smallest_prime_factor(size) if size > 1 else 1
@@ -101,7 +103,7 @@ class Grid:
         self.row_comm = self.col_comm = None
 
     def __repr__(self):
-        return 'Grid(M={}, N={}, row={}, pos={})'.format(self.M, self.N, self.row, self.pos)
+        return f'Grid(M={self.M}, N={self.N}, row={self.row}, pos={self.pos})'
 
 
 def make_grid(comm, grid, settings_grid):

@@ -117,19 +117,19 @@ class Layout:
         """A sentence naming the first entry where two layouts differ."""
         for i, (a, b) in enumerate(zip(self.entries, other.entries)):
             if a != b:
-                return 'array #{}: {} vs {}'.format(i, _entry_str(a), _entry_str(b))
+                return f'array #{i}: {_entry_str(a)} vs {_entry_str(b)}'
         if len(self.entries) != len(other.entries):
             longer = self.entries if len(self.entries) > len(other.entries) else other.entries
             extra = longer[min(len(self.entries), len(other.entries)):]
             return '{} arrays vs {} arrays; only one side has {}{}'.format(
                 len(self.entries), len(other.entries), _entry_str(extra[0]),
-                ' and {} more'.format(len(extra) - 1) if len(extra) > 1 else '')
-        return 'transfer dtype {} vs {}'.format(self.dtype, other.dtype)
+                f' and {len(extra) - 1} more' if len(extra) > 1 else '')
+        return f'transfer dtype {self.dtype} vs {other.dtype}'
 
 
 def _entry_str(entry):
     name, shape, dtype = entry
-    return '{} shape={} dtype={}'.format(name, shape, numpy.dtype(dtype).name)
+    return f'{name} shape={shape} dtype={numpy.dtype(dtype).name}'
 
 
 def check_same_layout(mpi_comm, layout, what='gradients', allreduce=None):

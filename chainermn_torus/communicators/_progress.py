@@ -22,7 +22,7 @@ class Progress:
     def __init__(self, interval=None):
         if interval is not None and not interval > 0:
             raise ConfigError('chainermn_torus: the polling interval must be > 0 seconds (or '
-                              'None for blocking calls), got {!r}'.format(interval))
+                              f'None for blocking calls), got {interval!r}')
         self.interval = interval
 
     @property

@@ -43,16 +43,16 @@ def resolve_shm(shm, grid, mpi_comm, intra_size, wanted_by_default=True):
     the default off. Collective over ``mpi_comm`` where it has to look."""
     if shm not in _SHM_CHOICES:
         raise ConfigError('chainermn_torus: shm must be None (on where the grid rows lie '
-                          'inside nodes), True or False, got {!r}'.format(shm))
+                          f'inside nodes), True or False, got {shm!r}')
     if shm is False or grid.M == 1 or (shm is None and not wanted_by_default):
         return False
     inside = rows_within_nodes(grid.row_comm, mpi_comm)
     if shm and not inside:
         raise ConfigError(
             'chainermn_torus: shm=True needs every grid row inside one node, but grid '
-            '(M, N) = {} puts ranks of different nodes in one row ({} ranks per node on '
-            'this rank\'s node); use M = ranks per node or shm=False'.format(
-                grid.shape, intra_size))
+            f'(M, N) = {grid.shape} puts ranks of different nodes in one row ({intra_size} ranks '
+            'per node on '
+            'this rank\'s node); use M = ranks per node or shm=False')
     return inside
 
 

@@ -32,8 +32,8 @@ def check_node_room(comm, nbytes, what):
     finally:
         node.Free()
     needed = devshm.pages(nbytes) * local + devshm.MPI_MARGIN
-    what = '{} ({} rank(s) on this node x {}, in whole pages, + {} for MPI)'.format(
-        what, local, report.format_bytes(nbytes), report.format_bytes(devshm.MPI_MARGIN))
+    what = (f'{what} ({local} rank(s) on this node x {report.format_bytes(nbytes)}, in whole '
+            f'pages, + {report.format_bytes(devshm.MPI_MARGIN)} for MPI)')
     devshm.check_room(needed, what, comm=comm)
     return what, needed
 

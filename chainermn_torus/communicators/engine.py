@@ -269,8 +269,9 @@ class TorusEngine:
         layout = self._layout_of(named)
         buf = self._buffer_for(layout, slot=0)
         if int(bounds[-1]) != layout.size:
-            raise ValueError('chainermn_torus: bucket bounds end at {}, the gradients have {} '
-                             'elements'.format(bounds[-1], layout.size))
+            raise ValueError(f'chainermn_torus: bucket bounds end at {bounds[-1]}, the gradients '
+                             f'have {layout.size} '
+                             'elements')
         scale = prescale(self.size) if buf.prescaled else None
         timeline = STATE.timeline
         waited = pack = 0.0

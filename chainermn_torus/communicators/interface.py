@@ -90,8 +90,9 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
 
     def _engine(self) -> TorusEngine:
         if self.engine is None:
-            raise RuntimeError('chainermn_torus: {} made no engine: a class of ours without '
-                               'one overrides the calls it answers'.format(type(self).__name__))
+            raise RuntimeError(f'chainermn_torus: {type(self).__name__} made no engine: a class of '
+                               'ours without '
+                               'one overrides the calls it answers')
         return self.engine
 
     @property
@@ -139,10 +140,10 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
 
     def describe(self) -> str:
         """One line: the algorithm, its shape and options, for the launcher's report."""
-        grid = '' if self.grid is None else ', grid (M, N) = {} [{}]'.format(
-            self.grid.shape, self.grid_reason)
-        dtype = '' if self.allreduce_grad_dtype is None else ', gradients sent as {}'.format(
-            self.allreduce_grad_dtype.name)
+        grid = '' if self.grid is None else (f', grid (M, N) = {self.grid.shape} '
+                                             f'[{self.grid_reason}]')
+        sent = self.allreduce_grad_dtype
+        dtype = '' if sent is None else f', gradients sent as {sent.name}'
         return '{} on P = {}{}, segment {} bytes{}{}'.format(
             self.name, self.size, grid, self.segment_bytes or 'whole buffer', dtype,
             self._describe_variant())

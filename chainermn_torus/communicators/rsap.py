@@ -62,16 +62,18 @@ class RsapCommunicator(interface.Communicator):
         if shm and explicit:
             raise ConfigError(
                 'chainermn_torus: rsap shm=True has no put or reduce-scatter messages, so '
-                'sync={!r} / reduce_scatter={!r} do not apply; leave them out or set '
-                'shm=False'.format(sync, reduce_scatter))
+                f'sync={sync!r} / reduce_scatter={reduce_scatter!r} do not apply; leave them out '
+                'or set '
+                'shm=False')
         self.shm = resolve_shm(shm, made, self.mpi_comm, self.intra_size,
                                wanted_by_default=not explicit)
         self.variant = 'shm' if self.shm else 'rsap'  # as algorithms.variants names it
         if self.reduce_scatter_mode in NEEDS_MPI_SUM \
                 and _dtypes.is_half(self.allreduce_grad_dtype):
             raise ConfigError('chainermn_torus: rsap reduce_scatter=\'accumulate\' needs an MPI '
-                              'sum, which {} has not; use allreduce_grad_dtype float32 or '
-                              .format(self.allreduce_grad_dtype.name) +
+                              f'sum, which {self.allreduce_grad_dtype.name} has not; use '
+                              'allreduce_grad_dtype float32 or '
+                               +
                               'reduce_scatter=\'collective\'')
         self._options.update(grid=grid, shm=shm, sync=sync, reduce_scatter=reduce_scatter)
         self._rounds = put_rounds(made.M)
@@ -94,5 +96,5 @@ class RsapCommunicator(interface.Communicator):
     def _describe_variant(self) -> str:
         if self.shm:
             return ', row phases in node shared memory (variant shm)'
-        return ', puts synchronised by {}, reduce-scatter by {}'.format(
-            SYNCS[self.sync].describe, _SAID[self.reduce_scatter_mode])
+        return (f', puts synchronised by {SYNCS[self.sync].describe}, reduce-scatter '
+                f'by {_SAID[self.reduce_scatter_mode]}')

@@ -50,8 +50,8 @@ def use(mode='auto', source='compute', rank=None, precision=None,
         precision, precision_source = 'fp32', 'precision (default)'
     precision = settings_table.parse('precision', precision, precision_source)
     if precision == 'bf16' and mode == 'auto' and not binding.available():
-        raise Unsupported('chainermn_torus: {}=bf16 needs oneDNN, and {}'.format(
-            precision_source, binding.why_unavailable()))
+        raise Unsupported(f'chainermn_torus: {precision_source}=bf16 needs oneDNN, '
+                          f'and {binding.why_unavailable()}')
     low.check(precision, mode, precision_source)
     if cache_bound is not None:
         geometries.set_bound(cache_bound)
@@ -60,19 +60,19 @@ def use(mode='auto', source='compute', rank=None, precision=None,
     if mode == 'numpy' or (mode == 'auto' and not binding.available()):
         replacements.disable()
         chosen = 'numpy'
-        why = ('{}={}'.format(source, mode) if mode == 'numpy' else
+        why = (f'{source}={mode}' if mode == 'numpy' else
                'auto, and ' + binding.why_unavailable())
-        text = 'compute: Chainer\'s numpy ({})'.format(why)
+        text = f'compute: Chainer\'s numpy ({why})'
     else:
         # Raises, naming the fix, where oneDNN does not load. Its OpenMP runtime is then
         # loaded: the thread budget, applied after (process_setup), counts it.
         replacements.enable()
         chosen = 'onednn'
         major, minor, patch, path = binding.version()
-        text = 'compute: oneDNN {}.{}.{} ({}) for {}; the other layers on Chainer\'s ' \
-            'numpy'.format(major, minor, patch, path, replacements.REPLACED)
+        text = (f'compute: oneDNN {major}.{minor}.{patch} ({path}) for '
+                f'{replacements.REPLACED}; the other layers on Chainer\'s numpy')
         if precision == 'bf16':
-            text += '; bfloat16 ({}): {}'.format(low.cpu_bf16()[1], replacements.LOW_PRECISION)
+            text += f'; bfloat16 ({low.cpu_bf16()[1]}): {replacements.LOW_PRECISION}'
     modes.set_applied(chosen)
     if before != (chosen, precision):  # said once per change
         report.say(text, rank)

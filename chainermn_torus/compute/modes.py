@@ -91,7 +91,7 @@ def standard(fn, inputs):
 
 
 def not_taken(why):
-    report.say('compute: oneDNN not used for {}: Chainer\'s numpy instead'.format(why),
+    report.say(f'compute: oneDNN not used for {why}: Chainer\'s numpy instead',
                key='onednn-not-taken ' + why)
     return False
 

@@ -51,11 +51,10 @@ def check(precision, mode, source, path='/proc/cpuinfo'):
     if precision != 'bf16':
         return
     if mode == 'numpy':
-        raise ConfigError('chainermn_torus: {}=bf16 needs oneDNN, and compute is numpy '
+        raise ConfigError(f'chainermn_torus: {source}=bf16 needs oneDNN, and compute is numpy '
                           '(Chainer\'s own layers compute in float32); use compute onednn '
-                          'or auto, or precision fp32'.format(source))
+                          'or auto, or precision fp32')
     ok, what = cpu_bf16(path)
     if not ok:
-        raise Unsupported('chainermn_torus: {}=bf16 refused: {}; oneDNN would emulate '
-                          'bfloat16, slower than float32: use precision fp32'.format(
-                              source, what))
+        raise Unsupported(f'chainermn_torus: {source}=bf16 refused: {what}; oneDNN would emulate '
+                          'bfloat16, slower than float32: use precision fp32')

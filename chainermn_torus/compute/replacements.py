@@ -35,7 +35,7 @@ REPLACEMENTS = tuple(row for module in _FUNCTIONS for row in module.ROWS)
 LOW_PRECISION = ('convolution_2d, deconvolution_2d and linear read bfloat16, sum in float32; '
                  'parameters, gradients and the update stay float32')
 _REPLACEMENTS = [patch for row in REPLACEMENTS for patch in row.patches]
-REPLACED = ', '.join('{} ({})'.format(row.function, row.said) for row in REPLACEMENTS)
+REPLACED = ', '.join(f'{row.function} ({row.said})' for row in REPLACEMENTS)
 # Every class patched: its backward runs in the mode its forward ran in
 # (``modes.in_mode_of_forward``): the functions it applies read what that forward left.
 _BACKWARDS = sorted({cls for cls, _, _ in _REPLACEMENTS}, key=lambda c: c.__name__)
@@ -48,10 +48,10 @@ def table():
     rows = ["| Chainer function | Chainer's classes | computed by | on oneDNN / numba | "
             'left to Chainer, and why |', '|---|---|---|---|---|']
     for r in REPLACEMENTS:
-        classes = ', '.join(dict.fromkeys('`{}`'.format(cls.__name__)
+        classes = ', '.join(dict.fromkeys(f'`{cls.__name__}`'
                                           for cls, _, _ in r.patches))
-        name = '`{}`'.format(r.function) if r.function.isidentifier() else r.function
-        rows.append('| {} | {} | {} | {} | {} |'.format(name, classes, r.by, r.takes, r.left))
+        name = f'`{r.function}`' if r.function.isidentifier() else r.function
+        rows.append(f'| {name} | {classes} | {r.by} | {r.takes} | {r.left} |')
     return '\n'.join(rows)
 
 
@@ -62,7 +62,7 @@ def enable():
     if not patches.applied('compute'):
         for cls, name, make in _REPLACEMENTS:
             patches.apply(cls, name, make(cls.__dict__[name]), 'compute',
-                          'Chainer\'s {} on oneDNN'.format(cls.__name__))
+                          f'Chainer\'s {cls.__name__} on oneDNN')
         for cls in _BACKWARDS:
             backward = modes.in_mode_of_forward(getattr(cls, 'backward'))
             if cls in _SHARE_COPIES:

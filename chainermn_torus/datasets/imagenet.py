@@ -53,15 +53,17 @@ def read_list(path, root='.', check_exists=True):
                 raise DataError('{}: line {}: label {!r} is not an integer (line: {!r})'.format(
                     path, lineno, label_text, line.rstrip('\n'))) from None
             if label < 0:
-                raise DataError('{}: line {}: label {} is negative; labels are class indices '
-                                '0, 1, 2, ...'.format(path, lineno, label))
+                raise DataError(f'{path}: line {lineno}: label {label} is negative; labels are '
+                                'class indices '
+                                '0, 1, 2, ...')
             full = os.path.abspath(os.path.join(root, relative))
             if check_exists and not os.path.isfile(full):
-                raise DataError('{}: line {}: image file {} does not exist ({!r} relative to '
-                                'root {!r})'.format(path, lineno, full, relative, root))
+                raise DataError(f'{path}: line {lineno}: image file {full} does not exist '
+                                f'({relative!r} relative to '
+                                f'root {root!r})')
             pairs.append((full, label))
     if not pairs:
-        raise DataError('{}: the list file names no images'.format(path))
+        raise DataError(f'{path}: the list file names no images')
     return pairs
 
 
@@ -121,16 +123,16 @@ def load_rgb(base, index, path, max_pixels=None):
         if image.shape[0] != 3:
             image = _read_rgb_with_pil(path)
     except FileNotFoundError:
-        raise DataError('image file {} does not exist (example {})'.format(path, index)) \
+        raise DataError(f'image file {path} does not exist (example {index})') \
             from None
     except (PermissionError, IsADirectoryError, NotADirectoryError) as e:
         # Not a decoding problem: the file is there and cannot be opened (it was reported
         # as "cannot decode").
-        raise UndecodableImageError('cannot read image {} ({}; example {}); {}'.format(
-            path, e.strerror or type(e).__name__, index, SKIP_HINT)) from None
+        raise UndecodableImageError(f'cannot read image {path} ({e.strerror or type(e).__name__}; '
+                                    f'example {index}); {SKIP_HINT}') from None
     except _pil_errors() as e:
-        raise UndecodableImageError('cannot decode image {} ({}: {}; example {}); {}'.format(
-            path, type(e).__name__, e, index, SKIP_HINT)) from None
+        raise UndecodableImageError(f'cannot decode image {path} ({type(e).__name__}: {e}; '
+                                    f'example {index}); {SKIP_HINT}') from None
     return image, label, path
 
 
@@ -172,17 +174,16 @@ class PreprocessedDataset(chainer.dataset.DatasetMixin):
             pairs = read_list(pairs, root)
         crop_size = int(crop_size)
         if crop_size < 1:
-            raise ConfigError('crop_size must be a positive number of pixels, got {}'.format(
-                crop_size))
+            raise ConfigError(f'crop_size must be a positive number of pixels, got {crop_size}')
         if mean is not None:
             mean = numpy.asarray(mean, dtype=numpy.float32)
             if mean.ndim != 3 or mean.shape[0] != 3:
                 raise ConfigError('mean must be a (3, height, width) CHW image, got shape '
-                                  '{}'.format(mean.shape))
+                                  f'{mean.shape}')
             if min(mean.shape[1:]) < crop_size:
-                raise ConfigError('crop_size {} is larger than the mean image ({}x{}): images '
-                                  'of that size cannot be cropped to {}'.format(
-                                     crop_size, mean.shape[1], mean.shape[2], crop_size))
+                raise ConfigError(f'crop_size {crop_size} is larger than the mean image '
+                                  f'({mean.shape[1]}x{mean.shape[2]}): images '
+                                  f'of that size cannot be cropped to {crop_size}')
         self.base = chainer.datasets.LabeledImageDataset(pairs, root)
         self._paths = [os.path.join(root, p) for p, _ in pairs]
         self.mean = mean
@@ -218,22 +219,21 @@ class PreprocessedDataset(chainer.dataset.DatasetMixin):
                     raise
                 self.skipped += 1
                 # A message, not a warning: a user who silences warnings still hears of it.
-                report.say('{}; skipped (skip_corrupt=True), using the next image'.format(e),
+                report.say(f'{e}; skipped (skip_corrupt=True), using the next image',
                            rank=0, stream=sys.stderr)
                 continue
             return self._crop(image, path, j), numpy.int32(label)
-        raise DataError('none of the {} images of the dataset can be decoded'.format(n))
+        raise DataError(f'none of the {n} images of the dataset can be decoded')
 
     def _crop(self, image, path, index):
         _, h, w = image.shape
         size = self.crop_size
         if h < size or w < size:
-            raise DataError('image {} is {}x{}, smaller than crop_size {}'.format(
-                path, h, w, size))
+            raise DataError(f'image {path} is {h}x{w}, smaller than crop_size {size}')
         if self.mean is not None and image.shape != self.mean.shape:
-            raise DataError('image {} has shape {} but the mean image has shape {}: images '
-                            'must be resized to the size the mean was computed at'.format(
-                                 path, image.shape, self.mean.shape))
+            raise DataError(f'image {path} has shape {image.shape} but the mean image has '
+                            f'shape {self.mean.shape}: images '
+                            'must be resized to the size the mean was computed at')
         if self.random:
             rng = draws.random_state(self.seed, index, self._draws)
             top = rng.randint(0, h - size + 1)
@@ -274,7 +274,7 @@ def compute_mean(source, root='.', report=None):
     else:
         def get(i):
             item = source[i]
-            return (item[0] if isinstance(item, tuple) else item), 'example {}'.format(i)
+            return (item[0] if isinstance(item, tuple) else item), f'example {i}'
         n = len(source)
     if n == 0:
         raise DataError('cannot compute the mean of an empty dataset')
@@ -285,9 +285,9 @@ def compute_mean(source, root='.', report=None):
         if total is None:
             total, first = numpy.zeros_like(image), where
         elif image.shape != total.shape:
-            raise DataError('{} has shape {} but {} has shape {}: the mean needs images of '
-                            'one size (resize them first)'.format(where, image.shape, first,
-                                                                   total.shape))
+            raise DataError(f'{where} has shape {image.shape} but {first} has shape {total.shape}: '
+                            'the mean needs images of '
+                            'one size (resize them first)')
         total += image
         if report is not None and ((i + 1) % 1000 == 0 or i + 1 == n):
             report(i + 1, n)

@@ -35,22 +35,24 @@ def read_idx(path):
         raise DataError('{}: truncated or corrupt gzip file ({}: {}); download or install it '
                         'again'.format(path, type(e).__name__, e or 'ends early')) from None
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _DTYPES:
-        raise DataError('{}: not an IDX file (bad magic number {!r})'.format(path, data[:4]))
+        raise DataError(f'{path}: not an IDX file (bad magic number {data[:4]!r})')
     ndim = data[3]
     header = 4 + 4 * ndim
     if len(data) < header:
-        raise DataError('{}: truncated IDX header: {} dimension(s) need {} bytes of header, '
-                        'the file has {} bytes'.format(path, ndim, header, len(data)))
+        raise DataError(f'{path}: truncated IDX header: {ndim} dimension(s) need {header} bytes of '
+                        'header, '
+                        f'the file has {len(data)} bytes')
     dims = numpy.frombuffer(data, '>u4', ndim, 4).astype(numpy.int64)
     dtype = numpy.dtype(_DTYPES[data[2]])
     values = int(numpy.prod(dims))
     # Checked before numpy reads it: its own errors ("buffer size must be a multiple of
     # element size") name neither the file nor the shape.
     if len(data) - header != values * dtype.itemsize:
-        raise DataError('{}: header says shape {} ({} values of {} byte(s): {} bytes) but '
-                        'the file holds {} bytes after the header (truncated or not this '
-                        'format)'.format(path, tuple(dims), values, dtype.itemsize,
-                                         values * dtype.itemsize, len(data) - header))
+        raise DataError(f'{path}: header says shape {tuple(dims)} ({values} values '
+                        f'of {dtype.itemsize} byte(s): {values * dtype.itemsize} bytes) but '
+                        f'the file holds {len(data) - header} bytes after the header (truncated or '
+                        'not this '
+                        'format)')
     return numpy.frombuffer(data, dtype, offset=header).reshape(tuple(dims))
 
 
@@ -60,11 +62,12 @@ def _find(data_dir, stem):
         if os.path.exists(path):
             return path
     raise MissingData(
-        'MNIST-format data not found: neither {0}/{1} nor {0}/{1}.gz exists. Install it with '
-        '`apt-get install dataset-fashion-mnist` (files land in {2}) or pass --data-dir '
+        f'MNIST-format data not found: neither {data_dir}/{stem} nor {data_dir}/{stem}.gz exists. '
+        'Install it with '
+        f'`apt-get install dataset-fashion-mnist` (files land in {DEFAULT_MNIST_DIR}) or pass '
+        '--data-dir '
         'pointing at a directory with train-images-idx3-ubyte, train-labels-idx1-ubyte, '
-        't10k-images-idx3-ubyte and t10k-labels-idx1-ubyte.'.format(
-            data_dir, stem, DEFAULT_MNIST_DIR))
+        't10k-images-idx3-ubyte and t10k-labels-idx1-ubyte.')
 
 
 def load_mnist_idx(data_dir=DEFAULT_MNIST_DIR, ndim=1, scale=1.0, n_classes=None, limit=None):
@@ -77,12 +80,13 @@ def load_mnist_idx(data_dir=DEFAULT_MNIST_DIR, ndim=1, scale=1.0, n_classes=None
     188 MB, whose first touch costs a fresh process about 0.3 s)."""
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValueError('limit must be an integer >= 1 (or None: every example), got '
-                         '{!r}'.format(limit))
+                         f'{limit!r}')
     if not os.path.isdir(data_dir):
         raise MissingData(
-            'MNIST data directory {!r} does not exist. Install the Debian package '
-            'dataset-fashion-mnist (`apt-get install dataset-fashion-mnist`, data in {}) or '
-            'pass --data-dir DIR with MNIST-format IDX files.'.format(data_dir, DEFAULT_MNIST_DIR))
+            f'MNIST data directory {data_dir!r} does not exist. Install the Debian package '
+            'dataset-fashion-mnist (`apt-get install dataset-fashion-mnist`, data '
+            f'in {DEFAULT_MNIST_DIR}) or '
+            'pass --data-dir DIR with MNIST-format IDX files.')
 
     def load(prefix):
         image_file = _find(data_dir, prefix + '-images-idx3-ubyte')
@@ -91,28 +95,30 @@ def load_mnist_idx(data_dir=DEFAULT_MNIST_DIR, ndim=1, scale=1.0, n_classes=None
         if images.dtype != numpy.uint8:
             # Pixels are scaled by 1/255 as unsigned bytes; signed or wider values would be
             # read without error and train to chance (seen with an int8 file).
-            raise DataError('{}: MNIST images must be unsigned bytes (IDX type 0x08, pixel '
-                            'values 0..255); the file holds IDX type 0x{:02X} ({})'.format(
-                                 image_file, _CODES[images.dtype.str], images.dtype.name))
+            raise DataError(f'{image_file}: MNIST images must be unsigned bytes (IDX type 0x08, '
+                            'pixel '
+                            'values 0..255); the file holds IDX type '
+                            f'0x{_CODES[images.dtype.str]:02X} ({images.dtype.name})')
         if labels.dtype.kind not in 'iu':
-            raise DataError('{}: labels must be integers (IDX type 0x08, 0x09, 0x0B or 0x0C); '
-                            'the file holds IDX type 0x{:02X} ({})'.format(
-                                 label_file, _CODES[labels.dtype.str], labels.dtype.name))
+            raise DataError(f'{label_file}: labels must be integers (IDX type 0x08, 0x09, 0x0B or '
+                            '0x0C); '
+                            f'the file holds IDX type 0x{_CODES[labels.dtype.str]:02X} '
+                            f'({labels.dtype.name})')
         if images.ndim != 3 or len(images) == 0:
-            raise DataError('{}: images must be a non-empty 3-D array (count, rows, columns), '
-                            'the file holds shape {}'.format(image_file, images.shape))
+            raise DataError(f'{image_file}: images must be a non-empty 3-D array (count, rows, '
+                            'columns), '
+                            f'the file holds shape {images.shape}')
         if labels.ndim != 1:
-            raise DataError('{}: labels must be a 1-D array, the file holds shape {}'.format(
-                label_file, labels.shape))
+            raise DataError(f'{label_file}: labels must be a 1-D array, the file holds '
+                            f'shape {labels.shape}')
         if len(images) != len(labels):
-            raise DataError('{}: {} images but {} labels'.format(data_dir, len(images),
-                                                                  len(labels)))
+            raise DataError(f'{data_dir}: {len(images)} images but {len(labels)} labels')
         if n_classes is not None:
             bad = numpy.flatnonzero((labels < 0) | (labels >= n_classes))
             if bad.size:
-                raise DataError('{}: label {} at index {} is outside 0..{} ({} such '
-                                'label(s))'.format(label_file, int(labels[bad[0]]),
-                                                    int(bad[0]), n_classes - 1, bad.size))
+                raise DataError(f'{label_file}: label {int(labels[bad[0]])} at index {int(bad[0])} '
+                                f'is outside 0..{n_classes - 1} ({bad.size} such '
+                                'label(s))')
         images, labels = images[:limit], labels[:limit]
         x = images.astype(numpy.float32) * (scale / 255.0)
         if ndim == 1:

@@ -15,4 +15,4 @@ def batch_too_large(total, batch, ranks, what='training images', option='--batch
         return None
     return '{} {} is more than the {} {} each of the {} rank(s) gets ({} in all{}): at most ' \
         '{}'.format(option, batch, shard, what, ranks, total,
-                    ', --limit {}'.format(limit) if limit else '', shard)
+                    f', --limit {limit}' if limit else '', shard)

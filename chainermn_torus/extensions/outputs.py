@@ -58,8 +58,8 @@ def refuse_foreign(place, names):
             continue
         if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and st.st_nlink == 1:
             continue
-        raise held.write_refusal(os.path.join(place.path, name), '{} is already there'.format(
-            shared_paths.what_is_there(st)))
+        raise held.write_refusal(os.path.join(place.path, name),
+                                 f'{shared_paths.what_is_there(st)} is already there')
 
 
 def hold_everywhere(comm, directory, names=(), trusted=False):
@@ -70,10 +70,10 @@ def hold_everywhere(comm, directory, names=(), trusted=False):
     try:
         place = hold(directory, trusted)
         refuse_foreign(place, names)
-        place.probe('.write-test.rank{}.'.format(comm.rank))
+        place.probe(f'.write-test.rank{comm.rank}.')
     except OSError as e:  # UnsafePath is one too
         problem = (isinstance(e, UnsafePath), str(e).replace('chainermn_torus: ', '', 1)
-                   if isinstance(e, UnsafePath) else '{}: {}'.format(type(e).__name__, e))
+                   if isinstance(e, UnsafePath) else f'{type(e).__name__}: {e}')
     bad = agree.problems(comm.mpi_comm, problem)
     if not bad:
         return place
@@ -81,10 +81,11 @@ def hold_everywhere(comm, directory, names=(), trusted=False):
         place.close()
     (_, (unsafe, text)), ranks = bad[0], agree.ranks_text(bad)
     if unsafe:
-        raise UnsafePath('chainermn_torus: {} (rank(s) {})'.format(text, ranks))
-    raise OSError('chainermn_torus: cannot write results to {!r} on rank(s) {}: {}. Choose a '
+        raise UnsafePath(f'chainermn_torus: {text} (rank(s) {ranks})')
+    raise OSError(f'chainermn_torus: cannot write results to {directory!r} on '
+                  f'rank(s) {ranks}: {text}. Choose a '
                   'directory every rank can write (a shared file system, or a local disk per '
-                  'node).'.format(directory, ranks, text))
+                  'node).')
 
 
 def write(place, name, writer, mode='wb'):

@@ -54,7 +54,7 @@ def check_replicas(communicator, model, iteration=None):
         'needs the same bits everywhere: look for a rank that skipped an update, a '
         'non-deterministic reduction, or a hardware fault on the ranks outside rank 0\'s '
         'group.'.format(
-            '' if iteration is None else ' after iteration {}'.format(iteration),
+            '' if iteration is None else f' after iteration {iteration}',
             len(groups), '; '.join('ranks {}'.format(', '.join(map(str, r)))
                                    for r in groups.values()),
             first or 'the number of arrays'))

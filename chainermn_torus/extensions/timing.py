@@ -30,7 +30,7 @@ def time_calls(owner, name, stats, key, count_key=None):
     patch of the group ``timing`` (``runtime.chainer_glue.patches``): ``untime(owner)``
     undoes it."""
     patches.apply(owner, name, timed(getattr(owner, name), stats, key, count_key), 'timing',
-                  'the time spent in {} is reported'.format(name))
+                  f'the time spent in {name} is reported')
     return stats
 
 

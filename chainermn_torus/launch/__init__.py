@@ -196,10 +196,10 @@ class Launch:
         for key in ('memory_snapshots', 'checkpoint_dir'):
             if self.get(key) and not self.trainer_runs:
                 option = settings_table.option_of(key)
-                self.stop('{} {}: this script trains without a chainer.training Trainer (a '
+                self.stop(f'{option} {self.get(key)}: this script trains without a '
+                          'chainer.training Trainer (a '
                           'custom loop called update() itself), so there is no trainer to '
-                          'keep; remove {}, or train with a Trainer'.format(
-                              option, self.get(key), option))
+                          f'keep; remove {option}, or train with a Trainer')
         if self.get('loader') is not None and not self.updaters:
             self.stop('--loader {}: this script trains without a chainer.training updater (a '
                       'custom loop called update() itself), so there is no training iterator '

@@ -72,8 +72,9 @@ def _evaluate_in_parallel(evaluator, comm):
     its = chainer_private.iterators(evaluator)
     for name, it in list(its.items()):
         its[name] = rebuild(it, shard(it.dataset, comm, shuffle=False), it.batch_size)
-    say('--data-parallel: {} -> each rank evaluates its shard, the results averaged '
-        '(chainermn.create_multi_node_evaluator)'.format(type(evaluator).__name__), comm.rank)
+    say(f'--data-parallel: {type(evaluator).__name__} -> each rank evaluates its shard, the '
+        'results averaged '
+        '(chainermn.create_multi_node_evaluator)', comm.rank)
     return chainermn.create_multi_node_evaluator(evaluator, comm)
 
 
@@ -108,7 +109,7 @@ class AutoloadEverywhere:
             except CheckpointError as e:  # an object array: never unpickled
                 report.stop(str(e), self.comm.rank)
         if found is not None:
-            say('--data-parallel: every rank resumes from {} (snapshot autoload)'.format(found),
+            say(f'--data-parallel: every rank resumes from {found} (snapshot autoload)',
                 self.comm.rank)
 
     def __call__(self, trainer):

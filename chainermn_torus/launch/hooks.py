@@ -72,10 +72,11 @@ def patch_plain_update(launch):
 
     def update(opt, lossfun=None, *args, **kwds):
         if not launch.updaters:
-            launch.stop('--data-parallel: the script updates {} itself (a custom training '
+            launch.stop(f'--data-parallel: the script updates {type(opt).__name__} itself (a '
+                        'custom training '
                         'loop, no Trainer and StandardUpdater), which the launcher cannot '
                         'parallelise safely; use a Trainer, or ChainerMN calls in the '
-                        'script'.format(type(opt).__name__))
+                        'script')
         patches.undo(patch)  # checked once: no cost per step afterwards
         return original(opt, lossfun, *args, **kwds)
 
@@ -91,8 +92,8 @@ def patch_save(launch):
         rank = launch.comm().rank  # every rank saves at the same point of the script
         if not said:
             said.append(file)
-            say('--data-parallel: chainer.serializers.save_npz({!r}) writes on rank 0 only '
-                '(the replicas hold the same parameters)'.format(file), rank)
+            say(f'--data-parallel: chainer.serializers.save_npz({file!r}) writes on rank 0 only '
+                '(the replicas hold the same parameters)', rank)
         if rank == 0:
             original(file, obj, compression)
 

@@ -22,7 +22,7 @@ def say(line, rank=None):
 def describe_iterator(it):
     name = type(it).__name__
     n = getattr(it, 'n_processes', None)
-    return '{}({}batch_size={})'.format(name, '' if n is None else 'n_processes={}, '.format(n),
+    return '{}({}batch_size={})'.format(name, '' if n is None else f'n_processes={n}, ',
                                         it.batch_size)
 
 
@@ -30,7 +30,7 @@ def optimizer_line(name, options, fused_applied, fused_setting, fusable, option_
     """The line for a multi-node optimizer the script made: the update it got and every
     option of ``option_keys`` that is on."""
     if fused_applied:
-        parts = ['fused {} kernel'.format(name)]  # the name the script used
+        parts = [f'fused {name} kernel']  # the name the script used
     elif name not in fusable and fused_setting is not False:
         parts = ["{}: no fused kernel (fused: {}), Chainer's update".format(
             name, ', '.join(fusable))]

@@ -30,7 +30,7 @@ def replace_training_iterator(launch, updater):
                                       ', '.join(k.__name__ for k in _KNOWN)))
     said = swap(launch, chainer_private.iterators(updater), 'main')
     if launch.get('loader') is None:  # chosen by --gpu-to-cpu (Launch.loader_kind)
-        said = '--gpu-to-cpu: {} (--loader chooses another)'.format(said)
+        said = f'--gpu-to-cpu: {said} (--loader chooses another)'
     say(said, launch.rank())
 
 
@@ -38,12 +38,12 @@ def replace_eval_iterators(launch, evaluator):
     its = chainer_private.iterators(evaluator)
     for name, old in list(its.items()):
         if not hasattr(old, 'batch_size') or not hasattr(old, 'dataset'):
-            say('--loader-eval: {} iterator {!r} is a {}, which the launcher does not know '
-                'how to rebuild; left as it is'.format(type(evaluator).__name__, name,
-                                                       type(old).__name__), launch.rank())
+            say(f'--loader-eval: {type(evaluator).__name__} iterator {name!r} is '
+                f'a {type(old).__name__}, which the launcher does not know '
+                'how to rebuild; left as it is', launch.rank())
             continue
-        say('--loader-eval: {} {!r}: {}'.format(
-            type(evaluator).__name__, name, swap(launch, its, name)), launch.rank())
+        say(f'--loader-eval: {type(evaluator).__name__} {name!r}: {swap(launch, its, name)}',
+            launch.rank())
 
 
 def swap(launch, its, name):
@@ -55,7 +55,7 @@ def swap(launch, its, name):
     if hasattr(old, 'finalize'):
         old.finalize()
     its[name] = new
-    return '{} -> {}'.format(describe_iterator(old), how)
+    return f'{describe_iterator(old)} -> {how}'
 
 
 def _build(launch, kind, dataset, batch, repeat, shuffle):
@@ -67,7 +67,7 @@ def _build(launch, kind, dataset, batch, repeat, shuffle):
         k = k or 2
         return (iterators.MultiprocessIterator(dataset, batch, repeat=repeat,
                                                shuffle=shuffle, n_processes=k),
-                'MultiprocessIterator ({} processes)'.format(k))
+                f'MultiprocessIterator ({k} processes)')
     plan = _place(launch)
     if k is None:
         k = 2 if plan.loader_cpus is None else max(1, min(2, len(plan.loader_cpus)))
@@ -78,12 +78,12 @@ def _build(launch, kind, dataset, batch, repeat, shuffle):
         if 'pickle' not in str(e):
             raise
         launch.stop('--loader ours: the training dataset cannot be sent to the loader '
-                    'processes, which start fresh interpreters and so pickle it ({}). Make '
+                    f'processes, which start fresh interpreters and so pickle it ({e}). Make '
                     'its pieces module-level classes and functions (not closures or '
-                    'lambdas), or use --loader multiprocess'.format(e))
-    where = 'affinity {}'.format(plan.policy) + (
-        '' if plan.loader_cpus is None else ', loader CPUs {}, compute CPUs {}'.format(
-            format_cpulist(plan.loader_cpus), format_cpulist(plan.compute_cpus)))
+                    'lambdas), or use --loader multiprocess')
+    where = f'affinity {plan.policy}' + (
+        '' if plan.loader_cpus is None else f', loader CPUs {format_cpulist(plan.loader_cpus)}, '
+                                            f'compute CPUs {format_cpulist(plan.compute_cpus)}')
     return it, 'LoaderIterator ({} process{}, {})'.format(k, '' if k == 1 else 'es', where)
 
 
@@ -103,8 +103,8 @@ def _place(launch):
     bad = agree.problems(None if comm is None else comm.mpi_comm, error)
     if bad:
         launch.stop('--affinity {}: {}'.format(launch.get('affinity'), error or (
-            'stopping: rank(s) {} cannot place their loader processes: {}'.format(
-                agree.ranks_text(bad), bad[0][1]))))
+            f'stopping: rank(s) {agree.ranks_text(bad)} cannot place their loader '
+            f'processes: {bad[0][1]}')))
     apply_placement(plan, threads=launch.threads, comm=comm)
     launch.placement = plan
     return plan

@@ -23,19 +23,21 @@ def parallelise(launch, updater):
     if kind in ('ParallelUpdater', 'MultiprocessParallelUpdater'):
         # Each splits every batch among the GPUs of one process; data-parallel across
         # ranks replaces that, it does not nest inside it.
-        launch.stop('--data-parallel: this script trains with {}, which splits each batch '
+        launch.stop(f'--data-parallel: this script trains with {kind}, which splits each batch '
                     'among GPU devices in one process; on CPU ranks use the script with a '
                     'StandardUpdater (each rank is one replica), or ChainerMN calls in the '
-                    'script'.format(kind))
+                    'script')
     comm = launch.comm()
     old = chainer_private.iterators(updater)['main']
     dataset = old.dataset
     batch = old.batch_size
     if launch.get('global_batch'):
         if batch % comm.size:
-            launch.stop('--global-batch: the batch size {} does not divide among {} ranks; '
-                        'choose a multiple of {} or leave --global-batch out (then {} is '
-                        'per rank)'.format(batch, comm.size, comm.size, batch))
+            launch.stop(f'--global-batch: the batch size {batch} does not divide among {comm.size} '
+                        'ranks; '
+                        f'choose a multiple of {comm.size} or leave --global-batch out '
+                        f'(then {batch} is '
+                        'per rank)')
         batch //= comm.size
     part = shard(dataset, comm, shuffle=True)
     chainer_private.iterators(updater)['main'] = rebuild(old, part, batch)
@@ -59,8 +61,9 @@ def shard(dataset, comm, shuffle):
     sending the dataset (a plain script built it on every rank, and it need not pickle)."""
     sizes = comm.mpi_comm.allgather(len(dataset))
     if len(set(sizes)) != 1:
-        report.stop('{}--data-parallel: the ranks built datasets of different sizes ({}); a '
-                    'plain script must build the same data on every rank'.format(PREFIX, sizes),
+        report.stop(f'{PREFIX}--data-parallel: the ranks built datasets of different sizes '
+                    f'({sizes}); a '
+                    'plain script must build the same data on every rank',
                     comm.rank)
     perm = numpy.random.RandomState(0).permutation(len(dataset)) if shuffle else None
     b, e = scatter_index(len(dataset), comm)
@@ -88,10 +91,10 @@ def rebuild(old, dataset, batch):
     elif isinstance(old, iterators.SerialIterator):
         new = iterators.SerialIterator(dataset, batch, repeat=repeat, shuffle=shuffle)
     else:
-        raise SystemExit('{}--data-parallel: the iterator is a {}, which the launcher does not '
+        raise SystemExit(f'{PREFIX}--data-parallel: the iterator is a {type(old).__name__}, which '
+                         'the launcher does not '
                          'know how to rebuild over a shard (it rebuilds SerialIterator, '
-                         'MultiprocessIterator, MultithreadIterator)'.format(
-                             PREFIX, type(old).__name__))
+                         'MultiprocessIterator, MultithreadIterator)')
     if hasattr(old, 'finalize'):
         old.finalize()
     return new

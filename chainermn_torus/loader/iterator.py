@@ -56,7 +56,7 @@ def _where():
     """'rank R (host)' of this process, as the launcher numbered it ('this process (host)'
     outside a job)."""
     rank = world.launcher_rank()
-    return '{} ({})'.format('this process' if rank is None else 'rank {}'.format(rank),
+    return '{} ({})'.format('this process' if rank is None else f'rank {rank}',
                             socket.gethostname())
 
 
@@ -84,7 +84,7 @@ class LoaderIterator(chainer.dataset.Iterator):
                  n_prefetch=2, cpus=None, order_sampler=None, seed=0, timeout=None):
         if batch_size < 1 or n_processes < 1 or n_prefetch < 1:
             raise ConfigError('chainermn_torus: batch_size, n_processes and n_prefetch must be '
-                              '>= 1, got {}, {}, {}'.format(batch_size, n_processes, n_prefetch))
+                              f'>= 1, got {batch_size}, {n_processes}, {n_prefetch}')
         if len(dataset) == 0:
             raise DataError('chainermn_torus: the dataset is empty')
         self.dataset = dataset
@@ -138,15 +138,14 @@ class LoaderIterator(chainer.dataset.Iterator):
         sizes = [max(1, self.batch_size * int(numpy.prod(shape)) * dtype.itemsize)
                  for shape, dtype in fields]
         devshm.sweep()  # what dead processes of ours left on this node (never a live one's)
-        what = 'the loader\'s {} batch slots of {} examples'.format(self._n_slots,
-                                                                   self.batch_size)
+        what = f'the loader\'s {self._n_slots} batch slots of {self.batch_size} examples'
         devshm.check_room(self._n_slots * sum(sizes), what)
-        tag = '{}{}'.format(devshm.segment_prefix(), next(_COUNTER))
+        tag = f'{devshm.segment_prefix()}{next(_COUNTER)}'
         names, self._arrays = [], []
         for s in range(self._n_slots):
             slot_names, slot_arrays = [], []
             for f, (shape, dtype) in enumerate(fields):
-                seg = slots.new('{}_{}_{}_'.format(tag, s, f), sizes[f])
+                seg = slots.new(f'{tag}_{s}_{f}_', sizes[f])
                 self._res.segments.append(seg)
                 self._res.linked.append(seg)
                 array = numpy.ndarray((self.batch_size,) + shape, dtype, buffer=seg.buf)
@@ -171,7 +170,7 @@ class LoaderIterator(chainer.dataset.Iterator):
             for w in range(self.n_processes):
                 task_r, task_w = ctx.Pipe(duplex=False)
                 result_r, result_w = ctx.Pipe(duplex=False)
-                p = ctx.Process(target=worker.run, name='chainermn_torus-loader-{}'.format(w),
+                p = ctx.Process(target=worker.run, name=f'chainermn_torus-loader-{w}',
                                 args=(self.dataset, layout, task_r, result_w,
                                       list(cpus) if cpus else None, os.getpid(), seed + w,
                                       self._decoding, w),
@@ -262,8 +261,8 @@ class LoaderIterator(chainer.dataset.Iterator):
                 self._ready.add(w)
             elif kind == 'failed':
                 self.finalize()
-                raise LoaderError('chainermn_torus: loader process {} could not map the '
-                                  'batch slots:\n{}'.format(w, value))
+                raise LoaderError(f'chainermn_torus: loader process {w} could not map the '
+                                  f'batch slots:\n{value}')
             else:
                 self._in_flight[self._owner.pop(kind)] -= 1
                 self._done[kind] = value
@@ -290,9 +289,11 @@ class LoaderIterator(chainer.dataset.Iterator):
             if now - since >= limit[0]:
                 self.finalize()
                 raise LoaderError(
-                    'chainermn_torus: loader process {} (pid {}) of {} has been stopped '
-                    '(process state T: SIGSTOP, a debugger, or a suspension) for {:.1f} s, {}; '
-                    'the job ends'.format(p.name, p.pid, _where(), now - since, limit[1]))
+                    f'chainermn_torus: loader process {p.name} (pid {p.pid}) of {_where()} has '
+                    'been stopped '
+                    '(process state T: SIGSTOP, a debugger, or a suspension) '
+                    f'for {now - since:.1f} s, {limit[1]}; '
+                    'the job ends')
 
     def _stop_limit(self):
         """(seconds, what sets them) a loader process may stay stopped: this iterator's
@@ -313,7 +314,7 @@ class LoaderIterator(chainer.dataset.Iterator):
                 if self.timeout is not None and waited > self.timeout:
                     self.finalize()
                     raise LoaderError('chainermn_torus: no batch from the loader processes in '
-                                      '{} s'.format(self.timeout))
+                                      f'{self.timeout} s')
         return self._done.pop(task_id)
 
     def __next__(self):
@@ -332,7 +333,7 @@ class LoaderIterator(chainer.dataset.Iterator):
             self.finalize()
             kind, text = error
             if kind == 'refusal':  # the dataset's own words: the job ends with that line
-                raise LoaderError('chainermn_torus: {}'.format(text))
+                raise LoaderError(f'chainermn_torus: {text}')
             raise LoaderError('chainermn_torus: a loader process raised:\n' + text)
         self._public = state
         self._held = slot

@@ -58,48 +58,47 @@ def plan_placement(policy='sibling', intra_rank=0, intra_size=1, loader_processe
         raise ConfigError('chainermn_torus: unknown affinity policy {!r}; choose from {}'.format(
             policy, ', '.join(POLICIES)))
     if loader_processes < 1:
-        raise ConfigError('chainermn_torus: loader_processes must be >= 1, got {!r}'.format(
-            loader_processes))
+        raise ConfigError('chainermn_torus: loader_processes must be >= 1, '
+                          f'got {loader_processes!r}')
     topology = topology or Topology.from_sysfs()
     if allowed is None:
         allowed = _allowed()
     allowed = set(topology.cpus) if allowed is None else set(allowed)
     cores = topology.cores(allowed)
     if not cores:
-        raise ConfigError('chainermn_torus: none of the allowed CPUs {} is online ({})'.format(
-            format_cpulist(allowed), topology.describe()))
+        raise ConfigError(f'chainermn_torus: none of the allowed CPUs {format_cpulist(allowed)} is '
+                          f'online ({topology.describe()})')
     share, how = _rank_share(topology, allowed, cores, intra_rank, intra_size)
     if policy == 'none':
         return Plan(policy, None, None, share, topology, 'no pinning; share would be ' + how)
     if policy == 'auto':
         policy = 'sibling' if any(len(core) > 1 for core in share) else 'same-core'
-        how += '; auto chose {}'.format(policy)
+        how += f'; auto chose {policy}'
     compute, loader = _split(policy, share, topology, dedicated_cores)
     if loader_processes > len(loader):
         raise ConfigError(
-            'chainermn_torus: {} loader processes but the {!r} policy gives them {} CPU(s) '
-            '({}): use at most {} (or another policy).'.format(
-                loader_processes, policy, len(loader), format_cpulist(loader), len(loader)))
+            f'chainermn_torus: {loader_processes} loader processes but the {policy!r} policy gives '
+            f'them {len(loader)} CPU(s) '
+            f'({format_cpulist(loader)}): use at most {len(loader)} (or another policy).')
     return Plan(policy, sorted(compute), sorted(loader), share, topology, how)
 
 
 def _rank_share(topology, allowed, cores, intra_rank, intra_size):
     """(the cores this rank may use, how they were chosen)."""
     if not (allowed >= set(topology.cpus) and intra_size > 1):
-        how = 'the {} CPUs the launcher allowed'.format(len(allowed)) \
-            if not allowed >= set(topology.cpus) else 'the whole node ({} rank)'.format(
-                intra_size)
+        how = f'the {len(allowed)} CPUs the launcher allowed' \
+            if not allowed >= set(topology.cpus) else f'the whole node ({intra_size} rank)'
         return cores, how
     # Not bound by the launcher: split the node's cores among its ranks.
     if intra_size <= len(cores):
         per, extra = divmod(len(cores), intra_size)
         start = intra_rank * per + min(intra_rank, extra)
         share = cores[start:start + per + (1 if intra_rank < extra else 0)]
-        return share, 'cores {}-{} of {}, split among {} ranks on this node'.format(
-            start, start + len(share) - 1, len(cores), intra_size)
-    return [cores[intra_rank % len(cores)]], \
-        'oversubscribed: {} ranks on {} cores, this rank shares core {}'.format(
-            intra_size, len(cores), intra_rank % len(cores))
+        return share, (f'cores {start}-{start + len(share) - 1} of {len(cores)}, split '
+                       f'among {intra_size} ranks on this node')
+    shared = intra_rank % len(cores)
+    return [cores[shared]], \
+        f'oversubscribed: {intra_size} ranks on {len(cores)} cores, this rank shares core {shared}'
 
 
 def _split(policy, share, topology, dedicated_cores):
@@ -114,17 +113,17 @@ def _split(policy, share, topology, dedicated_cores):
         if not loader:
             raise ConfigError(
                 "chainermn_torus: affinity policy 'sibling' cannot be satisfied: this rank's "
-                '{} core(s) ({}) have one hardware thread each ({}). Use --affinity same-core '
-                'or dedicated.'.format(len(share), format_cpulist(share_cpus),
-                                       topology.describe()))
+                f'{len(share)} core(s) ({format_cpulist(share_cpus)}) have one hardware thread '
+                f'each ({topology.describe()}). Use --affinity same-core '
+                'or dedicated.')
         return first, loader
     k = 1 if dedicated_cores is None else int(dedicated_cores)  # dedicated
     if k < 1 or len(share) <= k:
         raise ConfigError(
-            "chainermn_torus: affinity policy 'dedicated' needs more cores than the {} set "
-            'aside for loading, but this rank has {} core(s) ({}; {}). Use --affinity '
-            'same-core or sibling, or fewer ranks per node.'.format(
-                k, len(share), format_cpulist(share_cpus), topology.describe()))
+            f"chainermn_torus: affinity policy 'dedicated' needs more cores than the {k} set "
+            f'aside for loading, but this rank has {len(share)} core(s) '
+            f'({format_cpulist(share_cpus)}; {topology.describe()}). Use --affinity '
+            'same-core or sibling, or fewer ranks per node.')
     return [core[0] for core in share[:-k]], sorted(c for core in share[-k:] for c in core)
 
 
@@ -138,9 +137,9 @@ def apply_placement(plan, threads=None, comm=None):
 
 
 def describe_plan(plan, rank=None):
-    who = '' if rank is None else 'rank {}: '.format(rank)
+    who = '' if rank is None else f'rank {rank}: '
     if plan.compute_cpus is None:
-        return '{}affinity none ({}); {}'.format(who, plan.reason, plan.topology.describe())
-    return '{}affinity {}: compute on CPUs {}, loader on CPUs {} ({}; {})'.format(
-        who, plan.policy, format_cpulist(plan.compute_cpus), format_cpulist(plan.loader_cpus),
-        plan.reason, plan.topology.describe())
+        return f'{who}affinity none ({plan.reason}); {plan.topology.describe()}'
+    return (f'{who}affinity {plan.policy}: compute on CPUs {format_cpulist(plan.compute_cpus)}, '
+            f'loader on CPUs {format_cpulist(plan.loader_cpus)} '
+            f'({plan.reason}; {plan.topology.describe()})')

@@ -20,7 +20,7 @@ def parse_cpulist(text):
             continue
         m = re.fullmatch(r'(\d+)(?:-(\d+))?', part.strip())
         if not m:
-            raise ValueError('not a CPU list: {!r}'.format(text))
+            raise ValueError(f'not a CPU list: {text!r}')
         lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
         cpus.extend(range(lo, hi + 1))
     return cpus
@@ -34,7 +34,7 @@ def format_cpulist(cpus):
         j = i
         while j + 1 < len(cpus) and cpus[j + 1] == cpus[j] + 1:
             j += 1
-        parts.append(str(cpus[i]) if i == j else '{}-{}'.format(cpus[i], cpus[j]))
+        parts.append(str(cpus[i]) if i == j else f'{cpus[i]}-{cpus[j]}')
         i = j + 1
     return ','.join(parts) or '(none)'
 
@@ -66,9 +66,9 @@ class Topology:
         cpu_dir = os.path.join(root, 'devices', 'system', 'cpu')
         if root != '/sys' and not os.path.isdir(cpu_dir):
             # Another tree was asked for: never describe this machine instead of it.
-            raise ConfigError('chainermn_torus: sysfs tree {!r} has no devices/system/cpu; '
+            raise ConfigError(f'chainermn_torus: sysfs tree {root!r} has no devices/system/cpu; '
                               'give the root of a copied sysfs (the directory holding '
-                              'devices/)'.format(root))
+                              'devices/)')
         online = _read(os.path.join(cpu_dir, 'online'))
         if online:
             ids = parse_cpulist(online)
@@ -77,8 +77,7 @@ class Topology:
         if not ids:
             n = os.cpu_count() or 1
             return cls([Cpu(i, 0, i, 0) for i in range(n)],
-                       'no CPU topology in {}: {} CPUs taken as one thread per core'.format(
-                           root, n))
+                       f'no CPU topology in {root}: {n} CPUs taken as one thread per core')
         node_of = {}
         node_dir = os.path.join(root, 'devices', 'system', 'node')
         for d in _listdir(node_dir):
@@ -88,7 +87,7 @@ class Topology:
                     node_of[c] = int(m.group(1))
         cpus = []
         for i in ids:
-            topo = os.path.join(cpu_dir, 'cpu{}'.format(i), 'topology')
+            topo = os.path.join(cpu_dir, f'cpu{i}', 'topology')
             package = int(_read(os.path.join(topo, 'physical_package_id'), '0'))
             core = int(_read(os.path.join(topo, 'core_id'), str(i)))
             cpus.append(Cpu(i, package, core, node_of.get(i, 0)))
@@ -114,9 +113,9 @@ class Topology:
     def describe(self):
         cores = self.cores()
         packages = {c.package for c in self.cpus.values()}
-        return '{} CPUs = {} cores x {} hardware threads (SMT-{}), {} package(s), {} NUMA ' \
-               'node(s)'.format(len(self.cpus), len(cores), self.smt, self.smt, len(packages),
-                                len(self.numa_nodes))
+        return (f'{len(self.cpus)} CPUs = {len(cores)} cores x {self.smt} hardware threads '
+                f'(SMT-{self.smt}), {len(packages)} package(s), {len(self.numa_nodes)} NUMA '
+                'node(s)')
 
 
 def _listdir(path):

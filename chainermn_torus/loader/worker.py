@@ -24,15 +24,16 @@ def how_it_ended(exitcode, oom_before=None):
         try:
             name = signal.Signals(-exitcode).name
         except ValueError:
-            name = 'signal {}'.format(-exitcode)
-        said = 'was killed by signal {} ({})'.format(-exitcode, name)
+            name = f'signal {-exitcode}'
+        said = f'was killed by signal {-exitcode} ({name})'
         now = processes.oom_kills()
         if -exitcode == signal.SIGKILL and None not in (now, oom_before) and now > oom_before:
             said += (', by the kernel\'s OOM killer: out of memory (OOM kills on this node '
-                     '{} -> {} meanwhile; use fewer --loader-processes, smaller images or a '
-                     'node with more memory)'.format(oom_before, now))
+                     f'{oom_before} -> {now} meanwhile; use fewer --loader-processes, smaller '
+                     'images or a '
+                     'node with more memory)')
         return said
-    return 'exited with code {}'.format(exitcode)
+    return f'exited with code {exitcode}'
 
 
 def doing(dataset, decoding, w):
@@ -47,7 +48,7 @@ def doing(dataset, decoding, w):
     except Exception:  # naming is best effort: the death is what is said
         path = None
     return ', while loading example {}{}'.format(index, '' if path is None else
-                                                ' ({})'.format(path))
+                                                f' ({path})')
 
 
 def fields(example):
@@ -128,20 +129,20 @@ def _fill_slot(dataset, arrays, task_id, indices, decoding=None, w=0):
             if decoding is not None:
                 decoding[w] = 0
             if len(example) != len(arrays):
-                raise DataError('example {} has {} fields, the first had {}'.format(
-                    index, len(example), len(arrays)))
+                raise DataError(f'example {index} has {len(example)} fields, the first '
+                                f'had {len(arrays)}')
             for dst, value in zip(arrays, example):
                 value = numpy.asarray(value)
                 if value.shape != dst.shape[1:]:
                     raise DataError(
-                        'example {} has shape {}, the first example had {}: the loader '
-                        'needs examples of one shape (crop or resize them)'.format(
-                            index, value.shape, dst.shape[1:]))
+                        f'example {index} has shape {value.shape}, the first example '
+                        f'had {dst.shape[1:]}: the loader '
+                        'needs examples of one shape (crop or resize them)')
                 dst[j] = value
         return task_id, None
     except Refusal as e:  # a known cause, named (a file that cannot be read): one line
         return task_id, ('refusal', str(e))
     except BaseException:
-        return task_id, ('error', 'loader process {} (pid {}), example batch {}:\n{}'.format(
-            multiprocessing.current_process().name, os.getpid(), list(indices)[:8],
-            traceback.format_exc()))
+        return task_id, ('error', f'loader process {multiprocessing.current_process().name} '
+                                  f'(pid {os.getpid()}), example '
+                                  f'batch {list(indices)[:8]}:\n{traceback.format_exc()}')

@@ -66,7 +66,7 @@ def check_finite_grads(communicator, target):
             'the learning rate, check the data on those ranks, or use loss scaling{}.'.format(
                 'NaN/Inf or float16 overflow' if overflow else 'NaN/Inf',
                 agree.ranks_text(bad_ranks),
-                '; '.join('rank {}: {} bad value(s), first in {}'.format(r, c, f)
+                '; '.join(f'rank {r}: {c} bad value(s), first in {f}'
                           for r, (c, f) in bad_ranks),
                 '; or send gradients as float32 (allreduce_grad_dtype=None, no '
                 '--fp16-allreduce)' if overflow else ''))
@@ -95,41 +95,44 @@ def check_finite_means(communicator, target, stale=False):
     rank for our communicators; the count is still agreed on (8 bytes), so that no rank
     updates while another raises, whatever the communicator.
     """
-    count, first = _scan_grads(target, numpy.inf, lambda name, flat, bad: '{} ({} of {} '
-                               'values)'.format(name, bad, flat.size))
+    count, first = _scan_grads(target, numpy.inf, lambda name, flat, bad: f'{name} ({bad} '
+                                                                          f'of {flat.size} '
+                               'values)')
     counts = numpy.array([count], numpy.int64)
     communicator.mpi_comm.Allreduce(MPI.IN_PLACE, [counts, MPI.INT64_T], op=MPI.MAX)
     if not counts[0]:
         return
     if _transfer_kind(communicator) == 'float16':
         why = ('every rank\'s gradients were finite and each share g / P fit in float16, but '
-               'the mean over the {} ranks is beyond float16\'s range (|mean| > 65504) and '
+               f'the mean over the {communicator.size} ranks is beyond float16\'s range (|mean| > '
+               '65504) and '
                'became Inf in float16 communication: the overflow is in the averaging, not the '
                'data. Send gradients as float32 (allreduce_grad_dtype=None, no '
-               '--fp16-allreduce) or scale the loss down'.format(communicator.size))
+               '--fp16-allreduce) or scale the loss down')
     else:
         why = ('every rank\'s gradients were finite, but their mean is not: the sum over the '
-               '{} ranks overflowed the transfer dtype. Lower the learning rate or scale the '
-               'loss down'.format(communicator.size))
+               f'{communicator.size} ranks overflowed the transfer dtype. Lower the learning rate '
+               'or scale the '
+               'loss down')
     # Our communicators give every rank the same means: then every rank says the same words
     # (and the job says them once); a rank whose count differs says its own.
-    where = '' if count == counts[0] else ' on rank {}'.format(communicator.rank)
+    where = '' if count == counts[0] else f' on rank {communicator.rank}'
     raise NonFiniteGradientError(
         'chainermn_torus: NaN/Inf in the averaged gradients{}: {} value(s){}{}; {}. '
         'Nothing was updated.'.format(
             ' of the previous step (double buffering)' if stale else '', count, where,
             ', the first in ' + first if first else
-            ' ({} on another rank)'.format(counts[0]), why))
+            f' ({counts[0]} on another rank)', why))
 
 
 def _describe_bad(name, flat, bad, limit):
     nonfinite = int((~numpy.isfinite(flat)).sum())
-    text = '{} ({} of {} values'.format(name, bad, flat.size)
+    text = f'{name} ({bad} of {flat.size} values'
     if bad > nonfinite:
         finite = flat[numpy.isfinite(flat)]
-        text += '; {} finite beyond float16\'s range after the 1/P scaling: max |g| = {:.4g} ' \
-                '> 65504 x P = {:g}'.format(bad - nonfinite, float(numpy.abs(finite).max()),
-                                           limit)
+        largest = float(numpy.abs(finite).max())
+        text += (f'; {bad - nonfinite} finite beyond float16\'s range after the 1/P scaling: '
+                 f'max |g| = {largest:.4g} > 65504 x P = {limit:g}')
     return text + ')'
 
 

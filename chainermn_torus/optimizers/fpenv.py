@@ -128,8 +128,8 @@ def set_flush_denormals(enabled=True):
             jit.require('flush-to-zero (--flush-denormals, flush_denormals=True)')
         raise Unsupported(
             'chainermn_torus: flush-to-zero is implemented for x86-64 (MXCSR) and aarch64 '
-            '(FPCR.FZ); this machine is {!r}. Run without --flush-denormals (or '
-            'flush_denormals=False).'.format(platform.machine()))
+            f'(FPCR.FZ); this machine is {platform.machine()!r}. Run without --flush-denormals (or '
+            'flush_denormals=False).')
     previous = flush_denormals_enabled()
     kernel_set_mode(enabled)
     return previous

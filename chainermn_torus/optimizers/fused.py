@@ -101,8 +101,7 @@ def _rmsprop_args(rule, dtype):
     hp, t = rule.hyperparam, dtype.type
     eps = t(hp.eps)
     if hp.eps != 0 and eps == 0:
-        raise ConfigError('eps of RMSprop optimizer is too small for {} ({})'.format(
-            dtype.name, hp.eps))
+        raise ConfigError(f'eps of RMSprop optimizer is too small for {dtype.name} ({hp.eps})')
     return t(hp.lr), t(hp.alpha), t(1 - hp.alpha), eps, bool(hp.eps_inside_sqrt)
 
 

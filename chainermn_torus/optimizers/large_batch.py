@@ -31,8 +31,9 @@ __all__ = ['linear_scaling', 'Ramp', 'GradualWarmup', 'RMSpropWarmup', 'RMSpropT
 def linear_scaling(base_lr, batch_size, base_batch_size=256):
     """Goyal et al.'s rule: the learning rate grows with the total batch size."""
     if batch_size <= 0 or base_batch_size <= 0:
-        raise ConfigError('chainermn_torus: batch sizes must be positive, got batch_size={!r}, '
-                          'base_batch_size={!r}'.format(batch_size, base_batch_size))
+        raise ConfigError('chainermn_torus: batch sizes must be positive, got '
+                          f'batch_size={batch_size!r}, '
+                          f'base_batch_size={base_batch_size!r}')
     return base_lr * float(batch_size) / base_batch_size
 
 
@@ -52,11 +53,11 @@ class Ramp(training.Extension):
     def __init__(self, attr, values, span, unit='epoch', optimizer=None):
         if unit not in ('epoch', 'iteration'):
             raise ConfigError("chainermn_torus: unit must be 'epoch' or 'iteration', got "
-                              "{!r}".format(unit))
+                              f"{unit!r}")
         start, end = span
         if not end > start >= 0:
-            raise ConfigError('chainermn_torus: the ramp needs 0 <= start < end, got span={!r}'
-                              .format(span))
+            raise ConfigError(f'chainermn_torus: the ramp needs 0 <= start < end, got span={span!r}'
+                              )
         self.attr, self.values, self.span, self.unit = attr, tuple(values), (start, end), unit
         self._optimizer = optimizer
         self._done = False
@@ -153,8 +154,8 @@ class RMSpropWarmupRule(optimizer_module.UpdateRule):
             return
         hp = self.hyperparam
         if not 0.0 <= hp.sgd_weight <= 1.0:
-            raise ConfigError('chainermn_torus: sgd_weight must be in [0, 1], got {!r}'.format(
-                hp.sgd_weight))
+            raise ConfigError('chainermn_torus: sgd_weight must be in [0, 1], '
+                              f'got {hp.sgd_weight!r}')
         t = param.data.dtype.type
         arrays = [a.reshape(-1) for a in (param.data, grad, self.state['ms'], self.state['v'])]
         if any(not a.flags.c_contiguous or a.dtype != param.data.dtype for a in arrays) or \

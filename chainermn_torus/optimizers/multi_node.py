@@ -127,10 +127,10 @@ def _check_options(check_replicas: Optional[int], fused: Union[bool, str], overl
     if check_replicas is not None and (int(check_replicas) != check_replicas
                                        or check_replicas < 1):
         raise ConfigError('chainermn_torus: check_replicas must be a step count >= 1 (or '
-                          'None), got {!r}'.format(check_replicas))
+                          f'None), got {check_replicas!r}')
     if fused not in (True, False, 'auto'):
         raise ConfigError("chainermn_torus: fused must be True, False or 'auto', got "
-                          '{!r}'.format(fused))
+                          f'{fused!r}')
     if overlap and double_buffering:
         raise ConfigError('chainermn_torus: overlap=True and double_buffering=True are two '
                           'ways to hide the all-reduce (this step\'s gradients during '

@@ -160,8 +160,9 @@ class GradientTracker(chainer.FunctionHook):
                 break
             frame = frame.f_back
         self.broken = (
-            "overlap: this Chainer's backward ({}) does not keep gradients where chainer "
-            '7.8.1 does; buckets start after backward instead'.format(chainer.__version__))
+            f"overlap: this Chainer's backward ({chainer.__version__}) does not keep gradients "
+            "where chainer "
+            '7.8.1 does; buckets start after backward instead')
         return None
 
     def _final(self, i, grad):

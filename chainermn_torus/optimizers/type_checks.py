@@ -51,7 +51,7 @@ class TypeChecks:
             return contextlib.nullcontext()
         if not self._said and self.setting != 'off':
             self._said = True
-            steps = 'step' if self.setting == 1 else '{} steps'.format(self.setting)
+            steps = 'step' if self.setting == 1 else f'{self.setting} steps'
             report.say("Chainer's type checks ran on the first training {}; off in the training "
                        'forward and backward from now on ({}=on keeps them).'.format(
                            steps, settings_table.SETTINGS['type_check'].env), self.rank)

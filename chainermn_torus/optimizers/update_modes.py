@@ -327,10 +327,10 @@ def require_thread_multiple(what):
     provided = MPI.Query_thread()
     if provided != MPI.THREAD_MULTIPLE:
         raise Unsupported(
-            'chainermn_torus: {} averages gradients in a background thread and needs '
-            'MPI_THREAD_MULTIPLE, but MPI was initialised with thread level {} '
+            f'chainermn_torus: {what} averages gradients in a background thread and needs '
+            f'MPI_THREAD_MULTIPLE, but MPI was initialised with thread level {provided} '
             '(mpi4py.rc.thread_level; mpi4py asks for "multiple" unless told otherwise).'
-            .format(what, provided))
+            )
 
 
 def background_communicator(communicator, poll):

@@ -29,9 +29,9 @@ TAG = 4242
 def _wait(req, deadline, what):
     while not req.Test():
         if time.monotonic() > deadline:
-            raise RuntimeError('chainermn_torus calibrate: no reply from {} within the '
+            raise RuntimeError(f'chainermn_torus calibrate: no reply from {what} within the '
                                'timeout; is the peer reachable (firewall, MPI interface)?'
-                               .format(what))
+                               )
         time.sleep(0)
 
 
@@ -152,7 +152,7 @@ def calibrate(comm, large=16 << 20, reps=9, timeout=20.0, name=None):
             continue
         if comm.rank in (0, peer):
             other = peer if comm.rank == 0 else 0
-            what = 'rank {} on {}'.format(other, hosts[other])
+            what = f'rank {other} on {hosts[other]}'
             a = _pingpong(comm, other, 8, reps, timeout, what, comm.rank == 0)
             t = _pingpong(comm, other, large, max(3, reps // 2), timeout, what, comm.rank == 0)
             result[key] = (a, max(t - a, 1e-12) / large)
@@ -172,8 +172,7 @@ def calibrate(comm, large=16 << 20, reps=9, timeout=20.0, name=None):
         result['intra'] = (1e-6, mem)
     if 'inter' not in result:
         result['inter'] = result['intra']
-    return {'name': name or 'calibrated on {} ({} ranks, {} hosts)'.format(
-                host, comm.size, len(set(hosts))),
+    return {'name': name or f'calibrated on {host} ({comm.size} ranks, {len(set(hosts))} hosts)',
             'alpha_inter': result['inter'][0], 'beta_inter': result['inter'][1],
             'alpha_intra': result['intra'][0], 'beta_intra': result['intra'][1],
             'gamma': gamma, 'mem': mem,

@@ -23,7 +23,7 @@ def measured_rows(folder):
     for path in sorted(glob.glob(os.path.join(folder, 'allreduce-*-*x*.json'))):
         m = re.search(r'allreduce-(\w+)-(\d+)x(\d+)\.json$', path)
         model, K, R = m.group(1), int(m.group(2)), int(m.group(3))
-        net = planner.load_network(os.path.join(folder, 'network-{}x{}.json'.format(K, R)))
+        net = planner.load_network(os.path.join(folder, f'network-{K}x{R}.json'))
         with open(path) as f:
             report = json.load(f)
         for r in report['results']:

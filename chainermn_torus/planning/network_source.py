@@ -16,10 +16,10 @@ def job_network(mpi_comm, network=None, measure_timeout=10.0):
     """(Network, where it came from), identical on every rank (collective when measured);
     ``network``: a Network, or the name or file the settings gave (resolved by the caller)."""
     if isinstance(network, planner.Network):
-        return network, 'given: {}'.format(network.name)
+        return network, f'given: {network.name}'
     choice = network
     if choice:
-        return planner.load_network(choice), 'network {!r}'.format(choice)
+        return planner.load_network(choice), f'network {choice!r}'
     if os.path.lexists(planner.DEFAULT_NETWORK_FILE):
         return planner.load_network(planner.DEFAULT_NETWORK_FILE), planner.DEFAULT_NETWORK_FILE
     if mpi_comm.size == 1:

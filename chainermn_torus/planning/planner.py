@@ -52,8 +52,8 @@ class Network:
         for f in self.FIELDS:
             v = getattr(self, f)
             if not (v >= 0 and math.isfinite(v)):
-                raise ValueError('chainermn_torus: network {!r}: {} must be a finite number '
-                                 '>= 0, got {!r}'.format(name, f, v))
+                raise ValueError(f'chainermn_torus: network {name!r}: {f} must be a finite number '
+                                 f'>= 0, got {v!r}')
 
     def to_dict(self):
         d = {f: getattr(self, f) for f in self.FIELDS}
@@ -72,11 +72,11 @@ class Network:
                    flush_inter=d.get('flush_inter'))
 
     def describe(self):
-        return ('{}: inter-node {:.2f} us, {:.2f} GB/s; intra-node {:.2f} us, {:.2f} GB/s; '
-                'reduction {:.2f} GB/s; memory copy {:.2f} GB/s per rank'.format(
-                    self.name, self.alpha_inter * 1e6, _gbps(self.beta_inter),
-                    self.alpha_intra * 1e6, _gbps(self.beta_intra), _gbps(self.gamma),
-                    _gbps(self.mem)))
+        return (f'{self.name}: inter-node {self.alpha_inter * 1e6:.2f} '
+                f'us, {_gbps(self.beta_inter):.2f} GB/s; intra-node {self.alpha_intra * 1e6:.2f} '
+                f'us, {_gbps(self.beta_intra):.2f} GB/s; '
+                f'reduction {_gbps(self.gamma):.2f} GB/s; memory copy {_gbps(self.mem):.2f} GB/s '
+                'per rank')
 
 
 def _gbps(beta):
@@ -120,8 +120,8 @@ def load_network(name_or_path=None):
             name_or_path, 'the network file', settings_table.BOUNDS['network_file'],
             fix='Use a file of your own (copy it, or run `chainermn-torus calibrate`).')
     except ValueError as e:
-        raise ConfigError('chainermn_torus: network file {} is not JSON: {}'.format(
-            name_or_path, e)) from None
+        raise ConfigError(f'chainermn_torus: network file {name_or_path} is not '
+                          f'JSON: {e}') from None
     except UnsafePath:
         raise
     except OSError as e:
@@ -138,8 +138,8 @@ def model_bytes(model):
         return MODEL_BYTES[model]
     if isinstance(model, int) or (isinstance(model, str) and model.isdigit()):
         if int(model) < 1:
-            raise ConfigError('chainermn_torus: model of {} bytes: give a byte count >= 1, '
-                              'resnet50, mlp or an .npz file'.format(model))
+            raise ConfigError(f'chainermn_torus: model of {model} bytes: give a byte count >= 1, '
+                              'resnet50, mlp or an .npz file')
         return int(model)
     if isinstance(model, str) and os.path.isfile(model):
         try:
@@ -147,16 +147,16 @@ def model_bytes(model):
                 total = sum(z[k].size * 4 for k in z.files if z[k].dtype.kind == 'f')
         except (ValueError, OSError, EOFError, AttributeError, TypeError,
                 zipfile.BadZipFile) as e:  # a truncated or damaged file
-            raise ConfigError('chainermn_torus: {} is not an .npz snapshot of a model (numpy '
-                              'says: {}); give resnet50, mlp, a byte count or an .npz '
-                              'file'.format(model, e)) from None
+            raise ConfigError(f'chainermn_torus: {model} is not an .npz snapshot of a model (numpy '
+                              f'says: {e}); give resnet50, mlp, a byte count or an .npz '
+                              'file') from None
         if total == 0:
-            raise ConfigError('chainermn_torus: {} holds no float arrays'.format(model))
+            raise ConfigError(f'chainermn_torus: {model} holds no float arrays')
         return total
     if isinstance(model, str) and (model.endswith('.npz') or os.sep in model):
         raise ConfigError('chainermn_torus: model file {} does not exist{}'.format(
             model, '' if os.path.exists(model) else
-            ' (directory {} does not either)'.format(os.path.dirname(os.path.abspath(model)))
+            f' (directory {os.path.dirname(os.path.abspath(model))} does not either)'
             if not os.path.isdir(os.path.dirname(os.path.abspath(model))) else ''))
     raise ConfigError('chainermn_torus: model must be {}, a byte count or an .npz file; got '
                       '{!r}'.format(', '.join(sorted(MODEL_BYTES)), model))
@@ -173,8 +173,9 @@ def predict(algorithm, nodes, R, nbytes, net, grid=None):
     if v.grid:
         M, N = grid
         if M * N != P:
-            raise ValueError('chainermn_torus: grid (M, N) = ({}, {}) does not fit {} nodes x '
-                             '{} ranks = {} ranks'.format(M, N, nodes, R, P))
+            raise ValueError(f'chainermn_torus: grid (M, N) = ({M}, {N}) does not fit {nodes} '
+                             'nodes x '
+                             f'{R} ranks = {P} ranks')
     return v.algorithm.cost(nodes, R, float(nbytes), net, grid if v.grid else None)
 
 
@@ -190,8 +191,8 @@ def plan(nodes, R, nbytes, net, grids=None, algorithms=None):
     """Every (algorithm, grid) with its prediction, fastest first; ``algorithms``: the
     variants to rank (default: the table's planned ones)."""
     if nodes < 1 or R < 1:
-        raise ValueError('chainermn_torus: nodes and ranks per node must be >= 1, got {} and '
-                         '{}'.format(nodes, R))
+        raise ValueError(f'chainermn_torus: nodes and ranks per node must be >= 1, got {nodes} and '
+                         f'{R}')
     P = nodes * R
     rows = []
     for algo in algorithms or variants.planned():
@@ -216,8 +217,8 @@ def plan(nodes, R, nbytes, net, grids=None, algorithms=None):
 
 
 def format_plan(rows, nodes, R, nbytes, net, top=None):
-    lines = ['{} nodes x {} ranks = {} ranks, {:.1f} MB of gradients; {}'.format(
-        nodes, R, nodes * R, nbytes / 1e6, net.describe())]
+    lines = [f'{nodes} nodes x {R} ranks = {nodes * R} ranks, {nbytes / 1e6:.1f} MB of '
+             f'gradients; {net.describe()}']
     if net.source:
         lines.append('  figures: ' + net.source)
     lines.append('{:<28} {:>8} {:>12} {:>9}  {}'.format('algorithm', 'grid', 'predicted ms',
@@ -230,7 +231,7 @@ def format_plan(rows, nodes, R, nbytes, net, top=None):
             lines.append('-- not simulated (alpha-beta model, not comparable with the rows '
                          'above):')
         grid = '' if r['grid'] is None else '{}x{}'.format(*r['grid'])
-        phases = ', '.join('{} {:.2f}'.format(k, v * 1e3) for k, v in r['phases'].items()
+        phases = ', '.join(f'{k} {v * 1e3:.2f}' for k, v in r['phases'].items()
                            if isinstance(v, float))
         lines.append('{:<28} {:>8} {:>12.2f} {:>9.2f}  {}'.format(
             r['algorithm'], grid, r['seconds'] * 1e3, r['seconds'] / best if best else 1,

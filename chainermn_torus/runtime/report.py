@@ -80,9 +80,9 @@ def format_bytes(n, exact=False):
     if exact:
         for unit, size in (('GiB', 1 << 30), ('MiB', 1 << 20), ('KiB', 1 << 10)):
             if n >= size and n % size == 0:
-                return '{} {}'.format(n // size, unit)
-        return '{} B'.format(n)
+                return f'{n // size} {unit}'
+        return f'{n} B'
     for unit, size in (('GB', 1e9), ('MB', 1e6), ('kB', 1e3)):
         if n >= size:
-            return '{:.1f} {}'.format(n / size, unit)
-    return '{} B'.format(n)
+            return f'{n / size:.1f} {unit}'
+    return f'{n} B'

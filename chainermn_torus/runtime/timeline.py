@@ -108,7 +108,7 @@ class Timeline:
             lines, log = [], self._log
             if log is None:
                 rank = _rank()
-                log = '{}.rank{}.events'.format(self.base, rank)
+                log = f'{self.base}.rank{rank}.events'
                 lines.append(json.dumps({'timeline': 1, 'rank': rank, 'ranks': _size(),
                                          'host': socket.gethostname(), 'pid': os.getpid(),
                                          'offset': self.offset}))
@@ -157,12 +157,12 @@ class Timeline:
 
     def write(self):
         rank = _rank()
-        name = '{}.rank{}.json'.format(self.base, rank)
+        name = f'{self.base}.rank{rank}.json'
         trace = {'traceEvents': self.trace(rank), 'displayTimeUnit': 'ms'}
         # A reader never sees half a file; tools.timeline names a left '.tmp' unfinished.
         self.place.write_atomic(name, lambda f: json.dump(trace, f), mode='w', perm=0o644,
                                 tmp=name + '.tmp')
-        return '{}.rank{}.json'.format(self.prefix, rank)
+        return f'{self.prefix}.rank{rank}.json'
 
 
 def trace_events(rank, host, tids, spans):
@@ -170,7 +170,7 @@ def trace_events(rank, host, tids, spans):
     and duration in microseconds, thread, iteration). The one format of the .json files and
     of the logs' merge (tools.timeline)."""
     events = [{'name': 'process_name', 'ph': 'M', 'pid': rank,
-               'args': {'name': 'rank {} ({})'.format(rank, host)}}]
+               'args': {'name': f'rank {rank} ({host})'}}]
     for tid in sorted(set(tids)):
         events.append({'name': 'thread_name', 'ph': 'M', 'pid': rank, 'tid': tid,
                        'args': {'name': 'main' if tid == 0 else 'communication'}})
@@ -199,7 +199,7 @@ def _streamer(tl):
         try:
             tl.stream()
         except Exception as e:  # noqa: BLE001 -- a full disk must not end the training
-            sys.stderr.write('chainermn_torus: timeline log stopped: {}\n'.format(_unprefixed(e)))
+            sys.stderr.write(f'chainermn_torus: timeline log stopped: {_unprefixed(e)}\n')
             return
 
 
@@ -244,11 +244,11 @@ def enable(prefix, source='the timeline prefix'):
                               'directory: {} {}'.format(
                                   source, prefix, directory, 'does not exist'
                                   if isinstance(e, FileNotFoundError) else
-                                  'cannot be entered ({})'.format(e.strerror or e))) from None
+                                  f'cannot be entered ({e.strerror or e})')) from None
         if not os.access(directory, os.W_OK):
             place.close()
-            raise ConfigError('chainermn_torus: {} {!r} must be a path in a writable '
-                              'directory: {} is not writable'.format(source, prefix, directory))
+            raise ConfigError(f'chainermn_torus: {source} {prefix!r} must be a path in a writable '
+                              f'directory: {directory} is not writable')
         STATE.timeline = Timeline(prefix, place)
         atexit.register(_write_at_exit, STATE.timeline)
         threading.Thread(target=_streamer, args=(STATE.timeline,), daemon=True,
@@ -270,7 +270,7 @@ def emergency_flush():
         tl.close_log()
         return path
     except Exception as e:  # noqa: BLE001 -- the job is ending for another reason
-        sys.stderr.write('chainermn_torus: could not write the timeline: {}\n'.format(e))
+        sys.stderr.write(f'chainermn_torus: could not write the timeline: {e}\n')
         return None
 
 
@@ -285,8 +285,7 @@ def _write_at_exit(tl):
             tl.write()
             tl.close_log()
         except OSError as e:
-            sys.stderr.write('chainermn_torus: could not write the timeline: {}\n'.format(
-                _unprefixed(e)))
+            sys.stderr.write(f'chainermn_torus: could not write the timeline: {_unprefixed(e)}\n')
 
 
 def phase(name):

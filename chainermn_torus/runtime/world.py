@@ -53,18 +53,20 @@ def mismatch(size, library, environ=None):
         return None
     first = library.strip().splitlines()[0] if library.strip() else 'unknown MPI library'
     if size == 1:
-        return ('MPI started this process alone (a world of 1 rank) but {} says {} ranks: a '
+        return (f'MPI started this process alone (a world of 1 rank) but {source} says {expected} '
+                'ranks: a '
                 'PMI/launcher mismatch. The processes were started by a launcher whose '
-                'process-management interface this MPI library ({}) does not speak, so each '
+                f'process-management interface this MPI library ({first}) does not speak, so each '
                 'one became a job of its own. Start the ranks with the mpiexec of the MPI '
                 'library mpi4py loaded (inside a Slurm allocation too: chainermn-torus '
                 'jobscript does this for MPICH), or give srun the PMI that library speaks: '
                 'srun --mpi=pmi2 for Intel MPI (with I_MPI_PMI_LIBRARY=<Slurm\'s libpmi2.so>) '
                 'and MPICH builds against Slurm\'s PMI, --mpi=pmix for Open MPI (srun '
-                '--mpi=list shows what the site has).'.format(source, expected, first))
-    return ('MPI started {} ranks but {} says {}: the job script and the launch line '
+                '--mpi=list shows what the site has).')
+    return (f'MPI started {size} ranks but {source} says {expected}: the job script and the launch '
+            'line '
             'disagree (nodes x ranks per node, -n, --ntasks-per-node); fix one of them so the '
-            'grid and the data shards are the ones planned.'.format(size, source, expected))
+            'grid and the data shards are the ones planned.')
 
 
 def launcher_rank(environ=None):

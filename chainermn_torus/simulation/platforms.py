@@ -53,8 +53,8 @@ HOP_S = 0.1e-6
 
 def _machine(kind, nodes, R, net, cores, **kw):
     if nodes < 1 or R < 1:
-        raise ValueError('chainermn_torus: nodes and ranks per node must be >= 1, got {} and '
-                         '{}'.format(nodes, R))
+        raise ValueError(f'chainermn_torus: nodes and ranks per node must be >= 1, got {nodes} and '
+                         f'{R}')
     fields = dict(kind=kind, nodes=int(nodes), ranks_per_node=int(R),
                   link_Bps=1.0 / net.beta_inter, link_lat=net.alpha_inter,
                   loop_Bps=1.0 / net.beta_intra if net.beta_intra else 1e12,
@@ -110,32 +110,32 @@ def _fattree_params(nodes):
     leaf = 16 if nodes % 16 == 0 and nodes > 16 else nodes
     spines = nodes // leaf
     if spines == 1:
-        return '1;{};1;1'.format(leaf)
-    return '2;{},{};1,{};1,1'.format(leaf, spines, leaf)
+        return f'1;{leaf};1;1'
+    return f'2;{leaf},{spines};1,{leaf};1,1'
 
 
 def platform_xml(m):
     """The SimGrid platform (XML) of machine ``m``: hosts node0 .. node<K-1> (and cpu)."""
     topo = ''
     if m.kind == 'fattree':
-        topo = ' topology="FAT_TREE" topo_parameters="{}"'.format(_fattree_params(m.nodes))
+        topo = f' topology="FAT_TREE" topo_parameters="{_fattree_params(m.nodes)}"'
     elif m.kind == 'torus':
         topo = ' topology="TORUS" topo_parameters="{}"'.format(','.join(map(str, m.dims)))
-    backbone = ' bb_bw="{:.6g}Bps" bb_lat="0s"'.format(1e13) if m.kind == 'emulated' else ''
+    backbone = f' bb_bw="{1e13:.6g}Bps" bb_lat="0s"' if m.kind == 'emulated' else ''
     cpu = ''
     if m.shared_cores:
-        cpu = ('<zone id="cpu" routing="None"><host id="cpu" speed="1Gf" core="{}"/></zone>'
-               .format(m.shared_cores))
-    return """<?xml version='1.0'?>
+        cpu = ('<zone id="cpu" routing="None"><host id="cpu" speed="1Gf" '
+               f'core="{m.shared_cores}"/></zone>'
+               )
+    return f"""<?xml version='1.0'?>
 <!DOCTYPE platform SYSTEM "https://simgrid.org/simgrid.dtd">
 <platform version="4.1"><zone id="world" routing="Full">
-<cluster id="c" prefix="node" suffix="" radical="0-{last}" speed="1Gf" core="{cores}"
- bw="{bw:.9g}Bps" lat="{lat:.9g}s" sharing_policy="SPLITDUPLEX"
- loopback_bw="{lbw:.9g}Bps" loopback_lat="{llat:.9g}s"{backbone}{topo}/>
+<cluster id="c" prefix="node" suffix="" radical="0-{m.nodes - 1}" speed="1Gf" core="{m.cores}"
+ bw="{m.link_Bps:.9g}Bps" lat="{m.link_lat:.9g}s" sharing_policy="SPLITDUPLEX"
+ loopback_bw="{m.loop_Bps:.9g}Bps" loopback_lat="{m.loop_lat:.9g}s"{backbone}{topo}/>
 {cpu}
 </zone></platform>
-""".format(last=m.nodes - 1, cores=m.cores, bw=m.link_Bps, lat=m.link_lat, lbw=m.loop_Bps,
-           llat=m.loop_lat, backbone=backbone, topo=topo, cpu=cpu)
+"""
 
 
 def node_of_ranks(m):

@@ -125,7 +125,7 @@ def _engine(m):
                    '--log=root.thres:critical'])
     e.load_platform(xml)
     os.unlink(xml)
-    hosts = [e.host_by_name('node{}'.format(i)) for i in range(m.nodes)]
+    hosts = [e.host_by_name(f'node{i}') for i in range(m.nodes)]
     cpu = e.host_by_name('cpu') if m.shared_cores else None
     return sg, e, hosts, cpu
 
@@ -141,7 +141,7 @@ def _play_actors(built):
     def box(s, d):
         b = boxes.get((s, d))
         if b is None:
-            b = boxes[(s, d)] = sg.Mailbox.by_name('{}>{}'.format(s, d))
+            b = boxes[(s, d)] = sg.Mailbox.by_name(f'{s}>{d}')
         return b
 
     def rank(r):
@@ -175,7 +175,7 @@ def _play_actors(built):
             marks.append(e.clock)
 
     for r in range(P):
-        sg.Actor.create('rank{}'.format(r), hosts[built.node_of[r]], rank, r)
+        sg.Actor.create(f'rank{r}', hosts[built.node_of[r]], rank, r)
     e.run()
     return [b - a for a, b in zip(marks, marks[1:])]
 

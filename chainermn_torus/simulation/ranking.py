@@ -34,7 +34,7 @@ def machine_for(net, nodes, R, topology=None):
         # per rank (the emulated cluster's platform without its shared cores).
         return platforms.emulated(nodes, R, net, shared_cores=0)
     raise ValueError('chainermn_torus: topology must be fattree, torus or star, got '
-                     '{!r}'.format(topology))
+                     f'{topology!r}')
 
 
 _CACHE = {}  # (machine, algorithm, model, M, node_aware) -> seconds, for this process

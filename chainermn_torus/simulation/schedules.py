@@ -40,8 +40,8 @@ class Round:
         self.repeat = int(repeat)
 
     def __repr__(self):
-        return 'Round({!r}, {} messages, {} compute, repeat={})'.format(
-            self.phase, len(self.messages), len(self.compute), self.repeat)
+        return (f'Round({self.phase!r}, {len(self.messages)} messages, {len(self.compute)} '
+                f'compute, repeat={self.repeat})')
 
 
 # --- level 2: rounds of messages -----------------------------------------------------------

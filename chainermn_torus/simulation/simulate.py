@@ -37,8 +37,8 @@ def _path_env():
 
 
 def _importable(env):
-    code = ('import os, sys; p = os.environ.get({!r}); p and sys.path.append(p); '
-            'import simgrid'.format(_path_env()))
+    code = (f'import os, sys; p = os.environ.get({_path_env()!r}); p and sys.path.append(p); '
+            'import simgrid')
     return subprocess.run([sys.executable, '-c', code], env=env, stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL).returncode == 0
 
@@ -81,9 +81,8 @@ def available():
 
 
 def why_unavailable():
-    return ('SimGrid\'s Python module is not importable from {} (install Debian\'s '
-            'python3-simgrid, `make simgrid`, for Python 3.11; see docs/simulation.md)'.format(
-                sys.executable))
+    return (f'SimGrid\'s Python module is not importable from {sys.executable} (install Debian\'s '
+            'python3-simgrid, `make simgrid`, for Python 3.11; see docs/simulation.md)')
 
 
 def _pick_sizes(counts, max_sizes):
@@ -142,8 +141,8 @@ def simulate(machine, algorithm, model, M=1, itemsize=4, library='halving', node
     try:
         result = json.loads(proc.stdout)
     except ValueError:
-        raise SimulationError('chainermn_torus: the SimGrid run failed (exit {}): {}'.format(
-            proc.returncode, proc.stderr.strip()[-2000:]))
+        raise SimulationError('chainermn_torus: the SimGrid run failed '
+                              f'(exit {proc.returncode}): {proc.stderr.strip()[-2000:]}')
     if 'error' in result:
         raise ValueError(result['error'])
     times = {int(k): v for k, v in result['seconds'].items()}

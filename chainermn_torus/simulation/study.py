@@ -104,7 +104,7 @@ def run(out_dir, parts, nodes, workers):
     todo = [j for j in jobs(parts, nodes) if _key(j) not in done]
     # The largest first, so that the long runs overlap the short ones.
     todo.sort(key=lambda j: -j['nodes'])
-    print('{} simulations to run ({} done before)'.format(len(todo), len(done)), flush=True)
+    print(f'{len(todo)} simulations to run ({len(done)} done before)', flush=True)
     with concurrent.futures.ThreadPoolExecutor(workers) as pool, open(path, 'a') as f:
         for r in pool.map(run_one, todo):
             f.write(json.dumps(r) + '\n')
@@ -146,7 +146,7 @@ def _fat_tree_section(rows):
     for K in sorted({r['nodes'] for r in ft}):
         sub = sorted((r for r in ft if r['nodes'] == K), key=lambda r: r['seconds'])
         best = sub[0]['seconds']
-        lines += ['## Fat tree (OFP-like), {} nodes x 1 rank, halving'.format(K), '',
+        lines += [f'## Fat tree (OFP-like), {K} nodes x 1 rank, halving', '',
                   '| algorithm (M, N) | simulated ms | x best | messages | wall s |',
                   '|---|---|---|---|---|']
         lines += ['| {} | {:.2f} | {:.2f} | {} | {:.1f} |'.format(
@@ -175,9 +175,9 @@ def _library_section(rows):
             continue
         order = sorted(PAPER_GRIDS, key=lambda g: at256[(lib, 'rsap', g)])
         lines.append('| {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.2f} | {} | {} |'.format(
-            lib, '-' if naive is None else '{:.1f}'.format(naive * 1e3), alone * 1e3,
+            lib, '-' if naive is None else f'{naive * 1e3:.1f}', alone * 1e3,
             *[t * 1e3 for t in rsap], alone / rsap[0],
-            '-' if naive is None else '{:.2f}'.format(naive / rsap[0]),
+            '-' if naive is None else f'{naive / rsap[0]:.2f}',
             ' < '.join('({}, {})'.format(*g) for g in order)))
     mixed = [(lib, at256.get((lib, 'pure_allreduce', None)), at256.get((lib, 'naive', None)))
              for lib in ('ring', 'doubling')]
@@ -189,7 +189,7 @@ def _library_section(rows):
             if alone:
                 lines.append('- all-reduce alone with {}: {:.2f}x RSAP (2, 128){}'.format(
                     lib, alone / base, '' if naive is None else
-                    '; naive with {}: {:.2f}x'.format(lib, naive / base)))
+                    f'; naive with {lib}: {naive / base:.2f}x'))
     lines.append('')
     return lines
 
@@ -213,7 +213,7 @@ def _torus_section(rows):
             vals = [t.get(m) for m in maps]
             got = [v for v in vals if v is not None]
             lines.append('| {} | {} | {:.2f} |'.format(n, ' | '.join(
-                '-' if v is None else '{:.2f}'.format(v * 1e3) for v in vals),
+                '-' if v is None else f'{v * 1e3:.2f}' for v in vals),
                 max(got) / min(got)))
         lines.append('')
     return lines
@@ -258,7 +258,7 @@ def _plots(rows, out_dir):
             ax.set_xticks([x + w for x in range(len(names))])
             ax.set_xticklabels(names, rotation=60, ha='right', fontsize=7)
             ax.set_ylabel('simulated all-reduce, ms')
-            ax.set_title('Tofu-like torus, {} nodes'.format(K))
+            ax.set_title(f'Tofu-like torus, {K} nodes')
             ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(os.path.join(out_dir, 'study-torus-mapping.png'), dpi=120)
@@ -278,8 +278,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     if not args.report:
         if not simulate.available():
-            sys.stderr.write('chainermn-torus simulate: {}\n'.format(
-                simulate.why_unavailable()))
+            sys.stderr.write(f'chainermn-torus simulate: {simulate.why_unavailable()}\n')
             return 2
         run(args.out, args.parts, args.nodes, args.jobs)
     print(report(args.out))

@@ -53,7 +53,7 @@ def compare_training(folder, network_file, library='halving'):
     rows = []
     for model in ('mlp', 'resnet50'):
         for rate, gbit in RATES.items():
-            path = os.path.join(folder, 'sweep-{}-2x2-{}.json'.format(model, rate))
+            path = os.path.join(folder, f'sweep-{model}-2x2-{rate}.json')
             if not os.path.exists(path):
                 continue
             with open(path) as f:
@@ -119,22 +119,22 @@ def main(argv=None):
                         'sweep-*.json (float32 and float16; docs/measurements/overlap)')
     args = p.parse_args(argv)
     if not simulate.available():
-        sys.stderr.write('chainermn-torus simulate: {}\n'.format(simulate.why_unavailable()))
+        sys.stderr.write(f'chainermn-torus simulate: {simulate.why_unavailable()}\n')
         return 2
     t0 = time.time()
     rows = compare(args.folder, args.library)
     if not rows:
-        p.error('no allreduce-<model>-<K>x<R>.json files in {}'.format(args.folder))
+        p.error(f'no allreduce-<model>-<K>x<R>.json files in {args.folder}')
     text = markdown(rows)
     training = []
     if args.training:
         training = compare_training(args.training, os.path.join(args.folder,
                                                                 'network-2x2.json'),
                                     args.library)
-        text += ('\n## Inside training, float32 and float16 (2 x 2, {})\n\n'.format(
-            args.training) + markdown_training(training))
+        text += ('\n## Inside training, float32 and float16 (2 x '
+                 f'2, {args.training})\n\n' + markdown_training(training))
     print(text)
-    print('({} rows simulated in {:.0f} s)'.format(len(rows), time.time() - t0))
+    print(f'({len(rows)} rows simulated in {time.time() - t0:.0f} s)')
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, 'validation.json'), 'w') as f:

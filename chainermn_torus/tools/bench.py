@@ -42,11 +42,11 @@ def main(argv):
     if not argv or argv[0] in ('-h', '--help'):
         print('chainermn-torus bench NAME [options]; NAME is one of {} (also {}); '
               'chainermn-torus bench NAME --help for its options'.format(
-                  names, ', '.join('{} for {}'.format(k, v) for k, v in SHORT.items())))
+                  names, ', '.join(f'{k} for {v}' for k, v in SHORT.items())))
         return 0 if argv else 2
     name = SHORT.get(argv[0], argv[0].replace('_', '-'))
     if name not in found:
-        sys.stderr.write('chainermn-torus bench: unknown benchmark {!r}; choose from {}\n'.format(
-            argv[0], names))
+        sys.stderr.write(f'chainermn-torus bench: unknown benchmark {argv[0]!r}; choose '
+                         f'from {names}\n')
         return 2
     return importlib.import_module(found[name]).main(argv[1:])

@@ -34,13 +34,12 @@ def main(argv=None):
             if not os.access(out_dir, os.W_OK):
                 raise OSError('not writable')
         except OSError as e:
-            sys.stderr.write('chainermn-torus calibrate: cannot write {} ({})\n'.format(
-                args.output, e))
+            sys.stderr.write(f'chainermn-torus calibrate: cannot write {args.output} ({e})\n')
             _abort(comm, 2)
     try:
         data = calibrate(comm, args.bytes, args.reps, args.timeout, args.name)
     except RuntimeError as e:
-        sys.stderr.write('{}\n'.format(e))
+        sys.stderr.write(f'{e}\n')
         sys.stderr.flush()
         _abort(comm, 3)
     if comm.rank == 0:

@@ -20,7 +20,7 @@ def main(argv):
                    help="also MPICH's (mpich_shm_*), multiprocessing's (sem.mp-*) and Open "
                         "MPI's (sm_segment.*, vader_segment.*) files that no process on this "
                         'node maps or holds and that are older than '
-                        '{:g} s'.format(devshm.MIN_AGE_S))
+                        f'{devshm.MIN_AGE_S:g} s')
     p.add_argument('--shm-dir', default=devshm.SHM_DIR, help='default %(default)s')
     p.add_argument('--checkpoint-dir', action='append', default=[], metavar='DIR',
                    help="also a checkpoint directory's unfinished temporary files "
@@ -32,7 +32,7 @@ def main(argv):
     args = p.parse_args(argv)
     for d in [args.shm_dir] + args.checkpoint_dir:
         if not os.path.isdir(d):
-            p.error('{!r} is not a directory'.format(d))
+            p.error(f'{d!r} is not a directory')
     removed = devshm.sweep(args.shm_dir, others=args.others, dry_run=args.dry_run)
     for d in args.checkpoint_dir:
         try:  # judged as a job judges it: a link planted on the way removes nothing
@@ -44,20 +44,20 @@ def main(argv):
     verb = 'would remove' if args.dry_run else 'removed'
     for path, size, busy in snapshot_place.kept(args.shm_dir):
         if busy:
-            print('kept {} ({}; a running job holds it)'.format(path, report.format_bytes(size)))
+            print(f'kept {path} ({report.format_bytes(size)}; a running job holds it)')
         elif not args.snapshots:
-            print('kept {} ({}; snapshots of a run that is not running: --snapshots removes '
-                  'them)'.format(path, report.format_bytes(size)))
+            print(f'kept {path} ({report.format_bytes(size)}; snapshots of a run that is not '
+                  'running: --snapshots removes '
+                  'them)')
         else:
             if not args.dry_run:
                 try:
                     snapshot_place.remove_run(path)
                 except OSError as e:
-                    print('left {} ({})'.format(path, e))
+                    print(f'left {path} ({e})')
                     continue
             removed.append((path, size, 'snapshots of a run that is not running'))
     for name, size, why in removed:
-        print('{} {} ({}; {})'.format(verb, name, report.format_bytes(size), why))
-    print('{} {} file(s), {}'.format(verb, len(removed),
-                                     report.format_bytes(sum(r[1] for r in removed))))
+        print(f'{verb} {name} ({report.format_bytes(size)}; {why})')
+    print(f'{verb} {len(removed)} file(s), {report.format_bytes(sum(r[1] for r in removed))}')
     return 0

@@ -93,8 +93,8 @@ class Launcher:
             text = subprocess.run([program, '--version'], capture_output=True, text=True,
                                   timeout=30)
         except OSError as e:
-            raise ConfigError('chainermn_torus: cannot run the launcher {!r}: {}'.format(
-                program, e.strerror or e)) from None
+            raise ConfigError('chainermn_torus: cannot run the '
+                              f'launcher {program!r}: {e.strerror or e}') from None
         flavour = 'openmpi' if re.search(r'Open MPI|OpenRTE|Open RTE|prte',
                                          text.stdout + text.stderr, re.I) else 'hydra'
         return cls(flavour, program, extra)
@@ -103,10 +103,10 @@ class Launcher:
         """The launcher's command line for ``argv`` on ``nodes``; ``passed``: the
         variables Open MPI's mpirun must be told to pass on (the others pass the whole
         environment)."""
-        hosts = ','.join('{}:{}'.format(n.host, n.ranks) for n in nodes)
+        hosts = ','.join(f'{n.host}:{n.ranks}' for n in nodes)
         ranks = sum(n.ranks for n in nodes)
         if self.kind == 'srun':
-            return [self.program, '--nodes={}'.format(len(nodes)), '--ntasks={}'.format(ranks),
+            return [self.program, f'--nodes={len(nodes)}', f'--ntasks={ranks}',
                     '--nodelist={}'.format(','.join(n.host for n in nodes)),
                     '--distribution=block', '--kill-on-bad-exit=1'] + self.extra + argv
         if self.kind == 'openmpi':
@@ -158,7 +158,7 @@ class Supervisor:
         # user to read (ps), and the id names the run's snapshots and processes.
         argv = [sys.executable, '-m', 'chainermn_torus.tools.elastic_node']
         if since is not None:
-            argv += ['--since', '{:.3f}'.format(since)]
+            argv += ['--since', f'{since:.3f}']
         if remove_snapshots and self.snapshots:
             argv += ['--snapshots', self.snapshots]
         env = {k: v for k, v in os.environ.items() if k != _VARIABLE}
@@ -170,7 +170,7 @@ class Supervisor:
             # Slurm has not yet marked is still asked: DOWN comes after SlurmdTimeout).
             gone = job_nodes.slurm_unavailable([n.host for n in nodes])
             for host, state in gone.items():
-                self.unanswered[host] = 'Slurm holds it {} (sinfo)'.format(state)
+                self.unanswered[host] = f'Slurm holds it {state} (sinfo)'
             nodes = [n for n in nodes if n.host not in gone]
         for n in nodes:
             procs[n.host] = subprocess.Popen(
@@ -196,8 +196,8 @@ class Supervisor:
                 # PRRTE's rules of dashes are no words.
                 said = [ln for ln in out.splitlines() if ln.strip().strip('-')]
                 last = [ln for ln in said if not ln.startswith('[mpiexec@')][:1] or said[-1:]
-                self.unanswered[host] = 'no answer within {:g} s'.format(
-                    self.probe_timeout) if proc.returncode is None or proc.returncode < 0 \
+                gone = proc.returncode is None or proc.returncode < 0
+                self.unanswered[host] = f'no answer within {self.probe_timeout:g} s' if gone \
                     else 'the launcher could not reach it (exit code {}{})'.format(
                         proc.returncode, ': ' + last[0].strip()[:200] if last else '')
         return answered
@@ -205,7 +205,7 @@ class Supervisor:
     # --- one step -------------------------------------------------------------------------
     def run_step(self, step, number):
         env = dict(os.environ)
-        env[_VARIABLE] = '{}:{}'.format(self.run_id, number)
+        env[_VARIABLE] = f'{self.run_id}:{number}'
         # The ranks MPI must start this time (a job script's count was the whole allocation's)
         env[_EXPECT] = str(step.ranks)
         if self.given is not None:
@@ -270,9 +270,10 @@ class Supervisor:
         finally:
             if not self.completed and self.snapshots:
                 if self.keep_snapshots:
-                    say('the run\'s snapshots stay in node memory ({}) as --keep-snapshots '
+                    say(f'the run\'s snapshots stay in node memory ({self.snapshots}) as '
+                        '--keep-snapshots '
                         'asks; remove them with: chainermn-torus clean --snapshots, on each '
-                        'node'.format(self.snapshots))
+                        'node')
                 else:
                     self.finish()
             elif self.completed and self.signalled and self.snapshots:
@@ -316,13 +317,14 @@ class Supervisor:
             if not result.keeping and self.snapshots is None:
                 # No snapshot extension, so no line says the training is complete: the
                 # step's exit code is the job's, a good one included.
-                say('the step ended (exit code {}) without keeping snapshots in node memory '
+                say(f'the step ended (exit code {result.code}) without keeping snapshots in node '
+                    'memory '
                     '(the command neither runs chainermn_torus.run nor reads --memory-'
                     'snapshots): there is nothing to go on from, and the job ends with its '
-                    'exit code'.format(result.code))
+                    'exit code')
                 return result.code
             if number + 1 >= self.max_steps:
-                say('{} steps started: the job ends (--max-steps)'.format(number + 1))
+                say(f'{number + 1} steps started: the job ends (--max-steps)')
                 return result.code or 1
             pending = {'step': number + 1, 'ended': result.ended,
                        'verdict_at': None, 'exit_code': result.code}
@@ -336,14 +338,15 @@ class Supervisor:
             newly = [n.host for n in step.nodes if n.host not in answered or n.host in silent
                      or n.host in signalled]
             if not newly:
-                say('the step ended with exit code {} and every node answers: no node was '
-                    'lost, so the job ends with it'.format(result.code))
+                say(f'the step ended with exit code {result.code} and every node answers: no node '
+                    'was '
+                    'lost, so the job ends with it')
                 return result.code or 1
             for host in newly:
                 why = 'named silent by the watch' if host in silent else \
                     '{} reached its rank {}'.format(*signalled[host]) \
                     if host in signalled else self.unanswered.get(host, 'no answer')
-                say('node {} lost ({})'.format(host, why))
+                say(f'node {host} lost ({why})')
             self.lost += newly
             self.signalled += [h for h in newly if h in signalled]
             for host in newly:
@@ -412,7 +415,7 @@ class Guard:
         if self._write is None:  # done already: the descriptor's number may be reused
             return
         try:
-            os.write(self._write, '{} {}\n'.format(what, value).encode())
+            os.write(self._write, f'{what} {value}\n'.encode())
         except OSError:
             pass  # the guard is gone: nothing to tell
         if what == 'done':
@@ -522,8 +525,8 @@ def main(argv=None):
     try:
         extra = shlex.split(args.launcher_args)
     except ValueError as e:
-        p.error('--launcher-args {!r} does not parse as a shell would split it: {}'.format(
-            args.launcher_args, e))
+        p.error(f'--launcher-args {args.launcher_args!r} does not parse as a shell would split '
+                f'it: {e}')
     try:
         nodes, source = job_nodes.discover(args.hosts)
         launcher = Launcher.find(args.launcher, args.launcher_program, extra)
@@ -538,12 +541,12 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, sup.signal)
     signal.signal(signal.SIGINT, sup.signal)
     say('run {}: {} node(s) from {} ({}), launcher {}'.format(
-        sup.run_id, len(nodes), source, ', '.join('{}:{}'.format(n.host, n.ranks)
+        sup.run_id, len(nodes), source, ', '.join(f'{n.host}:{n.ranks}'
                                                    for n in nodes), launcher.kind))
     if sup.given is not None:
-        say('the command asks for no snapshots in node memory: its steps keep one every {} '
-            'iterations ({}={}; read by chainermn_torus.run and the examples)'.format(
-                sup.given, _SNAPSHOTS, sup.given))
+        say('the command asks for no snapshots in node memory: its steps keep one '
+            f'every {sup.given} '
+            f'iterations ({_SNAPSHOTS}={sup.given}; read by chainermn_torus.run and the examples)')
     code = sup.run()
     if args.report:
         with open(args.report, 'w') as f:

@@ -144,7 +144,7 @@ def main(argv=None):
     except ConfigError as e:
         p.error(str(e).replace('chainermn_torus: ', '', 1))
     if args.run is None:
-        p.error('{} must hold the run id; chainermn-torus elastic sets it'.format(RUN_VARIABLE))
+        p.error(f'{RUN_VARIABLE} must hold the run id; chainermn-torus elastic sets it')
     ended = end_step_processes(args.run)
     # MPI's own segments too (a step ended in MPI_Init leaves MPICH's): those no process
     # maps or holds once the run's are gone, and not made in the last half second (one of

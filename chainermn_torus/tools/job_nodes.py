@@ -49,20 +49,21 @@ def parse_hosts(text, source='--hosts'):
             continue
         host, _, count = item.partition(':')
         if not _HOST.match(host) or (count and not count.isdigit()) or count == '0':
-            raise ConfigError('chainermn_torus: {}: {!r} is not host[:ranks] (a host name, '
-                              'then a rank count >= 1)'.format(source, item))
+            raise ConfigError(f'chainermn_torus: {source}: {item!r} is not host[:ranks] (a host '
+                              'name, '
+                              'then a rank count >= 1)')
         if host in seen:
-            raise ConfigError('chainermn_torus: {}: host {} is given twice'.format(
-                source, host))
+            raise ConfigError(f'chainermn_torus: {source}: host {host} is given twice')
         if count and int(count) > MAX_RANKS_PER_HOST:
-            raise ConfigError('chainermn_torus: {}: {!r} asks for {} ranks on one host; at '
-                              'most {} (MAX_RANKS_PER_HOST, about four times the hardware '
-                              'threads of a many-core node) are allowed'.format(
-                                  source, item, int(count), MAX_RANKS_PER_HOST))
+            raise ConfigError(f'chainermn_torus: {source}: {item!r} asks for {int(count)} ranks on '
+                              'one host; at '
+                              f'most {MAX_RANKS_PER_HOST} (MAX_RANKS_PER_HOST, about four times '
+                              'the hardware '
+                              'threads of a many-core node) are allowed')
         seen.add(host)
         nodes.append(Node(host, int(count or 1)))
     if not nodes:
-        raise ConfigError('chainermn_torus: {}: no host in {!r}'.format(source, text))
+        raise ConfigError(f'chainermn_torus: {source}: no host in {text!r}')
     return nodes
 
 
@@ -83,18 +84,20 @@ def from_slurm(env=None, scontrol=None):
         return None
     exe = scontrol or shutil.which('scontrol')
     if exe is None:
-        raise ConfigError('chainermn_torus: SLURM_JOB_NODELIST is {!r} but scontrol is not '
-                          'on PATH to expand it'.format(nodelist))
+        raise ConfigError(f'chainermn_torus: SLURM_JOB_NODELIST is {nodelist!r} but scontrol is '
+                          'not '
+                          'on PATH to expand it')
     try:  # Slurm's own variables (SLURM_CONF) as the allocation gives them
         out = subprocess.run([exe, 'show', 'hostnames', nodelist], capture_output=True,
                              text=True, timeout=30, env=dict(os.environ, **{
                                  k: v for k, v in env.items() if k.startswith('SLURM_')}))
     except OSError as e:
-        raise ConfigError('chainermn_torus: cannot run {} to expand SLURM_JOB_NODELIST {!r}: '
-                          '{}'.format(exe, nodelist, e.strerror or e)) from None
+        raise ConfigError(f'chainermn_torus: cannot run {exe} to expand '
+                          f'SLURM_JOB_NODELIST {nodelist!r}: '
+                          f'{e.strerror or e}') from None
     if out.returncode != 0:
-        raise ConfigError('chainermn_torus: scontrol show hostnames {} failed: {}'.format(
-            nodelist, out.stderr.strip() or out.returncode))
+        raise ConfigError(f'chainermn_torus: scontrol show hostnames {nodelist} '
+                          f'failed: {out.stderr.strip() or out.returncode}')
     ranks = _slurm_ranks(env)
     return [Node(h, ranks) for h in out.stdout.split()]
 

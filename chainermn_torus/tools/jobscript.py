@@ -29,7 +29,7 @@ __all__ = ['build_parser', 'main']
 
 def _output(value):
     if not value.strip():
-        raise argparse.ArgumentTypeError('must name a file, got {!r}'.format(value))
+        raise argparse.ArgumentTypeError(f'must name a file, got {value!r}')
     return value
 
 
@@ -38,7 +38,7 @@ def build_parser():
         prog='chainermn-torus jobscript', description=__doc__.split('\n')[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog='systems:\n' + '\n'.join(textwrap.fill(
-            ' '.join(s.__doc__.split()), 88, initial_indent='  {:8}'.format(name),
+            ' '.join(s.__doc__.split()), 88, initial_indent=f'  {name:8}',
             subsequent_indent=' ' * 10) for name, s in systems.SYSTEMS.items()))
     p.add_argument('--system', required=True, help=', '.join(systems.SYSTEMS))
     p.add_argument('--nodes', type=int, required=True)
@@ -85,9 +85,9 @@ def build_parser():
                         'is lost")')
     p.add_argument('--memory-snapshots', type=int, default=None, metavar='K',
                    help='with --elastic: the steps keep a snapshot in node memory every K '
-                        'iterations, what the nodes left go on from (default {}; a command '
-                        'that gives its own --memory-snapshots keeps it)'.format(
-                            in_memory.DEFAULT_K))
+                        'iterations, what the nodes left go on from '
+                        f'(default {in_memory.DEFAULT_K}; a command '
+                        'that gives its own --memory-snapshots keeps it)')
     p.add_argument('--min-nodes', type=int, default=1, metavar='N',
                    help='with --elastic: end the job where fewer nodes are left (default 1)')
     p.add_argument('--workdir', default=None,
@@ -111,15 +111,15 @@ def main(argv=None):
             print(render.launch_line(job, values, system))
             return 0
         text = render.generate(job)
-        out = args.output or 'job-{}.sh'.format(args.system)
+        out = args.output or f'job-{args.system}.sh'
         result_paths.check_writable(out, '--output')
     except ValueError as e:
-        sys.stderr.write('chainermn-torus jobscript: {}\n'.format(e))
+        sys.stderr.write(f'chainermn-torus jobscript: {e}\n')
         return 2
     with open(out, 'w') as f:
         f.write(text)
     os.chmod(out, 0o755)
-    print('wrote {} ({})'.format(out, render.launch_line(job)))
+    print(f'wrote {out} ({render.launch_line(job)})')
     return 0
 
 

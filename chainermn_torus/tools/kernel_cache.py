@@ -69,7 +69,7 @@ def main(argv=None):
                    help='one line per kernel: what was compiled and where it is cached')
     args = p.parse_args(argv)
     if args.processes is not None and args.processes < 1:
-        p.error('--processes must be 1 or more, got {}'.format(args.processes))
+        p.error(f'--processes must be 1 or more, got {args.processes}')
     if not jit.available():
         print('chainermn-torus kernels: numba is not installed: nothing to compile (the numpy '
               'fallbacks run instead; pip install numba)')
@@ -78,14 +78,13 @@ def main(argv=None):
     done = compile_ahead(args.processes)
     if args.list:
         for label, compiled, loaded, folder in done:
-            print('{}: {} compiled, {} from the cache ({})'.format(label, compiled, loaded,
-                                                                  folder))
+            print(f'{label}: {compiled} compiled, {loaded} from the cache ({folder})')
     compiled = sum(d[1] for d in done)
     loaded = sum(d[2] for d in done)
-    print("chainermn-torus kernels: {} kernels, {} argument types: {} compiled into numba's "
-          'cache, {} there already ({:.1f} s; under {})'.format(
-              len(done), compiled + loaded, compiled, loaded, time.time() - start,
-              os.path.commonpath([d[3] for d in done])))
+    print(f"chainermn-torus kernels: {len(done)} kernels, {compiled + loaded} argument "
+          f"types: {compiled} compiled into numba's "
+          f'cache, {loaded} there already ({time.time() - start:.1f} s; '
+          f'under {os.path.commonpath([d[3] for d in done])})')
     return 0
 
 

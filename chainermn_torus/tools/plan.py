@@ -46,8 +46,9 @@ def main(argv):
     args = command_line.parse_args(p, argv)
     ranks = args.nodes * args.ranks_per_node
     if ranks > MAX_RANKS:
-        p.error('--nodes x --ranks-per-node = {:,} ranks: the planner answers up to {:,} '
-                '(more than the largest machines run)'.format(ranks, MAX_RANKS))
+        p.error(f'--nodes x --ranks-per-node = {ranks:,} ranks: the planner answers up '
+                f'to {MAX_RANKS:,} '
+                '(more than the largest machines run)')
     try:
         result_paths.check_writable(args.json, '--json')  # before the work, not after it
         nbytes = planner.model_bytes(args.model)  # a bad model is said before the network
@@ -60,8 +61,8 @@ def main(argv):
             grids = [parse_grid(g, P, source='--grid') for g in args.grid]
         if args.alpha is not None:
             if not (args.alpha >= 0 and args.beta > 0):
-                raise ValueError('--alpha must be >= 0 and --beta > 0, got {} and {}'.format(
-                    args.alpha, args.beta))
+                raise ValueError(f'--alpha must be >= 0 and --beta > 0, got {args.alpha} '
+                                 f'and {args.beta}')
             net = planner.Network('alpha-beta', args.alpha, 1.0 / args.beta, args.alpha / 2,
                                   1.0 / (4 * args.beta), 0.0, 0.0, source='--alpha/--beta')
         else:
@@ -72,23 +73,23 @@ def main(argv):
         if mode is True and not simulate.available():
             raise ValueError('--simulate on: ' + simulate.why_unavailable())
         if mode is True and args.nodes > SIMULATE_MAX_NODES:
-            raise ValueError('--simulate on: {} nodes; the simulator answers up to {} (8,192 '
-                             'took 63-125 s per candidate here); leave --simulate off'.format(
-                                 args.nodes, SIMULATE_MAX_NODES))
+            raise ValueError(f'--simulate on: {args.nodes} nodes; the simulator answers up '
+                             f'to {SIMULATE_MAX_NODES} (8,192 '
+                             'took 63-125 s per candidate here); leave --simulate off')
         if mode == 'auto' and simulate.available() and args.nodes > SIMULATE_AUTO_NODES:
             mode = False
-            print('not simulated: {} nodes is beyond the {} simulated by default (a '
+            print(f'not simulated: {args.nodes} nodes is beyond the {SIMULATE_AUTO_NODES} '
+                  'simulated by default (a '
                   'candidate takes about 5 s at 1,024 nodes, minutes at 8,192); '
-                  '--simulate on simulates up to {}'.format(
-                      args.nodes, SIMULATE_AUTO_NODES, SIMULATE_MAX_NODES))
+                  f'--simulate on simulates up to {SIMULATE_MAX_NODES}')
         if mode is True or (mode == 'auto' and simulate.available()):
             rows = ranking.rank_rows(rows, args.nodes, args.ranks_per_node,
                                      ranking.model_or_bytes(args.model), net,
                                      topology=args.topology)
-            print('simulated (SimGrid) the planner\'s best {}; the other rows are the '
-                  'alpha-beta model\'s'.format(ranking.TOP))
+            print(f'simulated (SimGrid) the planner\'s best {ranking.TOP}; the other rows are the '
+                  'alpha-beta model\'s')
     except (ValueError, RuntimeError) as e:
-        sys.stderr.write('chainermn-torus plan: {}\n'.format(e))
+        sys.stderr.write(f'chainermn-torus plan: {e}\n')
         return 2
     print(planner.format_plan(rows, args.nodes, args.ranks_per_node, nbytes, net, args.top))
     if args.json:

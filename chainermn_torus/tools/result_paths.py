@@ -14,10 +14,9 @@ def check_writable(path, option):
     target = os.path.abspath(path)
     directory = os.path.dirname(target)
     if os.path.isdir(target):
-        raise ValueError('cannot write {} {}: it is a directory'.format(option, path))
+        raise ValueError(f'cannot write {option} {path}: it is a directory')
     if not os.path.isdir(directory):
-        raise ValueError('cannot write {} {}: directory {} does not exist'.format(
-            option, path, directory))
+        raise ValueError(f'cannot write {option} {path}: directory {directory} does not exist')
     # Tried, not asked (os.access says yes to root on a read-only file system, and the
     # write failed after the work): an existing file opened for appending, untouched; a new
     # one created and removed.
@@ -28,4 +27,4 @@ def check_writable(path, option):
             os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
             os.remove(target)
     except OSError as e:
-        raise ValueError('cannot write {} {}: {}'.format(option, path, e.strerror or e)) from e
+        raise ValueError(f'cannot write {option} {path}: {e.strerror or e}') from e

@@ -41,7 +41,7 @@ def _machine(args, net):
                 dims = tuple(int(x) for x in args.dims.split(','))
             except ValueError:
                 raise ValueError('--dims must look like X,Y,Z (for example 16,16,32), got '
-                                 '{!r}'.format(args.dims)) from None
+                                 f'{args.dims!r}') from None
         return platforms.torus(args.nodes, args.ranks_per_node, net, mapping=args.mapping,
                                dims=dims, seed=args.seed)
     if args.platform == 'emulated':
@@ -85,9 +85,9 @@ def run(argv):
     args = command_line.parse_args(p, argv)
     P = args.nodes * args.ranks_per_node
     if P > MAX_RANKS:  # 10**8 nodes ran for hours building the platform, printing nothing
-        p.error('--nodes {} x --ranks-per-node {} is {} ranks; the simulator takes at most {} '
-                '(the shape study goes to 8192 nodes)'.format(
-                    args.nodes, args.ranks_per_node, P, MAX_RANKS))
+        p.error(f'--nodes {args.nodes} x --ranks-per-node {args.ranks_per_node} is {P} ranks; the '
+                f'simulator takes at most {MAX_RANKS} '
+                '(the shape study goes to 8192 nodes)')
     try:
         result_paths.check_writable(args.json, '--json')  # before the simulation, not after it
         net = planner.load_network(args.network)
@@ -119,7 +119,7 @@ def run(argv):
             sys.stdout.write('.')
             sys.stdout.flush()
     except (ValueError, SimulationError) as e:
-        sys.stderr.write('chainermn-torus simulate: {}\n'.format(e))
+        sys.stderr.write(f'chainermn-torus simulate: {e}\n')
         return 2
     print('\n' + machine.describe())
     print('{:<16} {:>9} {:>12} {:>8} {:>10} {:>8}'.format(

@@ -30,12 +30,14 @@ def rank_files(prefix):
     if not found:
         unfinished = glob.glob(glob.escape(prefix) + '.rank*.json.tmp')
         if unfinished:
-            raise ValueError('chainermn_torus: no timeline files {}.rank*.json, only {} '
-                             'unfinished one(s) ({}): the job was killed while writing them '
+            raise ValueError(f'chainermn_torus: no timeline files {prefix}.rank*.json, '
+                             f'only {len(unfinished)} '
+                             f'unfinished one(s) ({sorted(unfinished)[0]}): the job was killed '
+                             'while writing them '
                              '(kill -9 or a node failure; SIGTERM and aborts write them '
-                             'whole)'.format(prefix, len(unfinished), sorted(unfinished)[0]))
-        raise ValueError('chainermn_torus: no timeline files {}.rank*.json; was the run '
-                         'started with {}={}?'.format(prefix, TIMELINE_ENV, prefix))
+                             'whole)')
+        raise ValueError(f'chainermn_torus: no timeline files {prefix}.rank*.json; was the run '
+                         f'started with {TIMELINE_ENV}={prefix}?')
     return dict(sorted(found.items()))
 
 
@@ -44,9 +46,9 @@ def _load(path):
         with open(path) as f:
             return json.load(f)['traceEvents']
     except (ValueError, KeyError, TypeError) as e:
-        raise ValueError('chainermn_torus: {} is not a timeline file written by '
-                         'chainermn-torus ({}: {}); remove it or write it again'.format(
-                             path, type(e).__name__, e)) from None
+        raise ValueError(f'chainermn_torus: {path} is not a timeline file written by '
+                         f'chainermn-torus ({type(e).__name__}: {e}); remove it or write it '
+                         'again') from None
 
 
 def _load_log(path):
@@ -57,8 +59,9 @@ def _load_log(path):
         header = json.loads(lines[0])
         header['rank']
     except (ValueError, KeyError, TypeError, IndexError):
-        raise ValueError('chainermn_torus: {} is not a timeline log written by chainermn-torus '
-                         '(its first line is no header); remove it'.format(path)) from None
+        raise ValueError(f'chainermn_torus: {path} is not a timeline log written by '
+                         'chainermn-torus '
+                         '(its first line is no header); remove it') from None
     rank = header['rank']
     spans, dropped = [], 0
     for line in lines[1:]:
@@ -81,7 +84,7 @@ def _load_log(path):
                'up to the last {:g} s are missing{})'.format(
                    rank, header.get('host', '?'), last[1],
                    time.strftime('%H:%M:%S', time.localtime(last[0] / 1e6)), path, STREAM_S,
-                   '; {} damaged line(s) skipped'.format(dropped) if dropped else '')
+                   f'; {dropped} damaged line(s) skipped' if dropped else '')
     return events, header, note
 
 
@@ -153,12 +156,11 @@ def plot(prefix, out, first=None, count=3, notes=None):
             ax.barh(y, e['dur'] / 1e3, left=(e['ts'] - t0) / 1e3, height=0.7,
                     color=COLORS.get(e['name'], '#777777'), label=label, edgecolor='none')
     ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels(['{}{}'.format(names.get(p, 'rank {}'.format(p)),
+    ax.set_yticklabels(['{}{}'.format(names.get(p, f'rank {p}'),
                                       '' if t == 0 else ' comm') for p, t in rows])
     ax.invert_yaxis()
     ax.set_xlabel('ms')
-    ax.set_title('{}: iterations {}-{}'.format(os.path.basename(prefix), first,
-                                               first + count - 1), pad=24)
+    ax.set_title(f'{os.path.basename(prefix)}: iterations {first}-{first + count - 1}', pad=24)
     ax.legend(loc='lower left', bbox_to_anchor=(0, 1.0), ncol=8, fontsize=8, frameon=False)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
@@ -194,9 +196,9 @@ def main(argv=None):
             p.print_help()
             return 2
     except ValueError as e:
-        sys.stderr.write('chainermn-torus timeline: {}\n'.format(e))
+        sys.stderr.write(f'chainermn-torus timeline: {e}\n')
         return 2
     for note in notes:
-        sys.stderr.write('chainermn-torus timeline: {}\n'.format(note))
+        sys.stderr.write(f'chainermn-torus timeline: {note}\n')
     print('wrote ' + args.output)
     return 0

@@ -25,12 +25,12 @@ def main(argv):
     p.add_argument('--json', action='store_true')
     args = command_line.parse_args(p, argv)
     if not 0 <= args.rank < args.ranks_per_node:
-        p.error('--rank must be in [0, --ranks-per-node), got {} of {}'.format(
-            args.rank, args.ranks_per_node))
+        p.error(f'--rank must be in [0, --ranks-per-node), got {args.rank} '
+                f'of {args.ranks_per_node}')
     try:
         topo = Topology.from_sysfs(args.sysfs)
     except ValueError as e:
-        sys.stderr.write('chainermn-torus topology: {}\n'.format(e))
+        sys.stderr.write(f'chainermn-torus topology: {e}\n')
         return 2
     if args.allowed is not None:
         allowed = parse_cpulist(args.allowed)
@@ -41,7 +41,7 @@ def main(argv):
                               args.loader_processes, args.dedicated_cores, topology=topo,
                               allowed=allowed)
     except ValueError as e:
-        sys.stderr.write('{}\n'.format(e))
+        sys.stderr.write(f'{e}\n')
         return 2
     if args.json:
         print(json.dumps(plan.as_dict(), indent=1))

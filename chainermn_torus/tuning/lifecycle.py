@@ -119,11 +119,12 @@ class Choices:
             key = self._remembered(memory_key(self.shape, self.settings, signature(),
                                               nbytes), nbytes)
             if key is None:
-                report.say('tune={}: the overlap buckets use the predicted choice (a '
+                report.say(f'tune={self.settings.tune}: the overlap buckets use the predicted '
+                           'choice (a '
                            'bucketed call waits for backward, so its time is not the '
                            'communicator\'s); a choice tuned without --overlap for the same '
-                           'model and job shape is used where there is one'.format(
-                               self.settings.tune), self.shape.rank, prefix=PREFIX,
+                           'model and job shape is used where there is '
+                           'one', self.shape.rank, prefix=PREFIX,
                            key='auto-tune-overlap')
         return self.communicator(key) if key is not None else self.predicted(nbytes)
 
@@ -204,8 +205,8 @@ class Choices:
                    'the best its tuning measured ({:.2f} ms): {}'.format(
                        nbytes / 1e6, candidates.label(key), median_ms, len(counted),
                        '' if len(counted) == 1 else 's', median_ms / best_ms, best_ms,
-                       'over {:g}x, so it is tuned again'.format(FAR if far else RECHECK)
-                       if slower else 'within {:g}x, kept'.format(RECHECK)),
+                       f'over {FAR if far else RECHECK:g}x, so it is tuned again'
+                       if slower else f'within {RECHECK:g}x, kept'),
                    self.shape.rank, prefix=PREFIX)
         if slower:  # its own calls just measured it: the tuning again leaves it out
             del self.chosen[nbytes]
@@ -225,8 +226,8 @@ class Choices:
             report.say(found.message, 0, prefix=PREFIX)
         if found.choice is None:
             return None
-        return found.choice, 'remembered in {} (tuned {})'.format(
-            found.path, found.written), found.figures, True
+        return found.choice, (f'remembered in {found.path} '
+                              f'(tuned {found.written})'), found.figures, True
 
     def _start(self, signature, nbytes):
         """Take what a job of this shape remembered (``chosen``), else start the tuning
@@ -267,7 +268,7 @@ class Choices:
                 where = 'remembered in ' + memory.save(key, choice, figures,
                                                        self.settings.tune_dir)
             except OSError as e:
-                where = 'not remembered: {}'.format(e)
+                where = f'not remembered: {e}'
         report.say(tuner.summary(self.shape.nodes, self.shape.ranks_per_node, where),
                    self.shape.rank, prefix=PREFIX)
         # The others' buffers may still back gradients (double buffering applies the last
@@ -309,15 +310,16 @@ class Choices:
                 saved = memory.save_partial(key, self.shape.size, done,
                                             tuner.trials.most_calls, self.settings.tune_dir)
                 if saved:
-                    where = 'nothing remembered ({} says so; the next job of this shape ' \
-                        'measures afresh)'.format(saved)
+                    where = f'nothing remembered ({saved} says so; the next job of this shape ' \
+                        'measures afresh)'
             except OSError as e:
-                where = 'nothing remembered ({})'.format(e)
-        return ('the job ended after {} gradient call(s) of {:.1f} MB, before the tuning '
-                'decided (it was in stage {} of 2, whose schedule takes up to {} calls): '
-                '{}. A job of this shape remembers a choice once it runs past the tuning: '
-                'give one job more steps, or use tune=off (the predicted choice)'.format(
-                    done, nbytes / 1e6, tuner.stage, tuner.trials.most_calls, where))
+                where = f'nothing remembered ({e})'
+        return (f'the job ended after {done} gradient call(s) of {nbytes / 1e6:.1f} MB, before the '
+                'tuning '
+                f'decided (it was in stage {tuner.stage} of 2, whose schedule takes up '
+                f'to {tuner.trials.most_calls} calls): '
+                f'{where}. A job of this shape remembers a choice once it runs past the tuning: '
+                'give one job more steps, or use tune=off (the predicted choice)')
 
     def finalize(self):
         """Free every communicator made for a choice or a candidate (collective)."""

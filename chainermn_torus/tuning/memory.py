@@ -121,19 +121,19 @@ def _fields(data):
     """Why the file's fields do not have the types this version writes, or None: checked
     one by one, so that a hand-edited or corrupted file is named, not a crash later."""
     if not isinstance(data, dict):
-        return 'the file holds a {}, not an object'.format(type(data).__name__)
+        return f'the file holds a {type(data).__name__}, not an object'
     want = (('key', dict), ('choice', dict), ('figures', (dict, type(None))),
             ('written', (str, type(None))))
     for name, kind in want:
         if not isinstance(data.get(name), kind):
-            return 'field {!r} is {!r}'.format(name, data.get(name))
+            return f'field {name!r} is {data.get(name)!r}'
     choice = data['choice']
     if not isinstance(choice.get('algorithm'), str):
         return 'choice.algorithm is {!r}, not a name'.format(choice.get('algorithm'))
     grid = choice.get('grid')
     if grid is not None and not (isinstance(grid, list) and len(grid) == 2 and
                                  all(type(v) is int and v > 0 for v in grid)):
-        return 'choice.grid is {!r}, not two positive integers or null'.format(grid)
+        return f'choice.grid is {grid!r}, not two positive integers or null'
     if type(choice.get('segment_bytes')) is not int:
         return 'choice.segment_bytes is {!r}, not an integer'.format(
             choice.get('segment_bytes'))
@@ -155,14 +155,14 @@ def _problem(data, key, size, segment_bytes=None):
                                                          partial.get('calls', '?')))
     wrong = _fields(data)
     if wrong:
-        return 'stale: {}'.format(wrong)
+        return f'stale: {wrong}'
     theirs = data['key']
     differ = [k for k in key if theirs.get(k) != key[k]]
     if differ:
         return 'foreign: written for {}; {} differ{} from this job\'s ({})'.format(
-            ', '.join('{}={!r}'.format(k, theirs.get(k)) for k in differ),
+            ', '.join(f'{k}={theirs.get(k)!r}' for k in differ),
             ', '.join(differ), '' if len(differ) > 1 else 's',
-            ', '.join('{}={!r}'.format(k, key[k]) for k in differ))
+            ', '.join(f'{k}={key[k]!r}' for k in differ))
     choice = data['choice']
     name = choice['algorithm']
     if name not in variants.planned():
@@ -171,7 +171,7 @@ def _problem(data, key, size, segment_bytes=None):
     grid = choice.get('grid')
     if variants.get(name).grid:
         if not (grid is not None and grid[0] * grid[1] == size):
-            return 'stale: grid {!r} does not fit {} ranks'.format(grid, size)
+            return f'stale: grid {grid!r} does not fit {size} ranks'
     try:
         settings_table.parse('segment', choice.get('segment_bytes'), 'its segment size')
     except ValueError as e:
@@ -239,7 +239,7 @@ def _read(place, name):
     except FileNotFoundError:
         raise
     except (OSError, ValueError) as e:
-        return None, '{} ignored: unreadable ({})'.format(os.path.join(place.path, name), e)
+        return None, f'{os.path.join(place.path, name)} ignored: unreadable ({e})'
 
 
 def load(key, size, where=None, segment_bytes=None):
@@ -265,7 +265,7 @@ def load(key, size, where=None, segment_bytes=None):
                 continue
             if why is None:
                 problem = _problem(data, key, size, segment_bytes)
-                why = '{} ignored, {}'.format(p, problem) if problem else None
+                why = f'{p} ignored, {problem}' if problem else None
             if why:
                 notes.append(why)
                 continue

@@ -35,7 +35,7 @@ def _simulated(planned, shape, nbytes, network, simulate, job):
     has, and not worth a simulation (about a second of rank 0's start): every rank sees the
     same rows, so every rank skips alike, without a message."""
     if planned[0]['seconds'] < SIMULATE_MIN_S:
-        return planned, 'planner; under {:g} ms, not simulated'.format(SIMULATE_MIN_S * 1e3)
+        return planned, f'planner; under {SIMULATE_MIN_S * 1e3:g} ms, not simulated'
     out = None
     if shape.rank == 0:
         if not simulate_mod.available():
@@ -46,6 +46,6 @@ def _simulated(planned, shape, nbytes, network, simulate, job):
                 out = (ranking.rank_rows(planned, shape.nodes, shape.ranks_per_node,
                                          nbytes // 4, network), 'simulated')
             except (RuntimeError, ValueError, OSError) as e:
-                out = (planned, 'planner; the simulation failed: {}'.format(e))
+                out = (planned, f'planner; the simulation failed: {e}')
     job.wait_for_root()
     return job.share(out)

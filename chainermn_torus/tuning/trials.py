@@ -92,16 +92,17 @@ class Trials:
             best = self.figure(keep[0])
             for i in self.alive:
                 if i not in keep:
-                    self.dropped[i] = '{:.2f}x the best, not among the {} fastest after {} ' \
-                        'calls'.format(self.figure(i) / best, FINALISTS, len(self.samples[i]))
+                    self.dropped[i] = (
+                        f'{self.figure(i) / best:.2f}x the best, not among the {FINALISTS} '
+                        f'fastest after {len(self.samples[i])} calls')
             self.alive = sorted(keep)
         if self._round > 1 + ROUNDS and len(self.alive) > 1:  # a final round
             lead = min(self.figure(i) for i in self.alive)
             for i in list(self.alive):
                 if len(self.samples[i]) >= 3 and self.figure(i) > BEHIND * lead:
                     self.alive.remove(i)
-                    self.dropped[i] = '{:.2f}x the leader after {} calls'.format(
-                        self.figure(i) / lead, len(self.samples[i]))
+                    self.dropped[i] = (f'{self.figure(i) / lead:.2f}x the leader '
+                                       f'after {len(self.samples[i])} calls')
         if self._round >= 1 + ROUNDS + FINAL_ROUNDS or len(self.alive) == 1:
             self.choice = min(self.alive, key=lambda i: (self.figure(i), i))
             return

@@ -50,8 +50,8 @@ class Tuner:
         """The candidate ``key`` (the one ``next_key`` gave) took ``made`` seconds to make
         (0 once made) and ``took`` seconds for its call, timed from a common start."""
         if key != self.next_key():
-            raise ValueError('chainermn_torus: the tuner expected a call of {}, got {}'.format(
-                candidates.label(self.next_key()), candidates.label(key)))
+            raise ValueError('chainermn_torus: the tuner expected a call '
+                             f'of {candidates.label(self.next_key())}, got {candidates.label(key)}')
         self.spent += made + took
         self.first.setdefault(key, made + took)
         self.trials.record(took)

@@ -132,7 +132,7 @@ class Limits(collections.namedtuple('Limits', 'limit_s startup_s outside limit_f
 def where(phase, finished, count):
     """Where a rank is, in words, from its row's phase, steps finished and count."""
     row = PHASE_OF.get(phase)
-    return 'phase {}'.format(phase) if row is None else row.where(finished, count)
+    return f'phase {phase}' if row is None else row.where(finished, count)
 
 
 def read_rows(path):
@@ -148,7 +148,7 @@ def read_rows(path):
     magic, slots = struct.unpack_from('<qq', data, 0)
     if magic != MAGIC or len(data) < 8 * (HEADER + ROW * slots):
         return []
-    return [struct.unpack_from('<{}q'.format(ROW), data, 8 * (HEADER + ROW * i))
+    return [struct.unpack_from(f'<{ROW}q', data, 8 * (HEADER + ROW * i))
             for i in range(slots)]
 
 

@@ -27,7 +27,7 @@ def stat(pid):
     """``Stat`` of process ``pid`` (its kernel letter as it is), or None where it is gone or
     unreadable."""
     try:
-        with open('/proc/{}/stat'.format(pid)) as f:
+        with open(f'/proc/{pid}/stat') as f:
             text = f.read()
         fields = text[text.rindex(')') + 2:].split()
         return Stat(fields[_STATE], int(fields[_PPID]), int(fields[_PGRP]),
@@ -65,7 +65,7 @@ def started_at(pid):
 def name(pid):
     """The command name of process ``pid`` (``comm``), or ''."""
     try:
-        with open('/proc/{}/comm'.format(pid)) as f:
+        with open(f'/proc/{pid}/comm') as f:
             return f.read().strip()
     except OSError:
         return ''
@@ -84,7 +84,7 @@ def families():
 def rank_of(pid):
     """The rank the launcher gave process ``pid``, from its environment, or None."""
     try:
-        with open('/proc/{}/environ'.format(pid), 'rb') as f:
+        with open(f'/proc/{pid}/environ', 'rb') as f:
             env = dict(item.split(b'=', 1) for item in f.read().split(b'\0') if b'=' in item)
     except OSError:
         return None
@@ -98,7 +98,7 @@ def rank_of(pid):
 def ours(pid):
     """Whether ``pid`` runs as this process's user."""
     try:
-        return os.stat('/proc/{}'.format(pid)).st_uid == os.getuid()
+        return os.stat(f'/proc/{pid}').st_uid == os.getuid()
     except OSError:
         return False
 
@@ -108,12 +108,12 @@ def socket_inodes(pid):
     processes only: another user's are never counted)."""
     inodes = set()
     try:
-        fds = os.listdir('/proc/{}/fd'.format(pid))
+        fds = os.listdir(f'/proc/{pid}/fd')
     except OSError:
         return inodes
     for fd in fds:
         try:
-            link = os.readlink('/proc/{}/fd/{}'.format(pid, fd))
+            link = os.readlink(f'/proc/{pid}/fd/{fd}')
         except OSError:
             continue
         if link.startswith('socket:['):

@@ -232,17 +232,17 @@ class Watch:
             try:
                 name = signal.Signals(number).name
             except ValueError:
-                name = 'signal {}'.format(number)
+                name = f'signal {number}'
             why = SAID.get(number, 'a signal it does not handle')
             now = processes.oom_kills()  # None: not known
             if number == 9 and now is not None and 0 <= self.oom_at_start < now:
-                why = 'the kernel\'s out-of-memory killer ended {} process(es) on this node ' \
-                      'since the job started (dmesg names them)'.format(now - self.oom_at_start)
-            return 'killed by signal {} ({}: {})'.format(number, name, why)
-        return 'exited with code {}'.format((status >> 8) & 0xff)
+                why = (f'the kernel\'s out-of-memory killer ended {now - self.oom_at_start} '
+                       'process(es) on this node since the job started (dmesg names them)')
+            return f'killed by signal {number} ({name}: {why})'
+        return f'exited with code {(status >> 8) & 0xff}'
 
     def _board_path(self):
-        return None if self.board_fd is None else '/proc/self/fd/{}'.format(self.board_fd)
+        return None if self.board_fd is None else f'/proc/self/fd/{self.board_fd}'
 
     def say_death(self):
         """The rank ended without a normal end, the hook's word or an end of its group."""
@@ -267,10 +267,9 @@ class Watch:
             code = (status >> 8) & 0xff
             if code == 0:
                 return  # it ended without the package's exit hook (os._exit(0)): not a death
-            how = 'exited with code {} without saying why (os._exit, or exit() in a native ' \
-                  'library)'.format(code)
-        os.write(2, 'chainermn_torus: {} died{}: {}; the job ends\n'.format(
-            self.who, where, how).encode())
+            how = f'exited with code {code} without saying why (os._exit, or exit() in a native ' \
+                  'library)'
+        os.write(2, f'chainermn_torus: {self.who} died{where}: {how}; the job ends\n'.encode())
 
     def end_group(self):
         """The rank ended abnormally: end what is left of its process group (a child it
@@ -356,10 +355,11 @@ class Watch:
             if self.group_ended is not None and now >= self.group_ended + CANARY_LOST_S:
                 self._new_canary()  # the canary alone was killed: the rank is still there
             if self.deadline is not None and now >= self.deadline:
-                os.write(2, 'chainermn_torus: {}: SIGTERM {:g} s ago and the process is still '
+                os.write(2, f'chainermn_torus: {self.who}: '
+                            f'SIGTERM {(5 if self.aborting else 1) * self.grace:g} s ago and the '
+                            'process is still '
                          'there: its main thread is blocked (in MPI, holding the GIL?) and '
-                         'cannot run the handler; killing it so the job ends\n'.format(
-                             self.who, (5 if self.aborting else 1) * self.grace).encode())
+                         'cannot run the handler; killing it so the job ends\n'.encode())
                 try:
                     os.kill(self.pid, signal.SIGKILL)
                 except OSError:

@@ -23,7 +23,7 @@ def key_of(pid):
     if mine is None:
         return None
     parent = processes.stat(mine.ppid)
-    return '{}_{}'.format(mine.ppid, parent.start if parent else 0)
+    return f'{mine.ppid}_{parent.start if parent else 0}'
 
 
 # --- names in the abstract socket namespace ---------------------------------------------------
@@ -75,13 +75,13 @@ def ending(*pids):
     deaths are not to be explained as their own. The name is held while the returned
     socket lives (keep it until the ranks are gone); None where none of ``pids`` is there."""
     key = next(filter(None, map(key_of, pids)), None)
-    return None if key is None else hold('cmtorus_ending_{}'.format(key))
+    return None if key is None else hold(f'cmtorus_ending_{key}')
 
 
 def being_ended(key):
     """Whether a watcher of this user is ending the job's ranks of the node ``key``
     (``key_of``, read while the rank was there) on purpose (``ending``)."""
-    return key is not None and bool(holders('cmtorus_ending_{}_'.format(key)))
+    return key is not None and bool(holders(f'cmtorus_ending_{key}_'))
 
 
 def canaries(pids):

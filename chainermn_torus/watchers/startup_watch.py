@@ -45,7 +45,7 @@ _STATE = {}  # in the rank: 'write' (the pipe to its watcher), 'arrived' (the so
 
 
 def _arrival_name(key, rank):
-    return 'cmtorus_arrived_{}_{}'.format(key, rank)
+    return f'cmtorus_arrived_{key}_{rank}'
 
 
 def _has_arrived(key, rank, pid):
@@ -151,7 +151,7 @@ def _mpich_segments(pids):
     found = set()
     for pid in pids:
         try:
-            with open('/proc/{}/maps'.format(pid)) as f:
+            with open(f'/proc/{pid}/maps') as f:
                 lines = f.readlines()
         except OSError:
             continue
@@ -165,7 +165,7 @@ def _mpich_segments(pids):
 def _maps_shm(pid):
     """Whether process ``pid`` maps a file of /dev/shm (MPI_Init's shared memory)."""
     try:
-        with open('/proc/{}/maps'.format(pid)) as f:
+        with open(f'/proc/{pid}/maps') as f:
             return any(' /dev/shm/' in line for line in f)
     except OSError:
         return False
@@ -175,7 +175,7 @@ def _claim(key):
     """Whether this is the node's first watcher to end the job: the socket of a name only
     one can hold, or None where a watcher of this user holds it. A name another user took
     first claims nothing: the watcher goes on (the line may then be said twice)."""
-    name = 'cmtorus_startup_said_{}'.format(key)
+    name = f'cmtorus_startup_said_{key}'
     sock = node_ranks.hold(name, token=False)
     if sock is not None or node_ranks.holders(name):
         return sock
@@ -193,7 +193,7 @@ def _verdict(ranks, me, waited, host, reason):
                                 not _maps_shm(r[0])]
     waiting = [r for r in ranks if r not in broken and r not in behind]
     wait_text = '{} of {} {} waited {:.1f} s at start-up (in MPI_Init, or in the first ' \
-        'collective)'.format(', '.join('rank {}'.format(r[1]) for r in waiting) or 'no rank',
+        'collective)'.format(', '.join(f'rank {r[1]}' for r in waiting) or 'no rank',
                              host, 'has' if len(waiting) == 1 else 'have', waited)
     if broken:
         return 'chainermn_torus watchdog: {} is {} at start-up, before its communicator ' \
@@ -203,9 +203,9 @@ def _verdict(ranks, me, waited, host, reason):
         return 'chainermn_torus watchdog: {} has not made its communicator in {:.1f} s, the ' \
             'start-up limit (running: importing, reading data?); {} for it; ending the ' \
             'job'.format(', '.join(who(r) for r in behind), waited, wait_text)
-    return 'chainermn_torus watchdog: {} ({}): no rank of this node is behind, so the job ' \
-        'waits for a rank of another node (or the launcher started fewer ranks than MPI ' \
-        'expects); ending the job'.format(wait_text, reason)
+    return (f'chainermn_torus watchdog: {wait_text} ({reason}): no rank of this node is '
+            'behind, so the job waits for a rank of another node (or the launcher started '
+            'fewer ranks than MPI expects); ending the job')
 
 
 def _end(ranks, me):
@@ -242,9 +242,9 @@ def watch(me, step_s, startup_s, fd):
                 stopped.pop(pid, None)
         held = [pid for pid, since in stopped.items() if now - since >= step_s]
         if held:
-            reason = 'a rank stopped for {:g} s, the step limit'.format(step_s)
+            reason = f'a rank stopped for {step_s:g} s, the step limit'
         elif now - start >= startup_s:
-            reason = 'the start-up limit, {:g} s'.format(startup_s)
+            reason = f'the start-up limit, {startup_s:g} s'
         else:
             continue
         if node_ranks.being_ended(key):

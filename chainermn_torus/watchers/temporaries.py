@@ -15,13 +15,13 @@ TMP_PATTERN = re.compile(r'^(?P<final>.+)\.tmp\.(?P<host>[^.]+(?:\.[^.]+)*)\.(?P
 
 
 def tmp_name(path):
-    return '{}.tmp.{}.{}'.format(path, socket.gethostname(), os.getpid())
+    return f'{path}.tmp.{socket.gethostname()}.{os.getpid()}'
 
 
 def writing_record(path, identity):
     """What the progress board keeps of the directory a rank writes a checkpoint to: its
     path and the (device, inode) the rank judged and holds (``runtime.files.held``)."""
-    return '{}:{}:{}'.format(identity[0], identity[1], path)
+    return f'{identity[0]}:{identity[1]}:{path}'
 
 
 def _from_record(record):

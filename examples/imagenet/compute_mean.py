@@ -33,14 +33,14 @@ def main(argv=None):
         pairs = read_list(args.dataset, args.root)
 
         def report(done, total):
-            print('\r{} / {}'.format(done, total), end='', file=sys.stderr, flush=True)
+            print(f'\r{done} / {total}', end='', file=sys.stderr, flush=True)
         mean = compute_mean(pairs, report=report)
     except (OSError, ValueError) as e:
-        raise SystemExit('error: {}'.format(e))
+        raise SystemExit(f'error: {e}')
     print(file=sys.stderr)
     numpy.save(args.output, mean)
-    print('{}: mean of {} images, shape {}, {:.2f} on average'.format(
-        args.output, len(pairs), mean.shape, float(mean.mean())))
+    print(f'{args.output}: mean of {len(pairs)} images, '
+          f'shape {mean.shape}, {float(mean.mean()):.2f} on average')
 
 
 if __name__ == '__main__':

@@ -104,7 +104,7 @@ class LoaderFailure:
     """Stands in a batch for an example whose reading raised in a loader worker."""
 
     def __init__(self, index, error):
-        self.message = 'example {}: {}: {}'.format(index, type(error).__name__, error)
+        self.message = f'example {index}: {type(error).__name__}: {error}'
 
 
 class CarryErrors(chainer.dataset.DatasetMixin):
@@ -225,7 +225,7 @@ def parse_args(argv=None):
                         help='number of epochs to train (default: %(default)s)')
     parser.add_argument('--crop-size', type=COUNT, default=None,
                         help='side of the square crops (default: {})'.format(', '.join(
-                            '{} for {}'.format(v, k) for k, v in sorted(DEFAULT_CROP.items()))))
+                            f'{v} for {k}' for k, v in sorted(DEFAULT_CROP.items()))))
     parser.add_argument('--lr', type=command_line.arg_type('positive'), default=None,
                         help='MomentumSGD learning rate (default: 0.1 x total batch / 256, '
                              'Goyal et al.)')
@@ -235,8 +235,9 @@ def parse_args(argv=None):
     command_line.add_option(parser, 'loader', default='ours', help='data loader')
     command_line.add_option(parser, 'loader_processes', aliases=('-j',),
                       help='loader worker processes per rank (multiprocess, ours; default: '
-                           '{}, or for ours as many as the affinity plan gives CPUs, up to '
-                           '{})'.format(DEFAULT_LOADERS, DEFAULT_LOADERS))
+                           f'{DEFAULT_LOADERS}, or for ours as many as the affinity plan gives '
+                           'CPUs, up to '
+                           f'{DEFAULT_LOADERS})')
     command_line.add_option(parser, 'affinity', help='where --loader ours places its workers')
     parser.add_argument('--skip-corrupt', action='store_true',
                         help='skip images that cannot be decoded (with a warning) instead of '
@@ -273,11 +274,12 @@ def check_labels(args, pairs):
     bound = settings_table.BOUNDS['classes']
     if args.n_classes is not None:
         if args.n_classes > bound:
-            raise ValueError('--n-classes {} is more than the {:,} classes a model may '
-                             'have'.format(args.n_classes, bound))
+            raise ValueError(f'--n-classes {args.n_classes} is more than the {bound:,} classes a '
+                             'model may '
+                             'have')
         if largest[1] >= args.n_classes:
-            raise ValueError('{}: label {} ({}) is not below --n-classes {}'.format(
-                args.train, largest[1], largest[0], args.n_classes))
+            raise ValueError(f'{args.train}: label {largest[1]} ({largest[0]}) is not below '
+                             f'--n-classes {args.n_classes}')
         return args.n_classes
     present = {label for _, label in pairs}
     if len(present) <= largest[1]:
@@ -299,8 +301,8 @@ def load_mean(path):
     try:
         mean = numpy.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError) as e:
-        raise ValueError('{}: not a mean image written by compute_mean.py (a .npy array); '
-                         'numpy says: {}'.format(path, e)) from None
+        raise ValueError(f'{path}: not a mean image written by compute_mean.py (a .npy array); '
+                         f'numpy says: {e}') from None
     if not isinstance(mean, numpy.ndarray) or mean.ndim != 3 or mean.shape[0] != 3:
         raise ValueError('{}: a mean image has shape (3, H, W), this holds {}'.format(
             path, getattr(mean, 'shape', type(mean).__name__)))
@@ -327,10 +329,10 @@ def load_data(args):
     mean = None
     if args.mean.lower() != 'none':
         if not os.path.exists(args.mean):
-            raise ValueError('mean image {} does not exist: compute it with `python '
-                             'examples/imagenet/compute_mean.py {} --root {} --output {}` or '
-                             'pass --mean none'.format(args.mean, args.train, args.root,
-                                                       args.mean))
+            raise ValueError(f'mean image {args.mean} does not exist: compute it with `python '
+                             f'examples/imagenet/compute_mean.py {args.train} --root {args.root} '
+                             f'--output {args.mean}` or '
+                             'pass --mean none')
         mean = load_mean(args.mean)
     bound = getattr(args, 'max_image_pixels', None)  # the settings', handed down by main
     train = PreprocessedDataset(train_pairs, args.root, mean, args.crop_size, random=True,
@@ -398,8 +400,9 @@ def main():
         errors = comm.mpi_comm.allgather(error)  # every rank stops, not only the one that failed
         if any(errors):
             failed = [r for r, e in enumerate(errors) if e]
-            report.stop('--affinity {}: rank {}: {}'.format(  # the same on every rank
-                args.affinity, failed[0], errors[failed[0]]), comm.rank)
+            # the same on every rank
+            report.stop(f'--affinity {args.affinity}: rank {failed[0]}: {errors[failed[0]]}',
+                        comm.rank)
         if args.loader_processes is None:  # what the plan has room for (2 cores: 1)
             args.loader_processes = DEFAULT_LOADERS if plan.loader_cpus is None else \
                 max(1, min(DEFAULT_LOADERS, len(plan.loader_cpus)))
@@ -425,13 +428,13 @@ def main():
     lr = args.lr if args.lr is not None else 0.1 * args.batchsize * comm.size / 256
     if comm.rank == 0:
         print('==========================================')
-        print('Num process (COMM_WORLD): {}'.format(comm.size))
+        print(f'Num process (COMM_WORLD): {comm.size}')
         print('Using {} communicator{}'.format(
             args.communicator, ': ' + comm.describe() if hasattr(comm, 'describe') else ''))
-        print('Using {} arch, {} classes, {}x{} crops'.format(args.arch, n_classes,
-                                                              args.crop_size, args.crop_size))
-        print('Num Minibatch-size: {} per rank, learning rate {:g}'.format(args.batchsize, lr))
-        print('Num epoch: {}'.format(args.epoch))
+        print(f'Using {args.arch} arch, {n_classes} classes, {args.crop_size}x{args.crop_size} '
+              'crops')
+        print(f'Num Minibatch-size: {args.batchsize} per rank, learning rate {lr:g}')
+        print(f'Num epoch: {args.epoch}')
         print('Loader: {}{}'.format(args.loader, '' if args.loader == 'serial' else
                                     ', {} process(es) per rank{}'.format(
                                         args.loader_processes,
@@ -520,10 +523,10 @@ def main():
             outputs.write(out, name, lambda f: json.dump(content, f, indent=2), mode='w')
         med = breakdown['median_ms']
         print('median per iteration (rank 0): ' + ', '.join(
-            '{} {:.1f} ms'.format(p, med[p]) for p in PHASES if med[p] is not None))
+            f'{p} {med[p]:.1f} ms' for p in PHASES if med[p] is not None))
         print('test accuracy: {:.4f}   training time: {:.2f} s'.format(
             summary['test_accuracy'], train_seconds))
-        print('iterations/s: {}'.format('{:.2f}'.format(rate) if rate else 'n/a'), flush=True)
+        print('iterations/s: {}'.format(f'{rate:.2f}' if rate else 'n/a'), flush=True)
 
 
 if __name__ == '__main__':

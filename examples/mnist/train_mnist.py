@@ -112,18 +112,18 @@ def main():
     used = getattr(comm, 'name', None) or args.communicator
     if comm.rank == 0:
         print('==========================================')
-        print('Num process (COMM_WORLD): {}'.format(comm.size))
+        print(f'Num process (COMM_WORLD): {comm.size}')
         print('Using {} communicator{}'.format(
             used, ': ' + comm.describe() if hasattr(comm, 'describe') else ''))
-        print('Num unit: {}'.format(args.unit))
-        print('Num Minibatch-size: {}'.format(args.batchsize))
-        print('Num epoch: {}'.format(args.epoch))
+        print(f'Num unit: {args.unit}')
+        print(f'Num Minibatch-size: {args.batchsize}')
+        print(f'Num epoch: {args.epoch}')
         print('Optimizer: {}{}'.format(args.optimizer, ' (stock ChainerMN wrapper)' if args.stock
-                                       else ': fused={} flush_denormals={} double_buffering={} '
-                                       'overlap={} fp16_allreduce={}'.format(
-                                           args.fused, args.ftz, args.double_buffering,
-                                           args.overlap, args.fp16_allreduce)))
-        print('Data: {}'.format(args.data_dir))
+                                       else f': fused={args.fused} flush_denormals={args.ftz} '
+                                            f'double_buffering={args.double_buffering} '
+                                       f'overlap={args.overlap} '
+                                       f'fp16_allreduce={args.fp16_allreduce}'))
+        print(f'Data: {args.data_dir}')
         print('==========================================')
 
     model = L.Classifier(MLP(args.unit, 10))

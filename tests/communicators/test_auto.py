@@ -30,4 +30,4 @@ def test_auto_picks_the_same_plan_everywhere_and_averages(mpi_world, tmp_path, n
     # (simulate='auto', the default) and every rank takes the same choice.
     from chainermn_torus.simulation import simulate
     used = 'simulated' if simulate.available() and simulate_setting == 'auto' else 'planner'
-    assert '({}: '.format(used) in out, out
+    assert f'({used}: ' in out, out

@@ -41,14 +41,14 @@ def signature_problem(theirs, ours):
     o = list(inspect.signature(ours).parameters.values())
     for i, p in enumerate(t):
         if i >= len(o):
-            return 'lacks parameter {!r}'.format(p.name)
+            return f'lacks parameter {p.name!r}'
         q = o[i]
         if (q.name, q.kind, q.default) != (p.name, p.kind, p.default):
-            return 'parameter {} is {} where ChainerMN has {}'.format(i, q, p)
+            return f'parameter {i} is {q} where ChainerMN has {p}'
     for q in o[len(t):]:
         if q.default is inspect.Parameter.empty and q.kind not in (
                 inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
-            return 'adds required parameter {!r}'.format(q.name)
+            return f'adds required parameter {q.name!r}'
     return None
 
 
@@ -60,14 +60,14 @@ def api_conflicts(cls):
         if ours is theirs:
             continue  # inherited as it is
         if _kind(ours) != _kind(theirs):
-            problems.append('{}.{}: a {} where ChainerMN has a {}'.format(
-                cls.__name__, name, _kind(ours), _kind(theirs)))
+            problems.append(f'{cls.__name__}.{name}: a {_kind(ours)} where ChainerMN has '
+                            f'a {_kind(theirs)}')
         elif _kind(theirs) in ('method', 'staticmethod', 'classmethod'):
             problem = signature_problem(getattr(mpi_communicator_base.MpiCommunicatorBase,
                                                 name), getattr(cls, name))
             if problem:
-                problems.append('{}.{}{}: {}'.format(
-                    cls.__name__, name, inspect.signature(getattr(cls, name)), problem))
+                signature = inspect.signature(getattr(cls, name))
+                problems.append(f'{cls.__name__}.{name}{signature}: {problem}')
     return problems
 
 

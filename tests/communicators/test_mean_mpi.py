@@ -31,7 +31,7 @@ AT_SIX = ('rsaa', 'rsap', 'shm', 'rsaa:shm=1')
 
 def cases():
     return [pytest.param(v, n, marks=() if (v, n) in FAST else pytest.mark.slow,
-                         id='{}-P{}'.format(v, n))
+                         id=f'{v}-P{n}')
             for v, counts in CASES for n in counts if n != 6 or v in AT_SIX]
 
 

@@ -7,7 +7,7 @@ from chainermn_torus.algorithms.segments import plan_segments
 
 
 def layout(sizes, dtype='f'):
-    return _packing.Layout([('p{}'.format(i), (n,), dtype) for i, n in enumerate(sizes)])
+    return _packing.Layout([(f'p{i}', (n,), dtype) for i, n in enumerate(sizes)])
 
 
 @pytest.mark.parametrize('sizes,seg', [([7, 13, 1031, 81, 4099, 1], 100),
@@ -42,10 +42,8 @@ def test_put_rounds_deliver_every_chunk_to_every_position(M):
         incoming = [set() for _ in range(M)]
         for origin, target, a, b in rnd:
             chunks = set(range(a, b))
-            assert chunks <= held[origin], 'position {} puts chunks it does not hold'.format(
-                origin)
-            assert not chunks & held[target], 'position {} would receive what it has'.format(
-                target)
+            assert chunks <= held[origin], f'position {origin} puts chunks it does not hold'
+            assert not chunks & held[target], f'position {target} would receive what it has'
             assert not chunks & incoming[target], 'two puts to the same place in one round'
             incoming[target] |= chunks
         for q in range(M):

@@ -19,7 +19,7 @@ from compute_support import as_it_was  # noqa: F401 a fixture
 
 pytestmark = pytest.mark.skipif(
     not binding.available(), reason='oneDNN is not installed for this Python (make setup '
-    'installs onednn-cpu-gomp on x86-64): {}'.format(binding.why_unavailable()))
+    f'installs onednn-cpu-gomp on x86-64): {binding.why_unavailable()}')
 
 CASES = list(itertools.product(
     [False, True],                      # cover_all

@@ -18,7 +18,7 @@ from compute_support import as_it_was, both  # noqa: F401 a fixture
 
 pytestmark = pytest.mark.skipif(
     not binding.available(), reason='oneDNN is not installed for this Python (make setup '
-    'installs onednn-cpu-gomp on x86-64): {}'.format(binding.why_unavailable()))
+    f'installs onednn-cpu-gomp on x86-64): {binding.why_unavailable()}')
 
 
 @pytest.mark.parametrize('shape', [(5, 3, 4, 2), (8, 16, 7, 5), (10, 6), (2, 64, 28, 28)])

@@ -16,7 +16,7 @@ from compute_support import as_it_was, both  # noqa: F401 a fixture
 
 pytestmark = pytest.mark.skipif(
     not binding.available(), reason='oneDNN is not installed for this Python (make setup '
-    'installs onednn-cpu-gomp on x86-64): {}'.format(binding.why_unavailable()))
+    f'installs onednn-cpu-gomp on x86-64): {binding.why_unavailable()}')
 
 # (shape, ksize, stride, pad): Chainer's own tests' geometry, ResNet's stem, strides that
 # leave the last rows in no window (oneDNN gets a view), non-square windows

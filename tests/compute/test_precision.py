@@ -15,8 +15,8 @@ from compute_support import as_it_was  # noqa: F401 autouse
 HAS_BF16, WHAT = precision.cpu_bf16()
 needs_bf16 = pytest.mark.skipif(
     not (binding.available() and HAS_BF16),
-    reason='bfloat16 needs oneDNN and a CPU with bfloat16 instructions: {}'.format(
-        WHAT if binding.available() else binding.why_unavailable()))
+    reason='bfloat16 needs oneDNN and a CPU with bfloat16 '
+           f'instructions: {WHAT if binding.available() else binding.why_unavailable()}')
 
 # bfloat16 keeps 8 bits of the mantissa: each product's operands are rounded by up to 2**-9
 # relative, the sums are float32. Largest relative difference from float32, over the output

@@ -13,7 +13,7 @@ from conftest import ROOT
 
 needs_onednn = pytest.mark.skipif(
     not binding.available(), reason='oneDNN is not installed for this Python (make setup '
-    'installs onednn-cpu-gomp on x86-64): {}'.format(binding.why_unavailable()))
+    f'installs onednn-cpu-gomp on x86-64): {binding.why_unavailable()}')
 
 
 def test_the_docs_table_is_the_codes():
@@ -26,7 +26,7 @@ def test_each_patch_is_in_one_row_and_each_row_says_everything():
     assert len(places) == len(set(places))
     for row in replacements.REPLACEMENTS:
         assert row.patches and all(row[i] for i in range(len(row))), row.function
-        assert '{} ({})'.format(row.function, row.said) in replacements.REPLACED
+        assert f'{row.function} ({row.said})' in replacements.REPLACED
         for cls, method, make in row.patches:
             assert method in cls.__dict__ and callable(make), (cls, method)
     assert set(replacements._BACKWARDS) == {cls for cls, _ in places}

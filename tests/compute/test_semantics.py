@@ -36,7 +36,7 @@ import package_probes
 
 pytestmark = pytest.mark.skipif(
     not binding.available(), reason='oneDNN is not installed for this Python (make setup '
-    'installs onednn-cpu-gomp on x86-64): {}'.format(binding.why_unavailable()))
+    f'installs onednn-cpu-gomp on x86-64): {binding.why_unavailable()}')
 
 NAN, INF = numpy.float32('nan'), numpy.float32('inf')
 
@@ -97,7 +97,7 @@ def check(fn, inputs, gys=None, double=None, rtol=2e-5):
         return None
     assert len(theirs) == len(mine)
     for i, (a, b) in enumerate(zip(theirs, mine)):
-        same(a, b, 'result {}'.format(i), rtol)
+        same(a, b, f'result {i}', rtol)
     return theirs, mine
 
 
@@ -277,7 +277,7 @@ def test_batch_normalization_propagates_nan_and_infinities_to_its_running_statis
         y.backward()
         return y.array, xv.grad, link.gamma.grad, link.beta.grad, link.avg_mean, link.avg_var
     for i, (a, b) in enumerate(zip(*both(run))):
-        same(a, b, 'result {}'.format(i))
+        same(a, b, f'result {i}')
 
 
 def test_fixed_batch_normalization_propagates_nan_and_infinities():
@@ -718,7 +718,7 @@ def test_batch_normalization_link_classes_of_chainers_tests(dtype, train, finetu
             out += [y.array, xv.grad, link.avg_mean.copy(), link.avg_var.copy()]
         return out
     for i, (a, b) in enumerate(zip(*both(run))):
-        same(a, b, 'result {}'.format(i), rtol=1e-2)
+        same(a, b, f'result {i}', rtol=1e-2)
 
 
 def test_batch_normalization_link_without_gamma_and_beta_and_its_warnings():

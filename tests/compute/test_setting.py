@@ -16,7 +16,7 @@ from conftest import ROOT, assert_ok, run_mpi, worker
 
 needs_onednn = pytest.mark.skipif(
     not binding.available(), reason='oneDNN is not installed for this Python (make setup '
-    'installs onednn-cpu-gomp on x86-64): {}'.format(binding.why_unavailable()))
+    f'installs onednn-cpu-gomp on x86-64): {binding.why_unavailable()}')
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ def test_the_launcher_puts_an_unchanged_scripts_layers_where_asked(options, env,
     proc = run_mpi(2, ['-m', 'chainermn_torus.run'] + options + [worker('compute_mode.py')],
                    env=env)
     lines = assert_ok(proc, 2)
-    assert all('conv {} '.format(where) in line for line in lines), lines
+    assert all(f'conv {where} ' in line for line in lines), lines
     assert len(_lines(proc, said)) == 1, proc.stdout  # rank 0, once
     # the same numbers either way (checked closely in test_conv): a sum printed to 4 places
     assert len({line.split(' sum ')[1].split()[0] for line in lines}) == 2  # two ranks' data
@@ -135,7 +135,7 @@ def test_onednn_openmp_threads_follow_the_budget_and_the_loader_placement():
     assert pool == '[2]'
     cpus, pool, mask = lines['placed'].split()
     assert int(cpus) < int(allowed)  # the loader's core is not the rank's any more
-    assert pool == '[{}]'.format(cpus) and mask == cpus, lines
+    assert pool == f'[{cpus}]' and mask == cpus, lines
 
 
 @needs_onednn

@@ -288,7 +288,7 @@ def test_corrupt_image_error_names_the_file(with_corrupt, index, name):
     assert ds[0][0].shape == (3, 32, 32)
     with pytest.raises(ValueError) as e:
         ds[index]
-    assert 'cannot decode image {}'.format(os.path.join(root, name)) in str(e.value)
+    assert f'cannot decode image {os.path.join(root, name)}' in str(e.value)
     assert '--skip-corrupt' in str(e.value)  # the option that skips it
 
 
@@ -395,7 +395,7 @@ def test_an_image_larger_than_the_pixel_bound_is_refused_from_its_header(tmp_pat
     with pytest.raises(ValueError) as e:
         ds[0]
     text = str(e.value)
-    assert 'image {} is 300 x 200 = 60,000 pixels by its header (example 0'.format(big) in \
+    assert f'image {big} is 300 x 200 = 60,000 pixels by its header (example 0' in \
         text and 'more than the 50,000 an image may have; it was not decoded' in text and \
         'CHAINERMN_TORUS_MAX_IMAGE_PIXELS' in text and '--skip-corrupt' in text, text
     assert decoded == [] and ds.example_path(0) == str(big)

@@ -121,7 +121,7 @@ def test_imagenet_example_bad_list_line_fails_clearly_said_once(lists, tmp_path)
                    timeout=120)
     assert proc.returncode != 0
     # every rank stops; rank 0 says which file and line, once for the job
-    assert proc.stderr.count('{}: line 3'.format(bad)) == 1, proc.stderr
+    assert proc.stderr.count(f'{bad}: line 3') == 1, proc.stderr
     assert "label 'three' is not an integer" in proc.stderr
 
 
@@ -135,7 +135,7 @@ def test_imagenet_example_corrupt_jpeg_stops_multiprocess_loader_or_is_skipped(l
     argv = [str(data / 'train.txt'), str(data / 'val.txt')]
     proc = run_example(argv, tmp_path / 'out', 'multiprocess', '--loader-processes', '1')
     assert proc.returncode != 0
-    assert 'cannot decode image {}'.format(corrupt) in proc.stdout + proc.stderr, \
+    assert f'cannot decode image {corrupt}' in proc.stdout + proc.stderr, \
         proc.stdout[-3000:] + proc.stderr[-3000:]
     proc = run_example(argv, tmp_path / 'skip', 'serial', '--skip-corrupt')
     check_outputs(proc, tmp_path / 'skip', 'serial')
@@ -221,7 +221,7 @@ def test_imagenet_example_checks_its_arguments_as_mnist_does(option, value, caps
     with pytest.raises(SystemExit):
         _example().parse_args(['t.txt', 'v.txt', option, value])
     err = capsys.readouterr().err
-    assert 'argument {}'.format(option) in err and repr(value) in err, err
+    assert f'argument {option}' in err and repr(value) in err, err
 
 
 # Our loader's resume (the iterator continues where it was, at 2 ranks): the bit-identical
@@ -242,13 +242,13 @@ def test_imagenet_example_checkpoints_and_resumes(lists, tmp_path, loader):
     again = run_example(lists, tmp_path / 'b', loader, '--checkpoint-dir', str(ck), '--resume',
                         '--loader-processes', '1', '--epoch', '2')
     assert again.returncode == 0, again.stderr[-3000:]
-    assert 'resumed from {} at iteration 4'.format(ck) in again.stdout
+    assert f'resumed from {ck} at iteration 4' in again.stdout
     assert json.loads((ck / 'latest.json').read_text())['iteration'] == 8
 
 
 def _state(ck, iteration, rank):
     """A rank's checkpointed trainer state, less what records wall-clock time."""
-    path = ck / 'snapshot_iter_{}.rank{}.npz'.format(iteration, rank)
+    path = ck / f'snapshot_iter_{iteration}.rank{rank}.npz'
     with numpy.load(str(path)) as z:
         return {k: z[k].copy() for k in z.files
                 if k not in ('_snapshot_elapsed_time', 'extensions/LogReport/_log')}

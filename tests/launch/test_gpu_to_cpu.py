@@ -196,7 +196,7 @@ def test_updaters_of_several_gpus_are_refused_before_chainers_constructor(instal
         with pytest.raises(Unsupported) as e:
             run_script('multi.py', use, folder=str(tmp_path))
         text = str(e.value)
-        assert 'multi.py:{} uses {}, one process driving several GPUs'.format(line, name) \
+        assert f'multi.py:{line} uses {name}, one process driving several GPUs' \
             in text and '--data-parallel' in text and '\n' not in text, text
     listed = [line for line in gpu_to_cpu.listing(str(script)) if 'REFUSED' in line]
     assert len(listed) == 2 and all('several GPUs' in ln for ln in listed), listed  # not @numpy's
@@ -232,7 +232,7 @@ def _line_of(use):
     """The line of unmappable.py that makes ``use`` (marked ``<- refused`` there)."""
     with open(unmappable.__file__) as f:
         lines = f.read().splitlines()
-    branch = next(i for i, ln in enumerate(lines) if ("'{}'".format(use) in ln and 'use ==' in ln)
+    branch = next(i for i, ln in enumerate(lines) if (f"'{use}'" in ln and 'use ==' in ln)
                   or (use.startswith('import') and ln.strip() == 'else:'))
     return next(i for i in range(branch, len(lines)) if '<- refused' in lines[i]) + 1
 
@@ -244,7 +244,7 @@ def test_what_cannot_be_mapped_is_one_line_naming_the_call_file_and_line(install
         run_script('unmappable.py', '--use', use)
     text = str(e.value)
     assert '\n' not in text
-    assert 'unmappable.py:{}'.format(_line_of(use)) in text, text
+    assert f'unmappable.py:{_line_of(use)}' in text, text
     name = use.replace('import ', '').replace('cuda.', 'chainer.cuda.', 1) \
         if use.startswith('cuda.') else use.replace('import ', '')
     assert name in text, text
@@ -262,7 +262,7 @@ def test_without_the_option_a_gpu_request_is_one_line_naming_it(installed, args,
     with pytest.raises(Unsupported) as e:
         run_script(*args)
     text = str(e.value)
-    assert text.startswith('chainer_mnist.py:51: {} asks for a GPU'.format(call)), text
+    assert text.startswith(f'chainer_mnist.py:51: {call} asks for a GPU'), text
     assert OPTION in text and '\n' not in text
 
 
@@ -463,4 +463,4 @@ def test_the_docs_name_every_mapped_and_refused_call():
     for name in list(calls.MAPPED) + [n for n in calls.REFUSED if n != 'cupy.*']:
         assert name.rsplit('.', 1)[-1].replace('import ', '') in section, name
     for name in gpu_to_cpu.GPU_COMMUNICATORS:
-        assert '`{}`'.format(name) in section, name
+        assert f'`{name}`' in section, name

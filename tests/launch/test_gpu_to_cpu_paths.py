@@ -16,7 +16,7 @@ from tests.other_user import OTHER_UID, as_other, needs_root, shared_dir  # noqa
 
 def _script(folder, *imports):
     script = folder / 'train.py'
-    script.write_text(''.join('import {}\n'.format(m) for m in imports) +
+    script.write_text(''.join(f'import {m}\n' for m in imports) +
                       'import chainer\nchainer.get_device("@cupy:0")\n')
     return str(script)
 
@@ -30,8 +30,9 @@ def test_another_users_directory_is_refused_in_one_line_unless_trusted(shared_di
     with pytest.raises(UnsafePath) as e:
         gpu_to_cpu.paths(theirs, '--gpu-to-cpu-paths')
     line = str(e.value)
-    assert line.startswith('chainermn_torus: refusing the directory of --gpu-to-cpu-paths {}: '
-                           'it is a directory owned by nobody (uid 65534)'.format(theirs)), line
+    assert line.startswith('chainermn_torus: refusing the directory of '
+                           f'--gpu-to-cpu-paths {theirs}: '
+                           'it is a directory owned by nobody (uid 65534)'), line
     assert '--trust-gpu-to-cpu-paths' in line and '\n' not in line
     assert gpu_to_cpu.paths(theirs, '--gpu-to-cpu-paths', trusted=True) == (theirs,)
 
@@ -47,8 +48,8 @@ def test_gpu_calls_with_another_users_directory_ends_in_one_line(shared_dir, tmp
         run.main(['--gpu-calls', _script(tmp_path, 'json')])
     err = capsys.readouterr().err.strip()
     assert e.value.code == 1 and '\n' not in err and 'Traceback' not in err, err
-    assert 'refusing the directory of CHAINERMN_TORUS_GPU_TO_CPU_PATHS {}: it is a directory ' \
-           'owned by nobody (uid 65534)'.format(theirs) in err, err
+    assert (f'refusing the directory of CHAINERMN_TORUS_GPU_TO_CPU_PATHS {theirs}: it is a '
+            'directory owned by nobody (uid 65534)') in err, err
     monkeypatch.setenv('CHAINERMN_TORUS_TRUST_GPU_TO_CPU_PATHS', '1')
     run.main(['--gpu-calls', _script(tmp_path, 'json')])
     assert '1 GPU call(s)' in capsys.readouterr().out
@@ -58,8 +59,7 @@ def test_a_directory_others_can_write_on_the_way_is_refused(tmp_path):
     open_dir = tmp_path / 'project'
     (open_dir / 'helpers').mkdir(parents=True, mode=0o700)
     open_dir.chmod(0o777)
-    with pytest.raises(UnsafePath, match='its component {} can be written by everyone'.format(
-            open_dir)):
+    with pytest.raises(UnsafePath, match=f'its component {open_dir} can be written by everyone'):
         gpu_to_cpu.paths(str(open_dir / 'helpers'))
 
 

@@ -38,7 +38,7 @@ def job(tmp_path, name, options, script, dataset_root, epochs=2, timeout=300):
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail('the job did not end in {} s (a hang)'.format(timeout))
+        pytest.fail(f'the job did not end in {timeout} s (a hang)')
     finally:  # a launcher SIGKILLed with its job leaves MPICH's topology file in /tmp
         elastic_node.remove_dead_topology(started, run='(none)')
     return proc.returncode, stdout, stderr, out
@@ -58,13 +58,13 @@ def test_an_unseeded_chainermn_script_resumes_bit_for_bit_after_a_sigkill(tmp_pa
     code, stdout, stderr, _ = job(tmp_path, 'killed', keep, [KILLED_AT, '8'], dataset_root)
     assert code != 0, stdout[-2000:]
     kept = (ckpt / shard_order.DRAWS_FILE).read_text().strip()
-    assert "scatter_dataset(shuffle=True) without a seed -> seed {}: the run's, new, kept " \
-        'in {}'.format(kept, ckpt / shard_order.DRAWS_FILE) in stdout, stdout[-3000:]
+    assert f"scatter_dataset(shuffle=True) without a seed -> seed {kept}: the run's, new, kept " \
+        f'in {ckpt / shard_order.DRAWS_FILE}' in stdout, stdout[-3000:]
     assert oct((ckpt / shard_order.DRAWS_FILE).stat().st_mode & 0o777) == '0o600'
     # Started again as it was: the same order, from the checkpoint of iteration 8.
     code, stdout, stderr, resumed = job(tmp_path, 'killed', keep, [], dataset_root)
     assert code == 0, stderr[-3000:]
-    assert "seed {}: the run's, kept in".format(kept) in stdout, stdout[-3000:]
+    assert f"seed {kept}: the run's, kept in" in stdout, stdout[-3000:]
     assert 'iteration 8' in stdout + stderr, (stdout + stderr)[-3000:]
     # The run that was never killed, its shuffle given the same seed.
     code, stdout, stderr, whole = job(tmp_path, 'whole', ['--shuffle-seed', kept], [],

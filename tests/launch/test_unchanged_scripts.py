@@ -50,7 +50,7 @@ def test_every_option_reaches_the_unchanged_script_and_is_reported(nprocs, tmp_p
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = report(proc)
     text = '\n'.join(lines)
-    assert "create_communicator('naive') -> rsap on P = {}".format(nprocs) in text, text
+    assert f"create_communicator('naive') -> rsap on P = {nprocs}" in text, text
     assert '(forced by --communicator)' in text
     assert line_with(text, 'create_multi_node_optimizer(Adam) ->', 'fused Adam kernel',
                      'flush-to-zero', 'double buffering', 'finite check'), text
@@ -83,7 +83,7 @@ def test_every_option_reaches_the_unchanged_script_and_is_reported(nprocs, tmp_p
 def test_the_other_options_reach_the_unchanged_script_and_are_reported(nprocs, tmp_path,
                                                                       dataset_root):
     prefix = str(tmp_path / 'timeline')
-    proc = launch(nprocs, ['--communicator', 'rsaa', '--grid', '{}x1'.format(nprocs),
+    proc = launch(nprocs, ['--communicator', 'rsaa', '--grid', f'{nprocs}x1',
                            '--threads', '1', '--segment-size', '65536', '--timeline', prefix,
                            '--no-fused', '--overlap', '--fp16-allreduce', '--loader', 'ours',
                            '--loader-processes', '1', '--affinity', 'none', '--loader-eval',
@@ -92,7 +92,7 @@ def test_the_other_options_reach_the_unchanged_script_and_are_reported(nprocs, t
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = '\n'.join(report(proc))
     assert line_with(text, "create_communicator('naive') -> rsaa",
-                     'P = {}'.format(nprocs), '({}, 1) [grid keyword]'.format(nprocs),
+                     f'P = {nprocs}', f'({nprocs}, 1) [grid keyword]',
                      'segment 65536 bytes', 'float16'), text
     assert line_with(text, 'create_multi_node_optimizer(Adam) ->', '(--no-fused)',
                      'overlap during backward', 'replica check every 2 steps'), text
@@ -101,7 +101,7 @@ def test_the_other_options_reach_the_unchanged_script_and_are_reported(nprocs, t
                      'LoaderIterator (1 process, affinity none)'), text
     assert '1 BLAS/OpenMP threads, 1 numba threads (requested)' in proc.stdout
     for rank in range(nprocs):  # --timeline: one file per rank
-        assert os.path.getsize('{}.rank{}.json'.format(prefix, rank)) > 0
+        assert os.path.getsize(f'{prefix}.rank{rank}.json') > 0
     summary = json.loads((tmp_path / 'summary.json').read_text())
     assert (summary['optimizer'], summary['mode']) == ('MultiNodeOptimizer',
                                                        'overlap during backward')
@@ -208,9 +208,9 @@ def test_plain_chainer_script_runs_data_parallel(nprocs, tmp_path, dataset_root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = '\n'.join(report(proc))
     per_rank = -(-1200 // nprocs)  # scatter_dataset's equal shards
-    assert line_with(text, '--data-parallel', '1200 examples', '{} per rank'.format(per_rank),
-                     'batch 100 per rank', '{} in all'.format(100 * nprocs),
-                     '{} ranks'.format(nprocs)), text
+    assert line_with(text, '--data-parallel', '1200 examples', f'{per_rank} per rank',
+                     'batch 100 per rank', f'{100 * nprocs} in all',
+                     f'{nprocs} ranks'), text
     assert line_with(text, '--data-parallel', 'Evaluator', 'shard'), text
     for kind in ('DumpGraph', 'snapshot', 'LogReport', 'PrintReport'):
         assert line_with(text, '--data-parallel', kind, 'rank 0 only'), text
@@ -234,7 +234,7 @@ def test_a_plain_scripts_log_and_snapshots_go_through_the_held_out_directory(
                   [PLAIN, '--epoch', '1', '--limit', '1200', '--unit', '50', '--out',
                    shared_dir], dataset_root)
     assert proc.returncode != 0 and 'SpecialFileError' not in proc.stderr
-    assert line_with(proc.stderr, 'refusing to write {}'.format(log),
+    assert line_with(proc.stderr, f'refusing to write {log}',
                      'a FIFO owned by nobody (uid 65534) is already there'), proc.stderr[-2000:]
     assert 'validation/main/accuracy' not in proc.stdout  # before training
     # Without it: the log and the snapshot made new and renamed over their names, nothing
@@ -347,7 +347,7 @@ def test_plain_chainer_imagenet_script_runs_data_parallel_with_our_loader(imagen
     assert 'MultiprocessIterator(n_processes=2, batch_size=16) -> LoaderIterator (' in text
     assert 'create_multi_node_optimizer(MomentumSGD) -> fused MomentumSGD kernel' in text
     for kind in ('snapshot', 'LogReport', 'PrintReport', 'ProgressBar', 'DumpGraph'):
-        assert '--data-parallel: {} runs on rank 0 only'.format(kind) in text, text
+        assert f'--data-parallel: {kind} runs on rank 0 only' in text, text
     assert '--data-parallel: Evaluator -> each rank evaluates its shard' in text
     # the shard of the validation set (20 -> 10 per rank), then the loader processes
     assert "--loader-eval: Evaluator 'main': MultiprocessIterator(n_processes=2, " \

@@ -171,8 +171,9 @@ def test_a_loader_that_dies_before_its_next_task_is_reported_not_a_broken_pipe()
         it._free.extend(range(len(it._arrays)))
         with pytest.raises(LoaderError) as e:
             it._fill()
-        assert re.search(r'loader process \S+ \(pid \d+\) of this process \({}\) was killed '
-                         r'by signal 9 \(SIGKILL\)'.format(re.escape(socket.gethostname())),
+        assert re.search(r'loader process \S+ \(pid \d+\) of this process '
+                         rf'\({re.escape(socket.gethostname())}\) was killed '
+                         r'by signal 9 \(SIGKILL\)',
                          str(e.value))
     finally:
         it.finalize()
@@ -191,7 +192,7 @@ def test_loaders_are_pinned_and_everything_is_freed():
     names = list(it.shm_names)
     # Named for the job and process, and unlinked as soon as every loader has mapped them:
     # batches keep flowing through the mappings, and no name is left for a crash to leak.
-    assert all(n.lstrip('/').startswith('cmtorus_{}_{}_'.format(job_tag(), os.getpid()))
+    assert all(n.lstrip('/').startswith(f'cmtorus_{job_tag()}_{os.getpid()}_')
                for n in names), names
     assert not any(os.path.exists('/dev/shm/' + n.lstrip('/')) for n in names)
     assert len(it.next()) == 6
@@ -256,8 +257,8 @@ def test_nothing_remains_after_the_training_process_is_killed():
         if not alive and not left:
             break
         time.sleep(0.2)
-    assert not alive, 'loader processes outlived the training process: {}'.format(alive)
-    assert not left, 'shared memory left behind: {}'.format(left)
+    assert not alive, f'loader processes outlived the training process: {alive}'
+    assert not left, f'shared memory left behind: {left}'
 
 
 def _dead_pid():
@@ -270,8 +271,8 @@ def test_a_start_sweeps_what_dead_processes_left_and_nothing_else(tmp_path):
     # A job killed in the second between creating its segments and its loaders mapping them
     # leaves named segments: the next loader on the node removes them (pid gone), never a
     # live process's, and `chainermn-torus clean` does the same by hand.
-    dead = '/dev/shm/cmtorus_nojob_{}_0_abcdef_0_0'.format(_dead_pid())
-    live = '/dev/shm/cmtorus_nojob_{}_0_abcdef_0_0'.format(os.getpid())
+    dead = f'/dev/shm/cmtorus_nojob_{_dead_pid()}_0_abcdef_0_0'
+    live = f'/dev/shm/cmtorus_nojob_{os.getpid()}_0_abcdef_0_0'
     foreign = '/dev/shm/cmtorus-not-ours'
     for path in (dead, live, foreign):
         with open(path, 'wb') as f:
@@ -332,9 +333,10 @@ def test_a_stopped_loader_is_named_within_the_limit(limit):
                 it.next()
         waited = time.monotonic() - start
         assert waited < limit + 2, waited
-        assert re.search(r'loader process \S+ \(pid {}\) of this process \({}\) has been stopped '
+        assert re.search(rf'loader process \S+ \(pid {pid}\) of this process '
+                         rf'\({re.escape(socket.gethostname())}\) has been stopped '
                          r'\(process state T.* for \d\.\d s, the loader\'s timeout; the job '
-                         r'ends'.format(pid, re.escape(socket.gethostname())), str(e.value)), \
+                         r'ends', str(e.value)), \
             str(e.value)
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     finally:
@@ -352,7 +354,7 @@ def test_a_segment_name_another_user_made_first_is_passed_over(monkeypatch):
     monkeypatch.setattr(iterator, '_COUNTER', itertools.count(777))
     tokens = itertools.chain(['0badc0ffee00'], iter(shared_paths.token, None))
     monkeypatch.setattr(shared_paths, 'token', lambda: next(tokens))
-    taken = '/dev/shm/{}777_0_0_0badc0ffee00'.format(devshm.segment_prefix())
+    taken = f'/dev/shm/{devshm.segment_prefix()}777_0_0_0badc0ffee00'
     def plant():
         os.close(os.open(taken, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
     as_other(plant) if os.getuid() == 0 else plant()

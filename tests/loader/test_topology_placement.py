@@ -14,13 +14,13 @@ def make_sysfs(root, cpus, nodes=None):
     with open(os.path.join(base, 'cpu', 'online'), 'w') as f:
         f.write(format_cpulist([c for c, _, _ in cpus]) + '\n')
     for cpu, package, core in cpus:
-        topo = os.path.join(base, 'cpu', 'cpu{}'.format(cpu), 'topology')
+        topo = os.path.join(base, 'cpu', f'cpu{cpu}', 'topology')
         os.makedirs(topo)
         for name, value in (('physical_package_id', package), ('core_id', core)):
             with open(os.path.join(topo, name), 'w') as f:
-                f.write('{}\n'.format(value))
+                f.write(f'{value}\n')
     for node, members in (nodes or {}).items():
-        d = os.path.join(base, 'node', 'node{}'.format(node))
+        d = os.path.join(base, 'node', f'node{node}')
         os.makedirs(d)
         with open(os.path.join(d, 'cpulist'), 'w') as f:
             f.write(format_cpulist(members) + '\n')

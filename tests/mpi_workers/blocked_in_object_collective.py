@@ -10,7 +10,7 @@ import chainermn_torus  # noqa: F401  (registers; the hook comes with a communic
 import chainermn
 
 comm = chainermn.create_communicator('rsap')
-print('PID {} {}'.format(comm.rank, os.getpid()), flush=True)
+print(f'PID {comm.rank} {os.getpid()}', flush=True)
 if comm.rank == 0:
     time.sleep(300)  # never joins: only the watcher can end rank 1
 else:

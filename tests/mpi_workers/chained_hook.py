@@ -9,7 +9,7 @@ previous = sys.excepthook
 
 def earlier(exctype, value, tb):
     from mpi4py import MPI
-    sys.stderr.write('EARLIER HOOK rank {}: {}\n'.format(MPI.COMM_WORLD.rank, exctype.__name__))
+    sys.stderr.write(f'EARLIER HOOK rank {MPI.COMM_WORLD.rank}: {exctype.__name__}\n')
     previous(exctype, value, tb)
 
 

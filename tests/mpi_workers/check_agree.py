@@ -4,7 +4,7 @@ from chainermn_torus.runtime import agree
 
 
 def check(comm, faulty):
-    mine = 'disk full on rank {}'.format(comm.rank) if comm.rank in faulty else None
+    mine = f'disk full on rank {comm.rank}' if comm.rank in faulty else None
     try:
         agree.raise_everywhere(comm, mine, lambda bad: RuntimeError('rank(s) {}: {}'.format(
             agree.ranks_text(bad), '; '.join(p for _, p in bad))))

@@ -25,7 +25,7 @@ def check(comm, label):
         assert len(set(digests)) == 1, (label, n)
     choices = world.allgather(sorted(comm.tuning.chosen.items()))
     assert all(c == choices[0] for c in choices), choices  # the same plan on every rank
-    assert len(comm.tuning.log) == 3 and comm.describe().startswith('auto on P = {}'.format(P))
+    assert len(comm.tuning.log) == 3 and comm.describe().startswith(f'auto on P = {P}')
 
 
 def check_all(comm, network):
@@ -56,7 +56,7 @@ def check_both(network):
 def main():
     bind(MPI.COMM_WORLD)
     check_all(world, os.environ['AUTO_NETWORK'])
-    print('OK rank {}'.format(RANK), flush=True)
+    print(f'OK rank {RANK}', flush=True)
 
 
 if __name__ == '__main__':

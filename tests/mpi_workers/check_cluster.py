@@ -19,7 +19,7 @@ class Model(chainer.Link):
         super().__init__()
         with self.init_scope():
             for i, n in enumerate(sizes):
-                setattr(self, 'p{}'.format(i), chainer.Parameter(numpy.zeros(n, numpy.float32)))
+                setattr(self, f'p{i}', chainer.Parameter(numpy.zeros(n, numpy.float32)))
 
 
 def main():
@@ -27,7 +27,7 @@ def main():
     host = socket.gethostname()
     assert comm.size == K * R and comm.intra_size == R and comm.inter_size == K, (
         comm.size, comm.intra_size, comm.inter_size)
-    assert host == 'node{}'.format(comm.inter_rank), (host, comm.inter_rank)
+    assert host == f'node{comm.inter_rank}', (host, comm.inter_rank)
     sizes = [300001, 1031, 77]
     cases = [(n, d, {}) for n in ('rsap', 'rsaa', 'pure_allreduce')
              for d in (None, numpy.float16)]
@@ -77,8 +77,7 @@ def main():
         c = chainermn.create_communicator('rsap', grid=(R * K, 1))  # default: messages
         assert c.shm is False
         c.finalize()
-    print('OK rank {} {} intra {} inter {}'.format(comm.rank, host, comm.intra_rank,
-                                                   comm.inter_rank), flush=True)
+    print(f'OK rank {comm.rank} {host} intra {comm.intra_rank} inter {comm.inter_rank}', flush=True)
 
 
 if __name__ == '__main__':

@@ -453,15 +453,14 @@ def compare(ref, got, tol, path='result'):
     raises Mismatch naming the first difference."""
     if isinstance(ref, numpy.ndarray) or isinstance(got, numpy.ndarray):
         if not (isinstance(ref, numpy.ndarray) and isinstance(got, numpy.ndarray)):
-            raise Mismatch('{}: {} vs {}'.format(path, type(ref).__name__, type(got).__name__))
+            raise Mismatch(f'{path}: {type(ref).__name__} vs {type(got).__name__}')
         if ref.dtype != got.dtype or ref.shape != got.shape:
-            raise Mismatch('{}: {} {} vs {} {}'.format(path, ref.dtype, ref.shape, got.dtype,
-                                                      got.shape))
+            raise Mismatch(f'{path}: {ref.dtype} {ref.shape} vs {got.dtype} {got.shape}')
         if ref.tobytes() == got.tobytes() or numpy.array_equal(ref, got, equal_nan=True):
             return '='
         if tol is None or ref.dtype.kind != 'f':
-            raise Mismatch('{}: values differ (max |diff| {:.3g})'.format(
-                path, float(numpy.nanmax(numpy.abs(ref.astype(F64) - got.astype(F64))))))
+            worst = float(numpy.nanmax(numpy.abs(ref.astype(F64) - got.astype(F64))))
+            raise Mismatch(f'{path}: values differ (max |diff| {worst:.3g})')
         a, b = ref.astype(F64), got.astype(F64)
         with numpy.errstate(invalid='ignore'):
             bound, diff = tol(ref), numpy.abs(a - b)
@@ -469,24 +468,24 @@ def compare(ref, got, tol, path='result'):
         if ok.all():
             return '~'
         i = numpy.unravel_index(numpy.argmin(ok), ok.shape)
-        raise Mismatch('{}: at {} naive {!r}, ours {!r} (bound {:.3g})'.format(
-            path, i, ref[i], got[i], float(bound[i])))
+        raise Mismatch(f'{path}: at {i} naive {ref[i]!r}, ours {got[i]!r} '
+                       f'(bound {float(bound[i]):.3g})')
     if isinstance(ref, dict) and isinstance(got, dict):
         if set(ref) != set(got):
-            raise Mismatch('{}: keys {} vs {}'.format(path, sorted(ref), sorted(got)))
-        marks = [compare(ref[k], got[k], tol, '{}[{!r}]'.format(path, k)) for k in ref]
+            raise Mismatch(f'{path}: keys {sorted(ref)} vs {sorted(got)}')
+        marks = [compare(ref[k], got[k], tol, f'{path}[{k!r}]') for k in ref]
         return '~' if '~' in marks else '='
     if isinstance(ref, (list, tuple)) and isinstance(got, (list, tuple)):
         if type(ref) is not type(got) or len(ref) != len(got):
-            raise Mismatch('{}: {} of {} vs {} of {}'.format(
-                path, type(ref).__name__, len(ref), type(got).__name__, len(got)))
-        marks = [compare(a, b, tol, '{}[{}]'.format(path, i)) for i, (a, b) in
+            raise Mismatch(f'{path}: {type(ref).__name__} of {len(ref)} vs {type(got).__name__} '
+                           f'of {len(got)}')
+        marks = [compare(a, b, tol, f'{path}[{i}]') for i, (a, b) in
                  enumerate(zip(ref, got))]
         return '~' if '~' in marks else '='
     if isinstance(ref, numpy.generic) or isinstance(got, numpy.generic):
         return compare(numpy.asarray(ref), numpy.asarray(got), tol, path)
     if ref != got and not (ref != ref and got != got):
-        raise Mismatch('{}: {!r} vs {!r}'.format(path, ref, got))
+        raise Mismatch(f'{path}: {ref!r} vs {got!r}')
     return '='
 
 
@@ -521,7 +520,7 @@ def check(name, fn, mean, raises, label, ours, naive, options):
     kind, got = run(fn, ours)
     if (kind_ref == 'raised') != raises:
         raise Mismatch('the case itself is wrong: with naive it {}'.format(
-            'raised {!r}'.format(ref) if kind_ref == 'raised' else 'returned'))
+            f'raised {ref!r}' if kind_ref == 'raised' else 'returned'))
     if kind_ref == 'raised' or kind == 'raised':
         if kind_ref != kind:
             raise Mismatch('naive {} but {} {}: {}'.format(
@@ -530,11 +529,10 @@ def check(name, fn, mean, raises, label, ours, naive, options):
                 ''.join(traceback.format_exception(type(got), got, got.__traceback__))
                 if kind == 'raised' else repr(got)[:300]))
         if not isinstance(got, type(ref)):
-            raise Mismatch('naive raised {}, {} raised {}: {}'.format(
-                type(ref).__name__, label, type(got).__name__, got))
+            raise Mismatch(f'naive raised {type(ref).__name__}, {label} '
+                           f'raised {type(got).__name__}: {got}')
         if str(got) != str(ref) and first_sentence(got) != str(ref):
-            raise Mismatch('messages differ: naive {!r}, {} {!r}'.format(str(ref), label,
-                                                                        str(got)))
+            raise Mismatch(f'messages differ: naive {str(ref)!r}, {label} {str(got)!r}')
         return 'E'
     half = options.get('allreduce_grad_dtype') is F16
     exact_expected = not mean or (P == 2 and not half)
@@ -560,7 +558,7 @@ def check_matrix(comm, only=None, case_names=None):
                 mark = check(case_name, fn, mean, raises, label, ours, naive, options)
             except Mismatch as e:
                 mark = 'X'
-                failures.append('rank {}: {} / {}: {}'.format(RANK, case_name, label, e))
+                failures.append(f'rank {RANK}: {case_name} / {label}: {e}')
             # Every rank's mark: a cell is as good as its worst rank.
             marks = world.allgather(mark)
             cell = 'X' if 'X' in marks else '~' if '~' in marks else marks[0]
@@ -588,7 +586,7 @@ def main():
             with open(args.markdown, 'w') as f:
                 f.write(LEGEND.format(P=P) + table)
     digest = hashlib.md5(table.encode()).hexdigest()[:8]
-    print('OK rank {} ({} cases, matrix {})'.format(RANK, cases, digest), flush=True)
+    print(f'OK rank {RANK} ({cases} cases, matrix {digest})', flush=True)
 
 
 LEGEND = """# ChainerMN's communicator API x our communicators, P = {P}
@@ -603,7 +601,7 @@ float16 on the wire (gradient means only); `E` both raised the same exception an
 
 
 def render(matrix, labels):
-    head = '| API (P = {}) | '.format(P) + ' | '.join(labels) + ' |'
+    head = f'| API (P = {P}) | ' + ' | '.join(labels) + ' |'
     rule = '|---|' + '|'.join(':-:' for _ in labels) + '|'
     rows = ['| {} | {} |'.format(name, ' | '.join(matrix[(name, line)] for line in labels))
             for name, _, _, _ in CASES if (name, labels[0]) in matrix]

@@ -18,7 +18,7 @@ class Model(chainer.Link):
         super().__init__()
         with self.init_scope():
             for i, n in enumerate(sizes):
-                setattr(self, 'w{}'.format(i), chainer.Parameter(numpy.ones(n, numpy.float32)))
+                setattr(self, f'w{i}', chainer.Parameter(numpy.ones(n, numpy.float32)))
         for _, p in self.namedparams():
             p.grad = numpy.ones_like(p.data)
 
@@ -29,10 +29,9 @@ def expect_error(fn, *fragments):
     except ValueError as e:
         msg = str(e)
         for f in fragments:
-            assert f in msg, 'rank {}: {!r} missing from the message: {}'.format(RANK, f, msg)
+            assert f in msg, f'rank {RANK}: {f!r} missing from the message: {msg}'
         return msg
-    raise AssertionError('rank {}: no error raised (expected one naming {})'.format(
-        RANK, fragments))
+    raise AssertionError(f'rank {RANK}: no error raised (expected one naming {fragments})')
 
 
 def check_all(comm, names=('pure_allreduce', 'rsaa', 'rsap')):
@@ -69,7 +68,7 @@ def check_all(comm, names=('pure_allreduce', 'rsaa', 'rsap')):
             print('message example: ' + msg)
     # A grid that does not fit P, on every rank.
     expect_error(lambda: create('rsap', grid=(P + 1, 1)),
-                 'P = {}'.format(P), '({}, 1)'.format(P + 1), 'shapes that fit')
+                 f'P = {P}', f'({P + 1}, 1)', 'shapes that fit')
     expect_error(lambda: create('rsaa', grid='two-by-two'), 'MxN')
     expect_error(lambda: create('bogus'), 'bogus', 'rsap', 'naive')
     expect_error(lambda: create('rsap', segment_size=-1), 'segment_size')
@@ -97,7 +96,7 @@ def main():
     bind(MPI.COMM_WORLD)
     msg = check_all(world, *([sys.argv[1:]] if sys.argv[1:] else []))
     print(msg)
-    print('OK rank {}'.format(RANK), flush=True)
+    print(f'OK rank {RANK}', flush=True)
 
 
 if __name__ == '__main__':

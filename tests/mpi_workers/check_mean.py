@@ -30,7 +30,7 @@ class Model(chainer.Link):
         super().__init__()
         with self.init_scope():
             for i, (shape, dtype) in enumerate(specs):
-                setattr(self, 'p{:02d}'.format(i), chainer.Parameter(
+                setattr(self, f'p{i:02d}', chainer.Parameter(
                     numpy.zeros(shape, dtype=dtype)))
 
 
@@ -77,12 +77,11 @@ def verify(model, specs, ref, skipped, label, half=False):
     digest = hashlib.md5()
     for i, (_, p) in enumerate(sorted(model.namedparams())):
         if i in skipped:
-            assert p.grad is None, '{}: param {} should keep grad None'.format(label, i)
+            assert p.grad is None, f'{label}: param {i} should keep grad None'
             continue
         mean, abs_total = ref[i]
         assert p.grad is not None and p.grad.shape == mean.shape, label
-        assert p.grad.dtype == specs[i][1], '{}: dtype {} became {}'.format(
-            label, specs[i][1], p.grad.dtype)
+        assert p.grad.dtype == specs[i][1], f'{label}: dtype {specs[i][1]} became {p.grad.dtype}'
         got = p.grad.astype(numpy.float64)
         # float sum error grows with the number of terms; the cast back adds one rounding.
         tol = 2 * eps_t * abs_total + 2 * numpy.finfo(p.grad.dtype).eps * numpy.abs(mean) \
@@ -95,11 +94,11 @@ def verify(model, specs, ref, skipped, label, half=False):
             eps16, tiny = HALF_EPS['float16' if half is True else half]
             tol = tol + 3 * (eps16 * abs_total / P + tiny)
         err = numpy.abs(got - mean)
-        assert (err <= tol).all(), '{}: param {} off the float64 mean by {} (tolerance {})'.format(
-            label, i, err.max(), tol[err > tol].min())
+        assert (err <= tol).all(), (f'{label}: param {i} off the float64 mean by {err.max()} '
+                                    f'(tolerance {tol[err > tol].min()})')
         digest.update(numpy.ascontiguousarray(p.grad).tobytes())
     digests = world.allgather(digest.hexdigest())
-    assert len(set(digests)) == 1, '{}: results differ between ranks: {}'.format(label, digests)
+    assert len(set(digests)) == 1, f'{label}: results differ between ranks: {digests}'
     CHECKS[0] += 1
 
 
@@ -127,7 +126,7 @@ def run_cases(comm, label):
         ref, mine = check_mean(model, specs, seed[0], none_on, zero_fill, none_all)
         comm.multi_node_mean_grad(model, zero_fill=zero_fill)
         skipped = set(none_all) if not zero_fill else set()
-        verify(model, specs, ref, skipped, '{} seed {}'.format(label, seed[0]))
+        verify(model, specs, ref, skipped, f'{label} seed {seed[0]}')
         return model
 
     buffers = P <= BUFFER_CASES_UP_TO  # the cases of one rank's own buffers (see above)
@@ -190,15 +189,15 @@ def check_fp16(name, grid, segment, options=None, dtype='float16'):
             return
         raise AssertionError('bfloat16 without ml_dtypes was not refused')
     comm = create(name, **kwargs)
-    label = '{} {} grid={} segment={} P={}'.format(name, dtype, grid, segment, P)
+    label = f'{name} {dtype} grid={grid} segment={segment} P={P}'
     layouts = (UNEVEN, BIG, MIXED, UNEVEN) if P <= BUFFER_CASES_UP_TO else (UNEVEN, BIG)
     for seed, specs in enumerate(layouts, 500):
         model = Model(specs)
         ref, _ = check_mean(model, specs, seed)
         comm.multi_node_mean_grad(model)
-        verify(model, specs, ref, set(), '{} seed {}'.format(label, seed), half=dtype)
+        verify(model, specs, ref, set(), f'{label} seed {seed}', half=dtype)
     dtypes = {buf.array.dtype.name for buf in comm.engine.buffers.values()}
-    assert dtypes == {dtype}, '{}: buffers carry {}'.format(label, dtypes)
+    assert dtypes == {dtype}, f'{label}: buffers carry {dtypes}'
     # Large values: scaled by 1/P before the sum, so P * 60000 does not overflow float16;
     # bfloat16 carries float32's range: 1e38 travels (and 3e38 * P would too).
     big = 60000.0 if dtype == 'float16' else 1e38
@@ -223,8 +222,7 @@ def check_bcast_data(comm, label):
               for i in range(len(specs))]
     for i, (_, p) in enumerate(sorted(model.namedparams())):
         assert p.array is before[i], label + ': bcast_data must write into the same arrays'
-        assert p.array.tobytes() == expect[i].tobytes(), '{}: param {} differs from rank 0'.format(
-            label, i)
+        assert p.array.tobytes() == expect[i].tobytes(), f'{label}: param {i} differs from rank 0'
     CHECKS[0] += 1
 
 
@@ -260,7 +258,7 @@ def grids(p):
     shapes = [(m, p // m) for m in range(1, p + 1) if p % m == 0]
     if p >= 5:
         shapes = [(m, n) for m, n in shapes if m > 1 and n > 1] or shapes
-    return ['{}x{}'.format(m, n) for m, n in shapes]
+    return [f'{m}x{n}' for m, n in shapes]
 
 
 _VALUES = {'0': False, '1': True, 'none': None}
@@ -298,7 +296,7 @@ def check_spec(comm, spec):
             if grid is not None:
                 kwargs['grid'] = grid
             ours = create(name, **kwargs)
-            label = '{} grid={} segment={} P={}'.format(spec, grid, segment, P)
+            label = f'{spec} grid={grid} segment={segment} P={P}'
             run_cases(ours, label)
             if segment == segments[0]:
                 check_bcast_data(ours, label)
@@ -313,7 +311,7 @@ def check_spec(comm, spec):
     base = create(name, segment_size=64 * 1024, **options)
     polling = base.clone(poll_interval=1e-5)
     assert polling.progress.polling and type(polling) is type(base)
-    run_cases(polling, '{} polling P={}'.format(name, P))
+    run_cases(polling, f'{name} polling P={P}')
     if options.get('reduce_scatter') == 'accumulate':
         for c in (polling, base):
             c.finalize()
@@ -325,7 +323,7 @@ def check_spec(comm, spec):
         model = Model(specs)
         ref, _ = check_mean(model, specs, seed)
         half_polling.multi_node_mean_grad(model)
-        verify(model, specs, ref, set(), '{} fp16 polling seed {}'.format(name, seed),
+        verify(model, specs, ref, set(), f'{name} fp16 polling seed {seed}',
                half=True)
     for c in (polling, base, half_polling, half):
         c.finalize()
@@ -337,7 +335,7 @@ def main():
     bind(MPI.COMM_WORLD)
     checks = sum(check_spec(world, spec)
                  for spec in sys.argv[1:] or [name for name, _ in tested()])
-    print('OK rank {} checks {}'.format(RANK, checks), flush=True)
+    print(f'OK rank {RANK} checks {checks}', flush=True)
 
 
 if __name__ == '__main__':

@@ -59,7 +59,7 @@ def digest(arrays):
 
 def same_on_all_ranks(arrays, label):
     d = world.allgather(digest(arrays))
-    assert len(set(d)) == 1, '{}: parameters differ between ranks'.format(label)
+    assert len(set(d)) == 1, f'{label}: parameters differ between ranks'
 
 
 def make_optimizer(name, opt='adam'):
@@ -108,11 +108,11 @@ def reference(comm, steps, stale, opt='adam'):
 def check_equal(a, b, label, exact=True):
     for i, (x, y) in enumerate(zip(a, b)):
         if exact:
-            assert numpy.array_equal(x, y), '{}: param {} differs by {}'.format(
-                label, i, numpy.abs(x - y).max())
+            assert numpy.array_equal(x, y), (f'{label}: param {i} differs '
+                                             f'by {numpy.abs(x - y).max()}')
         else:
-            assert numpy.allclose(x, y, rtol=1e-5, atol=1e-6), '{}: param {} off by {}'.format(
-                label, i, numpy.abs(x - y).max())
+            assert numpy.allclose(x, y, rtol=1e-5, atol=1e-6), (f'{label}: param {i} off '
+                                                                f'by {numpy.abs(x - y).max()}')
     CHECKS[0] += 1
 
 
@@ -121,7 +121,7 @@ def check_schedules(name):
     steps = 7
     for fused in (False, True):
         for db in (False, True):
-            label = '{} fused={} double_buffering={} P={}'.format(name, fused, db, P)
+            label = f'{name} fused={fused} double_buffering={db} P={P}'
             model, opt = train(comm, steps, fused=fused, double_buffering=db, sleep=db)
             assert is_fused(opt.actual_optimizer) == fused, label
             ref = reference(comm, steps, stale=db)
@@ -146,11 +146,11 @@ def check_schedules(name):
         # close; the schedule itself is checked bit for bit by the blocking runs above.
         same_order = MPI.Get_library_version().startswith('MPICH')
         check_equal(params_of(model), params_of(reference(comm, steps, stale=True)),
-                    '{} double buffering, polling thread'.format(name), exact=same_order)
+                    f'{name} double buffering, polling thread', exact=same_order)
     for kind in ('momentum', 'rmsprop'):
         model, _ = train(comm, 5, opt=kind, fused=True, double_buffering=True)
         check_equal(params_of(model), params_of(reference(comm, 5, True, kind)),
-                    '{} {} fused double buffering'.format(name, kind))
+                    f'{name} {kind} fused double buffering')
 
 
 def check_fp16(name):
@@ -159,7 +159,7 @@ def check_fp16(name):
     for db in (False, True):
         m16, _ = train(comm16, 6, fused=True, double_buffering=db)
         m32, _ = train(comm32, 6, fused=True, double_buffering=db)
-        label = '{} fp16 double_buffering={}'.format(name, db)
+        label = f'{name} fp16 double_buffering={db}'
         same_on_all_ranks(params_of(m16), label)
         # Adam's step is alpha-sized whatever the gradient's scale: float16 gradients move
         # each weight by at most a few rounding-sized fractions of alpha differently.
@@ -172,7 +172,7 @@ def check_fp16(name):
     if P > 1:
         for db in (False, True):
             model, opt = checked_after_two_steps(comm16, db)
-            before, label = params_of(model), '{} fp16 overflow db={}'.format(name, db)
+            before, label = params_of(model), f'{name} fp16 overflow db={db}'
             model.cleargrads()
             model(*batch(2)).backward()
             if RANK == 1:
@@ -213,7 +213,7 @@ def check_mean_overflow(name, comm16):
         model, opt = checked_after_two_steps(comm16, db)
         if db:
             opt.wait()
-        before, label = params_of(model), '{} fp16 mean overflow db={}'.format(name, db)
+        before, label = params_of(model), f'{name} fp16 mean overflow db={db}'
         raised = None
         for step in (2, 3) if db else (2,):
             model.cleargrads()
@@ -253,7 +253,7 @@ def check_float32_mean_overflow(name, comm32):
     try:
         opt.update()
     except NonFiniteGradientError as e:
-        assert 'the sum over the {} ranks overflowed the transfer dtype'.format(P) in str(e), e
+        assert f'the sum over the {P} ranks overflowed the transfer dtype' in str(e), e
         assert 'Nothing was updated' in str(e), e
     assert all(numpy.isfinite(a).all() for a in params_of(model)), name + ' float32 overflow'
 
@@ -271,7 +271,7 @@ def load(obj, data):
 def check_resume(name):
     comm = create(name)
     for db in (False, True):
-        label = '{} resume double_buffering={}'.format(name, db)
+        label = f'{name} resume double_buffering={db}'
         model = MLP(seed=RANK)
         opt = chainermn.create_multi_node_optimizer(make_optimizer('adam'), comm,
                                                     double_buffering=db, fused=True).setup(model)
@@ -389,7 +389,7 @@ def main():
     bind(MPI.COMM_WORLD)
     checks = sum(check_communicator(world, name)
                  for name in sys.argv[1:] or ['rsap', 'rsaa', 'pure_allreduce', 'naive'])
-    print('OK rank {} checks {}'.format(RANK, checks), flush=True)
+    print(f'OK rank {RANK} checks {checks}', flush=True)
 
 
 if __name__ == '__main__':

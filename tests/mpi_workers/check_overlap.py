@@ -110,13 +110,11 @@ def compare(a, b, label, exact):
     diff = max(float(numpy.abs(x - y).max()) for x, y in zip(a, b))
     if exact:
         assert all((x == y).all() for x, y in zip(a, b)), \
-            '{}: not bit for bit equal to the synchronous wrapper (max diff {:.3g})'.format(
-                label, diff)
+            f'{label}: not bit for bit equal to the synchronous wrapper (max diff {diff:.3g})'
     else:
-        assert diff <= 1e-6, '{}: differs from the synchronous wrapper by {:.3g}'.format(
-            label, diff)
+        assert diff <= 1e-6, f'{label}: differs from the synchronous wrapper by {diff:.3g}'
     digests = world.allgather(b''.join(x.tobytes() for x in b))
-    assert len(set(digests)) == 1, '{}: parameters differ between ranks'.format(label)
+    assert len(set(digests)) == 1, f'{label}: parameters differ between ranks'
     CHECKS[0] += 1
 
 
@@ -206,7 +204,7 @@ def check_nan(name):
     except NonFiniteGradientError as e:
         assert 'overlap' in str(e) and 'NaN/Inf' in str(e), e
     else:
-        raise AssertionError('a NaN on rank {} was not reported on rank {}'.format(P - 1, RANK))
+        raise AssertionError(f'a NaN on rank {P - 1} was not reported on rank {RANK}')
     opt.finalize()
     comm.finalize()
     CHECKS[0] += 1
@@ -254,7 +252,7 @@ def check_refusals():
         except ValueError as e:
             assert words in str(e), (kwargs, e)
         else:
-            raise AssertionError('overlap accepted {}'.format(kwargs))
+            raise AssertionError(f'overlap accepted {kwargs}')
     comm.finalize()
     CHECKS[0] += 1
 
@@ -286,7 +284,7 @@ def main():
     checks = sum(check_communicator(world, name)
                  for name in sys.argv[1:] or ['rsap', 'rsaa', 'pure_allreduce'])
     checks += check_refusals_on(world)
-    print('OK rank {} checks {}'.format(RANK, checks), flush=True)
+    print(f'OK rank {RANK} checks {checks}', flush=True)
 
 
 if __name__ == '__main__':

@@ -36,7 +36,7 @@ def check_mode(mpi_comm, mode):
         assert mode == 'diverge' and opt.iterations == 6, (mode, opt.iterations)
         msg = str(e)
         assert 'after iteration 6' in msg and '/1/b' in msg, msg
-        assert 'ranks {}'.format(comm.size - 1) in msg, msg
+        assert f'ranks {comm.size - 1}' in msg, msg
         return msg
     finally:
         comm.finalize()

@@ -105,11 +105,11 @@ def check_all(comm, tune_dir):
     if not tuned2:
         assert key2 == key[:2] + (default if key[2] is None else key[2],), (key, key2)
     if RANK == 0:
-        assert 'remembered in {}'.format(tune_dir) in said2, said2
+        assert f'remembered in {tune_dir}' in said2, said2
         checked = [ln for ln in said2.splitlines() if 'the remembered' in ln]
         assert len(checked) == 1 and (('kept' in checked[0]) == (not tuned2)), said2
         files = os.listdir(tune_dir)
-        assert len(files) == 1 and files[0].startswith('1x{}-'.format(P)), files
+        assert len(files) == 1 and files[0].startswith(f'1x{P}-'), files
         path = os.path.join(tune_dir, files[0])
         with open(path) as f:
             data = json.load(f)

@@ -43,7 +43,7 @@ def install(spec):
                 _die()
         extension.MultiNodeCheckpointer.save = save_then_die
         return
-    own = 'snapshot_iter_{}.rank0.npz'.format(iteration)
+    own = f'snapshot_iter_{iteration}.rank0.npz'
     write = writing.atomic_write
 
     def faulty(place, name, writer, before_rename=None, **kwargs):
@@ -54,7 +54,7 @@ def install(spec):
 
         def full(f):
             f.write(b'\0' * 4096)  # a partial file, as a disk that fills up leaves
-            raise OSError(errno.ENOSPC, 'No space left on device (injected: {})'.format(spec))
+            raise OSError(errno.ENOSPC, f'No space left on device (injected: {spec})')
         return write(place, name, full, before_rename, **kwargs)
     writing.atomic_write = faulty
 

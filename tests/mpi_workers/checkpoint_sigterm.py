@@ -31,7 +31,7 @@ count = [0]
 
 def point():
     if count[0] == step:
-        print('SIGTERM at step {}'.format(step), flush=True)
+        print(f'SIGTERM at step {step}', flush=True)
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(10)
         sys.exit('the signal did not end the process')

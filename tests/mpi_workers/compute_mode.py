@@ -12,5 +12,4 @@ W = numpy.random.RandomState(9).rand(4, 3, 3, 3).astype(numpy.float32)
 y = F.convolution_2d(x, W, pad=1)
 where = convolution_2d.Convolution2DFunction.forward_cpu.__module__
 gomp = sorted({i['num_threads'] for i in threadpool_info() if 'gomp' in i['filepath']})
-print('OK rank {} conv {} sum {:.4f} gomp {}'.format(comm.rank, where, float(y.array.sum()),
-                                                     gomp), flush=True)
+print(f'OK rank {comm.rank} conv {where} sum {float(y.array.sum()):.4f} gomp {gomp}', flush=True)

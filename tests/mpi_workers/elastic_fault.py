@@ -37,7 +37,7 @@ def write_mark(mark):
     except FileExistsError:
         pass
     else:
-        os.write(fd, 'FAULT {:.3f} {}\n'.format(time.time(), socket.gethostname()).encode())
+        os.write(fd, f'FAULT {time.time():.3f} {socket.gethostname()}\n'.encode())
         os.close(fd)
 
 
@@ -84,7 +84,7 @@ def arm(phase, at, mark):
             return evaluate(self)
         chainer.training.extensions.Evaluator.evaluate = stopped
     else:
-        raise SystemExit('elastic_fault: unknown phase {!r}'.format(phase))
+        raise SystemExit(f'elastic_fault: unknown phase {phase!r}')
 
 
 def main():

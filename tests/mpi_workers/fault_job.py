@@ -91,7 +91,7 @@ STEP = [0]  # training steps finished (the Fault extension counts them)
 
 
 def fault_now():
-    print('FAULT {!r}'.format(time.time()), flush=True)
+    print(f'FAULT {time.time()!r}', flush=True)
 
 
 def stop_self():
@@ -178,32 +178,32 @@ class Fault(chainer.training.Extension):
         rank = self.comm.rank
         time.sleep(STEP_SLEEP)  # steps as long as a real model's (timeline rows)
         if FAULT == 'enospc' and step == 4 and rank == 0:  # its checkpoint write fails next
-            print('FAULT {!r}'.format(time.time()), flush=True)
+            print(f'FAULT {time.time()!r}', flush=True)
         if FAULT == 'mean-overflow' and step == BOOST_AFTER:
             BOOST[0] = 0.9 * 65504 * self.comm.size
             if rank == 0:
-                print('FAULT {!r}'.format(time.time()), flush=True)
+                print(f'FAULT {time.time()!r}', flush=True)
         if FAULT == 'shm-short' and step == 1:
             if rank == 0:
-                print('FAULT {!r}'.format(time.time()), flush=True)
+                print(f'FAULT {time.time()!r}', flush=True)
                 _fill_shm(trainer.updater.get_optimizer('main').target, self.comm)
             self.comm.mpi_comm.Barrier()
         if FAULT == 'diverge' and step == FAULT_STEP:
             trainer.updater.get_optimizer('main').target.predictor.l1.W.array[0, 0] = \
                 numpy.nan
             if rank == 0:
-                print('FAULT {!r}'.format(time.time()), flush=True)
+                print(f'FAULT {time.time()!r}', flush=True)
         if step != FAULT_STEP:
             return
         if FAULT in ('signal', 'frozen', 'stop-step', 'attack') and rank == 0:
-            print('FAULT {!r}'.format(time.time()), flush=True)
+            print(f'FAULT {time.time()!r}', flush=True)
             return
         if rank != 1 or FAULT not in ('raise', 'kill', 'loader-death', 'hang', 'sys-exit',
                                       'loader-stop'):
             return
-        print('FAULT {!r}'.format(time.time()), flush=True)
+        print(f'FAULT {time.time()!r}', flush=True)
         if FAULT == 'raise':
-            raise RuntimeError('injected fault on rank 1 at step {}'.format(step))
+            raise RuntimeError(f'injected fault on rank 1 at step {step}')
         if FAULT == 'kill':
             os.kill(os.getpid(), signal.SIGKILL)
         if FAULT == 'loader-death':
@@ -224,9 +224,9 @@ def slow_converter(comm):
     def convert(batch, device=None):
         batches[0] += 1
         if batches[0] == 1 and comm.rank == 0:
-            print('EVALUATION {!r}'.format(time.time()), flush=True)
+            print(f'EVALUATION {time.time()!r}', flush=True)
         if FAULT == 'eval-stall' and comm.rank == 1 and batches[0] == 3:
-            print('FAULT {!r}'.format(time.time()), flush=True)
+            print(f'FAULT {time.time()!r}', flush=True)
             time.sleep(3600)
         if FAULT == 'stop-final-eval' and FINAL[0] and comm.rank == 1 and batches[0] == 3:
             fault_now()
@@ -281,7 +281,7 @@ def main():
     if os.environ.get('FAULT_RESUME') == '1':
         resumed = checkpointer.maybe_resume(trainer)
         if comm.rank == 0:
-            print('RESUMED {}'.format(resumed), flush=True)
+            print(f'RESUMED {resumed}', flush=True)
     trainer.extend(Fault(comm, it))
     trainer.run()
     if FAULT == 'stop-final-eval':  # as the examples end: training over, a last evaluation
@@ -295,7 +295,7 @@ def main():
         evaluator()
     if LOADER == 'ours':
         it.finalize()
-    print('OK rank {}'.format(comm.rank), flush=True)
+    print(f'OK rank {comm.rank}', flush=True)
 
 
 if __name__ == '__main__':

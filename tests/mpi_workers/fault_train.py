@@ -44,7 +44,7 @@ class Tripwire(chainer.FunctionNode):
 
     def backward(self, indexes, grads):
         if TRIP[0]:
-            raise RuntimeError('injected fault in backward on rank {}'.format(FAULT_RANK))
+            raise RuntimeError(f'injected fault in backward on rank {FAULT_RANK}')
         return grads
 
 
@@ -81,15 +81,14 @@ def main():
         if MODE == 'pause' and step == FAULT_STEP:
             time.sleep(PAUSE_S)
         if MODE == 'loop' and step == FAULT_STEP and comm.rank == 0:
-            say('TRAINING {!r}'.format(time.time()))  # signal mpiexec now
+            say(f'TRAINING {time.time()!r}')  # signal mpiexec now
         if comm.rank == FAULT_RANK and step == FAULT_STEP and MODE not in ('none', 'pause',
                                                                             'loop'):
-            say('FAULT {!r}'.format(time.time()))
+            say(f'FAULT {time.time()!r}')
             if MODE == 'raise-backward':
                 TRIP[0] = True
             if MODE == 'raise':
-                raise RuntimeError('injected fault on rank {} at step {}'.format(
-                    comm.rank, step))
+                raise RuntimeError(f'injected fault on rank {comm.rank} at step {step}')
             if MODE == 'kill-forked':  # a forked child (a fork-based iterator's worker) lives on
                 if os.fork() == 0:
                     time.sleep(60)
@@ -107,7 +106,7 @@ def main():
         opt.update(model, x[idx], t[idx])
         if MODE in ('none', 'pause') and step == 20:
             break
-    print('OK rank {}'.format(comm.rank), flush=True)
+    print(f'OK rank {comm.rank}', flush=True)
 
 
 if __name__ == '__main__':

@@ -72,7 +72,7 @@ def main():
         return
     if sub.rank == 0:  # the lost node's memory is gone with it
         import shutil
-        shutil.rmtree(os.path.join(base, 'node{}'.format(lost)))
+        shutil.rmtree(os.path.join(base, f'node{lost}'))
     sub.Barrier()
     comm2 = chainermn.create_communicator('naive', mpi_comm=sub)
     survivors = [nodes[r] for r in range(world.size) if nodes[r] != lost]
@@ -92,7 +92,7 @@ def main():
     differ = [k for k in sa if sa[k].tobytes() != sb[k].tobytes()]
     assert not differ, differ[:5]
     assert a.updater.iteration == 9
-    print('OK rank {} max abs difference 0.0 over {} arrays'.format(sub.rank, len(sa)),
+    print(f'OK rank {sub.rank} max abs difference 0.0 over {len(sa)} arrays',
           flush=True)
 
 

@@ -87,8 +87,8 @@ kernels.copy(dst, src)
 stats = {}
 for module, name, dispatcher in kernel_cache.kernels():
     s = dispatcher.stats
-    stats['{}.{}'.format(module, name)] = [sorted(map(str, s.cache_hits)),
+    stats[f'{module}.{name}'] = [sorted(map(str, s.cache_hits)),
                                            sorted(map(str, s.cache_misses))]
-with open('{}.{}.json'.format(sys.argv[1], MPI.COMM_WORLD.rank), 'w') as f:
+with open(f'{sys.argv[1]}.{MPI.COMM_WORLD.rank}.json', 'w') as f:
     json.dump(stats, f)
-print('OK rank {}'.format(MPI.COMM_WORLD.rank), flush=True)
+print(f'OK rank {MPI.COMM_WORLD.rank}', flush=True)

@@ -62,7 +62,7 @@ def state():
         'malloc': _malloc(),
         'threads': sorted('{}:{}'.format(i['internal_api'], i['num_threads'])
                           for i in threadpool_info()) +
-        (['numba:{}'.format(numba.get_num_threads())] if numba and hasattr(
+        ([f'numba:{numba.get_num_threads()}'] if numba and hasattr(
             numba, 'get_num_threads') and 'numba.np.ufunc.parallel' in sys.modules else []),
         'python threads': threading.active_count(),
         'fp environment': 'flush-to-zero' if float(denormal[0]) == 0.0 else 'ieee',
@@ -81,7 +81,7 @@ def say(when, value):
     """Into $PROBE_OUT/RANK.WHEN.json: whole, whatever the launcher does to the ranks'
     interleaved output."""
     rank = os.environ.get('PMI_RANK', os.environ.get('OMPI_COMM_WORLD_RANK', '0'))
-    with open(os.path.join(os.environ['PROBE_OUT'], '{}.{}.json'.format(rank, when)),
+    with open(os.path.join(os.environ['PROBE_OUT'], f'{rank}.{when}.json'),
               'w') as f:
         json.dump(value, f, sort_keys=True)
 

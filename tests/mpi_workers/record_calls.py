@@ -90,7 +90,7 @@ class Model(chainer.Link):
         super().__init__()
         with self.init_scope():
             for i, n in enumerate(sizes):
-                setattr(self, 'p{:02d}'.format(i), chainer.Parameter(
+                setattr(self, f'p{i:02d}', chainer.Parameter(
                     numpy.zeros(n, numpy.float32)))
         rng = numpy.random.RandomState(RANK)
         for _, p in sorted(self.namedparams()):
@@ -146,12 +146,10 @@ def check(variant, grid, fp16):
         first = next(i for i, (a, b) in enumerate(zip(got + [None] * len(expected),
                                                           expected + [None] * len(got)))
                      if a != b)
-        raise AssertionError('{} grid {} fp16={} rank {}: call {} differs: recorded {}, '
-                             'schedule {} ({} recorded, {} in the schedule)'.format(
-                                 variant, grid, fp16, RANK, first,
-                                 got[first] if first < len(got) else None,
-                                 expected[first] if first < len(expected) else None,
-                                 len(got), len(expected)))
+        raise AssertionError(f'{variant} grid {grid} fp16={fp16} rank {RANK}: call {first} '
+                             f'differs: recorded {got[first] if first < len(got) else None}, '
+                             f'schedule {expected[first] if first < len(expected) else None} '
+                             f'({len(got)} recorded, {len(expected)} in the schedule)')
     comm.finalize()
     return len(got)
 
@@ -174,7 +172,7 @@ def check_all(comm):
 def main():
     cases, total = check_all(MPI.COMM_WORLD)
     world.Barrier()
-    print('OK rank {} ({} cases, {} calls compared)'.format(RANK, cases, total))
+    print(f'OK rank {RANK} ({cases} cases, {total} calls compared)')
     sys.stdout.flush()
 
 

@@ -40,7 +40,7 @@ def main():
         checkpointed(comm, trainer)  # the checkpoint settings are read by its checkpointer
     else:
         trainer.run()
-    print('OK rank {}'.format(comm.rank), flush=True)
+    print(f'OK rank {comm.rank}', flush=True)
 
 
 def checkpointed(comm, trainer):

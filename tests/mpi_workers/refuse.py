@@ -21,7 +21,7 @@ def main():
     if MODE == 'same':
         raise ConfigError('chainermn_torus: X must be 1, got 2')
     if MODE == 'differ':
-        raise ConfigError('chainermn_torus: rank-specific {}'.format(rank % 2))
+        raise ConfigError(f'chainermn_torus: rank-specific {rank % 2}')
     if MODE == 'one' and rank == 2:
         raise ConfigError('chainermn_torus: only rank 2')
     if MODE == 'unexpected' and rank == 1:

@@ -5,6 +5,6 @@ import chainermn_torus  # NOQA
 rsap = chainermn.create_communicator('rsap')
 pure = chainermn.create_communicator('pure_allreduce')
 wire = rsap.allreduce_grad_dtype
-print('OK rank {} grid {} segment {} {} wire {}'.format(
-    rsap.rank, rsap.grid.shape, rsap.segment_bytes, pure.segment_bytes,
-    None if wire is None else wire.name), flush=True)
+print(f'OK rank {rsap.rank} grid {rsap.grid.shape} '
+      f'segment {rsap.segment_bytes} {pure.segment_bytes} '
+      f'wire {None if wire is None else wire.name}', flush=True)

@@ -13,8 +13,8 @@ import chainermn
 
 comm = chainermn.create_communicator('auto', tune='on')
 # Registered before auto's own (at its first gradient call): runs after it.
-atexit.register(lambda: print('rank {} left unfreed at exit: {}'.format(
-    comm.rank, len(comm.tuning.made)), flush=True))
+atexit.register(lambda: print(f'rank {comm.rank} left unfreed at '
+                              f'exit: {len(comm.tuning.made)}', flush=True))
 model = L.Classifier(L.Linear(784, 200))
 opt = chainermn.create_multi_node_optimizer(chainer.optimizers.Adam(), comm).setup(model)
 rng = numpy.random.RandomState(0)
@@ -22,4 +22,4 @@ x = rng.rand(32, 784).astype(numpy.float32)
 t = rng.randint(0, 10, 32).astype(numpy.int32)
 for _ in range(6):
     opt.update(model, x, t)
-print('rank {} candidates made: {}'.format(comm.rank, len(comm.tuning.made)), flush=True)
+print(f'rank {comm.rank} candidates made: {len(comm.tuning.made)}', flush=True)

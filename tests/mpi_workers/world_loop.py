@@ -51,7 +51,7 @@ def main():
     address, folder = sys.argv[1], sys.argv[2]
     from mpi4py import MPI
     world = MPI.COMM_WORLD
-    stack = open(os.path.join(folder, 'stack.{}'.format(world.rank)), 'w')
+    stack = open(os.path.join(folder, f'stack.{world.rank}'), 'w')
     faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)
     conn = Client(address, family='AF_UNIX')
     conn.send(('hello', world.rank, os.getpid(), socket.gethostname()))

@@ -10,12 +10,12 @@ def ranks(comm):
 
 def raise_on(comm, rank):
     if comm.rank == rank:
-        raise ValueError('rank {} fails on purpose'.format(rank))
+        raise ValueError(f'rank {rank} fails on purpose')
     comm.Barrier()  # the others wait for it: the harness must not
 
 
 def sleep(comm, seconds):
-    print('rank {} sleeps'.format(comm.rank))
+    print(f'rank {comm.rank} sleeps')
     time.sleep(seconds)
 
 

@@ -118,5 +118,5 @@ def test_a_budget_beyond_the_cpus_is_capped_and_says_so(monkeypatch):
     monkeypatch.setenv('CHAINERMN_TORUS_THREADS', str(cpus + 62))
     budget = threads.apply_thread_budget()
     assert budget['threads'] == cpus
-    assert 'CHAINERMN_TORUS_THREADS {}, capped at the {} CPUs'.format(cpus + 62, cpus) in \
+    assert f'CHAINERMN_TORUS_THREADS {cpus + 62}, capped at the {cpus} CPUs' in \
         threads.describe_budget(budget)

@@ -89,7 +89,7 @@ def test_bad_values_are_refused_naming_what_is_allowed(monkeypatch, raw):
     with pytest.raises(ValueError) as e:
         type_checks.TypeChecks(settings=config.resolve())  # what the entry point resolves
     assert str(e.value) == ("chainermn_torus: CHAINERMN_TORUS_TYPE_CHECK must be on, off or a "
-                            'step count >= 1 (checked on the first N steps), got {!r}'.format(raw))
+                            f'step count >= 1 (checked on the first N steps), got {raw!r}')
     monkeypatch.delenv('CHAINERMN_TORUS_TYPE_CHECK')
     settings_again()
     with pytest.raises(ValueError) as e:

@@ -102,7 +102,7 @@ def test_plan_names_a_truncated_model_snapshot(tmp_path):
     cut.write_bytes(good.read_bytes()[:len(good.read_bytes()) // 2])  # a copy cut short
     proc = cli('plan', '--nodes', '2', '--model', str(cut), '--simulate', 'off')
     assert proc.returncode == 2 and 'Traceback' not in proc.stderr
-    assert '{} is not an .npz snapshot of a model'.format(cut) in proc.stderr  # BadZipFile
+    assert f'{cut} is not an .npz snapshot of a model' in proc.stderr  # BadZipFile
     assert cli('plan', '--nodes', '2', '--model', str(good), '--network', 'ofp',
                '--simulate', 'off').returncode == 0
 

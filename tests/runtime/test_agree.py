@@ -15,12 +15,12 @@ def test_every_rank_raises_the_same_error_naming_every_rank_at_fault(mpi_world, 
         else:
             assert said[0] == 'rank(s) {}: {}'.format(
                 ', '.join(map(str, faulty)),
-                '; '.join('disk full on rank {}'.format(r) for r in faulty))
+                '; '.join(f'disk full on rank {r}' for r in faulty))
 
 
 def test_alone_the_process_is_rank_zero():
     assert agree.problems(None, None) == []
     assert agree.problems(None, 'x') == [(0, 'x')]
     with pytest.raises(ValueError, match='rank 0: x'):
-        agree.raise_everywhere(None, 'x', lambda bad: ValueError('rank {}: {}'.format(
-            agree.ranks_text(bad), bad[0][1])))
+        agree.raise_everywhere(
+            None, 'x', lambda bad: ValueError(f'rank {agree.ranks_text(bad)}: {bad[0][1]}'))

@@ -115,7 +115,7 @@ def test_timelines_survive_an_abort_and_kill_9(tmp_path, fault):
     notes = []
     merged = timeline_tools.merge(prefix, notes)['traceEvents']
     cut = [r for r in (0, 1) if files[r].endswith('.events')]
-    assert [n.split(' (')[0] for n in notes] == ['rank {}'.format(r) for r in cut], notes
+    assert [n.split(' (')[0] for n in notes] == [f'rank {r}' for r in cut], notes
     assert all('cut short at iteration' in n for n in notes), notes
     for rank in (0, 1):
         steps = {e['args']['iteration'] for e in merged
@@ -132,7 +132,7 @@ def test_timelines_survive_an_abort_and_kill_9(tmp_path, fault):
     if fault == 'kill':
         notes = []
         timeline_tools.merge(prefix, notes)
-        assert notes[0].startswith('rank(s) {} of 2 have no timeline file'.format(cut[0])), notes
+        assert notes[0].startswith(f'rank(s) {cut[0]} of 2 have no timeline file'), notes
 
 
 def test_phases_cost_nothing_when_off():

@@ -43,7 +43,7 @@ def test_a_test_failing_only_with_the_replacements_is_named_with_the_counts(tmp_
     plain = [line for line in lines if line.startswith('[chainer tests] plain: ')]
     assert plain and plain[0].startswith('[chainer tests] plain: 5 tests run'), lines
     for mode in ('onednn', 'gpu_to_cpu'):
-        said = [line for line in lines if line.startswith('[chainer tests] {}: '.format(mode))]
+        said = [line for line in lines if line.startswith(f'[chainer tests] {mode}: ')]
         assert said and '5 tests run' in said[0], lines
         onednn = int(said[0].split('reached oneDNN: ')[1].split(',')[0])
         kernels = int(said[0].split("numba's kernels: ")[1])

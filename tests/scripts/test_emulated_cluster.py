@@ -52,7 +52,7 @@ def test_node_aware_grids_and_means_across_emulated_nodes(nodes, ranks):
                   str(nodes), str(ranks), env={'OMP_NUM_THREADS': '1'})
         assert_ok(proc, nodes * ranks)
         hosts = set(re.findall(r'OK rank \d+ (node\d+)', proc.stdout))
-        assert hosts == {'node{}'.format(n) for n in range(nodes)}
+        assert hosts == {f'node{n}' for n in range(nodes)}
         # Six all-reduces of 1.2 MB crossed the links (the column phase and the tails).
         assert link_bytes() - before > 1_000_000
     finally:

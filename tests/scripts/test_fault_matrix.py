@@ -139,7 +139,7 @@ def test_every_row_is_run_or_left_out_with_its_reason():
     assert not run_here & set(DEDICATED)
     for test in DEDICATED.values():  # each still exists where it is named
         path, name = test.split('::')
-        assert re.search(r'^def {}\('.format(name), open(os.path.join(ROOT, path)).read(), re.M)
+        assert re.search(rf'^def {name}\(', open(os.path.join(ROOT, path)).read(), re.M)
 
 
 @pytest.fixture(scope='module')
@@ -231,7 +231,7 @@ def test_fault_ends_the_job_with_its_message_and_leaves_nothing(results, fault, 
         # One rank of node1 stopped: named with node1's host, within the limit + 3 s, by
         # the lowest node's watcher from the heartbeats; node1's watcher cleaned up.
         assert (r['named_rank'], r['named_host']) == (fault_matrix.STOPPED_RANK, 'node1'), r
-        assert line_with(r['message'], 'rank {}'.format(fault_matrix.STOPPED_RANK),
+        assert line_with(r['message'], f'rank {fault_matrix.STOPPED_RANK}',
                          'process state T'), r['message']
         # The limit + 3 s: alone 3.2 s; beside two other rows on 2 cores (this row's 4 ranks
         # and the emulated links' TCP among them) once 5.2 s.

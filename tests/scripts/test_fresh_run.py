@@ -53,7 +53,7 @@ def test_scripts_print_the_lines_that_end_the_phases():
     assert 'echo "SimGrid: python3-simgrid ' in simgrid           # installed
     lanes = text('test_lanes.sh')
     assert 'echo "[test] lane A: ' in lanes
-    assert 'echo "{}"'.format(fresh_run.WORLDS_HEADING) in lanes
+    assert f'echo "{fresh_run.WORLDS_HEADING}"' in lanes
 
 
 def test_phases_from_a_run_s_lines():

@@ -36,4 +36,4 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_work(path):
     from chainermn_torus.tools import result_paths
     with pytest.raises(ValueError) as e:
         result_paths.check_writable(path, '--json')
-    assert str(e.value).startswith('cannot write --json {}: '.format(path))
+    assert str(e.value).startswith(f'cannot write --json {path}: ')

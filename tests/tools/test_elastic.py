@@ -41,7 +41,7 @@ def test_a_node_slurm_holds_down_is_lost_without_being_asked(tmp_path, monkeypat
     (tmp_path / 'sinfo').write_text('#!/bin/sh\necho "n0 idle"\necho "n1 down*"\n')
     ready = elastic_node.READY.format(host='$host', ended=0, removed=0)
     (tmp_path / 'launch').write_text(
-        '#!/bin/sh\nhost=${{2%:*}}; echo "$host" >> {}\necho "{}"\n'.format(asked, ready))
+        f'#!/bin/sh\nhost=${{2%:*}}; echo "$host" >> {asked}\necho "{ready}"\n')
     for f in ('sinfo', 'launch'):
         os.chmod(str(tmp_path / f), 0o755)
     monkeypatch.setenv('PATH', '{}:{}'.format(tmp_path, os.environ['PATH']))
@@ -190,7 +190,7 @@ def test_a_signal_to_a_nodes_ranks_is_a_lost_node_not_an_end(tmp_path):
         assert elastic._SIGNALLED.findall(line) == [('3', 'h7', name)], line
     proc = _elastic(tmp_path, [sys.executable, str(script)])
     out = proc.stdout
-    assert 'node {} lost (SIGTERM reached its rank 0)'.format(socket.gethostname()) in out, \
+    assert f'node {socket.gethostname()} lost (SIGTERM reached its rank 0)' in out, \
         out + proc.stderr[-2000:]
     assert 'training is complete' not in out and 'every node answers' not in out
     assert proc.returncode == 1, out

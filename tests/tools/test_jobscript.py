@@ -58,10 +58,10 @@ SYSTEM_ARGS = {
 # --- rules every generated script must follow (not only syntax) ---------------------------
 def check_python_is_the_venvs(text, venv, modules=()):
     lines = text.splitlines()
-    activate = lines.index('. {}/bin/activate'.format(venv))
+    activate = lines.index(f'. {venv}/bin/activate')
     assert activate < lines.index('set -euo pipefail')  # before anything can fail on it
     for m in modules:
-        assert lines.index('module load {}'.format(m)) < activate  # modules, then the venv
+        assert lines.index(f'module load {m}') < activate  # modules, then the venv
     assert any(line.startswith('echo "python: $(command -v python)') for line in lines)
     launch = launch_of(text)
     assert ' python -m chainermn_torus.run ' in launch or launch.startswith('python ')
@@ -156,12 +156,12 @@ def test_slurm_srun_gets_cpus_per_task_and_the_pmi_of_the_mpi(tmp_path, mpi, pmi
     text = generated(tmp_path, '--system', 'slurm', '--nodes', '2', '--ranks-per-node', '4',
                      '--threads', str(threads), '--mpi', mpi, '--launcher', 'srun', *extra)
     cpus = threads + (loader or 0)
-    assert '#SBATCH --cpus-per-task={}'.format(cpus) in text
+    assert f'#SBATCH --cpus-per-task={cpus}' in text
     assert '#SBATCH --hint=nomultithread' in text  # hyper-threads are not cores
     launch = launch_of(text)
     # Slurm 22.05-23.02: srun does not pass the allocation's --cpus-per-task on.
-    assert launch.startswith('srun --mpi={} --cpus-per-task={} --threads-per-core=1 '
-                             '--cpu-bind=cores '.format(pmi, cpus)), launch
+    assert launch.startswith(f'srun --mpi={pmi} --cpus-per-task={cpus} --threads-per-core=1 '
+                             '--cpu-bind=cores '), launch
     assert exports(text)['OMP_NUM_THREADS'] == str(threads)
     assert ('CHAINERMN_TORUS_DEDICATED_CORES' in exports(text)) == bool(loader)
     assert ('I_MPI_PMI_LIBRARY' in exports(text)) == (mpi == 'impi')
@@ -207,9 +207,9 @@ def test_ofp_pins_what_the_placement_then_uses(tmp_path, rpn, queue):
     assert env['I_MPI_FABRICS'] == 'shm:ofi' and env['FI_PROVIDER'] == 'psm2'
     per_rank = 66 // rpn
     # Intel MPI counts logical CPUs in a domain: 4 per KNL core.
-    assert env['I_MPI_PIN_DOMAIN'] == ('node' if rpn == 1 else '{}:compact'.format(4 * per_rank))
+    assert env['I_MPI_PIN_DOMAIN'] == ('node' if rpn == 1 else f'{4 * per_rank}:compact')
     launch = launch_of(text)
-    assert launch.startswith('mpiexec.hydra -n {} -ppn {}'.format(8 * rpn, rpn))
+    assert launch.startswith(f'mpiexec.hydra -n {8 * rpn} -ppn {rpn}')
     assert (' numactl --preferred=1 ' in launch) == (queue == 'regular-flat')  # MCDRAM
     # The placement, given the CPUs Intel MPI's domain leaves this rank, computes on exactly
     # the threads the script announces (Hanawa & Tamura: 64 compute cores with one rank per node).
@@ -234,13 +234,13 @@ def test_fugaku_resource_group_shape_and_per_rank_output(tmp_path, nodes, shape,
     extra = ['--node-shape', shape] if shape else []
     text = generated(tmp_path, '--system', 'fugaku', '--nodes', str(nodes), '--ranks-per-node',
                      '4', '--group', 'hp1234', *extra)
-    assert '#PJM -L "rscgrp={}"'.format(group) in text  # small is at most 384 nodes
-    assert '#PJM -L "node={}"'.format(shape or nodes) in text
+    assert f'#PJM -L "rscgrp={group}"' in text  # small is at most 384 nodes
+    assert f'#PJM -L "node={shape or nodes}"' in text
     assert '#PJM --mpi "max-proc-per-node=4"' in text
     assert '#PJM -x PJM_LLIO_GFSCACHE=/vol0004' in text
     assert '%r' not in text and 'stgin' not in text  # no K-style staging on Fugaku
     launch = launch_of(text)
-    assert launch.startswith('mpiexec -n {} -stdout-proc '.format(4 * nodes))
+    assert launch.startswith(f'mpiexec -n {4 * nodes} -stdout-proc ')
     assert '/%/1000r/stdout' in launch and '/%/1000r/stderr' in launch  # every rank's
     assert exports(text)['OMP_NUM_THREADS'] == '11'  # 12 cores per rank, one for loading
 
@@ -257,7 +257,7 @@ def test_pbs_places_exclusively_and_maps_ranks_the_mpis_way(tmp_path, mpi):
         assert '--map-by ppr:2:node:PE=8 --bind-to core' in launch and '-ppn' not in launch
         for name in ('OMP_NUM_THREADS', 'CHAINERMN_TORUS_EXPECT_RANKS',
                      'CHAINERMN_TORUS_WATCHDOG'):
-            assert ' -x {}'.format(name) in launch
+            assert f' -x {name}' in launch
     else:
         assert launch.startswith('mpiexec -n $PROCS -ppn 2 ')
 
@@ -347,7 +347,7 @@ def test_committed_example_scripts_are_what_the_generator_writes(tmp_path):
     text = open(os.path.join(jobs, 'generate.sh')).read().replace('scripts/jobs/',
                                                                   str(tmp_path) + '/')
     script = tmp_path / 'generate.sh'
-    script.write_text(text.replace('cd "$(dirname "$0")/../.."', 'cd {}'.format(ROOT)))
+    script.write_text(text.replace('cd "$(dirname "$0")/../.."', f'cd {ROOT}'))
     proc = subprocess.run(['bash', str(script)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     for name, body in committed.items():

@@ -73,7 +73,7 @@ def test_without_numba_there_is_nothing_to_compile_and_it_says_so(no_numba):
 @pytest.mark.slow  # compiles every kernel into an empty cache: about 10 CPU-s
 def test_kernels_compiled_ahead_are_what_a_job_loads(tmp_path):
     env = {'NUMBA_CACHE_DIR': str(tmp_path / 'cache')}
-    declared = {'{}.{}'.format(m, n): len(d.ahead) for m, n, d in kernel_cache.kernels()}
+    declared = {f'{m}.{n}': len(d.ahead) for m, n, d in kernel_cache.kernels()}
     types = sum(declared.values())
     first = _tool(env)
     assert first.returncode == 0, first.stderr
@@ -88,7 +88,7 @@ def test_kernels_compiled_ahead_are_what_a_job_loads(tmp_path):
     proc = run_mpi(2, [worker('kernel_workload.py'), prefix], env=env)
     assert_ok(proc, 2)
     for rank in range(2):
-        with open('{}.{}.json'.format(prefix, rank)) as f:
+        with open(f'{prefix}.{rank}.json') as f:
             report = json.load(f)
         assert {k: len(v[0]) for k, v in report.items()} == declared, report
         assert not any(v[1] for v in report.values()), report

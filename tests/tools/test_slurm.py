@@ -109,7 +109,7 @@ def test_generated_job_script_trains_mnist_on_two_nodes_by_sbatch(slurm, tmp_pat
     assert code == 0, log[-4000:]
     print(log)
     assert re.search(r'chainermn-torus job mnist-slurm: 2 node\(s\) x 2 rank\(s\).* on node0', log)
-    assert 'python: {}/bin/python'.format(VENV) in log  # the venv's, activated by the script
+    assert f'python: {VENV}/bin/python' in log  # the venv's, activated by the script
     assert 'rsap on P = 4, grid (M, N) = (2, 2) [M = ranks per node]' in log  # 2 per node
     placement = re.search(r'LoaderIterator \(1 process, affinity same-core, loader CPUs (\S+), '
                           r'compute CPUs (\S+)\)', log)

@@ -48,7 +48,7 @@ def test_what_another_user_put_under_my_name_is_ignored_and_mine_kept_elsewhere(
     assert os.lstat(planted).st_uid == OTHER_UID
     found = memory.load(key, 4, shared_dir)  # no hang (FIFO), nothing read (/dev/zero)
     assert found.choice is None and found.message.count('\n') == 0, found
-    assert 'refusing the tune file {}'.format(planted) in found.message and \
+    assert f'refusing the tune file {planted}' in found.message and \
         'owned by nobody (uid 65534)' in found.message and 'forged' not in found.message, found
     # The sticky folder keeps the other user's name theirs: the choice goes beside it.
     saved = memory.save(key, CHOICE, {'chosen_ms': 2.5}, shared_dir)
@@ -96,7 +96,7 @@ def test_a_file_of_mine_too_large_or_linked_to_my_private_json_is_not_read(share
 def _flood(where, stem, count):
     """Names of this user's kept choices (``<stem>.<12 hex>.json``), planted by another."""
     for i in range(count):
-        with open(os.path.join(where, '{}.{:012x}.json'.format(stem, i)), 'w') as f:
+        with open(os.path.join(where, f'{stem}.{i:012x}.json'), 'w') as f:
             f.write('{}')
     return count
 
@@ -108,9 +108,10 @@ def test_planted_names_are_passed_over_unread_and_said_once_with_three(shared_di
     found = memory.load(key, 4, shared_dir)
     assert found.choice is None and '\n' not in found.message
     assert found.message == (
-        "100 file(s) in {} named as this user's kept choices are not this user's regular "
-        "files and were passed over unread ({s}.000000000000.json, {s}.000000000001.json, "
-        "{s}.000000000002.json, ...)".format(shared_dir, s=stem)), found.message
+        f"100 file(s) in {shared_dir} named as this user's kept choices are not this user's "
+        "regular "
+        f"files and were passed over unread ({stem}.000000000000.json, {stem}.000000000001.json, "
+        f"{stem}.000000000002.json, ...)"), found.message
     saved = memory.save(key, CHOICE, {'chosen_ms': 2.5}, shared_dir)   # the own name: free
     found = memory.load(key, 4, shared_dir)
     assert found.choice == CHOICE and found.path == saved and found.message.startswith('100 ')
@@ -127,6 +128,6 @@ def test_a_flood_past_the_listing_bound_leaves_only_the_own_name_read(shared_dir
     assert '\n' not in found.message and len(found.message) < 1000, len(found.message)
     passed = int(found.message.split(' ', 1)[0].replace(',', ''))
     assert 0 < passed <= bound, found.message        # no more than the bound was looked at
-    assert 'holds more entries than the {:,} (or 0.25 s) a job reads: only this user\'s ' \
-           'own name {} was looked at beyond them'.format(bound, key.file_name()) in \
+    assert f'holds more entries than the {bound:,} (or 0.25 s) a job reads: only this user\'s ' \
+           f'own name {key.file_name()} was looked at beyond them' in \
         found.message, found.message

@@ -17,7 +17,7 @@ def test_tuned_run_chooses_alike_equals_the_fixed_choice_and_is_remembered(
         mpi_world, tmp_path, nprocs):
     reports = mpi_world(nprocs, 'check_tune', 'check_all', str(tmp_path / 'tuned'),
                         timeout=240, env={'CHAINERMN_TORUS_SIMULATE': 'off'})
-    assert 'tuned 0.3 MB on 1 nodes x {} ranks'.format(nprocs) in reports[0], reports[0]
+    assert f'tuned 0.3 MB on 1 nodes x {nprocs} ranks' in reports[0], reports[0]
 
 
 def _run(times):

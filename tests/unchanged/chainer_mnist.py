@@ -64,7 +64,7 @@ def main():
         ['epoch', 'main/loss', 'validation/main/loss', 'main/accuracy',
          'validation/main/accuracy', 'elapsed_time']))
     trainer.run()
-    chainer.serializers.save_npz('{}/model_final.npz'.format(args.out), model)
+    chainer.serializers.save_npz(f'{args.out}/model_final.npz', model)
 
 
 if __name__ == '__main__':

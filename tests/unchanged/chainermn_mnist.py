@@ -93,7 +93,7 @@ def main():
              'validation/main/accuracy', 'elapsed_time']))
     trainer.run()
     if comm.rank == 0:
-        chainer.serializers.save_npz('{}/model_final.npz'.format(args.out), model)
+        chainer.serializers.save_npz(f'{args.out}/model_final.npz', model)
     if comm.rank == 0 and args.summary:
         log = trainer.get_extension('LogReport').log
         times = sorted(timer.times)

@@ -12,4 +12,4 @@ x = numpy.ones((5, 4), numpy.float32)
 t = numpy.zeros(5, numpy.int32)
 for step in range(3):
     optimizer.update(model, x, t)
-print('OK rank {}'.format(comm.rank), flush=True)
+print(f'OK rank {comm.rank}', flush=True)

@@ -26,7 +26,7 @@ __all__ = ['forward', 'inference', 'backward']
 _X, _C = 'float32[:, :, ::1]', 'float32[::1]'
 
 
-@jit.kernel('({}, {c}, {c})'.format(_X, c=_C))
+@jit.kernel(f'({_X}, {_C}, {_C})')
 def _statistics(x, mean, var):
     # One pass: the sum and the sum of squares in float64, whose cancellation in
     # E[x^2] - E[x]^2 costs about 1e-16 (mean / std)^2 relative: far below float32's 6e-8
@@ -49,7 +49,7 @@ def _statistics(x, mean, var):
         var[ci] = numpy.float32(v)
 
 
-@jit.kernel('({x}, {c}, {c}, {c}, {c}, {x})'.format(x=_X, c=_C))
+@jit.kernel(f'({_X}, {_C}, {_C}, {_C}, {_C}, {_X})')
 def _normalize(x, mean, inv_std, gamma, beta, y):
     n, c, hw = x.shape
     for ci in prange(c):
@@ -59,7 +59,7 @@ def _normalize(x, mean, inv_std, gamma, beta, y):
                 y[i, ci, j] = g * ((x[i, ci, j] - mu) * s) + b
 
 
-@jit.kernel('({x}, {x}, {c}, {c}, {c}, {x}, {c}, {c})'.format(x=_X, c=_C))
+@jit.kernel(f'({_X}, {_X}, {_C}, {_C}, {_C}, {_X}, {_C}, {_C})')
 def _gradients(x, gy, mean, inv_std, gamma, gx, ggamma, gbeta):
     n, c, hw = x.shape
     inv_m = numpy.float32(1.0 / (n * hw))

@@ -67,7 +67,7 @@ class BatchNorm(layer.Layer):
                 binding.PROP['forward_training' if training else 'forward_inference'], data, data,
                 self.eps, _FLAGS | (0 if training else BN_FLAGS['use_global_stats']),
                 binding.attr())
-        binding.check(status, '{} {}'.format(self.what, step))
+        binding.check(status, f'{self.what} {step}')
         return pd
 
     def plain(self, step):

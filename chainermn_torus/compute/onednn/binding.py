@@ -156,17 +156,16 @@ def _load():
         try:
             lib = ctypes.CDLL(path)
         except OSError as e:
-            tried.append('{}: {}'.format(path, e))
+            tried.append(f'{path}: {e}')
             continue
         try:
             _bind(lib, _SIGNATURES)
         except AttributeError as e:  # another major version (v2's API has other names)
-            tried.append('{}: {}'.format(path, e))
+            tried.append(f'{path}: {e}')
             continue
         v = lib.dnnl_version().contents
         if v.major < 3:
-            tried.append('{}: oneDNN {}.{}, this binding speaks the v3 API'.format(
-                path, v.major, v.minor))
+            tried.append(f'{path}: oneDNN {v.major}.{v.minor}, this binding speaks the v3 API')
             continue
         _STATE['lib'] = lib
         _STATE['version'] = (v.major, v.minor, v.patch)

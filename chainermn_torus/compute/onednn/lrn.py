@@ -55,7 +55,7 @@ class Lrn(layer.Layer):
             status = lib.dnnl_lrn_backward_primitive_desc_create(
                 binding.ctypes.byref(pd), binding.engine(), alg, self.md.handle, self.md.handle,
                 self.md.handle, *self.params, hint, binding.attr())
-        binding.check(status, '{} {}'.format(self.what, step))
+        binding.check(status, f'{self.what} {step}')
         return pd
 
     def plain(self, step):

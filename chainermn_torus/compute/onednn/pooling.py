@@ -74,7 +74,7 @@ class Pooling(layer.Layer):
 
     def __init__(self, kind, x_shape, y_shape, ksize, stride, pad):
         super().__init__()
-        self.kind, self.what = kind, '{} pooling'.format(kind)
+        self.kind, self.what = kind, f'{kind} pooling'
         self.x_shape, self.y_shape = tuple(x_shape), tuple(y_shape)
         n, c, h, w = self.x_shape
         after = [conv.pad_after(size, out, k, s, p) for size, out, k, s, p in
@@ -98,7 +98,7 @@ class Pooling(layer.Layer):
             status = lib.dnnl_pooling_backward_primitive_desc_create(
                 binding.ctypes.byref(pd), binding.engine(), self.alg, self.x_md.handle,
                 self.y_md.handle, *self.geometry, hint, binding.attr())
-        binding.check(status, '{} {}'.format(self.what, step))
+        binding.check(status, f'{self.what} {step}')
         return pd
 
     def plain(self, step):
@@ -151,8 +151,7 @@ def window_indexes(workspace, y_shape):
     elif workspace.size == 4 * n:
         dtype = numpy.int32
     else:
-        raise ValueError('a max pooling workspace of {} bytes for {} outputs'.format(
-            workspace.size, n))
+        raise ValueError(f'a max pooling workspace of {workspace.size} bytes for {n} outputs')
     return workspace.view(dtype).reshape(y_shape).astype(numpy.intp)
 
 

@@ -41,10 +41,10 @@ def add_arguments(parser):
     command_line.add_option(parser, 'memory_snapshots', nargs='?', const=in_memory.DEFAULT_K,
                       metavar='ITERATIONS',
                       help='keep a snapshot of the trainer in node memory every this many '
-                           'iterations (--memory-dir; default {}: measured at most 2%% of '
+                           f'iterations (--memory-dir; default {in_memory.DEFAULT_K}: measured at '
+                           'most 2%% of '
                            'the steps, docs/cluster.md), for the survivors of a lost node '
-                           '(chainermn_torus.extensions.checkpoint.in_memory)'.format(
-                               in_memory.DEFAULT_K))
+                           '(chainermn_torus.extensions.checkpoint.in_memory)')
     parser.add_argument('--memory-dir', default=None, metavar='DIR',
                         help="where each node keeps its runs' snapshots, each run in a "
                              'directory of its own named by a token only it knows; {host} in '
@@ -57,7 +57,7 @@ def add_arguments(parser):
                              'is none, as --auto-resume')
     parser.add_argument('--resume-batch', choices=rules.choices(), default='keep',
                         help='resuming on another rank count: {}'.format('; '.join(
-                            '{}: {}'.format(r.name, r.help) for r in rules.RULES.values())))
+                            f'{r.name}: {r.help}' for r in rules.RULES.values())))
 
 
 def snapshots_asked(argv):
@@ -77,11 +77,10 @@ def check_arguments(parser, args):
     if (args.resume or args.auto_resume) and not args.checkpoint_dir:
         parser.error('--resume needs --checkpoint-dir DIR (where the checkpoints are)')
     if getattr(args, 'memory_snapshots', None) is not None and args.memory_snapshots < 1:
-        parser.error('--memory-snapshots must be a count of iterations >= 1, got {}'.format(
-            args.memory_snapshots))
+        parser.error('--memory-snapshots must be a count of iterations >= 1, '
+                     f'got {args.memory_snapshots}')
     if getattr(args, 'checkpoint_keep', 2) < 1:
-        parser.error('--checkpoint-keep must be a count >= 1, got {}'.format(
-            args.checkpoint_keep))
+        parser.error(f'--checkpoint-keep must be a count >= 1, got {args.checkpoint_keep}')
     if getattr(args, 'restore_from_memory', False) and not args.memory_snapshots:
         parser.error('--restore-from-memory needs --memory-snapshots K (the snapshots it '
                      'restores from)')

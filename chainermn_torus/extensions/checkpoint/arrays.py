@@ -84,10 +84,11 @@ class RankFile:
 
     def _refusal(self, key):
         return CheckpointError(
-            'chainermn_torus: {} holds an object array ({!r}): reading it would unpickle it, '
+            f'chainermn_torus: {self.path} holds an object array ({key!r}): reading it would '
+            'unpickle it, '
             'and pickle runs code; chainermn_torus never does. Neither chainermn_torus nor '
             "Chainer's snapshots write one: the file was altered or made elsewhere; do not "
-            'resume from it.'.format(self.path, key))
+            'resume from it.')
 
     def __contains__(self, key):
         return key in self._nones or key in self._z.files

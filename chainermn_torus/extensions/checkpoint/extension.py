@@ -28,8 +28,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
 
     def __init__(self, comm, directory, keep=2, batch='keep', lr_rule=None, trust=None):
         if int(keep) != keep or keep < 1:
-            raise ConfigError('chainermn_torus: keep must be a count >= 1, got {!r}'.format(
-                keep))
+            raise ConfigError(f'chainermn_torus: keep must be a count >= 1, got {keep!r}')
         # Whether a directory and files another user could have written may be loaded
         # (files.hold; its files: shared_paths.open_file): the entry point's
         # --trust-checkpoint-dir (or CHAINERMN_TORUS_TRUST_CHECKPOINTS), handed down.
@@ -49,27 +48,28 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         self.place = self._hold()
         problem = None
         try:
-            self.place.probe('.write-test.rank{}.'.format(self.rank))
+            self.place.probe(f'.write-test.rank{self.rank}.')
         except OSError as e:
-            problem = '{}: {}'.format(type(e).__name__, e)
+            problem = f'{type(e).__name__}: {e}'
         agree.raise_everywhere(comm.mpi_comm, problem, lambda bad: CheckpointError(
-            'chainermn_torus: cannot write checkpoints to {!r} on rank(s) {}: {}. Choose a '
+            f'chainermn_torus: cannot write checkpoints to {directory!r} on '
+            f'rank(s) {agree.ranks_text(bad)}: {bad[0][1]}. Choose a '
             'directory every rank can write (a shared file system, or a local disk per '
-            'node).'.format(directory, agree.ranks_text(bad), bad[0][1])))
+            'node).'))
         # Each rank its host's leftovers (a shared file system shows every host's files);
         # rank files are judged against the manifests rank 0 sees.
         complete = comm.mpi_comm.bcast(
             [it for it, _ in files.manifests(self.place)] if self.rank == 0 else None)
         for name, size, why in sweep_temporary(self.place, complete=complete):  # every rank
-            report.say('rank {} removed {} ({} bytes; {})'.format(
-                self.rank, os.path.join(directory, name), size, why), rank=0)
+            report.say(f'rank {self.rank} removed {os.path.join(directory, name)} ({size} '
+                       f'bytes; {why})', rank=0)
         if self.rank == 0:  # a trusted, shared directory: another user's are not ours
             theirs = others(self.place, files.names(self.place))
             if theirs:
                 report.say('{} file(s) of other users in {} are passed over, never read or '
                            'removed: {}{}'.format(
                                len(theirs), directory, ', '.join(
-                                   '{} of {}'.format(n, o) for n, o in theirs[:3]),
+                                   f'{n} of {o}' for n, o in theirs[:3]),
                                ', ...' if len(theirs) > 3 else ''), 0)
         # A signal's last line says what is on disk (runtime.watch.abort).
         abort.say_on_signal(lambda: files.newest_complete(self.place))
@@ -83,7 +83,7 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         except UnsafePath as e:
             problem = ('refusing checkpoints in', str(e).replace('chainermn_torus: ', '', 1))
         except OSError as e:  # a component that is a file, a directory it may not make
-            problem = ('cannot write checkpoints to', '{}: {}'.format(type(e).__name__, e))
+            problem = ('cannot write checkpoints to', f'{type(e).__name__}: {e}')
 
         def refused(bad):
             if place is not None:
@@ -242,17 +242,19 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                 raise CheckpointError(
                     'chainermn_torus: cannot resume from {!r}: {}{}'.format(
                         self.directory, problem, '' if not older + pending else
-                        ' ({} older checkpoint(s) kept there: --auto-resume falls back '
-                        'to the newest that is complete)'.format(len(older + pending))))
+                        f' ({len(older + pending)} older checkpoint(s) kept there: --auto-resume '
+                        'falls back '
+                        'to the newest that is complete)'))
             if name == files.MANIFEST:
                 pending = older
         raise CheckpointError('chainermn_torus: cannot resume from {!r}: {}'.format(
             self.directory, '; then '.join(failures)))
 
     def _say_newer(self, iteration, newest):
-        report.say('{} names iteration {}, but a newer checkpoint is complete in {} ({}: the '
+        report.say(f'{files.MANIFEST} names iteration {iteration}, but a newer checkpoint is '
+                   f'complete in {self.directory} ({newest}: the '
                    'job ended before latest.json was rewritten); resuming from the newest '
-                   'that passes'.format(files.MANIFEST, iteration, self.directory, newest),
+                   'that passes',
                    self.rank)
 
     def _load(self, trainer, manifest, resized):
@@ -269,13 +271,13 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                 else:
                     resharding.load_same(f, trainer)
         except Exception as e:  # verified, yet it does not load: say which file and why
-            problem = 'rank {}: {}: {}: {}'.format(self.rank, path, type(e).__name__, e)
+            problem = f'rank {self.rank}: {path}: {type(e).__name__}: {e}'
             if 'broadcast' in str(e) or 'shape' in str(e):
                 problem += (' (an array in the checkpoint has another shape than in this job: '
                             'it was written with other data or options, such as --limit or '
                             'the training set, than this job uses)')
         agree.raise_everywhere(self.comm.mpi_comm, problem, lambda bad: CheckpointError(
-            'chainermn_torus: cannot resume from {!r}: {}'.format(self.directory, bad[0][1])))
+            f'chainermn_torus: cannot resume from {self.directory!r}: {bad[0][1]}'))
 
     def _agree_on(self, name, layout):
         """(problem, manifest, fatal), the same on every rank: rank 0 reads the manifest,

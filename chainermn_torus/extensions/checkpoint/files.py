@@ -57,7 +57,7 @@ WHAT = 'the checkpoint directory'
 
 
 def rank_name(iteration, rank):
-    return 'snapshot_iter_{}.rank{}.npz'.format(iteration, rank)
+    return f'snapshot_iter_{iteration}.rank{rank}.npz'
 
 
 def manifest_name(iteration):
@@ -67,7 +67,7 @@ def manifest_name(iteration):
 def marker_name(iteration, rank, host, pid):
     """Says "rank R of a live job is writing checkpoint I" until the manifest names it, so
     that a sweep can tell a dead job's rank file without a manifest from one in progress."""
-    return '.writing_iter_{}.rank{}.{}.{}'.format(iteration, rank, host, pid)
+    return f'.writing_iter_{iteration}.rank{rank}.{host}.{pid}'
 
 
 def hold(directory, trusted=False, create=False):
@@ -161,9 +161,8 @@ def newest_complete(place):
     except OSError:
         complete = []
     if not complete:
-        return 'no complete checkpoint in {!r} yet'.format(place.path)
-    return 'the newest complete checkpoint on disk is iteration {} in {!r}'.format(
-        complete[0][0], place.path)
+        return f'no complete checkpoint in {place.path!r} yet'
+    return f'the newest complete checkpoint on disk is iteration {complete[0][0]} in {place.path!r}'
 
 
 def advice(place):
@@ -176,12 +175,11 @@ def advice(place):
 def what_is_kept(place):
     """What a failed write leaves to resume from, for its message."""
     if removed(place):
-        return '{!r} was removed while the job ran, its checkpoints with it'.format(place.path)
+        return f'{place.path!r} was removed while the job ran, its checkpoints with it'
     complete = manifests(place)
     if not complete:
-        return 'no earlier checkpoint was completed in {!r}'.format(place.path)
-    return 'checkpoint {} in {!r} stays the latest (complete and intact)'.format(
-        complete[0][0], place.path)
+        return f'no earlier checkpoint was completed in {place.path!r}'
+    return f'checkpoint {complete[0][0]} in {place.path!r} stays the latest (complete and intact)'
 
 
 def not_yours(place, name, st):
@@ -191,8 +189,8 @@ def not_yours(place, name, st):
     manifest and rank files once became the newest checkpoint at every resume)."""
     if shared_paths.yours(st.st_uid):
         return None
-    return '{} is {}: a checkpoint is loaded only from your own files, even in a directory ' \
-        'you trust'.format(os.path.join(place.path, name), shared_paths.what_is_there(st))
+    return (f'{os.path.join(place.path, name)} is {shared_paths.what_is_there(st)}: a '
+            'checkpoint is loaded only from your own files, even in a directory you trust')
 
 
 def removed(place):
@@ -213,8 +211,7 @@ def _load_json(place, name, trusted):
     except UnsafePath as e:
         return None, _unsafe(e)
     except (OSError, ValueError) as e:
-        return None, '{} is not a chainermn-torus manifest ({})'.format(
-            os.path.join(place.path, name), e)
+        return None, f'{os.path.join(place.path, name)} is not a chainermn-torus manifest ({e})'
 
 
 def read_manifest(place, name, layout_here, trusted=False):
@@ -224,26 +221,26 @@ def read_manifest(place, name, layout_here, trusted=False):
     try:
         place.lstat(name)
     except FileNotFoundError:
-        return 'no {} in it (no checkpoint was completed there)'.format(name), None, True
+        return f'no {name} in it (no checkpoint was completed there)', None, True
     data, wrong = _load_json(place, name, trusted)
     if wrong:
         return wrong, None, False
     wrong = manifest_problem(data)
     if wrong:
-        return '{} is not a chainermn-torus manifest ({})'.format(path, wrong), None, False
+        return f'{path} is not a chainermn-torus manifest ({wrong})', None, False
     wrong = _inconsistent(place, name, data, trusted)
     if wrong:  # a flipped bit in the iteration once named a resume point it was not
-        return '{} is damaged: {}'.format(path, wrong), None, False
+        return f'{path} is damaged: {wrong}', None, False
     there = data['model']
     differ = same_layout(there, layout_here)
     if differ == ((), ()):
-        return ('it belongs to another model: {} arrays there, {} here'.format(
-            len(there), len(layout_here))), None, True
+        return (f'it belongs to another model: {len(there)} arrays there, {len(layout_here)} '
+                'here'), None, True
     if differ:
         a, b = differ
-        return ('it belongs to another model: array {} has shape {} dtype {} there, {} '
-                'shape {} dtype {} here'.format(a[0], tuple(a[1]), a[2], b[0],
-                                                b[1] and tuple(b[1]), b[2])), None, True
+        return (f'it belongs to another model: array {a[0]} has shape {tuple(a[1])} dtype {a[2]} '
+                f'there, {b[0]} '
+                f'shape {b[1] and tuple(b[1])} dtype {b[2]} here'), None, True
     return None, data, False
 
 
@@ -256,10 +253,10 @@ def manifest_problem(data):
     (a ``ranks`` of 0, 3 or "2" once ended every rank with a traceback, and 1, beside two
     rank files, resharded as if the job had run on one rank)."""
     if not isinstance(data, dict):
-        return 'it holds a {}, not an object'.format(type(data).__name__)
+        return f'it holds a {type(data).__name__}, not an object'
     for field in ('iteration', 'ranks', 'files', 'model'):
         if field not in data:
-            return 'no {!r}'.format(field)
+            return f'no {field!r}'
     if not _count(data['iteration']):
         return "'iteration' is {!r}, not a count >= 0".format(data['iteration'])
     if not _count(data['ranks'], 1):
@@ -277,8 +274,7 @@ def manifest_problem(data):
     for name, check in checks.items():
         if not (isinstance(check, dict) and _count(check.get('bytes')) and
                 _count(check.get('crc32')) and check['crc32'] < 1 << 32):
-            return 'the check of {} is {!r}, not a byte count and a CRC-32'.format(
-                name, check)
+            return f'the check of {name} is {check!r}, not a byte count and a CRC-32'
     model = data['model']
     if not isinstance(model, list) or not all(
             isinstance(m, list) and len(m) == 3 and isinstance(m[0], str) and
@@ -287,12 +283,12 @@ def manifest_problem(data):
         return "'model' is not a list of [name, shape, dtype]"
     batch = data.get('batch_per_rank')
     if batch is not None and not _count(batch, 1):
-        return "'batch_per_rank' is {!r}, not a count >= 1".format(batch)
+        return f"'batch_per_rank' is {batch!r}, not a count >= 1"
     rate = data.get('learning_rate')
     if rate is not None and not (
             isinstance(rate, list) and len(rate) == 2 and isinstance(rate[0], str) and
             type(rate[1]) in (int, float) and math.isfinite(rate[1])):
-        return "'learning_rate' is {!r}, not [attribute, number]".format(rate)
+        return f"'learning_rate' is {rate!r}, not [attribute, number]"
     return None
 
 
@@ -308,16 +304,14 @@ def _inconsistent(place, name, data, trusted=False):
     except OSError:
         extra = []
     if extra:
-        return 'it says {} rank(s) but {} is there too'.format(
-            ranks, rank_name(iteration, extra[0]))
+        return f'it says {ranks} rank(s) but {rank_name(iteration, extra[0])} is there too'
     if name == MANIFEST:
         own = manifest_name(iteration)
         theirs, wrong = _load_json(place, own, trusted)
         if wrong:
-            return 'it says iteration {} but {} is missing or unreadable'.format(
-                iteration, own)
+            return f'it says iteration {iteration} but {own} is missing or unreadable'
         if theirs != data:
-            return 'it differs from {}, the manifest of iteration {}'.format(own, iteration)
+            return f'it differs from {own}, the manifest of iteration {iteration}'
     return None
 
 
@@ -349,7 +343,7 @@ def array_headers(f, expected=None, size=1):
     try:
         z = zipfile.ZipFile(f)
     except (zipfile.BadZipFile, OSError, ValueError) as e:
-        return 'it is not an npz archive ({})'.format(e)
+        return f'it is not an npz archive ({e})'
     other, mine = 0, 0
     if expected:
         mine = sum(math.prod(s) * numpy.dtype(d).itemsize for k, (s, d) in expected.items()
@@ -357,7 +351,7 @@ def array_headers(f, expected=None, size=1):
     with z:
         for info in z.infolist():
             if not info.filename.endswith('.npy'):
-                return 'it holds {!r}, which is not an array'.format(info.filename)
+                return f'it holds {info.filename!r}, which is not an array'
             key = info.filename[:-4]
             try:
                 with z.open(info) as m:
@@ -365,24 +359,23 @@ def array_headers(f, expected=None, size=1):
                     shape, _, dtype = (numpy.lib.format.read_array_header_1_0 if version ==
                                        (1, 0) else numpy.lib.format.read_array_header_2_0)(m)
             except (ValueError, OSError, EOFError, zipfile.BadZipFile, RuntimeError) as e:
-                return 'array {} has no readable header ({})'.format(key, e)
+                return f'array {key} has no readable header ({e})'
             if dtype.hasobject:
                 continue  # refused by name when read (arrays.RankFile), never unpickled
             nbytes = math.prod(shape) * dtype.itemsize
             if not nbytes <= info.file_size <= nbytes + _NPY_HEADER:
-                return 'array {} says {} {} ({:,} bytes) but stores {:,}'.format(
-                    key, shape, dtype, nbytes, info.file_size)
+                return (f'array {key} says {shape} {dtype} ({nbytes:,} bytes) but '
+                        f'stores {info.file_size:,}')
             want = (expected or {}).get(key)
             if want is not None and key.startswith(REPLICA_PREFIXES):
                 if (tuple(shape), dtype.str) != want:
-                    return 'array {} is {} {} there, {} {} in this job'.format(
-                        key, tuple(shape), dtype.str, want[0], want[1])
+                    return (f'array {key} is {tuple(shape)} {dtype.str} there, {want[0]} {want[1]} '
+                            'in this job')
             else:
                 other += nbytes
     if expected is not None and other > mine * max(size, 1) + OTHER_SLACK:
-        return ('its arrays beside the parameters and optimizer state hold {:,} bytes, more '
-                'than this job\'s {:,} times {} ranks and {:,} to spare'.format(
-                    other, mine, size, OTHER_SLACK))
+        return (f'its arrays beside the parameters and optimizer state hold {other:,} bytes, more '
+                f'than this job\'s {mine:,} times {size} ranks and {OTHER_SLACK:,} to spare')
     return None
 
 
@@ -411,27 +404,26 @@ def verify_file(place, manifest, name, rank, trusted=False, expected=None, size=
     path = os.path.join(place.path, name)
     check = manifest.get('checks', {}).get(name)
     if check is None:
-        return '{} has no size and CRC-32 in the manifest, so it cannot be checked'.format(
-            path)
+        return f'{path} has no size and CRC-32 in the manifest, so it cannot be checked'
     try:
         fd = open_rank_file(place, name, trusted)
     except FileNotFoundError:
-        return 'rank {} cannot see {}'.format(rank, path)
+        return f'rank {rank} cannot see {path}'
     except UnsafePath as e:
         return _unsafe(e)
     except OSError as e:
-        return 'rank {} cannot read {} ({})'.format(rank, path, e.strerror or e)
+        return f'rank {rank} cannot read {path} ({e.strerror or e})'
     with os.fdopen(fd, 'rb') as f:
         size_there = os.fstat(fd).st_size
         if size_there != check['bytes']:
             return '{} has {} bytes, the manifest says {} (truncated or replaced)'.format(
                 path, size_there, check['bytes'])
         if crc32(f) != check['crc32']:
-            return '{} does not match its CRC-32 in the manifest (corrupted)'.format(path)
+            return f'{path} does not match its CRC-32 in the manifest (corrupted)'
         f.seek(0)
         wrong = array_headers(f, expected, size)
         if wrong:
-            return '{}: {}'.format(path, wrong)
+            return f'{path}: {wrong}'
         # Written before checkpoints refused diverged states: loading NaN/Inf would only
         # fail again one step later.
         f.seek(0)
@@ -449,11 +441,9 @@ def verify_file(place, manifest, name, rank, trusted=False, expected=None, size=
         except CheckpointError as e:  # an object array: never unpickled
             return str(e).replace('chainermn_torus: ', '', 1)
         except Exception as e:  # CRC matched, so unreadable means not an npz at all
-            return '{} cannot be read as a checkpoint ({}: {})'.format(
-                path, type(e).__name__, e)
+            return f'{path} cannot be read as a checkpoint ({type(e).__name__}: {e})'
     if count:
-        return '{} holds {} NaN/Inf value(s), the first in {} (a diverged state)'.format(
-            path, count, first)
+        return f'{path} holds {count} NaN/Inf value(s), the first in {first} (a diverged state)'
     return None
 
 

@@ -47,10 +47,11 @@ def check_data(trainer, comm, manifest, directory):
     if not stored or stored == mine:
         return
     raise CheckpointError(
-        'chainermn_torus: cannot resume from {!r}: it was written training on {} and this '
-        'job trains on {}; resume with the data it was written with (the same training set, '
-        '--limit and shuffle seed), or start afresh in another --checkpoint-dir'.format(
-            directory, describe_data(stored), describe_data(mine)))
+        f'chainermn_torus: cannot resume from {directory!r}: it was written training '
+        f'on {describe_data(stored)} and this '
+        f'job trains on {describe_data(mine)}; resume with the data it was written with (the same '
+        'training set, '
+        '--limit and shuffle seed), or start afresh in another --checkpoint-dir')
 
 
 def actual_optimizer(trainer):
@@ -84,9 +85,10 @@ def check_optimizer(trainer, manifest, directory):
     mine = optimizer_kind(actual_optimizer(trainer))
     if stored is not None and stored != mine:
         raise CheckpointError(
-            'chainermn_torus: cannot resume from {!r}: it holds the state of the optimizer {} '
-            'and this job trains with {}; resume with the optimizer it was written with, or '
-            'start afresh in another --checkpoint-dir'.format(directory, stored, mine))
+            f'chainermn_torus: cannot resume from {directory!r}: it holds the state of the '
+            f'optimizer {stored} '
+            f'and this job trains with {mine}; resume with the optimizer it was written with, or '
+            'start afresh in another --checkpoint-dir')
 
 
 def described(trainer, comm):

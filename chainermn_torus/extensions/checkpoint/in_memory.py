@@ -92,20 +92,20 @@ def _allgather_bytes(mpi_comm, data):
 def manifest_problem(data, generation):
     """What in ``data`` is not a snapshot manifest of generation ``generation``, or None."""
     if not isinstance(data, dict) or data.get('format') != _FORMAT:
-        return 'not a chainermn-torus snapshot manifest of format {}'.format(_FORMAT)
+        return f'not a chainermn-torus snapshot manifest of format {_FORMAT}'
     it, ranks = data.get('iteration'), data.get('ranks')
     if type(it) is not int or it != generation:
-        return "'iteration' is {!r}, not {}".format(it, generation)
+        return f"'iteration' is {it!r}, not {generation}"
     if type(ranks) is not int or ranks < 1:
-        return "'ranks' is {!r}, not a rank count >= 1".format(ranks)
+        return f"'ranks' is {ranks!r}, not a rank count >= 1"
     checks = data.get('checks')
     want = {REPLICA} | {_RANK.format(r) for r in range(ranks)}
     if not isinstance(checks, dict) or set(checks) != want:
-        return "'checks' does not name the replica and the {} rank files".format(ranks)
+        return f"'checks' does not name the replica and the {ranks} rank files"
     for name, check in checks.items():
         if not (isinstance(check, dict) and type(check.get('bytes')) is int and
                 type(check.get('crc32')) is int):
-            return 'the check of {} is {!r}, not a byte count and a CRC-32'.format(name, check)
+            return f'the check of {name} is {check!r}, not a byte count and a CRC-32'
     if not isinstance(data.get('model'), list):
         return "no 'model'"
     return None
@@ -138,8 +138,7 @@ class MemorySnapshot(chainer.training.Extension):
     def __init__(self, comm, directory=None, keep=2, batch='keep', lr_rule=None, nodes=None,
                  token=None, first=None, elastic_step=None):
         if int(keep) != keep or keep < 1:
-            raise ConfigError('chainermn_torus: keep must be a count >= 1, got {!r}'.format(
-                keep))
+            raise ConfigError(f'chainermn_torus: keep must be a count >= 1, got {keep!r}')
         self.comm, self.keep, self.lr_rule = comm, int(keep), lr_rule
         self.elastic_step = elastic_step  # a step of chainermn-torus elastic: its lines said
         self.rule = rules.get(batch, lr_rule)
@@ -156,7 +155,7 @@ class MemorySnapshot(chainer.training.Extension):
                                         else None)
         if not snapshot_place.is_token(token):
             raise ConfigError('chainermn_torus: a snapshot token is 32 hex digits, got '
-                              '{!r}'.format(token))
+                              f'{token!r}')
         self.token, self.pattern = token, directory
         self.directory = None  # the run's directory on this node, once made or opened
         self._stopped = None  # the stop trigger, watched: did it fire (finalize)?
@@ -176,10 +175,11 @@ class MemorySnapshot(chainer.training.Extension):
                         report.say(note, 0)
                 except OSError as e:
                     problem = str(e).replace('chainermn_torus: ', '', 1) \
-                        if isinstance(e, UnsafePath) else '{}: {}'.format(type(e).__name__, e)
+                        if isinstance(e, UnsafePath) else f'{type(e).__name__}: {e}'
             agree.raise_everywhere(comm.mpi_comm, problem, lambda bad: CheckpointError(
-                'chainermn_torus: cannot keep snapshots in node memory in {!r} (rank(s) {}): '
-                '{}'.format(self.shown(), agree.ranks_text(bad), bad[0][1])))
+                f'chainermn_torus: cannot keep snapshots in node memory in {self.shown()!r} '
+                f'(rank(s) {agree.ranks_text(bad)}): '
+                f'{bad[0][1]}'))
         self._trainer = None
         elastic_lines.say(elastic_lines.KEEPING, comm.rank, elastic_step,
                           directory=self.shown())
@@ -213,8 +213,9 @@ class MemorySnapshot(chainer.training.Extension):
             except (OSError, ValueError) as e:
                 problem = str(e).replace('chainermn_torus: ', '', 1)
         agree.raise_everywhere(comm.mpi_comm, problem, lambda bad: CheckpointError(
-            'chainermn_torus: cannot find this run\'s snapshots in node memory: {}; remove '
-            'that file to start a new run'.format(bad[0][1])))
+            f'chainermn_torus: cannot find this run\'s snapshots in node memory: {bad[0][1]}; '
+            'remove '
+            'that file to start a new run'))
         token, first = comm.mpi_comm.bcast((token, token is not None and first)
                                            if comm.rank == 0 else None)
         return cls(comm, directory, token=token, first=first, **kwargs)
@@ -266,25 +267,24 @@ class MemorySnapshot(chainer.training.Extension):
             replica_bytes = _npz_bytes(replica)
             need = sum(devshm.pages(len(b)) for b in [replica_bytes] + smalls) + (64 << 10)
             st = os.fstatvfs(self.place.fd)
-            where = '{} on {}'.format(self.shown(), socket.gethostname())
+            where = f'{self.shown()} on {socket.gethostname()}'
             if st.f_blocks * st.f_frsize < need:
-                never = '{} needed in {}, which holds {} in all'.format(
-                    report.format_bytes(need), where,
-                    report.format_bytes(st.f_blocks * st.f_frsize))
+                never = (f'{report.format_bytes(need)} needed in {where}, which '
+                         f'holds {report.format_bytes(st.f_blocks * st.f_frsize)} in all')
             elif st.f_bavail * st.f_frsize < need:
-                short = '{} needed in {}, {} free'.format(
-                    report.format_bytes(need), where,
-                    report.format_bytes(st.f_bavail * st.f_frsize))
+                short = (f'{report.format_bytes(need)} needed '
+                         f'in {where}, {report.format_bytes(st.f_bavail * st.f_frsize)} free')
         agree.raise_everywhere(self.comm.mpi_comm, never, lambda bad: CheckpointError(
-            'chainermn_torus: no snapshot in node memory can ever be kept: {} (rank(s) {}); '
+            f'chainermn_torus: no snapshot in node memory can ever be kept: {bad[0][1]} '
+            f'(rank(s) {agree.ranks_text(bad)}); '
             'keep fewer ranks per node, give --memory-dir a larger place, or leave out '
-            '--memory-snapshots'.format(bad[0][1], agree.ranks_text(bad))))
+            '--memory-snapshots'))
         problem = short
         if self.leader and short is None:
             try:
                 self._write(iteration, replica_bytes, smalls, described)
             except OSError as e:  # the room changed after the check (another job's files)
-                problem = '{}: {}'.format(type(e).__name__, e.strerror or e)
+                problem = f'{type(e).__name__}: {e.strerror or e}'
                 try:
                     files.remove_tree(self.place, GENERATION.format(iteration))
                 except OSError:
@@ -292,9 +292,9 @@ class MemorySnapshot(chainer.training.Extension):
         lacking = agree.problems(self.comm.mpi_comm, problem)
         if lacking:  # a safety net, not the job: training goes on, the one before stays
             self.skipped.append(iteration)
-            report.say('snapshot {} in node memory not kept: {} (rank(s) {}); its partial '
-                       'files removed, the one before stays, training goes on'.format(
-                           iteration, lacking[0][1], agree.ranks_text(lacking)),
+            report.say(f'snapshot {iteration} in node memory not kept: {lacking[0][1]} '
+                       f'(rank(s) {agree.ranks_text(lacking)}); its partial '
+                       'files removed, the one before stays, training goes on',
                        self.comm.rank)
 
     def _write(self, iteration, replica_bytes, smalls, described):
@@ -338,11 +338,11 @@ class MemorySnapshot(chainer.training.Extension):
                     content = gen.read_bytes(fname, 'the snapshot file', check['bytes'])
                     if len(content) != check['bytes'] or \
                             files.crc32(io.BytesIO(content)) != check['crc32']:
-                        return '{} does not match its size and CRC-32'.format(fname)
+                        return f'{fname} does not match its size and CRC-32'
                     picked[fname] = content
                 return data, picked
         except (OSError, ValueError) as e:
-            return '{}: {}'.format(type(e).__name__, e)
+            return f'{type(e).__name__}: {e}'
 
     def restore(self, trainer, missing_ok=False):
         """Collective over this (the survivors') communicator: load the newest generation
@@ -353,8 +353,8 @@ class MemorySnapshot(chainer.training.Extension):
         mpi = self.comm.mpi_comm
         held = mpi.allgather(self.generations())
         if missing_ok and not any(held):
-            report.say('no snapshot in node memory ({}) yet: starting as without '
-                       '--restore-from-memory'.format(self.shown()), self.comm.rank)
+            report.say(f'no snapshot in node memory ({self.shown()}) yet: starting as without '
+                       '--restore-from-memory', self.comm.rank)
             return None
         common = set.intersection(*map(set, held))
         size, rank = self.comm.size, self.comm.rank
@@ -377,7 +377,7 @@ class MemorySnapshot(chainer.training.Extension):
             'chainermn_torus: no snapshot in node memory is complete on every rank ({}{}); '
             'resume from a disk checkpoint instead (--checkpoint-dir with --auto-resume)'
             .format('generations held by all: none' if not common else '; '.join(tried),
-                    '' if common else '; each rank\'s: {}'.format(held)))
+                    '' if common else f'; each rank\'s: {held}'))
 
     def _load(self, trainer, manifest, picked):
         identity.check_optimizer(trainer, manifest, self.shown())

@@ -84,7 +84,7 @@ def make_room(comm, place, arrays, iteration, keep, drop):
                    'files); removed the oldest checkpoint(s) first ({}), as keep={} would '
                    'after writing'.format(iteration, report.format_bytes(before), place.path,
                                           host, report.format_bytes(need),
-                                          ', '.join('iteration {}'.format(i)
+                                          ', '.join(f'iteration {i}'
                                                     for i in removable), keep), comm.rank)
     bad = agree.problems(mpi, None if free >= need else (host, need, free))
     if bad:
@@ -95,6 +95,6 @@ def make_room(comm, place, arrays, iteration, keep, drop):
             '--checkpoint-dir, or keep fewer checkpoints: writing one needs room for '
             'keep + 1 = {} until the oldest is removed.'.format(
                 iteration, place.path, report.format_bytes(n), where, report.format_bytes(f),
-                r, ', after removing {} older checkpoint(s)'.format(len(removable))
+                r, f', after removing {len(removable)} older checkpoint(s)'
                 if removable else '', files.what_is_kept(place), keep + 1))
     return need, free

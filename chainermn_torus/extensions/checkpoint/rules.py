@@ -50,17 +50,17 @@ class KeepGlobalBatch(BatchRule):
                     it.batch_size, size, it.batch_size, it.batch_size * size))
         needed = total // size
         if it.batch_size == needed:
-            return '; the global batch of {} kept ({} per rank, as started)'.format(total, needed)
+            return f'; the global batch of {total} kept ({needed} per rank, as started)'
         if type(it) is not chainer.iterators.SerialIterator:
             # Loader processes and their shared slots are sized for the batch at creation.
             raise CheckpointError(
-                'chainermn_torus: cannot resume from {!r} on {} ranks with {} per rank: its '
-                'global batch of {} needs {} per rank here, and a {} cannot change its batch '
-                'once started; start the job with --batchsize {}'.format(
-                    directory, size, it.batch_size, total, needed, type(it).__name__, needed))
+                f'chainermn_torus: cannot resume from {directory!r} on {size} ranks '
+                f'with {it.batch_size} per rank: its '
+                f'global batch of {total} needs {needed} per rank here, and a {type(it).__name__} '
+                'cannot change its batch '
+                f'once started; start the job with --batchsize {needed}')
         it.batch_size = needed
-        return '; the global batch of {} kept: {} per rank instead of {}'.format(
-            total, needed, old)
+        return f'; the global batch of {total} kept: {needed} per rank instead of {old}'
 
 
 class ScaleLearningRate(BatchRule):
@@ -107,10 +107,9 @@ def register(rule):
     """Add a BatchRule (its ``name`` a new one)."""
     if not isinstance(rule, BatchRule) or not rule.name or not rule.help:
         raise ConfigError('chainermn_torus: a batch rule is a BatchRule with a name and a '
-                          'help line, got {!r}'.format(rule))
+                          f'help line, got {rule!r}')
     if rule.name in RULES:
-        raise ConfigError('chainermn_torus: a batch rule named {!r} exists already'.format(
-            rule.name))
+        raise ConfigError(f'chainermn_torus: a batch rule named {rule.name!r} exists already')
     RULES[rule.name] = rule
 
 
@@ -127,7 +126,7 @@ def get(name, lr_rule=None):
             ', '.join(RULES), name))
     rule = RULES[name]
     if rule.needs_lr_rule and lr_rule is None:
-        raise ConfigError("chainermn_torus: batch={!r} needs lr_rule, the large-batch rule "
+        raise ConfigError(f"chainermn_torus: batch={name!r} needs lr_rule, the large-batch rule "
                           'that scales the learning rate with the global batch '
-                          '(chainermn_torus.optimizers.large_batch.linear_scaling)'.format(name))
+                          '(chainermn_torus.optimizers.large_batch.linear_scaling)')
     return rule

@@ -51,13 +51,14 @@ def run_seed(given=None, checkpoint_dir=None, trusted=None, elastic_step=None):
             except FileNotFoundError:
                 seed = secrets.randbelow(_SEEDS)
                 outputs.refuse_foreign(place, [DRAWS_FILE])
-                place.write_atomic(DRAWS_FILE, lambda f: f.write('{}\n'.format(seed).encode()))
-                return seed, 'new, kept in {} for a restart'.format(kept)
+                place.write_atomic(DRAWS_FILE, lambda f: f.write(f'{seed}\n'.encode()))
+                return seed, f'new, kept in {kept} for a restart'
         text = data.decode('ascii', 'replace').strip()
         if not text.isdigit() or int(text) >= _SEEDS:
-            raise ValueError('{} holds no seed (an integer below 2**32), got {!r}; remove it '
-                             'to draw a new one'.format(kept, text[:40]))
-        return int(text), 'kept in {}'.format(kept)
+            raise ValueError(f'{kept} holds no seed (an integer below 2**32), got {text[:40]!r}; '
+                             'remove it '
+                             'to draw a new one')
+        return int(text), f'kept in {kept}'
     if elastic_step is not None:
         return _derived('chainermn-torus elastic run', elastic_step[0]), \
             'the run of chainermn-torus elastic\'s'

@@ -65,18 +65,17 @@ def from_run(run_id):
 
 
 def default_parent(uid=None):
-    return os.path.join(devshm.SHM_DIR, 'cmtorus-snapshots-{}'.format(
-        os.getuid() if uid is None else uid))
+    return os.path.join(devshm.SHM_DIR, f'cmtorus-snapshots-{os.getuid() if uid is None else uid}')
 
 
 def fallback_parent(parent, token):
     """The parent where ``parent`` is taken by someone else: named from the token."""
     tag = hashlib.sha256(b'chainermn-torus parent\0' + token.encode()).hexdigest()[:16]
-    return '{}-{}'.format(os.path.normpath(parent), tag)
+    return f'{os.path.normpath(parent)}-{tag}'
 
 
 def run_name(token, host):
-    return 'run-{}-{}'.format(token, host)
+    return f'run-{token}-{host}'
 
 
 def candidates(pattern, token, host, node=None):
@@ -107,8 +106,8 @@ def _hold_parent(parent, fallback):
         except FileExistsError:
             pass
         place = shm.subdirectory(name, 'the snapshots\' directory')
-    return place, ('{} cannot hold the snapshots ({}); this run keeps them in {} '
-                   'instead'.format(parent, why, fallback))
+    return place, (f'{parent} cannot hold the snapshots ({why}); this run keeps them in {fallback} '
+                   'instead')
 
 
 def open_run(pattern, token, host, node=None, first=True, create=True):
@@ -137,16 +136,16 @@ def open_run(pattern, token, host, node=None, first=True, create=True):
         except FileExistsError:
             if first:
                 st = place.lstat(name)
-                raise UnsafePath('chainermn_torus: {} was already there ({}) when this run '
+                raise UnsafePath(f'chainermn_torus: {os.path.join(place.path, name)} was already '
+                                 f'there ({_described(st)}) when this run '
                                  'started: a run\'s snapshot directory is made new and never '
                                  'shared; start again (a new run gets a new token) or give '
-                                 'another --memory-dir'.format(os.path.join(place.path, name),
-                                                               _described(st)))
+                                 'another --memory-dir')
         return place.subdirectory(name), os.path.join(place.path, name), note
 
 
 def _described(st):
-    owner = 'this user\'s' if st.st_uid == os.getuid() else 'uid {}\'s'.format(st.st_uid)
+    owner = 'this user\'s' if st.st_uid == os.getuid() else f'uid {st.st_uid}\'s'
     return '{} {}'.format(owner, 'directory' if stat.S_ISDIR(st.st_mode)
                           else 'file or link')
 
@@ -172,8 +171,8 @@ def read_token(out_dir, trusted=False):
             return None
     text = data.decode('ascii', 'replace').strip()
     if not is_token(text):
-        raise ValueError('{} holds no snapshot token (32 hex digits), got {!r}'.format(
-            os.path.join(out_dir, TOKEN_FILE), text[:40]))
+        raise ValueError(f'{os.path.join(out_dir, TOKEN_FILE)} holds no snapshot token (32 hex '
+                         f'digits), got {text[:40]!r}')
     return text
 
 

@@ -39,16 +39,16 @@ def write_rank_file(place, iteration, rank, arrays, room):
     marker = files.marker_name(iteration, rank, socket.gethostname(), os.getpid())
     try:
         with os.fdopen(place.create(marker, replace_own=True), 'w') as f:
-            f.write('{}\n'.format(os.getpid()))
+            f.write(f'{os.getpid()}\n')
         atomic_write(place, name, lambda f: numpy.savez(f, **arrays))
         with os.fdopen(files.open_rank_file(place, name), 'rb') as f:
             return marker, {'bytes': os.fstat(f.fileno()).st_size, 'crc32': files.crc32(f)}
     except OSError as e:
         # Other ranks learn of it by the abort; what was there before is untouched.
         files.remove(place, marker)
-        sizes = '' if not room[0] else '; about {} needed for the rank files of this ' \
-            'host, {} was free before writing'.format(report.format_bytes(room[0]),
-                                                     report.format_bytes(room[1]))
+        sizes = '' if not room[0] else (
+            f'; about {report.format_bytes(room[0])} needed for the rank files of this '
+            f'host, {report.format_bytes(room[1])} was free before writing')
         raise CheckpointError(
             'chainermn_torus: rank {} cannot write checkpoint {} ({}: {}{}); {}. {}'.format(
                 rank, os.path.join(place.path, name), type(e).__name__, e,
@@ -69,11 +69,11 @@ def write_manifest(place, iteration, manifest):
         except OSError as e:
             files.remove(place, own)
             raise CheckpointError(
-                'chainermn_torus: checkpoint {} not completed: rank 0 cannot write its '
-                'manifest {} ({}: {}); every rank file of it was written, but without the '
-                'manifest it does not count: {}. {}'.format(
-                    iteration, os.path.join(place.path, name), type(e).__name__,
-                    e.strerror or e, files.what_is_kept(place), files.advice(place))
+                f'chainermn_torus: checkpoint {iteration} not completed: rank 0 cannot write its '
+                f'manifest {os.path.join(place.path, name)} '
+                f'({type(e).__name__}: {e.strerror or e}); every rank file of it was written, but '
+                'without the '
+                f'manifest it does not count: {files.what_is_kept(place)}. {files.advice(place)}'
             ) from e
 
 
@@ -90,7 +90,7 @@ def refuse_nonfinite(comm, arrays, iteration, place):
         'rank(s) {} ({}){}; {}. Training has diverged: lower the learning rate, or run with '
         '--check-finite to stop at the step where it happens.'.format(
             iteration, agree.ranks_text(bad),
-            '; '.join('rank {}: {} value(s), the first in {}'.format(r, c, f)
+            '; '.join(f'rank {r}: {c} value(s), the first in {f}'
                       for r, (c, f) in bad),
             ' (in the averaged gradients double buffering applies at the next step: the '
             'averaging overflowed, with float16 communication beyond 65504)' if stale else '',

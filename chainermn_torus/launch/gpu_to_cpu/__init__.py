@@ -46,18 +46,19 @@ def paths(text, source='CHAINERMN_TORUS_GPU_TO_CPU_PATHS', trusted=False):
     found = tuple(p for p in (text or '').split(':') if p)
     for path in found:
         if not os.path.isdir(path):
-            raise ConfigError('chainermn_torus: {} must be directories separated by ":", and '
-                              '{!r} is not one'.format(source, path))
+            raise ConfigError(f'chainermn_torus: {source} must be directories separated by ":", '
+                              'and '
+                              f'{path!r} is not one')
         try:
-            held.walk(path, 'the directory of {}'.format(source), trusted=trusted,
+            held.walk(path, f'the directory of {source}', trusted=trusted,
                       fix='Keep the helpers in a directory only you can write, or say '
                           'you trust it with --trust-gpu-to-cpu-paths '
                           '(CHAINERMN_TORUS_TRUST_GPU_TO_CPU_PATHS=1).').close()
         except UnsafePath:
             raise
         except OSError as e:
-            raise ConfigError('chainermn_torus: {} names {!r}, which cannot be entered '
-                              '({})'.format(source, path, e.strerror or e)) from None
+            raise ConfigError(f'chainermn_torus: {source} names {path!r}, which cannot be entered '
+                              f'({e.strerror or e})') from None
     return found
 
 
@@ -86,9 +87,10 @@ def _communicator(said, name):
     where = said.scope.where(said.scope.asker(1)[1])  # the line that asked
     if not said.mapping:
         raise Unsupported(
-            "{}: create_communicator({!r}) asks for ChainerMN's GPU communicator, and this "
-            'node has no GPU: run the script with {} (GPU communicators become the '
-            "launcher's), or give --communicator NAME".format(where, name, OPTION))
+            f"{where}: create_communicator({name!r}) asks for ChainerMN's GPU communicator, and "
+            "this "
+            f'node has no GPU: run the script with {OPTION} (GPU communicators become the '
+            "launcher's), or give --communicator NAME")
     said.names.append('chainermn.create_communicator')  # the launcher's line says it
     return 'auto'
 
@@ -111,13 +113,13 @@ def explain(said, error):
     if not found:
         return None
     where = _script_line(said.scope, error.__traceback__)
-    stopped = 'exit code {}'.format(error.code) if isinstance(error, SystemExit) else \
+    stopped = f'exit code {error.code}' if isinstance(error, SystemExit) else \
         '{}: {}'.format(type(error).__name__, str(error).rstrip('.'))
     return ('{}{}. The script is written for GPUs (its first GPU call: {} at {}:{}{}) and '
             "this node has none: run it with {} and its GPU calls run on each rank's CPU "
             '(--gpu-calls lists them)'.format(
                 where + ': ' if where else '', stopped, found[0].shown, found[0].file,
-                found[0].line, ', {} in all'.format(len(found)) if len(found) > 1 else '',
+                found[0].line, f', {len(found)} in all' if len(found) > 1 else '',
                 OPTION))
 
 
@@ -133,10 +135,10 @@ def _outside(said, error):
         tb = tb.tb_next
     if kind != OTHER:  # a library's import: its own error, as on any CPU node
         return None
-    return ("{}: import cupy in a module outside the script's directory: {} gives CuPy's "
+    return (f"{said.scope.where(*frame)}: import cupy in a module outside the script's "
+            f"directory: {OPTION} gives CuPy's "
             "name (numpy) to the script's own modules only; add that module's directory to "
-            'CHAINERMN_TORUS_GPU_TO_CPU_PATHS (--gpu-to-cpu-paths DIR[:DIR])'.format(
-                said.scope.where(*frame), OPTION))
+            'CHAINERMN_TORUS_GPU_TO_CPU_PATHS (--gpu-to-cpu-paths DIR[:DIR])')
 
 
 def _script_line(scope, tb):

@@ -82,17 +82,18 @@ class Said:
         if frame is None:
             frame = self.scope.asker(1)[1]
         self.names.append(name)
-        say('--gpu-to-cpu: {} ({}) -> {}'.format(shown or name, self.scope.where(frame),
-                                                MAPPED[name]), self.rank)
+        say(f'--gpu-to-cpu: {shown or name} ({self.scope.where(frame)}) '
+            f'-> {MAPPED[name]}', self.rank)
 
     def request(self, name, shown):
         """For a GPU device request, wherever it is made: mapped (said once) with the
         option; without it, refused in one line naming the option."""
         if not self.mapping:
             raise Unsupported(
-                '{}: {} asks for a GPU: the script is written for GPUs and this node has '
-                "none; run it with {} and its GPU calls run on each rank's CPU (--gpu-calls "
-                'lists them)'.format(self.scope.where(self.scope.asker(1)[1]), shown, OPTION))
+                f'{self.scope.where(self.scope.asker(1)[1])}: {shown} asks for a GPU: the script '
+                'is written for GPUs and this node has '
+                f"none; run it with {OPTION} and its GPU calls run on each rank's CPU (--gpu-calls "
+                'lists them)')
         self.mapped(name, shown=shown)
         return True
 

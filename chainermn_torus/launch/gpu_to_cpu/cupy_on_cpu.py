@@ -54,7 +54,7 @@ class Namespace(types.ModuleType):
             raise AttributeError(name)
         if self._gpu_numpy_too and hasattr(numpy, name):
             return getattr(numpy, name)
-        full = '{}.{}'.format(self.__name__, name)
+        full = f'{self.__name__}.{name}'
         said = self._gpu_said
         said.refuse(full, full)  # the line that read it
 

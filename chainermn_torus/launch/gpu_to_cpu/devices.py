@@ -68,7 +68,7 @@ def _device_functions(said):
 
     def mapped_get_device(device_spec):
         if is_gpu_spec(device_spec) and said.request(
-                'chainer.get_device', 'chainer.get_device({!r})'.format(device_spec)):
+                'chainer.get_device', f'chainer.get_device({device_spec!r})'):
             return backend.CpuDevice()
         return get_device(device_spec)
 
@@ -80,7 +80,7 @@ def _device_functions(said):
     def mapped_get_device_from_id(device_id):
         if is_gpu_spec(device_id) and said.request(
                 'chainer.cuda.get_device_from_id',
-                'chainer.cuda.get_device_from_id({!r})'.format(device_id)):
+                f'chainer.cuda.get_device_from_id({device_id!r})'):
             return cuda.DummyDevice
         return get_device_from_id(device_id)
 
@@ -89,8 +89,7 @@ def _device_functions(said):
 
     def mapped_cuda_get_device(*args):
         if any(is_gpu_spec(a) for a in args if isinstance(a, _INTEGERS)) and \
-                said.request('chainer.cuda.get_device', 'chainer.cuda.get_device{!r}'.format(
-                    args)):
+                said.request('chainer.cuda.get_device', f'chainer.cuda.get_device{args!r}'):
             return cuda.DummyDevice
         return deprecated_get_device(*args)
 

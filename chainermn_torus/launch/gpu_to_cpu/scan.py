@@ -120,7 +120,7 @@ class _Reader(ast.NodeVisitor):
             self.add(node, 'chainer.training.updaters.' + last, func + '(...)', True)
         if last in ('get_device', 'using_device', 'to_device') and node.args and \
                 not func.endswith('cuda.get_device'):
-            self._device(node, '{}({})'.format(func, ast.unparse(node.args[0])), node.args[0])
+            self._device(node, f'{func}({ast.unparse(node.args[0])})', node.args[0])
         for keyword in node.keywords:
             if keyword.arg == 'device':
                 self._device(node, '{}(device={})'.format(
@@ -148,7 +148,7 @@ class _Reader(ast.NodeVisitor):
     def visit_Constant(self, node):
         if isinstance(node.value, str) and node.value in GPU_COMMUNICATORS:
             self.add(node, 'chainermn.create_communicator',
-                     '{!r} (a GPU communicator name)'.format(node.value))
+                     f'{node.value!r} (a GPU communicator name)')
         elif isinstance(node.value, str) and node.value.startswith(('@cupy:', 'cuda:')):
             self.add(node, 'chainer.get_device', repr(node.value))
 
@@ -165,7 +165,7 @@ def _source(path, notes):
         notes.append('passed over ' + str(e).replace('chainermn_torus: refusing the module ',
                                                      '', 1))
     except OSError as e:
-        notes.append('passed over {}: unreadable ({})'.format(path, e.strerror or e))
+        notes.append(f'passed over {path}: unreadable ({e.strerror or e})')
     return None
 
 
@@ -214,18 +214,18 @@ def listing(script, paths=()):
     found = gpu_calls(script, paths, notes)
     certain = sum(f.certain for f in found)
     if not found:
-        return ['{}: no GPU call found: it runs on CPU without --gpu-to-cpu'.format(script)] + \
+        return [f'{script}: no GPU call found: it runs on CPU without --gpu-to-cpu'] + \
             notes
     lines = ['{}: {} GPU call(s){}; under --gpu-to-cpu:'.format(
         script, certain, '' if certain == len(found) else
-        ', and {} device(s) in variables'.format(len(found) - certain))]
+        f', and {len(found) - certain} device(s) in variables')]
     for f in found:
         becomes = ('REFUSED: ' + REFUSED[f.name]) if f.refused else '-> ' + MAPPED[f.name]
         if not f.certain:
             becomes = '(where its value names a GPU) ' + becomes
-        lines.append('  {}:{}  {}  {}'.format(f.file, f.line, f.shown, becomes))
+        lines.append(f'  {f.file}:{f.line}  {f.shown}  {becomes}')
     refused = sum(f.refused for f in found)
     if refused:
-        lines.append('{} of them cannot run on CPU: the job stops with that line where it '
-                     'reaches one (a branch it does not take costs nothing)'.format(refused))
+        lines.append(f'{refused} of them cannot run on CPU: the job stops with that line where it '
+                     'reaches one (a branch it does not take costs nothing)')
     return lines + notes

@@ -77,4 +77,4 @@ class Scope:
             return 'the script'
         path = os.path.realpath(frame.f_code.co_filename)
         name = path[len(self.root):] if path.startswith(self.root) else path
-        return '{}:{}'.format(name, frame.f_lineno if line is None else line)
+        return f'{name}:{frame.f_lineno if line is None else line}'

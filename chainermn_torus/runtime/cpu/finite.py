@@ -38,6 +38,6 @@ def count_in(arrays, limit=numpy.inf):
         a = numpy.asarray(arrays[name])
         bad = count_nonfinite(a, limit)
         if bad and first is None:
-            first = '{} ({} of {} values)'.format(name, bad, a.size)
+            first = f'{name} ({bad} of {a.size} values)'
         count += bad
     return count, first

@@ -48,8 +48,8 @@ def require(what):
     """Raise where numba is missing, naming what needed it and what to do."""
     if not available():
         raise Unsupported(
-            'chainermn_torus: numba cannot be imported in this Python and is needed for {}; '
-            'install it (pip install numba) or turn that off.'.format(what))
+            f'chainermn_torus: numba cannot be imported in this Python and is needed for {what}; '
+            'install it (pip install numba) or turn that off.')
 
 
 def kernel(*arguments, parallel=True, fastmath=False):
@@ -148,5 +148,5 @@ def arguments(dtype, vectors, scalars=0, *more):
     ``dtype``, ``scalars`` scalars of it, then the types ``more``
     (``arguments('float32', 2, 1, 'boolean')`` is ``'(float32[::1], float32[::1], float32,
     boolean)'``)."""
-    return '({})'.format(', '.join(['{}[::1]'.format(dtype)] * vectors + [dtype] * scalars
+    return '({})'.format(', '.join([f'{dtype}[::1]'] * vectors + [dtype] * scalars
                                    + list(more)))

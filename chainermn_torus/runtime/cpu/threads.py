@@ -62,9 +62,9 @@ def default_threads(intra_size=1):
     logical = psutil.cpu_count(logical=True) or len(mask)
     physical = psutil.cpu_count(logical=False) or logical
     if len(mask) < logical:
-        return len(mask), 'affinity mask of {} CPUs set by the launcher'.format(len(mask))
+        return len(mask), f'affinity mask of {len(mask)} CPUs set by the launcher'
     n = max(1, physical // max(1, intra_size))
-    return n, '{} physical cores / {} ranks on this node'.format(physical, intra_size)
+    return n, f'{physical} physical cores / {intra_size} ranks on this node'
 
 
 def apply_thread_budget(threads=None, intra_size=1, source=None):
@@ -86,7 +86,7 @@ def apply_thread_budget(threads=None, intra_size=1, source=None):
         n, reason = default_threads(intra_size)
     cpus = len(_affinity())
     if n > cpus:  # threads beyond the CPUs this rank may run on only wait for each other
-        reason = '{} {}, capped at the {} CPUs this rank may use'.format(reason, n, cpus)
+        reason = f'{reason} {n}, capped at the {cpus} CPUs this rank may use'
         n = cpus
     numba_n = None
     if 'before' not in STATE.threads:  # what release() puts back
@@ -116,7 +116,7 @@ def pools_in_force():
 
 
 def describe_budget(budget, rank=None):
-    who = '' if rank is None else 'rank {}: '.format(rank)
+    who = '' if rank is None else f'rank {rank}: '
     if budget['threads'] is None:
         return '{}thread budget off ({}); pools {}'.format(who, budget['reason'],
                                                            ', '.join(budget['pools']))

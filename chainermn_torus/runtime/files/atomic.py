@@ -21,7 +21,7 @@ def atomic_write(path, write, before_rename=None, *, mode='wb', tmp=None):
     (default ``tmp_name(path)``)."""
     tmp = tmp or tmp_name(path)
     if os.path.dirname(os.path.abspath(tmp)) != os.path.dirname(os.path.abspath(path)):
-        raise ValueError('the temporary {} must be beside {}'.format(tmp, path))
+        raise ValueError(f'the temporary {tmp} must be beside {path}')
     with held.parent_of(path) as place:
         place.write_atomic(os.path.basename(path), write, mode=mode, perm=0o644,
                            before_rename=before_rename, tmp=os.path.basename(tmp))

@@ -66,7 +66,7 @@ def job_tag():
 
 def segment_prefix():
     """``cmtorus_<job>_<pid>_``: every segment name of this process starts with it."""
-    return '{}{}_{}_'.format(PREFIX, job_tag(), os.getpid())
+    return f'{PREFIX}{job_tag()}_{os.getpid()}_'
 
 
 PAGE = os.sysconf('SC_PAGE_SIZE')
@@ -96,7 +96,7 @@ def _both(needed, free):
     """Two sizes a reader can compare: exact bytes where the rounded figures look equal."""
     a, b = format_bytes(needed), format_bytes(free)
     if a == b:
-        return '{:,} B'.format(int(needed)), '{:,} B'.format(int(free))
+        return f'{int(needed):,} B', f'{int(free):,} B'
     return a, b
 
 
@@ -105,12 +105,12 @@ def _verdict(needed, what, path):
         free = free_bytes(path)
         total = total_bytes(path)
     except OSError as e:
-        return None, 'cannot stat {}: {}'.format(path, e)
+        return None, f'cannot stat {path}: {e}'
     if needed <= free:
         return free, None
     need_s, free_s = _both(needed, free)
-    return free, ('{} needs {} in {} on node {}, which has {} free (of {})'.format(
-        what, need_s, path, socket.gethostname(), free_s, format_bytes(total)))
+    return free, (f'{what} needs {need_s} in {path} on node {socket.gethostname()}, which '
+                  f'has {free_s} free (of {format_bytes(total)})')
 
 
 def check_room(needed, what, comm=None, path=SHM_DIR):
@@ -136,7 +136,7 @@ def _refuse_if_any(problem, what, comm):
         'die with "Bus error". Fixes: remove what dead jobs left (chainermn-torus clean), '
         'ask for a larger /dev/shm (containers: --shm-size), use fewer ranks per node or '
         'smaller buffers{}.'.format(
-            first, '' if comm is None else ' (rank(s) {} of the communicator)'.format(ranks),
+            first, '' if comm is None else f' (rank(s) {ranks} of the communicator)',
             '' if 'loader' in what else ', or a communicator without node-shared windows '
             "(pure_allreduce, or rsaa with shm=False)"))
 
@@ -175,10 +175,9 @@ def populate(array, what, needed, comm=None, path=SHM_DIR, method='madvise'):
             except OSError:
                 free = total = 0
             need_s, free_s = _both(needed, free)
-            problem = ('{} ({} needed on node {}) cannot be backed by {}: {} of {} is free '
-                       'now, after the allocation ({})'.format(
-                           what, need_s, socket.gethostname(), path, free_s,
-                           format_bytes(total), os.strerror(err)))
+            problem = (f'{what} ({need_s} needed on node {socket.gethostname()}) cannot be backed '
+                       f'by {path}: {free_s} of {format_bytes(total)} is free '
+                       f'now, after the allocation ({os.strerror(err)})')
     _refuse_if_any(problem, what, comm)
     return supported
 
@@ -216,12 +215,12 @@ def in_use(paths):
     targets = set(paths)
     for pid in filter(str.isdigit, os.listdir('/proc')):
         try:
-            with open('/proc/{}/maps'.format(pid)) as f:
+            with open(f'/proc/{pid}/maps') as f:
                 for line in f:
                     parts = line.split(None, 5)
                     if len(parts) == 6:
                         used.update(t for t in targets if parts[5].startswith(t))
-            fd_dir = '/proc/{}/fd'.format(pid)
+            fd_dir = f'/proc/{pid}/fd'
             for fd in os.listdir(fd_dir):
                 try:
                     target = os.readlink(os.path.join(fd_dir, fd))
@@ -233,7 +232,7 @@ def in_use(paths):
             continue  # the process exited meanwhile
         except PermissionError:
             try:
-                mine = os.stat('/proc/{}'.format(pid)).st_uid == os.getuid()
+                mine = os.stat(f'/proc/{pid}').st_uid == os.getuid()
             except OSError:
                 mine = False
             blind = blind or (mine and os.getuid() != 0)

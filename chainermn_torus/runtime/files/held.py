@@ -108,9 +108,9 @@ def _link_problem(link_st, holder_st):
     this user's or root's, and the directory writable by nobody else (a sticky /tmp is
     not enough: anyone may make a link there)."""
     if not shared_paths.yours(link_st.st_uid):
-        return 'it is {}'.format(shared_paths.what_is_there(link_st))
+        return f'it is {shared_paths.what_is_there(link_st)}'
     if not shared_paths.yours(holder_st.st_uid):
-        return 'it lies in {}'.format(shared_paths.what_is_there(holder_st))
+        return f'it lies in {shared_paths.what_is_there(holder_st)}'
     if holder_st.st_mode & 0o022:
         return 'it lies in a directory {} can write (mode {:o})'.format(
             'everyone' if holder_st.st_mode & 0o002 else 'its group', holder_st.st_mode & 0o7777)
@@ -134,8 +134,9 @@ def bounded_scandir(where, max_entries, max_seconds):
 def write_refusal(path, what):
     """The one line for a file not written at ``path``, where ``what`` was found."""
     return UnsafePath(
-        'chainermn_torus: refusing to write {}: {}; nothing was written through it. Remove '
-        'it, or choose a directory only you can write.'.format(path, what))
+        f'chainermn_torus: refusing to write {path}: {what}; nothing was written through it. '
+        'Remove '
+        'it, or choose a directory only you can write.')
 
 
 def as_named(directory, what='the directory'):
@@ -216,17 +217,20 @@ def walk(path, what, trusted=False, create=False, mode=0o700, shared=False, fix=
                     raise
                 link_st = os.lstat(name, dir_fd=fd)
                 if not stat.S_ISLNK(link_st.st_mode):
-                    raise NotADirectoryError(errno.ENOTDIR, 'it is {}, not a directory'.format(
-                        shared_paths.what_is_there(link_st)), where) from None
+                    raise NotADirectoryError(
+                        errno.ENOTDIR,
+                        f'it is {shared_paths.what_is_there(link_st)}, not a directory',
+                        where) from None
                 target = os.readlink(name, dir_fd=fd)
                 why = None if trusted else _link_problem(link_st, os.fstat(fd))
                 if why:
-                    raise _refused(path, what, where, 'it is a symbolic link to {!r}: {}'.format(
-                        target, why), fix, True) from None
+                    raise _refused(path, what, where, 'it is a symbolic link '
+                                                      f'to {target!r}: {why}', fix, True) from None
                 links += 1
                 if links > MAX_LINKS:
-                    raise _refused(path, what, where, 'it leads through more than {} symbolic '
-                                   'links'.format(MAX_LINKS), fix, False) from None
+                    raise _refused(path, what, where, f'it leads through more than {MAX_LINKS} '
+                                                      'symbolic '
+                                   'links', fix, False) from None
                 pending[:0] = [c for c in target.split('/') if c]
                 if target.startswith('/'):
                     os.close(fd)
@@ -255,7 +259,7 @@ class Held:
         self._moved_said = False
 
     def __repr__(self):
-        return 'Held({!r}, fd {})'.format(self.path, self.fd)
+        return f'Held({self.path!r}, fd {self.fd})'
 
     def __enter__(self):
         return self
@@ -289,7 +293,7 @@ class Held:
     # -- files --------------------------------------------------------------------------
     def _check_name(self, name):
         if not name or '/' in name or name in ('.', '..'):
-            raise ValueError('a name inside {} was expected, got {!r}'.format(self.path, name))
+            raise ValueError(f'a name inside {self.path} was expected, got {name!r}')
         return name
 
     def lstat(self, name):
@@ -313,8 +317,8 @@ class Held:
             except FileNotFoundError:
                 continue  # gone meanwhile: try again
             if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_nlink != 1:
-                raise write_refusal(os.path.join(self.path, name), '{} is already there'.format(
-                    shared_paths.what_is_there(st)))
+                raise write_refusal(os.path.join(self.path, name),
+                                    f'{shared_paths.what_is_there(st)} is already there')
             os.unlink(name, dir_fd=self.fd)  # our own leftover
         raise write_refusal(os.path.join(self.path, name), 'it came back after it was removed '
                             '(another process writes there)')
@@ -328,13 +332,14 @@ class Held:
         except OSError as e:
             if e.errno not in (errno.ELOOP, errno.ENXIO):
                 raise
-            raise write_refusal(os.path.join(self.path, name), '{} is already there'.format(
-                shared_paths.what_is_there(self.lstat(name)))) from None
+            there = shared_paths.what_is_there(self.lstat(name))
+            raise write_refusal(os.path.join(self.path, name),
+                                f'{there} is already there') from None
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_nlink != 1:
             os.close(fd)
-            raise write_refusal(os.path.join(self.path, name), '{} is already there'.format(
-                shared_paths.what_is_there(st)))
+            raise write_refusal(os.path.join(self.path, name), f'{shared_paths.what_is_there(st)} '
+                                                               'is already there')
         os.set_blocking(fd, True)
         return fd
 
@@ -342,13 +347,14 @@ class Held:
         """(descriptor, name) of a new file ``<prefix><token><suffix>``; a taken name is
         passed over (``shared_paths.create_unique``'s rule)."""
         for _ in range(shared_paths.TRIES):
-            name = '{}{}{}'.format(prefix, shared_paths.token(), suffix)
+            name = f'{prefix}{shared_paths.token()}{suffix}'
             try:
                 return self.create(name, perm), name
             except FileExistsError:
                 continue
-        raise FileExistsError(errno.EEXIST, '{} names in a row of the form {}<token>{} were '
-                              'taken in {}'.format(shared_paths.TRIES, prefix, suffix, self.path))
+        raise FileExistsError(errno.EEXIST, f'{shared_paths.TRIES} names in a row of the '
+                                            f'form {prefix}<token>{suffix} were '
+                              f'taken in {self.path}')
 
     def replace(self, src, dst):
         """Rename ``src`` over ``dst``, both in this directory (atomic; a link at ``dst``
@@ -389,8 +395,8 @@ class Held:
         with self.subdirectory(name) as inner:
             for entry in os.listdir(inner.fd):
                 if not inner.remove_own(entry):
-                    raise OSError(errno.ENOTEMPTY, 'it holds {!r}, not a file of this '
-                                  "user's".format(entry), os.path.join(inner.path, entry))
+                    raise OSError(errno.ENOTEMPTY, f'it holds {entry!r}, not a file of this '
+                                  "user's", os.path.join(inner.path, entry))
         os.rmdir(name, dir_fd=self.fd)
 
     def write_atomic(self, name, write, mode='wb', perm=0o600, before_rename=None, tmp=None):
@@ -406,7 +412,7 @@ class Held:
             # Made inside the try: a signal right after the file is made left it behind
             # (the fault matrix's sigint row, once).
             if tmp is None:
-                fd, made = self.create_unique('.{}.'.format(name), '.tmp', perm)
+                fd, made = self.create_unique(f'.{name}.', '.tmp', perm)
             else:
                 fd = self.create(tmp, perm, replace_own=True)
             with os.fdopen(fd, mode) as f:
@@ -464,7 +470,7 @@ class Held:
             st = self.lstat(name)
             raise _refused(os.path.join(self.path, name), what or self.what,
                            os.path.join(self.path, name),
-                           'it is {}'.format(shared_paths.what_is_there(st)), None,
+                           f'it is {shared_paths.what_is_there(st)}', None,
                            False) from None
         try:
             st = os.fstat(fd)

@@ -51,9 +51,9 @@ _KINDS = ((stat.S_ISLNK, 'a symbolic link'), (stat.S_ISREG, 'a file'),
 def owner_name(uid):
     """``uid`` as a user name where the system knows it."""
     try:
-        return '{} (uid {})'.format(pwd.getpwuid(uid).pw_name, uid)
+        return f'{pwd.getpwuid(uid).pw_name} (uid {uid})'
     except KeyError:
-        return 'uid {}'.format(uid)
+        return f'uid {uid}'
 
 
 def kind_of(st):
@@ -62,7 +62,7 @@ def kind_of(st):
 
 def what_is_there(st):
     """'a FIFO owned by alice (uid 1001)': what a refusal says was found."""
-    return '{} owned by {}'.format(kind_of(st), owner_name(st.st_uid))
+    return f'{kind_of(st)} owned by {owner_name(st.st_uid)}'
 
 
 def yours(uid):
@@ -84,17 +84,16 @@ def problem(st, limit=None, trusted=False, directory=False, shared=False):
                                          'a directory' if directory else 'a regular file')
     if not trusted:
         if not yours(st.st_uid):
-            return 'it is {}'.format(what_is_there(st))
+            return f'it is {what_is_there(st)}'
         sticky = directory and shared and st.st_mode & stat.S_ISVTX
         if st.st_mode & 0o022 and not sticky:
             return 'it can be written by {} (mode {:o}, {})'.format(
                 'everyone' if st.st_mode & 0o002 else 'its group', st.st_mode & 0o7777,
                 what_is_there(st))
     if not directory and st.st_nlink != 1:
-        return 'it has {} hard links (another name of one of your files)'.format(st.st_nlink)
+        return f'it has {st.st_nlink} hard links (another name of one of your files)'
     if limit is not None and not directory and st.st_size > limit:
-        return 'it holds {:,} bytes, more than the {:,} such a file may'.format(
-            st.st_size, limit)
+        return f'it holds {st.st_size:,} bytes, more than the {limit:,} such a file may'
     return None
 
 
@@ -122,7 +121,7 @@ def _opened(path, flags, dir_fd=None):
             except OSError:
                 raise e from None
             if target is not None:
-                raise UnsafePath('{} to {!r}'.format(what_is_there(st), target)) from None
+                raise UnsafePath(f'{what_is_there(st)} to {target!r}') from None
         raise
 
 
@@ -164,7 +163,7 @@ def read_opened(fd, label, what, limit, fix=None):
     with os.fdopen(fd, 'rb') as f:
         data = f.read(limit + 1)
     if len(data) > limit:
-        raise refusal(label, what, 'it grew past {:,} bytes while it was read'.format(limit),
+        raise refusal(label, what, f'it grew past {limit:,} bytes while it was read',
                       fix)
     return data
 
@@ -185,10 +184,11 @@ def create_unique(directory, prefix, suffix='', mode=0o600):
     open for reading and writing; a name another process holds is passed over for the next
     token. OSError when ``TRIES`` names in a row are taken."""
     for _ in range(TRIES):
-        path = os.path.join(directory, '{}{}{}'.format(prefix, token(), suffix))
+        path = os.path.join(directory, f'{prefix}{token()}{suffix}')
         try:
             return os.open(path, _NEW, mode), path
         except FileExistsError:
             continue
-    raise FileExistsError(errno.EEXIST, '{} names in a row of the form {}<token>{} were '
-                          'taken in {}'.format(TRIES, prefix, suffix, directory))
+    raise FileExistsError(errno.EEXIST, f'{TRIES} names in a row of the '
+                                        f'form {prefix}<token>{suffix} were '
+                          f'taken in {directory}')

@@ -19,9 +19,9 @@ def writer_gone(host, pid, mtime, now, stale_s, here=None):
     dead once its file is untouched for ``stale_s`` (its processes cannot be seen)."""
     here = socket.gethostname() if here is None else here
     if host == here:
-        return None if processes.alive(pid) else 'writer {} on this host is gone'.format(pid)
+        return None if processes.alive(pid) else f'writer {pid} on this host is gone'
     if now - mtime >= stale_s:
-        return 'writer on {} silent for {:.0f} s'.format(host, now - mtime)
+        return f'writer on {host} silent for {now - mtime:.0f} s'
     return None
 
 

@@ -98,10 +98,10 @@ def _hook(exctype, value, tb):
         # One write: the banners of ranks that fail together stay apart on the shared pipe.
         report.line(
             '\n******************************************\n'
-            'chainermn_torus: Uncaught exception on rank {} ({}): {}: {}\n'
+            f'chainermn_torus: Uncaught exception on rank {rank} '
+            f'({socket.gethostname()}): {exctype.__name__}: {_said(value)}\n'
             '   Calling MPI_Abort() to end every rank of the job.\n'
-            '******************************************'.format(
-                rank, socket.gethostname(), exctype.__name__, _said(value)))
+            '******************************************')
         sys.stdout.flush()
         timeline.emergency_flush()  # MPI_Abort skips atexit, where it is written otherwise
         _unlink_mpi_segments()  # MPI_Abort skips MPI_Finalize, which would remove it
@@ -117,10 +117,10 @@ def _said(value):
         return text
     if isinstance(value, MemoryError):
         memory = psutil.virtual_memory()
-        return ('this process could not get more memory ({} of {} free on {}; a limit of '
-                'the job, ulimit -v or its cgroup, may be lower)'.format(
-                    report.format_bytes(memory.available), report.format_bytes(memory.total),
-                    socket.gethostname()))
+        return (f'this process could not get more memory ({report.format_bytes(memory.available)} '
+                f'of {report.format_bytes(memory.total)} free on {socket.gethostname()}; a limit '
+                'of '
+                'the job, ulimit -v or its cgroup, may be lower)')
     return '(no message)'
 
 
@@ -151,8 +151,8 @@ def _left_early():
         return
     status = exited['code']
     code = _exit_code(status)
-    text = 'rank {} ({}, pid {}) called sys.exit({!r}); the job ends with exit code {}'.format(
-        MPI.COMM_WORLD.Get_rank(), socket.gethostname(), os.getpid(), status, code)
+    text = (f'rank {MPI.COMM_WORLD.Get_rank()} ({socket.gethostname()}, pid {os.getpid()}) called '
+            f'sys.exit({status!r}); the job ends with exit code {code}')
     if said_once('sys.exit'):  # one line per node where every rank exits so
         report.line(report.PREFIX + text)
     sys.stdout.flush()
@@ -184,7 +184,7 @@ def signal_text(name, on_disk):
     """What a node's first rank says after ``rank R (host): `` when signal ``name`` (SIGTERM,
     SIGINT) from outside ends the job; ``chainermn-torus elastic`` reads it (the node is
     then lost, not the training complete)."""
-    return '{} ({}) received; the job ends; {}'.format(name, _SIGNAL_WHY[name], on_disk)
+    return f'{name} ({_SIGNAL_WHY[name]}) received; the job ends; {on_disk}'
 
 
 def _ended_by_signal(value):
@@ -199,7 +199,7 @@ def _ended_by_signal(value):
                        _on_disk())
     first = said_once(text)
     if first:
-        report.line('{}rank {} ({}): {}'.format(report.PREFIX, rank, host, text))
+        report.line(f'{report.PREFIX}rank {rank} ({host}): {text}')
     sys.stdout.flush()
     timeline.emergency_flush()
     _unlink_mpi_segments()
@@ -235,8 +235,8 @@ def said_once(text):
     """Whether this process is the first of its node to say ``text`` in this job: it binds
     an abstract Unix socket named after the job, the launcher's process on the node (the
     ranks' common parent) and the text. No file: the name goes with the process."""
-    key = '{}said_{}_{}_{}'.format(devshm.PREFIX, devshm.job_tag(), os.getppid(),
-                                  hashlib.sha1(text.encode()).hexdigest()[:16])
+    digest = hashlib.sha1(text.encode()).hexdigest()[:16]
+    key = f'{devshm.PREFIX}said_{devshm.job_tag()}_{os.getppid()}_{digest}'
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     try:
         sock.bind('\0' + key)
@@ -253,8 +253,8 @@ def refusal_line(text, rank, host):
     """The line a refusal is said in: its message, and where unless it is rank 0's."""
     if text.startswith(report.PREFIX):
         text = text[len(report.PREFIX):]
-    where = '' if rank == 0 or 'rank {} ({})'.format(rank, host) in text else \
-        'rank {} ({}): '.format(rank, host)
+    where = '' if rank == 0 or f'rank {rank} ({host})' in text else \
+        f'rank {rank} ({host}): '
     return report.PREFIX + where + text
 
 
@@ -380,7 +380,7 @@ def _on_sigterm(signum, frame):
         sys.stdout.flush()
         os._exit(1)
     raise Terminated('SIGTERM received (a batch time limit, scancel, or the launcher ending '
-                     'the job); {}'.format(_on_disk()))
+                     f'the job); {_on_disk()}')
 
 
 def _catch_sigterm():
@@ -403,8 +403,7 @@ def _catch_sigterm():
         return
     try:
         from mpi4py import MPI
-        who = 'rank {} ({}, pid {})'.format(MPI.COMM_WORLD.rank, socket.gethostname(),
-                                           os.getpid())
+        who = f'rank {MPI.COMM_WORLD.rank} ({socket.gethostname()}, pid {os.getpid()})'
         # -I -S: no site packages, no environment: the watcher starts in milliseconds and
         # imports nothing of the job's (no MPI: it must not count as a process of the job).
         subprocess.Popen(command.argv('rank', read_fd, os.getpid(), TERM_GRACE_S, who,

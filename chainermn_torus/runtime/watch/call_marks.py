@@ -93,7 +93,7 @@ class MarkedCommunicator:
             setattr(self._inner, name, value)
 
     def __repr__(self):
-        return '<{} marked for the watchdog>'.format(self._inner)
+        return f'<{self._inner} marked for the watchdog>'
 
 
 _WRAPPERS = {}
@@ -117,7 +117,7 @@ def _wrapper_class(cls):
     if wrapper is None:
         body = {name: _api_method(name) for name in API if callable(getattr(cls, name, None))}
         body['capabilities'] = getattr(cls, 'capabilities', None)  # as declared, or none
-        body['__doc__'] = 'A {} with its calls marked (call_marks).'.format(cls.__name__)
+        body['__doc__'] = f'A {cls.__name__} with its calls marked (call_marks).'
         wrapper = _WRAPPERS[cls] = type('Marked' + cls.__name__, (MarkedCommunicator,), body)
     return wrapper
 

@@ -61,7 +61,7 @@ def local_addresses():
             if a.family != socket.AF_INET or any(a.address == f[0] for f in found):
                 continue
             try:
-                prefix = ipaddress.IPv4Network('0.0.0.0/{}'.format(a.netmask)).prefixlen
+                prefix = ipaddress.IPv4Network(f'0.0.0.0/{a.netmask}').prefixlen
             except ValueError:
                 prefix = 32
             found.append((a.address, prefix))
@@ -83,7 +83,7 @@ def job_addresses(table, i):
     others = [ipaddress.IPv4Address(a[0]) for j, t in enumerate(table) if j != i
               for a in t['addrs'] if not _loopback(a[0])]
     shared = [a for a in mine if not _loopback(a[0]) and any(
-        o in ipaddress.IPv4Network('{}/{}'.format(a[0], a[1]), strict=False)
+        o in ipaddress.IPv4Network(f'{a[0]}/{a[1]}', strict=False)
         for o in others)]
     return shared or [a for a in mine if not _loopback(a[0])] or list(mine)
 
@@ -172,7 +172,7 @@ class Heartbeat:
         def near(sock):
             own = sock.getsockname()[0]
             return dest not in ipaddress.IPv4Network(
-                '{}/{}'.format(own, prefixes.get(own, 32)), strict=False)
+                f'{own}/{prefixes.get(own, 32)}', strict=False)
         return sorted(self.socks, key=near)
 
     def _drop(self, sender, why):
@@ -187,9 +187,9 @@ class Heartbeat:
             return self._drop(sender, 'no valid MAC of this job')
         node = msg['node']
         if not 0 <= node < len(self.table) or node == self.me:
-            return self._drop(sender, 'from node {}, not another node of this job'.format(node))
+            return self._drop(sender, f'from node {node}, not another node of this job')
         if sender[0] not in [a[0] for a in self.table[node]['addrs']]:
-            return self._drop(sender, 'from an address node {} does not have'.format(node))
+            return self._drop(sender, f'from an address node {node} does not have')
         if msg['seq'] <= self._last.get(node, 0):
             return None  # a copy sent to another of this node's addresses, or a replay
         self._last[node] = msg['seq']

@@ -155,12 +155,12 @@ class Watcher:
         if not beats.dropped or self._drops_said == (beats.dropped if final else 1):
             return
         if final:
-            text = '{} datagram(s) in all were refused at {}'.format(beats.dropped, self.host)
+            text = f'{beats.dropped} datagram(s) in all were refused at {self.host}'
         else:
             text = 'refused a datagram at {} from {} ({}): not this job\'s; the job goes ' \
                 'on, later ones are counted'.format(self.host, *beats.first_drop)
         self._drops_said = beats.dropped if final else 1
-        sys.stderr.write('chainermn_torus watchdog: {}\n'.format(text))
+        sys.stderr.write(f'chainermn_torus watchdog: {text}\n')
         sys.stderr.flush()
 
     def _defer(self, now):

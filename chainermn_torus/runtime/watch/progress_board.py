@@ -73,7 +73,7 @@ class Board:
             os.close(fd)
         self.array = numpy.frombuffer(self._map, dtype=numpy.int64)
         if int(self.array[0]) != board_layout.MAGIC:
-            raise ValueError('chainermn_torus: {} is not a progress board'.format(path))
+            raise ValueError(f'chainermn_torus: {path} is not a progress board')
         self.slots = int(self.array[1])
         self.outside = int(self.array[3])
         self._paths = board_layout.paths_at(self.slots)  # byte offset of the path area
@@ -98,7 +98,7 @@ class Board:
     @staticmethod
     def name():
         """The start of the board's name; a token nobody can guess follows it."""
-        return '{}watch_{}_'.format(devshm.segment_prefix(), socket.gethostname()[:40])
+        return f'{devshm.segment_prefix()}watch_{socket.gethostname()[:40]}_'
 
     @classmethod
     def create(cls, slots, limit_s, outside, startup_s=None, sources=(0, 0)):

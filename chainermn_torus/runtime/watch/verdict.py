@@ -109,20 +109,20 @@ def _trigger(limits, seen):
 
 def _limit_text(limits, phase, seen, why):
     if why == 'stopped':
-        return 'a stopped or vanished process is a stall after the step limit, {:g} s, ' \
-            'set by {}'.format(limits.limit_s, limits.limit_from)
+        return (f'a stopped or vanished process is a stall after the step limit, '
+                f'{limits.limit_s:g} s, set by {limits.limit_from}')
     kind = board_layout.PHASE_OF[phase].limit_kind(_first_step(seen))
     if kind == 'startup':
         if limits.startup_from == board_layout.STARTUP_SOURCES[2]:
-            return 'start-up limit {:g} s, {} (set it with {})'.format(
-                limits.startup_s, limits.startup_from, STARTUP_ENV)
-        return 'start-up limit {:g} s, set by {} (default: the larger of 900 s and the ' \
-            'step limit)'.format(limits.startup_s, limits.startup_from)
+            return (f'start-up limit {limits.startup_s:g} s, {limits.startup_from} (set it '
+                    f'with {STARTUP_ENV})')
+        return (f'start-up limit {limits.startup_s:g} s, set by {limits.startup_from} '
+                '(default: the larger of 900 s and the step limit)')
     if kind == 'step':
-        return 'limit {:g} s per step or evaluation batch, set by {}'.format(
-            limits.limit_s, limits.limit_from)
-    return 'limit {:g} s between steps, in checkpoints and after training ({} x {})'.format(
-        limits.limit_s * limits.outside, limits.outside, limits.limit_from)
+        return (f'limit {limits.limit_s:g} s per step or evaluation batch, set '
+                f'by {limits.limit_from}')
+    return (f'limit {limits.limit_s * limits.outside:g} s between steps, in checkpoints and after '
+            f'training ({limits.outside} x {limits.limit_from})')
 
 
 def _doing(seen):
@@ -130,18 +130,17 @@ def _doing(seen):
     if seen.state in BROKEN:
         text = SAID[seen.state]
         if seen.state in 'TL' and seen.held:
-            text += ' for {:.0f} s'.format(seen.held)
+            text += f' for {seen.held:.0f} s'
     elif seen.inside:
-        text = 'waiting in {}'.format(pb.call_name(seen.call))
+        text = f'waiting in {pb.call_name(seen.call)}'
     else:
         text = SAID.get(seen.state, 'outside communication')
         if seen.call and seen.call_age is not None:
-            text += ' for {:.0f} s since its last call ({})'.format(
-                seen.call_age, pb.call_name(seen.call))
+            text += f' for {seen.call_age:.0f} s since its last call ({pb.call_name(seen.call)})'
     if seen.state in BROKEN and seen.inside:
-        text += ', inside {}'.format(pb.call_name(seen.call))
+        text += f', inside {pb.call_name(seen.call)}'
     if seen.bg_inside and not seen.inside:
-        text += ' (its communication thread in {})'.format(pb.call_name(seen.bg_call))
+        text += f' (its communication thread in {pb.call_name(seen.bg_call)})'
     return text
 
 
@@ -150,7 +149,7 @@ def _name(entries):
                                                                                 tuple(s.pos)))
                      for s, h in entries[:8])
     if len(entries) > 8:
-        head += '; and {} more rank(s) alike'.format(len(entries) - 8)
+        head += f'; and {len(entries) - 8} more rank(s) alike'
     return head
 
 
@@ -201,15 +200,15 @@ def judge(limits, host, local, peers, now, silent_s):
         rule = _limit_text(limits, observer.phase, observer, why)
     else:
         observer, why = None, 'silent'
-        rule = 'heartbeats missed for longer than the limit of {:g} s, set by {}'.format(
-            limits.limit_s, limits.limit_from)
+        rule = (f'heartbeats missed for longer than the limit of {limits.limit_s:g} s, set '
+                f'by {limits.limit_from}')
     if silent:
         cause = '; '.join(
             'node {} (ranks {}) silent for {:.0f} s: every process there stopped, or the node '
             'was lost'.format(p['host'], _ranks(p['rows']) or '?', (now - p['heard']) / 1e9)
             for _, p in silent[:8])
         if len(silent) > 8:
-            cause += '; and {} more node(s)'.format(len(silent) - 8)
+            cause += f'; and {len(silent) - 8} more node(s)'
         return _line(cause, rule, observer, host, None)
     culprits = _culprits(active, limits)
     if culprits is None:
@@ -252,8 +251,9 @@ def _no_culprit(active):
         return ('none: every rank waits in {} {}, none behind another (a deadlock, or a '
                 'message MPI lost)'.format(' / '.join(calls), _where(s.phase, tuple(s.pos))))
     return ('none: no rank waits for another; every rank has been outside communication '
-            '{}, past the limit (the limit is shorter than this work, or every rank is stuck '
-            'in it)'.format(_where(s.phase, tuple(s.pos))))
+            f'{_where(s.phase, tuple(s.pos))}, past the limit (the limit is shorter than this '
+            'work, or every rank is stuck '
+            'in it)')
 
 
 def _line(cause, rule, observer, host, culprits):
@@ -264,8 +264,9 @@ def _line(cause, rule, observer, host, culprits):
             host, observer.rank, 'waited in ' + pb.call_name(observer.call)
             if observer.inside else 'made no progress', observer.call_age
             if observer.inside and observer.call_age is not None else (observer.age or 0.0))
-    return ('chainermn_torus watchdog: the job waits for {} ({}{}). Ending the job instead of '
-            'waiting for the batch time limit.'.format(cause, rule, seen))
+    return (f'chainermn_torus watchdog: the job waits for {cause} ({rule}{seen}). Ending the job '
+            'instead of '
+            'waiting for the batch time limit.')
 
 
 def _ranks(rows):
@@ -273,5 +274,5 @@ def _ranks(rows):
     if not ranks:
         return ''
     if ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 2:
-        return '{}-{}'.format(ranks[0], ranks[-1])
+        return f'{ranks[0]}-{ranks[-1]}'
     return ', '.join(map(str, ranks))

@@ -199,8 +199,7 @@ class Watchdog:
                     start_new_session=True)
                 addrs = json.loads(self._watcher.stdout.readline())
             except (OSError, ValueError) as e:
-                problem = 'cannot start the watchdog on {}: {}: {}'.format(
-                    _host(), type(e).__name__, e)
+                problem = f'cannot start the watchdog on {_host()}: {type(e).__name__}: {e}'
         problem, path = node.bcast((problem, path))
         if problem is None:
             self._board = pb.Board(path)

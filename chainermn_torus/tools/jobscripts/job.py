@@ -59,15 +59,14 @@ class Job(collections.namedtuple('Job', list(FIELDS))):
     def check(self):
         """The refusals every system shares (ValueError, naming what is allowed)."""
         if self.nodes < 1 or self.ranks_per_node < 1:
-            raise ValueError('--nodes and --ranks-per-node must be >= 1, got {} and {}'.format(
-                self.nodes, self.ranks_per_node))
+            raise ValueError(f'--nodes and --ranks-per-node must be >= 1, got {self.nodes} '
+                             f'and {self.ranks_per_node}')
         if not (self.watchdog == 0 or 0 < self.watchdog <= settings_table.MAX_SECONDS):
             raise ValueError('--watchdog must be 0 (off) or a number of seconds > 0 and at '
-                             'most {} (a year), got {}'.format(settings_table.MAX_SECONDS,
-                                                               self.watchdog))
+                             f'most {settings_table.MAX_SECONDS} (a year), got {self.watchdog}')
         if not 0 < self.hours <= MAX_HOURS or not math.isfinite(self.hours):
-            raise ValueError('--hours must be > 0 and at most {} (a year), got {:g}'.format(
-                MAX_HOURS, self.hours))
+            raise ValueError(f'--hours must be > 0 and at most {MAX_HOURS} (a year), '
+                             f'got {self.hours:g}')
         for field in WORDS:
             value = getattr(self, field)
             if value is not None and not _WORD.match(str(value)):
@@ -76,21 +75,22 @@ class Job(collections.namedtuple('Job', list(FIELDS))):
                     'quotes, $ or newlines: it is written into the batch script), got '
                     '{!r}'.format(field.replace('_', '-'), value))
         if self.loader_cores is not None and self.loader_cores < 0:
-            raise ValueError('--loader-cores must be >= 0, got {}'.format(self.loader_cores))
+            raise ValueError(f'--loader-cores must be >= 0, got {self.loader_cores}')
         if self.elastic and self.grid:
             raise ValueError('--elastic goes on with fewer ranks after a lost node, and --grid '
-                             '{} pins the rank count: leave --grid out (the grid follows the '
-                             'ranks)'.format(self.grid))
+                             f'{self.grid} pins the rank count: leave --grid out (the grid follows '
+                             'the '
+                             'ranks)')
         if self.memory_snapshots is not None and (not self.elastic or
                                                   self.memory_snapshots < 1):
             raise ValueError('--memory-snapshots is for --elastic and a count of iterations '
                              '>= 1, got {}{}'.format(self.memory_snapshots, '' if self.elastic
                                                      else ' without --elastic'))
         if not 1 <= self.min_nodes <= self.nodes:
-            raise ValueError('--min-nodes must be from 1 to --nodes ({}), got {}'.format(
-                self.nodes, self.min_nodes))
+            raise ValueError(f'--min-nodes must be from 1 to --nodes ({self.nodes}), '
+                             f'got {self.min_nodes}')
         if self.grid:
             check_grid_option(self.communicator, self.grid)
             parse_grid(self.grid, self.procs,
-                       source='--grid for {} nodes x {} ranks per node'.format(
-                           self.nodes, self.ranks_per_node))
+                       source=f'--grid for {self.nodes} nodes x {self.ranks_per_node} ranks per '
+                              'node')

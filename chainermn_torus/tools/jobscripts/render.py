@@ -30,7 +30,7 @@ ${launch}
 
 def _elapse(hours):
     seconds = int(round(hours * 3600))
-    return '{:02d}:{:02d}:{:02d}'.format(seconds // 3600, seconds // 60 % 60, seconds % 60)
+    return f'{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'
 
 
 def _venv_root(path):
@@ -141,7 +141,7 @@ def values(job, system=None):
         'elapse': _elapse(job.hours), 'threads': threads, 'cpus': per_rank,
         'loader_cores': loader, 'queue': queue, 'queue_line': queue_line,
         'group': job.group, 'mpi': mpi, 'launcher': system.launcher(job, mpi),
-        'forward': ''.join(' -x {}'.format(v) for v in exported),
+        'forward': ''.join(f' -x {v}' for v in exported),
         'communicator': job.communicator, 'venv': venv,
     }
     out.update(system.values(job, out))
@@ -157,7 +157,7 @@ def launch_line(job, vals=None, system=None):
         # A command the launcher does not wrap gets its K through the setting it reads.
         wrapped = '-m chainermn_torus.run' in ' '.join(command)
         setting = '' if wrapped or arguments.snapshots_asked(job.command) is not None else \
-            'CHAINERMN_TORUS_MEMORY_SNAPSHOTS={} '.format(snapshots_every(job))
+            f'CHAINERMN_TORUS_MEMORY_SNAPSHOTS={snapshots_every(job)} '
         launcher = setting + ' '.join([
             'python -m chainermn_torus.tools.cli elastic', '--min-nodes', str(job.min_nodes),
             '--launcher', kind, '--launcher-args', shlex.quote(extra), '--'])
@@ -174,14 +174,14 @@ def _environment(job, venv):
         lines.append('if ! command -v module >/dev/null 2>&1; then')
         lines.append('    . /etc/profile.d/modules.sh 2>/dev/null || true')
         lines.append('fi')
-        lines.extend('module load {}'.format(shlex.quote(m)) for m in job.module)
+        lines.extend(f'module load {shlex.quote(m)}' for m in job.module)
     if venv:
         lines.append('# The virtualenv (chainer, mpi4py, chainermn_torus): batch jobs do not '
                      'inherit an activated one.')
         activate = _shell_path(os.path.join(venv, 'bin', 'activate'))
-        lines.append('[ -f {a} ] || {{ echo "chainermn-torus job: no virtualenv: {a} does '
-                     'not exist on $(hostname) (--venv)" >&2; exit 2; }}'.format(a=activate))
-        lines.append('. {}'.format(activate))
+        lines.append(f'[ -f {activate} ] || {{ echo "chainermn-torus job: no virtualenv: {activate} does '
+                     'not exist on $(hostname) (--venv)" >&2; exit 2; }')
+        lines.append(f'. {activate}')
     else:
         lines.append('# No --venv: the python on PATH after the modules runs the job.')
     return '\n'.join(lines) + '\n'
@@ -201,17 +201,17 @@ def generate(job):
     # The grid goes to the launcher as --grid; a command that is not a Python script (it
     # chooses its own communicator) can only be reached through the environment.
     wrapped = '-m chainermn_torus.run' in vals['launch']
-    vals['grid_line'] = ('export CHAINERMN_TORUS_GRID={}\n'.format(job.grid)
+    vals['grid_line'] = (f'export CHAINERMN_TORUS_GRID={job.grid}\n'
                          if job.grid and not wrapped else '')
     vals['dedicated_line'] = ('export CHAINERMN_TORUS_DEDICATED_CORES={}\n'.format(
         vals['loader_cores']) if vals['loader_cores'] else '')
     vals['snapshots_line'] = (
-        '# --elastic: each step keeps a snapshot of the trainer in node memory every {} '
+        f'# --elastic: each step keeps a snapshot of the trainer in node memory every {arguments.snapshots_asked(job.command) or snapshots_every(job)} '
         'iterations\n# (--memory-snapshots); after a lost node, the next step goes on from '
         'the newest one\n# the nodes left hold, and the snapshots go when the job ends.\n'
-        .format(arguments.snapshots_asked(job.command) or snapshots_every(job))
+
         if job.elastic else '')
     vals['watchdog_line'] = (
         '# A rank that stops (a frozen peer) ends the job instead of the time limit.\n'
-        'export CHAINERMN_TORUS_WATCHDOG={:g}\n'.format(job.watchdog) if job.watchdog else '')
+        f'export CHAINERMN_TORUS_WATCHDOG={job.watchdog:g}\n' if job.watchdog else '')
     return string.Template(_TEMPLATE).substitute(vals)

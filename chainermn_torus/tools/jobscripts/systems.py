@@ -52,26 +52,22 @@ class System:
         if self.node:
             usable = self.node.cores - self.node.os_cores
             if job.ranks_per_node > usable:
-                raise ValueError('{} nodes have {} cores for ranks ({} in all, {} kept for the '
-                                 'OS): --ranks-per-node {} does not fit'.format(
-                                     self.name, usable, self.node.cores, self.node.os_cores,
-                                     job.ranks_per_node))
+                raise ValueError(f'{self.name} nodes have {usable} cores for ranks ({self.node.cores} in all, {self.node.os_cores} kept for the '
+                                 f'OS): --ranks-per-node {job.ranks_per_node} does not fit')
         for option, given in (('--launcher', job.launcher), ('--pmi', job.pmi)):
             if given is not None and not self.chooses_launcher:
-                raise ValueError('{} {} is for slurm (srun, or the MPI\'s mpiexec in the '
-                                 'allocation); {} scripts start their ranks as {} does: leave '
-                                 'it out'.format(option, given, self.name, self.name))
+                raise ValueError(f'{option} {given} is for slurm (srun, or the MPI\'s mpiexec in the '
+                                 f'allocation); {self.name} scripts start their ranks as {self.name} does: leave '
+                                 'it out')
         if job.elastic and self.elastic_header is None:
             raise ValueError('--elastic is for slurm (sbatch --no-kill keeps a job that loses a '
-                             'node, and a new step starts on the nodes left); on {}, {}: '
-                             'resubmit with --auto-resume instead'.format(
-                                 self.name, self.elastic_refusal))
+                             f'node, and a new step starts on the nodes left); on {self.name}, {self.elastic_refusal}: '
+                             'resubmit with --auto-resume instead')
         if job.node_shape is not None and not self.has_node_shape:
-            raise ValueError('--node-shape is for fugaku (a Tofu job shape), not {}'.format(
-                self.name))
+            raise ValueError(f'--node-shape is for fugaku (a Tofu job shape), not {self.name}')
         if self.needs_group and not job.group:
-            raise ValueError('--group is required for {}: PJM charges the job to a project '
-                             'group (your account page names it)'.format(self.name))
+            raise ValueError(f'--group is required for {self.name}: PJM charges the job to a project '
+                             'group (your account page names it)')
 
     def mpi(self, job):
         return job.mpi or self.mpis[0]
@@ -89,9 +85,9 @@ class System:
             threads = job.threads or 1
             per_rank = threads + loader
         if threads < 1 or threads + loader > per_rank:
-            raise ValueError('{} cores per rank cannot hold {} compute thread(s) and {} loader '
+            raise ValueError(f'{per_rank} cores per rank cannot hold {threads} compute thread(s) and {loader} loader '
                              'core(s); lower --threads or --loader-cores, or use fewer ranks '
-                             'per node'.format(per_rank, threads, loader))
+                             'per node')
         return per_rank, threads, loader
 
     def default_queue(self, job):
@@ -153,8 +149,7 @@ export OMP_NUM_THREADS=${threads} KMP_AFFINITY=granularity=fine,compact,1,0
             'exclude_cpus': ','.join(str(c + self.node.cores * k)
                                      for k in range(self.node.smt)
                                      for c in range(self.node.os_cores)),
-            'pin_domain': 'node' if job.ranks_per_node == 1 else '{}:compact'.format(
-                self.node.smt * per_rank),
+            'pin_domain': 'node' if job.ranks_per_node == 1 else f'{self.node.smt * per_rank}:compact',
             'pin_cpus': self.node.smt * per_rank,
             'numactl': ' numactl --preferred=1' if 'flat' in values['queue'] else ''}
 
@@ -205,13 +200,12 @@ def _check_node_shape(shape, nodes):
     parts = shape.lower().split('x')
     if not 1 <= len(parts) <= 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
         raise ValueError('--node-shape must be 1 to 3 positive integers joined by "x" (e.g. '
-                         '4x4x4), got {!r}'.format(shape))
+                         f'4x4x4), got {shape!r}')
     product = 1
     for p in parts:
         product *= int(p)
     if product != nodes:
-        raise ValueError('--node-shape {} holds {} nodes but --nodes is {}'.format(
-            shape, product, nodes))
+        raise ValueError(f'--node-shape {shape} holds {product} nodes but --nodes is {nodes}')
 
 
 # Open MPI's mpiexec passes no variable it is not told to (Hydra and srun pass all).
@@ -331,8 +325,8 @@ class Local(System):
 
     def check(self, job):
         if job.nodes != 1:
-            raise ValueError('--system local runs on this machine: --nodes must be 1, got {}'
-                             .format(job.nodes))
+            raise ValueError(f'--system local runs on this machine: --nodes must be 1, got {job.nodes}'
+                             )
         super().check(job)
 
     def values(self, job, values):
@@ -354,7 +348,7 @@ def _oversubscribed(values):
         return ''
     return ('# More ranks than cores here: a waiting rank gives its core up instead of '
             'spinning.\nif [ "$(nproc)" -lt {} ]; then\n    export {}\nfi\n'.format(
-                values['procs'], ' '.join('{}={}'.format(k, v)
+                values['procs'], ' '.join(f'{k}={v}'
                                           for k, v in sorted(found.items()))))
 
 
@@ -371,7 +365,7 @@ RETIRED = {
 def get(name):
     """The system called ``name`` (ValueError naming the choices, or why it is retired)."""
     if name in RETIRED:
-        raise ValueError('--system {}: {}'.format(name, RETIRED[name]))
+        raise ValueError(f'--system {name}: {RETIRED[name]}')
     if name not in SYSTEMS:
         raise ValueError('unknown system {!r}; choose from {}'.format(name,
                                                                      ', '.join(SYSTEMS)))
@@ -389,9 +383,8 @@ def register(system):
         for m in string.Template.pattern.finditer(template):  # fails here, not in a job
             if m.group('invalid') is not None:
                 line = template[:m.start('invalid')].count('\n') + 1
-                raise ValueError('system {}: its {} template has a lone "$" on line {} '
-                                 '(write $$ for a literal $, ${{name}} for a value)'.format(
-                                     system.name, what, line))
+                raise ValueError(f'system {system.name}: its {what} template has a lone "$" on line {line} '
+                                 '(write $$ for a literal $, ${name} for a value)')
     SYSTEMS[system.name] = system
 
 

@@ -31,7 +31,7 @@ def _snapshot(directory):
 def _rewrite(ck, iteration, change):
     """Both manifests of ``iteration`` changed alike (what someone who can write the
     directory does)."""
-    for m in ('latest.json', 'manifest_iter_{}.json'.format(iteration)):
+    for m in ('latest.json', f'manifest_iter_{iteration}.json'):
         data = json.loads((ck / m).read_text())
         change(data)
         (ck / m).write_text(json.dumps(data))
@@ -50,9 +50,9 @@ def test_a_checkpoint_directory_planted_as_a_link_is_refused_at_start(tmp_path, 
     with pytest.raises(CheckpointError) as e:
         MultiNodeCheckpointer(comm(), planted)
     text = str(e.value)
-    assert text.startswith("chainermn_torus: refusing checkpoints in '{}'".format(planted)) \
+    assert text.startswith(f"chainermn_torus: refusing checkpoints in '{planted}'") \
         and 'a symbolic link owned by nobody (uid 65534)' in text and \
-        "to '{}'".format(other) in text and text.count('\n') == 0, text
+        f"to '{other}'" in text and text.count('\n') == 0, text
     assert _snapshot(other) == before
 
 
@@ -103,7 +103,7 @@ def test_a_decompression_bomb_is_refused_from_its_header_and_the_older_one_resum
         tracemalloc.stop()
     assert peak < 32 << 20, peak  # the 64 MiB array was never decompressed
     out = capsys.readouterr().out
-    assert 'array {} is (4096, 4096) <f4 there, (4, 3) <f4 in this job'.format(key) in out \
+    assert f'array {key} is (4096, 4096) <f4 there, (4, 3) <f4 in this job' in out \
         and 'falling back' in out, out
 
 

@@ -54,17 +54,17 @@ def test_killed_and_resumed_run_equals_uninterrupted(tmp_path, nprocs, flags, fa
     assert manifest['iteration'] == expected, manifest
     # The half-written file of the interrupted checkpoint is never under the final name.
     if when == 'during':
-        assert not (ck / 'snapshot_iter_{}.rank0.npz'.format(it)).exists()
+        assert not (ck / f'snapshot_iter_{it}.rank0.npz').exists()
     if when == 'during':  # the killed writer's temporary file is there until the next start
         assert [p.name for p in ck.glob('*.tmp.*')], sorted(p.name for p in ck.iterdir())
     resumed = train(nprocs, tmp_path / 'resumed', ck, *flags, '--resume')
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert not list(ck.glob('*.tmp*')), sorted(p.name for p in ck.iterdir())
-    assert 'resumed from {} at iteration {}'.format(ck, expected) in resumed.stdout
+    assert f'resumed from {ck} at iteration {expected}' in resumed.stdout
     a, b = params(tmp_path / 'whole'), params(tmp_path / 'resumed')
     assert a.keys() == b.keys()
     diff = max(float(numpy.abs(a[k] - b[k]).max()) for k in a)
-    print('{}: max abs parameter difference resumed vs uninterrupted: {}'.format(fault, diff))
+    print(f'{fault}: max abs parameter difference resumed vs uninterrupted: {diff}')
     assert diff == 0.0
 
 
@@ -118,10 +118,10 @@ def test_damaged_latest_checkpoint_is_named_and_auto_resume_falls_back(tmp_path)
     # (--resume's refusal, the CRC and the NaN checks: tests/extensions/checkpoint/test_files.py.)
     again = train(2, tmp_path / 'o3', ck, '--auto-resume')
     assert again.returncode == 0, again.stderr[-3000:]
-    assert 'snapshot_iter_20.rank1.npz has {} bytes, the manifest says {}'.format(
-        size // 2, size) in again.stdout, again.stdout[-3000:]
+    assert (f'snapshot_iter_20.rank1.npz has {size // 2} bytes, the manifest '
+            f'says {size}') in again.stdout, again.stdout[-3000:]
     assert again.stdout.count('falling back to the newest complete one') == 1
-    assert 'resumed from {} at iteration 16'.format(ck) in again.stdout
+    assert f'resumed from {ck} at iteration 16' in again.stdout
 
 
 def test_a_failed_write_leaves_no_temporary_file_and_keeps_the_previous_checkpoint(tmp_path):
@@ -130,7 +130,7 @@ def test_a_failed_write_leaves_no_temporary_file_and_keeps_the_previous_checkpoi
     assert proc.returncode != 0
     assert 'rank 0 cannot write checkpoint' in proc.stderr and 'No space left' in proc.stderr
     assert 'needed for the rank files of this host' in proc.stderr, proc.stderr[-2000:]
-    assert 'checkpoint 4 in {!r} stays the latest (complete and intact)'.format(str(ck)) \
+    assert f'checkpoint 4 in {str(ck)!r} stays the latest (complete and intact)' \
         in proc.stderr, proc.stderr[-2000:]
     assert json.loads((ck / 'latest.json').read_text())['iteration'] == 4
     assert not list(ck.glob('*.tmp*')), sorted(p.name for p in ck.iterdir())
@@ -139,7 +139,7 @@ def test_a_failed_write_leaves_no_temporary_file_and_keeps_the_previous_checkpoi
     # (as the next job's start does) and nothing of checkpoint 4.
     marker, = ck.glob('.writing_iter_8.rank1.*')
     pid, deadline = int(marker.name.rsplit('.', 1)[1]), time.time() + 10
-    while os.path.exists('/proc/{}'.format(pid)) and time.time() < deadline:
+    while os.path.exists(f'/proc/{pid}') and time.time() < deadline:
         time.sleep(0.05)  # mpiexec can return while its aborted ranks are still exiting
     cleaned = run_cli(['clean', '--shm-dir', str(tmp_path), '--checkpoint-dir', str(ck)])
     assert cleaned.returncode == 0, cleaned.stderr
@@ -161,7 +161,7 @@ def _rewrite_with_nan(ck, iteration, rank, value=numpy.nan):
     refused) in one parameter of a rank file and record the new size and CRC in the
     manifests."""
     import zlib
-    path = ck / 'snapshot_iter_{}.rank{}.npz'.format(iteration, rank)
+    path = ck / f'snapshot_iter_{iteration}.rank{rank}.npz'
     with numpy.load(str(path)) as z:
         arrays = {k: z[k].copy() for k in z.files}
     name = sorted(k for k in arrays if k.endswith('/W'))[0]
@@ -169,7 +169,7 @@ def _rewrite_with_nan(ck, iteration, rank, value=numpy.nan):
     with open(str(path), 'wb') as f:
         numpy.savez(f, **arrays)
     record = {'bytes': path.stat().st_size, 'crc32': zlib.crc32(path.read_bytes())}
-    for manifest in (ck / 'latest.json', ck / 'manifest_iter_{}.json'.format(iteration)):
+    for manifest in (ck / 'latest.json', ck / f'manifest_iter_{iteration}.json'):
         data = json.loads(manifest.read_text())
         if data['iteration'] == iteration:
             data['checks'][path.name] = record
@@ -184,9 +184,9 @@ def test_auto_resume_skips_a_checkpoint_holding_nan(tmp_path):
     name = _rewrite_with_nan(ck, 8, 1)
     again = train(2, tmp_path / 'o3', ck, '--auto-resume', '--epoch', '1')
     assert again.returncode == 0, again.stderr[-3000:]
-    assert 'snapshot_iter_8.rank1.npz holds 1 NaN/Inf value(s), the first in {}'.format(
-        name) in again.stdout, again.stdout[-3000:]
-    assert 'resumed from {} at iteration 4'.format(ck) in again.stdout, again.stdout[-3000:]
+    assert ('snapshot_iter_8.rank1.npz holds 1 NaN/Inf value(s), the first '
+            f'in {name}') in again.stdout, again.stdout[-3000:]
+    assert f'resumed from {ck} at iteration 4' in again.stdout, again.stdout[-3000:]
 
 
 def test_resume_on_another_rank_count_4_2_3(tmp_path):
@@ -209,20 +209,20 @@ def test_resume_on_another_rank_count_4_2_3(tmp_path):
     previous = params(tmp_path / 'p4')
     for (old, new), epochs in (((4, 2), 1), ((2, 3), 2)):
         # Started with the script's per-rank batch (100): resized to keep the global one.
-        at = run(new, epochs, 'at{}'.format(new), '--auto-resume', batch=100)
+        at = run(new, epochs, f'at{new}', '--auto-resume', batch=100)
         assert at.returncode == 0, at.stderr[-3000:]
-        assert 'written by {} ranks, on {}'.format(old, new) in at.stdout, at.stdout[-2000:]
-        assert 'the global batch of 120 kept: {} per rank instead of {}'.format(
-            120 // new, 120 // old) in at.stdout, at.stdout[-2000:]
-        resumed = params(tmp_path / 'at{}'.format(new))
+        assert f'written by {old} ranks, on {new}' in at.stdout, at.stdout[-2000:]
+        assert (f'the global batch of 120 kept: {120 // new} per rank instead '
+                f'of {120 // old}') in at.stdout, at.stdout[-2000:]
+        resumed = params(tmp_path / f'at{new}')
         assert all(numpy.array_equal(previous[k], resumed[k]) for k in previous), (old, new)
-        on = run(new, epochs + 1, 'on{}'.format(new), '--auto-resume')
+        on = run(new, epochs + 1, f'on{new}', '--auto-resume')
         assert on.returncode == 0, on.stderr[-3000:]
-        assert 'the global batch of 120 kept ({} per rank, as started)'.format(120 // new) \
+        assert f'the global batch of 120 kept ({120 // new} per rank, as started)' \
             in on.stdout, on.stdout[-2000:]
         manifest = json.loads((ck / 'latest.json').read_text())
         assert (manifest['iteration'], manifest['ranks']) == (20 * (epochs + 1), new), manifest
-        previous = params(tmp_path / 'on{}'.format(new))
+        previous = params(tmp_path / f'on{new}')
         assert all(numpy.isfinite(v).all() for v in previous.values())
     # The global batch changed instead (--resume-batch scale): each of 2 ranks keeps the 30
     # it was started with, and Adam's alpha follows the linear rule, 120 -> 60.

@@ -49,7 +49,7 @@ def test_keeps_the_newest_and_writes_a_manifest_naming_each(tmp_path):
 def test_keep_must_be_a_count(tmp_path, keep):
     with pytest.raises(ConfigError) as e:
         MultiNodeCheckpointer(comm(), str(tmp_path), keep=keep)
-    assert 'keep must be a count >= 1, got {!r}'.format(keep) in str(e.value)
+    assert f'keep must be a count >= 1, got {keep!r}' in str(e.value)
 
 
 def test_a_diverged_state_is_not_written(tmp_path):
@@ -101,7 +101,7 @@ def test_a_failed_manifest_leaves_the_rank_files_to_the_sweep(tmp_path, monkeypa
     assert not (tmp_path / 'ck' / 'manifest_iter_6.json').exists()
     # Its rank file stays with the in-progress marker naming this (live) process: the next
     # job's sweep removes both once the writer is gone (test_sweep), not while it may write.
-    marker = '.writing_iter_6.rank0.{}.{}'.format(socket.gethostname(), os.getpid())
+    marker = f'.writing_iter_6.rank0.{socket.gethostname()}.{os.getpid()}'
     expected = [marker, 'latest.json', 'manifest_iter_3.json', 'snapshot_iter_3.rank0.npz',
                 'snapshot_iter_6.rank0.npz']
     assert _names(tmp_path / 'ck') == expected

@@ -57,7 +57,7 @@ def test_read_manifest_names_what_is_wrong(written, tmp_path):
     problem, _, fatal = files.read_manifest(held(ck), files.MANIFEST, wider)
     assert fatal and '/l1/W' in problem and '(4, 3)' in problem and '(5, 3)' in problem
     problem, _, fatal = files.read_manifest(held(ck), files.MANIFEST, layout[:-1])
-    assert fatal and '{} arrays there, {} here'.format(len(layout), len(layout) - 1) in problem
+    assert fatal and f'{len(layout)} arrays there, {len(layout) - 1} here' in problem
 
 
 def test_verify_file_finds_truncation_corruption_and_nan(written):
@@ -68,7 +68,7 @@ def test_verify_file_finds_truncation_corruption_and_nan(written):
     assert files.verify_file(held(ck), manifest, name, 0) is None
     data = path.read_bytes()
     path.write_bytes(data[:-10])
-    assert '{} bytes, the manifest says {}'.format(len(data) - 10, len(data)) in \
+    assert f'{len(data) - 10} bytes, the manifest says {len(data)}' in \
         files.verify_file(held(ck), manifest, name, 0)
     corrupt = bytearray(data)
     corrupt[len(data) // 2] ^= 0xFF
@@ -85,7 +85,7 @@ def test_verify_file_finds_truncation_corruption_and_nan(written):
     assert '1 NaN/Inf value(s), the first in updater/model:main/predictor/l2/b' in problem
     path.unlink()
     assert files.verify_file(held(ck), manifest, name, 0) == \
-        'rank 0 cannot see {}'.format(path)
+        f'rank 0 cannot see {path}'
 
 
 def test_replica_digest_tells_replicas_apart(written):

@@ -49,8 +49,8 @@ def other_experiment(tmp_path):
     ck = tmp_path / 'v' / 'ck_other'
     ck.mkdir(parents=True, mode=0o700)
     for it in (5, 10):
-        (ck / 'snapshot_iter_{}.rank0.npz'.format(it)).write_bytes(os.urandom(4096))
-        (ck / 'manifest_iter_{}.json'.format(it)).write_text(json.dumps({'iteration': it}))
+        (ck / f'snapshot_iter_{it}.rank0.npz').write_bytes(os.urandom(4096))
+        (ck / f'manifest_iter_{it}.json').write_text(json.dumps({'iteration': it}))
     (ck / 'latest.json').write_text(json.dumps({'iteration': 10}))
     return ck, tree(ck)
 
@@ -66,7 +66,7 @@ def test_another_users_link_one_level_up_is_refused_before_anything_is_written(
     assert proc.returncode != 0 and 'test accuracy' not in proc.stdout
     line = next(line for line in proc.stderr.splitlines() if 'refusing checkpoints in' in line)
     assert 'rank(s) 0, 1' in line and \
-        'its component {} is a symbolic link to {!r}'.format(pl, str(theirs.parent)) in line \
+        f'its component {pl} is a symbolic link to {str(theirs.parent)!r}' in line \
         and 'owned by nobody (uid 65534)' in line, line
     assert tree(theirs) == before
 
@@ -106,9 +106,8 @@ def test_a_directory_swapped_for_a_link_beside_the_job_sends_nothing_elsewhere(
     if timing == 'before':  # once: not trusted, the folder is refused at start, in one line
         proc = run_mpi(2, argv(tmp_path / 'o0', ck, '--epoch', '1'), timeout=180)
         assert proc.returncode != 0 and 'test accuracy' not in proc.stdout
-        assert 'its component {} is a directory owned by nobody (uid 65534)'.format(
-            project) in proc.stderr and '--trust-checkpoint-dir' in proc.stderr, \
-            proc.stderr[-2000:]
+        assert f'its component {project} is a directory owned by nobody (uid 65534)' \
+            in proc.stderr and '--trust-checkpoint-dir' in proc.stderr, proc.stderr[-2000:]
         assert not os.path.lexists(ck)
     # Trusted by the user; the other user swaps the directory for a link beside the job.
     os.mkdir(ck, 0o700)
@@ -150,7 +149,7 @@ def test_the_users_own_link_on_the_way_works_at_start_and_at_auto_resume(tmp_pat
     again = run_mpi(2, argv(tmp_path / 'o2', ck, '--epoch', '2', '--auto-resume'),
                     timeout=180)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert 'resumed from {} at iteration 8'.format(ck) in again.stdout + again.stderr
+    assert f'resumed from {ck} at iteration 8' in again.stdout + again.stderr
     assert json.loads((real / 'ck' / 'latest.json').read_text())['iteration'] == 20
 
 
@@ -176,9 +175,8 @@ def test_another_users_fifo_link_or_file_at_an_output_name_is_refused_at_start(
     assert proc.returncode != 0 and 'test accuracy' not in proc.stdout
     what = {'fifo': 'a FIFO', 'link': 'a symbolic link', 'file': 'a file'}[kind]
     lines = [line for line in proc.stderr.splitlines() if 'refusing to write' in line]
-    assert lines and '{}: {} owned by nobody (uid 65534) is already there'.format(
-        os.path.join(shared_dir, name), what) in lines[0] and 'rank(s) 0, 1' in lines[0], \
-        proc.stderr[-2000:]
+    there = f'{os.path.join(shared_dir, name)}: {what} owned by nobody (uid 65534) is already there'
+    assert lines and there in lines[0] and 'rank(s) 0, 1' in lines[0], proc.stderr[-2000:]
     st = os.lstat(os.path.join(shared_dir, name))
     assert st.st_uid == OTHER_UID  # left as it was: not opened, not replaced, no mode change
     assert not os.path.lexists('/tmp/victim-of-the-link')

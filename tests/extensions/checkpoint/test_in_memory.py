@@ -95,7 +95,7 @@ def test_survivors_restore_from_memory_bit_for_bit_as_from_disk(tmp_path, lost):
     assert sorted(oks) == [('0', '0.0'), ('1', '0.0')], proc.stdout
     assert 'resumed from node memory' in proc.stdout and 'written by 4 ranks, on 2' in \
         proc.stdout, proc.stdout
-    assert not os.path.exists(str(tmp_path / 'node{}'.format(lost)))
+    assert not os.path.exists(str(tmp_path / f'node{lost}'))
 
 
 @pytest.mark.example
@@ -109,7 +109,7 @@ def test_the_examples_options_keep_snapshots_and_a_job_that_ends_well_leaves_non
               str(tmp_path / 'out'), '--memory-snapshots', '4', '--memory-dir', str(memory)]
     proc = run_mpi(2, common + ['--restore-from-memory'], timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert 'no snapshot in node memory ({}) yet'.format(memory) in proc.stdout, proc.stdout
+    assert f'no snapshot in node memory ({memory}) yet' in proc.stdout, proc.stdout
     assert os.listdir(str(memory)) == []  # written at 4 and 8, removed at the good end
     bad = run_mpi(2, [example, '--restore-from-memory', '--out', str(tmp_path / 'o2')],
                   timeout=60)

@@ -67,7 +67,7 @@ def _as_two_ranks(ck, iteration, second=None):
     of rank 0's (a replica), or ``second`` (arrays)."""
     manifest = json.loads((ck / files.MANIFEST).read_text())
     src = ck / manifest['files'][0]
-    dst = ck / 'snapshot_iter_{}.rank1.npz'.format(iteration)
+    dst = ck / f'snapshot_iter_{iteration}.rank1.npz'
     if second is None:
         shutil.copy(str(src), str(dst))
     else:
@@ -77,7 +77,7 @@ def _as_two_ranks(ck, iteration, second=None):
     manifest['files'].append(dst.name)
     manifest['checks'][dst.name] = {'bytes': dst.stat().st_size, 'crc32': files.crc32(str(dst))}
     manifest['batch_per_rank'] = 5
-    for name in (files.MANIFEST, 'manifest_iter_{}.json'.format(iteration)):
+    for name in (files.MANIFEST, f'manifest_iter_{iteration}.json'):
         (ck / name).write_text(json.dumps(manifest))
 
 

@@ -11,7 +11,7 @@ from chainermn_torus.extensions.checkpoint import room
     {'a': numpy.zeros(10, numpy.float32)},
     {'updater/model:main/predictor/l1/W': numpy.ones((300, 784), numpy.float32),
      'x' * 200: numpy.zeros((1,) * 30, numpy.int64), 'scalar': numpy.asarray(3.0)},
-    {'k{}'.format(i): numpy.arange(i, dtype=numpy.float64) for i in range(50)},
+    {f'k{i}': numpy.arange(i, dtype=numpy.float64) for i in range(50)},
 ], ids=['one', 'long-names-and-shapes', 'many'])
 def test_npz_bytes_is_an_upper_bound_close_to_what_savez_writes(arrays):
     f = io.BytesIO()

@@ -32,7 +32,7 @@ def test_sigterm_at_every_step_of_a_checkpoint_resumes_from_the_newest_complete(
                                str(step)] + ([how] if how == 'handled' else []),
                               capture_output=True, text=True, timeout=120)
         if step < STEPS:
-            assert 'SIGTERM at step {}'.format(step) in proc.stdout, proc.stderr[-2000:]
+            assert f'SIGTERM at step {step}' in proc.stdout, proc.stderr[-2000:]
             assert proc.returncode != 0 and 'COMPLETE' not in proc.stdout
         else:
             assert proc.returncode == 0 and 'COMPLETE' in proc.stdout, proc.stderr[-2000:]

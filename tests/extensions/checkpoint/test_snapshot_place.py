@@ -192,10 +192,10 @@ def test_clean_lists_and_removes_only_this_users_ended_runs(tmp_path, shared_dir
                     or True, shared_dir)
     assert clean.main(['--shm-dir', shared_dir]) == 0
     out = capsys.readouterr().out
-    assert 'kept {}'.format(snap.directory) in out and '--snapshots removes them' in out
+    assert f'kept {snap.directory}' in out and '--snapshots removes them' in out
     assert 'a running job holds it' in out and os.path.isdir(snap.directory)
     assert clean.main(['--shm-dir', shared_dir, '--snapshots']) == 0
     assert not os.path.exists(snap.directory) and os.path.isdir(live.directory)
-    assert 'removed {}'.format(snap.directory) in capsys.readouterr().out
+    assert f'removed {snap.directory}' in capsys.readouterr().out
     live.place.close()
     snapshot_place.remove_run(live.directory)

@@ -26,8 +26,7 @@ class SquareRootScaling(rules.BatchRule):
         after = trainer.updater.get_iterator('main').batch_size * size
         new = value * math.sqrt(after / before)
         setattr(trainer.updater.get_optimizer('main'), attr, new)
-        return '; {} {:g} -> {:g} (square root of {} / {})'.format(attr, value, new, after,
-                                                                  before)
+        return f'; {attr} {value:g} -> {new:g} (square root of {after} / {before})'
 
 
 @pytest.fixture

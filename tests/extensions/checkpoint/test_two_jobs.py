@@ -37,7 +37,7 @@ def finish(proc, timeout=300):
         return proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail('a job did not end in {} s'.format(timeout))
+        pytest.fail(f'a job did not end in {timeout} s')
     finally:  # a launcher SIGKILLed with its job leaves MPICH's topology file in /tmp
         elastic_node.remove_dead_topology(started, run='(none)')
 

@@ -47,7 +47,7 @@ def _record(ck, iteration, name):
     attacker who can write the directory does."""
     path = ck / name
     check = {'bytes': path.stat().st_size, 'crc32': zlib.crc32(path.read_bytes())}
-    for m in ('latest.json', 'manifest_iter_{}.json'.format(iteration)):
+    for m in ('latest.json', f'manifest_iter_{iteration}.json'):
         data = json.loads((ck / m).read_text())
         data['checks'][name] = check
         (ck / m).write_text(json.dumps(data))
@@ -121,7 +121,7 @@ def test_a_directory_others_may_write_is_refused_unless_trusted(tmp_path, trust,
     with pytest.raises(CheckpointError) as e:
         MultiNodeCheckpointer(comm(), str(ck))
     text = str(e.value)
-    assert 'the checkpoint directory {}: it can be written by its group (mode 775'.format(ck) \
+    assert f'the checkpoint directory {ck}: it can be written by its group (mode 775' \
         in text and '--trust-checkpoint-dir' in text and 'chmod go-w' in text, text
     assert text.count('\n') == 0 and sorted(os.listdir(str(ck))) == before
 
@@ -137,7 +137,7 @@ def test_a_rank_file_replaced_by_a_link_is_refused_even_when_trusted(tmp_path, m
         with pytest.raises(CheckpointError) as e:
             MultiNodeCheckpointer(comm(), str(ck), trust=trust).resume(trainer(tmp_path / 'o2'))
         assert 'snapshot_iter_3.rank0.npz: it is a symbolic link owned by' in str(e.value) and \
-            "to '{}'".format(real) in str(e.value), str(e.value)
+            f"to '{real}'" in str(e.value), str(e.value)
     # A hard link (another name of one of the user's files) is refused too.
     os.remove(str(ck / 'snapshot_iter_3.rank0.npz'))
     os.link(str(real), str(ck / 'snapshot_iter_3.rank0.npz'))
@@ -169,15 +169,15 @@ def _renamed(ck, old, new, manifest, uid=None):
     """Checkpoint ``old``'s files and manifest as checkpoint ``new`` (the manifest's
     iteration, its files and their checks renamed), owned by ``uid`` where given."""
     made = []
-    names = {n: n.replace('iter_{}.'.format(old), 'iter_{}.'.format(new))
+    names = {n: n.replace(f'iter_{old}.', f'iter_{new}.')
              for n in manifest['files']}
     for a, b in names.items():
         (ck / b).write_bytes((ck / a).read_bytes())
         made.append(b)
     data = dict(manifest, iteration=new, files=[names[n] for n in manifest['files']],
                 checks={names[n]: c for n, c in manifest['checks'].items()})
-    (ck / 'manifest_iter_{}.json'.format(new)).write_text(json.dumps(data))
-    made.append('manifest_iter_{}.json'.format(new))
+    (ck / f'manifest_iter_{new}.json').write_text(json.dumps(data))
+    made.append(f'manifest_iter_{new}.json')
     if uid is not None:
         for n in made:
             os.chown(str(ck / n), uid, uid)
@@ -204,8 +204,9 @@ def test_other_users_files_in_a_trusted_directory_are_passed_over_never_removed_
     again = MultiNodeCheckpointer(comm(), str(ck), trust=True)
     said = capsys.readouterr()
     line = [ln for ln in (said.out + said.err).splitlines() if 'of other users' in ln]
-    assert len(line) == 1 and '{} file(s) of other users in {} are passed over, never read ' \
-        'or removed: '.format(len(theirs), ck) in line[0], line
+    passed = (f'{len(theirs)} file(s) of other users in {ck} are passed over, never read or '
+              'removed: ')
+    assert len(line) == 1 and passed in line[0], line
     assert 'nobody (uid 65534)' in line[0], line
     assert again.maybe_resume(trainer(tmp_path / 'o2')) == 3  # the user's own, not 90
     assert all((ck / n).exists() for n in theirs)  # nothing of theirs removed

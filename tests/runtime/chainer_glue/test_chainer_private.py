@@ -36,13 +36,13 @@ def test_checked_against_the_chainer_installed():
 def test_each_private_name_is_where_it_is_listed(module, owner, name):
     mod = importlib.import_module(module)
     if owner is None:  # a module-level name, or one the module sets on an object
-        assert hasattr(mod, name) or '.{} = '.format(name) in open(mod.__file__).read()
+        assert hasattr(mod, name) or f'.{name} = ' in open(mod.__file__).read()
         return
     cls = getattr(mod, owner)
     source = importlib.import_module(cls.__module__)
     text = open(source.__file__).read()
     # an attribute set in __init__ or a method: on the class or assigned to self
-    assert hasattr(cls, name) or re.search(r'self\.{}\s*='.format(re.escape(name)), text), \
+    assert hasattr(cls, name) or re.search(rf'self\.{re.escape(name)}\s*=', text), \
         (owner, name)
 
 

@@ -60,7 +60,7 @@ def _packed(scale, monkeypatch, with_numba, dtype=numpy.float16):
         p = chainer.Parameter(numpy.zeros(n, numpy.float32))
         # float32 values around float16's limits: rounding, subnormals, overflow
         p.grad = (rng.standard_normal(n) * 10.0 ** rng.randint(-9, 6, n)).astype(numpy.float32)
-        params.append(('p{}'.format(i), p))
+        params.append((f'p{i}', p))
     lay = _packing.Layout([(name, p.data.shape, p.data.dtype) for name, p in params],
                           dtype=dtype)
     buf = _packing.PackedBuffer(lay)

@@ -36,8 +36,8 @@ def test_room_check_names_the_need_the_free_space_and_the_fixes(tmp_path):
 
 def test_sweep_removes_only_what_nobody_can_be_using(tmp_path):
     dead, live = _dead_pid(), os.getpid()
-    _touch(tmp_path / 'cmtorus_nojob_{}_0_aa_0_0'.format(dead))
-    _touch(tmp_path / 'cmtorus_12345_{}_0_aa_0_0'.format(live))     # a live process's
+    _touch(tmp_path / f'cmtorus_nojob_{dead}_0_aa_0_0')
+    _touch(tmp_path / f'cmtorus_12345_{live}_0_aa_0_0')     # a live process's
     _touch(tmp_path / 'mpich_shm_dead_0')                           # nobody maps it
     _touch(tmp_path / 'sm_segment.vm.0.8f3a0001.0')                 # Open MPI 5's
     _touch(tmp_path / 'vader_segment.vm.8f3a0001.0')                # Open MPI 4's
@@ -45,15 +45,15 @@ def test_sweep_removes_only_what_nobody_can_be_using(tmp_path):
     _touch(tmp_path / 'unrelated')
     try:
         gone = devshm.sweep(str(tmp_path), dry_run=True)
-        assert [n for n, _, _ in gone] == ['cmtorus_nojob_{}_0_aa_0_0'.format(dead)]
+        assert [n for n, _, _ in gone] == [f'cmtorus_nojob_{dead}_0_aa_0_0']
         assert all((tmp_path / n).exists() for n, _, _ in gone)  # a dry run removes nothing
         gone = devshm.sweep(str(tmp_path), others=True, min_age=0)
-        assert sorted(n for n, _, _ in gone) == ['cmtorus_nojob_{}_0_aa_0_0'.format(dead),
+        assert sorted(n for n, _, _ in gone) == [f'cmtorus_nojob_{dead}_0_aa_0_0',
                                                  'mpich_shm_dead_0',
                                                  'sm_segment.vm.0.8f3a0001.0',
                                                  'vader_segment.vm.8f3a0001.0']
         assert sorted(os.listdir(str(tmp_path))) == [
-            'cmtorus_12345_{}_0_aa_0_0'.format(live), 'sem.mp-held', 'unrelated']
+            f'cmtorus_12345_{live}_0_aa_0_0', 'sem.mp-held', 'unrelated']
         _touch(tmp_path / 'mpich_shm_young_0')
         assert devshm.sweep(str(tmp_path), others=True) == []  # younger than a minute
     finally:
@@ -62,8 +62,8 @@ def test_sweep_removes_only_what_nobody_can_be_using(tmp_path):
 
 def test_checkpoint_temporary_files_of_dead_writers_are_swept_by_clean(tmp_path):
     host = socket.gethostname()
-    dead = tmp_path / 'snapshot_iter_8.rank0.npz.tmp.{}.{}'.format(host, _dead_pid())
-    live = tmp_path / 'snapshot_iter_8.rank1.npz.tmp.{}.{}'.format(host, os.getpid())
+    dead = tmp_path / f'snapshot_iter_8.rank0.npz.tmp.{host}.{_dead_pid()}'
+    live = tmp_path / f'snapshot_iter_8.rank1.npz.tmp.{host}.{os.getpid()}'
     other = tmp_path / 'latest.json.tmp.otherhost.123'   # another host's, just written
     for path in (dead, live, other):
         _touch(path)
@@ -109,8 +109,8 @@ def test_a_mapping_that_cannot_be_backed_is_an_error_not_a_bus_error():
     lines = proc.stdout.splitlines()
     assert [line.split()[0] for line in lines] == ['madvise', 'fork'], proc.stdout
     for text in lines:
-        assert 'a 4 MB window (4.2 MB needed on node {}) cannot be backed by /dev/shm'.format(
-            socket.gethostname()) in text, text
+        assert (f'a 4 MB window (4.2 MB needed on node {socket.gethostname()}) cannot be backed by '
+                '/dev/shm') in text, text
         assert 'of 1.0 MB is free now' in text and 'Bus error' in text, text
 
 

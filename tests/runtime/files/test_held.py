@@ -25,7 +25,7 @@ def refused(walk, path, **kw):
     with pytest.raises(UnsafePath) as e:
         walk(path, **kw)
     text = str(e.value)
-    assert text.startswith('chainermn_torus: refusing the test directory {}: '.format(path)) \
+    assert text.startswith(f'chainermn_torus: refusing the test directory {path}: ') \
         and '\n' not in text, text
     return e.value
 
@@ -85,7 +85,7 @@ def test_a_component_others_can_write_is_refused_but_a_sticky_one(walk, tmp_path
     (parent / 'ck').mkdir(parents=True, mode=0o700)
     parent.chmod(0o777)                                             # anyone may rename ck
     e = refused(walk, parent / 'ck')
-    assert 'its component {} can be written by everyone (mode 777'.format(parent) in str(e)
+    assert f'its component {parent} can be written by everyone (mode 777' in str(e)
     assert walk(parent / 'ck', trusted=True).close() is None
     parent.chmod(0o1777)
     walk(parent / 'ck').close()                                     # as under /tmp
@@ -162,10 +162,10 @@ def test_another_users_link_or_directory_on_the_way_is_refused(walk, shared_dir,
     as_other(os.symlink, str(victim), pl)                      # ln -s /tmp/v /tmp/shared/pl
     assert os.lstat(pl).st_uid == OTHER_UID
     e = refused(walk, os.path.join(pl, 'ck_other'))
-    assert 'its component {} is a symbolic link to '.format(pl) in str(e)
+    assert f'its component {pl} is a symbolic link to ' in str(e)
     assert 'owned by nobody (uid 65534)' in str(e)
     theirs = os.path.join(shared_dir, 'theirs')
     as_other(os.mkdir, theirs, 0o755)
-    assert 'its component {} is a directory owned by nobody (uid 65534)'.format(theirs) in \
+    assert f'its component {theirs} is a directory owned by nobody (uid 65534)' in \
         str(refused(walk, os.path.join(theirs, 'ck')))
     assert files_of(victim / 'ck_other') == before

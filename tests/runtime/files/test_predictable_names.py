@@ -17,8 +17,8 @@ def test_a_link_planted_under_the_name_is_refused_and_its_target_untouched(tmp_p
     place = held.as_named(str(tmp_path))
     with pytest.raises(UnsafePath) as e:
         place.create(link.name, replace_own=True)
-    assert str(e.value).startswith('chainermn_torus: refusing to write {}: a symbolic link '
-                                   'owned by '.format(link)) and '\n' not in str(e.value)
+    assert str(e.value).startswith(f'chainermn_torus: refusing to write {link}: a symbolic link '
+                                   'owned by ') and '\n' not in str(e.value)
     with pytest.raises(UnsafePath):
         place.open_append(link.name)
     fifo = tmp_path / 'fifo.events'

@@ -15,7 +15,7 @@ def _refused(path, limit=100, **kwargs):
     with pytest.raises(UnsafePath) as e:
         shared_paths.read_bytes(str(path), 'the test file', limit, **kwargs)
     text = str(e.value)
-    assert text.startswith('chainermn_torus: refusing the test file {}: '.format(path)) and \
+    assert text.startswith(f'chainermn_torus: refusing the test file {path}: ') and \
         'nothing was read from it' in text and text.count('\n') == 0, text
     return text
 

@@ -99,7 +99,7 @@ def test_the_board_keeps_the_directory_a_rank_writes_a_checkpoint_to(dog, tmp_pa
     with held.walk(str(tmp_path), 'the checkpoint directory') as place:
         dog.checkpoint(place)
     st = tmp_path.stat()
-    record = '{}:{}:{}'.format(st.st_dev, st.st_ino, tmp_path)
+    record = f'{st.st_dev}:{st.st_ino}:{tmp_path}'
     assert dog._board.writing_to(dog._slot) == record
     # What a rank's own watcher reads, without the package, when the watchdog process is
     # gone: the writer's pid and directory, with the identity it held (it removes the

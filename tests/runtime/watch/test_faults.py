@@ -29,8 +29,7 @@ def run_fault(mode, nprocs, env=None):
     match = re.search(r'FAULT (\d+\.\d+)', proc.stdout)
     assert match, proc.stdout[-3000:] + proc.stderr[-3000:]
     elapsed = end - float(match.group(1))
-    print('{} on {} ranks: last rank gone {:.2f} s after the fault'.format(mode, nprocs,
-                                                                           elapsed))
+    print(f'{mode} on {nprocs} ranks: last rank gone {elapsed:.2f} s after the fault')
     assert proc.returncode != 0 and 'OK rank' not in proc.stdout
     return proc, elapsed
 
@@ -65,7 +64,7 @@ def test_killed_rank_ends_the_job(nprocs, watch, mode):
     # only line that named a process was MPI's, with another rank's pid).
     died = [ln for ln in proc.stderr.splitlines() if ' died' in ln and 'chainermn_torus' in ln]
     assert len(died) == 1, proc.stderr[-3000:]  # the ranks ended after it say nothing
-    assert died[0].startswith('chainermn_torus: rank 1 ({}, pid '.format(os.uname().nodename))
+    assert died[0].startswith(f'chainermn_torus: rank 1 ({os.uname().nodename}, pid ')
     assert 'killed by signal 9 (SIGKILL: ' in died[0], died
     assert ('died between steps 4 and 5' if watch else '--watchdog SECONDS') in died[0], died
     # The killed rank cannot speak; the launcher names it and the signal, each in its words:
@@ -184,8 +183,8 @@ def _until_training(proc):
         if 'TRAINING' in line:  # the launcher may interleave the ranks' partial lines
             return
     proc.wait()
-    pytest.fail('no TRAINING line; exit {}; stdout {!r}; stderr: {}'.format(
-        proc.returncode, seen[-20:], proc.stderr.read()[-3000:]))
+    pytest.fail(f'no TRAINING line; exit {proc.returncode}; stdout {seen[-20:]!r}; '
+                f'stderr: {proc.stderr.read()[-3000:]}')
 
 
 def _ours(text):
@@ -202,8 +201,9 @@ def test_sigterm_to_one_rank_ends_the_job_in_one_line():
     assert elapsed < 30
     said = _ours(proc.stderr)
     assert len(said) == 1 and said[0].startswith(
-        'chainermn_torus: rank 1 ({}): SIGTERM (a batch time limit, scancel, or the launcher '
-        'ending the job) received; the job ends'.format(os.uname().nodename)), proc.stderr
+        f'chainermn_torus: rank 1 ({os.uname().nodename}): SIGTERM (a batch time limit, scancel, '
+        'or the launcher '
+        'ending the job) received; the job ends'), proc.stderr
     assert 'Traceback' not in proc.stderr
 
 
@@ -222,9 +222,9 @@ def test_a_signal_to_mpiexec_ends_the_job_in_one_line_per_node(signame):
     assert proc.returncode != 0 and 'OK rank' not in out
     said = _ours(err)
     assert len(said) == 1, err  # one node here
-    assert re.match(r'chainermn_torus: rank \d \({}\): {} \(.*\) received; the job ends; '
-                    r'no checkpoint is written by this job$'.format(
-                        re.escape(os.uname().nodename), signame), said[0]), said
+    assert re.match(rf'chainermn_torus: rank \d \({re.escape(os.uname().nodename)}\): {signame} '
+                    r'\(.*\) received; the job ends; '
+                    r'no checkpoint is written by this job$', said[0]), said
     assert 'Traceback' not in err
 
 
@@ -312,9 +312,10 @@ def test_a_rank_stopped_before_its_communicator_is_named_and_the_job_ends(tmp_pa
     assert proc.returncode != 0 and 'OK rank' not in proc.stdout
     said = [ln for ln in proc.stderr.splitlines() if ln.startswith('chainermn_torus watchdog')]
     assert len(said) == 1, proc.stderr[-3000:]
-    assert re.match(r'chainermn_torus watchdog: rank 1 \({}, pid \d+\) is stopped \(process '
-                    r'state T.*at start-up, before its communicator was made; rank 0'.format(
-                        re.escape(os.uname().nodename)), said[0]), said
+    assert re.match(rf'chainermn_torus watchdog: rank 1 \({re.escape(os.uname().nodename)}, pid '
+                    r'\d+\) is stopped \(process '
+                    r'state T.*at start-up, before its communicator was made; rank '
+                    r'0', said[0]), said
     if nprocs == 3:
         assert 'rank 0, rank 2 of ' in said[0], said
     assert elapsed < WATCHDOG_S + 10, elapsed  # the step limit, not the start-up limit
@@ -369,12 +370,12 @@ def test_a_watchdog_process_that_dies_is_a_stall_named_and_the_job_ends():
     assert proc.returncode != 0 and 'OK rank' not in out
     said = [line for line in err.splitlines() if line.startswith('chainermn_torus')]
     assert len(said) == 1, err[-3000:]  # the ranks it ended say nothing of their own
-    assert said[0].startswith("chainermn_torus watchdog: the watchdog's process on {} (pid {}) "
-                              'was killed by signal 9 (SIGKILL'.format(
-                                  os.uname().nodename, watcher[0].pid)), said
+    assert said[0].startswith("chainermn_torus watchdog: the watchdog's process "
+                              f"on {os.uname().nodename} (pid {watcher[0].pid}) "
+                              'was killed by signal 9 (SIGKILL'), said
     assert time.time() - killed < 10
     # the board the watcher would have removed, removed
-    assert not [n for n in os.listdir('/dev/shm') if '_{}_watch_'.format(leader) in n]
+    assert not [n for n in os.listdir('/dev/shm') if f'_{leader}_watch_' in n]
 
 
 def test_a_lost_watchdogs_ranks_leave_no_checkpoint_temporaries(tmp_path):
@@ -391,9 +392,9 @@ def test_a_lost_watchdogs_ranks_leave_no_checkpoint_temporaries(tmp_path):
     try:
         names = {}
         for pid in (dead.pid, ending.pid, live.pid):
-            path = os.path.join(str(tmp_path), 'snapshot_iter_6.rank{}.npz'.format(pid))
+            path = os.path.join(str(tmp_path), f'snapshot_iter_6.rank{pid}.npz')
             names[pid] = os.path.basename(temporaries.tmp_name(path)).replace(
-                '.{}'.format(os.getpid()), '.{}'.format(pid))
+                f'.{os.getpid()}', f'.{pid}')
             open(os.path.join(str(tmp_path), names[pid]), 'w').close()
         read_at = []
 
@@ -428,8 +429,9 @@ def test_sys_exit_on_one_rank_ends_the_job_naming_the_rank_and_its_code(watch):
     assert elapsed < 15
     said = _ours(proc.stderr)
     assert len(said) == 1, proc.stderr[-3000:]
-    assert re.match(r'chainermn_torus: rank 1 \({}, pid \d+\) called sys\.exit\(3\); the job '
-                    r'ends with exit code 3$'.format(re.escape(os.uname().nodename)),
+    assert re.match(rf'chainermn_torus: rank 1 \({re.escape(os.uname().nodename)}, pid \d+\) '
+                    r'called sys\.exit\(3\); the job '
+                    r'ends with exit code 3$',
                     said[0]), said
 
 

@@ -49,7 +49,7 @@ def main():
     args = parser.parse_args()
 
     device = chainer.get_device(args.device)
-    print('Device: {}'.format(device))
+    print(f'Device: {device}')
     numpy.random.seed(args.seed)
 
     model = L.Classifier(MLP(args.unit, 10))
@@ -74,7 +74,7 @@ def main():
          'validation/main/accuracy', 'elapsed_time']), trigger=(1, 'epoch'))
     trainer.run()
 
-    chainer.serializers.save_npz('{}/model_final.npz'.format(args.out), model)
+    chainer.serializers.save_npz(f'{args.out}/model_final.npz', model)
     if args.summary:
         first = chainer.backends.cuda.to_cpu(model.predictor.l1.W.array)
         with open(args.summary, 'w') as f:

@@ -104,9 +104,9 @@ def main():
     device = comm.intra_rank
 
     if comm.rank == 0:
-        print('Num process (COMM_WORLD): {}'.format(comm.size))
-        print('Using {} communicator'.format(args.communicator))
-        print('Using {} arch'.format(args.arch))
+        print(f'Num process (COMM_WORLD): {comm.size}')
+        print(f'Using {args.communicator} communicator')
+        print(f'Using {args.arch} arch')
 
     if args.seed is not None:
         numpy.random.seed(args.seed)
@@ -155,7 +155,7 @@ def main():
     trainer.run()
 
     if comm.rank == 0:
-        chainer.serializers.save_npz('{}/model_final.npz'.format(args.out), model)
+        chainer.serializers.save_npz(f'{args.out}/model_final.npz', model)
         if args.summary:
             with open(args.summary, 'w') as f:
                 json.dump({'log': trainer.get_extension('LogReport').log,

@@ -53,8 +53,8 @@ def main():
         comm = chainermn.create_communicator('naive')
         device = chainer.get_device('@numpy')
     if comm.rank == 0:
-        print('Num process (COMM_WORLD): {}'.format(comm.size))
-        print('Using {} communicator on {}'.format(args.communicator, device))
+        print(f'Num process (COMM_WORLD): {comm.size}')
+        print(f'Using {args.communicator} communicator on {device}')
 
     device.use()
     xp = device.xp
@@ -89,7 +89,7 @@ def main():
     trainer.run()
 
     if comm.rank == 0:
-        chainer.serializers.save_npz('{}/model_final.npz'.format(args.out), model)
+        chainer.serializers.save_npz(f'{args.out}/model_final.npz', model)
         if args.summary:
             log = trainer.get_extension('LogReport').log
             with open(args.summary, 'w') as f:

@@ -115,8 +115,8 @@ def main():
         comm = chainermn.create_communicator('naive')
         device = -1
     if comm.rank == 0:
-        print('Num process (COMM_WORLD): {}'.format(comm.size))
-        print('Using {} communicator, device {}'.format(args.communicator, device))
+        print(f'Num process (COMM_WORLD): {comm.size}')
+        print(f'Using {args.communicator} communicator, device {device}')
 
     numpy.random.seed(args.seed)
     gen = Generator(n_hidden=args.n_hidden)
@@ -159,8 +159,8 @@ def main():
         with chainer.using_config('train', False):
             sample = gen(gen.make_hidden(4))
         sample = cuda.to_cpu(sample.array)
-        chainer.serializers.save_npz('{}/gen_final.npz'.format(args.out), gen)
-        chainer.serializers.save_npz('{}/dis_final.npz'.format(args.out), dis)
+        chainer.serializers.save_npz(f'{args.out}/gen_final.npz', gen)
+        chainer.serializers.save_npz(f'{args.out}/dis_final.npz', dis)
         if args.summary:
             with open(args.summary, 'w') as f:
                 json.dump({'log': trainer.get_extension('LogReport').log,

@@ -52,8 +52,7 @@ def make(name, folder):
     for gpu, cpu in EDITS[name]:
         found = text.count(gpu)
         if found != 1:
-            raise ValueError('{}: the GPU line {!r} is there {} times, not once'.format(
-                name, gpu, found))
+            raise ValueError(f'{name}: the GPU line {gpu!r} is there {found} times, not once')
         text = text.replace(gpu, cpu)
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, name)
@@ -75,7 +74,7 @@ def differences(out_a, out_b):
     strip = [[{k: v for k, v in e.items() if k != 'elapsed_time'} for e in _log(out)]
              for out in (out_a, out_b)]
     if strip[0] != strip[1]:
-        found.append('log: {} / {}'.format(strip[0][-1:], strip[1][-1:]))
+        found.append(f'log: {strip[0][-1:]} / {strip[1][-1:]}')
     names = [sorted(n for n in os.listdir(out) if n.endswith('.npz')) for out in (out_a, out_b)]
     if names[0] != names[1] or not names[0]:
         return found + ['model files: {} / {}'.format(*names)]
@@ -83,12 +82,12 @@ def differences(out_a, out_b):
         with numpy.load(os.path.join(out_a, name)) as a, numpy.load(
                 os.path.join(out_b, name)) as b:
             if sorted(a.files) != sorted(b.files):
-                found.append('{}: arrays {} / {}'.format(name, a.files, b.files))
+                found.append(f'{name}: arrays {a.files} / {b.files}')
                 continue
             for key in a.files:
                 x, y = a[key], b[key]
                 if x.dtype != y.dtype or x.shape != y.shape or x.tobytes() != y.tobytes():
-                    found.append('{}: {} differs'.format(name, key))
+                    found.append(f'{name}: {key} differs')
     return found
 
 
