@@ -11,36 +11,20 @@ main part of M equal chunks of c = n // M elements and a tail of fewer than M:
            ranks; then divide it by P, into its place (1/M of the segment, not all of it);
   phase 3  all-gather in the row: every position gets every chunk.
 
-The tail, at most M - 1 elements, is summed with one small all-reduce over all ranks. With
-M = 1 there are no row phases and the column is every rank: that is pure_allreduce, one
-MPI_Allreduce of the packed buffer (its division by P folded into the packing copy,
-``prescaled``). ``algorithms.torus`` describes the same schedule without MPI (the planner
-and the simulator read it; tests/simulation checks them call for call).
+The tail (under M elements) is summed with one small all-reduce over all ranks. With M = 1
+there are no row phases and the column is every rank: pure_allreduce. ``algorithms.torus``
+describes the same schedule without MPI (the planner and the simulator read it).
 
 The strategies, handed to the constructor and never changed:
 
 * ``rows``: makes a buffer's *row phases* (phases 1 and 3) with the buffer, owning the MPI
-  state they need: messages (``MessageRows``, here: they sum with the buffer's reducer),
-  rsap's put rounds (``_rsap_modes``) or
-  reads of the peers' buffers in a node-shared window (``_shm``); None where M = 1;
-* the *reducer* of a buffer, chosen by its dtype (``reducer_for``): MPI's sum (``MpiSum``) or,
-  for float16 and bfloat16, which MPI cannot sum, the one of ``_half``;
-* the *segment plan*: ``segment_bytes``, and ``prescaled`` (the packing multiplies by 1/P).
-
-Equal chunks let MPI use its block collectives (MPI_Reduce_scatter_block, in-place
-MPI_Allgather), which MPICH runs far faster than the v-variants on shared memory (measured,
-102 MB in 4 MiB segments: Allgatherv 12.1 ms at P=2 and 57.8 ms at P=4 against 2.7 ms and
-10.8 ms for in-place Allgather).
-
-Where the division by P goes: after the sum (``divide_by_size``), the mean is correctly
-rounded from the sum, and the torus divides only its 1/M chunk, before the gather. Before the
-sum (``prescale``, multiplied in while packing) it is free where the gradients are packed
-anyway, which is pure_allreduce's case: MPICH copies a separate send buffer into the receive
-buffer before an all-reduce, and a division after the sum would be one more full pass
-(measured on the shared-memory machine: 3.7 ms per 102 MB pass, a fifth of the whole
-ResNet-50 all-reduce). For P a power of two the two give the same bits; otherwise they differ
-within float rounding. float16 and bfloat16 are always scaled first (``_dtypes``), which
-keeps their sums far from overflow. Every rank ends with bitwise identical means.
+  state they need: messages (``MessageRows``), rsap's put rounds (``_rsap_modes``) or reads
+  of the peers' buffers in a node-shared window (``_shm``); None where M = 1;
+* a buffer's *reducer*, by its dtype (``reducer_for``): MPI's sum (``MpiSum``) or, for
+  float16 and bfloat16, which MPI cannot sum, the one of ``_half``;
+* the *segment plan*: ``segment_bytes``, and ``prescaled`` (the packing multiplies by 1/P;
+  else the 1/M chunk is divided after the sum). Every rank ends with the same bits.
+Why it is built so: docs/internals.md (communicators/engine.py).
 """
 import collections
 import contextlib
