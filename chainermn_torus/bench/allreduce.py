@@ -233,6 +233,11 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     if args.rounds < 1:
         sys.exit(f'--rounds must be >= 1, got {args.rounds}')
+    # The process as a job's rank has it (the thread budget above all: without it numba's
+    # OpenMP team of each rank spins on the cores the other ranks wait on, and the shm rows'
+    # kernels ran 60x slower, 1.3 s against 21 ms at P = 2); the rows below are made by
+    # create_variant, which configures nothing.
+    chainermn_torus.init()
     report = run(args)
     if MPI.COMM_WORLD.rank == 0:
         print(format_table(report), flush=True)

@@ -165,6 +165,8 @@ class TorusEngine:
         prescaled: the packing multiplies by 1/P (the sum is the mean).
         progress: how collectives are waited for (``_progress``).
         name: the communicator's name, for messages.
+        reducer: ``reducer(dtype, mpi_type, progress)`` makes a buffer's sum
+            (``reducer_for``: MPI's, or float16's and bfloat16's).
     """
 
     # A few layouts keep their buffers, so that alternating models (a GAN's generator and
@@ -174,10 +176,12 @@ class TorusEngine:
     def __init__(self, mpi_comm: Any, grid: Optional[Grid],
                  rows: Optional[Callable[[Any], Any]], dtype: Any = None,
                  segment_bytes: int = 0, prescaled: bool = False,
-                 progress: Progress = BLOCKING, name: str = '') -> None:
+                 progress: Progress = BLOCKING, name: str = '',
+                 reducer: Callable[[Any, Any, Progress], Any] = reducer_for) -> None:
         self.mpi_comm, self.grid, self.rows = mpi_comm, grid, rows
         self.dtype, self.segment_bytes = dtype, segment_bytes
         self.prescaled, self.progress, self.name = prescaled, progress, name
+        self.reducer = reducer
         self.size = mpi_comm.size
         if grid is None:
             self.M, self.pos, self.col_comm = 1, 0, mpi_comm
@@ -196,7 +200,7 @@ class TorusEngine:
         """The same engine for another transfer dtype (``set_config``): the buffers made so
         far move to it, to be evicted or freed collectively as its own."""
         other = TorusEngine(self.mpi_comm, self.grid, self.rows, dtype, self.segment_bytes,
-                            self.prescaled, self.progress, self.name)
+                            self.prescaled, self.progress, self.name, self.reducer)
         other.buffers, self.buffers = self.buffers, collections.OrderedDict()
         other.timings, other.calls = self.timings, self.calls
         return other
@@ -369,7 +373,7 @@ class TorusEngine:
         return _packing.PackedBuffer(
             layout, seg, array=None if rows is None else rows.array,
             memory=None if rows is None else rows.memory, rows=rows,
-            reducer=reducer_for(layout.dtype, mpi_type, self.progress),
+            reducer=self.reducer(layout.dtype, mpi_type, self.progress),
             prescaled=self.prescaled or _dtypes.scaled_first(layout.dtype))
 
     @staticmethod
