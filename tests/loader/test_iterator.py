@@ -262,9 +262,10 @@ def test_nothing_remains_after_the_training_process_is_killed():
 
 
 def _dead_pid():
-    p = subprocess.Popen([sys.executable, '-c', 'pass'])
-    p.wait()
-    return p.pid
+    # Above the kernel's largest pid: no process has it, and none can come to have it (a
+    # child's pid, once it exited, could be a new process's by the sweep on a busy machine).
+    with open('/proc/sys/kernel/pid_max') as f:
+        return int(f.read()) + 1
 
 
 def test_a_start_sweeps_what_dead_processes_left_and_nothing_else(tmp_path):

@@ -43,9 +43,11 @@ def test_the_census_counts_each_process_in_the_phase_it_ended(tmp_path):
     assert [p['phase'] for p in phases] == ['start', '[test] second'], phases
     first, second = (p['kinds'] for p in phases)
     busy = first.get(BUSY, {'processes': 0, 'user_s': 0, 'system_s': 0})
-    assert busy['processes'] == 1 and busy['user_s'] + busy['system_s'] >= 0.4, sorted(first)
+    # The accounting's times are sampled at the clock tick: on a loaded 2-core VM a loop of
+    # 0.5 CPU-s (0.55 with the interpreter's start) was once recorded as 0.39 s.
+    assert busy['processes'] == 1 and busy['user_s'] + busy['system_s'] >= 0.25, sorted(first)
     assert second.get('true', {}).get('processes', 0) >= 1, second
-    assert 'true' not in first and phases[0]['busy_cpu_s'] >= 0.4, phases
+    assert 'true' not in first and phases[0]['busy_cpu_s'] >= 0.25, phases
 
 
 def test_a_command_exit_code_is_returned_and_it_is_told_a_census_runs():
