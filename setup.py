@@ -1,5 +1,7 @@
 """chainermn-torus: 2D-torus gradient communicators and CPU tooling for ChainerMN."""
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
+
+ONEDNN = 'onednn-cpu-gomp==2023.2.0; platform_machine == "x86_64"'
 
 setup(
     name='chainermn-torus',
@@ -7,7 +9,10 @@ setup(
     description='2D-torus all-reduce communicators (RSAA, RSAP) for ChainerMN on CPU clusters',
     long_description=open('README.md').read() if __import__('os').path.exists('README.md') else '',
     long_description_content_type='text/markdown',
-    packages=find_packages(include=['chainermn_torus', 'chainermn_torus.*']),
+    # Namespace packages too: compute/kernels and compute/onednn have no __init__.py, and a
+    # wheel built with find_packages left them out (its import failed at the first layer).
+    packages=find_namespace_packages(include=['chainermn_torus', 'chainermn_torus.*'],
+                                     exclude=['*.__pycache__']),
     python_requires='>=3.8',
     # What every rank imports. chainer 7.8.1 is installed by scripts/setup.sh (it needs
     # setuptools<70 and no build isolation), so it is declared here without forcing pip to
@@ -22,6 +27,12 @@ setup(
         'mpich': ['mpich'],
         'imagenet': ['pillow'],            # JPEG decoding in the ImageNet example
         'plot': ['matplotlib'],            # timelines and benchmark plots
+        # oneDNN 3.2 for Chainer's heavy layers (compute/): the x86-64 build with GNU
+        # OpenMP. Not the wheel named `onednn` (2026.1): that is the SYCL build, which needs
+        # Intel's compiler runtimes. Elsewhere (aarch64) a site's libdnnl.so.3, or numpy.
+        'onednn': [ONEDNN],
+        # The whole CPU stack of a cluster install, in one word (docs/cluster.md).
+        'cpu': [ONEDNN, 'numba', 'pillow', 'matplotlib'],
         # import-linter: the layers (.importlinter); ruff: the style check (ruff.toml);
         # mypy: the public API's type hints (mypy.ini)
         'test': ['pytest', 'import-linter', 'ruff==0.17.6', 'mypy==1.13.0'],
