@@ -40,6 +40,8 @@ COMMANDS = collections.OrderedDict([
     ('elastic', ('chainermn_torus.tools.elastic', 'main',
                  'elastic [--hosts H:R,...] [--min-nodes N] [...] -- python script.py ...  '
                  '(goes on when a node is lost)')),
+    ('check', ('chainermn_torus.tools.check', 'main',
+               'check [--json]  (what this install has and will use: MPI, oneDNN, numba, ...)')),
     ('clean', ('chainermn_torus.tools.clean', 'main',
                'clean [--dry-run] [--others] [--checkpoint-dir DIR]  (what dead jobs left)')),
 ])

@@ -1,0 +1,154 @@
+"""``chainermn-torus check``: what this install has and what a job will use, one line each,
+on a login or a compute node (no MPI job is started: MPI is loaded, not initialised).
+
+Each line is ``ok``, ``--`` (works, but slower or without a feature: the line says what and
+how to add it) or ``NO`` (a job needs it): the MPI library mpi4py was built against and the
+one it loads, the launcher on the PATH and whether it is the same MPI; Chainer and numpy;
+oneDNN; numba and its cache; bfloat16 on this CPU; cores; /dev/shm room; the communicators.
+The exit code is 1 where a line says ``NO``. ``--json``: the lines as a list of objects.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+__all__ = ['main', 'rows', 'mpi_family']
+
+# An MPI's family, from its library version or its launcher's --version (first match).
+_FAMILIES = (('Open MPI', r'Open MPI|OpenRTE'), ('Intel MPI', r'Intel\(R\) MPI'),
+             ('MPICH', r'MPICH|HYDRA'), ('Fujitsu MPI', r'Fujitsu'))
+
+
+def mpi_family(text):
+    """'Open MPI', 'Intel MPI', 'MPICH', 'Fujitsu MPI' or None, from a version text."""
+    for name, pattern in _FAMILIES:
+        if re.search(pattern, text or ''):
+            return name
+    return None
+
+
+def _row(name, status, value, fix=''):
+    return {'name': name, 'status': status, 'value': value, 'fix': fix}
+
+
+def _mpi_rows():
+    try:
+        import mpi4py
+    except ImportError:
+        return [_row('mpi4py', 'NO', 'not installed',
+                     'MPICC=$(which mpicc) pip install --no-binary=mpi4py mpi4py')]
+    built = mpi4py.get_config().get('mpicc') or 'a binary wheel (no mpicc recorded)'
+    rows = [_row('mpi4py', 'ok', f'{mpi4py.__version__}, built with {built}')]
+    if 'mpi4py.MPI' not in sys.modules:  # loaded, not started: a login node runs no job
+        mpi4py.rc.initialize = False
+    try:
+        from mpi4py import MPI
+        library = MPI.Get_library_version().strip().splitlines()[0]
+    except Exception as e:  # the library mpi4py was built against cannot be loaded
+        return rows + [_row('MPI library', 'NO', f'cannot be loaded: {e}',
+                            'load the MPI module mpi4py was built with, or rebuild mpi4py')]
+    rows.append(_row('MPI library', 'ok', library))
+    # The PATH's, else this Python's own (a venv with the mpich wheel, not activated).
+    here = os.path.dirname(sys.executable)
+    launcher = next((found for name in ('mpiexec', 'mpirun') for found in (
+        shutil.which(name), shutil.which(name, path=here)) if found), None)
+    if launcher is None:
+        return rows + [_row('launcher', 'NO', 'no mpiexec or mpirun on the PATH',
+                            "load the site's MPI module (the one mpi4py was built with)")]
+    try:
+        said = subprocess.run([launcher, '--version'], capture_output=True, text=True,
+                              timeout=20)
+        text = (said.stdout + said.stderr).strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        text = str(e)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    first = next((ln for ln in lines if re.search(r'\d+\.\d+', ln)),
+                 lines[0] if lines else 'no --version')  # its version line
+    ours, theirs = mpi_family(library), mpi_family(text)
+    same = ours is not None and ours == theirs
+    rows.append(_row('launcher', 'ok' if same else 'NO', f'{launcher}: {first}',
+                     '' if same else f'the launcher is {theirs or "unknown"} and mpi4py loads '
+                     f'{ours or "an unknown MPI"}: use the mpiexec of the MPI mpi4py was '
+                     'built with'))
+    return rows
+
+
+def _python_rows():
+    import numpy
+    import chainer  # after chainermn_torus (main imports it): Chainer's check skipped
+    rows = [_row('Python', 'ok', f'{sys.version.split()[0]} ({sys.executable})')]
+    ok = chainer.__version__ == '7.8.1'
+    rows.append(_row('Chainer', 'ok' if ok else 'NO', chainer.__version__,
+                     '' if ok else 'pip install --no-build-isolation chainer==7.8.1'))
+    ok = int(numpy.__version__.split('.')[0]) < 2
+    rows.append(_row('numpy', 'ok' if ok else 'NO', numpy.__version__,
+                     '' if ok else 'pip install "numpy<2" (Chainer 7.8.1 needs numpy 1)'))
+    return rows
+
+
+def _compute_rows():
+    import platform
+    from chainermn_torus.compute import precision
+    from chainermn_torus.compute.onednn import binding
+    rows = []
+    if binding.available():
+        major, minor, patch, path = binding.version()
+        rows.append(_row('oneDNN', 'ok', f'{major}.{minor}.{patch} ({path})'))
+    else:
+        fix = 'pip install "chainermn-torus[onednn]"' if platform.machine() == 'x86_64' else \
+            "a site's libdnnl.so.3 (oneDNN 3.x) on LD_LIBRARY_PATH"
+        rows.append(_row('oneDNN', '--', (binding.why_unavailable() or 'not loaded') +
+                         "; Chainer's numpy layers (ResNet-50 2.51x slower here)", fix))
+    has, what = precision.cpu_bf16()
+    rows.append(_row('bfloat16', 'ok' if has else '--', what,
+                     '' if has else 'precision fp32 (the default) on this CPU'))
+    try:
+        import numba
+        from numba.core.config import CACHE_DIR
+        cache = CACHE_DIR or 'beside the package (__pycache__)'
+        rows.append(_row('numba', 'ok', f'{numba.__version__}, cache {cache}',
+                         'chainermn-torus kernels (compile the kernels ahead of a job)'))
+    except ImportError:
+        rows.append(_row('numba', '--', 'not installed: no fused updates or flush-to-zero; '
+                         'float16 sums and shared-memory rows in numpy', 'pip install numba'))
+    return rows
+
+
+def _node_rows():
+    from chainermn_torus import communicators
+    from chainermn_torus.runtime import report
+    from chainermn_torus.runtime.files import devshm
+    allowed = len(os.sched_getaffinity(0))
+    rows = [_row('cores', 'ok', f'{os.cpu_count()} CPUs, {allowed} allowed to this process')]
+    free = devshm.free_bytes()
+    rows.append(_row('/dev/shm', 'ok' if free > 256 << 20 else '--',
+                     f'{report.format_bytes(free)} free of '
+                     f'{report.format_bytes(devshm.total_bytes())}',
+                     '' if free > 256 << 20 else 'chainermn-torus clean (what dead jobs left)'))
+    rows.append(_row('communicators', 'ok', ', '.join(communicators.names())))
+    return rows
+
+
+def rows():
+    """Every line, in order (dicts: name, status, value, fix)."""
+    import chainermn_torus  # noqa: F401  (first: Chainer's import after it)
+    return _mpi_rows() + _python_rows() + _compute_rows() + _node_rows()
+
+
+def main(argv):
+    """What this install has and what a job will use; exit 1 where a job cannot run."""
+    p = argparse.ArgumentParser(prog='chainermn-torus check', description=main.__doc__)
+    p.add_argument('--json', action='store_true', help='the lines as JSON')
+    args = p.parse_args(argv)
+    found = rows()
+    if args.json:
+        print(json.dumps(found, indent=1))
+    else:
+        width = max(len(r['name']) for r in found)
+        for r in found:
+            fix = f'  [{r["fix"]}]' if r['fix'] and r['status'] != 'ok' else ''
+            print(f'{r["status"]:>2}  {r["name"]:<{width}}  {r["value"]}{fix}')
+    return 1 if any(r['status'] == 'NO' for r in found) else 0
