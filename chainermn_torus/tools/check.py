@@ -10,10 +10,21 @@ The exit code is 1 where a line says ``NO``. ``--json``: the lines as a list of 
 import argparse
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
 import sys
+
+import chainermn_torus  # noqa: F401  (first: Chainer's import after it)
+import chainer
+import numpy
+
+from chainermn_torus import communicators
+from chainermn_torus.compute import precision
+from chainermn_torus.compute.onednn import binding
+from chainermn_torus.runtime import report
+from chainermn_torus.runtime.files import devshm
 
 __all__ = ['main', 'rows', 'mpi_family']
 
@@ -77,8 +88,6 @@ def _mpi_rows():
 
 
 def _python_rows():
-    import numpy
-    import chainer  # after chainermn_torus (main imports it): Chainer's check skipped
     rows = [_row('Python', 'ok', f'{sys.version.split()[0]} ({sys.executable})')]
     ok = chainer.__version__ == '7.8.1'
     rows.append(_row('Chainer', 'ok' if ok else 'NO', chainer.__version__,
@@ -90,9 +99,6 @@ def _python_rows():
 
 
 def _compute_rows():
-    import platform
-    from chainermn_torus.compute import precision
-    from chainermn_torus.compute.onednn import binding
     rows = []
     if binding.available():
         major, minor, patch, path = binding.version()
@@ -118,9 +124,6 @@ def _compute_rows():
 
 
 def _node_rows():
-    from chainermn_torus import communicators
-    from chainermn_torus.runtime import report
-    from chainermn_torus.runtime.files import devshm
     allowed = len(os.sched_getaffinity(0))
     rows = [_row('cores', 'ok', f'{os.cpu_count()} CPUs, {allowed} allowed to this process')]
     free = devshm.free_bytes()
@@ -134,7 +137,6 @@ def _node_rows():
 
 def rows():
     """Every line, in order (dicts: name, status, value, fix)."""
-    import chainermn_torus  # noqa: F401  (first: Chainer's import after it)
     return _mpi_rows() + _python_rows() + _compute_rows() + _node_rows()
 
 
