@@ -76,7 +76,7 @@ def _mpi_rows():
     except (OSError, subprocess.SubprocessError) as e:
         text = str(e)
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    first = next((ln for ln in lines if re.search(r'\d+\.\d+', ln)),
+    first = next((' '.join(ln.split()) for ln in lines if re.search(r'\d+\.\d+', ln)),
                  lines[0] if lines else 'no --version')  # its version line
     ours, theirs = mpi_family(library), mpi_family(text)
     same = ours is not None and ours == theirs
