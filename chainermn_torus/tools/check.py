@@ -45,22 +45,51 @@ def _row(name, status, value, fix=''):
     return {'name': name, 'status': status, 'value': value, 'fix': fix}
 
 
+def _linked_mpi(extension):
+    """The libmpi mpi4py's extension is linked to (a build from source), or None."""
+    try:
+        out = subprocess.run(['ldd', extension], capture_output=True, text=True,
+                             timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in out.splitlines():
+        name, _, where = line.strip().partition(' => ')
+        if name.startswith('libmpi') and where:
+            where = where.split('(')[0].strip()
+            # the mpich wheel's: a name its package's path resolves when mpi4py loads it
+            return f'{name} (found when loaded)' if where == 'not found' else where
+    return None
+
+
+def _loaded_mpi():
+    """The libmpi file this process has mapped."""
+    try:
+        with open('/proc/self/maps') as f:
+            paths = {line.split()[-1] for line in f if '/libmpi' in line}
+    except OSError:
+        return None
+    return ', '.join(sorted(paths)) or None
+
+
 def _mpi_rows():
     try:
         import mpi4py
     except ImportError:
         return [_row('mpi4py', 'NO', 'not installed',
                      'MPICC=$(which mpicc) pip install --no-binary=mpi4py mpi4py')]
-    built = mpi4py.get_config().get('mpicc') or 'a binary wheel (no mpicc recorded)'
-    rows = [_row('mpi4py', 'ok', f'{mpi4py.__version__}, built with {built}')]
     if 'mpi4py.MPI' not in sys.modules:  # loaded, not started: a login node runs no job
         mpi4py.rc.initialize = False
     try:
         from mpi4py import MPI
         library = MPI.Get_library_version().strip().splitlines()[0]
     except Exception as e:  # the library mpi4py was built against cannot be loaded
-        return rows + [_row('MPI library', 'NO', f'cannot be loaded: {e}',
-                            'load the MPI module mpi4py was built with, or rebuild mpi4py')]
+        return [_row('mpi4py', 'NO', f'{mpi4py.__version__}: its MPI cannot be loaded: {e}',
+                     'load the MPI module mpi4py was built with, or rebuild mpi4py')]
+    linked = _linked_mpi(MPI.__file__)
+    built = f'built against {linked}' if linked else \
+        'a binary wheel (it loads the libmpi it finds: MPI4PY_LIBMPI, else the loader\'s)'
+    rows = [_row('mpi4py', 'ok', f'{mpi4py.__version__}, {built}')]
+    library = f'{library} ({_loaded_mpi() or "path unknown"})'
     rows.append(_row('MPI library', 'ok', library))
     # The PATH's, else this Python's own (a venv with the mpich wheel, not activated).
     here = os.path.dirname(sys.executable)

@@ -17,8 +17,15 @@ def run_cli(argv, env=None):
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
 
 
+def _activated():
+    # As `. .venv/bin/activate` leaves it: the venv's mpiexec first (a system MPI's may be
+    # on the PATH too: Debian's Open MPI, for the cluster recipe's test).
+    here = os.path.dirname(sys.executable)
+    return dict(os.environ, PATH=f'{here}{os.pathsep}{os.environ["PATH"]}')
+
+
 def test_this_install_is_mpich_with_its_own_launcher_and_everything_a_job_needs():
-    proc = run_cli(['check', '--json'])
+    proc = run_cli(['check', '--json'], env=_activated())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     found = {r['name']: r for r in json.loads(proc.stdout)}
     assert list(found)[:3] == ['mpi4py', 'MPI library', 'launcher']
@@ -33,7 +40,8 @@ def test_a_launcher_of_another_mpi_is_refused_naming_both(tmp_path):
     fake = tmp_path / 'mpiexec'
     fake.write_text('#!/bin/sh\necho "mpiexec (OpenRTE) 4.1.4"\n')
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    env = dict(os.environ, PATH=f'{tmp_path}{os.pathsep}{os.environ["PATH"]}')
+    env = _activated()
+    env['PATH'] = f'{tmp_path}{os.pathsep}{env["PATH"]}'
     proc = run_cli(['check'], env=env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     (line,) = [ln for ln in proc.stdout.splitlines() if 'launcher' in ln]
