@@ -19,11 +19,12 @@ gradients that view it, while a peer still copies from it).
 import numpy
 from mpi4py import MPI
 
+from chainermn_torus.communicators._dtypes import is_half as _is_half
 from chainermn_torus.communicators._window import check_node_room, populate_or_free
 from chainermn_torus.errors import ConfigError
 from chainermn_torus.runtime.cpu import jit
 
-__all__ = ['ShmRows', 'NodeBuffers', 'rows_within_nodes', 'resolve_shm']
+__all__ = ['ShmRows', 'NodeBuffers', 'rows_within_nodes', 'resolve_shm', 'node_rows']
 
 _SHM_CHOICES = (None, True, False)
 
@@ -54,6 +55,15 @@ def resolve_shm(shm, grid, mpi_comm, intra_size, wanted_by_default=True):
             'per node on '
             'this rank\'s node); use M = ranks per node or shm=False')
     return inside
+
+
+def node_rows(shm, row_comm, layout, progress, purpose=''):
+    """ShmRows for a buffer of ``layout`` where ``shm`` (resolved) holds for it, else None:
+    float16 and bfloat16 keep the message phases (the node-shared ones sum with MPI's
+    types), and an empty buffer has no window."""
+    if shm and layout.size and not _is_half(layout.dtype):
+        return ShmRows(row_comm, layout.size, layout.dtype, progress, purpose=purpose)
+    return None
 
 
 numba = jit.numba()

@@ -226,10 +226,7 @@ class TorusEngine:
             if timeline is not None and src is None:
                 timeline.add('pack', tp, tq)
             self._mean_segment(buf, segment[0], segment[1], src, timeline)
-        if buf.rows is not None:
-            buf.rows.end_call()
-        if chainer.is_debug():  # chainer.set_debug(True): checked as ChainerMN checks
-            check_means_finite(buf, self.name)
+        self._end_call(buf)
         t2 = time.perf_counter()
         buf.unpack_grads(named)
         t3 = time.perf_counter()
@@ -277,10 +274,7 @@ class TorusEngine:
                 src = buf.send_source(named, segment, scale)
                 pack += time.perf_counter() - tp
                 self._mean_segment(buf, segment[0], segment[1], src, timeline)
-        if buf.rows is not None:
-            buf.rows.end_call()
-        if chainer.is_debug():
-            check_means_finite(buf, self.name)
+        self._end_call(buf)
         t1 = time.perf_counter()
         tm = self.timings
         tm['pack'] += pack
@@ -303,11 +297,16 @@ class TorusEngine:
         for lo, hi, _ in buf.plan:
             self._mean_segment(buf, lo, hi, None, timeline)
         array.reshape(-1)[...] = buf.array
+        self._end_call(buf)
+        return array
+
+    def _end_call(self, buf: Any) -> None:
+        """After a call's last segment, on every rank: the row phases' end (a node barrier
+        for shm), then Chainer's debug-mode check of the means, as ChainerMN checks."""
         if buf.rows is not None:
             buf.rows.end_call()
         if chainer.is_debug():
             check_means_finite(buf, self.name)
-        return array
 
     # --- phases 1-3 of one segment --------------------------------------------------------------
     def _mean_segment(self, buf: Any, lo: int, hi: int, src: Any, timeline: Any) -> None:

@@ -90,9 +90,11 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
 
     def _engine(self) -> TorusEngine:
         if self.engine is None:
-            raise RuntimeError(f'chainermn_torus: {type(self).__name__} made no engine: a class of '
-                               'ours without '
-                               'one overrides the calls it answers')
+            raise RuntimeError(
+                f'chainermn_torus: {type(self).__name__} made no engine: a communicator class '
+                'calls self._start_engine(rows) in its constructor, or overrides the calls it '
+                'answers (mean_grad_in_slot, mean_grads_by_bucket, mean_array, timings, calls), '
+                'as auto does')
         return self.engine
 
     @property

@@ -8,10 +8,10 @@ ones sum with MPI's types.
 from typing import Any, Optional
 
 from chainermn_torus import config
-from chainermn_torus.communicators import _dtypes, interface
-from chainermn_torus.communicators._grid import make_grid
+from chainermn_torus.communicators import interface
+from chainermn_torus.communicators._grid import Grid, make_grid
 from chainermn_torus.communicators.engine import MessageRows
-from chainermn_torus.communicators._shm import ShmRows, resolve_shm
+from chainermn_torus.communicators._shm import node_rows, resolve_shm
 
 __all__ = ['RsaaCommunicator']
 
@@ -22,6 +22,7 @@ class RsaaCommunicator(interface.Communicator):
     nodes) or False (the messages)."""
 
     name: Optional[str] = 'rsaa'
+    grid: Grid  # made in the constructor, never None here
 
     def __init__(self, mpi_comm: Any = None, grid: Any = None,
                  segment_size: Optional[int] = None, allreduce_grad_dtype: Any = None,
@@ -29,7 +30,7 @@ class RsaaCommunicator(interface.Communicator):
                  **made_by: Any) -> None:
         super().__init__(mpi_comm, segment_size, allreduce_grad_dtype, settings, **made_by)
         made, self.grid_reason = make_grid(self, grid, self.settings['grid'])
-        self.grid, self._row_comm = made, made.row_comm  # the row phases' (_rows)
+        self.grid = made
         self.shm = resolve_shm(shm, made, self.mpi_comm, self.intra_size)
         self.variant = 'shm' if self.shm else 'rsaa'  # as algorithms.variants names it
         self._options.update(grid=grid, shm=shm)
@@ -37,11 +38,9 @@ class RsaaCommunicator(interface.Communicator):
 
     def _rows(self, layout: Any) -> Any:
         """The row phases of a buffer of ``layout`` (the engine's strategy)."""
-        row_comm = self._row_comm
-        if self.shm and layout.size and not _dtypes.is_half(layout.dtype):
-            return ShmRows(row_comm, layout.size, layout.dtype, self.progress,
-                           purpose=self.shm_purpose)
-        return MessageRows(row_comm, self.progress)
+        row_comm = self.grid.row_comm
+        return node_rows(self.shm, row_comm, layout, self.progress, self.shm_purpose) or \
+            MessageRows(row_comm, self.progress)
 
     def _describe_variant(self) -> str:
         return ', row phases in node shared memory (variant shm)' if self.shm else ''

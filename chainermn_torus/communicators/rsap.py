@@ -15,11 +15,11 @@ from typing import Any, Optional
 
 from chainermn_torus import config
 from chainermn_torus.communicators import _dtypes, interface
-from chainermn_torus.communicators._grid import make_grid
+from chainermn_torus.communicators._grid import Grid, make_grid
 from chainermn_torus.communicators.engine import MessageRows
 from chainermn_torus.communicators._rsap_modes import (
     NEEDS_MPI_SUM, REDUCE_SCATTERS, SYNCS, PutRows)
-from chainermn_torus.communicators._shm import ShmRows, resolve_shm
+from chainermn_torus.communicators._shm import node_rows, resolve_shm
 from chainermn_torus.errors import ConfigError
 
 __all__ = ['RsapCommunicator']
@@ -46,6 +46,7 @@ class RsapCommunicator(interface.Communicator):
     """
 
     name: Optional[str] = 'rsap'
+    grid: Grid  # made in the constructor, never None here
 
     def __init__(self, mpi_comm: Any = None, grid: Any = None,
                  segment_size: Optional[int] = None, allreduce_grad_dtype: Any = None,
@@ -54,7 +55,7 @@ class RsapCommunicator(interface.Communicator):
                  settings: Optional[config.Settings] = None, **made_by: Any) -> None:
         super().__init__(mpi_comm, segment_size, allreduce_grad_dtype, settings, **made_by)
         made, self.grid_reason = make_grid(self, grid, self.settings['grid'])
-        self.grid, self._row_comm = made, made.row_comm  # the row phases' (_rows)
+        self.grid = made
         self.sync = _choice('sync', sync, tuple(SYNCS), DEFAULT_SYNC)
         self.reduce_scatter_mode = _choice('reduce_scatter', reduce_scatter,
                                            tuple(REDUCE_SCATTERS), DEFAULT_REDUCE_SCATTER)
@@ -84,10 +85,10 @@ class RsapCommunicator(interface.Communicator):
     def _rows(self, layout: Any) -> Any:
         """The row phases of a buffer of ``layout`` (the engine's strategy): node-shared
         where ``shm`` (float16 and bfloat16 excepted), else the put rounds."""
-        row_comm = self._row_comm
-        if self.shm and layout.size and not _dtypes.is_half(layout.dtype):
-            return ShmRows(row_comm, layout.size, layout.dtype, self.progress,
-                           purpose=self.shm_purpose)
+        row_comm = self.grid.row_comm
+        shared = node_rows(self.shm, row_comm, layout, self.progress, self.shm_purpose)
+        if shared is not None:
+            return shared
         if layout.size == 0:  # no window of zero bytes
             return MessageRows(row_comm, self.progress)
         return PutRows(row_comm, self.progress, layout.size, layout.dtype, self._rounds,
