@@ -8,7 +8,8 @@ munged, so every old machine passed and every new one failed). This script forge
 1. reset: it stops what the project starts (the Slurm daemons and munged, the emulated
    cluster's namespaces and bridge), then removes what the project's scripts install or
    leave: Slurm's and munge's packages and their state, qemu-user-static and the arm64
-   package lists, the dataset package, python3-simgrid, the packages apt pulled in for
+   package lists, the dataset package, python3-simgrid, Debian's Open MPI (the cluster
+   recipe's test), the packages apt pulled in for
    them, pip's wheel cache, the tuning memory and other caches in $HOME, every `.venv`
    (its `mpi/` prefixes and aarch64 Python inside) and the clones of earlier runs. apt's
    package lists (newer after any `apt-get update`) and its .deb archive stay: the scripts
@@ -38,10 +39,11 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLONE_PREFIX = 'chainermn-torus-fresh.'
 # The Debian packages the project's scripts install (setup.sh, slurm_cluster.sh,
-# setup_simgrid.sh, aarch64_root.sh). What apt pulled in for them goes too: the packages
-# that become removable once these are gone, less those that were removable before.
+# setup_simgrid.sh, aarch64_root.sh, cluster_recipe.py). What apt pulled in for them goes
+# too: the packages that become removable once these are gone, less those that were
+# removable before.
 PACKAGES = ['slurm-wlm', 'slurmctld', 'slurmd', 'slurm-client', 'munge', 'python3-simgrid',
-            'qemu-user-static', 'dataset-fashion-mnist']
+            'qemu-user-static', 'dataset-fashion-mnist', 'libopenmpi-dev', 'openmpi-bin']
 # The state those packages and the scripts leave outside the packages' own files.
 STATE_PATHS = ['/run/munge', '/var/lib/munge', '/var/log/munge', '/etc/munge',
                '/var/lib/slurm', '/var/log/slurm', '/var/spool/slurmd', '/var/spool/slurmctld',
