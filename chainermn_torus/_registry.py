@@ -206,6 +206,14 @@ def create_communicator(communicator_name: str = 'pure_nccl', mpi_comm: Any = No
     # asks for.
     settings = process_setup.init(mpi_comm, ours=cls is not None).settings
     if cls is None:
+        exact, source = (False, None) if settings is None else settings.pick(
+            'exact_sum', kwargs.get('exact_sum'), 'exact_sum')
+        if exact:  # refused before it is made: every rank here, none in a collective
+            raise ConfigError(
+                f'chainermn_torus: {source} asks for the exact sum, and communicator '
+                f'{communicator_name!r} is ChainerMN\'s, which sums in float32 in an order of '
+                f'its own; use one of {", ".join(sorted(ours))} (--communicator under the '
+                'launcher)')
         return _made(_chainermn_factory(communicator_name, mpi_comm=mpi_comm, **kwargs),
                      asked, communicator_name)
     kwargs = policy().with_defaults(_option_names(cls), kwargs)

@@ -59,8 +59,9 @@ class AutoCommunicator(Communicator):
 
     def __init__(self, mpi_comm=None, network=None, segment_size=None,
                  allreduce_grad_dtype=None, measure_timeout=10.0, simulate=None, tune=None,
-                 tune_dir=None, _remembered=None, settings=None, **made_by):
-        super().__init__(mpi_comm, segment_size, allreduce_grad_dtype, settings, **made_by)
+                 tune_dir=None, _remembered=None, settings=None, exact_sum=None, **made_by):
+        super().__init__(mpi_comm, segment_size, allreduce_grad_dtype, settings,
+                         exact_sum=exact_sum, **made_by)
         self._calls = 0
         self._options.update(network=network, measure_timeout=measure_timeout,
                              simulate=simulate, tune=tune, tune_dir=tune_dir)
@@ -104,6 +105,7 @@ class AutoCommunicator(Communicator):
                               segment_size=self._options['segment_size']
                               if segment is None else segment,
                               allreduce_grad_dtype=self._options['allreduce_grad_dtype'],
+                              exact_sum=self.exact_sum,
                               settings=self.settings, progress=self.progress)
         return comm
 

@@ -201,10 +201,11 @@ def add_communicator(parser, default='rsap'):
                                    default or "the script's own"))
 
 
-def add_arguments(parser, communicator='rsap', grid=True, threads=True, segment_size=False):
+def add_arguments(parser, communicator='rsap', grid=True, threads=True, segment_size=False,
+                  exact_sum=False):
     """The options every entry point shares, defined once: ``--communicator`` (default
     ``communicator``; None: the script's own choice), and from the rows ``--grid``,
-    ``--threads`` and ``--segment-size``. Returns the argument group."""
+    ``--threads``, ``--segment-size`` and ``--exact-sum``. Returns the argument group."""
     group = parser.add_argument_group('communicator (chainermn_torus)')
     add_communicator(group, communicator)
     if grid:
@@ -214,4 +215,6 @@ def add_arguments(parser, communicator='rsap', grid=True, threads=True, segment_
         add_option(group, 'threads')
     if segment_size:
         add_option(group, 'segment_bytes', '--segment-size', dest='segment_size')
+    if exact_sum:
+        add_option(group, 'exact_sum')
     return group

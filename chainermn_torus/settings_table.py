@@ -152,6 +152,10 @@ SETTINGS = collections.OrderedDict([
                                 'launcher: the dtype gradients travel in: float16 or bfloat16 '
                                 "(half the bytes; bfloat16 keeps float32's range), float32; "
                                 "default: the model's", launcher='communicator')),
+    ('exact_sum', Setting('CHAINERMN_TORUS_EXACT_SUM', 'flag', False,
+                          'the exact, order-independent gradient sum (64-bit integers on '
+                          'the wire): the same bits on any P, grid or algorithm',
+                          launcher='communicator')),
     ('loader', Setting('CHAINERMN_TORUS_LOADER', 'loader', None,
                        "launcher: replace the training iterator: serial, multiprocess, ours "
                        "(the loader processes); default: the script's own", launcher='iterator')),

@@ -49,6 +49,7 @@ BAD = {
     'double_buffering': ('maybe', {}, []),
     'overlap': ('maybe', {}, []),
     'fp16_allreduce': ('maybe', {}, []),
+    'exact_sum': ('maybe', {}, []),
     'loader': ('fast', {}, []),
     'loader_eval': ('maybe', {}, []),
     'loader_processes': ('0', {}, []),

@@ -14,7 +14,10 @@ ratio to ChainerMN ``naive``, the algorithm bandwidth (bytes / time) and the bus
 Torus rows are named by variant (``algorithms.variants``): rsaa, rsap (fence),
 rsap_notify, rsap_acc, shm, and rsap_pscw only when asked for. With ``--debug`` every communicator
 row gets a twin ``NAME/debug`` timed under ``chainer.set_debug(True)``: the cost of the finite check
-ChainerMN's communicators (and ours) make on the averaged gradients in debug mode.
+ChainerMN's communicators (and ours) make on the averaged gradients in debug mode. With
+``--exact`` every row of ours gets a twin ``NAME/exact`` made with ``exact_sum=True`` (64-bit
+integers on the wire, ``communicators._exact``), and the report gives its time against its twin's
+(``ratio_to_plain``).
 """
 import json
 import os
@@ -101,6 +104,9 @@ def run(args):
         for variant in ALWAYS + [v for v in args.variants
                                  if not variants.get(v).grid and v not in ALWAYS]:
             comms[variant + label] = create_variant(variant, segment_size=seg)
+            if args.exact:
+                comms[variant + label + '/exact'] = create_variant(
+                    variant, segment_size=seg, exact_sum=True)
         for g in _grids(P, args.grids):
             M = parse_grid(g, P, source='--grids')[0]
             for variant in [v for v in args.variants if variants.get(v).grid]:
@@ -112,6 +118,9 @@ def run(args):
                     continue  # shm with rows across nodes: no such row for this grid
                 comm = create_variant(variant, grid=g, segment_size=seg)
                 comms[f'{variant}({g}){label}'] = comm
+                if args.exact:
+                    comms[f'{variant}({g}){label}/exact'] = create_variant(
+                        variant, grid=g, segment_size=seg, exact_sum=True)
     if args.auto:
         comms['auto'] = chainermn_torus.create_communicator('auto')
     # float16 / bfloat16 on the wire: half the bytes, plus the conversions (communicators._half)
@@ -154,6 +163,12 @@ def run(args):
             'name': name, 'median_ms': 1e3 * m, 'min_ms': 1e3 * min(times[name]),
             'ratio_to_naive': m / base if base > 0 else float('nan'),
             'algbw_GBps': algbw / 1e9, 'busbw_GBps': algbw * 2.0 * (P - 1) / P / 1e9})
+        if name.endswith('/exact'):
+            # each round's pair, as the rows ran one after the other in that round
+            plain = name[:-len('/exact')]
+            results[-1]['ratio_to_plain'] = m / med[plain]
+            results[-1]['paired_ratio_to_plain'] = statistics.median(
+                e / p for e, p in zip(times[name], times[plain]))
     results.append({'name': 'copy_bound', 'median_ms': 1e3 * bound, 'min_ms': 1e3 * bound,
                     'ratio_to_naive': bound / base if base > 0 else float('nan'),
                     'algbw_GBps': (nbytes / bound / 1e9) if bound else float('inf'),
@@ -187,13 +202,14 @@ def format_table(report):
              'GB/s with all ranks copying), median of {} rounds'.format(
                  report['model'], report['arrays'], report['bytes'] / 1e6, report['ranks'],
                  report['mpi'], report['copy_bandwidth_GBps'], report['rounds']),
-             '{:<34} {:>10} {:>10} {:>9} {:>10} {:>10}'.format(
+             '{:<34} {:>10} {:>10} {:>9} {:>10} {:>10} {:>8}'.format(
                  'communicator', 'median ms', 'min ms', 'x naive', 'algbw GB/s',
-                 'busbw GB/s')]
+                 'busbw GB/s', 'x plain')]
     for r in report['results']:
-        lines.append('{:<34} {:>10.2f} {:>10.2f} {:>9.2f} {:>10.2f} {:>10.2f}'.format(
+        plain = r.get('ratio_to_plain')
+        lines.append('{:<34} {:>10.2f} {:>10.2f} {:>9.2f} {:>10.2f} {:>10.2f} {:>8}'.format(
             r['name'], r['median_ms'], r['min_ms'], r['ratio_to_naive'], r['algbw_GBps'],
-            r['busbw_GBps']))
+            r['busbw_GBps'], '' if plain is None else f'{plain:.2f}'))
     return '\n'.join(lines)
 
 
@@ -223,6 +239,8 @@ def build_parser():
                         help='also rows with allreduce_grad_dtype=float16')
     parser.add_argument('--bf16', action='store_true',
                         help="also rows with allreduce_grad_dtype='bfloat16'")
+    parser.add_argument('--exact', action='store_true',
+                        help='a twin NAME/exact of every row of ours, with exact_sum=True')
     parser.add_argument('--chainer-debug', action='store_true',
                         help='also every communicator row in Chainer\'s debug mode')
     parser.add_argument('--json', default=None, help='write the report here (rank 0)')

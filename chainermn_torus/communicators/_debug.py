@@ -23,13 +23,13 @@ DIVERGED = 'Parameters diverged after allreduce.'  # ChainerMN's message, word f
 
 
 def check_means_finite(buf, name):
-    """In debug mode, raise ValueError if ``buf.array`` holds a NaN or an infinity."""
+    """In debug mode, raise ValueError if ``buf.means`` holds a NaN or an infinity."""
     if not chainer.is_debug():
         return
     bad = 0
     first = None
     for lo, hi, _ in buf.plan:
-        finite = numpy.isfinite(buf.array[lo:hi])
+        finite = numpy.isfinite(buf.means[lo:hi])
         if finite.all():
             continue
         missing = finite.size - int(numpy.count_nonzero(finite))

@@ -29,6 +29,7 @@ __all__ = ['Layout', 'grad_params', 'data_params', 'param_signature', 'PackedBuf
 MPI_TYPES = {
     numpy.dtype(numpy.float32): MPI.FLOAT,
     numpy.dtype(numpy.float64): MPI.DOUBLE,
+    numpy.dtype(numpy.int64): MPI.INT64_T,   # the exact sum's integers (``_exact``)
     numpy.dtype(numpy.uint8): MPI.BYTE,
 }
 
@@ -194,6 +195,20 @@ class PackedBuffer:
         self.plan = plan_segments(layout.offsets, segment_elems, direct_min_elems)
         self.bucket_plan = (None, None)  # (bucket bounds, the plan cut at them): overlap
 
+    # --- what the engine asks of a buffer (``_exact.ExactBuffer`` answers otherwise) ----------
+    @property
+    def means(self):
+        """Where the means are after a call (and the gradients view): the buffer itself."""
+        return self.array
+
+    def sum_divisor(self, size):
+        """What the engine divides a chunk's sum over ``size`` ranks by: 1 if packing
+        already multiplied by 1/size."""
+        return 1 if self.prescaled else size
+
+    def finish(self):
+        """After a call's last segment: nothing to do here (the sums are the means)."""
+
     # --- gradients --------------------------------------------------------------------------
     def send_source(self, named_params, segment, scale=None):
         """The send buffer for one segment: a slice of a gradient array, or None.
@@ -256,7 +271,7 @@ class PackedBuffer:
                         numpy.copyto(dst, src, casting='same_kind')
 
     def unpack_grads(self, named_params):
-        buf, offs = self.array, self.layout.offsets
+        buf, offs = self.means, self.layout.offsets
         self._viewers = []
         for i, (_, p) in enumerate(named_params):
             src = buf[offs[i]:offs[i + 1]].reshape(p.data.shape)
@@ -285,7 +300,7 @@ class PackedBuffer:
         """Give gradients that still view this buffer their own copy (before it is freed)."""
         for ref in self._viewers:
             p = ref()
-            if p is not None and p.grad is not None and numpy.shares_memory(p.grad, self.array):
+            if p is not None and p.grad is not None and numpy.shares_memory(p.grad, self.means):
                 p.grad = p.grad.copy()
         self._viewers = []
 

@@ -23,7 +23,10 @@ The strategies, handed to the constructor and never changed:
 * a buffer's *reducer*, by its dtype (``reducer_for``): MPI's sum (``MpiSum``) or, for
   float16 and bfloat16, which MPI cannot sum, the one of ``_half``;
 * the *segment plan*: ``segment_bytes``, and ``prescaled`` (the packing multiplies by 1/P;
-  else the 1/M chunk is divided after the sum). Every rank ends with the same bits.
+  else the 1/M chunk is divided after the sum). Every rank ends with the same bits;
+* ``exact``: the buffers are ``_exact``'s, 64-bit integers on a grid per array (one small
+  MAX all-reduce first, decoded once after the sum): the means' bits then do not depend on
+  P, the grid or the strategies either, only on the gradients and ``terms``.
 Why it is built so: docs/internals.md (communicators/engine.py).
 """
 import collections
@@ -36,7 +39,7 @@ import numpy
 from mpi4py import MPI
 
 from chainermn_torus.algorithms.segments import split_plan
-from chainermn_torus.communicators import _dtypes, _packing
+from chainermn_torus.communicators import _dtypes, _exact, _packing
 from chainermn_torus.communicators._debug import check_means_finite
 from chainermn_torus.communicators._half import HalfReducer
 from chainermn_torus.communicators._grid import Grid
@@ -167,6 +170,8 @@ class TorusEngine:
         name: the communicator's name, for messages.
         reducer: ``reducer(dtype, mpi_type, progress)`` makes a buffer's sum
             (``reducer_for``: MPI's, or float16's and bfloat16's).
+        exact: the exact, order-independent sum (``_exact``); ``dtype`` must be None.
+        terms: the gradients the exact sum adds (None: P, one a rank).
     """
 
     # A few layouts keep their buffers, so that alternating models (a GAN's generator and
@@ -177,19 +182,24 @@ class TorusEngine:
                  rows: Optional[Callable[[Any], Any]], dtype: Any = None,
                  segment_bytes: int = 0, prescaled: bool = False,
                  progress: Progress = BLOCKING, name: str = '',
-                 reducer: Callable[[Any, Any, Progress], Any] = reducer_for) -> None:
+                 reducer: Callable[[Any, Any, Progress], Any] = reducer_for,
+                 exact: bool = False, terms: Optional[int] = None) -> None:
         self.mpi_comm, self.grid, self.rows = mpi_comm, grid, rows
         self.dtype, self.segment_bytes = dtype, segment_bytes
         self.prescaled, self.progress, self.name = prescaled, progress, name
         self.reducer = reducer
         self.size = mpi_comm.size
+        if exact and dtype is not None:
+            raise ValueError(f'chainermn_torus: the exact sum travels as int64, not {dtype}')
+        self.exact = bool(exact)
+        self.terms = self.size if terms is None else int(terms)
         if grid is None:
             self.M, self.pos, self.col_comm = 1, 0, mpi_comm
         else:
             self.M, self.pos, self.col_comm = grid.M, grid.pos, grid.col_comm
-        # The layout check's all-reduce, waited for as the rest (a bound mpi4py method when
-        # blocking: no call of ours in between).
-        self._check = progress.bind(mpi_comm, 'Allreduce')
+        # The small all-reduces (the layout check; the exact sum's MAX), waited for as the
+        # rest (a bound mpi4py method when blocking: no call of ours in between).
+        self._small = progress.bind(mpi_comm, 'Allreduce')
         self.layouts: dict = {}
         # (layout, slot) -> PackedBuffer, the most recently used last
         self.buffers: collections.OrderedDict[Any, Any] = collections.OrderedDict()
@@ -200,7 +210,8 @@ class TorusEngine:
         """The same engine for another transfer dtype (``set_config``): the buffers made so
         far move to it, to be evicted or freed collectively as its own."""
         other = TorusEngine(self.mpi_comm, self.grid, self.rows, dtype, self.segment_bytes,
-                            self.prescaled, self.progress, self.name, self.reducer)
+                            self.prescaled, self.progress, self.name, self.reducer,
+                            self.exact, self.terms)
         other.buffers, self.buffers = self.buffers, collections.OrderedDict()
         other.timings, other.calls = self.timings, self.calls
         return other
@@ -214,6 +225,8 @@ class TorusEngine:
         t0 = time.perf_counter()
         named = _packing.grad_params(model, zero_fill)
         buf = self._buffer_for(self._layout_of(named), slot)
+        if self.exact:
+            buf.find_scales(named, 0, len(named), self._small)
         t1 = time.perf_counter()
         pack = 0.0
         scale = prescale(self.size) if buf.prescaled else None
@@ -269,6 +282,9 @@ class TorusEngine:
             ready(b)
             tp = time.perf_counter()
             waited += tp - tw
+            if self.exact:  # the bucket's arrays (its bounds are array bounds)
+                buf.find_scales(named, *_arrays_between(layout, bounds[b], bounds[b + 1]),
+                                self._small)
             for segment in segments:
                 tp = time.perf_counter()
                 src = buf.send_source(named, segment, scale)
@@ -286,25 +302,34 @@ class TorusEngine:
     def mean_array(self, array: Any) -> Any:
         """Average a flat float32/float64 numpy array across ranks in place (benchmarks,
         tests)."""
-        layout = _packing.Layout([('array', (array.size,), array.dtype)], dtype=array.dtype)
+        layout = _packing.Layout([('array', (array.size,), array.dtype)],
+                                 dtype=_exact.WIRE if self.exact else array.dtype)
         _packing.check_same_layout(self.mpi_comm, layout, what='arrays')
         buf = self._buffer_for(layout, checked=True)
-        if buf.prescaled:
-            numpy.multiply(array.reshape(-1), prescale(self.size), out=buf.array)
+        flat = array.reshape(-1)
+        if self.exact:
+            named = [('array', _Holder(flat))]
+            buf.find_scales(named, 0, 1, self._small)
+            for segment in buf.plan:
+                buf.send_source(named, segment)
+        elif buf.prescaled:
+            numpy.multiply(flat, prescale(self.size), out=buf.array)
         else:
-            buf.array[...] = array.reshape(-1)
+            buf.array[...] = flat
         timeline = STATE.timeline
         for lo, hi, _ in buf.plan:
             self._mean_segment(buf, lo, hi, None, timeline)
-        array.reshape(-1)[...] = buf.array
         self._end_call(buf)
+        flat[...] = buf.means
         return array
 
     def _end_call(self, buf: Any) -> None:
         """After a call's last segment, on every rank: the row phases' end (a node barrier
-        for shm), then Chainer's debug-mode check of the means, as ChainerMN checks."""
+        for shm), the means (the exact sum decodes them), then Chainer's debug-mode check of
+        the means, as ChainerMN checks."""
         if buf.rows is not None:
             buf.rows.end_call()
+        buf.finish()
         if chainer.is_debug():
             check_means_finite(buf, self.name)
 
@@ -314,7 +339,7 @@ class TorusEngine:
         is the send buffer (a slice of a gradient) or None when the segment's input already
         is in buf.array[lo:hi]."""
         seg, rows, reducer, M, pos = buf.array[lo:hi], buf.rows, buf.reducer, self.M, self.pos
-        divisor = 1 if buf.prescaled else self.size  # 1: the packing already scaled
+        divisor = buf.sum_divisor(self.size)  # 1: the packing scaled, or decoding divides
         main = (hi - lo) - (hi - lo) % M
         c = main // M
         if c:
@@ -346,14 +371,15 @@ class TorusEngine:
         if layout is None:
             if len(self.layouts) >= 4 * self.MAX_BUFFERS:
                 self.layouts.clear()
-            layout = self.layouts[key] = _packing.Layout(key, dtype=self.dtype)
+            layout = self.layouts[key] = _packing.Layout(
+                key, dtype=_exact.WIRE if self.exact else self.dtype)
         return layout
 
     def _buffer_for(self, layout: Any, slot: int = 0, checked: bool = False) -> Any:
         """The buffer of ``layout`` and ``slot``, after checking that every rank has the
         same layout (one all-reduce of two int64 values)."""
         if not checked:
-            _packing.check_same_layout(self.mpi_comm, layout, allreduce=self._check)
+            _packing.check_same_layout(self.mpi_comm, layout, allreduce=self._small)
         key = (layout, slot)
         buf = self.buffers.pop(key, None)
         if buf is None:
@@ -366,14 +392,18 @@ class TorusEngine:
         return buf
 
     def _new_buffer(self, layout: Any) -> Any:
+        # segment_bytes counts the bytes on the wire: an exact segment has half the elements
         seg = self.segment_bytes // layout.dtype.itemsize if self.segment_bytes else 0
         rows = self.rows(layout) if self.rows is not None and self.M > 1 else None
         mpi_type = _packing.mpi_type_of(layout.dtype)
+        strategies = dict(array=None if rows is None else rows.array,
+                          memory=None if rows is None else rows.memory, rows=rows,
+                          reducer=self.reducer(layout.dtype, mpi_type, self.progress))
+        if self.exact:
+            return _exact.ExactBuffer(layout, seg, terms=self.terms, **strategies)
         return _packing.PackedBuffer(
-            layout, seg, array=None if rows is None else rows.array,
-            memory=None if rows is None else rows.memory, rows=rows,
-            reducer=self.reducer(layout.dtype, mpi_type, self.progress),
-            prescaled=self.prescaled or _dtypes.scaled_first(layout.dtype))
+            layout, seg, prescaled=self.prescaled or _dtypes.scaled_first(layout.dtype),
+            **strategies)
 
     @staticmethod
     def _release(buf: Any) -> None:
@@ -385,6 +415,20 @@ class TorusEngine:
         """Free every buffer (collective: windows and their communicators)."""
         while self.buffers:
             self._release(self.buffers.pop(next(iter(self.buffers))))
+
+
+class _Holder:
+    """A flat array as a parameter whose gradient it is (``mean_array``'s exact sum)."""
+
+    def __init__(self, grad: Any) -> None:
+        self.grad = self.data = grad
+
+
+def _arrays_between(layout: Any, lo: int, hi: int) -> tuple:
+    """(first, last): the arrays of ``layout`` in elements [lo, hi), at array bounds."""
+    offs = layout.offsets
+    return (int(numpy.searchsorted(offs, lo, side='left')),
+            int(numpy.searchsorted(offs, hi, side='left')))
 
 
 def _span(timeline: Any, name: str) -> ContextManager[Any]:

@@ -10,7 +10,8 @@ runs whichever of them it chose, has no engine and hands each call to its choice
 plugin's class may do either (docs/development.md, "Adding a communicator").
 
 Shared here, once: the options every one of ours takes (``segment_size``,
-``allreduce_grad_dtype``, ChainerMN's ``set_config``/``get_config`` of the dtype), how its
+``allreduce_grad_dtype``, ``exact_sum``, ChainerMN's ``set_config``/``get_config`` of the
+dtype), how its
 collectives are waited for (``progress``), the parameter broadcast, ``clone`` and ``split``.
 A communicator only constructs: the process is configured by the factory (``process_setup``).
 """
@@ -26,6 +27,7 @@ from chainermn_torus.communicators import _dtypes, _packing, capabilities as _ca
 from chainermn_torus.communicators._grid import Grid
 from chainermn_torus.communicators._progress import BLOCKING, Progress
 from chainermn_torus.communicators.engine import TorusEngine
+from chainermn_torus.errors import ConfigError
 
 __all__ = ['Communicator', 'CLONE_PURPOSE']
 
@@ -49,6 +51,9 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
             'bfloat16' (or ml_dtypes.bfloat16), float32, float64.
         settings: the process's settings (``process_setup.init`` hands them down); None:
             the table's defaults.
+        exact_sum: the exact, order-independent sum (``_exact``): gradients travel as 64-bit
+            integers, and the means' bits do not depend on P, the grid or the algorithm.
+            Default from ``CHAINERMN_TORUS_EXACT_SUM`` (the launcher's ``--exact-sum``) or off.
         progress: how collectives are waited for (``_progress.Progress``; default blocking).
         background: made for the optimizer's background thread (``clone``): a refusal of
             node memory says so.
@@ -62,7 +67,7 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
 
     def __init__(self, mpi_comm: Any = None, segment_size: Optional[int] = None,
                  allreduce_grad_dtype: Any = None,
-                 settings: Optional[config.Settings] = None, *,
+                 settings: Optional[config.Settings] = None, *, exact_sum: Any = None,
                  progress: Optional[Progress] = None, background: bool = False) -> None:
         if mpi_comm is None:
             mpi_comm = MPI.COMM_WORLD
@@ -72,12 +77,15 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
         self.settings = config.defaults() if settings is None else settings
         # What split() and clone() make again: every option the constructor was given.
         self._options = {'segment_size': segment_size,
-                         'allreduce_grad_dtype': allreduce_grad_dtype}
+                         'allreduce_grad_dtype': allreduce_grad_dtype, 'exact_sum': exact_sum}
         # segment_size, else the settings' (CHAINERMN_TORUS_SEGMENT_BYTES, else 4 MiB)
         self.segment_bytes = self.settings.pick('segment_bytes', segment_size,
                                                 'segment_size')[0]
         with self.config_scope():  # get_config() lists it, as for ChainerMN's pure_nccl
             self.allreduce_grad_dtype = _dtypes.checked(allreduce_grad_dtype)
+        self.exact_sum, self.exact_sum_source = self.settings.pick(
+            'exact_sum', exact_sum, 'exact_sum')
+        self._check_exact(self.allreduce_grad_dtype)
         self.progress = BLOCKING if progress is None else progress
         self.shm_purpose = CLONE_PURPOSE if background else ''
 
@@ -85,8 +93,20 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
                       prescaled: bool = False) -> None:
         """Make the engine with this communicator's strategies (the constructor's last
         step): ``rows(layout)`` the row phases of a buffer on ``self.grid``."""
-        self.engine = TorusEngine(self.mpi_comm, self.grid, rows, self.allreduce_grad_dtype,
-                                  self.segment_bytes, prescaled, self.progress, self.name or '')
+        exact = bool(self.exact_sum)
+        self.engine = TorusEngine(self.mpi_comm, self.grid, rows,
+                                  None if exact else self.allreduce_grad_dtype,
+                                  self.segment_bytes, prescaled, self.progress, self.name or '',
+                                  exact=exact)
+
+    def _check_exact(self, dtype: Any) -> None:
+        """The exact sum carries 64-bit integers: a half dtype on the wire is refused with it
+        (float32 and float64 are accepted and mean nothing then)."""
+        if self.exact_sum and _dtypes.is_half(dtype):
+            raise ConfigError(
+                f'chainermn_torus: exact_sum ({self.exact_sum_source}) sends gradients as 64-bit '
+                f'integers, so allreduce_grad_dtype {dtype.name} cannot apply: leave one of '
+                'them out')
 
     def _engine(self) -> TorusEngine:
         if self.engine is None:
@@ -146,6 +166,8 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
                                              f'[{self.grid_reason}]')
         sent = self.allreduce_grad_dtype
         dtype = '' if sent is None else f', gradients sent as {sent.name}'
+        if self.exact_sum:
+            dtype = ', exact sum (gradients sent as 64-bit integers)'
         return '{} on P = {}{}, segment {} bytes{}{}'.format(
             self.name, self.size, grid, self.segment_bytes or 'whole buffer', dtype,
             self._describe_variant())
@@ -171,6 +193,7 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
         if name != 'allreduce_grad_dtype':
             return super().set_config(name, value, **kwargs)
         dtype = _dtypes.checked(value)
+        self._check_exact(dtype)
         with self.config_scope():
             self.allreduce_grad_dtype = dtype
         self._options['allreduce_grad_dtype'] = value  # split() and clone() carry it

@@ -22,6 +22,7 @@ class PureAllreduceCommunicator(interface.Communicator):
 
     def __init__(self, mpi_comm: Any = None, segment_size: Optional[int] = None,
                  allreduce_grad_dtype: Any = None, settings: Optional[config.Settings] = None,
-                 **made_by: Any) -> None:
-        super().__init__(mpi_comm, segment_size, allreduce_grad_dtype, settings, **made_by)
+                 exact_sum: Any = None, **made_by: Any) -> None:
+        super().__init__(mpi_comm, segment_size, allreduce_grad_dtype, settings,
+                         exact_sum=exact_sum, **made_by)
         self._start_engine(rows=None, prescaled=True)

@@ -52,8 +52,10 @@ class RsapCommunicator(interface.Communicator):
                  segment_size: Optional[int] = None, allreduce_grad_dtype: Any = None,
                  shm: Optional[bool] = None, sync: Optional[str] = None,
                  reduce_scatter: Optional[str] = None,
-                 settings: Optional[config.Settings] = None, **made_by: Any) -> None:
-        super().__init__(mpi_comm, segment_size, allreduce_grad_dtype, settings, **made_by)
+                 settings: Optional[config.Settings] = None, exact_sum: Any = None,
+                 **made_by: Any) -> None:
+        super().__init__(mpi_comm, segment_size, allreduce_grad_dtype, settings,
+                         exact_sum=exact_sum, **made_by)
         made, self.grid_reason = make_grid(self, grid, self.settings['grid'])
         self.grid = made
         self.sync = _choice('sync', sync, tuple(SYNCS), DEFAULT_SYNC)

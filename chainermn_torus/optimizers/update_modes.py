@@ -284,7 +284,7 @@ class Overlap(Synchronous):
             with _timeline.timed(None, opt.timings, 'wait'):  # the state records its span
                 buf = state.wait(target)
             if opt.check_finite:
-                check_bucket_means(comm, buf.array)  # the same on every rank
+                check_bucket_means(comm, buf.means)  # the same on every rank
             return True
         with _timeline.timed(None, opt.timings, 'communicate'):
             if opt.check_finite:

@@ -229,7 +229,8 @@ def parse_args(argv=None):
     parser.add_argument('--lr', type=command_line.arg_type('positive'), default=None,
                         help='MomentumSGD learning rate (default: 0.1 x total batch / 256, '
                              'Goyal et al.)')
-    command_line.add_arguments(parser, communicator='rsap', grid=False, threads=False)
+    command_line.add_arguments(parser, communicator='rsap', grid=False, threads=False,
+                               exact_sum=True)
     # The loader's settings, from their rows (flag, else variable, else default); this
     # example's own default loader: ours.
     command_line.add_option(parser, 'loader', default='ours', help='data loader')

@@ -49,7 +49,8 @@ def main():
     parser = world.ArgumentParser(description='ChainerMN example: MNIST on CPU')
     parser.add_argument('--batchsize', '-b', type=COUNT, default=100,
                         help='Number of images in each mini-batch (per rank)')
-    command_line.add_arguments(parser, communicator='rsap')  # --communicator, --grid, --threads
+    # --communicator, --grid, --threads, --exact-sum
+    command_line.add_arguments(parser, communicator='rsap', exact_sum=True)
     parser.add_argument('--epoch', '-e', type=COUNT, default=20,
                         help='Number of sweeps over the dataset to train')
     parser.add_argument('--out', '-o', default='results/mnist',

@@ -77,19 +77,55 @@ def test_double_buffering_benchmark(tmp_path):
     assert res[0]['off']['communication_s'] >= 0.0057
 
 
-@pytest.mark.slow
-def test_allreduce_benchmark_with_debug_rows(tmp_path):
+def _allreduce_benchmark(tmp_path, *flags):
+    """bench.allreduce on the MLP at P = 2, rsap on 2x1 and pure_allreduce: its report."""
     out = tmp_path / 'a.json'
     proc = run_mpi(2, ['-m', 'chainermn_torus.bench.allreduce', '--model', 'mlp',
-                       '--rounds', '2', '--warmup', '0', '--grids', '2x1', '--variants', 'rsap',
-                       '--no-auto', '--chainer-debug', '--json', str(out)], timeout=300)
+                       '--rounds', '3', '--warmup', '0', '--grids', '2x1', '--variants', 'rsap',
+                       '--no-auto', '--json', str(out), *flags], timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    res = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow
+def test_allreduce_benchmark_with_debug_rows(tmp_path):
+    res = _allreduce_benchmark(tmp_path, '--chainer-debug')
     names = [r['name'] for r in res['results']]
     # Every communicator row has its debug-mode twin; the raw MPI reference row has none.
     assert names == ['naive', 'allreduce_1msg', 'pure_allreduce', 'rsap(2x1)', 'naive/debug',
                      'pure_allreduce/debug', 'rsap(2x1)/debug', 'copy_bound'], names
     assert res['ranks'] == 2 and all(r['median_ms'] > 0 for r in res['results'])
+
+
+@pytest.mark.slow
+def test_allreduce_benchmark_with_exact_twins(tmp_path):
+    res = _allreduce_benchmark(tmp_path, '--exact')
+    rows = {r['name']: r for r in res['results']}
+    assert list(rows) == ['naive', 'allreduce_1msg', 'pure_allreduce', 'pure_allreduce/exact',
+                          'rsap(2x1)', 'rsap(2x1)/exact', 'copy_bound'], list(rows)
+    for name in ('pure_allreduce', 'rsap(2x1)'):
+        exact = rows[name + '/exact']
+        assert exact['ratio_to_plain'] == pytest.approx(
+            exact['median_ms'] / rows[name]['median_ms'])
+        assert exact['paired_ratio_to_plain'] > 0 and 'ratio_to_plain' not in rows[name]
+
+
+def test_exact_accuracy_benchmark_on_real_images(tmp_path, imagenet_lists):
+    out = tmp_path / 'acc.json'
+    proc = subprocess.run([sys.executable, '-m', 'chainermn_torus.bench.exact_accuracy',
+                           os.path.join(imagenet_lists, 'train.txt'), '--ranks', '2', '3',
+                           '--batch', '2', '--crop', '40', '--json', str(out)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=pythonpath()))
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    for P in ('2', '3'):
+        summary = res['by_ranks'][P]['summary']
+        assert summary['arrays'] == 162 and summary['exact_farther'] == 0, summary
+        assert summary['elements_above_threshold'] > 0.9 * summary['elements'], summary
+    # three terms round at each float32 addition: the exact mean is closer somewhere
+    assert res['by_ranks']['3']['summary']['exact_closer'] > 0
+    assert 'P = 3: 162 arrays' in proc.stdout
 
 
 def test_timing_wrapper_counts_seconds_and_calls_even_when_the_call_raises():

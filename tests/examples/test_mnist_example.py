@@ -2,6 +2,7 @@
 import json
 import os
 
+import numpy
 import pytest
 
 from conftest import ROOT, run_mpi
@@ -27,6 +28,32 @@ def test_mnist_example_learns(tmp_path, communicator, nprocs):
     assert summary['test_accuracy'] > 0.65, summary
     assert summary['gradient_communication_calls'] > 0
     assert 'test accuracy:' in proc.stdout and 'gradient communication:' in proc.stdout
+
+
+@pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
+                    reason='Debian package dataset-fashion-mnist is not installed '
+                           '(make setup installs it)')
+def test_with_the_exact_sum_every_communicator_trains_to_the_same_bits(tmp_path):
+    # P = 3: float32 sums in different orders (without --exact-sum pure_allreduce's model
+    # differed from rsap's in 5 of 6 arrays here). rsap in node memory (3x1), rsaa as one
+    # column (1x3: MPI's all-reduce on the grid's column), pure_allreduce.
+    models = {}
+    for name, extra in (('rsap', []), ('rsaa', ['--grid', '1x3']), ('pure_allreduce', [])):
+        out = tmp_path / name
+        proc = run_mpi(3, [EXAMPLE, '--communicator', name, '--exact-sum', '--epoch', '1',
+                           '--limit', '1500', '--out', str(out)] + extra, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert 'exact sum (gradients sent as 64-bit integers)' in proc.stdout
+        with numpy.load(str(out / 'model_final.npz')) as f:
+            models[name] = {k: f[k].tobytes() for k in f.files}
+    assert len(models['rsap']) == 6
+    assert models['rsaa'] == models['rsap'] and models['pure_allreduce'] == models['rsap']
+    # ChainerMN's naive cannot: refused in one line before anything is made
+    proc = run_mpi(2, [EXAMPLE, '--communicator', 'naive', '--exact-sum', '--epoch', '1',
+                       '--limit', '400', '--out', str(tmp_path / 'naive')], timeout=120)
+    assert proc.returncode != 0
+    said = [line for line in proc.stderr.splitlines() if 'asks for the exact sum' in line]
+    assert said and "communicator 'naive' is ChainerMN's" in said[0], proc.stderr[-2000:]
 
 
 @pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),

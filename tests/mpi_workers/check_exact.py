@@ -1,0 +1,158 @@
+"""Run by tests/communicators/test_exact_sum.py in a test world of P ranks: the exact sum
+(``exact_sum=True``) gives, on every rank, for every communicator, grid, segment size and
+rsap mode, the bits of the exact sum computed here without MPI (``fixed_point`` over every
+rank's reproducible gradients): the result cannot depend on the algorithm or the order.
+"""
+import hashlib
+
+import chainermn_torus  # noqa: F401 first: then Chainer's import scans no packages
+
+import numpy
+
+from chainermn_torus.algorithms import fixed_point
+from chainermn_torus.algorithms.variants import takes_grid
+from chainermn_torus.communicators import _packing
+from chainermn_torus.errors import ConfigError
+
+import bound  # tests/mpi_workers
+from check_mean import BIG, MIXED, UNEVEN, Model, grads_of, grids, parse_spec
+
+world = P = RANK = None  # set by bind
+bind, create = bound.binder(globals())
+
+# Values the grid cannot hold, and the extremes it must: a NaN on rank 1 (array 0) and an
+# infinity on rank 0 (array 2) make those arrays' means NaN; zeros everywhere stay zeros;
+# float32's largest values on every rank sum without overflow.
+SPECIAL = [((5,), 'f'), ((300,), 'f'), ((7,), 'f'), ((9,), 'f'), ((11,), 'f')]
+
+
+def gradients(specs, rank, seed):
+    grads = grads_of(specs, rank, seed)
+    if specs is SPECIAL:
+        if rank == 1 % P:
+            grads[0][2] = numpy.nan
+        if rank == 0:
+            grads[2][0] = numpy.inf
+        grads[3][...] = 0
+        grads[4][...] = numpy.float32(3.4e38) * (1 - 0.01 * rank)
+    return grads
+
+
+def reference(specs, seed, none_on=()):
+    """The exact means, computed on each rank from every rank's gradients (None: zeros)."""
+    carrier = _packing.transfer_dtype([d for _, d in specs])
+    every = [gradients(specs, r, seed) for r in range(P)]
+    means = []
+    for i, (shape, dtype) in enumerate(specs):
+        xs = [numpy.zeros(shape, dtype) if (i, r) in none_on else every[r][i]
+              for r in range(P)]
+        # numpy's max: a NaN anywhere makes it NaN (Python's max depends on the order)
+        top = numpy.array([numpy.abs(x.astype(numpy.float64)).max() if x.size else 0.0
+                           for x in xs]).max()
+        s = int(fixed_point.scales([top], P)[0])
+        total = sum(fixed_point.encode(x.reshape(-1), s) for x in xs)
+        mean = fixed_point.decode(total, s, P, out=numpy.empty(total.size, carrier))
+        means.append(mean.reshape(shape).astype(dtype))
+    return means
+
+
+def run_case(comm, specs, seed, none_on=()):
+    """One call; asserts the reference's bits; returns the means' bytes."""
+    model = Model(specs)
+    mine = gradients(specs, RANK, seed)
+    for i, (_, p) in enumerate(sorted(model.namedparams())):
+        p.grad = None if (i, RANK) in none_on else mine[i].copy()
+    comm.multi_node_mean_grad(model, zero_fill=bool(none_on))
+    got = [p.grad for _, p in sorted(model.namedparams())]
+    want = reference(specs, seed, none_on)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype and g.tobytes() == w.tobytes(), (
+            f'seed {seed} array {i} ({w.dtype}): not the exact sum\'s bits; '
+            f'max difference {numpy.nanmax(numpy.abs(g.astype("d") - w.astype("d")))}')
+    return b''.join(g.tobytes() for g in got)
+
+
+def run_cases(comm):
+    digest = hashlib.sha256()
+    for seed, specs in enumerate((UNEVEN, MIXED, BIG, SPECIAL, UNEVEN), 1):
+        digest.update(run_case(comm, specs, seed))
+    # zero_fill: a gradient None on some ranks counts as zeros there
+    digest.update(run_case(comm, UNEVEN, 40, none_on={(1, 0), (4, 0), (4, P - 1)}))
+    # overlap's path: buckets at array bounds, each with its own MAX all-reduce
+    specs = UNEVEN
+    mine = gradients(specs, RANK, 50)
+    model = Model(specs)
+    named = sorted(model.namedparams())
+    for (_, p), g in zip(named, mine):
+        p.grad = g.copy()
+    layout = _packing.Layout([(n, p.data.shape, p.data.dtype) for n, p in named])
+    bounds = [0, int(layout.offsets[2]), int(layout.offsets[3]), layout.size]
+    buf = comm.mean_grads_by_bucket(named, bounds, lambda b: None)
+    want = numpy.concatenate([w.reshape(-1) for w in reference(specs, 50)])
+    assert buf.means.tobytes() == want.tobytes(), 'buckets: not the exact sum\'s bits'
+    digest.update(buf.means.tobytes())
+    # a flat array (benchmarks' path)
+    flat = grads_of([((20011,), 'f')], RANK, 60)[0]
+    comm.mean_array(flat)
+    assert flat.tobytes() == reference([((20011,), 'f')], 60)[0].tobytes(), 'mean_array'
+    digest.update(flat.tobytes())
+    return digest.hexdigest()
+
+
+def check_exact(comm, specs):
+    """Every spec of ``specs``, every grid that fits P, whole and segmented, and a polling
+    clone: one digest of all the means, the same for every configuration and every rank.
+    Returns the number of configurations."""
+    bind(comm)
+    digests = {}
+    for spec in specs:
+        name, options = parse_spec(spec)
+        shapes = [None] + grids(P) if takes_grid(name) else [None]
+        for grid in shapes:
+            for segment in (0, 64 * 1024):
+                kwargs = dict(options, segment_size=segment, exact_sum=True)
+                if grid is not None:
+                    kwargs['grid'] = grid
+                ours = create(name, **kwargs)
+                assert 'exact sum' in ours.describe(), ours.describe()
+                digests[f'{spec} grid={grid} segment={segment}'] = run_cases(ours)
+                ours.finalize()
+        base = create(name, segment_size=64 * 1024, exact_sum=True, **options)
+        polling = base.clone(poll_interval=1e-5)
+        assert polling.exact_sum and polling.engine.exact
+        digests[f'{spec} polling'] = run_cases(polling)
+        polling.finalize()
+        base.finalize()
+    assert len(set(digests.values())) == 1, digests
+    everyone = world.allgather(next(iter(digests.values())))
+    assert len(set(everyone)) == 1, everyone
+    return len(digests)
+
+
+def check_refusals(comm):
+    """float16/bfloat16 on the wire, with the exact sum, refused on every rank in one line."""
+    bind(comm)
+    said = []
+    for attempt in ('option', 'set_config'):
+        try:
+            if attempt == 'option':
+                create('rsap', exact_sum=True, allreduce_grad_dtype=numpy.float16)
+            else:
+                ours = create('pure_allreduce', exact_sum=True)
+                try:
+                    ours.set_config('allreduce_grad_dtype', 'bfloat16')
+                finally:
+                    ours.finalize()
+        except ConfigError as e:
+            said.append(str(e))
+            continue
+        raise AssertionError(f'{attempt}: a half dtype with the exact sum was not refused')
+    try:
+        create('rsaa', exact_sum='sometimes')
+    except ConfigError as e:
+        said.append(str(e))
+    else:
+        raise AssertionError('exact_sum=\'sometimes\' was not refused')
+    for line in said:
+        assert '\n' not in line, line
+    return said
