@@ -6,10 +6,10 @@
 #      lane A (into a log, shown when lane B ends): the aarch64 Python's build (PARTS: root
 #             and apt), the root tests (the fault matrix: 2-rank jobs that mostly wait, by
 #             design; the emulated cluster; Slurm; the cluster recipe, whose mpi4py build
-#             is 3 minutes of one core), then the files of lane_a_files: the aarch64 job
-#             under QEMU, the unchanged scripts (and their resumes after a kill) and
-#             auto's tuning ended at each stage: jobs whose checks do not depend on speed,
-#             so that the two lanes end about together
+#             is a minute of one core at -O0), then the files of lane_a_files: the aarch64
+#             job under QEMU, the unchanged scripts (and their resumes after a kill), auto's
+#             tuning ended at each stage and the benchmarks' smoke runs: jobs whose checks do
+#             not depend on speed, so that the two lanes end about together
 #      lane B (as it comes): every other test but the worlds'; tests/conftest.py runs those
 #             that start no MPI rank first, so beside the fault matrix run processes that
 #             never wait in MPI
@@ -32,7 +32,8 @@ mpi=${MPI:-mpich}
 py=${PY:-.venv/bin/python}
 only=${ONLY:-}   # 'mpi and ' under another MPI: the tests that start MPI jobs (Makefile)
 lane_a_files='tests/scripts/test_aarch64.py tests/launch/test_unchanged_scripts.py
-              tests/tuning/test_tune.py tests/launch/test_unchanged_checkpoints.py'
+              tests/tuning/test_tune.py tests/launch/test_unchanged_checkpoints.py
+              tests/bench/test_benchmarks.py'
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 failed=()

@@ -15,8 +15,10 @@ and nothing divides after the sum. What differs is at both ends of a call:
   which the gradients then view, as they view an ordinary buffer.
 
 ``terms`` is the number of gradients summed (the mean divides by it; the headroom is sized
-for it): the rank count, or the job's virtual ranks. numba's kernels (``_exact_kernels``)
-where numba is installed, else ``fixed_point``'s numpy functions: the same bits.
+for it): the rank count, or the job's virtual ranks (``algorithms.virtual_ranks``), where a
+process adds the terms of the virtual ranks it holds (``more``: their gradient sets) into its
+integers before the sum over processes. numba's kernels (``_exact_kernels``) where numba is
+installed, else ``fixed_point``'s numpy functions: the same bits.
 """
 import numpy
 from mpi4py import MPI
@@ -57,6 +59,9 @@ class ExactBuffer(PackedBuffer):
         self._largest = numpy.zeros(n, numpy.float64)
         self._found = numpy.zeros(n, numpy.float64)
         self._kernels = _kernels()
+        # The gradient sets of the other virtual ranks this process holds, for one call:
+        # each a sequence of arrays (None: zeros) in the layout's order (the engine sets it).
+        self.more = ()
 
     @property
     def means(self):
@@ -72,8 +77,9 @@ class ExactBuffer(PackedBuffer):
         ``allreduce`` (mpi4py's Allreduce signature) of MAX."""
         mine, found = self._largest[first:last], self._found[first:last]
         for i in range(first, last):
-            grad = named_params[i][1].grad
-            mine[i - first] = 0.0 if grad is None or grad.size == 0 else self._top(grad)
+            grads = [named_params[i][1].grad] + [more[i] for more in self.more]
+            mine[i - first] = max((self._top(g) for g in grads if g is not None and g.size),
+                                  default=0.0)
         if last > first:
             # MPI's MAX of a NaN and a number depends on the order of its operands (a
             # NaN on one rank was dropped by a non-blocking all-reduce): sent as infinity,
@@ -101,19 +107,25 @@ class ExactBuffer(PackedBuffer):
             a, b = max(lo, int(offs[i])), min(hi, int(offs[i + 1]))
             if a >= b:
                 continue
-            grad = named_params[i][1].grad
-            dst = self.array[a:b]
-            if grad is None:
+            dst, s = self.array[a:b], int(self.scales[i])
+            grads = [named_params[i][1].grad] + [more[i] for more in self.more]
+            added = False   # the first term is written, the others added
+            for grad in grads:
+                if grad is not None:
+                    self._encode(grad.reshape(-1)[a - offs[i]:b - offs[i]], s, dst, added)
+                    added = True
+            if not added:
                 dst[...] = 0   # zero_fill: an unused parameter contributes zeros
-                continue
-            self._encode(grad.reshape(-1)[a - offs[i]:b - offs[i]], int(self.scales[i]), dst)
         return None
 
-    def _encode(self, src, s, dst):
+    def _encode(self, src, s, dst, add):
+        """dst = src on the grid, or dst += it."""
         k = self._kernels
         if k is not None and s != fixed_point.NOT_FINITE and abs(s) < _FACTOR_LIMIT \
                 and src.flags.c_contiguous and src.dtype in (numpy.float32, numpy.float64):
-            k.encode(src, numpy.ldexp(1.0, s), dst)
+            (k.encode_add if add else k.encode)(src, numpy.ldexp(1.0, s), dst)
+        elif add:
+            dst += fixed_point.encode(src, s)
         else:
             fixed_point.encode(src, s, out=dst)
 

@@ -14,7 +14,7 @@ from numba import prange
 
 from chainermn_torus.runtime.cpu import jit
 
-__all__ = ['largest', 'encode', 'decode']
+__all__ = ['largest', 'encode', 'encode_add', 'decode']
 
 # An array's largest magnitude from its bits: with the sign bit cleared, non-negative floats
 # order as their bit patterns do as unsigned integers, and every NaN's pattern lies above
@@ -48,6 +48,13 @@ def encode(x, factor, out):
     """out = rint(x * factor) as int64; ``factor`` = 2^s."""
     for i in prange(x.size):
         out[i] = numpy.int64(numpy.rint(numpy.float64(x[i]) * factor))
+
+
+@jit.kernel('(float32[::1], float64, int64[::1])', '(float64[::1], float64, int64[::1])')
+def encode_add(x, factor, out):
+    """out += rint(x * factor) as int64: another virtual rank's term, added exactly."""
+    for i in prange(x.size):
+        out[i] += numpy.int64(numpy.rint(numpy.float64(x[i]) * factor))
 
 
 @jit.kernel('(int64[::1], float64, float64, float32[::1])',

@@ -10,7 +10,7 @@ This module loads nothing heavy (no MPI), so that the launcher can ask before MP
 """
 import collections
 
-__all__ = ['Capabilities', 'OURS', 'FOREIGN', 'of', 'grad_dtype']
+__all__ = ['Capabilities', 'OURS', 'FOREIGN', 'of', 'grad_dtype', 'virtual_ranks']
 
 
 class Capabilities(collections.namedtuple('Capabilities', [
@@ -41,3 +41,9 @@ def grad_dtype(comm):
     it as ``allreduce_grad_dtype``; so does ChainerMN's ``pure_nccl`` (GPU), the one of
     ChainerMN's that has the setting."""
     return getattr(comm, 'allreduce_grad_dtype', None)
+
+
+def virtual_ranks(comm):
+    """V where ``comm`` computes as V virtual ranks (ours, made with ``virtual_ranks=V``:
+    its step hands in every held rank's gradients, ``mean_grad_sets``), else None."""
+    return getattr(comm, 'virtual_ranks', None) if of(comm).ours else None

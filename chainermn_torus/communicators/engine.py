@@ -217,15 +217,23 @@ class TorusEngine:
         return other
 
     # --- the gradient calls -------------------------------------------------------------------
-    def mean_grad_in_slot(self, model: Any, zero_fill: bool = False, slot: int = 0) -> None:
+    def mean_grad_in_slot(self, model: Any, zero_fill: bool = False, slot: int = 0,
+                          more: Sequence[Any] = ()) -> None:
         """``multi_node_mean_grad`` using buffer ``slot`` (double buffering uses 0 and 1).
 
         Gradients left as views of one slot stay valid while the other slot is in use.
+        ``more``: the exact sum's other terms on this process (the other virtual ranks it
+        holds), each a sequence of arrays (None: zeros) in the order of the model's
+        gradients taking part (``_packing.grad_params``).
         """
         t0 = time.perf_counter()
         named = _packing.grad_params(model, zero_fill)
         buf = self._buffer_for(self._layout_of(named), slot)
+        if more and not self.exact:
+            raise ValueError('chainermn_torus: more than one gradient set a process is summed '
+                             'by the exact sum only (exact_sum=True)')
         if self.exact:
+            buf.more = more
             buf.find_scales(named, 0, len(named), self._small)
         t1 = time.perf_counter()
         pack = 0.0
@@ -239,6 +247,8 @@ class TorusEngine:
             if timeline is not None and src is None:
                 timeline.add('pack', tp, tq)
             self._mean_segment(buf, segment[0], segment[1], src, timeline)
+        if self.exact:
+            buf.more = ()   # not kept past the call
         self._end_call(buf)
         t2 = time.perf_counter()
         buf.unpack_grads(named)

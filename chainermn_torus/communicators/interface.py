@@ -22,7 +22,7 @@ from chainermn.communicators import mpi_communicator_base
 from mpi4py import MPI
 
 from chainermn_torus import config
-from chainermn_torus.algorithms import variants
+from chainermn_torus.algorithms import variants, virtual_ranks as _virtual
 from chainermn_torus.communicators import _dtypes, _packing, capabilities as _capabilities
 from chainermn_torus.communicators._grid import Grid
 from chainermn_torus.communicators._progress import BLOCKING, Progress
@@ -54,6 +54,9 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
         exact_sum: the exact, order-independent sum (``_exact``): gradients travel as 64-bit
             integers, and the means' bits do not depend on P, the grid or the algorithm.
             Default from ``CHAINERMN_TORUS_EXACT_SUM`` (the launcher's ``--exact-sum``) or off.
+        virtual_ranks: V >= P: the sum has V terms, of which this process holds ``held``
+            (``algorithms.virtual_ranks``) and hands them to ``mean_grad_sets``; implies
+            ``exact_sum``. None: one a process.
         progress: how collectives are waited for (``_progress.Progress``; default blocking).
         background: made for the optimizer's background thread (``clone``): a refusal of
             node memory says so.
@@ -68,7 +71,8 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
     def __init__(self, mpi_comm: Any = None, segment_size: Optional[int] = None,
                  allreduce_grad_dtype: Any = None,
                  settings: Optional[config.Settings] = None, *, exact_sum: Any = None,
-                 progress: Optional[Progress] = None, background: bool = False) -> None:
+                 virtual_ranks: Any = None, progress: Optional[Progress] = None,
+                 background: bool = False) -> None:
         if mpi_comm is None:
             mpi_comm = MPI.COMM_WORLD
         super().__init__(mpi_comm)  # a collective: init_ranks
@@ -77,7 +81,8 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
         self.settings = config.defaults() if settings is None else settings
         # What split() and clone() make again: every option the constructor was given.
         self._options = {'segment_size': segment_size,
-                         'allreduce_grad_dtype': allreduce_grad_dtype, 'exact_sum': exact_sum}
+                         'allreduce_grad_dtype': allreduce_grad_dtype, 'exact_sum': exact_sum,
+                         'virtual_ranks': virtual_ranks}
         # segment_size, else the settings' (CHAINERMN_TORUS_SEGMENT_BYTES, else 4 MiB)
         self.segment_bytes = self.settings.pick('segment_bytes', segment_size,
                                                 'segment_size')[0]
@@ -85,6 +90,16 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
             self.allreduce_grad_dtype = _dtypes.checked(allreduce_grad_dtype)
         self.exact_sum, self.exact_sum_source = self.settings.pick(
             'exact_sum', exact_sum, 'exact_sum')
+        # V virtual ranks: the same bits on any P <= V, which only the exact sum gives
+        self.virtual_ranks = None if virtual_ranks is None else _virtual.check(
+            virtual_ranks, self.size)
+        self.held = range(self.rank, self.rank + 1)
+        if self.virtual_ranks is not None:
+            if exact_sum is not None and not self.exact_sum:
+                raise ConfigError('chainermn_torus: virtual_ranks sums exactly (its bits may not '
+                                  'depend on P); leave exact_sum=False out')
+            self.exact_sum, self.exact_sum_source = True, 'virtual_ranks'
+            self.held = _virtual.held(self.virtual_ranks, self.size, self.rank)
         self._check_exact(self.allreduce_grad_dtype)
         self.progress = BLOCKING if progress is None else progress
         self.shm_purpose = CLONE_PURPOSE if background else ''
@@ -97,7 +112,7 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
         self.engine = TorusEngine(self.mpi_comm, self.grid, rows,
                                   None if exact else self.allreduce_grad_dtype,
                                   self.segment_bytes, prescaled, self.progress, self.name or '',
-                                  exact=exact)
+                                  exact=exact, terms=self.virtual_ranks)
 
     def _check_exact(self, dtype: Any) -> None:
         """The exact sum carries 64-bit integers: a half dtype on the wire is refused with it
@@ -131,16 +146,42 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
     def mean_grad_in_slot(self, model: Any, zero_fill: bool = False, slot: int = 0) -> None:
         """``multi_node_mean_grad`` into buffer ``slot`` (double buffering uses 0 and 1):
         gradients left as views of one slot stay valid while the other is in use."""
+        self._one_set_a_process('multi_node_mean_grad')
         self._engine().mean_grad_in_slot(model, zero_fill, slot)
+
+    def _one_set_a_process(self, call: str) -> None:
+        """Refuse a call that hands one gradient set a process where a process may hold
+        several virtual ranks (the same on every rank: none is left in a collective)."""
+        if self.virtual_ranks in (None, self.size):
+            return
+        most = len(_virtual.held(self.virtual_ranks, self.size, 0))
+        raise ConfigError(
+            f'chainermn_torus: {self.virtual_ranks} virtual ranks on {self.size} processes: a '
+            f'process holds up to {most} of them, whose gradients come through '
+            f'mean_grad_sets(model, more), not the one set of {call}')
+
+    def mean_grad_sets(self, model: Any, more: Sequence[Any], zero_fill: bool = False) -> None:
+        """The exact mean over the job's virtual ranks: the model's gradients are those of
+        this process's first virtual rank (``held[0]``), ``more`` those of the others it holds,
+        each a sequence of arrays (None: zeros) in the order of the gradients taking part
+        (ChainerMN's sorted ``namedparams`` that have data, and a gradient unless
+        ``zero_fill``). Afterwards the model's gradients are the means."""
+        if len(more) != len(self.held) - 1:
+            raise ValueError(
+                f'chainermn_torus: rank {self.rank} holds virtual ranks {list(self.held)} and was '
+                f'handed {1 + len(more)} gradient sets (the model\'s and {len(more)} more)')
+        self._engine().mean_grad_in_slot(model, zero_fill, 0, more)
 
     def mean_grads_by_bucket(self, named: Sequence[Any], bounds: Sequence[int],
                              ready: Callable[[int], None]) -> Any:
         """Average ``named``'s gradients bucket by bucket as ``ready(b)`` says they are set
         (``overlap=True``); returns the buffer holding the means."""
+        self._one_set_a_process('overlap\'s buckets')
         return self._engine().mean_grads_by_bucket(named, bounds, ready)
 
     def mean_array(self, array: Any) -> Any:
         """Average a flat float array across ranks in place (benchmarks, tests)."""
+        self._one_set_a_process('mean_array')
         return self._engine().mean_array(array)
 
     def clone(self, poll_interval: Optional[float] = None) -> 'Communicator':
@@ -168,6 +209,8 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
         dtype = '' if sent is None else f', gradients sent as {sent.name}'
         if self.exact_sum:
             dtype = ', exact sum (gradients sent as 64-bit integers)'
+        if self.virtual_ranks is not None:
+            dtype += ', ' + _virtual.describe(self.virtual_ranks, self.size)
         return '{} on P = {}{}, segment {} bytes{}{}'.format(
             self.name, self.size, grid, self.segment_bytes or 'whole buffer', dtype,
             self._describe_variant())

@@ -22,7 +22,8 @@ class PureAllreduceCommunicator(interface.Communicator):
 
     def __init__(self, mpi_comm: Any = None, segment_size: Optional[int] = None,
                  allreduce_grad_dtype: Any = None, settings: Optional[config.Settings] = None,
-                 exact_sum: Any = None, **made_by: Any) -> None:
+                 exact_sum: Any = None, virtual_ranks: Any = None,
+                 **made_by: Any) -> None:
         super().__init__(mpi_comm, segment_size, allreduce_grad_dtype, settings,
-                         exact_sum=exact_sum, **made_by)
+                         exact_sum=exact_sum, virtual_ranks=virtual_ranks, **made_by)
         self._start_engine(rows=None, prescaled=True)

@@ -27,9 +27,10 @@ class RsaaCommunicator(interface.Communicator):
     def __init__(self, mpi_comm: Any = None, grid: Any = None,
                  segment_size: Optional[int] = None, allreduce_grad_dtype: Any = None,
                  shm: Optional[bool] = None, settings: Optional[config.Settings] = None,
-                 exact_sum: Any = None, **made_by: Any) -> None:
+                 exact_sum: Any = None, virtual_ranks: Any = None,
+                 **made_by: Any) -> None:
         super().__init__(mpi_comm, segment_size, allreduce_grad_dtype, settings,
-                         exact_sum=exact_sum, **made_by)
+                         exact_sum=exact_sum, virtual_ranks=virtual_ranks, **made_by)
         made, self.grid_reason = make_grid(self, grid, self.settings['grid'])
         self.grid = made
         self.shm = resolve_shm(shm, made, self.mpi_comm, self.intra_size)

@@ -53,9 +53,9 @@ class RsapCommunicator(interface.Communicator):
                  shm: Optional[bool] = None, sync: Optional[str] = None,
                  reduce_scatter: Optional[str] = None,
                  settings: Optional[config.Settings] = None, exact_sum: Any = None,
-                 **made_by: Any) -> None:
+                 virtual_ranks: Any = None, **made_by: Any) -> None:
         super().__init__(mpi_comm, segment_size, allreduce_grad_dtype, settings,
-                         exact_sum=exact_sum, **made_by)
+                         exact_sum=exact_sum, virtual_ranks=virtual_ranks, **made_by)
         made, self.grid_reason = make_grid(self, grid, self.settings['grid'])
         self.grid = made
         self.sync = _choice('sync', sync, tuple(SYNCS), DEFAULT_SYNC)

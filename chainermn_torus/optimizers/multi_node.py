@@ -31,7 +31,7 @@ import chainer
 import numpy
 
 from chainermn_torus import config
-from chainermn_torus.communicators import _packing
+from chainermn_torus.communicators import _packing, capabilities
 from chainermn_torus.errors import ConfigError
 from chainermn_torus.process import STATE
 from chainermn_torus.extensions.replicas import check_replicas as _check_replicas
@@ -99,6 +99,10 @@ def make(actual_optimizer: Any, communicator: Any, double_buffering: bool = Fals
             or N steps, then off (default ``$CHAINERMN_TORUS_TYPE_CHECK`` or 1; type_checks).
     """
     _check_options(check_replicas, fused, overlap, double_buffering)
+    if capabilities.virtual_ranks(communicator) is not None and (overlap or double_buffering):
+        raise ConfigError('chainermn_torus: virtual ranks average every held rank\'s gradients '
+                          'after all their backward passes, in this step: overlap and double '
+                          'buffering do not apply; leave them out')
     settings = config.defaults() if settings is None else settings
     checks = type_checks_mod.TypeChecks(type_check, communicator.rank, settings,
                                         chainer_type_check)
@@ -168,7 +172,7 @@ class MultiNodeOptimizer:
 
     _own = ('communicator', 'actual_optimizer', 'mode', 'zero_fill', 'check_finite',
             'timings', 'iterations', 'watchdog', 'check_replicas', 'on_first_update',
-            'type_checks', '_signature', '_resumed')
+            'type_checks', '_signature', '_resumed', 'more_grads')
     communicator: Any
     actual_optimizer: Any
     mode: Any
@@ -182,6 +186,9 @@ class MultiNodeOptimizer:
     type_checks: Any
     _signature: Any
     _resumed: bool
+    # The gradient sets of this process's other virtual ranks for the next update ({name:
+    # array}), set by optimizers.virtual_updater; the model's are the last one's.
+    more_grads: Optional[list]
 
     def __init__(self, actual_optimizer: Any, communicator: Any, mode: Any,
                  zero_fill: bool = True, check_finite: bool = False, watchdog: Any = None,
@@ -196,7 +203,7 @@ class MultiNodeOptimizer:
                    type_checks=type_checks,
                    timings={'forward_backward': 0.0, 'communicate': 0.0, 'update': 0.0,
                             'wait': 0.0},
-                   iterations=0, _signature=None, _resumed=False)
+                   iterations=0, _signature=None, _resumed=False, more_grads=None)
         for name, value in own.items():
             object.__setattr__(self, name, value)
 

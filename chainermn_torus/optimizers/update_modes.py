@@ -83,7 +83,12 @@ class Synchronous:
         # (the engine records its phases), and no call on the step's path.
         t0 = time.perf_counter()
         try:
-            if self.direct and 'multi_node_mean_grad' not in comm.__dict__:
+            if opt.more_grads is not None:   # the other virtual ranks this process holds
+                more, opt.more_grads = opt.more_grads, None
+                named = _packing.grad_params(target, opt.zero_fill)
+                comm.mean_grad_sets(target, [[s.get(n) for n, _ in named] for s in more],
+                                   opt.zero_fill)
+            elif self.direct and 'multi_node_mean_grad' not in comm.__dict__:
                 comm.engine.mean_grad_in_slot(target, opt.zero_fill, 0)
             else:
                 comm.multi_node_mean_grad(target, opt.zero_fill)

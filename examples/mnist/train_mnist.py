@@ -28,11 +28,12 @@ import numpy
 
 from chainermn_torus import command_line
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR, load_mnist_idx
-from chainermn_torus.datasets.shards import batch_too_large
+from chainermn_torus.datasets.shards import batch_too_large, virtual_shards
 from chainermn_torus.extensions import checkpoint, outputs
 from chainermn_torus.extensions.timing import time_gradient_communication
 from chainermn_torus.models import MLP  # ChainerMN's example's MLP, 784-unit-unit-10
 from chainermn_torus.optimizers.large_batch import GradualWarmup, linear_scaling
+from chainermn_torus.optimizers.virtual_updater import VirtualRanksUpdater
 from chainermn_torus.runtime import report, world
 
 OPTIMIZERS = {
@@ -63,6 +64,10 @@ def main():
     parser.add_argument('--progress', action='store_true', help='show a progress bar')
     parser.add_argument('--limit', type=COUNT, default=None, metavar='N',
                         help='use only the first N training and N test images (smoke tests)')
+    parser.add_argument('--virtual-ranks', type=COUNT, default=None, metavar='V',
+                        help='train as V ranks on any number of processes <= V (each its '
+                             'shard, batch and order; the exact sum): the same model on any '
+                             'number of processes')
     cpu = parser.add_argument_group('CPU multi-node optimizer (chainermn_torus)')
     cpu.add_argument('--optimizer', choices=sorted(OPTIMIZERS), default='adam')
     cpu.add_argument('--lr', type=command_line.arg_type('positive'), default=None,
@@ -100,6 +105,10 @@ def main():
     kwargs = {'grid': args.grid} if args.grid else {}
     if args.fp16_allreduce:
         kwargs['allreduce_grad_dtype'] = numpy.float16
+    if args.virtual_ranks:
+        kwargs['virtual_ranks'] = args.virtual_ranks
+        if args.stock:
+            parser.error('--virtual-ranks goes with this package\'s optimizer, not --stock')
     # The process configured as this package configures it (its threads and timeline with
     # the flags here), for ChainerMN's communicators too; a bad value ends in one line.
     setup = chainermn_torus.init(flags=flags)
@@ -108,6 +117,7 @@ def main():
     comm_stats = time_gradient_communication(comm)
     numpy.random.seed(args.seed)  # same initial weights everywhere; bcast_data makes sure
 
+    ranks = args.virtual_ranks or comm.size   # the ranks the job computes as
     # The communicator actually made (chainermn_torus.run --communicator may override the
     # script's own choice; ChainerMN's communicators have no name: keep the argument).
     used = getattr(comm, 'name', None) or args.communicator
@@ -131,7 +141,7 @@ def main():
     make, lr_attr, default_lr = OPTIMIZERS[args.optimizer]
     lr = args.lr
     if lr is None:  # linear scaling rule only when warming up to it
-        lr = linear_scaling(default_lr, comm.size, 1) if args.warmup_epochs else default_lr
+        lr = linear_scaling(default_lr, ranks, 1) if args.warmup_epochs else default_lr
     actual = make(lr)
     if args.stock:
         optimizer = chainermn.optimizers.create_multi_node_optimizer(
@@ -143,12 +153,13 @@ def main():
             check_replicas=args.check_replicas)
     optimizer.setup(model)
 
-    # Rank 0 reads the data (a missing directory fails there) and every rank learns of it.
+    # Rank 0 reads the data (a missing directory fails there) and every rank learns of it;
+    # with virtual ranks every process reads it (each cuts its virtual ranks' shards).
     error = None
-    if comm.rank == 0:
+    if comm.rank == 0 or args.virtual_ranks:
         try:
             train, test = load_mnist_idx(args.data_dir, n_classes=10, limit=args.limit)
-            error = batch_too_large(len(train), args.batchsize, comm.size, limit=args.limit)
+            error = batch_too_large(len(train), args.batchsize, ranks, limit=args.limit)
         except (OSError, ValueError) as e:
             error, train, test = str(e), None, None
     else:
@@ -156,20 +167,34 @@ def main():
     error = comm.mpi_comm.bcast(error, root=0)
     if error is not None:
         report.stop(error, comm.rank)  # the same on every rank: rank 0 says it
-    train = chainermn.scatter_dataset(train, comm, shuffle=True, seed=args.seed)
+    if args.virtual_ranks:
+        shards = virtual_shards(train, ranks, comm.held, shuffle=True, seed=args.seed)
+    else:
+        train = chainermn.scatter_dataset(train, comm, shuffle=True, seed=args.seed)
     test = chainermn.scatter_dataset(test, comm, shuffle=True, seed=args.seed)
 
-    train_iter = chainer.iterators.SerialIterator(train, args.batchsize)
+    if args.virtual_ranks:
+        # each virtual rank's order from its own generator: the same on any process count
+        train_iters = [chainer.iterators.SerialIterator(
+            shard, args.batchsize, order_sampler=chainer.iterators.ShuffleOrderSampler(
+                numpy.random.RandomState([args.seed, v])))
+            for shard, v in zip(shards, comm.held)]
+        train_iter = train_iters[0]
+    else:
+        train_iter = chainer.iterators.SerialIterator(train, args.batchsize)
     test_iter = chainer.iterators.SerialIterator(test, args.batchsize, repeat=False,
                                                  shuffle=False)
     # Now, on every rank, not after training: the output directory walked and held, and its
     # names holding nothing of another user's (extensions.outputs).
     out = checkpoint.check_output(comm, args.out, ('summary.json', 'model_final.npz', 'log'),
                                   args.trust_out_dir)
-    updater = training.StandardUpdater(train_iter, optimizer, device=-1)
+    if args.virtual_ranks:
+        updater = VirtualRanksUpdater(train_iters, optimizer, device=-1)
+    else:
+        updater = training.StandardUpdater(train_iter, optimizer, device=-1)
     trainer = training.Trainer(updater, (args.epoch, 'epoch'), out=args.out)
     if args.warmup_epochs:
-        trainer.extend(GradualWarmup(target_lr=lr, start_lr=lr / comm.size,
+        trainer.extend(GradualWarmup(target_lr=lr, start_lr=lr / ranks,
                                      duration=args.warmup_epochs, attr=lr_attr))
 
     evaluator = extensions.Evaluator(test_iter, model, device=-1)
@@ -207,7 +232,8 @@ def main():
     comm_seconds = comm.allreduce_obj(comm_stats['seconds']) / comm.size
     if comm.rank == 0:
         summary = {
-            'communicator': used, 'ranks': comm.size, 'epochs': args.epoch,
+            'communicator': used, 'ranks': comm.size, 'virtual_ranks': args.virtual_ranks,
+            'epochs': args.epoch,
             'optimizer': args.optimizer, 'stock': args.stock, 'fused': args.fused,
             'flush_denormals': args.ftz, 'double_buffering': args.double_buffering,
             'overlap': args.overlap,

@@ -26,3 +26,26 @@ def test_a_half_dtype_on_the_wire_is_refused_with_it_on_every_rank(mpi_world, np
     assert 'allreduce_grad_dtype bfloat16 cannot apply' in set_config, set_config
     assert "'sometimes'" in bad and 'exact_sum' in bad, bad
     assert all(s == said[0] for s in said), said
+
+
+@pytest.mark.parametrize('nprocs', ranks([1, 2, 3, 4, 6], fast=[3]))
+def test_six_virtual_ranks_give_the_same_bits_on_any_number_of_processes(mpi_world, nprocs):
+    # V = 6 on P = 1, 2, 3, 4, 6: each process sums the sets of the virtual ranks it holds
+    # into its integers; the means equal the reference over the 6 sets (the worker checks
+    # every array's bits), whatever P and the algorithm.
+    held = mpi_world(nprocs, 'check_exact', 'check_virtual', 6,
+                     ['pure_allreduce', 'rsaa', 'rsap:shm=0'], timeout=300)
+    assert sorted(v for h in held for v in h) == list(range(6))
+    assert [len(h) for h in held] == {1: [6], 2: [3, 3], 3: [2, 2, 2], 4: [2, 2, 1, 1],
+                                      6: [1] * 6}[nprocs]
+
+
+@pytest.mark.parametrize('nprocs', ranks([3], fast=[3]))
+def test_virtual_ranks_refuse_fewer_than_p_an_inexact_sum_and_one_gradient_set(mpi_world,
+                                                                             nprocs):
+    said = mpi_world(nprocs, 'check_exact', 'check_virtual_refusals', 5)
+    fewer, inexact, one_set = said[0]
+    assert 'virtual_ranks 2 is fewer than the job\'s 3 processes' in fewer, fewer
+    assert 'leave exact_sum=False out' in inexact, inexact
+    assert '5 virtual ranks on 3 processes' in one_set and 'mean_grad_sets' in one_set, one_set
+    assert all(s == said[0] for s in said), said

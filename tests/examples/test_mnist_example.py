@@ -59,6 +59,36 @@ def test_with_the_exact_sum_every_communicator_trains_to_the_same_bits(tmp_path)
 @pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
                     reason='Debian package dataset-fashion-mnist is not installed '
                            '(make setup installs it)')
+@pytest.mark.parametrize('virtual,runs', [
+    (4, [(4, 'rsap'), (2, 'pure_allreduce'), (1, 'rsap')]),
+    (3, [(3, 'rsaa'), (2, 'rsap')]),     # 2 processes: one holds two virtual ranks, one one
+], ids=['V4-on-4-2-1', 'V3-on-3-2'])
+def test_virtual_ranks_train_to_the_same_bits_on_any_number_of_processes(tmp_path, virtual,
+                                                                        runs):
+    models, summaries = {}, {}
+    for nprocs, name in runs:
+        out = tmp_path / f'{nprocs}-{name}'
+        proc = run_mpi(nprocs, [EXAMPLE, '--communicator', name, '--virtual-ranks',
+                                str(virtual), '--epoch', '1', '--limit', '1200',
+                                '--batchsize', '50', '--threads', '1', '--out', str(out)],
+                       timeout=300)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert f'{virtual} virtual ranks on {nprocs} process' in proc.stdout, proc.stdout[-2000:]
+        with numpy.load(str(out / 'model_final.npz')) as f:
+            models[nprocs] = {k: f[k].tobytes() for k in f.files}
+        summaries[nprocs] = json.load(open(str(out / 'summary.json')))
+    first = runs[0][0]
+    assert len(models[first]) == 6
+    for nprocs, _ in runs[1:]:
+        assert models[nprocs] == models[first], f'{nprocs} processes: other bits'
+    # 1200 images over V virtual ranks of 50: every run made the same number of updates
+    assert len({s['gradient_communication_calls'] for s in summaries.values()}) == 1, summaries
+    assert all(s['virtual_ranks'] == virtual for s in summaries.values())
+
+
+@pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
+                    reason='Debian package dataset-fashion-mnist is not installed '
+                           '(make setup installs it)')
 @pytest.mark.parametrize('flags,nprocs,min_accuracy', [
     (['--double-buffering', '--fp16-allreduce', '--check-finite', '--warmup-epochs', '1'], 2,
      0.6),

@@ -1,7 +1,9 @@
 """Run by tests/communicators/test_exact_sum.py in a test world of P ranks: the exact sum
 (``exact_sum=True``) gives, on every rank, for every communicator, grid, segment size and
 rsap mode, the bits of the exact sum computed here without MPI (``fixed_point`` over every
-rank's reproducible gradients): the result cannot depend on the algorithm or the order.
+rank's reproducible gradients): the result cannot depend on the algorithm or the order. With
+V virtual ranks on P processes (each process hands in the gradient sets of those it holds)
+the bits are those of the same reference over the V sets: they cannot depend on P either.
 """
 import hashlib
 
@@ -9,7 +11,7 @@ import chainermn_torus  # noqa: F401 first: then Chainer's import scans no packa
 
 import numpy
 
-from chainermn_torus.algorithms import fixed_point
+from chainermn_torus.algorithms import fixed_point, virtual_ranks
 from chainermn_torus.algorithms.variants import takes_grid
 from chainermn_torus.communicators import _packing
 from chainermn_torus.errors import ConfigError
@@ -38,20 +40,22 @@ def gradients(specs, rank, seed):
     return grads
 
 
-def reference(specs, seed, none_on=()):
-    """The exact means, computed on each rank from every rank's gradients (None: zeros)."""
+def reference(specs, seed, none_on=(), terms=None):
+    """The exact means, computed on each rank from every rank's gradients (None: zeros);
+    ``terms``: that many virtual ranks' instead of P ranks'."""
+    terms = terms or P
     carrier = _packing.transfer_dtype([d for _, d in specs])
-    every = [gradients(specs, r, seed) for r in range(P)]
+    every = [gradients(specs, r, seed) for r in range(terms)]
     means = []
     for i, (shape, dtype) in enumerate(specs):
         xs = [numpy.zeros(shape, dtype) if (i, r) in none_on else every[r][i]
-              for r in range(P)]
+              for r in range(terms)]
         # numpy's max: a NaN anywhere makes it NaN (Python's max depends on the order)
         top = numpy.array([numpy.abs(x.astype(numpy.float64)).max() if x.size else 0.0
                            for x in xs]).max()
-        s = int(fixed_point.scales([top], P)[0])
+        s = int(fixed_point.scales([top], terms)[0])
         total = sum(fixed_point.encode(x.reshape(-1), s) for x in xs)
-        mean = fixed_point.decode(total, s, P, out=numpy.empty(total.size, carrier))
+        mean = fixed_point.decode(total, s, terms, out=numpy.empty(total.size, carrier))
         means.append(mean.reshape(shape).astype(dtype))
     return means
 
@@ -129,30 +133,83 @@ def check_exact(comm, specs):
     return len(digests)
 
 
+def refusals(*attempts):
+    """Each attempt (a callable) must raise ConfigError in one line: their messages."""
+    said = []
+    for attempt in attempts:
+        try:
+            attempt()
+        except ConfigError as e:
+            assert '\n' not in str(e), str(e)
+            said.append(str(e))
+            continue
+        raise AssertionError(f'{attempt.__name__}: not refused')
+    return said
+
+
+def with_comm(name, call, **options):
+    """``call(comm)`` on a new communicator, finalized whatever happens."""
+    ours = create(name, **options)
+    try:
+        call(ours)
+    finally:
+        ours.finalize()
+
+
 def check_refusals(comm):
     """float16/bfloat16 on the wire, with the exact sum, refused on every rank in one line."""
     bind(comm)
-    said = []
-    for attempt in ('option', 'set_config'):
-        try:
-            if attempt == 'option':
-                create('rsap', exact_sum=True, allreduce_grad_dtype=numpy.float16)
-            else:
-                ours = create('pure_allreduce', exact_sum=True)
-                try:
-                    ours.set_config('allreduce_grad_dtype', 'bfloat16')
-                finally:
-                    ours.finalize()
-        except ConfigError as e:
-            said.append(str(e))
-            continue
-        raise AssertionError(f'{attempt}: a half dtype with the exact sum was not refused')
-    try:
+
+    def option():
+        create('rsap', exact_sum=True, allreduce_grad_dtype=numpy.float16)
+
+    def set_config():
+        with_comm('pure_allreduce', lambda c: c.set_config('allreduce_grad_dtype', 'bfloat16'),
+                  exact_sum=True)
+
+    def not_a_flag():
         create('rsaa', exact_sum='sometimes')
-    except ConfigError as e:
-        said.append(str(e))
-    else:
-        raise AssertionError('exact_sum=\'sometimes\' was not refused')
-    for line in said:
-        assert '\n' not in line, line
-    return said
+    return refusals(option, set_config, not_a_flag)
+
+
+def check_virtual(comm, virtual, specs):
+    """V = ``virtual`` virtual ranks: every spec, each process handing in the gradient sets of
+    the virtual ranks it holds (``mean_grad_sets``), gives the reference's bits over V sets.
+    Returns this process's virtual ranks."""
+    bind(comm)
+    for spec in specs:
+        name, options = parse_spec(spec)
+        ours = create(name, virtual_ranks=virtual, segment_size=64 * 1024, **options)
+        assert list(ours.held) == list(virtual_ranks.held(virtual, P, RANK)), ours.held
+        assert ours.exact_sum and f'{virtual} virtual ranks on {P}' in ours.describe()
+        for seed, specs_ in enumerate((UNEVEN, MIXED, BIG), 70):
+            model = Model(specs_)
+            sets = [gradients(specs_, v, seed) for v in ours.held]
+            for (_, p), g in zip(sorted(model.namedparams()), sets[0]):
+                p.grad = g.copy()
+            ours.mean_grad_sets(model, sets[1:])
+            want = reference(specs_, seed, terms=virtual)
+            for i, ((_, p), w) in enumerate(zip(sorted(model.namedparams()), want)):
+                assert p.grad.tobytes() == w.tobytes(), (
+                    f'{spec} V={virtual} P={P} seed {seed} array {i}: not the exact bits')
+        ours.finalize()
+    return list(ours.held)
+
+
+def check_virtual_refusals(comm, virtual):
+    """What virtual ranks refuse, on every rank alike, in one line each."""
+    bind(comm)
+
+    def fewer():
+        create('rsap', virtual_ranks=P - 1)
+
+    def inexact():
+        create('rsaa', virtual_ranks=virtual, exact_sum=False)
+
+    def one_set():
+        model = Model(UNEVEN)
+        for (_, p), g in zip(sorted(model.namedparams()), gradients(UNEVEN, RANK, 1)):
+            p.grad = g
+        with_comm('pure_allreduce', lambda c: c.multi_node_mean_grad(model),
+                  virtual_ranks=virtual)
+    return refusals(fewer, inexact, one_set)

@@ -1,6 +1,7 @@
 """Run by tests/tools/test_kernel_cache.py under mpiexec -n 2: every kernel declared for compiling
 ahead (runtime.cpu.jit.kernel), reached through the package's own calls: a communicator's
-shared-memory rows on float32 and float64 gradients and its float16 messages, the finite
+shared-memory rows on float32 and float64 gradients, its float16 messages and its exact sum
+(int64 rows; float32 and float64, two virtual ranks a process), the finite
 check, the fused optimizers and the large-batch RMSprop, flush-to-zero, batch normalization
 (float32's and bfloat16's), ReLU and the sums on numba's kernels, the benchmark's copy.
 Writes, per rank, each kernel's argument types loaded from numba's cache and those compiled here to
@@ -43,11 +44,16 @@ for name, options, dtype in (('rsap', {}, numpy.float32), ('rsap', {}, numpy.flo
                              ('rsaa', {'allreduce_grad_dtype': numpy.float16, 'shm': False},
                               numpy.float32),
                              ('rsaa', {'allreduce_grad_dtype': 'bfloat16', 'shm': False},
-                              numpy.float32)):
+                              numpy.float32),
+                             ('rsap', {'virtual_ranks': 4}, numpy.float32),
+                             ('rsap', {'virtual_ranks': 4}, numpy.float64)):
     comm = chainermn.create_communicator(name, **options)
     m = model(dtype)
     backward(m, dtype)
-    comm.multi_node_mean_grad(m)
+    if 'virtual_ranks' in options:   # the exact sum, with the other held rank's set
+        comm.mean_grad_sets(m, [[p.grad.copy() for _, p in sorted(m.namedparams())]])
+    else:
+        comm.multi_node_mean_grad(m)
     comm.finalize()
 
 for dtype in (numpy.float32, numpy.float64):
