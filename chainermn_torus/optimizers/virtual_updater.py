@@ -8,16 +8,65 @@ keeps the gradients of all but the last, and hands them to the multi-node optimi
 gradients exactly with every other process's (``mean_grad_sets``). The means, and so the
 update, are then the same bits on any number of processes.
 
-Not swapped here yet: a virtual rank's random state (dropout) and the persistent values its
-forward changes (BatchNormalization's statistics): a model with either is refused at the
-first step.
+Each held virtual rank also owns what a rank's forward changes, swapped in around its forward
+and backward (``HeldState``): numpy's global random state (Chainer's dropout draws from it)
+and the model's persistent values (BatchNormalization's running statistics). Each starts as
+the process's are at the first step, as every rank of a real job starts with the script's
+seed and the model it built. Between steps the model holds the first held virtual rank's
+values (what the evaluator uses, and the saved model: virtual rank 0's on process 0). The
+states are in the updater's snapshot (``serialize``).
 """
-import chainer
+import numpy
 from chainer.training import updaters
 
 from chainermn_torus.errors import ConfigError
 
-__all__ = ['VirtualRanksUpdater']
+__all__ = ['VirtualRanksUpdater', 'HeldState']
+
+
+class HeldState:
+    """One virtual rank's random state and persistent values, for ``model``'s layout."""
+
+    def __init__(self, model):
+        self.slots = _persistent_slots(model)
+        self.random = numpy.random.get_state()
+        self.values = {path: _copy(getattr(link, attr)) for path, link, attr in self.slots}
+
+    def load(self):
+        """Into the process: numpy's global random state, the model's persistents."""
+        numpy.random.set_state(self.random)
+        for path, link, attr in self.slots:
+            current, saved = getattr(link, attr), self.values[path]
+            if isinstance(current, numpy.ndarray):
+                current[...] = saved   # in place: the link's array keeps its identity
+            else:
+                setattr(link, attr, saved)
+
+    def save(self):
+        """From the process, after this virtual rank's forward and backward."""
+        self.random = numpy.random.get_state()
+        for path, link, attr in self.slots:
+            value = getattr(link, attr)
+            if isinstance(value, numpy.ndarray):
+                self.values[path][...] = value
+            else:
+                self.values[path] = value
+
+    def serialize(self, serializer):
+        kind, keys, pos, has_gauss, gauss = self.random
+        keys = serializer('random_keys', numpy.asarray(keys))
+        pos, has_gauss, gauss = (serializer(name, value) for name, value in (
+            ('random_pos', int(pos)), ('random_has_gauss', int(has_gauss)),
+            ('random_gauss', float(gauss))))
+        self.random = (kind, numpy.asarray(keys, numpy.uint32), int(pos), int(has_gauss),
+                       float(gauss))
+        for path, _, _ in self.slots:
+            key = 'persistent' + path.replace('/', '.')
+            value = self.values[path]
+            if isinstance(value, numpy.ndarray):
+                serializer(key, value)   # read into the array when loading
+            else:
+                self.values[path] = serializer(key, value)
 
 
 class VirtualRanksUpdater(updaters.StandardUpdater):
@@ -35,19 +84,23 @@ class VirtualRanksUpdater(updaters.StandardUpdater):
         named.update({f'virtual_rank_{i}': it for i, it in enumerate(iterators[1:], 1)})
         super().__init__(named, optimizer, **kwargs)
         self.held_iterators = iterators
-        self._checked = False
+        self.held_states = None   # made at the first step (or a snapshot's load)
+
+    def _states(self, model):
+        if self.held_states is None:
+            self.held_states = [HeldState(model) for _ in self.held_iterators]
+        return self.held_states
 
     def update_core(self):
-        optimizer = self._optimizers['main']
+        optimizer = self.get_optimizer('main')
         model = optimizer.target
-        if not self._checked:
-            _check_stateless(model)
-            self._checked = True
+        states = self._states(model)
         loss_func = self.loss_func or model
         more = []
-        for j, iterator in enumerate(self.held_iterators):
+        for j, (iterator, state) in enumerate(zip(self.held_iterators, states)):
             batch = iterator.next()
             in_arrays = self.converter(batch, self.input_device)
+            state.load()
             model.cleargrads()
             if isinstance(in_arrays, tuple):
                 loss = loss_func(*in_arrays)
@@ -56,21 +109,30 @@ class VirtualRanksUpdater(updaters.StandardUpdater):
             else:
                 loss = loss_func(in_arrays)
             loss.backward()
+            state.save()
             if j < len(self.held_iterators) - 1:
                 more.append({n: None if p.grad is None else p.grad.copy()
                              for n, p in model.namedparams()})
+        states[0].load()   # between steps the model is the first held virtual rank's
         optimizer.more_grads = more
         optimizer.update()   # no loss function: the gradients are set; average, update
         main = self.held_iterators[0]
         if self.auto_new_epoch and main.is_new_epoch:
             optimizer.new_epoch(auto=True)
 
+    def serialize(self, serializer):
+        super().serialize(serializer)
+        states = self._states(self.get_optimizer('main').target)
+        for j, state in enumerate(states):
+            state.serialize(serializer[f'held_state_{j}'])
 
-def _check_stateless(model):
-    """Refuse what a virtual rank would share with the others on its process: persistent
-    values a forward changes (BatchNormalization) and dropout's random state."""
-    for name, link in model.namedlinks():
-        if isinstance(link, chainer.links.BatchNormalization):
-            raise ConfigError(f'chainermn_torus: {name} is a BatchNormalization, whose running '
-                              'statistics each virtual rank must keep for itself: not yet '
-                              'supported with virtual ranks')
+
+def _persistent_slots(model):
+    """(path, link, attribute) of every persistent value of ``model`` (Chainer 7.8.1 lists
+    them only in a link's private ``_persistent``: runtime.chainer_glue.chainer_private)."""
+    return [(f'{path.rstrip("/")}/{attr}', link, attr)
+            for path, link in model.namedlinks() for attr in sorted(link._persistent)]
+
+
+def _copy(value):
+    return value.copy() if isinstance(value, numpy.ndarray) else value

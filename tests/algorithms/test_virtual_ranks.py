@@ -1,6 +1,6 @@
 """Virtual ranks' spread over processes (algorithms/virtual_ranks.py), the shards they train
 on (datasets/shards.py: ChainerMN's scatter_dataset at V ranks, whatever P) and what their
-updater refuses (optimizers/virtual_updater.py); no MPI."""
+updater swaps (optimizers/virtual_updater.py); no MPI."""
 import chainer
 import chainer.links as L
 import numpy
@@ -10,7 +10,7 @@ from chainermn.datasets.scatter import _scatter_index
 from chainermn_torus.algorithms import virtual_ranks as vr
 from chainermn_torus.datasets.shards import virtual_shards
 from chainermn_torus.errors import ConfigError
-from chainermn_torus.optimizers.virtual_updater import _check_stateless
+from chainermn_torus.optimizers.virtual_updater import HeldState
 
 
 @pytest.mark.parametrize('virtual,processes,counts', [
@@ -51,9 +51,20 @@ def test_each_shard_is_the_one_scatter_dataset_gives_that_rank_of_a_v_rank_job(n
                     [data[order[i % n]] for i in range(b, e)]
 
 
-def test_the_updater_refuses_batch_normalization_whose_statistics_a_virtual_rank_owns():
+def test_a_held_state_swaps_the_random_state_and_the_running_statistics_in_place():
+    numpy.random.seed(3)
     model = chainer.Sequential(L.Linear(3, 4), L.BatchNormalization(4))
-    with pytest.raises(ConfigError) as e:
-        _check_stateless(model)
-    assert 'BatchNormalization' in str(e.value) and 'virtual ranks' in str(e.value)
-    _check_stateless(chainer.Sequential(L.Linear(3, 4)))   # nothing to keep: accepted
+    bn = model[1]
+    mean = bn.avg_mean
+    first, second = HeldState(model), HeldState(model)
+    x = numpy.random.RandomState(0).standard_normal((5, 3)).astype(numpy.float32)
+    first.load()
+    drawn = numpy.random.rand()
+    with chainer.using_config('train', True):
+        model(x)
+    first.save()
+    second.load()   # the other virtual rank: the statistics and the draws it started with
+    assert bn.avg_mean is mean and not bn.avg_mean.any() and (bn.avg_var == 1).all()
+    assert numpy.random.rand() == drawn
+    first.load()
+    assert bn.avg_mean.any() and (bn.avg_var != 1).any() and numpy.random.rand() != drawn

@@ -77,32 +77,23 @@ def test_double_buffering_benchmark(tmp_path):
     assert res[0]['off']['communication_s'] >= 0.0057
 
 
-def _allreduce_benchmark(tmp_path, *flags):
-    """bench.allreduce on the MLP at P = 2, rsap on 2x1 and pure_allreduce: its report."""
+@pytest.mark.slow
+def test_allreduce_benchmark_with_debug_rows_and_exact_twins(tmp_path):
     out = tmp_path / 'a.json'
     proc = run_mpi(2, ['-m', 'chainermn_torus.bench.allreduce', '--model', 'mlp',
                        '--rounds', '3', '--warmup', '0', '--grids', '2x1', '--variants', 'rsap',
-                       '--no-auto', '--json', str(out), *flags], timeout=300)
+                       '--no-auto', '--chainer-debug', '--exact', '--json', str(out)],
+                   timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(out.read_text())
-
-
-@pytest.mark.slow
-def test_allreduce_benchmark_with_debug_rows(tmp_path):
-    res = _allreduce_benchmark(tmp_path, '--chainer-debug')
-    names = [r['name'] for r in res['results']]
-    # Every communicator row has its debug-mode twin; the raw MPI reference row has none.
-    assert names == ['naive', 'allreduce_1msg', 'pure_allreduce', 'rsap(2x1)', 'naive/debug',
-                     'pure_allreduce/debug', 'rsap(2x1)/debug', 'copy_bound'], names
-    assert res['ranks'] == 2 and all(r['median_ms'] > 0 for r in res['results'])
-
-
-@pytest.mark.slow
-def test_allreduce_benchmark_with_exact_twins(tmp_path):
-    res = _allreduce_benchmark(tmp_path, '--exact')
+    res = json.loads(out.read_text())
     rows = {r['name']: r for r in res['results']}
-    assert list(rows) == ['naive', 'allreduce_1msg', 'pure_allreduce', 'pure_allreduce/exact',
-                          'rsap(2x1)', 'rsap(2x1)/exact', 'copy_bound'], list(rows)
+    # Every communicator row has its debug-mode twin, ours their exact twin; the raw MPI
+    # reference row has neither.
+    assert list(rows) == [
+        'naive', 'allreduce_1msg', 'pure_allreduce', 'pure_allreduce/exact', 'rsap(2x1)',
+        'rsap(2x1)/exact', 'naive/debug', 'pure_allreduce/debug', 'pure_allreduce/exact/debug',
+        'rsap(2x1)/debug', 'rsap(2x1)/exact/debug', 'copy_bound'], list(rows)
+    assert res['ranks'] == 2 and all(r['median_ms'] > 0 for r in res['results'])
     for name in ('pure_allreduce', 'rsap(2x1)'):
         exact = rows[name + '/exact']
         assert exact['ratio_to_plain'] == pytest.approx(
