@@ -201,6 +201,11 @@ class PackedBuffer:
         """Where the means are after a call (and the gradients view): the buffer itself."""
         return self.array
 
+    @property
+    def gathered(self):
+        """(array, MPI type) that phase 3 moves: the buffer itself."""
+        return self.array, self.mpi_type
+
     def sum_divisor(self, size):
         """What the engine divides a chunk's sum over ``size`` ranks by: 1 if packing
         already multiplied by 1/size."""

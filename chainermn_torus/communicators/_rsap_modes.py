@@ -41,16 +41,20 @@ class PutRows:
     finalizer: MPI_Win_free is collective, and the collector runs at different moments on
     different ranks, so a free called from it met other collectives on the other ranks and
     deadlocked (seen, 2 runs in 12 at P=3). A communicator dropped without finalize() keeps
-    its window until exit."""
+    its window until exit.
+
+    ``means``: the window holds only what phase 3 puts, the exact sum's decoded means
+    (``_exact``), and phase 1 goes by messages into numpy's memory."""
 
     scatter_name, gather_name = 'reduce_scatter', 'put'
 
     def __init__(self, row_comm, progress, size, dtype, rounds, sync, reduce_scatter,
-                 purpose=''):
+                 purpose='', means=False):
         # 'notify' holds one passive epoch for the window's life.
         window = PutWindow(row_comm, size, dtype, passive=SYNCS[sync].passive,
                            purpose=purpose)
-        self.array, self.memory = window.array, window
+        self.memory = window
+        self.array, self.means = (None, window.array) if means else (window.array, None)
         win = window.win
         self.sync = SYNCS[sync](row_comm, progress, win, rounds)
         messages = MessageRows(row_comm, progress)
@@ -62,7 +66,7 @@ class PutRows:
 
     def gather(self, buf, lo, c):
         """Phase 3 as put rounds: chunks go straight into the partners' windows."""
-        self.sync.put_rounds(buf.array, lo, c, buf.mpi_type)
+        self.sync.put_rounds(*buf.gathered[:1], lo, c, buf.gathered[1])
 
     def end_call(self):
         pass

@@ -19,6 +19,7 @@ gradients that view it, while a peer still copies from it).
 import numpy
 from mpi4py import MPI
 
+from chainermn_torus.communicators import _exact
 from chainermn_torus.communicators._dtypes import is_half as _is_half
 from chainermn_torus.communicators._window import check_node_room, populate_or_free
 from chainermn_torus.errors import ConfigError
@@ -62,22 +63,25 @@ def node_rows(shm, row_comm, layout, progress, purpose=''):
     float16 and bfloat16 keep the message phases (the node-shared ones sum with MPI's
     types), and an empty buffer has no window."""
     if shm and layout.size and not _is_half(layout.dtype):
-        return ShmRows(row_comm, layout.size, layout.dtype, progress, purpose=purpose)
+        # the exact sum's integers, and a second window for the means phase 3 copies
+        means = _exact.means_dtype(layout) if layout.dtype == _exact.WIRE else None
+        return ShmRows(row_comm, layout.size, layout.dtype, progress, purpose=purpose,
+                       means_dtype=means)
     return None
 
 
 numba = jit.numba()
 if numba is not None:
-    # The packed buffers' dtypes: float32, float64 where a model's gradients are, int64 for
-    # the exact sum (``_exact``).
+    # The packed buffers' dtypes: float32, float64 where a model's gradients are; the exact
+    # sum (``_exact``) adds int64 and copies its float means (its integers are packed into
+    # the window first, so step 0 of the reduction copies nothing).
     @jit.kernel('(float32[::1], float32[::1])', '(float64[::1], float64[::1])',
                 '(int64[::1], int64[::1])')
     def _add_into(acc, src):
         for i in numba.prange(src.size):
             acc[i] += src[i]
 
-    @jit.kernel('(float32[::1], float32[::1])', '(float64[::1], float64[::1])',
-                '(int64[::1], int64[::1])')
+    @jit.kernel('(float32[::1], float32[::1])', '(float64[::1], float64[::1])')
     def _copy_chunk(src, dst):
         # One flat loop per chunk: it vectorises (an index split by // per element measured
         # 34 ms for 51 MB, against 4 ms for this).
@@ -118,12 +122,17 @@ class NodeBuffers:
         # A passive epoch over the whole window for its lifetime: Win_sync needs one.
         self.win.Lock_all(MPI.MODE_NOCHECK)
 
-    def barrier(self):
+    def barrier(self, also=None):
+        """The node barrier; ``also``: another NodeBuffers whose window is synced with it."""
         if self.peers is None:
             raise RuntimeError('chainermn_torus: this node-shared window was already freed')
         self.win.Sync()
+        if also is not None:
+            also.win.Sync()
         self._barrier()
         self.win.Sync()
+        if also is not None:
+            also.win.Sync()
 
     def reduce_in_turns(self, src, lo, c):
         """Row sums of segment ``lo`` without packing it first: each position's own chunk.
@@ -169,25 +178,50 @@ class ShmRows:
     position's own place in the buffer, so phase 2 divides it in place. Phase 3 waits for
     every chunk to be final (a node barrier) and copies the others from the peers; a call
     ends with one more barrier, so no rank overwrites what a peer still reads.
+
+    ``means_dtype`` (the exact sum, whose buffer holds integers): a second window of that
+    float type for the decoded means (``means``), which phase 3 copies instead.
     """
 
     scatter_name, gather_name = 'reduce (shm)', 'gather (shm)'
 
-    def __init__(self, row_comm, size, dtype, progress, purpose=''):
+    def __init__(self, row_comm, size, dtype, progress, purpose='', means_dtype=None):
         self.node = NodeBuffers(row_comm, size, dtype, progress, purpose=purpose)
         self.M = row_comm.size
         # The buffer's memory is this rank's part of the window (freed with the buffer).
         self.array, self.memory = self.node.array, self.node
+        self.means = self.means_node = None
+        if means_dtype is not None:
+            self.means_node = NodeBuffers(row_comm, size, means_dtype, progress,
+                                          purpose=purpose + ' (the exact sum\'s means)')
+            self.means = self.means_node.array
+            self.memory = _BothWindows(self.node, self.means_node)
 
     def reduce_scatter(self, part, src, buf, lo):
         return self.node.reduce_in_turns(part if src is None else src, lo, part.size // self.M)
 
     def gather(self, buf, lo, c):
-        self.node.barrier()
-        self.node.gather(lo, c)
+        if self.means_node is None:
+            self.node.barrier()
+            self.node.gather(lo, c)
+        else:   # each position decoded its own chunk into its means
+            self.means_node.barrier()
+            self.means_node.gather(lo, c)
 
     def end_call(self):
-        self.node.barrier()
+        self.node.barrier(also=self.means_node)
 
     def free(self):
         pass  # the window is the buffer's memory: PackedBuffer.release frees it
+
+
+class _BothWindows:
+    """The exact sum's two node-shared windows as one buffer's memory: freed together, the
+    means' (which the gradients view) after the buffer's views are detached."""
+
+    def __init__(self, node, means_node):
+        self.node, self.means_node = node, means_node
+
+    def free(self):
+        self.means_node.free()
+        self.node.free()

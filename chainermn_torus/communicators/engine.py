@@ -25,8 +25,9 @@ The strategies, handed to the constructor and never changed:
 * the *segment plan*: ``segment_bytes``, and ``prescaled`` (the packing multiplies by 1/P;
   else the 1/M chunk is divided after the sum). Every rank ends with the same bits;
 * ``exact``: the buffers are ``_exact``'s, 64-bit integers on a grid per array (one small
-  MAX all-reduce first, decoded once after the sum): the means' bits then do not depend on
-  P, the grid or the strategies either, only on the gradients and ``terms``.
+  MAX all-reduce first; each position decodes its chunk once phase 2 made it final, and
+  phase 3 moves the float means where the rows allow): the means' bits then do not depend
+  on P, the grid or the strategies either, only on the gradients and ``terms``.
 Why it is built so: docs/internals.md (communicators/engine.py).
 """
 import collections
@@ -126,7 +127,7 @@ class MessageRows:
     at its offset. Owns nothing MPI must free."""
 
     scatter_name, gather_name = 'reduce_scatter', 'allgather'
-    array = memory = None  # the buffer's memory is numpy's
+    array = means = memory = None  # the buffer's memory is numpy's
 
     def __init__(self, row_comm: Any, progress: Progress) -> None:
         self.row_comm = row_comm
@@ -142,8 +143,10 @@ class MessageRows:
                                           self.scratch[:c])
 
     def gather(self, buf: Any, lo: int, c: int) -> None:
-        """Phase 3: every position gets every chunk of buf.array[lo:lo + M*c]."""
-        self._allgather(MPI.IN_PLACE, [buf.array[lo:lo + self.row_comm.size * c], buf.mpi_type])
+        """Phase 3: every position gets every chunk of [lo, lo + M*c) of ``buf.gathered``
+        (the buffer, or the exact sum's decoded means)."""
+        array, mpi_type = buf.gathered
+        self._allgather(MPI.IN_PLACE, [array[lo:lo + self.row_comm.size * c], mpi_type])
 
     def end_call(self) -> None:
         pass
@@ -350,6 +353,9 @@ class TorusEngine:
         is in buf.array[lo:hi]."""
         seg, rows, reducer, M, pos = buf.array[lo:hi], buf.rows, buf.reducer, self.M, self.pos
         divisor = buf.sum_divisor(self.size)  # 1: the packing scaled, or decoding divides
+        # The exact sum decodes its integers as soon as they are final: this position's chunk
+        # before phase 3 where phase 3 moves the decoded means, else the segment after it.
+        exact, means_gathered = self.exact, self.exact and buf.gathers_means
         main = (hi - lo) - (hi - lo) % M
         c = main // M
         if c:
@@ -359,19 +365,28 @@ class TorusEngine:
                     reducer.allreduce(self.col_comm, part, part_src)
                     if divisor != 1:
                         numpy.divide(part, part.dtype.type(divisor), out=part)
+                    if exact:
+                        buf.decode(lo, lo + main)
             else:
                 with _span(timeline, rows.scatter_name):
                     chunk = rows.reduce_scatter(part, part_src, buf, lo)
                 with _span(timeline, 'allreduce'):
                     reducer.allreduce(self.col_comm, chunk, None)
-                    divide_by_size(chunk, divisor, out=seg[pos * c:(pos + 1) * c])
+                    if means_gathered:
+                        buf.decode(lo + pos * c, lo + (pos + 1) * c, chunk)
+                    else:
+                        divide_by_size(chunk, divisor, out=seg[pos * c:(pos + 1) * c])
                 with _span(timeline, rows.gather_name):
                     rows.gather(buf, lo, c)
+                if exact and not means_gathered:
+                    buf.decode(lo, lo + main)
         if main < hi - lo:
             with _span(timeline, 'tail'):
                 tail = seg[main:]
                 reducer.sum_small(self.mpi_comm, tail, None if src is None else src[main:])
                 divide_by_size(tail, divisor)
+                if exact:
+                    buf.decode(lo + main, hi)
 
     # --- buffers ----------------------------------------------------------------------------------
     def _layout_of(self, named: Sequence[Any]) -> Any:
@@ -410,7 +425,11 @@ class TorusEngine:
                           memory=None if rows is None else rows.memory, rows=rows,
                           reducer=self.reducer(layout.dtype, mpi_type, self.progress))
         if self.exact:
-            return _exact.ExactBuffer(layout, seg, terms=self.terms, **strategies)
+            # The rows' memory: ``array`` where phase 1 sums into it (int64: the node-shared
+            # rows, rsap's accumulate mode), ``means`` where phase 3 moves the decoded means
+            # (rsap's put window, the node-shared rows' second window); none for messages.
+            return _exact.ExactBuffer(layout, seg, terms=self.terms,
+                                      means=None if rows is None else rows.means, **strategies)
         return _packing.PackedBuffer(
             layout, seg, prescaled=self.prescaled or _dtypes.scaled_first(layout.dtype),
             **strategies)

@@ -14,7 +14,7 @@ from chainermn_torus.algorithms.rsap import put_rounds
 from typing import Any, Optional
 
 from chainermn_torus import config
-from chainermn_torus.communicators import _dtypes, interface
+from chainermn_torus.communicators import _dtypes, _exact, interface
 from chainermn_torus.communicators._grid import Grid, make_grid
 from chainermn_torus.communicators.engine import MessageRows
 from chainermn_torus.communicators._rsap_modes import (
@@ -93,8 +93,13 @@ class RsapCommunicator(interface.Communicator):
             return shared
         if layout.size == 0:  # no window of zero bytes
             return MessageRows(row_comm, self.progress)
-        return PutRows(row_comm, self.progress, layout.size, layout.dtype, self._rounds,
-                       self.sync, self.reduce_scatter_mode, purpose=self.shm_purpose)
+        # The exact sum with phase 1 by messages: the window holds what phase 3 puts, the
+        # decoded float means (accumulate sums the integers in the window itself).
+        means = layout.dtype == _exact.WIRE and self.reduce_scatter_mode == 'collective'
+        return PutRows(row_comm, self.progress, layout.size,
+                       _exact.means_dtype(layout) if means else layout.dtype, self._rounds,
+                       self.sync, self.reduce_scatter_mode, purpose=self.shm_purpose,
+                       means=means)
 
     def _describe_variant(self) -> str:
         if self.shm:
