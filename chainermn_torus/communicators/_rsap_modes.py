@@ -66,7 +66,8 @@ class PutRows:
 
     def gather(self, buf, lo, c):
         """Phase 3 as put rounds: chunks go straight into the partners' windows."""
-        self.sync.put_rounds(*buf.gathered[:1], lo, c, buf.gathered[1])
+        array, mpi_type = buf.gathered   # the buffer, or the exact sum's means
+        self.sync.put_rounds(array, lo, c, mpi_type)
 
     def end_call(self):
         pass
