@@ -208,6 +208,10 @@ def create_communicator(communicator_name: str = 'pure_nccl', mpi_comm: Any = No
     if cls is None:
         exact, source = (False, None) if settings is None else settings.pick(
             'exact_sum', kwargs.get('exact_sum'), 'exact_sum')
+        virtual, by = (None, None) if settings is None else settings.pick(
+            'virtual_ranks', kwargs.get('virtual_ranks'), 'virtual_ranks')
+        if virtual is not None:
+            exact, source = True, f'{by} {virtual}'
         if exact:  # refused before it is made: every rank here, none in a collective
             raise ConfigError(
                 f'chainermn_torus: {source} asks for the exact sum, and communicator '

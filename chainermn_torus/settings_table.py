@@ -156,6 +156,11 @@ SETTINGS = collections.OrderedDict([
                           'the exact, order-independent gradient sum (64-bit integers on '
                           'the wire): the same bits on any P, grid or algorithm',
                           launcher='communicator')),
+    ('virtual_ranks', Setting('CHAINERMN_TORUS_VIRTUAL_RANKS', 'count', None,
+                              'the job computes as V ranks on any number P <= V of processes '
+                              '(each virtual rank its shard, batch, order, random state and '
+                              'running statistics; the exact sum): the same bits on any P',
+                              launcher='script')),
     ('loader', Setting('CHAINERMN_TORUS_LOADER', 'loader', None,
                        "launcher: replace the training iterator: serial, multiprocess, ours "
                        "(the loader processes); default: the script's own", launcher='iterator')),

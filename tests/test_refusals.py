@@ -50,6 +50,7 @@ BAD = {
     'overlap': ('maybe', {}, []),
     'fp16_allreduce': ('maybe', {}, []),
     'exact_sum': ('maybe', {}, []),
+    'virtual_ranks': ('0', {}, []),
     'loader': ('fast', {}, []),
     'loader_eval': ('maybe', {}, []),
     'loader_processes': ('0', {}, []),

@@ -91,8 +91,10 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
         self.exact_sum, self.exact_sum_source = self.settings.pick(
             'exact_sum', exact_sum, 'exact_sum')
         # V virtual ranks: the same bits on any P <= V, which only the exact sum gives
-        self.virtual_ranks = None if virtual_ranks is None else _virtual.check(
-            virtual_ranks, self.size)
+        # (virtual_ranks, else CHAINERMN_TORUS_VIRTUAL_RANKS / the launcher's --virtual-ranks)
+        asked, source = self.settings.pick('virtual_ranks', virtual_ranks, 'virtual_ranks')
+        self.virtual_ranks = None if asked is None else _virtual.check(asked, self.size,
+                                                                       source)
         self.held = range(self.rank, self.rank + 1)
         if self.virtual_ranks is not None:
             if exact_sum is not None and not self.exact_sum:

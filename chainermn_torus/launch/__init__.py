@@ -28,14 +28,18 @@ iterators itself. The launcher changes what those calls return, never the script
   repeats;
 * ``--tune on`` makes ``auto`` measure its best candidates on the first gradient calls
   (``--tune-dir``: where the choice is kept); ``--timeline PREFIX`` records the phases;
+* ``--virtual-ranks V`` computes the job as V ranks on any P <= V processes (``virtual``):
+  the communicators sum exactly, each process's updater runs its virtual ranks one after
+  the other, each over its own shard, and the evaluators average over virtual ranks;
 * ``--gpu-to-cpu`` runs a script written for GPUs on each rank's CPU (``gpu_to_cpu``); without
   it, such a script's first GPU call stops the job in one line naming the option.
 
 The parts: ``options`` (the table as command-line options), ``hooks`` (the hooks into
 Chainer), ``sharding`` (--data-parallel), ``loaders`` (--loader), ``extensions`` (what
 Trainer.extend does), ``optimizer`` (the multi-node optimizers' options), ``lines`` (the
-lines on rank 0), ``gpu_to_cpu`` (a GPU-written script's device calls). ``Launch`` below
-is the one entry: the resolved options and the state the parts share.
+lines on rank 0), ``virtual`` (--virtual-ranks), ``gpu_to_cpu`` (a GPU-written script's
+device calls). ``Launch`` below is the one entry: the resolved options and the state the
+parts share.
 
 Why it is built so: docs/internals.md (launch/__init__.py).
 """
@@ -47,7 +51,7 @@ from chainermn_torus import _registry, communicators, config, process_setup, set
 from chainermn_torus.communicators import capabilities
 from chainermn_torus.errors import ConfigError
 from chainermn_torus.launch import options as _options
-from chainermn_torus.launch import gpu_to_cpu, hooks, optimizer
+from chainermn_torus.launch import gpu_to_cpu, hooks, optimizer, virtual
 from chainermn_torus.launch.lines import PREFIX, say
 from chainermn_torus.runtime import report, world
 from chainermn_torus.runtime.chainer_glue import patches
@@ -77,6 +81,7 @@ class Launch:
         self.script = opts.script
         self.gpu = None            # gpu_to_cpu.Said: what the script's GPU calls became
         self.run_seed = None       # (the run's seed, where it came from): unseeded shuffles
+        self.virtual = None        # --virtual-ranks: the held shards and updater (virtual.Held)
 
     def get(self, key):
         return self.settings[key]
@@ -92,6 +97,11 @@ class Launch:
         if self.get('global_batch') and not self.get('data_parallel'):
             raise ConfigError('--global-batch goes with --data-parallel (the batch size of a '
                               "plain script's iterator); ChainerMN scripts choose theirs")
+        if self.get('virtual_ranks') is not None:
+            refused = virtual.refusal(self)
+            if refused is not None:
+                raise ConfigError(refused)
+            self.virtual = virtual.Held(self)
         if self.get('loader_eval') and self.get('loader') is None:
             raise ConfigError('--loader-eval rebuilds the evaluation iterators as --loader '
                               'does; give --loader serial|multiprocess|ours with it')
@@ -129,16 +139,26 @@ class Launch:
         patches.apply(chainermn.optimizers, 'create_multi_node_optimizer',
                               _registry.create_multi_node_optimizer, 'launcher',
                               'either import path of ChainerMN\'s factory makes ours')
+        virtual_ranks = self.virtual is not None
         if self.get('loader') is not None or self.get('data_parallel') or \
-                self.get('gpu_to_cpu'):
+                self.get('gpu_to_cpu') or virtual_ranks:
             hooks.patch_updater(self)
         if self.get('data_parallel') or self.get('loader_eval'):
             hooks.patch_trainer(self)
         if self.get('memory_snapshots') or self.get('checkpoint_dir'):
             hooks.patch_trainer_run(self)
-        if self.get('memory_snapshots') or self.get('checkpoint_dir') or \
+        if self.get('memory_snapshots') or self.get('checkpoint_dir') or virtual_ranks or \
                 self.get('shuffle_seed') is not None or self.get('elastic_step') is not None:
             hooks.patch_scatter(self)
+        if virtual_ranks:
+            hooks.patch_evaluator_factory(self)
+            # An unseeded script's initial weights (and anything else drawn from numpy's
+            # global state before training) the same in every run, as its shards are.
+            numpy.random.seed(virtual.seed(self))
+            say(f'--virtual-ranks {self.get("virtual_ranks")}: numpy\'s global random state '
+                f'seeded with {virtual.seed(self)} before the script (the run\'s seed: '
+                '--shuffle-seed, else 0), so every run of this job is the same on any P',
+                world.launcher_rank() or 0)
         if self.get('data_parallel'):
             hooks.patch_plain_update(self)
             hooks.patch_save(self)

@@ -54,7 +54,7 @@ class Extend:
                 if comm.rank != 0:
                     return None
             elif evaluator and not chainer_private.is_multi_node_evaluator(extension):
-                extension = _evaluate_in_parallel(extension, comm)
+                extension = _evaluate_in_parallel(extension, comm, launch.virtual)
         if evaluator and launch.get('loader_eval'):
             loaders.replace_eval_iterators(launch, extension)
         if isinstance(extension, extensions.LogReport) or kind == '_Snapshot':
@@ -68,8 +68,11 @@ class Extend:
         return self.original(trainer, extension, *args, **kwargs)
 
 
-def _evaluate_in_parallel(evaluator, comm):
+def _evaluate_in_parallel(evaluator, comm, virtual):
     its = chainer_private.iterators(evaluator)
+    if virtual is not None:   # --virtual-ranks: each held virtual rank's shard
+        return virtual.evaluator(evaluator, comm,
+                                 virtual.cut(its['main'].dataset, comm, shuffle=False))
     for name, it in list(its.items()):
         its[name] = rebuild(it, shard(it.dataset, comm, shuffle=False), it.batch_size)
     say(f'--data-parallel: {type(evaluator).__name__} -> each rank evaluates its shard, the '

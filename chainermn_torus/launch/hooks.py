@@ -1,7 +1,7 @@
 """The places the launcher hooks into Chainer, each wrapping the original:
 
 * ``StandardUpdater.__init__``: counts updaters, and hands each to ``--data-parallel``
-  (``sharding``) and ``--loader`` (``loaders``);
+  (``sharding``), ``--virtual-ranks`` (``virtual``) and ``--loader`` (``loaders``);
 * ``Trainer.extend``: ``extensions.Extend``;
 * ``GradientMethod.update``, until a StandardUpdater is built: a plain optimizer's update()
   means a custom loop the launcher cannot parallelise; stop instead of training P copies
@@ -13,6 +13,8 @@
   checkpoint with --auto-resume;
 * ChainerMN's ``scatter_dataset(..., shuffle=True)`` without a seed: the seed of the run
   (``shard_order``), so that a restart cuts the shards in the same order;
+* under --virtual-ranks, ``scatter_dataset`` (every held virtual rank's shard) and
+  ``create_multi_node_evaluator`` (the means over virtual ranks): ``launch.virtual``;
 * ``chainer.serializers.save_npz`` under --data-parallel: rank 0 writes, the others skip (the
   script's own ``save_npz(path, model)`` at its end ran on every rank, all writing one file
   at once: a corrupt archive, seen in a 2-rank run).
@@ -21,6 +23,7 @@ import types
 
 import chainer.serializers
 import chainermn.datasets
+import chainermn.extensions
 from chainer import optimizer as optimizer_module
 from chainer import training
 from chainer.training.updaters import standard_updater
@@ -34,7 +37,7 @@ from chainermn_torus.launch.lines import PREFIX, say
 from chainermn_torus.runtime.chainer_glue import chainer_private, patches
 
 __all__ = ['patch_updater', 'patch_trainer', 'patch_plain_update', 'patch_save',
-           'patch_trainer_run', 'patch_scatter']
+           'patch_trainer_run', 'patch_scatter', 'patch_evaluator_factory']
 
 
 def patch_updater(launch):
@@ -46,6 +49,11 @@ def patch_updater(launch):
         launch.updaters += 1
         if launch.get('data_parallel'):
             sharding.parallelise(launch, updater)
+        elif launch.virtual is not None:   # a ChainerMN script: its scattered shards
+            comm = launch.comm()
+            old = chainer_private.iterators(updater)['main']
+            launch.virtual.adopt(updater, old, launch.virtual.of(old, comm, 'training'),
+                                 old.batch_size, comm)
         if launch.loader_kind(chainer_private.iterators(updater).get('main')) is not None:
             loaders.replace_training_iterator(launch, updater)
 
@@ -145,6 +153,8 @@ def patch_scatter(launch):
     original = chainermn.datasets.scatter_dataset
 
     def scatter_dataset(dataset, comm, root=0, shuffle=False, seed=None, *args, **kwargs):
+        if launch.virtual is not None:   # every held virtual rank's shard
+            return launch.virtual.scatter(dataset, comm, root, shuffle, seed)
         if shuffle and seed is None and comm.rank == root:  # only the root draws
             if launch.run_seed is None:
                 try:
@@ -167,3 +177,17 @@ def patch_scatter(launch):
     for owner in (chainermn, chainermn.datasets):
         patches.apply(owner, 'scatter_dataset', scatter_dataset, 'launcher',
                       "an unseeded shuffle draws the run's order, which a restart repeats")
+
+
+def patch_evaluator_factory(launch):
+    """--virtual-ranks: ChainerMN's create_multi_node_evaluator, either import path, makes
+    the evaluator average over virtual ranks (``launch.virtual``)."""
+    original = chainermn.create_multi_node_evaluator
+
+    def create_multi_node_evaluator(actual_evaluator, communicator):
+        return launch.virtual.evaluator(actual_evaluator, communicator)
+
+    create_multi_node_evaluator.__wrapped__ = original
+    for owner in (chainermn, chainermn.extensions):
+        patches.apply(owner, 'create_multi_node_evaluator', create_multi_node_evaluator,
+                      'launcher', '--virtual-ranks: the means over virtual ranks')

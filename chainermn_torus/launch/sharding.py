@@ -31,28 +31,36 @@ def parallelise(launch, updater):
     old = chainer_private.iterators(updater)['main']
     dataset = old.dataset
     batch = old.batch_size
+    # the ranks the job computes as: its processes, or --virtual-ranks
+    ranks = comm.size if launch.virtual is None else comm.virtual_ranks
     if launch.get('global_batch'):
-        if batch % comm.size:
-            launch.stop(f'--global-batch: the batch size {batch} does not divide among {comm.size} '
+        if batch % ranks:
+            launch.stop(f'--global-batch: the batch size {batch} does not divide among {ranks} '
                         'ranks; '
-                        f'choose a multiple of {comm.size} or leave --global-batch out '
+                        f'choose a multiple of {ranks} or leave --global-batch out '
                         f'(then {batch} is '
                         'per rank)')
-        batch //= comm.size
-    part = shard(dataset, comm, shuffle=True)
-    chainer_private.iterators(updater)['main'] = rebuild(old, part, batch)
+        batch //= ranks
     from chainermn_torus.optimizers import is_multi_node  # with MPI, as the optimizer
     for name, opt in list(chainer_private.optimizers(updater).items()):
         if not is_multi_node(opt):
             chainer_private.optimizers(updater)[name] = \
                 _registry.create_multi_node_optimizer(opt, comm)
+    if launch.virtual is None:
+        part = shard(dataset, comm, shuffle=True)
+        chainer_private.iterators(updater)['main'] = rebuild(old, part, batch)
+    else:
+        held = launch.virtual.cut(dataset, comm, shuffle=True)
+        part = held[0]
     say('--data-parallel: {} examples -> {} per rank (shuffled shards, as '
         'chainermn.scatter_dataset); batch {} per rank, {} in all on {} ranks ({}); the '
         'initial parameters are broadcast from rank 0 at the first update'.format(
-            len(dataset), len(part), batch, batch * comm.size, comm.size,
+            len(dataset), len(part), batch, batch * ranks, ranks,
             'the script\'s batch divided: --global-batch' if launch.get('global_batch')
             else 'as ChainerMN: the script\'s batch is per rank; --global-batch divides it'),
         comm.rank)
+    if launch.virtual is not None:
+        launch.virtual.adopt(updater, old, held, batch, comm)
 
 
 def shard(dataset, comm, shuffle):
@@ -76,20 +84,22 @@ def order(it):
             getattr(it, '_shuffle', getattr(it, 'shuffle', None)))
 
 
-def rebuild(old, dataset, batch):
+def rebuild(old, dataset, batch, order_sampler=None):
     """An iterator of the same kind as ``old`` over ``dataset`` with ``batch`` (the old one,
-    if it runs processes, is finalized)."""
+    if it runs processes, is finalized); ``order_sampler``: its shuffle's order (Chainer
+    takes it in place of ``shuffle``)."""
     repeat, shuffle = order(old)
+    kinds = dict(repeat=repeat, shuffle=shuffle)
+    if order_sampler is not None:
+        kinds = dict(repeat=repeat, order_sampler=order_sampler)
     if isinstance(old, iterators.MultiprocessIterator):
-        new = iterators.MultiprocessIterator(dataset, batch, repeat=repeat, shuffle=shuffle,
-                                             n_processes=old.n_processes,
+        new = iterators.MultiprocessIterator(dataset, batch, n_processes=old.n_processes,
                                              n_prefetch=old.n_prefetch,
-                                             shared_mem=old.shared_mem)
+                                             shared_mem=old.shared_mem, **kinds)
     elif isinstance(old, iterators.MultithreadIterator):
-        new = iterators.MultithreadIterator(dataset, batch, repeat=repeat, shuffle=shuffle,
-                                            n_threads=old.n_threads)
+        new = iterators.MultithreadIterator(dataset, batch, n_threads=old.n_threads, **kinds)
     elif isinstance(old, iterators.SerialIterator):
-        new = iterators.SerialIterator(dataset, batch, repeat=repeat, shuffle=shuffle)
+        new = iterators.SerialIterator(dataset, batch, **kinds)
     else:
         raise SystemExit(f'{PREFIX}--data-parallel: the iterator is a {type(old).__name__}, which '
                          'the launcher does not '

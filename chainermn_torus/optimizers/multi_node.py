@@ -187,7 +187,7 @@ class MultiNodeOptimizer:
     _signature: Any
     _resumed: bool
     # The gradient sets of this process's other virtual ranks for the next update ({name:
-    # array}), set by optimizers.virtual_updater; the model's are the last one's.
+    # array}), set by optimizers.virtual_updater; the model's are the first one's.
     more_grads: Optional[list]
 
     def __init__(self, actual_optimizer: Any, communicator: Any, mode: Any,

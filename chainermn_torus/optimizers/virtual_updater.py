@@ -3,7 +3,7 @@
 ``VirtualRanksUpdater`` is Chainer's ``StandardUpdater`` with one iterator per virtual rank
 the process holds (each over that virtual rank's shard, ``datasets.shards.virtual_shards``,
 with its own order): a step runs each one's forward and backward in turn, at its own batch,
-keeps the gradients of all but the last, and hands them to the multi-node optimizer
+keeps the gradients of all but the first, and hands them to the multi-node optimizer
 (``more_grads``), whose communicator (made with ``virtual_ranks=V``) sums every held rank's
 gradients exactly with every other process's (``mean_grad_sets``). The means, and so the
 update, are then the same bits on any number of processes.
@@ -20,6 +20,7 @@ import numpy
 from chainer.training import updaters
 
 from chainermn_torus.errors import ConfigError
+from chainermn_torus.runtime.chainer_glue import chainer_private
 
 __all__ = ['VirtualRanksUpdater', 'HeldState']
 
@@ -75,14 +76,29 @@ class VirtualRanksUpdater(updaters.StandardUpdater):
     turn together); the other arguments are StandardUpdater's."""
 
     def __init__(self, iterators, optimizer, **kwargs):
-        iterators = list(iterators)
-        if not iterators:
-            raise ConfigError('chainermn_torus: a process holds at least one virtual rank: '
-                              'no iterator was given')
-        named = {'main': iterators[0]}
+        iterators = _checked(iterators)
+        super().__init__(iterators[0], optimizer, **kwargs)
+        self._hold(iterators)
+
+    @classmethod
+    def adopt(cls, updater, iterators):
+        """``updater``, a StandardUpdater a script made, turned into this class in place (the
+        script holds that object, and its Trainer will), over ``iterators``."""
+        if type(updater) is not updaters.StandardUpdater:
+            raise ConfigError(
+                f'chainermn_torus: virtual ranks run a StandardUpdater\'s step for each held '
+                f'virtual rank; this script\'s updater is a {type(updater).__name__}, whose own '
+                'update_core they cannot split: use StandardUpdater, or no virtual ranks')
+        iterators = _checked(iterators)
+        updater.__class__ = cls
+        updater._hold(iterators)
+        return updater
+
+    def _hold(self, iterators):
+        named = chainer_private.iterators(self)
+        named['main'] = iterators[0]
         # Serialized with the Trainer's snapshots: each held virtual rank's position.
         named.update({f'virtual_rank_{i}': it for i, it in enumerate(iterators[1:], 1)})
-        super().__init__(named, optimizer, **kwargs)
         self.held_iterators = iterators
         self.held_states = None   # made at the first step (or a snapshot's load)
 
@@ -97,10 +113,14 @@ class VirtualRanksUpdater(updaters.StandardUpdater):
         states = self._states(model)
         loss_func = self.loss_func or model
         more = []
-        for j, (iterator, state) in enumerate(zip(self.held_iterators, states)):
+        # The last held virtual rank first: the first one's forward runs last, so what it
+        # reports (the loss a LogReport on process 0 keeps) is virtual rank 0's on any P, and
+        # its gradients stay in the model. The sum does not depend on the order.
+        for j in reversed(range(len(states))):
+            iterator, state = self.held_iterators[j], states[j]
+            state.load()   # before next(): an iterator drawing from numpy draws its own
             batch = iterator.next()
             in_arrays = self.converter(batch, self.input_device)
-            state.load()
             model.cleargrads()
             if isinstance(in_arrays, tuple):
                 loss = loss_func(*in_arrays)
@@ -110,10 +130,10 @@ class VirtualRanksUpdater(updaters.StandardUpdater):
                 loss = loss_func(in_arrays)
             loss.backward()
             state.save()
-            if j < len(self.held_iterators) - 1:
+            if j:
                 more.append({n: None if p.grad is None else p.grad.copy()
                              for n, p in model.namedparams()})
-        states[0].load()   # between steps the model is the first held virtual rank's
+        # Between steps the model holds the first held virtual rank's values (loaded last).
         optimizer.more_grads = more
         optimizer.update()   # no loss function: the gradients are set; average, update
         main = self.held_iterators[0]
@@ -125,6 +145,14 @@ class VirtualRanksUpdater(updaters.StandardUpdater):
         states = self._states(self.get_optimizer('main').target)
         for j, state in enumerate(states):
             state.serialize(serializer[f'held_state_{j}'])
+
+
+def _checked(iterators):
+    iterators = list(iterators)
+    if not iterators:
+        raise ConfigError('chainermn_torus: a process holds at least one virtual rank: '
+                          'no iterator was given')
+    return iterators
 
 
 def _persistent_slots(model):

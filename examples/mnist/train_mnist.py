@@ -31,6 +31,7 @@ from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR, load_mnist_idx
 from chainermn_torus.datasets.shards import batch_too_large, virtual_shards
 from chainermn_torus.extensions import checkpoint, outputs
 from chainermn_torus.extensions.timing import time_gradient_communication
+from chainermn_torus.extensions.virtual_evaluation import evaluate_over_virtual_ranks
 from chainermn_torus.models import MLP  # ChainerMN's example's MLP, 784-unit-unit-10
 from chainermn_torus.optimizers.large_batch import GradualWarmup, linear_scaling
 from chainermn_torus.optimizers.virtual_updater import VirtualRanksUpdater
@@ -64,10 +65,10 @@ def main():
     parser.add_argument('--progress', action='store_true', help='show a progress bar')
     parser.add_argument('--limit', type=COUNT, default=None, metavar='N',
                         help='use only the first N training and N test images (smoke tests)')
-    parser.add_argument('--virtual-ranks', type=COUNT, default=None, metavar='V',
-                        help='train as V ranks on any number of processes <= V (each its '
-                             'shard, batch and order; the exact sum): the same model on any '
-                             'number of processes')
+    command_line.add_option(parser, 'virtual_ranks', metavar='V',
+                            help='train as V ranks on any number of processes <= V (each its '
+                                 'shard, batch and order; the exact sum): the same model on '
+                                 'any number of processes')
     cpu = parser.add_argument_group('CPU multi-node optimizer (chainermn_torus)')
     cpu.add_argument('--optimizer', choices=sorted(OPTIMIZERS), default='adam')
     cpu.add_argument('--lr', type=command_line.arg_type('positive'), default=None,
@@ -169,9 +170,10 @@ def main():
         report.stop(error, comm.rank)  # the same on every rank: rank 0 says it
     if args.virtual_ranks:
         shards = virtual_shards(train, ranks, comm.held, shuffle=True, seed=args.seed)
+        test_shards = virtual_shards(test, ranks, comm.held, shuffle=True, seed=args.seed)
     else:
         train = chainermn.scatter_dataset(train, comm, shuffle=True, seed=args.seed)
-    test = chainermn.scatter_dataset(test, comm, shuffle=True, seed=args.seed)
+        test_shards = [chainermn.scatter_dataset(test, comm, shuffle=True, seed=args.seed)]
 
     if args.virtual_ranks:
         # each virtual rank's order from its own generator: the same on any process count
@@ -182,8 +184,8 @@ def main():
         train_iter = train_iters[0]
     else:
         train_iter = chainer.iterators.SerialIterator(train, args.batchsize)
-    test_iter = chainer.iterators.SerialIterator(test, args.batchsize, repeat=False,
-                                                 shuffle=False)
+    test_iters = [chainer.iterators.SerialIterator(shard, args.batchsize, repeat=False,
+                                                   shuffle=False) for shard in test_shards]
     # Now, on every rank, not after training: the output directory walked and held, and its
     # names holding nothing of another user's (extensions.outputs).
     out = checkpoint.check_output(comm, args.out, ('summary.json', 'model_final.npz', 'log'),
@@ -197,8 +199,12 @@ def main():
         trainer.extend(GradualWarmup(target_lr=lr, start_lr=lr / ranks,
                                      duration=args.warmup_epochs, attr=lr_attr))
 
-    evaluator = extensions.Evaluator(test_iter, model, device=-1)
-    evaluator = chainermn.create_multi_node_evaluator(evaluator, comm)
+    evaluator = extensions.Evaluator(test_iters[0], model, device=-1)
+    if args.virtual_ranks:   # each held virtual rank's shard; the mean in their order
+        evaluator = evaluate_over_virtual_ranks(evaluator, comm, test_iters,
+                                                lambda: updater.held_states)
+    else:
+        evaluator = chainermn.create_multi_node_evaluator(evaluator, comm)
     trainer.extend(evaluator)
 
     if comm.rank == 0:

@@ -84,6 +84,9 @@ def test_virtual_ranks_train_to_the_same_bits_on_any_number_of_processes(tmp_pat
     # 1200 images over V virtual ranks of 50: every run made the same number of updates
     assert len({s['gradient_communication_calls'] for s in summaries.values()}) == 1, summaries
     assert all(s['virtual_ranks'] == virtual for s in summaries.values())
+    # the evaluation too: every virtual rank's test shard, the mean in virtual-rank order
+    assert len({(s['test_accuracy'], s['test_loss']) for s in summaries.values()}) == 1, \
+        summaries
 
 
 @pytest.mark.skipif(not os.path.isdir(DEFAULT_MNIST_DIR),
