@@ -123,6 +123,46 @@ def reference_run(work):
     return ckpt
 
 
+def uninterrupted(work, cache, virtual, unchanged=False):
+    """The final parameters of the job never interrupted: the reference's (its own
+    ``model_final.npz``), or with ``virtual`` a run of its own with ``--virtual-ranks V``
+    (ChainerMN's own script under the launcher where ``unchanged``)."""
+    key = ('uninterrupted', virtual, unchanged)
+    if key in cache:
+        return cache[key]
+    if virtual is None and not unchanged:
+        cache[key] = final_params(os.path.join(work, 'ref-out'))
+        return cache[key]
+    fresh_cluster()
+    out = os.path.join(work, 'uninterrupted-{}{}'.format(virtual, '-unchanged' if unchanged
+                                                         else ''))
+    command, more = case_command(out, virtual, unchanged, work)
+    proc = subprocess.run(['bash', EMULATE, 'run', str(RANKS), PY] + command,
+                          capture_output=True, text=True, env=env(**more), timeout=600)
+    if proc.returncode != 0:
+        raise SystemExit(f'the uninterrupted run ({key}) failed:\n'
+                         f'{proc.stdout[-2000:]}{proc.stderr[-2000:]}')
+    cache[key] = final_params(out)
+    return cache[key]
+
+
+def case_command(out, virtual, unchanged, work, in_command=True):
+    """(the command each rank runs, its environment's additions): the MNIST example, or
+    ChainerMN's own script under the launcher; with ``virtual``, as V virtual ranks (said
+    in the command, or, not ``in_command``, by the supervisor)."""
+    as_virtual = [] if virtual is None or not in_command else \
+        ['--virtual-ranks', str(virtual)]
+    if unchanged:  # ChainerMN's own MNIST script under the launcher
+        # --virtual-ranks sums exactly: ChainerMN's 'naive' is refused, rsap asked for
+        forced = [] if virtual is None else ['--communicator', 'rsap']
+        return (['-m', 'chainermn_torus.run', '--memory-snapshots', str(K)] + as_virtual +
+                forced + [UNCHANGED, '--epoch', '3', '--limit', '12000', '--unit', '100',
+                          '--batchsize', '50', '--out', out],
+                {'CHAINER_DATASET_ROOT': dataset_cache(work)})
+    return train_args(out, ['--memory-snapshots', str(K), '--restore-from-memory'] +
+                      as_virtual), {}
+
+
 def resumed_reference(work, ckpt, iteration, lost, cache):
     """The reference's checkpoint ``iteration`` resumed with --auto-resume on the nodes
     left after ``lost`` (node numbers): its final parameters."""
@@ -282,8 +322,9 @@ def end_case(name, work):
     return result
 
 
-def run_case(name, work, ckpt, cache):
-    """One case: the elastic run with its loss, then the check."""
+def run_case(name, work, ckpt, cache, virtual=None):
+    """One case: the elastic run with its loss, then the check (``virtual``: every step as
+    V virtual ranks, and the check against the run never interrupted)."""
     fresh_cluster()
     kind, where, phase = (name.split('-') + [None, None])[:3]
     if name == 'second-loss':
@@ -299,16 +340,11 @@ def run_case(name, work, ckpt, cache):
     shutil.rmtree(out, ignore_errors=True)
     tmp_before = set(glob.glob('/tmp/hydra_hwloc_xmlfile_*'))
     shm_before = set(os.listdir('/dev/shm'))
-    if kind == 'unchanged':  # ChainerMN's own MNIST script under the launcher
-        command = ['-m', 'chainermn_torus.run', '--memory-snapshots', str(K), UNCHANGED,
-                   '--epoch', '3', '--limit', '12000', '--unit', '100', '--batchsize', '50',
-                   '--out', out]
-        more = {'CHAINER_DATASET_ROOT': dataset_cache(work)}
-    else:
-        command = train_args(out, ['--memory-snapshots', str(K), '--restore-from-memory'])
-        more = {}
-    argv = ['bash', EMULATE, 'elastic', str(RANKS), '--report', report, '--', PY, FAULT,
-            str(node), phase, str(AT[phase]), mark, '--'] + command
+    # the supervisor's --virtual-ranks V sets it for every step (the command says nothing)
+    command, more = case_command(out, virtual, kind == 'unchanged', work, in_command=False)
+    argv = ['bash', EMULATE, 'elastic', str(RANKS), '--report', report] + (
+        [] if virtual is None else ['--virtual-ranks', str(virtual)]) + [
+        '--', PY, FAULT, str(node), phase, str(AT[phase]), mark, '--'] + command
     log = open(os.path.join(work, name + '.log'), 'w')
     start = time.time()
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env(**more))
@@ -359,6 +395,9 @@ def run_case(name, work, ckpt, cache):
             if restored and restored[-1].get('first_step') else None
         result['ok'] = proc.returncode == 0 and bool(restored) and \
             'training is complete' in text and not procs and not shm
+        if virtual is not None:   # as V virtual ranks: the uninterrupted run's bits
+            compare_uninterrupted(result, out, uninterrupted(work, cache, virtual, True))
+            result['ok'] = result['ok'] and result['equal_to_uninterrupted']
         return result
     if proc.returncode != 0 or not restored or not os.path.exists(
             os.path.join(out, 'model_final.npz')):
@@ -369,8 +408,16 @@ def run_case(name, work, ckpt, cache):
     result['seconds_to_first_step'] = last['first_step'] - lost_at if last.get('first_step') \
         else None
     result['parts'] = parts(last, lost_at) if kind != 'second' else None
-    ref = resumed_reference(work, ckpt, last['iteration'], lost, cache)
-    result['max_abs_difference'] = differ(final_params(out), ref)
+    compare_uninterrupted(result, out, uninterrupted(work, cache, virtual))
+    if virtual is not None:   # the claim: no trace of the loss
+        result['max_abs_difference'] = result['max_abs_difference_to_uninterrupted']
+        result['compared_with'] = 'the same job never interrupted'
+    else:   # the claim: a resume on fewer ranks
+        ref = resumed_reference(work, ckpt, last['iteration'], lost, cache)
+        result['max_abs_difference'] = differ(final_params(out), ref)
+        result['compared_with'] = 'a disk checkpoint of the restored iteration resumed on ' \
+            'the ranks left'
+    result['virtual_ranks'] = virtual
     # MPICH's launcher topology files in /tmp are reported, not failed on: a launcher
     # proxy killed with its step leaves its own (so do some whole runs on the emulated
     # cluster, and the fault matrix reports them likewise); the nodes remove those they
@@ -378,6 +425,16 @@ def run_case(name, work, ckpt, cache):
     result['ok'] = result['max_abs_difference'] == 0.0 and not procs and not shm and \
         result.get('said_lost', True)
     return result
+
+
+def compare_uninterrupted(result, out, reference):
+    """``equal_to_uninterrupted`` and the max abs difference to the job never interrupted,
+    into ``result``: true only with virtual ranks (otherwise the survivors sum in another
+    order and their batch is other)."""
+    gap = differ(final_params(out), reference) if os.path.exists(
+        os.path.join(out, 'model_final.npz')) else 'no model_final.npz'
+    result['max_abs_difference_to_uninterrupted'] = gap
+    result['equal_to_uninterrupted'] = gap == 0.0
 
 
 def slurm_case(work, ckpt, cache, name='slurm'):
@@ -538,6 +595,10 @@ def main():
     p.add_argument('--timing', type=int, default=0, metavar='N')
     p.add_argument('--mpi', choices=('mpich', 'impi', 'openmpi'), default='mpich',
                    help='the MPI of every run (scripts/with_mpi.sh; default: mpich)')
+    p.add_argument('--virtual-ranks', type=int, default=None, metavar='V',
+                   help='every case\'s steps as V virtual ranks (chainermn-torus elastic '
+                        '--virtual-ranks V), each checked against the same job never '
+                        'interrupted: equal_to_uninterrupted')
     p.add_argument('--json', default=None)
     p.add_argument('--markdown', default=None)
     p.add_argument('--work', default=None, help='keep the runs here, outside /tmp (default: '
@@ -546,6 +607,14 @@ def main():
     args = p.parse_args()
     if os.geteuid() != 0:
         raise SystemExit('elastic_cases: needs root (the emulated cluster)')
+    if args.virtual_ranks is not None and args.virtual_ranks < NODES * RANKS:
+        p.error(f'--virtual-ranks {args.virtual_ranks}: at least the first step\'s '
+                f'{NODES * RANKS} ranks')
+    if args.virtual_ranks is not None and any(
+            c.startswith('slurm') or c in ('ends', 'signals') or c in ENDS
+            for c in args.cases):
+        p.error('--virtual-ranks runs the loss cases (quick, all, or their names); slurm, '
+                'signals and ends are run without it')
     if any(c.startswith('slurm') for c in args.cases) and args.mpi != 'mpich':
         p.error(f"--cases slurm runs with the default MPI (mpich), not --mpi {args.mpi}")
     if not args.inside:
@@ -583,14 +652,17 @@ def main():
         ckpt = reference_run(work)
         for name in names:
             r = slurm_case(work, ckpt, cache, name) if name.startswith('slurm') else \
-                end_case(name, work) if name in ENDS else run_case(name, work, ckpt, cache)
+                end_case(name, work) if name in ENDS else \
+                run_case(name, work, ckpt, cache, args.virtual_ranks)
             results.append(r)
-            print('{:26s} ok={} restored at {} max abs diff {} to first step {}'.format(
-                name, r['ok'], r.get('iteration'), r.get('max_abs_difference'),
-                _s(r.get('seconds_to_first_step'))), flush=True)
+            print('{:26s} ok={} restored at {} max abs diff {} to first step {} equal to '
+                  'uninterrupted {}'.format(
+                      name, r['ok'], r.get('iteration'), r.get('max_abs_difference'),
+                      _s(r.get('seconds_to_first_step')), r.get('equal_to_uninterrupted')),
+                  flush=True)
         timing = []
         for i in range(args.timing):
-            r = run_case('kill-last-allreduce', work, ckpt, cache)
+            r = run_case('kill-last-allreduce', work, ckpt, cache, args.virtual_ranks)
             r['case'] = f'timing-{i}'
             timing.append(r)
             print('timing {:2d} ok={} to first step {} parts {}'.format(
@@ -604,7 +676,8 @@ def main():
     summary = summarize(timing, today)
     data = {'machine': machine(), 'mpi': os.environ.get('CHAINERMN_TORUS_MPI', 'mpich'),
             'nodes': NODES, 'ranks_per_node': RANKS, 'snapshot_every': K,
-            'watchdog_s': WATCHDOG_S, 'cases': results, 'timing': timing, 'today': today,
+            'watchdog_s': WATCHDOG_S, 'virtual_ranks': args.virtual_ranks, 'cases': results,
+            'timing': timing, 'today': today,
             'summary': summary}
     print(json.dumps(summary, indent=1))
     print(RESULT + json.dumps(data), flush=True)
@@ -620,7 +693,9 @@ def outside(args):
     mpi = [] if args.mpi == 'mpich' else ['bash', WITH_MPI, args.mpi]
     argv = mpi + ['unshare', '-m', '--propagation', 'private', sys.executable,
             os.path.abspath(__file__), '--inside', '--cases'] + args.cases + [
-                '--timing', str(args.timing)] + (['--work', args.work] if args.work else [])
+                '--timing', str(args.timing)] + (['--work', args.work] if args.work else []) + (
+                    [] if args.virtual_ranks is None else
+                    ['--virtual-ranks', str(args.virtual_ranks)])
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     data = None
     for line in proc.stdout:

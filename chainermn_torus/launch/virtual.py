@@ -9,17 +9,15 @@ data, updater and evaluators are split the same way, whichever way the script sh
 * a plain script under ``--data-parallel``: the same shards, cut from the dataset it built.
 
 The StandardUpdater then holds one iterator per held virtual rank (its kind, batch, repeat;
-a shuffled one orders from its own generator, seeded by the run's seed and the virtual rank)
+a shuffled one in orders keyed by the run's seed and the virtual rank)
 and becomes ``optimizers.virtual_updater.VirtualRanksUpdater``; each ``Evaluator`` evaluates
 each held virtual rank's shard (``extensions.virtual_evaluation``). An unseeded shuffle and
 numpy's global state (an unseeded script's initial weights) take the run's seed,
 ``--shuffle-seed`` or 0: the same job on any P is the same job in every run.
 """
-import numpy
-from chainer import iterators
 
 from chainermn_torus.algorithms import virtual_ranks
-from chainermn_torus.datasets.shards import virtual_shards
+from chainermn_torus.datasets.shards import KeyedOrder, virtual_shards
 from chainermn_torus.extensions.virtual_evaluation import evaluate_over_virtual_ranks
 from chainermn_torus.launch.lines import say
 from chainermn_torus.launch.sharding import order, rebuild
@@ -96,13 +94,12 @@ class Held:
         return found[0]
 
     def iterators(self, old, shards, batch, comm):
-        """One iterator of ``old``'s kind per held shard; a shuffled one in the order of its
-        virtual rank's own generator (the same on any P)."""
+        """One iterator of ``old``'s kind per held shard; a shuffled one in orders keyed by
+        its virtual rank (the same on any P, and after a restore on another)."""
         repeat, shuffle = order(old)
         out = []
         for shard, v in zip(shards, comm.held):
-            sampler = None if shuffle is False else iterators.ShuffleOrderSampler(
-                numpy.random.RandomState([seed(self.launch), v]))
+            sampler = None if shuffle is False else KeyedOrder(seed(self.launch), v)
             out.append(rebuild(old, shard, batch, order_sampler=sampler))
         return out
 

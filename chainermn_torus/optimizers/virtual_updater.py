@@ -20,16 +20,18 @@ import numpy
 from chainer.training import updaters
 
 from chainermn_torus.errors import ConfigError
+from chainermn_torus.process import STATE
+from chainermn_torus.runtime import report
 from chainermn_torus.runtime.chainer_glue import chainer_private
 
-__all__ = ['VirtualRanksUpdater', 'HeldState']
+__all__ = ['VirtualRanksUpdater', 'HeldState', 'threads_line']
 
 
 class HeldState:
     """One virtual rank's random state and persistent values, for ``model``'s layout."""
 
     def __init__(self, model):
-        self.slots = _persistent_slots(model)
+        self.slots = chainer_private.persistents(model)
         self.random = numpy.random.get_state()
         self.values = {path: _copy(getattr(link, attr)) for path, link, attr in self.slots}
 
@@ -107,9 +109,15 @@ class VirtualRanksUpdater(updaters.StandardUpdater):
             self.held_states = [HeldState(model) for _ in self.held_iterators]
         return self.held_states
 
+    def next_batch(self, iterator):
+        """A held virtual rank's next batch (a subclass may time it, or key its crops)."""
+        return iterator.next()
+
     def update_core(self):
         optimizer = self.get_optimizer('main')
         model = optimizer.target
+        if self.held_states is None:
+            report.say(threads_line(), optimizer.communicator.rank, key='virtual ranks threads')
         states = self._states(model)
         loss_func = self.loss_func or model
         more = []
@@ -119,7 +127,7 @@ class VirtualRanksUpdater(updaters.StandardUpdater):
         for j in reversed(range(len(states))):
             iterator, state = self.held_iterators[j], states[j]
             state.load()   # before next(): an iterator drawing from numpy draws its own
-            batch = iterator.next()
+            batch = self.next_batch(iterator)
             in_arrays = self.converter(batch, self.input_device)
             model.cleargrads()
             if isinstance(in_arrays, tuple):
@@ -147,19 +155,24 @@ class VirtualRanksUpdater(updaters.StandardUpdater):
             state.serialize(serializer[f'held_state_{j}'])
 
 
+def threads_line():
+    """What the bits depend on besides V: the threads a rank computes with (oneDNN's and
+    numba's kernels split a sum over threads, so another count may change its last bits)."""
+    applied = STATE.threads['applied'] or {}
+    n = applied.get('threads')
+    count = 'the libraries\' own thread count' if n is None else \
+        f'{n} thread{"s" if n != 1 else ""} a rank'
+    return (f'virtual ranks: computed with {count}; the same bits as a run on any number of '
+            'processes with that count (oneDNN\'s and numba\'s kernels split their sums over '
+            'threads: with another count the last bits may differ; --threads fixes it)')
+
+
 def _checked(iterators):
     iterators = list(iterators)
     if not iterators:
         raise ConfigError('chainermn_torus: a process holds at least one virtual rank: '
                           'no iterator was given')
     return iterators
-
-
-def _persistent_slots(model):
-    """(path, link, attribute) of every persistent value of ``model`` (Chainer 7.8.1 lists
-    them only in a link's private ``_persistent``: runtime.chainer_glue.chainer_private)."""
-    return [(f'{path.rstrip("/")}/{attr}', link, attr)
-            for path, link in model.namedlinks() for attr in sorted(link._persistent)]
 
 
 def _copy(value):

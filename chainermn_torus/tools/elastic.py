@@ -63,6 +63,7 @@ _SIGNALLED = re.compile(r'rank (\d+) \((\S+)\): (SIGTERM|SIGINT) \([^)]*\) recei
 _VARIABLE = settings_table.SETTINGS['elastic_step'].env
 _EXPECT = settings_table.SETTINGS['expect_ranks'].env
 _SNAPSHOTS = settings_table.SETTINGS['memory_snapshots'].env
+_VIRTUAL = settings_table.SETTINGS['virtual_ranks'].env
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
@@ -126,8 +127,11 @@ Step = collections.namedtuple('Step', 'code complete keeping silent restored fir
 class Supervisor:
     def __init__(self, nodes, command, launcher, min_nodes=1, global_batch=None,
                  probe_timeout=20.0, grace=30.0, max_steps=None, slurm=False,
-                 keep_snapshots=False):
+                 keep_snapshots=False, virtual_ranks=None):
         self.nodes, self.command, self.launcher = nodes, command, launcher
+        # V virtual ranks for every step (the steps' CHAINERMN_TORUS_VIRTUAL_RANKS): the
+        # survivors take the lost ranks' over, and the result is the uninterrupted job's.
+        self.virtual_ranks = virtual_ranks
         # Nodes from Slurm's allocation: Slurm is asked first which of them it holds lost.
         self.slurm = slurm or launcher.kind == 'srun'
         self.min_nodes, self.global_batch = min_nodes, global_batch
@@ -210,7 +214,10 @@ class Supervisor:
         env[_EXPECT] = str(step.ranks)
         if self.given is not None:
             env[_SNAPSHOTS] = str(self.given)
-        passed = (_VARIABLE, _EXPECT) + ((_SNAPSHOTS,) if env.get(_SNAPSHOTS) else ())
+        if self.virtual_ranks is not None:
+            env[_VIRTUAL] = str(self.virtual_ranks)
+        passed = (_VARIABLE, _EXPECT) + ((_SNAPSHOTS,) if env.get(_SNAPSHOTS) else ()) + \
+            ((_VIRTUAL,) if env.get(_VIRTUAL) else ())
         argv = self.launcher.command(step.nodes, self.command, passed)
         seen = {'complete': None, 'keeping': None, 'restored': None, 'first_step': None,
                 'silent': set(), 'verdict_at': None, 'signalled': {}}
@@ -490,6 +497,11 @@ def build_parser():
     p.add_argument('--global-batch', type=command_line.arg_type('count'), default=None, metavar='B',
                    help='the global batch the script keeps (--resume-batch keep): a step on '
                         'ranks that do not divide it is refused in one line')
+    p.add_argument('--virtual-ranks', nargs='?', const='first', default=None, metavar='V',
+                   help='every step computes as V virtual ranks (bare: the first step\'s '
+                        'ranks), so that the survivors of a lost node take its virtual ranks '
+                        'over and the job ends with the bits of the job never interrupted; '
+                        f'sets {_VIRTUAL} for the steps')
     p.add_argument('--launcher', choices=('auto', 'mpiexec', 'srun'), default='auto',
                    help='how steps start (default: srun inside Slurm, else mpiexec)')
     p.add_argument('--launcher-program', default=None, metavar='PATH',
@@ -532,10 +544,24 @@ def main(argv=None):
         launcher = Launcher.find(args.launcher, args.launcher_program, extra)
     except ConfigError as e:
         p.error(str(e).replace('chainermn_torus: ', '', 1))
+    virtual = None
+    if args.virtual_ranks is not None:
+        total = sum(n.ranks for n in nodes)
+        try:
+            virtual = total if args.virtual_ranks == 'first' else \
+                command_line.arg_type('count')(args.virtual_ranks)
+        except argparse.ArgumentTypeError as e:
+            p.error(f'--virtual-ranks {e}')
+        if virtual < total:
+            p.error(f'--virtual-ranks {virtual} is fewer than the first step\'s {total} ranks '
+                    f'({len(nodes)} nodes): give at least {total}, or --virtual-ranks alone')
+        if args.global_batch is not None:
+            p.error('--virtual-ranks keeps the job\'s batch on any number of ranks (each '
+                    'virtual rank its own); leave --global-batch out')
     sup = Supervisor(nodes, command, launcher, args.min_nodes, args.global_batch,
                      args.probe_timeout, args.grace, args.max_steps,
                      slurm=source == job_nodes.SLURM_SOURCE,
-                     keep_snapshots=args.keep_snapshots)
+                     keep_snapshots=args.keep_snapshots, virtual_ranks=virtual)
     # Before any thread starts (the step's output pumps): the guard is a fork of this.
     sup.guard = Guard(sup)
     signal.signal(signal.SIGTERM, sup.signal)
@@ -547,6 +573,10 @@ def main(argv=None):
         say('the command asks for no snapshots in node memory: its steps keep one '
             f'every {sup.given} '
             f'iterations ({_SNAPSHOTS}={sup.given}; read by chainermn_torus.run and the examples)')
+    if virtual is not None:
+        say(f'every step computes as {virtual} virtual ranks ({_VIRTUAL}={virtual}): a lost '
+            'node\'s are taken over by the survivors, and the job ends as it would have '
+            'without the loss')
     code = sup.run()
     if args.report:
         with open(args.report, 'w') as f:

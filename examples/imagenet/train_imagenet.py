@@ -43,11 +43,13 @@ import numpy
 
 from chainermn_torus import command_line, settings_table
 from chainermn_torus.datasets import draws
-from chainermn_torus.datasets.shards import batch_too_large
+from chainermn_torus.datasets.shards import KeyedOrder, batch_too_large, virtual_shards
 from chainermn_torus.extensions import checkpoint, outputs
 from chainermn_torus.extensions.timing import time_calls
+from chainermn_torus.extensions.virtual_evaluation import evaluate_over_virtual_ranks
 from chainermn_torus.models import ResNet50, TinyNet
 from chainermn_torus.optimizers.large_batch import linear_scaling
+from chainermn_torus.optimizers.virtual_updater import VirtualRanksUpdater
 from chainermn_torus.runtime import report, world
 
 # Importing chainermn_torus starts no MPI; the first communicator does, in main(), after
@@ -139,14 +141,16 @@ def convert(batch, device):
 
 class StepTimer:
     """Per-iteration seconds of: data (iterator.next() + converter), allreduce (the
-    communicator's multi_node_mean_grad), update (the wrapped optimizer's own update) and
-    forward_backward (the rest of the multi-node optimizer's update: loss, backward and the
-    wrapper's bookkeeping)."""
+    communicator's multi_node_mean_grad, or mean_grad_sets with virtual ranks), update (the
+    wrapped optimizer's own update) and forward_backward (the rest of the multi-node
+    optimizer's update: loss, backward and the wrapper's bookkeeping)."""
 
     def __init__(self, comm, optimizer):
         self.rows = []
         self._spent = {'allreduce': 0.0, 'update': 0.0}
         time_calls(comm, 'multi_node_mean_grad', self._spent, 'allreduce')
+        if getattr(comm, 'virtual_ranks', None) is not None:   # the held ranks' sets at once
+            time_calls(comm, 'mean_grad_sets', self._spent, 'allreduce')
         # Instance attributes shadow the methods; set after setup(), which the fused
         # update may have changed.
         time_calls(optimizer.actual_optimizer, 'update', self._spent, 'update')
@@ -203,6 +207,29 @@ class TimedUpdater(training.updaters.StandardUpdater):
             optimizer.new_epoch(auto=True)
 
 
+class TimedVirtualUpdater(VirtualRanksUpdater):
+    """VirtualRanksUpdater's step (each held virtual rank's forward and backward in turn),
+    with each batch's crops keyed by its own iterator's epoch and the times recorded."""
+
+    def __init__(self, iterators, optimizer, timer):
+        super().__init__(iterators, optimizer, converter=convert, device=-1)
+        self.timer, self._data = timer, 0.0
+
+    def next_batch(self, iterator):
+        t0 = time.perf_counter()
+        draws.set_epoch(iterator.epoch)
+        batch = iterator.next()
+        self._data += time.perf_counter() - t0
+        return batch
+
+    def update_core(self):
+        self._data = 0.0
+        self.timer.start_step()
+        t0 = time.perf_counter()
+        super().update_core()
+        self.timer.end_step(self._data, time.perf_counter() - t0 - self._data)
+
+
 COUNT = command_line.arg_type('count')  # an integer >= 1, or a clear argparse error
 
 
@@ -251,6 +278,10 @@ def parse_args(argv=None):
     parser.add_argument('--n-classes', type=COUNT, default=None, metavar='K',
                         help='classes of the model (default: from the training list, whose '
                              'labels must then be 0..K-1 with every class present)')
+    command_line.add_option(parser, 'virtual_ranks', metavar='V',
+                            help='train as V ranks on any number of processes <= V (each its '
+                                 'shard, batch, order and running statistics; the exact sum): '
+                                 'the same model on any number of processes')
     parser.add_argument('--limit', type=COUNT, default=None, metavar='N',
                         help='use N images of each list, drawn with --seed (smoke tests)')
     # The settings the command line gave ride along for chainermn_torus.init.
@@ -344,10 +375,13 @@ def load_data(args):
     return train, val, n_classes
 
 
-def make_iterators(args, train, val, comm, plan):
+def make_iterators(args, train, val, comm, plan, virtual=None):
+    """(training, validation) iterators; ``virtual``: the virtual rank they are for, whose
+    orders are keyed by it (the same on any number of processes)."""
     bs, vbs, n = args.batchsize, args.val_batchsize, args.loader_processes
+    own = None if virtual is None else KeyedOrder(args.seed, virtual)
     if args.loader == 'serial':
-        return (chainer.iterators.SerialIterator(train, bs),
+        return (chainer.iterators.SerialIterator(train, bs, order_sampler=own),
                 chainer.iterators.SerialIterator(val, vbs, repeat=False, shuffle=False))
     if args.loader == 'multiprocess':
         # Bytes of one example's arrays: the float32 CHW crop (the label is a numpy scalar,
@@ -355,14 +389,16 @@ def make_iterators(args, train, val, comm, plan):
         # this process to measure the size.
         shared_mem = 4 * 3 * args.crop_size * args.crop_size
         return (chainer.iterators.MultiprocessIterator(CarryErrors(train), bs, n_processes=n,
-                                                       shared_mem=shared_mem),
+                                                       shared_mem=shared_mem,
+                                                       order_sampler=own),
                 chainer.iterators.MultiprocessIterator(CarryErrors(val), vbs, repeat=False,
                                                        shuffle=False, n_processes=n,
                                                        shared_mem=shared_mem))
     from chainermn_torus.loader import LoaderIterator
-    train_iter = LoaderIterator(train, bs, repeat=True, shuffle=True, n_processes=n,
-                                n_prefetch=4, cpus=plan.loader_cpus,
-                                seed=args.seed + comm.rank)
+    rank = comm.rank if virtual is None else virtual
+    train_iter = LoaderIterator(train, bs, repeat=True, shuffle=None if own else True,
+                                order_sampler=own, n_processes=n, n_prefetch=4,
+                                cpus=plan.loader_cpus, seed=args.seed + rank)
     # The Evaluator resets its iterator before each evaluation: ours can be reset.
     val_iter = LoaderIterator(val, vbs, repeat=False, shuffle=False, n_processes=n,
                               n_prefetch=4, cpus=plan.loader_cpus, seed=args.seed)
@@ -385,8 +421,11 @@ def main():
     comm = chainermn.create_communicator(args.communicator)
     # Now, on every rank, not after training: the output directory walked and held, and its
     # names holding nothing of another user's (extensions.outputs).
-    out = checkpoint.check_output(comm, args.out, ('summary.json', 'breakdown.json', 'log'),
-                                  args.trust_out_dir)
+    out = checkpoint.check_output(comm, args.out, ('summary.json', 'breakdown.json', 'log',
+                                                   'model_final.npz'), args.trust_out_dir)
+    # --virtual-ranks V: the job computes as V ranks (ChainerMN's communicators have none)
+    virtual = getattr(comm, 'virtual_ranks', None)
+    ranks = comm.size if virtual is None else virtual
 
     plan = None
     if args.loader == 'ours':
@@ -416,20 +455,26 @@ def main():
     if comm.rank == 0:
         try:
             train, val, n_classes = load_data(args)
-            error = batch_too_large(len(train), args.batchsize, comm.size, 'training images',
+            error = batch_too_large(len(train), args.batchsize, ranks, 'training images',
                                     limit=args.limit)
         except (OSError, ValueError) as e:
             error = str(e)
     error, n_classes = comm.mpi_comm.bcast((error, n_classes), root=0)
     if error is not None:
         report.stop(error, comm.rank)  # the same on every rank: rank 0 says it
-    train = chainermn.scatter_dataset(train, comm, shuffle=True, seed=args.seed)
-    val = chainermn.scatter_dataset(val, comm)
+    if virtual is None:
+        trains = [chainermn.scatter_dataset(train, comm, shuffle=True, seed=args.seed)]
+        vals = [chainermn.scatter_dataset(val, comm)]
+    else:   # the shards ChainerMN gives each of V ranks, those this process holds
+        train, val = comm.mpi_comm.bcast((train, val), root=0)
+        trains = virtual_shards(train, ranks, comm.held, shuffle=True, seed=args.seed)
+        vals = virtual_shards(val, ranks, comm.held, shuffle=False)
 
-    lr = args.lr if args.lr is not None else 0.1 * args.batchsize * comm.size / 256
+    lr = args.lr if args.lr is not None else 0.1 * args.batchsize * ranks / 256
     if comm.rank == 0:
         print('==========================================')
-        print(f'Num process (COMM_WORLD): {comm.size}')
+        print(f'Num process (COMM_WORLD): {comm.size}' + (
+            '' if virtual is None else f', {ranks} virtual ranks'))
         print('Using {} communicator{}'.format(
             args.communicator, ': ' + comm.describe() if hasattr(comm, 'describe') else ''))
         print(f'Using {args.arch} arch, {n_classes} classes, {args.crop_size}x{args.crop_size} '
@@ -457,12 +502,20 @@ def main():
     optimizer.add_hook(chainer.optimizer_hooks.WeightDecay(1e-4))
     timer = StepTimer(comm, optimizer)
 
-    train_iter, val_iter = make_iterators(args, train, val, comm, plan)
+    held = [None] if virtual is None else list(comm.held)
+    made = [make_iterators(args, t, v, comm, plan, virtual=h)
+            for t, v, h in zip(trains, vals, held)]
+    train_iters, val_iters = [m[0] for m in made], [m[1] for m in made]
     try:
-        updater = TimedUpdater(train_iter, optimizer, timer)
+        evaluator = extensions.Evaluator(val_iters[0], model, converter=convert, device=-1)
+        if virtual is None:
+            updater = TimedUpdater(train_iters[0], optimizer, timer)
+            evaluator = chainermn.create_multi_node_evaluator(evaluator, comm)
+        else:   # each held virtual rank in turn; the evaluation's means in their order
+            updater = TimedVirtualUpdater(train_iters, optimizer, timer)
+            evaluator = evaluate_over_virtual_ranks(evaluator, comm, val_iters,
+                                                    lambda: updater.held_states)
         trainer = training.Trainer(updater, (args.epoch, 'epoch'), out=args.out)
-        evaluator = chainermn.create_multi_node_evaluator(
-            extensions.Evaluator(val_iter, model, converter=convert, device=-1), comm)
         trainer.extend(evaluator, trigger=(1, 'epoch'))
         if comm.rank == 0:
             trainer.extend(outputs.hold_reports(extensions.LogReport(trigger=(1, 'epoch')),
@@ -482,8 +535,12 @@ def main():
         final = {k: v for k, v in trainer.observation.items() if k.startswith('validation/')}
         if 'validation/main/accuracy' not in final:
             final = evaluator()
+        if comm.rank == 0:   # rank 0's model: virtual rank 0's with virtual ranks
+            outputs.write(out, 'model_final.npz',
+                          lambda f: chainer.serializers.save_npz(f, model, compression=False),
+                          mode='wb')
     finally:
-        for it in (train_iter, val_iter):
+        for it in train_iters + val_iters:
             if hasattr(it, 'finalize'):
                 it.finalize()  # stops loader workers, also when training failed
 
@@ -510,11 +567,12 @@ def main():
             'arch': args.arch, 'loader': args.loader,
             'loader_processes': None if args.loader == 'serial' else args.loader_processes,
             'affinity': args.affinity if args.loader == 'ours' else None,
-            'communicator': args.communicator, 'ranks': comm.size, 'epochs': args.epoch,
+            'communicator': args.communicator, 'ranks': comm.size,
+            'virtual_ranks': virtual, 'epochs': args.epoch,
             'batchsize_per_rank': args.batchsize, 'crop_size': args.crop_size, 'lr': lr,
             'n_classes': n_classes, 'iterations': updater.iteration,
             'iterations_per_second': rate,
-            'images_per_second': rate * args.batchsize * comm.size if rate else None,
+            'images_per_second': rate * args.batchsize * ranks if rate else None,
             'per_rank_iterations_per_second': [r['iterations_per_second'] for r in per_rank],
             'train_seconds': train_seconds,
             'test_accuracy': float(final['validation/main/accuracy']),

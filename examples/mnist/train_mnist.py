@@ -28,7 +28,7 @@ import numpy
 
 from chainermn_torus import command_line
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR, load_mnist_idx
-from chainermn_torus.datasets.shards import batch_too_large, virtual_shards
+from chainermn_torus.datasets.shards import KeyedOrder, batch_too_large, virtual_shards
 from chainermn_torus.extensions import checkpoint, outputs
 from chainermn_torus.extensions.timing import time_gradient_communication
 from chainermn_torus.extensions.virtual_evaluation import evaluate_over_virtual_ranks
@@ -176,10 +176,9 @@ def main():
         test_shards = [chainermn.scatter_dataset(test, comm, shuffle=True, seed=args.seed)]
 
     if args.virtual_ranks:
-        # each virtual rank's order from its own generator: the same on any process count
+        # each virtual rank's orders keyed by it: the same on any process count
         train_iters = [chainer.iterators.SerialIterator(
-            shard, args.batchsize, order_sampler=chainer.iterators.ShuffleOrderSampler(
-                numpy.random.RandomState([args.seed, v])))
+            shard, args.batchsize, order_sampler=KeyedOrder(args.seed, v))
             for shard, v in zip(shards, comm.held)]
         train_iter = train_iters[0]
     else:

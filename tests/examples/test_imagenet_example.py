@@ -311,3 +311,33 @@ def test_imagenet_runs_on_onednn_are_bit_identical_at_one_rank(lists, tmp_path):
     a, b = _state(tmp_path / 'ck-a', 4, 0), _state(tmp_path / 'ck-b', 4, 0)
     assert any('predictor' in k for k in a)
     assert _differences(a, b) == []
+
+
+@needs_data
+def test_virtual_ranks_train_tiny_imagenet_to_the_same_bits_on_4_and_2_processes(lists,
+                                                                                  tmp_path):
+    # Issue 85: BatchNormalization's running statistics, the loader processes and the crops
+    # of each virtual rank are its own, wherever it runs; one thread a rank (numba's and
+    # oneDNN's sums split over threads), said at start.
+    models, summaries, logs = {}, {}, {}
+    for nprocs in (4, 2):
+        out = tmp_path / str(nprocs)
+        argv = [EXAMPLE] + lists + [
+            '--arch', 'tiny', '--loader', 'ours', '--loader-processes', '1', '--epoch', '2',
+            '--crop-size', '32', '--batchsize', '5', '--virtual-ranks', '4', '--out', str(out)]
+        proc = run_mpi(nprocs, argv, timeout=180,
+                       env={'CHAINERMN_TORUS_COMPUTE': COMPUTE, 'CHAINERMN_TORUS_THREADS': '1'})
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        assert f'4 virtual ranks on {nprocs} processes' in proc.stdout, proc.stdout[-2000:]
+        assert 'virtual ranks: computed with 1 thread a rank' in proc.stdout
+        with numpy.load(str(out / 'model_final.npz')) as f:
+            models[nprocs] = {k: f[k].tobytes() for k in f.files}
+        summaries[nprocs] = json.load(open(str(out / 'summary.json')))
+        logs[nprocs] = [{k: v for k, v in e.items() if k != 'elapsed_time'}
+                        for e in json.load(open(str(out / 'log')))]
+    assert any(k.endswith('avg_mean') for k in models[4]), sorted(models[4])
+    assert models[2] == models[4]
+    assert logs[2] == logs[4] and len(logs[4]) == 2
+    for key in ('test_loss', 'test_accuracy', 'iterations'):
+        assert summaries[2][key] == summaries[4][key], key
+    assert summaries[4]['virtual_ranks'] == 4 and summaries[2]['ranks'] == 2

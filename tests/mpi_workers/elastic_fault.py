@@ -6,8 +6,8 @@ lost (scripts/elastic_cases.py kills or freezes the node once the mark is writte
     elastic_fault.py N PHASE AT MARK -- -m chainermn_torus.run OPTIONS script.py ARGS...
 
 PHASE:
-* ``allreduce``: at the AT-th gradient all-reduce, on entering it, while the other nodes'
-  ranks are inside it waiting;
+* ``allreduce``: at the AT-th gradient all-reduce (a virtual-ranks job's too), on entering
+  it, while the other nodes' ranks are inside it waiting;
 * ``snapshot``: in the snapshot of iteration AT, on the node's writing rank, before it writes
   (the other nodes write theirs and wait);
 * ``evaluation``: in the first evaluation, inside the multi-node evaluator, while the
@@ -58,14 +58,18 @@ def arm(phase, at, mark):
 
         def created(*args, **kwargs):
             comm = create(*args, **kwargs)
-            mean, calls = comm.multi_node_mean_grad, [0]
+            calls = [0]
 
-            def counted(*a, **k):
-                calls[0] += 1
-                if calls[0] == at:
-                    (fail_here if phase == 'raise' else stop_here)(mark)
-                return mean(*a, **k)
-            comm.multi_node_mean_grad = counted
+            def counting(mean):
+                def counted(*a, **k):
+                    calls[0] += 1
+                    if calls[0] == at:
+                        (fail_here if phase == 'raise' else stop_here)(mark)
+                    return mean(*a, **k)
+                return counted
+            comm.multi_node_mean_grad = counting(comm.multi_node_mean_grad)
+            if hasattr(comm, 'mean_grad_sets'):   # virtual ranks: every process's step
+                comm.mean_grad_sets = counting(comm.mean_grad_sets)
             return comm
         chainermn.create_communicator = created
     elif phase == 'snapshot':

@@ -18,15 +18,7 @@ from chainermn_torus.extensions.checkpoint.in_memory import MemorySnapshot
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__)))))
-from tests.extensions.checkpoint.support import Net, dataset  # noqa: E402
-
-
-class Lost(chainer.training.Extension):
-    priority = chainer.training.PRIORITY_READER - 10  # after the snapshot and checkpoint
-
-    def __call__(self, trainer):
-        if trainer.updater.iteration == 4:
-            raise RuntimeError('node lost (emulated)')
+from tests.extensions.checkpoint.support import Net, dataset, LostAt, lose_node  # noqa: E402
 
 
 def trainer(comm, stop, out):
@@ -60,20 +52,10 @@ def main():
     tr.extend(snapshot, trigger=(3, 'iteration'))
     tr.extend(MultiNodeCheckpointer(comm, os.path.join(base, 'disk')),
               trigger=(3, 'iteration'))
-    tr.extend(Lost())
-    try:
-        tr.run()  # ends on an error, as a job that loses a node: the snapshots stay
-    except RuntimeError as e:
-        assert 'lost' in str(e)
-    world.Barrier()
-    survivor = nodes[world.rank] != lost
-    sub = world.Split(0 if survivor else MPI.UNDEFINED, world.rank)
-    if not survivor:
+    tr.extend(LostAt(4))
+    sub = lose_node(tr, world, nodes, lost, memory)
+    if sub is None:
         return
-    if sub.rank == 0:  # the lost node's memory is gone with it
-        import shutil
-        shutil.rmtree(os.path.join(base, f'node{lost}'))
-    sub.Barrier()
     comm2 = chainermn.create_communicator('naive', mpi_comm=sub)
     survivors = [nodes[r] for r in range(world.size) if nodes[r] != lost]
     # One after the other: both draw from numpy's global random state, which each restore

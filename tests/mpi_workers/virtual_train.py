@@ -18,7 +18,7 @@ from chainer import training
 from chainer.training import extensions
 
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR, load_mnist_idx
-from chainermn_torus.datasets.shards import virtual_shards
+from chainermn_torus.datasets.shards import KeyedOrder, virtual_shards
 from chainermn_torus.extensions.virtual_evaluation import evaluate_over_virtual_ranks
 from chainermn_torus.optimizers.virtual_updater import VirtualRanksUpdater
 
@@ -46,8 +46,7 @@ def main():
     train, test = load_mnist_idx(DEFAULT_MNIST_DIR, n_classes=10, limit=800)
     shards = virtual_shards(train, virtual, comm.held, seed=1)
     iterators = [chainer.iterators.SerialIterator(
-        shard, 20, order_sampler=chainer.iterators.ShuffleOrderSampler(
-            numpy.random.RandomState([1, v]))) for shard, v in zip(shards, comm.held)]
+        shard, 20, order_sampler=KeyedOrder(1, v)) for shard, v in zip(shards, comm.held)]
     updater = VirtualRanksUpdater(iterators, optimizer, device=-1)
     trainer = training.Trainer(updater, (1, 'epoch'), out='/tmp')
     trainer.run()

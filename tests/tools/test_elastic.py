@@ -150,6 +150,16 @@ def test_bad_requests_are_refused_in_one_line(tmp_path):
     assert proc.returncode == 2 and "--launcher-args '\"x' does not parse" in proc.stderr \
         and 'Traceback' not in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()[-1:]) == 1
+    # Issue 85: virtual ranks fewer than the first step's ranks, not a count, or with a
+    # global batch (virtual ranks keep the batch on any number of ranks)
+    proc = run('--hosts', 'a:2,b:2', '--virtual-ranks', '3', '--', 'true')
+    assert proc.returncode == 2 and "--virtual-ranks 3 is fewer than the first step's 4 " \
+        'ranks (2 nodes)' in proc.stderr, proc.stderr
+    proc = run('--hosts', 'a:2', '--virtual-ranks', 'six', '--', 'true')
+    assert proc.returncode == 2 and "--virtual-ranks must be an integer >= 1, got 'six'" \
+        in proc.stderr and 'Traceback' not in proc.stderr, proc.stderr
+    proc = run('--hosts', 'a:2', '--virtual-ranks', '--global-batch', '4', '--', 'true')
+    assert proc.returncode == 2 and 'leave --global-batch out' in proc.stderr, proc.stderr
 
 
 def test_the_probe_takes_its_run_from_the_environment_only():

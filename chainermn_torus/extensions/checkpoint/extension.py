@@ -8,6 +8,7 @@ import chainer
 import numpy
 
 from chainermn_torus import settings_table
+from chainermn_torus.communicators import capabilities
 from chainermn_torus.extensions.checkpoint import arrays as stored
 from chainermn_torus.extensions.checkpoint import files, identity, resharding, room, rules
 from chainermn_torus.extensions.checkpoint import writing
@@ -186,13 +187,18 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         manifest, failures = self._choose(trainer, fallback)
         identity.check_optimizer(trainer, manifest, self.directory)
         identity.check_data(trainer, self.comm, manifest, self.directory)
+        virtual = capabilities.virtual_ranks(self.comm)
+        resharding.check_virtual(manifest, virtual, self.directory)
         resized = manifest['ranks'] != self.size
         batch_note = ''
         if resized:
-            resharding.check_replicas(self.comm, self.place, manifest, self.trusted)
-            batch_note = self.rule.apply(trainer, manifest, self.size, self.directory,
-                                         self.lr_rule)
-        self._load(trainer, manifest, resized)
+            resharding.check_replicas(self.comm, self.place, manifest, self.trusted,
+                                      resharding.persistent_keys(trainer)
+                                      if virtual is not None else frozenset())
+            if virtual is None:   # virtual ranks: the same job, nothing rescaled
+                batch_note = self.rule.apply(trainer, manifest, self.size, self.directory,
+                                             self.lr_rule)
+        self._load(trainer, manifest, resized, virtual)
         self.resumed_at = manifest['iteration']
         if failures:
             report.say('the latest checkpoint in {} is damaged ({}); falling back to the '
@@ -201,9 +207,11 @@ class MultiNodeCheckpointer(chainer.training.Extension):
         report.say('resumed from {} at iteration {}{}'.format(
             self.directory, manifest['iteration'], '' if not resized else
             ', written by {} ranks, on {}: parameters and optimizer state from rank 0\'s '
-            'replica (all {} identical), the data re-sharded, each rank\'s place in the '
-            'epoch kept as a fraction{}'.format(manifest['ranks'], self.size,
-                                                manifest['ranks'], batch_note)), self.rank)
+            'replica (all {} identical), {}'.format(
+                manifest['ranks'], self.size, manifest['ranks'],
+                'the data re-sharded, each rank\'s place in the epoch kept as a fraction'
+                + batch_note if virtual is None else f'{virtual} virtual ranks, each taken '
+                'over from the rank that held it (nothing rescaled)')), self.rank)
         return manifest['iteration']
 
     def _choose(self, trainer, fallback):
@@ -257,19 +265,33 @@ class MultiNodeCheckpointer(chainer.training.Extension):
                    'that passes',
                    self.rank)
 
-    def _load(self, trainer, manifest, resized):
-        """Every rank loads its file; a verified file that does not load stops every rank."""
+    def _load(self, trainer, manifest, resized, virtual=None):
+        """Every rank loads its file (with virtual ranks, the files of the ranks that held
+        its virtual ranks); a verified file that does not load stops every rank."""
         source = self.rank % manifest['ranks']  # new rank 0 reads old rank 0 (its reports)
         name = manifest['files'][source]
         path = os.path.join(self.directory, name)
         problem = None
         try:
-            with os.fdopen(files.open_rank_file(self.place, name, self.trusted), 'rb') as f:
-                if resized:
-                    resharding.load_resharded(f, trainer, manifest['ranks'], self.size,
-                                              self.rank)
-                else:
-                    resharding.load_same(f, trainer)
+            if virtual is not None:
+                sources = resharding.virtual_sources(virtual, manifest['ranks'], self.size,
+                                                     self.rank)
+                stored_ranks = {}
+                for q in sorted({q for q, _, _ in sources}):
+                    name = manifest['files'][q]
+                    path = os.path.join(self.directory, name)
+                    with os.fdopen(files.open_rank_file(self.place, name, self.trusted),
+                                   'rb') as f, stored.RankFile(f) as z:
+                        stored_ranks[q] = {k: z[k] for k in z.files}
+                resharding.load_virtual(stored_ranks, trainer, sources)
+            else:
+                with os.fdopen(files.open_rank_file(self.place, name, self.trusted),
+                               'rb') as f:
+                    if resized:
+                        resharding.load_resharded(f, trainer, manifest['ranks'], self.size,
+                                                  self.rank)
+                    else:
+                        resharding.load_same(f, trainer)
         except Exception as e:  # verified, yet it does not load: say which file and why
             problem = f'rank {self.rank}: {path}: {type(e).__name__}: {e}'
             if 'broadcast' in str(e) or 'shape' in str(e):

@@ -447,13 +447,13 @@ def verify_file(place, manifest, name, rank, trusted=False, expected=None, size=
     return None
 
 
-def replica_digest(f):
-    """(digest of every replica array, {name: crc}) of one stored rank file (an open
-    binary file, or a path)."""
+def replica_digest(f, skip=frozenset()):
+    """(digest of every replica array but those named in ``skip``, {name: crc}) of one
+    stored rank file (an open binary file, or a path)."""
     crcs = {}
     with RankFile(f) as z:
         for k in sorted(z.files):
-            if k.startswith(REPLICA_PREFIXES):
+            if k.startswith(REPLICA_PREFIXES) and k not in skip:
                 a = numpy.ascontiguousarray(z[k])
                 crcs[k] = zlib.crc32(a.tobytes(),
                                      zlib.crc32(str((a.dtype.str, a.shape)).encode()))

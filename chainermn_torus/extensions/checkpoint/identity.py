@@ -5,6 +5,7 @@ import zlib
 import chainer
 import numpy
 
+from chainermn_torus.communicators import capabilities
 from chainermn_torus.extensions.checkpoint import files
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
 from chainermn_torus.runtime.chainer_glue import chainer_private
@@ -93,12 +94,15 @@ def check_optimizer(trainer, manifest, directory):
 
 def described(trainer, comm):
     """What a manifest records of the trainer beside its files (collective: the data's
-    identity): the batch per rank, the data, the optimizer's kind and learning rate, and
-    the model's arrays. The disk checkpoint's manifest and the in-memory snapshot's both."""
+    identity): the batch per rank, the data, the optimizer's kind and learning rate, the
+    model's arrays and the virtual ranks. The disk checkpoint's manifest and the in-memory
+    snapshot's both."""
     actual = actual_optimizer(trainer)
     attr = lr_attr(actual)
     return {'batch_per_rank': getattr(trainer.updater.get_iterator('main'), 'batch_size',
                                       None),
             'data': data_identity(trainer, comm), 'optimizer': optimizer_kind(actual),
             'learning_rate': None if attr is None else [attr, float(getattr(actual, attr))],
-            'model': files.layout(trainer.updater.get_optimizer('main').target)}
+            'model': files.layout(trainer.updater.get_optimizer('main').target),
+            # V where the job computes as V virtual ranks: what a restore takes over
+            'virtual_ranks': capabilities.virtual_ranks(comm)}

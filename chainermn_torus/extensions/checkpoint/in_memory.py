@@ -43,6 +43,7 @@ import chainer
 import numpy
 
 from chainermn_torus import settings_table
+from chainermn_torus.communicators import capabilities
 from chainermn_torus.errors import ConfigError, UnsafePath
 from chainermn_torus.extensions.checkpoint import arrays as stored
 from chainermn_torus.extensions.checkpoint import elastic_lines, files, identity, resharding
@@ -321,9 +322,9 @@ class MemorySnapshot(chainer.training.Extension):
         return sorted(out, reverse=True)
 
     # --- restoring --------------------------------------------------------------------------
-    def _complete(self, iteration, source):
-        """(manifest, replica bytes, small bytes) of generation ``iteration`` as this rank
-        needs it (stored rank ``source`` is chosen once the manifest is read), or a
+    def _complete(self, iteration, sources):
+        """(manifest, {file: bytes}) of generation ``iteration`` as this rank needs it: the
+        replica and the stored ranks ``sources(manifest)`` names once it is read; or a
         problem string."""
         try:
             with self.place.subdirectory(GENERATION.format(iteration)) as gen:
@@ -333,7 +334,7 @@ class MemorySnapshot(chainer.training.Extension):
                 if wrong:
                     return wrong
                 picked = {}
-                for fname in (REPLICA, _RANK.format(source(data['ranks']))):
+                for fname in [REPLICA] + [_RANK.format(r) for r in sources(data)]:
                     check = data['checks'][fname]
                     content = gen.read_bytes(fname, 'the snapshot file', check['bytes'])
                     if len(content) != check['bytes'] or \
@@ -360,7 +361,7 @@ class MemorySnapshot(chainer.training.Extension):
         size, rank = self.comm.size, self.comm.rank
         tried = []
         for iteration in sorted(common, reverse=True):
-            found = self._complete(iteration, lambda ranks: rank % ranks)
+            found = self._complete(iteration, self._sources)
             bad = agree.problems(mpi, found if isinstance(found, str) else None)
             if bad:
                 tried.append('generation {}: rank {}: {}'.format(iteration, *bad[0]))
@@ -379,15 +380,28 @@ class MemorySnapshot(chainer.training.Extension):
             .format('generations held by all: none' if not common else '; '.join(tried),
                     '' if common else f'; each rank\'s: {held}'))
 
+    def _sources(self, manifest):
+        """The stored ranks this rank loads from: its virtual ranks' holders (the manifest's
+        V, this job's V), else stored rank r mod the stored count."""
+        virtual = capabilities.virtual_ranks(self.comm)
+        if virtual is not None and manifest.get('virtual_ranks') == virtual:
+            return sorted({q for q, _, _ in resharding.virtual_sources(
+                virtual, manifest['ranks'], self.comm.size, self.comm.rank)})
+        return [self.comm.rank % manifest['ranks']]
+
     def _load(self, trainer, manifest, picked):
         identity.check_optimizer(trainer, manifest, self.shown())
         identity.check_data(trainer, self.comm, manifest, self.shown())
+        virtual = capabilities.virtual_ranks(self.comm)
+        resharding.check_virtual(manifest, virtual, self.shown())
         with stored.RankFile(io.BytesIO(picked[REPLICA])) as z:
             replica = {k: z[k] for k in z.files}
-        source = self.comm.rank % manifest['ranks']
-        with stored.RankFile(io.BytesIO(picked[_RANK.format(source)])) as z:
-            small = {k: z[k] for k in z.files}
-        digest = files.replica_digest(io.BytesIO(picked[REPLICA]))
+        smalls = {}
+        for source in self._sources(manifest):
+            with stored.RankFile(io.BytesIO(picked[_RANK.format(source)])) as z:
+                smalls[source] = {k: z[k] for k in z.files}
+        skip = resharding.persistent_keys(trainer) if virtual is not None else frozenset()
+        digest = files.replica_digest(io.BytesIO(picked[REPLICA]), skip)
         groups, array = resharding.replica_groups(
             dict(enumerate(self.comm.mpi_comm.allgather(digest))))
         if array is not None:
@@ -396,8 +410,16 @@ class MemorySnapshot(chainer.training.Extension):
                 'parameters and optimizer state (the first array that differs: {})'.format(
                     manifest['iteration'], array))
         resized = manifest['ranks'] != self.comm.size
+        if virtual is not None:   # the same V: each virtual rank taken over as it was
+            sources = resharding.virtual_sources(virtual, manifest['ranks'], self.comm.size,
+                                                 self.comm.rank)
+            resharding.load_virtual({q: dict(replica, **small) for q, small in smalls.items()},
+                                    trainer, sources)
+            return '' if not resized else (f'; {virtual} virtual ranks, each taken over from '
+                                           'the rank that held it (nothing rescaled)')
         note = self.rule.apply(trainer, manifest, self.comm.size, self.shown(),
                                self.lr_rule) if resized else ''
+        small = smalls[self.comm.rank % manifest['ranks']]
         whole = io.BytesIO(_npz_bytes(stored.for_saving(dict(replica, **small))))
         if resized:
             resharding.load_resharded(whole, trainer, manifest['ranks'], self.comm.size,

@@ -1,17 +1,22 @@
 """Loading a rank's file into the trainer: as stored at the same rank count; at another,
 from a replica every stored rank agrees on, with each iterator keeping its new shard and
-the same place in the epoch."""
+the same place in the epoch; in a job of virtual ranks, each virtual rank's iterator and
+state taken over, as stored, from the rank that held it (``load_virtual``)."""
+import io
 import os
+import re
 
 import chainer
 import numpy
 
+from chainermn_torus.algorithms import virtual_ranks
 from chainermn_torus.extensions.checkpoint import arrays, files
 from chainermn_torus.extensions.checkpoint.files import CheckpointError
 from chainermn_torus.runtime.chainer_glue import chainer_private
 
 __all__ = ['RNG_KEYS', 'rng_arrays', 'load_same', 'load_resharded', 'place_in_epoch',
-           'replica_groups', 'check_replicas']
+           'replica_groups', 'check_replicas', 'virtual_sources', 'load_virtual',
+           'check_virtual', 'persistent_keys']
 
 _ITERATORS = 'updater/iterator:'
 RNG_KEYS = 'chainermn_torus/numpy_rng/'
@@ -84,6 +89,78 @@ def load_resharded(f, trainer, old_size, new_size, rank):
     numpy.random.seed([int(x) for x in keys[:4]] + [rank, new_size])
 
 
+# What a virtual rank owns in a rank file, by its slot among the ones the rank held:
+# VirtualRanksUpdater's iterators ('main' is slot 0) and held states.
+_SLOT = re.compile(r'^updater/(?:iterator:(?:main|virtual_rank_(\d+))|held_state_(\d+))/')
+
+
+def _slot(key):
+    m = _SLOT.match(key)
+    if m is None:
+        return None
+    return int(m.group(1) or m.group(2) or 0)
+
+
+def _in_slot(key, slot):
+    rest = key[_SLOT.match(key).end():]
+    if key.startswith('updater/held_state_'):
+        return f'updater/held_state_{slot}/{rest}'
+    return 'updater/iterator:{}/{}'.format('main' if slot == 0 else f'virtual_rank_{slot}',
+                                           rest)
+
+
+def virtual_sources(virtual, stored_ranks, size, rank):
+    """[(stored rank, its slot, this rank's slot)] for each virtual rank that ``rank`` of
+    ``size`` holds, from a job of the same V stored by ``stored_ranks`` processes."""
+    before = virtual_ranks.spread(virtual, stored_ranks)
+    out = []
+    for slot, v in enumerate(virtual_ranks.held(virtual, size, rank)):
+        q = next(q for q, held in enumerate(before) if v in held)
+        out.append((q, v - before[q][0], slot))
+    return out
+
+
+def load_virtual(stored, trainer, sources):
+    """Each virtual rank of ``sources`` (``virtual_sources``) taken over as stored: its
+    iterator (place, order) and its state (random state, running statistics) from the rank
+    file of the rank that held it; everything else from the first source's (``stored``:
+    {stored rank: {name: array}}, each rank's whole state). The model then holds this rank's
+    first virtual rank's running statistics, as between steps."""
+    merged = {k: v for k, v in stored[sources[0][0]].items() if _slot(k) is None}
+    for q, before, now in sources:
+        merged.update({_in_slot(k, now): v for k, v in stored[q].items()
+                       if _slot(k) == before})
+    out = io.BytesIO()
+    numpy.savez(out, **merged)
+    load_same(out, trainer)
+    held = getattr(trainer.updater, 'held_states', None)
+    if held:
+        held[0].load()
+
+
+def check_virtual(manifest, virtual, where):
+    """A checkpoint of V virtual ranks resumes only as V virtual ranks (each takes its own
+    over), and one without them only without."""
+    stored = manifest.get('virtual_ranks')
+    if stored == virtual:
+        return
+    said = {None: 'without virtual ranks'}
+    raise CheckpointError(
+        'chainermn_torus: cannot resume from {!r}: it was written {} and this job computes {}; '
+        'resume {}'.format(where, said.get(stored, f'as {stored} virtual ranks'),
+                           said.get(virtual, f'as {virtual} virtual ranks'),
+                           said.get(stored, f'with --virtual-ranks {stored}')))
+
+
+def persistent_keys(trainer):
+    """The names a rank file gives the model's persistent values: in a job of virtual ranks
+    each process's model holds its own first virtual rank's running statistics between
+    steps, so the replica check leaves them out (each virtual rank's are in its state)."""
+    model = trainer.updater.get_optimizer('main').target
+    return frozenset('updater/model:main' + path
+                     for path, _, _ in chainer_private.persistents(model))
+
+
 def replica_groups(digests):
     """({digest: [ranks]}, the first array that differs or None) from ``digests``
     {rank: (digest, {array: crc})}."""
@@ -98,16 +175,17 @@ def replica_groups(digests):
                          if first.get(k) != other.get(k)), '?')
 
 
-def _digest(place, name, trusted):
+def _digest(place, name, trusted, skip):
     with os.fdopen(files.open_rank_file(place, name, trusted), 'rb') as f:
-        return files.replica_digest(f)
+        return files.replica_digest(f, skip)
 
 
-def check_replicas(comm, place, manifest, trusted=False):
+def check_replicas(comm, place, manifest, trusted=False, skip=frozenset()):
     """The stored ranks hold the same parameters and optimizer state (data-parallel
     replicas); any of them can then seed any rank count. Collective: each rank digests
-    every size-th stored file of the held directory ``place``."""
-    mine = {r: _digest(place, manifest['files'][r], trusted)
+    every size-th stored file of the held directory ``place`` (but the names in
+    ``skip``: ``persistent_keys``)."""
+    mine = {r: _digest(place, manifest['files'][r], trusted, skip)
             for r in range(comm.rank, manifest['ranks'], comm.size)}
     digests = {}
     for part in comm.mpi_comm.allgather(mine):

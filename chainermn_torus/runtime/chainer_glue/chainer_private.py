@@ -10,14 +10,14 @@ code uses any more; ``NAMES`` says where each is in Chainer, and the test finds 
 the Chainer installed, so an upgrade that moves one fails in the tests, not in a job.
 
 The reads that several modules need go through the functions below (``iterators``,
-``optimizers``, ``sub_dataset_parts``, ``loss_scale``, ``uses_cleargrads``,
+``optimizers``, ``persistents``, ``sub_dataset_parts``, ``loss_scale``, ``uses_cleargrads``,
 ``batch_normalization_internals``, ``optional_dependencies``); the others are read where
 the registry says. Read before Chainer's import ends (``runtime.chainer_glue.chainer_import``, which
 imports Chainer, so this module imports no Chainer module at its top): the environment
 check and the optional dependencies.
 """
-__all__ = ['CHECKED_WITH', 'iterators', 'optimizers', 'sub_dataset_parts', 'loss_scale',
-           'is_multi_node_evaluator',
+__all__ = ['CHECKED_WITH', 'iterators', 'optimizers', 'persistents', 'sub_dataset_parts',
+           'loss_scale', 'is_multi_node_evaluator',
            'uses_cleargrads', 'batch_normalization_internals', 'optional_dependencies',
            'ENVIRONMENT_CHECK', 'NAMES', 'REGISTRY', 'OURS_TOO']
 
@@ -85,7 +85,8 @@ REGISTRY = {
     '_persistent': (
         'Link', 'a process holding several virtual ranks swaps each one\'s persistent values '
         '(BatchNormalization\'s running statistics) into the model around its forward '
-        '(optimizers.virtual_updater)', 'none in 7.8.1: Link has no namedpersistent(); a '
+        '(optimizers.virtual_updater), and a checkpoint of such a job leaves them out of the '
+        'replica check (persistents)', 'none in 7.8.1: Link has no namedpersistent(); a '
         'serializer copies the parameters too (ResNet-50: 100 MB a virtual rank a step)'),
     '_iterators': (
         'StandardUpdater, Evaluator', 'the launcher replaces a script\'s iterators in place; '
@@ -208,6 +209,14 @@ def iterators(holder):
 def optimizers(updater):
     """The dict a StandardUpdater keeps its optimizers in (not a copy)."""
     return updater._optimizers
+
+
+def persistents(model):
+    """(path, link, attribute) of every persistent value of ``model`` (BatchNormalization's
+    running statistics), path as ``namedlinks`` gives it plus the attribute; Chainer 7.8.1
+    lists them only in a link's ``_persistent``."""
+    return [(f'{path.rstrip("/")}/{attr}', link, attr)
+            for path, link in model.namedlinks() for attr in sorted(link._persistent)]
 
 
 def sub_dataset_parts(dataset):

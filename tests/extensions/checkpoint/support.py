@@ -57,3 +57,38 @@ def checkpointed(tmp_path, name='ck', keep=2, **kwargs):
 def params(trainer):
     model = trainer.updater.get_optimizer('main').target
     return {name: p.array.copy() for name, p in model.namedparams()}
+
+
+class LostAt(chainer.training.Extension):
+    """A node lost at ``iteration`` (emulated: an error ends the trainer's run, as a job
+    that loses one ends; the snapshots and checkpoints written before stay)."""
+    priority = chainer.training.PRIORITY_READER - 10  # after the snapshot and checkpoint
+
+    def __init__(self, iteration):
+        self.iteration = iteration
+
+    def __call__(self, trainer):
+        if trainer.updater.iteration == self.iteration:
+            raise RuntimeError('node lost (emulated)')
+
+
+def lose_node(trainer, world, nodes, lost, memory):
+    """Run ``trainer`` to its emulated loss (``LostAt``), then the survivors' communicator
+    (None on the lost node's ranks); the lost node's memory (``memory`` with its number
+    for ``{node}``) is removed, gone with it."""
+    import os
+    import shutil
+    try:
+        trainer.run()
+    except RuntimeError as e:
+        assert 'lost' in str(e)
+    world.Barrier()
+    survivor = nodes[world.rank] != lost
+    sub = world.Split(0 if survivor else MPI.UNDEFINED, world.rank)
+    if not survivor:
+        return None
+    if sub.rank == 0:
+        shutil.rmtree(memory.format(node=lost))
+    sub.Barrier()
+    assert os.path.isdir(memory.format(node=nodes[world.rank]))
+    return sub
