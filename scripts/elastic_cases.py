@@ -437,7 +437,7 @@ def compare_uninterrupted(result, out, reference):
     result['equal_to_uninterrupted'] = gap == 0.0
 
 
-def slurm_case(work, ckpt, cache, name='slurm'):
+def slurm_case(work, ckpt, cache, name='slurm', virtual=None):
     """The same 3 x 2 job through the real Slurm (scripts/slurm_cluster.sh): the script
     ``chainermn-torus jobscript --system slurm --elastic`` writes, submitted with sbatch;
     node 2 lost in the all-reduce (every process killed, then set DOWN, as slurmctld does
@@ -470,7 +470,8 @@ def slurm_case(work, ckpt, cache, name='slurm'):
         subprocess.run([PY, '-m', 'chainermn_torus.tools.cli', 'jobscript', '--system',
                         'slurm', '--nodes', str(NODES), '--ranks-per-node', str(RANKS),
                         '--hours', '0.1', '--venv', os.path.join(ROOT, '.venv'), '--elastic'] +
-                       keep + ['--output', job, '--', 'python', FAULT, str(fault_node),
+                       keep + ([] if virtual is None else ['--virtual-ranks', str(virtual)]) +
+                       ['--output', job, '--', 'python', FAULT, str(fault_node),
                                'allreduce', str(AT['allreduce']), mark, '--'] + script,
                        check=True, capture_output=True, env=e, cwd=ROOT)
         shm_before = set(os.listdir('/dev/shm'))
@@ -531,12 +532,20 @@ def slurm_case(work, ckpt, cache, name='slurm'):
             [st for _, st in whole['states']][-1:] == ['COMPLETED'] and \
             whole['exit_code'] == '0:0' and result['no_loss']['complete'] and \
             not whole['processes_left'] and not whole['shm_left']
+        if virtual is not None and trained:   # the job without the loss: the same bits
+            compare_uninterrupted(result, run['out'], final_params(whole['out']))
+            result['ok'] = result['ok'] and result['equal_to_uninterrupted']
         return result
     if result['iteration'] is None or not trained:
         result['ok'] = False
         return result
-    ref = resumed_reference(work, ckpt, result['iteration'], [2], cache)
-    result['max_abs_difference'] = differ(final_params(run['out']), ref)
+    if virtual is not None:   # no trace of the loss
+        compare_uninterrupted(result, run['out'], uninterrupted(work, cache, virtual))
+        result['max_abs_difference'] = result['max_abs_difference_to_uninterrupted']
+    else:
+        ref = resumed_reference(work, ckpt, result['iteration'], [2], cache)
+        result['max_abs_difference'] = differ(final_params(run['out']), ref)
+    result['virtual_ranks'] = virtual
     result['ok'] = result['max_abs_difference'] == 0.0 and result['stayed_running'] and \
         result['step_on_two_nodes'] and not procs and not shm
     return result
@@ -611,10 +620,9 @@ def main():
         p.error(f'--virtual-ranks {args.virtual_ranks}: at least the first step\'s '
                 f'{NODES * RANKS} ranks')
     if args.virtual_ranks is not None and any(
-            c.startswith('slurm') or c in ('ends', 'signals') or c in ENDS
-            for c in args.cases):
-        p.error('--virtual-ranks runs the loss cases (quick, all, or their names); slurm, '
-                'signals and ends are run without it')
+            c in ('ends', 'signals') or c in ENDS or c in SIGNALS for c in args.cases):
+        p.error('--virtual-ranks runs the loss cases (quick, all, their names, slurm, '
+                'slurm-unchanged); signals and ends are run without it')
     if any(c.startswith('slurm') for c in args.cases) and args.mpi != 'mpich':
         p.error(f"--cases slurm runs with the default MPI (mpich), not --mpi {args.mpi}")
     if not args.inside:
@@ -651,7 +659,8 @@ def main():
     try:
         ckpt = reference_run(work)
         for name in names:
-            r = slurm_case(work, ckpt, cache, name) if name.startswith('slurm') else \
+            r = slurm_case(work, ckpt, cache, name, args.virtual_ranks) \
+                if name.startswith('slurm') else \
                 end_case(name, work) if name in ENDS else \
                 run_case(name, work, ckpt, cache, args.virtual_ranks)
             results.append(r)
@@ -760,17 +769,25 @@ def markdown(data):
                  data['machine'], data['nodes'], data['ranks_per_node'],
                  {'mpich': 'MPICH', 'impi': 'Intel MPI', 'openmpi': 'Open MPI'}.get(
                      data.get('mpi'), data.get('mpi')),
-                 data['snapshot_every'], data['watchdog_s']), '',
-             '| case | as it must | exit code | restored at | max abs difference | loss to first '
+                 data['snapshot_every'], data['watchdog_s']) + (
+                 '' if not data.get('virtual_ranks') else
+                 ' Every step as {} virtual ranks (`chainermn-torus elastic --virtual-ranks '
+                 '{}`): each case against the same job never interrupted.'.format(
+                     data['virtual_ranks'], data['virtual_ranks'])), '',
+             '| case | as it must | exit code | restored at | max abs difference | equal to '
+             'the run never interrupted (max abs difference) | loss to first '
              'step (s) | left behind (processes, /dev/shm) | run directories in each node\'s '
              '/dev/shm after | MPICH topology files in /tmp |',
-             '|---|---|--:|--:|--:|--:|---|---|--:|']
+             '|---|---|--:|--:|--:|---|--:|---|---|--:|']
     for r in data['cases'] + data['timing']:
         left = r['processes_left'] + r['shm_left']
         nodes = r.get('shm_by_node')
-        lines.append('| {} | {} | {} | {} | {} | {} | {} | {} | {} |'.format(
+        uninterrupted = '-' if 'equal_to_uninterrupted' not in r else '{} ({})'.format(
+            'yes' if r['equal_to_uninterrupted'] else 'no',
+            r.get('max_abs_difference_to_uninterrupted'))
+        lines.append('| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |'.format(
             r['case'], 'yes' if r['ok'] else 'NO', r.get('exit_code', '-'),
-            r.get('iteration', '-'), r.get('max_abs_difference', '-'),
+            r.get('iteration', '-'), r.get('max_abs_difference', '-'), uninterrupted,
             _s(r.get('seconds_to_first_step')) or '-', ', '.join(map(str, left)) or 'nothing',
             '-' if nodes is None else ', '.join('{}: {}'.format(h, len(d) or 'none')
                                                 for h, d in sorted(nodes.items())),

@@ -67,7 +67,7 @@ def tail_calls(setup, tail):
     then the division (the tail of ``communicators.rsaa``'s segment)."""
     P = tuple(range(setup.P))
     op = 'sum_small' if setup.itemsize == 2 else 'allreduce'
-    return (reduce_calls(op, P, tail, setup.itemsize)
+    return (reduce_calls(op, P, tail, setup.reduce_itemsize)
             + [Call('compute', P, tail * setup.itemsize, 'copy')])  # divide_by_size
 
 

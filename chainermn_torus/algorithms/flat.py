@@ -17,7 +17,7 @@ class FlatAllreduce(Algorithm):
     node_aware = False
 
     def segment_calls(self, setup, elems):
-        return reduce_calls('allreduce', tuple(range(setup.P)), elems, setup.itemsize)
+        return reduce_calls('allreduce', tuple(range(setup.P)), elems, setup.reduce_itemsize)
 
     def cost(self, nodes, R, n, net, grid):
         t = allreduce_cost(Group(nodes * R, R, R), n, net)

@@ -12,10 +12,12 @@ from chainermn_torus.algorithms.collectives import Call
 __all__ = ['Call', 'Setup', 'segment_calls', 'begin_calls', 'end_calls']
 
 
-class Setup(collections.namedtuple('Setup', 'algorithm P M itemsize')):
-    """algorithm (a variant with a schedule), P ranks, grid rows of M, bytes per element."""
+class Setup(collections.namedtuple('Setup', 'algorithm P M itemsize exact')):
+    """algorithm (a variant with a schedule), P ranks, grid rows of M, bytes per element;
+    ``exact``: the exact sum (``fixed_point``): phases 1 and 2 move 64-bit integers and phase
+    3 the means in ``itemsize`` bytes, after one MAX all-reduce of a float64 per array."""
 
-    def __new__(cls, algorithm, P, M=1, itemsize=4):
+    def __new__(cls, algorithm, P, M=1, itemsize=4, exact=False):
         names = variants.simulated()
         if algorithm not in names:
             raise ValueError('chainermn_torus: no schedule for algorithm {!r}; simulated: '
@@ -28,7 +30,16 @@ class Setup(collections.namedtuple('Setup', 'algorithm P M itemsize')):
                              f'{itemsize!r}')
         if not variants.get(algorithm).grid:
             M = 1
-        return super().__new__(cls, algorithm, P, M, itemsize)
+        if exact and itemsize not in (4, 8):
+            raise ValueError('chainermn_torus: the exact sum decodes into float32 or float64 '
+                             f'(itemsize 4 or 8), got itemsize {itemsize!r}')
+        return super().__new__(cls, algorithm, P, M, itemsize, bool(exact))
+
+    @property
+    def reduce_itemsize(self):
+        """Bytes per element in phases 1 and 2 (and the tail): 8 for the exact sum's
+        integers, else ``itemsize``."""
+        return 8 if self.exact else self.itemsize
 
     @property
     def variant(self):
@@ -56,12 +67,16 @@ def segment_calls(setup, elems):
     return setup.variant.algorithm.segment_calls(setup, elems)
 
 
-def begin_calls(setup):
+def begin_calls(setup, arrays=0):
     """Calls once per all-reduce call, before the first segment: every rank checks that the
-    ranks' layouts agree (``_packing.check_same_layout``, two int64 by MPI_Allreduce)."""
+    ranks' layouts agree (``_packing.check_same_layout``, two int64 by MPI_Allreduce); the
+    exact sum's scales: one MAX all-reduce of a float64 per array (``arrays``)."""
     if setup.P == 1:
         return []
-    return [Call('allreduce', tuple(range(setup.P)), 16)]
+    calls = [Call('allreduce', tuple(range(setup.P)), 16)]
+    if setup.exact:
+        calls.append(Call('allreduce', tuple(range(setup.P)), 8 * max(1, arrays)))
+    return calls
 
 
 def end_calls(setup):

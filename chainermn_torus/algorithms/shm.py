@@ -21,7 +21,8 @@ __all__ = ['Shm']
 class Shm(Algorithm):
 
     def segment_calls(self, setup, elems):
-        s, M, P = setup.itemsize, setup.M, tuple(range(setup.P))
+        # the sum in its bytes (the exact sum's integers), the gather in the means'
+        s, M, P = setup.reduce_itemsize, setup.M, tuple(range(setup.P))
         rows, cols = setup.rows(), setup.columns()
         main, c = setup.split(elems)
         calls = []
@@ -33,7 +34,7 @@ class Shm(Algorithm):
                 calls += reduce_calls('allreduce', col, c, s)
             calls.append(Call('compute', P, c * s, 'copy'))  # divide
             calls += [Call('barrier', row, 0) for row in rows]
-            calls.append(Call('compute', P, (M - 1) * c * s, 'copy'))  # gather from the peers
+            calls.append(Call('compute', P, (M - 1) * c * setup.itemsize, 'copy'))  # gather
         elif c:  # a row of one: the column all-reduce alone
             for col in cols:
                 calls += reduce_calls('allreduce', col, c, s)

@@ -28,7 +28,8 @@ class Torus(Algorithm):
     gather_phase = 'allgather'  # the name of phase 3 in cost breakdowns and timelines
 
     def segment_calls(self, setup, elems):
-        s, M, P = setup.itemsize, setup.M, tuple(range(setup.P))
+        # phases 1 and 2 in the sum's bytes (the exact sum's integers), 3 in the means'
+        s, M, P = setup.reduce_itemsize, setup.M, tuple(range(setup.P))
         rows, cols = setup.rows(), setup.columns()
         main, c = setup.split(elems)
         calls = []

@@ -49,7 +49,8 @@ def patch_updater(launch):
         launch.updaters += 1
         if launch.get('data_parallel'):
             sharding.parallelise(launch, updater)
-        elif launch.virtual is not None:   # a ChainerMN script: its scattered shards
+        elif launch.virtual is not None and not launch.virtual.script_holds(updater):
+            # a ChainerMN script: its scattered shards
             comm = launch.comm()
             old = chainer_private.iterators(updater)['main']
             launch.virtual.adopt(updater, old, launch.virtual.of(old, comm, 'training'),

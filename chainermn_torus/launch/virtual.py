@@ -103,6 +103,13 @@ class Held:
             out.append(rebuild(old, shard, batch, order_sampler=sampler))
         return out
 
+    @staticmethod
+    def script_holds(updater):
+        """Whether the script made a VirtualRanksUpdater itself (this package's examples
+        under the launcher): its shards and evaluators are its own already."""
+        from chainermn_torus.optimizers.virtual_updater import VirtualRanksUpdater  # MPI
+        return isinstance(updater, VirtualRanksUpdater)
+
     def adopt(self, updater, old, shards, batch, comm):
         """The script's StandardUpdater as a VirtualRanksUpdater over the held shards."""
         from chainermn_torus.optimizers import is_multi_node  # with MPI, as the optimizer

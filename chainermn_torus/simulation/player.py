@@ -37,7 +37,8 @@ class _Built:
     def __init__(self, request):
         self.machine = m = platforms.Machine(**request['machine'])
         self.setup = setup = schedule.Setup(request['algorithm'], m.nodes * m.ranks_per_node,
-                                            request.get('M', 1), request.get('itemsize', 4))
+                                            request.get('M', 1), request.get('itemsize', 4),
+                                            request.get('exact', False))
         setup.variant.algorithm.check_placement(setup.M, m.ranks_per_node)
         self.node_of = node_of = platforms.node_of_ranks(m)
         slot_of = [r // m.ranks_per_node for r in range(setup.P)]
@@ -57,7 +58,8 @@ class _Built:
                 schedule.segment_calls(setup, int(elems)), library, expand))
         # The last experiment: what a call does once, besides its segments.
         self.experiments.append(schedules.rounds_of_calls(
-            schedule.begin_calls(setup) + schedule.end_calls(setup), library, expand))
+            schedule.begin_calls(setup, request.get('arrays', 0)) + schedule.end_calls(setup),
+            library, expand))
 
     def message_bytes(self, rnd, src, dst, nbytes):
         if rnd.phase == 'put' and self.node_of[src] != self.node_of[dst]:

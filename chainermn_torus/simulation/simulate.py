@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 from chainermn_torus import settings_table
-from chainermn_torus.algorithms import schedule, segments
+from chainermn_torus.algorithms import gradient_sets, schedule, segments
 
 __all__ = ['available', 'simgrid_env', 'simulate', 'SimulationError', 'why_unavailable']
 
@@ -108,8 +108,12 @@ def _interpolate(times, size):
 
 
 def simulate(machine, algorithm, model, M=1, itemsize=4, library='halving', node_aware=True,
-             segment_bytes=4 << 20, max_sizes=None, mode=None, timeout=None):
+             segment_bytes=4 << 20, max_sizes=None, mode=None, timeout=None, exact=False):
     """Seconds of one all-reduce call, with its parts; raises SimulationError.
+
+    exact: the exact sum (``algorithms.schedule.Setup``): int64 in phases 1 and 2, the
+    means in ``itemsize`` bytes in phase 3, one MAX all-reduce of the arrays' scales first,
+    and locally a pass for the largest magnitudes, the encoding into int64 and the decoding.
 
     segment_bytes: the communicators' segment (0: the whole buffer at once; None: one
     all-reduce per parameter array, ChainerMN's ``naive``, with algorithm pure_allreduce).
@@ -121,9 +125,11 @@ def simulate(machine, algorithm, model, M=1, itemsize=4, library='halving', node
     if env is None:
         raise SimulationError(why_unavailable())
     P = machine.nodes * machine.ranks_per_node
-    setup = schedule.Setup(algorithm, P, M, itemsize)  # bad input fails here, not in the child
-    # Segments are cut in bytes: a float16 buffer's hold twice the elements (communicators.engine).
-    counts = segments.segment_sizes(model, segment_bytes, itemsize=itemsize)
+    # bad input fails here, not in the child
+    setup = schedule.Setup(algorithm, P, M, itemsize, exact)
+    # Segments are cut in bytes: a float16 buffer's hold twice the elements, an exact one's
+    # (int64) half (communicators.engine).
+    counts = segments.segment_sizes(model, segment_bytes, itemsize=setup.reduce_itemsize)
     if max_sizes is None:
         max_sizes = 16 if P <= 64 else (3 if segment_bytes is not None else 8)
     sizes = _pick_sizes(counts, max_sizes)
@@ -133,7 +139,9 @@ def simulate(machine, algorithm, model, M=1, itemsize=4, library='halving', node
     request = {'machine': machine._asdict(), 'algorithm': algorithm, 'M': M,
                'simgrid_path': child_env.get(_path_env()),  # the folder simgrid_env found
                'modules': [] if module.startswith('chainermn_torus.') else [module],
-               'itemsize': itemsize, 'library': library, 'node_aware': node_aware,
+               'itemsize': itemsize, 'exact': bool(exact),
+               'arrays': len(gradient_sets.model_params(model)) if exact else 0,
+               'library': library, 'node_aware': node_aware,
                'sizes': sizes, 'mode': mode or ('actors' if P <= ACTOR_RANKS else 'lockstep')}
     proc = subprocess.run([sys.executable, '-m', 'chainermn_torus.simulation.player'],
                           input=json.dumps(request), env=child_env,
@@ -154,7 +162,10 @@ def simulate(machine, algorithm, model, M=1, itemsize=4, library='halving', node
     sharers = machine.ranks_per_node / float(machine.cores)
     if machine.shared_cores:
         sharers = P / float(machine.shared_cores)
-    copies = 2 * elems * itemsize * machine.copy_s_per_B * max(1.0, sharers)
+    # The exact sum: a read of every value for its array's largest, the encoding into the
+    # int64 buffer and the decoding of the means.
+    moved = elems * (3 * itemsize + setup.reduce_itemsize) if exact else 2 * elems * itemsize
+    copies = moved * machine.copy_s_per_B * max(1.0, sharers)
     once = result['per_call']  # the layout check (and shm's closing barrier)
     if segment_bytes is None:
         copies = once = 0.0

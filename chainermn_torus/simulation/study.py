@@ -15,6 +15,9 @@ resumes where it stopped):
             "all-reduce alone" 2.1x slower than RSAP (2, 128)?
   torus     Tofu-like 3D torus (the ``k`` figures), 256 and 1,024 nodes, one rank per node,
             every mapping (row-major, rows-along-z, random), M = 2, 4, 16, 64.
+  exact     the fat tree at every node count: rsap (2, K/2) and (16, K/16), and
+            pure_allreduce, each plain and with the exact sum (int64 in phases 1 and 2, the
+            MAX of the scales, the conversions): what the same bits on any P cost at scale.
 """
 import argparse
 import concurrent.futures
@@ -40,7 +43,7 @@ def _pow2_grids(P, only=None):
     return [(m, P // m) for m in ms]
 
 
-def jobs(parts=('fattree', 'library', 'torus'), nodes=(256, 1024, 4096, 8192)):
+def jobs(parts=('fattree', 'library', 'torus', 'exact'), nodes=(256, 1024, 4096, 8192)):
     out = []
     if 'fattree' in parts:
         for K in nodes:
@@ -66,15 +69,23 @@ def jobs(parts=('fattree', 'library', 'torus'), nodes=(256, 1024, 4096, 8192)):
                 for algo in ('rsap', 'rsaa'):
                     out += [dict(part='torus', nodes=K, algorithm=algo, grid=(m, K // m),
                                  mapping=mapping) for m in (2, 4, 16, 64)]
+    if 'exact' in parts:
+        for K in nodes:
+            for exact in (False, True):
+                out.append(dict(part='exact', nodes=K, algorithm='pure_allreduce', grid=None,
+                                exact=exact))
+                out += [dict(part='exact', nodes=K, algorithm='rsap', grid=(m, K // m),
+                             exact=exact) for m in (2, 16) if K % m == 0 and K > m]
     for j in out:
         j.setdefault('library', 'halving')
         j.setdefault('mapping', None)
+        j.setdefault('exact', False)
     return out
 
 
 def _key(j):
     return (j['part'], j['nodes'], j['algorithm'], tuple(j['grid'] or ()), j['library'],
-            j['mapping'])
+            j['mapping'], j.get('exact', False))
 
 
 def run_one(j):
@@ -86,7 +97,8 @@ def run_one(j):
     naive = j['algorithm'] == 'naive'
     res = simulate.simulate(machine, 'pure_allreduce' if naive else j['algorithm'],
                             'resnet50', M=j['grid'][0] if j['grid'] else 1,
-                            library=j['library'], segment_bytes=None if naive else 4 << 20)
+                            library=j['library'], segment_bytes=None if naive else 4 << 20,
+                            exact=j.get('exact', False))
     return dict(j, seconds=res['seconds'], messages=res['messages'], mode=res['mode'],
                 wall_s=time.time() - t0, dims=machine.dims)
 
@@ -110,6 +122,7 @@ def run(out_dir, parts, nodes, workers):
             f.write(json.dumps(r) + '\n')
             f.flush()
             print('{part:8} {nodes:5} {algorithm:15} {grid!s:12} {library:8} {mapping!s:12} '
+                  'exact={exact!s:5} '
                   '{ms:9.2f} ms  {wall_s:6.1f} s wall'.format(ms=r['seconds'] * 1e3, **r),
                   flush=True)
 
@@ -132,7 +145,8 @@ def report(out_dir):
     """study.md and the plots, from study.jsonl."""
     rows = _load(out_dir)
     lines = ['# The shape study (simulated, ResNet-50 gradients, 102 MB, 4 MiB segments)', '']
-    lines += _fat_tree_section(rows) + _library_section(rows) + _torus_section(rows)
+    lines += _fat_tree_section(rows) + _library_section(rows) + _torus_section(rows) + \
+        _exact_section(rows)
     with open(os.path.join(out_dir, 'study.md'), 'w') as f:
         f.write('\n'.join(lines))
     _plots(rows, out_dir)
@@ -219,6 +233,25 @@ def _torus_section(rows):
     return lines
 
 
+def _exact_section(rows):
+    """The exact sum against the plain one, each algorithm and node count."""
+    ex = [r for r in rows if r['part'] == 'exact']
+    if not ex:
+        return []
+    lines = ['## The exact sum at scale (fat tree, one rank per node, halving)', '',
+             'int64 in phases 1 and 2 and the float32 means in phase 3 (1.5x the bytes), '
+             'one MAX all-reduce of the scales, and the conversions on each node.', '',
+             '| nodes | algorithm (M, N) | plain ms | exact ms | exact / plain |',
+             '|---|---|---|---|---|']
+    plain = {(r['nodes'], _name(r)): r['seconds'] for r in ex if not r.get('exact')}
+    for r in sorted((r for r in ex if r.get('exact')), key=lambda r: (r['nodes'], _name(r))):
+        base = plain.get((r['nodes'], _name(r)))
+        if base:
+            lines.append('| {} | {} | {:.2f} | {:.2f} | {:.2f} |'.format(
+                r['nodes'], _name(r), base * 1e3, r['seconds'] * 1e3, r['seconds'] / base))
+    return lines + ['']
+
+
 def _plots(rows, out_dir):
     import matplotlib
     matplotlib.use('Agg')
@@ -269,8 +302,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog='chainermn-torus simulate study',
                                 description=__doc__.split('\n')[0])
     p.add_argument('--out', default='results/simulation')
-    p.add_argument('--parts', nargs='+', default=['fattree', 'library', 'torus'],
-                   choices=('fattree', 'library', 'torus'))
+    p.add_argument('--parts', nargs='+', default=['fattree', 'library', 'torus', 'exact'],
+                   choices=('fattree', 'library', 'torus', 'exact'))
     p.add_argument('--nodes', nargs='+', type=command_line.arg_type('count'),
                    default=[256, 1024, 4096, 8192])
     p.add_argument('--jobs', type=int, default=2, help='simulations at once')

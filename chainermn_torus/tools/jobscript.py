@@ -23,7 +23,7 @@ from chainermn_torus import command_line
 from chainermn_torus.extensions.checkpoint import in_memory
 from chainermn_torus.tools import result_paths
 from chainermn_torus.tools.jobscripts import render, systems
-from chainermn_torus.tools.jobscripts.job import Job
+from chainermn_torus.tools.jobscripts.job import AS_MANY, Job
 
 __all__ = ['build_parser', 'main']
 
@@ -88,6 +88,10 @@ def build_parser():
                         'iterations, what the nodes left go on from '
                         f'(default {in_memory.DEFAULT_K}; a command '
                         'that gives its own --memory-snapshots keeps it)')
+    p.add_argument('--virtual-ranks', type=int, nargs='?', const=AS_MANY, default=None,
+                   metavar='V', help='the job computes as V virtual ranks (bare: its ranks): '
+                   'the same bits on any number of ranks; with --elastic a lost node leaves '
+                   'no trace (docs/cluster.md, "The same bits on any number of nodes")')
     p.add_argument('--min-nodes', type=int, default=1, metavar='N',
                    help='with --elastic: end the job where fewer nodes are left (default 1)')
     p.add_argument('--workdir', default=None,

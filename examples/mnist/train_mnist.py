@@ -106,13 +106,14 @@ def main():
     kwargs = {'grid': args.grid} if args.grid else {}
     if args.fp16_allreduce:
         kwargs['allreduce_grad_dtype'] = numpy.float16
-    if args.virtual_ranks:
-        kwargs['virtual_ranks'] = args.virtual_ranks
-        if args.stock:
-            parser.error('--virtual-ranks goes with this package\'s optimizer, not --stock')
     # The process configured as this package configures it (its threads and timeline with
     # the flags here), for ChainerMN's communicators too; a bad value ends in one line.
     setup = chainermn_torus.init(flags=flags)
+    # --virtual-ranks, else the variable or the launcher's (the settings the communicator
+    # reads too)
+    args.virtual_ranks = setup.settings['virtual_ranks']
+    if args.virtual_ranks and args.stock:
+        parser.error('--virtual-ranks goes with this package\'s optimizer, not --stock')
     comm = chainermn.create_communicator(args.communicator, **kwargs)
     budget = setup.applied()['threads']
     comm_stats = time_gradient_communication(comm)

@@ -101,6 +101,30 @@ def test_float16_moves_half_the_bytes_and_sums_locally():
     assert 'alltoall' in ops and 'reduce_scatter' not in ops
 
 
+@pytest.mark.parametrize('algorithm, M', [('rsap', 2), ('rsaa', 3), ('shm', 3),
+                                          ('pure_allreduce', 1)])
+def test_the_exact_sum_moves_integers_in_the_sum_and_the_means_in_the_gather(algorithm, M):
+    # Issue 85: phases 1 and 2 (and the tail) in int64, phase 3 in the means' float32;
+    # every call first sums the scales: one float64 per array by a MAX all-reduce
+    plain, exact = A.Setup(algorithm, 6, M, 4), A.Setup(algorithm, 6, M, 4, exact=True)
+    calls = {s: A.segment_calls(s, 1001) for s in (plain, exact)}
+    assert len(calls[plain]) == len(calls[exact])
+    for a, b in zip(calls[plain], calls[exact]):
+        assert (a.op, a.group) == (b.op, b.group)
+        if a.op in ('put', 'allgather'):
+            assert b.nbytes == a.nbytes, (a, b)
+        elif a.op in ('reduce_scatter', 'allreduce'):
+            assert b.nbytes == 2 * a.nbytes, (a, b)
+        else:   # local work: the sum's copies in int64, the division and gather in float32
+            assert b.nbytes in (a.nbytes, 2 * a.nbytes), (a, b)
+    moved = {s: sum(c.nbytes for c in calls[s] if c.op != 'compute') for s in calls}
+    assert moved[plain] < moved[exact] <= 2 * moved[plain]
+    assert A.begin_calls(exact, 161) == A.begin_calls(plain) + [
+        A.Call('allreduce', tuple(range(6)), 161 * 8)]
+    with pytest.raises(ValueError, match=r'itemsize 4 or 8\), got itemsize 2'):
+        A.Setup('rsap', 6, 2, 2, exact=True)
+
+
 def test_tails_and_shm_follow_the_segment_split():
     setup = A.Setup('rsaa', 6, 3)
     calls = A.segment_calls(setup, 1001)  # 999 in 3 chunks of 333, a tail of 2

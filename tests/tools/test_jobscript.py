@@ -450,7 +450,28 @@ def test_slurm_elastic_keeps_the_commands_own_snapshots_or_gives_its_k(tmp_path)
     assert line.startswith('CHAINERMN_TORUS_MEMORY_SNAPSHOTS=7 python -m'), line
 
 
+def test_virtual_ranks_reach_the_launcher_or_every_elastic_step(tmp_path):
+    # Issue 85: bare, as many as the job's ranks; under --elastic the supervisor sets them
+    # for every step, so that a lost node leaves no trace
+    text = generated(tmp_path, '--system', 'slurm', '--nodes', '3', '--ranks-per-node', '2',
+                     '--virtual-ranks')
+    line = [ln for ln in text.splitlines() if 'chainermn_torus.run' in ln][0]
+    assert '-m chainermn_torus.run --communicator rsap --virtual-ranks 6 ' \
+        'examples/mnist/train_mnist.py' in line, line
+    text = generated(tmp_path, '--system', 'slurm', '--nodes', '3', '--ranks-per-node', '2',
+                     '--elastic', '--virtual-ranks', '12')
+    line = [ln for ln in text.splitlines() if 'cli elastic' in ln][0]
+    assert 'cli elastic --min-nodes 1 --virtual-ranks 12 --launcher' in line, line
+    assert line.count('--virtual-ranks') == 1, line
+    # a command the launcher does not wrap reads the setting
+    shell = generated(tmp_path, '--system', 'slurm', '--nodes', '2', '--virtual-ranks', '4',
+                      command=['--', './train.sh'])
+    assert '\nexport CHAINERMN_TORUS_VIRTUAL_RANKS=4\n' in shell
+
+
 @pytest.mark.parametrize('args, words', [
+    (['--system', 'slurm', '--nodes', '3', '--ranks-per-node', '2', '--virtual-ranks', '4'],
+     "--virtual-ranks 4 is fewer than the job's 6 ranks (3 nodes x 2)"),
     (['--system', 'pbs', '--nodes', '3', '--elastic'], '--elastic is for slurm'),
     (['--system', 'slurm', '--nodes', '3', '--elastic', '--grid', '1x3'],
      '--grid 1x3 pins the rank count'),

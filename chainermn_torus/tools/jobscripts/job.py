@@ -8,7 +8,7 @@ from chainermn_torus import settings_table
 from chainermn_torus.algorithms.variants import check_grid_option
 from chainermn_torus.communicators._grid import parse_grid
 
-__all__ = ['Job', 'FIELDS']
+__all__ = ['Job', 'FIELDS', 'AS_MANY']
 
 # name -> default (None: required or unset)
 FIELDS = collections.OrderedDict([
@@ -18,10 +18,11 @@ FIELDS = collections.OrderedDict([
     ('queue', None), ('group', None), ('node_shape', None), ('llio_volumes', '/vol0004'),
     ('watchdog', 900), ('workdir', None), ('name', 'chainermn-torus'), ('command', ()),
     ('venv_unchecked', False), ('elastic', False), ('min_nodes', 1),
-    ('memory_snapshots', None),
+    ('memory_snapshots', None), ('virtual_ranks', None),
 ])
 
 
+AS_MANY = 0  # --virtual-ranks given bare: as many as the job's ranks
 MAX_HOURS = 8760  # a year: beyond any batch system's limit, a typo
 # The fields written into directive lines and a double-quoted echo as they are: there a
 # newline started a script line of its own, and $(...) ran.
@@ -35,7 +36,7 @@ class Job(collections.namedtuple('Job', list(FIELDS))):
     starts (launcher, PMI; ``elastic``: under ``chainermn-torus elastic``, going on on the
     nodes left, at least ``min_nodes``), the environment (venv, modules), the site's accounting
     (queue, group; Fugaku's node shape and LLIO volumes), the watchdog, the directory (local), the
-    job's name and the training command."""
+    job's name, the virtual ranks it computes as and the training command."""
 
     def __new__(cls, **given):
         unknown = set(given) - set(FIELDS)
@@ -49,8 +50,12 @@ class Job(collections.namedtuple('Job', list(FIELDS))):
 
     @classmethod
     def from_args(cls, args):
-        """From the command line's namespace (only the fields a Job has)."""
-        return cls(**{k: getattr(args, k) for k in FIELDS if hasattr(args, k)})
+        """From the command line's namespace (only the fields a Job has); a bare
+        --virtual-ranks is the job's ranks."""
+        given = {k: getattr(args, k) for k in FIELDS if hasattr(args, k)}
+        if given.get('virtual_ranks') == AS_MANY:
+            given['virtual_ranks'] = given['nodes'] * given.get('ranks_per_node', 1)
+        return cls(**given)
 
     @property
     def procs(self):
@@ -86,6 +91,10 @@ class Job(collections.namedtuple('Job', list(FIELDS))):
             raise ValueError('--memory-snapshots is for --elastic and a count of iterations '
                              '>= 1, got {}{}'.format(self.memory_snapshots, '' if self.elastic
                                                      else ' without --elastic'))
+        if self.virtual_ranks is not None and self.virtual_ranks < self.procs:
+            raise ValueError(f'--virtual-ranks {self.virtual_ranks} is fewer than the job\'s '
+                             f'{self.procs} ranks ({self.nodes} nodes x {self.ranks_per_node}): '
+                             f'give at least {self.procs}, or --virtual-ranks alone (as many)')
         if not 1 <= self.min_nodes <= self.nodes:
             raise ValueError(f'--min-nodes must be from 1 to --nodes ({self.nodes}), '
                              f'got {self.min_nodes}')

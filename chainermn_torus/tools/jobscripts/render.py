@@ -75,8 +75,11 @@ def _wrap_command(job, system, venv):
             exe = os.path.join(venv or default_venv() or sys.prefix, 'bin', 'python')
         keep = ['--memory-snapshots', str(snapshots_every(job))] \
             if job.elastic and arguments.snapshots_asked(rest) is None else []
+        # under --elastic the supervisor sets the virtual ranks for every step
+        virtual = ['--virtual-ranks', str(job.virtual_ranks)] \
+            if job.virtual_ranks is not None and not job.elastic else []
         return ([exe, '-m', 'chainermn_torus.run', '--communicator', job.communicator] +
-                (['--grid', job.grid] if job.grid else []) + keep + rest)
+                (['--grid', job.grid] if job.grid else []) + keep + virtual + rest)
     return command  # not a python script: run as given (it chooses its communicator)
 
 
@@ -159,8 +162,9 @@ def launch_line(job, vals=None, system=None):
         setting = '' if wrapped or arguments.snapshots_asked(job.command) is not None else \
             f'CHAINERMN_TORUS_MEMORY_SNAPSHOTS={snapshots_every(job)} '
         launcher = setting + ' '.join([
-            'python -m chainermn_torus.tools.cli elastic', '--min-nodes', str(job.min_nodes),
-            '--launcher', kind, '--launcher-args', shlex.quote(extra), '--'])
+            'python -m chainermn_torus.tools.cli elastic', '--min-nodes', str(job.min_nodes)]
+            + ([] if job.virtual_ranks is None else ['--virtual-ranks', str(job.virtual_ranks)])
+            + ['--launcher', kind, '--launcher-args', shlex.quote(extra), '--'])
     else:
         launcher = string.Template(system.launch_template(vals)).substitute(vals)
     return launcher + ' ' + ' '.join(shlex.quote(c) for c in command)
@@ -203,6 +207,9 @@ def generate(job):
     wrapped = '-m chainermn_torus.run' in vals['launch']
     vals['grid_line'] = (f'export CHAINERMN_TORUS_GRID={job.grid}\n'
                          if job.grid and not wrapped else '')
+    if job.virtual_ranks is not None and not wrapped and not job.elastic:
+        # a command the launcher does not wrap reads the setting
+        vals['grid_line'] += f'export CHAINERMN_TORUS_VIRTUAL_RANKS={job.virtual_ranks}\n'
     vals['dedicated_line'] = ('export CHAINERMN_TORUS_DEDICATED_CORES={}\n'.format(
         vals['loader_cores']) if vals['loader_cores'] else '')
     vals['snapshots_line'] = (
