@@ -152,6 +152,7 @@ class Launch:
             hooks.patch_scatter(self)
         if virtual_ranks:
             hooks.patch_evaluator_factory(self)
+            hooks.patch_model_parallel(self, virtual.MODEL_PARALLEL)
             # An unseeded script's initial weights (and anything else drawn from numpy's
             # global state before training) the same in every run, as its shards are.
             numpy.random.seed(virtual.seed(self))
@@ -220,6 +221,12 @@ class Launch:
                           'chainer.training Trainer (a '
                           'custom loop called update() itself), so there is no trainer to '
                           f'keep; remove {option}, or train with a Trainer')
+        if self.virtual is not None and self.virtual.updater is None and \
+                not self.virtual.script_updater:
+            self.stop('--virtual-ranks {}: this script updates its optimizer itself (a custom '
+                      'training loop, no StandardUpdater), whose batches the launcher cannot '
+                      'give each virtual rank; train with a Trainer and a StandardUpdater, or '
+                      'without --virtual-ranks'.format(self.get('virtual_ranks')))
         if self.get('loader') is not None and not self.updaters:
             self.stop('--loader {}: this script trains without a chainer.training updater (a '
                       'custom loop called update() itself), so there is no training iterator '

@@ -24,6 +24,7 @@ import types
 import chainer.serializers
 import chainermn.datasets
 import chainermn.extensions
+import chainermn.functions
 from chainer import optimizer as optimizer_module
 from chainer import training
 from chainer.training.updaters import standard_updater
@@ -37,7 +38,8 @@ from chainermn_torus.launch.lines import PREFIX, say
 from chainermn_torus.runtime.chainer_glue import chainer_private, patches
 
 __all__ = ['patch_updater', 'patch_trainer', 'patch_plain_update', 'patch_save',
-           'patch_trainer_run', 'patch_scatter', 'patch_evaluator_factory']
+           'patch_trainer_run', 'patch_scatter', 'patch_evaluator_factory',
+           'patch_model_parallel']
 
 
 def patch_updater(launch):
@@ -49,7 +51,7 @@ def patch_updater(launch):
         launch.updaters += 1
         if launch.get('data_parallel'):
             sharding.parallelise(launch, updater)
-        elif launch.virtual is not None and not launch.virtual.script_holds(updater):
+        elif launch.virtual is not None and not launch.virtual.note_updater(updater):
             # a ChainerMN script: its scattered shards
             comm = launch.comm()
             old = chainer_private.iterators(updater)['main']
@@ -192,3 +194,22 @@ def patch_evaluator_factory(launch):
     for owner in (chainermn, chainermn.extensions):
         patches.apply(owner, 'create_multi_node_evaluator', create_multi_node_evaluator,
                       'launcher', '--virtual-ranks: the means over virtual ranks')
+
+
+def patch_model_parallel(launch, names):
+    """--virtual-ranks: ChainerMN's model-parallel functions (``names``) stop the job in one
+    line where the script calls them: each communicates across processes inside a forward,
+    and a process runs several virtual ranks' forwards in turn."""
+    def refusing(name):
+        def refused(*args, **kwargs):
+            launch.stop(f'--virtual-ranks: the script calls chainermn.functions.{name}, '
+                        'which communicates across processes inside the forward, and a '
+                        'process runs several virtual ranks\' forwards one after the other; '
+                        'model-parallel scripts run without --virtual-ranks')
+        return refused
+
+    for name in names:
+        if hasattr(chainermn.functions, name):
+            patches.apply(chainermn.functions, name, refusing(name), 'launcher',
+                          '--virtual-ranks: model parallelism cannot be split into virtual '
+                          'ranks')

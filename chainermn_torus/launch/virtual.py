@@ -23,7 +23,15 @@ from chainermn_torus.launch.lines import say
 from chainermn_torus.launch.sharding import order, rebuild
 from chainermn_torus.runtime.chainer_glue import chainer_private
 
-__all__ = ['Held', 'seed', 'refusal']
+__all__ = ['Held', 'seed', 'refusal', 'MODEL_PARALLEL', 'MODEL_PARALLEL_LINKS']
+
+# ChainerMN's model-parallel functions and the multi-node BatchNormalization function: each
+# communicates across processes inside a forward, where a process runs several virtual
+# ranks one after the other (refused when called).
+MODEL_PARALLEL = ('allgather', 'alltoall', 'batch_normalization', 'bcast', 'gather',
+                  'pseudo_connect', 'recv', 'scatter', 'send')
+# The links that hold such a function (refused when the updater is adopted).
+MODEL_PARALLEL_LINKS = ('MultiNodeBatchNormalization', 'MultiNodeChainList')
 
 # What a process of a virtual-ranks job cannot split, with the reason (install refuses).
 _REFUSED = {
@@ -57,6 +65,7 @@ class Held:
         self.shards = {}      # id(first shard) -> (every held shard, the dataset)
         self.updater = None   # the VirtualRanksUpdater, once adopted
         self.said = False     # the scatter's line, once
+        self.script_updater = False   # the script made a VirtualRanksUpdater itself
 
     def scatter(self, dataset, comm, root, shuffle, given_seed):
         """``scatter_dataset`` under virtual ranks: this process's first held shard."""
@@ -110,11 +119,28 @@ class Held:
         from chainermn_torus.optimizers.virtual_updater import VirtualRanksUpdater  # MPI
         return isinstance(updater, VirtualRanksUpdater)
 
+    def note_updater(self, updater):
+        """An updater the script built: whether it holds virtual ranks itself."""
+        if self.script_holds(updater):
+            self.script_updater = True
+            return True
+        return False
+
     def adopt(self, updater, old, shards, batch, comm):
         """The script's StandardUpdater as a VirtualRanksUpdater over the held shards."""
         from chainermn_torus.optimizers import is_multi_node  # with MPI, as the optimizer
         from chainermn_torus.optimizers.virtual_updater import VirtualRanksUpdater
         for name, opt in chainer_private.optimizers(updater).items():
+            for path, link in opt.target.namedlinks():
+                kind = type(link).__name__
+                if kind in MODEL_PARALLEL_LINKS and type(link).__module__.startswith(
+                        'chainermn.'):
+                    self.launch.stop(
+                        f'--virtual-ranks: the model holds ChainerMN\'s {kind} '
+                        f'({path or "/"}), which communicates across processes inside the '
+                        'forward, and a process runs several virtual ranks\' forwards one '
+                        'after the other; use BatchNormalization (each virtual rank keeps '
+                        'its own statistics), or no virtual ranks')
             if not is_multi_node(opt):
                 self.launch.stop(f'--virtual-ranks: the updater\'s optimizer {name!r} is a '
                                  f'{type(opt).__name__}, not a multi-node optimizer: use '

@@ -110,3 +110,42 @@ def test_what_virtual_ranks_cannot_split_is_refused_in_one_line(nprocs, options,
     text = proc.stdout + proc.stderr
     assert text.count(said) == 1, text[-3000:]
     assert 'Traceback' not in text, text[-3000:]
+
+
+# A ChainerMN-style script whose model communicates inside its forward (MultiNodeBatch-
+# Normalization), or which calls a model-parallel function itself.
+_MODEL_PARALLEL = """
+import chainer, chainer.links as L, chainermn, numpy, sys
+from chainer import training
+comm = chainermn.create_communicator('naive')
+if sys.argv[1] == 'mnbn':
+    model = L.Classifier(chainer.Sequential(L.Linear(4, 3),
+                                            chainermn.links.MultiNodeBatchNormalization(3, comm)))
+else:
+    model = L.Classifier(L.Linear(4, 3))
+    chainermn.functions.bcast(comm, chainer.Variable(numpy.ones(2, numpy.float32)))
+opt = chainermn.create_multi_node_optimizer(chainer.optimizers.SGD(), comm).setup(model)
+data = chainer.datasets.TupleDataset(numpy.ones((20, 4), numpy.float32),
+                                     numpy.zeros(20, numpy.int32))
+data = chainermn.scatter_dataset(data if comm.rank == 0 else None, comm, shuffle=True)
+it = chainer.iterators.SerialIterator(data, 5)
+training.Trainer(training.StandardUpdater(it, opt), (1, 'epoch')).run()
+"""
+
+
+@pytest.mark.parametrize('what, said', [
+    ('custom', 'this script updates its optimizer itself (a custom training loop'),
+    ('mnbn', "the model holds ChainerMN's MultiNodeBatchNormalization"),
+    ('bcast', 'the script calls chainermn.functions.bcast'),
+])
+def test_what_a_process_cannot_run_as_several_virtual_ranks_is_named(what, said, tmp_path):
+    script = tmp_path / 'script.py'
+    script.write_text(_MODEL_PARALLEL)
+    target = [os.path.join(SCRIPTS, 'custom_loop.py')] if what == 'custom' else \
+        [str(script), what]
+    proc = run_mpi(2, ['-m', 'chainermn_torus.run', '--virtual-ranks', '2', '--communicator',
+                       'rsap', '--threads', '1'] + target, timeout=120)
+    assert proc.returncode != 0
+    text = proc.stdout + proc.stderr
+    assert text.count(said) == 1, text[-3000:]
+    assert 'Traceback' not in text, text[-3000:]
