@@ -323,7 +323,7 @@ def test_virtual_ranks_train_tiny_imagenet_to_the_same_bits_on_4_and_2_processes
     for nprocs in (4, 2):
         out = tmp_path / str(nprocs)
         argv = [EXAMPLE] + lists + [
-            '--arch', 'tiny', '--loader', 'ours', '--loader-processes', '1', '--epoch', '2',
+            '--arch', 'tiny', '--loader', 'ours', '--loader-processes', '1', '--epoch', '1',
             '--crop-size', '32', '--batchsize', '5', '--virtual-ranks', '4', '--out', str(out)]
         proc = run_mpi(nprocs, argv, timeout=180,
                        env={'CHAINERMN_TORUS_COMPUTE': COMPUTE, 'CHAINERMN_TORUS_THREADS': '1'})
@@ -337,7 +337,7 @@ def test_virtual_ranks_train_tiny_imagenet_to_the_same_bits_on_4_and_2_processes
                         for e in json.load(open(str(out / 'log')))]
     assert any(k.endswith('avg_mean') for k in models[4]), sorted(models[4])
     assert models[2] == models[4]
-    assert logs[2] == logs[4] and len(logs[4]) == 2
+    assert logs[2] == logs[4] and len(logs[4]) == 1
     for key in ('test_loss', 'test_accuracy', 'iterations'):
         assert summaries[2][key] == summaries[4][key], key
     assert summaries[4]['virtual_ranks'] == 4 and summaries[2]['ranks'] == 2
