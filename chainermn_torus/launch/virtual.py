@@ -33,11 +33,10 @@ MODEL_PARALLEL = ('allgather', 'alltoall', 'batch_normalization', 'bcast', 'gath
 # The links that hold such a function (refused when the updater is adopted).
 MODEL_PARALLEL_LINKS = ('MultiNodeBatchNormalization', 'MultiNodeChainList')
 
-# What a process of a virtual-ranks job cannot split, with the reason (install refuses).
+# What a process of a virtual-ranks job cannot split, with the reason (install refuses;
+# --double-buffering and --overlap are the multi-node optimizer's own refusal).
 _REFUSED = {
     'loader': 'each virtual rank would need loader processes of its own',
-    'double_buffering': 'the step averages every held virtual rank\'s gradients at once',
-    'overlap': 'buckets are averaged during one backward, and a process runs several',
 }
 
 
@@ -62,7 +61,7 @@ class Held:
 
     def __init__(self, launch):
         self.launch = launch
-        self.shards = {}      # id(first shard) -> (every held shard, the dataset)
+        self.shards = {}      # id(first shard) -> every held shard
         self.updater = None   # the VirtualRanksUpdater, once adopted
         self.said = False     # the scatter's line, once
         self.script_updater = False   # the script made a VirtualRanksUpdater itself
@@ -74,7 +73,7 @@ class Held:
             given_seed = seed(self.launch)
         shards = virtual_shards(dataset, comm.virtual_ranks, comm.held, shuffle=shuffle,
                                 seed=given_seed)
-        self.shards[id(shards[0])] = (shards, dataset)
+        self.shards[id(shards[0])] = shards
         if not self.said:
             self.said = True
             say(f'--virtual-ranks {comm.virtual_ranks}: scatter_dataset -> the shards of '
@@ -100,7 +99,7 @@ class Held:
                 f'--virtual-ranks: the {what} iterator runs over a dataset that did not come '
                 'from chainermn.scatter_dataset, so the launcher cannot give each virtual '
                 'rank its shard; a plain script needs --data-parallel')
-        return found[0]
+        return found
 
     def iterators(self, old, shards, batch, comm):
         """One iterator of ``old``'s kind per held shard; a shuffled one in orders keyed by

@@ -138,9 +138,8 @@ class VirtualRanksUpdater(updaters.StandardUpdater):
                 loss = loss_func(in_arrays)
             loss.backward()
             state.save()
-            if j:
-                more.append({n: None if p.grad is None else p.grad.copy()
-                             for n, p in model.namedparams()})
+            if j:   # kept as they are: the next cleargrads() drops them from the model
+                more.append({n: p.grad for n, p in model.namedparams()})
         # Between steps the model holds the first held virtual rank's values (loaded last).
         optimizer.more_grads = more
         optimizer.update()   # no loss function: the gradients are set; average, update
