@@ -3,6 +3,7 @@ launcher's command lines, the nodes' answers, a job that ends well, and the fail
 are the script's own (every node answers: the job ends with the script's exit code, no
 second step). The losses themselves need the emulated cluster: test_elastic_cluster.py."""
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import pytest
 
 from chainermn_torus.datasets.mnist import DEFAULT_MNIST_DIR
 from chainermn_torus.extensions.checkpoint import snapshot_place
+from chainermn_torus.runtime.files import devshm
 from chainermn_torus.runtime.watch import abort
 from chainermn_torus.tools import elastic, elastic_node, job_nodes
 from conftest import MPI, ROOT, job_env, mpiexec_path
@@ -80,10 +82,11 @@ def _elastic(tmp_path, command, extra=(), timeout=240, env=None):
 @pytest.mark.example
 @needs_data
 def test_a_job_that_ends_well_ends_with_its_code_and_leaves_no_snapshot(tmp_path):
-    before = shm_now()
+    env = own_job()
+    before = shm_now(env)
     proc = _elastic(tmp_path, [sys.executable, EXAMPLE, '--epoch', '1', '--limit', '1200',
                                '--unit', '20', '--out', str(tmp_path / 'out'),
-                               '--memory-snapshots', '3'])
+                               '--memory-snapshots', '3'], env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert 'chainermn_torus elastic: training is complete at iteration 6' in proc.stdout
     assert 'step 1 on' not in proc.stdout and 'asks for no snapshots' not in proc.stdout
@@ -242,21 +245,33 @@ UNCHANGED = os.path.join(ROOT, 'tests', 'unchanged')
 
 
 def shm_left(before):
-    """What a run on this host left in /dev/shm: new names of ours, and run directories of
-    this host's snapshots that no running job holds (the per-user parent, empty, stays: other
+    """What this test's run left in /dev/shm: new names of its job (``own_job``: the other
+    lane's jobs run beside it, their segments come and go), and run directories of this
+    host's snapshots that no running job holds (the per-user parent, empty, stays: other
     runs share it; the emulated cluster's nodes, in the other lane, have names of their
     own)."""
-    parent = os.path.basename(snapshot_place.default_parent())
-    new = [n for n in set(os.listdir('/dev/shm')) - before
-           if n.startswith('cmtorus') and n != parent]
+    tag, names = before
+    ours = devshm.PREFIX + tag + '_'
+    new = [n for n in set(os.listdir('/dev/shm')) - names if n.startswith(ours)]
     host = socket.gethostname()
-    return new + [p for p, _, busy in snapshot_place.kept() if not busy and p not in before
+    return new + [p for p, _, busy in snapshot_place.kept() if not busy and p not in names
                   and snapshot_place.RUN_DIR.match(os.path.basename(p)).group('host') == host]
 
 
-def shm_now():
-    """The names in /dev/shm and the run directories there: what ``shm_left`` compares."""
-    return set(os.listdir('/dev/shm')) | {p for p, _, _ in snapshot_place.kept()}
+def shm_now(env):
+    """The job tag ``env`` gives segment names (``own_job``), and the names in /dev/shm and
+    the run directories there: what ``shm_left`` compares."""
+    with pytest.MonkeyPatch.context() as mp:
+        for var, value in env.items():
+            mp.setenv(var, value)
+        tag = devshm.job_tag()
+    return tag, set(os.listdir('/dev/shm')) | {p for p, _, _ in snapshot_place.kept()}
+
+
+def own_job():
+    """An environment that tags the run's segment names with a job id of its own (SGE's
+    variable, read where no batch system's is set), so that the check counts its names only."""
+    return {'JOB_ID': 'elastictest' + secrets.token_hex(4)}
 
 
 @pytest.mark.example
@@ -265,13 +280,14 @@ def test_an_unchanged_chainermn_script_keeps_snapshots_under_the_launcher(tmp_pa
                                                                         dataset_root):
     """ChainerMN's own MNIST example under ``chainermn-torus run --memory-snapshots``: the
     launcher adds the snapshot to its Trainer; the run ends well, its snapshots removed."""
-    before = shm_now()
+    env = own_job()
+    before = shm_now(env)
     proc = _elastic(tmp_path, [sys.executable, '-m', 'chainermn_torus.run',
                                '--memory-snapshots', '3',
                                os.path.join(UNCHANGED, 'chainermn_mnist.py'), '--epoch', '1',
                                '--limit', '1200', '--unit', '20', '--out',
                                str(tmp_path / 'out')],
-                    env={'CHAINER_DATASET_ROOT': dataset_root})
+                    env={'CHAINER_DATASET_ROOT': dataset_root, **env})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert 'snapshots in node memory are kept in' in proc.stdout
     assert 'no snapshot in node memory' in proc.stdout  # the first step: none yet
