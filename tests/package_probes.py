@@ -17,9 +17,10 @@ def forget_said():
     STATE.said.clear()
 
 
-def call_calls(setup, segments):
-    """The calls of one whole all-reduce call over segments of the given sizes."""
-    calls = schedule.begin_calls(setup)
+def call_calls(setup, segments, arrays=0):
+    """The calls of one whole all-reduce call over segments of the given sizes (``arrays``:
+    the model's, whose scales the exact sum all-reduces first)."""
+    calls = schedule.begin_calls(setup, arrays)
     for elems in segments:
         calls += schedule.segment_calls(setup, elems)
     return calls + schedule.end_calls(setup)

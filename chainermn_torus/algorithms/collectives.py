@@ -16,7 +16,8 @@ beta_intra, beta_put, gamma, mem: ``planning.planner.Network``).
 """
 import collections
 
-__all__ = ['Call', 'ceil_log2', 'reduce_calls', 'tail_calls', 'Group', 'allreduce_cost',
+__all__ = ['Call', 'ceil_log2', 'reduce_calls', 'side_by_side', 'exact_scatter_calls',
+           'exact_column_calls', 'tail_calls', 'Group', 'allreduce_cost',
            'reduce_scatter_cost', 'allgather_cost', 'row_and_column']
 
 # op: 'reduce_scatter' | 'allreduce' | 'allgather' | 'alltoall' | 'barrier' (MPI calls on
@@ -59,6 +60,42 @@ def reduce_calls(op, group, elems, itemsize):
         calls.append(Call('allgather', group, main * 2))
     if main < elems:
         calls.append(Call('allreduce', group, (elems - main) * 4))
+    return calls
+
+
+def side_by_side(per_group):
+    """The calls of groups that work at the same time (a phase's rows or columns), in the
+    order that lets their i-th calls run side by side: every group's first call, then every
+    group's second (``simulation.schedules.rounds_of_calls`` runs consecutive calls of one
+    kind on disjoint groups at once, and a group's calls one after the other)."""
+    return [call for step in zip(*per_group) for call in step]
+
+
+def exact_scatter_calls(group, elems, itemsize):
+    """The exact sum's reduce-scatter by messages (``communicators._exact_scatter``, one term
+    a process): the blocks as the gradients' floats by MPI_Alltoallv, each receiver encoding
+    its peers' blocks and its own values and adding them as integers."""
+    if len(group) == 1:
+        return []
+    return [Call('alltoall', group, elems * itemsize),
+            Call('compute', group, elems * itemsize, 'reduce')]
+
+
+def exact_column_calls(group, elems, itemsize):
+    """The exact sum's phase 2 where phase 3 moves the means (``_exact.column_means``): the
+    integers reduce-scattered over the column, each part decoded, the means all-gathered;
+    the last fewer than N elements all-reduced as integers."""
+    p = len(group)
+    if p == 1:
+        return []
+    sub = elems // p
+    main = sub * p
+    calls = []
+    if sub:
+        calls += [Call('reduce_scatter', group, main * 8),
+                  Call('allgather', group, main * itemsize)]
+    if main < elems:
+        calls.append(Call('allreduce', group, (elems - main) * 8))
     return calls
 
 

@@ -14,8 +14,9 @@ __all__ = ['Call', 'Setup', 'segment_calls', 'begin_calls', 'end_calls']
 
 class Setup(collections.namedtuple('Setup', 'algorithm P M itemsize exact')):
     """algorithm (a variant with a schedule), P ranks, grid rows of M, bytes per element;
-    ``exact``: the exact sum (``fixed_point``): phases 1 and 2 move 64-bit integers and phase
-    3 the means in ``itemsize`` bytes, after one MAX all-reduce of a float64 per array."""
+    ``exact``: the exact sum (``fixed_point``), one term a rank: phase 1 moves the floats
+    (their receivers encode and sum them), phase 2 and the tails 64-bit integers, phase 3
+    the means in ``itemsize`` bytes, after one MAX all-reduce of a float64 per array."""
 
     def __new__(cls, algorithm, P, M=1, itemsize=4, exact=False):
         names = variants.simulated()
@@ -37,8 +38,8 @@ class Setup(collections.namedtuple('Setup', 'algorithm P M itemsize exact')):
 
     @property
     def reduce_itemsize(self):
-        """Bytes per element in phases 1 and 2 (and the tail): 8 for the exact sum's
-        integers, else ``itemsize``."""
+        """Bytes per element of a sum by MPI (phase 2, the tails; phase 1 but with the exact
+        sum): 8 for the exact sum's integers, else ``itemsize``."""
         return 8 if self.exact else self.itemsize
 
     @property

@@ -12,7 +12,8 @@ where rows span nodes (there is no shared memory across them).
 """
 from chainermn_torus.algorithms.base import Algorithm
 from chainermn_torus.algorithms.collectives import (
-    Call, allreduce_cost, ceil_log2, reduce_calls, row_and_column, tail_calls)
+    Call, allreduce_cost, ceil_log2, exact_column_calls, reduce_calls, row_and_column,
+    side_by_side, tail_calls)
 from chainermn_torus.errors import ConfigError
 
 __all__ = ['Shm']
@@ -21,7 +22,8 @@ __all__ = ['Shm']
 class Shm(Algorithm):
 
     def segment_calls(self, setup, elems):
-        # the sum in its bytes (the exact sum's integers), the gather in the means'
+        # the sum in its bytes (the exact sum's integers; its column gathers the means), the
+        # gather in the means'
         s, M, P = setup.reduce_itemsize, setup.M, tuple(range(setup.P))
         rows, cols = setup.rows(), setup.columns()
         main, c = setup.split(elems)
@@ -30,8 +32,8 @@ class Shm(Algorithm):
             for step in range(M):  # reduce_in_turns: copy, then add, a barrier after each
                 calls += [Call('compute', P, c * s, 'copy' if step == 0 else 'reduce')]
                 calls += [Call('barrier', row, 0) for row in rows]
-            for col in cols:
-                calls += reduce_calls('allreduce', col, c, s)
+            calls += side_by_side([exact_column_calls(col, c, setup.itemsize) if setup.exact
+                                   else reduce_calls('allreduce', col, c, s) for col in cols])
             calls.append(Call('compute', P, c * s, 'copy'))  # divide
             calls += [Call('barrier', row, 0) for row in rows]
             calls.append(Call('compute', P, (M - 1) * c * setup.itemsize, 'copy'))  # gather

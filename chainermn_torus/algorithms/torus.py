@@ -16,8 +16,9 @@ Cost: reduce-scatter + column all-reduce of n / M + the gather phase, with the g
 """
 from chainermn_torus.algorithms.base import Algorithm
 from chainermn_torus.algorithms.collectives import (
-    Call, allgather_cost, allreduce_cost, reduce_calls, reduce_scatter_cost, row_and_column,
-    tail_calls)
+    Call, allgather_cost, allreduce_cost, exact_column_calls, exact_scatter_calls,
+    reduce_calls,
+    reduce_scatter_cost, row_and_column, side_by_side, tail_calls)
 
 __all__ = ['Torus', 'Rsaa']
 
@@ -28,17 +29,21 @@ class Torus(Algorithm):
     gather_phase = 'allgather'  # the name of phase 3 in cost breakdowns and timelines
 
     def segment_calls(self, setup, elems):
-        # phases 1 and 2 in the sum's bytes (the exact sum's integers), 3 in the means'
+        # the exact sum: phase 1 moves the floats (summed by their receivers), phase 2 the
+        # integers reduce-scattered and the means all-gathered, phase 3 the means
         s, M, P = setup.reduce_itemsize, setup.M, tuple(range(setup.P))
         rows, cols = setup.rows(), setup.columns()
         main, c = setup.split(elems)
         calls = []
         if c:
             if M > 1:
-                for row in rows:
-                    calls += reduce_calls('reduce_scatter', row, main, s)
-            for col in cols:
-                calls += reduce_calls('allreduce', col, c, s)
+                calls += side_by_side([exact_scatter_calls(row, main, setup.itemsize)
+                                       if setup.exact else
+                                       reduce_calls('reduce_scatter', row, main, s)
+                                       for row in rows])
+            calls += side_by_side([exact_column_calls(col, c, setup.itemsize)
+                                   if setup.exact and M > 1 else
+                                   reduce_calls('allreduce', col, c, s) for col in cols])
             calls.append(Call('compute', P, c * s, 'copy'))  # divide into place
             if M > 1:
                 calls += self.gather_calls(setup, c)

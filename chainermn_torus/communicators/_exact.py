@@ -10,7 +10,11 @@ and nothing divides after the sum. What differs is at both ends of a call:
   all-reduce (MAX) of one float64 per array over every rank (``find_scales``): for the whole
   model, or a bucket's arrays as overlap averages them;
 * the packing encodes instead of copying (``send_source``: always packed, never sent from a
-  gradient);
+  gradient); where phase 1 goes by messages (``position``), it leaves this position's own
+  chunk of each segment to the reduce-scatter (``_exact_scatter``), and where each process
+  holds one term it packs the other blocks as their float values, not as integers: a block's
+  receiver encodes it on the shared grid, which gives the integers its sender would have
+  (``encode_chunk``), so phase 1 moves the plain sum's bytes;
 * the engine decodes the integers into ``means`` (the model's float type) as soon as they are
   final (``decode``): with rows, each position decodes only its own chunk and phase 3 moves
   the float means (``gathered``: messages, rsap's put window, the node-shared rows' second
@@ -28,6 +32,7 @@ import numpy
 from mpi4py import MPI
 
 from chainermn_torus.algorithms import fixed_point
+from chainermn_torus.communicators._exact_scatter import RowScatter
 from chainermn_torus.communicators._packing import MPI_TYPES, PackedBuffer, transfer_dtype
 from chainermn_torus.runtime.cpu import jit
 
@@ -51,14 +56,19 @@ class ExactBuffer(PackedBuffer):
 
     Args (beyond PackedBuffer's, whose ``prescaled`` is always False here):
         terms: the number of gradients in the sum.
+        position: (M, pos, N): the row's length, this rank's place in it and the column's
+            length, where phase 1 is the reducer's reduce-scatter (messages): the packing
+            leaves the own chunk to it. None: every element is encoded by the packing (phase
+            1 in a window, or no rows).
     """
 
-    def __init__(self, layout, segment_elems=0, *, terms, means=None, **strategies):
+    def __init__(self, layout, segment_elems=0, *, terms, means=None, position=None,
+                 **strategies):
         super().__init__(layout, segment_elems, direct_min_elems=None, **strategies)
         self.terms = int(terms)
         fixed_point.headroom_bits(self.terms)   # a count out of range is refused here
         self._means = numpy.empty(layout.size, means_dtype(layout)) if means is None else means
-        self._means_type = MPI_TYPES[self._means.dtype]
+        self.means_type = MPI_TYPES[self._means.dtype]
         # Phase 3 moves the means (the engine) where the rows have memory for them or need
         # none (messages); where their only memory is the integers', it moves those.
         rows = strategies.get('rows')
@@ -71,6 +81,14 @@ class ExactBuffer(PackedBuffer):
         # The gradient sets of the other virtual ranks this process holds, for one call:
         # each a sequence of arrays (None: zeros) in the layout's order (the engine sets it).
         self.more = ()
+        self._column = None   # this member's part of phase 2's sums
+        self.position = position
+        self._named = None   # the call's gradients: the own chunk's terms are read from them
+        # Phase 1 carries floats where every process holds one term (the receiver encodes
+        # a block as its sender would), integers where a process sums several (``more``).
+        self.sends_floats = position is not None and self.terms == position[0] * position[2]
+        if position is not None:
+            self.reducer = RowScatter(self, self.reducer)
 
     @property
     def means(self):
@@ -81,7 +99,7 @@ class ExactBuffer(PackedBuffer):
     def gathered(self):
         """What phase 3 moves: the means where ``gathers_means``, else the integers."""
         if self.gathers_means:
-            return self._means, self._means_type
+            return self._means, self.means_type
         return self.array, self.mpi_type
 
     def release(self):
@@ -121,8 +139,64 @@ class ExactBuffer(PackedBuffer):
 
     # --- packing ---------------------------------------------------------------------------------
     def send_source(self, named_params, segment, scale=None):
-        """Encode the segment's values into the buffer (always packed: None)."""
+        """Encode the segment's values into the buffer (always packed: None), but for this
+        position's chunk where the reduce-scatter adds it (``position``)."""
         lo, hi, _ = segment
+        self._named = named_params
+        own = self._own_chunk(lo, hi)
+        if own is None:
+            self._encode_range(named_params, lo, hi)
+        elif self.sends_floats:
+            if self.more:
+                raise RuntimeError('chainermn_torus: an exact sum of one term a process was '
+                                   'given more gradient sets')
+            main = lo + self.position[0] * (own[1] - own[0])
+            sent = self.float_part(lo, main - lo)
+            self._copy_floats(named_params, lo, own[0], sent, lo)
+            self._copy_floats(named_params, own[1], main, sent, lo)
+            self._encode_range(named_params, main, hi)   # the tail: MPI's integer sum
+        else:
+            self._encode_range(named_params, lo, own[0])
+            self._encode_range(named_params, own[1], hi)
+        return None
+
+    def float_part(self, lo, n):
+        """Where the float values of a segment starting at ``lo`` are sent from: the
+        segment's own bytes of the integer buffer, from their start (its tail's integers lie
+        beyond them), as ``n`` elements of the means' type."""
+        floats = self.array.view(self._means.dtype)
+        first = lo * (WIRE.itemsize // self._means.dtype.itemsize)
+        return floats[first:first + n]
+
+    def _copy_floats(self, named_params, lo, hi, dst, base):
+        """dst[lo - base:hi - base] = the gradients' values of elements [lo, hi) (zeros
+        for an unused parameter)."""
+        offs = self.layout.offsets
+        first = int(numpy.searchsorted(offs, lo, side='right')) - 1
+        last = int(numpy.searchsorted(offs, hi, side='left'))
+        for i in range(first, last):
+            a, b = max(lo, int(offs[i])), min(hi, int(offs[i + 1]))
+            if a >= b:
+                continue
+            grad = named_params[i][1].grad
+            out = dst[a - base:b - base]
+            if grad is None:
+                out[...] = 0
+            else:
+                out[...] = grad.reshape(-1)[a - offs[i]:b - offs[i]]   # widening: exact
+
+    def _own_chunk(self, lo, hi):
+        """[a, b): this position's chunk of segment [lo, hi), as the engine cuts it; None
+        without ``position`` or where the segment is all tail."""
+        if self.position is None:
+            return None
+        M, pos = self.position[:2]
+        c = ((hi - lo) - (hi - lo) % M) // M
+        return (lo + pos * c, lo + (pos + 1) * c) if c else None
+
+    def _encode_range(self, named_params, lo, hi):
+        if lo >= hi:
+            return
         offs = self.layout.offsets
         first = int(numpy.searchsorted(offs, lo, side='right')) - 1
         last = int(numpy.searchsorted(offs, hi, side='left'))
@@ -139,7 +213,68 @@ class ExactBuffer(PackedBuffer):
                     added = True
             if not added:
                 dst[...] = 0   # zero_fill: an unused parameter contributes zeros
-        return None
+
+    def add_own(self, start, chunk):
+        """chunk += the integers of elements [start, start + chunk.size) of this process's
+        terms (the gradients of the call, and ``more``)."""
+        offs, named = self.layout.offsets, self._named
+        hi = start + chunk.size
+        first = int(numpy.searchsorted(offs, start, side='right')) - 1
+        last = int(numpy.searchsorted(offs, hi, side='left'))
+        for i in range(first, last):
+            a, b = max(start, int(offs[i])), min(hi, int(offs[i + 1]))
+            if a >= b:
+                continue
+            dst, s = chunk[a - start:b - start], int(self.scales[i])
+            for grad in [named[i][1].grad] + [more[i] for more in self.more]:
+                if grad is not None:
+                    self._encode(grad.reshape(-1)[a - offs[i]:b - offs[i]], s, dst, True)
+
+    def encode_chunk(self, start, blocks, chunk, decode):
+        """The sum of elements [start, start + c) from every process's float values: this
+        process's own (its gradients) and the peers' ``blocks`` ((M - 1, c), the means'
+        type), each encoded on its array's grid and added as integers into ``chunk``; with
+        ``decode`` (no column to sum over) straight on into the means."""
+        offs, k, named = self.layout.offsets, self._kernels, self._named
+        hi = start + blocks.shape[1]
+        terms = float(self.terms)
+        first = int(numpy.searchsorted(offs, start, side='right')) - 1
+        last = int(numpy.searchsorted(offs, hi, side='left'))
+        for i in range(first, last):
+            a, b = max(start, int(offs[i])), min(hi, int(offs[i + 1]))
+            if a >= b:
+                continue
+            s, dst, means = int(self.scales[i]), chunk[a - start:b - start], self._means[a:b]
+            values = list(blocks[:, a - start:b - start])
+            grad = named[i][1].grad
+            if grad is not None:
+                own = grad.reshape(-1)[a - offs[i]:b - offs[i]]
+                values.insert(0, own if own.dtype == blocks.dtype
+                              else own.astype(blocks.dtype))   # widening: exact
+            if k is None or s == fixed_point.NOT_FINITE or abs(s) >= _FACTOR_LIMIT \
+                    or not all(v.flags.c_contiguous for v in values) \
+                    or blocks.dtype not in (numpy.float32, numpy.float64):
+                dst[...] = 0
+                for v in values:
+                    dst += fixed_point.encode(v, s)
+                if decode:
+                    fixed_point.decode(dst, s, self.terms, out=means)
+                continue
+            f, back = numpy.ldexp(1.0, s), numpy.ldexp(1.0, -s)
+            if decode and len(values) == 2:
+                k.mean2(values[0], values[1], f, back, terms, means)
+                continue
+            last_added = values.pop() if decode else None
+            if not values:
+                dst[...] = 0
+            elif len(values) == 1:
+                k.encode(values[0], f, dst)
+            else:
+                k.encode2(values[0], values[1], f, dst)
+            for v in values[2:]:
+                k.encode_add(v, f, dst)
+            if decode:
+                k.decode_add(last_added, f, dst, back, terms, means)
 
     def _encode(self, src, s, dst, add):
         """dst = src on the grid, or dst += it."""
@@ -153,6 +288,30 @@ class ExactBuffer(PackedBuffer):
             fixed_point.encode(src, s, out=dst)
 
     # --- after the sum ---------------------------------------------------------------------------
+    def column_means(self, comm, chunk, start):
+        """Phase 2 where phase 3 moves the means: the means of elements [start, start +
+        chunk.size) from the rows' integer sums in ``chunk``, over the column ``comm``.
+        Instead of an all-reduce of the integers (twice the plain phase 2's bytes), MPI's
+        reduce-scatter of them, each member decoding its part, and an all-gather of the
+        float means (1.5x); the last fewer than N elements by an all-reduce."""
+        n, progress = chunk.size, self.reducer.progress
+        N = comm.size
+        sub = n // N if N > 1 else 0
+        main = sub * N
+        if sub:
+            if self._column is None or self._column.size < sub:
+                self._column = numpy.empty(sub, WIRE)
+            mine, q = self._column[:sub], comm.rank
+            progress(comm, 'Reduce_scatter_block', [chunk[:main], self.mpi_type],
+                     [mine, self.mpi_type], op=MPI.SUM)
+            self.decode(start + q * sub, start + (q + 1) * sub, mine)
+            progress(comm, 'Allgather', MPI.IN_PLACE,
+                     [self._means[start:start + main], self.means_type])
+        if main < n:
+            rest = chunk[main:]
+            self.reducer.allreduce(comm, rest)
+            self.decode(start + main, start + n, rest)
+
     def decode(self, lo, hi, source=None):
         """means[lo:hi] from the integer sums of elements [lo, hi): ``source`` (a chunk that
         holds them), else the buffer's."""

@@ -14,7 +14,7 @@ from numba import prange
 
 from chainermn_torus.runtime.cpu import jit
 
-__all__ = ['largest', 'encode', 'encode_add', 'decode']
+__all__ = ['largest', 'encode', 'encode_add', 'encode2', 'decode', 'decode_add', 'mean2']
 
 # An array's largest magnitude from its bits: with the sign bit cleared, non-negative floats
 # order as their bit patterns do as unsigned integers, and every NaN's pattern lies above
@@ -57,6 +57,16 @@ def encode_add(x, factor, out):
         out[i] += numpy.int64(numpy.rint(numpy.float64(x[i]) * factor))
 
 
+@jit.kernel('(float32[::1], float32[::1], float64, int64[::1])',
+            '(float64[::1], float64[::1], float64, int64[::1])')
+def encode2(x, y, factor, out):
+    """out = rint(x * factor) + rint(y * factor): two terms, one pass (the exact sum's
+    chunk from its own values and a peer's)."""
+    for i in prange(x.size):
+        out[i] = numpy.int64(numpy.rint(numpy.float64(x[i]) * factor)) \
+            + numpy.int64(numpy.rint(numpy.float64(y[i]) * factor))
+
+
 @jit.kernel('(int64[::1], float64, float64, float32[::1])',
             '(int64[::1], float64, float64, float64[::1])')
 def decode(total, factor, terms, out):
@@ -64,3 +74,24 @@ def decode(total, factor, terms, out):
     2^-s."""
     for i in prange(total.size):
         out[i] = (numpy.float64(total[i]) * factor) / terms
+
+
+@jit.kernel('(float32[::1], float64, int64[::1], float64, float64, float32[::1])',
+            '(float64[::1], float64, int64[::1], float64, float64, float64[::1])')
+def decode_add(x, factor, total, back, terms, out):
+    """out = the mean of ``total`` + rint(x * factor): the last term added on the way to
+    the mean (``back`` = 2^-s, as ``decode``'s factor)."""
+    for i in prange(x.size):
+        t = total[i] + numpy.int64(numpy.rint(numpy.float64(x[i]) * factor))
+        out[i] = (numpy.float64(t) * back) / terms
+
+
+@jit.kernel('(float32[::1], float32[::1], float64, float64, float64, float32[::1])',
+            '(float64[::1], float64[::1], float64, float64, float64, float64[::1])')
+def mean2(x, y, factor, back, terms, out):
+    """out = the mean of two terms on the grid, one pass: the exact sum's chunk on a row
+    of two with no column (reads what a float sum reads)."""
+    for i in prange(x.size):
+        t = numpy.int64(numpy.rint(numpy.float64(x[i]) * factor)) \
+            + numpy.int64(numpy.rint(numpy.float64(y[i]) * factor))
+        out[i] = (numpy.float64(t) * back) / terms

@@ -45,6 +45,7 @@ class HalfReducer:
     ``engine``)."""
 
     op = None  # no MPI operation sums float16 or bfloat16
+    own_chunk = False   # reduce_scatter sums into the ``out`` it is given
 
     def __init__(self, mpi_type, progress=None, dtype=numpy.dtype(numpy.float16)):
         self.mpi_type = mpi_type

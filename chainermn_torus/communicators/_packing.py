@@ -23,7 +23,7 @@ from chainermn_torus.errors import ConfigError
 from chainermn_torus.runtime.cpu import jit
 
 __all__ = ['Layout', 'grad_params', 'data_params', 'param_signature', 'PackedBuffer',
-           'check_same_layout', 'transfer_dtype', 'MPI_TYPES', 'mpi_type_of']
+           'check_same_layout', 'transfer_dtype', 'MPI_TYPES', 'mpi_type_of', 'address']
 
 # Explicit MPI datatypes, so a reader can count the bytes every call moves.
 MPI_TYPES = {
@@ -228,7 +228,7 @@ class PackedBuffer:
             grad = named_params[index][1].grad
             if grad is not None and grad.dtype == self.array.dtype and grad.flags.c_contiguous:
                 flat = grad.reshape(-1)
-                if _address(flat) == _address(self.array) + int(offs[index]) * flat.itemsize:
+                if address(flat) == address(self.array) + int(offs[index]) * flat.itemsize:
                     return None  # the grad is already our view: it is in place
                 return flat[lo - offs[index]:hi - offs[index]]
             self._pack_range(named_params, lo, hi, index, index + 1)
@@ -331,5 +331,6 @@ class PackedBuffer:
             p.array[...] = src
 
 
-def _address(array):
+def address(array):
+    """The address of ``array``'s first element (a view's place in its buffer)."""
     return array.__array_interface__['data'][0]

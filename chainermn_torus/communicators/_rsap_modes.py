@@ -58,6 +58,8 @@ class PutRows:
         win = window.win
         self.sync = SYNCS[sync](row_comm, progress, win, rounds)
         messages = MessageRows(row_comm, progress)
+        # Phase 1 by the buffer's reducer (messages), or in the window (accumulate).
+        self.phase1_by_reducer = reduce_scatter == 'collective'
         if reduce_scatter == 'collective':
             self.reduce_scatter = messages.reduce_scatter
         else:

@@ -184,6 +184,7 @@ class ShmRows:
     """
 
     scatter_name, gather_name = 'reduce (shm)', 'gather (shm)'
+    phase1_by_reducer = False   # phase 1 reduces in the node's window
 
     def __init__(self, row_comm, size, dtype, progress, purpose='', means_dtype=None):
         self.node = NodeBuffers(row_comm, size, dtype, progress, purpose=purpose)

@@ -66,6 +66,7 @@ class MpiSum:
     """
 
     op = MPI.SUM
+    own_chunk = False   # reduce_scatter sums into the ``out`` it is given
 
     def __init__(self, mpi_type: Any, progress: Optional[Progress] = None) -> None:
         self.mpi_type = mpi_type
@@ -128,6 +129,7 @@ class MessageRows:
 
     scatter_name, gather_name = 'reduce_scatter', 'allgather'
     array = means = memory = None  # the buffer's memory is numpy's
+    phase1_by_reducer = True   # phase 1 is the buffer's reducer's reduce_scatter
 
     def __init__(self, row_comm: Any, progress: Progress) -> None:
         self.row_comm = row_comm
@@ -136,6 +138,9 @@ class MessageRows:
 
     def reduce_scatter(self, part: Any, src: Any, buf: Any, lo: int) -> Any:
         """Phase 1: the row sum of this position's chunk of ``src`` (or ``part``)."""
+        if buf.reducer.own_chunk:   # the exact sum's: its chunk is its own
+            return buf.reducer.reduce_scatter(self.row_comm, part if src is None else src)
+            # (None: the exact sum's chunk, already decoded into its means)
         c = part.size // self.row_comm.size
         if self.scratch is None or self.scratch.size < c:
             self.scratch = numpy.empty(c, dtype=part.dtype)
@@ -370,12 +375,13 @@ class TorusEngine:
             else:
                 with _span(timeline, rows.scatter_name):
                     chunk = rows.reduce_scatter(part, part_src, buf, lo)
-                with _span(timeline, 'allreduce'):
-                    reducer.allreduce(self.col_comm, chunk, None)
-                    if means_gathered:
-                        buf.decode(lo + pos * c, lo + (pos + 1) * c, chunk)
-                    else:
-                        divide_by_size(chunk, divisor, out=seg[pos * c:(pos + 1) * c])
+                if chunk is not None:  # None: decoded already (the exact sum, no column)
+                    with _span(timeline, 'allreduce'):
+                        if means_gathered:   # the exact sum's column: the means it gathers
+                            buf.column_means(self.col_comm, chunk, lo + pos * c)
+                        else:
+                            reducer.allreduce(self.col_comm, chunk, None)
+                            divide_by_size(chunk, divisor, out=seg[pos * c:(pos + 1) * c])
                 with _span(timeline, rows.gather_name):
                     rows.gather(buf, lo, c)
                 if exact and not means_gathered:
@@ -428,8 +434,12 @@ class TorusEngine:
             # The rows' memory: ``array`` where phase 1 sums into it (int64: the node-shared
             # rows, rsap's accumulate mode), ``means`` where phase 3 moves the decoded means
             # (rsap's put window, the node-shared rows' second window); none for messages.
+            by_messages = rows is not None and rows.phase1_by_reducer
             return _exact.ExactBuffer(layout, seg, terms=self.terms,
-                                      means=None if rows is None else rows.means, **strategies)
+                                      means=None if rows is None else rows.means,
+                                      position=((self.M, self.pos, self.col_comm.size)
+                                                if by_messages else None),
+                                      **strategies)
         return _packing.PackedBuffer(
             layout, seg, prescaled=self.prescaled or _dtypes.scaled_first(layout.dtype),
             **strategies)

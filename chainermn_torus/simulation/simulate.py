@@ -111,9 +111,10 @@ def simulate(machine, algorithm, model, M=1, itemsize=4, library='halving', node
              segment_bytes=4 << 20, max_sizes=None, mode=None, timeout=None, exact=False):
     """Seconds of one all-reduce call, with its parts; raises SimulationError.
 
-    exact: the exact sum (``algorithms.schedule.Setup``): int64 in phases 1 and 2, the
-    means in ``itemsize`` bytes in phase 3, one MAX all-reduce of the arrays' scales first,
-    and locally a pass for the largest magnitudes, the encoding into int64 and the decoding.
+    exact: the exact sum (``algorithms.schedule.Setup``): the floats in phase 1 (summed as
+    integers by their receivers), int64 in phase 2 and the tails, the means in phase 3, one
+    MAX all-reduce of the arrays' scales first, and locally a pass for the largest
+    magnitudes.
 
     segment_bytes: the communicators' segment (0: the whole buffer at once; None: one
     all-reduce per parameter array, ChainerMN's ``naive``, with algorithm pure_allreduce).
@@ -162,9 +163,9 @@ def simulate(machine, algorithm, model, M=1, itemsize=4, library='halving', node
     sharers = machine.ranks_per_node / float(machine.cores)
     if machine.shared_cores:
         sharers = P / float(machine.shared_cores)
-    # The exact sum: a read of every value for its array's largest, the encoding into the
-    # int64 buffer and the decoding of the means.
-    moved = elems * (3 * itemsize + setup.reduce_itemsize) if exact else 2 * elems * itemsize
+    # The exact sum: one more read of every value, for its array's largest (its encoding
+    # and decoding are the schedule's: the receivers' sums, the division's pass).
+    moved = (3 if exact else 2) * elems * itemsize
     copies = moved * machine.copy_s_per_B * max(1.0, sharers)
     once = result['per_call']  # the layout check (and shm's closing barrier)
     if segment_bytes is None:

@@ -16,8 +16,9 @@ resumes where it stopped):
   torus     Tofu-like 3D torus (the ``k`` figures), 256 and 1,024 nodes, one rank per node,
             every mapping (row-major, rows-along-z, random), M = 2, 4, 16, 64.
   exact     the fat tree at every node count: rsap (2, K/2) and (16, K/16), and
-            pure_allreduce, each plain and with the exact sum (int64 in phases 1 and 2, the
-            MAX of the scales, the conversions): what the same bits on any P cost at scale.
+            pure_allreduce, each plain and with the exact sum (``schedule.Setup``: the
+            floats in phase 1, int64 in phase 2, the MAX of the scales): what the same bits
+            on any P cost at scale.
 """
 import argparse
 import concurrent.futures
@@ -239,8 +240,10 @@ def _exact_section(rows):
     if not ex:
         return []
     lines = ['## The exact sum at scale (fat tree, one rank per node, halving)', '',
-             'int64 in phases 1 and 2 and the float32 means in phase 3 (1.5x the bytes), '
-             'one MAX all-reduce of the scales, and the conversions on each node.', '',
+             "rsap: the gradients' float32 in phase 1 (encoded and summed by their "
+             'receivers), int64 in phase 2 and the tails, the float32 means in phase 3; '
+             'pure_allreduce: one all-reduce of the int64; both after one MAX all-reduce of '
+             'the scales and a pass over the values for it on each node.', '',
              '| nodes | algorithm (M, N) | plain ms | exact ms | exact / plain |',
              '|---|---|---|---|---|']
     plain = {(r['nodes'], _name(r)): r['seconds'] for r in ex if not r.get('exact')}

@@ -142,6 +142,13 @@ def check_exact(comm, specs):
                 kinds = {type(b.rows).__name__ for b in ours.engine.buffers.values()}
                 assert not means or options.get('shm') is not True or kinds == {'ShmRows'}, \
                     (spec, grid, kinds)
+                # Phase 1 by messages (_exact_scatter): the blocks travel as floats, one
+                # term a process; in a window (shm, MPI_Accumulate) as integers.
+                by_messages = {b.rows is not None and b.rows.phase1_by_reducer
+                               for b in ours.engine.buffers.values()}
+                floats = {b.sends_floats for b in ours.engine.buffers.values()}
+                assert floats == by_messages == {means and kinds != {'ShmRows'}}, \
+                    (spec, grid, kinds, floats)
                 ours.finalize()
         base = create(name, segment_size=64 * 1024, exact_sum=True, **options)
         polling = base.clone(poll_interval=1e-5)
@@ -210,6 +217,9 @@ def check_virtual(comm, virtual, specs):
             for (_, p), g in zip(sorted(model.namedparams()), sets[0]):
                 p.grad = g.copy()
             ours.mean_grad_sets(model, sets[1:])
+            # Where some process sums several terms, phase 1 by messages carries integers.
+            assert not any(b.sends_floats for b in ours.engine.buffers.values()) \
+                or virtual == P, spec
             want = reference(specs_, seed, terms=virtual)
             for i, ((_, p), w) in enumerate(zip(sorted(model.namedparams()), want)):
                 assert p.grad.tobytes() == w.tobytes(), (

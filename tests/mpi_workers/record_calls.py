@@ -25,7 +25,8 @@ bind, _ = bound.binder(globals())
 
 
 NAMES = {'Reduce_scatter_block': 'reduce_scatter', 'Allreduce': 'allreduce',
-         'Allgather': 'allgather', 'Alltoall': 'alltoall', 'Barrier': 'barrier'}
+         'Allgather': 'allgather', 'Alltoall': 'alltoall', 'Alltoallv': 'alltoall',
+         'Barrier': 'barrier'}
 
 
 def group_of(comm):
@@ -35,8 +36,8 @@ def group_of(comm):
 def nbytes(name, args):
     if name == 'Barrier':
         return 0
-    if name in ('Reduce_scatter_block', 'Alltoall'):
-        return args[0][0].nbytes  # the send buffer
+    if name in ('Reduce_scatter_block', 'Alltoall', 'Alltoallv'):
+        return args[0][0].nbytes  # the send buffer (the exact sum's: none of it to itself)
     return args[1][0].nbytes      # all-reduce / all-gather: the (in-place) buffer
 
 
@@ -115,11 +116,14 @@ def _parts(obj):
     return out
 
 
-def check(variant, grid, fp16):
+def check(variant, grid, wire):
+    """``wire``: None (float32), 'fp16' or 'exact' (exact_sum=True)."""
     sizes = [1003, 250, 7, 2501, 96, 5]  # several segments of 1000 elements, uneven tails
     kwargs = {'segment_size': 4000}
-    if fp16:
+    if wire == 'fp16':
         kwargs['allreduce_grad_dtype'] = numpy.float16
+    elif wire == 'exact':
+        kwargs['exact_sum'] = True
     log = []
     comm = create_variant(variant, world, grid=grid, progress=Recorder(log), **kwargs)
     model = Model(sizes)
@@ -138,15 +142,16 @@ def check(variant, grid, fp16):
     (buf,) = comm.engine.buffers.values()
     segments = [hi - lo for lo, hi, _ in buf.plan]
     algorithm = 'shm' if getattr(comm, 'shm', False) else variant
-    setup = schedules.Setup(algorithm, P, grid[0] if grid else 1, 2 if fp16 else 4)
+    setup = schedules.Setup(algorithm, P, grid[0] if grid else 1, 2 if wire == 'fp16' else 4,
+                            exact=wire == 'exact')
     expected = [tuple(c[:3]) for c in package_probes.calls_of(
-        package_probes.call_calls(setup, segments), RANK) if c.op != 'compute']
+        package_probes.call_calls(setup, segments, len(sizes)), RANK) if c.op != 'compute']
     got = [(op, tuple(g), n) for op, g, n in log]
     if got != expected:
         first = next(i for i, (a, b) in enumerate(zip(got + [None] * len(expected),
                                                           expected + [None] * len(got)))
                      if a != b)
-        raise AssertionError(f'{variant} grid {grid} fp16={fp16} rank {RANK}: call {first} '
+        raise AssertionError(f'{variant} grid {grid} {wire or "float32"} rank {RANK}: call {first} '
                              f'differs: recorded {got[first] if first < len(got) else None}, '
                              f'schedule {expected[first] if first < len(expected) else None} '
                              f'({len(got)} recorded, {len(expected)} in the schedule)')
@@ -159,13 +164,14 @@ def check_all(comm):
     bind(comm)
     grids = [(m, P // m) for m in range(2, P + 1) if P % m == 0] + [(1, P)]
     total = 0
-    cases = [('pure_allreduce', None, False), ('pure_allreduce', None, True)]
+    wires = (None, 'fp16', 'exact')
+    cases = [('pure_allreduce', None, w) for w in wires]
     for g in grids:
-        cases += [('rsaa', g, False), ('rsap', g, False), ('rsaa', g, True), ('rsap', g, True)]
+        cases += [(v, g, w) for v in ('rsaa', 'rsap') for w in wires]
         if g[0] > 1:
-            cases += [('rsap_notify', g, False), ('shm', g, False)]
-    for variant, grid, fp16 in cases:
-        total += check(variant, grid, fp16)
+            cases += [('rsap_notify', g, None), ('shm', g, None), ('shm', g, 'exact')]
+    for variant, grid, wire in cases:
+        total += check(variant, grid, wire)
     return len(cases), total
 
 

@@ -101,28 +101,66 @@ def test_float16_moves_half_the_bytes_and_sums_locally():
     assert 'alltoall' in ops and 'reduce_scatter' not in ops
 
 
-@pytest.mark.parametrize('algorithm, M', [('rsap', 2), ('rsaa', 3), ('shm', 3),
-                                          ('pure_allreduce', 1)])
-def test_the_exact_sum_moves_integers_in_the_sum_and_the_means_in_the_gather(algorithm, M):
-    # Issue 85: phases 1 and 2 (and the tail) in int64, phase 3 in the means' float32;
-    # every call first sums the scales: one float64 per array by a MAX all-reduce
+@pytest.mark.parametrize('algorithm, M', [('rsap', 2), ('rsaa', 3), ('rsaa', 6), ('shm', 3)])
+def test_the_exact_sum_moves_floats_in_phase_1_integers_in_phase_2_and_the_means_last(
+        algorithm, M):
+    # Issue 85: phase 1 by messages carries the floats, summed as integers by their
+    # receivers (communicators._exact_scatter); the node-shared rows sum integers in their
+    # window; phase 2 reduce-scatters the integers and gathers the means, the tail sums
+    # int64, phase 3 moves the means' float32; every call first sums the scales: one float64
+    # per array by a MAX all-reduce
     plain, exact = A.Setup(algorithm, 6, M, 4), A.Setup(algorithm, 6, M, 4, exact=True)
     calls = {s: A.segment_calls(s, 1001) for s in (plain, exact)}
-    assert len(calls[plain]) == len(calls[exact])
-    for a, b in zip(calls[plain], calls[exact]):
-        assert (a.op, a.group) == (b.op, b.group)
-        if a.op in ('put', 'allgather'):
-            assert b.nbytes == a.nbytes, (a, b)
-        elif a.op in ('reduce_scatter', 'allreduce'):
-            assert b.nbytes == 2 * a.nbytes, (a, b)
-        else:   # local work: the sum's copies in int64, the division and gather in float32
-            assert b.nbytes in (a.nbytes, 2 * a.nbytes), (a, b)
-    moved = {s: sum(c.nbytes for c in calls[s] if c.op != 'compute') for s in calls}
-    assert moved[plain] < moved[exact] <= 2 * moved[plain]
+    rows, cols = plain.rows(), plain.columns()
+    c = 1001 // M
+    # phase 1: an all-to-all of the floats and the receivers' sums for a reduce-scatter
+    scatters = [x for x in calls[plain] if x.op == 'reduce_scatter']
+    if algorithm != 'shm':
+        sent = [x for x in calls[exact] if x.op == 'alltoall']
+        summed = [x for x in calls[exact] if x.kind == 'reduce']
+        assert [(x.group, x.nbytes) for x in sent] == [(x.group, x.nbytes) for x in scatters]
+        assert [x.group for x in summed] == [x.group for x in scatters]
+    # phase 2: the columns' integers reduce-scattered, the means all-gathered (1.5x), the
+    # column's last c % N elements all-reduced as integers
+    N = 6 // M
+    sub = c // N
+    assert [x for x in calls[plain] if x.op == 'allreduce' and x.group in cols] == [
+        A.Call('allreduce', col, c * 4) for col in cols] * (N > 1)
+    column = [x for x in calls[exact] if x.group in cols and x.op != 'compute']
+    assert column == ([A.Call('reduce_scatter', col, sub * N * 8) for col in cols]
+                      + [A.Call('allgather', col, sub * N * 4) for col in cols]
+                      + [A.Call('allreduce', col, (c - sub * N) * 8) for col in cols]
+                      * (c % N != 0)) * (N > 1), column
+    # phase 3 and the tail: the gather in the means, the tail's sum in integers
+    assert [x for x in calls[plain] if x.op in ('put', 'allgather') and x.group in rows] == \
+        [x for x in calls[exact] if x.op in ('put', 'allgather') and x.group in rows]
+    tail = 1001 - M * c
+    P = tuple(range(6))
+    assert [x.nbytes for x in calls[exact] if x.group == P and x.op == 'allreduce'] == \
+        [tail * 8] * bool(tail)
     assert A.begin_calls(exact, 161) == A.begin_calls(plain) + [
         A.Call('allreduce', tuple(range(6)), 161 * 8)]
     with pytest.raises(ValueError, match=r'itemsize 4 or 8\), got itemsize 2'):
         A.Setup('rsap', 6, 2, 2, exact=True)
+
+
+def test_pure_allreduces_exact_sum_is_one_all_reduce_of_the_integers():
+    # An all-to-all of all P ranks takes P - 1 rounds (8,191 in the study's largest case):
+    # pure_allreduce's exact sum stays MPI's all-reduce, of the integers (twice the bytes)
+    plain, exact = (A.segment_calls(A.Setup('pure_allreduce', 6, 1, 4, exact=e), 1001)
+                    for e in (False, True))
+    assert [(c.op, 2 * c.nbytes) for c in plain] == [(c.op, c.nbytes) for c in exact] == [
+        ('allreduce', 1001 * 8)]
+
+
+def test_rows_work_side_by_side_in_every_phase():
+    # the float16 and exact sums' phase 1 is two calls a row (an all-to-all, the sum): each
+    # call of every row before the next, or the rows' phases would run one after the other
+    for itemsize, exact in ((2, False), (4, True)):
+        setup = A.Setup('rsaa', 8, 2, itemsize, exact=exact)
+        rounds = S.rounds_of_calls(A.segment_calls(setup, 1 << 12))
+        first = [r for r in rounds if r.messages][0]
+        assert {src for src, _, _ in first.messages} == set(range(8)), (itemsize, first)
 
 
 def test_tails_and_shm_follow_the_segment_split():
