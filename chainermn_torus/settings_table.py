@@ -153,8 +153,8 @@ SETTINGS = collections.OrderedDict([
                                 "(half the bytes; bfloat16 keeps float32's range), float32; "
                                 "default: the model's", launcher='communicator')),
     ('exact_sum', Setting('CHAINERMN_TORUS_EXACT_SUM', 'flag', False,
-                          'the exact, order-independent gradient sum (64-bit integers on '
-                          'the wire): the same bits on any P, grid or algorithm',
+                          'the exact, order-independent gradient sum (in 64-bit integers): '
+                          'the same bits on any P, grid or algorithm',
                           launcher='communicator')),
     ('virtual_ranks', Setting('CHAINERMN_TORUS_VIRTUAL_RANKS', 'count', None,
                               'the job computes as V ranks on any number P <= V of processes '

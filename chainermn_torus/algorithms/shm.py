@@ -28,10 +28,17 @@ class Shm(Algorithm):
         rows, cols = setup.rows(), setup.columns()
         main, c = setup.split(elems)
         calls = []
-        if c and M > 1:
+        if c and M > 1 and setup.exact:
+            # the exact sum, one term a rank: every position's floats packed into its buffer,
+            # a barrier, each position's chunk encoded and summed from its peers' buffers
+            calls += [Call('compute', P, (M - 1) * c * setup.itemsize, 'copy')]
+            calls += [Call('barrier', row, 0) for row in rows]
+            calls += [Call('compute', P, M * c * setup.itemsize, 'reduce')]
+        elif c and M > 1:
             for step in range(M):  # reduce_in_turns: copy, then add, a barrier after each
                 calls += [Call('compute', P, c * s, 'copy' if step == 0 else 'reduce')]
                 calls += [Call('barrier', row, 0) for row in rows]
+        if c and M > 1:
             calls += side_by_side([exact_column_calls(col, c, setup.itemsize) if setup.exact
                                    else reduce_calls('allreduce', col, c, s) for col in cols])
             calls.append(Call('compute', P, c * s, 'copy'))  # divide

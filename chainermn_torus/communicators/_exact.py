@@ -1,32 +1,32 @@
-"""The exact sum's packed buffer (``exact_sum=True``): gradients travel as 64-bit integers on
-a grid per array (``algorithms.fixed_point``), so the sum is exact and its bits do not
+"""The exact sum's packed buffer (``exact_sum=True``): gradients are summed as 64-bit integers
+on a grid per array (``algorithms.fixed_point``), so the sum is exact and its bits do not
 depend on the rank count, the grid, the algorithm or the order in which MPI adds.
 
 The torus engine runs its phases on this buffer as on any other: its dtype is int64 (MPI's
-``MPI_INT64_T`` sum, in messages, in rsap's accumulate mode and in the node-shared rows),
-and nothing divides after the sum. What differs is at both ends of a call:
+``MPI_INT64_T`` sum, rsap's accumulate mode, the node-shared rows), and nothing divides
+after the sum. What differs:
 
 * before packing, the scales: each array's largest magnitude on this rank, then one
   all-reduce (MAX) of one float64 per array over every rank (``find_scales``): for the whole
   model, or a bucket's arrays as overlap averages them;
-* the packing encodes instead of copying (``send_source``: always packed, never sent from a
-  gradient); where phase 1 goes by messages (``position``), it leaves this position's own
-  chunk of each segment to the reduce-scatter (``_exact_scatter``), and where each process
-  holds one term it packs the other blocks as their float values, not as integers: a block's
-  receiver encodes it on the shared grid, which gives the integers its sender would have
-  (``encode_chunk``), so phase 1 moves the plain sum's bytes;
-* the engine decodes the integers into ``means`` (the model's float type) as soon as they are
-  final (``decode``): with rows, each position decodes only its own chunk and phase 3 moves
-  the float means (``gathered``: messages, rsap's put window, the node-shared rows' second
-  window), so the exact sum moves 1.5x the bytes of the plain one, not 2x; rsap's accumulate
-  mode sums into its int64 window and gathers that, then decodes all. The gradients then
-  view ``means``, as they view an ordinary buffer.
+* the packing encodes (``send_source``); where phase 1 goes by messages (``position``), it
+  leaves this position's own chunk to the reduce-scatter (``_exact_scatter``), and where each
+  process holds one term the other blocks go as their float values (straight from the
+  gradient a segment lies in, else packed): a block's receiver encodes it on the shared grid,
+  as its sender would have (``encode_chunk``), so phase 1 moves the plain sum's bytes;
+* the integers are decoded into ``means`` (the model's float type) as soon as they are final
+  (``decode``): with rows, each position's own chunk; with a column too, each member's part
+  of it after a reduce-scatter of the integers over the column, whose means are then
+  all-gathered (``column_means``). Phase 3 moves the float means (``gathered``: messages,
+  rsap's put window, the node-shared rows' second window); rsap's accumulate mode sums into
+  its int64 window and gathers that, then decodes all. The gradients then view ``means``, as
+  they view an ordinary buffer.
 
 ``terms`` is the number of gradients summed (the mean divides by it; the headroom is sized
 for it): the rank count, or the job's virtual ranks (``algorithms.virtual_ranks``), where a
 process adds the terms of the virtual ranks it holds (``more``: their gradient sets) into its
-integers before the sum over processes. numba's kernels (``_exact_kernels``) where numba is
-installed, else ``fixed_point``'s numpy functions: the same bits.
+integers before the sum over processes. numba's kernels (``_exact_kernels``), else
+``fixed_point``'s numpy functions: the same bits.
 """
 import numpy
 from mpi4py import MPI
@@ -82,12 +82,16 @@ class ExactBuffer(PackedBuffer):
         # each a sequence of arrays (None: zeros) in the layout's order (the engine sets it).
         self.more = ()
         self._column = None   # this member's part of phase 2's sums
+        self._sources = {}    # segment start -> what its phase 1 sends (``sent_floats``)
         self.position = position
         self._named = None   # the call's gradients: the own chunk's terms are read from them
         # Phase 1 carries floats where every process holds one term (the receiver encodes
         # a block as its sender would), integers where a process sums several (``more``).
         self.sends_floats = position is not None and self.terms == position[0] * position[2]
-        if position is not None:
+        rows = strategies.get('rows')
+        # The node-shared rows' peers read the floats from this buffer: always packed.
+        self._packs_floats = rows is not None and rows.reads_peer_floats
+        if position is not None and rows.phase1_by_reducer:
             self.reducer = RowScatter(self, self.reducer)
 
     @property
@@ -151,22 +155,35 @@ class ExactBuffer(PackedBuffer):
                 raise RuntimeError('chainermn_torus: an exact sum of one term a process was '
                                    'given more gradient sets')
             main = lo + self.position[0] * (own[1] - own[0])
-            sent = self.float_part(lo, main - lo)
-            self._copy_floats(named_params, lo, own[0], sent, lo)
-            self._copy_floats(named_params, own[1], main, sent, lo)
+            index = segment[2]   # the array the segment lies in, where it is a large one
+            grad = None if index is None or self._packs_floats else named_params[index][1].grad
+            if grad is not None and grad.dtype == self._means.dtype \
+                    and grad.flags.c_contiguous:   # sent straight from the gradient
+                start = lo - int(self.layout.offsets[index])
+                self._sources[lo] = grad.reshape(-1)[start:start + main - lo]
+            else:
+                sent = self._sources[lo] = self.float_part(lo, main - lo)
+                self._copy_floats(named_params, lo, own[0], sent, lo)
+                self._copy_floats(named_params, own[1], main, sent, lo)
             self._encode_range(named_params, main, hi)   # the tail: MPI's integer sum
         else:
             self._encode_range(named_params, lo, own[0])
             self._encode_range(named_params, own[1], hi)
         return None
 
-    def float_part(self, lo, n):
-        """Where the float values of a segment starting at ``lo`` are sent from: the
-        segment's own bytes of the integer buffer, from their start (its tail's integers lie
-        beyond them), as ``n`` elements of the means' type."""
-        floats = self.array.view(self._means.dtype)
+    def float_part(self, lo, n, array=None):
+        """Where the float values of a segment starting at ``lo`` are packed: the segment's
+        own bytes of the integer buffer (``array``: a node peer's), from their start (its
+        tail's integers lie beyond them), as ``n`` elements of the means' type."""
+        floats = (self.array if array is None else array).view(self._means.dtype)
         first = lo * (WIRE.itemsize // self._means.dtype.itemsize)
         return floats[first:first + n]
+
+    def sent_floats(self, lo):
+        """The float values of the main part of the segment starting at ``lo``, as the
+        packing left them for the reduce-scatter: a slice of the gradient the segment lies
+        in, or packed (``float_part``)."""
+        return self._sources[lo]
 
     def _copy_floats(self, named_params, lo, hi, dst, base):
         """dst[lo - base:hi - base] = the gradients' values of elements [lo, hi) (zeros
@@ -232,12 +249,12 @@ class ExactBuffer(PackedBuffer):
 
     def encode_chunk(self, start, blocks, chunk, decode):
         """The sum of elements [start, start + c) from every process's float values: this
-        process's own (its gradients) and the peers' ``blocks`` ((M - 1, c), the means'
-        type), each encoded on its array's grid and added as integers into ``chunk``; with
-        ``decode`` (no column to sum over) straight on into the means."""
+        process's own (its gradients) and the peers' ``blocks`` (M - 1 arrays of c, the
+        means' type), each encoded on its array's grid and added as integers into ``chunk``;
+        with ``decode`` (no column to sum over) straight on into the means."""
         offs, k, named = self.layout.offsets, self._kernels, self._named
-        hi = start + blocks.shape[1]
-        terms = float(self.terms)
+        hi = start + len(blocks[0])
+        dtype, terms = blocks[0].dtype, float(self.terms)
         first = int(numpy.searchsorted(offs, start, side='right')) - 1
         last = int(numpy.searchsorted(offs, hi, side='left'))
         for i in range(first, last):
@@ -245,15 +262,14 @@ class ExactBuffer(PackedBuffer):
             if a >= b:
                 continue
             s, dst, means = int(self.scales[i]), chunk[a - start:b - start], self._means[a:b]
-            values = list(blocks[:, a - start:b - start])
+            values = [block[a - start:b - start] for block in blocks]
             grad = named[i][1].grad
             if grad is not None:
                 own = grad.reshape(-1)[a - offs[i]:b - offs[i]]
-                values.insert(0, own if own.dtype == blocks.dtype
-                              else own.astype(blocks.dtype))   # widening: exact
+                values.insert(0, own if own.dtype == dtype else own.astype(dtype))  # exact
             if k is None or s == fixed_point.NOT_FINITE or abs(s) >= _FACTOR_LIMIT \
                     or not all(v.flags.c_contiguous for v in values) \
-                    or blocks.dtype not in (numpy.float32, numpy.float64):
+                    or dtype not in (numpy.float32, numpy.float64):
                 dst[...] = 0
                 for v in values:
                     dst += fixed_point.encode(v, s)

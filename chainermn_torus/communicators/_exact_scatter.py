@@ -44,7 +44,7 @@ class RowScatter:
         c = src.size // M
         start = (address(src) - address(buf.array)) // src.itemsize
         if buf.sends_floats:
-            sent, kind = buf.float_part(start, M * c), buf.means_type
+            sent, kind = buf.sent_floats(start), buf.means_type
             dtype = buf.means.dtype
         else:
             sent, kind, dtype = src[:M * c], self.mpi_type, src.dtype

@@ -47,6 +47,7 @@ class PutRows:
     (``_exact``), and phase 1 goes by messages into numpy's memory."""
 
     scatter_name, gather_name = 'reduce_scatter', 'put'
+    reads_peer_floats = False  # (the node-shared rows' exact sum: ``_shm``)
 
     def __init__(self, row_comm, progress, size, dtype, rounds, sync, reduce_scatter,
                  purpose='', means=False):

@@ -185,6 +185,7 @@ class ShmRows:
 
     scatter_name, gather_name = 'reduce (shm)', 'gather (shm)'
     phase1_by_reducer = False   # phase 1 reduces in the node's window
+    reads_peer_floats = True    # the exact sum's, one term a process: ``reduce_scatter``
 
     def __init__(self, row_comm, size, dtype, progress, purpose='', means_dtype=None):
         self.node = NodeBuffers(row_comm, size, dtype, progress, purpose=purpose)
@@ -192,6 +193,7 @@ class ShmRows:
         # The buffer's memory is this rank's part of the window (freed with the buffer).
         self.array, self.memory = self.node.array, self.node
         self.means = self.means_node = None
+        self._chunk = None   # the exact sum's integer sums of the own chunk, with a column
         if means_dtype is not None:
             self.means_node = NodeBuffers(row_comm, size, means_dtype, progress,
                                           purpose=purpose + ' (the exact sum\'s means)')
@@ -199,7 +201,28 @@ class ShmRows:
             self.memory = _BothWindows(self.node, self.means_node)
 
     def reduce_scatter(self, part, src, buf, lo):
+        if getattr(buf, 'sends_floats', False):
+            return self._exact_floats(part, buf, lo)
         return self.node.reduce_in_turns(part if src is None else src, lo, part.size // self.M)
+
+    def _exact_floats(self, part, buf, lo):
+        """Phase 1 of the exact sum where every process holds one term: each position has
+        packed its float values into its buffer (``_exact.ExactBuffer.send_source``); after a
+        node barrier each reads its chunk's blocks from its peers' buffers, encodes them and
+        its own values as it adds them (one pass, on to the means where there is no column:
+        None), as the messages' path does (``_exact_scatter``). The bytes read are the
+        floats, not their integers."""
+        M, me = self.M, self.node.me
+        c = part.size // M
+        self.node.barrier()
+        blocks = [buf.float_part(lo, M * c, peer)[me * c:(me + 1) * c]
+                  for q, peer in enumerate(self.node.peers) if q != me]
+        if self._chunk is None or self._chunk.size < c:
+            self._chunk = numpy.empty(c, _exact.WIRE)
+        chunk = self._chunk[:c]
+        decode = buf.position[2] == 1
+        buf.encode_chunk(lo + me * c, blocks, chunk, decode)
+        return None if decode else chunk
 
     def gather(self, buf, lo, c):
         if self.means_node is None:

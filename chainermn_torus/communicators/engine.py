@@ -130,6 +130,7 @@ class MessageRows:
     scatter_name, gather_name = 'reduce_scatter', 'allgather'
     array = means = memory = None  # the buffer's memory is numpy's
     phase1_by_reducer = True   # phase 1 is the buffer's reducer's reduce_scatter
+    reads_peer_floats = False  # (the node-shared rows' exact sum: ``_shm``)
 
     def __init__(self, row_comm: Any, progress: Progress) -> None:
         self.row_comm = row_comm
@@ -434,11 +435,15 @@ class TorusEngine:
             # The rows' memory: ``array`` where phase 1 sums into it (int64: the node-shared
             # rows, rsap's accumulate mode), ``means`` where phase 3 moves the decoded means
             # (rsap's put window, the node-shared rows' second window); none for messages.
-            by_messages = rows is not None and rows.phase1_by_reducer
+            # Phase 1 takes this position's own chunk from the gradients: by messages
+            # always (_exact_scatter), in the node-shared rows where every process holds one
+            # term (the peers' floats read from their buffers).
+            own = rows is not None and (rows.phase1_by_reducer or (
+                rows.reads_peer_floats and self.terms == self.size))
             return _exact.ExactBuffer(layout, seg, terms=self.terms,
                                       means=None if rows is None else rows.means,
                                       position=((self.M, self.pos, self.col_comm.size)
-                                                if by_messages else None),
+                                                if own else None),
                                       **strategies)
         return _packing.PackedBuffer(
             layout, seg, prescaled=self.prescaled or _dtypes.scaled_first(layout.dtype),

@@ -117,11 +117,12 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
                                   exact=exact, terms=self.virtual_ranks)
 
     def _check_exact(self, dtype: Any) -> None:
-        """The exact sum carries 64-bit integers: a half dtype on the wire is refused with it
-        (float32 and float64 are accepted and mean nothing then)."""
+        """The exact sum adds 64-bit integers (the gradients' own floats, integers and the
+        means travel): a half dtype on the wire is refused with it (float32 and float64 are
+        accepted and mean nothing then)."""
         if self.exact_sum and _dtypes.is_half(dtype):
             raise ConfigError(
-                f'chainermn_torus: exact_sum ({self.exact_sum_source}) sends gradients as 64-bit '
+                f'chainermn_torus: exact_sum ({self.exact_sum_source}) sums gradients as 64-bit '
                 f'integers, so allreduce_grad_dtype {dtype.name} cannot apply: leave one of '
                 'them out')
 
@@ -210,7 +211,7 @@ class Communicator(mpi_communicator_base.MpiCommunicatorBase):
         sent = self.allreduce_grad_dtype
         dtype = '' if sent is None else f', gradients sent as {sent.name}'
         if self.exact_sum:
-            dtype = ', exact sum (gradients sent as 64-bit integers)'
+            dtype = ', exact sum (gradients summed as 64-bit integers)'
         if self.virtual_ranks is not None:
             dtype += ', ' + _virtual.describe(self.virtual_ranks, self.size)
         return '{} on P = {}{}, segment {} bytes{}{}'.format(

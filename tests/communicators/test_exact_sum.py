@@ -23,7 +23,7 @@ def test_every_communicator_grid_and_mode_gives_the_exact_sums_bits(mpi_world, n
 def test_a_half_dtype_on_the_wire_is_refused_with_it_on_every_rank(mpi_world, nprocs):
     said = mpi_world(nprocs, 'check_exact', 'check_refusals')
     option, set_config, bad = said[0]
-    assert 'exact_sum (exact_sum) sends gradients as 64-bit integers' in option, option
+    assert 'exact_sum (exact_sum) sums gradients as 64-bit integers' in option, option
     assert 'allreduce_grad_dtype float16 cannot apply' in option, option
     assert 'allreduce_grad_dtype bfloat16 cannot apply' in set_config, set_config
     assert "'sometimes'" in bad and 'exact_sum' in bad, bad

@@ -115,7 +115,10 @@ def test_the_exact_sum_moves_floats_in_phase_1_integers_in_phase_2_and_the_means
     c = 1001 // M
     # phase 1: an all-to-all of the floats and the receivers' sums for a reduce-scatter
     scatters = [x for x in calls[plain] if x.op == 'reduce_scatter']
-    if algorithm != 'shm':
+    if algorithm == 'shm':   # the node-shared rows: the floats packed, one barrier, one sum
+        barriers = {s: sum(x.op == 'barrier' for x in calls[s]) for s in calls}
+        assert barriers == {plain: len(rows) * (M + 1), exact: len(rows) * 2}, barriers
+    else:
         sent = [x for x in calls[exact] if x.op == 'alltoall']
         summed = [x for x in calls[exact] if x.kind == 'reduce']
         assert [(x.group, x.nbytes) for x in sent] == [(x.group, x.nbytes) for x in scatters]
