@@ -43,7 +43,7 @@ def test_with_the_exact_sum_every_communicator_trains_to_the_same_bits(tmp_path)
         proc = run_mpi(3, [EXAMPLE, '--communicator', name, '--exact-sum', '--epoch', '1',
                            '--limit', '1500', '--out', str(out)] + extra, timeout=300)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        assert 'exact sum (gradients sent as 64-bit integers)' in proc.stdout
+        assert 'exact sum (gradients summed as 64-bit integers)' in proc.stdout
         with numpy.load(str(out / 'model_final.npz')) as f:
             models[name] = {k: f[k].tobytes() for k in f.files}
     assert len(models['rsap']) == 6
