@@ -1,7 +1,7 @@
-"""Run by tests/tools/test_kernel_cache.py under mpiexec -n 2: every kernel declared for compiling
+"""Run by tests/tools/test_kernel_cache.py under mpiexec -n 4: every kernel declared for compiling
 ahead (runtime.cpu.jit.kernel), reached through the package's own calls: a communicator's
 shared-memory rows on float32 and float64 gradients, its float16 messages and its exact sum
-(int64 rows; float32 and float64, two virtual ranks a process), the finite
+(float32 and float64: two virtual ranks a process, and one on a column, rows of 4 and 2), the finite
 check, the fused optimizers and the large-batch RMSprop, flush-to-zero, batch normalization
 (float32's and bfloat16's), ReLU and the sums on numba's kernels, the benchmark's copy.
 Writes, per rank, each kernel's argument types loaded from numba's cache and those compiled here to
@@ -39,19 +39,36 @@ def backward(m, dtype):
 
 
 # The communicators: rsap's rows in shared memory (one node) with float32 and float64
-# gradients; rsaa's messages with float16 and bfloat16 (the reduce-scatter sums their blocks).
+# gradients; rsaa's messages with float16 and bfloat16 (the reduce-scatter sums their blocks);
+# the exact sum: two virtual ranks a process (its integers: the other held rank's set added),
+# and one term a process, whose owners encode the peers' floats: on a column (2x2: the
+# integers' chunk), a row of four (the terms encoded two at once, then one, then the last
+# on its way to the mean) and, in pairs of ranks, a row of two (both terms and the mean in
+# one pass; where the gradients are None, the peer's zeros alone on their way to the mean).
+pairs = MPI.COMM_WORLD.Split(MPI.COMM_WORLD.rank // 2)
+rows = {'shm': False, 'exact_sum': True}
 for name, options, dtype in (('rsap', {}, numpy.float32), ('rsap', {}, numpy.float64),
                              ('rsaa', {'allreduce_grad_dtype': numpy.float16, 'shm': False},
                               numpy.float32),
                              ('rsaa', {'allreduce_grad_dtype': 'bfloat16', 'shm': False},
                               numpy.float32),
-                             ('rsap', {'virtual_ranks': 4}, numpy.float32),
-                             ('rsap', {'virtual_ranks': 4}, numpy.float64)):
+                             ('rsap', {'virtual_ranks': 8}, numpy.float32),
+                             ('rsap', {'virtual_ranks': 8}, numpy.float64),
+                             ('rsaa', dict(rows, grid='2x2'), numpy.float32),
+                             ('rsaa', dict(rows, grid='2x2'), numpy.float64),
+                             ('rsaa', dict(rows, grid='4x1'), numpy.float32),
+                             ('rsaa', dict(rows, grid='4x1'), numpy.float64),
+                             ('rsaa', dict(rows, grid='2x1', mpi_comm=pairs), numpy.float32),
+                             ('rsaa', dict(rows, grid='2x1', mpi_comm=pairs), numpy.float64)):
     comm = chainermn.create_communicator(name, **options)
     m = model(dtype)
     backward(m, dtype)
     if 'virtual_ranks' in options:   # the exact sum, with the other held rank's set
         comm.mean_grad_sets(m, [[p.grad.copy() for _, p in sorted(m.namedparams())]])
+    elif 'mpi_comm' in options:      # again without the first weight's, its chunk on rank 0
+        comm.multi_node_mean_grad(m)
+        sorted(m.namedparams())[0][1].grad = None
+        comm.multi_node_mean_grad(m, zero_fill=True)
     else:
         comm.multi_node_mean_grad(m)
     comm.finalize()
