@@ -45,6 +45,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -167,7 +168,6 @@ class Supervisor:
             argv += ['--snapshots', self.snapshots]
         env = {k: v for k, v in os.environ.items() if k != _VARIABLE}
         env[elastic_node.RUN_VARIABLE] = self.run_id
-        procs = {}
         if self.slurm:
             # srun (itself, or under hydra's -launcher slurm) waits for a node Slurm holds
             # DOWN until the probe's time is out: those are counted out at once (a node
@@ -176,34 +176,58 @@ class Supervisor:
             for host, state in gone.items():
                 self.unanswered[host] = f'Slurm holds it {state} (sinfo)'
             nodes = [n for n in nodes if n.host not in gone]
-        for n in nodes:
-            procs[n.host] = subprocess.Popen(
-                self.launcher.command([job_nodes.Node(n.host, 1)], argv,
+        return self._ask(nodes, argv, env, time.time() + self.probe_timeout)
+
+    def _ask(self, nodes, argv, env, deadline):
+        """{host: (ended, removed)} of the nodes that answered by ``deadline``; why for the
+        others in ``unanswered``. A launcher that ends without an answer is started once
+        more at once, beside the ones still waiting: Open MPI's PRRTE failed now and then to
+        start its PMIx listener (exit code 213, one probe in dozens on this machine), which
+        says nothing of the node; a node silent to the end is not asked again."""
+        def ask(host):
+            # Into a file, not a pipe: a launcher that says much cannot block on a full pipe
+            # while the loop below only polls it.
+            said = tempfile.TemporaryFile(mode='w+')
+            proc = subprocess.Popen(
+                self.launcher.command([job_nodes.Node(host, 1)], argv,
                                       passed=(elastic_node.RUN_VARIABLE,)),
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                stdout=said, stderr=subprocess.STDOUT, text=True, env=env,
                 start_new_session=True, preexec_fn=_die_with_parent)
-        deadline = time.time() + self.probe_timeout
+            return proc, said
+        procs = {n.host: ask(n.host) for n in nodes}
+        asked = dict.fromkeys(procs, 1)
         answered = {}
-        for host, proc in procs.items():
-            try:
-                out, _ = proc.communicate(timeout=max(0.1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                _kill_group(proc)
-                out = ''
-            ready = elastic_node.parse_ready(out)
-            if ready:
-                name = next(iter(ready))
-                self.names[host] = name
-                answered[host] = ready[name]
-            else:
+        while procs:
+            for host, (proc, said) in list(procs.items()):
+                if proc.poll() is None and time.time() < deadline:
+                    continue
+                if proc.poll() is None:
+                    _kill_group(proc)
+                    out = ''
+                else:
+                    said.seek(0)
+                    out = said.read()
+                said.close()
+                ready = elastic_node.parse_ready(out)
+                gone = proc.returncode is None or proc.returncode < 0
+                if not ready and not gone and asked[host] == 1 and time.time() < deadline:
+                    procs[host], asked[host] = ask(host), 2
+                    continue
+                del procs[host]
+                if ready:
+                    name = next(iter(ready))
+                    self.names[host] = name
+                    answered[host] = ready[name]
+                    continue
                 # The launcher's own words (ssh's) first, its traceback lines after them;
                 # PRRTE's rules of dashes are no words.
                 said = [ln for ln in out.splitlines() if ln.strip().strip('-')]
                 last = [ln for ln in said if not ln.startswith('[mpiexec@')][:1] or said[-1:]
-                gone = proc.returncode is None or proc.returncode < 0
                 self.unanswered[host] = f'no answer within {self.probe_timeout:g} s' if gone \
                     else 'the launcher could not reach it (exit code {}{})'.format(
                         proc.returncode, ': ' + last[0].strip()[:200] if last else '')
+            if procs:
+                time.sleep(0.02)
         return answered
 
     # --- one step -------------------------------------------------------------------------

@@ -59,6 +59,35 @@ def test_a_node_slurm_holds_down_is_lost_without_being_asked(tmp_path, monkeypat
     assert sorted(plain.probe(nodes)) == ['n0', 'n1']
 
 
+def test_a_launcher_that_fails_at_once_is_asked_again_a_silent_node_is_not(tmp_path):
+    """Open MPI's PRRTE now and then failed to start its PMIx listener (exit code 213): the
+    node was counted lost from the start. A launcher that ends without an answer is asked
+    once more; one still failing is named with its words, and a node silent to the end is
+    not asked again."""
+    asked = tmp_path / 'asked'
+    ready = elastic_node.READY.format(host='$host', ended=0, removed=0)
+    # n0 fails on its first ask only, n1 on every ask, n2 never answers (sleeps past the end)
+    (tmp_path / 'launch').write_text(
+        '#!/bin/sh\nhost=${2%:*}\n'
+        f'echo "$host" >> {asked}\n'
+        'case $host in\n'
+        f'  n0) [ "$(grep -c n0 {asked})" -gt 1 ] && echo "{ready}" && exit 0\n'
+        '      echo "The PMIx server\'s listener thread failed to start."; exit 213;;\n'
+        '  n1) echo "ssh: connect to host n1: No route to host"; exit 255;;\n'
+        '  n2) exec sleep 30;;\n'
+        'esac\n')
+    os.chmod(str(tmp_path / 'launch'), 0o755)
+    nodes = job_nodes.parse_hosts('n0:2,n1:2,n2:2')
+    launcher = elastic.Launcher('hydra', str(tmp_path / 'launch'))
+    sup = elastic.Supervisor(nodes, ['x'], launcher, probe_timeout=2)
+    assert sup.probe(nodes) == {'n0': (0, 0)}
+    assert sorted(asked.read_text().split()) == ['n0', 'n0', 'n1', 'n1', 'n2']
+    assert sup.unanswered == {
+        'n1': 'the launcher could not reach it (exit code 255: ssh: connect to host n1: No '
+              'route to host)',
+        'n2': 'no answer within 2 s'}
+
+
 def test_a_node_answers_with_its_host_name():
     text = 'noise ' + elastic_node.READY.format(host='node7', ended=2, removed=5) + '\n'
     assert elastic_node.parse_ready(text) == {'node7': (2, 5)}
