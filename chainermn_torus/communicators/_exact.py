@@ -189,12 +189,7 @@ class ExactBuffer(PackedBuffer):
         """dst[lo - base:hi - base] = the gradients' values of elements [lo, hi) (zeros
         for an unused parameter)."""
         offs = self.layout.offsets
-        first = int(numpy.searchsorted(offs, lo, side='right')) - 1
-        last = int(numpy.searchsorted(offs, hi, side='left'))
-        for i in range(first, last):
-            a, b = max(lo, int(offs[i])), min(hi, int(offs[i + 1]))
-            if a >= b:
-                continue
+        for i, a, b in self.layout.pieces(lo, hi):
             grad = named_params[i][1].grad
             out = dst[a - base:b - base]
             if grad is None:
@@ -211,41 +206,26 @@ class ExactBuffer(PackedBuffer):
         c = ((hi - lo) - (hi - lo) % M) // M
         return (lo + pos * c, lo + (pos + 1) * c) if c else None
 
-    def _encode_range(self, named_params, lo, hi):
-        if lo >= hi:
-            return
+    def _encode_range(self, named_params, lo, hi, dst=None, base=0, add=False):
+        """dst[lo - base:hi - base] (default: the buffer's [lo, hi)) = the integers of this
+        process's terms of elements [lo, hi): the gradients and ``more`` (zeros for an
+        unused parameter); ``add``: added to what is there."""
         offs = self.layout.offsets
-        first = int(numpy.searchsorted(offs, lo, side='right')) - 1
-        last = int(numpy.searchsorted(offs, hi, side='left'))
-        for i in range(first, last):
-            a, b = max(lo, int(offs[i])), min(hi, int(offs[i + 1]))
-            if a >= b:
-                continue
-            dst, s = self.array[a:b], int(self.scales[i])
-            grads = [named_params[i][1].grad] + [more[i] for more in self.more]
-            added = False   # the first term is written, the others added
-            for grad in grads:
+        dst = self.array if dst is None else dst
+        for i, a, b in self.layout.pieces(lo, hi):
+            out, s = dst[a - base:b - base], int(self.scales[i])
+            added = add   # the first term is written, the others added
+            for grad in [named_params[i][1].grad] + [more[i] for more in self.more]:
                 if grad is not None:
-                    self._encode(grad.reshape(-1)[a - offs[i]:b - offs[i]], s, dst, added)
+                    self._encode(grad.reshape(-1)[a - offs[i]:b - offs[i]], s, out, added)
                     added = True
             if not added:
-                dst[...] = 0   # zero_fill: an unused parameter contributes zeros
+                out[...] = 0   # zero_fill: an unused parameter contributes zeros
 
     def add_own(self, start, chunk):
         """chunk += the integers of elements [start, start + chunk.size) of this process's
         terms (the gradients of the call, and ``more``)."""
-        offs, named = self.layout.offsets, self._named
-        hi = start + chunk.size
-        first = int(numpy.searchsorted(offs, start, side='right')) - 1
-        last = int(numpy.searchsorted(offs, hi, side='left'))
-        for i in range(first, last):
-            a, b = max(start, int(offs[i])), min(hi, int(offs[i + 1]))
-            if a >= b:
-                continue
-            dst, s = chunk[a - start:b - start], int(self.scales[i])
-            for grad in [named[i][1].grad] + [more[i] for more in self.more]:
-                if grad is not None:
-                    self._encode(grad.reshape(-1)[a - offs[i]:b - offs[i]], s, dst, True)
+        self._encode_range(self._named, start, start + chunk.size, chunk, start, add=True)
 
     def encode_chunk(self, start, blocks, chunk, decode):
         """The sum of elements [start, start + c) from every process's float values: this
@@ -255,12 +235,7 @@ class ExactBuffer(PackedBuffer):
         offs, k, named = self.layout.offsets, self._kernels, self._named
         hi = start + len(blocks[0])
         dtype, terms = blocks[0].dtype, float(self.terms)
-        first = int(numpy.searchsorted(offs, start, side='right')) - 1
-        last = int(numpy.searchsorted(offs, hi, side='left'))
-        for i in range(first, last):
-            a, b = max(start, int(offs[i])), min(hi, int(offs[i + 1]))
-            if a >= b:
-                continue
+        for i, a, b in self.layout.pieces(start, hi):
             s, dst, means = int(self.scales[i]), chunk[a - start:b - start], self._means[a:b]
             values = [block[a - start:b - start] for block in blocks]
             grad = named[i][1].grad
@@ -332,14 +307,8 @@ class ExactBuffer(PackedBuffer):
         """means[lo:hi] from the integer sums of elements [lo, hi): ``source`` (a chunk that
         holds them), else the buffer's."""
         source = self.array[lo:hi] if source is None else source
-        offs, k = self.layout.offsets, self._kernels
-        terms = float(self.terms)
-        first = int(numpy.searchsorted(offs, lo, side='right')) - 1
-        last = int(numpy.searchsorted(offs, hi, side='left'))
-        for i in range(first, last):
-            a, b = max(lo, int(offs[i])), min(hi, int(offs[i + 1]))
-            if a >= b:
-                continue
+        k, terms = self._kernels, float(self.terms)
+        for i, a, b in self.layout.pieces(lo, hi):
             s, total, out = int(self.scales[i]), source[a - lo:b - lo], self._means[a:b]
             if k is not None and s != fixed_point.NOT_FINITE and abs(s) < _FACTOR_LIMIT:
                 k.decode(total, numpy.ldexp(1.0, -s), terms, out)

@@ -98,6 +98,17 @@ class Layout:
             hashlib.blake2b(repr((self.entries, self.dtype.str)).encode(), digest_size=8).digest(),
             'little', signed=True)
 
+    def pieces(self, lo, hi):
+        """(i, a, b) for each array i that elements [lo, hi) of the buffer cover, with the
+        part [a, b) it covers (a < b), in order."""
+        offs = self.offsets
+        first = int(numpy.searchsorted(offs, lo, side='right')) - 1
+        last = int(numpy.searchsorted(offs, hi, side='left'))
+        for i in range(max(first, 0), last):
+            a, b = max(lo, int(offs[i])), min(hi, int(offs[i + 1]))
+            if a < b:
+                yield i, a, b
+
     @classmethod
     def of_data_bytes(cls, named_params):
         """Layout for broadcasting parameters as raw bytes (exact for every dtype)."""
